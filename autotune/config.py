@@ -1,0 +1,302 @@
+"""Pydantic models of the YAML file (model, workload, space, study, baseline) and its loader."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from autotune.errors import ConfigError
+
+Precision = Literal["fp32", "tf32", "fp16", "bf16"]
+NcclAlgo = Literal["default", "Ring", "Tree", "CollnetDirect", "CollnetChain", "PAT", "NVLS"]
+SamplerName = Literal["tpe", "random", "grid", "gp"]
+
+
+class _Section(BaseModel):
+    """Every section rejects unknown keys: a typo must never be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Section):
+    """The built-in decoder-only transformer."""
+
+    family: Literal["gpt", "llama"] = Field(
+        description="gpt: LayerNorm, GELU MLP, learned positions. llama: RMSNorm, SwiGLU, RoPE, GQA."
+    )
+    n_layers: int = Field(ge=1, description="Transformer blocks.")
+    d_model: int = Field(ge=1, description="Hidden size; a multiple of n_heads.")
+    n_heads: int = Field(ge=1, description="Attention (query) heads.")
+    n_kv_heads: int | None = Field(
+        default=None, ge=1, description="Key/value heads (grouped-query attention); llama only. Default n_heads."
+    )
+    vocab_size: int = Field(ge=1, description="Vocabulary size (synthetic tokens are drawn from it).")
+    seq_len: int = Field(ge=1, description="Tokens per sequence.")
+    ffn_hidden: int | None = Field(
+        default=None,
+        ge=1,
+        description="MLP hidden size. Default: 4*d_model for gpt; 8/3*d_model rounded up to 256 for llama.",
+    )
+    tie_embeddings: bool = Field(
+        default=True, description="Share the token embedding with the output head (GPT-2, Llama-3.2-1B do)."
+    )
+    rope_theta: float = Field(default=500000.0, gt=0, description="RoPE base; llama only (Llama 3 uses 500000).")
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> ModelConfig:
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"model.d_model: {self.d_model} is not divisible by model.n_heads ({self.n_heads}); "
+                "use a d_model that is a multiple of n_heads"
+            )
+        if self.n_kv_heads is not None:
+            if self.family != "llama":
+                raise ValueError(
+                    f"model.n_kv_heads: {self.n_kv_heads} is only for family llama (family is {self.family}); remove it"
+                )
+            if self.n_heads % self.n_kv_heads:
+                raise ValueError(
+                    f"model.n_heads: {self.n_heads} is not divisible by model.n_kv_heads ({self.n_kv_heads}); "
+                    "use an n_kv_heads that divides n_heads"
+                )
+        if self.family == "llama" and (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                f"model.d_model: head size {self.d_model // self.n_heads} is odd; RoPE needs an even head size"
+            )
+        return self
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def ffn(self) -> int:
+        if self.ffn_hidden is not None:
+            return self.ffn_hidden
+        if self.family == "gpt":
+            return 4 * self.d_model
+        return 256 * math.ceil(8 * self.d_model / 3 / 256)  # Llama's multiple_of=256 rule
+
+
+class WorkloadConfig(_Section):
+    """What one trial does."""
+
+    task: Literal["train"] = Field(default="train", description="train: optimizer steps on synthetic tokens.")
+    global_batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="Sequences per optimizer step, kept exactly by every trial: "
+        "micro_batch_size x grad_accum_steps x world_size. Absent: grad_accum_steps is searched instead.",
+    )
+    world_size: int = Field(default=1, ge=1, description="GPUs (ranks) per trial.")
+    warmup_steps: int = Field(
+        default=3, ge=1, description="Optimizer steps run before timing (include torch.compile); not measured."
+    )
+    measure_steps: int = Field(default=10, ge=2, description="Timed optimizer steps; the median is reported.")
+    seed: int = Field(default=0, description="Seed of the model's weights and the synthetic tokens.")
+
+    @model_validator(mode="after")
+    def _check_batch(self) -> WorkloadConfig:
+        if self.global_batch_size is not None and self.global_batch_size % self.world_size:
+            raise ValueError(
+                f"workload.global_batch_size: {self.global_batch_size} is not divisible by "
+                f"workload.world_size ({self.world_size}); use a multiple of world_size"
+            )
+        return self
+
+
+class IntRange(_Section):
+    """`{multiple_of: 8, min: 8, max: 128}`: every multiple of `multiple_of` in [min, max]."""
+
+    min: int = Field(ge=1, description="Smallest value.")
+    max: int = Field(ge=1, description="Largest value.")
+    multiple_of: int = Field(default=1, ge=1, description="Step between values.")
+
+    @model_validator(mode="after")
+    def _check_order(self) -> IntRange:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is greater than max ({self.max}); swap them")
+        if not self.values():
+            raise ValueError(f"no multiple of {self.multiple_of} lies in [{self.min}, {self.max}]")
+        return self
+
+    def values(self) -> list[int]:
+        start = math.ceil(self.min / self.multiple_of) * self.multiple_of
+        return list(range(start, self.max + 1, self.multiple_of))
+
+
+def _as_list(value: Any) -> Any:
+    """A knob given as one value is fixed: treat it as a one-element list."""
+    if isinstance(value, list):
+        if not value:
+            raise ValueError("empty list; give at least one value")
+        return value
+    return [value]
+
+
+class SpaceConfig(_Section):
+    """The knobs to search. A list is searched; one value is fixed; an absent knob takes its default."""
+
+    micro_batch_size: list[int] = Field(
+        default=[8],
+        description="Sequences per forward/backward pass: a list, one value, or {multiple_of, min, max}.",
+    )
+    precision: list[Precision] = Field(
+        default=["fp32"],
+        description="fp32 (TF32 off), tf32 (TF32 matmuls), bf16 (autocast), fp16 (autocast + GradScaler).",
+    )
+    grad_accum_steps: Union[Literal["auto"], list[int]] = Field(
+        default="auto",
+        description="auto: global_batch_size / (micro_batch_size x world_size). "
+        "A list (or one value) only when global_batch_size is absent; default then 1.",
+    )
+    compile: list[bool] = Field(default=[False], description="Wrap the model in torch.compile.")
+    nccl_algo: list[NcclAlgo] = Field(
+        default=["default"],
+        description="NCCL_ALGO for the ranks (default sets nothing); searched only when world_size > 1.",
+    )
+
+    @field_validator("micro_batch_size", mode="before")
+    @classmethod
+    def _int_knob(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return IntRange.model_validate(value).values()
+        return _as_list(value)
+
+    @field_validator("precision", "compile", "nccl_algo", mode="before")
+    @classmethod
+    def _choice_knob(cls, value: Any) -> Any:
+        return _as_list(value)
+
+    @field_validator("grad_accum_steps", mode="before")
+    @classmethod
+    def _accum_knob(cls, value: Any) -> Any:
+        return value if value == "auto" else _as_list(value)
+
+    @field_validator("micro_batch_size", "grad_accum_steps")
+    @classmethod
+    def _positive(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            bad = [v for v in value if v < 1]
+            if bad:
+                raise ValueError(f"{bad[0]} is not a positive integer; sizes must be >= 1")
+            return sorted(set(value))
+        return value
+
+    @field_validator("precision", "compile", "nccl_algo")
+    @classmethod
+    def _unique(cls, value: list[Any]) -> list[Any]:
+        return list(dict.fromkeys(value))
+
+
+class StudyConfig(_Section):
+    """How the Optuna study runs."""
+
+    trials: int = Field(default=30, ge=1, description="Trials to measure (launched trials; resumed ones count).")
+    timeout_min: float = Field(default=60.0, gt=0, description="Stop launching trials after this many minutes.")
+    sampler: SamplerName = Field(default="tpe", description="Optuna sampler: tpe | random | grid | gp.")
+    seed: int = Field(default=0, description="Sampler seed.")
+    storage: str | None = Field(
+        default=None, description="Optuna storage URL. Default: sqlite:///<out>/<name>/study.db."
+    )
+    trial_timeout_min: float = Field(
+        default=10.0, gt=0, description="Hard limit for one trial's process; past it the trial ends as timeout."
+    )
+
+
+class Config(_Section):
+    """The whole YAML file."""
+
+    name: str = Field(description="Study name; results go to trials/<name>/.")
+    model: ModelConfig = Field(description="The model to train.")
+    workload: WorkloadConfig = Field(default_factory=WorkloadConfig, description="What one trial does.")
+    space: SpaceConfig = Field(description="The search space (inline, or a path to a YAML file).")
+    study: StudyConfig = Field(default_factory=StudyConfig, description="Optuna study settings.")
+    baseline: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Knob values measured first as the reference (trial 0); absent knobs take their defaults.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value):
+            raise ValueError(
+                f"{value!r} is not a valid study name; use letters, digits, '.', '_' and '-' (it names a folder)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Config:
+        from autotune.space import resolve_space  # the space rules live in one place
+
+        resolve_space(self)  # raises ValueError naming the YAML path
+        return self
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys of the section at `loc` (e.g. ('model',) -> family, n_layers, ...)."""
+    model: type[BaseModel] = Config
+    for part in loc:
+        annotation = model.model_fields[str(part)].annotation if str(part) in model.model_fields else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            break
+        model = annotation
+    return list(model.model_fields)
+
+
+def _format_error(err: ValidationError) -> str:
+    """One line: the YAML path, the bad value, what is allowed."""
+    first = err.errors()[0]
+    msg = first["msg"].removeprefix("Value error, ")
+    loc = ".".join(str(p) for p in first["loc"])
+    if first["type"] == "extra_forbidden":
+        return f"{loc}: unknown key; allowed here: {', '.join(_allowed_keys(first['loc'][:-1]))}"
+    if re.match(r"^(model|workload|space|study|baseline)\.", msg):  # our own validators name the path
+        return msg
+    got = first.get("input")
+    shown = "" if first["type"] == "missing" or isinstance(got, dict) else f" (got {got!r})"
+    return f"{loc or 'top level'}: {msg}{shown}"
+
+
+def parse_config(data: Any, source: str = "<config>") -> Config:
+    """Validate an already-loaded mapping; ConfigError with a one-line message on any problem."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the file must hold a mapping of keys (name, model, space, ...)")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(f"{source}: {_format_error(err)}") from None
+
+
+def _read_yaml(path: Path, what: str) -> Any:
+    if not path.is_file():
+        raise ConfigError(f"{what}: no such file: {path}")
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read: {err}") from None
+
+
+def load_config(path: str | Path) -> Config:
+    """Read MODEL_YAML; a `space:` given as a path is read relative to the file, then to the cwd."""
+    path = Path(path)
+    data = _read_yaml(path, "MODEL_YAML")
+    if isinstance(data, dict) and isinstance(data.get("space"), str):
+        ref = Path(data["space"])
+        candidates = [ref] if ref.is_absolute() else [path.parent / ref, Path.cwd() / ref]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            raise ConfigError(f"{path}: space: no such file: {data['space']!r} (looked beside the YAML and in the cwd)")
+        data = {**data, "space": _read_yaml(found, f"{path}: space")}
+    return parse_config(data, str(path))

@@ -1,0 +1,180 @@
+"""The GPU side: peak-FLOPs table (with datasheet sources), pynvml detection, telemetry, fingerprint."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GpuPeak:
+    """Dense (no sparsity) peak tensor rates of one GPU model, in TFLOP/s, per precision."""
+
+    model: str
+    pattern: str  # regex matched against the NVML / torch device name
+    tflops: dict[str, float]
+    source: str
+
+
+# Datasheets quote tensor rates "with sparsity"; the dense rates below are those halved.
+# MFU is always taken against the dense BF16 rate, for every precision, so trials compare on one scale.
+PEAKS: tuple[GpuPeak, ...] = (
+    GpuPeak("H200 NVL", r"H200 NVL", {"fp32": 60, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5},
+            "https://www.nvidia.com/en-us/data-center/h200/ (H200 NVL column)"),
+    GpuPeak("H200 SXM", r"H200", {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979},
+            "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM column)"),
+    GpuPeak("H100 NVL", r"H100 NVL", {"fp32": 60, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5},
+            "https://www.nvidia.com/en-us/data-center/h100/ (H100 NVL column)"),
+    GpuPeak("H100 PCIe", r"H100 PCIe", {"fp32": 51, "tf32": 378, "bf16": 756.5, "fp16": 756.5, "fp8": 1513},
+            "https://www.nvidia.com/en-us/data-center/h100/ (H100 PCIe column)"),
+    GpuPeak("H100 SXM", r"H100", {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979},
+            "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM column)"),
+    GpuPeak("A100", r"A100", {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312},
+            "https://www.nvidia.com/en-us/data-center/a100/ (SXM and PCIe share these dense rates)"),
+    GpuPeak("L40S", r"L40S", {"fp32": 91.6, "tf32": 183, "bf16": 362.05, "fp16": 362.05, "fp8": 733},
+            "https://www.nvidia.com/en-us/data-center/l40s/"),
+    GpuPeak("B200", r"B200", {"tf32": 1125, "bf16": 2250, "fp16": 2250, "fp8": 4500},
+            "https://www.nvidia.com/en-us/data-center/hgx/ (HGX B200, per GPU = 8-GPU figure / 8)"),
+)
+
+MFU_PRECISION = "bf16"
+
+
+def find_peak(device_name: str | None) -> GpuPeak | None:
+    """The table row for a device name, or None (CPU, unlisted GPU: MFU is then n/a)."""
+    if not device_name:
+        return None
+    return next((p for p in PEAKS if re.search(p.pattern, device_name)), None)
+
+
+def peak_flops(device_name: str | None) -> float | None:
+    """Dense BF16 peak in FLOP/s used for MFU, or None."""
+    row = find_peak(device_name)
+    return row.tflops[MFU_PRECISION] * 1e12 if row else None
+
+
+def _nvml() -> Any | None:
+    """Initialised pynvml module, or None where there is no NVIDIA driver."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:
+        return None
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def detect() -> dict[str, Any]:
+    """Visible GPUs and driver versions from pynvml (no torch import); empty lists where there are none."""
+    nv = _nvml()
+    info: dict[str, Any] = {"gpus": [], "driver": None, "cuda_driver": None}
+    if nv is None:
+        return info
+    with contextlib.suppress(Exception):
+        info["driver"] = _str(nv.nvmlSystemGetDriverVersion())
+        v = nv.nvmlSystemGetCudaDriverVersion_v2()
+        info["cuda_driver"] = f"{v // 1000}.{v % 1000 // 10}"
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            info["gpus"].append(
+                {"index": i, "name": _str(nv.nvmlDeviceGetName(h)), "memory_gib": nv.nvmlDeviceGetMemoryInfo(h).total / 2**30}
+            )
+    return info
+
+
+def default_device() -> str:
+    """cuda when pynvml sees a GPU, else cpu."""
+    return "cuda" if detect()["gpus"] else "cpu"
+
+
+def fingerprint(child_env: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """Where a number was measured: the trial's torch/CUDA/NCCL plus driver, GPU and host from pynvml."""
+    hw = detect()
+    device = child_env.get("device", "cpu")
+    gpu = child_env.get("device_name") if device == "cuda" else None
+    return {
+        "device": device,
+        "gpu_model": gpu or (platform.processor() or platform.machine() if device == "cpu" else None),
+        "gpu_count": world_size if device == "cuda" else 0,
+        "driver": hw["driver"],
+        "cuda": child_env.get("cuda"),
+        "cudnn": child_env.get("cudnn"),
+        "torch": child_env.get("torch"),
+        "nccl": child_env.get("nccl"),
+        "hostname": socket.gethostname(),
+        "python": platform.python_version(),
+    }
+
+
+_THROTTLE_BITS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+
+
+class Telemetry:
+    """Samples power, SM clock, temperature and throttle reasons of one GPU in a thread (pynvml)."""
+
+    def __init__(self, index: int = 0, interval_s: float = 0.2) -> None:
+        self.samples: list[dict[str, Any]] = []
+        self._nv = _nvml()
+        self._index, self._interval = index, interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Telemetry:
+        if self._nv is not None:
+            try:
+                self._handle = self._nv.nvmlDeviceGetHandleByIndex(self._index)
+            except Exception:
+                self._nv = None
+            else:
+                self._thread = threading.Thread(target=self._loop, daemon=True)
+                self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        nv, h = self._nv, self._handle
+        reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):
+                bits = reasons_fn(h)
+                self.samples.append(
+                    {
+                        "t": time.time(),
+                        "power_w": nv.nvmlDeviceGetPowerUsage(h) / 1000.0,
+                        "sm_clock_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+                        "temperature_c": nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
+                        "throttle": [name for bit, name in _THROTTLE_BITS.items() if bits & bit],
+                    }
+                )
+            self._stop.wait(self._interval)
+
+
+def visible_gpu_index() -> int:
+    """NVML index of the GPU a trial's cuda:0 is (first entry of CUDA_VISIBLE_DEVICES when it is a number)."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+    return int(first) if first.isdigit() else 0

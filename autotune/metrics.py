@@ -1,0 +1,73 @@
+"""Throughput, MFU and step-time statistics from a trial's raw samples (standard library only)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+
+def flops_per_token(flop_params: int, n_layers: int, d_model: int, seq_len: int) -> float:
+    """Training FLOPs per token, 6N + 12*L*d*T (PaLM, Chowdhery et al. 2022, appendix B).
+
+    N: parameters without position embeddings; 12*L*d*T: the attention score and value matmuls
+    (forward and backward) at sequence length T. Same formula as nanoGPT's estimate_mfu.
+    """
+    return 6.0 * flop_params + 12.0 * n_layers * d_model * seq_len
+
+
+def mfu(tokens_per_s_per_gpu: float, flops_per_tok: float, peak_flops: float | None) -> float | None:
+    """Model FLOPs utilisation in [0, 1]; None where the peak is unknown (CPU, unlisted GPU)."""
+    if not peak_flops:
+        return None
+    return tokens_per_s_per_gpu * flops_per_tok / peak_flops
+
+
+def step_stats(samples: list[float]) -> dict[str, float]:
+    """Median and spread of raw step times; spread_pct = (max - min) / median."""
+    med = statistics.median(samples)
+    q = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1 else [med, med, med]
+    return {
+        "median_s": med,
+        "mean_s": statistics.fmean(samples),
+        "min_s": min(samples),
+        "max_s": max(samples),
+        "p25_s": q[0],
+        "p75_s": q[2],
+        "spread_pct": 100.0 * (max(samples) - min(samples)) / med,
+        "n": len(samples),
+    }
+
+
+def summarize(raw: dict[str, Any], model: dict[str, Any], world_size: int, peak_flops: float | None) -> dict[str, Any]:
+    """The metrics a trial reports, from the worker's raw result."""
+    stats = step_stats(raw["step_times_s"])
+    per_gpu = raw["tokens_per_step"] / stats["median_s"]
+    fpt = flops_per_token(raw["flop_params"], model["n_layers"], model["d_model"], model["seq_len"])
+    value = mfu(per_gpu, fpt, peak_flops)
+    return {
+        "tokens_per_s_per_gpu": per_gpu,
+        "tokens_per_s": per_gpu * world_size,
+        "mfu": value,
+        "flops_per_token": fpt,
+        "step_time": stats,
+        "peak_mem_gib": raw["peak_mem_bytes"] / 2**30,
+        "peak_mem_kind": raw["peak_mem_kind"],
+        "n_params": raw["n_params"],
+    }
+
+
+def summarize_telemetry(samples: list[dict[str, Any]], window: tuple[float, float]) -> dict[str, Any] | None:
+    """Mean power, SM clock and temperature over the measured window, and the throttle reasons seen there."""
+    inside = [s for s in samples if window[0] <= s["t"] <= window[1]]
+    if not inside:
+        return None
+    reasons = sorted({r for s in inside for r in s["throttle"]})
+    return {
+        "samples": len(inside),
+        "power_w_mean": statistics.fmean(s["power_w"] for s in inside),
+        "sm_clock_mhz_mean": statistics.fmean(s["sm_clock_mhz"] for s in inside),
+        "sm_clock_mhz_min": min(s["sm_clock_mhz"] for s in inside),
+        "temperature_c_max": max(s["temperature_c"] for s in inside),
+        "throttle_reasons": reasons,
+        "series": inside,
+    }

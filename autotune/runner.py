@@ -1,0 +1,114 @@
+"""Launch one trial as a subprocess with a hard timeout, and classify how it ended."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.hardware import Telemetry, visible_gpu_index
+
+# How a trial can end. Failures never stop the study.
+STATUSES = ("ok", "oom", "timeout", "nonfinite_loss", "invalid_config", "crash")
+
+LOG_TAIL_LINES = 15
+
+
+@dataclass
+class Outcome:
+    """A finished trial process: its status, the reason when it failed, the worker's raw result."""
+
+    status: str
+    reason: str = ""
+    raw: dict[str, Any] = field(default_factory=dict)
+    telemetry: list[dict[str, Any]] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def _kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    """End the trial's whole process group (its compile workers too): SIGTERM, then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 30.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def run_trial(
+    spec: dict[str, Any],
+    run_dir: Path,
+    *,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    on_poll: Callable[[], None] | None = None,
+) -> Outcome:
+    """Run the worker on `spec` in a fresh process (own process group) and wait for it.
+
+    KeyboardInterrupt ends the process group and propagates.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec_path, result_path, log_path = run_dir / "spec.json", run_dir / "result.json", run_dir / "worker.log"
+    result_path.unlink(missing_ok=True)
+    spec = {**spec, "launched_at": time.time()}
+    spec_path.write_text(json.dumps(spec, indent=1))
+    child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "autotune.workloads.worker", str(spec_path), str(result_path)]
+    t0 = time.monotonic()
+    telemetry = Telemetry(visible_gpu_index()) if spec.get("device") == "cuda" else None
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env, start_new_session=True)
+        try:
+            if telemetry:
+                telemetry.__enter__()
+            timed_out = False
+            while proc.poll() is None:
+                if time.monotonic() - t0 > timeout_s:
+                    timed_out = True
+                    _kill_group(proc)
+                    break
+                if on_poll:
+                    on_poll()
+                time.sleep(0.1)
+        except BaseException:
+            _kill_group(proc, grace_s=2.0)
+            raise
+        finally:
+            if telemetry:
+                telemetry.__exit__()
+            if proc.poll() is None:  # the worker has left; reap stragglers of its group (compile workers)
+                _kill_group(proc)
+            else:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    wall = time.monotonic() - t0
+    samples = telemetry.samples if telemetry else []
+    if timed_out:
+        return Outcome("timeout", f"no result after {timeout_s:.0f} s (trial timeout); process group killed", wall_s=wall, telemetry=samples)
+    if result_path.is_file():
+        raw = json.loads(result_path.read_text())
+        return Outcome(raw["status"], raw.get("reason", ""), raw, samples, wall)
+    code = proc.returncode
+    how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    return Outcome("crash", f"trial process ended without a result ({how}): {_tail(log_path)}", wall_s=wall, telemetry=samples)

@@ -1,0 +1,398 @@
+"""The Optuna study: storage, sampler, resume, the objective that launches trials, and best.yaml."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+from optuna.trial import TrialState
+
+from autotune import metrics
+from autotune.config import Config
+from autotune.errors import ConfigError, StudyError
+from autotune.hardware import default_device, detect, fingerprint, peak_flops
+from autotune.runner import STATUSES, Outcome, run_trial
+from autotune.space import ResolvedSpace, config_fingerprint, resolve_space
+
+# Failed trials with these statuses did not measure their configuration: it may be launched again.
+RERUN_STATUSES = ("interrupted", "worker_lost")
+
+
+class _NotLaunched(Exception):
+    """A trial recorded without launching (duplicate, predicted OOM): stored as FAIL, not counted."""
+
+
+class _TrialFailed(Exception):
+    """A launched trial ended without a measurement; stored as FAIL with its reason."""
+
+
+class Observer:
+    """What a search reports while it runs; the CLI's Rich view implements it. Methods are no-ops here."""
+
+    def started(self, info: dict[str, Any]) -> None: ...
+
+    def trial_started(self, number: int, index: int, knobs: dict[str, Any]) -> None: ...
+
+    def poll(self) -> None: ...
+
+    def trial_finished(self, record: dict[str, Any], history: History) -> None: ...
+
+
+def mask_url(url: str) -> str:
+    """A storage URL with its password hidden (postgresql://user:***@host/db)."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url
+
+
+def _key(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(params.items()))
+
+
+@dataclass
+class History:
+    """What the study's storage says has been measured: read fresh before each decision."""
+
+    seen: dict[tuple[tuple[str, Any], ...], optuna.trial.FrozenTrial] = field(default_factory=dict)
+    ooms: list[optuna.trial.FrozenTrial] = field(default_factory=list)
+    launched: int = 0
+    completed: list[optuna.trial.FrozenTrial] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, study: optuna.Study) -> History:
+        h = cls()
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
+            status = t.user_attrs.get("status")
+            if status not in STATUSES:  # duplicates, interrupted, lost workers: nothing measured
+                continue
+            h.seen.setdefault(_key(t.params), t)
+            if t.user_attrs.get("predicted"):
+                continue
+            h.launched += 1
+            if status == "oom":
+                h.ooms.append(t)
+            if t.state == TrialState.COMPLETE:
+                h.completed.append(t)
+        return h
+
+    def oom_bound(self, knobs: dict[str, Any]) -> optuna.trial.FrozenTrial | None:
+        """A trial that ran out of memory with the same knobs and a micro-batch no larger than this one's."""
+        for t in self.ooms:
+            other = t.user_attrs["knobs"]
+            same = all(other[k] == v for k, v in knobs.items() if k not in ("micro_batch_size", "grad_accum_steps"))
+            if same and knobs["micro_batch_size"] >= other["micro_batch_size"]:
+                return t
+        return None
+
+    def best(self) -> optuna.trial.FrozenTrial | None:
+        return max(self.completed, key=lambda t: t.value, default=None)
+
+
+def make_sampler(name: str, seed: int, space: ResolvedSpace, budget: int) -> optuna.samplers.BaseSampler:
+    """The Optuna sampler named in the YAML; every knob is categorical.
+
+    grid: every point is enqueued (see run_search) and drawn in a seeded random order; Optuna's
+    GridSampler is not used because it does not account for enqueued trials (the baseline).
+    """
+    startup = max(3, min(10, budget // 3))  # random exploration first, then the model of the sampler
+    if name == "tpe":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=startup)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup)
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+@dataclass
+class SearchResult:
+    study_dir: Path
+    storage: str
+    history: History
+    best: optuna.trial.FrozenTrial | None
+    baseline: optuna.trial.FrozenTrial | None
+    best_yaml: Path | None
+    new_trials: int
+    stop_reason: str
+
+
+def _model_spec(cfg: Config) -> dict[str, Any]:
+    m = cfg.model.model_dump()
+    m.update(kv_heads=cfg.model.kv_heads, ffn_hidden=cfg.model.ffn)
+    return m
+
+
+def _archive(study_dir: Path, storage: str, name: str, default_storage: bool) -> Path | None:
+    """--fresh: move the old study aside (nothing is deleted); return where it went."""
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    target = study_dir.with_name(f"{study_dir.name}.archived-{stamp}")
+    if not default_storage:
+        try:
+            optuna.copy_study(from_study_name=name, from_storage=storage, to_storage=storage,
+                              to_study_name=f"{name}.archived-{stamp}")
+            optuna.delete_study(study_name=name, storage=storage)
+        except KeyError:
+            pass  # no such study yet
+    if study_dir.exists():
+        study_dir.rename(target)
+        return target
+    return None
+
+
+def open_study(cfg: Config, *, out_root: Path, device: str, fresh: bool) -> tuple[optuna.Study, Path, str]:
+    """Create or resume the study; refuse one made from a different model, workload, space or device."""
+    study_dir = out_root / cfg.name
+    default_storage = cfg.study.storage is None
+    storage = cfg.study.storage or f"sqlite:///{(study_dir / 'study.db').resolve()}"
+    want = {"config_fingerprint": config_fingerprint(cfg), "device": device}
+    if fresh:
+        _archive(study_dir, storage, cfg.name, default_storage)
+    elif not default_storage or (study_dir / "study.db").exists():
+        try:
+            old = optuna.load_study(study_name=cfg.name, storage=storage)
+        except KeyError:
+            old = None
+        except Exception as err:
+            raise StudyError(f"study.storage: cannot open {mask_url(storage)}: {err}") from None
+        if old is not None and old.get_trials(deepcopy=False):
+            for key, value in want.items():
+                have = old.user_attrs.get(key)
+                if have != value:
+                    what = "model, workload or space" if key == "config_fingerprint" else f"device ({have})"
+                    raise StudyError(
+                        f"name: study {cfg.name!r} exists with a different {what}; "
+                        "run with --fresh (the old study is archived, not deleted) or choose another name"
+                    )
+    study_dir.mkdir(parents=True, exist_ok=True)
+    study = optuna.create_study(study_name=cfg.name, storage=storage, direction="maximize", load_if_exists=True)
+    for key, value in want.items():
+        study.set_user_attr(key, value)
+    study.set_user_attr("config", cfg.model_dump(mode="json"))
+    return study, study_dir, storage
+
+
+def run_search(
+    cfg: Config,
+    *,
+    out_root: Path = Path("trials"),
+    device: str | None = None,
+    trials: int | None = None,
+    timeout_min: float | None = None,
+    fresh: bool = False,
+    observer: Observer | None = None,
+) -> SearchResult:
+    """Run (or resume) the study until `trials` trials were launched, the timeout, or the space is exhausted."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # our own view reports trials
+    space = resolve_space(cfg)
+    device = device or default_device()
+    if device == "cuda" and not detect()["gpus"]:
+        raise ConfigError("--device: cuda asked for, but pynvml sees no NVIDIA GPU; use --device cpu")
+    budget = trials or cfg.study.trials
+    timeout_s = 60.0 * (timeout_min or cfg.study.timeout_min)
+    observer = observer or Observer()
+
+    study, study_dir, storage = open_study(cfg, out_root=out_root, device=device, fresh=fresh)
+    study.sampler = make_sampler(cfg.study.sampler, cfg.study.seed, space, budget)
+    model = _model_spec(cfg)
+    rng = random.Random(cfg.study.seed)
+    points = space.points()
+    order = [space.baseline]
+    if cfg.study.sampler == "grid":
+        order += rng.sample(points, len(points))
+    _enqueue_unseen(study, order)
+    new_trials = 0
+    stop_reason = "budget reached"
+    runs = study_dir / "runs"
+    inductor_cache = (study_dir / "inductor-cache").resolve()
+
+    def unseen(h: History) -> list[dict[str, Any]]:
+        return [p for p in points if _key(p) not in h.seen]
+
+    def objective(trial: optuna.Trial) -> float:
+        nonlocal new_trials
+        params = space.suggest(trial)
+        knobs = space.knobs(params)
+        trial.set_user_attr("knobs", knobs)
+        h = History.of(study)
+        if (prev := h.seen.get(_key(params))) is not None:
+            trial.set_user_attr("status", "duplicate")
+            trial.set_user_attr("duplicate_of", prev.number)
+            left = unseen(h)
+            if left:  # steer the sampler off a point it already has
+                _enqueue_unseen(study, [rng.choice(left)])
+            raise _NotLaunched(f"same configuration as trial {prev.number}")
+        if (bound := h.oom_bound(knobs)) is not None:
+            reason = (f"predicted: needs at least the memory of trial {bound.number} "
+                      f"(micro_batch_size {bound.user_attrs['knobs']['micro_batch_size']} ran out of memory)")
+            record = {"number": trial.number, "knobs": knobs, "status": "oom", "reason": reason, "predicted": True}
+            for k, v in record.items():
+                if k != "number":
+                    trial.set_user_attr(k, v)
+            observer.trial_finished(record, h)
+            raise _NotLaunched(reason)
+
+        observer.trial_started(trial.number, h.launched + 1, knobs)
+        spec = {"knobs": knobs, "model": model, "device": device, "workload": {
+            "warmup_steps": cfg.workload.warmup_steps, "measure_steps": cfg.workload.measure_steps,
+            "seed": cfg.workload.seed, "world_size": cfg.workload.world_size}}
+        env = {"TORCHINDUCTOR_CACHE_DIR": str(inductor_cache), **space.env(knobs)}
+        try:
+            outcome = run_trial(spec, runs / f"{trial.number:04d}", timeout_s=60 * cfg.study.trial_timeout_min,
+                                env=env, on_poll=observer.poll)
+        except KeyboardInterrupt:
+            trial.set_user_attr("status", "interrupted")
+            raise
+        new_trials += 1
+        record = _record(trial.number, knobs, outcome, model, cfg.workload.world_size)
+        record["run_dir"] = str(runs / f"{trial.number:04d}")
+        for k, v in record.items():
+            if k != "number":
+                trial.set_user_attr(k, v)
+        observer.trial_finished(record, History.of(study))
+        if outcome.status != "ok":
+            raise _TrialFailed(f"{outcome.status}: {outcome.reason}")
+        return record["metrics"]["tokens_per_s_per_gpu"]
+
+    def stop_when_done(study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
+        nonlocal stop_reason
+        h = History.of(study)
+        if h.launched >= budget:
+            stop_reason = "budget reached"
+            study.stop()
+        elif not unseen(h):
+            stop_reason = "space exhausted"
+            study.stop()
+
+    h = History.of(study)
+    observer.started({"name": cfg.name, "device": device, "budget": budget, "done": h.launched,
+                      "space_size": space.size, "sampler": cfg.study.sampler, "timeout_s": timeout_s,
+                      "storage": mask_url(storage), "baseline": space.baseline})
+    try:
+        if h.launched >= budget:
+            stop_reason = "budget already reached"
+        elif not unseen(h):
+            stop_reason = "space exhausted"
+        else:
+            t0 = dt.datetime.now()
+            study.optimize(objective, timeout=timeout_s, catch=(_NotLaunched, _TrialFailed),
+                           callbacks=[stop_when_done])
+            if (dt.datetime.now() - t0).total_seconds() >= timeout_s:
+                stop_reason = "timeout"
+    finally:  # also on Ctrl-C: what was measured is written out
+        h = History.of(study)
+        best_yaml = write_best(cfg, study, h, study_dir, storage, space) if h.completed else None
+    return SearchResult(study_dir, storage, h, h.best(), baseline_trial(h, space), best_yaml, new_trials, stop_reason)
+
+
+def _enqueue_unseen(study: optuna.Study, points: list[dict[str, Any]]) -> None:
+    """Enqueue the points not yet measured and not already waiting (resume-safe, unlike skip_if_exists,
+    which would also skip a point whose trial was interrupted)."""
+    h = History.of(study)
+    waiting = {_key(t.system_attrs.get("fixed_params", {}))
+               for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
+    for p in points:
+        if _key(p) not in h.seen and _key(p) not in waiting:
+            study.enqueue_trial(p)
+            waiting.add(_key(p))
+
+
+def _record(number: int, knobs: dict[str, Any], outcome: Outcome, model: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """The trial's stored record (Optuna user attributes): status, metrics, raw samples, phases, telemetry."""
+    record: dict[str, Any] = {"number": number, "knobs": knobs, "status": outcome.status, "reason": outcome.reason,
+                              "predicted": False, "wall_s": outcome.wall_s}
+    raw = outcome.raw
+    if outcome.status == "ok":
+        env = raw["env"]
+        record["metrics"] = metrics.summarize(raw, model, world_size, peak_flops(env.get("device_name")))
+        record["raw"] = {k: raw[k] for k in ("step_times_s", "warmup_step_times_s", "losses")}
+        record["phases_s"] = raw["phases_s"]
+        record["fingerprint"] = fingerprint(env, world_size)
+        tele = metrics.summarize_telemetry(outcome.telemetry, tuple(raw["measure_window"]))
+        record["telemetry"] = tele
+    return record
+
+
+def baseline_trial(h: History, space: ResolvedSpace) -> optuna.trial.FrozenTrial | None:
+    key = _key(space.baseline)
+    return next((t for t in h.completed if _key(t.params) == key), None)
+
+
+_APPLY_NOTES = {
+    "precision": {
+        "fp32": "torch.backends.cuda.matmul.fp32_precision = 'ieee' (no TF32)",
+        "tf32": "torch.backends.cuda.matmul.fp32_precision = 'tf32'",
+        "bf16": "with torch.autocast(DEVICE, dtype=torch.bfloat16): forward and loss",
+        "fp16": "with torch.autocast(DEVICE, dtype=torch.float16): forward and loss; torch.amp.GradScaler(DEVICE)",
+    },
+    "compile": {True: "model = torch.compile(model)", False: "no torch.compile"},
+}
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Safe YAML without anchors/aliases: best.yaml is read by people."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, storage: str,
+               space: ResolvedSpace) -> Path:
+    """trials/<name>/best.yaml: the best measured configuration, its metrics, where and how it was measured."""
+    best = h.best()
+    assert best is not None
+    base = baseline_trial(h, space)
+    m = best.user_attrs["metrics"]
+    knobs = best.user_attrs["knobs"]
+    doc = {
+        "name": cfg.name,
+        "chosen": {"trial": best.number,
+                   "why": f"highest median tokens/s per GPU of {len(h.completed)} completed trials"},
+        "knobs": knobs,
+        "metrics": {
+            "tokens_per_s_per_gpu": round(m["tokens_per_s_per_gpu"], 1),
+            "tokens_per_s": round(m["tokens_per_s"], 1),
+            "mfu": None if m["mfu"] is None else round(m["mfu"], 4),
+            "peak_mem_gib": round(m["peak_mem_gib"], 3),
+            "peak_mem_kind": m["peak_mem_kind"],
+            "step_time_median_s": m["step_time"]["median_s"],
+            "step_time_spread_pct": round(m["step_time"]["spread_pct"], 2),
+            "speedup_vs_baseline": round(best.value / base.value, 3) if base else None,
+        },
+        "baseline": {"trial": base.number if base else None, "knobs": base.user_attrs["knobs"] if base else None,
+                     "tokens_per_s_per_gpu": round(base.value, 1) if base else None},
+        "fingerprint": best.user_attrs["fingerprint"],
+        "apply": {
+            "env": space.env(knobs),
+            "knobs": knobs,
+            "notes": [n.replace("DEVICE", repr(best.user_attrs["fingerprint"]["device"]))
+                      for k, table in _APPLY_NOTES.items() if (n := table.get(knobs[k]))],
+        },
+        "measurement": {
+            "warmup_steps": cfg.workload.warmup_steps,
+            "measure_steps": cfg.workload.measure_steps,
+            "step_times_s": best.user_attrs["raw"]["step_times_s"],
+            "timing": "CUDA events around each optimizer step" if best.user_attrs["fingerprint"]["device"] == "cuda"
+            else "time.perf_counter around each optimizer step",
+            "measured_at": best.datetime_complete.isoformat() if best.datetime_complete else None,
+        },
+        "model": cfg.model.model_dump(mode="json"),
+        "workload": cfg.workload.model_dump(mode="json"),
+        "study": {"storage": mask_url(storage), "trials_launched": h.launched, "trials_completed": len(h.completed)},
+    }
+    path = study_dir / "best.yaml"
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text(yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False))
+    tmp.replace(path)  # never half-written
+    return path
+
+
+__all__ = ["run_search", "open_study", "History", "Observer", "SearchResult", "mask_url"]

@@ -1,0 +1,126 @@
+"""The built-in decoder-only transformer: gpt (LayerNorm, GELU, learned positions) or llama (RMSNorm, SwiGLU, RoPE, GQA).
+
+Imported only inside a trial's process: needs torch and nothing else from autotune.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, m: dict[str, Any]) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv = m["n_heads"], m["kv_heads"]
+        self.head_dim = m["d_model"] // m["n_heads"]
+        bias = m["family"] == "gpt"  # GPT-2 has biases, Llama has none
+        self.qkv = nn.Linear(m["d_model"], (self.n_heads + 2 * self.n_kv) * self.head_dim, bias=bias)
+        self.proj = nn.Linear(m["d_model"], m["d_model"], bias=bias)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        b, t, _ = x.shape
+        q, k, v = self.qkv(x).split(
+            [self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.n_kv * self.head_dim], dim=-1
+        )
+        q = q.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
+        v = v.view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
+        if rope is not None:
+            q, k = _apply_rope(q, *rope), _apply_rope(k, *rope)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv != self.n_heads)
+        return self.proj(y.transpose(1, 2).reshape(b, t, -1))
+
+
+def _rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv_freq)
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)  # rotate-half form, as in HF Llama
+    return (x * cos + rotated * sin).to(x.dtype)
+
+
+class MLP(nn.Module):
+    def __init__(self, m: dict[str, Any]) -> None:
+        super().__init__()
+        self.swiglu = m["family"] == "llama"
+        d, h = m["d_model"], m["ffn_hidden"]
+        bias = not self.swiglu
+        self.up = nn.Linear(d, 2 * h if self.swiglu else h, bias=bias)  # SwiGLU: gate and up in one matmul
+        self.down = nn.Linear(h, d, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.swiglu:
+            gate, up = self.up(x).chunk(2, dim=-1)
+            return self.down(F.silu(gate) * up)
+        return self.down(F.gelu(self.up(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, m: dict[str, Any]) -> None:
+        super().__init__()
+        norm = (lambda: nn.RMSNorm(m["d_model"], eps=1e-5)) if m["family"] == "llama" else (
+            lambda: nn.LayerNorm(m["d_model"])
+        )
+        self.norm1, self.attn, self.norm2, self.mlp = norm(), Attention(m), norm(), MLP(m)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), rope)
+        return x + self.mlp(self.norm2(x))
+
+
+class Transformer(nn.Module):
+    """forward(tokens, targets) returns the mean cross-entropy loss, so torch.compile covers the loss too."""
+
+    def __init__(self, m: dict[str, Any]) -> None:
+        super().__init__()
+        self.cfg = m
+        self.tok = nn.Embedding(m["vocab_size"], m["d_model"])
+        self.pos = nn.Embedding(m["seq_len"], m["d_model"]) if m["family"] == "gpt" else None
+        self.blocks = nn.ModuleList(Block(m) for _ in range(m["n_layers"]))
+        self.norm = nn.RMSNorm(m["d_model"], eps=1e-5) if m["family"] == "llama" else nn.LayerNorm(m["d_model"])
+        self.head = nn.Linear(m["d_model"], m["vocab_size"], bias=False)
+        if m["tie_embeddings"]:
+            self.head.weight = self.tok.weight
+        if m["family"] == "llama":
+            cos, sin = _rope_tables(m["seq_len"], m["d_model"] // m["n_heads"], m["rope_theta"])
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        self.apply(self._init)
+        for name, p in self.named_parameters():  # GPT-2's scaled init of residual projections
+            if name.endswith(("proj.weight", "down.weight")):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * m["n_layers"]))
+
+    @staticmethod
+    def _init(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        t = tokens.shape[1]
+        x = self.tok(tokens)
+        rope = None
+        if self.pos is not None:
+            x = x + self.pos(torch.arange(t, device=tokens.device))
+        else:
+            rope = (self.rope_cos[:t], self.rope_sin[:t])
+        for block in self.blocks:
+            x = block(x, rope)
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))  # autocast runs it in fp32
+
+    def flop_params(self) -> int:
+        """Parameters counted in 6N (PaLM appendix B): all of them, once, except position embeddings."""
+        n = sum(p.numel() for p in self.parameters())
+        return n - (self.pos.weight.numel() if self.pos is not None else 0)

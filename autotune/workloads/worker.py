@@ -1,0 +1,245 @@
+"""One trial, in its own process: `python -m autotune.workloads.worker SPEC.json RESULT.json`.
+
+Needs torch only (plus the standard library). Reads the trial spec (plain JSON), builds the model and
+synthetic tokens on the device, runs warm-up optimizer steps (torch.compile happens there), then timed
+optimizer steps, and writes the raw result as JSON. The parent classifies and summarises it.
+
+Test-only fault switch, AUTOTUNE_FAULT (documented in README.md):
+    KIND or KIND@KNOB>=VALUE or KIND@KNOB=VALUE, KIND one of
+    oom (raise an out-of-memory error), hang (sleep forever), crash (abort the process),
+    nan (make the loss NaN), error (raise a Python exception).
+    The @ condition limits the fault to trials whose knob matches, e.g. oom@micro_batch_size>=16.
+"""
+
+from __future__ import annotations
+
+import time
+
+_T_ENTER = time.time()  # before importing torch: the start phase ends when torch is ready
+
+import contextlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import resource  # noqa: E402
+import signal  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+from typing import Any  # noqa: E402
+
+
+class InvalidConfig(Exception):
+    """This combination of knobs cannot run here (the reason says why)."""
+
+
+class NonFiniteLoss(Exception):
+    """The loss became NaN or inf."""
+
+
+def _die_with_parent() -> None:
+    """Linux: if the autotune process is killed (even with -9), this trial dies too and frees the GPU."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+
+
+def fault_for(knobs: dict[str, Any]) -> str | None:
+    """The fault kind AUTOTUNE_FAULT asks for in a trial with these knobs, or None."""
+    spec = os.environ.get("AUTOTUNE_FAULT", "").strip()
+    if not spec:
+        return None
+    kind, _, cond = spec.partition("@")
+    if cond:
+        op = ">=" if ">=" in cond else "="
+        knob, _, want = cond.partition(op)
+        have = knobs.get(knob.strip())
+        if op == ">=":
+            if have is None or float(have) < float(want):
+                return None
+        elif str(have).lower() != want.strip().lower():
+            return None
+    return kind.strip()
+
+
+def _set_precision(torch: Any, precision: str, device: str) -> Any:
+    """Set matmul precision; return the autocast dtype (None for fp32/tf32)."""
+    if device == "cuda" and precision == "bf16" and not torch.cuda.is_bf16_supported():
+        raise InvalidConfig("bf16 is not supported by this GPU")
+    if device == "cpu" and precision == "tf32":
+        raise InvalidConfig("tf32 needs an NVIDIA GPU (Ampere or newer); on the CPU it is fp32")
+    mode = "tf32" if precision == "tf32" else "ieee"  # fp32 means true fp32: TF32 off
+    torch.backends.cuda.matmul.fp32_precision = mode
+    torch.backends.cudnn.conv.fp32_precision = mode
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from autotune.workloads.model import Transformer
+
+    t_torch = time.time()
+    knobs, m, wl = spec["knobs"], spec["model"], spec["workload"]
+    device = spec["device"]
+    fault = fault_for(knobs)
+    if fault == "hang":
+        time.sleep(10**6)
+    if fault == "crash":
+        print("AUTOTUNE_FAULT=crash: aborting the trial process", file=sys.stderr, flush=True)
+        os.abort()
+    if fault == "error":
+        raise RuntimeError("AUTOTUNE_FAULT=error: a deliberate exception in the trial")
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InvalidConfig("device cuda asked for, but torch sees no CUDA GPU")
+    amp_dtype = _set_precision(torch, knobs["precision"], device)
+    torch.manual_seed(wl["seed"])
+    dev = torch.device(device)
+
+    model = Transformer(m).to(dev)
+    flop_params = model.flop_params()
+    n_params = sum(p.numel() for p in model.parameters())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    scaler = torch.amp.GradScaler(device) if knobs["precision"] == "fp16" else None
+    step_model = torch.compile(model) if knobs["compile"] else model
+
+    mbs, accum = knobs["micro_batch_size"], knobs["grad_accum_steps"]
+    gen = torch.Generator(device=dev).manual_seed(wl["seed"])
+    # Synthetic tokens made once on the device, so no data loading is timed; a few distinct micro-batches.
+    pool = torch.randint(0, m["vocab_size"], (min(accum, 4), mbs, m["seq_len"] + 1), device=dev, generator=gen)
+    autocast = (
+        (lambda: torch.autocast(device_type=device, dtype=amp_dtype)) if amp_dtype else contextlib.nullcontext
+    )
+    poison = float("nan") if fault == "nan" else 1.0
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t_built = time.time()
+
+    def step() -> torch.Tensor:
+        total = torch.zeros((), device=dev)
+        for i in range(accum):
+            batch = pool[i % pool.shape[0]]
+            if fault == "oom":
+                raise torch.OutOfMemoryError("AUTOTUNE_FAULT=oom: simulated out of memory")
+            with autocast():
+                loss = step_model(batch[:, :-1], batch[:, 1:]) * poison / accum
+            (scaler.scale(loss) if scaler else loss).backward()
+            total += loss.detach()
+        if scaler:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return total
+
+    def check(losses: list[torch.Tensor], phase: str) -> list[float]:
+        values = torch.stack(losses).float().cpu().tolist()  # one sync, after the timed region
+        if not all(map(_finite, values)):
+            raise NonFiniteLoss(f"loss became {values[-1]} during {phase} (losses {values})")
+        return values
+
+    warmup_times = []
+    for _ in range(wl["warmup_steps"]):
+        t0 = time.perf_counter()
+        loss = step()
+        check([loss], "warm-up")  # syncs, so the wall time below is the whole step
+        warmup_times.append(time.perf_counter() - t0)
+    t_warm = time.time()
+
+    losses: list[torch.Tensor] = []
+    window_start = time.time()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(wl["measure_steps"])]
+        for start, end in events:
+            start.record()
+            losses.append(step())
+            end.record()
+        torch.cuda.synchronize()
+        step_times = [start.elapsed_time(end) / 1000.0 for start, end in events]
+        peak_mem, peak_kind = torch.cuda.max_memory_allocated(), "cuda_max_memory_allocated"
+        reserved = torch.cuda.max_memory_reserved()
+    else:
+        step_times = []
+        for _ in range(wl["measure_steps"]):
+            t0 = time.perf_counter()
+            losses.append(step())
+            step_times.append(time.perf_counter() - t0)
+        peak_mem, peak_kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_max_rss"
+        reserved = None
+    window_end = time.time()
+    loss_values = check(losses, "measured steps")
+
+    median_step = statistics.median(step_times)
+    return {
+        "status": "ok",
+        "step_times_s": step_times,
+        "warmup_step_times_s": warmup_times,
+        "losses": loss_values,
+        "tokens_per_step": mbs * accum * m["seq_len"],
+        "n_params": n_params,
+        "flop_params": flop_params,
+        "peak_mem_bytes": peak_mem,
+        "peak_mem_kind": peak_kind,
+        "peak_mem_reserved_bytes": reserved,
+        "measure_window": [window_start, window_end],
+        "phases_s": {
+            "start": t_torch - spec.get("launched_at", _T_ENTER),
+            "build": t_built - t_torch,
+            "warmup": t_warm - t_built,
+            # The first step's excess over a measured step: torch.compile's time when compile is on.
+            "compile": max(0.0, warmup_times[0] - median_step) if knobs["compile"] else 0.0,
+            "measure": window_end - window_start,
+        },
+        "env": _env(torch, device),
+    }
+
+
+def _finite(x: float) -> bool:
+    return x == x and abs(x) != float("inf")
+
+
+def _env(torch: Any, device: str) -> dict[str, Any]:
+    env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": device}
+    if device == "cuda":
+        env["device_name"] = torch.cuda.get_device_name(0)
+        env["cudnn"] = torch.backends.cudnn.version()
+        with contextlib.suppress(Exception):
+            env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+    return env
+
+
+def _is_oom(err: BaseException) -> bool:
+    import torch
+
+    if isinstance(err, torch.OutOfMemoryError):
+        return True
+    text = str(err).lower()
+    return "out of memory" in text or "can't allocate memory" in text
+
+
+def main(argv: list[str]) -> int:
+    _die_with_parent()
+    spec_path, result_path = argv
+    with open(spec_path) as f:
+        spec = json.load(f)
+    try:
+        result = run(spec)
+    except InvalidConfig as err:
+        result = {"status": "invalid_config", "reason": str(err)}
+    except NonFiniteLoss as err:
+        result = {"status": "nonfinite_loss", "reason": str(err)}
+    except Exception as err:
+        if not _is_oom(err):
+            raise  # traceback goes to the log; the parent classifies the exit as a crash
+        result = {"status": "oom", "reason": str(err).strip().splitlines()[0][:500]}
+    tmp = result_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f)
+    os.replace(tmp, result_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,119 @@
+"""The real `autotune` command end to end on the CPU: search, Ctrl-C and resume, exit codes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import yaml
+
+from conftest import run_cli, tiny
+
+
+def test_cli_search_writes_best_yaml(write_yaml, tmp_path: Path) -> None:
+    path = write_yaml(tiny(study={"trials": 3}))
+    proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "Top 5 of 3 completed trials" in proc.stdout
+    best = yaml.safe_load((tmp_path / "out" / "t" / "best.yaml").read_text())
+    assert set(best["knobs"]) == {"micro_batch_size", "precision", "grad_accum_steps", "compile", "nccl_algo"}
+    assert best["metrics"]["tokens_per_s_per_gpu"] > 0
+    assert best["metrics"]["mfu"] is None  # CPU: n/a, never invented
+    assert best["baseline"]["trial"] == 0
+    assert best["metrics"]["speedup_vs_baseline"] >= 1.0
+    assert best["fingerprint"]["device"] == "cpu" and best["fingerprint"]["torch"].startswith("2.")
+    assert len(best["measurement"]["step_times_s"]) == 2  # the raw samples behind the median
+    assert "apply" in best and best["apply"]["env"] == {}
+
+
+def test_cli_ctrl_c_keeps_study_and_resumes(write_yaml, tmp_path: Path) -> None:
+    # Two points: the baseline (mbs 2) completes, the next (mbs 4) hangs until Ctrl-C.
+    data = tiny(space={"micro_batch_size": [2, 4], "precision": "fp32"}, study={"trials": 2})
+    path = write_yaml(data)
+    out = tmp_path / "out"
+    env = {**os.environ, "AUTOTUNE_FAULT": "hang@micro_batch_size=4", "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", "search", str(path), "--out", str(out),
+                             "--device", "cpu"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    hanging = out / "t" / "runs" / "0001" / "spec.json"
+    deadline = time.monotonic() + 120
+    while not hanging.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted: the study is kept" in err
+    time.sleep(0.5)
+    assert not _processes_with(str(hanging))  # the trial's process group was ended
+    storage = f"sqlite:///{out / 't' / 'study.db'}"
+    trials = optuna.load_study(study_name="t", storage=storage).get_trials()
+    assert [t.user_attrs.get("status") for t in trials] == ["ok", "interrupted"]
+    assert (out / "t" / "best.yaml").exists()  # what was measured is written out
+
+    again = run_cli("search", str(path), "--out", str(out), "--device", "cpu", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    trials = optuna.load_study(study_name="t", storage=storage).get_trials()
+    assert trials[0].user_attrs["status"] == "ok" and trials[0].number == 0  # the completed trial is kept
+    assert [t.user_attrs.get("status") for t in trials] == ["ok", "interrupted", "ok"]
+    assert trials[2].params == {"micro_batch_size": 4}  # the interrupted configuration is measured again
+
+
+def test_cli_no_trial_succeeded_exit_1(write_yaml, tmp_path: Path) -> None:
+    path = write_yaml(tiny(space={"micro_batch_size": [2, 4], "precision": "fp32"}, study={"trials": 2}))
+    proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path,
+                   env={"AUTOTUNE_FAULT": "crash"})
+    assert proc.returncode == 1
+    assert "error: no trial succeeded (2 launched)" in proc.stderr
+
+
+def test_cli_changed_space_refused_exit_2(write_yaml, tmp_path: Path) -> None:
+    out = str(tmp_path / "out")
+    path = write_yaml(tiny(space={"micro_batch_size": [2], "precision": "fp32"}, baseline={}, study={"trials": 1}))
+    assert run_cli("search", str(path), "--out", out, "--device", "cpu", cwd=tmp_path).returncode == 0
+    path = write_yaml(tiny(space={"micro_batch_size": [2, 4], "precision": "fp32"}, study={"trials": 1}))
+    proc = run_cli("search", str(path), "--out", out, "--device", "cpu", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1  # one line
+    assert "exists with a different model, workload or space; run with --fresh" in proc.stderr
+
+
+def test_cli_dry_run_writes_nothing(write_yaml, tmp_path: Path) -> None:
+    path = write_yaml(tiny())
+    proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--dry-run", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "Resolved space: 6 points" in proc.stdout
+    assert "baseline 2" in proc.stdout
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_validate_and_hw(write_yaml, tmp_path: Path) -> None:
+    proc = run_cli("validate", str(write_yaml(tiny())), cwd=tmp_path)
+    assert proc.returncode == 0 and "is valid" in proc.stdout
+    hw = run_cli("hw", cwd=tmp_path)
+    assert hw.returncode == 0, hw.stderr
+    assert "H200 SXM" in hw.stdout and "989.5" in hw.stdout
+    assert "torch 2." in hw.stdout
+
+
+def test_cli_bad_device_and_usage(write_yaml, tmp_path: Path) -> None:
+    proc = run_cli("search", str(write_yaml(tiny())), "--device", "tpu", cwd=tmp_path)
+    assert proc.returncode == 2 and "--device: 'tpu' is not allowed; use cuda or cpu" in proc.stderr
+    assert run_cli("search", cwd=tmp_path).returncode == 2  # missing argument: usage error
+    assert "Traceback" not in proc.stderr
+
+
+def _processes_with(needle: str) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if needle in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode():
+                found.append(pid)
+        except OSError:
+            pass
+    return found

@@ -1,0 +1,111 @@
+"""The YAML schema: every bad input gets one line naming the path, the value and what is allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+from typer.testing import CliRunner
+
+from autotune import config as config_mod
+from autotune.cli import app
+from autotune.config import load_config
+from autotune.errors import ConfigError
+from conftest import tiny
+
+BAD = [
+    # (id, config data or raw text, message pattern)
+    ("unknown-top-key", tiny(modle={}), r"modle: unknown key; allowed here: name, model, workload, space, study, baseline"),
+    ("unknown-nested-key", tiny(model={"n_layer": 2}), r"model\.n_layer: unknown key; allowed here: family, n_layers, d_model"),
+    ("unknown-space-key", tiny(space={"precison": ["bf16"]}), r"space\.precison: unknown key"),
+    ("wrong-type", tiny(model={"n_layers": "twelve"}), r"model\.n_layers: .*integer.*\(got 'twelve'\)"),
+    ("zero-size", tiny(model={"d_model": 0}), r"model\.d_model: .*greater than or equal to 1 \(got 0\)"),
+    ("negative-size", tiny(workload={"global_batch_size": -8}), r"workload\.global_batch_size: .*\(got -8\)"),
+    ("negative-mbs", tiny(space={"micro_batch_size": [4, -2]}), r"space\.micro_batch_size: -2 is not a positive"),
+    ("min-gt-max", tiny(space={"micro_batch_size": {"multiple_of": 2, "min": 8, "max": 2}}),
+     r"space\.micro_batch_size: min \(8\) is greater than max \(2\)"),
+    ("dmodel-heads", tiny(model={"d_model": 30, "n_heads": 4}),
+     r"model\.d_model: 30 is not divisible by model\.n_heads \(4\)"),
+    ("heads-kv", tiny(model={"family": "llama", "n_heads": 4, "n_kv_heads": 3, "d_model": 32}),
+     r"model\.n_heads: 4 is not divisible by model\.n_kv_heads \(3\)"),
+    ("kv-on-gpt", tiny(model={"n_kv_heads": 1}), r"model\.n_kv_heads: 1 is only for family llama"),
+    ("unknown-precision", tiny(space={"precision": ["fp32", "fp64"]}),
+     r"space\.precision\.1: Input should be 'fp32', 'tf32', 'fp16' or 'bf16' \(got 'fp64'\)"),
+    ("unknown-sampler", tiny(study={"sampler": "cmaes"}), r"study\.sampler: Input should be 'tpe', 'random', 'grid' or 'gp'"),
+    ("empty-list", tiny(space={"precision": []}), r"space\.precision: empty list"),
+    ("empty-range", tiny(space={"micro_batch_size": {"multiple_of": 8, "min": 9, "max": 15}}),
+     r"space\.micro_batch_size: no multiple of 8 lies in \[9, 15\]"),
+    ("no-mbs-divides", tiny(space={"micro_batch_size": [3, 5]}),
+     r"space\.micro_batch_size: no value in \[3, 5\] divides global_batch_size / world_size = 8"),
+    ("baseline-outside", tiny(baseline={"micro_batch_size": 16}), r"baseline\.micro_batch_size: 16 is outside the space"),
+    ("baseline-unknown", tiny(baseline={"attention": "flash"}), r"baseline\.attention: unknown knob"),
+    ("accum-with-gbs", tiny(space={"grad_accum_steps": [1, 2]}),
+     r"space\.grad_accum_steps: \[1, 2\] cannot be set when workload\.global_batch_size"),
+    ("bad-name", tiny(name="a/b"), r"name: .*'a/b' is not a valid study name"),
+    ("missing-key", {k: v for k, v in tiny().items() if k != "model"}, r"model: Field required"),
+    ("not-a-mapping", "- just\n- a list\n", r"the file must hold a mapping"),
+    ("invalid-yaml", "name: x\nmodel: {family: gpt\n", r"model\.yaml:\d+:\d+: invalid YAML"),
+    ("space-file-missing", tiny(space="nowhere/space.yaml"), r"space: no such file: 'nowhere/space.yaml'"),
+    ("multi-gpu", tiny(workload={"world_size": 2}), r"workload\.world_size: 2: multi-GPU trials are not supported yet"),
+]
+
+
+@pytest.mark.parametrize("data,pattern", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_config_bad_input_one_line(write_yaml, data, pattern: str) -> None:
+    path = write_yaml(data)
+    with pytest.raises(ConfigError, match=pattern) as info:
+        load_config(path)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("data,pattern", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_cli_bad_input_exit_2_nothing_written(write_yaml, tmp_path: Path, data, pattern: str) -> None:
+    path = write_yaml(data)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["search", str(path), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert not out.exists()
+
+
+def test_config_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"MODEL_YAML: no such file: .*absent\.yaml"):
+        load_config(tmp_path / "absent.yaml")
+    result = CliRunner().invoke(app, ["validate", str(tmp_path / "absent.yaml")])
+    assert result.exit_code == 2
+
+
+def test_config_space_from_file_and_defaults(write_yaml) -> None:
+    write_yaml({"micro_batch_size": {"multiple_of": 2, "min": 2, "max": 8}, "precision": "bf16"}, "space.yaml")
+    data = tiny()
+    data["space"] = "space.yaml"
+    data["baseline"] = {"micro_batch_size": 2}
+    cfg = load_config(write_yaml(data))
+    assert cfg.space.micro_batch_size == [2, 4, 6, 8]
+    assert cfg.space.precision == ["bf16"]  # one value: fixed
+    assert cfg.space.compile == [False]  # absent: its default
+    assert cfg.space.nccl_algo == ["default"]
+
+
+def test_config_shipped_examples_are_valid() -> None:
+    root = Path(__file__).resolve().parents[1]
+    for name in ("tiny", "gpt2-small", "llama-1b"):
+        cfg = load_config(root / "search_spaces" / f"{name}.yaml")
+        assert cfg.name == name
+
+
+def test_config_llama_1b_shape() -> None:
+    cfg = load_config(Path(__file__).resolve().parents[1] / "search_spaces" / "llama-1b.yaml")
+    m = cfg.model
+    assert (m.n_layers, m.d_model, m.n_heads, m.kv_heads, m.vocab_size, m.seq_len) == (16, 2048, 32, 8, 128256, 2048)
+
+
+def test_config_every_field_documented() -> None:
+    models = [v for v in vars(config_mod).values() if isinstance(v, type) and issubclass(v, BaseModel)
+              and v.__module__ == config_mod.__name__ and v is not config_mod._Section]
+    assert len(models) >= 6
+    for model in models:
+        assert model.model_config.get("extra") == "forbid", model
+        for name, field in model.model_fields.items():
+            assert field.description, f"{model.__name__}.{name} has no description"

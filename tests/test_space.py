@@ -1,0 +1,73 @@
+"""The resolved space: the global-batch rule, world-size rule, baseline and Optuna suggestions."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from autotune.config import parse_config
+from autotune.errors import ConfigError
+from autotune.space import config_fingerprint, resolve_space
+from conftest import tiny
+
+
+def test_space_global_batch_rule_keeps_batch_exact() -> None:
+    cfg = parse_config(tiny(workload={"global_batch_size": 24},
+                            space={"micro_batch_size": [2, 4, 5, 8, 16], "precision": ["fp32"]},
+                            baseline={"micro_batch_size": 2}))
+    space = resolve_space(cfg)
+    assert space.searched["micro_batch_size"] == [2, 4, 8]  # 5 and 16 do not divide 24
+    assert "dropped [5, 16]" in space.notes["micro_batch_size"]
+    for point in space.points():
+        knobs = space.knobs(point)
+        assert knobs["micro_batch_size"] * knobs["grad_accum_steps"] * cfg.workload.world_size == 24
+
+
+def test_space_accum_searched_without_global_batch() -> None:
+    data = tiny(space={"grad_accum_steps": [1, 2, 4]})
+    del data["workload"]["global_batch_size"]
+    space = resolve_space(parse_config(data))
+    assert space.searched["grad_accum_steps"] == [1, 2, 4]
+    assert space.size == 3 * 3 * 2
+
+
+def test_space_accum_auto_without_global_batch_is_one() -> None:
+    data = tiny()
+    del data["workload"]["global_batch_size"]
+    space = resolve_space(parse_config(data))
+    assert space.fixed["grad_accum_steps"] == 1
+
+
+def test_space_nccl_not_searched_on_one_gpu() -> None:
+    space = resolve_space(parse_config(tiny(space={"nccl_algo": ["default", "Ring", "Tree"]})))
+    assert "nccl_algo" not in space.searched
+    assert space.fixed["nccl_algo"] == "default"
+    assert "not searched: world_size is 1" in space.notes["nccl_algo"]
+    assert space.size == 3 * 2  # no trial is spent on NCCL
+    assert space.env(space.knobs(space.points()[0])) == {}
+
+
+def test_space_baseline_defaults_and_fixed() -> None:
+    space = resolve_space(parse_config(tiny(space={"compile": [False, True]}, baseline={"micro_batch_size": 4})))
+    assert space.baseline == {"micro_batch_size": 4, "precision": "fp32", "compile": False}
+
+
+def test_space_baseline_must_match_a_fixed_knob() -> None:
+    with pytest.raises(ConfigError, match=r"baseline\.compile: True is outside the space; allowed: \[False\]"):
+        parse_config(tiny(baseline={"compile": True}))
+
+
+def test_space_suggest_covers_searched_knobs() -> None:
+    space = resolve_space(parse_config(tiny()))
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=1))
+    trial = study.ask()
+    params = space.suggest(trial)
+    assert set(params) == {"micro_batch_size", "precision"}
+    assert set(space.knobs(params)) == {"micro_batch_size", "precision", "grad_accum_steps", "compile", "nccl_algo"}
+
+
+def test_space_fingerprint_changes_with_space_not_study() -> None:
+    a = config_fingerprint(parse_config(tiny()))
+    assert a == config_fingerprint(parse_config(tiny(study={"trials": 99})))
+    assert a != config_fingerprint(parse_config(tiny(space={"precision": ["fp32", "fp16"]})))
+    assert a != config_fingerprint(parse_config(tiny(model={"n_layers": 2})))

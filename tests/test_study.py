@@ -1,0 +1,98 @@
+"""The Optuna study on real CPU trials: resume, no repeats, predicted OOM, failures, refusal, --fresh."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from autotune.config import parse_config
+from autotune.errors import StudyError
+from autotune.study import History, run_search
+from conftest import tiny
+
+
+def _cfg(**overrides):
+    return parse_config(tiny(**overrides))
+
+
+def _trials(out: Path, name: str = "t") -> list[optuna.trial.FrozenTrial]:
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{out / name / 'study.db'}")
+    return study.get_trials(deepcopy=False)
+
+
+def test_study_baseline_first_no_repeats_and_resume(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
+    cfg = _cfg(study={"trials": 6})  # the whole 3 x 2 space
+    result = run_search(cfg, out_root=tmp_path, device="cpu")
+    trials = _trials(tmp_path)
+    assert trials[0].params == {"micro_batch_size": 2, "precision": "fp32"}  # the baseline is trial 0
+    launched = [t for t in trials if t.user_attrs.get("status") == "ok"]
+    assert len(launched) == 6
+    assert len({tuple(sorted(t.params.items())) for t in launched}) == 6  # no configuration measured twice
+    assert result.stop_reason in ("budget reached", "space exhausted")
+    best = yaml.safe_load(result.best_yaml.read_text())
+    assert best["knobs"]["micro_batch_size"] * best["knobs"]["grad_accum_steps"] == 8  # global batch kept
+    # The same command again resumes: the completed trials count, nothing is re-run.
+    again = run_search(cfg, out_root=tmp_path, device="cpu")
+    assert again.new_trials == 0 and again.history.launched == 6
+    assert len(_trials(tmp_path)) == len(trials)
+
+
+def test_study_resume_continues_to_budget(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
+    cfg = _cfg(study={"trials": 2})
+    run_search(cfg, out_root=tmp_path, device="cpu")
+    more = run_search(cfg, out_root=tmp_path, device="cpu", trials=4)
+    assert more.new_trials == 2 and more.history.launched == 4
+    ok = [t for t in _trials(tmp_path) if t.user_attrs.get("status") == "ok"]
+    assert len({tuple(sorted(t.params.items())) for t in ok}) == 4
+
+
+def test_study_failures_recorded_and_oom_predicted(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("AUTOTUNE_FAULT", "oom@micro_batch_size>=4")
+    cfg = _cfg(space={"precision": ["fp32"]}, study={"trials": 3, "sampler": "grid"})
+    result = run_search(cfg, out_root=tmp_path, device="cpu")
+    by_mbs = {t.params["micro_batch_size"]: t for t in _trials(tmp_path) if "status" in t.user_attrs
+              and t.user_attrs["status"] != "duplicate"}
+    assert by_mbs[2].user_attrs["status"] == "ok"
+    assert by_mbs[4].user_attrs["status"] == "oom" and not by_mbs[4].user_attrs["predicted"]
+    assert by_mbs[8].user_attrs["status"] == "oom" and by_mbs[8].user_attrs["predicted"]
+    assert "predicted: needs at least the memory of trial" in by_mbs[8].user_attrs["reason"]
+    assert by_mbs[8].state == optuna.trial.TrialState.FAIL
+    assert not (tmp_path / "t" / "runs" / f"{by_mbs[8].number:04d}").exists()  # never launched
+    assert result.history.launched == 2 and result.best.params["micro_batch_size"] == 2
+
+
+def test_study_failed_trial_never_stops_study(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("AUTOTUNE_FAULT", "nan@precision=bf16")
+    result = run_search(_cfg(study={"trials": 6}), out_root=tmp_path, device="cpu")
+    statuses = sorted(t.user_attrs["status"] for t in _trials(tmp_path) if t.user_attrs.get("status") != "duplicate")
+    assert statuses == ["nonfinite_loss"] * 3 + ["ok"] * 3
+    assert result.best.params["precision"] == "fp32"
+
+
+def test_study_refuses_changed_space_and_nothing_written(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
+    run_search(_cfg(study={"trials": 1}), out_root=tmp_path, device="cpu")
+    db = tmp_path / "t" / "study.db"
+    before = db.read_bytes()
+    changed = _cfg(space={"micro_batch_size": [2, 4]}, study={"trials": 1})
+    with pytest.raises(StudyError, match=r"name: study 't' exists with a different model, workload or space; run with --fresh"):
+        run_search(changed, out_root=tmp_path, device="cpu")
+    assert db.read_bytes() == before
+    with pytest.raises(StudyError, match=r"different device \(cpu\)"):
+        _device_check(tmp_path)
+    fresh = run_search(changed, out_root=tmp_path, device="cpu", fresh=True)
+    assert fresh.history.launched == 1
+    archived = [p for p in tmp_path.iterdir() if p.name.startswith("t.archived-")]
+    assert len(archived) == 1 and (archived[0] / "study.db").exists()  # nothing lost
+    assert History.of(optuna.load_study(study_name="t", storage=f"sqlite:///{archived[0] / 'study.db'}")).launched == 1
+
+
+def _device_check(out: Path) -> None:
+    from autotune.study import open_study
+
+    open_study(_cfg(study={"trials": 1}), out_root=out, device="cuda", fresh=False)
