@@ -53,6 +53,21 @@ class ResolvedSpace:
         names = list(self.searched)
         return [dict(zip(names, combo)) for combo in itertools.product(*self.searched.values())]
 
+    def distance(self, a: dict[str, Any], b: dict[str, Any]) -> int:
+        """Steps between two points: index distance on numeric knobs (ordered), 0/1 on the others."""
+        d = 0
+        for name, values in self.searched.items():
+            if a[name] == b[name]:
+                continue
+            numeric = all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+            d += abs(values.index(a[name]) - values.index(b[name])) if numeric else 1
+        return d
+
+    def nearest(self, params: dict[str, Any], candidates: list[dict[str, Any]], rng: Any) -> dict[str, Any]:
+        """The candidate closest to params (ties broken by rng): where the sampler wanted to look."""
+        best = min(self.distance(params, c) for c in candidates)
+        return rng.choice([c for c in candidates if self.distance(params, c) == best])
+
     def suggest(self, trial: optuna.trial.Trial) -> dict[str, Any]:
         """Ask Optuna for a value of each searched knob (all knobs are categorical)."""
         return {name: trial.suggest_categorical(name, values) for name, values in self.searched.items()}

@@ -227,8 +227,8 @@ def run_search(
             trial.set_user_attr("status", "duplicate")
             trial.set_user_attr("duplicate_of", prev.number)
             left = unseen(h)
-            if left:  # steer the sampler off a point it already has
-                _enqueue_unseen(study, [rng.choice(left)])
+            if left:  # the sampler wants this region: measure its nearest unmeasured point next
+                _enqueue_unseen(study, [space.nearest(params, left, rng)])
             raise _NotLaunched(f"same configuration as trial {prev.number}")
         if (bound := h.oom_bound(knobs)) is not None:
             reason = (f"predicted: needs at least the memory of trial {bound.number} "

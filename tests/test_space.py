@@ -71,3 +71,19 @@ def test_space_fingerprint_changes_with_space_not_study() -> None:
     assert a == config_fingerprint(parse_config(tiny(study={"trials": 99})))
     assert a != config_fingerprint(parse_config(tiny(space={"precision": ["fp32", "fp16"]})))
     assert a != config_fingerprint(parse_config(tiny(model={"n_layers": 2})))
+
+
+def test_space_nearest_unmeasured_neighbour() -> None:
+    import random
+
+    cfg = parse_config(tiny(space={"micro_batch_size": [1, 2, 4, 8], "compile": [False, True]},
+                            baseline={"micro_batch_size": 1}))
+    space = resolve_space(cfg)
+    proposed = {"micro_batch_size": 4, "precision": "bf16", "compile": True}
+    far = {"micro_batch_size": 1, "precision": "fp32", "compile": False}
+    one_step = {"micro_batch_size": 8, "precision": "bf16", "compile": True}
+    other_knob = {"micro_batch_size": 4, "precision": "fp32", "compile": True}
+    assert space.distance(proposed, far) == 2 + 1 + 1
+    assert space.distance(proposed, one_step) == 1
+    picks = {tuple(space.nearest(proposed, [far, one_step, other_knob], random.Random(s)).values()) for s in range(20)}
+    assert picks == {tuple(one_step.values()), tuple(other_knob.values())}  # both at distance 1, never the far one
