@@ -1,6 +1,7 @@
 """The `autotune` command line: thin commands over the library, one error funnel.
 
-Exit codes: 0 done; 1 no trial succeeded; 2 bad input (usage, file, YAML, schema); 130 interrupted.
+Exit codes: 0 done (check: pass or faster); 1 no trial succeeded (check: regression);
+2 bad input (usage, file, YAML, schema); 3 check could not measure; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from autotune.errors import EXIT_INTERRUPTED, AutotuneError, NoSuccessError
 
 app = typer.Typer(
     name="autotune",
-    help="Measured auto-tuning of LLM training on NVIDIA GPUs. Exit codes: 0 done, 1 no trial succeeded, "
-    "2 bad input, 130 interrupted.",
+    help="Measured auto-tuning of LLM training on NVIDIA GPUs. Exit codes: 0 done (check: pass), 1 no trial "
+    "succeeded (check: regression), 2 bad input, 3 check could not measure, 130 interrupted.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -147,6 +148,85 @@ def hw() -> None:
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "n/a"
     console.print(f"python {platform.python_version()}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
                   f"NCCL {nccl}, host {platform.node()}")
+
+
+@app.command()
+def check(
+    best_yaml: Annotated[Path, typer.Argument(help="trials/<name>/best.yaml written by autotune search.")],
+    model: Annotated[Optional[Path], typer.Option(help="MODEL_YAML whose model and workload replace best.yaml's.")] = None,
+    repeats: Annotated[int, typer.Option(min=1, help="Measurements, each in a fresh process.")] = 5,
+    tolerance: Annotated[float, typer.Option(min=0.0, help="Slowdown in percent tolerated before failing.")] = 5.0,
+    junit: Annotated[Optional[Path], typer.Option(help="Write a JUnit XML file with one test case.")] = None,
+    update: Annotated[bool, typer.Option(help="On pass or faster, record this check's samples as the new baseline.")] = False,
+) -> None:
+    """Re-measure the chosen configuration; exit 1 on a regression beyond tolerance and noise, 3 if unmeasurable."""
+    import time
+
+    from rich.console import Console
+
+    from autotune import regress
+
+    console = Console()
+    with _funnel():
+        t0 = time.monotonic()
+        verdict = regress.check(best_yaml, model_yaml=model, repeats=repeats, tolerance_pct=tolerance)
+        name = regress.read_best(best_yaml)["name"]
+        color = {"pass": "green", "faster": "cyan", "regression": "red"}[verdict.status]
+        console.print(f"[{color}]{verdict.summary()}[/]", highlight=False, soft_wrap=True)
+        console.print(f"baseline: {verdict.baseline_source}; check: {len(verdict.check_samples)} of {repeats} repeats "
+                      f"measured", highlight=False)
+        for key, (old, new) in verdict.version_changes.items():
+            console.print(f"[yellow]changed since the baseline:[/] {key} {old} -> {new}", highlight=False)
+        for failure in verdict.failed_repeats:
+            console.print(f"[yellow]failed:[/] {failure}", highlight=False)
+        regress.record_history(best_yaml, verdict, name)
+        if junit:
+            regress.write_junit(junit, name, verdict, time.monotonic() - t0)
+        if update:
+            if verdict.status == "regression":
+                console.print("--update: not recorded, the check found a regression")
+            else:
+                regress.update_baseline(best_yaml, verdict)
+                console.print(f"--update: recorded {len(verdict.check_samples)} samples as the new baseline in {best_yaml}")
+        elif verdict.status == "faster":
+            console.print("faster than the baseline: run with --update to record the new baseline")
+    raise typer.Exit(verdict.exit_code)
+
+
+@app.command()
+def report(
+    study_dir: Annotated[Optional[Path], typer.Argument(help="trials/<name> (holds study.db).")] = None,
+    study: Annotated[Optional[str], typer.Option(help="Study name in --storage.")] = None,
+    storage: Annotated[Optional[str], typer.Option(help="Optuna storage URL instead of STUDY_DIR/study.db.")] = None,
+    format: Annotated[str, typer.Option("--format", help="rich, json or markdown.")] = "rich",
+    html: Annotated[Optional[Path], typer.Option(help="Write report.html and PNG plots to this folder.")] = None,
+    no_html: Annotated[bool, typer.Option("--no-html", help="Do not write the HTML report.")] = False,
+) -> None:
+    """What a study found (also while it runs): trials, failures, knob importance, time; HTML with plots."""
+    from rich.console import Console
+
+    from autotune import report as rep
+    from autotune.errors import ConfigError
+
+    console = Console()
+    with _funnel():
+        if format not in ("rich", "json", "markdown"):
+            raise ConfigError(f"--format: {format!r} is not allowed; use rich, json or markdown")
+        opened, folder = rep.open_study(study_dir, study, storage)
+        data = rep.collect(opened, folder)
+        if format == "json":
+            print(rep.to_json(data))
+        elif format == "markdown":
+            print(rep.to_markdown(data), end="")
+        else:
+            rep.render_rich(data, console)
+        target = html or ((folder / "report") if folder is not None and not no_html and format == "rich" else None)
+        if target is not None and not no_html:
+            from autotune.plots import write_html
+
+            path = write_html(data, target)
+            if format == "rich":
+                console.print(f"HTML report: {path}")
 
 
 def main() -> None:

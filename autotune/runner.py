@@ -11,9 +11,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autotune.hardware import Telemetry, visible_gpu_index
+from autotune import metrics
+from autotune.hardware import Telemetry, fingerprint, peak_flops, visible_gpu_index
+
+if TYPE_CHECKING:
+    from autotune.config import ModelConfig
 
 # How a trial can end. Failures never stop the study.
 STATUSES = ("ok", "oom", "timeout", "nonfinite_loss", "invalid_config", "crash")
@@ -112,3 +116,34 @@ def run_trial(
     code = proc.returncode
     how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
     return Outcome("crash", f"trial process ended without a result ({how}): {_tail(log_path)}", wall_s=wall, telemetry=samples)
+
+
+def model_spec(model: ModelConfig) -> dict[str, Any]:
+    """The model section as the trial worker reads it (derived sizes filled in)."""
+    m = model.model_dump()
+    m.update(kv_heads=model.kv_heads, ffn_hidden=model.ffn)
+    return m
+
+
+def trial_spec(model: dict[str, Any], workload: dict[str, Any], knobs: dict[str, Any], device: str) -> dict[str, Any]:
+    """The plain-JSON input of the trial worker."""
+    keys = ("warmup_steps", "measure_steps", "seed", "world_size")
+    return {"knobs": knobs, "model": model, "device": device, "workload": {k: workload[k] for k in keys}}
+
+
+def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, model: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """The trial's stored record (Optuna user attributes): status, metrics, raw samples, phases, telemetry."""
+    record: dict[str, Any] = {"number": number, "knobs": knobs, "status": outcome.status, "reason": outcome.reason,
+                              "predicted": False, "wall_s": outcome.wall_s}
+    raw = outcome.raw
+    if outcome.status == "ok":
+        env = raw["env"]
+        record["metrics"] = metrics.summarize(raw, model, world_size, peak_flops(env.get("device_name")))
+        record["raw"] = {k: raw[k] for k in ("step_times_s", "warmup_step_times_s", "losses")}
+        record["phases_s"] = raw["phases_s"]
+        record["fingerprint"] = fingerprint(env, world_size)
+        tele = metrics.summarize_telemetry(outcome.telemetry, tuple(raw["measure_window"]))
+        record["telemetry"] = tele
+    return record
+
+

@@ -13,11 +13,10 @@ import optuna
 import yaml
 from optuna.trial import TrialState
 
-from autotune import metrics
 from autotune.config import Config
 from autotune.errors import ConfigError, StudyError
-from autotune.hardware import default_device, detect, fingerprint, peak_flops
-from autotune.runner import STATUSES, Outcome, run_trial
+from autotune.hardware import default_device, detect
+from autotune.runner import STATUSES, model_spec, record_of, run_trial, trial_spec
 from autotune.space import ResolvedSpace, config_fingerprint, resolve_space
 
 # Failed trials with these statuses did not measure their configuration: it may be launched again.
@@ -125,12 +124,6 @@ class SearchResult:
     stop_reason: str
 
 
-def _model_spec(cfg: Config) -> dict[str, Any]:
-    m = cfg.model.model_dump()
-    m.update(kv_heads=cfg.model.kv_heads, ffn_hidden=cfg.model.ffn)
-    return m
-
-
 def _archive(study_dir: Path, storage: str, name: str, default_storage: bool) -> Path | None:
     """--fresh: move the old study aside (nothing is deleted); return where it went."""
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -202,7 +195,7 @@ def run_search(
 
     study, study_dir, storage = open_study(cfg, out_root=out_root, device=device, fresh=fresh)
     study.sampler = make_sampler(cfg.study.sampler, cfg.study.seed, space, budget)
-    model = _model_spec(cfg)
+    model = model_spec(cfg.model)
     rng = random.Random(cfg.study.seed)
     points = space.points()
     order = [space.baseline]
@@ -241,9 +234,7 @@ def run_search(
             raise _NotLaunched(reason)
 
         observer.trial_started(trial.number, h.launched + 1, knobs)
-        spec = {"knobs": knobs, "model": model, "device": device, "workload": {
-            "warmup_steps": cfg.workload.warmup_steps, "measure_steps": cfg.workload.measure_steps,
-            "seed": cfg.workload.seed, "world_size": cfg.workload.world_size}}
+        spec = trial_spec(model, cfg.workload.model_dump(), knobs, device)
         env = {"TORCHINDUCTOR_CACHE_DIR": str(inductor_cache), **space.env(knobs)}
         try:
             outcome = run_trial(spec, runs / f"{trial.number:04d}", timeout_s=60 * cfg.study.trial_timeout_min,
@@ -252,7 +243,7 @@ def run_search(
             trial.set_user_attr("status", "interrupted")
             raise
         new_trials += 1
-        record = _record(trial.number, knobs, outcome, model, cfg.workload.world_size)
+        record = record_of(trial.number, knobs, outcome, model, cfg.workload.world_size)
         record["run_dir"] = str(runs / f"{trial.number:04d}")
         for k, v in record.items():
             if k != "number":
@@ -303,22 +294,6 @@ def _enqueue_unseen(study: optuna.Study, points: list[dict[str, Any]]) -> None:
         if _key(p) not in h.seen and _key(p) not in waiting:
             study.enqueue_trial(p)
             waiting.add(_key(p))
-
-
-def _record(number: int, knobs: dict[str, Any], outcome: Outcome, model: dict[str, Any], world_size: int) -> dict[str, Any]:
-    """The trial's stored record (Optuna user attributes): status, metrics, raw samples, phases, telemetry."""
-    record: dict[str, Any] = {"number": number, "knobs": knobs, "status": outcome.status, "reason": outcome.reason,
-                              "predicted": False, "wall_s": outcome.wall_s}
-    raw = outcome.raw
-    if outcome.status == "ok":
-        env = raw["env"]
-        record["metrics"] = metrics.summarize(raw, model, world_size, peak_flops(env.get("device_name")))
-        record["raw"] = {k: raw[k] for k in ("step_times_s", "warmup_step_times_s", "losses")}
-        record["phases_s"] = raw["phases_s"]
-        record["fingerprint"] = fingerprint(env, world_size)
-        tele = metrics.summarize_telemetry(outcome.telemetry, tuple(raw["measure_window"]))
-        record["telemetry"] = tele
-    return record
 
 
 def baseline_trial(h: History, space: ResolvedSpace) -> optuna.trial.FrozenTrial | None:

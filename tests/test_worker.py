@@ -9,7 +9,7 @@ import torch
 
 from autotune.config import parse_config
 from autotune.space import resolve_space
-from autotune.study import _model_spec
+from autotune.runner import model_spec
 from autotune.workloads import worker
 from autotune.workloads.model import Transformer
 from conftest import tiny
@@ -21,7 +21,7 @@ def _spec(family: str = "gpt", **knobs) -> dict:
         model["n_kv_heads"] = 2
     cfg = parse_config(tiny(model=model, baseline={}))
     base = {"micro_batch_size": 2, "precision": "fp32", "grad_accum_steps": 2, "compile": False, "nccl_algo": "default"}
-    return {"knobs": {**base, **knobs}, "model": _model_spec(cfg), "device": "cpu",
+    return {"knobs": {**base, **knobs}, "model": model_spec(cfg.model), "device": "cpu",
             "workload": {"warmup_steps": 1, "measure_steps": 3, "seed": 0, "world_size": 1}}
 
 
@@ -59,8 +59,8 @@ def test_worker_param_counts_match_reference_models() -> None:
     from autotune.config import load_config
 
     with torch.device("meta"):
-        gpt2 = Transformer(_model_spec(load_config(root / "gpt2-small.yaml")))
-        llama = Transformer(_model_spec(load_config(root / "llama-1b.yaml")))
+        gpt2 = Transformer(model_spec(load_config(root / "gpt2-small.yaml").model))
+        llama = Transformer(model_spec(load_config(root / "llama-1b.yaml").model))
     assert sum(p.numel() for p in gpt2.parameters()) == 124_439_808  # Hugging Face gpt2
     assert gpt2.flop_params() == 124_439_808 - 1024 * 768  # without position embeddings
     assert sum(p.numel() for p in llama.parameters()) == 1_235_814_400  # Llama-3.2-1B

@@ -7,7 +7,9 @@ optimizer steps, and writes the raw result as JSON. The parent classifies and su
 Test-only fault switch, AUTOTUNE_FAULT (documented in README.md):
     KIND or KIND@KNOB>=VALUE or KIND@KNOB=VALUE, KIND one of
     oom (raise an out-of-memory error), hang (sleep forever), crash (abort the process),
-    nan (make the loss NaN), error (raise a Python exception).
+    nan (make the loss NaN), error (raise a Python exception),
+    slow:PCT (make every measured step PCT percent slower: a host wait of PCT% of the step inside
+    the timed region, after a device synchronisation so that CUDA events see it too).
     The @ condition limits the fault to trials whose knob matches, e.g. oom@micro_batch_size>=16.
 """
 
@@ -111,6 +113,14 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         (lambda: torch.autocast(device_type=device, dtype=amp_dtype)) if amp_dtype else contextlib.nullcontext
     )
     poison = float("nan") if fault == "nan" else 1.0
+    slow = float(fault.partition(":")[2]) / 100 if fault and fault.startswith("slow:") else 0.0
+
+    def slowdown(t0: float) -> None:
+        """The test-only slowdown: wait slow x the step's own time, inside the timed region."""
+        if slow:
+            if device == "cuda":
+                torch.cuda.synchronize()
+            time.sleep(slow * (time.perf_counter() - t0))
     if device == "cuda":
         torch.cuda.synchronize()
     t_built = time.time()
@@ -154,7 +164,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(wl["measure_steps"])]
         for start, end in events:
             start.record()
+            t0 = time.perf_counter()
             losses.append(step())
+            slowdown(t0)
             end.record()
         torch.cuda.synchronize()
         step_times = [start.elapsed_time(end) / 1000.0 for start, end in events]
@@ -165,6 +177,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         for _ in range(wl["measure_steps"]):
             t0 = time.perf_counter()
             losses.append(step())
+            slowdown(t0)
             step_times.append(time.perf_counter() - t0)
         peak_mem, peak_kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_max_rss"
         reserved = None

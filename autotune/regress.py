@@ -1,0 +1,190 @@
+"""autotune check: re-measure a chosen configuration and decide, with its noise, whether it regressed."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import platform
+import statistics
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autotune.config import ModelConfig, WorkloadConfig, load_config
+from autotune.errors import AutotuneError, ConfigError
+from autotune.hardware import detect, visible_gpu_index
+from autotune.runner import model_spec, record_of, run_trial, trial_spec
+
+EXIT_PASS, EXIT_REGRESSION, EXIT_UNMEASURED = 0, 1, 3
+
+# Versions listed beside the verdict when they differ: the usual causes of a change.
+VERSION_KEYS = ("driver", "cuda", "cudnn", "torch", "nccl")
+
+
+class UnmeasuredError(AutotuneError):
+    """Every repeat of the check failed."""
+
+    exit_code = EXIT_UNMEASURED
+
+
+@dataclass
+class Verdict:
+    """The check's decision and everything behind it."""
+
+    status: str  # pass | faster | regression
+    ratio: float  # median(check) / median(baseline), tokens/s
+    ci: tuple[float, float]  # 95% bootstrap interval of the ratio
+    tolerance_pct: float
+    baseline_median: float
+    check_median: float
+    baseline_samples: list[float]
+    check_samples: list[float]
+    baseline_source: str
+    version_changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    failed_repeats: list[str] = field(default_factory=list)
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    checked_at: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_REGRESSION if self.status == "regression" else EXIT_PASS
+
+    def summary(self) -> str:
+        lo, hi = self.ci
+        return (f"{self.status}: {self.check_median:,.0f} vs baseline {self.baseline_median:,.0f} tokens/s/GPU, "
+                f"ratio {self.ratio:.3f} (95% CI {lo:.3f} to {hi:.3f}), tolerance {self.tolerance_pct:g}%")
+
+
+def decide(baseline: list[float], check: list[float], tolerance_pct: float) -> tuple[str, float, tuple[float, float]]:
+    """Regression only when the slowdown exceeds the tolerance AND the 95% interval of the ratio lies below 1.
+
+    Samples are per-process medians of tokens/s (process-to-process noise is what a re-measurement
+    meets). ratio = median(check) / median(baseline); its interval is ratio x exp(+-t * s * sqrt(1/n_c + 1/n_b)),
+    s the pooled standard deviation of log(tokens/s) within the two sets, t Student's 97.5% quantile with
+    n_c + n_b - 2 degrees of freedom. With one sample on each side the noise is unknown: the interval is
+    unbounded and the check cannot fail.
+    """
+    ratio = statistics.median(check) / statistics.median(baseline)
+    df = len(check) + len(baseline) - 2
+    if df < 1:
+        return "pass", ratio, (0.0, math.inf)
+    ss = sum((math.log(x) - statistics.fmean(map(math.log, group))) ** 2 for group in (check, baseline) for x in group)
+    s = math.sqrt(ss / df)
+    from scipy.stats import t as student_t
+
+    half = float(student_t.ppf(0.975, df)) * s * math.sqrt(1 / len(check) + 1 / len(baseline))
+    ci = (ratio * math.exp(-half), ratio * math.exp(half))
+    tol = tolerance_pct / 100
+    if ratio < 1 - tol and ci[1] < 1:
+        return "regression", ratio, ci
+    if ratio > 1 + tol and ci[0] > 1:
+        return "faster", ratio, ci
+    return "pass", ratio, ci
+
+
+def read_best(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"BEST_YAML: no such file: {path}")
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: invalid YAML: {err}") from None
+    missing = [k for k in ("knobs", "fingerprint", "model", "workload", "measurement") if not isinstance(doc, dict) or k not in doc]
+    if missing:
+        raise ConfigError(f"{path}: {missing[0]}: missing; is this a best.yaml written by autotune search?")
+    return doc
+
+
+def baseline_samples(best: dict[str, Any]) -> tuple[list[float], str]:
+    """The recorded per-process tokens/s of the configuration: the last --update, else the search's trial."""
+    recorded = best.get("check_baseline")
+    if recorded:
+        samples = list(recorded["tokens_per_s_samples"])
+        return samples, f"check --update of {recorded['recorded_at']} ({len(samples)} processes)"
+    return [best["metrics"]["tokens_per_s_per_gpu"]], f"search trial {best['chosen']['trial']} (1 process)"
+
+
+def _current_hardware(device: str) -> str:
+    if device == "cuda":
+        gpus = detect()["gpus"]
+        index = visible_gpu_index()
+        return gpus[index]["name"] if index < len(gpus) else "no NVIDIA GPU"
+    return platform.processor() or platform.machine()
+
+
+def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, tolerance_pct: float = 5.0) -> Verdict:
+    """Measure the configuration of best.yaml `repeats` times, each in a fresh process, and decide."""
+    best = read_best(best_path)
+    fp = best["fingerprint"]
+    device = fp["device"]
+    here = _current_hardware(device)
+    if here != fp["gpu_model"]:
+        raise ConfigError(f"{best_path}: fingerprint.gpu_model: measured on {fp['gpu_model']!r}, this machine has "
+                          f"{here!r}; a check compares only the same hardware (nothing compared)")
+    if model_yaml is not None:
+        cfg = load_config(model_yaml)
+        model, workload = cfg.model, cfg.workload
+    else:
+        model, workload = ModelConfig(**best["model"]), WorkloadConfig(**best["workload"])
+    knobs = best["knobs"]
+    spec = trial_spec(model_spec(model), workload.model_dump(), knobs, device)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    runs = best_path.parent / "checks" / stamp
+    env = {"TORCHINDUCTOR_CACHE_DIR": str((best_path.parent / "inductor-cache").resolve()),
+           **best.get("apply", {}).get("env", {})}
+    samples, failures, fingerprint = [], [], {}
+    for i in range(repeats):
+        outcome = run_trial(spec, runs / f"{i:02d}", timeout_s=60 * 10, env=env)
+        record = record_of(i, knobs, outcome, model_spec(model), workload.world_size)
+        if outcome.status != "ok":
+            failures.append(f"repeat {i}: {outcome.status}: {outcome.reason.splitlines()[-1] if outcome.reason else ''}")
+            continue
+        samples.append(record["metrics"]["tokens_per_s_per_gpu"])
+        fingerprint = fingerprint or record["fingerprint"]
+    if not samples:
+        raise UnmeasuredError(f"could not measure: all {repeats} repeats failed; {failures[0]}")
+    base, source = baseline_samples(best)
+    status, ratio, ci = decide(base, samples, tolerance_pct)
+    changes = {k: (fp.get(k), fingerprint.get(k)) for k in VERSION_KEYS if fp.get(k) != fingerprint.get(k)}
+    return Verdict(status, ratio, ci, tolerance_pct, statistics.median(base), statistics.median(samples), base,
+                   samples, source, changes, failures, fingerprint, dt.datetime.now(dt.timezone.utc).isoformat())
+
+
+def record_history(best_path: Path, verdict: Verdict, name: str) -> Path:
+    """Append the verdict to history.jsonl beside best.yaml (one JSON object per line)."""
+    path = best_path.parent / "history.jsonl"
+    line = json.dumps({"name": name, **asdict(verdict)}, default=str)
+    with open(path, "a") as f:
+        f.write(line + "\n")
+    return path
+
+
+def update_baseline(best_path: Path, verdict: Verdict) -> None:
+    """--update: the check's samples become the recorded baseline in best.yaml (written atomically)."""
+    from autotune.study import _PlainDumper
+
+    doc = read_best(best_path)
+    doc["check_baseline"] = {"tokens_per_s_samples": verdict.check_samples, "recorded_at": verdict.checked_at,
+                             "fingerprint": verdict.fingerprint}
+    tmp = best_path.with_suffix(".yaml.tmp")
+    tmp.write_text(yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False))
+    tmp.replace(best_path)
+
+
+def write_junit(path: Path, name: str, verdict: Verdict, seconds: float) -> None:
+    """One JUnit test case per checked configuration: failure on regression."""
+    suite = ET.Element("testsuite", name="autotune check", tests="1",
+                       failures="1" if verdict.status == "regression" else "0", errors="0", time=f"{seconds:.1f}")
+    case = ET.SubElement(suite, "testcase", classname="autotune.check", name=name, time=f"{seconds:.1f}")
+    details = verdict.summary()
+    if verdict.version_changes:
+        details += "; changed: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in verdict.version_changes.items())
+    if verdict.status == "regression":
+        ET.SubElement(case, "failure", message=verdict.summary(), type="regression").text = details
+    ET.SubElement(case, "system-out").text = details
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)

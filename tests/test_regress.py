@@ -1,0 +1,129 @@
+"""autotune check: the noise-aware decision, exit codes, JUnit, history, --update (real CPU trials)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.regress import decide
+from conftest import run_cli
+
+# This CPU VM's process-to-process noise is large (medians of one config ranged 34k to 53k tokens/s in
+# six processes), so the real-trial tests use a tolerance that covers it and a slowdown far beyond it;
+# the decision rule itself is pinned with synthetic samples below, and its GPU behaviour in BENCHMARKS.md.
+CPU_TOLERANCE = "40"
+
+ONE_POINT = {
+    "name": "c",
+    "model": {"family": "gpt", "n_layers": 2, "d_model": 64, "n_heads": 2, "vocab_size": 256, "seq_len": 64},
+    "workload": {"global_batch_size": 16, "warmup_steps": 2, "measure_steps": 6},
+    "space": {"micro_batch_size": 8, "precision": "fp32"},
+    "study": {"trials": 1},
+}
+
+
+def test_regress_decide_unchanged_passes() -> None:
+    base = [100.0, 101.0, 99.0, 100.5, 99.5]
+    status, ratio, (lo, hi) = decide(base, [99.8, 100.6, 99.1, 100.2, 100.9], 5)
+    assert status == "pass" and lo < 1 < hi
+
+
+def test_regress_decide_slowdown_beyond_noise_fails() -> None:
+    base = [100.0, 101.0, 99.0, 100.5, 99.5]
+    status, ratio, (lo, hi) = decide(base, [87.0, 86.5, 87.4, 86.9, 87.2], 5)  # 13% slower, 1% noise
+    assert status == "regression" and ratio == pytest.approx(87.0 / 100.0) and hi < 1
+
+
+def test_regress_decide_slowdown_within_tolerance_passes() -> None:
+    status, ratio, _ = decide([100.0, 100.2, 99.8], [97.0, 97.1, 96.9], 5)  # 3% slower: under 5%
+    assert status == "pass" and ratio < 1
+
+
+def test_regress_decide_noise_explains_slowdown() -> None:
+    base = [100.0, 130.0, 80.0, 115.0, 90.0]
+    status, ratio, (lo, hi) = decide(base, [88.0, 120.0, 70.0, 95.0, 84.0], 5)  # 12% slower, 20% noise
+    assert ratio < 0.95 and hi > 1 and status == "pass"
+
+
+def test_regress_decide_faster() -> None:
+    status, _, (lo, _) = decide([100.0, 101.0, 99.0], [120.0, 121.0, 119.5], 5)
+    assert status == "faster" and lo > 1
+
+
+def test_regress_decide_one_sample_each_cannot_fail() -> None:
+    status, ratio, ci = decide([100.0], [50.0], 5)
+    assert status == "pass" and ratio == 0.5 and ci[1] == float("inf")
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("check")
+    (root / "m.yaml").write_text(yaml.safe_dump(ONE_POINT))
+    proc = run_cli("search", "m.yaml", "--out", "out", "--device", "cpu", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    return root
+
+
+def test_regress_update_then_unchanged_passes_10_of_10(searched: Path) -> None:
+    best = searched / "out" / "c" / "best.yaml"
+    first = run_cli("check", str(best), "--repeats", "5", "--tolerance", CPU_TOLERANCE, "--update", cwd=searched)
+    assert first.returncode == 0, first.stdout + first.stderr
+    recorded = yaml.safe_load(best.read_text())["check_baseline"]
+    assert len(recorded["tokens_per_s_samples"]) == 5  # the new baseline: five processes
+    verdicts = []
+    for _ in range(10):
+        proc = run_cli("check", str(best), "--repeats", "3", "--tolerance", CPU_TOLERANCE, cwd=searched)
+        verdicts.append((proc.returncode, proc.stdout.splitlines()[0] if proc.stdout else proc.stderr))
+    assert [code for code, _ in verdicts] == [0] * 10, verdicts
+    history = (searched / "out" / "c" / "history.jsonl").read_text().splitlines()
+    assert len(history) == 11 and json.loads(history[-1])["status"] in ("pass", "faster")
+
+
+def test_regress_slowed_step_fails_with_junit(searched: Path) -> None:
+    best = searched / "out" / "c" / "best.yaml"
+    junit = searched / "junit.xml"
+    proc = run_cli("check", str(best), "--repeats", "3", "--tolerance", CPU_TOLERANCE, "--junit", str(junit),
+                   cwd=searched, env={"AUTOTUNE_FAULT": "slow:200"})  # every measured step 3x as long
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("regression: ")
+    ratio = float(proc.stdout.split("ratio ")[1].split()[0])
+    assert "95% CI" in proc.stdout and ratio < 0.5
+    suite = ET.parse(junit).getroot()
+    assert suite.tag == "testsuite" and suite.get("failures") == "1"
+    case = suite.find("testcase")
+    assert case.get("name") == "c" and case.find("failure").get("type") == "regression"
+
+
+def test_regress_unmeasurable_exit_3(searched: Path) -> None:
+    best = searched / "out" / "c" / "best.yaml"
+    proc = run_cli("check", str(best), "--repeats", "2", cwd=searched, env={"AUTOTUNE_FAULT": "crash"})
+    assert proc.returncode == 3
+    assert "could not measure: all 2 repeats failed; repeat 0: crash" in proc.stderr
+
+
+def test_regress_bad_inputs_exit_2(searched: Path, tmp_path: Path) -> None:
+    assert run_cli("check", str(tmp_path / "none.yaml"), cwd=searched).returncode == 2
+    (tmp_path / "other.yaml").write_text("name: x\n")
+    proc = run_cli("check", str(tmp_path / "other.yaml"), cwd=searched)
+    assert proc.returncode == 2 and "is this a best.yaml written by autotune search?" in proc.stderr
+    doc = yaml.safe_load((searched / "out" / "c" / "best.yaml").read_text())
+    doc["fingerprint"]["gpu_model"] = "NVIDIA H200"
+    (tmp_path / "best.yaml").write_text(yaml.safe_dump(doc))
+    proc = run_cli("check", str(tmp_path / "best.yaml"), cwd=searched)
+    assert proc.returncode == 2
+    assert "fingerprint.gpu_model: measured on 'NVIDIA H200'" in proc.stderr and "nothing compared" in proc.stderr
+    assert not (tmp_path / "history.jsonl").exists()
+
+
+def test_regress_version_changes_listed(searched: Path, tmp_path: Path) -> None:
+    doc = yaml.safe_load((searched / "out" / "c" / "best.yaml").read_text())
+    doc["fingerprint"]["torch"] = "2.0.0"
+    doc.pop("check_baseline", None)
+    (tmp_path / "best.yaml").write_text(yaml.safe_dump(doc))
+    proc = run_cli("check", str(tmp_path / "best.yaml"), "--repeats", "2", "--tolerance", CPU_TOLERANCE, cwd=searched)
+    assert proc.returncode in (0, 1)
+    assert "changed since the baseline: torch 2.0.0 -> 2." in proc.stdout

@@ -1,0 +1,127 @@
+"""autotune report on finished, running and interrupted studies; JSON, Markdown, HTML; speed."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution
+
+from autotune import report
+from autotune.plots import pareto_front, write_html
+from conftest import run_cli, tiny
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("report")
+    (root / "m.yaml").write_text(__import__("yaml").safe_dump(tiny(study={"trials": 4})))
+    proc = run_cli("search", "m.yaml", "--out", "out", "--device", "cpu", cwd=root,
+                   env={"AUTOTUNE_FAULT": "oom@micro_batch_size>=8"})
+    assert proc.returncode == 0, proc.stderr
+    return root / "out" / "t"
+
+
+def test_report_finished_study_rich(finished: Path) -> None:
+    proc = run_cli("report", str(finished), "--no-html", cwd=finished)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "t on cpu:" in out and "best first" in out
+    assert "Failed and predicted-infeasible trials, by reason" in out and "oom" in out
+    assert "Which knobs mattered" in out and "Trials by state:" in out
+    assert "Time in trial processes:" in out and "measure" in out
+
+
+def test_report_json_has_everything(finished: Path) -> None:
+    proc = run_cli("report", str(finished), "--format", "json", cwd=finished)
+    data = json.loads(proc.stdout)
+    assert data["best"]["tokens_per_s_per_gpu"] == max(r["tokens_per_s_per_gpu"] for r in data["trials"] if r["state"] == "ok")
+    assert data["baseline"]["number"] == 0
+    assert data["searched"] == ["micro_batch_size", "precision"]
+    assert set(data["knob_effects"]["precision"]) <= {"fp32", "bf16"}
+    assert "oom" in data["failures"]
+    ok = [r for r in data["trials"] if r["state"] == "ok"]
+    assert [r["tokens_per_s_per_gpu"] for r in ok] == sorted((r["tokens_per_s_per_gpu"] for r in ok), reverse=True)
+    assert {"start", "build", "compile", "warmup", "measure"} <= set(data["time"]["phases_s"])
+
+
+def test_report_markdown(finished: Path) -> None:
+    proc = run_cli("report", str(finished), "--format", "markdown", cwd=finished)
+    assert proc.stdout.startswith("### autotune: t (cpu)")
+    assert "| # | micro_batch_size | precision | tokens/s/GPU |" in proc.stdout
+
+
+def test_report_html_renders_with_plots(finished: Path, tmp_path: Path) -> None:
+    proc = run_cli("report", str(finished), "--html", str(tmp_path / "h"), cwd=finished)
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "h" / "report.html").read_text()
+    assert page.count('<img alt="') >= 3 and "data:image/png;base64," in page
+    for name in ("history.png", "pareto.png", "knobs.png"):
+        assert (tmp_path / "h" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_running_and_interrupted_study(finished: Path, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'copy.db'}"
+    optuna.copy_study(from_study_name="t", from_storage=f"sqlite:///{finished / 'study.db'}", to_storage=storage)
+    study = optuna.load_study(study_name="t", storage=storage)
+    running = study.ask({"micro_batch_size": CategoricalDistribution([2, 4, 8])})  # a trial in flight
+    stopped = study.ask({"micro_batch_size": CategoricalDistribution([2, 4, 8])})
+    stopped.set_user_attr("status", "interrupted")
+    study.tell(stopped, state=optuna.trial.TrialState.FAIL)
+    proc = run_cli("report", "--study", "t", "--storage", storage, "--format", "json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    states = {r["number"]: r["state"] for r in data["trials"]}
+    assert states[running.number] == "running" and states[stopped.number] == "interrupted"
+    assert data["counts"]["running"] == 1 and data["failures"]["interrupted"]["count"] == 1
+
+
+def test_report_bad_inputs(tmp_path: Path) -> None:
+    proc = run_cli("report", str(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 2 and "no study.db in" in proc.stderr
+    proc = run_cli("report", "--study", "x", "--storage", f"sqlite:///{tmp_path / 'e.db'}", cwd=tmp_path)
+    assert proc.returncode == 2 and "'x' is not in" in proc.stderr
+
+
+def test_report_pareto_front() -> None:
+    pts = [(10.0, 100.0, 0), (20.0, 150.0, 1), (15.0, 90.0, 2), (30.0, 140.0, 3), (5.0, 50.0, 4)]
+    assert pareto_front(pts) == [4, 0, 1]
+
+
+def _synthetic_study(storage: str, n: int) -> None:
+    study = optuna.create_study(study_name="big", storage=storage, direction="maximize")
+    dist = {"micro_batch_size": CategoricalDistribution([8, 16, 32, 64]),
+            "precision": CategoricalDistribution(["fp32", "tf32", "fp16", "bf16"]),
+            "compile": CategoricalDistribution([False, True])}
+    trials = []
+    for i in range(n):
+        params = {"micro_batch_size": [8, 16, 32, 64][i % 4], "precision": ["fp32", "tf32", "fp16", "bf16"][i // 4 % 4],
+                  "compile": bool(i // 16 % 2)}
+        value = 1000.0 * (1 + i % 7) * (2 if params["compile"] else 1)
+        attrs = {"status": "ok", "knobs": {**params, "grad_accum_steps": 1, "nccl_algo": "default"}, "predicted": False,
+                 "wall_s": 20.0, "reason": "",
+                 "metrics": {"tokens_per_s_per_gpu": value, "tokens_per_s": value, "mfu": 0.3, "peak_mem_gib": 1.0 + i % 5,
+                             "step_time": {"spread_pct": 1.0}},
+                 "phases_s": {"start": 3.0, "build": 5.0, "warmup": 6.0, "compile": 2.0, "measure": 4.0},
+                 "telemetry": {"series": [{"t": float(t), "power_w": 600.0, "sm_clock_mhz": 1900, "temperature_c": 60,
+                                           "throttle": []} for t in range(50)]}}
+        trials.append(optuna.trial.create_trial(params=params, distributions=dist, value=value, user_attrs=attrs))
+    study.add_trials(trials)
+
+
+def test_report_100_trials_under_2_seconds(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'big.db'}"
+    _synthetic_study(storage, 100)
+    t0 = time.monotonic()
+    proc = run_cli("report", "--study", "big", "--storage", storage, cwd=tmp_path)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    assert "100 trials, best first" in proc.stdout
+    assert elapsed < 2.0, f"report took {elapsed:.2f} s"
+    t0 = time.monotonic()
+    data = report.collect(optuna.load_study(study_name="big", storage=storage))
+    write_html(data, tmp_path / "html")
+    assert time.monotonic() - t0 < 5.0
