@@ -158,8 +158,11 @@ def check(
     tolerance: Annotated[float, typer.Option(min=0.0, help="Slowdown in percent tolerated before failing.")] = 5.0,
     junit: Annotated[Optional[Path], typer.Option(help="Write a JUnit XML file with one test case.")] = None,
     update: Annotated[bool, typer.Option(help="On pass or faster, record this check's samples as the new baseline.")] = False,
+    reset_baseline: Annotated[bool, typer.Option(
+        help="Measure and record the samples as the baseline, compare nothing (do this once on the CI machine).")] = False,
 ) -> None:
     """Re-measure the chosen configuration; exit 1 on a regression beyond tolerance and noise, 3 if unmeasurable."""
+    import datetime as dt
     import time
 
     from rich.console import Console
@@ -169,12 +172,23 @@ def check(
     console = Console()
     with _funnel():
         t0 = time.monotonic()
-        verdict = regress.check(best_yaml, model_yaml=model, repeats=repeats, tolerance_pct=tolerance)
         name = regress.read_best(best_yaml)["name"]
+        if reset_baseline:
+            samples, _, failures, fingerprint = regress.measure(best_yaml, model_yaml=model, repeats=repeats)
+            regress.update_baseline(best_yaml, samples, dt.datetime.now(dt.timezone.utc).isoformat(), fingerprint)
+            console.print(f"baseline recorded in {best_yaml}: {len(samples)} processes, median "
+                          f"{sorted(samples)[len(samples) // 2]:,.0f} tokens/s/GPU", highlight=False)
+            for failure in failures:
+                console.print(f"[yellow]failed:[/] {failure}", highlight=False)
+            return
+        verdict = regress.check(best_yaml, model_yaml=model, repeats=repeats, tolerance_pct=tolerance)
         color = {"pass": "green", "faster": "cyan", "regression": "red"}[verdict.status]
         console.print(f"[{color}]{verdict.summary()}[/]", highlight=False, soft_wrap=True)
         console.print(f"baseline: {verdict.baseline_source}; check: {len(verdict.check_samples)} of {repeats} repeats "
                       f"measured", highlight=False)
+        if len(verdict.baseline_samples) == 1:
+            console.print("[yellow]note:[/] the baseline is the search's single measurement, the best of many, on "
+                          "the search's machine; record one here with --reset-baseline", highlight=False)
         for key, (old, new) in verdict.version_changes.items():
             console.print(f"[yellow]changed since the baseline:[/] {key} {old} -> {new}", highlight=False)
         for failure in verdict.failed_repeats:
@@ -186,7 +200,7 @@ def check(
             if verdict.status == "regression":
                 console.print("--update: not recorded, the check found a regression")
             else:
-                regress.update_baseline(best_yaml, verdict)
+                regress.update_baseline(best_yaml, verdict.check_samples, verdict.checked_at, verdict.fingerprint)
                 console.print(f"--update: recorded {len(verdict.check_samples)} samples as the new baseline in {best_yaml}")
         elif verdict.status == "faster":
             console.print("faster than the baseline: run with --update to record the new baseline")

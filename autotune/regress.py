@@ -48,6 +48,7 @@ class Verdict:
     failed_repeats: list[str] = field(default_factory=list)
     fingerprint: dict[str, Any] = field(default_factory=dict)
     checked_at: str = ""
+    repeats: list[dict[str, Any]] = field(default_factory=list)  # per process: tokens/s, clock, power
 
     @property
     def exit_code(self) -> int:
@@ -116,8 +117,11 @@ def _current_hardware(device: str) -> str:
     return platform.processor() or platform.machine()
 
 
-def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, tolerance_pct: float = 5.0) -> Verdict:
-    """Measure the configuration of best.yaml `repeats` times, each in a fresh process, and decide."""
+def measure(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5) -> tuple[list[float], list[dict[str, Any]], list[str], dict[str, Any]]:
+    """Measure the configuration of best.yaml `repeats` times, each in a fresh process, one after another.
+
+    Returns per-process tokens/s, per-process details (with telemetry means), failures, fingerprint.
+    """
     best = read_best(best_path)
     fp = best["fingerprint"]
     device = fp["device"]
@@ -136,7 +140,10 @@ def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, 
     runs = best_path.parent / "checks" / stamp
     env = {"TORCHINDUCTOR_CACHE_DIR": str((best_path.parent / "inductor-cache").resolve()),
            **best.get("apply", {}).get("env", {})}
-    samples, failures, fingerprint = [], [], {}
+    samples: list[float] = []
+    details: list[dict[str, Any]] = []
+    failures: list[str] = []
+    fingerprint: dict[str, Any] = {}
     for i in range(repeats):
         outcome = run_trial(spec, runs / f"{i:02d}", timeout_s=60 * 10, env=env)
         record = record_of(i, knobs, outcome, model_spec(model), workload.world_size)
@@ -144,14 +151,25 @@ def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, 
             failures.append(f"repeat {i}: {outcome.status}: {outcome.reason.splitlines()[-1] if outcome.reason else ''}")
             continue
         samples.append(record["metrics"]["tokens_per_s_per_gpu"])
+        tele = record.get("telemetry") or {}
+        details.append({"tokens_per_s_per_gpu": samples[-1], "step_times_s": record["raw"]["step_times_s"],
+                        **{k: tele.get(k) for k in ("sm_clock_mhz_mean", "power_w_mean", "temperature_c_max", "throttle_reasons")}})
         fingerprint = fingerprint or record["fingerprint"]
     if not samples:
         raise UnmeasuredError(f"could not measure: all {repeats} repeats failed; {failures[0]}")
+    return samples, details, failures, fingerprint
+
+
+def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, tolerance_pct: float = 5.0) -> Verdict:
+    """Measure the configuration of best.yaml `repeats` times and decide against its recorded baseline."""
+    best = read_best(best_path)
+    samples, details, failures, fingerprint = measure(best_path, model_yaml=model_yaml, repeats=repeats)
     base, source = baseline_samples(best)
     status, ratio, ci = decide(base, samples, tolerance_pct)
+    fp = best["fingerprint"]
     changes = {k: (fp.get(k), fingerprint.get(k)) for k in VERSION_KEYS if fp.get(k) != fingerprint.get(k)}
     return Verdict(status, ratio, ci, tolerance_pct, statistics.median(base), statistics.median(samples), base,
-                   samples, source, changes, failures, fingerprint, dt.datetime.now(dt.timezone.utc).isoformat())
+                   samples, source, changes, failures, fingerprint, dt.datetime.now(dt.timezone.utc).isoformat(), details)
 
 
 def record_history(best_path: Path, verdict: Verdict, name: str) -> Path:
@@ -163,13 +181,12 @@ def record_history(best_path: Path, verdict: Verdict, name: str) -> Path:
     return path
 
 
-def update_baseline(best_path: Path, verdict: Verdict) -> None:
-    """--update: the check's samples become the recorded baseline in best.yaml (written atomically)."""
+def update_baseline(best_path: Path, samples: list[float], recorded_at: str, fingerprint: dict[str, Any]) -> None:
+    """--update / --reset-baseline: these samples become the recorded baseline in best.yaml (written atomically)."""
     from autotune.study import _PlainDumper
 
     doc = read_best(best_path)
-    doc["check_baseline"] = {"tokens_per_s_samples": verdict.check_samples, "recorded_at": verdict.checked_at,
-                             "fingerprint": verdict.fingerprint}
+    doc["check_baseline"] = {"tokens_per_s_samples": samples, "recorded_at": recorded_at, "fingerprint": fingerprint}
     tmp = best_path.with_suffix(".yaml.tmp")
     tmp.write_text(yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False))
     tmp.replace(best_path)

@@ -117,3 +117,26 @@ def _processes_with(needle: str) -> list[str]:
         except OSError:
             pass
     return found
+
+
+def test_cli_help_lists_every_command_fast(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    proc = run_cli("--help", cwd=tmp_path)
+    assert proc.returncode == 0
+    for command in ("search", "validate", "hw", "report", "check"):
+        assert f"│ {command} " in proc.stdout
+    assert time.monotonic() - t0 < 3.0  # --help imports neither torch nor optuna
+
+
+def test_cli_parent_modules_never_import_torch_at_top() -> None:
+    code = ("import sys, autotune.cli, autotune.config, autotune.space, autotune.study, autotune.report, "
+            "autotune.regress, autotune.runner; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_cli_trial_worker_needs_torch_only() -> None:
+    code = ("import sys, autotune.workloads.worker, autotune.workloads.model; "
+            "print(sorted(m for m in ('optuna', 'pydantic', 'typer', 'rich', 'yaml', 'autotune.config') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

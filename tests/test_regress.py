@@ -98,6 +98,17 @@ def test_regress_slowed_step_fails_with_junit(searched: Path) -> None:
     assert case.get("name") == "c" and case.find("failure").get("type") == "regression"
 
 
+def test_regress_reset_baseline_records_without_verdict(searched: Path, tmp_path: Path) -> None:
+    best = tmp_path / "best.yaml"
+    best.write_text((searched / "out" / "c" / "best.yaml").read_text())
+    proc = run_cli("check", str(best), "--reset-baseline", "--repeats", "2", cwd=searched,
+                   env={"AUTOTUNE_FAULT": "slow:200"})  # even a slow machine: recorded, never judged
+    assert proc.returncode == 0, proc.stderr
+    assert "baseline recorded in" in proc.stdout and "2 processes" in proc.stdout
+    assert len(yaml.safe_load(best.read_text())["check_baseline"]["tokens_per_s_samples"]) == 2
+    assert not (tmp_path / "history.jsonl").exists()
+
+
 def test_regress_unmeasurable_exit_3(searched: Path) -> None:
     best = searched / "out" / "c" / "best.yaml"
     proc = run_cli("check", str(best), "--repeats", "2", cwd=searched, env={"AUTOTUNE_FAULT": "crash"})
