@@ -5,14 +5,18 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autotune.errors import ConfigError
 
-Precision = Literal["fp32", "tf32", "fp16", "bf16"]
+Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
+Attention = Literal["auto", "flash", "efficient", "cudnn", "math", "eager"]
+CompileMode = Union[bool, Literal["default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune"]]
+Checkpointing = Literal["none", "full", "selective"]
+Fp8Recipe = Literal["tensorwise", "rowwise"]
 NcclAlgo = Literal["default", "Ring", "Tree", "CollnetDirect", "CollnetChain", "PAT", "NVLS"]
 SamplerName = Literal["tpe", "random", "grid", "gp"]
 
@@ -148,14 +152,44 @@ class SpaceConfig(_Section):
     )
     precision: list[Precision] = Field(
         default=["fp32"],
-        description="fp32 (TF32 off), tf32 (TF32 matmuls), bf16 (autocast), fp16 (autocast + GradScaler).",
+        description="fp32 (TF32 off), tf32 (TF32 matmuls), bf16 (autocast), fp16 (autocast + GradScaler), "
+        "fp8 (torchao float8 training of the linear layers, head in bf16; needs torchao and an sm89+ GPU).",
     )
     grad_accum_steps: Union[Literal["auto"], list[int]] = Field(
         default="auto",
         description="auto: global_batch_size / (micro_batch_size x world_size). "
         "A list (or one value) only when global_batch_size is absent; default then 1.",
     )
-    compile: list[bool] = Field(default=[False], description="Wrap the model in torch.compile.")
+    compile: list[CompileMode] = Field(
+        default=[False],
+        description="torch.compile: false, true (= default), or a mode: max-autotune-no-cudagraphs, "
+        "reduce-overhead, max-autotune.",
+    )
+    attention: list[Attention] = Field(
+        default=["auto"],
+        description="auto (PyTorch picks the SDPA kernel), an SDPA backend forced with sdpa_kernel "
+        "(flash, efficient, cudnn, math), or eager (softmax(QK^T)V materialised, the slow reference).",
+    )
+    pad_vocab_multiple: list[Optional[int]] = Field(
+        default=[None],
+        description="Pad the embedding and head to a multiple of this (null: no padding); the padded "
+        "logits are cut off before the loss, so the model is the same.",
+    )
+    activation_checkpointing: list[Checkpointing] = Field(
+        default=["none"],
+        description="Recompute activations in the backward pass: none, full (every block), selective "
+        "(every other block).",
+    )
+    fused_optimizer: list[bool] = Field(default=[False], description="AdamW(fused=True) instead of foreach.")
+    fp8_recipe: list[Fp8Recipe] = Field(
+        default=["tensorwise"],
+        description="torchao float8 scaling recipe; searched only when precision fp8 is in the space.",
+    )
+    cuda_alloc_conf: list[str] = Field(
+        default=["default"],
+        description="PYTORCH_CUDA_ALLOC_CONF of the trial process, e.g. expandable_segments:True "
+        "(default sets nothing).",
+    )
     nccl_algo: list[NcclAlgo] = Field(
         default=["default"],
         description="NCCL_ALGO for the ranks (default sets nothing); searched only when world_size > 1.",
@@ -168,7 +202,8 @@ class SpaceConfig(_Section):
             return IntRange.model_validate(value).values()
         return _as_list(value)
 
-    @field_validator("precision", "compile", "nccl_algo", mode="before")
+    @field_validator("precision", "compile", "nccl_algo", "attention", "pad_vocab_multiple",
+                     "activation_checkpointing", "fused_optimizer", "fp8_recipe", "cuda_alloc_conf", mode="before")
     @classmethod
     def _choice_knob(cls, value: Any) -> Any:
         return _as_list(value)
@@ -188,9 +223,18 @@ class SpaceConfig(_Section):
             return sorted(set(value))
         return value
 
-    @field_validator("precision", "compile", "nccl_algo")
+    @field_validator("precision", "compile", "nccl_algo", "attention", "activation_checkpointing",
+                     "fused_optimizer", "fp8_recipe", "cuda_alloc_conf")
     @classmethod
     def _unique(cls, value: list[Any]) -> list[Any]:
+        return list(dict.fromkeys(value))
+
+    @field_validator("pad_vocab_multiple")
+    @classmethod
+    def _pad(cls, value: list[Any]) -> list[Any]:
+        bad = [v for v in value if v is not None and v < 1]
+        if bad:
+            raise ValueError(f"{bad[0]} is not a positive integer; use null or a multiple such as 64")
         return list(dict.fromkeys(value))
 
 

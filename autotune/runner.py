@@ -141,6 +141,7 @@ def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, model: dict[
         record["metrics"] = metrics.summarize(raw, model, world_size, peak_flops(env.get("device_name")))
         record["raw"] = {k: raw[k] for k in ("step_times_s", "warmup_step_times_s", "losses")}
         record["phases_s"] = raw["phases_s"]
+        record["applied"] = raw.get("applied")
         record["fingerprint"] = fingerprint(env, world_size)
         tele = metrics.summarize_telemetry(outcome.telemetry, tuple(raw["measure_window"]))
         record["telemetry"] = tele

@@ -14,13 +14,14 @@ if TYPE_CHECKING:
     from autotune.config import Config
 
 # Knobs in the order they are shown and suggested. grad_accum_steps is derived when "auto".
-KNOBS = ("micro_batch_size", "precision", "grad_accum_steps", "compile", "nccl_algo")
+KNOBS = ("micro_batch_size", "precision", "grad_accum_steps", "compile", "attention", "pad_vocab_multiple",
+         "activation_checkpointing", "fused_optimizer", "fp8_recipe", "cuda_alloc_conf", "nccl_algo")
 
 # Knobs that only act across ranks: not searched when world_size is 1.
 COMM_KNOBS = ("nccl_algo",)
 
-# Knob -> environment variable the launcher sets for the ranks ("default" sets nothing).
-ENV_KNOBS = {"nccl_algo": "NCCL_ALGO"}
+# Knob -> environment variable of the trial process ("default" sets nothing).
+ENV_KNOBS = {"cuda_alloc_conf": "PYTORCH_CUDA_ALLOC_CONF", "nccl_algo": "NCCL_ALGO"}
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,8 @@ class ResolvedSpace:
         knobs = {**self.fixed, **params}
         if self.global_batch_size is not None:
             knobs["grad_accum_steps"] = self.global_batch_size // (knobs["micro_batch_size"] * self.world_size)
+        if knobs["precision"] != "fp8":
+            knobs["fp8_recipe"] = None  # no effect: points differing only here are the same measurement
         return {k: knobs[k] for k in KNOBS}
 
     def points(self) -> list[dict[str, Any]]:
@@ -74,8 +77,6 @@ class ResolvedSpace:
 
     def env(self, knobs: dict[str, Any]) -> dict[str, str]:
         """Environment variables that apply these knob values (the 'how to apply' of best.yaml)."""
-        if self.world_size == 1:
-            return {}
         return {var: str(knobs[k]) for k, var in ENV_KNOBS.items() if knobs.get(k, "default") != "default"}
 
     def describe(self) -> dict[str, Any]:
@@ -118,6 +119,9 @@ def resolve_space(cfg: Config) -> ResolvedSpace:
         accum = [1] if space.grad_accum_steps == "auto" else list(space.grad_accum_steps)
         values["grad_accum_steps"] = accum
 
+    if "fp8" not in values["precision"] and (len(values["fp8_recipe"]) > 1):
+        notes["fp8_recipe"] = f"not searched: precision fp8 is not in the space, so {values['fp8_recipe']} cannot matter"
+        values["fp8_recipe"] = values["fp8_recipe"][:1]
     if wl.world_size == 1:
         for k in COMM_KNOBS:
             if len(values[k]) > 1 or values[k] != ["default"]:
@@ -151,7 +155,7 @@ def _resolve_baseline(given: dict[str, Any], values: dict[str, list[Any]]) -> di
             raise ValueError(f"baseline.{key}: unknown knob; allowed: {', '.join(KNOBS)}")
         if key == "grad_accum_steps" and key not in values:
             raise ValueError(f"baseline.grad_accum_steps: {value!r} is derived from global_batch_size; remove it")
-        if value not in values[key] or type(value) is not type(values[key][0]):
+        if not any(v == value and type(v) is type(value) for v in values[key]):
             raise ValueError(f"baseline.{key}: {value!r} is outside the space; allowed: {values[key]}")
     baseline = {}
     for key, allowed in values.items():

@@ -73,7 +73,7 @@ class History:
             status = t.user_attrs.get("status")
             if status not in STATUSES:  # duplicates, interrupted, lost workers: nothing measured
                 continue
-            h.seen.setdefault(_key(t.params), t)
+            h.seen.setdefault(_key(t.user_attrs.get("knobs") or t.params), t)
             if t.user_attrs.get("predicted"):
                 continue
             h.launched += 1
@@ -201,14 +201,14 @@ def run_search(
     order = [space.baseline]
     if cfg.study.sampler == "grid":
         order += rng.sample(points, len(points))
-    _enqueue_unseen(study, order)
+    _enqueue_unseen(study, space, order)
     new_trials = 0
     stop_reason = "budget reached"
     runs = study_dir / "runs"
     inductor_cache = (study_dir / "inductor-cache").resolve()
 
     def unseen(h: History) -> list[dict[str, Any]]:
-        return [p for p in points if _key(p) not in h.seen]
+        return [p for p in points if _key(space.knobs(p)) not in h.seen]
 
     def objective(trial: optuna.Trial) -> float:
         nonlocal new_trials
@@ -216,12 +216,12 @@ def run_search(
         knobs = space.knobs(params)
         trial.set_user_attr("knobs", knobs)
         h = History.of(study)
-        if (prev := h.seen.get(_key(params))) is not None:
+        if (prev := h.seen.get(_key(knobs))) is not None:
             trial.set_user_attr("status", "duplicate")
             trial.set_user_attr("duplicate_of", prev.number)
             left = unseen(h)
             if left:  # the sampler wants this region: measure its nearest unmeasured point next
-                _enqueue_unseen(study, [space.nearest(params, left, rng)])
+                _enqueue_unseen(study, space, [space.nearest(params, left, rng)])
             raise _NotLaunched(f"same configuration as trial {prev.number}")
         if (bound := h.oom_bound(knobs)) is not None:
             reason = (f"predicted: needs at least the memory of trial {bound.number} "
@@ -284,32 +284,52 @@ def run_search(
     return SearchResult(study_dir, storage, h, h.best(), baseline_trial(h, space), best_yaml, new_trials, stop_reason)
 
 
-def _enqueue_unseen(study: optuna.Study, points: list[dict[str, Any]]) -> None:
+def _enqueue_unseen(study: optuna.Study, space: ResolvedSpace, points: list[dict[str, Any]]) -> None:
     """Enqueue the points not yet measured and not already waiting (resume-safe, unlike skip_if_exists,
     which would also skip a point whose trial was interrupted)."""
     h = History.of(study)
     waiting = {_key(t.system_attrs.get("fixed_params", {}))
                for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
     for p in points:
-        if _key(p) not in h.seen and _key(p) not in waiting:
+        if _key(space.knobs(p)) not in h.seen and _key(p) not in waiting:
             study.enqueue_trial(p)
             waiting.add(_key(p))
 
 
 def baseline_trial(h: History, space: ResolvedSpace) -> optuna.trial.FrozenTrial | None:
-    key = _key(space.baseline)
-    return next((t for t in h.completed if _key(t.params) == key), None)
+    key = _key(space.knobs(space.baseline))
+    return next((t for t in h.completed if _key(t.user_attrs["knobs"]) == key), None)
 
 
-_APPLY_NOTES = {
-    "precision": {
+def apply_notes(knobs: dict[str, Any], device: str) -> list[str]:
+    """How to reproduce each knob's value in a training script (best.yaml's apply.notes)."""
+    notes = {
         "fp32": "torch.backends.cuda.matmul.fp32_precision = 'ieee' (no TF32)",
         "tf32": "torch.backends.cuda.matmul.fp32_precision = 'tf32'",
-        "bf16": "with torch.autocast(DEVICE, dtype=torch.bfloat16): forward and loss",
-        "fp16": "with torch.autocast(DEVICE, dtype=torch.float16): forward and loss; torch.amp.GradScaler(DEVICE)",
-    },
-    "compile": {True: "model = torch.compile(model)", False: "no torch.compile"},
-}
+        "bf16": f"with torch.autocast({device!r}, dtype=torch.bfloat16): forward and loss",
+        "fp16": f"with torch.autocast({device!r}, dtype=torch.float16): forward and loss; torch.amp.GradScaler({device!r})",
+        "fp8": "torchao.float8.convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("
+               f"{knobs.get('fp8_recipe')!r}), module_filter_fn=lambda m, fqn: fqn != 'head'); bf16 autocast",
+    }
+    out = [notes[knobs["precision"]]]
+    mode = knobs["compile"]
+    out.append("no torch.compile" if not mode else
+               "model = torch.compile(model)" if mode in (True, "default") else f"model = torch.compile(model, mode={mode!r})")
+    attention = knobs.get("attention", "auto")
+    if attention == "eager":
+        out.append("attention as softmax(QK^T)V, materialised")
+    elif attention != "auto":
+        backend = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+                   "math": "MATH"}[attention]
+        out.append(f"with torch.nn.attention.sdpa_kernel(SDPBackend.{backend}): forward")
+    if knobs.get("pad_vocab_multiple"):
+        out.append(f"pad embedding and head to a multiple of {knobs['pad_vocab_multiple']}; cut logits to the vocab before the loss")
+    if knobs.get("activation_checkpointing", "none") != "none":
+        which = "every block" if knobs["activation_checkpointing"] == "full" else "every other block"
+        out.append(f"torch.utils.checkpoint.checkpoint(block, ..., use_reentrant=False) on {which}")
+    if knobs.get("fused_optimizer"):
+        out.append("torch.optim.AdamW(..., fused=True)")
+    return out
 
 
 class _PlainDumper(yaml.SafeDumper):
@@ -348,8 +368,7 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
         "apply": {
             "env": space.env(knobs),
             "knobs": knobs,
-            "notes": [n.replace("DEVICE", repr(best.user_attrs["fingerprint"]["device"]))
-                      for k, table in _APPLY_NOTES.items() if (n := table.get(knobs[k]))],
+            "notes": apply_notes(knobs, best.user_attrs["fingerprint"]["device"]),
         },
         "measurement": {
             "warmup_steps": cfg.workload.warmup_steps,

@@ -12,6 +12,7 @@ from pathlib import Path
 import optuna
 import yaml
 
+from autotune.space import KNOBS
 from conftest import run_cli, tiny
 
 
@@ -21,7 +22,7 @@ def test_cli_search_writes_best_yaml(write_yaml, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "Top 5 of 3 completed trials" in proc.stdout
     best = yaml.safe_load((tmp_path / "out" / "t" / "best.yaml").read_text())
-    assert set(best["knobs"]) == {"micro_batch_size", "precision", "grad_accum_steps", "compile", "nccl_algo"}
+    assert tuple(best["knobs"]) == KNOBS
     assert best["metrics"]["tokens_per_s_per_gpu"] > 0
     assert best["metrics"]["mfu"] is None  # CPU: n/a, never invented
     assert best["baseline"]["trial"] == 0

@@ -20,7 +20,9 @@ def _spec(family: str = "gpt", **knobs) -> dict:
     if family == "llama":
         model["n_kv_heads"] = 2
     cfg = parse_config(tiny(model=model, baseline={}))
-    base = {"micro_batch_size": 2, "precision": "fp32", "grad_accum_steps": 2, "compile": False, "nccl_algo": "default"}
+    base = {"micro_batch_size": 2, "precision": "fp32", "grad_accum_steps": 2, "compile": False, "attention": "auto",
+            "pad_vocab_multiple": None, "activation_checkpointing": "none", "fused_optimizer": False,
+            "fp8_recipe": None, "cuda_alloc_conf": "default", "nccl_algo": "default"}
     return {"knobs": {**base, **knobs}, "model": model_spec(cfg.model), "device": "cpu",
             "workload": {"warmup_steps": 1, "measure_steps": 3, "seed": 0, "world_size": 1}}
 
@@ -90,3 +92,113 @@ def test_worker_spec_from_resolved_space() -> None:
     space = resolve_space(parse_config(tiny()))
     knobs = space.knobs({"micro_batch_size": 4, "precision": "bf16"})
     assert knobs["grad_accum_steps"] == 2  # 8 / 4
+
+
+# --- the Hopper knobs: each one's effect is real and shows in the trial record ---------------------
+
+
+@pytest.mark.parametrize("attention", ["math", "flash", "eager"])
+def test_worker_attention_backends_run_on_cpu(attention: str) -> None:
+    result = worker.run(_spec(attention=attention))
+    assert result["status"] == "ok"
+    assert result["applied"]["attention"] == attention
+
+
+@pytest.mark.parametrize("attention", ["efficient", "cudnn"])
+def test_worker_unavailable_attention_is_invalid_config(attention: str) -> None:
+    with pytest.raises(worker.InvalidConfig, match=f"attention {attention}: the SDPA backend is not available here"):
+        worker.run(_spec(attention=attention))
+
+
+@pytest.mark.parametrize("family", ["gpt", "llama"])
+def test_worker_eager_attention_matches_sdpa(family: str) -> None:
+    from autotune.workloads.model import eager_attention
+
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 16, 8, dtype=torch.float64)
+    kv_heads = 2 if family == "llama" else 4
+    k, v = torch.randn(2, kv_heads, 16, 8, dtype=torch.float64), torch.randn(2, kv_heads, 16, 8, dtype=torch.float64)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv_heads != 4)
+    assert torch.allclose(eager_attention(q, k, v), ref, atol=1e-10)
+
+
+def test_worker_pad_vocab_same_model_padded_matmul() -> None:
+    spec = _spec()
+    spec["model"]["vocab_size"] = 100
+    padded = worker.run({**spec, "knobs": {**spec["knobs"], "pad_vocab_multiple": 64}})
+    plain = worker.run(spec)
+    assert padded["applied"]["vocab"] == [100, 128] and plain["applied"]["vocab"] == [100, 100]
+    assert padded["flop_params"] == plain["flop_params"]  # MFU counts the model, not the padding
+    assert padded["n_params"] == plain["n_params"] + 28 * 32  # tied: 28 extra embedding rows
+
+
+def test_worker_pad_vocab_loss_ignores_padded_logits() -> None:
+    from autotune.workloads.model import Transformer
+
+    base = {**_spec()["model"], "vocab_size": 100}
+    torch.manual_seed(0)
+    model = Transformer({**base, "padded_vocab": 128})
+    with torch.no_grad():
+        model.head.weight[100:] = 50.0  # padded rows would dominate the softmax if they took part
+    tokens = torch.randint(0, 100, (2, 17))
+    loss = model(tokens[:, :-1], tokens[:, 1:])
+    x = model.tok(tokens[:, :-1]) + model.pos(torch.arange(16))
+    for block in model.blocks:
+        x = block(x, None)
+    logits = model.head(model.norm(x))[..., :100]
+    assert torch.allclose(loss, torch.nn.functional.cross_entropy(logits.reshape(-1, 100), tokens[:, 1:].reshape(-1)))
+
+
+@pytest.mark.parametrize("mode,blocks", [("full", 2), ("selective", 1)])
+def test_worker_activation_checkpointing_same_gradients(mode: str, blocks: int) -> None:
+    from autotune.workloads.model import Transformer
+
+    m = {**_spec()["model"], "n_layers": 2}
+    grads = {}
+    for every in (0, {"full": 1, "selective": 2}[mode]):
+        torch.manual_seed(0)
+        model = Transformer({**m, "checkpoint_every": every})
+        tokens = torch.randint(0, m["vocab_size"], (2, 17), generator=torch.Generator().manual_seed(1))
+        model(tokens[:, :-1], tokens[:, 1:]).backward()
+        grads[every] = torch.cat([p.grad.flatten() for p in model.parameters()])
+        if every:
+            assert model.checkpointed_blocks() == blocks
+    assert torch.allclose(grads[0], grads[{"full": 1, "selective": 2}[mode]], atol=1e-6)
+    spec = _spec(activation_checkpointing=mode)
+    spec["model"]["n_layers"] = 2
+    assert worker.run(spec)["applied"]["checkpointed_blocks"] == blocks
+
+
+def test_worker_fused_optimizer_and_alloc_conf_recorded(monkeypatch) -> None:
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    result = worker.run(_spec(fused_optimizer=True))
+    assert result["applied"]["optimizer"] == "AdamW(fused=True)"
+    assert result["applied"]["alloc_conf"] == "expandable_segments:True"
+    assert worker.run(_spec())["applied"]["optimizer"] == "AdamW(fused=False)"
+
+
+def test_worker_fp8_on_cpu_is_invalid_config() -> None:
+    with pytest.raises(worker.InvalidConfig, match="fp8 needs an NVIDIA GPU of compute capability 8.9"):
+        worker.run(_spec(precision="fp8", fp8_recipe="rowwise"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_worker_fp8_on_gpu_converts_linears(recipe: str) -> None:
+    pytest.importorskip("torchao")
+    spec = _spec(precision="fp8", fp8_recipe=recipe)
+    spec["device"] = "cuda"
+    spec["model"].update(d_model=64, n_heads=4)
+    result = worker.run(spec)
+    assert result["status"] == "ok" and result["applied"]["fp8_linears"] == 4  # qkv, proj, up, down; head kept
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("attention", ["flash", "efficient", "cudnn", "math", "eager"])
+def test_worker_attention_backends_on_gpu(attention: str) -> None:
+    spec = _spec(precision="bf16", attention=attention)
+    spec["device"] = "cuda"
+    spec["model"].update(d_model=128, n_heads=2)
+    assert worker.run(spec)["applied"]["attention"] == attention

@@ -10,12 +10,25 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
+
+
+def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """softmax(QK^T / sqrt(d)) V with the causal mask, the score matrix materialised (the slow reference)."""
+    if k.shape[1] != q.shape[1]:  # grouped-query attention: share each K/V head among its query heads
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    t = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    mask = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
 
 
 class Attention(nn.Module):
     def __init__(self, m: dict[str, Any]) -> None:
         super().__init__()
+        self.eager = m.get("attention") == "eager"
         self.n_heads, self.n_kv = m["n_heads"], m["kv_heads"]
         self.head_dim = m["d_model"] // m["n_heads"]
         bias = m["family"] == "gpt"  # GPT-2 has biases, Llama has none
@@ -32,7 +45,10 @@ class Attention(nn.Module):
         v = v.view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
         if rope is not None:
             q, k = _apply_rope(q, *rope), _apply_rope(k, *rope)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv != self.n_heads)
+        if self.eager:
+            y = eager_attention(q, k, v)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv != self.n_heads)
         return self.proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -79,16 +95,24 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """forward(tokens, targets) returns the mean cross-entropy loss, so torch.compile covers the loss too."""
+    """forward(tokens, targets) returns the mean cross-entropy loss, so torch.compile covers the loss too.
+
+    m["padded_vocab"] (>= vocab_size) sizes the embedding and head; logits past vocab_size are cut off
+    before the loss, so padding changes the matmul shapes and nothing else. m["checkpoint_every"]: 0 (no
+    activation checkpointing), 1 (every block) or 2 (every other block).
+    """
 
     def __init__(self, m: dict[str, Any]) -> None:
         super().__init__()
         self.cfg = m
-        self.tok = nn.Embedding(m["vocab_size"], m["d_model"])
+        self.vocab = m["vocab_size"]
+        self.padded_vocab = m.get("padded_vocab") or m["vocab_size"]
+        self.checkpoint_every = m.get("checkpoint_every", 0)
+        self.tok = nn.Embedding(self.padded_vocab, m["d_model"])
         self.pos = nn.Embedding(m["seq_len"], m["d_model"]) if m["family"] == "gpt" else None
         self.blocks = nn.ModuleList(Block(m) for _ in range(m["n_layers"]))
         self.norm = nn.RMSNorm(m["d_model"], eps=1e-5) if m["family"] == "llama" else nn.LayerNorm(m["d_model"])
-        self.head = nn.Linear(m["d_model"], m["vocab_size"], bias=False)
+        self.head = nn.Linear(m["d_model"], self.padded_vocab, bias=False)
         if m["tie_embeddings"]:
             self.head.weight = self.tok.weight
         if m["family"] == "llama":
@@ -115,12 +139,23 @@ class Transformer(nn.Module):
             x = x + self.pos(torch.arange(t, device=tokens.device))
         else:
             rope = (self.rope_cos[:t], self.rope_sin[:t])
-        for block in self.blocks:
-            x = block(x, rope)
+        for i, block in enumerate(self.blocks):
+            if self.checkpoint_every and i % self.checkpoint_every == 0:
+                x = torch.utils.checkpoint.checkpoint(block, x, rope, use_reentrant=False)
+            else:
+                x = block(x, rope)
         logits = self.head(self.norm(x))
+        if self.padded_vocab != self.vocab:
+            logits = logits[..., : self.vocab]
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))  # autocast runs it in fp32
 
     def flop_params(self) -> int:
-        """Parameters counted in 6N (PaLM appendix B): all of them, once, except position embeddings."""
+        """Parameters counted in 6N (PaLM appendix B): all of them, once, except position embeddings and
+        vocabulary padding (the model's FLOPs, not the padded matmul's)."""
         n = sum(p.numel() for p in self.parameters())
+        pad_rows = (self.padded_vocab - self.vocab) * self.cfg["d_model"]
+        n -= pad_rows if self.cfg["tie_embeddings"] else 2 * pad_rows
         return n - (self.pos.weight.numel() if self.pos is not None else 0)
+
+    def checkpointed_blocks(self) -> int:
+        return sum(1 for i in range(len(self.blocks)) if self.checkpoint_every and i % self.checkpoint_every == 0)

@@ -64,15 +64,42 @@ def fault_for(knobs: dict[str, Any]) -> str | None:
 
 
 def _set_precision(torch: Any, precision: str, device: str) -> Any:
-    """Set matmul precision; return the autocast dtype (None for fp32/tf32)."""
-    if device == "cuda" and precision == "bf16" and not torch.cuda.is_bf16_supported():
-        raise InvalidConfig("bf16 is not supported by this GPU")
+    """Set matmul precision; return the autocast dtype (None for fp32/tf32). fp8 runs under bf16 autocast."""
+    if device == "cuda" and precision in ("bf16", "fp8") and not torch.cuda.is_bf16_supported():
+        raise InvalidConfig(f"{precision} needs bf16, which this GPU does not support")
+    if precision == "fp8":
+        if device != "cuda" or torch.cuda.get_device_capability(0) < (8, 9):
+            raise InvalidConfig("fp8 needs an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell)")
+        try:
+            import torchao.float8  # noqa: F401
+        except Exception as err:
+            raise InvalidConfig(f"fp8 needs torchao (pip install 'autotune[fp8]'): {err}") from None
     if device == "cpu" and precision == "tf32":
         raise InvalidConfig("tf32 needs an NVIDIA GPU (Ampere or newer); on the CPU it is fp32")
     mode = "tf32" if precision == "tf32" else "ieee"  # fp32 means true fp32: TF32 off
     torch.backends.cuda.matmul.fp32_precision = mode
     torch.backends.cudnn.conv.fp32_precision = mode
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}.get(precision)
+
+
+_SDPA = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
+
+
+def _attention_context(torch: Any, attention: str, device: str, dtype: Any) -> Any:
+    """A context that forces the SDPA backend; InvalidConfig when that backend cannot run here."""
+    if attention not in _SDPA:
+        return contextlib.nullcontext
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, _SDPA[attention])
+    probe = torch.randn(1, 2, 16, 64, device=device, dtype=dtype or torch.float32)
+    try:
+        with sdpa_kernel([backend]):
+            torch.nn.functional.scaled_dot_product_attention(probe, probe, probe, is_causal=True)
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()[0][:200]
+        raise InvalidConfig(f"attention {attention}: the SDPA backend is not available here: {first}") from None
+    return lambda: sdpa_kernel([backend])
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
@@ -98,12 +125,40 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     torch.manual_seed(wl["seed"])
     dev = torch.device(device)
 
+    attention_ctx = _attention_context(torch, knobs.get("attention", "auto"), device, amp_dtype)
+    pad = knobs.get("pad_vocab_multiple")
+    ckpt = knobs.get("activation_checkpointing", "none")
+    m = {**m, "attention": knobs.get("attention", "auto"),
+         "padded_vocab": -(-m["vocab_size"] // pad) * pad if pad else m["vocab_size"],
+         "checkpoint_every": {"none": 0, "full": 1, "selective": 2}[ckpt]}
     model = Transformer(m).to(dev)
     flop_params = model.flop_params()
     n_params = sum(p.numel() for p in model.parameters())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    fp8_linears = 0
+    if knobs["precision"] == "fp8":
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+        config = Float8LinearConfig.from_recipe_name(knobs.get("fp8_recipe") or "tensorwise")
+        # The output head stays in bf16 (its logits feed the loss; float8 there costs accuracy).
+        convert_to_float8_training(model, config=config, module_filter_fn=lambda mod, fqn: fqn != "head")
+        fp8_linears = sum(1 for mod in model.modules() if type(mod).__name__ == "Float8Linear")
+    fused = bool(knobs.get("fused_optimizer"))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
+                                  **({"fused": True} if fused else {}))
     scaler = torch.amp.GradScaler(device) if knobs["precision"] == "fp16" else None
-    step_model = torch.compile(model) if knobs["compile"] else model
+    mode = knobs["compile"]
+    compile_mode = None if mode in (False, True, "default") else mode
+    step_model = torch.compile(model, mode=compile_mode) if mode else model
+    applied = {
+        "attention": knobs.get("attention", "auto") if knobs.get("attention", "auto") in _SDPA or
+        knobs.get("attention") == "eager" else "auto (PyTorch's SDPA choice)",
+        "vocab": [m["vocab_size"], m["padded_vocab"]],
+        "checkpointed_blocks": model.checkpointed_blocks(),
+        "optimizer": f"AdamW(fused={fused})",
+        "compile_mode": (compile_mode or "default") if mode else None,
+        "fp8_linears": fp8_linears,
+        "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+    }
 
     mbs, accum = knobs["micro_batch_size"], knobs["grad_accum_steps"]
     gen = torch.Generator(device=dev).manual_seed(wl["seed"])
@@ -131,7 +186,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             batch = pool[i % pool.shape[0]]
             if fault == "oom":
                 raise torch.OutOfMemoryError("AUTOTUNE_FAULT=oom: simulated out of memory")
-            with autocast():
+            with autocast(), attention_ctx():
                 loss = step_model(batch[:, :-1], batch[:, 1:]) * poison / accum
             (scaler.scale(loss) if scaler else loss).backward()
             total += loss.detach()
@@ -206,6 +261,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             "measure": window_end - window_start,
         },
         "env": _env(torch, device),
+        "applied": applied,
     }
 
 
