@@ -72,7 +72,7 @@ def search(
     from autotune.config import load_config
     from autotune.errors import ConfigError
     from autotune.space import resolve_space
-    from autotune.views import LiveProgress, space_table, trials_table
+    from autotune.views import LiveProgress, confirmation_table, space_table, trials_table
 
     console = Console()
     with _funnel():
@@ -93,7 +93,10 @@ def search(
             raise NoSuccessError(f"no trial succeeded ({result.history.launched} launched); see {result.study_dir}/runs/*/worker.log")
         base = result.baseline.value if result.baseline else None
         console.print(trials_table(result.history, searched or ["micro_batch_size"], base))
-        console.print(f"{result.stop_reason}; {result.new_trials} new trial(s). Best: trial {result.best.number}, "
+        if result.confirmation:
+            console.print(confirmation_table(result.confirmation))
+            console.print(f"chosen: trial {result.confirmation['chosen']}: {result.confirmation['why']}", highlight=False)
+        console.print(f"{result.stop_reason}; {result.new_trials} new trial(s). Best: trial {result.chosen_number}, "
                       f"written to {result.best_yaml}")
 
 
@@ -186,7 +189,7 @@ def check(
         console.print(f"[{color}]{verdict.summary()}[/]", highlight=False, soft_wrap=True)
         console.print(f"baseline: {verdict.baseline_source}; check: {len(verdict.check_samples)} of {repeats} repeats "
                       f"measured", highlight=False)
-        if len(verdict.baseline_samples) == 1:
+        if verdict.baseline_source.startswith("search trial"):
             console.print("[yellow]note:[/] the baseline is the search's single measurement, the best of many, on "
                           "the search's machine; record one here with --reset-baseline", highlight=False)
         for key, (old, new) in verdict.version_changes.items():

@@ -251,6 +251,12 @@ class StudyConfig(_Section):
     trial_timeout_min: float = Field(
         default=10.0, gt=0, description="Hard limit for one trial's process; past it the trial ends as timeout."
     )
+    confirm_top: int = Field(
+        default=3, ge=0, description="At the end, re-measure this many best configurations (0: no confirmation)."
+    )
+    confirm_rounds: int = Field(
+        default=3, ge=0, description="Interleaved rounds of the confirmation (A B C A B C ...), each a fresh process."
+    )
 
 
 class Config(_Section):

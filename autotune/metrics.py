@@ -71,3 +71,18 @@ def summarize_telemetry(samples: list[dict[str, Any]], window: tuple[float, floa
         "throttle_reasons": reasons,
         "series": inside,
     }
+
+
+def median_interval(samples: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Interval of a set's typical value: median x exp(+-t * s / sqrt(n)), s the standard deviation of the
+    log samples, t Student's quantile with n - 1 degrees of freedom; unbounded for a single sample."""
+    import math
+
+    med = statistics.median(samples)
+    if len(samples) < 2:
+        return (0.0, math.inf)
+    from scipy.stats import t as student_t
+
+    s = statistics.stdev(math.log(x) for x in samples)
+    half = float(student_t.ppf(0.5 + level / 2, len(samples) - 1)) * s / math.sqrt(len(samples))
+    return (med * math.exp(-half), med * math.exp(half))

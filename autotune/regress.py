@@ -106,6 +106,9 @@ def baseline_samples(best: dict[str, Any]) -> tuple[list[float], str]:
     if recorded:
         samples = list(recorded["tokens_per_s_samples"])
         return samples, f"check --update of {recorded['recorded_at']} ({len(samples)} processes)"
+    chosen = next((c for c in best.get("confirmation") or [] if c["trial"] == best["chosen"]["trial"] and c["samples"]), None)
+    if chosen:
+        return list(chosen["samples"]), f"the search's confirmation of trial {chosen['trial']} ({len(chosen['samples'])} processes)"
     return [best["metrics"]["tokens_per_s_per_gpu"]], f"search trial {best['chosen']['trial']} (1 process)"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import statistics
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ import optuna
 import yaml
 from optuna.trial import TrialState
 
+from autotune import metrics
 from autotune.config import Config
 from autotune.errors import ConfigError, StudyError
 from autotune.hardware import default_device, detect
@@ -41,6 +43,10 @@ class Observer:
     def poll(self) -> None: ...
 
     def trial_finished(self, record: dict[str, Any], history: History) -> None: ...
+
+    def confirm_started(self, candidates: list[int], rounds: int) -> None: ...
+
+    def confirm_sample(self, number: int, round_: int, value: float | None, status: str) -> None: ...
 
 
 def mask_url(url: str) -> str:
@@ -122,6 +128,13 @@ class SearchResult:
     best_yaml: Path | None
     new_trials: int
     stop_reason: str
+    confirmation: dict[str, Any] | None = None
+
+    @property
+    def chosen_number(self) -> int | None:
+        if self.confirmation:
+            return self.confirmation["chosen"]
+        return self.best.number if self.best else None
 
 
 def _archive(study_dir: Path, storage: str, name: str, default_storage: bool) -> Path | None:
@@ -278,10 +291,90 @@ def run_search(
                            callbacks=[stop_when_done])
             if (dt.datetime.now() - t0).total_seconds() >= timeout_s:
                 stop_reason = "timeout"
+        confirmation = confirm(study, space, cfg, device=device, runs=runs, inductor_cache=inductor_cache,
+                               observer=observer)
     finally:  # also on Ctrl-C: what was measured is written out
         h = History.of(study)
         best_yaml = write_best(cfg, study, h, study_dir, storage, space) if h.completed else None
-    return SearchResult(study_dir, storage, h, h.best(), baseline_trial(h, space), best_yaml, new_trials, stop_reason)
+    return SearchResult(study_dir, storage, h, h.best(), baseline_trial(h, space), best_yaml, new_trials, stop_reason,
+                        study.user_attrs.get("confirmation"))
+
+
+def changed_knobs(knobs: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
+    """Knobs set differently from the baseline (derived grad_accum_steps not counted)."""
+    return [k for k, v in knobs.items() if k != "grad_accum_steps" and baseline.get(k) != v]
+
+
+def confirm(study: optuna.Study, space: ResolvedSpace, cfg: Config, *, device: str, runs: Path,
+            inductor_cache: Path, observer: Observer) -> dict[str, Any] | None:
+    """Re-measure the top configurations interleaved (A B C A B C ...), each in a fresh process, and choose.
+
+    The choice is the best median of the confirmation samples; among configurations whose 95% intervals
+    overlap the top one's, the one that changes fewest knobs from the baseline wins. Stored in the study
+    (user attribute `confirmation`), so a resumed study does not confirm the same candidates again.
+    """
+    top, rounds = cfg.study.confirm_top, cfg.study.confirm_rounds
+    h = History.of(study)
+    candidates = sorted(h.completed, key=lambda t: t.value, reverse=True)[:top]
+    if len(candidates) < 2 or rounds < 1:
+        return None
+    numbers = [t.number for t in candidates]
+    previous = study.user_attrs.get("confirmation")
+    if previous and previous["candidates"] == numbers and previous["rounds_done"] >= rounds:
+        return previous
+    model = model_spec(cfg.model)
+    base_knobs = space.knobs(space.baseline)
+    samples: dict[int, list[float]] = {n: [] for n in numbers}
+    failures: dict[int, list[str]] = {n: [] for n in numbers}
+    observer.confirm_started(numbers, rounds)
+    for r in range(rounds):
+        for t in candidates:
+            knobs = t.user_attrs["knobs"]
+            spec = trial_spec(model, cfg.workload.model_dump(), knobs, device)
+            env = {"TORCHINDUCTOR_CACHE_DIR": str(inductor_cache), **space.env(knobs)}
+            outcome = run_trial(spec, runs / f"confirm-{t.number:04d}-{r}", timeout_s=60 * cfg.study.trial_timeout_min,
+                                env=env, on_poll=observer.poll)
+            value = None
+            if outcome.status == "ok":
+                value = record_of(t.number, knobs, outcome, model, cfg.workload.world_size)["metrics"]["tokens_per_s_per_gpu"]
+                samples[t.number].append(value)
+            else:
+                failures[t.number].append(f"{outcome.status}: {outcome.reason.splitlines()[-1] if outcome.reason else ''}")
+            observer.confirm_sample(t.number, r, value, outcome.status)
+        result = _choose(candidates, samples, failures, base_knobs, r + 1)
+        study.set_user_attr("confirmation", result)  # after every round: an interruption keeps what was measured
+    return study.user_attrs.get("confirmation")
+
+
+def _choose(candidates: list[optuna.trial.FrozenTrial], samples: dict[int, list[float]],
+            failures: dict[int, list[str]], base_knobs: dict[str, Any], rounds_done: int) -> dict[str, Any]:
+    stats = {}
+    for t in candidates:
+        s = samples[t.number]
+        changed = changed_knobs(t.user_attrs["knobs"], base_knobs)
+        stats[t.number] = {
+            "trial": t.number, "knobs": t.user_attrs["knobs"], "changed_knobs": changed, "samples": s,
+            "search_value": t.value, "failures": failures[t.number],
+            "median": statistics.median(s) if s else None,
+            "ci95": list(metrics.median_interval(s)) if s else None,
+        }
+    measured = [st for st in stats.values() if st["median"] is not None]
+    if not measured:
+        return {"candidates": [t.number for t in candidates], "rounds_done": rounds_done, "chosen": candidates[0].number,
+                "why": "no confirmation sample succeeded; the search's best is kept", "stats": list(stats.values())}
+    top = max(measured, key=lambda st: st["median"])
+    close = [st for st in measured if st["ci95"][1] >= top["ci95"][0]]  # intervals overlap the top one's
+    chosen = min(close, key=lambda st: (len(st["changed_knobs"]), -st["median"]))
+    if chosen is top:
+        why = f"highest confirmed median ({top['median']:,.0f} tokens/s/GPU over {len(top['samples'])} processes)"
+        if len(close) > 1:
+            why += f"; within noise of trial(s) {', '.join(str(st['trial']) for st in close if st is not top)}, "                    "and it changes no more knobs from the baseline"
+    else:
+        why = (f"within the measured noise of trial {top['trial']} (confirmed median {top['median']:,.0f}, "
+               f"95% interval {top['ci95'][0]:,.0f} to {top['ci95'][1]:,.0f}) and changes fewer knobs from the "
+               f"baseline ({len(chosen['changed_knobs'])} against {len(top['changed_knobs'])})")
+    return {"candidates": [t.number for t in candidates], "rounds_done": rounds_done, "chosen": chosen["trial"],
+            "why": why, "stats": list(stats.values())}
 
 
 def _enqueue_unseen(study: optuna.Study, space: ResolvedSpace, points: list[dict[str, Any]]) -> None:
@@ -345,23 +438,42 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
     best = h.best()
     assert best is not None
     base = baseline_trial(h, space)
+    ranked = [t.number for t in sorted(h.completed, key=lambda t: t.value, reverse=True)]
+    conf = study.user_attrs.get("confirmation")
+    if conf and conf["candidates"] != ranked[: len(conf["candidates"])]:
+        conf = None  # trials measured since then changed the top: that confirmation no longer applies
+    if conf:
+        best = next(t for t in h.completed if t.number == conf["chosen"])
+        chosen_stats = next(st for st in conf["stats"] if st["trial"] == best.number)
+        why = f"confirmation ({conf['rounds_done']} interleaved rounds of the top {len(conf['candidates'])}): {conf['why']}"
+    else:
+        chosen_stats = None
+        why = f"highest median tokens/s per GPU of {len(h.completed)} completed trials (not confirmed)"
     m = best.user_attrs["metrics"]
     knobs = best.user_attrs["knobs"]
+    # With a confirmation, the confirmed median (several fresh processes) is the number; the search's
+    # single measurement of the winner is kept beside it (it is the best of many, so optimistic).
+    value = chosen_stats["median"] if chosen_stats and chosen_stats["median"] else best.value
+    scale = value / best.value
     doc = {
         "name": cfg.name,
-        "chosen": {"trial": best.number,
-                   "why": f"highest median tokens/s per GPU of {len(h.completed)} completed trials"},
+        "chosen": {"trial": best.number, "why": why},
         "knobs": knobs,
         "metrics": {
-            "tokens_per_s_per_gpu": round(m["tokens_per_s_per_gpu"], 1),
-            "tokens_per_s": round(m["tokens_per_s"], 1),
-            "mfu": None if m["mfu"] is None else round(m["mfu"], 4),
+            "tokens_per_s_per_gpu": round(value, 1),
+            "tokens_per_s": round(m["tokens_per_s"] * scale, 1),
+            "search_tokens_per_s_per_gpu": round(best.value, 1),
+            "mfu": None if m["mfu"] is None else round(m["mfu"] * scale, 4),
             "peak_mem_gib": round(m["peak_mem_gib"], 3),
             "peak_mem_kind": m["peak_mem_kind"],
             "step_time_median_s": m["step_time"]["median_s"],
             "step_time_spread_pct": round(m["step_time"]["spread_pct"], 2),
-            "speedup_vs_baseline": round(best.value / base.value, 3) if base else None,
+            "speedup_vs_baseline": round(value / base.value, 3) if base else None,
         },
+        "confirmation": None if not conf else [
+            {"trial": st["trial"], "changed_knobs": st["changed_knobs"], "median": st["median"],
+             "ci95": st["ci95"], "samples": st["samples"], "search_value": st["search_value"], "failures": st["failures"]}
+            for st in conf["stats"]],
         "baseline": {"trial": base.number if base else None, "knobs": base.user_attrs["knobs"] if base else None,
                      "tokens_per_s_per_gpu": round(base.value, 1) if base else None},
         "fingerprint": best.user_attrs["fingerprint"],

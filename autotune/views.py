@@ -87,6 +87,14 @@ class LiveProgress(Observer):
         self.console.print(line)
         self.last = [line]
 
+    def confirm_started(self, candidates: list[int], rounds: int) -> None:
+        self.console.print(f"confirming trials {', '.join(map(str, candidates))}: {rounds} interleaved rounds, "
+                           "each a fresh process")
+
+    def confirm_sample(self, number: int, round_: int, value: float | None, status: str) -> None:
+        shown = f"{_tok(value)} tok/s" if value is not None else f"[red]{status}[/]"
+        self.console.print(f"  round {round_ + 1}: #{number} {shown}")
+
     def _render(self) -> Group:
         elapsed = time.monotonic() - self.t0
         rows = []
@@ -133,4 +141,18 @@ def space_table(described: dict[str, Any]) -> Table:
         table.add_row(knob, str(value), "fixed", described["notes"].get(knob, ""))
     if "grad_accum_steps" not in described["searched"] and "grad_accum_steps" not in described["fixed"]:
         table.add_row("grad_accum_steps", "auto", "derived", described["notes"].get("grad_accum_steps", ""))
+    return table
+
+
+def confirmation_table(conf: dict[str, Any]) -> Table:
+    """The re-measured top configurations: samples, median, 95% interval, knobs changed from the baseline."""
+    table = Table(title=f"Confirmation: {conf['rounds_done']} interleaved rounds")
+    for col in ("#", "search tok/s", "confirmed median", "95% interval", "samples", "knobs changed", "chosen"):
+        table.add_column(col)
+    for st in conf["stats"]:
+        ci = st["ci95"]
+        table.add_row(str(st["trial"]), _tok(st["search_value"]), _tok(st["median"]),
+                      "-" if not ci else f"{_tok(ci[0])} to {_tok(ci[1])}" if ci[1] != float("inf") else "unknown (1 sample)",
+                      ", ".join(_tok(x) for x in st["samples"]), ", ".join(st["changed_knobs"]) or "none",
+                      "yes" if st["trial"] == conf["chosen"] else "")
     return table

@@ -18,7 +18,7 @@ TINY: dict[str, Any] = {
     "workload": {"task": "train", "global_batch_size": 8, "world_size": 1, "warmup_steps": 1, "measure_steps": 2},
     "space": {"micro_batch_size": [2, 4, 8], "precision": ["fp32", "bf16"], "grad_accum_steps": "auto",
               "compile": False},
-    "study": {"trials": 3, "timeout_min": 5, "sampler": "tpe", "seed": 0, "trial_timeout_min": 2},
+    "study": {"trials": 3, "timeout_min": 5, "sampler": "tpe", "seed": 0, "trial_timeout_min": 2, "confirm_rounds": 0},
     "baseline": {"micro_batch_size": 2, "precision": "fp32"},
 }
 

@@ -83,11 +83,13 @@ def test_regress_update_then_unchanged_passes_10_of_10(searched: Path) -> None:
     assert len(history) == 11 and json.loads(history[-1])["status"] in ("pass", "faster")
 
 
-def test_regress_slowed_step_fails_with_junit(searched: Path) -> None:
-    best = searched / "out" / "c" / "best.yaml"
-    junit = searched / "junit.xml"
-    proc = run_cli("check", str(best), "--repeats", "3", "--tolerance", CPU_TOLERANCE, "--junit", str(junit),
-                   cwd=searched, env={"AUTOTUNE_FAULT": "slow:200"})  # every measured step 3x as long
+def test_regress_slowed_step_fails_with_junit(searched: Path, tmp_path: Path) -> None:
+    best = tmp_path / "best.yaml"
+    best.write_text((searched / "out" / "c" / "best.yaml").read_text())
+    assert run_cli("check", str(best), "--reset-baseline", "--repeats", "4", cwd=searched).returncode == 0
+    junit = tmp_path / "junit.xml"
+    proc = run_cli("check", str(best), "--repeats", "4", "--tolerance", CPU_TOLERANCE, "--junit", str(junit),
+                   cwd=searched, env={"AUTOTUNE_FAULT": "slow:400"})  # every measured step 5x as long
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stdout.startswith("regression: ")
     ratio = float(proc.stdout.split("ratio ")[1].split()[0])

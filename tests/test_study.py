@@ -96,3 +96,46 @@ def _device_check(out: Path) -> None:
     from autotune.study import open_study
 
     open_study(_cfg(study={"trials": 1}), out_root=out, device="cuda", fresh=False)
+
+
+def _frozen(number: int, value: float, knobs: dict) -> optuna.trial.FrozenTrial:
+    t = optuna.trial.create_trial(value=value, user_attrs={"knobs": knobs})
+    t.number = number
+    return t
+
+
+def test_study_choose_prefers_fewer_changed_knobs_within_noise() -> None:
+    from autotune.study import _choose
+
+    base = {"micro_batch_size": 8, "precision": "fp32", "compile": False}
+    a = _frozen(5, 540.0, {"micro_batch_size": 64, "precision": "bf16", "compile": True})  # 3 knobs changed
+    b = _frozen(7, 530.0, {"micro_batch_size": 8, "precision": "bf16", "compile": True})  # 2 knobs changed
+    c = _frozen(9, 300.0, {"micro_batch_size": 8, "precision": "bf16", "compile": False})  # far slower
+    samples = {5: [538.0, 545.0, 530.0], 7: [536.0, 528.0, 541.0], 9: [301.0, 299.0, 300.0]}
+    result = _choose([a, b, c], samples, {5: [], 7: [], 9: []}, base, 3)
+    assert result["chosen"] == 7  # within the noise of trial 5, one knob fewer
+    assert "changes fewer knobs from the baseline (2 against 3)" in result["why"]
+    stats = {st["trial"]: st for st in result["stats"]}
+    assert stats[5]["median"] == 538.0 and stats[5]["ci95"][0] < 538.0 < stats[5]["ci95"][1]
+    # Clearly apart: the faster one wins even though it changes more knobs.
+    samples = {5: [540.0, 541.0, 539.0], 7: [500.0, 501.0, 499.0], 9: [300.0, 300.5, 299.5]}
+    assert _choose([a, b, c], samples, {5: [], 7: [], 9: []}, base, 3)["chosen"] == 5
+
+
+def test_study_confirmation_interleaved_fresh_processes(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
+    cfg = _cfg(study={"trials": 3, "confirm_top": 2, "confirm_rounds": 2})
+    result = run_search(cfg, out_root=tmp_path, device="cpu")
+    conf = result.confirmation
+    assert conf["rounds_done"] == 2 and len(conf["candidates"]) == 2
+    assert all(len(st["samples"]) == 2 for st in conf["stats"])
+    runs = sorted(p.name for p in (tmp_path / "t" / "runs").iterdir() if p.name.startswith("confirm-"))
+    assert len(runs) == 4  # 2 candidates x 2 rounds, each its own process and folder
+    best = yaml.safe_load(result.best_yaml.read_text())
+    assert best["chosen"]["trial"] == conf["chosen"] and best["chosen"]["why"].startswith("confirmation (2 interleaved")
+    chosen = next(c for c in best["confirmation"] if c["trial"] == conf["chosen"])
+    assert best["metrics"]["tokens_per_s_per_gpu"] == round(chosen["median"], 1)
+    # Resuming with nothing new does not confirm again.
+    again = run_search(cfg, out_root=tmp_path, device="cpu")
+    assert again.confirmation == conf
+    assert len([p for p in (tmp_path / "t" / "runs").iterdir() if p.name.startswith("confirm-")]) == 4
