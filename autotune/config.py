@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from autotune.errors import ConfigError
 
@@ -28,19 +29,34 @@ class _Section(BaseModel):
 
 
 class ModelConfig(_Section):
-    """The built-in decoder-only transformer."""
+    """The model: the built-in transformer (family + sizes), a Hugging Face config, or your own entrypoint."""
 
-    family: Literal["gpt", "llama"] = Field(
-        description="gpt: LayerNorm, GELU MLP, learned positions. llama: RMSNorm, SwiGLU, RoPE, GQA."
+    family: Optional[Literal["gpt", "llama"]] = Field(
+        default=None,
+        description="Built-in model. gpt: LayerNorm, GELU MLP, learned positions. llama: RMSNorm, SwiGLU, RoPE, GQA.",
     )
-    n_layers: int = Field(ge=1, description="Transformer blocks.")
-    d_model: int = Field(ge=1, description="Hidden size; a multiple of n_heads.")
-    n_heads: int = Field(ge=1, description="Attention (query) heads.")
+    hf_config: Optional[str] = Field(
+        default=None,
+        description="Path to a Hugging Face config.json: a transformers causal LM built with "
+        "AutoModelForCausalLM.from_config (random weights, nothing downloaded). Needs autotune[hf].",
+    )
+    entrypoint: Optional[str] = Field(
+        default=None,
+        description="'package.module:function' returning your model and batch maker (README: Your own model). "
+        "Runs your code, by design.",
+    )
+    n_layers: Optional[int] = Field(default=None, ge=1, description="Transformer blocks (built-in model).")
+    d_model: Optional[int] = Field(default=None, ge=1, description="Hidden size; a multiple of n_heads (built-in model).")
+    n_heads: Optional[int] = Field(default=None, ge=1, description="Attention (query) heads (built-in model).")
     n_kv_heads: int | None = Field(
         default=None, ge=1, description="Key/value heads (grouped-query attention); llama only. Default n_heads."
     )
-    vocab_size: int = Field(ge=1, description="Vocabulary size (synthetic tokens are drawn from it).")
-    seq_len: int = Field(ge=1, description="Tokens per sequence.")
+    vocab_size: Optional[int] = Field(
+        default=None, ge=1, description="Vocabulary size (built-in model; synthetic tokens are drawn from it)."
+    )
+    seq_len: Optional[int] = Field(
+        default=None, ge=1, description="Tokens per sequence (built-in and hf_config models; required there)."
+    )
     ffn_hidden: int | None = Field(
         default=None,
         ge=1,
@@ -52,7 +68,22 @@ class ModelConfig(_Section):
     rope_theta: float = Field(default=500000.0, gt=0, description="RoPE base; llama only (Llama 3 uses 500000).")
 
     @model_validator(mode="after")
-    def _check_shapes(self) -> ModelConfig:
+    def _check_shapes(self, info: ValidationInfo) -> ModelConfig:
+        sources = [k for k in ("family", "hf_config", "entrypoint") if getattr(self, k) is not None]
+        if len(sources) != 1:
+            raise ValueError(f"model: give exactly one of family (built-in), hf_config or entrypoint (got {sources or 'none'})")
+        sizes = ("n_layers", "d_model", "n_heads", "vocab_size")
+        if self.family is None:
+            extra = [k for k in (*sizes, "n_kv_heads", "ffn_hidden") if getattr(self, k) is not None]
+            if extra:
+                raise ValueError(f"model.{extra[0]}: not used with {sources[0]}; the sizes come from the model itself")
+            if self.hf_config is not None and self.seq_len is None:
+                raise ValueError("model.seq_len: required with hf_config (tokens per synthetic sequence)")
+            _check_external(self, (info.context or {}).get("base_dir"))
+            return self
+        missing = [k for k in (*sizes, "seq_len") if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"model.{missing[0]}: required for the built-in model (family {self.family})")
         if self.d_model % self.n_heads:
             raise ValueError(
                 f"model.d_model: {self.d_model} is not divisible by model.n_heads ({self.n_heads}); "
@@ -75,16 +106,51 @@ class ModelConfig(_Section):
         return self
 
     @property
-    def kv_heads(self) -> int:
+    def kv_heads(self) -> int | None:
         return self.n_kv_heads or self.n_heads
 
     @property
-    def ffn(self) -> int:
+    def ffn(self) -> int | None:
+        if self.family is None:
+            return None
         if self.ffn_hidden is not None:
             return self.ffn_hidden
         if self.family == "gpt":
             return 4 * self.d_model
         return 256 * math.ceil(8 * self.d_model / 3 / 256)  # Llama's multiple_of=256 rule
+
+
+def _check_external(model: ModelConfig, base_dir: Path | None) -> None:
+    """hf_config and entrypoint fail here, before any trial: missing file, bad JSON, import errors."""
+    import importlib
+    import importlib.util
+    import json
+    import sys
+
+    if model.hf_config is not None:
+        path = Path(model.hf_config)
+        if not path.is_file():
+            raise ValueError(f"model.hf_config: no such file: {model.hf_config!r}")
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise ValueError(f"model.hf_config: {model.hf_config!r} is not valid JSON: {err}") from None
+        if not isinstance(data, dict) or "model_type" not in data:
+            raise ValueError(f"model.hf_config: {model.hf_config!r} has no model_type; is it a transformers config.json?")
+        if importlib.util.find_spec("transformers") is None:
+            raise ValueError("model.hf_config: needs transformers, which is not installed; pip install 'autotune[hf]'")
+        return
+    module_name, sep, func = (model.entrypoint or "").partition(":")
+    if not sep or not module_name or not func.isidentifier():
+        raise ValueError(f"model.entrypoint: {model.entrypoint!r} is not of the form 'package.module:function'")
+    if base_dir is not None and str(base_dir) not in sys.path:
+        sys.path.insert(0, str(base_dir))
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:
+        raise ValueError(f"model.entrypoint: cannot import {module_name!r}: {type(err).__name__}: {err}") from None
+    if not callable(getattr(module, func, None)):
+        raise ValueError(f"model.entrypoint: {module_name!r} has no function {func!r}")
 
 
 class WorkloadConfig(_Section):
@@ -271,6 +337,11 @@ class Config(_Section):
         default_factory=dict,
         description="Knob values measured first as the reference (trial 0); absent knobs take their defaults.",
     )
+    _base_dir: Optional[str] = PrivateAttr(default=None)  # the YAML's folder: where an entrypoint module is found
+
+    @property
+    def base_dir(self) -> Optional[str]:
+        return self._base_dir
 
     @field_validator("name")
     @classmethod
@@ -314,12 +385,14 @@ def _format_error(err: ValidationError) -> str:
     return f"{loc or 'top level'}: {msg}{shown}"
 
 
-def parse_config(data: Any, source: str = "<config>") -> Config:
+def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = None) -> Config:
     """Validate an already-loaded mapping; ConfigError with a one-line message on any problem."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the file must hold a mapping of keys (name, model, space, ...)")
     try:
-        return Config.model_validate(data)
+        cfg = Config.model_validate(data, context={"base_dir": base_dir})
+        cfg._base_dir = str(base_dir) if base_dir is not None else None
+        return cfg
     except ValidationError as err:
         raise ConfigError(f"{source}: {_format_error(err)}") from None
 
@@ -349,4 +422,10 @@ def load_config(path: str | Path) -> Config:
         if found is None:
             raise ConfigError(f"{path}: space: no such file: {data['space']!r} (looked beside the YAML and in the cwd)")
         data = {**data, "space": _read_yaml(found, f"{path}: space")}
-    return parse_config(data, str(path))
+    model = data.get("model") if isinstance(data, dict) else None
+    if isinstance(model, dict) and isinstance(model.get("hf_config"), str):
+        ref = Path(model["hf_config"])
+        if not ref.is_absolute():  # beside the YAML first, then the cwd; stored absolute for the trials
+            ref = next((c for c in (path.parent / ref, Path.cwd() / ref) if c.is_file()), path.parent / ref)
+        data = {**data, "model": {**model, "hf_config": str(ref.resolve())}}
+    return parse_config(data, str(path), base_dir=path.parent.resolve())

@@ -42,8 +42,11 @@ def summarize(raw: dict[str, Any], model: dict[str, Any], world_size: int, peak_
     """The metrics a trial reports, from the worker's raw result."""
     stats = step_stats(raw["step_times_s"])
     per_gpu = raw["tokens_per_step"] / stats["median_s"]
-    fpt = flops_per_token(raw["flop_params"], model["n_layers"], model["d_model"], model["seq_len"])
-    value = mfu(per_gpu, fpt, peak_flops)
+    dims = raw.get("mfu_dims") or model
+    fpt = None  # no parameter count reported (an entrypoint may not): MFU n/a, never guessed
+    if raw.get("flop_params"):
+        fpt = flops_per_token(raw["flop_params"], dims["n_layers"], dims["d_model"], dims["seq_len"])
+    value = mfu(per_gpu, fpt, peak_flops) if fpt else None
     return {
         "tokens_per_s_per_gpu": per_gpu,
         "tokens_per_s": per_gpu * world_size,

@@ -136,9 +136,11 @@ def measure(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5
         cfg = load_config(model_yaml)
         model, workload = cfg.model, cfg.workload
     else:
-        model, workload = ModelConfig(**best["model"]), WorkloadConfig(**best["workload"])
+        model = ModelConfig.model_validate(best["model"], context={"base_dir": best.get("base_dir")})
+        workload = WorkloadConfig(**best["workload"])
     knobs = best["knobs"]
-    spec = trial_spec(model_spec(model), workload.model_dump(), knobs, device)
+    spec = trial_spec(model_spec(model), workload.model_dump(), knobs, device,
+                      cfg.base_dir if model_yaml is not None else best.get("base_dir"))
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     runs = best_path.parent / "checks" / stamp
     env = {"TORCHINDUCTOR_CACHE_DIR": str((best_path.parent / "inductor-cache").resolve()),

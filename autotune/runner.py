@@ -125,10 +125,12 @@ def model_spec(model: ModelConfig) -> dict[str, Any]:
     return m
 
 
-def trial_spec(model: dict[str, Any], workload: dict[str, Any], knobs: dict[str, Any], device: str) -> dict[str, Any]:
-    """The plain-JSON input of the trial worker."""
+def trial_spec(model: dict[str, Any], workload: dict[str, Any], knobs: dict[str, Any], device: str,
+               base_dir: str | None = None) -> dict[str, Any]:
+    """The plain-JSON input of the trial worker (base_dir: where an entrypoint module is found)."""
     keys = ("warmup_steps", "measure_steps", "seed", "world_size")
-    return {"knobs": knobs, "model": model, "device": device, "workload": {k: workload[k] for k in keys}}
+    return {"knobs": knobs, "model": model, "device": device, "workload": {k: workload[k] for k in keys},
+            "base_dir": base_dir}
 
 
 def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, model: dict[str, Any], world_size: int) -> dict[str, Any]:

@@ -247,7 +247,7 @@ def run_search(
             raise _NotLaunched(reason)
 
         observer.trial_started(trial.number, h.launched + 1, knobs)
-        spec = trial_spec(model, cfg.workload.model_dump(), knobs, device)
+        spec = trial_spec(model, cfg.workload.model_dump(), knobs, device, cfg.base_dir)
         env = {"TORCHINDUCTOR_CACHE_DIR": str(inductor_cache), **space.env(knobs)}
         try:
             outcome = run_trial(spec, runs / f"{trial.number:04d}", timeout_s=60 * cfg.study.trial_timeout_min,
@@ -330,7 +330,7 @@ def confirm(study: optuna.Study, space: ResolvedSpace, cfg: Config, *, device: s
     for r in range(rounds):
         for t in candidates:
             knobs = t.user_attrs["knobs"]
-            spec = trial_spec(model, cfg.workload.model_dump(), knobs, device)
+            spec = trial_spec(model, cfg.workload.model_dump(), knobs, device, cfg.base_dir)
             env = {"TORCHINDUCTOR_CACHE_DIR": str(inductor_cache), **space.env(knobs)}
             outcome = run_trial(spec, runs / f"confirm-{t.number:04d}-{r}", timeout_s=60 * cfg.study.trial_timeout_min,
                                 env=env, on_poll=observer.poll)
@@ -491,6 +491,7 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
             "measured_at": best.datetime_complete.isoformat() if best.datetime_complete else None,
         },
         "model": cfg.model.model_dump(mode="json"),
+        "base_dir": cfg.base_dir,
         "workload": cfg.workload.model_dump(mode="json"),
         "study": {"storage": mask_url(storage), "trials_launched": h.launched, "trials_completed": len(h.completed)},
     }

@@ -141,3 +141,16 @@ def test_cli_trial_worker_needs_torch_only() -> None:
             "print(sorted(m for m in ('optuna', 'pydantic', 'typer', 'rich', 'yaml', 'autotune.config') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_cli_search_hf_config_and_entrypoint_examples(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    for name, model in (("hf-tiny-llama", "transformers LlamaForCausalLM"), ("entrypoint-example", "entrypoint custom_model:build")):
+        proc = run_cli("search", str(root / "search_spaces" / f"{name}.yaml"), "--out", str(tmp_path / "out"),
+                       "--device", "cpu", "--trials", "2", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        best = yaml.safe_load((tmp_path / "out" / name / "best.yaml").read_text())
+        assert best["metrics"]["tokens_per_s_per_gpu"] > 0
+        storage = f"sqlite:///{tmp_path / 'out' / name / 'study.db'}"
+        trial = optuna.load_study(study_name=name, storage=storage).trials[0]
+        assert trial.user_attrs["applied"]["model"].startswith(model)

@@ -17,7 +17,7 @@ from conftest import tiny
 BAD = [
     # (id, config data or raw text, message pattern)
     ("unknown-top-key", tiny(modle={}), r"modle: unknown key; allowed here: name, model, workload, space, study, baseline"),
-    ("unknown-nested-key", tiny(model={"n_layer": 2}), r"model\.n_layer: unknown key; allowed here: family, n_layers, d_model"),
+    ("unknown-nested-key", tiny(model={"n_layer": 2}), r"model\.n_layer: unknown key; allowed here: family, hf_config, entrypoint, n_layers"),
     ("unknown-space-key", tiny(space={"precison": ["bf16"]}), r"space\.precison: unknown key"),
     ("wrong-type", tiny(model={"n_layers": "twelve"}), r"model\.n_layers: .*integer.*\(got 'twelve'\)"),
     ("zero-size", tiny(model={"d_model": 0}), r"model\.d_model: .*greater than or equal to 1 \(got 0\)"),
@@ -109,3 +109,55 @@ def test_config_every_field_documented() -> None:
         assert model.model_config.get("extra") == "forbid", model
         for name, field in model.model_fields.items():
             assert field.description, f"{model.__name__}.{name} has no description"
+
+
+def _ext(write_yaml, model: dict, **extra):
+    data = tiny(baseline={"micro_batch_size": 2})
+    data["model"] = model
+    data.update(extra)
+    return write_yaml(data)
+
+
+def test_config_hf_config_missing_file_exit_2(write_yaml, tmp_path: Path) -> None:
+    path = _ext(write_yaml, {"hf_config": "nope/config.json", "seq_len": 16})
+    with pytest.raises(ConfigError, match=r"model\.yaml: model\.hf_config: no such file: .*nope/config\.json"):
+        load_config(path)
+    result = CliRunner().invoke(app, ["search", str(path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and not (tmp_path / "out").exists()
+
+
+def test_config_hf_config_checks(write_yaml, tmp_path: Path) -> None:
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ConfigError, match=r"model\.hf_config: .*bad\.json' is not valid JSON"):
+        load_config(_ext(write_yaml, {"hf_config": "bad.json", "seq_len": 16}))
+    (tmp_path / "nomodel.json").write_text('{"hidden_size": 8}')
+    with pytest.raises(ConfigError, match=r"has no model_type"):
+        load_config(_ext(write_yaml, {"hf_config": "nomodel.json", "seq_len": 16}))
+    (tmp_path / "ok.json").write_text('{"model_type": "llama"}')
+    with pytest.raises(ConfigError, match=r"model\.seq_len: required with hf_config"):
+        load_config(_ext(write_yaml, {"hf_config": "ok.json"}))
+    with pytest.raises(ConfigError, match=r"model\.d_model: not used with hf_config"):
+        load_config(_ext(write_yaml, {"hf_config": "ok.json", "seq_len": 8, "d_model": 64}))
+    with pytest.raises(ConfigError, match=r"model: give exactly one of family \(built-in\), hf_config or entrypoint"):
+        load_config(_ext(write_yaml, {"hf_config": "ok.json", "family": "gpt", "seq_len": 8}))
+
+
+def test_config_entrypoint_import_errors_exit_2(write_yaml, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"model\.entrypoint: 'nomodule' is not of the form 'package\.module:function'"):
+        load_config(_ext(write_yaml, {"entrypoint": "nomodule"}))
+    with pytest.raises(ConfigError, match=r"model\.entrypoint: cannot import 'no_such_module_xyz': ModuleNotFoundError"):
+        load_config(_ext(write_yaml, {"entrypoint": "no_such_module_xyz:build"}))
+    (tmp_path / "broken_mod.py").write_text("raise RuntimeError('boom at import')\n")
+    with pytest.raises(ConfigError, match=r"cannot import 'broken_mod': RuntimeError: boom at import"):
+        load_config(_ext(write_yaml, {"entrypoint": "broken_mod:build"}))
+    (tmp_path / "plain_mod.py").write_text("x = 1\n")
+    with pytest.raises(ConfigError, match=r"model\.entrypoint: 'plain_mod' has no function 'build'"):
+        load_config(_ext(write_yaml, {"entrypoint": "plain_mod:build"}))
+    path = _ext(write_yaml, {"entrypoint": "no_such_module_xyz:build"})
+    result = CliRunner().invoke(app, ["search", str(path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and not (tmp_path / "out").exists()
+
+
+def test_config_builtin_needs_sizes(write_yaml) -> None:
+    with pytest.raises(ConfigError, match=r"model\.n_layers: required for the built-in model \(family gpt\)"):
+        load_config(_ext(write_yaml, {"family": "gpt", "d_model": 32, "n_heads": 2, "vocab_size": 64, "seq_len": 8}))

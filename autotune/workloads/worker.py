@@ -126,21 +126,44 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     dev = torch.device(device)
 
     attention_ctx = _attention_context(torch, knobs.get("attention", "auto"), device, amp_dtype)
-    pad = knobs.get("pad_vocab_multiple")
-    ckpt = knobs.get("activation_checkpointing", "none")
-    m = {**m, "attention": knobs.get("attention", "auto"),
-         "padded_vocab": -(-m["vocab_size"] // pad) * pad if pad else m["vocab_size"],
-         "checkpoint_every": {"none": 0, "full": 1, "selective": 2}[ckpt]}
-    model = Transformer(m).to(dev)
-    flop_params = model.flop_params()
-    n_params = sum(p.numel() for p in model.parameters())
+    mbs, accum = knobs["micro_batch_size"], knobs["grad_accum_steps"]
+    gen = torch.Generator(device=dev).manual_seed(wl["seed"])
+    n_batches = min(accum, 4)  # a few distinct micro-batches, made once on the device: no data loading is timed
+    if m.get("hf_config") or m.get("entrypoint"):
+        from autotune.workloads import external
+
+        try:
+            if m.get("hf_config"):
+                built = external.build_hf(m, knobs, device, n_batches, gen)
+            else:
+                built = external.build_entrypoint(m, knobs, device, n_batches, spec.get("base_dir"))
+        except external.Unsupported as err:
+            raise InvalidConfig(str(err)) from None
+        model, batches, applied = built.model, built.batches, built.applied
+        flop_params, n_params, mfu_dims, tokens_per_sample = (built.flop_params, built.n_params, built.mfu_dims,
+                                                              built.tokens_per_sample)
+    else:
+        pad = knobs.get("pad_vocab_multiple")
+        ckpt = knobs.get("activation_checkpointing", "none")
+        m = {**m, "attention": knobs.get("attention", "auto"),
+             "padded_vocab": -(-m["vocab_size"] // pad) * pad if pad else m["vocab_size"],
+             "checkpoint_every": {"none": 0, "full": 1, "selective": 2}[ckpt]}
+        model = Transformer(m).to(dev)
+        flop_params = model.flop_params()
+        n_params = sum(p.numel() for p in model.parameters())
+        mfu_dims = {"n_layers": m["n_layers"], "d_model": m["d_model"], "seq_len": m["seq_len"]}
+        tokens_per_sample = m["seq_len"]
+        pool = torch.randint(0, m["vocab_size"], (n_batches, mbs, m["seq_len"] + 1), device=dev, generator=gen)
+        batches = [(b[:, :-1], b[:, 1:]) for b in pool]
+        applied = {"vocab": [m["vocab_size"], m["padded_vocab"]], "checkpointed_blocks": model.checkpointed_blocks()}
     fp8_linears = 0
     if knobs["precision"] == "fp8":
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
         config = Float8LinearConfig.from_recipe_name(knobs.get("fp8_recipe") or "tensorwise")
         # The output head stays in bf16 (its logits feed the loss; float8 there costs accuracy).
-        convert_to_float8_training(model, config=config, module_filter_fn=lambda mod, fqn: fqn != "head")
+        keep = ("head", "lm_head")
+        convert_to_float8_training(model, config=config, module_filter_fn=lambda mod, fqn: fqn.split(".")[-1] not in keep)
         fp8_linears = sum(1 for mod in model.modules() if type(mod).__name__ == "Float8Linear")
     fused = bool(knobs.get("fused_optimizer"))
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
@@ -149,21 +172,16 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     mode = knobs["compile"]
     compile_mode = None if mode in (False, True, "default") else mode
     step_model = torch.compile(model, mode=compile_mode) if mode else model
+    attention = knobs.get("attention", "auto")
     applied = {
-        "attention": knobs.get("attention", "auto") if knobs.get("attention", "auto") in _SDPA or
-        knobs.get("attention") == "eager" else "auto (PyTorch's SDPA choice)",
-        "vocab": [m["vocab_size"], m["padded_vocab"]],
-        "checkpointed_blocks": model.checkpointed_blocks(),
+        "attention": attention if attention in _SDPA or attention == "eager" else "auto (PyTorch's SDPA choice)",
+        **applied,
         "optimizer": f"AdamW(fused={fused})",
         "compile_mode": (compile_mode or "default") if mode else None,
         "fp8_linears": fp8_linears,
         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
     }
 
-    mbs, accum = knobs["micro_batch_size"], knobs["grad_accum_steps"]
-    gen = torch.Generator(device=dev).manual_seed(wl["seed"])
-    # Synthetic tokens made once on the device, so no data loading is timed; a few distinct micro-batches.
-    pool = torch.randint(0, m["vocab_size"], (min(accum, 4), mbs, m["seq_len"] + 1), device=dev, generator=gen)
     autocast = (
         (lambda: torch.autocast(device_type=device, dtype=amp_dtype)) if amp_dtype else contextlib.nullcontext
     )
@@ -183,11 +201,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     def step() -> torch.Tensor:
         total = torch.zeros((), device=dev)
         for i in range(accum):
-            batch = pool[i % pool.shape[0]]
+            inputs, targets = batches[i % len(batches)]
             if fault == "oom":
                 raise torch.OutOfMemoryError("AUTOTUNE_FAULT=oom: simulated out of memory")
             with autocast(), attention_ctx():
-                loss = step_model(batch[:, :-1], batch[:, 1:]) * poison / accum
+                loss = step_model(inputs, targets) * poison / accum
             (scaler.scale(loss) if scaler else loss).backward()
             total += loss.detach()
         if scaler:
@@ -245,9 +263,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         "step_times_s": step_times,
         "warmup_step_times_s": warmup_times,
         "losses": loss_values,
-        "tokens_per_step": mbs * accum * m["seq_len"],
+        "tokens_per_step": mbs * accum * tokens_per_sample,
         "n_params": n_params,
         "flop_params": flop_params,
+        "mfu_dims": mfu_dims,
         "peak_mem_bytes": peak_mem,
         "peak_mem_kind": peak_kind,
         "peak_mem_reserved_bytes": reserved,
