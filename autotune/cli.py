@@ -64,6 +64,11 @@ def search(
         Optional[str], typer.Option(help="cuda or cpu; default cuda when a GPU is visible, else cpu.")
     ] = None,
     fresh: Annotated[bool, typer.Option(help="Archive an existing study of this name and start anew.")] = False,
+    storage: Annotated[Optional[str], typer.Option(
+        help="Optuna storage (overrides study.storage): sqlite:///f.db, postgresql://user@host/db, journal:PATH. "
+        "The same command on several nodes makes them workers of one study.")] = None,
+    gpus: Annotated[Optional[str], typer.Option(
+        help="Run one trial per listed GPU at once: 0,1,2,3 or all (on the CPU: how many trials at once).")] = None,
     dry_run: Annotated[bool, typer.Option(help="Print the resolved space, its size and the baseline; run nothing.")] = False,
 ) -> None:
     """Search the space with real, short benchmark trials; write OUT/<name>/best.yaml."""
@@ -85,10 +90,22 @@ def search(
             return
         from autotune.study import run_search
 
+        gpu_list = None
+        if gpus is not None:
+            if gpus == "all":
+                from autotune.hardware import detect
+
+                gpu_list = [str(g["index"]) for g in detect()["gpus"]] or None
+                if gpu_list is None:
+                    raise ConfigError("--gpus: all, but pynvml sees no NVIDIA GPU; list CPU workers as --gpus 0,1")
+            else:
+                gpu_list = [g.strip() for g in gpus.split(",") if g.strip()]
+                if not gpu_list or not all(g.isdigit() for g in gpu_list) or len(set(gpu_list)) != len(gpu_list):
+                    raise ConfigError(f"--gpus: {gpus!r} is not allowed; use distinct GPU indices such as 0,1,2,3, or all")
         searched = list(space.searched)
         with LiveProgress(console, searched) as view:
             result = run_search(cfg, out_root=out, device=device, trials=trials, timeout_min=timeout_min,
-                                fresh=fresh, observer=view)
+                                fresh=fresh, storage=storage, gpus=gpu_list, observer=view)
         if result.best is None:
             raise NoSuccessError(f"no trial succeeded ({result.history.launched} launched); see {result.study_dir}/runs/*/worker.log")
         base = result.baseline.value if result.baseline else None

@@ -312,7 +312,13 @@ class StudyConfig(_Section):
     sampler: SamplerName = Field(default="tpe", description="Optuna sampler: tpe | random | grid | gp.")
     seed: int = Field(default=0, description="Sampler seed.")
     storage: str | None = Field(
-        default=None, description="Optuna storage URL. Default: sqlite:///<out>/<name>/study.db."
+        default=None,
+        description="Optuna storage: an RDB URL (sqlite:///..., postgresql://user@host/db) or journal:PATH "
+        "(JournalStorage on a shared file system). Default: sqlite:///<out>/<name>/study.db.",
+    )
+    worker_grace_s: float = Field(
+        default=60.0, ge=3, description="A running trial whose worker sent no heartbeat for this long "
+        "(killed, node lost) is failed as worker_lost and its configuration measured again.",
     )
     trial_timeout_min: float = Field(
         default=10.0, gt=0, description="Hard limit for one trial's process; past it the trial ends as timeout."

@@ -13,7 +13,7 @@ from autotune.report import _fmt, to_markdown
 def pareto_front(points: list[tuple[float, float, int]]) -> list[int]:
     """Trials not beaten on both axes: higher tokens/s and lower peak memory. points: (mem, tok, number)."""
     front, best_tok = [], float("-inf")
-    for mem, tok, number in sorted(points, key=lambda p: (p[0], -p[1])):
+    for _mem, tok, number in sorted(points, key=lambda p: (p[0], -p[1])):
         if tok > best_tok:
             front.append(number)
             best_tok = tok

@@ -15,7 +15,6 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.errors import ConfigError
-from autotune.runner import STATUSES
 from autotune.space import KNOBS
 from autotune.study import mask_url
 
@@ -31,12 +30,15 @@ def open_study(path: Path | None, study_name: str | None, storage: str | None) -
         if not db.is_file():
             raise ConfigError(f"STUDY_DIR: no study.db in {path}; give trials/<name> or --storage URL")
         storage = f"sqlite:///{db.resolve()}"
+    from autotune.study import storage_of
+
+    url, storage = storage, storage_of(storage)
     names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
     name = study_name or (path.name if path is not None and path.name in names else None)
     if name is None and len(names) == 1:
         name = names[0]
     if name not in names:
-        raise ConfigError(f"--study: {name!r} is not in {mask_url(storage)}; studies there: {', '.join(names) or 'none'}")
+        raise ConfigError(f"--study: {name!r} is not in {mask_url(url)}; studies there: {', '.join(names) or 'none'}")
     return optuna.load_study(study_name=name, storage=storage), path
 
 
@@ -45,7 +47,7 @@ def _row(t: optuna.trial.FrozenTrial, base_value: float | None) -> dict[str, Any
     m = a.get("metrics") or {}
     state = {TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}.get(t.state, a.get("status", "failed"))
     if t.state == TrialState.FAIL and "status" not in a:
-        state = "lost"  # failed by Optuna itself (stale heartbeat), no record of ours
+        state = "worker_lost"  # failed outside autotune's objective (e.g. Optuna's own stale-trial handling)
     return {
         "number": t.number,
         "state": state,
@@ -226,7 +228,7 @@ def render_rich(data: dict[str, Any], console: Any) -> None:
     console.print(k)
     tm = data["time"]
     phases = ", ".join(f"{p} {s:,.0f} s" for p, s in tm["phases_s"].items())
-    console.print(f"Trials by state: " + ", ".join(f"{k} {v}" for k, v in data["counts"].items()))
+    console.print("Trials by state: " + ", ".join(f"{k} {v}" for k, v in data["counts"].items()))
     console.print(f"Time in trial processes: {tm['trial_wall_s']:,.0f} s ({phases or 'no phase data'})")
     if data["check_history"]:
         last = data["check_history"][-1]

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,10 +66,13 @@ def run_trial(
     timeout_s: float,
     env: dict[str, str] | None = None,
     on_poll: Callable[[], None] | None = None,
+    gpu_index: int | None = None,
+    stop: threading.Event | None = None,
 ) -> Outcome:
     """Run the worker on `spec` in a fresh process (own process group) and wait for it.
 
-    KeyboardInterrupt ends the process group and propagates.
+    KeyboardInterrupt, or `stop` being set (Ctrl-C seen by another thread), ends the process group and
+    raises KeyboardInterrupt. gpu_index: the NVML index of the trial's GPU, for telemetry.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path, log_path = run_dir / "spec.json", run_dir / "result.json", run_dir / "worker.log"
@@ -78,7 +82,8 @@ def run_trial(
     child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "autotune.workloads.worker", str(spec_path), str(result_path)]
     t0 = time.monotonic()
-    telemetry = Telemetry(visible_gpu_index()) if spec.get("device") == "cuda" else None
+    index = visible_gpu_index() if gpu_index is None else gpu_index
+    telemetry = Telemetry(index) if spec.get("device") == "cuda" else None
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env, start_new_session=True)
         try:
@@ -90,6 +95,8 @@ def run_trial(
                     timed_out = True
                     _kill_group(proc)
                     break
+                if stop is not None and stop.is_set():
+                    raise KeyboardInterrupt
                 if on_poll:
                     on_poll()
                 time.sleep(0.1)

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+import queue
 import random
+import signal
+import socket
+import threading
 import statistics
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +29,8 @@ from autotune.space import ResolvedSpace, config_fingerprint, resolve_space
 
 # Failed trials with these statuses did not measure their configuration: it may be launched again.
 RERUN_STATUSES = ("interrupted", "worker_lost")
+# Trials recorded without a launch; they never count toward the budget.
+NOT_LAUNCHED = ("duplicate", "skipped")
 
 
 class _NotLaunched(Exception):
@@ -59,6 +67,91 @@ def mask_url(url: str) -> str:
         return url
 
 
+def storage_of(url: str) -> optuna.storages.BaseStorage:
+    """An Optuna storage from a URL; journal:PATH is Optuna's JournalStorage on a file (shared file systems)."""
+    if url.startswith("journal:"):
+        path = Path(url.removeprefix("journal:"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+    sqlite = url.startswith("sqlite")
+    for attempt in range(5):  # workers started together race to create the schema of a new database
+        try:
+            storage = optuna.storages.RDBStorage(
+                url, engine_kwargs={"connect_args": {"timeout": 60}} if sqlite else None)
+            if sqlite:
+                _serialize_sqlite(storage)
+            return storage
+        except Exception as err:
+            if attempt == 4 or not any(w in str(err) for w in ("UNIQUE", "unique", "already exists", "locked")):
+                raise
+            time.sleep(0.5 + random.random())
+    raise AssertionError("unreachable")
+
+
+def _serialize_sqlite(storage: optuna.storages.RDBStorage) -> None:
+    """Make every SQLite transaction BEGIN IMMEDIATE (SQLAlchemy's pysqlite recipe).
+
+    pysqlite's deferred transactions let two workers (threads or processes) both read a WAITING trial
+    before either writes, so both run it; taking the write lock at BEGIN makes the pop atomic.
+    """
+    from sqlalchemy import event
+
+    engine = storage.engine
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # let SQLAlchemy, not pysqlite, emit BEGIN
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()  # connections opened before the listeners existed
+
+
+def heartbeat_interval(grace_s: float) -> float:
+    return min(10.0, grace_s / 3)
+
+
+def reap_lost_workers(study: optuna.Study, grace_s: float, own: int | None = None) -> list[int]:
+    """Fail RUNNING trials whose worker stopped sending heartbeats (kill -9, node loss) as worker_lost.
+
+    Written here rather than using Optuna's heartbeat because JournalStorage has none; this works the
+    same on SQLite, PostgreSQL and journal files. A lost trial's configuration is measured again.
+    """
+    now = time.time()
+    lost = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if t.number == own:
+            continue
+        beat = t.user_attrs.get("heartbeat") or (t.datetime_start.timestamp() if t.datetime_start else now)
+        if now - beat > grace_s or _dead_here(t.user_attrs.get("worker")):
+            try:
+                optuna.trial.Trial(study, t._trial_id).set_user_attr("status", "worker_lost")
+                study.tell(t.number, state=TrialState.FAIL)
+                lost.append(t.number)
+            except Exception:  # another worker reaped or finished it first
+                continue
+    return lost
+
+
+def worker_id() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def _dead_here(worker: dict[str, Any] | None) -> bool:
+    """A worker on this host whose process is gone (found at once, no need to wait for the grace)."""
+    if not worker or worker.get("host") != socket.gethostname() or worker.get("pid") == os.getpid():
+        return False
+    try:
+        os.kill(int(worker["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, ValueError, TypeError):
+        return False
+    return False
+
+
 def _key(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(params.items()))
 
@@ -71,10 +164,19 @@ class History:
     ooms: list[optuna.trial.FrozenTrial] = field(default_factory=list)
     launched: int = 0
     completed: list[optuna.trial.FrozenTrial] = field(default_factory=list)
+    running: dict[tuple[tuple[str, Any], ...], optuna.trial.FrozenTrial] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, study: optuna.Study) -> History:
+    def of(cls, study: optuna.Study, own: int | None = None) -> History:
+        """own: this worker's trial. `running` holds other workers' trials that have claimed their
+        configuration (passed this check) or were asked before this one: either way this one yields."""
         h = cls()
+        if own is not None:
+            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                a = t.user_attrs
+                if (t.number != own and "knobs" in a and a.get("status") not in NOT_LAUNCHED
+                        and (t.number < own or a.get("claimed"))):
+                    h.running.setdefault(_key(a["knobs"]), t)
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
             status = t.user_attrs.get("status")
             if status not in STATUSES:  # duplicates, interrupted, lost workers: nothing measured
@@ -137,7 +239,7 @@ class SearchResult:
         return self.best.number if self.best else None
 
 
-def _archive(study_dir: Path, storage: str, name: str, default_storage: bool) -> Path | None:
+def _archive(study_dir: Path, storage: Any, name: str, default_storage: bool) -> Path | None:
     """--fresh: move the old study aside (nothing is deleted); return where it went."""
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     target = study_dir.with_name(f"{study_dir.name}.archived-{stamp}")
@@ -158,17 +260,25 @@ def open_study(cfg: Config, *, out_root: Path, device: str, fresh: bool) -> tupl
     """Create or resume the study; refuse one made from a different model, workload, space or device."""
     study_dir = out_root / cfg.name
     default_storage = cfg.study.storage is None
-    storage = cfg.study.storage or f"sqlite:///{(study_dir / 'study.db').resolve()}"
+    url = cfg.study.storage or f"sqlite:///{(study_dir / 'study.db').resolve()}"
+    if fresh and default_storage:
+        _archive(study_dir, None, cfg.name, default_storage)  # moves study.db aside with the folder
+    if default_storage:
+        study_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        storage = storage_of(url)
+    except Exception as err:
+        raise StudyError(f"study.storage: cannot open {mask_url(url)}: {err}") from None
+    if fresh and not default_storage:
+        _archive(study_dir, storage, cfg.name, default_storage)  # copies the study aside in its storage
     want = {"config_fingerprint": config_fingerprint(cfg), "device": device}
-    if fresh:
-        _archive(study_dir, storage, cfg.name, default_storage)
-    elif not default_storage or (study_dir / "study.db").exists():
+    if not fresh:
         try:
             old = optuna.load_study(study_name=cfg.name, storage=storage)
         except KeyError:
             old = None
         except Exception as err:
-            raise StudyError(f"study.storage: cannot open {mask_url(storage)}: {err}") from None
+            raise StudyError(f"study.storage: cannot open {mask_url(url)}: {err}") from None
         if old is not None and old.get_trials(deepcopy=False):
             for key, value in want.items():
                 have = old.user_attrs.get(key)
@@ -182,8 +292,10 @@ def open_study(cfg: Config, *, out_root: Path, device: str, fresh: bool) -> tupl
     study = optuna.create_study(study_name=cfg.name, storage=storage, direction="maximize", load_if_exists=True)
     for key, value in want.items():
         study.set_user_attr(key, value)
-    study.set_user_attr("config", cfg.model_dump(mode="json"))
-    return study, study_dir, storage
+    config = cfg.model_dump(mode="json")
+    config["study"]["storage"] = mask_url(url)  # credentials are never stored
+    study.set_user_attr("config", config)
+    return study, study_dir, url
 
 
 def run_search(
@@ -194,10 +306,18 @@ def run_search(
     trials: int | None = None,
     timeout_min: float | None = None,
     fresh: bool = False,
+    storage: str | None = None,
+    gpus: list[str] | None = None,
     observer: Observer | None = None,
 ) -> SearchResult:
-    """Run (or resume) the study until `trials` trials were launched, the timeout, or the space is exhausted."""
+    """Run (or resume) the study until `trials` trials were launched, the timeout, or the space is exhausted.
+
+    gpus: run one trial per listed GPU at once (each pinned with CUDA_VISIBLE_DEVICES); on the CPU the
+    list only sets how many trials run at once.
+    """
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our own view reports trials
+    if storage is not None:
+        cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"storage": storage})})
     space = resolve_space(cfg)
     device = device or default_device()
     if device == "cuda" and not detect()["gpus"]:
@@ -207,6 +327,8 @@ def run_search(
     observer = observer or Observer()
 
     study, study_dir, storage = open_study(cfg, out_root=out_root, device=device, fresh=fresh)
+    grace = cfg.study.worker_grace_s
+    reap_lost_workers(study, grace)
     study.sampler = make_sampler(cfg.study.sampler, cfg.study.seed, space, budget)
     model = model_spec(cfg.model)
     rng = random.Random(cfg.study.seed)
@@ -221,20 +343,31 @@ def run_search(
     inductor_cache = (study_dir / "inductor-cache").resolve()
 
     def unseen(h: History) -> list[dict[str, Any]]:
-        return [p for p in points if _key(space.knobs(p)) not in h.seen]
+        """Points neither measured nor being measured by another worker."""
+        return [p for p in points if _key(space.knobs(p)) not in h.seen and _key(space.knobs(p)) not in h.running]
 
     def objective(trial: optuna.Trial) -> float:
         nonlocal new_trials
         params = space.suggest(trial)
         knobs = space.knobs(params)
         trial.set_user_attr("knobs", knobs)
-        h = History.of(study)
-        if (prev := h.seen.get(_key(knobs))) is not None:
+        trial.set_user_attr("heartbeat", time.time())
+        trial.set_user_attr("worker", worker_id())
+        reap_lost_workers(study, grace, own=trial.number)
+        h = History.of(study, own=trial.number)
+        if h.launched + len(h.running) >= budget:  # other workers are measuring the rest of the budget
+            trial.set_user_attr("status", "skipped")
+            study.stop()
+            raise _NotLaunched("budget taken by running trials")
+        prev = h.seen.get(_key(knobs)) or h.running.get(_key(knobs))
+        if prev is not None:
             trial.set_user_attr("status", "duplicate")
             trial.set_user_attr("duplicate_of", prev.number)
             left = unseen(h)
             if left:  # the sampler wants this region: measure its nearest unmeasured point next
                 _enqueue_unseen(study, space, [space.nearest(params, left, rng)])
+            else:  # every other point is measured or being measured elsewhere: this worker is done
+                study.stop()
             raise _NotLaunched(f"same configuration as trial {prev.number}")
         if (bound := h.oom_bound(knobs)) is not None:
             reason = (f"predicted: needs at least the memory of trial {bound.number} "
@@ -246,15 +379,50 @@ def run_search(
             observer.trial_finished(record, h)
             raise _NotLaunched(reason)
 
+        trial.set_user_attr("claimed", True)  # other workers now leave this configuration to this one
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):  # a claim raced ours: lower number keeps it
+            if t.number < trial.number and _key(t.user_attrs.get("knobs") or {}) == _key(knobs) \
+                    and t.user_attrs.get("status") not in NOT_LAUNCHED:
+                trial.set_user_attr("status", "duplicate")
+                trial.set_user_attr("duplicate_of", t.number)
+                raise _NotLaunched(f"same configuration as running trial {t.number}")
+        slot = slots.get()
         observer.trial_started(trial.number, h.launched + 1, knobs)
         spec = trial_spec(model, cfg.workload.model_dump(), knobs, device, cfg.base_dir)
         env = {"TORCHINDUCTOR_CACHE_DIR": str(inductor_cache), **space.env(knobs)}
+        if slot is not None and device == "cuda":
+            env["CUDA_VISIBLE_DEVICES"] = slot
+        if n_jobs > 1 and "OMP_NUM_THREADS" not in os.environ:
+            # Trials side by side share the host's cores: oversubscribed intra-op threads spin and slow
+            # everything down (by 100x seen on 2 cores), so each gets its share, as torchrun does.
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // n_jobs))
+        trial.set_user_attr("gpu", slot)
+        with spans_lock:
+            spans[trial.number] = [time.time(), None]
+        last_beat = [time.time()]
+
+        def poll() -> None:
+            observer.poll()
+            if time.time() - last_beat[0] > heartbeat_interval(grace):
+                last_beat[0] = time.time()
+                trial.set_user_attr("heartbeat", last_beat[0])
+
         try:
             outcome = run_trial(spec, runs / f"{trial.number:04d}", timeout_s=60 * cfg.study.trial_timeout_min,
-                                env=env, on_poll=observer.poll)
+                                env=env, on_poll=poll, stop=stop,
+                                gpu_index=int(slot) if slot is not None and slot.isdigit() else None)
         except KeyboardInterrupt:
+            stop.set()
             trial.set_user_attr("status", "interrupted")
             raise
+        finally:
+            slots.put(slot)
+            with spans_lock:
+                spans[trial.number][1] = time.time()
+                start, end = spans[trial.number]
+                overlapped = sorted(n for n, (s0, e0) in spans.items()
+                                    if n != trial.number and s0 < end and (e0 is None or e0 > start))
+        trial.set_user_attr("overlapped_with", overlapped)  # trials measured at the same time, on other GPUs
         new_trials += 1
         record = record_of(trial.number, knobs, outcome, model, cfg.workload.world_size)
         record["run_dir"] = str(runs / f"{trial.number:04d}")
@@ -276,6 +444,14 @@ def run_search(
             stop_reason = "space exhausted"
             study.stop()
 
+    slots: queue.Queue[str | None] = queue.Queue()
+    for slot in gpus or [None]:
+        slots.put(slot)
+    n_jobs = len(gpus) if gpus else 1
+    stop = threading.Event()
+    spans: dict[int, list[float | None]] = {}  # trial -> [start, end]: which trials overlapped which
+    spans_lock = threading.Lock()
+
     h = History.of(study)
     observer.started({"name": cfg.name, "device": device, "budget": budget, "done": h.launched,
                       "space_size": space.size, "sampler": cfg.study.sampler, "timeout_s": timeout_s,
@@ -287,12 +463,22 @@ def run_search(
             stop_reason = "space exhausted"
         else:
             t0 = dt.datetime.now()
-            study.optimize(objective, timeout=timeout_s, catch=(_NotLaunched, _TrialFailed),
-                           callbacks=[stop_when_done])
+            previous = None
+            if n_jobs > 1 and threading.current_thread() is threading.main_thread():
+                def on_sigint(signum: int, frame: Any) -> None:
+                    stop.set()  # every thread ends its trial's process group, then the study stops
+                    raise KeyboardInterrupt
+
+                previous = signal.signal(signal.SIGINT, on_sigint)
+            try:
+                study.optimize(objective, timeout=timeout_s, n_jobs=n_jobs, catch=(_NotLaunched, _TrialFailed),
+                               callbacks=[stop_when_done])
+            finally:
+                if previous is not None:
+                    signal.signal(signal.SIGINT, previous)
             if (dt.datetime.now() - t0).total_seconds() >= timeout_s:
                 stop_reason = "timeout"
-        confirmation = confirm(study, space, cfg, device=device, runs=runs, inductor_cache=inductor_cache,
-                               observer=observer)
+        confirm(study, space, cfg, device=device, runs=runs, inductor_cache=inductor_cache, observer=observer)
     finally:  # also on Ctrl-C: what was measured is written out
         h = History.of(study)
         best_yaml = write_best(cfg, study, h, study_dir, storage, space) if h.completed else None

@@ -39,7 +39,7 @@ class LiveProgress(Observer):
         self.searched = searched or None
         self.info: dict[str, Any] = {}
         self.t0 = time.monotonic()
-        self.current: tuple[int, int, dict[str, Any], float] | None = None
+        self.current: dict[int, tuple[int, dict[str, Any], float]] = {}
         self.best: dict[str, Any] | None = None
         self.baseline_value: float | None = None
         self.last: list[str] = []
@@ -50,7 +50,7 @@ class LiveProgress(Observer):
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.current = None
+        self.current = {}
         self.live.__exit__(*exc)
 
     def started(self, info: dict[str, Any]) -> None:
@@ -63,10 +63,10 @@ class LiveProgress(Observer):
         )
 
     def trial_started(self, number: int, index: int, knobs: dict[str, Any]) -> None:
-        self.current = (number, index, knobs, time.monotonic())
+        self.current[number] = (index, knobs, time.monotonic())
 
     def trial_finished(self, record: dict[str, Any], history: History) -> None:
-        self.current = None
+        self.current.pop(record["number"], None)
         best = history.best()
         if best is not None:
             base = self.info.get("baseline")
@@ -98,8 +98,7 @@ class LiveProgress(Observer):
     def _render(self) -> Group:
         elapsed = time.monotonic() - self.t0
         rows = []
-        if self.current:
-            number, index, knobs, since = self.current
+        for number, (index, knobs, since) in sorted(self.current.items()):
             rows.append(Text.from_markup(
                 f"trial {index} of {self.info.get('budget', '?')} (#{number}): {fmt_knobs(knobs, self.searched)}"
                 f"  [dim]running {_hms(time.monotonic() - since)}[/]"))

@@ -100,8 +100,6 @@ def build_hf(m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: i
 
 def build_entrypoint(m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: int, base_dir: str | None) -> Built:
     """Call the user's function (see the protocol above) and check what it returned."""
-    import torch
-
     _reject(knobs, "entrypoint models")
     if base_dir and base_dir not in sys.path:
         sys.path.insert(0, base_dir)
