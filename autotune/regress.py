@@ -188,13 +188,11 @@ def record_history(best_path: Path, verdict: Verdict, name: str) -> Path:
 
 def update_baseline(best_path: Path, samples: list[float], recorded_at: str, fingerprint: dict[str, Any]) -> None:
     """--update / --reset-baseline: these samples become the recorded baseline in best.yaml (written atomically)."""
-    from autotune.study import _PlainDumper
+    from autotune.study import write_yaml
 
     doc = read_best(best_path)
     doc["check_baseline"] = {"tokens_per_s_samples": samples, "recorded_at": recorded_at, "fingerprint": fingerprint}
-    tmp = best_path.with_suffix(".yaml.tmp")
-    tmp.write_text(yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False))
-    tmp.replace(best_path)
+    write_yaml(best_path, doc)
 
 
 def write_junit(path: Path, name: str, verdict: Verdict, seconds: float) -> None:

@@ -204,7 +204,7 @@ class History:
         return max(self.completed, key=lambda t: t.value, default=None)
 
 
-def make_sampler(name: str, seed: int, space: ResolvedSpace, budget: int) -> optuna.samplers.BaseSampler:
+def make_sampler(name: str, seed: int, budget: int) -> optuna.samplers.BaseSampler:
     """The Optuna sampler named in the YAML; every knob is categorical.
 
     grid: every point is enqueued (see run_search) and drawn in a seeded random order; Optuna's
@@ -329,7 +329,7 @@ def run_search(
     study, study_dir, storage = open_study(cfg, out_root=out_root, device=device, fresh=fresh)
     grace = cfg.study.worker_grace_s
     reap_lost_workers(study, grace)
-    study.sampler = make_sampler(cfg.study.sampler, cfg.study.seed, space, budget)
+    study.sampler = make_sampler(cfg.study.sampler, cfg.study.seed, budget)
     model = model_spec(cfg.model)
     rng = random.Random(cfg.study.seed)
     points = space.points()
@@ -373,9 +373,7 @@ def run_search(
             reason = (f"predicted: needs at least the memory of trial {bound.number} "
                       f"(micro_batch_size {bound.user_attrs['knobs']['micro_batch_size']} ran out of memory)")
             record = {"number": trial.number, "knobs": knobs, "status": "oom", "reason": reason, "predicted": True}
-            for k, v in record.items():
-                if k != "number":
-                    trial.set_user_attr(k, v)
+            _store(trial, record)
             observer.trial_finished(record, h)
             raise _NotLaunched(reason)
 
@@ -426,9 +424,7 @@ def run_search(
         new_trials += 1
         record = record_of(trial.number, knobs, outcome, model, cfg.workload.world_size)
         record["run_dir"] = str(runs / f"{trial.number:04d}")
-        for k, v in record.items():
-            if k != "number":
-                trial.set_user_attr(k, v)
+        _store(trial, record)
         observer.trial_finished(record, History.of(study))
         if outcome.status != "ok":
             raise _TrialFailed(f"{outcome.status}: {outcome.reason}")
@@ -563,6 +559,13 @@ def _choose(candidates: list[optuna.trial.FrozenTrial], samples: dict[int, list[
             "why": why, "stats": list(stats.values())}
 
 
+def _store(trial: optuna.Trial, record: dict[str, Any]) -> None:
+    """A trial's record becomes its Optuna user attributes (what report and check read back)."""
+    for k, v in record.items():
+        if k != "number":
+            trial.set_user_attr(k, v)
+
+
 def _enqueue_unseen(study: optuna.Study, space: ResolvedSpace, points: list[dict[str, Any]]) -> None:
     """Enqueue the points not yet measured and not already waiting (resume-safe, unlike skip_if_exists,
     which would also skip a point whose trial was interrupted)."""
@@ -598,8 +601,9 @@ def apply_notes(knobs: dict[str, Any], device: str) -> list[str]:
     if attention == "eager":
         out.append("attention as softmax(QK^T)V, materialised")
     elif attention != "auto":
-        backend = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
-                   "math": "MATH"}[attention]
+        from autotune.workloads.worker import SDPA_BACKENDS  # torch-free at import
+
+        backend = SDPA_BACKENDS[attention]
         out.append(f"with torch.nn.attention.sdpa_kernel(SDPBackend.{backend}): forward")
     if knobs.get("pad_vocab_multiple"):
         out.append(f"pad embedding and head to a multiple of {knobs['pad_vocab_multiple']}; cut logits to the vocab before the loss")
@@ -616,6 +620,13 @@ class _PlainDumper(yaml.SafeDumper):
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+
+def write_yaml(path: Path, doc: dict[str, Any]) -> None:
+    """Write YAML for people (no anchors) atomically: a reader never sees a half-written file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False))
+    tmp.replace(path)
 
 
 def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, storage: str,
@@ -682,9 +693,7 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
         "study": {"storage": mask_url(storage), "trials_launched": h.launched, "trials_completed": len(h.completed)},
     }
     path = study_dir / "best.yaml"
-    tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False))
-    tmp.replace(path)  # never half-written
+    write_yaml(path, doc)
     return path
 
 

@@ -82,16 +82,16 @@ def _set_precision(torch: Any, precision: str, device: str) -> Any:
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}.get(precision)
 
 
-_SDPA = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
+SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
 
 
 def _attention_context(torch: Any, attention: str, device: str, dtype: Any) -> Any:
     """A context that forces the SDPA backend; InvalidConfig when that backend cannot run here."""
-    if attention not in _SDPA:
+    if attention not in SDPA_BACKENDS:
         return contextlib.nullcontext
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    backend = getattr(SDPBackend, _SDPA[attention])
+    backend = getattr(SDPBackend, SDPA_BACKENDS[attention])
     probe = torch.randn(1, 2, 16, 64, device=device, dtype=dtype or torch.float32)
     try:
         with sdpa_kernel([backend]):
@@ -174,9 +174,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     step_model = torch.compile(model, mode=compile_mode) if mode else model
     attention = knobs.get("attention", "auto")
     applied = {
-        "attention": attention if attention in _SDPA or attention == "eager" else "auto (PyTorch's SDPA choice)",
+        "attention": attention if attention in SDPA_BACKENDS or attention == "eager" else "auto (PyTorch's SDPA choice)",
         **applied,
-        "optimizer": f"AdamW(fused={fused})",
+        "optimizer": f"AdamW(fused={bool(optimizer.defaults.get('fused'))})",
         "compile_mode": (compile_mode or "default") if mode else None,
         "fp8_linears": fp8_linears,
         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
