@@ -177,5 +177,6 @@ def test_workers_parallel_ctrl_c_ends_every_trial(tmp_path: Path, write_yaml) ->
     time.sleep(0.5)
     assert not _processes_with(str(runs))  # no trial process left
     trials = optuna.load_study(study_name="t", storage=f"sqlite:///{out / 't' / 'study.db'}").get_trials()
-    assert sorted(t.user_attrs.get("status") for t in trials if t.user_attrs.get("status")) == ["interrupted", "interrupted"]
+    launched = [t.user_attrs.get("status") for t in trials if t.user_attrs.get("status") not in (None, "duplicate", "skipped")]
+    assert launched == ["interrupted", "interrupted"]  # both running trials; a sampler repeat may be recorded beside them
     assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
