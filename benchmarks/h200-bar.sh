@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Issue 3's H200 bar and issue 7's GPU crash check, as run through the device tool on nvidia-h200-x2
+# (two H200s of one host; every trial uses ONE GPU, two trials run side by side with --gpus 0,1).
+# Each stage resumes its studies, so a stage cut short is simply run again.
+#   benchmarks/h200-bar.sh STAGE...     stages: info grid fp32 llama hopper gputests
+# Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
+set -uo pipefail
+OUT=${OUT:-bench-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 COLUMNS=160
+at() { python3 -m autotune.cli "$@"; }
+for stage in "$@"; do
+  echo "=== $stage $(date -u +%FT%TZ)" | tee -a "$OUT/stages.log"
+  case $stage in
+    info)
+      { date -u; nvidia-smi; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv
+        python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "nccl", torch.cuda.nccl.version())'
+        python3 -c 'import torchao, optuna; print("torchao", torchao.__version__, "optuna", optuna.__version__)'; } > "$OUT/hw.txt" 2>&1 ;;
+    grid)   # the 48-point landscape, once each; stop launching after GRID_MIN minutes (resume finishes it)
+      at search search_spaces/gpt2-small-grid.yaml --gpus 0,1 --timeout-min "${GRID_MIN:-60}" 2>&1 | tee -a "$OUT/grid.log" ;;
+    fp32)   # the fp32 reference of the same workload
+      at search search_spaces/gpt2-small-fp32.yaml --gpus 0 2>&1 | tee -a "$OUT/fp32.log" ;;
+    llama)
+      at search search_spaces/llama-1b.yaml --gpus 0,1 --timeout-min "${LLAMA_MIN:-30}" 2>&1 | tee -a "$OUT/llama.log" ;;
+    hopper) # a fresh default-sampler (TPE) study of at most 24 trials; starts with the grid's compile cache
+      # (wall time only: compilation happens in the warm-up, never inside the measured steps)
+      mkdir -p trials/gpt2-small-hopper
+      [ -d trials/gpt2-small-hopper/inductor-cache ] || cp -r trials/gpt2-small-grid/inductor-cache trials/gpt2-small-hopper/ 2>/dev/null
+      at search search_spaces/gpt2-small-hopper.yaml --gpus 0,1 2>&1 | tee -a "$OUT/hopper.log" ;;
+    gputests)
+      python3 -m pytest -m gpu -s -v -p no:cacheprovider tests/test_gpu.py tests/test_worker.py 2>&1 | tee "$OUT/gputests.log" ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
+tar czf "$OUT/trials.tgz" --exclude=inductor-cache --exclude='*.pt' trials 2>/dev/null
+ls -la "$OUT"

@@ -1,0 +1,123 @@
+"""GPU-only behaviour, run on the device machine (`pytest -m gpu -s tests/test_gpu.py`); skipped without CUDA.
+
+A real CUDA search end to end (CUDA-event timing, allocator peak memory, NVML telemetry, fp8 through
+torchao), and issue 7's crash-safety check on the GPU: kill -9 of `autotune search` while a trial is
+training leaves no process on the GPU (asked of NVML, as nvidia-smi does), and the same command then
+finishes the study, measuring the lost configuration again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+
+from conftest import run_cli, tiny
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+SMALL = {"family": "gpt", "n_layers": 2, "d_model": 256, "n_heads": 4, "vocab_size": 50257, "seq_len": 256}
+
+
+def _gpu_pids() -> dict[int, int]:
+    """pid -> bytes used, of every compute process on every GPU (NVML's view, the one nvidia-smi prints)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        found = {}
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(i)):
+                found[p.pid] = p.usedGpuMemory or 0
+        return found
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _nvidia_smi() -> str:
+    try:
+        return subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv"],
+                              capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"nvidia-smi: {err}"
+
+
+def _children_of(pid: int) -> set[int]:
+    """Every descendant of pid (through /proc)."""
+    parents = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+def test_gpu_search_end_to_end(tmp_path: Path, write_yaml) -> None:
+    """bf16 and fp8, compiled: every trial ok, CUDA-event timing, allocator peak, NVML telemetry, fp8 applied."""
+    pytest.importorskip("torchao")
+    path = write_yaml(tiny(model=SMALL, workload={"global_batch_size": 32, "warmup_steps": 2, "measure_steps": 4},
+                           space={"micro_batch_size": [16], "precision": ["bf16", "fp8"], "compile": True,
+                                  "fp8_recipe": ["tensorwise"]},
+                           baseline={"precision": "bf16"}, study={"trials": 2, "sampler": "grid"}))
+    proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cuda", cwd=tmp_path, timeout=600)
+    print(proc.stdout[-3000:])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trials = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 'out' / 't' / 'study.db'}").get_trials()
+    assert [t.user_attrs["status"] for t in trials] == ["ok", "ok"]
+    for t in trials:
+        m = t.user_attrs["metrics"]
+        assert m["peak_mem_kind"] == "cuda_max_memory_allocated" and m["peak_mem_gib"] > 0
+        assert m["mfu"] > 0 and m["step_time"]["n"] == 4
+        assert t.user_attrs["telemetry"]["samples"] > 0 and t.user_attrs["telemetry"]["power_w_mean"] > 0
+        assert t.user_attrs["phases_s"]["compile"] > 0
+    fp8 = next(t for t in trials if t.params["precision"] == "fp8")
+    assert fp8.user_attrs["applied"]["fp8_linears"] == 2 * 4  # 4 linears a block, the head kept in bf16
+
+
+def test_gpu_kill_9_leaves_no_process_on_gpu_and_resume_finishes(tmp_path: Path, write_yaml) -> None:
+    path = write_yaml(tiny(model=SMALL, workload={"global_batch_size": 64, "warmup_steps": 1, "measure_steps": 3},
+                           space={"micro_batch_size": [8, 16], "precision": "bf16"},
+                           baseline={"micro_batch_size": 8}, study={"trials": 2}))
+    out = tmp_path / "out"
+    before = set(_gpu_pids())
+    env = {**os.environ, "COLUMNS": "200", "AUTOTUNE_FAULT": "slow:5000@micro_batch_size=16"}  # trial 1 trains slowly
+    proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", "search", str(path), "--out", str(out),
+                             "--device", "cuda"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    result = out / "t" / "runs" / "0001"
+    deadline = time.monotonic() + 300
+    on_gpu: set[int] = set()
+    while time.monotonic() < deadline and not on_gpu:  # until trial 1's process holds GPU memory
+        if (result / "spec.json").exists():
+            on_gpu = (set(_gpu_pids()) - before) & _children_of(proc.pid)
+        time.sleep(0.5)
+    assert on_gpu, "trial 1 never appeared on the GPU"
+    time.sleep(3.0)  # mid-training
+    print("before kill -9:\n" + _nvidia_smi())
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 20
+    while set(_gpu_pids()) & on_gpu and time.monotonic() < deadline:
+        time.sleep(0.2)
+    print("after kill -9:\n" + _nvidia_smi())
+    assert not set(_gpu_pids()) & on_gpu, "the trial process outlived autotune and keeps the GPU"
+    assert not set(_gpu_pids()) - before  # nothing of ours on any GPU
+    again = run_cli("search", str(path), "--out", str(out), "--device", "cuda", cwd=tmp_path, timeout=600)
+    print(again.stdout[-2000:])
+    assert again.returncode == 0, again.stdout + again.stderr
+    trials = optuna.load_study(study_name="t", storage=f"sqlite:///{out / 't' / 'study.db'}").get_trials()
+    assert [t.user_attrs.get("status") for t in trials] == ["ok", "worker_lost", "ok"]
+    assert trials[2].params == {"micro_batch_size": 16}  # the lost configuration, measured again
