@@ -71,7 +71,7 @@ def test_gpu_search_end_to_end(tmp_path: Path, write_yaml) -> None:
     path = write_yaml(tiny(model=SMALL, workload={"global_batch_size": 32, "warmup_steps": 2, "measure_steps": 4},
                            space={"micro_batch_size": [16], "precision": ["bf16", "fp8"], "compile": True,
                                   "fp8_recipe": ["tensorwise"]},
-                           baseline={"precision": "bf16"}, study={"trials": 2, "sampler": "grid"}))
+                           baseline={"micro_batch_size": 16, "precision": "bf16"}, study={"trials": 2, "sampler": "grid"}))
     proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cuda", cwd=tmp_path, timeout=600)
     print(proc.stdout[-3000:])
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -90,7 +90,7 @@ def test_gpu_search_end_to_end(tmp_path: Path, write_yaml) -> None:
 def test_gpu_kill_9_leaves_no_process_on_gpu_and_resume_finishes(tmp_path: Path, write_yaml) -> None:
     path = write_yaml(tiny(model=SMALL, workload={"global_batch_size": 64, "warmup_steps": 1, "measure_steps": 3},
                            space={"micro_batch_size": [8, 16], "precision": "bf16"},
-                           baseline={"micro_batch_size": 8}, study={"trials": 2}))
+                           baseline={"micro_batch_size": 8, "precision": "bf16"}, study={"trials": 2}))
     out = tmp_path / "out"
     before = set(_gpu_pids())
     env = {**os.environ, "COLUMNS": "200", "AUTOTUNE_FAULT": "slow:5000@micro_batch_size=16"}  # trial 1 trains slowly

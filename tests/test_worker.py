@@ -200,5 +200,5 @@ def test_worker_fp8_on_gpu_converts_linears(recipe: str) -> None:
 def test_worker_attention_backends_on_gpu(attention: str) -> None:
     spec = _spec(precision="bf16", attention=attention)
     spec["device"] = "cuda"
-    spec["model"].update(d_model=128, n_heads=2)
+    spec["model"].update(d_model=128, n_heads=2, kv_heads=2)
     assert worker.run(spec)["applied"]["attention"] == attention
