@@ -84,7 +84,9 @@ def search(
         if device not in (None, "cuda", "cpu"):
             raise ConfigError(f"--device: {device!r} is not allowed; use cuda or cpu")
         cfg = load_config(model_yaml)
-        space = resolve_space(cfg)
+        from autotune.hardware import default_device
+
+        space = resolve_space(cfg, device or default_device())
         if dry_run:
             console.print(space_table(space.describe()))
             return

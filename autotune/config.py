@@ -19,6 +19,8 @@ CompileMode = Union[bool, Literal["default", "max-autotune-no-cudagraphs", "redu
 Checkpointing = Literal["none", "full", "selective"]
 Fp8Recipe = Literal["tensorwise", "rowwise"]
 NcclAlgo = Literal["default", "Ring", "Tree", "CollnetDirect", "CollnetChain", "PAT", "NVLS"]
+NcclProto = Literal["default", "Simple", "LL", "LL128"]
+Parallel = Literal["ddp", "fsdp"]
 SamplerName = Literal["tpe", "random", "grid", "gp"]
 
 
@@ -163,7 +165,22 @@ class WorkloadConfig(_Section):
         description="Sequences per optimizer step, kept exactly by every trial: "
         "micro_batch_size x grad_accum_steps x world_size. Absent: grad_accum_steps is searched instead.",
     )
-    world_size: int = Field(default=1, ge=1, description="GPUs (ranks) per trial.")
+    world_size: int = Field(
+        default=1, ge=1, description="GPUs (ranks) per trial, over all nodes. Above 1 a trial is launched with torchrun "
+        "(--standalone on one node) as one data-parallel training step; the slowest rank's step time counts.",
+    )
+    nnodes: int = Field(
+        default=1, ge=1, description="Nodes per trial; world_size / nnodes ranks on each. Above 1 needs "
+        "rdzv_endpoint and a launcher that starts the trial on every node (README: Multi-node).",
+    )
+    rdzv_endpoint: Optional[str] = Field(
+        default=None, description="host:port of torchrun's c10d rendezvous (multi-node); on one node torchrun "
+        "--standalone picks a free port itself.",
+    )
+    launcher: Optional[list[str]] = Field(
+        default=None, description="Command prefix that starts the trial launcher (torchrun) on every node, e.g. "
+        "[srun, --nodes=2, --ntasks-per-node=1]; an argument list, never a shell string.",
+    )
     warmup_steps: int = Field(
         default=3, ge=1, description="Optimizer steps run before timing (include torch.compile); not measured."
     )
@@ -172,6 +189,16 @@ class WorkloadConfig(_Section):
 
     @model_validator(mode="after")
     def _check_batch(self) -> WorkloadConfig:
+        if self.world_size % self.nnodes:
+            raise ValueError(f"workload.world_size: {self.world_size} is not divisible by workload.nnodes "
+                             f"({self.nnodes}); every node runs the same number of ranks")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ValueError(f"workload.rdzv_endpoint: needed with nnodes {self.nnodes}; give host:port of the "
+                             "rendezvous (a port free on the first node)")
+        if self.rdzv_endpoint is not None and not re.fullmatch(r"[\w.\-\[\]:]+:\d+", self.rdzv_endpoint):
+            raise ValueError(f"workload.rdzv_endpoint: {self.rdzv_endpoint!r} is not host:port")
+        if self.launcher is not None and (not self.launcher or not all(a.strip() for a in self.launcher)):
+            raise ValueError("workload.launcher: give a non-empty list of arguments, e.g. [srun, --nodes=2]")
         if self.global_batch_size is not None and self.global_batch_size % self.world_size:
             raise ValueError(
                 f"workload.global_batch_size: {self.global_batch_size} is not divisible by "
@@ -256,12 +283,28 @@ class SpaceConfig(_Section):
         description="PYTORCH_CUDA_ALLOC_CONF of the trial process, e.g. expandable_segments:True "
         "(default sets nothing).",
     )
+    parallel: list[Parallel] = Field(
+        default=["ddp"], description="Data parallelism when world_size > 1: ddp (DistributedDataParallel) or "
+        "fsdp (FSDP2 fully_shard of every block and the root; mixed precision follows precision).",
+    )
+    bucket_cap_mb: list[int] = Field(default=[25], description="DDP gradient bucket size in MiB (ddp only).")
+    gradient_as_bucket_view: list[bool] = Field(default=[False], description="DDP gradient_as_bucket_view (ddp only).")
+    static_graph: list[bool] = Field(default=[False], description="DDP static_graph (ddp only).")
+    reshard_after_forward: list[bool] = Field(
+        default=[True], description="FSDP2: free the gathered parameters after forward (fsdp only).")
     nccl_algo: list[NcclAlgo] = Field(
         default=["default"],
-        description="NCCL_ALGO for the ranks (default sets nothing); searched only when world_size > 1.",
+        description="NCCL_ALGO of the ranks (default sets nothing); searched only when world_size > 1 on GPUs. "
+        "NVLS is never offered unless you list it; autotune never sets NCCL_NVLS_ENABLE.",
+    )
+    nccl_proto: list[NcclProto] = Field(
+        default=["default"], description="NCCL_PROTO of the ranks (default sets nothing); world_size > 1 on GPUs.")
+    nccl_nchannels: list[Union[Literal["default"], int]] = Field(
+        default=["default"], description="Sets NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS of the ranks (default "
+        "sets nothing); world_size > 1 on GPUs.",
     )
 
-    @field_validator("micro_batch_size", mode="before")
+    @field_validator("micro_batch_size", "bucket_cap_mb", mode="before")
     @classmethod
     def _int_knob(cls, value: Any) -> Any:
         if isinstance(value, dict):
@@ -269,7 +312,9 @@ class SpaceConfig(_Section):
         return _as_list(value)
 
     @field_validator("precision", "compile", "nccl_algo", "attention", "pad_vocab_multiple",
-                     "activation_checkpointing", "fused_optimizer", "fp8_recipe", "cuda_alloc_conf", mode="before")
+                     "activation_checkpointing", "fused_optimizer", "fp8_recipe", "cuda_alloc_conf", "parallel",
+                     "gradient_as_bucket_view", "static_graph", "reshard_after_forward", "nccl_proto",
+                     "nccl_nchannels", mode="before")
     @classmethod
     def _choice_knob(cls, value: Any) -> Any:
         return _as_list(value)
@@ -279,7 +324,7 @@ class SpaceConfig(_Section):
     def _accum_knob(cls, value: Any) -> Any:
         return value if value == "auto" else _as_list(value)
 
-    @field_validator("micro_batch_size", "grad_accum_steps")
+    @field_validator("micro_batch_size", "grad_accum_steps", "bucket_cap_mb")
     @classmethod
     def _positive(cls, value: Any) -> Any:
         if isinstance(value, list):
@@ -290,9 +335,18 @@ class SpaceConfig(_Section):
         return value
 
     @field_validator("precision", "compile", "nccl_algo", "attention", "activation_checkpointing",
-                     "fused_optimizer", "fp8_recipe", "cuda_alloc_conf")
+                     "fused_optimizer", "fp8_recipe", "cuda_alloc_conf", "parallel", "gradient_as_bucket_view",
+                     "static_graph", "reshard_after_forward", "nccl_proto")
     @classmethod
     def _unique(cls, value: list[Any]) -> list[Any]:
+        return list(dict.fromkeys(value))
+
+    @field_validator("nccl_nchannels")
+    @classmethod
+    def _nchannels(cls, value: list[Any]) -> list[Any]:
+        bad = [v for v in value if v != "default" and (isinstance(v, bool) or v < 1 or v > 64)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a channel count; use default or an integer from 1 to 64")
         return list(dict.fromkeys(value))
 
     @field_validator("pad_vocab_multiple")

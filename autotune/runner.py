@@ -51,6 +51,77 @@ def _kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
             continue
 
 
+def _kill_stragglers(needle: str) -> None:
+    """SIGKILL every process whose command line names this trial's spec file: ranks that torchrun started in
+    sessions of their own are outside the trial's process group, and none may outlive the trial."""
+    me = os.getpid()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if int(entry) != me and needle in Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode():
+                os.kill(int(entry), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+
+
+def launch_command(spec: dict[str, Any], spec_path: Path, result_path: Path) -> list[str]:
+    """The trial's command: the worker itself, or torchrun starting world_size workers (one a rank)."""
+    worker = ["-m", "autotune.workloads.worker", str(spec_path), str(result_path)]
+    wl = spec["workload"]
+    if wl.get("world_size", 1) == 1:
+        return [sys.executable, *worker]
+    nnodes = wl.get("nnodes") or 1
+    run = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(wl["world_size"] // nnodes)]
+    if nnodes == 1 and not wl.get("rdzv_endpoint"):
+        run += ["--standalone"]
+    else:
+        run += ["--nnodes", str(nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", wl["rdzv_endpoint"],
+                "--rdzv-id", f"autotune-{spec_path.parent.parent.parent.name}-{spec_path.parent.name}"]
+    return [*(wl.get("launcher") or []), *run, *worker]
+
+
+def rank_failure(run_dir: Path) -> dict[str, Any] | None:
+    """The first rank's own failure (earliest written), or None: later ranks usually fail because it did."""
+    found = []
+    for path in run_dir.glob("result.rank*.json"):
+        try:
+            found.append((path.stat().st_mtime, json.loads(path.read_text())))
+        except (OSError, ValueError):
+            pass
+    return min(found, key=lambda f: f[0])[1] if found else None
+
+
+_ALGOS = {"0": "TREE", "1": "RING", "2": "COLLNET_DIRECT", "3": "COLLNET_CHAIN", "4": "NVLS", "5": "NVLS_TREE", "6": "PAT"}
+_PROTOS = {"0": "LL", "1": "LL128", "2": "SIMPLE"}
+
+
+def nccl_report(run_dir: Path) -> dict[str, Any] | None:
+    """What NCCL says it did (its NCCL_DEBUG=INFO files of the ranks): the algorithm/protocol chosen per
+    collective, counted, and its warnings. None when no NCCL log was written (gloo, one rank)."""
+    import re
+
+    files = sorted(run_dir.glob("nccl.*.log"))
+    if not files:
+        return None
+    used: dict[str, int] = {}
+    warnings: list[str] = []
+    version = None
+    for path in files:
+        for line in path.read_text(errors="replace").splitlines():
+            m = re.search(r"Bytes -> Algo (\S+) proto (\S+)", line) or \
+                re.search(r"algorithm, (\w+), protocol, (\w+)", line)
+            if m:
+                key = f"{_ALGOS.get(m[1], m[1]).upper()}/{_PROTOS.get(m[2], m[2]).upper()}"
+                used[key] = used.get(key, 0) + 1
+            elif " NCCL WARN " in line and len(warnings) < 5:
+                text = line.split(" NCCL WARN ", 1)[1].strip()
+                if text not in warnings:
+                    warnings.append(text)
+            elif version is None and (v := re.search(r"NCCL version (\S+)", line)):
+                version = v[1]
+    return {"algo_proto_used": used or "not reported by NCCL (no tuning lines in its INFO log)",
+            "warnings": warnings, "version": version, "logs": len(files)}
+
+
 def _tail(path: Path) -> str:
     try:
         lines = path.read_text(errors="replace").strip().splitlines()
@@ -79,8 +150,17 @@ def run_trial(
     result_path.unlink(missing_ok=True)
     spec = {**spec, "launched_at": time.time()}
     spec_path.write_text(json.dumps(spec, indent=1))
+    for old in run_dir.glob("result.rank*.json"):
+        old.unlink()
+    for old in run_dir.glob("nccl.*.log"):
+        old.unlink()
     child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "autotune.workloads.worker", str(spec_path), str(result_path)]
+    distributed = spec["workload"].get("world_size", 1) > 1
+    if distributed and spec.get("device") == "cuda" and "NCCL_DEBUG" not in os.environ:
+        # NCCL's own account of the algorithm and protocol it used (it may ignore NCCL_ALGO silently).
+        child_env.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,ENV,TUNING",
+                         NCCL_DEBUG_FILE=str(run_dir / "nccl.%h.%p.log"))
+    cmd = launch_command(spec, spec_path, result_path)
     t0 = time.monotonic()
     index = visible_gpu_index() if gpu_index is None else gpu_index
     telemetry = Telemetry(index) if spec.get("device") == "cuda" else None
@@ -113,13 +193,25 @@ def run_trial(
                     os.killpg(proc.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+            if distributed:
+                _kill_stragglers(str(spec_path))
     wall = time.monotonic() - t0
     samples = telemetry.samples if telemetry else []
     if timed_out:
         return Outcome("timeout", f"no result after {timeout_s:.0f} s (trial timeout); process group killed", wall_s=wall, telemetry=samples)
+    report = nccl_report(run_dir) if distributed else None
     if result_path.is_file():
         raw = json.loads(result_path.read_text())
+        if report is not None:
+            raw["nccl"] = report
         return Outcome(raw["status"], raw.get("reason", ""), raw, samples, wall)
+    failed = rank_failure(run_dir) if distributed else None
+    if failed is not None:  # one rank's own reason; torchrun ended the others
+        reason = failed.get("reason", "")
+        failed["nccl"] = report
+        if report and report["warnings"] and failed["status"] == "invalid_config":
+            reason += " | NCCL: " + "; ".join(report["warnings"][:2])
+        return Outcome(failed["status"], reason, failed, samples, wall)
     code = proc.returncode
     how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
     return Outcome("crash", f"trial process ended without a result ({how}): {_tail(log_path)}", wall_s=wall, telemetry=samples)
@@ -135,8 +227,8 @@ def model_spec(model: ModelConfig) -> dict[str, Any]:
 def trial_spec(model: dict[str, Any], workload: dict[str, Any], knobs: dict[str, Any], device: str,
                base_dir: str | None = None) -> dict[str, Any]:
     """The plain-JSON input of the trial worker (base_dir: where an entrypoint module is found)."""
-    keys = ("warmup_steps", "measure_steps", "seed", "world_size")
-    return {"knobs": knobs, "model": model, "device": device, "workload": {k: workload[k] for k in keys},
+    keys = ("warmup_steps", "measure_steps", "seed", "world_size", "nnodes", "rdzv_endpoint", "launcher")
+    return {"knobs": knobs, "model": model, "device": device, "workload": {k: workload.get(k) for k in keys},
             "base_dir": base_dir}
 
 
@@ -154,6 +246,12 @@ def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, model: dict[
         record["fingerprint"] = fingerprint(env, world_size)
         tele = metrics.summarize_telemetry(outcome.telemetry, tuple(raw["measure_window"]))
         record["telemetry"] = tele
+        if raw.get("ranks"):
+            record["ranks"] = raw["ranks"]
+    if outcome.raw.get("nccl") is not None:
+        record["nccl"] = outcome.raw["nccl"]
+    if outcome.raw.get("rank") is not None:
+        record["failed_rank"] = outcome.raw["rank"]
     return record
 
 

@@ -15,13 +15,22 @@ if TYPE_CHECKING:
 
 # Knobs in the order they are shown and suggested. grad_accum_steps is derived when "auto".
 KNOBS = ("micro_batch_size", "precision", "grad_accum_steps", "compile", "attention", "pad_vocab_multiple",
-         "activation_checkpointing", "fused_optimizer", "fp8_recipe", "cuda_alloc_conf", "nccl_algo")
+         "activation_checkpointing", "fused_optimizer", "fp8_recipe", "cuda_alloc_conf", "nccl_algo",
+         "parallel", "bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "reshard_after_forward",
+         "nccl_proto", "nccl_nchannels")
 
+# The communication library's knobs: environment variables of the ranks, meaningless on gloo (CPU).
+NCCL_KNOBS = ("nccl_algo", "nccl_proto", "nccl_nchannels")
+# Knobs of one data-parallel strategy each: None where the trial's `parallel` is the other one.
+DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph")
+FSDP_KNOBS = ("reshard_after_forward",)
 # Knobs that only act across ranks: not searched when world_size is 1.
-COMM_KNOBS = ("nccl_algo",)
+COMM_KNOBS = ("parallel", *DDP_KNOBS, *FSDP_KNOBS, *NCCL_KNOBS)
 
-# Knob -> environment variable of the trial process ("default" sets nothing).
-ENV_KNOBS = {"cuda_alloc_conf": "PYTORCH_CUDA_ALLOC_CONF", "nccl_algo": "NCCL_ALGO"}
+# Knob -> environment variables of the trial's processes ("default" sets nothing). Never NCCL_NVLS_ENABLE:
+# that one is left exactly as the user's environment has it.
+ENV_KNOBS = {"cuda_alloc_conf": ("PYTORCH_CUDA_ALLOC_CONF",), "nccl_algo": ("NCCL_ALGO",),
+             "nccl_proto": ("NCCL_PROTO",), "nccl_nchannels": ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")}
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,12 @@ class ResolvedSpace:
             knobs["grad_accum_steps"] = self.global_batch_size // (knobs["micro_batch_size"] * self.world_size)
         if knobs["precision"] != "fp8":
             knobs["fp8_recipe"] = None  # no effect: points differing only here are the same measurement
+        for name in DDP_KNOBS if knobs["parallel"] != "ddp" or self.world_size == 1 else ():
+            knobs[name] = None
+        for name in FSDP_KNOBS if knobs["parallel"] != "fsdp" or self.world_size == 1 else ():
+            knobs[name] = None
+        if self.world_size == 1:
+            knobs["parallel"] = None  # one rank: no data parallelism to choose
         return {k: knobs[k] for k in KNOBS}
 
     def points(self) -> list[dict[str, Any]]:
@@ -77,7 +92,8 @@ class ResolvedSpace:
 
     def env(self, knobs: dict[str, Any]) -> dict[str, str]:
         """Environment variables that apply these knob values (the 'how to apply' of best.yaml)."""
-        return {var: str(knobs[k]) for k, var in ENV_KNOBS.items() if knobs.get(k, "default") != "default"}
+        return {var: str(knobs[k]) for k, names in ENV_KNOBS.items()
+                for var in names if knobs.get(k, "default") not in ("default", None)}
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -89,8 +105,11 @@ class ResolvedSpace:
         }
 
 
-def resolve_space(cfg: Config) -> ResolvedSpace:
-    """Apply the global-batch rule and the world-size rule; raise ValueError naming the YAML path."""
+def resolve_space(cfg: Config, device: str | None = None) -> ResolvedSpace:
+    """Apply the global-batch rule and the world-size rule; raise ValueError naming the YAML path.
+
+    device "cpu" with world_size > 1 runs the gloo backend: the NCCL knobs are then fixed at default, noted
+    as not applicable (their values were validated all the same)."""
     space = cfg.space
     wl = cfg.workload
     values: dict[str, list[Any]] = {k: list(getattr(space, k)) for k in KNOBS if k != "grad_accum_steps"}
@@ -122,15 +141,28 @@ def resolve_space(cfg: Config) -> ResolvedSpace:
     if "fp8" not in values["precision"] and (len(values["fp8_recipe"]) > 1):
         notes["fp8_recipe"] = f"not searched: precision fp8 is not in the space, so {values['fp8_recipe']} cannot matter"
         values["fp8_recipe"] = values["fp8_recipe"][:1]
+    defaults = type(space)()
     if wl.world_size == 1:
         for k in COMM_KNOBS:
-            if len(values[k]) > 1 or values[k] != ["default"]:
+            default = getattr(defaults, k)
+            if values[k] != default:
                 notes[k] = f"not searched: world_size is 1, so {values[k]} cannot matter"
+            values[k] = default
+    elif device == "cpu":
+        for k in NCCL_KNOBS:
+            if values[k] != ["default"]:
+                notes[k] = f"not applicable to gloo (device cpu has no NCCL): {values[k]} not searched"
             values[k] = ["default"]
-    elif wl.world_size > 1:
-        raise ValueError(
-            f"workload.world_size: {wl.world_size}: multi-GPU trials are not supported yet; use 1"
-        )
+    if "ddp" not in values["parallel"]:
+        for k in DDP_KNOBS:
+            if len(values[k]) > 1:
+                notes[k] = f"not searched: parallel ddp is not in the space, so {values[k]} cannot matter"
+                values[k] = values[k][:1]
+    if "fsdp" not in values["parallel"]:
+        for k in FSDP_KNOBS:
+            if len(values[k]) > 1:
+                notes[k] = f"not searched: parallel fsdp is not in the space, so {values[k]} cannot matter"
+                values[k] = values[k][:1]
 
     searched = {k: v for k, v in values.items() if len(v) > 1}
     fixed = {k: v[0] for k, v in values.items() if len(v) == 1}

@@ -318,10 +318,21 @@ def run_search(
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our own view reports trials
     if storage is not None:
         cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"storage": storage})})
-    space = resolve_space(cfg)
     device = device or default_device()
-    if device == "cuda" and not detect()["gpus"]:
-        raise ConfigError("--device: cuda asked for, but pynvml sees no NVIDIA GPU; use --device cpu")
+    space = resolve_space(cfg, device)
+    world = cfg.workload.world_size // cfg.workload.nnodes  # ranks of a trial on this node
+    if device == "cuda":
+        visible = len(detect()["gpus"])
+        if not visible:
+            raise ConfigError("--device: cuda asked for, but pynvml sees no NVIDIA GPU; use --device cpu")
+        if world > (len(gpus) if gpus else visible):
+            raise ConfigError(f"workload.world_size: {cfg.workload.world_size} needs {world} GPUs on this node a "
+                              f"trial, but {len(gpus) if gpus else visible} are available; lower world_size or list more --gpus")
+    if gpus and len(gpus) % world:
+        raise ConfigError(f"--gpus: {len(gpus)} GPUs cannot be split into trials of {world} (workload.world_size); "
+                          f"list a multiple of {world}")
+    # Each trial takes `world` GPUs of the list: --gpus 0,1,2,3 with world_size 2 runs trials on 0,1 and 2,3.
+    groups = [",".join(gpus[i:i + world]) for i in range(0, len(gpus), world)] if gpus else None
     budget = trials or cfg.study.trials
     timeout_s = 60.0 * (timeout_min or cfg.study.timeout_min)
     observer = observer or Observer()
@@ -384,16 +395,16 @@ def run_search(
                 trial.set_user_attr("status", "duplicate")
                 trial.set_user_attr("duplicate_of", t.number)
                 raise _NotLaunched(f"same configuration as running trial {t.number}")
-        slot = slots.get()
+        slot = slots.get()  # a GPU list such as "0" or "2,3" (None: no --gpus)
         observer.trial_started(trial.number, h.launched + 1, knobs)
         spec = trial_spec(model, cfg.workload.model_dump(), knobs, device, cfg.base_dir)
         env = {"TORCHINDUCTOR_CACHE_DIR": str(inductor_cache), **space.env(knobs)}
         if slot is not None and device == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = slot
-        if n_jobs > 1 and "OMP_NUM_THREADS" not in os.environ:
-            # Trials side by side share the host's cores: oversubscribed intra-op threads spin and slow
-            # everything down (by 100x seen on 2 cores), so each gets its share, as torchrun does.
-            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // n_jobs))
+        if (n_jobs > 1 or world > 1) and "OMP_NUM_THREADS" not in os.environ:
+            # Trials and ranks side by side share the host's cores: oversubscribed intra-op threads spin and
+            # slow everything down (by 100x seen on 2 cores), so each process gets its share, as torchrun does.
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // (n_jobs * world)))
         trial.set_user_attr("gpu", slot)
         with spans_lock:
             spans[trial.number] = [time.time(), None]
@@ -408,7 +419,7 @@ def run_search(
         try:
             outcome = run_trial(spec, runs / f"{trial.number:04d}", timeout_s=60 * cfg.study.trial_timeout_min,
                                 env=env, on_poll=poll, stop=stop,
-                                gpu_index=int(slot) if slot is not None and slot.isdigit() else None)
+                                gpu_index=int(slot.split(",")[0]) if slot is not None and device == "cuda" else None)
         except KeyboardInterrupt:
             stop.set()
             trial.set_user_attr("status", "interrupted")
@@ -441,9 +452,9 @@ def run_search(
             study.stop()
 
     slots: queue.Queue[str | None] = queue.Queue()
-    for slot in gpus or [None]:
+    for slot in groups or [None]:
         slots.put(slot)
-    n_jobs = len(gpus) if gpus else 1
+    n_jobs = len(groups) if groups else 1
     stop = threading.Event()
     spans: dict[int, list[float | None]] = {}  # trial -> [start, end]: which trials overlapped which
     spans_lock = threading.Lock()

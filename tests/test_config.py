@@ -47,7 +47,6 @@ BAD = [
     ("not-a-mapping", "- just\n- a list\n", r"the file must hold a mapping"),
     ("invalid-yaml", "name: x\nmodel: {family: gpt\n", r"model\.yaml:\d+:\d+: invalid YAML"),
     ("space-file-missing", tiny(space="nowhere/space.yaml"), r"space: no such file: 'nowhere/space.yaml'"),
-    ("multi-gpu", tiny(workload={"world_size": 2}), r"workload\.world_size: 2: multi-GPU trials are not supported yet"),
 ]
 
 

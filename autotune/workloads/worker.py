@@ -26,6 +26,7 @@ import resource  # noqa: E402
 import signal  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 
@@ -110,7 +111,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     t_torch = time.time()
     knobs, m, wl = spec["knobs"], spec["model"], spec["workload"]
     device = spec["device"]
-    fault = fault_for(knobs)
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InvalidConfig("device cuda asked for, but torch sees no CUDA GPU")
+    group = Ranks.start(torch, device)  # None with one rank
+    fault = fault_for({**knobs, "rank": group.rank if group else 0})
     if fault == "hang":
         time.sleep(10**6)
     if fault == "crash":
@@ -119,15 +123,13 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     if fault == "error":
         raise RuntimeError("AUTOTUNE_FAULT=error: a deliberate exception in the trial")
 
-    if device == "cuda" and not torch.cuda.is_available():
-        raise InvalidConfig("device cuda asked for, but torch sees no CUDA GPU")
     amp_dtype = _set_precision(torch, knobs["precision"], device)
-    torch.manual_seed(wl["seed"])
-    dev = torch.device(device)
+    torch.manual_seed(wl["seed"])  # the same initial weights on every rank
+    dev = torch.device(device, group.local_rank) if group and device == "cuda" else torch.device(device)
 
     attention_ctx = _attention_context(torch, knobs.get("attention", "auto"), device, amp_dtype)
     mbs, accum = knobs["micro_batch_size"], knobs["grad_accum_steps"]
-    gen = torch.Generator(device=dev).manual_seed(wl["seed"])
+    gen = torch.Generator(device=dev).manual_seed(wl["seed"] + (group.rank if group else 0))  # each rank its own data
     n_batches = min(accum, 4)  # a few distinct micro-batches, made once on the device: no data loading is timed
     if m.get("hf_config") or m.get("entrypoint"):
         from autotune.workloads import external
@@ -165,6 +167,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         keep = ("head", "lm_head")
         convert_to_float8_training(model, config=config, module_filter_fn=lambda mod, fqn: fqn.split(".")[-1] not in keep)
         fp8_linears = sum(1 for mod in model.modules() if type(mod).__name__ == "Float8Linear")
+    parallel_applied, sync = {}, None
+    if group:
+        model, parallel_applied, sync = group.parallelize(torch, model, knobs, amp_dtype)
     fused = bool(knobs.get("fused_optimizer"))
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
                                   **({"fused": True} if fused else {}))
@@ -180,6 +185,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         "compile_mode": (compile_mode or "default") if mode else None,
         "fp8_linears": fp8_linears,
         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+        **parallel_applied,
     }
 
     autocast = (
@@ -204,9 +210,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             inputs, targets = batches[i % len(batches)]
             if fault == "oom":
                 raise torch.OutOfMemoryError("AUTOTUNE_FAULT=oom: simulated out of memory")
-            with autocast(), attention_ctx():
-                loss = step_model(inputs, targets) * poison / accum
-            (scaler.scale(loss) if scaler else loss).backward()
+            with sync(i == accum - 1) if sync else contextlib.nullcontext():  # gradients cross ranks once a step
+                with autocast(), attention_ctx():
+                    loss = step_model(inputs, targets) * poison / accum
+                (scaler.scale(loss) if scaler else loss).backward()
             total += loss.detach()
         if scaler:
             scaler.step(optimizer)
@@ -231,6 +238,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     t_warm = time.time()
 
     losses: list[torch.Tensor] = []
+    if group:
+        group.barrier()
     window_start = time.time()
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -256,6 +265,15 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         reserved = None
     window_end = time.time()
     loss_values = check(losses, "measured steps")
+    ranks = None
+    if group:  # one trial, one result: each step takes as long as its slowest rank
+        ranks = group.gather({"step_times_s": step_times, "peak_mem_bytes": peak_mem, "reserved": reserved})
+        step_times = [max(per_rank) for per_rank in zip(*(r["step_times_s"] for r in ranks))]
+        peak_mem = max(r["peak_mem_bytes"] for r in ranks)
+        reserved = max(r["reserved"] or 0 for r in ranks) or None
+        ranks = [{"rank": i, "step_times_s": r["step_times_s"], "peak_mem_bytes": r["peak_mem_bytes"]}
+                 for i, r in enumerate(ranks)]
+        group.stop()
 
     median_step = statistics.median(step_times)
     return {
@@ -281,7 +299,86 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         },
         "env": _env(torch, device),
         "applied": applied,
+        "ranks": ranks,
+        "rank": group.rank if group else 0,
     }
+
+
+class Ranks:
+    """This process as one rank of a torchrun group: process group, data-parallel wrapping, gathering."""
+
+    def __init__(self, torch: Any, device: str) -> None:
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.rank, self.local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+        self.world = int(os.environ["WORLD_SIZE"])
+        self.backend = "nccl" if device == "cuda" else "gloo"
+        self.device = device
+        if device == "cuda":
+            torch.cuda.set_device(self.local_rank)
+            dist.init_process_group("nccl", device_id=torch.device("cuda", self.local_rank))
+        else:
+            dist.init_process_group("gloo")
+
+    @classmethod
+    def start(cls, torch: Any, device: str) -> Ranks | None:
+        return cls(torch, device) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
+
+    def parallelize(self, torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any) -> tuple[Any, dict[str, Any], Any]:
+        """Wrap for ddp or fsdp; return the model, what was applied, and sync(last_micro_step) -> context."""
+        parallel = knobs.get("parallel") or "ddp"
+        applied: dict[str, Any] = {"world_size": self.world, "backend": self.backend}
+        if self.backend == "nccl":
+            applied["nccl_env"] = {k: os.environ.get(k) for k in ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS",
+                                                                 "NCCL_MAX_NCHANNELS", "NCCL_NVLS_ENABLE")}
+        else:
+            applied["nccl_env"] = "not applicable to gloo"
+        if parallel == "ddp":
+            from torch.nn.parallel import DistributedDataParallel
+
+            opts = {"bucket_cap_mb": knobs.get("bucket_cap_mb") or 25,
+                    "gradient_as_bucket_view": bool(knobs.get("gradient_as_bucket_view")),
+                    "static_graph": bool(knobs.get("static_graph"))}
+            ddp = DistributedDataParallel(model, device_ids=[self.local_rank] if self.device == "cuda" else None, **opts)
+            applied["parallel"] = {"strategy": "ddp", **opts}
+            return ddp, applied, lambda last: contextlib.nullcontext() if last else ddp.no_sync()
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        if knobs["precision"] == "fp16":
+            raise InvalidConfig("fsdp with fp16 needs a sharded gradient scaler, which autotune does not run; "
+                                "use bf16 with fsdp")
+        reshard = knobs.get("reshard_after_forward")
+        reshard = True if reshard is None else bool(reshard)
+        policy = MixedPrecisionPolicy(param_dtype=amp_dtype, reduce_dtype=torch.float32) if amp_dtype \
+            else MixedPrecisionPolicy()
+        blocks = getattr(model, "blocks", None)
+        if blocks is None:  # a transformers model: its decoder layers
+            blocks = getattr(getattr(model, "model", None), "layers", None) or []
+        for block in blocks:
+            fully_shard(block, mp_policy=policy, reshard_after_forward=reshard)
+        fully_shard(model, mp_policy=policy, reshard_after_forward=reshard)
+        applied["parallel"] = {"strategy": "fsdp", "reshard_after_forward": reshard, "sharded_blocks": len(blocks),
+                               "param_dtype": str(amp_dtype or torch.float32).replace("torch.", ""),
+                               "reduce_dtype": "float32"}
+
+        @contextlib.contextmanager
+        def sync(last: bool) -> Any:
+            model.set_requires_gradient_sync(last)
+            yield
+
+        return model, applied, sync
+
+    def barrier(self) -> None:
+        self.dist.barrier()
+
+    def gather(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self.world
+        self.dist.all_gather_object(out, obj)
+        return out
+
+    def stop(self) -> None:
+        self.dist.destroy_process_group()
 
 
 def _finite(x: float) -> bool:
@@ -307,11 +404,28 @@ def _is_oom(err: BaseException) -> bool:
     return "out of memory" in text or "can't allocate memory" in text
 
 
+def _nccl_refusal(err: BaseException) -> str | None:
+    """NCCL's own message when it refused a setting (NCCL_ALGO/NCCL_PROTO it cannot use), else None."""
+    text = str(err)
+    if "ncclInvalidUsage" not in text and "NCCL_ALGO" not in text and "NCCL_PROTO" not in text:
+        return None
+    last = text.split("Last error:", 1)[1].strip() if "Last error:" in text else text.strip().splitlines()[0]
+    return "NCCL refused this setting: " + " ".join(last.split())[:400]
+
+
+def _write(path: str, result: dict[str, Any]) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f)
+    os.replace(tmp, path)
+
+
 def main(argv: list[str]) -> int:
     _die_with_parent()
     spec_path, result_path = argv
     with open(spec_path) as f:
         spec = json.load(f)
+    rank, ranks = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     try:
         result = run(spec)
     except InvalidConfig as err:
@@ -319,13 +433,26 @@ def main(argv: list[str]) -> int:
     except NonFiniteLoss as err:
         result = {"status": "nonfinite_loss", "reason": str(err)}
     except Exception as err:
-        if not _is_oom(err):
+        if _is_oom(err):
+            result = {"status": "oom", "reason": str(err).strip().splitlines()[0][:500]}
+        elif (refusal := _nccl_refusal(err)) is not None:
+            result = {"status": "invalid_config", "reason": refusal}
+        elif ranks > 1:  # this rank's own traceback stays in the log; its reason goes to the parent
+            import traceback
+
+            traceback.print_exc()
+            last = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+            result = {"status": "crash", "reason": f"{type(err).__name__}: {last}"}
+        else:
             raise  # traceback goes to the log; the parent classifies the exit as a crash
-        result = {"status": "oom", "reason": str(err).strip().splitlines()[0][:500]}
-    tmp = result_path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f)
-    os.replace(tmp, result_path)
+    if ranks > 1:
+        if result["status"] != "ok":  # this rank's reason, then a failing exit: torchrun ends the other ranks
+            result = {**result, "rank": rank, "reason": f"rank {rank}: {result['reason']}"}
+            _write(str(Path(result_path).with_name(f"result.rank{rank}.json")), result)
+            return 1
+        if rank != 0:
+            return 0
+    _write(result_path, result)
     return 0
 
 

@@ -1,0 +1,144 @@
+"""Multi-rank trials on the CPU: torchrun with world_size 2 on gloo, DDP and FSDP2, a failing rank, a hung
+rank, the NCCL knobs (validated, not applicable to gloo), the launcher prefix for multi-node."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.config import parse_config
+from autotune.errors import ConfigError
+from autotune.runner import launch_command, model_spec, run_trial, trial_spec
+from autotune.space import resolve_space
+from conftest import run_cli, tiny
+from test_cli import _processes_with
+
+WS2 = {"global_batch_size": 8, "world_size": 2, "warmup_steps": 1, "measure_steps": 3}
+
+
+def _spec(tmp_path: Path, **workload) -> tuple[dict, Path]:
+    cfg = parse_config(tiny(workload={**WS2, **workload}, space={"micro_batch_size": [2], "precision": "fp32"},
+                            baseline={"micro_batch_size": 2, "precision": "fp32"}))
+    space = resolve_space(cfg, "cpu")
+    knobs = space.knobs(space.baseline)
+    return trial_spec(model_spec(cfg.model), cfg.workload.model_dump(), knobs, "cpu"), tmp_path / "run"
+
+
+def test_distributed_search_ddp_and_fsdp_on_gloo(tmp_path: Path, write_yaml) -> None:
+    path = write_yaml(tiny(workload=WS2, space={"micro_batch_size": [2, 4], "precision": "fp32",
+                                                "parallel": ["ddp", "fsdp"], "bucket_cap_mb": [1, 25],
+                                                "nccl_algo": ["default", "Ring"], "nccl_proto": ["default", "LL128"]},
+                           baseline={"micro_batch_size": 2, "precision": "fp32", "parallel": "ddp"},
+                           study={"trials": 3, "sampler": "grid"}))
+    proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trials = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 'out' / 't' / 'study.db'}").get_trials()
+    ok = [t for t in trials if t.user_attrs.get("status") == "ok"]
+    assert len(ok) == 3
+    for t in ok:
+        k, a, m = t.user_attrs["knobs"], t.user_attrs["applied"], t.user_attrs["metrics"]
+        assert k["micro_batch_size"] * k["grad_accum_steps"] * 2 == 8  # the global batch stays exact
+        assert a["world_size"] == 2 and a["backend"] == "gloo" and a["nccl_env"] == "not applicable to gloo"
+        assert a["parallel"]["strategy"] == k["parallel"]
+        assert (k["bucket_cap_mb"] is None) == (k["parallel"] == "fsdp")  # a ddp knob means nothing to fsdp
+        assert k["nccl_algo"] == "default" and k["nccl_proto"] == "default"  # not searched on gloo
+        ranks = t.user_attrs["ranks"]
+        assert [r["rank"] for r in ranks] == [0, 1]
+        slowest = [max(a_, b_) for a_, b_ in zip(ranks[0]["step_times_s"], ranks[1]["step_times_s"])]
+        assert t.user_attrs["raw"]["step_times_s"] == slowest  # each step as long as its slowest rank
+        assert m["tokens_per_s"] == pytest.approx(2 * m["tokens_per_s_per_gpu"])
+    fsdp = [t for t in ok if t.user_attrs["knobs"]["parallel"] == "fsdp"]
+    assert fsdp and fsdp[0].user_attrs["applied"]["parallel"]["sharded_blocks"] == 1
+    assert not _processes_with(str(tmp_path / "out"))  # no rank left running
+
+
+@pytest.mark.parametrize(("fault", "status", "reason"), [
+    ("error@rank=1", "crash", "rank 1: RuntimeError: AUTOTUNE_FAULT=error"),
+    ("oom@rank=1", "oom", "rank 1: AUTOTUNE_FAULT=oom"),
+    ("nan@rank=0", "nonfinite_loss", "rank 0: loss became nan"),
+])
+def test_distributed_failing_rank_fails_the_trial_with_its_reason(tmp_path: Path, monkeypatch, fault: str,
+                                                                  status: str, reason: str) -> None:
+    spec, run_dir = _spec(tmp_path)
+    t0 = time.monotonic()
+    outcome = run_trial(spec, run_dir, timeout_s=120, env={"AUTOTUNE_FAULT": fault})
+    assert outcome.status == status, outcome.reason
+    assert outcome.reason.startswith(reason)
+    assert time.monotonic() - t0 < 90  # torchrun ends the other rank: no wait for the trial timeout
+    assert not _processes_with(str(run_dir / "spec.json"))
+
+
+def test_distributed_hung_rank_times_out_and_no_rank_survives(tmp_path: Path) -> None:
+    spec, run_dir = _spec(tmp_path)
+    outcome = run_trial(spec, run_dir, timeout_s=25, env={"AUTOTUNE_FAULT": "hang@rank=1"})
+    assert outcome.status == "timeout"
+    deadline = time.monotonic() + 10
+    while _processes_with(str(run_dir / "spec.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _processes_with(str(run_dir / "spec.json"))  # neither the hung rank nor the waiting one
+
+
+def test_distributed_launch_command_single_node_multi_node_and_launcher(tmp_path: Path) -> None:
+    spec, run_dir = _spec(tmp_path)
+    cmd = launch_command(spec, run_dir / "spec.json", run_dir / "result.json")
+    assert cmd[1:5] == ["-m", "torch.distributed.run", "--nproc-per-node", "2"] and "--standalone" in cmd
+    spec["workload"].update(world_size=4, nnodes=2, rdzv_endpoint="node1:29400", launcher=["srun", "--nodes=2"])
+    cmd = launch_command(spec, run_dir / "spec.json", run_dir / "result.json")
+    assert cmd[:2] == ["srun", "--nodes=2"] and "--standalone" not in cmd
+    assert cmd[cmd.index("--nproc-per-node") + 1] == "2" and cmd[cmd.index("--nnodes") + 1] == "2"
+    assert cmd[cmd.index("--rdzv-endpoint") + 1] == "node1:29400"
+    one = trial_spec(spec["model"], {**spec["workload"], "world_size": 1}, spec["knobs"], "cpu")
+    assert launch_command(one, run_dir / "s", run_dir / "r")[1:3] == ["-m", "autotune.workloads.worker"]
+
+
+def test_distributed_launcher_prefix_runs_the_trial(tmp_path: Path) -> None:
+    marker = tmp_path / "launched"
+    spec, run_dir = _spec(tmp_path, launcher=["sh", "-c", 'touch "$0" && exec "$@"', str(marker)])
+    outcome = run_trial(spec, run_dir, timeout_s=120)
+    assert outcome.status == "ok", outcome.reason
+    assert marker.exists()  # the prefix started torchrun
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ({"workload": {**WS2, "nnodes": 2}}, r"workload\.rdzv_endpoint: needed with nnodes 2"),
+    ({"workload": {**WS2, "world_size": 3, "nnodes": 2, "global_batch_size": 6}},
+     r"workload\.world_size: 3 is not divisible by workload\.nnodes \(2\)"),
+    ({"workload": {**WS2, "nnodes": 2, "rdzv_endpoint": "node1"}}, r"workload\.rdzv_endpoint: 'node1' is not host:port"),
+    ({"space": {"nccl_algo": ["Ring", "Fast"]}}, r"space\.nccl_algo"),
+    ({"space": {"nccl_proto": ["LL256"]}}, r"space\.nccl_proto"),
+    ({"space": {"nccl_nchannels": [0]}}, r"space\.nccl_nchannels.*0 is not a channel count"),
+    ({"space": {"parallel": ["zero3"]}}, r"space\.parallel"),
+])
+def test_distributed_config_errors(override: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config(tiny(**override))
+
+
+def test_distributed_nccl_knobs_on_gpus_and_gloo() -> None:
+    cfg = parse_config(tiny(workload=WS2, space={"nccl_algo": ["default", "Ring", "Tree"], "nccl_proto": ["default", "Simple", "LL"],
+                                                 "nccl_nchannels": ["default", 8]}))
+    gpu, cpu = resolve_space(cfg, "cuda"), resolve_space(cfg, "cpu")
+    assert {"nccl_algo", "nccl_proto", "nccl_nchannels"} <= set(gpu.searched)
+    assert not {"nccl_algo", "nccl_proto", "nccl_nchannels"} & set(cpu.searched)
+    assert "not applicable to gloo" in cpu.notes["nccl_algo"]
+    knobs = gpu.knobs({**gpu.baseline, "nccl_algo": "Ring", "nccl_proto": "LL", "nccl_nchannels": 8})
+    env = gpu.env(knobs)
+    assert env == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_MIN_NCHANNELS": "8", "NCCL_MAX_NCHANNELS": "8"}
+    default = gpu.env(gpu.knobs(gpu.baseline))
+    assert not any(k.startswith("NCCL_") for k in default)  # default sets nothing
+    assert "NVLS" not in parse_config(tiny()).space.nccl_algo  # never offered unless listed
+    one = resolve_space(parse_config(tiny(space={"nccl_algo": ["Ring", "Tree"], "parallel": ["ddp", "fsdp"]})), "cuda")
+    assert not {"nccl_algo", "parallel"} & set(one.searched)  # world_size 1: nothing to communicate
+
+
+def test_distributed_gpus_must_split_into_trials(tmp_path: Path, write_yaml) -> None:
+    path = write_yaml(tiny(workload=WS2, space={"micro_batch_size": [2], "precision": "fp32"},
+                           baseline={"micro_batch_size": 2, "precision": "fp32"}))
+    proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", "--gpus", "0,1,2", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "--gpus: 3 GPUs cannot be split into trials of 2" in proc.stderr
+    assert not (tmp_path / "out").exists()  # nothing half-written
