@@ -9,12 +9,13 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
+import typing
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from autotune.errors import EXIT_INTERRUPTED, AutotuneError, NoSuccessError
+from autotune.errors import EXIT_INTERRUPTED, AutotuneError, ConfigError, NoSuccessError
 
 app = typer.Typer(
     name="autotune",
@@ -75,7 +76,6 @@ def search(
     from rich.console import Console
 
     from autotune.config import load_config
-    from autotune.errors import ConfigError
     from autotune.space import resolve_space
     from autotune.views import LiveProgress, confirmation_table, space_table, trials_table
 
@@ -92,18 +92,7 @@ def search(
             return
         from autotune.study import run_search
 
-        gpu_list = None
-        if gpus is not None:
-            if gpus == "all":
-                from autotune.hardware import detect
-
-                gpu_list = [str(g["index"]) for g in detect()["gpus"]] or None
-                if gpu_list is None:
-                    raise ConfigError("--gpus: all, but pynvml sees no NVIDIA GPU; list CPU workers as --gpus 0,1")
-            else:
-                gpu_list = [g.strip() for g in gpus.split(",") if g.strip()]
-                if not gpu_list or not all(g.isdigit() for g in gpu_list) or len(set(gpu_list)) != len(gpu_list):
-                    raise ConfigError(f"--gpus: {gpus!r} is not allowed; use distinct GPU indices such as 0,1,2,3, or all")
+        gpu_list = _parse_gpus(gpus)
         searched = list(space.searched)
         with LiveProgress(console, searched) as view:
             result = run_search(cfg, out_root=out, device=device, trials=trials, timeout_min=timeout_min,
@@ -135,6 +124,112 @@ def validate(model_yaml: ModelYaml) -> None:
         console.print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), highlight=False)
         console.print(space_table(resolve_space(cfg).describe()))
         console.print(f"[green]ok[/]: {model_yaml} is valid")
+
+
+def _parse_gpus(gpus: str | None) -> list[str] | None:
+    """--gpus 0,1,2 or all -> ["0", "1", "2"]; None when not given."""
+    if gpus is None:
+        return None
+    if gpus == "all":
+        from autotune.hardware import detect
+
+        found = [str(g["index"]) for g in detect()["gpus"]]
+        if not found:
+            raise ConfigError("--gpus: all, but pynvml sees no NVIDIA GPU; list CPU workers as --gpus 0,1")
+        return found
+    listed = [g.strip() for g in gpus.split(",") if g.strip()]
+    if not listed or not all(g.isdigit() for g in listed) or len(set(listed)) != len(listed):
+        raise ConfigError(f"--gpus: {gpus!r} is not allowed; use distinct GPU indices such as 0,1,2,3, or all")
+    return listed
+
+
+def _names(option: str, given: str, allowed: tuple[str, ...]) -> list[str]:
+    names = [n.strip() for n in given.split(",") if n.strip()]
+    bad = [n for n in names if n not in allowed]
+    if not names or bad:
+        raise ConfigError(f"{option}: {bad[0] if bad else given!r} is not allowed; allowed: {', '.join(allowed)}")
+    return list(dict.fromkeys(names))
+
+
+@app.command()
+def nccl(
+    gpus: Annotated[str, typer.Option(help="GPUs of the group (0,1,... or all); on the CPU, one gloo rank per entry.")] = "all",
+    algos: Annotated[str, typer.Option(help="NCCL_ALGO values, comma-separated (default sets nothing; NVLS only if "
+                                            "you list it).")] = "default,Ring,Tree,CollnetDirect,CollnetChain,PAT",
+    protos: Annotated[str, typer.Option(help="NCCL_PROTO values, comma-separated.")] = "default,Simple,LL,LL128",
+    min_mb: Annotated[float, typer.Option(min=0.001, help="Smallest message, MB (10^6 bytes).")] = 1.0,
+    max_mb: Annotated[float, typer.Option(min=0.001, help="Largest message, MB; sizes double from the smallest.")] = 1024.0,
+    warmup: Annotated[int, typer.Option(min=0, help="Untimed all-reduces per size.")] = 3,
+    iters: Annotated[int, typer.Option(min=1, help="Timed all-reduces per size (median of the slowest rank's).")] = 10,
+    device: Annotated[Optional[str], typer.Option(help="cuda or cpu (gloo); default cuda when a GPU is visible.")] = None,
+    out: Annotated[Path, typer.Option(help="Folder for nccl.json and each setting's logs.")] = Path("trials/nccl"),
+    timeout_min: Annotated[float, typer.Option(min=0.05, help="Limit for one setting's run.")] = 3.0,
+) -> None:
+    """All-reduce bus bandwidth by NCCL algorithm and protocol, 1 MB to 1 GB, like nccl-tests."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from autotune.config import NcclAlgo, NcclProto
+    from autotune.hardware import default_device
+    from autotune.nccl import message_sizes, sweep
+
+    console = Console()
+    with _funnel():
+        if device not in (None, "cuda", "cpu"):
+            raise ConfigError(f"--device: {device!r} is not allowed; use cuda or cpu")
+        device = device or default_device()
+        algo_list = _names("--algos", algos, typing.get_args(NcclAlgo))
+        proto_list = _names("--protos", protos, typing.get_args(NcclProto))
+        if device == "cpu":
+            gpu_list = _parse_gpus(gpus) if gpus != "all" else ["0", "1"]
+        else:
+            gpu_list = _parse_gpus(gpus)
+        if len(gpu_list or []) < 2:
+            raise ConfigError(f"--gpus: {gpus!r} gives {len(gpu_list or [])} rank(s); an all-reduce needs at least 2")
+        if min_mb > max_mb:
+            raise ConfigError(f"--min-mb: {min_mb} is above --max-mb {max_mb}; swap them")
+        sizes = message_sizes(int(min_mb * 1e6), int(max_mb * 1e6))
+        if device == "cpu":
+            console.print("device cpu: the gloo backend has no NCCL; --algos and --protos do not apply, one gloo run")
+
+        def show(cell: dict) -> None:
+            done = "ok" if cell["status"] == "ok" else f"{cell['status']}: {cell['reason'][:160]}"
+            console.print(f"{cell['algo']}/{cell['proto']}: {done} ({cell['wall_s']} s)", highlight=False)
+
+        doc = sweep(out, device=device, ranks=len(gpu_list), gpus=gpu_list if device == "cuda" else None,
+                    algos=algo_list, protos=proto_list, sizes=sizes, warmup=warmup, iters=iters,
+                    timeout_s=60 * timeout_min, on_cell=show)
+        ok = [c for c in doc["cells"] if c["status"] == "ok"]
+        table = Table(title=f"all-reduce bus bandwidth, GB/s ({len(gpu_list)} ranks, {device}; "
+                            f"median of {iters}, slowest rank)")
+        table.add_column("size", justify="right")
+        for c in ok:
+            table.add_column(f"{c['algo']}/{c['proto']}", justify="right")
+        for i, size in enumerate(sizes):
+            table.add_row(_size(size), *[f"{c['rows'][i]['busbw_gbs']:.1f}" for c in ok])
+        table.add_row("NCCL used", *[_used(c["nccl_used"]) for c in ok])
+        console.print(table)
+        refused = [c for c in doc["cells"] if c["status"] != "ok"]
+        if refused:
+            t2 = Table(title="settings that did not run")
+            for col in ("algo", "proto", "status", "reason"):
+                t2.add_column(col)
+            for c in refused:
+                t2.add_row(c["algo"], c["proto"], c["status"], c["reason"][:300])
+            console.print(t2)
+        console.print(f"written to {out / 'nccl.json'}")
+        if not ok:
+            raise NoSuccessError("no setting ran; see the reasons above and the logs under " + str(out))
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:g} GB" if n >= 1e9 else f"{n / 1e6:g} MB" if n >= 1e6 else f"{n / 1e3:g} kB"
+
+
+def _used(used: object) -> str:
+    if not isinstance(used, dict) or not used:
+        return "n/a"
+    return max(used, key=used.get)  # the algorithm/protocol NCCL reported most often
 
 
 @app.command()
@@ -242,7 +337,6 @@ def report(
     from rich.console import Console
 
     from autotune import report as rep
-    from autotune.errors import ConfigError
 
     console = Console()
     with _funnel():

@@ -65,7 +65,7 @@ def _kill_stragglers(needle: str) -> None:
 
 def launch_command(spec: dict[str, Any], spec_path: Path, result_path: Path) -> list[str]:
     """The trial's command: the worker itself, or torchrun starting world_size workers (one a rank)."""
-    worker = ["-m", "autotune.workloads.worker", str(spec_path), str(result_path)]
+    worker = ["-m", spec.get("module", "autotune.workloads.worker"), str(spec_path), str(result_path)]
     wl = spec["workload"]
     if wl.get("world_size", 1) == 1:
         return [sys.executable, *worker]

@@ -623,6 +623,16 @@ def apply_notes(knobs: dict[str, Any], device: str) -> list[str]:
         out.append(f"torch.utils.checkpoint.checkpoint(block, ..., use_reentrant=False) on {which}")
     if knobs.get("fused_optimizer"):
         out.append("torch.optim.AdamW(..., fused=True)")
+    if knobs.get("parallel") == "ddp":
+        out.append(f"DistributedDataParallel(model, bucket_cap_mb={knobs['bucket_cap_mb']}, gradient_as_bucket_view="
+                   f"{knobs['gradient_as_bucket_view']}, static_graph={knobs['static_graph']}); no_sync() on all but the "
+                   "last micro-batch of a step")
+    elif knobs.get("parallel") == "fsdp":
+        out.append(f"fully_shard(block, reshard_after_forward={knobs['reshard_after_forward']}) on every block, then on "
+                   "the model, MixedPrecisionPolicy(param_dtype=<precision>, reduce_dtype=float32); "
+                   "set_requires_gradient_sync(False) on all but the last micro-batch")
+    if knobs.get("parallel"):
+        out.append("launch: torchrun --nproc-per-node <GPUs> your_script.py, with apply.env set for every rank")
     return out
 
 

@@ -142,3 +142,32 @@ def test_distributed_gpus_must_split_into_trials(tmp_path: Path, write_yaml) -> 
     assert proc.returncode == 2
     assert "--gpus: 3 GPUs cannot be split into trials of 2" in proc.stderr
     assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_distributed_nccl_command_on_gloo(tmp_path: Path) -> None:
+    """`autotune nccl` on the CPU: one gloo group of two ranks, a bandwidth per size, nccl.json written."""
+    import json
+
+    proc = run_cli("nccl", "--device", "cpu", "--gpus", "0,1", "--min-mb", "1", "--max-mb", "4", "--iters", "3",
+                   "--out", str(tmp_path / "nccl"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "gloo backend has no NCCL" in proc.stdout
+    doc = json.loads((tmp_path / "nccl" / "nccl.json").read_text())
+    (cell,) = doc["cells"]
+    assert cell["status"] == "ok" and [r["bytes"] for r in cell["rows"]] == [1_000_000, 2_000_000, 4_000_000]
+    for row in cell["rows"]:
+        assert row["busbw_gbs"] == pytest.approx(row["algbw_gbs"] * 2 * (2 - 1) / 2) and row["time_us"] > 0
+        assert len(row["samples_s"]) == 3
+    assert not _processes_with(str(tmp_path / "nccl"))
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--algos", "Ring,Fast"), "--algos: 'Fast' is not allowed"),
+    (("--protos", "LL256"), "--protos: 'LL256' is not allowed"),
+    (("--gpus", "0"), "an all-reduce needs at least 2"),
+    (("--min-mb", "8", "--max-mb", "1"), "--min-mb: 8.0 is above --max-mb 1.0"),
+])
+def test_distributed_nccl_command_bad_input(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    proc = run_cli("nccl", "--device", "cpu", *args, "--out", str(tmp_path / "nccl"), cwd=tmp_path)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert not (tmp_path / "nccl").exists()
