@@ -2,7 +2,8 @@
 # Issue 3's H200 bar and issue 7's GPU crash check, as run through the device tool on nvidia-h200-x2
 # (two H200s of one host; every trial uses ONE GPU, two trials run side by side with --gpus 0,1).
 # Each stage resumes its studies, so a stage cut short is simply run again.
-#   benchmarks/h200-bar.sh STAGE...     stages: info grid fp32 llama hopper gputests
+#   benchmarks/h200-bar.sh STAGE...     stages: info grid fp32 llama hopper gputests ddp nccl
+# (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
 set -uo pipefail
 OUT=${OUT:-bench-out}; mkdir -p "$OUT"
@@ -26,6 +27,10 @@ for stage in "$@"; do
       mkdir -p trials/gpt2-small-hopper
       [ -d trials/gpt2-small-hopper/inductor-cache ] || cp -r trials/gpt2-small-grid/inductor-cache trials/gpt2-small-hopper/ 2>/dev/null
       at search search_spaces/gpt2-small-hopper.yaml --gpus 0,1 2>&1 | tee -a "$OUT/hopper.log" ;;
+    ddp)    # 2-GPU DDP search with the NCCL knobs (one trial at a time: each takes both GPUs)
+      at search search_spaces/gpt2-small-ddp.yaml --gpus 0,1 --timeout-min "${DDP_MIN:-30}" 2>&1 | tee -a "$OUT/ddp.log" ;;
+    nccl)   # all-reduce bus bandwidth by algorithm and protocol, 1 MB to 1 GB
+      at nccl --gpus 0,1 --out trials/nccl 2>&1 | tee -a "$OUT/nccl.log" ;;
     gputests)
       python3 -m pytest -m gpu -s -v -p no:cacheprovider tests/test_gpu.py tests/test_worker.py 2>&1 | tee "$OUT/gputests.log" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
