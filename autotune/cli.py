@@ -229,7 +229,8 @@ def _size(n: int) -> str:
 def _used(used: object) -> str:
     if not isinstance(used, dict) or not used:
         return "n/a"
-    return max(used, key=used.get)  # the algorithm/protocol NCCL reported most often
+    reduces = {k: v for k, v in used.items() if k.startswith("AllReduce ")} or used
+    return max(reduces, key=reduces.get).split(" ", 1)[-1]  # what NCCL reported most often for the all-reduces
 
 
 @app.command()

@@ -84,7 +84,8 @@ def rank_failure(run_dir: Path) -> dict[str, Any] | None:
     found = []
     for path in run_dir.glob("result.rank*.json"):
         try:
-            found.append((path.stat().st_mtime, json.loads(path.read_text())))
+            doc = json.loads(path.read_text())
+            found.append((doc.get("at_ns") or path.stat().st_mtime_ns, doc))
         except (OSError, ValueError):
             pass
     return min(found, key=lambda f: f[0])[1] if found else None
@@ -107,10 +108,10 @@ def nccl_report(run_dir: Path) -> dict[str, Any] | None:
     version = None
     for path in files:
         for line in path.read_text(errors="replace").splitlines():
-            m = re.search(r"Bytes -> Algo (\S+) proto (\S+)", line) or \
-                re.search(r"algorithm, (\w+), protocol, (\w+)", line)
-            if m:
-                key = f"{_ALGOS.get(m[1], m[1]).upper()}/{_PROTOS.get(m[2], m[2]).upper()}"
+            m = re.search(r"(?:(\w+): )?\d+ Bytes -> Algo (\S+) proto (\S+)", line) or \
+                re.search(r"()algorithm, (\w+), protocol, (\w+)", line)
+            if m:  # counted per collective: AllReduce of the gradients apart from start-up Broadcasts
+                key = f"{m[1] or 'collective'} {_ALGOS.get(m[2], m[2]).upper()}/{_PROTOS.get(m[3], m[3]).upper()}"
                 used[key] = used.get(key, 0) + 1
             elif " NCCL WARN " in line and len(warnings) < 5:
                 text = line.split(" NCCL WARN ", 1)[1].strip()
@@ -145,6 +146,7 @@ def run_trial(
     KeyboardInterrupt, or `stop` being set (Ctrl-C seen by another thread), ends the process group and
     raises KeyboardInterrupt. gpu_index: the NVML index of the trial's GPU, for telemetry.
     """
+    run_dir = run_dir.resolve()  # absolute: the straggler sweep matches this trial's spec path only
     run_dir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path, log_path = run_dir / "spec.json", run_dir / "result.json", run_dir / "worker.log"
     result_path.unlink(missing_ok=True)
@@ -197,9 +199,13 @@ def run_trial(
                 _kill_stragglers(str(spec_path))
     wall = time.monotonic() - t0
     samples = telemetry.samples if telemetry else []
-    if timed_out:
-        return Outcome("timeout", f"no result after {timeout_s:.0f} s (trial timeout); process group killed", wall_s=wall, telemetry=samples)
     report = nccl_report(run_dir) if distributed else None
+    if timed_out:
+        reason = f"no result after {timeout_s:.0f} s (trial timeout); process group killed"
+        failed = rank_failure(run_dir) if distributed else None
+        if failed is not None:  # a rank had failed, and the others then waited for it until the timeout
+            reason += f"; before that {failed.get('reason', '')}"
+        return Outcome("timeout", reason, wall_s=wall, telemetry=samples)
     if result_path.is_file():
         raw = json.loads(result_path.read_text())
         if report is not None:
@@ -250,7 +256,7 @@ def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, model: dict[
             record["ranks"] = raw["ranks"]
     if outcome.raw.get("nccl") is not None:
         record["nccl"] = outcome.raw["nccl"]
-    if outcome.raw.get("rank") is not None:
+    if outcome.status != "ok" and outcome.raw.get("rank") is not None:
         record["failed_rank"] = outcome.raw["rank"]
     return record
 

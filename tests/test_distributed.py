@@ -171,3 +171,45 @@ def test_distributed_nccl_command_bad_input(tmp_path: Path, args: tuple[str, ...
     proc = run_cli("nccl", "--device", "cpu", *args, "--out", str(tmp_path / "nccl"), cwd=tmp_path)
     assert proc.returncode == 2 and message in proc.stderr
     assert not (tmp_path / "nccl").exists()
+
+
+def test_distributed_static_graph_with_accumulation_is_invalid(tmp_path: Path) -> None:
+    """PyTorch's static_graph with no_sync stops synchronising gradients: never measured as if it trained."""
+    spec, run_dir = _spec(tmp_path)
+    assert spec["knobs"]["grad_accum_steps"] == 2
+    spec["knobs"]["static_graph"] = True
+    outcome = run_trial(spec, run_dir, timeout_s=120)
+    assert outcome.status == "invalid_config"
+    assert outcome.reason.startswith("rank 0: DDP static_graph with gradient accumulation") \
+        or outcome.reason.startswith("rank 1: DDP static_graph with gradient accumulation")
+
+
+def test_distributed_fsdp_shards_the_layers_of_an_hf_model(tmp_path: Path, write_yaml) -> None:
+    pytest.importorskip("transformers")
+    hf = Path(__file__).resolve().parents[1] / "search_spaces" / "hf" / "tiny-llama.json"
+    path = write_yaml({"name": "t", "model": {"hf_config": str(hf), "seq_len": 32},
+                       "workload": {**WS2, "global_batch_size": 4}, "space": {"micro_batch_size": [2], "precision": "fp32",
+                                                                               "parallel": "fsdp"},
+                       "study": {"trials": 1, "confirm_rounds": 0}})
+    proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (trial,) = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 'out' / 't' / 'study.db'}").get_trials()
+    applied = trial.user_attrs["applied"]["parallel"]
+    assert applied["strategy"] == "fsdp" and applied["sharded_blocks"] == 2  # the config's two decoder layers
+    assert "failed_rank" not in trial.user_attrs
+
+
+def test_distributed_nccl_report_reads_both_log_formats(tmp_path: Path) -> None:
+    from autotune.runner import nccl_report
+
+    (tmp_path / "nccl.h.1.log").write_text(
+        "h:1:1 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\n"
+        "h:1:1 [0] NCCL INFO AllReduce: 26214400 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..15}\n"
+        "h:1:1 [0] NCCL INFO AllReduce: 26214400 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..15}\n"
+        "h:1:1 [0] NCCL INFO Broadcast: 4096 Bytes -> Algo 1 proto 0 time 12.000000\n"
+        "h:1:1 [0] NCCL WARN no algorithm/protocol available for function AllGather with datatype ncclInt8. "
+        "NCCL_ALGO was set to Tree.\n")
+    report = nccl_report(tmp_path)
+    assert report["algo_proto_used"] == {"AllReduce RING/SIMPLE": 2, "Broadcast RING/LL": 1}
+    assert report["version"] == "2.28.9+cuda13.0" and report["warnings"][0].startswith("no algorithm/protocol")
+    assert nccl_report(tmp_path / "none") is None

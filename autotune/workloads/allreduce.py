@@ -1,8 +1,8 @@
 """All-reduce bandwidth of one rank group, run by torchrun: `python -m autotune.workloads.allreduce SPEC RESULT`.
 
 Needs torch only. Every rank all-reduces float32 tensors of each size in spec["sizes"] (bytes): `warmup`
-untimed calls, then `iters` calls each timed alone (CUDA events on GPUs, perf_counter on the CPU). The time
-of a size is the median over the iterations of the slowest rank's time; bandwidths as nccl-tests reports
+untimed calls, then `iters` samples, each `inner` back-to-back calls after an untimed barrier (CUDA events on
+GPUs, perf_counter on the CPU). The time of a size is the median over the samples of the slowest rank's; bandwidths as nccl-tests reports
 them: algbw = bytes / time, busbw = algbw x 2 (n - 1) / n. Rank 0 writes the result; a failing rank writes
 result.rankR.json with its reason and exits 1 (as the trial worker does).
 """
@@ -33,6 +33,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     else:
         dist.init_process_group("gloo")
         dev = torch.device("cpu")
+    # Barriers and the gathering of timings go over gloo, so that only all-reduces meet NCCL_ALGO/NCCL_PROTO.
+    side = dist.new_group(backend="gloo") if cuda else None
+    inner = spec.get("inner", 5)
     rows = []
     for size in spec["sizes"]:
         x = torch.ones(size // 4, dtype=torch.float32, device=dev)
@@ -40,19 +43,26 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             dist.all_reduce(x)
         times = []
         for _ in range(spec["iters"]):
+            # Line the ranks up first (untimed), then time `inner` back-to-back calls, as nccl-tests does:
+            # one call alone would measure the other rank's launch delay at small sizes.
+            if cuda:
+                torch.cuda.synchronize()
+            dist.barrier(group=side)
             if cuda:
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                dist.all_reduce(x)
+                for _ in range(inner):
+                    dist.all_reduce(x)
                 end.record()
                 end.synchronize()
-                times.append(start.elapsed_time(end) / 1000.0)
+                times.append(start.elapsed_time(end) / 1000.0 / inner)
             else:
                 t0 = time.perf_counter()
-                dist.all_reduce(x)
-                times.append(time.perf_counter() - t0)
+                for _ in range(inner):
+                    dist.all_reduce(x)
+                times.append((time.perf_counter() - t0) / inner)
         every: list[Any] = [None] * world
-        dist.all_gather_object(every, times)
+        dist.all_gather_object(every, times, group=side)
         slowest = [max(per_rank) for per_rank in zip(*every)]
         t = statistics.median(slowest)
         algbw = size / t / 1e9
@@ -79,8 +89,10 @@ def main(argv: list[str]) -> int:
         status = "invalid_config" if refusal else "crash"
         reason = refusal or f"{type(err).__name__}: {str(err).strip().splitlines()[0][:300] if str(err).strip() else ''}"
         _write(str(Path(result_path).with_name(f"result.rank{rank}.json")),
-               {"status": status, "rank": rank, "reason": f"rank {rank}: {reason}"})
-        return 1
+               {"status": status, "rank": rank, "reason": f"rank {rank}: {reason}", "at_ns": time.time_ns()})
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
     if rank == 0:
         _write(result_path, result)
     return 0

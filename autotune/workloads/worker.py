@@ -69,7 +69,7 @@ def _set_precision(torch: Any, precision: str, device: str) -> Any:
     if device == "cuda" and precision in ("bf16", "fp8") and not torch.cuda.is_bf16_supported():
         raise InvalidConfig(f"{precision} needs bf16, which this GPU does not support")
     if precision == "fp8":
-        if device != "cuda" or torch.cuda.get_device_capability(0) < (8, 9):
+        if device != "cuda" or torch.cuda.get_device_capability(torch.cuda.current_device()) < (8, 9):
             raise InvalidConfig("fp8 needs an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell)")
         try:
             import torchao.float8  # noqa: F401
@@ -267,6 +267,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     loss_values = check(losses, "measured steps")
     ranks = None
     if group:  # one trial, one result: each step takes as long as its slowest rank
+        group.check_in_sync(torch, model)
         ranks = group.gather({"step_times_s": step_times, "peak_mem_bytes": peak_mem, "reserved": reserved})
         step_times = [max(per_rank) for per_rank in zip(*(r["step_times_s"] for r in ranks))]
         peak_mem = max(r["peak_mem_bytes"] for r in ranks)
@@ -318,8 +319,12 @@ class Ranks:
         if device == "cuda":
             torch.cuda.set_device(self.local_rank)
             dist.init_process_group("nccl", device_id=torch.device("cuda", self.local_rank))
+            # autotune's own bookkeeping (barrier, gathering timings) goes over gloo: an NCCL_ALGO that NCCL
+            # refuses for AllGather (Tree on NCCL 2.28) then fails the training's collectives, not ours.
+            self.side = dist.new_group(backend="gloo")
         else:
             dist.init_process_group("gloo")
+            self.side = None
 
     @classmethod
     def start(cls, torch: Any, device: str) -> Ranks | None:
@@ -340,6 +345,12 @@ class Ranks:
             opts = {"bucket_cap_mb": knobs.get("bucket_cap_mb") or 25,
                     "gradient_as_bucket_view": bool(knobs.get("gradient_as_bucket_view")),
                     "static_graph": bool(knobs.get("static_graph"))}
+            if opts["static_graph"] and knobs["grad_accum_steps"] > 1:
+                # PyTorch's static_graph with no_sync() (gradient accumulation) asserts, or silently stops
+                # reducing gradients after the first step (pytorch/pytorch, huggingface/accelerate#3679):
+                # a fast number that trains nothing must never win.
+                raise InvalidConfig("DDP static_graph with gradient accumulation (no_sync) is broken in PyTorch: "
+                                    "gradients stop being synchronised; use static_graph false or grad_accum_steps 1")
             ddp = DistributedDataParallel(model, device_ids=[self.local_rank] if self.device == "cuda" else None, **opts)
             applied["parallel"] = {"strategy": "ddp", **opts}
             return ddp, applied, lambda last: contextlib.nullcontext() if last else ddp.no_sync()
@@ -353,8 +364,9 @@ class Ranks:
         policy = MixedPrecisionPolicy(param_dtype=amp_dtype, reduce_dtype=torch.float32) if amp_dtype \
             else MixedPrecisionPolicy()
         blocks = getattr(model, "blocks", None)
-        if blocks is None:  # a transformers model: its decoder layers
-            blocks = getattr(getattr(model, "model", None), "layers", None) or []
+        if blocks is None:  # another model (hf_config, entrypoint): its longest list of modules, the layers
+            lists = [mod for mod in model.modules() if isinstance(mod, torch.nn.ModuleList) and len(mod) > 1]
+            blocks = max(lists, key=len) if lists else []
         for block in blocks:
             fully_shard(block, mp_policy=policy, reshard_after_forward=reshard)
         fully_shard(model, mp_policy=policy, reshard_after_forward=reshard)
@@ -370,12 +382,24 @@ class Ranks:
         return model, applied, sync
 
     def barrier(self) -> None:
-        self.dist.barrier()
+        self.dist.barrier(group=self.side)
 
     def gather(self, obj: Any) -> list[Any]:
         out: list[Any] = [None] * self.world
-        self.dist.all_gather_object(out, obj)
+        self.dist.all_gather_object(out, obj, group=self.side)
         return out
+
+    def check_in_sync(self, torch: Any, model: Any) -> None:
+        """DDP keeps every rank's weights identical; if they differ after the measured steps, gradients were
+        not synchronised and the throughput is not that of data-parallel training: fail the trial."""
+        if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            return  # FSDP: each rank holds its own shard
+        with torch.no_grad():
+            local = sum(float(p.detach().float().abs().sum()) for p in model.parameters())
+        sums = self.gather(local)
+        if max(sums) - min(sums) > 1e-6 * max(abs(x) for x in sums):
+            raise InvalidConfig(f"ranks' weights differ after the measured steps (|w| sums {sums}): gradients "
+                                "were not synchronised, so this is not data-parallel training")
 
     def stop(self) -> None:
         self.dist.destroy_process_group()
@@ -388,7 +412,7 @@ def _finite(x: float) -> bool:
 def _env(torch: Any, device: str) -> dict[str, Any]:
     env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": device}
     if device == "cuda":
-        env["device_name"] = torch.cuda.get_device_name(0)
+        env["device_name"] = torch.cuda.get_device_name(torch.cuda.current_device())
         env["cudnn"] = torch.backends.cudnn.version()
         with contextlib.suppress(Exception):
             env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
@@ -447,9 +471,11 @@ def main(argv: list[str]) -> int:
             raise  # traceback goes to the log; the parent classifies the exit as a crash
     if ranks > 1:
         if result["status"] != "ok":  # this rank's reason, then a failing exit: torchrun ends the other ranks
-            result = {**result, "rank": rank, "reason": f"rank {rank}: {result['reason']}"}
+            result = {**result, "rank": rank, "reason": f"rank {rank}: {result['reason']}", "at_ns": time.time_ns()}
             _write(str(Path(result_path).with_name(f"result.rank{rank}.json")), result)
-            return 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)  # now: a normal shutdown can block in the process group's teardown with work in flight
         if rank != 0:
             return 0
     _write(result_path, result)
