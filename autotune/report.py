@@ -62,7 +62,18 @@ def _row(t: optuna.trial.FrozenTrial, base_value: float | None) -> dict[str, Any
         "phases_s": a.get("phases_s"),
         "wall_s": a.get("wall_s"),
         "fingerprint": a.get("fingerprint"),
+        "failed_rank": a.get("failed_rank"),
+        "nccl_used": _nccl_used(a.get("nccl")),
     }
+
+
+def _nccl_used(report: dict[str, Any] | None) -> str | None:
+    """What NCCL reported for the gradient all-reduces of a multi-GPU trial, e.g. 'RING/SIMPLE' (None: no NCCL)."""
+    used = (report or {}).get("algo_proto_used")
+    if not isinstance(used, dict) or not used:
+        return None
+    reduces = {k: v for k, v in used.items() if k.startswith("AllReduce ")} or used
+    return ", ".join(k.split(" ", 1)[-1] for k, _ in sorted(reduces.items(), key=lambda kv: -kv[1]))
 
 
 def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any]:
@@ -199,13 +210,16 @@ def render_rich(data: dict[str, Any], console: Any) -> None:
     from rich.table import Table
 
     knobs = data["searched"]
+    nccl = any(r.get("nccl_used") for r in data["trials"])  # multi-GPU trials on NCCL: what it says it used
     t = Table(title=f"{data['study']} on {data['device']}: {len(data['trials'])} trials, best first")
-    for col in ["#", *knobs, "tokens/s/GPU", "x baseline", "MFU", "peak GiB", "state", "reason"]:
+    for col in ["#", *knobs, "tokens/s/GPU", "x baseline", "MFU", "peak GiB", *(["NCCL used"] if nccl else []),
+                "state", "reason"]:
         t.add_column(col, overflow="fold")
     for r in data["trials"]:
         state = r["state"] + (" (predicted)" if r["predicted"] else "")
         t.add_row(str(r["number"]), *[str(r["knobs"].get(k)) for k in knobs], _fmt(r["tokens_per_s_per_gpu"], "tok"),
-                  _fmt(r["speedup"], "x"), _fmt(r["mfu"], "mfu"), _fmt(r["peak_mem_gib"], "gib"), state,
+                  _fmt(r["speedup"], "x"), _fmt(r["mfu"], "mfu"), _fmt(r["peak_mem_gib"], "gib"),
+                  *([r.get("nccl_used") or "-"] if nccl else []), state,
                   (r["reason"] or "").splitlines()[0][:60] if r["reason"] else "")
     console.print(t)
     if data["failures"]:

@@ -213,3 +213,12 @@ def test_distributed_nccl_report_reads_both_log_formats(tmp_path: Path) -> None:
     assert report["algo_proto_used"] == {"AllReduce RING/SIMPLE": 2, "Broadcast RING/LL": 1}
     assert report["version"] == "2.28.9+cuda13.0" and report["warnings"][0].startswith("no algorithm/protocol")
     assert nccl_report(tmp_path / "none") is None
+
+
+def test_distributed_report_shows_what_nccl_used() -> None:
+    from autotune.report import _nccl_used
+
+    assert _nccl_used({"algo_proto_used": {"AllReduce RING/LL128": 30, "Broadcast RING/LL": 2,
+                                           "AllReduce TREE/SIMPLE": 3}}) == "RING/LL128, TREE/SIMPLE"
+    assert _nccl_used({"algo_proto_used": "not reported by NCCL (no tuning lines in its INFO log)"}) is None
+    assert _nccl_used(None) is None
