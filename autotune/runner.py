@@ -95,6 +95,11 @@ _ALGOS = {"0": "TREE", "1": "RING", "2": "COLLNET_DIRECT", "3": "COLLNET_CHAIN",
 _PROTOS = {"0": "LL", "1": "LL128", "2": "SIMPLE"}
 
 
+def _is_refusal(warning: str) -> bool:
+    """An NCCL warning that says it cannot honour NCCL_ALGO / NCCL_PROTO (a setting, not a fault)."""
+    return "NCCL_ALGO" in warning or "NCCL_PROTO" in warning or "no algorithm/protocol available" in warning
+
+
 def nccl_report(run_dir: Path) -> dict[str, Any] | None:
     """What NCCL says it did (its NCCL_DEBUG=INFO files of the ranks): the algorithm/protocol chosen per
     collective, counted, and its warnings. None when no NCCL log was written (gloo, one rank)."""
@@ -205,6 +210,8 @@ def run_trial(
         failed = rank_failure(run_dir) if distributed else None
         if failed is not None:  # a rank had failed, and the others then waited for it until the timeout
             reason += f"; before that {failed.get('reason', '')}"
+        if report and report["warnings"]:
+            reason += "; NCCL warned: " + "; ".join(report["warnings"][:2])
         return Outcome("timeout", reason, wall_s=wall, telemetry=samples)
     if result_path.is_file():
         raw = json.loads(result_path.read_text())
@@ -218,6 +225,9 @@ def run_trial(
         if report and report["warnings"] and failed["status"] == "invalid_config":
             reason += " | NCCL: " + "; ".join(report["warnings"][:2])
         return Outcome(failed["status"], reason, failed, samples, wall)
+    refused = [w for w in (report or {}).get("warnings", []) if _is_refusal(w)]
+    if refused:  # NCCL aborted the ranks (its watchdog) before Python saw an error: its log says why
+        return Outcome("invalid_config", "NCCL refused this setting: " + refused[0], {"nccl": report}, samples, wall)
     code = proc.returncode
     how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
     return Outcome("crash", f"trial process ended without a result ({how}): {_tail(log_path)}", wall_s=wall, telemetry=samples)

@@ -222,3 +222,15 @@ def test_distributed_report_shows_what_nccl_used() -> None:
                                            "AllReduce TREE/SIMPLE": 3}}) == "RING/LL128, TREE/SIMPLE"
     assert _nccl_used({"algo_proto_used": "not reported by NCCL (no tuning lines in its INFO log)"}) is None
     assert _nccl_used(None) is None
+
+
+def test_distributed_nccl_abort_with_a_refusal_is_invalid_config(tmp_path: Path) -> None:
+    """When NCCL's watchdog aborts the ranks (no Python exception, no rank file), its log still says why."""
+    spec, run_dir = _spec(tmp_path)
+    spec["module"] = "fake_nccl_rank"
+    tests = str(Path(__file__).resolve().parent)
+    outcome = run_trial(spec, run_dir, timeout_s=120, env={"PYTHONPATH": os.pathsep.join(
+        [tests, os.environ.get("PYTHONPATH", "")])})
+    assert outcome.status == "invalid_config"
+    assert outcome.reason.startswith("NCCL refused this setting: Error : no algorithm/protocol available for function "
+                                     "AllGather") and "NCCL_ALGO was set to Tree" in outcome.reason
