@@ -1,5 +1,6 @@
-"""Test helper run by torchrun as a trial module: each rank writes the NCCL WARN line that NCCL 2.28 wrote on
-2x H200 for NCCL_ALGO=Tree into an NCCL debug file, then aborts as NCCL's watchdog does (no Python error)."""
+"""Test helper run by torchrun as a trial module: each rank writes an NCCL WARN line into an NCCL debug file
+(the wording of the Tree refusal that issue 5 quotes from NCCL 2.28; a synthetic log, not one captured here),
+then aborts as NCCL's watchdog does (no Python error)."""
 
 import os
 import sys

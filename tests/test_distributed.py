@@ -200,6 +200,8 @@ def test_distributed_fsdp_shards_the_layers_of_an_hf_model(tmp_path: Path, write
 
 
 def test_distributed_nccl_report_reads_both_log_formats(tmp_path: Path) -> None:
+    """A synthetic log in the two TUNING line formats of NCCL's source (named, and numeric ids of older
+    releases); not captured from a GPU run."""
     from autotune.runner import nccl_report
 
     (tmp_path / "nccl.h.1.log").write_text(
