@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -180,10 +180,7 @@ def nccl(
         device = device or default_device()
         algo_list = _names("--algos", algos, typing.get_args(NcclAlgo))
         proto_list = _names("--protos", protos, typing.get_args(NcclProto))
-        if device == "cpu":
-            gpu_list = _parse_gpus(gpus) if gpus != "all" else ["0", "1"]
-        else:
-            gpu_list = _parse_gpus(gpus)
+        gpu_list = ["0", "1"] if device == "cpu" and gpus == "all" else _parse_gpus(gpus)  # CPU: two gloo ranks
         if len(gpu_list or []) < 2:
             raise ConfigError(f"--gpus: {gpus!r} gives {len(gpu_list or [])} rank(s); an all-reduce needs at least 2")
         if min_mb > max_mb:
@@ -207,7 +204,7 @@ def nccl(
             table.add_column(f"{c['algo']}/{c['proto']}", justify="right")
         for i, size in enumerate(sizes):
             table.add_row(_size(size), *[f"{c['rows'][i]['busbw_gbs']:.1f}" for c in ok])
-        table.add_row("NCCL used", *[_used(c["nccl_used"]) for c in ok])
+        table.add_row("NCCL used", *[c["nccl_used"] or "n/a" for c in ok])
         console.print(table)
         refused = [c for c in doc["cells"] if c["status"] != "ok"]
         if refused:
@@ -224,13 +221,6 @@ def nccl(
 
 def _size(n: int) -> str:
     return f"{n / 1e9:g} GB" if n >= 1e9 else f"{n / 1e6:g} MB" if n >= 1e6 else f"{n / 1e3:g} kB"
-
-
-def _used(used: object) -> str:
-    if not isinstance(used, dict) or not used:
-        return "n/a"
-    reduces = {k: v for k, v in used.items() if k.startswith("AllReduce ")} or used
-    return max(reduces, key=reduces.get).split(" ", 1)[-1]  # what NCCL reported most often for the all-reduces
 
 
 @app.command()

@@ -8,13 +8,13 @@ NVLS is not in the default list, and NCCL_NVLS_ENABLE is never set or cleared he
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune.runner import run_trial
+from autotune.runner import nccl_used, run_trial
+from autotune.workloads.worker import write_json
 
 DEFAULT_ALGOS = ("default", "Ring", "Tree", "CollnetDirect", "CollnetChain", "PAT")
 DEFAULT_PROTOS = ("default", "Simple", "LL", "LL128")
@@ -48,18 +48,15 @@ def sweep(out_dir: Path, *, device: str, ranks: int, gpus: list[str] | None, alg
         spec = {"module": "autotune.workloads.allreduce", "device": device, "workload": {"world_size": ranks},
                 "sizes": sizes, "warmup": warmup, "iters": iters}
         outcome = run_trial(spec, out_dir / f"{i:02d}-{algo}-{proto}", timeout_s=timeout_s, env=env)
-        used = (outcome.raw.get("nccl") or {}).get("algo_proto_used")
+        report = outcome.raw.get("nccl") or {}
         cell = {"algo": algo, "proto": proto, "status": outcome.status, "reason": outcome.reason,
                 "rows": outcome.raw.get("rows") if outcome.status == "ok" else None,
-                "nccl_used": used, "nccl_warnings": (outcome.raw.get("nccl") or {}).get("warnings"),
-                "wall_s": round(outcome.wall_s, 1)}
+                "nccl_used": nccl_used(report), "nccl_report": report or None, "wall_s": round(outcome.wall_s, 1)}
         cells.append(cell)
         if on_cell:
             on_cell(cell)
     doc = {"device": device, "ranks": ranks, "gpus": gpus, "sizes": sizes, "warmup": warmup, "iters": iters,
            "nvls_enable_env": os.environ.get("NCCL_NVLS_ENABLE"), "cells": cells}
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / "nccl.json.tmp"
-    tmp.write_text(json.dumps(doc, indent=1))
-    tmp.replace(out_dir / "nccl.json")
+    write_json(str(out_dir / "nccl.json"), doc)
     return doc

@@ -15,6 +15,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.errors import ConfigError
+from autotune.runner import nccl_used
 from autotune.space import KNOBS
 from autotune.study import mask_url
 
@@ -63,17 +64,8 @@ def _row(t: optuna.trial.FrozenTrial, base_value: float | None) -> dict[str, Any
         "wall_s": a.get("wall_s"),
         "fingerprint": a.get("fingerprint"),
         "failed_rank": a.get("failed_rank"),
-        "nccl_used": _nccl_used(a.get("nccl")),
+        "nccl_used": nccl_used(a.get("nccl")),
     }
-
-
-def _nccl_used(report: dict[str, Any] | None) -> str | None:
-    """What NCCL reported for the gradient all-reduces of a multi-GPU trial, e.g. 'RING/SIMPLE' (None: no NCCL)."""
-    used = (report or {}).get("algo_proto_used")
-    if not isinstance(used, dict) or not used:
-        return None
-    reduces = {k: v for k, v in used.items() if k.startswith("AllReduce ")} or used
-    return ", ".join(k.split(" ", 1)[-1] for k, _ in sorted(reduces.items(), key=lambda kv: -kv[1]))
 
 
 def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any]:

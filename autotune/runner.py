@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -103,8 +104,6 @@ def _is_refusal(warning: str) -> bool:
 def nccl_report(run_dir: Path) -> dict[str, Any] | None:
     """What NCCL says it did (its NCCL_DEBUG=INFO files of the ranks): the algorithm/protocol chosen per
     collective, counted, and its warnings. None when no NCCL log was written (gloo, one rank)."""
-    import re
-
     files = sorted(run_dir.glob("nccl.*.log"))
     if not files:
         return None
@@ -126,6 +125,15 @@ def nccl_report(run_dir: Path) -> dict[str, Any] | None:
                 version = v[1]
     return {"algo_proto_used": used or "not reported by NCCL (no tuning lines in its INFO log)",
             "warnings": warnings, "version": version, "logs": len(files)}
+
+
+def nccl_used(report: dict[str, Any] | None) -> str | None:
+    """What NCCL reported for the all-reduces, most frequent first, e.g. 'RING/SIMPLE' (None: nothing reported)."""
+    used = (report or {}).get("algo_proto_used")
+    if not isinstance(used, dict) or not used:
+        return None
+    reduces = {k: v for k, v in used.items() if k.startswith("AllReduce ")} or used
+    return ", ".join(k.split(" ", 1)[-1] for k, _ in sorted(reduces.items(), key=lambda kv: -kv[1]))
 
 
 def _tail(path: Path) -> str:
@@ -205,9 +213,9 @@ def run_trial(
     wall = time.monotonic() - t0
     samples = telemetry.samples if telemetry else []
     report = nccl_report(run_dir) if distributed else None
+    failed = rank_failure(run_dir) if distributed else None  # a rank's own reason, when one failed
     if timed_out:
         reason = f"no result after {timeout_s:.0f} s (trial timeout); process group killed"
-        failed = rank_failure(run_dir) if distributed else None
         if failed is not None:  # a rank had failed, and the others then waited for it until the timeout
             reason += f"; before that {failed.get('reason', '')}"
         if report and report["warnings"]:
@@ -218,7 +226,6 @@ def run_trial(
         if report is not None:
             raw["nccl"] = report
         return Outcome(raw["status"], raw.get("reason", ""), raw, samples, wall)
-    failed = rank_failure(run_dir) if distributed else None
     if failed is not None:  # one rank's own reason; torchrun ended the others
         reason = failed.get("reason", "")
         failed["nccl"] = report

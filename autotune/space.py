@@ -21,11 +21,13 @@ KNOBS = ("micro_batch_size", "precision", "grad_accum_steps", "compile", "attent
 
 # The communication library's knobs: environment variables of the ranks, meaningless on gloo (CPU).
 NCCL_KNOBS = ("nccl_algo", "nccl_proto", "nccl_nchannels")
-# Knobs of one data-parallel strategy each: None where the trial's `parallel` is the other one.
-DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph")
-FSDP_KNOBS = ("reshard_after_forward",)
+# Knob -> (knob, value) under which alone it acts. Elsewhere it is None in the trial's knobs (points that
+# differ only there are one measurement), and it is not searched when that value is not in the space.
+ONLY_WITH = {"fp8_recipe": ("precision", "fp8"),
+             "bucket_cap_mb": ("parallel", "ddp"), "gradient_as_bucket_view": ("parallel", "ddp"),
+             "static_graph": ("parallel", "ddp"), "reshard_after_forward": ("parallel", "fsdp")}
 # Knobs that only act across ranks: not searched when world_size is 1.
-COMM_KNOBS = ("parallel", *DDP_KNOBS, *FSDP_KNOBS, *NCCL_KNOBS)
+COMM_KNOBS = ("parallel", *(k for k, (owner, _) in ONLY_WITH.items() if owner == "parallel"), *NCCL_KNOBS)
 
 # Knob -> environment variables of the trial's processes ("default" sets nothing). Never NCCL_NVLS_ENABLE:
 # that one is left exactly as the user's environment has it.
@@ -56,14 +58,11 @@ class ResolvedSpace:
         knobs = {**self.fixed, **params}
         if self.global_batch_size is not None:
             knobs["grad_accum_steps"] = self.global_batch_size // (knobs["micro_batch_size"] * self.world_size)
-        if knobs["precision"] != "fp8":
-            knobs["fp8_recipe"] = None  # no effect: points differing only here are the same measurement
-        for name in DDP_KNOBS if knobs["parallel"] != "ddp" or self.world_size == 1 else ():
-            knobs[name] = None
-        for name in FSDP_KNOBS if knobs["parallel"] != "fsdp" or self.world_size == 1 else ():
-            knobs[name] = None
         if self.world_size == 1:
             knobs["parallel"] = None  # one rank: no data parallelism to choose
+        for name, (owner, value) in ONLY_WITH.items():
+            if knobs[owner] != value:
+                knobs[name] = None
         return {k: knobs[k] for k in KNOBS}
 
     def points(self) -> list[dict[str, Any]]:
@@ -138,9 +137,6 @@ def resolve_space(cfg: Config, device: str | None = None) -> ResolvedSpace:
         accum = [1] if space.grad_accum_steps == "auto" else list(space.grad_accum_steps)
         values["grad_accum_steps"] = accum
 
-    if "fp8" not in values["precision"] and (len(values["fp8_recipe"]) > 1):
-        notes["fp8_recipe"] = f"not searched: precision fp8 is not in the space, so {values['fp8_recipe']} cannot matter"
-        values["fp8_recipe"] = values["fp8_recipe"][:1]
     defaults = type(space)()
     if wl.world_size == 1:
         for k in COMM_KNOBS:
@@ -153,16 +149,10 @@ def resolve_space(cfg: Config, device: str | None = None) -> ResolvedSpace:
             if values[k] != ["default"]:
                 notes[k] = f"not applicable to gloo (device cpu has no NCCL): {values[k]} not searched"
             values[k] = ["default"]
-    if "ddp" not in values["parallel"]:
-        for k in DDP_KNOBS:
-            if len(values[k]) > 1:
-                notes[k] = f"not searched: parallel ddp is not in the space, so {values[k]} cannot matter"
-                values[k] = values[k][:1]
-    if "fsdp" not in values["parallel"]:
-        for k in FSDP_KNOBS:
-            if len(values[k]) > 1:
-                notes[k] = f"not searched: parallel fsdp is not in the space, so {values[k]} cannot matter"
-                values[k] = values[k][:1]
+    for k, (owner, value) in ONLY_WITH.items():
+        if value not in values[owner] and len(values[k]) > 1:
+            notes.setdefault(k, f"not searched: {owner} {value} is not in the space, so {values[k]} cannot matter")
+            values[k] = values[k][:1]
 
     searched = {k: v for k, v in values.items() if len(v) > 1}
     fixed = {k: v[0] for k, v in values.items() if len(v) == 1}

@@ -217,13 +217,13 @@ def test_distributed_nccl_report_reads_both_log_formats(tmp_path: Path) -> None:
     assert nccl_report(tmp_path / "none") is None
 
 
-def test_distributed_report_shows_what_nccl_used() -> None:
-    from autotune.report import _nccl_used
+def test_distributed_report_shows_whatnccl_used() -> None:
+    from autotune.runner import nccl_used
 
-    assert _nccl_used({"algo_proto_used": {"AllReduce RING/LL128": 30, "Broadcast RING/LL": 2,
+    assert nccl_used({"algo_proto_used": {"AllReduce RING/LL128": 30, "Broadcast RING/LL": 2,
                                            "AllReduce TREE/SIMPLE": 3}}) == "RING/LL128, TREE/SIMPLE"
-    assert _nccl_used({"algo_proto_used": "not reported by NCCL (no tuning lines in its INFO log)"}) is None
-    assert _nccl_used(None) is None
+    assert nccl_used({"algo_proto_used": "not reported by NCCL (no tuning lines in its INFO log)"}) is None
+    assert nccl_used(None) is None
 
 
 def test_distributed_nccl_abort_with_a_refusal_is_invalid_config(tmp_path: Path) -> None:

@@ -17,14 +17,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotune.workloads.worker import _die_with_parent, _nccl_refusal, _write
+from autotune.workloads.worker import _die_with_parent, _nccl_refusal, crash_reason, fail_rank, write_json
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    rank, local, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
+    local, world = int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
     cuda = spec["device"] == "cuda"
     if cuda:
         torch.cuda.set_device(local)
@@ -86,15 +86,10 @@ def main(argv: list[str]) -> int:
         result = run(spec)
     except Exception as err:
         refusal = _nccl_refusal(err)
-        status = "invalid_config" if refusal else "crash"
-        reason = refusal or f"{type(err).__name__}: {str(err).strip().splitlines()[0][:300] if str(err).strip() else ''}"
-        _write(str(Path(result_path).with_name(f"result.rank{rank}.json")),
-               {"status": status, "rank": rank, "reason": f"rank {rank}: {reason}", "at_ns": time.time_ns()})
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
+        fail_rank(result_path, rank, {"status": "invalid_config" if refusal else "crash",
+                                      "reason": refusal or crash_reason(err)})
     if rank == 0:
-        _write(result_path, result)
+        write_json(result_path, result)
     return 0
 
 

@@ -437,11 +437,29 @@ def _nccl_refusal(err: BaseException) -> str | None:
     return "NCCL refused this setting: " + " ".join(last.split())[:400]
 
 
-def _write(path: str, result: dict[str, Any]) -> None:
+def write_json(path: str, doc: dict[str, Any]) -> None:
+    """Write JSON atomically: a reader (the parent) never sees half a file."""
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(result, f)
+        json.dump(doc, f, indent=1)
     os.replace(tmp, path)
+
+
+def crash_reason(err: BaseException) -> str:
+    """`Type: first line of the message`, for a rank's failure file."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0][:300] if text else ''}"
+
+
+def fail_rank(result_path: str, rank: int, result: dict[str, Any]) -> None:
+    """A failing rank of a torchrun group: write its reason beside the result (result.rankR.json), then exit 1
+    at once, so that torchrun ends the other ranks (a normal shutdown can block in the process group's
+    teardown with collectives in flight)."""
+    write_json(str(Path(result_path).with_name(f"result.rank{rank}.json")),
+               {**result, "rank": rank, "reason": f"rank {rank}: {result['reason']}", "at_ns": time.time_ns()})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def main(argv: list[str]) -> int:
@@ -465,20 +483,15 @@ def main(argv: list[str]) -> int:
             import traceback
 
             traceback.print_exc()
-            last = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
-            result = {"status": "crash", "reason": f"{type(err).__name__}: {last}"}
+            result = {"status": "crash", "reason": crash_reason(err)}
         else:
             raise  # traceback goes to the log; the parent classifies the exit as a crash
     if ranks > 1:
-        if result["status"] != "ok":  # this rank's reason, then a failing exit: torchrun ends the other ranks
-            result = {**result, "rank": rank, "reason": f"rank {rank}: {result['reason']}", "at_ns": time.time_ns()}
-            _write(str(Path(result_path).with_name(f"result.rank{rank}.json")), result)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(1)  # now: a normal shutdown can block in the process group's teardown with work in flight
+        if result["status"] != "ok":
+            fail_rank(result_path, rank, result)
         if rank != 0:
             return 0
-    _write(result_path, result)
+    write_json(result_path, result)
     return 0
 
 
