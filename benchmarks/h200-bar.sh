@@ -13,7 +13,7 @@ for stage in "$@"; do
   echo "=== $stage $(date -u +%FT%TZ)" | tee -a "$OUT/stages.log"
   case $stage in
     info)
-      { date -u; nvidia-smi; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv
+      { date -u; nvidia-smi; nvidia-smi topo -m; env | grep -E "NCCL|NVLS|MULTICAST|NVSHMEM"; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv
         python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "nccl", torch.cuda.nccl.version())'
         python3 -c 'import torchao, optuna; print("torchao", torchao.__version__, "optuna", optuna.__version__)'; } > "$OUT/hw.txt" 2>&1 ;;
     grid)   # the 48-point landscape, once each; stop launching after GRID_MIN minutes (resume finishes it)
@@ -29,8 +29,8 @@ for stage in "$@"; do
       at search search_spaces/gpt2-small-hopper.yaml --gpus 0,1 2>&1 | tee -a "$OUT/hopper.log" ;;
     ddp)    # 2-GPU DDP search with the NCCL knobs (one trial at a time: each takes both GPUs)
       at search search_spaces/gpt2-small-ddp.yaml --gpus 0,1 --timeout-min "${DDP_MIN:-30}" 2>&1 | tee -a "$OUT/ddp.log" ;;
-    nccl)   # all-reduce bus bandwidth by algorithm and protocol, 1 MB to 1 GB
-      at nccl --gpus 0,1 --out trials/nccl 2>&1 | tee -a "$OUT/nccl.log" ;;
+    nccl)   # all-reduce bus bandwidth by algorithm and protocol, 1 MB to 1 GB (NCCL_ARGS: extra options, e.g. --algos)
+      at nccl --gpus 0,1 --out "trials/nccl${NCCL_TAG:-}" ${NCCL_ARGS:-} 2>&1 | tee -a "$OUT/nccl.log" ;;
     gputests)
       python3 -m pytest -m gpu -s -v -p no:cacheprovider tests/test_gpu.py tests/test_worker.py 2>&1 | tee "$OUT/gputests.log" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
