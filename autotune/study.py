@@ -52,7 +52,7 @@ class Observer:
 
     def trial_finished(self, record: dict[str, Any], history: History) -> None: ...
 
-    def confirm_started(self, candidates: list[int], rounds: int) -> None: ...
+    def confirm_started(self, candidates: list[int], rounds: int, kept: int = 0) -> None: ...
 
     def confirm_sample(self, number: int, round_: int, value: float | None, status: str) -> None: ...
 
@@ -504,7 +504,8 @@ def confirm(study: optuna.Study, space: ResolvedSpace, cfg: Config, *, device: s
 
     The choice is the best median of the confirmation samples; among configurations whose 95% intervals
     overlap the top one's, the one that changes fewest knobs from the baseline wins. Stored in the study
-    (user attribute `confirmation`), so a resumed study does not confirm the same candidates again.
+    (user attribute `confirmation`) after every sample: a resumed study does not confirm the same candidates
+    again, and an interrupted confirmation goes on from the samples it kept.
     """
     top, rounds = cfg.study.confirm_top, cfg.study.confirm_rounds
     h = History.of(study)
@@ -512,16 +513,25 @@ def confirm(study: optuna.Study, space: ResolvedSpace, cfg: Config, *, device: s
     if len(candidates) < 2 or rounds < 1:
         return None
     numbers = [t.number for t in candidates]
-    previous = study.user_attrs.get("confirmation")
-    if previous and previous["candidates"] == numbers and previous["rounds_done"] >= rounds:
-        return previous
-    model = model_spec(cfg.model)
-    base_knobs = space.knobs(space.baseline)
     samples: dict[int, list[float]] = {n: [] for n in numbers}
     failures: dict[int, list[str]] = {n: [] for n in numbers}
-    observer.confirm_started(numbers, rounds)
-    for r in range(rounds):
+    previous = study.user_attrs.get("confirmation")
+    if previous and previous["candidates"] == numbers:  # an interrupted confirmation of the same top: go on from it
+        if previous["rounds_done"] >= rounds:
+            return previous
+        for st in previous["stats"]:
+            samples[st["trial"]], failures[st["trial"]] = list(st["samples"]), list(st["failures"])
+    model = model_spec(cfg.model)
+    base_knobs = space.knobs(space.baseline)
+
+    def taken(n: int) -> int:  # confirmation runs of trial n so far, measured or failed
+        return len(samples[n]) + len(failures[n])
+
+    observer.confirm_started(numbers, rounds, sum(taken(n) for n in numbers))
+    for r in range(min(taken(n) for n in numbers), rounds):
         for t in candidates:
+            if taken(t.number) > r:  # measured in this round before the interruption
+                continue
             knobs = t.user_attrs["knobs"]
             spec = trial_spec(model, cfg.workload.model_dump(), knobs, device, cfg.base_dir)
             env = {"TORCHINDUCTOR_CACHE_DIR": str(inductor_cache), **space.env(knobs)}
@@ -533,9 +543,10 @@ def confirm(study: optuna.Study, space: ResolvedSpace, cfg: Config, *, device: s
                 samples[t.number].append(value)
             else:
                 failures[t.number].append(f"{outcome.status}: {outcome.reason.splitlines()[-1] if outcome.reason else ''}")
+            # after every sample: an interruption keeps what was measured, and a resume goes on from there
+            study.set_user_attr("confirmation", _choose(candidates, samples, failures, base_knobs,
+                                                        min(taken(n) for n in numbers)))
             observer.confirm_sample(t.number, r, value, outcome.status)
-        result = _choose(candidates, samples, failures, base_knobs, r + 1)
-        study.set_user_attr("confirmation", result)  # after every round: an interruption keeps what was measured
     return study.user_attrs.get("confirmation")
 
 

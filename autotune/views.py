@@ -87,9 +87,10 @@ class LiveProgress(Observer):
         self.console.print(line)
         self.last = [line]
 
-    def confirm_started(self, candidates: list[int], rounds: int) -> None:
+    def confirm_started(self, candidates: list[int], rounds: int, kept: int = 0) -> None:
+        again = f" (going on from {kept} samples of an interrupted confirmation)" if kept else ""
         self.console.print(f"confirming trials {', '.join(map(str, candidates))}: {rounds} interleaved rounds, "
-                           "each a fresh process")
+                           f"each a fresh process{again}")
 
     def confirm_sample(self, number: int, round_: int, value: float | None, status: str) -> None:
         shown = f"{_tok(value)} tok/s" if value is not None else f"[red]{status}[/]"

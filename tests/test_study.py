@@ -10,7 +10,7 @@ import yaml
 
 from autotune.config import parse_config
 from autotune.errors import StudyError
-from autotune.study import History, run_search
+from autotune.study import History, Observer, run_search
 from conftest import tiny
 
 
@@ -139,3 +139,39 @@ def test_study_confirmation_interleaved_fresh_processes(tmp_path: Path, monkeypa
     again = run_search(cfg, out_root=tmp_path, device="cpu")
     assert again.confirmation == conf
     assert len([p for p in (tmp_path / "t" / "runs").iterdir() if p.name.startswith("confirm-")]) == 4
+
+
+class _CtrlCAfter(Observer):
+    """Presses Ctrl-C right after the n-th confirmation sample was stored."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.seen, self.kept = n, 0, None
+
+    def confirm_started(self, candidates: list[int], rounds: int, kept: int = 0) -> None:
+        self.kept = kept
+
+    def confirm_sample(self, number: int, round_: int, value: float | None, status: str) -> None:
+        self.seen += 1
+        if self.seen == self.n:
+            raise KeyboardInterrupt
+
+
+def test_study_interrupted_confirmation_goes_on_from_its_samples(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
+    cfg = _cfg(study={"trials": 3, "confirm_top": 2, "confirm_rounds": 2})
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C in round 2, after its first sample
+        run_search(cfg, out_root=tmp_path, device="cpu", observer=_CtrlCAfter(3))
+    study = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't' / 'study.db'}")
+    stored = study.user_attrs["confirmation"]
+    kept = {st["trial"]: st["samples"] for st in stored["stats"]}
+    assert stored["rounds_done"] == 1 and sorted(map(len, kept.values())) == [1, 2]  # 3 samples kept
+    assert (tmp_path / "t" / "best.yaml").exists()  # written on the way out, as for any interruption
+    watch = _CtrlCAfter(0)
+    again = run_search(cfg, out_root=tmp_path, device="cpu", observer=watch)
+    assert watch.kept == 3 and watch.seen == 1  # only the missing sample was measured
+    conf = again.confirmation
+    assert conf["rounds_done"] == 2 and all(len(st["samples"]) == 2 for st in conf["stats"])
+    for st in conf["stats"]:
+        assert st["samples"][:len(kept[st["trial"]])] == kept[st["trial"]]  # nothing measured was lost
+    runs = sorted(p.name for p in (tmp_path / "t" / "runs").iterdir() if p.name.startswith("confirm-"))
+    assert len(runs) == 4
