@@ -31,14 +31,19 @@ from autotune.space import ResolvedSpace, config_fingerprint, resolve_space
 RERUN_STATUSES = ("interrupted", "worker_lost")
 # Trials recorded without a launch; they never count toward the budget.
 NOT_LAUNCHED = ("duplicate", "skipped")
+# Outcomes that say the configuration itself cannot run (not the machine): stored as PRUNED, which Optuna's
+# TPE sampler counts among the bad trials and steers away from; it ignores FAIL trials (seen on 2x H200: with
+# NCCL refusing NCCL_ALGO=Tree, 6 of 16 DDP trials went to Tree while refusals were FAIL).
+CONFIG_FAILURES = ("oom", "invalid_config", "nonfinite_loss")
 
 
 class _NotLaunched(Exception):
-    """A trial recorded without launching (duplicate, predicted OOM): stored as FAIL, not counted."""
+    """A trial recorded without launching (duplicate, budget taken): stored as FAIL, not counted."""
 
 
 class _TrialFailed(Exception):
-    """A launched trial ended without a measurement; stored as FAIL with its reason."""
+    """A launched trial ended without a measurement for a reason outside its configuration (crash, timeout):
+    stored as FAIL with its reason. Configuration failures end PRUNED (CONFIG_FAILURES)."""
 
 
 class Observer:
@@ -177,7 +182,7 @@ class History:
                 if (t.number != own and "knobs" in a and a.get("status") not in NOT_LAUNCHED
                         and (t.number < own or a.get("claimed"))):
                     h.running.setdefault(_key(a["knobs"]), t)
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)):
             status = t.user_attrs.get("status")
             if status not in STATUSES:  # duplicates, interrupted, lost workers: nothing measured
                 continue
@@ -386,7 +391,7 @@ def run_search(
             record = {"number": trial.number, "knobs": knobs, "status": "oom", "reason": reason, "predicted": True}
             _store(trial, record)
             observer.trial_finished(record, h)
-            raise _NotLaunched(reason)
+            raise optuna.TrialPruned(reason)  # not launched, not counted; the sampler learns from it
 
         trial.set_user_attr("claimed", True)  # other workers now leave this configuration to this one
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):  # a claim raced ours: lower number keeps it
@@ -437,6 +442,8 @@ def run_search(
         record["run_dir"] = str(runs / f"{trial.number:04d}")
         _store(trial, record)
         observer.trial_finished(record, History.of(study))
+        if outcome.status in CONFIG_FAILURES:
+            raise optuna.TrialPruned(f"{outcome.status}: {outcome.reason}")
         if outcome.status != "ok":
             raise _TrialFailed(f"{outcome.status}: {outcome.reason}")
         return record["metrics"]["tokens_per_s_per_gpu"]

@@ -10,7 +10,7 @@ import yaml
 
 from autotune.config import parse_config
 from autotune.errors import StudyError
-from autotune.study import History, Observer, run_search
+from autotune.study import CONFIG_FAILURES, History, Observer, make_sampler, run_search
 from conftest import tiny
 
 
@@ -61,7 +61,7 @@ def test_study_failures_recorded_and_oom_predicted(tmp_path: Path, monkeypatch) 
     assert by_mbs[4].user_attrs["status"] == "oom" and not by_mbs[4].user_attrs["predicted"]
     assert by_mbs[8].user_attrs["status"] == "oom" and by_mbs[8].user_attrs["predicted"]
     assert "predicted: needs at least the memory of trial" in by_mbs[8].user_attrs["reason"]
-    assert by_mbs[8].state == optuna.trial.TrialState.FAIL
+    assert by_mbs[4].state == by_mbs[8].state == optuna.trial.TrialState.PRUNED  # the sampler learns from both
     assert not (tmp_path / "t" / "runs" / f"{by_mbs[8].number:04d}").exists()  # never launched
     assert result.history.launched == 2 and result.best.params["micro_batch_size"] == 2
 
@@ -71,6 +71,8 @@ def test_study_failed_trial_never_stops_study(tmp_path: Path, monkeypatch) -> No
     result = run_search(_cfg(study={"trials": 6}), out_root=tmp_path, device="cpu")
     statuses = sorted(t.user_attrs["status"] for t in _trials(tmp_path) if t.user_attrs.get("status") != "duplicate")
     assert statuses == ["nonfinite_loss"] * 3 + ["ok"] * 3
+    assert all(t.state == optuna.trial.TrialState.PRUNED for t in _trials(tmp_path)
+               if t.user_attrs.get("status") == "nonfinite_loss")
     assert result.best.params["precision"] == "fp32"
 
 
@@ -175,3 +177,31 @@ def test_study_interrupted_confirmation_goes_on_from_its_samples(tmp_path: Path,
         assert st["samples"][:len(kept[st["trial"]])] == kept[st["trial"]]  # nothing measured was lost
     runs = sorted(p.name for p in (tmp_path / "t" / "runs").iterdir() if p.name.startswith("confirm-"))
     assert len(runs) == 4
+
+
+def _refused_picks(state: optuna.trial.TrialState, seed: int) -> int:
+    """Trials after the first 5 that the study's TPE sampler puts on NCCL_ALGO=Tree, which always fails
+    (as NCCL 2.28 refused it for DDP on 2x H200), when such a failure is stored with `state`."""
+    from optuna.distributions import CategoricalDistribution as Cat
+
+    dists = {"micro_batch_size": Cat([32, 64]), "nccl_algo": Cat(["default", "Ring", "Tree"]),
+             "bucket_cap_mb": Cat([25, 100]), "nccl_proto": Cat(["default", "Simple", "LL", "LL128"])}
+    study = optuna.create_study(direction="maximize", sampler=make_sampler("tpe", seed, 16))
+    picks = 0
+    for i in range(30):
+        t = study.ask(dists)
+        if t.params["nccl_algo"] == "Tree":
+            picks += i >= 5
+            study.tell(t, state=state)
+        else:
+            study.tell(t, 480.0 + 10 * (t.params["micro_batch_size"] == 64) + (i % 7) / 7)
+    return picks
+
+
+def test_tpe_steers_away_from_configurations_that_cannot_run() -> None:
+    # Why CONFIG_FAILURES end PRUNED: TPE ignores FAIL trials and keeps proposing the refused value.
+    assert set(CONFIG_FAILURES) == {"oom", "invalid_config", "nonfinite_loss"}
+    failed = sum(_refused_picks(optuna.trial.TrialState.FAIL, seed) for seed in range(4))
+    pruned = sum(_refused_picks(optuna.trial.TrialState.PRUNED, seed) for seed in range(4))
+    assert pruned * 3 < failed, (pruned, failed)
+    assert pruned <= 0.3 * 25 * 4  # at most 30% of the trials after the first 5
