@@ -229,8 +229,11 @@ def run_trial(
     if failed is not None:  # one rank's own reason; torchrun ended the others
         reason = failed.get("reason", "")
         failed["nccl"] = report
-        if report and report["warnings"] and failed["status"] == "invalid_config":
-            reason += " | NCCL: " + "; ".join(report["warnings"][:2])
+        if report and failed["status"] == "invalid_config":  # NCCL's warnings the rank's message does not repeat
+            flat = " ".join(reason.split())
+            extra = [w for w in report["warnings"] if " ".join(w.split())[:120] not in flat]
+            if extra:
+                reason += " | NCCL: " + "; ".join(extra[:2])
         return Outcome(failed["status"], reason, failed, samples, wall)
     refused = [w for w in (report or {}).get("warnings", []) if _is_refusal(w)]
     if refused:  # NCCL aborted the ranks (its watchdog) before Python saw an error: its log says why

@@ -217,6 +217,35 @@ def test_distributed_nccl_report_reads_both_log_formats(tmp_path: Path) -> None:
     assert nccl_report(tmp_path / "none") is None
 
 
+CAPTURED = Path(__file__).resolve().parent / "data" / "h200x2-nccl-2.28.9"  # trials 21 and 6 of the 2x H200 DDP search
+
+
+def test_distributed_nccl_report_on_logs_captured_on_h200() -> None:
+    from autotune.runner import nccl_report
+
+    ok = nccl_report(CAPTURED / "ddp-ring-ok")  # NCCL_ALGO/PROTO unset, bucket_cap_mb 100
+    assert ok["version"] == "2.28.9+cuda13.0" and ok["warnings"] == [] and ok["logs"] == 2
+    assert ok["algo_proto_used"] == {"AllGather RING/LL": 1, "Broadcast RING/LL": 3, "Broadcast RING/SIMPLE": 2,
+                                     "AllReduce RING/SIMPLE": 26}
+    refused = nccl_report(CAPTURED / "ddp-tree-refused")  # NCCL_ALGO=Tree NCCL_PROTO=LL
+    assert refused["algo_proto_used"] == "not reported by NCCL (no tuning lines in its INFO log)"
+    assert refused["warnings"] == ["Error : no algorithm/protocol available for function AllGather with datatype "
+                                   "ncclInt8. NCCL_ALGO was set to Tree. NCCL_PROTO was set to LL."]
+
+
+def test_distributed_rank_refused_by_nccl_gives_its_message_once(tmp_path: Path) -> None:
+    """Replays what the ranks of the refused H200 trial left: rank 0's failure file and both NCCL logs."""
+    spec, run_dir = _spec(tmp_path)
+    spec["module"] = "fake_nccl_rank"
+    tests = str(Path(__file__).resolve().parent)
+    outcome = run_trial(spec, run_dir, timeout_s=120, env={
+        "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]),
+        "FAKE_NCCL_REPLAY": str(CAPTURED / "ddp-tree-refused")})
+    assert outcome.status == "invalid_config"
+    assert outcome.reason == ("rank 0: NCCL refused this setting: Error : no algorithm/protocol available for function "
+                              "AllGather with datatype ncclInt8. NCCL_ALGO was set to Tree. NCCL_PROTO was set to LL.")
+
+
 def test_distributed_report_shows_whatnccl_used() -> None:
     from autotune.runner import nccl_used
 
