@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 from autotune.errors import ConfigError
 from autotune.runner import nccl_used
 from autotune.space import KNOBS
-from autotune.study import mask_url
+from autotune.study import current_confirmation, mask_url
 
 PHASES = ("start", "build", "compile", "warmup", "measure")
 
@@ -118,6 +118,13 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
         phases["warmup"] -= phases.get("compile", 0.0)
         phases["other"] = max(0.0, sum((r["wall_s"] or 0) for r in rows if r["phases_s"]) - sum(phases.values()))
     best = ok[0] if ok else None
+    conf = current_confirmation(study, completed)
+    confirmation = None
+    if conf:  # what best.yaml chose: re-measured in fresh processes, not the search's single best measurement
+        confirmation = {"chosen": conf["chosen"], "why": conf["why"], "rounds_done": conf["rounds_done"],
+                        "stats": [{k: st[k] for k in ("trial", "median", "ci95", "samples", "search_value", "failures")}
+                                  for st in conf["stats"]]}
+    spreads = sorted(r["step_spread_pct"] for r in ok if r["step_spread_pct"] is not None)
     history = []
     if study_dir is not None and (study_dir / "history.jsonl").is_file():
         history = [json.loads(line) for line in (study_dir / "history.jsonl").read_text().splitlines() if line.strip()]
@@ -130,6 +137,8 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
         "counts": dict(sorted((k, v) for k, v in counts.items() if v)),
         "baseline": next((r for r in ok if baseline and r["number"] == baseline.number), None),
         "best": best,
+        "confirmation": confirmation,
+        "step_spread_pct_median": spreads[len(spreads) // 2] if spreads else None,
         "trials": ok + others,
         "failures": failures,
         "importance": _importance(study, completed, searched),
@@ -178,9 +187,14 @@ def to_markdown(data: dict[str, Any], top: int = 10) -> str:
     lines = [f"### autotune: {data['study']} ({data['device']})", ""]
     best, base = data["best"], data["baseline"]
     if best:
-        lines.append(f"Best: **{_fmt(best['tokens_per_s_per_gpu'], 'tok')} tokens/s/GPU**, MFU {_fmt(best['mfu'], 'mfu')}, "
+        lines.append(f"Best in the search: **{_fmt(best['tokens_per_s_per_gpu'], 'tok')} tokens/s/GPU**, MFU {_fmt(best['mfu'], 'mfu')}, "
                      f"{_fmt(best['speedup'], 'x')} the baseline ({_fmt(base and base['tokens_per_s_per_gpu'], 'tok')}); "
                      f"trial {best['number']}: " + ", ".join(f"{k}={best['knobs'][k]}" for k in data["searched"]))
+        lines.append("")
+    conf = data["confirmation"]
+    if conf:
+        chosen = next(st for st in conf["stats"] if st["trial"] == conf["chosen"])
+        lines.append(f"Chosen (best.yaml): **trial {conf['chosen']}**, confirmed {_confirmed(chosen)}; {conf['why']}")
         lines.append("")
     knobs = data["searched"]
     lines.append("| # | " + " | ".join(knobs) + " | tokens/s/GPU | x baseline | MFU | peak GiB | state |")
@@ -193,8 +207,22 @@ def to_markdown(data: dict[str, Any], top: int = 10) -> str:
         lines += ["", "Failed: " + "; ".join(f"{k}: {v['count']}" for k, v in data["failures"].items())]
     imp = data["importance"]["values"]
     if imp:
-        lines += ["", "Importance: " + ", ".join(f"{k} {v:.2f}" for k, v in imp.items())]
+        lines += ["", "Importance: " + ", ".join(f"{k} {v:.2f}" for k, v in imp.items()) + _noise(data)]
     return "\n".join(lines) + "\n"
+
+
+def _confirmed(st: dict[str, Any]) -> str:
+    if st["median"] is None:
+        return "no sample succeeded (" + "; ".join(st["failures"][:2]) + ")"
+    lo, hi = st["ci95"]
+    return (f"median {_fmt(st['median'], 'tok')} tokens/s/GPU over {len(st['samples'])} fresh processes "
+            f"(95% interval {_fmt(lo, 'tok')} to {_fmt(hi, 'tok')}; search {_fmt(st['search_value'], 'tok')})")
+
+
+def _noise(data: dict[str, Any]) -> str:
+    spread = data["step_spread_pct_median"]
+    return "" if spread is None else (f" (relative shares; the measured step-to-step spread is {spread:.1f}% "
+                                      "median, so smaller differences between trials are noise)")
 
 
 def render_rich(data: dict[str, Any], console: Any) -> None:
@@ -214,6 +242,17 @@ def render_rich(data: dict[str, Any], console: Any) -> None:
                   *([r.get("nccl_used") or "-"] if nccl else []), state,
                   (r["reason"] or "").splitlines()[0][:60] if r["reason"] else "")
     console.print(t)
+    conf = data["confirmation"]
+    if conf:
+        c = Table(title=f"Confirmation: top {len(conf['stats'])} re-measured in fresh processes, interleaved "
+                        f"({conf['rounds_done']} rounds); chosen: trial {conf['chosen']}")
+        for col in ("#", "search tokens/s/GPU", "confirmed", "failures"):
+            c.add_column(col, overflow="fold")
+        for st in conf["stats"]:
+            c.add_row(str(st["trial"]) + (" (chosen)" if st["trial"] == conf["chosen"] else ""),
+                      _fmt(st["search_value"], "tok"), _confirmed(st), "; ".join(st["failures"]) or "-")
+        console.print(c)
+        console.print(f"Why: {conf['why']}")
     if data["failures"]:
         f = Table(title="Failed and predicted-infeasible trials, by reason")
         for col in ("reason", "count", "trials", "example"):
@@ -222,7 +261,7 @@ def render_rich(data: dict[str, Any], console: Any) -> None:
             f.add_row(k, str(v["count"]), ", ".join(map(str, v["trials"])), (v["example"] or "").splitlines()[0][:100] if v["example"] else "")
         console.print(f)
     imp = data["importance"]
-    k = Table(title=f"Which knobs mattered ({imp['why']})")
+    k = Table(title=f"Which knobs mattered ({imp['why']}{_noise(data)})")
     k.add_column("knob")
     k.add_column("importance")
     k.add_column("best tokens/s/GPU at each value")

@@ -668,16 +668,22 @@ def write_yaml(path: Path, doc: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+def current_confirmation(study: optuna.Study, completed: list[optuna.trial.FrozenTrial]) -> dict[str, Any] | None:
+    """The study's stored confirmation, or None when trials measured since then changed the top it confirmed."""
+    conf = study.user_attrs.get("confirmation")
+    ranked = [t.number for t in sorted(completed, key=lambda t: t.value, reverse=True)]
+    if conf and conf["candidates"] != ranked[: len(conf["candidates"])]:
+        return None
+    return conf
+
+
 def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, storage: str,
                space: ResolvedSpace) -> Path:
     """trials/<name>/best.yaml: the best measured configuration, its metrics, where and how it was measured."""
     best = h.best()
     assert best is not None
     base = baseline_trial(h, space)
-    ranked = [t.number for t in sorted(h.completed, key=lambda t: t.value, reverse=True)]
-    conf = study.user_attrs.get("confirmation")
-    if conf and conf["candidates"] != ranked[: len(conf["candidates"])]:
-        conf = None  # trials measured since then changed the top: that confirmation no longer applies
+    conf = current_confirmation(study, h.completed)
     if conf:
         best = next(t for t in h.completed if t.number == conf["chosen"])
         chosen_stats = next(st for st in conf["stats"] if st["trial"] == best.number)

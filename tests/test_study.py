@@ -10,6 +10,7 @@ import yaml
 
 from autotune.config import parse_config
 from autotune.errors import StudyError
+from autotune.report import collect, to_markdown
 from autotune.study import CONFIG_FAILURES, History, Observer, make_sampler, run_search
 from conftest import tiny
 
@@ -137,6 +138,10 @@ def test_study_confirmation_interleaved_fresh_processes(tmp_path: Path, monkeypa
     assert best["chosen"]["trial"] == conf["chosen"] and best["chosen"]["why"].startswith("confirmation (2 interleaved")
     chosen = next(c for c in best["confirmation"] if c["trial"] == conf["chosen"])
     assert best["metrics"]["tokens_per_s_per_gpu"] == round(chosen["median"], 1)
+    # The report shows the confirmed choice of best.yaml, not only the search's single best measurement.
+    data = collect(optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't' / 'study.db'}"))
+    assert data["confirmation"]["chosen"] == conf["chosen"] and len(data["confirmation"]["stats"]) == 2
+    assert f"Chosen (best.yaml): **trial {conf['chosen']}**, confirmed median " in to_markdown(data)
     # Resuming with nothing new does not confirm again.
     again = run_search(cfg, out_root=tmp_path, device="cpu")
     assert again.confirmation == conf
