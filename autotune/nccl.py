@@ -13,12 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune.runner import nccl_used, run_trial
+from autotune.runner import nccl_used, omp_env, run_trial
 from autotune.workloads.worker import write_json
-
-DEFAULT_ALGOS = ("default", "Ring", "Tree", "CollnetDirect", "CollnetChain", "PAT")
-DEFAULT_PROTOS = ("default", "Simple", "LL", "LL128")
-
 
 def message_sizes(min_bytes: int, max_bytes: int) -> list[int]:
     """Doubling sizes from min to max (both included when max is min x a power of two), multiples of 4."""
@@ -43,8 +39,7 @@ def sweep(out_dir: Path, *, device: str, ranks: int, gpus: list[str] | None, alg
             env["NCCL_PROTO"] = proto
         if gpus and device == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-        if "OMP_NUM_THREADS" not in os.environ:
-            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // ranks))
+        env.update(omp_env(ranks))
         spec = {"module": "autotune.workloads.allreduce", "device": device, "workload": {"world_size": ranks},
                 "sizes": sizes, "warmup": warmup, "iters": iters}
         outcome = run_trial(spec, out_dir / f"{i:02d}-{algo}-{proto}", timeout_s=timeout_s, env=env)

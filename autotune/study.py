@@ -24,7 +24,7 @@ from autotune import metrics
 from autotune.config import Config
 from autotune.errors import ConfigError, StudyError
 from autotune.hardware import default_device, detect
-from autotune.runner import STATUSES, model_spec, record_of, run_trial, trial_spec
+from autotune.runner import STATUSES, model_spec, omp_env, record_of, run_trial, trial_spec
 from autotune.space import ResolvedSpace, config_fingerprint, resolve_space
 
 # Failed trials with these statuses did not measure their configuration: it may be launched again.
@@ -406,10 +406,7 @@ def run_search(
         env = {"TORCHINDUCTOR_CACHE_DIR": str(inductor_cache), **space.env(knobs)}
         if slot is not None and device == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = slot
-        if (n_jobs > 1 or world > 1) and "OMP_NUM_THREADS" not in os.environ:
-            # Trials and ranks side by side share the host's cores: oversubscribed intra-op threads spin and
-            # slow everything down (by 100x seen on 2 cores), so each process gets its share, as torchrun does.
-            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // (n_jobs * world)))
+        env.update(omp_env(n_jobs * world))  # trials and their ranks side by side
         trial.set_user_attr("gpu", slot)
         with spans_lock:
             spans[trial.number] = [time.time(), None]

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotune.workloads.worker import _die_with_parent, _nccl_refusal, crash_reason, fail_rank, write_json
+from autotune.workloads.worker import NCCL_ENV, _die_with_parent, _nccl_refusal, crash_reason, fail_rank, write_json
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
@@ -71,7 +71,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         del x
     dist.destroy_process_group()
     return {"status": "ok", "world_size": world, "backend": "nccl" if cuda else "gloo", "rows": rows,
-            "nccl_env": {k: os.environ.get(k) for k in ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE")} if cuda
+            "nccl_env": {k: os.environ.get(k) for k in NCCL_ENV} if cuda
             else "not applicable to gloo",
             "env": {"torch": torch.__version__, "cuda": torch.version.cuda,
                     "device_name": torch.cuda.get_device_name(local) if cuda else "cpu"}}

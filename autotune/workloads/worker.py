@@ -335,8 +335,7 @@ class Ranks:
         parallel = knobs.get("parallel") or "ddp"
         applied: dict[str, Any] = {"world_size": self.world, "backend": self.backend}
         if self.backend == "nccl":
-            applied["nccl_env"] = {k: os.environ.get(k) for k in ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS",
-                                                                 "NCCL_MAX_NCHANNELS", "NCCL_NVLS_ENABLE")}
+            applied["nccl_env"] = {k: os.environ.get(k) for k in NCCL_ENV}
         else:
             applied["nccl_env"] = "not applicable to gloo"
         if parallel == "ddp":
@@ -428,10 +427,17 @@ def _is_oom(err: BaseException) -> bool:
     return "out of memory" in text or "can't allocate memory" in text
 
 
+# Words of NCCL's message when it cannot honour NCCL_ALGO/NCCL_PROTO (a setting, not a fault); the parent
+# reads its log lines with the same table.
+NCCL_REFUSAL_MARKS = ("NCCL_ALGO", "NCCL_PROTO", "no algorithm/protocol available")
+# The NCCL environment a rank records as applied (NCCL_NVLS_ENABLE only read, never set).
+NCCL_ENV = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NVLS_ENABLE")
+
+
 def _nccl_refusal(err: BaseException) -> str | None:
     """NCCL's own message when it refused a setting (NCCL_ALGO/NCCL_PROTO it cannot use), else None."""
     text = str(err)
-    if "ncclInvalidUsage" not in text and "NCCL_ALGO" not in text and "NCCL_PROTO" not in text:
+    if "ncclInvalidUsage" not in text and not any(mark in text for mark in NCCL_REFUSAL_MARKS):
         return None
     last = text.split("Last error:", 1)[1].strip() if "Last error:" in text else text.strip().splitlines()[0]
     return "NCCL refused this setting: " + " ".join(last.split())[:400]
