@@ -37,7 +37,7 @@ class Verdict:
 
     status: str  # pass | faster | regression
     ratio: float  # median(check) / median(baseline), tokens/s
-    ci: tuple[float, float]  # 95% bootstrap interval of the ratio
+    ci: tuple[float, float]  # 95% interval of the ratio (Student t on log tokens/s, see decide)
     tolerance_pct: float
     baseline_median: float
     check_median: float
