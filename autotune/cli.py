@@ -81,12 +81,9 @@ def search(
 
     console = Console()
     with _funnel():
-        if device not in (None, "cuda", "cpu"):
-            raise ConfigError(f"--device: {device!r} is not allowed; use cuda or cpu")
+        device = _device(device)
         cfg = load_config(model_yaml)
-        from autotune.hardware import default_device
-
-        space = resolve_space(cfg, device or default_device())
+        space = resolve_space(cfg, device)
         if dry_run:
             console.print(space_table(space.describe()))
             return
@@ -124,6 +121,15 @@ def validate(model_yaml: ModelYaml) -> None:
         console.print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), highlight=False)
         console.print(space_table(resolve_space(cfg).describe()))
         console.print(f"[green]ok[/]: {model_yaml} is valid")
+
+
+def _device(device: str | None) -> str:
+    """--device cuda or cpu; not given: cuda when a GPU is visible."""
+    if device not in (None, "cuda", "cpu"):
+        raise ConfigError(f"--device: {device!r} is not allowed; use cuda or cpu")
+    from autotune.hardware import default_device
+
+    return device or default_device()
 
 
 def _parse_gpus(gpus: str | None) -> list[str] | None:
@@ -170,14 +176,11 @@ def nccl(
     from rich.table import Table
 
     from autotune.config import NcclAlgo, NcclProto
-    from autotune.hardware import default_device
     from autotune.nccl import message_sizes, sweep
 
     console = Console()
     with _funnel():
-        if device not in (None, "cuda", "cpu"):
-            raise ConfigError(f"--device: {device!r} is not allowed; use cuda or cpu")
-        device = device or default_device()
+        device = _device(device)
         algo_list = _names("--algos", algos, typing.get_args(NcclAlgo))
         proto_list = _names("--protos", protos, typing.get_args(NcclProto))
         gpu_list = ["0", "1"] if device == "cpu" and gpus == "all" else _parse_gpus(gpus)  # CPU: two gloo ranks

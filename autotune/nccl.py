@@ -16,6 +16,7 @@ from typing import Any
 from autotune.runner import nccl_used, omp_env, run_trial
 from autotune.workloads.worker import write_json
 
+
 def message_sizes(min_bytes: int, max_bytes: int) -> list[int]:
     """Doubling sizes from min to max (both included when max is min x a power of two), multiples of 4."""
     sizes, size = [], max(4, min_bytes - min_bytes % 4)

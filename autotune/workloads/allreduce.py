@@ -17,24 +17,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotune.workloads.worker import NCCL_ENV, _die_with_parent, _nccl_refusal, crash_reason, fail_rank, write_json
+from autotune.workloads.worker import Ranks, _die_with_parent, _nccl_refusal, crash_reason, fail_rank, write_json
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    local, world = int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
-    cuda = spec["device"] == "cuda"
-    if cuda:
-        torch.cuda.set_device(local)
-        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
-        dev = torch.device("cuda", local)
-    else:
-        dist.init_process_group("gloo")
-        dev = torch.device("cpu")
-    # Barriers and the gathering of timings go over gloo, so that only all-reduces meet NCCL_ALGO/NCCL_PROTO.
-    side = dist.new_group(backend="gloo") if cuda else None
+    group = Ranks(torch, spec["device"])  # barriers, gathering over gloo: only all-reduces meet NCCL
+    cuda, world = group.backend == "nccl", group.world
+    dev = torch.device("cuda", group.local_rank) if cuda else torch.device("cpu")
     inner = spec.get("inner", 5)
     rows = []
     for size in spec["sizes"]:
@@ -47,7 +39,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             # one call alone would measure the other rank's launch delay at small sizes.
             if cuda:
                 torch.cuda.synchronize()
-            dist.barrier(group=side)
+            group.barrier()
             if cuda:
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
@@ -61,20 +53,16 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 for _ in range(inner):
                     dist.all_reduce(x)
                 times.append((time.perf_counter() - t0) / inner)
-        every: list[Any] = [None] * world
-        dist.all_gather_object(every, times, group=side)
-        slowest = [max(per_rank) for per_rank in zip(*every)]
+        slowest = [max(per_rank) for per_rank in zip(*group.gather(times))]
         t = statistics.median(slowest)
         algbw = size / t / 1e9
         rows.append({"bytes": size, "time_us": t * 1e6, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world - 1) / world,
                      "samples_s": slowest})
         del x
-    dist.destroy_process_group()
-    return {"status": "ok", "world_size": world, "backend": "nccl" if cuda else "gloo", "rows": rows,
-            "nccl_env": {k: os.environ.get(k) for k in NCCL_ENV} if cuda
-            else "not applicable to gloo",
+    group.stop()
+    return {"status": "ok", "world_size": world, "backend": group.backend, "rows": rows, "nccl_env": group.nccl_env(),
             "env": {"torch": torch.__version__, "cuda": torch.version.cuda,
-                    "device_name": torch.cuda.get_device_name(local) if cuda else "cpu"}}
+                    "device_name": torch.cuda.get_device_name(group.local_rank) if cuda else "cpu"}}
 
 
 def main(argv: list[str]) -> int:

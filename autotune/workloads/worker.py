@@ -333,11 +333,7 @@ class Ranks:
     def parallelize(self, torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any) -> tuple[Any, dict[str, Any], Any]:
         """Wrap for ddp or fsdp; return the model, what was applied, and sync(last_micro_step) -> context."""
         parallel = knobs.get("parallel") or "ddp"
-        applied: dict[str, Any] = {"world_size": self.world, "backend": self.backend}
-        if self.backend == "nccl":
-            applied["nccl_env"] = {k: os.environ.get(k) for k in NCCL_ENV}
-        else:
-            applied["nccl_env"] = "not applicable to gloo"
+        applied: dict[str, Any] = {"world_size": self.world, "backend": self.backend, "nccl_env": self.nccl_env()}
         if parallel == "ddp":
             from torch.nn.parallel import DistributedDataParallel
 
@@ -379,6 +375,10 @@ class Ranks:
             yield
 
         return model, applied, sync
+
+    def nccl_env(self) -> dict[str, str | None] | str:
+        """The NCCL environment this rank ran with (NCCL_NVLS_ENABLE only read, never set)."""
+        return {k: os.environ.get(k) for k in NCCL_ENV} if self.backend == "nccl" else "not applicable to gloo"
 
     def barrier(self) -> None:
         self.dist.barrier(group=self.side)
