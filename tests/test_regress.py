@@ -12,13 +12,14 @@ import yaml
 from autotune.regress import decide
 from conftest import run_cli
 
-# This CPU VM's process-to-process noise is large and bimodal (per-process medians of one config: 40k to
-# 72k tokens/s in 35 processes, while steps within a process agree to 2%), and its speed drifts: one CI run
-# recorded a baseline median of 67,580 and then ten checks at 50-52k (ratio 0.75-0.77), one of which crossed
-# a 40% tolerance. Resampling the 35 medians with the check's own decide() and that 0.75 drift, a check of 5
-# repeats at 50% fails with p = 0.0003 (6 in 20,000 draws; 0.003 for ten checks), at 40% and 3 repeats
-# with p = 0.04 (0.31 for ten). So the real-trial tests use 50% and the default 5 repeats, and a slowdown
-# (5x) far beyond it; the decision rule itself is pinned with synthetic samples below, and its 5% GPU behaviour in BENCHMARKS.md.
+# This CPU VM's process-to-process noise is large and bimodal (per-process medians of one config: 40k to 72k
+# tokens/s in 35 processes, while a step lies a median 2-3% from its own process's median step), and its speed
+# drifts: one CI run recorded a baseline median of 67,580 and then ten checks at 50-52k (ratio 0.75-0.77), one
+# of which crossed a 40% tolerance. Resampling the 35 medians with the check's own decide() and that 0.75
+# drift, a check of 5 repeats at 50% fails with p = 0.0003 (6 in 20,000 draws; 0.003 for ten checks), at 40%
+# and 3 repeats with p = 0.04 (0.31 for ten). So the real-trial tests use 50% and the default 5 repeats, and a
+# slowdown (5x) far beyond it; the decision rule itself is pinned with synthetic samples below, and its 5% GPU
+# behaviour in BENCHMARKS.md.
 CPU_TOLERANCE = "50"
 
 ONE_POINT = {
