@@ -1,28 +1,75 @@
 """autotune: measured auto-tuning of LLM training configurations on NVIDIA GPUs, built on Optuna.
 
-Kept import-light on purpose: a trial's process imports `autotune.workloads` and must need torch only.
+The Python API (what the CLI calls):
+
+    import autotune
+    result = autotune.run_search("search_spaces/tiny.yaml", device="cpu")   # SearchResult; best.yaml written
+    verdict = autotune.run_check(result.best_yaml, repeats=5)                # Verdict: pass | faster | regression
+    data = autotune.read_report(result.study_dir)                            # the report as plain data
+    table = autotune.run_nccl("trials/nccl", device="cuda", gpus=["0", "1"])  # all-reduce bus bandwidth
+
+Errors are AutotuneError subclasses carrying a one-line message and an exit code (autotune.errors).
+Kept import-light on purpose (PEP 562 lazy names): a trial's process imports `autotune.workloads` and must
+need torch only, and `import autotune` loads none of Optuna, pydantic or torch.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autotune.config import Config
+    from autotune.regress import Verdict
+    from autotune.search.loop import SearchResult
+
 __version__ = "0.1.0"
-__all__ = ["__version__", "load_config", "resolve_space", "run_search", "AutotuneError", "ConfigError"]
+__all__ = ["__version__", "load_config", "run_search", "run_check", "read_report", "run_nccl", "AutotuneError",
+           "ConfigError", "ExitCode"]
 
 
-def __getattr__(name: str):  # lazy re-exports (PEP 562): `import autotune` stays cheap
-    if name in ("load_config",):
+def run_search(model_yaml: str | Path | Config, **options: Any) -> SearchResult:
+    """Run or resume the study of MODEL_YAML (a path or a loaded Config); options as search.loop.run_search:
+    out_root, device, trials, timeout_min, fresh, storage, gpus, observer."""
+    from autotune.config import Config, load_config
+    from autotune.search.loop import run_search as _run
+
+    cfg = model_yaml if isinstance(model_yaml, Config) else load_config(model_yaml)
+    return _run(cfg, **options)
+
+
+def run_check(best_yaml: str | Path, **options: Any) -> Verdict:
+    """Re-measure best.yaml's configuration and decide; options as regress.check: model_yaml, repeats,
+    tolerance_pct, junit, update. The verdict's exit_code is the CLI's."""
+    from autotune.regress import check
+
+    return check(Path(best_yaml), **options)
+
+
+def read_report(study_dir: str | Path | None = None, *, study: str | None = None, storage: str | None = None) -> dict[str, Any]:
+    """What a study found, as plain data (the JSON of `autotune report --format json`)."""
+    from autotune.report import collect, load_study
+
+    opened, folder = load_study(Path(study_dir) if study_dir is not None else None, study, storage)
+    return collect(opened, folder)
+
+
+def run_nccl(out_dir: str | Path, **options: Any) -> dict[str, Any]:
+    """All-reduce bus bandwidth per NCCL algorithm and protocol; options as nccl.sweep (device, gpus, algos,
+    protos, sizes, warmup, iters, timeout_s). Writes out_dir/nccl.json and returns it."""
+    from autotune import nccl
+
+    defaults = {"algos": ["default"], "protos": ["default"], "sizes": nccl.message_sizes(1, 1024), "warmup": 3,
+                "iters": 10, "timeout_s": 180.0}
+    return nccl.sweep(Path(out_dir), **{**defaults, **options})
+
+
+def __getattr__(name: str) -> Any:  # lazy re-exports (PEP 562): `import autotune` stays cheap
+    if name == "load_config":
         from autotune.config import load_config
 
         return load_config
-    if name == "resolve_space":
-        from autotune.space import resolve_space
-
-        return resolve_space
-    if name == "run_search":
-        from autotune.study import run_search
-
-        return run_search
-    if name in ("AutotuneError", "ConfigError"):
+    if name in ("AutotuneError", "ConfigError", "ExitCode"):
         from autotune import errors
 
         return getattr(errors, name)

@@ -8,19 +8,13 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, create_model,
+                      field_validator, model_validator)
 
+from autotune import knobs as catalogue
 from autotune.errors import ConfigError
+from autotune.space import resolve_space
 
-Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
-Attention = Literal["auto", "flash", "efficient", "cudnn", "math", "eager"]
-CompileMode = Union[bool, Literal["default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune"]]
-Checkpointing = Literal["none", "full", "selective"]
-Fp8Recipe = Literal["tensorwise", "rowwise"]
-NcclAlgo = Literal["default", "Ring", "Tree", "CollnetDirect", "CollnetChain", "PAT", "NVLS"]
-NcclProto = Literal["default", "Simple", "LL", "LL128"]
-Parallel = Literal["ddp", "fsdp"]
 SamplerName = Literal["tpe", "random", "grid", "gp"]
 
 
@@ -158,7 +152,7 @@ def _check_external(model: ModelConfig, base_dir: Path | None) -> None:
 class WorkloadConfig(_Section):
     """What one trial does."""
 
-    task: Literal["train"] = Field(default="train", description="train: optimizer steps on synthetic tokens.")
+    task: Literal[catalogue.TASKS] = Field(default="train", description="train: optimizer steps on synthetic tokens.")
     global_batch_size: int | None = Field(
         default=None,
         ge=1,
@@ -227,135 +221,46 @@ class IntRange(_Section):
         return list(range(start, self.max + 1, self.multiple_of))
 
 
-def _as_list(value: Any) -> Any:
-    """A knob given as one value is fixed: treat it as a one-element list."""
-    if isinstance(value, list):
-        if not value:
-            raise ValueError("empty list; give at least one value")
-        return value
-    return [value]
-
-
-class SpaceConfig(_Section):
+class _SpaceBase(_Section):
     """The knobs to search. A list is searched; one value is fixed; an absent knob takes its default."""
 
-    micro_batch_size: list[int] = Field(
-        default=[8],
-        description="Sequences per forward/backward pass: a list, one value, or {multiple_of, min, max}.",
-    )
-    precision: list[Precision] = Field(
-        default=["fp32"],
-        description="fp32 (TF32 off), tf32 (TF32 matmuls), bf16 (autocast), fp16 (autocast + GradScaler), "
-        "fp8 (torchao float8 training of the linear layers, head in bf16; needs torchao and an sm89+ GPU).",
-    )
-    grad_accum_steps: Union[Literal["auto"], list[int]] = Field(
-        default="auto",
-        description="auto: global_batch_size / (micro_batch_size x world_size). "
-        "A list (or one value) only when global_batch_size is absent; default then 1.",
-    )
-    compile: list[CompileMode] = Field(
-        default=[False],
-        description="torch.compile: false, true (= default), or a mode: max-autotune-no-cudagraphs, "
-        "reduce-overhead, max-autotune.",
-    )
-    attention: list[Attention] = Field(
-        default=["auto"],
-        description="auto (PyTorch picks the SDPA kernel), an SDPA backend forced with sdpa_kernel "
-        "(flash, efficient, cudnn, math), or eager (softmax(QK^T)V materialised, the slow reference).",
-    )
-    pad_vocab_multiple: list[Optional[int]] = Field(
-        default=[None],
-        description="Pad the embedding and head to a multiple of this (null: no padding); the padded "
-        "logits are cut off before the loss, so the model is the same.",
-    )
-    activation_checkpointing: list[Checkpointing] = Field(
-        default=["none"],
-        description="Recompute activations in the backward pass: none, full (every block), selective "
-        "(every other block).",
-    )
-    fused_optimizer: list[bool] = Field(default=[False], description="AdamW(fused=True) instead of foreach.")
-    fp8_recipe: list[Fp8Recipe] = Field(
-        default=["tensorwise"],
-        description="torchao float8 scaling recipe; searched only when precision fp8 is in the space.",
-    )
-    cuda_alloc_conf: list[str] = Field(
-        default=["default"],
-        description="PYTORCH_CUDA_ALLOC_CONF of the trial process, e.g. expandable_segments:True "
-        "(default sets nothing).",
-    )
-    parallel: list[Parallel] = Field(
-        default=["ddp"], description="Data parallelism when world_size > 1: ddp (DistributedDataParallel) or "
-        "fsdp (FSDP2 fully_shard of every block and the root; mixed precision follows precision).",
-    )
-    bucket_cap_mb: list[int] = Field(default=[25], description="DDP gradient bucket size in MiB (ddp only).")
-    gradient_as_bucket_view: list[bool] = Field(default=[False], description="DDP gradient_as_bucket_view (ddp only).")
-    static_graph: list[bool] = Field(default=[False], description="DDP static_graph (ddp only).")
-    reshard_after_forward: list[bool] = Field(
-        default=[True], description="FSDP2: free the gathered parameters after forward (fsdp only).")
-    nccl_algo: list[NcclAlgo] = Field(
-        default=["default"],
-        description="NCCL_ALGO of the ranks (default sets nothing); searched only when world_size > 1 on GPUs. "
-        "NVLS is never offered unless you list it; autotune never sets NCCL_NVLS_ENABLE.",
-    )
-    nccl_proto: list[NcclProto] = Field(
-        default=["default"], description="NCCL_PROTO of the ranks (default sets nothing); world_size > 1 on GPUs.")
-    nccl_nchannels: list[Union[Literal["default"], int]] = Field(
-        default=["default"], description="Sets NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS of the ranks (default "
-        "sets nothing); world_size > 1 on GPUs.",
-    )
-
-    @field_validator("micro_batch_size", "bucket_cap_mb", mode="before")
+    @field_validator("*", mode="before")
     @classmethod
-    def _int_knob(cls, value: Any) -> Any:
-        if isinstance(value, dict):
+    def _as_list(cls, value: Any, info: ValidationInfo) -> Any:
+        """One value is a fixed knob: a one-element list; {multiple_of, min, max} lists a range."""
+        knob = catalogue.BY_NAME[info.field_name]
+        if knob.derived and value == "auto":
+            return value
+        if knob.ranged and isinstance(value, dict):
             return IntRange.model_validate(value).values()
-        return _as_list(value)
-
-    @field_validator("precision", "compile", "nccl_algo", "attention", "pad_vocab_multiple",
-                     "activation_checkpointing", "fused_optimizer", "fp8_recipe", "cuda_alloc_conf", "parallel",
-                     "gradient_as_bucket_view", "static_graph", "reshard_after_forward", "nccl_proto",
-                     "nccl_nchannels", mode="before")
-    @classmethod
-    def _choice_knob(cls, value: Any) -> Any:
-        return _as_list(value)
-
-    @field_validator("grad_accum_steps", mode="before")
-    @classmethod
-    def _accum_knob(cls, value: Any) -> Any:
-        return value if value == "auto" else _as_list(value)
-
-    @field_validator("micro_batch_size", "grad_accum_steps", "bucket_cap_mb")
-    @classmethod
-    def _positive(cls, value: Any) -> Any:
         if isinstance(value, list):
-            bad = [v for v in value if v < 1]
-            if bad:
-                raise ValueError(f"{bad[0]} is not a positive integer; sizes must be >= 1")
-            return sorted(set(value))
-        return value
+            if not value:
+                raise ValueError("empty list; give at least one value")
+            return value
+        return [value]
 
-    @field_validator("precision", "compile", "nccl_algo", "attention", "activation_checkpointing",
-                     "fused_optimizer", "fp8_recipe", "cuda_alloc_conf", "parallel", "gradient_as_bucket_view",
-                     "static_graph", "reshard_after_forward", "nccl_proto")
+    @field_validator("*")
     @classmethod
-    def _unique(cls, value: list[Any]) -> list[Any]:
-        return list(dict.fromkeys(value))
-
-    @field_validator("nccl_nchannels")
-    @classmethod
-    def _nchannels(cls, value: list[Any]) -> list[Any]:
-        bad = [v for v in value if v != "default" and (isinstance(v, bool) or v < 1 or v > 64)]
+    def _values(cls, value: Any, info: ValidationInfo) -> Any:
+        """The knob's own rule for each value; sizes sorted, every list without repeats."""
+        knob = catalogue.BY_NAME[info.field_name]
+        if not isinstance(value, list):
+            return value
+        bad = [msg for v in value if knob.check and (msg := knob.check(v))]
         if bad:
-            raise ValueError(f"{bad[0]!r} is not a channel count; use default or an integer from 1 to 64")
-        return list(dict.fromkeys(value))
+            raise ValueError(bad[0])
+        return sorted(set(value)) if knob.sizes else list(dict.fromkeys(value))
 
-    @field_validator("pad_vocab_multiple")
-    @classmethod
-    def _pad(cls, value: list[Any]) -> list[Any]:
-        bad = [v for v in value if v is not None and v < 1]
-        if bad:
-            raise ValueError(f"{bad[0]} is not a positive integer; use null or a multiple such as 64")
-        return list(dict.fromkeys(value))
+
+def _space_field(knob: catalogue.Knob) -> tuple[Any, Any]:
+    if knob.derived:
+        return Union[Literal["auto"], list[knob.type]], Field(default="auto", description=knob.help)
+    return list[knob.type], Field(default=[knob.default], description=knob.help)
+
+
+# One field per knob of the catalogue (knobs.py), typed and documented there.
+SpaceConfig = create_model("SpaceConfig", __base__=_SpaceBase, __module__=__name__,
+                           **{k.name: _space_field(k) for k in catalogue.CATALOGUE})
 
 
 class StudyConfig(_Section):
@@ -414,9 +319,7 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:
-        from autotune.space import resolve_space  # the space rules live in one place
-
-        resolve_space(self)  # raises ValueError naming the YAML path
+        resolve_space(self)  # the space rules live in one place; raises ValueError naming the YAML path
         return self
 
 

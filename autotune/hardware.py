@@ -178,3 +178,12 @@ def visible_gpu_index() -> int:
     """NVML index of the GPU a trial's cuda:0 is (first entry of CUDA_VISIBLE_DEVICES when it is a number)."""
     first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
     return int(first) if first.isdigit() else 0
+
+
+def software_versions() -> str:
+    """Python, torch, CUDA, NCCL and host, in one line (imports torch: only `autotune hw` asks)."""
+    import torch
+
+    nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "n/a"
+    return (f"python {platform.python_version()}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
+            f"NCCL {nccl}, host {platform.node()}")

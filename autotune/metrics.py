@@ -38,14 +38,14 @@ def step_stats(samples: list[float]) -> dict[str, float]:
     }
 
 
-def summarize(raw: dict[str, Any], model: dict[str, Any], world_size: int, peak_flops: float | None) -> dict[str, Any]:
-    """The metrics a trial reports, from the worker's raw result."""
-    stats = step_stats(raw["step_times_s"])
-    per_gpu = raw["tokens_per_step"] / stats["median_s"]
-    dims = raw.get("mfu_dims") or model
+def summarize(res: Any, model: dict[str, Any] | None, world_size: int, peak_flops: float | None) -> dict[str, Any]:
+    """The metrics a trial reports, from its TrialResult (protocol.py): step times, tokens, FLOPs, memory."""
+    stats = step_stats(res.step_times_s)
+    per_gpu = res.tokens_per_step / stats["median_s"]
+    dims = res.mfu_dims or model or {}
     fpt = None  # no parameter count reported (an entrypoint may not): MFU n/a, never guessed
-    if raw.get("flop_params"):
-        fpt = flops_per_token(raw["flop_params"], dims["n_layers"], dims["d_model"], dims["seq_len"])
+    if res.flop_params:
+        fpt = flops_per_token(res.flop_params, dims["n_layers"], dims["d_model"], dims["seq_len"])
     value = mfu(per_gpu, fpt, peak_flops) if fpt else None
     return {
         "tokens_per_s_per_gpu": per_gpu,
@@ -53,9 +53,9 @@ def summarize(raw: dict[str, Any], model: dict[str, Any], world_size: int, peak_
         "mfu": value,
         "flops_per_token": fpt,
         "step_time": stats,
-        "peak_mem_gib": raw["peak_mem_bytes"] / 2**30,
-        "peak_mem_kind": raw["peak_mem_kind"],
-        "n_params": raw["n_params"],
+        "peak_mem_gib": res.peak_mem_bytes / 2**30,
+        "peak_mem_kind": res.peak_mem_kind,
+        "n_params": res.n_params,
     }
 
 

@@ -1,9 +1,10 @@
 """`autotune nccl`: all-reduce bus bandwidth on this node for each NCCL algorithm and protocol, 1 MB to 1 GB.
 
 Like nccl-tests' all_reduce_perf, but through PyTorch's process group (what training uses) and once per
-NCCL_ALGO x NCCL_PROTO setting, each in a fresh torchrun group (NCCL reads them when a communicator is made).
-A setting NCCL refuses is reported with NCCL's own message; NCCL's INFO log says what it actually used.
-NVLS is not in the default list, and NCCL_NVLS_ENABLE is never set or cleared here.
+NCCL_ALGO x NCCL_PROTO setting, each in a fresh torchrun group (NCCL reads them when a communicator is made)
+running the all-reduce workload (workloads/allreduce.py). A setting NCCL refuses is reported with NCCL's
+own message; NCCL's INFO log says what it actually used. NVLS is not in the default list, and
+NCCL_NVLS_ENABLE is never set or cleared here.
 """
 
 from __future__ import annotations
@@ -13,12 +14,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune.runner import nccl_used, omp_env, run_trial
-from autotune.workloads.worker import write_json
+from autotune import knobs as catalogue
+from autotune import nccl_log
+from autotune.errors import ConfigError
+from autotune.protocol import RunSettings, TrialSpec, write_json
+from autotune.runner import omp_env, run_trial
+
+ALGOS = catalogue.BY_NAME["nccl_algo"].choices()
+PROTOS = catalogue.BY_NAME["nccl_proto"].choices()
 
 
-def message_sizes(min_bytes: int, max_bytes: int) -> list[int]:
-    """Doubling sizes from min to max (both included when max is min x a power of two), multiples of 4."""
+def parse_names(option: str, given: str, allowed: tuple[str, ...]) -> list[str]:
+    """A comma-separated list of allowed names, each once (ConfigError naming the option otherwise)."""
+    names = [n.strip() for n in given.split(",") if n.strip()]
+    bad = [n for n in names if n not in allowed]
+    if not names or bad:
+        raise ConfigError(f"{option}: {bad[0] if bad else given!r} is not allowed; allowed: {', '.join(allowed)}")
+    return list(dict.fromkeys(names))
+
+
+def message_sizes(min_mb: float, max_mb: float) -> list[int]:
+    """Doubling sizes (bytes, multiples of 4) from min to max; both included when max is min x a power of two."""
+    if min_mb > max_mb:
+        raise ConfigError(f"--min-mb: {min_mb} is above --max-mb {max_mb}; swap them")
+    min_bytes, max_bytes = int(min_mb * 1e6), int(max_mb * 1e6)
     sizes, size = [], max(4, min_bytes - min_bytes % 4)
     while size <= max_bytes:
         sizes.append(size)
@@ -26,33 +45,37 @@ def message_sizes(min_bytes: int, max_bytes: int) -> list[int]:
     return sizes
 
 
-def sweep(out_dir: Path, *, device: str, ranks: int, gpus: list[str] | None, algos: list[str], protos: list[str],
-          sizes: list[int], warmup: int, iters: int, timeout_s: float,
+def sweep(out_dir: Path, *, device: str, gpus: list[str], algos: list[str], protos: list[str], sizes: list[int],
+          warmup: int, iters: int, timeout_s: float,
           on_cell: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Run every setting; write out_dir/nccl.json; return it. On the CPU (gloo) there is one setting: gloo."""
+    """Run every setting; write out_dir/nccl.json; return it. On the CPU (gloo) there is one setting: gloo.
+    gpus: the group's GPUs (on the CPU, one gloo rank per entry)."""
+    if len(gpus) < 2:
+        raise ConfigError(f"--gpus: {','.join(gpus) or 'none'} gives {len(gpus)} rank(s); an all-reduce needs at least 2")
     combos = [(a, p) for a in algos for p in protos] if device == "cuda" else [("gloo", "gloo")]
     cells = []
     for i, (algo, proto) in enumerate(combos):
-        env = {}
-        if algo not in ("default", "gloo"):
-            env["NCCL_ALGO"] = algo
-        if proto not in ("default", "gloo"):
-            env["NCCL_PROTO"] = proto
-        if gpus and device == "cuda":
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-        env.update(omp_env(ranks))
-        spec = {"module": "autotune.workloads.allreduce", "device": device, "workload": {"world_size": ranks},
-                "sizes": sizes, "warmup": warmup, "iters": iters}
-        outcome = run_trial(spec, out_dir / f"{i:02d}-{algo}-{proto}", timeout_s=timeout_s, env=env)
-        report = outcome.raw.get("nccl") or {}
-        cell = {"algo": algo, "proto": proto, "status": outcome.status, "reason": outcome.reason,
-                "rows": outcome.raw.get("rows") if outcome.status == "ok" else None,
-                "nccl_used": nccl_used(report), "nccl_report": report or None, "wall_s": round(outcome.wall_s, 1)}
-        cells.append(cell)
+        cells.append(_cell(out_dir / f"{i:02d}-{algo}-{proto}", device, gpus, algo, proto, sizes, warmup, iters, timeout_s))
         if on_cell:
-            on_cell(cell)
-    doc = {"device": device, "ranks": ranks, "gpus": gpus, "sizes": sizes, "warmup": warmup, "iters": iters,
-           "nvls_enable_env": os.environ.get("NCCL_NVLS_ENABLE"), "cells": cells}
+            on_cell(cells[-1])
+    doc = {"device": device, "ranks": len(gpus), "gpus": gpus if device == "cuda" else None, "sizes": sizes,
+           "warmup": warmup, "iters": iters, "nvls_enable_env": os.environ.get("NCCL_NVLS_ENABLE"), "cells": cells}
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_json(str(out_dir / "nccl.json"), doc)
+    write_json(out_dir / "nccl.json", doc)
     return doc
+
+
+def _cell(run_dir: Path, device: str, gpus: list[str], algo: str, proto: str, sizes: list[int], warmup: int,
+          iters: int, timeout_s: float) -> dict[str, Any]:
+    """One setting in a fresh rank group: its bandwidth rows, or NCCL's reason for refusing it."""
+    env = {var: value for var, value in (("NCCL_ALGO", algo), ("NCCL_PROTO", proto)) if value not in ("default", "gloo")}
+    if device == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    env.update(omp_env(len(gpus)))
+    spec = TrialSpec(task="allreduce", device=device, run=RunSettings(world_size=len(gpus)),
+                     params={"sizes": sizes, "warmup": warmup, "iters": iters})
+    outcome = run_trial(spec, run_dir, timeout_s=timeout_s, env=env)
+    ok = outcome.status == "ok" and outcome.result is not None
+    return {"algo": algo, "proto": proto, "status": outcome.status, "reason": outcome.reason,
+            "rows": outcome.result.output.get("rows") if ok else None, "nccl_used": nccl_log.used(outcome.nccl),
+            "nccl_report": outcome.nccl, "wall_s": round(outcome.wall_s, 1)}

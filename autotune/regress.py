@@ -7,28 +7,21 @@ import json
 import math
 import platform
 import statistics
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
-from autotune.config import ModelConfig, WorkloadConfig, load_config
-from autotune.errors import AutotuneError, ConfigError
+from autotune.config import ModelConfig, StudyConfig, WorkloadConfig, load_config
+from autotune.errors import ConfigError, ExitCode, UnmeasuredError
 from autotune.hardware import detect, visible_gpu_index
-from autotune.runner import model_spec, record_of, run_trial, trial_spec
-
-EXIT_PASS, EXIT_REGRESSION, EXIT_UNMEASURED = 0, 1, 3
+from autotune.runner import Bench, measure
+from autotune.search.best import read_best, record_check_baseline
 
 # Versions listed beside the verdict when they differ: the usual causes of a change.
 VERSION_KEYS = ("driver", "cuda", "cudnn", "torch", "nccl")
-
-
-class UnmeasuredError(AutotuneError):
-    """Every repeat of the check failed."""
-
-    exit_code = EXIT_UNMEASURED
 
 
 @dataclass
@@ -49,10 +42,11 @@ class Verdict:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     checked_at: str = ""
     repeats: list[dict[str, Any]] = field(default_factory=list)  # per process: tokens/s, clock, power
+    updated: bool = False  # --update recorded these samples as the new baseline
 
     @property
     def exit_code(self) -> int:
-        return EXIT_REGRESSION if self.status == "regression" else EXIT_PASS
+        return ExitCode.FAILED if self.status == "regression" else ExitCode.OK
 
     def summary(self) -> str:
         lo, hi = self.ci
@@ -87,19 +81,6 @@ def decide(baseline: list[float], check: list[float], tolerance_pct: float) -> t
     return "pass", ratio, ci
 
 
-def read_best(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ConfigError(f"BEST_YAML: no such file: {path}")
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: invalid YAML: {err}") from None
-    missing = [k for k in ("knobs", "fingerprint", "model", "workload", "measurement") if not isinstance(doc, dict) or k not in doc]
-    if missing:
-        raise ConfigError(f"{path}: {missing[0]}: missing; is this a best.yaml written by autotune search?")
-    return doc
-
-
 def baseline_samples(best: dict[str, Any]) -> tuple[list[float], str]:
     """The recorded per-process tokens/s of the configuration: the last --update, else the search's trial."""
     recorded = best.get("check_baseline")
@@ -120,40 +101,42 @@ def _current_hardware(device: str) -> str:
     return platform.processor() or platform.machine()
 
 
-def measure(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5) -> tuple[list[float], list[dict[str, Any]], list[str], dict[str, Any]]:
+def _bench(best: dict[str, Any], best_path: Path, model_yaml: Path | None) -> Bench:
+    """How best.yaml's configuration is measured: its model and workload (or MODEL_YAML's), its device and
+    trial time limit, the compile cache beside it."""
+    fp = best["fingerprint"]
+    limit = best["measurement"].get("trial_timeout_min") or StudyConfig.model_fields["trial_timeout_min"].default
+    if model_yaml is not None:
+        cfg = load_config(model_yaml)
+        model, workload, base_dir, limit = cfg.model, cfg.workload, cfg.base_dir, cfg.study.trial_timeout_min
+    else:
+        model = ModelConfig.model_validate(best["model"], context={"base_dir": best.get("base_dir")})
+        workload, base_dir = WorkloadConfig(**best["workload"]), best.get("base_dir")
+    return Bench.of(model, workload, device=fp["device"], timeout_s=60 * limit,
+                    cache_dir=best_path.parent / "inductor-cache", base_dir=base_dir)
+
+
+def measure_best(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5) -> tuple[list[float], list[dict[str, Any]], list[str], dict[str, Any]]:
     """Measure the configuration of best.yaml `repeats` times, each in a fresh process, one after another.
 
     Returns per-process tokens/s, per-process details (with telemetry means), failures, fingerprint.
     """
     best = read_best(best_path)
     fp = best["fingerprint"]
-    device = fp["device"]
-    here = _current_hardware(device)
+    here = _current_hardware(fp["device"])
     if here != fp["gpu_model"]:
         raise ConfigError(f"{best_path}: fingerprint.gpu_model: measured on {fp['gpu_model']!r}, this machine has "
                           f"{here!r}; a check compares only the same hardware (nothing compared)")
-    if model_yaml is not None:
-        cfg = load_config(model_yaml)
-        model, workload = cfg.model, cfg.workload
-    else:
-        model = ModelConfig.model_validate(best["model"], context={"base_dir": best.get("base_dir")})
-        workload = WorkloadConfig(**best["workload"])
-    knobs = best["knobs"]
-    spec = trial_spec(model_spec(model), workload.model_dump(), knobs, device,
-                      cfg.base_dir if model_yaml is not None else best.get("base_dir"))
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    runs = best_path.parent / "checks" / stamp
-    env = {"TORCHINDUCTOR_CACHE_DIR": str((best_path.parent / "inductor-cache").resolve()),
-           **best.get("apply", {}).get("env", {})}
+    bench = _bench(best, best_path, model_yaml)
+    runs = best_path.parent / "checks" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     samples: list[float] = []
     details: list[dict[str, Any]] = []
     failures: list[str] = []
     fingerprint: dict[str, Any] = {}
     for i in range(repeats):
-        outcome = run_trial(spec, runs / f"{i:02d}", timeout_s=60 * 10, env=env)
-        record = record_of(i, knobs, outcome, model_spec(model), workload.world_size)
-        if outcome.status != "ok":
-            failures.append(f"repeat {i}: {outcome.status}: {outcome.reason.splitlines()[-1] if outcome.reason else ''}")
+        record = measure(bench, best["knobs"], runs / f"{i:02d}", number=i)
+        if record["status"] != "ok":
+            failures.append(f"repeat {i}: {record['status']}: {record['reason'].splitlines()[-1] if record['reason'] else ''}")
             continue
         samples.append(record["metrics"]["tokens_per_s_per_gpu"])
         tele = record.get("telemetry") or {}
@@ -165,16 +148,35 @@ def measure(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5
     return samples, details, failures, fingerprint
 
 
-def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, tolerance_pct: float = 5.0) -> Verdict:
-    """Measure the configuration of best.yaml `repeats` times and decide against its recorded baseline."""
+def reset_baseline(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5) -> tuple[list[float], list[str]]:
+    """Measure and record the samples as best.yaml's check baseline; compare nothing. Returns samples, failures."""
+    samples, _, failures, fingerprint = measure_best(best_path, model_yaml=model_yaml, repeats=repeats)
+    record_check_baseline(best_path, samples, dt.datetime.now(dt.timezone.utc).isoformat(), fingerprint)
+    return samples, failures
+
+
+def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, tolerance_pct: float = 5.0,
+          junit: Path | None = None, update: bool = False) -> Verdict:
+    """Measure the configuration of best.yaml `repeats` times and decide against its recorded baseline; append
+    the verdict to history.jsonl, write JUnit if asked, and with `update` record a pass or faster as the new
+    baseline."""
+    t0 = time.monotonic()
     best = read_best(best_path)
-    samples, details, failures, fingerprint = measure(best_path, model_yaml=model_yaml, repeats=repeats)
+    samples, details, failures, fingerprint = measure_best(best_path, model_yaml=model_yaml, repeats=repeats)
     base, source = baseline_samples(best)
     status, ratio, ci = decide(base, samples, tolerance_pct)
     fp = best["fingerprint"]
     changes = {k: (fp.get(k), fingerprint.get(k)) for k in VERSION_KEYS if fp.get(k) != fingerprint.get(k)}
-    return Verdict(status, ratio, ci, tolerance_pct, statistics.median(base), statistics.median(samples), base,
-                   samples, source, changes, failures, fingerprint, dt.datetime.now(dt.timezone.utc).isoformat(), details)
+    verdict = Verdict(status, ratio, ci, tolerance_pct, statistics.median(base), statistics.median(samples), base,
+                      samples, source, changes, failures, fingerprint, dt.datetime.now(dt.timezone.utc).isoformat(),
+                      details)
+    record_history(best_path, verdict, best["name"])
+    if junit:
+        write_junit(junit, best["name"], verdict, time.monotonic() - t0)
+    if update and status != "regression":
+        record_check_baseline(best_path, samples, verdict.checked_at, fingerprint)
+        verdict.updated = True
+    return verdict
 
 
 def record_history(best_path: Path, verdict: Verdict, name: str) -> Path:
@@ -184,15 +186,6 @@ def record_history(best_path: Path, verdict: Verdict, name: str) -> Path:
     with open(path, "a") as f:
         f.write(line + "\n")
     return path
-
-
-def update_baseline(best_path: Path, samples: list[float], recorded_at: str, fingerprint: dict[str, Any]) -> None:
-    """--update / --reset-baseline: these samples become the recorded baseline in best.yaml (written atomically)."""
-    from autotune.study import write_yaml
-
-    doc = read_best(best_path)
-    doc["check_baseline"] = {"tokens_per_s_samples": samples, "recorded_at": recorded_at, "fingerprint": fingerprint}
-    write_yaml(best_path, doc)
 
 
 def write_junit(path: Path, name: str, verdict: Verdict, seconds: float) -> None:

@@ -1,4 +1,9 @@
-"""The resolved search space: which knobs are searched or fixed, the batch rule, and Optuna suggestions."""
+"""The resolved search space: which knobs are searched or fixed, the batch rule, and Optuna suggestions.
+
+The rules come from the knob catalogue (knobs.py): a knob that acts only under another knob's value, only
+across ranks, or only on NCCL is fixed (and says why) where it cannot matter. Imports no config module:
+config.py calls resolve_space to cross-check a file.
+"""
 
 from __future__ import annotations
 
@@ -8,31 +13,14 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autotune import knobs as catalogue
+
 if TYPE_CHECKING:
     import optuna
 
     from autotune.config import Config
 
-# Knobs in the order they are shown and suggested. grad_accum_steps is derived when "auto".
-KNOBS = ("micro_batch_size", "precision", "grad_accum_steps", "compile", "attention", "pad_vocab_multiple",
-         "activation_checkpointing", "fused_optimizer", "fp8_recipe", "cuda_alloc_conf", "nccl_algo",
-         "parallel", "bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "reshard_after_forward",
-         "nccl_proto", "nccl_nchannels")
-
-# The communication library's knobs: environment variables of the ranks, meaningless on gloo (CPU).
-NCCL_KNOBS = ("nccl_algo", "nccl_proto", "nccl_nchannels")
-# Knob -> (knob, value) under which alone it acts. Elsewhere it is None in the trial's knobs (points that
-# differ only there are one measurement), and it is not searched when that value is not in the space.
-ONLY_WITH = {"fp8_recipe": ("precision", "fp8"),
-             "bucket_cap_mb": ("parallel", "ddp"), "gradient_as_bucket_view": ("parallel", "ddp"),
-             "static_graph": ("parallel", "ddp"), "reshard_after_forward": ("parallel", "fsdp")}
-# Knobs that only act across ranks: not searched when world_size is 1.
-COMM_KNOBS = ("parallel", *(k for k, (owner, _) in ONLY_WITH.items() if owner == "parallel"), *NCCL_KNOBS)
-
-# Knob -> environment variables of the trial's processes ("default" sets nothing). Never NCCL_NVLS_ENABLE:
-# that one is left exactly as the user's environment has it.
-ENV_KNOBS = {"cuda_alloc_conf": ("PYTORCH_CUDA_ALLOC_CONF",), "nccl_algo": ("NCCL_ALGO",),
-             "nccl_proto": ("NCCL_PROTO",), "nccl_nchannels": ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")}
+KNOBS = catalogue.NAMES  # in the order they are shown and suggested
 
 
 @dataclass(frozen=True)
@@ -54,15 +42,16 @@ class ResolvedSpace:
         return n
 
     def knobs(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Every knob's value for a trial with these searched params (derived knobs filled in)."""
+        """Every knob's value for a trial with these searched params (derived knobs filled in; a knob that
+        cannot act in this trial is None, so points that differ only there are one measurement)."""
         knobs = {**self.fixed, **params}
         if self.global_batch_size is not None:
             knobs["grad_accum_steps"] = self.global_batch_size // (knobs["micro_batch_size"] * self.world_size)
         if self.world_size == 1:
             knobs["parallel"] = None  # one rank: no data parallelism to choose
-        for name, (owner, value) in ONLY_WITH.items():
-            if knobs[owner] != value:
-                knobs[name] = None
+        for k in catalogue.CATALOGUE:
+            if k.only_with and knobs[k.only_with[0]] != k.only_with[1]:
+                knobs[k.name] = None
         return {k: knobs[k] for k in KNOBS}
 
     def points(self) -> list[dict[str, Any]]:
@@ -89,89 +78,71 @@ class ResolvedSpace:
         """Ask Optuna for a value of each searched knob (all knobs are categorical)."""
         return {name: trial.suggest_categorical(name, values) for name, values in self.searched.items()}
 
-    def env(self, knobs: dict[str, Any]) -> dict[str, str]:
-        """Environment variables that apply these knob values (the 'how to apply' of best.yaml)."""
-        return {var: str(knobs[k]) for k, names in ENV_KNOBS.items()
-                for var in names if knobs.get(k, "default") not in ("default", None)}
-
     def describe(self) -> dict[str, Any]:
-        return {
-            "searched": self.searched,
-            "fixed": self.fixed,
-            "notes": self.notes,
-            "size": self.size,
-            "baseline": self.baseline,
-        }
+        return {"searched": self.searched, "fixed": self.fixed, "notes": self.notes, "size": self.size,
+                "baseline": self.baseline}
 
 
 def resolve_space(cfg: Config, device: str | None = None) -> ResolvedSpace:
-    """Apply the global-batch rule and the world-size rule; raise ValueError naming the YAML path.
+    """Apply the global-batch rule and the knobs' own rules; raise ValueError naming the YAML path.
 
     device "cpu" with world_size > 1 runs the gloo backend: the NCCL knobs are then fixed at default, noted
     as not applicable (their values were validated all the same)."""
-    space = cfg.space
-    wl = cfg.workload
+    space, wl = cfg.space, cfg.workload
     values: dict[str, list[Any]] = {k: list(getattr(space, k)) for k in KNOBS if k != "grad_accum_steps"}
     notes: dict[str, str] = {}
-
     if wl.global_batch_size is not None:
-        if space.grad_accum_steps != "auto":
-            raise ValueError(
-                f"space.grad_accum_steps: {space.grad_accum_steps} cannot be set when workload.global_batch_size "
-                f"({wl.global_batch_size}) is: it is derived; use grad_accum_steps: auto"
-            )
-        per_rank = wl.global_batch_size // wl.world_size
-        fits = [m for m in values["micro_batch_size"] if per_rank % m == 0]
-        dropped = [m for m in values["micro_batch_size"] if per_rank % m]
-        if not fits:
-            raise ValueError(
-                f"space.micro_batch_size: no value in {values['micro_batch_size']} divides "
-                f"global_batch_size / world_size = {per_rank}; use divisors of {per_rank}"
-            )
-        if dropped:
-            notes["micro_batch_size"] = f"dropped {dropped}: they do not divide {per_rank} sequences per rank"
-        values["micro_batch_size"] = fits
-        notes["grad_accum_steps"] = f"derived: {per_rank} / micro_batch_size"
-        accum: list[int] = []
+        _derive_accumulation(space.grad_accum_steps, wl.global_batch_size // wl.world_size, wl.global_batch_size,
+                             values, notes)
     else:
-        accum = [1] if space.grad_accum_steps == "auto" else list(space.grad_accum_steps)
-        values["grad_accum_steps"] = accum
-
-    defaults = type(space)()
-    if wl.world_size == 1:
-        for k in COMM_KNOBS:
-            default = getattr(defaults, k)
-            if values[k] != default:
-                notes[k] = f"not searched: world_size is 1, so {values[k]} cannot matter"
-            values[k] = default
-    elif device == "cpu":
-        for k in NCCL_KNOBS:
-            if values[k] != ["default"]:
-                notes[k] = f"not applicable to gloo (device cpu has no NCCL): {values[k]} not searched"
-            values[k] = ["default"]
-    for k, (owner, value) in ONLY_WITH.items():
-        if value not in values[owner] and len(values[k]) > 1:
-            notes.setdefault(k, f"not searched: {owner} {value} is not in the space, so {values[k]} cannot matter")
-            values[k] = values[k][:1]
-
+        values["grad_accum_steps"] = [1] if space.grad_accum_steps == "auto" else list(space.grad_accum_steps)
+    for k in catalogue.CATALOGUE:
+        _fix_where_it_cannot_act(k, values, notes, wl.world_size, device)
     searched = {k: v for k, v in values.items() if len(v) > 1}
     fixed = {k: v[0] for k, v in values.items() if len(v) == 1}
-    baseline = _resolve_baseline(cfg.baseline, values)
-    return ResolvedSpace(
-        searched=searched,
-        fixed=fixed,
-        notes=notes,
-        global_batch_size=wl.global_batch_size,
-        world_size=wl.world_size,
-        baseline=baseline,
-    )
+    return ResolvedSpace(searched=searched, fixed=fixed, notes=notes, global_batch_size=wl.global_batch_size,
+                         world_size=wl.world_size, baseline=_resolve_baseline(cfg.baseline, values))
+
+
+def _derive_accumulation(accum: Any, per_rank: int, global_batch: int, values: dict[str, list[Any]],
+                         notes: dict[str, str]) -> None:
+    """global_batch_size set: keep the micro-batch sizes that divide it; grad_accum_steps follows from them."""
+    if accum != "auto":
+        raise ValueError(f"space.grad_accum_steps: {accum} cannot be set when workload.global_batch_size "
+                         f"({global_batch}) is: it is derived; use grad_accum_steps: auto")
+    fits = [m for m in values["micro_batch_size"] if per_rank % m == 0]
+    dropped = [m for m in values["micro_batch_size"] if per_rank % m]
+    if not fits:
+        raise ValueError(f"space.micro_batch_size: no value in {values['micro_batch_size']} divides "
+                         f"global_batch_size / world_size = {per_rank}; use divisors of {per_rank}")
+    if dropped:
+        notes["micro_batch_size"] = f"dropped {dropped}: they do not divide {per_rank} sequences per rank"
+    values["micro_batch_size"] = fits
+    notes["grad_accum_steps"] = f"derived: {per_rank} / micro_batch_size"
+
+
+def _fix_where_it_cannot_act(k: catalogue.Knob, values: dict[str, list[Any]], notes: dict[str, str],
+                             world_size: int, device: str | None) -> None:
+    """A knob that cannot matter here is fixed (at its default, or its first value) with the reason."""
+    if k.name not in values:
+        return
+    if k.multi_rank and world_size == 1:
+        if values[k.name] != [k.default]:
+            notes[k.name] = f"not searched: world_size is 1, so {values[k.name]} cannot matter"
+        values[k.name] = [k.default]
+    elif k.nccl and device == "cpu":
+        if values[k.name] != [k.default]:
+            notes[k.name] = f"not applicable to gloo (device cpu has no NCCL): {values[k.name]} not searched"
+        values[k.name] = [k.default]
+    if k.only_with:
+        owner, value = k.only_with
+        if value not in values[owner] and len(values[k.name]) > 1:
+            notes.setdefault(k.name, f"not searched: {owner} {value} is not in the space, so {values[k.name]} cannot matter")
+            values[k.name] = values[k.name][:1]
 
 
 def _resolve_baseline(given: dict[str, Any], values: dict[str, list[Any]]) -> dict[str, Any]:
     """The baseline's searched params; an absent knob takes its default if in the space, else the first value."""
-    from autotune.config import SpaceConfig
-
-    defaults = SpaceConfig()
     for key, value in given.items():
         if key not in KNOBS:
             raise ValueError(f"baseline.{key}: unknown knob; allowed: {', '.join(KNOBS)}")
@@ -183,12 +154,8 @@ def _resolve_baseline(given: dict[str, Any], values: dict[str, list[Any]]) -> di
     for key, allowed in values.items():
         if len(allowed) < 2:
             continue
-        if key in given:
-            baseline[key] = given[key]
-        else:
-            default = getattr(defaults, key)
-            default = default[0] if isinstance(default, list) else default
-            baseline[key] = default if default in allowed else allowed[0]
+        default = catalogue.BY_NAME[key].default
+        baseline[key] = given[key] if key in given else default if default in allowed else allowed[0]
     return baseline
 
 

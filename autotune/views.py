@@ -10,7 +10,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from autotune.study import History, Observer
+from autotune.report import fmt, rich_table, row_of
+from autotune.search.history import History
+from autotune.search.observer import Observer
 
 
 def fmt_knobs(knobs: dict[str, Any], keys: list[str] | None = None) -> str:
@@ -21,14 +23,6 @@ def fmt_knobs(knobs: dict[str, Any], keys: list[str] | None = None) -> str:
 def _hms(seconds: float) -> str:
     seconds = max(0, int(seconds))
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
-
-
-def _tok(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.0f}"
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
 class LiveProgress(Observer):
@@ -69,17 +63,13 @@ class LiveProgress(Observer):
         self.current.pop(record["number"], None)
         best = history.best()
         if best is not None:
-            base = self.info.get("baseline")
-            for t in history.completed:
-                if base is not None and all(t.params.get(k) == v for k, v in base.items()):
-                    self.baseline_value = t.value
-                    break
+            self.baseline_value = history.baseline.value if history.baseline else None
             self.best = {"number": best.number, "value": best.value, "knobs": best.user_attrs["knobs"],
                          "mfu": best.user_attrs["metrics"]["mfu"]}
         knobs = fmt_knobs(record["knobs"], self.searched)
         if record["status"] == "ok":
             m = record["metrics"]
-            line = f"#{record['number']} [green]ok[/] {_tok(m['tokens_per_s_per_gpu'])} tok/s  MFU {_pct(m['mfu'])}  {knobs}"
+            line = f"#{record['number']} [green]ok[/] {fmt(m['tokens_per_s_per_gpu'], 'tok')} tok/s  MFU {fmt(m['mfu'], 'mfu')}  {knobs}"
         else:
             tag = " (predicted)" if record.get("predicted") else ""
             reason = record["reason"].splitlines()[-1][:120] if record["reason"] else ""
@@ -93,7 +83,7 @@ class LiveProgress(Observer):
                            f"each a fresh process{again}")
 
     def confirm_sample(self, number: int, round_: int, value: float | None, status: str) -> None:
-        shown = f"{_tok(value)} tok/s" if value is not None else f"[red]{status}[/]"
+        shown = f"{fmt(value, 'tok')} tok/s" if value is not None else f"[red]{status}[/]"
         self.console.print(f"  round {round_ + 1}: #{number} {shown}")
 
     def _render(self) -> Group:
@@ -106,26 +96,18 @@ class LiveProgress(Observer):
         if self.best:
             x = f" = {self.best['value'] / self.baseline_value:.2f}x baseline" if self.baseline_value else ""
             rows.append(Text.from_markup(
-                f"best: [bold]{_tok(self.best['value'])}[/] tok/s/GPU{x}, MFU {_pct(self.best['mfu'])} "
+                f"best: [bold]{fmt(self.best['value'], 'tok')}[/] tok/s/GPU{x}, MFU {fmt(self.best['mfu'], 'mfu')} "
                 f"(#{self.best['number']})"))
         remaining = self.info.get("timeout_s", 0) - elapsed
         rows.append(Text(f"elapsed {_hms(elapsed)}, at most {_hms(remaining)} left (timeout)"))
         return Group(*rows)
 
 
-def trials_table(history: History, searched: list[str], baseline_value: float | None, top: int = 5) -> Table:
-    """The top trials, best first."""
-    table = Table(title=f"Top {top} of {len(history.completed)} completed trials")
-    for col in ["#", *searched, "tokens/s/GPU", "x baseline", "MFU", "peak mem GiB", "step spread"]:
-        table.add_column(col, justify="right" if col not in searched else "left")
-    for t in sorted(history.completed, key=lambda t: t.value, reverse=True)[:top]:
-        m, k = t.user_attrs["metrics"], t.user_attrs["knobs"]
-        table.add_row(
-            str(t.number), *[str(k[s]) for s in searched], _tok(t.value),
-            f"{t.value / baseline_value:.2f}" if baseline_value else "-", _pct(m["mfu"]),
-            f"{m['peak_mem_gib']:.2f}", f"{m['step_time']['spread_pct']:.1f}%",
-        )
-    return table
+def top_trials_table(history: History, searched: list[str], top: int = 5) -> Table:
+    """The top completed trials, best first (the report's trials table)."""
+    base = history.baseline.value if history.baseline else None
+    rows = [row_of(t, base) for t in history.ranked()[:top]]
+    return rich_table(rows, searched, f"Top {top} of {len(history.completed)} completed trials")
 
 
 def space_table(described: dict[str, Any]) -> Table:
@@ -151,8 +133,86 @@ def confirmation_table(conf: dict[str, Any]) -> Table:
         table.add_column(col)
     for st in conf["stats"]:
         ci = st["ci95"]
-        table.add_row(str(st["trial"]), _tok(st["search_value"]), _tok(st["median"]),
-                      "-" if not ci else f"{_tok(ci[0])} to {_tok(ci[1])}" if ci[1] != float("inf") else "unknown (1 sample)",
-                      ", ".join(_tok(x) for x in st["samples"]), ", ".join(st["changed_knobs"]) or "none",
+        table.add_row(str(st["trial"]), fmt(st["search_value"], 'tok'), fmt(st["median"], 'tok'),
+                      "-" if not ci else f"{fmt(ci[0], 'tok')} to {fmt(ci[1], 'tok')}" if ci[1] != float("inf") else "unknown (1 sample)",
+                      ", ".join(fmt(x, 'tok') for x in st["samples"]), ", ".join(st["changed_knobs"]) or "none",
                       "yes" if st["trial"] == conf["chosen"] else "")
     return table
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:g} GB" if n >= 1e9 else f"{n / 1e6:g} MB" if n >= 1e6 else f"{n / 1e3:g} kB"
+
+
+def nccl_tables(doc: dict[str, Any]) -> list[Table]:
+    """`autotune nccl`'s result: bus bandwidth per size and setting, and the settings that did not run."""
+    ok = [c for c in doc["cells"] if c["status"] == "ok"]
+    table = Table(title=f"all-reduce bus bandwidth, GB/s ({doc['ranks']} ranks, {doc['device']}; "
+                        f"median of {doc['iters']}, slowest rank)")
+    table.add_column("size", justify="right")
+    for c in ok:
+        table.add_column(f"{c['algo']}/{c['proto']}", justify="right")
+    for i, size in enumerate(doc["sizes"]):
+        table.add_row(_size(size), *[f"{c['rows'][i]['busbw_gbs']:.1f}" for c in ok])
+    table.add_row("NCCL used", *[c["nccl_used"] or "n/a" for c in ok])
+    refused = [c for c in doc["cells"] if c["status"] != "ok"]
+    if not refused:
+        return [table]
+    t2 = Table(title="settings that did not run")
+    for col in ("algo", "proto", "status", "reason"):
+        t2.add_column(col)
+    for c in refused:
+        t2.add_row(c["algo"], c["proto"], c["status"], c["reason"][:300])
+    return [table, t2]
+
+
+def hw_tables(info: dict[str, Any]) -> list[Table]:
+    """`autotune hw`: the GPUs pynvml sees with the peak used for their MFU, and the whole peak table."""
+    from autotune.hardware import MFU_PRECISION, PEAKS, find_peak
+
+    table = Table(title=f"GPUs (driver {info['driver'] or 'none'}, CUDA driver {info['cuda_driver'] or 'none'})")
+    for col in ("index", "name", "memory GiB", f"peak {MFU_PRECISION} TFLOP/s (MFU)", "source"):
+        table.add_column(col)
+    for gpu in info["gpus"]:
+        row = find_peak(gpu["name"])
+        table.add_row(str(gpu["index"]), gpu["name"], f"{gpu['memory_gib']:.1f}",
+                      f"{row.tflops[MFU_PRECISION]:g}" if row else "unknown: MFU n/a", row.source if row else "")
+    if not info["gpus"]:
+        table.add_row("-", "no NVIDIA GPU visible: trials run on the CPU, MFU n/a", "", "", "")
+    peaks = Table(title="Peak table (dense TFLOP/s; MFU uses bf16 for every precision)")
+    for col in ("GPU", "fp32", "tf32", "bf16", "fp16", "fp8", "source"):
+        peaks.add_column(col)
+    for p in PEAKS:
+        peaks.add_row(p.model, *[f"{p.tflops[k]:g}" if k in p.tflops else "-" for k in ("fp32", "tf32", "bf16", "fp16", "fp8")], p.source)
+    return [table, peaks]
+
+
+def nccl_cell_line(cell: dict[str, Any]) -> str:
+    done = "ok" if cell["status"] == "ok" else f"{cell['status']}: {cell['reason'][:160]}"
+    return f"{cell['algo']}/{cell['proto']}: {done} ({cell['wall_s']} s)"
+
+
+def baseline_recorded(best_yaml: Any, samples: list[float], failures: list[str]) -> list[str]:
+    """What `check --reset-baseline` says."""
+    lines = [f"baseline recorded in {best_yaml}: {len(samples)} processes, median "
+             f"{sorted(samples)[len(samples) // 2]:,.0f} tokens/s/GPU"]
+    return lines + [f"[yellow]failed:[/] {failure}" for failure in failures]
+
+
+def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> list[str]:
+    """What `check` says: the verdict, where its baseline came from, what changed, what failed, what was recorded."""
+    color = {"pass": "green", "faster": "cyan", "regression": "red"}[verdict.status]
+    lines = [f"[{color}]{verdict.summary()}[/]",
+             f"baseline: {verdict.baseline_source}; check: {len(verdict.check_samples)} of {repeats} repeats measured"]
+    if verdict.baseline_source.startswith("search trial"):
+        lines.append("[yellow]note:[/] the baseline is the search's single measurement, the best of many, on "
+                     "the search's machine; record one here with --reset-baseline")
+    lines += [f"[yellow]changed since the baseline:[/] {key} {old} -> {new}"
+              for key, (old, new) in verdict.version_changes.items()]
+    lines += [f"[yellow]failed:[/] {failure}" for failure in verdict.failed_repeats]
+    if update:
+        lines.append(f"--update: recorded {len(verdict.check_samples)} samples as the new baseline in {best_yaml}"
+                     if verdict.updated else "--update: not recorded, the check found a regression")
+    elif verdict.status == "faster":
+        lines.append("faster than the baseline: run with --update to record the new baseline")
+    return lines

@@ -2,7 +2,7 @@
 # Issue 3's H200 bar and issue 7's GPU crash check, as run through the device tool on nvidia-h200-x2
 # (two H200s of one host; every trial uses ONE GPU, two trials run side by side with --gpus 0,1).
 # Each stage resumes its studies, so a stage cut short is simply run again.
-#   benchmarks/h200-bar.sh STAGE...     stages: info grid fp32 llama hopper gputests ddp nccl
+#   benchmarks/h200-bar.sh STAGE...     stages: info grid fp32 llama hopper gputests ddp nccl refactor
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
 set -uo pipefail
@@ -31,6 +31,12 @@ for stage in "$@"; do
       at search search_spaces/gpt2-small-ddp.yaml --gpus 0,1 --timeout-min "${DDP_MIN:-30}" 2>&1 | tee -a "$OUT/ddp.log" ;;
     nccl)   # all-reduce bus bandwidth by algorithm and protocol, 1 MB to 1 GB (NCCL_ARGS: extra options, e.g. --algos)
       at nccl --gpus 0,1 --out "trials/nccl${NCCL_TAG:-}" ${NCCL_ARGS:-} 2>&1 | tee -a "$OUT/nccl.log" ;;
+    refactor) # issue 12's check: a fresh TPE study of the grid's space on ONE GPU, cold compile cache, compared
+      # configuration by configuration with the recorded grid (benchmarks/compare_grid.py)
+      timeout -s INT "${REFACTOR_S:-420}" python3 -m autotune.cli search search_spaces/gpt2-small-hopper.yaml --gpus 0 \
+        --trials "${TRIALS:-12}" --fresh 2>&1 | tee -a "$OUT/refactor.log"
+      python3 benchmarks/compare_grid.py trials/gpt2-small-hopper 2>&1 | tee -a "$OUT/refactor.log"
+      at report trials/gpt2-small-hopper --format markdown > "$OUT/report.md" 2>&1 ;;
     gputests)
       python3 -m pytest -m gpu -s -v -p no:cacheprovider tests/test_gpu.py tests/test_worker.py 2>&1 | tee "$OUT/gputests.log" ;;
     *) echo "unknown stage $stage"; exit 2 ;;

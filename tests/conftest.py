@@ -1,11 +1,14 @@
-"""Shared fixtures: a tiny model YAML and ways to run the real CLI."""
+"""Shared fixtures and helpers: a tiny model YAML, the real CLI in a subprocess, polling with a deadline."""
 
 from __future__ import annotations
 
 import copy
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +47,67 @@ def write_yaml(tmp_path: Path):
     return write
 
 
+def _env(env: dict[str, str] | None) -> dict[str, str]:
+    """The test's environment for a child: AUTOTUNE_FAULT only when the test sets it."""
+    full = {**os.environ, "COLUMNS": "200"}
+    full.pop("AUTOTUNE_FAULT", None)
+    return {**full, **(env or {})}
+
+
 def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """The real `autotune` command in a subprocess (exit codes, signals and files are real)."""
-    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
-    full_env.pop("AUTOTUNE_FAULT", None) if env is None or "AUTOTUNE_FAULT" not in env else None
-    return subprocess.run([sys.executable, "-m", "autotune.cli", *args], cwd=cwd, env=full_env,
+    return subprocess.run([sys.executable, "-m", "autotune.cli", *args], cwd=cwd, env=_env(env),
                           capture_output=True, text=True, timeout=timeout)
+
+
+def start_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """The real `autotune` command, started in the background (to be interrupted or killed)."""
+    return subprocess.Popen([sys.executable, "-m", "autotune.cli", *args], cwd=cwd, env=_env(env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_until(condition: Callable[[], Any], seconds: float = 120, what: str = "the condition") -> Any:
+    """Poll until condition() is true (returns its value); fail the test after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {seconds} s")
+        time.sleep(0.2)
+
+
+def processes_with(needle: str) -> list[str]:
+    """Pids of processes whose command line contains needle (found through /proc)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if needle in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode():
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def none_left(needle: str, seconds: float = 15) -> None:
+    """Assert that no process naming needle is left (they may take a moment to exit)."""
+    wait_until(lambda: not processes_with(needle), seconds, f"the end of every process naming {needle}")
+
+
+def interrupt_when_running(proc: subprocess.Popen, spec_files: Callable[[], list[Path]], count: int = 1,
+                           sig: int = signal.SIGINT) -> tuple[str, str]:
+    """Send `sig` once `count` trial processes have started training (their spec files exist and the trial
+    process has got past its start), then wait for the command to end; returns its output."""
+    specs = wait_until(lambda: (lambda found: found if len(found) >= count else None)(spec_files()),
+                       what=f"{count} trial(s) starting")
+    wait_until(lambda: all(processes_with(str(s)) for s in specs), 30, "the trial processes")
+    proc.send_signal(sig)
+    return proc.communicate(timeout=60)
+
+
+def load_trials(out: Path, name: str = "t") -> list[Any]:
+    """The trials of study `name` in OUT/<name>/study.db."""
+    import optuna
+
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{out / name / 'study.db'}").get_trials()

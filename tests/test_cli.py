@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import optuna
 import yaml
 
 from autotune.space import KNOBS
-from conftest import run_cli, tiny
+from conftest import interrupt_when_running, load_trials, none_left, run_cli, start_cli, tiny
 
 
 def test_cli_search_writes_best_yaml(write_yaml, tmp_path: Path) -> None:
@@ -37,29 +34,19 @@ def test_cli_ctrl_c_keeps_study_and_resumes(write_yaml, tmp_path: Path) -> None:
     data = tiny(space={"micro_batch_size": [2, 4], "precision": "fp32"}, study={"trials": 2})
     path = write_yaml(data)
     out = tmp_path / "out"
-    env = {**os.environ, "AUTOTUNE_FAULT": "hang@micro_batch_size=4", "COLUMNS": "200"}
-    proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", "search", str(path), "--out", str(out),
-                             "--device", "cpu"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = start_cli("search", str(path), "--out", str(out), "--device", "cpu", cwd=tmp_path,
+                     env={"AUTOTUNE_FAULT": "hang@micro_batch_size=4"})
     hanging = out / "t" / "runs" / "0001" / "spec.json"
-    deadline = time.monotonic() + 120
-    while not hanging.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    _, err = interrupt_when_running(proc, lambda: [hanging] if hanging.exists() else [])
     assert proc.returncode == 130, err
     assert "interrupted: the study is kept" in err
-    time.sleep(0.5)
-    assert not _processes_with(str(hanging))  # the trial's process group was ended
-    storage = f"sqlite:///{out / 't' / 'study.db'}"
-    trials = optuna.load_study(study_name="t", storage=storage).get_trials()
-    assert [t.user_attrs.get("status") for t in trials] == ["ok", "interrupted"]
+    none_left(str(hanging))  # the trial's process group was ended
+    assert [t.user_attrs.get("status") for t in load_trials(out)] == ["ok", "interrupted"]
     assert (out / "t" / "best.yaml").exists()  # what was measured is written out
 
     again = run_cli("search", str(path), "--out", str(out), "--device", "cpu", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    trials = optuna.load_study(study_name="t", storage=storage).get_trials()
+    trials = load_trials(out)
     assert trials[0].user_attrs["status"] == "ok" and trials[0].number == 0  # the completed trial is kept
     assert [t.user_attrs.get("status") for t in trials] == ["ok", "interrupted", "ok"]
     assert trials[2].params == {"micro_batch_size": 4}  # the interrupted configuration is measured again
@@ -109,36 +96,27 @@ def test_cli_bad_device_and_usage(write_yaml, tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
-def _processes_with(needle: str) -> list[str]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if needle in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode():
-                found.append(pid)
-        except OSError:
-            pass
-    return found
-
-
 def test_cli_help_lists_every_command_fast(tmp_path: Path) -> None:
     t0 = time.monotonic()
     proc = run_cli("--help", cwd=tmp_path)
     assert proc.returncode == 0
-    for command in ("search", "validate", "hw", "report", "check"):
+    for command in ("search", "validate", "hw", "nccl", "report", "check"):
         assert f"│ {command} " in proc.stdout
     assert time.monotonic() - t0 < 3.0  # --help imports neither torch nor optuna
 
 
 def test_cli_parent_modules_never_import_torch_at_top() -> None:
-    code = ("import sys, autotune.cli, autotune.config, autotune.space, autotune.study, autotune.report, "
-            "autotune.regress, autotune.runner; print('torch' in sys.modules)")
+    code = ("import sys, autotune.cli, autotune.config, autotune.space, autotune.search.loop, autotune.report, "
+            "autotune.regress, autotune.runner, autotune.nccl, autotune.views; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
 
 def test_cli_trial_worker_needs_torch_only() -> None:
-    code = ("import sys, autotune.workloads.worker, autotune.workloads.model; "
-            "print(sorted(m for m in ('optuna', 'pydantic', 'typer', 'rich', 'yaml', 'autotune.config') if m in sys.modules))")
+    parent_only = ("optuna", "pydantic", "typer", "rich", "yaml", "scipy", "autotune.config", "autotune.search",
+                   "autotune.runner", "autotune.space")
+    code = ("import sys, autotune.workloads.trial, autotune.workloads.train, autotune.workloads.allreduce, "
+            f"autotune.workloads.model; print(sorted(m for m in {parent_only!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -151,6 +129,5 @@ def test_cli_search_hf_config_and_entrypoint_examples(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stdout + proc.stderr
         best = yaml.safe_load((tmp_path / "out" / name / "best.yaml").read_text())
         assert best["metrics"]["tokens_per_s_per_gpu"] > 0
-        storage = f"sqlite:///{tmp_path / 'out' / name / 'study.db'}"
-        trial = optuna.load_study(study_name=name, storage=storage).trials[0]
+        trial = load_trials(tmp_path / "out", name)[0]
         assert trial.user_attrs["applied"]["model"].startswith(model)

@@ -7,25 +7,26 @@ import os
 import time
 from pathlib import Path
 
-import optuna
 import pytest
 
+from autotune import nccl_log
 from autotune.config import parse_config
 from autotune.errors import ConfigError
-from autotune.runner import launch_command, model_spec, run_trial, trial_spec
+from autotune.knobs import env_of
+from autotune.protocol import TrialSpec
+from autotune.runner import Bench, launch_command, run_trial
 from autotune.space import resolve_space
-from conftest import run_cli, tiny
-from test_cli import _processes_with
+from conftest import load_trials, none_left, run_cli, tiny
 
 WS2 = {"global_batch_size": 8, "world_size": 2, "warmup_steps": 1, "measure_steps": 3}
 
 
-def _spec(tmp_path: Path, **workload) -> tuple[dict, Path]:
+def _spec(tmp_path: Path, **workload) -> tuple[TrialSpec, Path]:
     cfg = parse_config(tiny(workload={**WS2, **workload}, space={"micro_batch_size": [2], "precision": "fp32"},
                             baseline={"micro_batch_size": 2, "precision": "fp32"}))
     space = resolve_space(cfg, "cpu")
-    knobs = space.knobs(space.baseline)
-    return trial_spec(model_spec(cfg.model), cfg.workload.model_dump(), knobs, "cpu"), tmp_path / "run"
+    bench = Bench.of(cfg.model, cfg.workload, device="cpu", timeout_s=120, cache_dir=tmp_path / "cache", base_dir=None)
+    return bench.spec(space.knobs(space.baseline)), tmp_path / "run"
 
 
 def test_distributed_search_ddp_and_fsdp_on_gloo(tmp_path: Path, write_yaml) -> None:
@@ -36,7 +37,7 @@ def test_distributed_search_ddp_and_fsdp_on_gloo(tmp_path: Path, write_yaml) -> 
                            study={"trials": 3, "sampler": "grid"}))
     proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    trials = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 'out' / 't' / 'study.db'}").get_trials()
+    trials = load_trials(tmp_path / "out")
     ok = [t for t in trials if t.user_attrs.get("status") == "ok"]
     assert len(ok) == 3
     for t in ok:
@@ -53,7 +54,7 @@ def test_distributed_search_ddp_and_fsdp_on_gloo(tmp_path: Path, write_yaml) -> 
         assert m["tokens_per_s"] == pytest.approx(2 * m["tokens_per_s_per_gpu"])
     fsdp = [t for t in ok if t.user_attrs["knobs"]["parallel"] == "fsdp"]
     assert fsdp and fsdp[0].user_attrs["applied"]["parallel"]["sharded_blocks"] == 1
-    assert not _processes_with(str(tmp_path / "out"))  # no rank left running
+    none_left(str(tmp_path / "out"))  # no rank left running
 
 
 @pytest.mark.parametrize(("fault", "status", "reason"), [
@@ -69,30 +70,28 @@ def test_distributed_failing_rank_fails_the_trial_with_its_reason(tmp_path: Path
     assert outcome.status == status, outcome.reason
     assert outcome.reason.startswith(reason)
     assert time.monotonic() - t0 < 90  # torchrun ends the other rank: no wait for the trial timeout
-    assert not _processes_with(str(run_dir / "spec.json"))
+    none_left(str(run_dir / "spec.json"))
 
 
 def test_distributed_hung_rank_times_out_and_no_rank_survives(tmp_path: Path) -> None:
     spec, run_dir = _spec(tmp_path)
     outcome = run_trial(spec, run_dir, timeout_s=25, env={"AUTOTUNE_FAULT": "hang@rank=1"})
     assert outcome.status == "timeout"
-    deadline = time.monotonic() + 10
-    while _processes_with(str(run_dir / "spec.json")) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not _processes_with(str(run_dir / "spec.json"))  # neither the hung rank nor the waiting one
+    none_left(str(run_dir / "spec.json"))  # neither the hung rank nor the waiting one
 
 
 def test_distributed_launch_command_single_node_multi_node_and_launcher(tmp_path: Path) -> None:
     spec, run_dir = _spec(tmp_path)
     cmd = launch_command(spec, run_dir / "spec.json", run_dir / "result.json")
     assert cmd[1:5] == ["-m", "torch.distributed.run", "--nproc-per-node", "2"] and "--standalone" in cmd
-    spec["workload"].update(world_size=4, nnodes=2, rdzv_endpoint="node1:29400", launcher=["srun", "--nodes=2"])
+    spec.run.world_size, spec.run.nnodes, spec.run.rdzv_endpoint = 4, 2, "node1:29400"
+    spec.run.launcher = ["srun", "--nodes=2"]
     cmd = launch_command(spec, run_dir / "spec.json", run_dir / "result.json")
     assert cmd[:2] == ["srun", "--nodes=2"] and "--standalone" not in cmd
     assert cmd[cmd.index("--nproc-per-node") + 1] == "2" and cmd[cmd.index("--nnodes") + 1] == "2"
     assert cmd[cmd.index("--rdzv-endpoint") + 1] == "node1:29400"
-    one = trial_spec(spec["model"], {**spec["workload"], "world_size": 1}, spec["knobs"], "cpu")
-    assert launch_command(one, run_dir / "s", run_dir / "r")[1:3] == ["-m", "autotune.workloads.worker"]
+    spec.run.world_size, spec.run.nnodes, spec.run.launcher = 1, 1, None
+    assert launch_command(spec, run_dir / "s", run_dir / "r")[1:3] == ["-m", "autotune.workloads.trial"]
 
 
 def test_distributed_launcher_prefix_runs_the_trial(tmp_path: Path) -> None:
@@ -126,9 +125,9 @@ def test_distributed_nccl_knobs_on_gpus_and_gloo() -> None:
     assert not {"nccl_algo", "nccl_proto", "nccl_nchannels"} & set(cpu.searched)
     assert "not applicable to gloo" in cpu.notes["nccl_algo"]
     knobs = gpu.knobs({**gpu.baseline, "nccl_algo": "Ring", "nccl_proto": "LL", "nccl_nchannels": 8})
-    env = gpu.env(knobs)
+    env = env_of(knobs)
     assert env == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_MIN_NCHANNELS": "8", "NCCL_MAX_NCHANNELS": "8"}
-    default = gpu.env(gpu.knobs(gpu.baseline))
+    default = env_of(gpu.knobs(gpu.baseline))
     assert not any(k.startswith("NCCL_") for k in default)  # default sets nothing
     assert "NVLS" not in parse_config(tiny()).space.nccl_algo  # never offered unless listed
     one = resolve_space(parse_config(tiny(space={"nccl_algo": ["Ring", "Tree"], "parallel": ["ddp", "fsdp"]})), "cuda")
@@ -158,7 +157,7 @@ def test_distributed_nccl_command_on_gloo(tmp_path: Path) -> None:
     for row in cell["rows"]:
         assert row["busbw_gbs"] == pytest.approx(row["algbw_gbs"] * 2 * (2 - 1) / 2) and row["time_us"] > 0
         assert len(row["samples_s"]) == 3
-    assert not _processes_with(str(tmp_path / "nccl"))
+    none_left(str(tmp_path / "nccl"))
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -176,8 +175,8 @@ def test_distributed_nccl_command_bad_input(tmp_path: Path, args: tuple[str, ...
 def test_distributed_static_graph_with_accumulation_is_invalid(tmp_path: Path) -> None:
     """PyTorch's static_graph with no_sync stops synchronising gradients: never measured as if it trained."""
     spec, run_dir = _spec(tmp_path)
-    assert spec["knobs"]["grad_accum_steps"] == 2
-    spec["knobs"]["static_graph"] = True
+    assert spec.knobs["grad_accum_steps"] == 2
+    spec.knobs["static_graph"] = True
     outcome = run_trial(spec, run_dir, timeout_s=120)
     assert outcome.status == "invalid_config"
     assert outcome.reason.startswith("rank 0: DDP static_graph with gradient accumulation") \
@@ -193,7 +192,7 @@ def test_distributed_fsdp_shards_the_layers_of_an_hf_model(tmp_path: Path, write
                        "study": {"trials": 1, "confirm_rounds": 0}})
     proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (trial,) = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 'out' / 't' / 'study.db'}").get_trials()
+    (trial,) = load_trials(tmp_path / "out")
     applied = trial.user_attrs["applied"]["parallel"]
     assert applied["strategy"] == "fsdp" and applied["sharded_blocks"] == 2  # the config's two decoder layers
     assert "failed_rank" not in trial.user_attrs
@@ -202,8 +201,6 @@ def test_distributed_fsdp_shards_the_layers_of_an_hf_model(tmp_path: Path, write
 def test_distributed_nccl_report_reads_both_log_formats(tmp_path: Path) -> None:
     """A synthetic log in the two TUNING line formats of NCCL's source (named, and numeric ids of older
     releases); not captured from a GPU run."""
-    from autotune.runner import nccl_report
-
     (tmp_path / "nccl.h.1.log").write_text(
         "h:1:1 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\n"
         "h:1:1 [0] NCCL INFO AllReduce: 26214400 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..15}\n"
@@ -211,23 +208,21 @@ def test_distributed_nccl_report_reads_both_log_formats(tmp_path: Path) -> None:
         "h:1:1 [0] NCCL INFO Broadcast: 4096 Bytes -> Algo 1 proto 0 time 12.000000\n"
         "h:1:1 [0] NCCL WARN no algorithm/protocol available for function AllGather with datatype ncclInt8. "
         "NCCL_ALGO was set to Tree.\n")
-    report = nccl_report(tmp_path)
+    report = nccl_log.report(tmp_path)
     assert report["algo_proto_used"] == {"AllReduce RING/SIMPLE": 2, "Broadcast RING/LL": 1}
     assert report["version"] == "2.28.9+cuda13.0" and report["warnings"][0].startswith("no algorithm/protocol")
-    assert nccl_report(tmp_path / "none") is None
+    assert nccl_log.report(tmp_path / "none") is None
 
 
 CAPTURED = Path(__file__).resolve().parent / "data" / "h200x2-nccl-2.28.9"  # trials 21 and 6 of the 2x H200 DDP search
 
 
 def test_distributed_nccl_report_on_logs_captured_on_h200() -> None:
-    from autotune.runner import nccl_report
-
-    ok = nccl_report(CAPTURED / "ddp-ring-ok")  # NCCL_ALGO/PROTO unset, bucket_cap_mb 100
+    ok = nccl_log.report(CAPTURED / "ddp-ring-ok")  # NCCL_ALGO/PROTO unset, bucket_cap_mb 100
     assert ok["version"] == "2.28.9+cuda13.0" and ok["warnings"] == [] and ok["logs"] == 2
     assert ok["algo_proto_used"] == {"AllGather RING/LL": 1, "Broadcast RING/LL": 3, "Broadcast RING/SIMPLE": 2,
                                      "AllReduce RING/SIMPLE": 26}
-    refused = nccl_report(CAPTURED / "ddp-tree-refused")  # NCCL_ALGO=Tree NCCL_PROTO=LL
+    refused = nccl_log.report(CAPTURED / "ddp-tree-refused")  # NCCL_ALGO=Tree NCCL_PROTO=LL
     assert refused["algo_proto_used"] == "not reported by NCCL (no tuning lines in its INFO log)"
     assert refused["warnings"] == ["Error : no algorithm/protocol available for function AllGather with datatype "
                                    "ncclInt8. NCCL_ALGO was set to Tree. NCCL_PROTO was set to LL."]
@@ -236,9 +231,8 @@ def test_distributed_nccl_report_on_logs_captured_on_h200() -> None:
 def test_distributed_rank_refused_by_nccl_gives_its_message_once(tmp_path: Path) -> None:
     """Replays what the ranks of the refused H200 trial left: rank 0's failure file and both NCCL logs."""
     spec, run_dir = _spec(tmp_path)
-    spec["module"] = "fake_nccl_rank"
     tests = str(Path(__file__).resolve().parent)
-    outcome = run_trial(spec, run_dir, timeout_s=120, env={
+    outcome = run_trial(spec, run_dir, timeout_s=120, module="fake_nccl_rank", env={
         "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]),
         "FAKE_NCCL_REPLAY": str(CAPTURED / "ddp-tree-refused")})
     assert outcome.status == "invalid_config"
@@ -247,20 +241,17 @@ def test_distributed_rank_refused_by_nccl_gives_its_message_once(tmp_path: Path)
 
 
 def test_distributed_report_shows_whatnccl_used() -> None:
-    from autotune.runner import nccl_used
-
-    assert nccl_used({"algo_proto_used": {"AllReduce RING/LL128": 30, "Broadcast RING/LL": 2,
+    assert nccl_log.used({"algo_proto_used": {"AllReduce RING/LL128": 30, "Broadcast RING/LL": 2,
                                            "AllReduce TREE/SIMPLE": 3}}) == "RING/LL128, TREE/SIMPLE"
-    assert nccl_used({"algo_proto_used": "not reported by NCCL (no tuning lines in its INFO log)"}) is None
-    assert nccl_used(None) is None
+    assert nccl_log.used({"algo_proto_used": "not reported by NCCL (no tuning lines in its INFO log)"}) is None
+    assert nccl_log.used(None) is None
 
 
 def test_distributed_nccl_abort_with_a_refusal_is_invalid_config(tmp_path: Path) -> None:
     """When NCCL's watchdog aborts the ranks (no Python exception, no rank file), its log still says why."""
     spec, run_dir = _spec(tmp_path)
-    spec["module"] = "fake_nccl_rank"
     tests = str(Path(__file__).resolve().parent)
-    outcome = run_trial(spec, run_dir, timeout_s=120, env={"PYTHONPATH": os.pathsep.join(
+    outcome = run_trial(spec, run_dir, timeout_s=120, module="fake_nccl_rank", env={"PYTHONPATH": os.pathsep.join(
         [tests, os.environ.get("PYTHONPATH", "")])})
     assert outcome.status == "invalid_config"
     assert outcome.reason.startswith("NCCL refused this setting: Error : no algorithm/protocol available for function "

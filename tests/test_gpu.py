@@ -11,15 +11,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
-import optuna
 import pytest
 import torch
 
-from conftest import run_cli, tiny
+from conftest import load_trials, run_cli, start_cli, tiny, wait_until
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -75,7 +72,7 @@ def test_gpu_search_end_to_end(tmp_path: Path, write_yaml) -> None:
     proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cuda", cwd=tmp_path, timeout=600)
     print(proc.stdout[-3000:])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    trials = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 'out' / 't' / 'study.db'}").get_trials()
+    trials = load_trials(tmp_path / "out")
     assert [t.user_attrs["status"] for t in trials] == ["ok", "ok"]
     for t in trials:
         m = t.user_attrs["metrics"]
@@ -93,31 +90,21 @@ def test_gpu_kill_9_leaves_no_process_on_gpu_and_resume_finishes(tmp_path: Path,
                            baseline={"micro_batch_size": 8, "precision": "bf16"}, study={"trials": 2}))
     out = tmp_path / "out"
     before = set(_gpu_pids())
-    env = {**os.environ, "COLUMNS": "200", "AUTOTUNE_FAULT": "slow:5000@micro_batch_size=16"}  # trial 1 trains slowly
-    proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", "search", str(path), "--out", str(out),
-                             "--device", "cuda"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    result = out / "t" / "runs" / "0001"
-    deadline = time.monotonic() + 300
-    on_gpu: set[int] = set()
-    while time.monotonic() < deadline and not on_gpu:  # until trial 1's process holds GPU memory
-        if (result / "spec.json").exists():
-            on_gpu = (set(_gpu_pids()) - before) & _children_of(proc.pid)
-        time.sleep(0.5)
-    assert on_gpu, "trial 1 never appeared on the GPU"
-    time.sleep(3.0)  # mid-training
+    proc = start_cli("search", str(path), "--out", str(out), "--device", "cuda", cwd=tmp_path,
+                     env={"AUTOTUNE_FAULT": "slow:5000@micro_batch_size=16"})  # trial 1 trains slowly
+    spec = out / "t" / "runs" / "0001" / "spec.json"
+    on_gpu = wait_until(lambda: spec.exists() and (set(_gpu_pids()) - before) & _children_of(proc.pid), 300,
+                        "trial 1 holding GPU memory")
     print("before kill -9:\n" + _nvidia_smi())
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    deadline = time.monotonic() + 20
-    while set(_gpu_pids()) & on_gpu and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(lambda: not set(_gpu_pids()) & on_gpu, 20, "the end of the trial's process on the GPU")
     print("after kill -9:\n" + _nvidia_smi())
     assert not set(_gpu_pids()) & on_gpu, "the trial process outlived autotune and keeps the GPU"
     assert not set(_gpu_pids()) - before  # nothing of ours on any GPU
     again = run_cli("search", str(path), "--out", str(out), "--device", "cuda", cwd=tmp_path, timeout=600)
     print(again.stdout[-2000:])
     assert again.returncode == 0, again.stdout + again.stderr
-    trials = optuna.load_study(study_name="t", storage=f"sqlite:///{out / 't' / 'study.db'}").get_trials()
+    trials = load_trials(out)
     assert [t.user_attrs.get("status") for t in trials] == ["ok", "worker_lost", "ok"]
     assert trials[2].params == {"micro_batch_size": 16}  # the lost configuration, measured again

@@ -6,6 +6,7 @@ import pytest
 
 from autotune import metrics
 from autotune.hardware import find_peak, peak_flops
+from autotune.protocol import TrialResult
 
 
 def test_metrics_flops_per_token_gpt2_small_by_hand() -> None:
@@ -32,8 +33,8 @@ def test_metrics_step_stats_median_and_spread() -> None:
 
 
 def test_metrics_summarize_tokens_per_second() -> None:
-    raw = {"step_times_s": [2.0, 1.0, 1.0], "tokens_per_step": 4096, "flop_params": 1000, "n_params": 1100,
-           "peak_mem_bytes": 2**31, "peak_mem_kind": "cuda_max_memory_allocated"}
+    raw = TrialResult("ok", step_times_s=[2.0, 1.0, 1.0], tokens_per_step=4096, flop_params=1000, n_params=1100,
+                      peak_mem_bytes=2**31, peak_mem_kind="cuda_max_memory_allocated")
     model = {"n_layers": 2, "d_model": 8, "seq_len": 16}
     out = metrics.summarize(raw, model, world_size=2, peak_flops=1e12)
     assert out["tokens_per_s_per_gpu"] == 4096

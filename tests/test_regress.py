@@ -142,6 +142,7 @@ def test_regress_version_changes_listed(searched: Path, tmp_path: Path) -> None:
     doc["fingerprint"]["torch"] = "2.0.0"
     doc.pop("check_baseline", None)
     (tmp_path / "best.yaml").write_text(yaml.safe_dump(doc))
-    proc = run_cli("check", str(tmp_path / "best.yaml"), "--repeats", "2", "--tolerance", CPU_TOLERANCE, cwd=searched)
-    assert proc.returncode in (0, 1)
+    # --tolerance 100: no slowdown can be a regression, so the exit code is pinned whatever this VM's speed
+    proc = run_cli("check", str(tmp_path / "best.yaml"), "--repeats", "2", "--tolerance", "100", cwd=searched)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "changed since the baseline: torch 2.0.0 -> 2." in proc.stdout

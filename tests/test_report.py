@@ -11,7 +11,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 
 from autotune import report
-from autotune.plots import pareto_front, write_html
+from autotune.report import pareto_front, write_html
 from conftest import run_cli, tiny
 
 

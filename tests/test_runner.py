@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import os
+import re
 import time
 from pathlib import Path
 
 import pytest
 
 from autotune.runner import run_trial
-from test_worker import _spec
+from conftest import processes_with
+from test_trial import _spec
 
 
 def _run(tmp_path: Path, monkeypatch, fault: str | None, timeout_s: float = 60, **knobs):
@@ -24,7 +25,7 @@ def test_runner_ok_writes_spec_result_and_log(tmp_path: Path, monkeypatch) -> No
     out = _run(tmp_path, monkeypatch, None)
     assert out.status == "ok", out.reason
     assert {p.name for p in (tmp_path / "run").iterdir()} == {"spec.json", "result.json", "worker.log"}
-    assert out.raw["phases_s"]["start"] > 0
+    assert out.result.phases_s["start"] > 0
 
 
 @pytest.mark.parametrize(
@@ -39,7 +40,7 @@ def test_runner_ok_writes_spec_result_and_log(tmp_path: Path, monkeypatch) -> No
 def test_runner_classifies_failures(tmp_path: Path, monkeypatch, fault: str, status: str, reason: str) -> None:
     out = _run(tmp_path, monkeypatch, fault)
     assert out.status == status
-    assert __import__("re").search(reason, out.reason, flags=__import__("re").S), out.reason
+    assert re.search(reason, out.reason, flags=re.S), out.reason
 
 
 def test_runner_invalid_config(tmp_path: Path, monkeypatch) -> None:
@@ -53,13 +54,4 @@ def test_runner_timeout_kills_process_group(tmp_path: Path, monkeypatch) -> None
     out = _run(tmp_path, monkeypatch, "hang", timeout_s=4)
     assert out.status == "timeout"
     assert time.monotonic() - t0 < 20
-    spec_path = str(tmp_path / "run" / "spec.json")
-    leftovers = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).find(spec_path) >= 0]
-    assert leftovers == []  # no orphan keeps running
-
-
-def _cmdline(pid: str) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
+    assert processes_with(str(tmp_path / "run" / "spec.json")) == []  # no orphan keeps running

@@ -7,6 +7,7 @@ import pytest
 
 from autotune.config import parse_config
 from autotune.errors import ConfigError
+from autotune.knobs import env_of
 from autotune.space import KNOBS, config_fingerprint, resolve_space
 from conftest import tiny
 
@@ -44,7 +45,7 @@ def test_space_nccl_not_searched_on_one_gpu() -> None:
     assert space.fixed["nccl_algo"] == "default"
     assert "not searched: world_size is 1" in space.notes["nccl_algo"]
     assert space.size == 3 * 2  # no trial is spent on NCCL
-    assert space.env(space.knobs(space.points()[0])) == {}
+    assert env_of(space.knobs(space.points()[0])) == {}
 
 
 def test_space_baseline_defaults_and_fixed() -> None:

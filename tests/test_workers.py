@@ -5,34 +5,19 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import optuna
 import pytest
 import yaml
 
-from autotune.study import mask_url
-from conftest import run_cli, tiny
-from test_cli import _processes_with
+from autotune.search.storage import mask_url, storage_of
+from conftest import interrupt_when_running, load_trials, none_left, run_cli, start_cli, tiny
 
 
 def _launch(path: Path, out: Path, cwd: Path, *extra: str, fault: str | None = None) -> subprocess.Popen:
-    env = {**os.environ, "COLUMNS": "200"}
-    env.pop("AUTOTUNE_FAULT", None)
-    if fault:
-        env["AUTOTUNE_FAULT"] = fault
-    return subprocess.Popen([sys.executable, "-m", "autotune.cli", "search", str(path), "--out", str(out),
-                             "--device", "cpu", *extra], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def _wait_for(path: Path, seconds: float = 120) -> None:
-    deadline = time.monotonic() + seconds
-    while not path.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert path.exists(), f"{path} never appeared"
+    return start_cli("search", str(path), "--out", str(out), "--device", "cpu", *extra, cwd=cwd,
+                     env={"AUTOTUNE_FAULT": fault} if fault else None)
 
 
 def _kill_9_then_resume(tmp_path: Path, write_yaml, storage_args: tuple[str, ...], storage: str) -> None:
@@ -40,14 +25,8 @@ def _kill_9_then_resume(tmp_path: Path, write_yaml, storage_args: tuple[str, ...
     out = tmp_path / "out"
     proc = _launch(path, out, tmp_path, *storage_args, fault="hang@micro_batch_size=4")
     hanging = out / "t" / "runs" / "0001" / "spec.json"
-    _wait_for(hanging)
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-    deadline = time.monotonic() + 15
-    while _processes_with(str(hanging)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not _processes_with(str(hanging))  # the trial died with its parent: nothing keeps the device
+    interrupt_when_running(proc, lambda: [hanging] if hanging.exists() else [], sig=signal.SIGKILL)
+    none_left(str(hanging))  # the trial died with its parent: nothing keeps the device
     again = run_cli("search", str(path), "--out", str(out), "--device", "cpu", *storage_args, cwd=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     trials = optuna.load_study(study_name="t", storage=storage).get_trials()
@@ -78,8 +57,6 @@ def test_workers_kill_9_then_resume_sqlite(tmp_path: Path, write_yaml) -> None:
 
 
 def test_workers_kill_9_then_resume_journal(tmp_path: Path, write_yaml) -> None:
-    from autotune.study import storage_of
-
     journal = f"journal:{tmp_path / 'shared' / 'study.log'}"
     _kill_9_then_resume(tmp_path, write_yaml, ("--storage", journal), storage_of(journal))
 
@@ -92,8 +69,6 @@ def test_workers_kill_9_then_resume_postgresql(tmp_path: Path, write_yaml) -> No
 
 @pytest.mark.parametrize("kind", ["sqlite", "journal", pytest.param("postgresql", marks=needs_pg)])
 def test_workers_two_processes_share_one_study(tmp_path: Path, write_yaml, kind: str) -> None:
-    from autotune.study import storage_of
-
     path = write_yaml(tiny(space={"micro_batch_size": [1, 2, 4, 8], "precision": ["fp32", "bf16"]},
                            baseline={"micro_batch_size": 1}, study={"trials": 5}))
     storage = {"sqlite": f"sqlite:///{tmp_path / 'shared.db'}", "journal": f"journal:{tmp_path / 'shared.log'}",
@@ -152,7 +127,7 @@ def test_workers_parallel_trials_on_two_cpu_workers(tmp_path: Path, write_yaml) 
                            baseline={"micro_batch_size": 1}, study={"trials": 4}))
     proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", "--gpus", "0,1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    trials = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 'out' / 't' / 'study.db'}").get_trials()
+    trials = load_trials(tmp_path / "out")
     measured = [t for t in trials if t.user_attrs.get("status") == "ok"]
     assert 4 <= len(measured) <= 5
     assert {t.user_attrs["gpu"] for t in measured} == {"0", "1"}  # both slots used
@@ -167,16 +142,10 @@ def test_workers_parallel_ctrl_c_ends_every_trial(tmp_path: Path, write_yaml) ->
     out = tmp_path / "out"
     proc = _launch(path, out, tmp_path, "--gpus", "0,1", fault="hang")
     runs = out / "t" / "runs"
-    deadline = time.monotonic() + 120
-    while (not runs.exists() or len(list(runs.glob("*/spec.json"))) < 2) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    _, err = interrupt_when_running(proc, lambda: sorted(runs.glob("*/spec.json")), count=2)
     assert proc.returncode == 130, err
-    time.sleep(0.5)
-    assert not _processes_with(str(runs))  # no trial process left
-    trials = optuna.load_study(study_name="t", storage=f"sqlite:///{out / 't' / 'study.db'}").get_trials()
+    none_left(str(runs))  # no trial process left
+    trials = load_trials(out)
     launched = [t.user_attrs.get("status") for t in trials if t.user_attrs.get("status") not in (None, "duplicate", "skipped")]
     assert launched == ["interrupted", "interrupted"]  # both running trials; a sampler repeat may be recorded beside them
     assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]

@@ -1,4 +1,4 @@
-"""The HTML report: PNG plots (matplotlib, computed from `report.collect` data first) in one self-contained page."""
+"""The HTML report: PNG plots (matplotlib, computed from `collect`'s data first) in one self-contained page."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import html
 from pathlib import Path
 from typing import Any
 
-from autotune.report import _fmt, to_markdown
+from autotune.report._render import to_markdown
+from autotune.report._table import cells, columns, fmt
 
 
 def pareto_front(points: list[tuple[float, float, int]]) -> list[int]:
@@ -132,19 +133,15 @@ def write_html(data: dict[str, Any], out: Path) -> Path:
         for p in pngs
     )
     knobs = data["searched"]
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in ["#", *knobs, "tokens/s/GPU", "x baseline", "MFU", "peak GiB", "state", "reason"])
-    rows = "\n".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in [
-            r["number"], *[r["knobs"].get(k) for k in knobs], _fmt(r["tokens_per_s_per_gpu"], "tok"), _fmt(r["speedup"], "x"),
-            _fmt(r["mfu"], "mfu"), _fmt(r["peak_mem_gib"], "gib"), r["state"] + (" (predicted)" if r["predicted"] else ""),
-            (r["reason"] or "").splitlines()[-1][:120] if r["reason"] else ""]) + "</tr>"
-        for r in data["trials"]
-    )
+    header = columns(knobs, data["trials"])
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in header)
+    rows = "\n".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells(r, knobs, header, 120)) + "</tr>"
+                     for r in data["trials"])
     imp = data["importance"]
     importance = ""
     for k in knobs:
         value = (imp["values"] or {}).get(k)
-        effects = ", ".join(f"{a}: {_fmt(b, 'tok')}" for a, b in data["knob_effects"].get(k, {}).items())
+        effects = ", ".join(f"{a}: {fmt(b, 'tok')}" for a, b in data["knob_effects"].get(k, {}).items())
         shown = "-" if value is None else f"{value:.2f}"
         importance += f"<tr><td>{html.escape(k)}</td><td>{shown}</td><td>{html.escape(effects)}</td></tr>"
     phases = ", ".join(f"{p} {s:,.0f} s" for p, s in data["time"]["phases_s"].items())

@@ -1,4 +1,4 @@
-"""The Optuna study on real CPU trials: resume, no repeats, predicted OOM, failures, refusal, --fresh."""
+"""The search on real CPU trials: resume, no repeats, predicted OOM, failures, refusal, --fresh, confirmation."""
 
 from __future__ import annotations
 
@@ -10,18 +10,19 @@ import yaml
 
 from autotune.config import parse_config
 from autotune.errors import StudyError
+from autotune.protocol import CONFIG_FAILURES, STATUSES
 from autotune.report import collect, to_markdown
-from autotune.study import CONFIG_FAILURES, History, Observer, make_sampler, run_search
+from autotune.search import Observer, run_search
+from autotune.search.confirm import choose
+from autotune.search.history import History, optuna_state
+from autotune.search.sampler import make_sampler
+from autotune.search.storage import open_study
+from conftest import load_trials as _trials
 from conftest import tiny
 
 
 def _cfg(**overrides):
     return parse_config(tiny(**overrides))
-
-
-def _trials(out: Path, name: str = "t") -> list[optuna.trial.FrozenTrial]:
-    study = optuna.load_study(study_name=name, storage=f"sqlite:///{out / name / 'study.db'}")
-    return study.get_trials(deepcopy=False)
 
 
 def test_study_baseline_first_no_repeats_and_resume(tmp_path: Path, monkeypatch) -> None:
@@ -96,9 +97,7 @@ def test_study_refuses_changed_space_and_nothing_written(tmp_path: Path, monkeyp
 
 
 def _device_check(out: Path) -> None:
-    from autotune.study import open_study
-
-    open_study(_cfg(study={"trials": 1}), out_root=out, device="cuda", fresh=False)
+    open_study(_cfg(study={"trials": 1}), out_root=out, device="cuda", fresh=False, baseline={})
 
 
 def _frozen(number: int, value: float, knobs: dict) -> optuna.trial.FrozenTrial:
@@ -108,21 +107,19 @@ def _frozen(number: int, value: float, knobs: dict) -> optuna.trial.FrozenTrial:
 
 
 def test_study_choose_prefers_fewer_changed_knobs_within_noise() -> None:
-    from autotune.study import _choose
-
     base = {"micro_batch_size": 8, "precision": "fp32", "compile": False}
     a = _frozen(5, 540.0, {"micro_batch_size": 64, "precision": "bf16", "compile": True})  # 3 knobs changed
     b = _frozen(7, 530.0, {"micro_batch_size": 8, "precision": "bf16", "compile": True})  # 2 knobs changed
     c = _frozen(9, 300.0, {"micro_batch_size": 8, "precision": "bf16", "compile": False})  # far slower
     samples = {5: [538.0, 545.0, 530.0], 7: [536.0, 528.0, 541.0], 9: [301.0, 299.0, 300.0]}
-    result = _choose([a, b, c], samples, {5: [], 7: [], 9: []}, base, 3)
+    result = choose([a, b, c], samples, {5: [], 7: [], 9: []}, base, 3)
     assert result["chosen"] == 7  # within the noise of trial 5, one knob fewer
     assert "changes fewer knobs from the baseline (2 against 3)" in result["why"]
     stats = {st["trial"]: st for st in result["stats"]}
     assert stats[5]["median"] == 538.0 and stats[5]["ci95"][0] < 538.0 < stats[5]["ci95"][1]
     # Clearly apart: the faster one wins even though it changes more knobs.
     samples = {5: [540.0, 541.0, 539.0], 7: [500.0, 501.0, 499.0], 9: [300.0, 300.5, 299.5]}
-    assert _choose([a, b, c], samples, {5: [], 7: [], 9: []}, base, 3)["chosen"] == 5
+    assert choose([a, b, c], samples, {5: [], 7: [], 9: []}, base, 3)["chosen"] == 5
 
 
 def test_study_confirmation_interleaved_fresh_processes(tmp_path: Path, monkeypatch) -> None:
@@ -184,29 +181,28 @@ def test_study_interrupted_confirmation_goes_on_from_its_samples(tmp_path: Path,
     assert len(runs) == 4
 
 
-def _refused_picks(state: optuna.trial.TrialState, seed: int) -> int:
-    """Trials after the first 5 that the study's TPE sampler puts on NCCL_ALGO=Tree, which always fails
-    (as NCCL 2.28 refused it for DDP on 2x H200), when such a failure is stored with `state`."""
+def test_search_stores_each_status_in_the_state_the_sampler_learns_from() -> None:
+    assert {s: optuna_state(s).name for s in STATUSES} == {
+        "ok": "COMPLETE", "oom": "PRUNED", "invalid_config": "PRUNED", "nonfinite_loss": "PRUNED",
+        "timeout": "FAIL", "crash": "FAIL"}
+    assert set(CONFIG_FAILURES) == {"oom", "invalid_config", "nonfinite_loss"}
+
+
+def test_search_sampler_steers_away_from_a_configuration_that_cannot_run() -> None:
+    """Our sampler, fed trials as our search stores them (a refused value PRUNED, as NCCL_ALGO=Tree was refused
+    on 2x H200), proposes the refused value in at most 30% of the trials after its start-up trials."""
     from optuna.distributions import CategoricalDistribution as Cat
 
     dists = {"micro_batch_size": Cat([32, 64]), "nccl_algo": Cat(["default", "Ring", "Tree"]),
              "bucket_cap_mb": Cat([25, 100]), "nccl_proto": Cat(["default", "Simple", "LL", "LL128"])}
-    study = optuna.create_study(direction="maximize", sampler=make_sampler("tpe", seed, 16))
     picks = 0
-    for i in range(30):
-        t = study.ask(dists)
-        if t.params["nccl_algo"] == "Tree":
-            picks += i >= 5
-            study.tell(t, state=state)
-        else:
-            study.tell(t, 480.0 + 10 * (t.params["micro_batch_size"] == 64) + (i % 7) / 7)
-    return picks
-
-
-def test_tpe_steers_away_from_configurations_that_cannot_run() -> None:
-    # Why CONFIG_FAILURES end PRUNED: TPE ignores FAIL trials and keeps proposing the refused value.
-    assert set(CONFIG_FAILURES) == {"oom", "invalid_config", "nonfinite_loss"}
-    failed = sum(_refused_picks(optuna.trial.TrialState.FAIL, seed) for seed in range(4))
-    pruned = sum(_refused_picks(optuna.trial.TrialState.PRUNED, seed) for seed in range(4))
-    assert pruned * 3 < failed, (pruned, failed)
-    assert pruned <= 0.3 * 25 * 4  # at most 30% of the trials after the first 5
+    for seed in range(4):
+        study = optuna.create_study(direction="maximize", sampler=make_sampler("tpe", seed, 16))
+        for i in range(30):
+            t = study.ask(dists)
+            if t.params["nccl_algo"] == "Tree":
+                picks += i >= 5
+                study.tell(t, state=optuna_state("invalid_config"))
+            else:
+                study.tell(t, 480.0 + 10 * (t.params["micro_batch_size"] == 64) + (i % 7) / 7)
+    assert picks <= 0.3 * 25 * 4, picks

@@ -1,4 +1,5 @@
-"""The trial worker on real tiny models (CPU): precisions, families, compile, the fault switch."""
+"""The trial process on real tiny models (CPU): the training workload's knobs, precisions, families, compile,
+the fault switch. Specs leave knobs out on purpose: the trial takes the catalogue's defaults."""
 
 from __future__ import annotations
 
@@ -8,51 +9,51 @@ import pytest
 import torch
 
 from autotune.config import parse_config
-from autotune.space import resolve_space
+from autotune.protocol import RunSettings, TrialSpec
 from autotune.runner import model_spec
-from autotune.workloads import worker
+from autotune.space import resolve_space
+from autotune.workloads import trial as worker
+from autotune.workloads.base import InvalidConfig, NonFiniteLoss
+from autotune.workloads.faults import fault_for
 from autotune.workloads.model import Transformer
 from conftest import tiny
 
 
-def _spec(family: str = "gpt", **knobs) -> dict:
+def _spec(family: str = "gpt", **knobs) -> TrialSpec:
     model = {"family": family, "n_layers": 1, "d_model": 32, "n_heads": 4, "vocab_size": 128, "seq_len": 16}
     if family == "llama":
         model["n_kv_heads"] = 2
     cfg = parse_config(tiny(model=model, baseline={}))
-    base = {"micro_batch_size": 2, "precision": "fp32", "grad_accum_steps": 2, "compile": False, "attention": "auto",
-            "pad_vocab_multiple": None, "activation_checkpointing": "none", "fused_optimizer": False,
-            "fp8_recipe": None, "cuda_alloc_conf": "default", "nccl_algo": "default"}
-    return {"knobs": {**base, **knobs}, "model": model_spec(cfg.model), "device": "cpu",
-            "workload": {"warmup_steps": 1, "measure_steps": 3, "seed": 0, "world_size": 1}}
+    return TrialSpec(task="train", device="cpu", knobs={"micro_batch_size": 2, "grad_accum_steps": 2, **knobs},
+                     model=model_spec(cfg.model), run=RunSettings(warmup_steps=1, measure_steps=3))
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("family", ["gpt", "llama"])
 def test_worker_trains_each_precision(precision: str, family: str) -> None:
     result = worker.run(_spec(family, precision=precision))
-    assert result["status"] == "ok"
-    assert len(result["step_times_s"]) == 3 and all(t > 0 for t in result["step_times_s"])
-    assert all(math.isfinite(x) for x in result["losses"])
-    assert result["tokens_per_step"] == 2 * 2 * 16
-    assert result["peak_mem_kind"] == "cpu_max_rss"
+    assert result.status == "ok"
+    assert len(result.step_times_s) == 3 and all(t > 0 for t in result.step_times_s)
+    assert all(math.isfinite(x) for x in result.losses)
+    assert result.tokens_per_step == 2 * 2 * 16
+    assert result.peak_mem_kind == "cpu_max_rss"
 
 
 def test_worker_loss_goes_down_with_training() -> None:
     spec = _spec(precision="fp32")
-    spec["workload"]["measure_steps"] = 12
-    losses = worker.run(spec)["losses"]
+    spec.run.measure_steps = 12
+    losses = worker.run(spec).losses
     assert losses[-1] < losses[0]  # the optimizer really steps (same few batches, memorised)
 
 
 def test_worker_compile_is_real_and_timed_apart() -> None:
     result = worker.run(_spec(compile=True))
-    assert result["status"] == "ok"
-    assert result["phases_s"]["compile"] > 0  # the first step carried the compilation
+    assert result.status == "ok"
+    assert result.phases_s["compile"] > 0  # the first step carried the compilation
 
 
 def test_worker_tf32_on_cpu_is_invalid_config(tmp_path) -> None:
-    with pytest.raises(worker.InvalidConfig, match="tf32 needs an NVIDIA GPU"):
+    with pytest.raises(InvalidConfig, match="tf32 needs an NVIDIA GPU"):
         worker.run(_spec(precision="tf32"))
 
 
@@ -71,20 +72,20 @@ def test_worker_param_counts_match_reference_models() -> None:
 def test_worker_fault_switch_conditions(monkeypatch) -> None:
     knobs = {"micro_batch_size": 8, "precision": "bf16"}
     monkeypatch.setenv("AUTOTUNE_FAULT", "oom@micro_batch_size>=16")
-    assert worker.fault_for(knobs) is None
+    assert fault_for(knobs) is None
     monkeypatch.setenv("AUTOTUNE_FAULT", "oom@micro_batch_size>=8")
-    assert worker.fault_for(knobs) == "oom"
+    assert fault_for(knobs) == "oom"
     monkeypatch.setenv("AUTOTUNE_FAULT", "nan@precision=bf16")
-    assert worker.fault_for(knobs) == "nan"
+    assert fault_for(knobs) == "nan"
     monkeypatch.setenv("AUTOTUNE_FAULT", "nan@precision=fp16")
-    assert worker.fault_for(knobs) is None
+    assert fault_for(knobs) is None
     monkeypatch.delenv("AUTOTUNE_FAULT")
-    assert worker.fault_for(knobs) is None
+    assert fault_for(knobs) is None
 
 
 def test_worker_nan_fault_is_nonfinite(monkeypatch) -> None:
     monkeypatch.setenv("AUTOTUNE_FAULT", "nan")
-    with pytest.raises(worker.NonFiniteLoss, match="loss became nan during warm-up"):
+    with pytest.raises(NonFiniteLoss, match="loss became nan during warm-up"):
         worker.run(_spec())
 
 
@@ -100,13 +101,13 @@ def test_worker_spec_from_resolved_space() -> None:
 @pytest.mark.parametrize("attention", ["math", "flash", "eager"])
 def test_worker_attention_backends_run_on_cpu(attention: str) -> None:
     result = worker.run(_spec(attention=attention))
-    assert result["status"] == "ok"
-    assert result["applied"]["attention"] == attention
+    assert result.status == "ok"
+    assert result.applied["attention"] == attention
 
 
 @pytest.mark.parametrize("attention", ["efficient", "cudnn"])
 def test_worker_unavailable_attention_is_invalid_config(attention: str) -> None:
-    with pytest.raises(worker.InvalidConfig, match=f"attention {attention}: the SDPA backend is not available here"):
+    with pytest.raises(InvalidConfig, match=f"attention {attention}: the SDPA backend is not available here"):
         worker.run(_spec(attention=attention))
 
 
@@ -123,19 +124,19 @@ def test_worker_eager_attention_matches_sdpa(family: str) -> None:
 
 
 def test_worker_pad_vocab_same_model_padded_matmul() -> None:
-    spec = _spec()
-    spec["model"]["vocab_size"] = 100
-    padded = worker.run({**spec, "knobs": {**spec["knobs"], "pad_vocab_multiple": 64}})
-    plain = worker.run(spec)
-    assert padded["applied"]["vocab"] == [100, 128] and plain["applied"]["vocab"] == [100, 100]
-    assert padded["flop_params"] == plain["flop_params"]  # MFU counts the model, not the padding
-    assert padded["n_params"] == plain["n_params"] + 28 * 32  # tied: 28 extra embedding rows
+    plain, padded = _spec(), _spec(pad_vocab_multiple=64)
+    for spec in (plain, padded):
+        spec.model["vocab_size"] = 100
+    padded, plain = worker.run(padded), worker.run(plain)
+    assert padded.applied["vocab"] == [100, 128] and plain.applied["vocab"] == [100, 100]
+    assert padded.flop_params == plain.flop_params  # MFU counts the model, not the padding
+    assert padded.n_params == plain.n_params + 28 * 32  # tied: 28 extra embedding rows
 
 
 def test_worker_pad_vocab_loss_ignores_padded_logits() -> None:
     from autotune.workloads.model import Transformer
 
-    base = {**_spec()["model"], "vocab_size": 100}
+    base = {**_spec().model, "vocab_size": 100}
     torch.manual_seed(0)
     model = Transformer({**base, "padded_vocab": 128})
     with torch.no_grad():
@@ -153,7 +154,7 @@ def test_worker_pad_vocab_loss_ignores_padded_logits() -> None:
 def test_worker_activation_checkpointing_same_gradients(mode: str, blocks: int) -> None:
     from autotune.workloads.model import Transformer
 
-    m = {**_spec()["model"], "n_layers": 2}
+    m = {**_spec().model, "n_layers": 2}
     grads = {}
     for every in (0, {"full": 1, "selective": 2}[mode]):
         torch.manual_seed(0)
@@ -165,20 +166,20 @@ def test_worker_activation_checkpointing_same_gradients(mode: str, blocks: int) 
             assert model.checkpointed_blocks() == blocks
     assert torch.allclose(grads[0], grads[{"full": 1, "selective": 2}[mode]], atol=1e-6)
     spec = _spec(activation_checkpointing=mode)
-    spec["model"]["n_layers"] = 2
-    assert worker.run(spec)["applied"]["checkpointed_blocks"] == blocks
+    spec.model["n_layers"] = 2
+    assert worker.run(spec).applied["checkpointed_blocks"] == blocks
 
 
 def test_worker_fused_optimizer_and_alloc_conf_recorded(monkeypatch) -> None:
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     result = worker.run(_spec(fused_optimizer=True))
-    assert result["applied"]["optimizer"] == "AdamW(fused=True)"
-    assert result["applied"]["alloc_conf"] == "expandable_segments:True"
-    assert worker.run(_spec())["applied"]["optimizer"] == "AdamW(fused=False)"
+    assert result.applied["optimizer"] == "AdamW(fused=True)"
+    assert result.applied["alloc_conf"] == "expandable_segments:True"
+    assert worker.run(_spec()).applied["optimizer"] == "AdamW(fused=False)"
 
 
 def test_worker_fp8_on_cpu_is_invalid_config() -> None:
-    with pytest.raises(worker.InvalidConfig, match="fp8 needs an NVIDIA GPU of compute capability 8.9"):
+    with pytest.raises(InvalidConfig, match="fp8 needs an NVIDIA GPU of compute capability 8.9"):
         worker.run(_spec(precision="fp8", fp8_recipe="rowwise"))
 
 
@@ -188,10 +189,10 @@ def test_worker_fp8_on_cpu_is_invalid_config() -> None:
 def test_worker_fp8_on_gpu_converts_linears(recipe: str) -> None:
     pytest.importorskip("torchao")
     spec = _spec(precision="fp8", fp8_recipe=recipe)
-    spec["device"] = "cuda"
-    spec["model"].update(d_model=64, n_heads=4)
+    spec.device = "cuda"
+    spec.model.update(d_model=64, n_heads=4)
     result = worker.run(spec)
-    assert result["status"] == "ok" and result["applied"]["fp8_linears"] == 4  # qkv, proj, up, down; head kept
+    assert result.status == "ok" and result.applied["fp8_linears"] == 4  # qkv, proj, up, down; head kept
 
 
 @pytest.mark.gpu
@@ -199,6 +200,6 @@ def test_worker_fp8_on_gpu_converts_linears(recipe: str) -> None:
 @pytest.mark.parametrize("attention", ["flash", "efficient", "cudnn", "math", "eager"])
 def test_worker_attention_backends_on_gpu(attention: str) -> None:
     spec = _spec(precision="bf16", attention=attention)
-    spec["device"] = "cuda"
-    spec["model"].update(d_model=128, n_heads=2, kv_heads=2)
-    assert worker.run(spec)["applied"]["attention"] == attention
+    spec.device = "cuda"
+    spec.model.update(d_model=128, n_heads=2, kv_heads=2)
+    assert worker.run(spec).applied["attention"] == attention

@@ -1,0 +1,5 @@
+"""`python -m autotune.cli`."""
+
+from autotune.cli import main
+
+main()

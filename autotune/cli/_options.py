@@ -1,0 +1,47 @@
+"""Options shared by several commands, declared once (Annotated aliases), and how they are read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from autotune.errors import ConfigError
+
+ModelYaml = Annotated[Path, typer.Argument(help="The YAML file: model, workload, space, study, baseline.")]
+BestYaml = Annotated[Path, typer.Argument(help="trials/<name>/best.yaml written by autotune search.")]
+Device = Annotated[Optional[str], typer.Option(help="cuda or cpu; default cuda when a GPU is visible, else cpu.")]
+Storage = Annotated[Optional[str], typer.Option(
+    help="Optuna storage: sqlite:///f.db, postgresql://user@host/db, journal:PATH (search: overrides study.storage; "
+         "the same command on several nodes makes them workers of one study).")]
+Gpus = Annotated[Optional[str], typer.Option(
+    help="GPUs: 0,1,2,3 or all. search: one trial per GPU (or group of world_size) at once; nccl: the group "
+         "(default all). On the CPU: search runs that many trials at once, nccl that many gloo ranks (default 2).")]
+Out = Annotated[Path, typer.Option(help="Output folder: search writes OUT/<name>/, nccl writes OUT/nccl.json and logs.")]
+
+
+def resolve_device(device: str | None) -> str:
+    """--device cuda or cpu; not given: cuda when a GPU is visible."""
+    if device not in (None, "cuda", "cpu"):
+        raise ConfigError(f"--device: {device!r} is not allowed; use cuda or cpu")
+    from autotune.hardware import default_device
+
+    return device or default_device()
+
+
+def parse_gpus(gpus: str | None) -> list[str] | None:
+    """--gpus 0,1,2 or all -> ["0", "1", "2"]; None when not given."""
+    if gpus is None:
+        return None
+    if gpus == "all":
+        from autotune.hardware import detect
+
+        found = [str(g["index"]) for g in detect()["gpus"]]
+        if not found:
+            raise ConfigError("--gpus: all, but pynvml sees no NVIDIA GPU; list CPU workers as --gpus 0,1")
+        return found
+    listed = [g.strip() for g in gpus.split(",") if g.strip()]
+    if not listed or not all(g.isdigit() for g in listed) or len(set(listed)) != len(listed):
+        raise ConfigError(f"--gpus: {gpus!r} is not allowed; use distinct GPU indices such as 0,1,2,3, or all")
+    return listed

@@ -1,0 +1,19 @@
+"""`autotune hw`: what this machine has."""
+
+from __future__ import annotations
+
+from autotune.cli._app import app
+
+
+@app.command()
+def hw() -> None:
+    """Detected GPUs (pynvml), the peak FLOPs used for MFU, and software versions."""
+    from rich.console import Console
+
+    from autotune.hardware import detect, software_versions
+    from autotune.views import hw_tables
+
+    console = Console()
+    for table in hw_tables(detect()):
+        console.print(table)
+    console.print(software_versions())

@@ -1,0 +1,74 @@
+"""`autotune search` and `autotune validate`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from autotune.cli._app import app
+from autotune.cli._errors import funnel
+from autotune.cli._options import Device, Gpus, ModelYaml, Out, Storage, parse_gpus, resolve_device
+from autotune.errors import NoSuccessError
+
+
+@app.command()
+def search(
+    model_yaml: ModelYaml,
+    trials: Annotated[Optional[int], typer.Option(min=1, help="Trials to measure (overrides study.trials).")] = None,
+    timeout_min: Annotated[Optional[float], typer.Option(
+        min=0.01, help="Stop launching trials after M minutes (overrides study.timeout_min).")] = None,
+    out: Out = Path("trials"),
+    device: Device = None,
+    fresh: Annotated[bool, typer.Option(help="Archive an existing study of this name and start anew.")] = False,
+    storage: Storage = None,
+    gpus: Gpus = None,
+    dry_run: Annotated[bool, typer.Option(help="Print the resolved space, its size and the baseline; run nothing.")] = False,
+) -> None:
+    """Search the space with real, short benchmark trials; write OUT/<name>/best.yaml."""
+    from rich.console import Console
+
+    from autotune.config import load_config
+    from autotune.space import resolve_space
+    from autotune.views import LiveProgress, confirmation_table, space_table, top_trials_table
+
+    console = Console()
+    with funnel():
+        device = resolve_device(device)
+        cfg = load_config(model_yaml)
+        space = resolve_space(cfg, device)
+        if dry_run:
+            console.print(space_table(space.describe()))
+            return
+        from autotune.search import run_search
+
+        with LiveProgress(console, list(space.searched)) as view:
+            result = run_search(cfg, out_root=out, device=device, trials=trials, timeout_min=timeout_min, fresh=fresh,
+                                storage=storage, gpus=parse_gpus(gpus), observer=view)
+        if result.best is None:
+            raise NoSuccessError(f"no trial succeeded ({result.history.launched} launched); see {result.study_dir}/runs/*/worker.log")
+        console.print(top_trials_table(result.history, list(space.searched) or ["micro_batch_size"]))
+        if result.confirmation:
+            console.print(confirmation_table(result.confirmation))
+            console.print(f"chosen: trial {result.confirmation['chosen']}: {result.confirmation['why']}", highlight=False)
+        console.print(f"{result.stop_reason}; {result.new_trials} new trial(s). Best: trial {result.chosen_number}, "
+                      f"written to {result.best_yaml}")
+
+
+@app.command()
+def validate(model_yaml: ModelYaml) -> None:
+    """Check MODEL_YAML and print the resolved config and space."""
+    import yaml
+    from rich.console import Console
+
+    from autotune.config import load_config
+    from autotune.space import resolve_space
+    from autotune.views import space_table
+
+    console = Console()
+    with funnel():
+        cfg = load_config(model_yaml)
+        console.print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), highlight=False)
+        console.print(space_table(resolve_space(cfg).describe()))
+        console.print(f"[green]ok[/]: {model_yaml} is valid")

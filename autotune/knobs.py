@@ -1,0 +1,240 @@
+"""The knob catalogue: every knob declared once (values, default, where it acts, how a trial applies it).
+
+Everything else reads this table: the YAML schema (`config.SpaceConfig` is built from it), space resolution
+(`space.py`), the trial's defaults (`protocol.TrialSpec.knobs`), best.yaml's apply notes and environment,
+and README's knob table (`markdown_table`, pinned by a test). Adding a knob is one entry here plus the
+code in the trial that applies it.
+
+Standard library only: the trial's process imports it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Optional, Union, get_args, get_origin
+
+# The SDPA backend each `attention` value forces (torch.nn.attention.SDPBackend member names).
+SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+                 "math": "MATH"}
+CHECKPOINT_EVERY = {"none": 0, "full": 1, "selective": 2}  # activation checkpointing: recompute every k-th block
+TASKS = ("train",)  # workload.task values; each knob says which of them it acts in
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One knob: its values, its default, where it acts and how a trial applies it."""
+
+    name: str
+    type: Any  # typing form of one value: Literal[...], int, bool, str, Optional[int], Union[...]
+    default: Any  # the value when the YAML leaves the knob out
+    help: str  # what it is (the YAML field's description)
+    effect: str  # how the trial applies it (README's table)
+    values: str = ""  # README's 'values' column where the type alone says too little
+    tasks: tuple[str, ...] = ("train",)  # the workloads it acts in
+    only_with: tuple[str, Any] | None = None  # acts only when this other knob has this value (else None)
+    multi_rank: bool = False  # acts only across ranks: not searched with world_size 1
+    nccl: bool = False  # an NCCL setting: meaningless on gloo (CPU)
+    env: tuple[str, ...] = ()  # environment variables of the trial's processes it sets ("default" sets none)
+    ranged: bool = False  # also accepts {multiple_of, min, max}
+    sizes: bool = False  # positive integers, searched in ascending order
+    derived: bool = False  # YAML default `auto`: derived from workload.global_batch_size
+    check: Callable[[Any], str | None] | None = None  # the message for a value the type admits but the knob does not
+    note: Callable[[dict[str, Any], str], list[str]] | None = None  # best.yaml: how to apply these values
+
+    def choices(self) -> tuple[Any, ...]:
+        """The closed set of values (a Literal type), else ()."""
+        kinds = get_args(self.type) if get_origin(self.type) is Union else (self.type,)
+        return tuple(v for k in kinds if get_origin(k) is Literal for v in get_args(k))
+
+
+def _positive(value: Any) -> str | None:
+    return None if value >= 1 else f"{value} is not a positive integer; sizes must be >= 1"
+
+
+def _pad(value: Any) -> str | None:
+    return None if value is None or value >= 1 else f"{value} is not a positive integer; use null or a multiple such as 64"
+
+
+def _channels(value: Any) -> str | None:
+    ok = value == "default" or (not isinstance(value, bool) and isinstance(value, int) and 1 <= value <= 64)
+    return None if ok else f"{value!r} is not a channel count; use default or an integer from 1 to 64"
+
+
+def _precision_note(k: dict[str, Any], device: str) -> list[str]:
+    return [{
+        "fp32": "torch.backends.cuda.matmul.fp32_precision = 'ieee' (no TF32)",
+        "tf32": "torch.backends.cuda.matmul.fp32_precision = 'tf32'",
+        "bf16": f"with torch.autocast({device!r}, dtype=torch.bfloat16): forward and loss",
+        "fp16": f"with torch.autocast({device!r}, dtype=torch.float16): forward and loss; torch.amp.GradScaler({device!r})",
+        "fp8": "torchao.float8.convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("
+               f"{k.get('fp8_recipe')!r}), module_filter_fn=lambda m, fqn: fqn != 'head'); bf16 autocast",
+    }[k["precision"]]]
+
+
+def _compile_note(k: dict[str, Any], device: str) -> list[str]:
+    mode = k["compile"]
+    if not mode:
+        return ["no torch.compile"]
+    return ["model = torch.compile(model)" if mode in (True, "default") else f"model = torch.compile(model, mode={mode!r})"]
+
+
+def _attention_note(k: dict[str, Any], device: str) -> list[str]:
+    attention = k.get("attention", "auto")
+    if attention == "eager":
+        return ["attention as softmax(QK^T)V, materialised"]
+    if attention in SDPA_BACKENDS:
+        return [f"with torch.nn.attention.sdpa_kernel(SDPBackend.{SDPA_BACKENDS[attention]}): forward"]
+    return []
+
+
+def _parallel_note(k: dict[str, Any], device: str) -> list[str]:
+    if k.get("parallel") == "ddp":
+        how = (f"DistributedDataParallel(model, bucket_cap_mb={k['bucket_cap_mb']}, gradient_as_bucket_view="
+               f"{k['gradient_as_bucket_view']}, static_graph={k['static_graph']}); no_sync() on all but the "
+               "last micro-batch of a step")
+    elif k.get("parallel") == "fsdp":
+        how = (f"fully_shard(block, reshard_after_forward={k['reshard_after_forward']}) on every block, then on "
+               "the model, MixedPrecisionPolicy(param_dtype=<precision>, reduce_dtype=float32); "
+               "set_requires_gradient_sync(False) on all but the last micro-batch")
+    else:
+        return []
+    return [how, "launch: torchrun --nproc-per-node <GPUs> your_script.py, with apply.env set for every rank"]
+
+
+Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
+CompileMode = Union[bool, Literal["default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune"]]
+NcclAlgo = Literal["default", "Ring", "Tree", "CollnetDirect", "CollnetChain", "PAT", "NVLS"]
+NcclProto = Literal["default", "Simple", "LL", "LL128"]
+
+CATALOGUE: tuple[Knob, ...] = (
+    Knob("micro_batch_size", int, 8, ranged=True, sizes=True, check=_positive,
+         help="Sequences per forward/backward pass: a list, one value, or {multiple_of, min, max}.",
+         values="list, one value, or `{multiple_of, min, max}`", effect="sequences per forward/backward"),
+    Knob("precision", Precision, "fp32", note=_precision_note,
+         help="fp32 (TF32 off), tf32 (TF32 matmuls), bf16 (autocast), fp16 (autocast + GradScaler), "
+              "fp8 (torchao float8 training of the linear layers, head in bf16; needs torchao and an sm89+ GPU).",
+         effect="fp32: TF32 off; tf32: TF32 matmuls (`fp32_precision=\"tf32\"`); bf16: `torch.autocast` bf16; fp16: "
+                "autocast fp16 + `GradScaler` (dynamic loss scaling); fp8: torchao `convert_to_float8_training` on "
+                "every linear but the output head, under bf16 autocast (needs torchao, `pip install "
+                "'autotune[fp8]'`, and an sm89+ GPU; else the trial ends `invalid_config` saying so)"),
+    Knob("grad_accum_steps", int, 1, derived=True, sizes=True, check=_positive,
+         help="auto: global_batch_size / (micro_batch_size x world_size). "
+              "A list (or one value) only when global_batch_size is absent; default then 1.",
+         values="`auto` or a list", effect="micro-steps per optimizer step"),
+    Knob("compile", CompileMode, False, note=_compile_note,
+         help="torch.compile: false, true (= default), or a mode: max-autotune-no-cudagraphs, "
+              "reduce-overhead, max-autotune.",
+         values="`false`, `true`/`default`, `max-autotune-no-cudagraphs`, `reduce-overhead`, `max-autotune`",
+         effect="`torch.compile(model, mode=...)` (loss included)"),
+    Knob("attention", Literal["auto", "flash", "efficient", "cudnn", "math", "eager"], "auto", note=_attention_note,
+         help="auto (PyTorch picks the SDPA kernel), an SDPA backend forced with sdpa_kernel "
+              "(flash, efficient, cudnn, math), or eager (softmax(QK^T)V materialised, the slow reference).",
+         effect="auto: PyTorch's SDPA choice; flash/efficient/cudnn/math: that SDPA backend forced with "
+                "`sdpa_kernel` (unavailable here: `invalid_config` with PyTorch's reason); eager: softmax(QK^T)V "
+                "materialised"),
+    Knob("pad_vocab_multiple", Optional[int], None, check=_pad,
+         note=lambda k, d: [f"pad embedding and head to a multiple of {k['pad_vocab_multiple']}; cut logits to the "
+                            "vocab before the loss"] if k.get("pad_vocab_multiple") else [],
+         help="Pad the embedding and head to a multiple of this (null: no padding); the padded "
+              "logits are cut off before the loss, so the model is the same.",
+         values="`null`, or an integer such as 64, 128",
+         effect="embedding and head padded (50257 -> 50304 with 64); the padded logits are cut off before the loss, "
+                "so the model is the same; MFU counts the unpadded model"),
+    Knob("activation_checkpointing", Literal["none", "full", "selective"], "none",
+         note=lambda k, d: [] if k.get("activation_checkpointing", "none") == "none" else [
+             "torch.utils.checkpoint.checkpoint(block, ..., use_reentrant=False) on "
+             + ("every block" if k["activation_checkpointing"] == "full" else "every other block")],
+         help="Recompute activations in the backward pass: none, full (every block), selective "
+              "(every other block).",
+         effect="`torch.utils.checkpoint` (non-reentrant) on every block, or every other block"),
+    Knob("fused_optimizer", bool, False,
+         note=lambda k, d: ["torch.optim.AdamW(..., fused=True)"] if k.get("fused_optimizer") else [],
+         help="AdamW(fused=True) instead of foreach.",
+         effect="`AdamW(fused=True)` instead of the foreach implementation"),
+    Knob("fp8_recipe", Literal["tensorwise", "rowwise"], "tensorwise", only_with=("precision", "fp8"),
+         help="torchao float8 scaling recipe; searched only when precision fp8 is in the space.",
+         effect="torchao's float8 scaling recipe; searched only when `fp8` is in `precision`"),
+    Knob("cuda_alloc_conf", str, "default", env=("PYTORCH_CUDA_ALLOC_CONF",),
+         help="PYTORCH_CUDA_ALLOC_CONF of the trial process, e.g. expandable_segments:True "
+              "(default sets nothing).",
+         values="strings, e.g. `default`, `expandable_segments:True`",
+         effect="`PYTORCH_CUDA_ALLOC_CONF` of the trial process (`default` sets nothing)"),
+    Knob("nccl_algo", NcclAlgo, "default", multi_rank=True, nccl=True, env=("NCCL_ALGO",),
+         help="NCCL_ALGO of the ranks (default sets nothing); searched only when world_size > 1 on GPUs. "
+              "NVLS is never offered unless you list it; autotune never sets NCCL_NVLS_ENABLE.",
+         effect="`NCCL_ALGO` of the ranks (`default` sets nothing). NVLS is never offered unless you list it"),
+    Knob("parallel", Literal["ddp", "fsdp"], "ddp", multi_rank=True, note=_parallel_note,
+         help="Data parallelism when world_size > 1: ddp (DistributedDataParallel) or "
+              "fsdp (FSDP2 fully_shard of every block and the root; mixed precision follows precision).",
+         effect="world_size > 1: `DistributedDataParallel` (`no_sync` on all but the last micro-batch), or FSDP2 "
+                "`fully_shard` on every block and the root with `MixedPrecisionPolicy(param_dtype=<precision>, "
+                "reduce_dtype=float32)` (`set_requires_gradient_sync` likewise; fp16 with fsdp is "
+                "`invalid_config`: no sharded GradScaler)"),
+    Knob("bucket_cap_mb", int, 25, multi_rank=True, only_with=("parallel", "ddp"), ranged=True, sizes=True,
+         check=_positive, help="DDP gradient bucket size in MiB (ddp only).", values="integers, e.g. 25, 50, 100",
+         effect="DDP gradient bucket size (ddp only: `null` in fsdp trials)"),
+    Knob("gradient_as_bucket_view", bool, False, multi_rank=True, only_with=("parallel", "ddp"),
+         help="DDP gradient_as_bucket_view (ddp only).", effect="DDP option (ddp only)"),
+    Knob("static_graph", bool, False, multi_rank=True, only_with=("parallel", "ddp"),
+         help="DDP static_graph (ddp only).", effect="DDP option (ddp only)"),
+    Knob("reshard_after_forward", bool, True, multi_rank=True, only_with=("parallel", "fsdp"),
+         help="FSDP2: free the gathered parameters after forward (fsdp only).", effect="FSDP2 option (fsdp only)"),
+    Knob("nccl_proto", NcclProto, "default", multi_rank=True, nccl=True, env=("NCCL_PROTO",),
+         help="NCCL_PROTO of the ranks (default sets nothing); world_size > 1 on GPUs.",
+         effect="`NCCL_PROTO` of the ranks"),
+    Knob("nccl_nchannels", Union[Literal["default"], int], "default", multi_rank=True, nccl=True,
+         env=("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"), check=_channels,
+         help="Sets NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS of the ranks (default sets nothing); world_size > 1 on "
+              "GPUs.", values="`default` or 1 to 64",
+         effect="`NCCL_MIN_NCHANNELS` and `NCCL_MAX_NCHANNELS` of the ranks"),
+)
+
+BY_NAME: dict[str, Knob] = {k.name: k for k in CATALOGUE}
+NAMES: tuple[str, ...] = tuple(BY_NAME)
+
+
+def defaults(task: str = "train") -> dict[str, Any]:
+    """Every knob of the task at its default: what a trial assumes for a knob its spec leaves out."""
+    return {k.name: k.default for k in CATALOGUE if task in k.tasks}
+
+
+def env_of(knobs: dict[str, Any]) -> dict[str, str]:
+    """Environment variables that apply these knob values (best.yaml's apply.env); "default" sets nothing."""
+    return {var: str(knobs[k.name]) for k in CATALOGUE if k.env and knobs.get(k.name, "default") not in ("default", None)
+            for var in k.env}
+
+
+def apply_notes(knobs: dict[str, Any], device: str) -> list[str]:
+    """How to reproduce these knob values in a training script (best.yaml's apply.notes), knob by knob."""
+    return [line for k in CATALOGUE if k.note is not None and k.name in knobs for line in k.note(knobs, device)]
+
+
+def _values_text(knob: Knob) -> str:
+    if knob.values:
+        return knob.values
+    if knob.type is bool:
+        return "`false`, `true`" if knob.default is False else "`true`, `false`"
+    return ", ".join(f"`{v}`" for v in knob.choices())
+
+
+def _default_text(knob: Knob) -> str:
+    if knob.derived:
+        return "`auto`"
+    value = knob.default
+    return f"`{'null' if value is None else str(value).lower() if isinstance(value, bool) else value}`" \
+        if not isinstance(value, int) or isinstance(value, bool) else str(value)
+
+
+def markdown_table() -> str:
+    """README's knob table, made from the catalogue (a test fails when README's copy differs)."""
+    rows = ["| knob | values | default when absent | applies to | effect in the trial (recorded in the trial's `applied`) |",
+            "|---|---|---|---|---|"]
+    for k in CATALOGUE:
+        where = ", ".join(k.tasks)
+        if k.only_with:
+            where += f" with `{k.only_with[0]}: {k.only_with[1]}`"
+        if k.multi_rank:
+            where += ", world_size > 1" + (" on GPUs" if k.nccl else "")
+        rows.append(f"| `{k.name}` | {_values_text(k)} | {_default_text(k)} | {where} | {k.effect} |")
+    return "\n".join(rows) + "\n"

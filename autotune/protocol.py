@@ -1,0 +1,127 @@
+"""The trial protocol: what the parent hands a trial process (TrialSpec) and what it gets back (TrialResult).
+
+Both sides import this module; it needs the standard library only. The two travel as JSON files
+(`spec.json`, `result.json`), written atomically, with unknown keys refused on reading, so a change on one
+side that the other does not know fails loudly instead of being dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from autotune import knobs as catalogue
+
+# How a trial can end. Failures never stop the study.
+STATUSES = ("ok", "oom", "timeout", "nonfinite_loss", "invalid_config", "crash")
+# Outcomes that say the configuration itself cannot run here (not the machine).
+CONFIG_FAILURES = ("oom", "invalid_config", "nonfinite_loss")
+# The Python module a trial process runs: `python -m autotune.workloads.trial SPEC.json RESULT.json`.
+TRIAL_MODULE = "autotune.workloads.trial"
+
+
+def write_json(path: str | Path, doc: dict[str, Any]) -> None:
+    """Write JSON atomically: a reader never sees half a file."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(tmp, path)
+
+
+def _from_dict(cls: type, doc: dict[str, Any], what: str) -> Any:
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise ValueError(f"{what}: unknown key {unknown[0]!r}; this autotune knows {', '.join(sorted(known))}")
+    return cls(**doc)
+
+
+class _Document:
+    """A dataclass that travels as a JSON file; reading refuses keys it does not know."""
+
+    _what = "document"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Any:
+        return _from_dict(cls, doc, cls._what)
+
+    @classmethod
+    def read(cls, path: str | Path) -> Any:
+        return cls.from_json(json.loads(Path(path).read_text()))
+
+    def write(self, path: str | Path) -> None:
+        write_json(path, self.to_json())
+
+
+@dataclass
+class RunSettings:
+    """How long a trial runs and on how many ranks (the workload section's trial-side part)."""
+
+    warmup_steps: int = 3
+    measure_steps: int = 10
+    seed: int = 0
+    world_size: int = 1
+    nnodes: int = 1
+    rdzv_endpoint: str | None = None
+    launcher: list[str] | None = None
+
+
+@dataclass
+class TrialSpec(_Document):
+    """The input of one trial process."""
+
+    _what = "spec"
+
+    task: str  # which workload runs: train, allreduce
+    device: str  # cuda or cpu
+    knobs: dict[str, Any] = field(default_factory=dict)  # every knob of the task; absent ones take the catalogue's default
+    model: dict[str, Any] | None = None  # the model section, derived sizes filled in (None: the workload has no model)
+    run: RunSettings = field(default_factory=RunSettings)
+    base_dir: str | None = None  # where an entrypoint module is found
+    params: dict[str, Any] = field(default_factory=dict)  # workload-specific settings (allreduce: sizes, iters)
+    launched_at: float | None = None  # the parent's clock when it started the process: the start phase
+
+    def __post_init__(self) -> None:
+        if isinstance(self.run, dict):
+            self.run = _from_dict(RunSettings, self.run, "spec.run")
+        if self.task in catalogue.TASKS:
+            self.knobs = {**catalogue.defaults(self.task), **self.knobs}
+
+
+@dataclass
+class TrialResult(_Document):
+    """The output of one trial process (rank 0 for a rank group; a failing rank writes its own)."""
+
+    _what = "result"
+
+    status: str  # one of STATUSES
+    reason: str = ""  # why it failed; empty when ok
+    rank: int = 0  # the rank that wrote it
+    at_ns: int | None = None  # when a failing rank wrote it: the earliest failure is the cause
+    step_times_s: list[float] = field(default_factory=list)  # measured steps, each the slowest rank's
+    warmup_step_times_s: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)  # of the measured steps
+    tokens_per_step: int | None = None
+    n_params: int | None = None
+    flop_params: int | None = None  # N of 6N (None: MFU n/a)
+    mfu_dims: dict[str, int] | None = None  # n_layers, d_model, seq_len of the attention term
+    peak_mem_bytes: int | None = None
+    peak_mem_kind: str | None = None  # cuda_max_memory_allocated or cpu_max_rss
+    peak_mem_reserved_bytes: int | None = None
+    measure_window: list[float] | None = None  # wall-clock start and end of the measured steps
+    phases_s: dict[str, float] = field(default_factory=dict)  # start, build, warmup, compile, measure
+    env: dict[str, Any] = field(default_factory=dict)  # torch, CUDA, cuDNN, NCCL, device name
+    applied: dict[str, Any] = field(default_factory=dict)  # what the trial really did for each knob
+    ranks: list[dict[str, Any]] | None = None  # every rank's own step times and peak memory
+    output: dict[str, Any] = field(default_factory=dict)  # workload-specific results (allreduce: rows)
+    nccl: dict[str, Any] | None = None  # NCCL's own account, read from its logs by the parent
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"result: status {self.status!r} is not one of {', '.join(STATUSES)}")

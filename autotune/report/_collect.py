@@ -1,0 +1,120 @@
+"""What a study found, as plain data (no torch, no GPU): every renderer draws from `collect`'s result."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.report._table import row_of
+from autotune.search.history import History, current_confirmation
+from autotune.space import KNOBS
+
+
+def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any]:
+    """Everything the report shows, as plain data."""
+    trials = study.get_trials(deepcopy=False)
+    attrs = study.user_attrs
+    config = attrs.get("config", {})
+    h = History.of(study)
+    completed, baseline = h.completed, h.baseline
+    base_value = baseline.value if baseline else None
+    rows = [row_of(t, base_value) for t in trials if t.user_attrs.get("status") != "duplicate"]
+    ok = sorted((r for r in rows if r["state"] == "ok"), key=lambda r: -r["tokens_per_s_per_gpu"])
+    others = [r for r in rows if r["state"] != "ok"]
+    searched = [k for k in KNOBS if any(k in t.params for t in trials)]
+
+    best = ok[0] if ok else None
+    conf = current_confirmation(study, h)
+    confirmation = None
+    if conf:  # what best.yaml chose: re-measured in fresh processes, not the search's single best measurement
+        confirmation = {"chosen": conf["chosen"], "why": conf["why"], "rounds_done": conf["rounds_done"],
+                        "stats": [{k: st[k] for k in ("trial", "median", "ci95", "samples", "search_value", "failures")}
+                                  for st in conf["stats"]]}
+    spreads = sorted(r["step_spread_pct"] for r in ok if r["step_spread_pct"] is not None)
+    history = []
+    if study_dir is not None and (study_dir / "history.jsonl").is_file():
+        history = [json.loads(line) for line in (study_dir / "history.jsonl").read_text().splitlines() if line.strip()]
+    return {
+        "study": study.study_name,
+        "device": attrs.get("device"),
+        "model": config.get("model"),
+        "workload": config.get("workload"),
+        "searched": searched,
+        "counts": _counts(rows, trials),
+        "baseline": next((r for r in ok if baseline and r["number"] == baseline.number), None),
+        "best": best,
+        "confirmation": confirmation,
+        "step_spread_pct_median": spreads[len(spreads) // 2] if spreads else None,
+        "trials": ok + others,
+        "failures": _failures(others),
+        "importance": _importance(study, completed, searched),
+        "knob_effects": _effects(ok, searched),
+        "time": _time(rows),
+        "best_telemetry": next((t.user_attrs.get("telemetry") or None for t in trials if best and t.number == best["number"]), None),
+        "check_history": history,
+    }
+
+
+def _importance(study: optuna.Study, completed: list[optuna.trial.FrozenTrial], searched: list[str]) -> dict[str, Any]:
+    """Optuna's PED-ANOVA parameter importance over the completed trials (fast, needs no scikit-learn)."""
+    params = [k for k in searched if len({t.params.get(k) for t in completed if k in t.params}) > 1]
+    if len(completed) < 3 or not params:
+        return {"values": None, "why": f"needs 3+ completed trials with a varied knob ({len(completed)} completed)"}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            values = optuna.importance.get_param_importances(
+                study, params=params, evaluator=optuna.importance.PedAnovaImportanceEvaluator())
+    except Exception as err:  # e.g. trials with different parameter sets
+        return {"values": None, "why": f"Optuna could not compute it: {err}"}
+    return {"values": dict(values), "why": f"Optuna PED-ANOVA over {len(completed)} completed trials"}
+
+
+def _failures(others: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Failed and predicted trials by status: how many, which, one example reason."""
+    failures: dict[str, dict[str, Any]] = {}
+    for r in others:
+        if r["state"] in ("running", "waiting"):
+            continue
+        entry = failures.setdefault(r["state"] + (" (predicted)" if r["predicted"] else ""),
+                                    {"count": 0, "trials": [], "example": r["reason"]})
+        entry["count"] += 1
+        entry["trials"].append(r["number"])
+    return failures
+
+
+def _effects(ok: list[dict[str, Any]], searched: list[str]) -> dict[str, dict[str, float]]:
+    """The best tokens/s at each value of each searched knob."""
+    effects: dict[str, dict[str, float]] = {}
+    for knob in searched:
+        best_at: dict[str, float] = {}
+        for r in ok:
+            value = str(r["knobs"][knob])
+            best_at[value] = max(best_at.get(value, 0.0), r["tokens_per_s_per_gpu"])
+        effects[knob] = best_at
+    return effects
+
+
+def _counts(rows: list[dict[str, Any]], trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
+    counts = Counter(r["state"] + (" (predicted)" if r["predicted"] else "") for r in rows)
+    counts["duplicate (not launched)"] = sum(1 for t in trials if t.user_attrs.get("status") == "duplicate")
+    return dict(sorted((k, v) for k, v in counts.items() if v))
+
+
+def _time(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Seconds in trial processes, by phase (warm-up shown without the compile estimate it contains)."""
+    phases: dict[str, float] = defaultdict(float)
+    wall = 0.0
+    for r in rows:
+        wall += r["wall_s"] or 0.0
+        for k, v in (r["phases_s"] or {}).items():
+            phases[k] += v
+    if phases:
+        phases["warmup"] -= phases.get("compile", 0.0)
+        phases["other"] = max(0.0, sum((r["wall_s"] or 0) for r in rows if r["phases_s"]) - sum(phases.values()))
+    return {"trial_wall_s": wall, "phases_s": dict(phases)}

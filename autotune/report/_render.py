@@ -1,0 +1,96 @@
+"""The report as text: Rich tables for the terminal, JSON for scripts, Markdown for a PR comment."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from autotune.report._table import cells, columns, fmt, rich_table
+
+
+def to_json(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=1, default=str)
+
+
+def confirmed(st: dict[str, Any]) -> str:
+    """One confirmation candidate's result in words."""
+    if st["median"] is None:
+        return "no sample succeeded (" + "; ".join(st["failures"][:2]) + ")"
+    lo, hi = st["ci95"]
+    return (f"median {fmt(st['median'], 'tok')} tokens/s/GPU over {len(st['samples'])} fresh processes "
+            f"(95% interval {fmt(lo, 'tok')} to {fmt(hi, 'tok')}; search {fmt(st['search_value'], 'tok')})")
+
+
+def noise(data: dict[str, Any]) -> str:
+    spread = data["step_spread_pct_median"]
+    return "" if spread is None else (f" (relative shares; the measured step-to-step spread is {spread:.1f}% "
+                                      "median, so smaller differences between trials are noise)")
+
+
+def to_markdown(data: dict[str, Any], top: int = 10) -> str:
+    """A PR-comment-sized summary."""
+    lines = [f"### autotune: {data['study']} ({data['device']})", ""]
+    best, base = data["best"], data["baseline"]
+    if best:
+        lines.append(f"Best in the search: **{fmt(best['tokens_per_s_per_gpu'], 'tok')} tokens/s/GPU**, MFU {fmt(best['mfu'], 'mfu')}, "
+                     f"{fmt(best['speedup'], 'x')} the baseline ({fmt(base and base['tokens_per_s_per_gpu'], 'tok')}); "
+                     f"trial {best['number']}: " + ", ".join(f"{k}={best['knobs'][k]}" for k in data["searched"]))
+        lines.append("")
+    conf = data["confirmation"]
+    if conf:
+        chosen = next(st for st in conf["stats"] if st["trial"] == conf["chosen"])
+        lines += [f"Chosen (best.yaml): **trial {conf['chosen']}**, confirmed {confirmed(chosen)}; {conf['why']}", ""]
+    knobs, rows = data["searched"], data["trials"][:top]
+    header = columns(knobs, rows)
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|---" * len(header) + "|")
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells(r, knobs, header)) + " |" for r in rows]
+    if data["failures"]:
+        lines += ["", "Failed: " + "; ".join(f"{k}: {v['count']}" for k, v in data["failures"].items())]
+    imp = data["importance"]["values"]
+    if imp:
+        lines += ["", "Importance: " + ", ".join(f"{k} {v:.2f}" for k, v in imp.items()) + noise(data)]
+    return "\n".join(lines) + "\n"
+
+
+def render_rich(data: dict[str, Any], console: Any) -> None:
+    """Tables for the terminal: trials best first, failures by reason, importance and knob effects, time."""
+    from rich.table import Table
+
+    knobs = data["searched"]
+    console.print(rich_table(data["trials"], knobs, f"{data['study']} on {data['device']}: {len(data['trials'])} "
+                                                   "trials, best first"))
+    conf = data["confirmation"]
+    if conf:
+        c = Table(title=f"Confirmation: top {len(conf['stats'])} re-measured in fresh processes, interleaved "
+                        f"({conf['rounds_done']} rounds); chosen: trial {conf['chosen']}")
+        for col in ("#", "search tokens/s/GPU", "confirmed", "failures"):
+            c.add_column(col, overflow="fold")
+        for st in conf["stats"]:
+            c.add_row(str(st["trial"]) + (" (chosen)" if st["trial"] == conf["chosen"] else ""),
+                      fmt(st["search_value"], "tok"), confirmed(st), "; ".join(st["failures"]) or "-")
+        console.print(c)
+        console.print(f"Why: {conf['why']}", highlight=False)
+    if data["failures"]:
+        f = Table(title="Failed and predicted-infeasible trials, by reason")
+        for col in ("reason", "count", "trials", "example"):
+            f.add_column(col, overflow="fold")
+        for k, v in data["failures"].items():
+            f.add_row(k, str(v["count"]), ", ".join(map(str, v["trials"])), (v["example"] or "").splitlines()[0][:100] if v["example"] else "")
+        console.print(f)
+    imp = data["importance"]
+    k = Table(title=f"Which knobs mattered ({imp['why']}{noise(data)})")
+    for col in ("knob", "importance", "best tokens/s/GPU at each value"):
+        k.add_column(col)
+    for knob in knobs:
+        value = (imp["values"] or {}).get(knob)
+        k.add_row(knob, "-" if value is None else f"{value:.2f}",
+                  ", ".join(f"{v}: {fmt(x, 'tok')}" for v, x in data["knob_effects"].get(knob, {}).items()))
+    console.print(k)
+    tm = data["time"]
+    phases = ", ".join(f"{p} {s:,.0f} s" for p, s in tm["phases_s"].items())
+    console.print("Trials by state: " + ", ".join(f"{k} {v}" for k, v in data["counts"].items()))
+    console.print(f"Time in trial processes: {tm['trial_wall_s']:,.0f} s ({phases or 'no phase data'})")
+    if data["check_history"]:
+        last = data["check_history"][-1]
+        console.print(f"Checks: {len(data['check_history'])}, last {last['checked_at']}: {last['status']}, ratio {last['ratio']:.3f}")

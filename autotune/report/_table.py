@@ -1,0 +1,68 @@
+"""The trials table, defined once: its columns and formatted cells, drawn by Rich, Markdown, HTML and the search."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune import nccl_log
+
+
+def fmt(value: Any, kind: str) -> str:
+    """One cell: tok (tokens/s), mfu, x (ratio), gib, pct; None is '-' (MFU: 'n/a', never invented)."""
+    if value is None:
+        return "n/a" if kind == "mfu" else "-"
+    return {"tok": f"{value:,.0f}", "mfu": f"{100 * value:.1f}%", "x": f"{value:.2f}x", "gib": f"{value:.2f}",
+            "pct": f"{value:.1f}%"}.get(kind, str(value))
+
+
+def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
+    """A trial (an Optuna FrozenTrial) as a report row: its knobs, metrics, state and reason."""
+    from optuna.trial import TrialState
+
+    a = t.user_attrs
+    m = a.get("metrics") or {}
+    state = {TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}.get(t.state, a.get("status", "failed"))
+    if t.state == TrialState.FAIL and "status" not in a:
+        state = "worker_lost"  # failed outside autotune's objective (e.g. Optuna's own stale-trial handling)
+    return {
+        "number": t.number, "state": state, "knobs": a.get("knobs") or t.params,
+        "tokens_per_s_per_gpu": m.get("tokens_per_s_per_gpu"), "mfu": m.get("mfu"), "peak_mem_gib": m.get("peak_mem_gib"),
+        "speedup": (t.value / base_value) if (t.value is not None and base_value) else None,
+        "step_spread_pct": (m.get("step_time") or {}).get("spread_pct"),
+        "reason": a.get("reason", ""), "predicted": bool(a.get("predicted")), "phases_s": a.get("phases_s"),
+        "wall_s": a.get("wall_s"), "fingerprint": a.get("fingerprint"), "failed_rank": a.get("failed_rank"),
+        "nccl_used": nccl_log.used(a.get("nccl")),
+    }
+
+
+def columns(knobs: list[str], rows: list[dict[str, Any]]) -> list[str]:
+    """The table's header: the searched knobs, the metrics, NCCL's choice (only where NCCL said), the outcome."""
+    nccl = ["NCCL used"] if any(r.get("nccl_used") for r in rows) else []
+    return ["#", *knobs, "tokens/s/GPU", "x baseline", "MFU", "peak GiB", "step spread", *nccl, "state", "reason"]
+
+
+def cells(row: dict[str, Any], knobs: list[str], header: list[str], reason_chars: int = 60) -> list[str]:
+    """One row's formatted cells, in the order of `header`."""
+    reason = (row["reason"] or "").strip().splitlines()
+    values = {
+        "#": str(row["number"]), "tokens/s/GPU": fmt(row["tokens_per_s_per_gpu"], "tok"), "x baseline": fmt(row["speedup"], "x"),
+        "MFU": fmt(row["mfu"], "mfu"), "peak GiB": fmt(row["peak_mem_gib"], "gib"),
+        "step spread": fmt(row["step_spread_pct"], "pct"), "NCCL used": row.get("nccl_used") or "-",
+        "state": row["state"] + (" (predicted)" if row["predicted"] else ""),
+        "reason": reason[-1][:reason_chars] if reason else "",
+        **{k: str(row["knobs"].get(k)) for k in knobs},
+    }
+    return [values[c] for c in header]
+
+
+def rich_table(rows: list[dict[str, Any]], knobs: list[str], title: str) -> Any:
+    """The trials table as a Rich Table."""
+    from rich.table import Table
+
+    header = columns(knobs, rows)
+    table = Table(title=title)
+    for col in header:
+        table.add_column(col, overflow="fold", justify="left" if col in (*knobs, "state", "reason") else "right")
+    for r in rows:
+        table.add_row(*cells(r, knobs, header))
+    return table

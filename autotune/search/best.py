@@ -1,0 +1,116 @@
+"""best.yaml: the chosen configuration, its metrics, where and how it was measured, how to apply it; read back by check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import optuna
+import yaml
+
+from autotune import knobs as catalogue
+from autotune.errors import ConfigError
+from autotune.search.history import History, current_confirmation
+from autotune.search.storage import mask_url
+
+if TYPE_CHECKING:
+    from autotune.config import Config
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Safe YAML without anchors/aliases: best.yaml is read by people."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def write_yaml(path: Path, doc: dict[str, Any]) -> None:
+    """Write YAML for people (no anchors) atomically: a reader never sees a half-written file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False))
+    tmp.replace(path)
+
+
+def _chosen(study: optuna.Study, h: History) -> tuple[optuna.trial.FrozenTrial, dict[str, Any] | None, str]:
+    """The chosen trial, its confirmation statistics (None: not confirmed) and why it was chosen."""
+    conf = current_confirmation(study, h)
+    if conf:
+        best = next(t for t in h.completed if t.number == conf["chosen"])
+        stats = next(st for st in conf["stats"] if st["trial"] == best.number)
+        return best, stats, (f"confirmation ({conf['rounds_done']} interleaved rounds of the top "
+                             f"{len(conf['candidates'])}): {conf['why']}")
+    best = h.best()
+    assert best is not None
+    return best, None, f"highest median tokens/s per GPU of {len(h.completed)} completed trials (not confirmed)"
+
+
+def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, storage: str) -> Path:
+    """trials/<name>/best.yaml: the best measured configuration, its metrics, where and how it was measured."""
+    best, chosen_stats, why = _chosen(study, h)
+    base, conf = h.baseline, current_confirmation(study, h)
+    m, knobs, fp = best.user_attrs["metrics"], best.user_attrs["knobs"], best.user_attrs["fingerprint"]
+    # With a confirmation, the confirmed median (several fresh processes) is the number; the search's
+    # single measurement of the winner is kept beside it (it is the best of many, so optimistic).
+    value = chosen_stats["median"] if chosen_stats and chosen_stats["median"] else best.value
+    scale = value / best.value
+    doc = {
+        "name": cfg.name,
+        "chosen": {"trial": best.number, "why": why},
+        "knobs": knobs,
+        "metrics": {
+            "tokens_per_s_per_gpu": round(value, 1),
+            "tokens_per_s": round(m["tokens_per_s"] * scale, 1),
+            "search_tokens_per_s_per_gpu": round(best.value, 1),
+            "mfu": None if m["mfu"] is None else round(m["mfu"] * scale, 4),
+            "peak_mem_gib": round(m["peak_mem_gib"], 3),
+            "peak_mem_kind": m["peak_mem_kind"],
+            "step_time_median_s": m["step_time"]["median_s"],
+            "step_time_spread_pct": round(m["step_time"]["spread_pct"], 2),
+            "speedup_vs_baseline": round(value / base.value, 3) if base else None,
+        },
+        "confirmation": None if not conf else [
+            {"trial": st["trial"], "changed_knobs": st["changed_knobs"], "median": st["median"],
+             "ci95": st["ci95"], "samples": st["samples"], "search_value": st["search_value"], "failures": st["failures"]}
+            for st in conf["stats"]],
+        "baseline": {"trial": base.number if base else None, "knobs": base.user_attrs["knobs"] if base else None,
+                     "tokens_per_s_per_gpu": round(base.value, 1) if base else None},
+        "fingerprint": fp,
+        "apply": {"env": catalogue.env_of(knobs), "knobs": knobs, "notes": catalogue.apply_notes(knobs, fp["device"])},
+        "measurement": {
+            "warmup_steps": cfg.workload.warmup_steps,
+            "measure_steps": cfg.workload.measure_steps,
+            "trial_timeout_min": cfg.study.trial_timeout_min,
+            "step_times_s": best.user_attrs["raw"]["step_times_s"],
+            "timing": "CUDA events around each optimizer step" if fp["device"] == "cuda"
+            else "time.perf_counter around each optimizer step",
+            "measured_at": best.datetime_complete.isoformat() if best.datetime_complete else None,
+        },
+        "model": cfg.model.model_dump(mode="json"),
+        "base_dir": cfg.base_dir,
+        "workload": cfg.workload.model_dump(mode="json"),
+        "study": {"storage": mask_url(storage), "trials_launched": h.launched, "trials_completed": len(h.completed)},
+    }
+    path = study_dir / "best.yaml"
+    write_yaml(path, doc)
+    return path
+
+
+def read_best(path: Path) -> dict[str, Any]:
+    """A best.yaml written by `autotune search`; ConfigError when it is missing or not one."""
+    if not path.is_file():
+        raise ConfigError(f"BEST_YAML: no such file: {path}")
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: invalid YAML: {err}") from None
+    missing = [k for k in ("knobs", "fingerprint", "model", "workload", "measurement") if not isinstance(doc, dict) or k not in doc]
+    if missing:
+        raise ConfigError(f"{path}: {missing[0]}: missing; is this a best.yaml written by autotune search?")
+    return doc
+
+
+def record_check_baseline(path: Path, samples: list[float], recorded_at: str, fingerprint: dict[str, Any]) -> None:
+    """check --update / --reset-baseline: these samples become the recorded baseline in best.yaml (atomically)."""
+    doc = read_best(path)
+    doc["check_baseline"] = {"tokens_per_s_samples": samples, "recorded_at": recorded_at, "fingerprint": fingerprint}
+    write_yaml(path, doc)

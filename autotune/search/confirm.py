@@ -1,0 +1,95 @@
+"""The confirmation: re-measure the top configurations interleaved in fresh processes, then choose within noise."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune import metrics
+from autotune.runner import Bench, measure
+from autotune.search.history import History
+from autotune.search.observer import Observer
+
+
+def changed_knobs(knobs: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
+    """Knobs set differently from the baseline (derived grad_accum_steps not counted)."""
+    return [k for k, v in knobs.items() if k != "grad_accum_steps" and baseline.get(k) != v]
+
+
+def confirm(study: optuna.Study, bench: Bench, *, top: int, rounds: int, base_knobs: dict[str, Any], runs: Path,
+            observer: Observer) -> dict[str, Any] | None:
+    """Re-measure the top configurations interleaved (A B C A B C ...), each in a fresh process, and choose.
+
+    The choice is the best median of the confirmation samples; among configurations whose 95% intervals
+    overlap the top one's, the one that changes fewest knobs from the baseline wins. Stored in the study
+    (user attribute `confirmation`) after every sample: a resumed study does not confirm the same candidates
+    again, and an interrupted confirmation goes on from the samples it kept.
+    """
+    candidates = History.of(study).ranked()[:top]
+    if len(candidates) < 2 or rounds < 1:
+        return None
+    numbers = [t.number for t in candidates]
+    samples: dict[int, list[float]] = {n: [] for n in numbers}
+    failures: dict[int, list[str]] = {n: [] for n in numbers}
+    previous = study.user_attrs.get("confirmation")
+    if previous and previous["candidates"] == numbers:  # an interrupted confirmation of the same top: go on from it
+        if previous["rounds_done"] >= rounds:
+            return previous
+        for st in previous["stats"]:
+            samples[st["trial"]], failures[st["trial"]] = list(st["samples"]), list(st["failures"])
+
+    def taken(n: int) -> int:  # confirmation runs of trial n so far, measured or failed
+        return len(samples[n]) + len(failures[n])
+
+    observer.confirm_started(numbers, rounds, sum(taken(n) for n in numbers))
+    for r in range(min(taken(n) for n in numbers), rounds):
+        for t in candidates:
+            if taken(t.number) > r:  # measured in this round before the interruption
+                continue
+            record = measure(bench, t.user_attrs["knobs"], runs / f"confirm-{t.number:04d}-{r}", number=t.number,
+                             on_poll=observer.poll)
+            value = None
+            if record["status"] == "ok":
+                value = record["metrics"]["tokens_per_s_per_gpu"]
+                samples[t.number].append(value)
+            else:
+                failures[t.number].append(f"{record['status']}: {record['reason'].splitlines()[-1] if record['reason'] else ''}")
+            # after every sample: an interruption keeps what was measured, and a resume goes on from there
+            study.set_user_attr("confirmation", choose(candidates, samples, failures, base_knobs,
+                                                       min(taken(n) for n in numbers)))
+            observer.confirm_sample(t.number, r, value, record["status"])
+    return study.user_attrs.get("confirmation")
+
+
+def choose(candidates: list[optuna.trial.FrozenTrial], samples: dict[int, list[float]],
+           failures: dict[int, list[str]], base_knobs: dict[str, Any], rounds_done: int) -> dict[str, Any]:
+    """The confirmed choice: best median; within its noise, the fewest knobs changed from the baseline."""
+    stats = {}
+    for t in candidates:
+        s = samples[t.number]
+        stats[t.number] = {
+            "trial": t.number, "knobs": t.user_attrs["knobs"], "changed_knobs": changed_knobs(t.user_attrs["knobs"], base_knobs),
+            "samples": s, "search_value": t.value, "failures": failures[t.number],
+            "median": statistics.median(s) if s else None,
+            "ci95": list(metrics.median_interval(s)) if s else None,
+        }
+    doc = {"candidates": [t.number for t in candidates], "rounds_done": rounds_done, "stats": list(stats.values())}
+    measured = [st for st in stats.values() if st["median"] is not None]
+    if not measured:
+        return {**doc, "chosen": candidates[0].number, "why": "no confirmation sample succeeded; the search's best is kept"}
+    top = max(measured, key=lambda st: st["median"])
+    close = [st for st in measured if st["ci95"][1] >= top["ci95"][0]]  # intervals overlap the top one's
+    chosen = min(close, key=lambda st: (len(st["changed_knobs"]), -st["median"]))
+    if chosen is top:
+        why = f"highest confirmed median ({top['median']:,.0f} tokens/s/GPU over {len(top['samples'])} processes)"
+        if len(close) > 1:
+            why += (f"; within noise of trial(s) {', '.join(str(st['trial']) for st in close if st is not top)}, "
+                    "and it changes no more knobs from the baseline")
+    else:
+        why = (f"within the measured noise of trial {top['trial']} (confirmed median {top['median']:,.0f}, "
+               f"95% interval {top['ci95'][0]:,.0f} to {top['ci95'][1]:,.0f}) and changes fewer knobs from the "
+               f"baseline ({len(chosen['changed_knobs'])} against {len(top['changed_knobs'])})")
+    return {**doc, "chosen": chosen["trial"], "why": why}

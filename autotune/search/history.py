@@ -1,0 +1,115 @@
+"""What a study's storage says was measured: read fresh before each decision, and by report, check and views."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.protocol import CONFIG_FAILURES, STATUSES
+
+# Failed trials with these statuses did not measure their configuration: it may be launched again.
+RERUN_STATUSES = ("interrupted", "worker_lost")
+# Trials recorded without a launch; they never count toward the budget.
+NOT_LAUNCHED = ("duplicate", "skipped")
+
+Key = tuple[tuple[str, Any], ...]
+
+
+def key(knobs: dict[str, Any]) -> Key:
+    """A configuration's identity: its knob values."""
+    return tuple(sorted(knobs.items()))
+
+
+def optuna_state(status: str) -> TrialState:
+    """How a launched trial's status is stored. Configuration failures (oom, invalid_config, nonfinite_loss)
+    end PRUNED, which Optuna's TPE counts among the bad trials and steers away from; it ignores FAIL trials
+    (seen on 2x H200: with NCCL refusing NCCL_ALGO=Tree, 6 of 16 DDP trials went to Tree while refusals
+    were FAIL). Failures of the machine (crash, timeout) are FAIL."""
+    if status == "ok":
+        return TrialState.COMPLETE
+    return TrialState.PRUNED if status in CONFIG_FAILURES else TrialState.FAIL
+
+
+def store(trial: optuna.Trial, record: dict[str, Any]) -> None:
+    """A trial's record becomes its Optuna user attributes (what report and check read back)."""
+    for k, v in record.items():
+        if k != "number":
+            trial.set_user_attr(k, v)
+
+
+@dataclass
+class History:
+    """The measured, failed and running trials of a study, and its baseline trial."""
+
+    seen: dict[Key, optuna.trial.FrozenTrial] = field(default_factory=dict)
+    ooms: list[optuna.trial.FrozenTrial] = field(default_factory=list)
+    launched: int = 0
+    completed: list[optuna.trial.FrozenTrial] = field(default_factory=list)
+    running: dict[Key, optuna.trial.FrozenTrial] = field(default_factory=dict)
+    baseline: optuna.trial.FrozenTrial | None = None  # the completed trial of the baseline's knobs
+
+    @classmethod
+    def of(cls, study: optuna.Study, own: int | None = None) -> History:
+        """own: this worker's trial. `running` holds other workers' trials that have claimed their
+        configuration (passed this check) or were asked before this one: either way this one yields."""
+        h = cls()
+        trials = study.get_trials(deepcopy=False)
+        if own is not None:
+            for t in trials:
+                a = t.user_attrs
+                if (t.state == TrialState.RUNNING and t.number != own and "knobs" in a
+                        and a.get("status") not in NOT_LAUNCHED and (t.number < own or a.get("claimed"))):
+                    h.running.setdefault(key(a["knobs"]), t)
+        for t in trials:
+            status = t.user_attrs.get("status")
+            if t.state not in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED) or status not in STATUSES:
+                continue  # running, duplicates, interrupted, lost workers: nothing measured
+            h.seen.setdefault(key(t.user_attrs.get("knobs") or t.params), t)
+            if t.user_attrs.get("predicted"):
+                continue
+            h.launched += 1
+            if status == "oom":
+                h.ooms.append(t)
+            if t.state == TrialState.COMPLETE:
+                h.completed.append(t)
+        base = baseline_knobs(study, trials)
+        h.baseline = next((t for t in h.completed if base is not None and key(t.user_attrs["knobs"]) == key(base)), None)
+        return h
+
+    def oom_bound(self, knobs: dict[str, Any]) -> optuna.trial.FrozenTrial | None:
+        """A trial that ran out of memory with the same knobs and a micro-batch no larger than this one's."""
+        for t in self.ooms:
+            other = t.user_attrs["knobs"]
+            same = all(other[k] == v for k, v in knobs.items() if k not in ("micro_batch_size", "grad_accum_steps"))
+            if same and knobs["micro_batch_size"] >= other["micro_batch_size"]:
+                return t
+        return None
+
+    def best(self) -> optuna.trial.FrozenTrial | None:
+        return max(self.completed, key=lambda t: t.value, default=None)
+
+    def ranked(self) -> list[optuna.trial.FrozenTrial]:
+        """Completed trials, best first."""
+        return sorted(self.completed, key=lambda t: t.value, reverse=True)
+
+
+def baseline_knobs(study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) -> dict[str, Any] | None:
+    """The baseline's knobs as the study stored them; in studies older than that, the first recorded trial's
+    (the baseline is enqueued first)."""
+    stored = study.user_attrs.get("baseline_knobs")
+    if stored is not None:
+        return stored
+    first = next((t for t in trials if t.user_attrs.get("status") != "duplicate" and "knobs" in t.user_attrs), None)
+    return first.user_attrs["knobs"] if first else None
+
+
+def current_confirmation(study: optuna.Study, h: History) -> dict[str, Any] | None:
+    """The study's stored confirmation, or None when trials measured since then changed the top it confirmed."""
+    conf = study.user_attrs.get("confirmation")
+    ranked = [t.number for t in h.ranked()]
+    if conf and conf["candidates"] != ranked[: len(conf["candidates"])]:
+        return None
+    return conf

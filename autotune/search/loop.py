@@ -1,0 +1,271 @@
+"""The search loop: each Optuna trial claims a configuration, launches it, records it; the study stops when done."""
+
+from __future__ import annotations
+
+import datetime as dt
+import queue
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.config import Config
+from autotune.errors import ConfigError
+from autotune.hardware import default_device, detect
+from autotune.runner import Bench, measure
+from autotune.search.best import write_best
+from autotune.search.confirm import confirm
+from autotune.search.history import History, key, optuna_state, store
+from autotune.search.observer import Observer
+from autotune.search.sampler import make_sampler
+from autotune.search.storage import mask_url, open_study
+from autotune.search.workers import Heartbeat, claim, reap_lost_workers
+from autotune.space import ResolvedSpace, resolve_space
+
+
+class _NotLaunched(Exception):
+    """A trial recorded without launching (duplicate, budget taken): stored as FAIL, not counted."""
+
+
+class _TrialFailed(Exception):
+    """A launched trial ended without a measurement for a reason outside its configuration (crash, timeout)."""
+
+
+@dataclass
+class SearchResult:
+    study_dir: Path
+    storage: str
+    history: History
+    best_yaml: Path | None
+    new_trials: int
+    stop_reason: str
+    confirmation: dict[str, Any] | None = None
+
+    @property
+    def best(self) -> optuna.trial.FrozenTrial | None:
+        return self.history.best()
+
+    @property
+    def chosen_number(self) -> int | None:
+        if self.confirmation:
+            return self.confirmation["chosen"]
+        return self.best.number if self.best else None
+
+
+def gpu_groups(cfg: Config, device: str, gpus: list[str] | None) -> list[str] | None:
+    """--gpus split into one group per trial: --gpus 0,1,2,3 with world_size 2 runs trials on 0,1 and 2,3."""
+    world = cfg.workload.world_size // cfg.workload.nnodes  # ranks of a trial on this node
+    if device == "cuda":
+        visible = len(detect()["gpus"])
+        if not visible:
+            raise ConfigError("--device: cuda asked for, but pynvml sees no NVIDIA GPU; use --device cpu")
+        if world > (len(gpus) if gpus else visible):
+            raise ConfigError(f"workload.world_size: {cfg.workload.world_size} needs {world} GPUs on this node a "
+                              f"trial, but {len(gpus) if gpus else visible} are available; lower world_size or list more --gpus")
+    if gpus and len(gpus) % world:
+        raise ConfigError(f"--gpus: {len(gpus)} GPUs cannot be split into trials of {world} (workload.world_size); "
+                          f"list a multiple of {world}")
+    return [",".join(gpus[i:i + world]) for i in range(0, len(gpus), world)] if gpus else None
+
+
+def run_search(cfg: Config, *, out_root: Path = Path("trials"), device: str | None = None, trials: int | None = None,
+               timeout_min: float | None = None, fresh: bool = False, storage: str | None = None,
+               gpus: list[str] | None = None, observer: Observer | None = None) -> SearchResult:
+    """Run (or resume) the study until `trials` trials were launched, the timeout, or the space is exhausted;
+    then confirm the top configurations and write best.yaml (also when interrupted).
+
+    gpus: run one trial per listed GPU at once (each pinned with CUDA_VISIBLE_DEVICES); on the CPU the
+    list only sets how many trials run at once.
+    """
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # our own view reports trials
+    if storage is not None:
+        cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"storage": storage})})
+    device = device or default_device()
+    space = resolve_space(cfg, device)
+    groups = gpu_groups(cfg, device, gpus)
+    study, study_dir, url = open_study(cfg, out_root=out_root, device=device, fresh=fresh,
+                                       baseline=space.knobs(space.baseline))
+    search = _Search(cfg, space, study, study_dir, device, groups, trials or cfg.study.trials, observer or Observer())
+    try:
+        stop_reason = search.optimize(60.0 * (timeout_min or cfg.study.timeout_min), url)
+        confirm(study, search.bench, top=cfg.study.confirm_top, rounds=cfg.study.confirm_rounds,
+                base_knobs=space.knobs(space.baseline), runs=search.runs, observer=search.observer)
+    finally:  # also on Ctrl-C: what was measured is written out
+        h = History.of(study)
+        best_yaml = write_best(cfg, study, h, study_dir, url) if h.completed else None
+    return SearchResult(study_dir, url, h, best_yaml, search.new_trials, stop_reason, study.user_attrs.get("confirmation"))
+
+
+class _Search:
+    """One worker's part of a study: the objective is claim, launch, record; the callback decides to stop."""
+
+    def __init__(self, cfg: Config, space: ResolvedSpace, study: optuna.Study, study_dir: Path, device: str,
+                 groups: list[str] | None, budget: int, observer: Observer) -> None:
+        self.cfg, self.space, self.study, self.budget, self.observer = cfg, space, study, budget, observer
+        self.runs = study_dir / "runs"
+        self.bench = Bench.of(cfg.model, cfg.workload, device=device, timeout_s=60 * cfg.study.trial_timeout_min,
+                              cache_dir=study_dir / "inductor-cache", base_dir=cfg.base_dir)
+        self.grace = cfg.study.worker_grace_s
+        self.rng = random.Random(cfg.study.seed)
+        self.points = space.points()
+        self.slots: queue.Queue[str | None] = queue.Queue()
+        for slot in groups or [None]:
+            self.slots.put(slot)
+        self.n_jobs = len(groups) if groups else 1
+        self.stop = threading.Event()
+        self.spans: dict[int, list[float | None]] = {}  # trial -> [start, end]: which trials overlapped which
+        self.spans_lock = threading.Lock()
+        self.new_trials, self.stop_reason = 0, "budget reached"
+
+    # --- the objective: claim, launch, record ------------------------------------------------------------
+
+    def objective(self, trial: optuna.Trial) -> float:
+        params = self.space.suggest(trial)
+        knobs = self.space.knobs(params)
+        trial.set_user_attr("knobs", knobs)
+        beat = Heartbeat(trial, self.grace)
+        index = self.claim(trial, params, knobs)
+        return self.record(trial, self.launch(trial, knobs, index, beat))
+
+    def claim(self, trial: optuna.Trial, params: dict[str, Any], knobs: dict[str, Any]) -> int:
+        """Take this configuration, or record why not (budget taken, already measured or running, predicted
+        to run out of memory). Returns the trial's index in the budget."""
+        reap_lost_workers(self.study, self.grace, own=trial.number)
+        h = History.of(self.study, own=trial.number)
+        if h.launched + len(h.running) >= self.budget:  # other workers are measuring the rest of the budget
+            trial.set_user_attr("status", "skipped")
+            self.study.stop()
+            raise _NotLaunched("budget taken by running trials")
+        prev = h.seen.get(key(knobs)) or h.running.get(key(knobs))
+        if prev is not None:
+            self._duplicate(trial, prev.number, params, h)
+        if (bound := h.oom_bound(knobs)) is not None:
+            reason = (f"predicted: needs at least the memory of trial {bound.number} "
+                      f"(micro_batch_size {bound.user_attrs['knobs']['micro_batch_size']} ran out of memory)")
+            record = {"number": trial.number, "knobs": knobs, "status": "oom", "reason": reason, "predicted": True}
+            store(trial, record)
+            self.observer.trial_finished(record, h)
+            raise optuna.TrialPruned(reason)  # not launched, not counted; the sampler learns from it
+        if (first := claim(self.study, trial, knobs)) is not None:
+            self._duplicate(trial, first, None, h)
+        return h.launched + 1
+
+    def _duplicate(self, trial: optuna.Trial, of: int, params: dict[str, Any] | None, h: History) -> None:
+        """Record a repeat without launching it; the sampler's region gets its nearest unmeasured point next."""
+        trial.set_user_attr("status", "duplicate")
+        trial.set_user_attr("duplicate_of", of)
+        if params is not None:
+            left = self._unseen(h)
+            if left:
+                self._enqueue([self.space.nearest(params, left, self.rng)])
+            else:  # every other point is measured or being measured elsewhere: this worker is done
+                self.study.stop()
+        raise _NotLaunched(f"same configuration as trial {of}")
+
+    def launch(self, trial: optuna.Trial, knobs: dict[str, Any], index: int, beat: Heartbeat) -> dict[str, Any]:
+        """Measure the configuration on a free GPU slot; record which trials ran beside it."""
+        slot = self.slots.get()  # a GPU list such as "0" or "2,3" (None: no --gpus)
+        self.observer.trial_started(trial.number, index, knobs)
+        trial.set_user_attr("gpu", slot)
+        with self.spans_lock:
+            self.spans[trial.number] = [time.time(), None]
+
+        def poll() -> None:
+            self.observer.poll()
+            beat()
+
+        try:
+            return measure(self.bench, knobs, self.runs / f"{trial.number:04d}", number=trial.number, gpus=slot,
+                           concurrent=self.n_jobs, on_poll=poll, stop=self.stop)
+        except KeyboardInterrupt:
+            self.stop.set()
+            trial.set_user_attr("status", "interrupted")
+            raise
+        finally:
+            self.slots.put(slot)
+            trial.set_user_attr("overlapped_with", self._overlapped(trial.number))
+
+    def record(self, trial: optuna.Trial, record: dict[str, Any]) -> float:
+        """Store the record; configuration failures end PRUNED, machine failures FAIL (history.optuna_state)."""
+        self.new_trials += 1
+        store(trial, record)
+        self.observer.trial_finished(record, History.of(self.study))
+        state = optuna_state(record["status"])
+        if state == TrialState.PRUNED:
+            raise optuna.TrialPruned(f"{record['status']}: {record['reason']}")
+        if state == TrialState.FAIL:
+            raise _TrialFailed(f"{record['status']}: {record['reason']}")
+        return record["metrics"]["tokens_per_s_per_gpu"]
+
+    # --- the study around it -------------------------------------------------------------------------------
+
+    def optimize(self, timeout_s: float, url: str) -> str:
+        """Enqueue the baseline (and the grid), run the objective until done; returns why it stopped."""
+        cfg, study = self.cfg, self.study
+        reap_lost_workers(study, self.grace)
+        study.sampler = make_sampler(cfg.study.sampler, cfg.study.seed, self.budget)
+        order = [self.space.baseline]
+        if cfg.study.sampler == "grid":
+            order += self.rng.sample(self.points, len(self.points))
+        self._enqueue(order)
+        h = History.of(study)
+        self.observer.started({"name": cfg.name, "device": self.bench.device, "budget": self.budget, "done": h.launched,
+                               "space_size": self.space.size, "sampler": cfg.study.sampler, "timeout_s": timeout_s,
+                               "storage": mask_url(url), "baseline": self.space.baseline})
+        if h.launched >= self.budget:
+            return "budget already reached"
+        if not self._unseen(h):
+            return "space exhausted"
+        t0 = dt.datetime.now()
+        previous = None
+        if self.n_jobs > 1 and threading.current_thread() is threading.main_thread():
+            def on_sigint(signum: int, frame: Any) -> None:
+                self.stop.set()  # every thread ends its trial's process group, then the study stops
+                raise KeyboardInterrupt
+
+            previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            study.optimize(self.objective, timeout=timeout_s, n_jobs=self.n_jobs, catch=(_NotLaunched, _TrialFailed),
+                           callbacks=[self.stop_when_done])
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        return "timeout" if (dt.datetime.now() - t0).total_seconds() >= timeout_s else self.stop_reason
+
+    def stop_when_done(self, study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
+        h = History.of(study)
+        if h.launched >= self.budget:
+            self.stop_reason = "budget reached"
+            study.stop()
+        elif not self._unseen(h):
+            self.stop_reason = "space exhausted"
+            study.stop()
+
+    def _unseen(self, h: History) -> list[dict[str, Any]]:
+        """Points neither measured nor being measured by another worker."""
+        return [p for p in self.points if key(self.space.knobs(p)) not in h.seen and key(self.space.knobs(p)) not in h.running]
+
+    def _enqueue(self, points: list[dict[str, Any]]) -> None:
+        """Enqueue the points not yet measured and not already waiting (resume-safe, unlike skip_if_exists,
+        which would also skip a point whose trial was interrupted)."""
+        h = History.of(self.study)
+        waiting = {key(t.system_attrs.get("fixed_params", {}))
+                   for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
+        for p in points:
+            if key(self.space.knobs(p)) not in h.seen and key(p) not in waiting:
+                self.study.enqueue_trial(p)
+                waiting.add(key(p))
+
+    def _overlapped(self, number: int) -> list[int]:
+        """Trials measured at the same time as this one, on other GPUs."""
+        with self.spans_lock:
+            self.spans[number][1] = time.time()
+            start, end = self.spans[number]
+            return sorted(n for n, (s0, e0) in self.spans.items()
+                          if n != number and s0 < end and (e0 is None or e0 > start))

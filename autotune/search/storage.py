@@ -1,0 +1,157 @@
+"""Where a study lives: Optuna storages from a URL, credentials masked, create or resume, --fresh archiving."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import optuna
+
+from autotune.errors import StudyError
+
+if TYPE_CHECKING:
+    from autotune.config import Config
+
+
+def mask_url(url: str) -> str:
+    """A storage URL with its password hidden (postgresql://user:***@host/db)."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url
+
+
+def storage_of(url: str) -> optuna.storages.BaseStorage:
+    """An Optuna storage from a URL; journal:PATH is Optuna's JournalStorage on a file (shared file systems)."""
+    if url.startswith("journal:"):
+        path = Path(url.removeprefix("journal:"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+    sqlite = url.startswith("sqlite")
+    for attempt in range(5):  # workers started together race to create the schema of a new database
+        try:
+            storage = optuna.storages.RDBStorage(
+                url, engine_kwargs={"connect_args": {"timeout": 60}} if sqlite else None)
+            if sqlite:
+                _serialize_sqlite(storage)
+            return storage
+        except Exception as err:
+            if attempt == 4 or not any(w in str(err) for w in ("UNIQUE", "unique", "already exists", "locked")):
+                raise
+            time.sleep(0.5 + random.random())
+    raise AssertionError("unreachable")
+
+
+def _serialize_sqlite(storage: optuna.storages.RDBStorage) -> None:
+    """Make every SQLite transaction BEGIN IMMEDIATE (SQLAlchemy's pysqlite recipe).
+
+    pysqlite's deferred transactions let two workers (threads or processes) both read a WAITING trial
+    before either writes, so both run it; taking the write lock at BEGIN makes the pop atomic.
+    """
+    from sqlalchemy import event
+
+    engine = storage.engine
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # let SQLAlchemy, not pysqlite, emit BEGIN
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()  # connections opened before the listeners existed
+
+
+def _archive(study_dir: Path, storage: Any, name: str, default_storage: bool) -> Path | None:
+    """--fresh: move the old study aside (nothing is deleted); return where it went."""
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    target = study_dir.with_name(f"{study_dir.name}.archived-{stamp}")
+    if not default_storage:
+        try:
+            optuna.copy_study(from_study_name=name, from_storage=storage, to_storage=storage,
+                              to_study_name=f"{name}.archived-{stamp}")
+            optuna.delete_study(study_name=name, storage=storage)
+        except KeyError:
+            pass  # no such study yet
+    if study_dir.exists():
+        study_dir.rename(target)
+        return target
+    return None
+
+
+def open_study(cfg: Config, *, out_root: Path, device: str, fresh: bool,
+               baseline: dict[str, Any]) -> tuple[optuna.Study, Path, str]:
+    """Create or resume the study; refuse one made from a different model, workload, space or device.
+
+    baseline: the baseline trial's knobs, stored with the study: report, check and the live view find the
+    baseline trial by them (history.History.baseline)."""
+    from autotune.space import config_fingerprint
+
+    study_dir = out_root / cfg.name
+    default_storage = cfg.study.storage is None
+    url = cfg.study.storage or f"sqlite:///{(study_dir / 'study.db').resolve()}"
+    if fresh and default_storage:
+        _archive(study_dir, None, cfg.name, default_storage)  # moves study.db aside with the folder
+    if default_storage:
+        study_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        storage = storage_of(url)
+    except Exception as err:
+        raise StudyError(f"study.storage: cannot open {mask_url(url)}: {err}") from None
+    if fresh and not default_storage:
+        _archive(study_dir, storage, cfg.name, default_storage)  # copies the study aside in its storage
+    want = {"config_fingerprint": config_fingerprint(cfg), "device": device}
+    if not fresh:
+        _refuse_other_config(cfg.name, storage, url, want)
+    study_dir.mkdir(parents=True, exist_ok=True)
+    study = optuna.create_study(study_name=cfg.name, storage=storage, direction="maximize", load_if_exists=True)
+    for key, value in {**want, "baseline_knobs": baseline}.items():
+        study.set_user_attr(key, value)
+    config = cfg.model_dump(mode="json")
+    config["study"]["storage"] = mask_url(url)  # credentials are never stored
+    study.set_user_attr("config", config)
+    return study, study_dir, url
+
+
+def _refuse_other_config(name: str, storage: Any, url: str, want: dict[str, str]) -> None:
+    try:
+        old = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return
+    except Exception as err:
+        raise StudyError(f"study.storage: cannot open {mask_url(url)}: {err}") from None
+    if not old.get_trials(deepcopy=False):
+        return
+    for key, value in want.items():
+        have = old.user_attrs.get(key)
+        if have != value:
+            what = "model, workload or space" if key == "config_fingerprint" else f"device ({have})"
+            raise StudyError(f"name: study {name!r} exists with a different {what}; "
+                             "run with --fresh (the old study is archived, not deleted) or choose another name")
+
+
+def load_study(path: Path | None, study_name: str | None, storage: str | None) -> tuple[optuna.Study, Path | None]:
+    """An existing study to read: the one of trials/<name> (its study.db), or --study NAME --storage URL."""
+    from autotune.errors import ConfigError
+
+    if storage is None:
+        if path is None:
+            raise ConfigError("STUDY_DIR: give trials/<name>, or --study NAME --storage URL")
+        db = path / "study.db"
+        if not db.is_file():
+            raise ConfigError(f"STUDY_DIR: no study.db in {path}; give trials/<name> or --storage URL")
+        storage = f"sqlite:///{db.resolve()}"
+    url, opened = storage, storage_of(storage)
+    names = [s.study_name for s in optuna.get_all_study_summaries(opened, include_best_trial=False)]
+    name = study_name or (path.name if path is not None and path.name in names else None)
+    if name is None and len(names) == 1:
+        name = names[0]
+    if name not in names:
+        raise ConfigError(f"--study: {name!r} is not in {mask_url(url)}; studies there: {', '.join(names) or 'none'}")
+    return optuna.load_study(study_name=name, storage=opened), path

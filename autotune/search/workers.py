@@ -1,0 +1,83 @@
+"""Several workers on one study: who runs a trial, heartbeats, lost workers reaped, configurations claimed.
+
+Written here rather than using Optuna's heartbeat because JournalStorage has none; this works the same on
+SQLite, PostgreSQL and journal files.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.search.history import NOT_LAUNCHED, key
+
+
+def worker_id() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def heartbeat_interval(grace_s: float) -> float:
+    return min(10.0, grace_s / 3)
+
+
+class Heartbeat:
+    """Called while a trial runs: stores a heartbeat in the trial every heartbeat_interval(grace) seconds."""
+
+    def __init__(self, trial: optuna.Trial, grace_s: float) -> None:
+        self.trial, self.interval, self.last = trial, heartbeat_interval(grace_s), time.time()
+        trial.set_user_attr("heartbeat", self.last)
+        trial.set_user_attr("worker", worker_id())
+
+    def __call__(self) -> None:
+        if time.time() - self.last > self.interval:
+            self.last = time.time()
+            self.trial.set_user_attr("heartbeat", self.last)
+
+
+def reap_lost_workers(study: optuna.Study, grace_s: float, own: int | None = None) -> list[int]:
+    """Fail RUNNING trials whose worker stopped sending heartbeats (kill -9, node loss) as worker_lost.
+
+    A lost trial's configuration is measured again."""
+    now = time.time()
+    lost = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if t.number == own:
+            continue
+        beat = t.user_attrs.get("heartbeat") or (t.datetime_start.timestamp() if t.datetime_start else now)
+        if now - beat > grace_s or _dead_here(t.user_attrs.get("worker")):
+            try:
+                optuna.trial.Trial(study, t._trial_id).set_user_attr("status", "worker_lost")
+                study.tell(t.number, state=TrialState.FAIL)
+                lost.append(t.number)
+            except Exception:  # another worker reaped or finished it first
+                continue
+    return lost
+
+
+def _dead_here(worker: dict[str, Any] | None) -> bool:
+    """A worker on this host whose process is gone (found at once, no need to wait for the grace)."""
+    if not worker or worker.get("host") != socket.gethostname() or worker.get("pid") == os.getpid():
+        return False
+    try:
+        os.kill(int(worker["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, ValueError, TypeError):
+        return False
+    return False
+
+
+def claim(study: optuna.Study, trial: optuna.Trial, knobs: dict[str, Any]) -> int | None:
+    """Claim the configuration for this trial: other workers now leave it to this one. Returns the number of
+    a running trial that claimed it first (a race: the lower number keeps it), or None."""
+    trial.set_user_attr("claimed", True)
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if t.number < trial.number and key(t.user_attrs.get("knobs") or {}) == key(knobs) \
+                and t.user_attrs.get("status") not in NOT_LAUNCHED:
+            return t.number
+    return None

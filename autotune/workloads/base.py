@@ -1,0 +1,65 @@
+"""The workload interface every kind of trial implements: build (untimed), run the measured steps, report the work.
+
+A workload gets the trial's spec, its rank group (None for one process) and the fault switch; `trial.py`
+drives it and turns what it measured into the TrialResult. Standard library only at import.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from autotune.protocol import TrialSpec
+from autotune.workloads.faults import Fault
+from autotune.workloads.ranks import Ranks
+from autotune.workloads.timing import Timing
+
+
+class InvalidConfig(Exception):
+    """This combination of knobs cannot run here (the reason says why)."""
+
+
+class NonFiniteLoss(Exception):
+    """The loss became NaN or inf."""
+
+
+@dataclass
+class Work:
+    """What one measured step does, for tokens/s and MFU (None where it does not apply: MFU is then n/a)."""
+
+    tokens_per_step: int | None = None
+    n_params: int | None = None
+    flop_params: int | None = None  # N of the 6N + 12 L d T training FLOPs per token
+    mfu_dims: dict[str, int] | None = None  # n_layers, d_model, seq_len of the attention term
+
+
+@dataclass
+class Measured:
+    """What `run` measured: the timed steps (None when the workload reports its own samples in `output`)."""
+
+    timing: Timing | None
+    losses: list[float] = field(default_factory=list)
+    output: dict[str, Any] = field(default_factory=dict)
+
+
+class Workload(ABC):
+    """One kind of trial. `build` does everything untimed; `run` times the steps; `work` says what a step did."""
+
+    task: ClassVar[str]
+
+    def __init__(self, torch: Any, spec: TrialSpec, ranks: Ranks | None, fault: Fault) -> None:
+        self.torch, self.spec, self.ranks, self.fault = torch, spec, ranks, fault
+        self.applied: dict[str, Any] = {}  # what the trial really did for each knob (the record's `applied`)
+
+    @abstractmethod
+    def build(self) -> None:
+        """Model, data, optimizer and wrappers, on the device; nothing here is timed."""
+
+    @abstractmethod
+    def run(self) -> Measured:
+        """Warm-up, then the measured steps (through timing.time_steps)."""
+
+    def work(self) -> Work:
+        """Tokens and FLOPs of one measured step."""
+        return Work()

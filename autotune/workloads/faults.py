@@ -1,0 +1,80 @@
+"""The test-only fault switch, AUTOTUNE_FAULT: makes a trial fail on purpose, so failure paths are tested for real.
+
+    KIND or KIND@KNOB>=VALUE or KIND@KNOB=VALUE, KIND one of
+    oom (raise an out-of-memory error), hang (sleep forever), crash (abort the process),
+    nan (make the loss NaN), error (raise a Python exception),
+    slow:PCT (make every measured step PCT percent slower: a host wait of PCT% of the step inside
+    the timed region, after a device synchronisation so that CUDA events see it too).
+
+The @ condition limits the fault to trials whose knob matches, e.g. oom@micro_batch_size>=16, or to one
+rank of a rank group, e.g. error@rank=1. Never set it outside tests. Nothing here is imported by the timing
+code: a workload applies the fault to its own step.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def fault_for(knobs: dict[str, Any]) -> str | None:
+    """The fault kind AUTOTUNE_FAULT asks for in a trial with these knobs, or None."""
+    spec = os.environ.get("AUTOTUNE_FAULT", "").strip()
+    if not spec:
+        return None
+    kind, _, cond = spec.partition("@")
+    if cond:
+        op = ">=" if ">=" in cond else "="
+        knob, _, want = cond.partition(op)
+        have = knobs.get(knob.strip())
+        if op == ">=":
+            if have is None or float(have) < float(want):
+                return None
+        elif str(have).lower() != want.strip().lower():
+            return None
+    return kind.strip()
+
+
+class Fault:
+    """The fault of this trial process (kind None: no fault)."""
+
+    def __init__(self, knobs: dict[str, Any], rank: int = 0) -> None:
+        self.kind = fault_for({**knobs, "rank": rank})
+
+    def at_start(self) -> None:
+        """hang, crash and error strike before anything is built."""
+        if self.kind == "hang":
+            time.sleep(10**6)
+        if self.kind == "crash":
+            print("AUTOTUNE_FAULT=crash: aborting the trial process", file=sys.stderr, flush=True)
+            os.abort()
+        if self.kind == "error":
+            raise RuntimeError("AUTOTUNE_FAULT=error: a deliberate exception in the trial")
+
+    def in_micro_step(self, torch: Any) -> None:
+        if self.kind == "oom":
+            raise torch.OutOfMemoryError("AUTOTUNE_FAULT=oom: simulated out of memory")
+
+    @property
+    def loss_scale(self) -> float:
+        """Multiplies the loss: NaN for the nan fault."""
+        return float("nan") if self.kind == "nan" else 1.0
+
+    def slowed(self, step: Callable[[], Any], synchronize: Callable[[], None]) -> Callable[[], Any]:
+        """slow:PCT: the step followed by a wait of PCT% of its own time, after a device synchronisation (so
+        that CUDA events around the step see it too); any other kind: the step itself."""
+        if not (self.kind and self.kind.startswith("slow:")):
+            return step
+        slow = float(self.kind.partition(":")[2]) / 100
+
+        def slow_step() -> Any:
+            t0 = time.perf_counter()
+            out = step()
+            synchronize()
+            time.sleep(slow * (time.perf_counter() - t0))
+            return out
+
+        return slow_step

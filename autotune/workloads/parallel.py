@@ -1,0 +1,85 @@
+"""Data parallelism of a training trial over its rank group: DDP or FSDP2, and the check that DDP synchronised."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from autotune.workloads.base import InvalidConfig
+from autotune.workloads.ranks import Ranks
+
+Sync = Callable[[bool], Any]  # sync(last_micro_step) -> context: gradients cross ranks on the last micro-step only
+
+
+def parallelize(torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any, ranks: Ranks) -> tuple[Any, dict[str, Any], Sync]:
+    """Wrap the model for knobs["parallel"]; return it, what was applied, and the gradient-sync context."""
+    applied: dict[str, Any] = {"world_size": ranks.world, "backend": ranks.backend, "nccl_env": ranks.nccl_env()}
+    if knobs["parallel"] == "fsdp":
+        model, how, sync = apply_fsdp(torch, model, knobs, amp_dtype)
+    else:
+        model, how, sync = apply_ddp(torch, model, knobs, ranks)
+    return model, {**applied, "parallel": how}, sync
+
+
+def apply_ddp(torch: Any, model: Any, knobs: dict[str, Any], ranks: Ranks) -> tuple[Any, dict[str, Any], Sync]:
+    """DistributedDataParallel with the ddp knobs; no_sync() on all but the last micro-batch of a step."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    opts = {"bucket_cap_mb": knobs["bucket_cap_mb"], "gradient_as_bucket_view": bool(knobs["gradient_as_bucket_view"]),
+            "static_graph": bool(knobs["static_graph"])}
+    if opts["static_graph"] and knobs["grad_accum_steps"] > 1:
+        # PyTorch's static_graph with no_sync() (gradient accumulation) asserts, or silently stops
+        # reducing gradients after the first step (pytorch/pytorch, huggingface/accelerate#3679):
+        # a fast number that trains nothing must never win.
+        raise InvalidConfig("DDP static_graph with gradient accumulation (no_sync) is broken in PyTorch: "
+                            "gradients stop being synchronised; use static_graph false or grad_accum_steps 1")
+    ddp = DistributedDataParallel(model, device_ids=[ranks.local_rank] if ranks.device == "cuda" else None, **opts)
+    return ddp, {"strategy": "ddp", **opts}, lambda last: contextlib.nullcontext() if last else ddp.no_sync()
+
+
+def apply_fsdp(torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any) -> tuple[Any, dict[str, Any], Sync]:
+    """FSDP2 fully_shard on every block, then the root; mixed precision follows the precision knob."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if knobs["precision"] == "fp16":
+        raise InvalidConfig("fsdp with fp16 needs a sharded gradient scaler, which autotune does not run; "
+                            "use bf16 with fsdp")
+    reshard = bool(knobs["reshard_after_forward"])
+    policy = MixedPrecisionPolicy(param_dtype=amp_dtype, reduce_dtype=torch.float32) if amp_dtype \
+        else MixedPrecisionPolicy()
+    blocks = _layers(torch, model)
+    for block in blocks:
+        fully_shard(block, mp_policy=policy, reshard_after_forward=reshard)
+    fully_shard(model, mp_policy=policy, reshard_after_forward=reshard)
+    how = {"strategy": "fsdp", "reshard_after_forward": reshard, "sharded_blocks": len(blocks),
+           "param_dtype": str(amp_dtype or torch.float32).replace("torch.", ""), "reduce_dtype": "float32"}
+
+    @contextlib.contextmanager
+    def sync(last: bool) -> Any:
+        model.set_requires_gradient_sync(last)
+        yield
+
+    return model, how, sync
+
+
+def _layers(torch: Any, model: Any) -> Any:
+    """The transformer blocks: the built-in model's `blocks`, else the model's longest ModuleList (hf, entrypoint)."""
+    blocks = getattr(model, "blocks", None)
+    if blocks is not None:
+        return blocks
+    lists = [mod for mod in model.modules() if isinstance(mod, torch.nn.ModuleList) and len(mod) > 1]
+    return max(lists, key=len) if lists else []
+
+
+def check_replicas_in_sync(torch: Any, model: Any, ranks: Ranks) -> None:
+    """DDP keeps every rank's weights identical; if they differ after the measured steps, gradients were
+    not synchronised and the throughput is not that of data-parallel training: fail the trial."""
+    if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return  # FSDP: each rank holds its own shard
+    with torch.no_grad():
+        local = sum(float(p.detach().float().abs().sum()) for p in model.parameters())
+    sums = ranks.gather(local)
+    if max(sums) - min(sums) > 1e-6 * max(abs(x) for x in sums):
+        raise InvalidConfig(f"ranks' weights differ after the measured steps (|w| sums {sums}): gradients "
+                            "were not synchronised, so this is not data-parallel training")

@@ -1,0 +1,75 @@
+"""The one function that times a workload's steps in a trial: warm-up apart, then CUDA events per step.
+
+As nanoGPT's bench.py (burn-in, then measure, synchronise around the timed loop) and triton's do_bench (an
+event pair per repetition, the raw samples kept): no host synchronisation inside the timed loop on the GPU,
+so the samples are the device's time of each step. On the CPU, time.perf_counter around each step.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Timing:
+    """Raw samples of one timed run: warm-up step wall times, measured step times, their outputs, memory."""
+
+    warmup_s: list[float]
+    warmup_outputs: list[Any]
+    step_s: list[float]
+    outputs: list[Any]
+    window: tuple[float, float]  # wall clock (time.time) around the measured steps: NVML telemetry is cut to it
+    peak_mem_bytes: int
+    peak_mem_kind: str  # cuda_max_memory_allocated or cpu_max_rss
+    reserved_bytes: int | None
+
+
+def time_steps(torch: Any, step: Callable[[], Any], *, warmup: int, measure: int, device: str,
+               after_warmup_step: Callable[[Any], None] | None = None,
+               before_window: Callable[[], None] | None = None,
+               before_each: Callable[[], None] | None = None) -> Timing:
+    """Run `warmup` untimed steps (each synchronised, its wall time kept: the first carries torch.compile),
+    then `measure` timed steps. after_warmup_step: called with each warm-up step's output (a check that may
+    raise: a broken configuration fails before it is measured); before_window: untimed, once before the
+    measured steps (a barrier of the ranks); before_each: untimed, before every measured step."""
+    cuda = device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    warmup_s, warmup_outputs = [], []
+    for _ in range(warmup):
+        t0 = time.perf_counter()
+        warmup_outputs.append(step())
+        sync()
+        warmup_s.append(time.perf_counter() - t0)
+        if after_warmup_step:
+            after_warmup_step(warmup_outputs[-1])
+    sync()
+    if before_window:
+        before_window()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    start_wall = time.time()
+    outputs, step_s = [], []
+    if cuda:
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(measure)]
+        for start, end in events:
+            if before_each:
+                before_each()
+            start.record()
+            outputs.append(step())
+            end.record()
+        sync()  # the only synchronisation of the measured steps: after the last
+        step_s = [start.elapsed_time(end) / 1000.0 for start, end in events]
+        peak, kind, reserved = torch.cuda.max_memory_allocated(), "cuda_max_memory_allocated", torch.cuda.max_memory_reserved()
+    else:
+        for _ in range(measure):
+            if before_each:
+                before_each()
+            t0 = time.perf_counter()
+            outputs.append(step())
+            step_s.append(time.perf_counter() - t0)
+        peak, kind, reserved = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_max_rss", None
+    return Timing(warmup_s, warmup_outputs, step_s, outputs, (start_wall, time.time()), peak, kind, reserved)

@@ -1,0 +1,189 @@
+"""The training workload: optimizer steps on synthetic tokens, each knob applied by its own `apply_*` step.
+
+The trial reads like torchtitan's: apply_precision, apply_attention, build_model, apply_fp8, parallelize,
+apply_optimizer, apply_compile, then timing.time_steps over `step`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+from autotune.knobs import CHECKPOINT_EVERY, SDPA_BACKENDS
+from autotune.workloads.base import InvalidConfig, Measured, NonFiniteLoss, Work, Workload
+from autotune.workloads.parallel import check_replicas_in_sync, parallelize
+from autotune.workloads.timing import time_steps
+
+
+def apply_precision(torch: Any, precision: str, device: str) -> Any:
+    """Set matmul precision; return the autocast dtype (None for fp32/tf32). fp8 runs under bf16 autocast."""
+    if device == "cuda" and precision in ("bf16", "fp8") and not torch.cuda.is_bf16_supported():
+        raise InvalidConfig(f"{precision} needs bf16, which this GPU does not support")
+    if precision == "fp8":
+        if device != "cuda" or torch.cuda.get_device_capability(torch.cuda.current_device()) < (8, 9):
+            raise InvalidConfig("fp8 needs an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell)")
+        try:
+            import torchao.float8  # noqa: F401
+        except Exception as err:
+            raise InvalidConfig(f"fp8 needs torchao (pip install 'autotune[fp8]'): {err}") from None
+    if device == "cpu" and precision == "tf32":
+        raise InvalidConfig("tf32 needs an NVIDIA GPU (Ampere or newer); on the CPU it is fp32")
+    mode = "tf32" if precision == "tf32" else "ieee"  # fp32 means true fp32: TF32 off
+    torch.backends.cuda.matmul.fp32_precision = mode
+    torch.backends.cudnn.conv.fp32_precision = mode
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}.get(precision)
+
+
+def apply_attention(torch: Any, attention: str, device: str, dtype: Any) -> Any:
+    """A context that forces the SDPA backend; InvalidConfig when that backend cannot run here."""
+    if attention not in SDPA_BACKENDS:
+        return contextlib.nullcontext
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, SDPA_BACKENDS[attention])
+    probe = torch.randn(1, 2, 16, 64, device=device, dtype=dtype or torch.float32)
+    try:
+        with sdpa_kernel([backend]):
+            torch.nn.functional.scaled_dot_product_attention(probe, probe, probe, is_causal=True)
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()[0][:200]
+        raise InvalidConfig(f"attention {attention}: the SDPA backend is not available here: {first}") from None
+    return lambda: sdpa_kernel([backend])
+
+
+def build_model(torch: Any, spec: Any, dev: Any, gen: Any, n_batches: int) -> tuple[Any, list[Any], dict[str, Any], Work]:
+    """The model and a few micro-batches made once on the device (no data loading is timed)."""
+    m, knobs = spec.model, spec.knobs
+    if m.get("hf_config") or m.get("entrypoint"):
+        from autotune.workloads import external
+
+        try:
+            if m.get("hf_config"):
+                built = external.build_hf(m, knobs, str(dev.type), n_batches, gen)
+            else:
+                built = external.build_entrypoint(m, knobs, str(dev.type), n_batches, spec.base_dir)
+        except external.Unsupported as err:
+            raise InvalidConfig(str(err)) from None
+        work = Work(built.tokens_per_sample * knobs["micro_batch_size"] * knobs["grad_accum_steps"], built.n_params,
+                    built.flop_params, built.mfu_dims)
+        return built.model, built.batches, built.applied, work
+    from autotune.workloads.model import Transformer
+
+    pad, mbs = knobs["pad_vocab_multiple"], knobs["micro_batch_size"]
+    m = {**m, "attention": knobs["attention"], "padded_vocab": -(-m["vocab_size"] // pad) * pad if pad else m["vocab_size"],
+         "checkpoint_every": CHECKPOINT_EVERY[knobs["activation_checkpointing"]]}
+    model = Transformer(m).to(dev)
+    pool = torch.randint(0, m["vocab_size"], (n_batches, mbs, m["seq_len"] + 1), device=dev, generator=gen)
+    work = Work(m["seq_len"] * mbs * knobs["grad_accum_steps"], sum(p.numel() for p in model.parameters()),
+                model.flop_params(), {"n_layers": m["n_layers"], "d_model": m["d_model"], "seq_len": m["seq_len"]})
+    applied = {"vocab": [m["vocab_size"], m["padded_vocab"]], "checkpointed_blocks": model.checkpointed_blocks()}
+    return model, [(b[:, :-1], b[:, 1:]) for b in pool], applied, work
+
+
+def apply_fp8(torch: Any, model: Any, knobs: dict[str, Any]) -> int:
+    """torchao float8 training of every linear but the output head; returns how many linears were converted."""
+    if knobs["precision"] != "fp8":
+        return 0
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    config = Float8LinearConfig.from_recipe_name(knobs["fp8_recipe"] or "tensorwise")
+    keep = ("head", "lm_head")  # the output head stays in bf16: its logits feed the loss
+    convert_to_float8_training(model, config=config, module_filter_fn=lambda mod, fqn: fqn.split(".")[-1] not in keep)
+    return sum(1 for mod in model.modules() if type(mod).__name__ == "Float8Linear")
+
+
+def apply_optimizer(torch: Any, model: Any, knobs: dict[str, Any]) -> Any:
+    """AdamW with nanoGPT's settings; fused=True when the knob says so."""
+    fused = {"fused": True} if knobs["fused_optimizer"] else {}
+    return torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, **fused)
+
+
+def apply_compile(torch: Any, model: Any, mode: Any) -> tuple[Any, str | None]:
+    """torch.compile(model, mode) (the loss is inside forward, so it is compiled too); the mode applied."""
+    if not mode:
+        return model, None
+    compile_mode = None if mode in (True, "default") else mode
+    return torch.compile(model, mode=compile_mode), compile_mode or "default"
+
+
+def finite_losses(torch: Any, losses: list[Any], phase: str) -> list[float]:
+    """The losses as floats (one synchronisation, after the timed region); NonFiniteLoss if any is NaN or inf."""
+    values = torch.stack(losses).float().cpu().tolist() if losses else []
+    if not all(x == x and abs(x) != float("inf") for x in values):
+        raise NonFiniteLoss(f"loss became {next(x for x in values if not (x == x and abs(x) != float('inf')))} "
+                            f"during {phase} (losses {values})")
+    return values
+
+
+class Train(Workload):
+    """Optimizer steps: grad_accum_steps micro-steps of forward and backward, then optimizer.step()."""
+
+    task = "train"
+
+    def build(self) -> None:
+        torch, spec, knobs = self.torch, self.spec, self.spec.knobs
+        device = spec.device
+        self.amp_dtype = apply_precision(torch, knobs["precision"], device)
+        torch.manual_seed(spec.run.seed)  # the same initial weights on every rank
+        rank = self.ranks.rank if self.ranks else 0
+        self.dev = torch.device(device, self.ranks.local_rank) if self.ranks and device == "cuda" else torch.device(device)
+        self.attention = apply_attention(torch, knobs["attention"], device, self.amp_dtype)
+        gen = torch.Generator(device=self.dev).manual_seed(spec.run.seed + rank)  # each rank its own data
+        model, self.batches, applied, self._work = build_model(torch, spec, self.dev, gen,
+                                                               n_batches=min(knobs["grad_accum_steps"], 4))
+        fp8_linears = apply_fp8(torch, model, knobs)
+        self.sync, parallel_applied = None, {}
+        if self.ranks:
+            model, parallel_applied, self.sync = parallelize(torch, model, knobs, self.amp_dtype, self.ranks)
+        self.model = model
+        self.optimizer = apply_optimizer(torch, model, knobs)
+        self.scaler = torch.amp.GradScaler(device) if knobs["precision"] == "fp16" else None
+        self.step_model, compile_mode = apply_compile(torch, model, knobs["compile"])
+        attention = knobs["attention"]
+        self.applied = {
+            "attention": attention if attention in SDPA_BACKENDS or attention == "eager" else "auto (PyTorch's SDPA choice)",
+            **applied,
+            "optimizer": f"AdamW(fused={bool(self.optimizer.defaults.get('fused'))})",
+            "compile_mode": compile_mode,
+            "fp8_linears": fp8_linears,
+            "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+            **parallel_applied,
+        }
+
+    def step(self) -> Any:
+        """One optimizer step; returns its loss as a device tensor (no host synchronisation)."""
+        torch, accum = self.torch, self.spec.knobs["grad_accum_steps"]
+        amp = (lambda: torch.autocast(device_type=self.spec.device, dtype=self.amp_dtype)) if self.amp_dtype \
+            else contextlib.nullcontext
+        total = torch.zeros((), device=self.dev)
+        for i in range(accum):
+            inputs, targets = self.batches[i % len(self.batches)]
+            self.fault.in_micro_step(torch)
+            with self.sync(i == accum - 1) if self.sync else contextlib.nullcontext():  # gradients cross ranks once a step
+                with amp(), self.attention():
+                    loss = self.step_model(inputs, targets) * self.fault.loss_scale / accum
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
+            total += loss.detach()
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return total
+
+    def run(self) -> Measured:
+        torch, run = self.torch, self.spec.run
+        sync = torch.cuda.synchronize if self.spec.device == "cuda" else (lambda: None)
+        timing = time_steps(torch, self.fault.slowed(self.step, sync), warmup=run.warmup_steps,
+                            measure=run.measure_steps, device=self.spec.device,
+                            after_warmup_step=lambda loss: finite_losses(torch, [loss], "warm-up"),
+                            before_window=self.ranks.barrier if self.ranks else None)
+        losses = finite_losses(torch, timing.outputs, "measured steps")
+        if self.ranks:
+            check_replicas_in_sync(torch, self.model, self.ranks)
+        return Measured(timing, losses)
+
+    def work(self) -> Work:
+        return self._work

@@ -1,0 +1,175 @@
+"""One trial, in its own process: `python -m autotune.workloads.trial SPEC.json RESULT.json`.
+
+Needs torch only (plus the standard library). Reads the TrialSpec, runs its workload (build, then the
+measured steps), and writes the TrialResult; every way the trial can fail becomes a status and a reason.
+Under torchrun each rank runs this; rank 0 writes the result, a failing rank its own (ranks.fail_rank).
+The parent classifies and summarises.
+"""
+
+from __future__ import annotations
+
+import time
+
+_T_ENTER = time.time()  # before importing torch: the start phase ends when torch is ready
+
+import contextlib  # noqa: E402
+import importlib  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+from typing import Any  # noqa: E402
+
+from autotune import nccl_log  # noqa: E402
+from autotune.protocol import TrialResult, TrialSpec  # noqa: E402
+from autotune.workloads.base import InvalidConfig, Measured, NonFiniteLoss, Workload  # noqa: E402
+from autotune.workloads.faults import Fault  # noqa: E402
+from autotune.workloads.ranks import Ranks, env_rank, fail_rank  # noqa: E402
+
+# task -> the workload class ("module:Class"), imported only when that task runs.
+WORKLOADS = {"train": "autotune.workloads.train:Train", "allreduce": "autotune.workloads.allreduce:AllReduce"}
+
+
+def workload_class(task: str) -> type[Workload]:
+    if task not in WORKLOADS:
+        raise InvalidConfig(f"unknown task {task!r}; this trial runs {', '.join(WORKLOADS)}")
+    module, _, name = WORKLOADS[task].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def run(spec: TrialSpec) -> TrialResult:
+    """Build the workload, run its measured steps, and say what was measured."""
+    import torch
+
+    t_torch = time.time()
+    if spec.device == "cuda" and not torch.cuda.is_available():
+        raise InvalidConfig("device cuda asked for, but torch sees no CUDA GPU")
+    ranks = Ranks.start(torch, spec.device)  # None with one rank
+    fault = Fault(spec.knobs, ranks.rank if ranks else 0)
+    fault.at_start()
+    workload = workload_class(spec.task)(torch, spec, ranks, fault)
+    workload.build()
+    if spec.device == "cuda":
+        torch.cuda.synchronize()
+    t_built = time.time()
+    measured = workload.run()
+    result = TrialResult("ok", applied=workload.applied, env=_env(torch, spec.device), losses=measured.losses,
+                         output=measured.output, rank=ranks.rank if ranks else 0)
+    result.phases_s = {"start": t_torch - (spec.launched_at or _T_ENTER), "build": t_built - t_torch}
+    if measured.timing is not None:
+        _record_steps(result, spec, workload, measured, ranks, t_built)
+    else:
+        result.phases_s["measure"] = time.time() - t_built
+    if ranks:
+        ranks.stop()
+    return result
+
+
+def _record_steps(result: TrialResult, spec: TrialSpec, workload: Workload, measured: Measured, ranks: Ranks | None,
+                  t_built: float) -> None:
+    """Step times, memory and phases into the result; with several ranks each step takes its slowest rank's time."""
+    t = measured.timing
+    assert t is not None
+    steps, peak, reserved = t.step_s, t.peak_mem_bytes, t.reserved_bytes
+    if ranks:  # one trial, one result
+        gathered = ranks.gather({"step_times_s": steps, "peak_mem_bytes": peak, "reserved": reserved})
+        steps = [max(per_rank) for per_rank in zip(*(r["step_times_s"] for r in gathered))]
+        peak = max(r["peak_mem_bytes"] for r in gathered)
+        reserved = max(r["reserved"] or 0 for r in gathered) or None
+        result.ranks = [{"rank": i, "step_times_s": r["step_times_s"], "peak_mem_bytes": r["peak_mem_bytes"]}
+                        for i, r in enumerate(gathered)]
+    work = workload.work()
+    result.step_times_s, result.warmup_step_times_s = steps, t.warmup_s
+    result.tokens_per_step, result.n_params, result.flop_params, result.mfu_dims = (
+        work.tokens_per_step, work.n_params, work.flop_params, work.mfu_dims)
+    result.peak_mem_bytes, result.peak_mem_kind, result.peak_mem_reserved_bytes = peak, t.peak_mem_kind, reserved
+    result.measure_window = list(t.window)
+    result.phases_s.update({
+        "warmup": t.window[0] - t_built,
+        # The first step's excess over a measured step: torch.compile's time when compile is on.
+        "compile": max(0.0, t.warmup_s[0] - statistics.median(steps)) if spec.knobs.get("compile") and t.warmup_s else 0.0,
+        "measure": t.window[1] - t.window[0],
+    })
+
+
+def _env(torch: Any, device: str) -> dict[str, Any]:
+    env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": device}
+    if device == "cuda":
+        env["device_name"] = torch.cuda.get_device_name(torch.cuda.current_device())
+        env["cudnn"] = torch.backends.cudnn.version()
+        with contextlib.suppress(Exception):
+            env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+    return env
+
+
+def _is_oom(err: BaseException) -> bool:
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(err, torch.OutOfMemoryError):
+        return True
+    text = str(err).lower()
+    return "out of memory" in text or "can't allocate memory" in text
+
+
+def crash_reason(err: BaseException) -> str:
+    """`Type: first line of the message`, for a rank's failure file."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0][:300] if text else ''}"
+
+
+def classify(err: Exception, ranks: int) -> TrialResult | None:
+    """The result an exception means; None: a crash of one process, left to the parent (traceback in the log)."""
+    if isinstance(err, InvalidConfig):
+        return TrialResult("invalid_config", str(err))
+    if isinstance(err, NonFiniteLoss):
+        return TrialResult("nonfinite_loss", str(err))
+    if _is_oom(err):
+        return TrialResult("oom", str(err).strip().splitlines()[0][:500])
+    if (refusal := nccl_log.refusal_of(err)) is not None:
+        return TrialResult("invalid_config", refusal)
+    if ranks > 1:  # this rank's own traceback stays in the log; its reason goes to the parent
+        import traceback
+
+        traceback.print_exc()
+        return TrialResult("crash", crash_reason(err))
+    return None
+
+
+def _die_with_parent() -> None:
+    """Linux: if the autotune process is killed (even with -9), this trial dies too and frees the GPU.
+
+    PR_SET_PDEATHSIG acts only from the call on: a parent killed between this process's start and the call
+    has already left it to init, so a process launched by autotune directly (AUTOTUNE_PARENT_PID, not a
+    torchrun rank) that finds another parent leaves at once."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    parent = os.environ.get("AUTOTUNE_PARENT_PID")
+    if parent and "RANK" not in os.environ and os.getppid() != int(parent):
+        os._exit(1)
+
+
+def main(argv: list[str]) -> int:
+    _die_with_parent()
+    spec_path, result_path = argv
+    spec = TrialSpec.read(spec_path)
+    rank, world = env_rank()
+    try:
+        result = run(spec)
+    except Exception as err:
+        failed = classify(err, world)
+        if failed is None:
+            raise  # traceback goes to the log; the parent classifies the exit as a crash
+        result = failed
+    result.rank = rank
+    if world > 1:
+        if result.status != "ok":
+            fail_rank(result_path, result)
+        if rank != 0:
+            return 0
+    result.write(result_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

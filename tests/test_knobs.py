@@ -1,0 +1,73 @@
+"""The knob catalogue: declared once, and everything else follows from it (schema, defaults, notes, README)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from autotune import knobs
+from autotune.config import SpaceConfig, parse_config
+from autotune.errors import exit_codes_markdown
+from autotune.protocol import TrialSpec
+from conftest import tiny
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+def _section(begin: str, end: str) -> str:
+    match = re.search(re.escape(begin) + r"\n(.*?)" + re.escape(end), README, re.S)
+    assert match, f"README.md has no {begin} ... {end} section"
+    return match.group(1)
+
+
+def test_knobs_readme_table_is_the_catalogues() -> None:
+    # Regenerate with: python -c "from autotune.knobs import markdown_table; print(markdown_table(), end='')"
+    assert _section("<!-- knobs:begin -->", "<!-- knobs:end -->") == knobs.markdown_table()
+
+
+def test_knobs_readme_exit_codes_are_the_errors_modules() -> None:
+    assert _section("<!-- exit-codes:begin -->", "<!-- exit-codes:end -->") == exit_codes_markdown()
+
+
+def test_knobs_schema_has_one_documented_field_per_knob() -> None:
+    assert tuple(SpaceConfig.model_fields) == knobs.NAMES
+    for knob in knobs.CATALOGUE:
+        field = SpaceConfig.model_fields[knob.name]
+        assert field.description == knob.help and knob.effect, knob.name
+        assert field.default == ("auto" if knob.derived else [knob.default])
+
+
+def test_knobs_trial_defaults_come_from_the_catalogue() -> None:
+    spec = TrialSpec(task="train", device="cpu", knobs={"precision": "bf16"})
+    assert spec.knobs == {**knobs.defaults("train"), "precision": "bf16"}
+    assert TrialSpec(task="allreduce", device="cpu").knobs == {}  # the all-reduce workload has no knobs
+
+
+def test_knobs_only_with_and_multi_rank_rules_resolve_from_the_catalogue() -> None:
+    from autotune.space import resolve_space
+
+    cfg = parse_config(tiny(workload={"world_size": 2}, space={"parallel": ["ddp", "fsdp"], "bucket_cap_mb": [25, 50],
+                                                              "reshard_after_forward": [True, False]}))
+    space = resolve_space(cfg, "cuda")
+    fsdp = space.knobs({**space.baseline, "parallel": "fsdp"})
+    ddp = space.knobs({**space.baseline, "parallel": "ddp"})
+    assert fsdp["bucket_cap_mb"] is None and fsdp["reshard_after_forward"] is not None
+    assert ddp["reshard_after_forward"] is None and ddp["bucket_cap_mb"] in (25, 50)
+
+
+def test_knobs_apply_notes_and_env() -> None:
+    k = {**knobs.defaults(), "precision": "fp8", "fp8_recipe": "rowwise", "compile": "max-autotune", "attention": "cudnn",
+         "cuda_alloc_conf": "expandable_segments:True", "nccl_nchannels": 8, "parallel": None}
+    notes = knobs.apply_notes(k, "cuda")
+    assert "from_recipe_name('rowwise')" in notes[0]
+    assert "model = torch.compile(model, mode='max-autotune')" in notes
+    assert "with torch.nn.attention.sdpa_kernel(SDPBackend.CUDNN_ATTENTION): forward" in notes
+    assert knobs.env_of(k) == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "NCCL_MIN_NCHANNELS": "8",
+                               "NCCL_MAX_NCHANNELS": "8"}
+
+
+def test_knobs_choices_from_the_types() -> None:
+    assert knobs.BY_NAME["nccl_proto"].choices() == ("default", "Simple", "LL", "LL128")
+    assert "NVLS" in knobs.BY_NAME["nccl_algo"].choices() and "NVLS" not in tiny()["space"]
+    assert knobs.BY_NAME["nccl_nchannels"].choices() == ("default",)
+    assert knobs.BY_NAME["micro_batch_size"].choices() == ()
