@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from autotune.search.loop import SearchResult
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "load_config", "run_search", "run_check", "read_report", "run_nccl", "AutotuneError",
+__all__ = ["__version__", "load_config", "resolve_space", "run_search", "run_check", "read_report", "run_nccl", "AutotuneError",
            "ConfigError", "ExitCode"]
 
 
@@ -69,6 +69,10 @@ def __getattr__(name: str) -> Any:  # lazy re-exports (PEP 562): `import autotun
         from autotune.config import load_config
 
         return load_config
+    if name == "resolve_space":
+        from autotune.space import resolve_space
+
+        return resolve_space
     if name in ("AutotuneError", "ConfigError", "ExitCode"):
         from autotune import errors
 

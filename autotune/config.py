@@ -7,21 +7,27 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-import yaml
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, create_model,
                       field_validator, model_validator)
 
 from autotune import knobs as catalogue
-from autotune.errors import ConfigError
+from autotune import yamlio
+from autotune.errors import ConfigError, excerpt
 from autotune.space import resolve_space
 
 SamplerName = Literal["tpe", "random", "grid", "gp"]
 
 
-class _Section(BaseModel):
-    """Every section rejects unknown keys: a typo must never be silently ignored."""
+MAX_KNOB_VALUES = 1024  # values of one knob; more is a typo or a range without multiple_of
+MAX_NAME = 200  # a study name names folders, OUT/<name>.archived-<time> too (NAME_MAX is 255)
+SEED_MAX = 2**32 - 1  # numpy's and Optuna's seeds are 32-bit
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+
+class _Section(BaseModel):
+    """Every section rejects unknown keys (a typo must never be silently ignored) and takes YAML's types as
+    they are: strict, so `true` is no integer and "3" no number; floats finite."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class ModelConfig(_Section):
@@ -41,27 +47,27 @@ class ModelConfig(_Section):
         description="'package.module:function' returning your model and batch maker (README: Your own model). "
         "Runs your code, by design.",
     )
-    n_layers: Optional[int] = Field(default=None, ge=1, description="Transformer blocks (built-in model).")
-    d_model: Optional[int] = Field(default=None, ge=1, description="Hidden size; a multiple of n_heads (built-in model).")
-    n_heads: Optional[int] = Field(default=None, ge=1, description="Attention (query) heads (built-in model).")
+    n_layers: Optional[int] = Field(default=None, ge=1, le=1024, description="Transformer blocks (built-in model).")
+    d_model: Optional[int] = Field(default=None, ge=1, le=65536,
+                                   description="Hidden size; a multiple of n_heads (built-in model).")
+    n_heads: Optional[int] = Field(default=None, ge=1, le=1024, description="Attention (query) heads (built-in model).")
     n_kv_heads: int | None = Field(
-        default=None, ge=1, description="Key/value heads (grouped-query attention); llama only. Default n_heads."
+        default=None, ge=1, le=1024, description="Key/value heads (grouped-query attention); llama only. Default n_heads."
     )
     vocab_size: Optional[int] = Field(
-        default=None, ge=1, description="Vocabulary size (built-in model; synthetic tokens are drawn from it)."
+        default=None, ge=1, le=2**24, description="Vocabulary size (built-in model; synthetic tokens are drawn from it)."
     )
     seq_len: Optional[int] = Field(
-        default=None, ge=1, description="Tokens per sequence (built-in and hf_config models; required there)."
+        default=None, ge=1, le=2**20, description="Tokens per sequence (built-in and hf_config models; required there)."
     )
     ffn_hidden: int | None = Field(
-        default=None,
-        ge=1,
+        default=None, ge=1, le=2**20,
         description="MLP hidden size. Default: 4*d_model for gpt; 8/3*d_model rounded up to 256 for llama.",
     )
     tie_embeddings: bool = Field(
         default=True, description="Share the token embedding with the output head (GPT-2, Llama-3.2-1B do)."
     )
-    rope_theta: float = Field(default=500000.0, gt=0, description="RoPE base; llama only (Llama 3 uses 500000).")
+    rope_theta: float = Field(default=500000.0, gt=0, le=1e12, description="RoPE base; llama only (Llama 3 uses 500000).")
 
     @model_validator(mode="after")
     def _check_shapes(self, info: ValidationInfo) -> ModelConfig:
@@ -117,19 +123,22 @@ class ModelConfig(_Section):
 
 
 def _check_external(model: ModelConfig, base_dir: Path | None) -> None:
-    """hf_config and entrypoint fail here, before any trial: missing file, bad JSON, import errors."""
-    import importlib
+    """hf_config and entrypoint fail here, before any trial: missing file, bad JSON, import errors. The
+    entrypoint is imported in a throwaway process (probe.py): the parent never runs user code."""
     import importlib.util
     import json
-    import sys
+
+    from autotune.probe import check_entrypoint
 
     if model.hf_config is not None:
         path = Path(model.hf_config)
         if not path.is_file():
             raise ValueError(f"model.hf_config: no such file: {model.hf_config!r}")
         try:
+            if path.stat().st_size > yamlio.MAX_BYTES:
+                raise ValueError(f"{path.stat().st_size:,} bytes; a config.json is a few kB")
             data = json.loads(path.read_text())
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, RecursionError) as err:
             raise ValueError(f"model.hf_config: {model.hf_config!r} is not valid JSON: {err}") from None
         if not isinstance(data, dict) or "model_type" not in data:
             raise ValueError(f"model.hf_config: {model.hf_config!r} has no model_type; is it a transformers config.json?")
@@ -139,14 +148,9 @@ def _check_external(model: ModelConfig, base_dir: Path | None) -> None:
     module_name, sep, func = (model.entrypoint or "").partition(":")
     if not sep or not module_name or not func.isidentifier():
         raise ValueError(f"model.entrypoint: {model.entrypoint!r} is not of the form 'package.module:function'")
-    if base_dir is not None and str(base_dir) not in sys.path:
-        sys.path.insert(0, str(base_dir))
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as err:
-        raise ValueError(f"model.entrypoint: cannot import {module_name!r}: {type(err).__name__}: {err}") from None
-    if not callable(getattr(module, func, None)):
-        raise ValueError(f"model.entrypoint: {module_name!r} has no function {func!r}")
+    problem = check_entrypoint(module_name, func, str(base_dir) if base_dir is not None else None)
+    if problem:
+        raise ValueError(f"model.entrypoint: {problem}")
 
 
 class WorkloadConfig(_Section):
@@ -156,15 +160,16 @@ class WorkloadConfig(_Section):
     global_batch_size: int | None = Field(
         default=None,
         ge=1,
+        le=2**24,
         description="Sequences per optimizer step, kept exactly by every trial: "
         "micro_batch_size x grad_accum_steps x world_size. Absent: grad_accum_steps is searched instead.",
     )
     world_size: int = Field(
-        default=1, ge=1, description="GPUs (ranks) per trial, over all nodes. Above 1 a trial is launched with torchrun "
+        default=1, ge=1, le=4096, description="GPUs (ranks) per trial, over all nodes. Above 1 a trial is launched with torchrun "
         "(--standalone on one node) as one data-parallel training step; the slowest rank's step time counts.",
     )
     nnodes: int = Field(
-        default=1, ge=1, description="Nodes per trial; world_size / nnodes ranks on each. Above 1 needs "
+        default=1, ge=1, le=1024, description="Nodes per trial; world_size / nnodes ranks on each. Above 1 needs "
         "rdzv_endpoint and a launcher that starts the trial on every node (README: Multi-node).",
     )
     rdzv_endpoint: Optional[str] = Field(
@@ -176,10 +181,10 @@ class WorkloadConfig(_Section):
         "[srun, --nodes=2, --ntasks-per-node=1]; an argument list, never a shell string.",
     )
     warmup_steps: int = Field(
-        default=3, ge=1, description="Optimizer steps run before timing (include torch.compile); not measured."
+        default=3, ge=1, le=10_000, description="Optimizer steps run before timing (include torch.compile); not measured."
     )
-    measure_steps: int = Field(default=10, ge=2, description="Timed optimizer steps; the median is reported.")
-    seed: int = Field(default=0, description="Seed of the model's weights and the synthetic tokens.")
+    measure_steps: int = Field(default=10, ge=2, le=100_000, description="Timed optimizer steps; the median is reported.")
+    seed: int = Field(default=0, ge=0, le=SEED_MAX, description="Seed of the model's weights and the synthetic tokens.")
 
     @model_validator(mode="after")
     def _check_batch(self) -> WorkloadConfig:
@@ -212,13 +217,19 @@ class IntRange(_Section):
     def _check_order(self) -> IntRange:
         if self.min > self.max:
             raise ValueError(f"min ({self.min}) is greater than max ({self.max}); swap them")
-        if not self.values():
+        count = len(self._range())  # a range object: counted without listing it
+        if not count:
             raise ValueError(f"no multiple of {self.multiple_of} lies in [{self.min}, {self.max}]")
+        if count > MAX_KNOB_VALUES:
+            raise ValueError(f"{{min: {self.min}, max: {self.max}, multiple_of: {self.multiple_of}}} gives {count:,} "
+                             f"values; at most {MAX_KNOB_VALUES} a knob: raise multiple_of or narrow the range")
         return self
 
+    def _range(self) -> range:
+        return range(math.ceil(self.min / self.multiple_of) * self.multiple_of, self.max + 1, self.multiple_of)
+
     def values(self) -> list[int]:
-        start = math.ceil(self.min / self.multiple_of) * self.multiple_of
-        return list(range(start, self.max + 1, self.multiple_of))
+        return list(self._range())
 
 
 class _SpaceBase(_Section):
@@ -236,6 +247,8 @@ class _SpaceBase(_Section):
         if isinstance(value, list):
             if not value:
                 raise ValueError("empty list; give at least one value")
+            if len(value) > MAX_KNOB_VALUES:
+                raise ValueError(f"{len(value):,} values; at most {MAX_KNOB_VALUES} a knob")
             return value
         return [value]
 
@@ -266,28 +279,39 @@ SpaceConfig = create_model("SpaceConfig", __base__=_SpaceBase, __module__=__name
 class StudyConfig(_Section):
     """How the Optuna study runs."""
 
-    trials: int = Field(default=30, ge=1, description="Trials to measure (launched trials; resumed ones count).")
-    timeout_min: float = Field(default=60.0, gt=0, description="Stop launching trials after this many minutes.")
+    trials: int = Field(default=30, ge=1, le=100_000, description="Trials to measure (launched trials; resumed ones count).")
+    timeout_min: float = Field(default=60.0, gt=0, le=525_600, description="Stop launching trials after this many "
+                               "minutes (at most a year).")
     sampler: SamplerName = Field(default="tpe", description="Optuna sampler: tpe | random | grid | gp.")
-    seed: int = Field(default=0, description="Sampler seed.")
+    seed: int = Field(default=0, ge=0, le=SEED_MAX, description="Sampler seed (0 to 2^32 - 1).")
     storage: str | None = Field(
         default=None,
         description="Optuna storage: an RDB URL (sqlite:///..., postgresql://user@host/db) or journal:PATH "
         "(JournalStorage on a shared file system). Default: sqlite:///<out>/<name>/study.db.",
     )
     worker_grace_s: float = Field(
-        default=60.0, ge=3, description="A running trial whose worker sent no heartbeat for this long "
+        default=60.0, ge=3, le=86_400, description="A running trial whose worker sent no heartbeat for this long "
         "(killed, node lost) is failed as worker_lost and its configuration measured again.",
     )
     trial_timeout_min: float = Field(
-        default=10.0, gt=0, description="Hard limit for one trial's process; past it the trial ends as timeout."
+        default=10.0, gt=0, le=10_080, description="Hard limit for one trial's process; past it the trial ends as "
+        "timeout (at most a week)."
     )
     confirm_top: int = Field(
-        default=3, ge=0, description="At the end, re-measure this many best configurations (0: no confirmation)."
+        default=3, ge=0, le=100, description="At the end, re-measure this many best configurations (0: no confirmation)."
     )
     confirm_rounds: int = Field(
-        default=3, ge=0, description="Interleaved rounds of the confirmation (A B C A B C ...), each a fresh process."
+        default=3, ge=0, le=100, description="Interleaved rounds of the confirmation (A B C A B C ...), each a fresh process."
     )
+
+
+    @field_validator("storage")
+    @classmethod
+    def _remember_credentials(cls, value: str | None) -> str | None:
+        from autotune.redact import remember
+
+        remember(value)  # masked wherever it would be shown from now on
+        return value
 
 
 class Config(_Section):
@@ -311,10 +335,9 @@ class Config(_Section):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value):
-            raise ValueError(
-                f"{value!r} is not a valid study name; use letters, digits, '.', '_' and '-' (it names a folder)"
-            )
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value) or len(value) > MAX_NAME:
+            raise ValueError(f"{excerpt(value)} is not a valid study name; use at most {MAX_NAME} letters, digits, "
+                             "'.', '_' and '-' (it names a folder)")
         return value
 
     @model_validator(mode="after")
@@ -334,18 +357,30 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     return list(model.model_fields)
 
 
-def _format_error(err: ValidationError) -> str:
-    """One line: the YAML path, the bad value, what is allowed."""
-    first = err.errors()[0]
+def _path(loc: tuple[Any, ...]) -> str:
+    """The YAML path of an error, without pydantic's union branch names (`bool`, `literal['a']`, `int`)."""
+    return ".".join(str(p) for p in loc if isinstance(p, int) or re.fullmatch(r"[A-Za-z_]\w*", str(p))
+                    and str(p) not in ("int", "bool", "str", "float", "none", "list")) or "top level"
+
+
+def describe_error(err: ValidationError, section: str | None = None) -> str:
+    """One line: the YAML path (under `section` when the model validated one section), the bad value (a
+    bounded excerpt), what is allowed."""
+    first = err.errors(include_url=False)[0]
+    if section:
+        first = {**first, "loc": (section, *first["loc"])}
     msg = first["msg"].removeprefix("Value error, ")
-    loc = ".".join(str(p) for p in first["loc"])
+    loc = _path(first["loc"])
     if first["type"] == "extra_forbidden":
         return f"{loc}: unknown key; allowed here: {', '.join(_allowed_keys(first['loc'][:-1]))}"
-    if re.match(r"^(model|workload|space|study|baseline)\.", msg):  # our own validators name the path
+    if re.match(r"^(model|workload|space|study|baseline)[.:]", msg):  # our own validators name the path
         return msg
     got = first.get("input")
-    shown = "" if first["type"] == "missing" or isinstance(got, dict) else f" (got {got!r})"
-    return f"{loc or 'top level'}: {msg}{shown}"
+    knob = catalogue.BY_NAME.get(str(first["loc"][1])) if len(first["loc"]) > 2 and first["loc"][0] == "space" else None
+    if knob is not None and first["type"] not in ("value_error", "missing"):  # a knob value of the wrong kind
+        return f"space.{knob.name}: {excerpt(got)} is not allowed; allowed: {catalogue.values_text(knob).replace('`', '')}"
+    shown = "" if first["type"] == "missing" or isinstance(got, dict) else f" (got {excerpt(got)})"
+    return f"{loc}: {msg}{shown}"
 
 
 def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = None) -> Config:
@@ -357,34 +392,15 @@ def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = No
         cfg._base_dir = str(base_dir) if base_dir is not None else None
         return cfg
     except ValidationError as err:
-        raise ConfigError(f"{source}: {_format_error(err)}") from None
-
-
-def _read_yaml(path: Path, what: str) -> Any:
-    if not path.is_file():
-        raise ConfigError(f"{what}: no such file: {path}")
-    try:
-        return yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read: {err}") from None
+        raise ConfigError(f"{source}: {describe_error(err)}") from None
 
 
 def load_config(path: str | Path) -> Config:
-    """Read MODEL_YAML; a `space:` given as a path is read relative to the file, then to the cwd."""
+    """Read MODEL_YAML; a `space:` given as a path (a .yaml file) is read relative to the file, then to the cwd."""
     path = Path(path)
-    data = _read_yaml(path, "MODEL_YAML")
+    data = yamlio.read(path, "MODEL_YAML")
     if isinstance(data, dict) and isinstance(data.get("space"), str):
-        ref = Path(data["space"])
-        candidates = [ref] if ref.is_absolute() else [path.parent / ref, Path.cwd() / ref]
-        found = next((c for c in candidates if c.is_file()), None)
-        if found is None:
-            raise ConfigError(f"{path}: space: no such file: {data['space']!r} (looked beside the YAML and in the cwd)")
-        data = {**data, "space": _read_yaml(found, f"{path}: space")}
+        data = {**data, "space": _read_space(path, data["space"])}
     model = data.get("model") if isinstance(data, dict) else None
     if isinstance(model, dict) and isinstance(model.get("hf_config"), str):
         ref = Path(model["hf_config"])
@@ -392,3 +408,18 @@ def load_config(path: str | Path) -> Config:
             ref = next((c for c in (path.parent / ref, Path.cwd() / ref) if c.is_file()), path.parent / ref)
         data = {**data, "model": {**model, "hf_config": str(ref.resolve())}}
     return parse_config(data, str(path), base_dir=path.parent.resolve())
+
+
+def _read_space(path: Path, given: str) -> dict[str, Any]:
+    """The space file named in MODEL_YAML; its content is never quoted in a message (it may be any file)."""
+    ref = Path(given)
+    if ref.suffix not in (".yaml", ".yml"):
+        raise ConfigError(f"{path}: space: {excerpt(given)} is not a .yaml file; give the space inline or as a .yaml path")
+    candidates = [ref] if ref.is_absolute() else [path.parent / ref, Path.cwd() / ref]
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        raise ConfigError(f"{path}: space: no such file: {excerpt(given)} (looked beside the YAML and in the cwd)")
+    space = yamlio.read(found, f"{path}: space")
+    if not isinstance(space, dict):
+        raise ConfigError(f"{path}: space: {found} holds no mapping of knobs (knob: values)")
+    return space

@@ -12,7 +12,9 @@ class ExitCode(IntEnum):
     FAILED = 1
     BAD_INPUT = 2
     UNMEASURED = 3
+    INTERNAL = 4
     INTERRUPTED = 130  # 128 + SIGINT
+    TERMINATED = 143  # 128 + SIGTERM
 
 
 EXIT_MEANINGS: dict[ExitCode, str] = {
@@ -21,7 +23,9 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.BAD_INPUT: "bad input: usage, missing file, invalid YAML, schema error, a study made from another YAML; "
                         "`check`: another GPU model than the baseline's",
     ExitCode.UNMEASURED: "`check`: could not measure (every repeat failed; the reason is shown)",
+    ExitCode.INTERNAL: "an error inside autotune (a bug): one line naming it; `--debug` shows the traceback",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C); the study is kept and resumable",
+    ExitCode.TERMINATED: "terminated (SIGTERM): handled as Ctrl-C; the study is kept and resumable",
 }
 
 
@@ -35,8 +39,23 @@ def exit_codes_help() -> str:
     """One line for `autotune --help`."""
     short = {ExitCode.OK: "done (check: pass)", ExitCode.FAILED: "no trial succeeded (check: regression)",
              ExitCode.BAD_INPUT: "bad input", ExitCode.UNMEASURED: "check could not measure",
-             ExitCode.INTERRUPTED: "interrupted"}
+             ExitCode.INTERNAL: "internal error", ExitCode.INTERRUPTED: "interrupted", ExitCode.TERMINATED: "SIGTERM"}
     return "Exit codes: " + ", ".join(f"{int(c)} {short[c]}" for c in ExitCode) + "."
+
+
+def excerpt(value: object, limit: int = 80) -> str:
+    """A bounded repr of a user's value for a message: never the whole of a huge or deeply nested value
+    (a YAML alias bomb expands to gigabytes), so building it costs little too."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxstring, r.maxother, r.maxlist, r.maxdict, r.maxtuple, r.maxset, r.maxlevel = limit, limit, 6, 4, 6, 6, 3
+    text = r.repr(value)
+    return text if len(text) <= limit + 20 else text[:limit] + "..."
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: handled everywhere as Ctrl-C (trials interrupted, best.yaml written), exit 143."""
 
 
 class AutotuneError(Exception):

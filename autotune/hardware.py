@@ -174,6 +174,27 @@ class Telemetry:
             self._stop.wait(self._interval)
 
 
+def device_units(device: str, gpus: str | None, ranks: int) -> list[str]:
+    """The device units a trial occupies, named for locks.DeviceLock: its GPUs by NVML UUID (the index when
+    NVML cannot tell), or on the CPU its slot (the --gpus entry; 0 without --gpus)."""
+    if device != "cuda":
+        return [f"cpu-{gpus or 0}"]
+    if gpus is not None:
+        indices = [int(g) for g in gpus.split(",")]
+    else:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        listed = [v.strip() for v in visible.split(",")] if visible else []
+        indices = [int(v) for v in listed if v.isdigit()][:ranks] or list(range(ranks))
+    nv = _nvml()
+    units = []
+    for i in indices:
+        try:
+            units.append("gpu-" + _str(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i))))
+        except Exception:
+            units.append(f"gpu-{i}")
+    return units
+
+
 def visible_gpu_index() -> int:
     """NVML index of the GPU a trial's cuda:0 is (first entry of CUDA_VISIBLE_DEVICES when it is a number)."""
     first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()

@@ -48,12 +48,19 @@ class Knob:
         return tuple(v for k in kinds if get_origin(k) is Literal for v in get_args(k))
 
 
+MAX_SIZE = 65536  # the largest micro-batch, accumulation, bucket (MiB) or padding multiple a knob accepts
+
+
 def _positive(value: Any) -> str | None:
-    return None if value >= 1 else f"{value} is not a positive integer; sizes must be >= 1"
+    if 1 <= value <= MAX_SIZE:
+        return None
+    return f"{value} is not a size from 1 to {MAX_SIZE}" if value >= 1 else f"{value} is not a positive integer; sizes must be >= 1"
 
 
 def _pad(value: Any) -> str | None:
-    return None if value is None or value >= 1 else f"{value} is not a positive integer; use null or a multiple such as 64"
+    if value is None or 1 <= value <= MAX_SIZE:
+        return None
+    return f"{value} is not a positive integer up to {MAX_SIZE}; use null or a multiple such as 64"
 
 
 def _channels(value: Any) -> str | None:
@@ -210,7 +217,7 @@ def apply_notes(knobs: dict[str, Any], device: str) -> list[str]:
     return [line for k in CATALOGUE if k.note is not None and k.name in knobs for line in k.note(knobs, device)]
 
 
-def _values_text(knob: Knob) -> str:
+def values_text(knob: Knob) -> str:
     if knob.values:
         return knob.values
     if knob.type is bool:
@@ -236,5 +243,5 @@ def markdown_table() -> str:
             where += f" with `{k.only_with[0]}: {k.only_with[1]}`"
         if k.multi_rank:
             where += ", world_size > 1" + (" on GPUs" if k.nccl else "")
-        rows.append(f"| `{k.name}` | {_values_text(k)} | {_default_text(k)} | {where} | {k.effect} |")
+        rows.append(f"| `{k.name}` | {values_text(k)} | {_default_text(k)} | {where} | {k.effect} |")
     return "\n".join(rows) + "\n"

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from autotune import knobs as catalogue
-from autotune import nccl_log
+from autotune import nccl_log, paths
 from autotune.errors import ConfigError
 from autotune.protocol import RunSettings, TrialSpec, write_json
-from autotune.runner import omp_env, run_trial
+from autotune.runner import omp_env, preflight, run_trial
 
 ALGOS = catalogue.BY_NAME["nccl_algo"].choices()
 PROTOS = catalogue.BY_NAME["nccl_proto"].choices()
@@ -52,6 +52,8 @@ def sweep(out_dir: Path, *, device: str, gpus: list[str], algos: list[str], prot
     gpus: the group's GPUs (on the CPU, one gloo rank per entry)."""
     if len(gpus) < 2:
         raise ConfigError(f"--gpus: {','.join(gpus) or 'none'} gives {len(gpus)} rank(s); an all-reduce needs at least 2")
+    paths.writable_dir(out_dir, "--out")
+    preflight()
     combos = [(a, p) for a in algos for p in protos] if device == "cuda" else [("gloo", "gloo")]
     cells = []
     for i, (algo, proto) in enumerate(combos):
@@ -68,7 +70,7 @@ def sweep(out_dir: Path, *, device: str, gpus: list[str], algos: list[str], prot
 def _cell(run_dir: Path, device: str, gpus: list[str], algo: str, proto: str, sizes: list[int], warmup: int,
           iters: int, timeout_s: float) -> dict[str, Any]:
     """One setting in a fresh rank group: its bandwidth rows, or NCCL's reason for refusing it."""
-    env = {var: value for var, value in (("NCCL_ALGO", algo), ("NCCL_PROTO", proto)) if value not in ("default", "gloo")}
+    env = catalogue.env_of({"nccl_algo": algo, "nccl_proto": proto}) if device == "cuda" else {}
     if device == "cuda":
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     env.update(omp_env(len(gpus)))

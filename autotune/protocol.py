@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,46 @@ STATUSES = ("ok", "oom", "timeout", "nonfinite_loss", "invalid_config", "crash")
 CONFIG_FAILURES = ("oom", "invalid_config", "nonfinite_loss")
 # The Python module a trial process runs: `python -m autotune.workloads.trial SPEC.json RESULT.json`.
 TRIAL_MODULE = "autotune.workloads.trial"
+
+
+FAULT_KINDS = ("oom", "hang", "crash", "nan", "error", "slow")  # AUTOTUNE_FAULT (workloads/faults.py)
+
+
+def parse_fault(text: str | None) -> tuple[str, float, str, str, str] | None:
+    """AUTOTUNE_FAULT as (kind, slow percent, knob, op, value), None when unset; ValueError naming the variable
+    when it is not KIND[:PCT][@KNOB=VALUE | @KNOB>=NUMBER]."""
+    if not text or not text.strip():
+        return None
+    spec, _, cond = text.strip().partition("@")
+    kind, _, pct = spec.strip().partition(":")
+    allowed = f"use KIND[@KNOB=VALUE|@KNOB>=NUMBER], KIND one of {', '.join(FAULT_KINDS)} (slow:PCT)"
+    if kind not in FAULT_KINDS or bool(pct) != (kind == "slow"):
+        raise ValueError(f"AUTOTUNE_FAULT: {text[:80]!r} is not a fault; {allowed}")
+    try:
+        slow = float(pct) if pct else 0.0
+    except ValueError:
+        raise ValueError(f"AUTOTUNE_FAULT: slow:{pct[:20]!r} needs a percentage, e.g. slow:20") from None
+    if not cond:
+        return kind, slow, "", "", ""
+    op = ">=" if ">=" in cond else "="
+    knob, _, want = (part.strip() for part in cond.partition(op))
+    if knob not in (*catalogue.NAMES, "rank") or not want:
+        raise ValueError(f"AUTOTUNE_FAULT: condition {cond[:80]!r} names no knob (or rank) and value; {allowed}")
+    if op == ">=":
+        try:
+            float(want)
+        except ValueError:
+            raise ValueError(f"AUTOTUNE_FAULT: {knob}>={want[:20]!r} needs a number") from None
+    return kind, slow, knob, op, want
+
+
+def reason_line(reason: str | None, limit: int = 160) -> str:
+    """The one line of a failure's reason to show: the last line that names an error (a traceback's end),
+    else the first line with words in it (not a banner of '=' signs)."""
+    lines = [line.strip() for line in (reason or "").splitlines() if re.search(r"[A-Za-z]{2}", line)]
+    named = [line for line in lines if re.search(r"(Error|Exception|error|refused|out of memory)\b", line)]
+    line = named[-1] if named else (lines[0] if lines else "")
+    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 def write_json(path: str | Path, doc: dict[str, Any]) -> None:

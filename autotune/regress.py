@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 
+from autotune import paths
 from autotune.config import ModelConfig, StudyConfig, WorkloadConfig, load_config
-from autotune.errors import ConfigError, ExitCode, UnmeasuredError
+from autotune.errors import ConfigError, ExitCode, UnmeasuredError, excerpt
 from autotune.hardware import detect, visible_gpu_index
-from autotune.runner import Bench, measure
+from autotune.protocol import reason_line
+from autotune.runner import Bench, measure, preflight
 from autotune.search.best import read_best, record_check_baseline
 
 # Versions listed beside the verdict when they differ: the usual causes of a change.
@@ -108,12 +110,39 @@ def _bench(best: dict[str, Any], best_path: Path, model_yaml: Path | None) -> Be
     limit = best["measurement"].get("trial_timeout_min") or StudyConfig.model_fields["trial_timeout_min"].default
     if model_yaml is not None:
         cfg = load_config(model_yaml)
+        _same_measurement(best, cfg.model.model_dump(mode="json"), cfg.workload.model_dump(mode="json"))
         model, workload, base_dir, limit = cfg.model, cfg.workload, cfg.base_dir, cfg.study.trial_timeout_min
     else:
         model = ModelConfig.model_validate(best["model"], context={"base_dir": best.get("base_dir")})
         workload, base_dir = WorkloadConfig(**best["workload"]), best.get("base_dir")
     return Bench.of(model, workload, device=fp["device"], timeout_s=60 * limit,
-                    cache_dir=best_path.parent / "inductor-cache", base_dir=base_dir)
+                    home=best_path.parent, base_dir=base_dir)
+
+
+# How a trial is launched may differ between the search's machine and the check's; nothing else may.
+LAUNCH_ONLY = ("nnodes", "rdzv_endpoint", "launcher")
+
+
+def _same_measurement(best: dict[str, Any], model: dict[str, Any], workload: dict[str, Any]) -> None:
+    """--model may move the model (another path to the same config.json or module) and how ranks are launched;
+    a different model or workload is refused, like another GPU: its numbers do not compare."""
+    def content(m: dict[str, Any]) -> dict[str, Any]:
+        if m.get("hf_config"):  # the same config.json at another path is the same model
+            try:
+                m = {**m, "hf_config": json.loads(Path(m["hf_config"]).read_text())}
+            except (OSError, ValueError):
+                pass
+        return m
+
+    for section, mine, theirs in (("model", content(model), content(best["model"])),
+                                  ("workload", workload, best["workload"])):
+        for key in sorted(set(mine) | set(theirs)):
+            if section == "workload" and key in LAUNCH_ONLY:
+                continue
+            if mine.get(key) != theirs.get(key):
+                raise ConfigError(f"--model: {section}.{key} is {excerpt(mine.get(key))} in MODEL_YAML but "
+                                  f"{excerpt(theirs.get(key))} in best.yaml; a check compares only the configuration "
+                                  "that was measured (nothing compared)")
 
 
 def measure_best(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5) -> tuple[list[float], list[dict[str, Any]], list[str], dict[str, Any]]:
@@ -121,7 +150,9 @@ def measure_best(best_path: Path, *, model_yaml: Path | None = None, repeats: in
 
     Returns per-process tokens/s, per-process details (with telemetry means), failures, fingerprint.
     """
+    preflight()
     best = read_best(best_path)
+    paths.writable_dir(best_path.parent, "BEST_YAML")  # history.jsonl, checks/ and the baseline go beside it
     fp = best["fingerprint"]
     here = _current_hardware(fp["device"])
     if here != fp["gpu_model"]:
@@ -134,9 +165,9 @@ def measure_best(best_path: Path, *, model_yaml: Path | None = None, repeats: in
     failures: list[str] = []
     fingerprint: dict[str, Any] = {}
     for i in range(repeats):
-        record = measure(bench, best["knobs"], runs / f"{i:02d}", number=i)
+        record = measure(bench, best["knobs"], runs / f"{i:02d}", number=i, env=best.get("apply", {}).get("env"))
         if record["status"] != "ok":
-            failures.append(f"repeat {i}: {record['status']}: {record['reason'].splitlines()[-1] if record['reason'] else ''}")
+            failures.append(f"repeat {i}: {record['status']}: {reason_line(record['reason'])}")
             continue
         samples.append(record["metrics"]["tokens_per_s_per_gpu"])
         tele = record.get("telemetry") or {}
@@ -162,6 +193,8 @@ def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, 
     baseline."""
     t0 = time.monotonic()
     best = read_best(best_path)
+    if junit:
+        paths.writable_file(junit, "--junit")  # before the repeats, not after them
     samples, details, failures, fingerprint = measure_best(best_path, model_yaml=model_yaml, repeats=repeats)
     base, source = baseline_samples(best)
     status, ratio, ci = decide(base, samples, tolerance_pct)
@@ -170,12 +203,12 @@ def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, 
     verdict = Verdict(status, ratio, ci, tolerance_pct, statistics.median(base), statistics.median(samples), base,
                       samples, source, changes, failures, fingerprint, dt.datetime.now(dt.timezone.utc).isoformat(),
                       details)
-    record_history(best_path, verdict, best["name"])
-    if junit:
-        write_junit(junit, best["name"], verdict, time.monotonic() - t0)
     if update and status != "regression":
         record_check_baseline(best_path, samples, verdict.checked_at, fingerprint)
         verdict.updated = True
+    record_history(best_path, verdict, best["name"])
+    if junit:
+        write_junit(junit, best["name"], verdict, time.monotonic() - t0)
     return verdict
 
 

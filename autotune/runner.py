@@ -19,13 +19,24 @@ from typing import TYPE_CHECKING, Any
 
 from autotune import knobs as catalogue
 from autotune import metrics, nccl_log
-from autotune.hardware import Telemetry, fingerprint, peak_flops, visible_gpu_index
-from autotune.protocol import TRIAL_MODULE, RunSettings, TrialResult, TrialSpec
+from autotune.errors import ConfigError
+from autotune.hardware import Telemetry, device_units, fingerprint, peak_flops, visible_gpu_index
+from autotune.locks import DeviceLock
+from autotune.protocol import TRIAL_MODULE, RunSettings, TrialResult, TrialSpec, parse_fault
 
 if TYPE_CHECKING:
     from autotune.config import ModelConfig, WorkloadConfig
 
 LOG_TAIL_LINES = 15
+SUPERVISOR = "autotune.workloads.supervise"  # every trial runs under it: nothing outlives the trial or autotune
+
+
+def preflight() -> None:
+    """What must hold before anything is written: the test-only AUTOTUNE_FAULT, if set, is well formed."""
+    try:
+        parse_fault(os.environ.get("AUTOTUNE_FAULT"))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 @dataclass
@@ -48,15 +59,23 @@ class Bench:
     run: RunSettings
     device: str
     timeout_s: float  # hard limit of one trial's process
-    cache_dir: Path  # TORCHINDUCTOR_CACHE_DIR shared by these measurements
+    home: Path  # the study's folder: compile caches and temporary files of the trials go under it
     base_dir: str | None = None  # where an entrypoint module is found
     task: str = "train"
 
     @classmethod
-    def of(cls, model: ModelConfig, workload: WorkloadConfig, *, device: str, timeout_s: float, cache_dir: Path,
+    def of(cls, model: ModelConfig, workload: WorkloadConfig, *, device: str, timeout_s: float, home: Path,
            base_dir: str | None) -> Bench:
         run = RunSettings(**{k: getattr(workload, k) for k in RunSettings.__dataclass_fields__})
-        return cls(model_spec(model), run, device, timeout_s, cache_dir.resolve(), base_dir, workload.task)
+        return cls(model_spec(model), run, device, timeout_s, home.resolve(), base_dir, workload.task)
+
+    def env(self) -> dict[str, str]:
+        """Where a trial's compilers and libraries write: under the study (they default to /tmp and ~/.cache).
+        inductor-cache/ is shared by the study's trials (a shape compiled once is loaded after)."""
+        cache = self.home / "inductor-cache"
+        return {"TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton"),
+                "CUDA_CACHE_PATH": str(cache / "cuda"), "XDG_CACHE_HOME": str(cache / "xdg"),
+                "TMPDIR": str(self.home / "tmp")}
 
     def spec(self, knobs: dict[str, Any]) -> TrialSpec:
         return TrialSpec(task=self.task, device=self.device, knobs=dict(knobs), model=self.model, run=self.run,
@@ -71,22 +90,32 @@ def model_spec(model: ModelConfig) -> dict[str, Any]:
 
 
 def measure(bench: Bench, knobs: dict[str, Any], run_dir: Path, *, number: int = 0, gpus: str | None = None,
-            concurrent: int = 1, on_poll: Callable[[], None] | None = None,
-            stop: threading.Event | None = None) -> dict[str, Any]:
+            concurrent: int = 1, on_poll: Callable[[], None] | None = None, stop: threading.Event | None = None,
+            on_wait: Callable[[str], None] | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Measure one configuration in a fresh process (or rank group) and return its record.
 
-    gpus: the GPUs of this trial ("0" or "2,3"; None: as visible); concurrent: trials side by side (they
-    share the host's cores). KeyboardInterrupt, or `stop` set, ends the trial's processes and propagates.
+    gpus: the GPUs of this trial ("0" or "2,3"; None: as visible; on the CPU a slot number); concurrent:
+    trials side by side (they share the host's cores); env: more environment variables (check passes
+    best.yaml's apply.env, which a user may have added to). The trial's devices are held for it (locks.py): a
+    measurement by another autotune process on them is waited for, and the wait recorded. KeyboardInterrupt,
+    or `stop` set, ends the trial's processes and propagates.
     """
-    env = {"TORCHINDUCTOR_CACHE_DIR": str(bench.cache_dir), **catalogue.env_of(knobs),
-           **omp_env(concurrent * (bench.run.world_size // bench.run.nnodes))}
+    local_ranks = bench.run.world_size // bench.run.nnodes
+    env = {**bench.env(), **catalogue.env_of(knobs), **(env or {}), **omp_env(concurrent * local_ranks)}
     cuda_slot = gpus is not None and bench.device == "cuda"
     if cuda_slot:
         env["CUDA_VISIBLE_DEVICES"] = gpus
-    outcome = run_trial(bench.spec(knobs), run_dir, timeout_s=bench.timeout_s, env=env, on_poll=on_poll, stop=stop,
-                        gpu_index=int(gpus.split(",")[0]) if cuda_slot else None)
+    Path(env["TMPDIR"]).mkdir(parents=True, exist_ok=True)
+    lock = DeviceLock(device_units(bench.device, gpus, local_ranks))
+    waited = lock.acquire(stop, on_wait)
+    try:
+        outcome = run_trial(bench.spec(knobs), run_dir, timeout_s=bench.timeout_s, env=env, on_poll=on_poll,
+                            stop=stop, gpu_index=int(gpus.split(",")[0]) if cuda_slot else None)
+    finally:
+        lock.release()
     record = record_of(number, knobs, outcome, bench)
     record["run_dir"] = str(run_dir)
+    record["device_wait_s"] = round(waited, 1)
     return record
 
 
@@ -159,8 +188,8 @@ def run_trial(spec: TrialSpec, run_dir: Path, *, timeout_s: float, env: dict[str
         child_env.update(nccl_log.DEBUG_ENV, NCCL_DEBUG_FILE=str(run_dir / nccl_log.DEBUG_FILE))
     telemetry = Telemetry(visible_gpu_index() if gpu_index is None else gpu_index) if spec.device == "cuda" else None
     t0 = time.monotonic()
-    timed_out = _wait(launch_command(spec, spec_path, result_path, module), log_path, child_env, timeout_s, telemetry,
-                      on_poll, stop, str(spec_path) if distributed else None)
+    cmd = [sys.executable, "-m", SUPERVISOR, *launch_command(spec, spec_path, result_path, module)]
+    timed_out = _wait(cmd, log_path, child_env, timeout_s, telemetry, on_poll, stop, str(spec_path) if distributed else None)
     return _classify(run_dir, log_path, timed_out, timeout_s, distributed,
                      wall=time.monotonic() - t0, telemetry=telemetry.samples if telemetry else [])
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autotune import knobs as catalogue
+from autotune.errors import excerpt
 
 if TYPE_CHECKING:
     import optuna
@@ -21,6 +23,9 @@ if TYPE_CHECKING:
     from autotune.config import Config
 
 KNOBS = catalogue.NAMES  # in the order they are shown and suggested
+# The most points a space may have: each trial scans the unmeasured points, and a grid enqueues them all.
+# A space of more points than a study could ever measure is a mistake to be told about, not a search.
+MAX_POINTS = 100_000
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,11 @@ def resolve_space(cfg: Config, device: str | None = None) -> ResolvedSpace:
         _fix_where_it_cannot_act(k, values, notes, wl.world_size, device)
     searched = {k: v for k, v in values.items() if len(v) > 1}
     fixed = {k: v[0] for k, v in values.items() if len(v) == 1}
+    size = math.prod(len(v) for v in searched.values())
+    if size > MAX_POINTS:
+        biggest = sorted(searched, key=lambda k: -len(searched[k]))[:3]
+        raise ValueError(f"space: {size:,} points; at most {MAX_POINTS:,} (a study measures tens): fix knobs or list "
+                         "fewer values, e.g. of " + ", ".join(f"{k} ({len(searched[k])})" for k in biggest))
     return ResolvedSpace(searched=searched, fixed=fixed, notes=notes, global_batch_size=wl.global_batch_size,
                          world_size=wl.world_size, baseline=_resolve_baseline(cfg.baseline, values))
 
@@ -145,11 +155,11 @@ def _resolve_baseline(given: dict[str, Any], values: dict[str, list[Any]]) -> di
     """The baseline's searched params; an absent knob takes its default if in the space, else the first value."""
     for key, value in given.items():
         if key not in KNOBS:
-            raise ValueError(f"baseline.{key}: unknown knob; allowed: {', '.join(KNOBS)}")
+            raise ValueError(f"baseline.{str(key)[:40]}: unknown knob; allowed: {', '.join(KNOBS)}")
         if key == "grad_accum_steps" and key not in values:
-            raise ValueError(f"baseline.grad_accum_steps: {value!r} is derived from global_batch_size; remove it")
+            raise ValueError(f"baseline.grad_accum_steps: {excerpt(value)} is derived from global_batch_size; remove it")
         if not any(v == value and type(v) is type(value) for v in values[key]):
-            raise ValueError(f"baseline.{key}: {value!r} is outside the space; allowed: {values[key]}")
+            raise ValueError(f"baseline.{key}: {excerpt(value)} is outside the space; allowed: {excerpt(values[key])}")
     baseline = {}
     for key, allowed in values.items():
         if len(allowed) < 2:

@@ -10,6 +10,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from autotune.protocol import reason_line
 from autotune.report import fmt, rich_table, row_of
 from autotune.search.history import History
 from autotune.search.observer import Observer
@@ -36,7 +37,6 @@ class LiveProgress(Observer):
         self.current: dict[int, tuple[int, dict[str, Any], float]] = {}
         self.best: dict[str, Any] | None = None
         self.baseline_value: float | None = None
-        self.last: list[str] = []
         self.live = Live(console=console, refresh_per_second=2, get_renderable=self._render, transient=True)
 
     def __enter__(self) -> LiveProgress:
@@ -50,11 +50,10 @@ class LiveProgress(Observer):
     def started(self, info: dict[str, Any]) -> None:
         self.info = info
         self.t0 = time.monotonic()
-        self.console.print(
-            f"[bold]autotune search[/] {info['name']} on {info['device']}: space of {info['space_size']} points, "
+        self.console.print(Text.assemble(
+            ("autotune search", "bold"), f" {info['name']} on {info['device']}: space of {info['space_size']} points, "
             f"sampler {info['sampler']}, budget {info['budget']} trials ({info['done']} already measured), "
-            f"storage {info['storage']}"
-        )
+            f"storage {info['storage']}"))
 
     def trial_started(self, number: int, index: int, knobs: dict[str, Any]) -> None:
         self.current[number] = (index, knobs, time.monotonic())
@@ -69,13 +68,17 @@ class LiveProgress(Observer):
         knobs = fmt_knobs(record["knobs"], self.searched)
         if record["status"] == "ok":
             m = record["metrics"]
-            line = f"#{record['number']} [green]ok[/] {fmt(m['tokens_per_s_per_gpu'], 'tok')} tok/s  MFU {fmt(m['mfu'], 'mfu')}  {knobs}"
+            line = Text.assemble(f"#{record['number']} ", ("ok", "green"),
+                                 f" {fmt(m['tokens_per_s_per_gpu'], 'tok')} tok/s  MFU {fmt(m['mfu'], 'mfu')}  {knobs}")
         else:
             tag = " (predicted)" if record.get("predicted") else ""
-            reason = record["reason"].splitlines()[-1][:120] if record["reason"] else ""
-            line = f"#{record['number']} [red]{record['status']}{tag}[/] {knobs}  {reason}"
+            reason = reason_line(record["reason"], 120)
+            line = Text.assemble(f"#{record['number']} ", (record["status"] + tag, "red"), f" {knobs}  {reason}")
         self.console.print(line)
-        self.last = [line]
+
+    def device_busy(self, unit: str) -> None:
+        self.console.print(Text.assemble(("waiting", "yellow"), f" for {unit}: another autotune process is measuring "
+                                         "on it (one measurement per device at a time)"))
 
     def confirm_started(self, candidates: list[int], rounds: int, kept: int = 0) -> None:
         again = f" (going on from {kept} samples of an interrupted confirmation)" if kept else ""
@@ -83,21 +86,20 @@ class LiveProgress(Observer):
                            f"each a fresh process{again}")
 
     def confirm_sample(self, number: int, round_: int, value: float | None, status: str) -> None:
-        shown = f"{fmt(value, 'tok')} tok/s" if value is not None else f"[red]{status}[/]"
-        self.console.print(f"  round {round_ + 1}: #{number} {shown}")
+        shown = (f"{fmt(value, 'tok')} tok/s", "") if value is not None else (status, "red")
+        self.console.print(Text.assemble(f"  round {round_ + 1}: #{number} ", shown))
 
     def _render(self) -> Group:
         elapsed = time.monotonic() - self.t0
         rows = []
         for number, (index, knobs, since) in sorted(self.current.items()):
-            rows.append(Text.from_markup(
-                f"trial {index} of {self.info.get('budget', '?')} (#{number}): {fmt_knobs(knobs, self.searched)}"
-                f"  [dim]running {_hms(time.monotonic() - since)}[/]"))
+            rows.append(Text.assemble(
+                f"trial {index} of {self.info.get('budget', '?')} (#{number}): {fmt_knobs(knobs, self.searched)}  ",
+                (f"running {_hms(time.monotonic() - since)}", "dim")))
         if self.best:
             x = f" = {self.best['value'] / self.baseline_value:.2f}x baseline" if self.baseline_value else ""
-            rows.append(Text.from_markup(
-                f"best: [bold]{fmt(self.best['value'], 'tok')}[/] tok/s/GPU{x}, MFU {fmt(self.best['mfu'], 'mfu')} "
-                f"(#{self.best['number']})"))
+            rows.append(Text.assemble("best: ", (fmt(self.best["value"], "tok"), "bold"),
+                                      f" tok/s/GPU{x}, MFU {fmt(self.best['mfu'], 'mfu')} (#{self.best['number']})"))
         remaining = self.info.get("timeout_s", 0) - elapsed
         rows.append(Text(f"elapsed {_hms(elapsed)}, at most {_hms(remaining)} left (timeout)"))
         return Group(*rows)
@@ -117,7 +119,8 @@ def space_table(described: dict[str, Any]) -> Table:
         table.add_column(col)
     base = described["baseline"]
     for knob, values in described["searched"].items():
-        table.add_row(knob, ", ".join(map(str, values)), f"searched (baseline {base.get(knob)})",
+        shown = values if len(values) <= 12 else [*values[:5], f"... ({len(values) - 10} more)", *values[-5:]]
+        table.add_row(knob, ", ".join(map(str, shown)), f"searched (baseline {base.get(knob)})",
                       described["notes"].get(knob, ""))
     for knob, value in described["fixed"].items():
         table.add_row(knob, str(value), "fixed", described["notes"].get(knob, ""))
@@ -192,24 +195,30 @@ def nccl_cell_line(cell: dict[str, Any]) -> str:
     return f"{cell['algo']}/{cell['proto']}: {done} ({cell['wall_s']} s)"
 
 
-def baseline_recorded(best_yaml: Any, samples: list[float], failures: list[str]) -> list[str]:
+def _tagged(tag: str, style: str, text: str) -> Text:
+    """A styled tag, then the text as it is (never read as markup)."""
+    return Text.assemble((tag, style), " ", text)
+
+
+def baseline_recorded(best_yaml: Any, samples: list[float], failures: list[str]) -> list[Text | str]:
     """What `check --reset-baseline` says."""
     lines = [f"baseline recorded in {best_yaml}: {len(samples)} processes, median "
              f"{sorted(samples)[len(samples) // 2]:,.0f} tokens/s/GPU"]
-    return lines + [f"[yellow]failed:[/] {failure}" for failure in failures]
+    return lines + [_tagged("failed:", "yellow", failure) for failure in failures]
 
 
-def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> list[str]:
+def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> list[Text | str]:
     """What `check` says: the verdict, where its baseline came from, what changed, what failed, what was recorded."""
     color = {"pass": "green", "faster": "cyan", "regression": "red"}[verdict.status]
-    lines = [f"[{color}]{verdict.summary()}[/]",
-             f"baseline: {verdict.baseline_source}; check: {len(verdict.check_samples)} of {repeats} repeats measured"]
+    lines: list[Text | str] = [
+        Text(verdict.summary(), style=color),
+        f"baseline: {verdict.baseline_source}; check: {len(verdict.check_samples)} of {repeats} repeats measured"]
     if verdict.baseline_source.startswith("search trial"):
-        lines.append("[yellow]note:[/] the baseline is the search's single measurement, the best of many, on "
-                     "the search's machine; record one here with --reset-baseline")
-    lines += [f"[yellow]changed since the baseline:[/] {key} {old} -> {new}"
+        lines.append(_tagged("note:", "yellow", "the baseline is the search's single measurement, the best of many, "
+                             "on the search's machine; record one here with --reset-baseline"))
+    lines += [_tagged("changed since the baseline:", "yellow", f"{key} {old} -> {new}")
               for key, (old, new) in verdict.version_changes.items()]
-    lines += [f"[yellow]failed:[/] {failure}" for failure in verdict.failed_repeats]
+    lines += [_tagged("failed:", "yellow", failure) for failure in verdict.failed_repeats]
     if update:
         lines.append(f"--update: recorded {len(verdict.check_samples)} samples as the new baseline in {best_yaml}"
                      if verdict.updated else "--update: not recorded, the check found a regression")

@@ -38,7 +38,7 @@ for stage in "$@"; do
       python3 benchmarks/compare_grid.py trials/gpt2-small-hopper 2>&1 | tee -a "$OUT/refactor.log"
       at report trials/gpt2-small-hopper --format markdown > "$OUT/report.md" 2>&1 ;;
     gputests)
-      python3 -m pytest -m gpu -s -v -p no:cacheprovider tests/test_gpu.py tests/test_worker.py 2>&1 | tee "$OUT/gputests.log" ;;
+      python3 -m pytest -m gpu -s -v -p no:cacheprovider tests/test_gpu.py tests/test_trial.py 2>&1 | tee "$OUT/gputests.log" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

@@ -31,7 +31,7 @@ BAD = [
      r"model\.n_heads: 4 is not divisible by model\.n_kv_heads \(3\)"),
     ("kv-on-gpt", tiny(model={"n_kv_heads": 1}), r"model\.n_kv_heads: 1 is only for family llama"),
     ("unknown-precision", tiny(space={"precision": ["fp32", "fp64"]}),
-     r"space\.precision\.1: Input should be 'fp32', 'tf32', 'fp16', 'bf16' or 'fp8' \(got 'fp64'\)"),
+     r"space\.precision: 'fp64' is not allowed; allowed: fp32, tf32, fp16, bf16, fp8"),
     ("unknown-sampler", tiny(study={"sampler": "cmaes"}), r"study\.sampler: Input should be 'tpe', 'random', 'grid' or 'gp'"),
     ("empty-list", tiny(space={"precision": []}), r"space\.precision: empty list"),
     ("empty-range", tiny(space={"micro_batch_size": {"multiple_of": 8, "min": 9, "max": 15}}),

@@ -25,7 +25,7 @@ def _spec(tmp_path: Path, **workload) -> tuple[TrialSpec, Path]:
     cfg = parse_config(tiny(workload={**WS2, **workload}, space={"micro_batch_size": [2], "precision": "fp32"},
                             baseline={"micro_batch_size": 2, "precision": "fp32"}))
     space = resolve_space(cfg, "cpu")
-    bench = Bench.of(cfg.model, cfg.workload, device="cpu", timeout_s=120, cache_dir=tmp_path / "cache", base_dir=None)
+    bench = Bench.of(cfg.model, cfg.workload, device="cpu", timeout_s=120, home=tmp_path / "study", base_dir=None)
     return bench.spec(space.knobs(space.baseline)), tmp_path / "run"
 
 

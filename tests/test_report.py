@@ -83,7 +83,12 @@ def test_report_bad_inputs(tmp_path: Path) -> None:
     proc = run_cli("report", str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 2 and "no study.db in" in proc.stderr
     proc = run_cli("report", "--study", "x", "--storage", f"sqlite:///{tmp_path / 'e.db'}", cwd=tmp_path)
-    assert proc.returncode == 2 and "'x' is not in" in proc.stderr
+    assert proc.returncode == 2 and "no such SQLite file" in proc.stderr  # reading never creates a database
+    assert not (tmp_path / "e.db").exists()
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    optuna.create_study(study_name="other", storage=empty)
+    proc = run_cli("report", "--study", "x", "--storage", empty, cwd=tmp_path)
+    assert proc.returncode == 2 and "'x' is not in" in proc.stderr and "studies there: other" in proc.stderr
 
 
 def test_report_pareto_front() -> None:

@@ -122,6 +122,15 @@ def test_study_choose_prefers_fewer_changed_knobs_within_noise() -> None:
     assert choose([a, b, c], samples, {5: [], 7: [], 9: []}, base, 3)["chosen"] == 5
 
 
+def test_study_choose_one_sample_each_takes_the_higher_median() -> None:
+    """One sample has no interval (its noise is unknown): the fewer-knobs rule must not pick a slower one."""
+    base = {"micro_batch_size": 8, "precision": "fp32", "compile": False}
+    fast = _frozen(5, 540.0, {"micro_batch_size": 64, "precision": "bf16", "compile": True})
+    plain = _frozen(7, 300.0, {"micro_batch_size": 8, "precision": "bf16", "compile": False})
+    result = choose([fast, plain], {5: [538.0], 7: [301.0]}, {5: [], 7: []}, base, 1)
+    assert result["chosen"] == 5 and "within" not in result["why"]
+
+
 def test_study_confirmation_interleaved_fresh_processes(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     cfg = _cfg(study={"trials": 3, "confirm_top": 2, "confirm_rounds": 2})

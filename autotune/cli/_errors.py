@@ -1,28 +1,69 @@
-"""The one error funnel: a known error becomes one line on stderr and its exit code; tracebacks only with --debug."""
+"""The one error funnel: every error becomes one line on stderr and a documented exit code (errors.ExitCode);
+tracebacks only with --debug. SIGTERM ends a command as Ctrl-C does (exit 143 instead of 130)."""
 
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 from collections.abc import Iterator
 
+import click
 import typer
+from rich.text import Text
 
 from autotune.cli._app import state
-from autotune.errors import AutotuneError, ExitCode
+from autotune.cli._console import console
+from autotune.errors import AutotuneError, ExitCode, Terminated, excerpt
+
+MAX_MESSAGE = 1000  # characters of one error line
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def _line(message: str) -> str:
+    """One line of bounded length."""
+    flat = " ".join(str(message).split())
+    return flat if len(flat) <= MAX_MESSAGE else flat[:MAX_MESSAGE - 3] + "..."
+
+
+def _classify(e: BaseException) -> tuple[str, int]:
+    """The message and exit code of an error that reached the funnel."""
+    if isinstance(e, Terminated):
+        return "terminated (SIGTERM): the study is kept; run the same command again to resume", ExitCode.TERMINATED
+    if isinstance(e, KeyboardInterrupt):
+        return "interrupted: the study is kept; run the same command again to resume", ExitCode.INTERRUPTED
+    if isinstance(e, AutotuneError):
+        return str(e), e.exit_code
+    if isinstance(e, OSError):  # a path the user gave (or the file system under it) refused
+        where = f"{e.filename}: " if e.filename else ""
+        return f"{where}{e.strerror or e}", ExitCode.BAD_INPUT
+    if isinstance(e, (MemoryError, RecursionError)):
+        return f"input too large or too deeply nested ({type(e).__name__})", ExitCode.BAD_INPUT
+    if type(e).__module__.startswith("sqlalchemy"):  # a study's database refused (damaged, unreachable, read-only)
+        return f"storage: {type(e).__name__}: {excerpt(str(e).splitlines()[0] if str(e) else '', 300)}", ExitCode.BAD_INPUT
+    return (f"internal error, please report it: {type(e).__name__}: {excerpt(str(e), 300)} "
+            "(autotune --debug ... shows the traceback)", ExitCode.INTERNAL)
 
 
 @contextlib.contextmanager
 def funnel() -> Iterator[None]:
-    from rich.console import Console
-
-    err = Console(stderr=True)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         yield
-    except AutotuneError as e:
-        if state["debug"]:
+    except (click.exceptions.Exit, click.ClickException, click.Abort):
+        raise
+    except BaseException as e:
+        if state["debug"] or isinstance(e, SystemExit):
             raise
-        err.print(f"[red]error:[/] {e}", soft_wrap=True, highlight=False)
-        raise typer.Exit(e.exit_code) from None
-    except KeyboardInterrupt:
-        err.print("interrupted: the study is kept; run the same command again to resume")
-        raise typer.Exit(ExitCode.INTERRUPTED) from None
+        message, code = _classify(e)
+        console(stderr=True).print(Text.assemble(("error: ", "red") if code not in (130, 143) else "", _line(message)),
+                                   soft_wrap=True)
+        raise typer.Exit(code) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -19,6 +20,13 @@ Gpus = Annotated[Optional[str], typer.Option(
     help="GPUs: 0,1,2,3 or all. search: one trial per GPU (or group of world_size) at once; nccl: the group "
          "(default all). On the CPU: search runs that many trials at once, nccl that many gloo ranks (default 2).")]
 Out = Annotated[Path, typer.Option(help="Output folder: search writes OUT/<name>/, nccl writes OUT/nccl.json and logs.")]
+
+
+def finite(value: float | None) -> float | None:
+    """Typer callback: a float option must be a finite number ('inf' and 'nan' parse as floats)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
 
 
 def resolve_device(device: str | None) -> str:

@@ -8,28 +8,28 @@ from typing import Annotated, Optional
 import typer
 
 from autotune.cli._app import app
+from autotune.cli._console import console as out_console
 from autotune.cli._errors import funnel
-from autotune.cli._options import BestYaml
+from autotune.cli._options import BestYaml, finite
 
 
 @app.command()
 def check(
     best_yaml: BestYaml,
     model: Annotated[Optional[Path], typer.Option(help="MODEL_YAML whose model and workload replace best.yaml's.")] = None,
-    repeats: Annotated[int, typer.Option(min=1, help="Measurements, each in a fresh process.")] = 5,
-    tolerance: Annotated[float, typer.Option(min=0.0, help="Slowdown in percent tolerated before failing.")] = 5.0,
+    repeats: Annotated[int, typer.Option(min=1, max=1000, help="Measurements, each in a fresh process.")] = 5,
+    tolerance: Annotated[float, typer.Option(min=0.0, max=100.0, callback=finite,
+                                             help="Slowdown in percent tolerated before failing.")] = 5.0,
     junit: Annotated[Optional[Path], typer.Option(help="Write a JUnit XML file with one test case.")] = None,
     update: Annotated[bool, typer.Option(help="On pass or faster, record this check's samples as the new baseline.")] = False,
     reset_baseline: Annotated[bool, typer.Option(
         help="Measure and record the samples as the baseline, compare nothing (do this once on the CI machine).")] = False,
 ) -> None:
     """Re-measure the chosen configuration; exit 1 on a regression beyond tolerance and noise, 3 if unmeasurable."""
-    from rich.console import Console
-
     from autotune import regress
     from autotune.views import baseline_recorded, verdict_lines
 
-    console = Console()
+    console = out_console()
     with funnel():
         if reset_baseline:
             samples, failures = regress.reset_baseline(best_yaml, model_yaml=model, repeats=repeats)

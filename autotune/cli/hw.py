@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from autotune.cli._app import app
+from autotune.cli._console import console as out_console
+from autotune.cli._errors import funnel
 
 
 @app.command()
 def hw() -> None:
     """Detected GPUs (pynvml), the peak FLOPs used for MFU, and software versions."""
-    from rich.console import Console
-
     from autotune.hardware import detect, software_versions
     from autotune.views import hw_tables
 
-    console = Console()
-    for table in hw_tables(detect()):
-        console.print(table)
-    console.print(software_versions())
+    console = out_console()
+    with funnel():
+        for table in hw_tables(detect()):
+            console.print(table)
+        console.print(software_versions())

@@ -8,8 +8,9 @@ from typing import Annotated
 import typer
 
 from autotune.cli._app import app
+from autotune.cli._console import console as out_console
 from autotune.cli._errors import funnel
-from autotune.cli._options import Device, Gpus, Out, parse_gpus, resolve_device
+from autotune.cli._options import Device, Gpus, Out, finite, parse_gpus, resolve_device
 from autotune.errors import NoSuccessError
 
 
@@ -19,26 +20,27 @@ def nccl(
     algos: Annotated[str, typer.Option(help="NCCL_ALGO values, comma-separated (default sets nothing; NVLS only if "
                                             "you list it).")] = "default,Ring,Tree,CollnetDirect,CollnetChain,PAT",
     protos: Annotated[str, typer.Option(help="NCCL_PROTO values, comma-separated.")] = "default,Simple,LL,LL128",
-    min_mb: Annotated[float, typer.Option(min=0.001, help="Smallest message, MB (10^6 bytes).")] = 1.0,
-    max_mb: Annotated[float, typer.Option(min=0.001, help="Largest message, MB; sizes double from the smallest.")] = 1024.0,
-    warmup: Annotated[int, typer.Option(min=0, help="Untimed samples per size.")] = 3,
-    iters: Annotated[int, typer.Option(min=1, help="Timed samples per size (median of the slowest rank's).")] = 10,
+    min_mb: Annotated[float, typer.Option(min=0.001, max=16384, callback=finite,
+                                          help="Smallest message, MB (10^6 bytes).")] = 1.0,
+    max_mb: Annotated[float, typer.Option(min=0.001, max=16384, callback=finite,
+                                          help="Largest message, MB; sizes double from the smallest.")] = 1024.0,
+    warmup: Annotated[int, typer.Option(min=0, max=10_000, help="Untimed samples per size.")] = 3,
+    iters: Annotated[int, typer.Option(min=1, max=10_000, help="Timed samples per size (median of the slowest rank's).")] = 10,
     device: Device = None,
     out: Out = Path("trials/nccl"),
-    timeout_min: Annotated[float, typer.Option(min=0.05, help="Limit for one setting's run.")] = 3.0,
+    timeout_min: Annotated[float, typer.Option(min=0.05, max=10_080, callback=finite,
+                                               help="Limit for one setting's run.")] = 3.0,
 ) -> None:
     """All-reduce bus bandwidth by NCCL algorithm and protocol, 1 MB to 1 GB, like nccl-tests."""
-    from rich.console import Console
-
     from autotune import nccl as sweep
     from autotune.views import nccl_cell_line, nccl_tables
 
-    console = Console()
+    console = out_console()
     with funnel():
         device = resolve_device(device)
         algo_list = sweep.parse_names("--algos", algos, sweep.ALGOS)
         proto_list = sweep.parse_names("--protos", protos, sweep.PROTOS)
-        gpu_list = parse_gpus(gpus or ("0,1" if device == "cpu" else "all")) or []
+        gpu_list = parse_gpus("0,1" if device == "cpu" and gpus in (None, "all") else gpus or "all") or []
         sizes = sweep.message_sizes(min_mb, max_mb)
         if device == "cpu":
             console.print("device cpu: the gloo backend has no NCCL; --algos and --protos do not apply, one gloo run")

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from autotune.cli._app import app
+from autotune.cli._console import console as out_console
 from autotune.cli._errors import funnel
 from autotune.cli._options import Storage
+from autotune import paths
 from autotune.errors import ConfigError
 
 
@@ -23,23 +26,26 @@ def report(
     no_html: Annotated[bool, typer.Option("--no-html", help="Do not write the HTML report.")] = False,
 ) -> None:
     """What a study found (also while it runs): trials, failures, knob importance, time; HTML with plots."""
-    from rich.console import Console
-
     from autotune import report as rep
 
-    console = Console()
+    console = out_console()
     with funnel():
         if format not in ("rich", "json", "markdown"):
             raise ConfigError(f"--format: {format!r} is not allowed; use rich, json or markdown")
+        if html is not None and not no_html:
+            paths.writable_dir(html, "--html")
         opened, folder = rep.load_study(study_dir, study, storage)
         data = rep.collect(opened, folder)
         if format == "json":
-            print(rep.to_json(data))
+            console.out(rep.to_json(data), highlight=False)
         elif format == "markdown":
-            print(rep.to_markdown(data), end="")
+            console.out(rep.to_markdown(data), end="", highlight=False)
         else:
             rep.render_rich(data, console)
-        target = html or ((folder / "report") if folder is not None and format == "rich" else None)
+        default = folder / "report" if folder is not None and format == "rich" else None
+        if html is None and default is not None and not os.access(default if default.exists() else folder, os.W_OK):
+            default = None  # a study read from a read-only place: no HTML unless asked for with --html
+        target = html or default
         if target is not None and not no_html:
             path = rep.write_html(data, target)
             if format == "rich":

@@ -6,19 +6,21 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.text import Text
 
 from autotune.cli._app import app
+from autotune.cli._console import console as out_console
 from autotune.cli._errors import funnel
-from autotune.cli._options import Device, Gpus, ModelYaml, Out, Storage, parse_gpus, resolve_device
+from autotune.cli._options import Device, Gpus, ModelYaml, Out, Storage, finite, parse_gpus, resolve_device
 from autotune.errors import NoSuccessError
 
 
 @app.command()
 def search(
     model_yaml: ModelYaml,
-    trials: Annotated[Optional[int], typer.Option(min=1, help="Trials to measure (overrides study.trials).")] = None,
+    trials: Annotated[Optional[int], typer.Option(min=1, max=100_000, help="Trials to measure (overrides study.trials).")] = None,
     timeout_min: Annotated[Optional[float], typer.Option(
-        min=0.01, help="Stop launching trials after M minutes (overrides study.timeout_min).")] = None,
+        min=0.01, max=525_600, callback=finite, help="Stop launching trials after M minutes (overrides study.timeout_min).")] = None,
     out: Out = Path("trials"),
     device: Device = None,
     fresh: Annotated[bool, typer.Option(help="Archive an existing study of this name and start anew.")] = False,
@@ -27,13 +29,11 @@ def search(
     dry_run: Annotated[bool, typer.Option(help="Print the resolved space, its size and the baseline; run nothing.")] = False,
 ) -> None:
     """Search the space with real, short benchmark trials; write OUT/<name>/best.yaml."""
-    from rich.console import Console
-
     from autotune.config import load_config
     from autotune.space import resolve_space
     from autotune.views import LiveProgress, confirmation_table, space_table, top_trials_table
 
-    console = Console()
+    console = out_console()
     with funnel():
         device = resolve_device(device)
         cfg = load_config(model_yaml)
@@ -60,15 +60,13 @@ def search(
 def validate(model_yaml: ModelYaml) -> None:
     """Check MODEL_YAML and print the resolved config and space."""
     import yaml
-    from rich.console import Console
-
     from autotune.config import load_config
     from autotune.space import resolve_space
     from autotune.views import space_table
 
-    console = Console()
+    console = out_console()
     with funnel():
         cfg = load_config(model_yaml)
         console.print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), highlight=False)
         console.print(space_table(resolve_space(cfg).describe()))
-        console.print(f"[green]ok[/]: {model_yaml} is valid")
+        console.print(Text.assemble(("ok", "green"), f": {model_yaml} is valid"))

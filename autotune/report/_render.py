@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from autotune.protocol import reason_line
 from autotune.report._table import cells, columns, fmt, rich_table
 
 
@@ -76,7 +77,7 @@ def render_rich(data: dict[str, Any], console: Any) -> None:
         for col in ("reason", "count", "trials", "example"):
             f.add_column(col, overflow="fold")
         for k, v in data["failures"].items():
-            f.add_row(k, str(v["count"]), ", ".join(map(str, v["trials"])), (v["example"] or "").splitlines()[0][:100] if v["example"] else "")
+            f.add_row(k, str(v["count"]), ", ".join(map(str, v["trials"])), reason_line(v["example"], 100))
         console.print(f)
     imp = data["importance"]
     k = Table(title=f"Which knobs mattered ({imp['why']}{noise(data)})")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune import nccl_log
+from autotune.protocol import reason_line
 
 
 def fmt(value: Any, kind: str) -> str:
@@ -36,20 +37,21 @@ def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
 
 
 def columns(knobs: list[str], rows: list[dict[str, Any]]) -> list[str]:
-    """The table's header: the searched knobs, the metrics, NCCL's choice (only where NCCL said), the outcome."""
+    """The table's header: the searched knobs, the metrics, NCCL's choice (only where NCCL said), and the
+    outcome (only where a trial did not simply succeed)."""
     nccl = ["NCCL used"] if any(r.get("nccl_used") for r in rows) else []
-    return ["#", *knobs, "tokens/s/GPU", "x baseline", "MFU", "peak GiB", "step spread", *nccl, "state", "reason"]
+    outcome = ["state", "reason"] if any(r["state"] != "ok" or r["reason"] for r in rows) else []
+    return ["#", *knobs, "tokens/s/GPU", "x baseline", "MFU", "peak GiB", "step spread", *nccl, *outcome]
 
 
 def cells(row: dict[str, Any], knobs: list[str], header: list[str], reason_chars: int = 60) -> list[str]:
     """One row's formatted cells, in the order of `header`."""
-    reason = (row["reason"] or "").strip().splitlines()
     values = {
         "#": str(row["number"]), "tokens/s/GPU": fmt(row["tokens_per_s_per_gpu"], "tok"), "x baseline": fmt(row["speedup"], "x"),
         "MFU": fmt(row["mfu"], "mfu"), "peak GiB": fmt(row["peak_mem_gib"], "gib"),
         "step spread": fmt(row["step_spread_pct"], "pct"), "NCCL used": row.get("nccl_used") or "-",
         "state": row["state"] + (" (predicted)" if row["predicted"] else ""),
-        "reason": reason[-1][:reason_chars] if reason else "",
+        "reason": reason_line(row["reason"], reason_chars),
         **{k: str(row["knobs"].get(k)) for k in knobs},
     }
     return [values[c] for c in header]

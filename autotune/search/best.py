@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 import optuna
-import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune import knobs as catalogue
+from autotune import yamlio
 from autotune.errors import ConfigError
 from autotune.search.history import History, current_confirmation
 from autotune.search.storage import mask_url
@@ -17,18 +18,9 @@ if TYPE_CHECKING:
     from autotune.config import Config
 
 
-class _PlainDumper(yaml.SafeDumper):
-    """Safe YAML without anchors/aliases: best.yaml is read by people."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
 def write_yaml(path: Path, doc: dict[str, Any]) -> None:
-    """Write YAML for people (no anchors) atomically: a reader never sees a half-written file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False))
-    tmp.replace(path)
+    """best.yaml for people (no anchors), written atomically (yamlio.write)."""
+    yamlio.write(path, doc)
 
 
 def _chosen(study: optuna.Study, h: History) -> tuple[optuna.trial.FrozenTrial, dict[str, Any] | None, str]:
@@ -95,18 +87,90 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
     return path
 
 
+class _Part(BaseModel):
+    """A section of best.yaml check relies on: checked, other keys kept."""
+
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+
+
+class _Chosen(_Part):
+    trial: int = Field(ge=0)
+
+
+class _Metrics(_Part):
+    tokens_per_s_per_gpu: float = Field(gt=0)
+
+
+class _Fingerprint(_Part):
+    device: Literal["cuda", "cpu"]
+    gpu_model: str = Field(min_length=1)
+
+
+class _Measurement(_Part):
+    warmup_steps: int = Field(ge=1)
+    measure_steps: int = Field(ge=2)
+    trial_timeout_min: Optional[float] = Field(default=None, gt=0, le=10_080)
+
+
+class _Candidate(_Part):
+    trial: int = Field(ge=0)
+    samples: list[Annotated[float, Field(gt=0)]]
+
+
+class _CheckBaseline(_Part):
+    tokens_per_s_samples: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
+    recorded_at: str
+
+
+class BestFile(_Part):
+    """What `autotune check` reads from best.yaml, validated before anything is measured."""
+
+    name: str = Field(min_length=1)
+    chosen: _Chosen
+    knobs: dict[str, Any]
+    metrics: _Metrics
+    fingerprint: _Fingerprint
+    model: dict[str, Any]
+    workload: dict[str, Any]
+    measurement: _Measurement
+    confirmation: Optional[list[_Candidate]] = None
+    check_baseline: Optional[_CheckBaseline] = None
+    base_dir: Optional[str] = None
+
+
 def read_best(path: Path) -> dict[str, Any]:
-    """A best.yaml written by `autotune search`; ConfigError when it is missing or not one."""
-    if not path.is_file():
-        raise ConfigError(f"BEST_YAML: no such file: {path}")
+    """A best.yaml written by `autotune search`, every part check uses validated (the model and workload as
+    the YAML schema says, each knob as its catalogue entry says); ConfigError (exit 2) naming the bad part."""
+    from autotune.config import ModelConfig, WorkloadConfig, describe_error
+
+    doc = yamlio.read(path, "BEST_YAML")
+    if not isinstance(doc, dict) or "knobs" not in doc or "fingerprint" not in doc:
+        raise ConfigError(f"{path}: knobs, fingerprint: missing; is this a best.yaml written by autotune search?")
     try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: invalid YAML: {err}") from None
-    missing = [k for k in ("knobs", "fingerprint", "model", "workload", "measurement") if not isinstance(doc, dict) or k not in doc]
-    if missing:
-        raise ConfigError(f"{path}: {missing[0]}: missing; is this a best.yaml written by autotune search?")
+        BestFile.model_validate(doc)
+        ModelConfig.model_validate(doc["model"], context={"base_dir": doc.get("base_dir")})
+        WorkloadConfig.model_validate(doc["workload"])
+    except ValidationError as err:
+        section = next((k for k in ("model", "workload") if err.title == f"{k.capitalize()}Config"), None)
+        raise ConfigError(f"{path}: {describe_error(err, section)}") from None
+    _check_knobs(path, doc["knobs"])
     return doc
+
+
+def _check_knobs(path: Path, knobs: dict[str, Any]) -> None:
+    """Every knob of the catalogue, each value one its knob accepts (None: not acting in this trial)."""
+    from autotune.config import SpaceConfig, describe_error
+
+    names = set(catalogue.NAMES)
+    if set(knobs) != names:
+        wrong = sorted(set(knobs) ^ names)
+        raise ConfigError(f"{path}: knobs: {wrong[0]} is {'missing' if wrong[0] in names else 'not a knob'}; "
+                          "best.yaml lists every knob")
+    given = {k: [v] for k, v in knobs.items() if v is not None}
+    try:
+        SpaceConfig.model_validate(given)
+    except ValidationError as err:
+        raise ConfigError(f"{path}: knobs.{describe_error(err, 'space').removeprefix('space.')}") from None
 
 
 def record_check_baseline(path: Path, samples: list[float], recorded_at: str, fingerprint: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import optuna
 
 from autotune import metrics
+from autotune.protocol import reason_line
 from autotune.runner import Bench, measure
 from autotune.search.history import History
 from autotune.search.observer import Observer
@@ -56,7 +57,7 @@ def confirm(study: optuna.Study, bench: Bench, *, top: int, rounds: int, base_kn
                 value = record["metrics"]["tokens_per_s_per_gpu"]
                 samples[t.number].append(value)
             else:
-                failures[t.number].append(f"{record['status']}: {record['reason'].splitlines()[-1] if record['reason'] else ''}")
+                failures[t.number].append(f"{record['status']}: {reason_line(record['reason'])}")
             # after every sample: an interruption keeps what was measured, and a resume goes on from there
             study.set_user_attr("confirmation", choose(candidates, samples, failures, base_knobs,
                                                        min(taken(n) for n in numbers)))
@@ -81,7 +82,10 @@ def choose(candidates: list[optuna.trial.FrozenTrial], samples: dict[int, list[f
     if not measured:
         return {**doc, "chosen": candidates[0].number, "why": "no confirmation sample succeeded; the search's best is kept"}
     top = max(measured, key=lambda st: st["median"])
-    close = [st for st in measured if st["ci95"][1] >= top["ci95"][0]]  # intervals overlap the top one's
+    # within noise: intervals that overlap the top one's; a single sample has no interval (its noise is
+    # unknown), so it is never "within noise" of anything, and the higher median decides
+    close = [st for st in measured if st is top or (len(st["samples"]) > 1 and len(top["samples"]) > 1
+                                                      and st["ci95"][1] >= top["ci95"][0])]
     chosen = min(close, key=lambda st: (len(st["changed_knobs"]), -st["median"]))
     if chosen is top:
         why = f"highest confirmed median ({top['median']:,.0f} tokens/s/GPU over {len(top['samples'])} processes)"

@@ -10,8 +10,6 @@ from optuna.trial import TrialState
 
 from autotune.protocol import CONFIG_FAILURES, STATUSES
 
-# Failed trials with these statuses did not measure their configuration: it may be launched again.
-RERUN_STATUSES = ("interrupted", "worker_lost")
 # Trials recorded without a launch; they never count toward the budget.
 NOT_LAUNCHED = ("duplicate", "skipped")
 

@@ -18,14 +18,15 @@ from optuna.trial import TrialState
 from autotune.config import Config
 from autotune.errors import ConfigError
 from autotune.hardware import default_device, detect
-from autotune.runner import Bench, measure
+from autotune.errors import Terminated
+from autotune.runner import Bench, measure, preflight
 from autotune.search.best import write_best
 from autotune.search.confirm import confirm
 from autotune.search.history import History, key, optuna_state, store
 from autotune.search.observer import Observer
 from autotune.search.sampler import make_sampler
 from autotune.search.storage import mask_url, open_study
-from autotune.search.workers import Heartbeat, claim, reap_lost_workers
+from autotune.search.workers import Heartbeat, claim_configuration, reap_lost_workers
 from autotune.space import ResolvedSpace, resolve_space
 
 
@@ -50,6 +51,10 @@ class SearchResult:
     @property
     def best(self) -> optuna.trial.FrozenTrial | None:
         return self.history.best()
+
+    @property
+    def baseline(self) -> optuna.trial.FrozenTrial | None:
+        return self.history.baseline
 
     @property
     def chosen_number(self) -> int | None:
@@ -86,6 +91,7 @@ def run_search(cfg: Config, *, out_root: Path = Path("trials"), device: str | No
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our own view reports trials
     if storage is not None:
         cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"storage": storage})})
+    preflight()
     device = device or default_device()
     space = resolve_space(cfg, device)
     groups = gpu_groups(cfg, device, gpus)
@@ -110,7 +116,7 @@ class _Search:
         self.cfg, self.space, self.study, self.budget, self.observer = cfg, space, study, budget, observer
         self.runs = study_dir / "runs"
         self.bench = Bench.of(cfg.model, cfg.workload, device=device, timeout_s=60 * cfg.study.trial_timeout_min,
-                              cache_dir=study_dir / "inductor-cache", base_dir=cfg.base_dir)
+                              home=study_dir, base_dir=cfg.base_dir)
         self.grace = cfg.study.worker_grace_s
         self.rng = random.Random(cfg.study.seed)
         self.points = space.points()
@@ -152,7 +158,7 @@ class _Search:
             store(trial, record)
             self.observer.trial_finished(record, h)
             raise optuna.TrialPruned(reason)  # not launched, not counted; the sampler learns from it
-        if (first := claim(self.study, trial, knobs)) is not None:
+        if (first := claim_configuration(self.study, trial, knobs)) is not None:
             self._duplicate(trial, first, None, h)
         return h.launched + 1
 
@@ -182,7 +188,7 @@ class _Search:
 
         try:
             return measure(self.bench, knobs, self.runs / f"{trial.number:04d}", number=trial.number, gpus=slot,
-                           concurrent=self.n_jobs, on_poll=poll, stop=self.stop)
+                           concurrent=self.n_jobs, on_poll=poll, stop=self.stop, on_wait=self.observer.device_busy)
         except KeyboardInterrupt:
             self.stop.set()
             trial.set_user_attr("status", "interrupted")
@@ -223,19 +229,19 @@ class _Search:
         if not self._unseen(h):
             return "space exhausted"
         t0 = dt.datetime.now()
-        previous = None
+        previous = {}
         if self.n_jobs > 1 and threading.current_thread() is threading.main_thread():
-            def on_sigint(signum: int, frame: Any) -> None:
+            def on_signal(signum: int, frame: Any) -> None:
                 self.stop.set()  # every thread ends its trial's process group, then the study stops
-                raise KeyboardInterrupt
+                raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
-            previous = signal.signal(signal.SIGINT, on_sigint)
+            previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             study.optimize(self.objective, timeout=timeout_s, n_jobs=self.n_jobs, catch=(_NotLaunched, _TrialFailed),
                            callbacks=[self.stop_when_done])
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         return "timeout" if (dt.datetime.now() - t0).total_seconds() >= timeout_s else self.stop_reason
 
     def stop_when_done(self, study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import random
 import time
@@ -10,24 +11,22 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from autotune.errors import StudyError
+from autotune import paths
+from autotune.errors import ConfigError, StudyError
+from autotune.redact import mask, remember
 
 if TYPE_CHECKING:
     from autotune.config import Config
 
 
 def mask_url(url: str) -> str:
-    """A storage URL with its password hidden (postgresql://user:***@host/db)."""
-    try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return url
+    """A storage URL with its password hidden (postgresql://user:***@host/db), in any form (redact.mask)."""
+    return mask(url)
 
 
 def storage_of(url: str) -> optuna.storages.BaseStorage:
     """An Optuna storage from a URL; journal:PATH is Optuna's JournalStorage on a file (shared file systems)."""
+    remember(url)
     if url.startswith("journal:"):
         path = Path(url.removeprefix("journal:"))
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,7 +92,7 @@ def open_study(cfg: Config, *, out_root: Path, device: str, fresh: bool,
     baseline trial by them (history.History.baseline)."""
     from autotune.space import config_fingerprint
 
-    study_dir = out_root / cfg.name
+    study_dir = _check_study_dir(out_root, cfg.name, fresh)
     default_storage = cfg.study.storage is None
     url = cfg.study.storage or f"sqlite:///{(study_dir / 'study.db').resolve()}"
     if fresh and default_storage:
@@ -111,12 +110,27 @@ def open_study(cfg: Config, *, out_root: Path, device: str, fresh: bool,
         _refuse_other_config(cfg.name, storage, url, want)
     study_dir.mkdir(parents=True, exist_ok=True)
     study = optuna.create_study(study_name=cfg.name, storage=storage, direction="maximize", load_if_exists=True)
-    for key, value in {**want, "baseline_knobs": baseline}.items():
+    for key, value in want.items():
         study.set_user_attr(key, value)
+    if "baseline_knobs" not in study.user_attrs:  # the baseline the study began with stays its baseline
+        study.set_user_attr("baseline_knobs", baseline)
     config = cfg.model_dump(mode="json")
     config["study"]["storage"] = mask_url(url)  # credentials are never stored
     study.set_user_attr("config", config)
     return study, study_dir, url
+
+
+def _check_study_dir(out_root: Path, name: str, fresh: bool) -> Path:
+    """OUT/<name>, checked before anything is written: a writable folder that is empty or autotune's."""
+    paths.writable_dir(out_root, "--out")
+    study_dir = out_root / name
+    if study_dir.exists():
+        paths.writable_dir(study_dir, "--out")
+        if not paths.is_study_dir(study_dir) and any(study_dir.iterdir()):
+            what = "--fresh" if fresh else "--out"
+            raise StudyError(f"{what}: {study_dir} exists and holds no autotune study (no study.db, best.yaml or runs/); "
+                             "not touching it: choose another name or --out")
+    return study_dir
 
 
 def _refuse_other_config(name: str, storage: Any, url: str, want: dict[str, str]) -> None:
@@ -137,9 +151,11 @@ def _refuse_other_config(name: str, storage: Any, url: str, want: dict[str, str]
 
 
 def load_study(path: Path | None, study_name: str | None, storage: str | None) -> tuple[optuna.Study, Path | None]:
-    """An existing study to read: the one of trials/<name> (its study.db), or --study NAME --storage URL."""
-    from autotune.errors import ConfigError
+    """An existing study to read: the one of trials/<name> (its study.db), or --study NAME --storage URL.
 
+    Reading never writes: a SQLite file is opened read-only and must already hold Optuna's tables (a new
+    path or a foreign database is refused, not created or extended); a journal file must exist. A damaged
+    or unreachable storage is a one-line ConfigError."""
     if storage is None:
         if path is None:
             raise ConfigError("STUDY_DIR: give trials/<name>, or --study NAME --storage URL")
@@ -147,11 +163,47 @@ def load_study(path: Path | None, study_name: str | None, storage: str | None) -
         if not db.is_file():
             raise ConfigError(f"STUDY_DIR: no study.db in {path}; give trials/<name> or --storage URL")
         storage = f"sqlite:///{db.resolve()}"
-    url, opened = storage, storage_of(storage)
-    names = [s.study_name for s in optuna.get_all_study_summaries(opened, include_best_trial=False)]
+    remember(storage)
+    try:
+        opened = _reader(storage)
+        names = [s.study_name for s in optuna.get_all_study_summaries(opened, include_best_trial=False)]
+    except ConfigError:
+        raise
+    except Exception as err:  # SQLAlchemy, a damaged file, a server that refuses
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(f"--storage: cannot read a study from {mask_url(storage)}: {first[:300]}") from None
     name = study_name or (path.name if path is not None and path.name in names else None)
     if name is None and len(names) == 1:
         name = names[0]
     if name not in names:
-        raise ConfigError(f"--study: {name!r} is not in {mask_url(url)}; studies there: {', '.join(names) or 'none'}")
+        raise ConfigError(f"--study: {name!r} is not in {mask_url(storage)}; studies there: {', '.join(names) or 'none'}")
     return optuna.load_study(study_name=name, storage=opened), path
+
+
+def _reader(url: str) -> optuna.storages.BaseStorage:
+    """A storage opened to read only."""
+    if url.startswith("journal:"):
+        path = Path(url.removeprefix("journal:"))
+        if not path.is_file():
+            raise ConfigError(f"--storage: no such journal file: {path}")
+        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+    if url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///"))
+        if not path.is_file():
+            raise ConfigError(f"--storage: no such SQLite file: {path}")
+        _check_optuna_sqlite(path)
+        url = f"sqlite:///file:{path.resolve()}?mode=ro&uri=true"  # SQLite itself refuses any write
+    return optuna.storages.RDBStorage(url, skip_table_creation=True)
+
+
+def _check_optuna_sqlite(path: Path) -> None:
+    """A SQLite file holding Optuna's tables (read-only look; ConfigError otherwise)."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)) as conn:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.DatabaseError as err:
+        raise ConfigError(f"--storage: {path} is not a readable SQLite database: {err}") from None
+    if not {"studies", "trials", "version_info"} <= tables:
+        raise ConfigError(f"--storage: {path} holds no Optuna study (no studies/trials tables); nothing was changed")

@@ -19,23 +19,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from autotune.protocol import parse_fault
+
 
 def fault_for(knobs: dict[str, Any]) -> str | None:
-    """The fault kind AUTOTUNE_FAULT asks for in a trial with these knobs, or None."""
-    spec = os.environ.get("AUTOTUNE_FAULT", "").strip()
-    if not spec:
+    """The fault kind AUTOTUNE_FAULT asks for in a trial with these knobs, or None (protocol.parse_fault)."""
+    parsed = parse_fault(os.environ.get("AUTOTUNE_FAULT"))
+    if parsed is None:
         return None
-    kind, _, cond = spec.partition("@")
-    if cond:
-        op = ">=" if ">=" in cond else "="
-        knob, _, want = cond.partition(op)
-        have = knobs.get(knob.strip())
+    kind, slow, knob, op, want = parsed
+    if knob:
+        have = knobs.get(knob)
         if op == ">=":
-            if have is None or float(have) < float(want):
+            if have is None or isinstance(have, str) or float(have) < float(want):
                 return None
-        elif str(have).lower() != want.strip().lower():
+        elif str(have).lower() != want.lower():
             return None
-    return kind.strip()
+    return f"slow:{slow:g}" if kind == "slow" else kind
 
 
 class Fault:

@@ -19,7 +19,7 @@ class Timing:
     """Raw samples of one timed run: warm-up step wall times, measured step times, their outputs, memory."""
 
     warmup_s: list[float]
-    warmup_outputs: list[Any]
+    warmup_end: float  # wall clock when the warm-up ended (before the ranks' barrier)
     step_s: list[float]
     outputs: list[Any]
     window: tuple[float, float]  # wall clock (time.time) around the measured steps: NVML telemetry is cut to it
@@ -38,15 +38,16 @@ def time_steps(torch: Any, step: Callable[[], Any], *, warmup: int, measure: int
     measured steps (a barrier of the ranks); before_each: untimed, before every measured step."""
     cuda = device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    warmup_s, warmup_outputs = [], []
+    warmup_s = []
     for _ in range(warmup):
         t0 = time.perf_counter()
-        warmup_outputs.append(step())
+        out = step()
         sync()
         warmup_s.append(time.perf_counter() - t0)
         if after_warmup_step:
-            after_warmup_step(warmup_outputs[-1])
+            after_warmup_step(out)
     sync()
+    warmup_end = time.time()
     if before_window:
         before_window()
     if cuda:
@@ -72,4 +73,4 @@ def time_steps(torch: Any, step: Callable[[], Any], *, warmup: int, measure: int
             outputs.append(step())
             step_s.append(time.perf_counter() - t0)
         peak, kind, reserved = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_max_rss", None
-    return Timing(warmup_s, warmup_outputs, step_s, outputs, (start_wall, time.time()), peak, kind, reserved)
+    return Timing(warmup_s, warmup_end, step_s, outputs, (start_wall, time.time()), peak, kind, reserved)

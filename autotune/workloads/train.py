@@ -87,7 +87,7 @@ def apply_fp8(torch: Any, model: Any, knobs: dict[str, Any]) -> int:
         return 0
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-    config = Float8LinearConfig.from_recipe_name(knobs["fp8_recipe"] or "tensorwise")
+    config = Float8LinearConfig.from_recipe_name(knobs["fp8_recipe"])
     keep = ("head", "lm_head")  # the output head stays in bf16: its logits feed the loss
     convert_to_float8_training(model, config=config, module_filter_fn=lambda mod, fqn: fqn.split(".")[-1] not in keep)
     return sum(1 for mod in model.modules() if type(mod).__name__ == "Float8Linear")

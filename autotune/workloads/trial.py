@@ -85,7 +85,7 @@ def _record_steps(result: TrialResult, spec: TrialSpec, workload: Workload, meas
     result.peak_mem_bytes, result.peak_mem_kind, result.peak_mem_reserved_bytes = peak, t.peak_mem_kind, reserved
     result.measure_window = list(t.window)
     result.phases_s.update({
-        "warmup": t.window[0] - t_built,
+        "warmup": t.warmup_end - t_built,
         # The first step's excess over a measured step: torch.compile's time when compile is on.
         "compile": max(0.0, t.warmup_s[0] - statistics.median(steps)) if spec.knobs.get("compile") and t.warmup_s else 0.0,
         "measure": t.window[1] - t.window[0],

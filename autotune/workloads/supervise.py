@@ -1,0 +1,83 @@
+"""The trial's supervisor: `python -m autotune.workloads.supervise CMD...` (standard library only).
+
+autotune starts every trial through it, in a session of its own. It runs CMD (the trial, or torchrun with
+its ranks) as its child and makes sure nothing of the trial outlives the trial or autotune:
+
+- PR_SET_PDEATHSIG: when autotune dies, even by kill -9, the supervisor gets SIGTERM at once;
+- autotune gone before that was armed (a kill within milliseconds of the start): getppid() is no longer
+  AUTOTUNE_PARENT_PID, so it leaves before starting anything;
+- PR_SET_CHILD_SUBREAPER: processes the trial leaves behind (Inductor's compile workers, ranks that torchrun
+  put in sessions of their own) become the supervisor's children instead of init's;
+- on SIGTERM, SIGINT or SIGHUP, and when CMD ends: every descendant is killed (SIGKILL) and reaped.
+
+Its exit status is CMD's; a CMD killed by a signal is reported by the supervisor dying of the same signal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below root, read from /proc (children before grandchildren)."""
+    parents: dict[int, int] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the (command)
+    found, frontier = [], [root]
+    while frontier:
+        frontier = [pid for pid, parent in parents.items() if parent in frontier and pid not in found]
+        found += frontier
+    return found
+
+
+def end_all() -> None:
+    """SIGKILL every descendant, then reap them (they are the supervisor's children by now, as subreaper)."""
+    for _ in range(3):  # a process may fork while we look: look again
+        pids = descendants(os.getpid())
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    end_all()
+    os._exit(128 + signum)
+
+
+def main(argv: list[str]) -> int:
+    with contextlib.suppress(Exception):  # Linux only; elsewhere the parent's own sweep is what remains
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    parent = os.environ.get("AUTOTUNE_PARENT_PID")
+    if parent and os.getppid() != int(parent):
+        return 1  # autotune died before the death signal was armed: start nothing
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
+    child = subprocess.Popen(argv, env={**os.environ, "AUTOTUNE_PARENT_PID": str(os.getpid())})
+    code = child.wait()
+    end_all()
+    if code < 0:  # die of the same signal, so the parent sees how the trial ended
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
