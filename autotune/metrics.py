@@ -59,14 +59,24 @@ def summarize(res: Any, model: dict[str, Any] | None, world_size: int, peak_flop
     }
 
 
+NEAREST_S = 0.5  # a window shorter than the sampling interval takes the samples this close to it
+
+
 def summarize_telemetry(samples: list[dict[str, Any]], window: tuple[float, float]) -> dict[str, Any] | None:
-    """Mean power, SM clock and temperature over the measured window, and the throttle reasons seen there."""
+    """Mean power, SM clock and temperature over the measured window, and the throttle reasons seen there.
+
+    A measured window shorter than the sampling interval (0.2 s) may hold no sample: then the samples within
+    NEAREST_S of it stand for it, and `in_window` says so (False)."""
     inside = [s for s in samples if window[0] <= s["t"] <= window[1]]
+    in_window = bool(inside)
+    if not inside:
+        inside = [s for s in samples if window[0] - NEAREST_S <= s["t"] <= window[1] + NEAREST_S]
     if not inside:
         return None
     reasons = sorted({r for s in inside for r in s["throttle"]})
     return {
         "samples": len(inside),
+        "in_window": in_window,
         "power_w_mean": statistics.fmean(s["power_w"] for s in inside),
         "sm_clock_mhz_mean": statistics.fmean(s["sm_clock_mhz"] for s in inside),
         "sm_clock_mhz_min": min(s["sm_clock_mhz"] for s in inside),

@@ -50,8 +50,10 @@ def test_metrics_telemetry_only_inside_window() -> None:
     tele = metrics.summarize_telemetry(samples, (0.5, 2.5))
     assert tele["power_w_mean"] == 625
     assert tele["sm_clock_mhz_min"] == 1900
-    assert tele["throttle_reasons"] == ["sw_power_cap"]
+    assert tele["throttle_reasons"] == ["sw_power_cap"] and tele["in_window"]
     assert metrics.summarize_telemetry(samples, (10, 11)) is None
+    short = metrics.summarize_telemetry(samples, (1.4, 1.5))  # shorter than the sampling interval: the nearest
+    assert short["samples"] == 2 and not short["in_window"] and short["power_w_mean"] == 625
 
 
 def test_hardware_peak_table_lookup() -> None:
