@@ -62,7 +62,8 @@ def build_hf(m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: i
     config = AutoConfig.for_model(**data)
     attention = knobs.get("attention", "auto")
     impl = "eager" if attention == "eager" else "sdpa"  # flash/efficient/cudnn/math: SDPA with that backend forced
-    hf = AutoModelForCausalLM.from_config(config, attn_implementation=impl).to(device)
+    with torch.device(device):  # built and initialised where it trains: nothing is made on the CPU first
+        hf = AutoModelForCausalLM.from_config(config, attn_implementation=impl)
     if knobs.get("activation_checkpointing", "none") == "full":
         hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     vocab = config.vocab_size

@@ -52,9 +52,9 @@ class Attention(nn.Module):
         return self.proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
-def _rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
-    angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv_freq)
+def _rope_tables(seq_len: int, head_dim: int, theta: float, device: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim)
+    angles = torch.outer(torch.arange(seq_len, dtype=torch.float32, device=device), inv_freq)
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos(), angles.sin()
 
@@ -100,6 +100,9 @@ class Transformer(nn.Module):
     m["padded_vocab"] (>= vocab_size) sizes the embedding and head; logits past vocab_size are cut off
     before the loss, so padding changes the matmul shapes and nothing else. m["checkpoint_every"]: 0 (no
     activation checkpointing), 1 (every block) or 2 (every other block).
+
+    Built as torchtitan builds: construct under `torch.device("meta")` (no memory, no work), then
+    `to_empty(device=...)` and `init_weights()` there: an 8B model never exists on the CPU.
     """
 
     def __init__(self, m: dict[str, Any]) -> None:
@@ -113,16 +116,27 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(Block(m) for _ in range(m["n_layers"]))
         self.norm = nn.RMSNorm(m["d_model"], eps=1e-5) if m["family"] == "llama" else nn.LayerNorm(m["d_model"])
         self.head = nn.Linear(m["d_model"], self.padded_vocab, bias=False)
-        if m["tie_embeddings"]:
-            self.head.weight = self.tok.weight
         if m["family"] == "llama":
             cos, sin = _rope_tables(m["seq_len"], m["d_model"] // m["n_heads"], m["rope_theta"])
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """Initialise every parameter and buffer on the device the model lives on (after to_empty too):
+        normal(0, 0.02) weights, GPT-2's scaled residual projections, unit norms, the RoPE tables; the head
+        tied to the embedding again (to_empty from the meta device unties shared parameters)."""
+        m = self.cfg
+        if m["tie_embeddings"]:
+            self.head.weight = self.tok.weight
         self.apply(self._init)
         for name, p in self.named_parameters():  # GPT-2's scaled init of residual projections
             if name.endswith(("proj.weight", "down.weight")):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * m["n_layers"]))
+        if m["family"] == "llama":
+            self.rope_cos, self.rope_sin = _rope_tables(m["seq_len"], m["d_model"] // m["n_heads"], m["rope_theta"],
+                                                        device=self.tok.weight.device)
 
     @staticmethod
     def _init(module: nn.Module) -> None:
@@ -130,6 +144,8 @@ class Transformer(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
+        if isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
+            module.reset_parameters()
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         t = tokens.shape[1]

@@ -73,7 +73,10 @@ def build_model(torch: Any, spec: Any, dev: Any, gen: Any, n_batches: int) -> tu
     pad, mbs = knobs["pad_vocab_multiple"], knobs["micro_batch_size"]
     m = {**m, "attention": knobs["attention"], "padded_vocab": -(-m["vocab_size"] // pad) * pad if pad else m["vocab_size"],
          "checkpoint_every": CHECKPOINT_EVERY[knobs["activation_checkpointing"]]}
-    model = Transformer(m).to(dev)
+    with torch.device("meta"):  # torchtitan's build: no memory and no work until the device
+        model = Transformer(m)
+    model = model.to_empty(device=dev)
+    model.init_weights()
     pool = torch.randint(0, m["vocab_size"], (n_batches, mbs, m["seq_len"] + 1), device=dev, generator=gen)
     work = Work(m["seq_len"] * mbs * knobs["grad_accum_steps"], sum(p.numel() for p in model.parameters()),
                 model.flop_params(), {"n_layers": m["n_layers"], "d_model": m["d_model"], "seq_len": m["seq_len"]})
