@@ -303,6 +303,11 @@ class StudyConfig(_Section):
     confirm_rounds: int = Field(
         default=3, ge=0, le=100, description="Interleaved rounds of the confirmation (A B C A B C ...), each a fresh process."
     )
+    compile_cache: Optional[str] = Field(
+        default=None, description="A folder for torch.compile's caches (Inductor, Triton) that outlives one study: a "
+        "second study of the same model on the same GPU starts warm. Each GPU model and torch version gets its own "
+        "subfolder. Default: the study's own inductor-cache/.",
+    )
 
 
     @field_validator("storage")

@@ -107,6 +107,7 @@ def fingerprint(child_env: dict[str, Any], world_size: int) -> dict[str, Any]:
         "device": device,
         "gpu_model": gpu or (platform.processor() or platform.machine() if device == "cpu" else None),
         "gpu_count": world_size if device == "cuda" else 0,
+        "gpu_memory_gib": round(child_env["device_memory_bytes"] / 2**30, 2) if child_env.get("device_memory_bytes") else None,
         "driver": hw["driver"],
         "cuda": child_env.get("cuda"),
         "cudnn": child_env.get("cudnn"),

@@ -25,6 +25,12 @@ def is_refusal(text: str) -> bool:
     return any(mark in text for mark in REFUSAL_MARKS)
 
 
+def cause(knobs: dict[str, Any]) -> dict[str, Any] | None:
+    """The knob values NCCL refused: the NCCL settings the trial set (None when it set none)."""
+    given = {k: knobs.get(k) for k in ("nccl_algo", "nccl_proto", "nccl_nchannels") if knobs.get(k) not in (None, "default")}
+    return given or None
+
+
 def refusal_of(err: BaseException) -> str | None:
     """NCCL's own message when an exception is its refusal of a setting, else None."""
     text = str(err)

@@ -143,6 +143,7 @@ class TrialResult(_Document):
 
     status: str  # one of STATUSES
     reason: str = ""  # why it failed; empty when ok
+    cause: dict[str, Any] | None = None  # invalid_config: the knob values that cannot run here (a rule to learn)
     rank: int = 0  # the rank that wrote it
     at_ns: int | None = None  # when a failing rank wrote it: the earliest failure is the cause
     step_times_s: list[float] = field(default_factory=list)  # measured steps, each the slowest rank's

@@ -7,6 +7,7 @@ all call it. The process side (`run_trial`) needs nothing of the study: a TrialS
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from autotune import knobs as catalogue
 from autotune import metrics, nccl_log
 from autotune.errors import ConfigError
-from autotune.hardware import Telemetry, device_units, fingerprint, peak_flops, visible_gpu_index
+from autotune.hardware import Telemetry, detect, device_units, fingerprint, peak_flops, visible_gpu_index
 from autotune.locks import DeviceLock
 from autotune.protocol import TRIAL_MODULE, RunSettings, TrialResult, TrialSpec, parse_fault
 
@@ -49,6 +50,7 @@ class Outcome:
     telemetry: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0
     nccl: dict[str, Any] | None = None  # NCCL's own account (rank groups on GPUs)
+    nccl_refused: bool = False  # NCCL's log, not the trial, says it refused a setting
 
 
 @dataclass(frozen=True)
@@ -62,17 +64,20 @@ class Bench:
     home: Path  # the study's folder: compile caches and temporary files of the trials go under it
     base_dir: str | None = None  # where an entrypoint module is found
     task: str = "train"
+    compile_cache: Path | None = None  # torch.compile's caches shared across studies (a folder the user chose)
 
     @classmethod
     def of(cls, model: ModelConfig, workload: WorkloadConfig, *, device: str, timeout_s: float, home: Path,
-           base_dir: str | None) -> Bench:
+           base_dir: str | None, compile_cache: str | None = None) -> Bench:
         run = RunSettings(**{k: getattr(workload, k) for k in RunSettings.__dataclass_fields__})
-        return cls(model_spec(model), run, device, timeout_s, home.resolve(), base_dir, workload.task)
+        shared = Path(compile_cache).resolve() / compile_key(device) if compile_cache else None
+        return cls(model_spec(model), run, device, timeout_s, home.resolve(), base_dir, workload.task, shared)
 
     def env(self) -> dict[str, str]:
-        """Where a trial's compilers and libraries write: under the study (they default to /tmp and ~/.cache).
-        inductor-cache/ is shared by the study's trials (a shape compiled once is loaded after)."""
-        cache = self.home / "inductor-cache"
+        """Where a trial's compilers and libraries write: under the study (they default to /tmp and ~/.cache),
+        or the compile cache the user chose. The cache is shared by the trials (a shape compiled once is
+        loaded after) and, with study.compile_cache, by studies."""
+        cache = self.compile_cache or self.home / "inductor-cache"
         return {"TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton"),
                 "CUDA_CACHE_PATH": str(cache / "cuda"), "XDG_CACHE_HOME": str(cache / "xdg"),
                 "TMPDIR": str(self.home / "tmp")}
@@ -80,6 +85,14 @@ class Bench:
     def spec(self, knobs: dict[str, Any]) -> TrialSpec:
         return TrialSpec(task=self.task, device=self.device, knobs=dict(knobs), model=self.model, run=self.run,
                          base_dir=self.base_dir)
+
+
+def compile_key(device: str) -> str:
+    """The compile cache's subfolder: what a compiled program depends on (GPU model, torch with its CUDA)."""
+    from importlib import metadata
+
+    gpu = next((g["name"] for g in detect()["gpus"]), "gpu") if device == "cuda" else "cpu"
+    return re.sub(r"[^A-Za-z0-9.+-]+", "_", f"{gpu}-torch{metadata.version('torch')}")
 
 
 def model_spec(model: ModelConfig) -> dict[str, Any]:
@@ -134,6 +147,10 @@ def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, bench: Bench
         record["telemetry"] = metrics.summarize_telemetry(outcome.telemetry, tuple(res.measure_window or (0, 0)))
         if res.ranks:
             record["ranks"] = res.ranks
+    if outcome.status == "invalid_config":  # the knob values that cannot run here: a rule the search learns
+        cause = res.cause if res is not None else nccl_log.cause(knobs) if outcome.nccl_refused else None
+        if cause:
+            record["cause"] = cause
     if outcome.nccl is not None:
         record["nccl"] = outcome.nccl
     if outcome.status != "ok" and res is not None and world > 1:
@@ -257,7 +274,8 @@ def _classify(run_dir: Path, log_path: Path, code: int | None, timeout_s: float,
         return Outcome(failed.status, reason, failed, telemetry, wall, report)
     refused = [w for w in (report or {}).get("warnings", []) if nccl_log.is_refusal(w)]
     if refused:  # NCCL aborted the ranks (its watchdog) before Python saw an error: its log says why
-        return Outcome("invalid_config", "NCCL refused this setting: " + refused[0], None, telemetry, wall, report)
+        return Outcome("invalid_config", "NCCL refused this setting: " + refused[0], None, telemetry, wall, report,
+                       nccl_refused=True)
     how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
     return Outcome("crash", f"trial process ended without a result ({how}): {_tail(log_path)}", wall_s=wall,
                    telemetry=telemetry, nccl=report)

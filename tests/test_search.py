@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from autotune.config import parse_config
-from autotune.errors import StudyError
+from autotune.errors import ConfigError, StudyError
 from autotune.protocol import CONFIG_FAILURES, STATUSES
 from autotune.report import collect, to_markdown
 from autotune.search import Observer, run_search
@@ -215,3 +215,36 @@ def test_search_sampler_steers_away_from_a_configuration_that_cannot_run() -> No
             else:
                 study.tell(t, 480.0 + 10 * (t.params["micro_batch_size"] == 64) + (i % 7) / 7)
     assert picks <= 0.3 * 25 * 4, picks
+
+
+def test_study_warm_start_measures_only_what_is_new(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
+    first = _cfg(name="a", space={"micro_batch_size": [2, 4], "precision": "fp32"}, baseline={}, study={"trials": 2})
+    run_search(first, out_root=tmp_path, device="cpu")
+    wider = _cfg(name="b", space={"micro_batch_size": [2, 4, 8], "precision": "fp32"}, baseline={}, study={"trials": 1})
+    result = run_search(wider, out_root=tmp_path, device="cpu", warm_start_from=tmp_path / "a")
+    trials = _trials(tmp_path, "b")
+    copied = [t for t in trials if "warm_start" in t.user_attrs]
+    assert sorted(t.params["micro_batch_size"] for t in copied) == [2, 4]
+    assert [t.params["micro_batch_size"] for t in trials if t.user_attrs.get("status") == "ok"
+            and "warm_start" not in t.user_attrs] == [8]  # only the new point was measured
+    assert result.history.launched == 1 and len(result.history.completed) == 3
+    other_model = _cfg(name="c", model={"n_layers": 2}, space={"micro_batch_size": [2, 4], "precision": "fp32"},
+                       baseline={}, study={"trials": 1})
+    with pytest.raises(ConfigError, match=r"--warm-start: .* measured another model \(model\.n_layers is 1, here 2\)"):
+        run_search(other_model, out_root=tmp_path, device="cpu", warm_start_from=tmp_path / "a")
+    assert not (tmp_path / "c").exists()  # refused before anything was written
+
+
+def test_study_compile_cache_outlives_the_study(tmp_path: Path, monkeypatch) -> None:
+    """study.compile_cache: compiled programs go to one folder a second study finds (a subfolder per device and
+    torch version), not into the study."""
+    monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
+    shared = tmp_path / "cache"
+    for name in ("a", "b"):
+        cfg = _cfg(name=name, space={"micro_batch_size": [2], "precision": "fp32", "compile": True}, baseline={},
+                   study={"trials": 1, "compile_cache": str(shared)})
+        assert run_search(cfg, out_root=tmp_path / "out", device="cpu").history.completed
+    (key,) = [p.name for p in shared.iterdir()]
+    assert key.startswith("cpu-torch2.") and any((shared / key).rglob("*"))
+    assert not (tmp_path / "out" / "a" / "inductor-cache").exists()

@@ -27,6 +27,9 @@ def search(
     storage: Storage = None,
     gpus: Gpus = None,
     dry_run: Annotated[bool, typer.Option(help="Print the resolved space, its size and the baseline; run nothing.")] = False,
+    warm_start: Annotated[Optional[Path], typer.Option(
+        help="Begin with the measured trials of the study in this folder (same model, workload, GPU and torch) "
+             "that lie in this space; they are not measured again and count no budget.")] = None,
 ) -> None:
     """Search the space with real, short benchmark trials; write OUT/<name>/best.yaml."""
     from autotune.config import load_config
@@ -45,7 +48,7 @@ def search(
 
         with LiveProgress(console, list(space.searched)) as view:
             result = run_search(cfg, out_root=out, device=device, trials=trials, timeout_min=timeout_min, fresh=fresh,
-                                storage=storage, gpus=parse_gpus(gpus), observer=view)
+                                storage=storage, gpus=parse_gpus(gpus), observer=view, warm_start_from=warm_start)
         if result.best is None:
             raise NoSuccessError(f"no trial succeeded ({result.history.launched} launched); see {result.study_dir}/runs/*/worker.log")
         console.print(top_trials_table(result.history, list(space.searched) or ["micro_batch_size"]))

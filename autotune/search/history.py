@@ -44,6 +44,7 @@ class History:
 
     seen: dict[Key, optuna.trial.FrozenTrial] = field(default_factory=dict)
     ooms: list[optuna.trial.FrozenTrial] = field(default_factory=list)
+    invalid: list[optuna.trial.FrozenTrial] = field(default_factory=list)  # invalid_config trials with a cause
     launched: int = 0
     completed: list[optuna.trial.FrozenTrial] = field(default_factory=list)
     running: dict[Key, optuna.trial.FrozenTrial] = field(default_factory=dict)
@@ -68,23 +69,16 @@ class History:
             h.seen.setdefault(key(t.user_attrs.get("knobs") or t.params), t)
             if t.user_attrs.get("predicted"):
                 continue
-            h.launched += 1
+            h.launched += "warm_start" not in t.user_attrs  # trials copied from another study count no budget
             if status == "oom":
                 h.ooms.append(t)
+            if status == "invalid_config" and t.user_attrs.get("cause"):
+                h.invalid.append(t)
             if t.state == TrialState.COMPLETE:
                 h.completed.append(t)
         base = baseline_knobs(study, trials)
         h.baseline = next((t for t in h.completed if base is not None and key(t.user_attrs["knobs"]) == key(base)), None)
         return h
-
-    def oom_bound(self, knobs: dict[str, Any]) -> optuna.trial.FrozenTrial | None:
-        """A trial that ran out of memory with the same knobs and a micro-batch no larger than this one's."""
-        for t in self.ooms:
-            other = t.user_attrs["knobs"]
-            same = all(other[k] == v for k, v in knobs.items() if k not in ("micro_batch_size", "grad_accum_steps"))
-            if same and knobs["micro_batch_size"] >= other["micro_batch_size"]:
-                return t
-        return None
 
     def best(self) -> optuna.trial.FrozenTrial | None:
         return max(self.completed, key=lambda t: t.value, default=None)

@@ -8,6 +8,7 @@ import random
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,17 +16,20 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune import paths
 from autotune.config import Config
 from autotune.errors import ConfigError
 from autotune.hardware import default_device, detect
 from autotune.errors import Terminated
 from autotune.runner import Bench, measure, preflight
+from autotune.search import predict
 from autotune.search.best import write_best
 from autotune.search.confirm import confirm
 from autotune.search.history import History, key, optuna_state, store
 from autotune.search.observer import Observer
 from autotune.search.sampler import make_sampler
 from autotune.search.storage import mask_url, open_study
+from autotune.search import warm
 from autotune.search.workers import Heartbeat, claim_configuration, reap_lost_workers
 from autotune.space import ResolvedSpace, resolve_space
 
@@ -81,12 +85,14 @@ def gpu_groups(cfg: Config, device: str, gpus: list[str] | None) -> list[str] | 
 
 def run_search(cfg: Config, *, out_root: Path = Path("trials"), device: str | None = None, trials: int | None = None,
                timeout_min: float | None = None, fresh: bool = False, storage: str | None = None,
-               gpus: list[str] | None = None, observer: Observer | None = None) -> SearchResult:
+               gpus: list[str] | None = None, observer: Observer | None = None,
+               warm_start_from: Path | None = None) -> SearchResult:
     """Run (or resume) the study until `trials` trials were launched, the timeout, or the space is exhausted;
     then confirm the top configurations and write best.yaml (also when interrupted).
 
     gpus: run one trial per listed GPU at once (each pinned with CUDA_VISIBLE_DEVICES); on the CPU the
-    list only sets how many trials run at once.
+    list only sets how many trials run at once. warm_start_from: another study's folder whose measured
+    trials of this model start the study (search/warm.py).
     """
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our own view reports trials
     if storage is not None:
@@ -95,8 +101,13 @@ def run_search(cfg: Config, *, out_root: Path = Path("trials"), device: str | No
     device = device or default_device()
     space = resolve_space(cfg, device)
     groups = gpu_groups(cfg, device, gpus)
+    if cfg.study.compile_cache:
+        paths.writable_dir(Path(cfg.study.compile_cache), "study.compile_cache")
+    source = warm.source_study(cfg, warm_start_from, device) if warm_start_from is not None else None
     study, study_dir, url = open_study(cfg, out_root=out_root, device=device, fresh=fresh,
                                        baseline=space.knobs(space.baseline))
+    if source is not None:
+        warm.copy_trials(study, space, source)
     search = _Search(cfg, space, study, study_dir, device, groups, trials or cfg.study.trials, observer or Observer())
     try:
         stop_reason = search.optimize(60.0 * (timeout_min or cfg.study.timeout_min), url)
@@ -112,11 +123,15 @@ class _Search:
     """One worker's part of a study: the objective is claim, launch, record; the callback decides to stop."""
 
     def __init__(self, cfg: Config, space: ResolvedSpace, study: optuna.Study, study_dir: Path, device: str,
-                 groups: list[str] | None, budget: int, observer: Observer) -> None:
+                 groups: list[str] | None, budget: int, observer: Observer,
+                 sampler: optuna.samplers.BaseSampler | None = None, measure_fn: Callable[..., dict[str, Any]] = measure) -> None:
+        """sampler and measure_fn: the study's sampler and the measurement, replaced only by the replay of a
+        recorded landscape (search/replay.py), which runs this same loop without a GPU."""
         self.cfg, self.space, self.study, self.budget, self.observer = cfg, space, study, budget, observer
+        self.sampler, self.measure = sampler, measure_fn
         self.runs = study_dir / "runs"
         self.bench = Bench.of(cfg.model, cfg.workload, device=device, timeout_s=60 * cfg.study.trial_timeout_min,
-                              home=study_dir, base_dir=cfg.base_dir)
+                              home=study_dir, base_dir=cfg.base_dir, compile_cache=cfg.study.compile_cache)
         self.grace = cfg.study.worker_grace_s
         self.rng = random.Random(cfg.study.seed)
         self.points = space.points()
@@ -140,8 +155,8 @@ class _Search:
         return self.record(trial, self.launch(trial, knobs, index, beat))
 
     def claim(self, trial: optuna.Trial, params: dict[str, Any], knobs: dict[str, Any]) -> int:
-        """Take this configuration, or record why not (budget taken, already measured or running, predicted
-        to run out of memory). Returns the trial's index in the budget."""
+        """Take this configuration, or record why not (budget taken, already measured or running, known not
+        to run: search/predict.py). Returns the trial's index in the budget."""
         reap_lost_workers(self.study, self.grace, own=trial.number)
         h = History.of(self.study, own=trial.number)
         if h.launched + len(h.running) >= self.budget:  # other workers are measuring the rest of the budget
@@ -151,10 +166,9 @@ class _Search:
         prev = h.seen.get(key(knobs)) or h.running.get(key(knobs))
         if prev is not None:
             self._duplicate(trial, prev.number, params, h)
-        if (bound := h.oom_bound(knobs)) is not None:
-            reason = (f"predicted: needs at least the memory of trial {bound.number} "
-                      f"(micro_batch_size {bound.user_attrs['knobs']['micro_batch_size']} ran out of memory)")
-            record = {"number": trial.number, "knobs": knobs, "status": "oom", "reason": reason, "predicted": True}
+        if (known := predict.failure(h, knobs)) is not None:
+            status, reason = known
+            record = {"number": trial.number, "knobs": knobs, "status": status, "reason": reason, "predicted": True}
             store(trial, record)
             self.observer.trial_finished(record, h)
             raise optuna.TrialPruned(reason)  # not launched, not counted; the sampler learns from it
@@ -187,8 +201,8 @@ class _Search:
             beat()
 
         try:
-            return measure(self.bench, knobs, self.runs / f"{trial.number:04d}", number=trial.number, gpus=slot,
-                           concurrent=self.n_jobs, on_poll=poll, stop=self.stop, on_wait=self.observer.device_busy)
+            return self.measure(self.bench, knobs, self.runs / f"{trial.number:04d}", number=trial.number, gpus=slot,
+                                concurrent=self.n_jobs, on_poll=poll, stop=self.stop, on_wait=self.observer.device_busy)
         except KeyboardInterrupt:
             self.stop.set()
             trial.set_user_attr("status", "interrupted")
@@ -215,7 +229,7 @@ class _Search:
         """Enqueue the baseline (and the grid), run the objective until done; returns why it stopped."""
         cfg, study = self.cfg, self.study
         reap_lost_workers(study, self.grace)
-        study.sampler = make_sampler(cfg.study.sampler, cfg.study.seed, self.budget)
+        study.sampler = self.sampler or make_sampler(cfg.study.sampler, cfg.study.seed, self.budget)
         order = [self.space.baseline]
         if cfg.study.sampler == "grid":
             order += self.rng.sample(self.points, len(self.points))

@@ -17,7 +17,13 @@ from autotune.workloads.timing import Timing
 
 
 class InvalidConfig(Exception):
-    """This combination of knobs cannot run here (the reason says why)."""
+    """This combination of knobs cannot run here (the reason says why). `knobs` names the knobs whose values
+    cause it: the search learns the rule (those values cannot run here) and launches no other trial that has
+    them. No knobs: the cause is not a knob's (the trial's values teach nothing)."""
+
+    def __init__(self, message: str, *knobs: str) -> None:
+        super().__init__(message)
+        self.knobs = knobs
 
 
 class NonFiniteLoss(Exception):

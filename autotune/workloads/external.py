@@ -29,7 +29,11 @@ from typing import Any
 
 
 class Unsupported(Exception):
-    """A knob value this kind of model cannot apply."""
+    """A knob value this kind of model cannot apply (`knobs`: which)."""
+
+    def __init__(self, message: str, *knobs: str) -> None:
+        super().__init__(message)
+        self.knobs = knobs
 
 
 @dataclass
@@ -45,9 +49,10 @@ class Built:
 
 def _reject(knobs: dict[str, Any], what: str) -> None:
     if knobs.get("pad_vocab_multiple"):
-        raise Unsupported(f"pad_vocab_multiple applies to the built-in model only, not to {what}")
+        raise Unsupported(f"pad_vocab_multiple applies to the built-in model only, not to {what}", "pad_vocab_multiple")
     if knobs.get("activation_checkpointing", "none") == "selective":
-        raise Unsupported(f"activation_checkpointing selective applies to the built-in model only, not to {what}")
+        raise Unsupported(f"activation_checkpointing selective applies to the built-in model only, not to {what}",
+                          "activation_checkpointing")
 
 
 def build_hf(m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: int, gen: Any) -> Built:
@@ -111,7 +116,8 @@ def build_entrypoint(m: dict[str, Any], knobs: dict[str, Any], device: str, n_ba
         raise TypeError(f"entrypoint {m['entrypoint']} returned no {missing[0]!r} (README: Your own model)")
     model = out["model"].to(device)
     if knobs.get("activation_checkpointing", "none") == "full":
-        raise Unsupported("activation_checkpointing applies to built-in and hf_config models; do it in your entrypoint")
+        raise Unsupported("activation_checkpointing applies to built-in and hf_config models; do it in your entrypoint",
+                          "activation_checkpointing")
     batches = [out["make_batch"](knobs["micro_batch_size"]) for _ in range(n_batches)]
     n_params = sum(p.numel() for p in model.parameters())
     layers, d = out.get("n_layers"), out.get("d_model")

@@ -33,7 +33,8 @@ def apply_ddp(torch: Any, model: Any, knobs: dict[str, Any], ranks: Ranks) -> tu
         # reducing gradients after the first step (pytorch/pytorch, huggingface/accelerate#3679):
         # a fast number that trains nothing must never win.
         raise InvalidConfig("DDP static_graph with gradient accumulation (no_sync) is broken in PyTorch: "
-                            "gradients stop being synchronised; use static_graph false or grad_accum_steps 1")
+                            "gradients stop being synchronised; use static_graph false or grad_accum_steps 1",
+                            "static_graph", "grad_accum_steps")
     ddp = DistributedDataParallel(model, device_ids=[ranks.local_rank] if ranks.device == "cuda" else None, **opts)
     return ddp, {"strategy": "ddp", **opts}, lambda last: contextlib.nullcontext() if last else ddp.no_sync()
 
@@ -44,7 +45,7 @@ def apply_fsdp(torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any) ->
 
     if knobs["precision"] == "fp16":
         raise InvalidConfig("fsdp with fp16 needs a sharded gradient scaler, which autotune does not run; "
-                            "use bf16 with fsdp")
+                            "use bf16 with fsdp", "parallel", "precision")
     reshard = bool(knobs["reshard_after_forward"])
     policy = MixedPrecisionPolicy(param_dtype=amp_dtype, reduce_dtype=torch.float32) if amp_dtype \
         else MixedPrecisionPolicy()

@@ -19,16 +19,17 @@ from autotune.workloads.timing import time_steps
 def apply_precision(torch: Any, precision: str, device: str) -> Any:
     """Set matmul precision; return the autocast dtype (None for fp32/tf32). fp8 runs under bf16 autocast."""
     if device == "cuda" and precision in ("bf16", "fp8") and not torch.cuda.is_bf16_supported():
-        raise InvalidConfig(f"{precision} needs bf16, which this GPU does not support")
+        raise InvalidConfig(f"{precision} needs bf16, which this GPU does not support", "precision")
     if precision == "fp8":
         if device != "cuda" or torch.cuda.get_device_capability(torch.cuda.current_device()) < (8, 9):
-            raise InvalidConfig("fp8 needs an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell)")
+            raise InvalidConfig("fp8 needs an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell)",
+                                "precision")
         try:
             import torchao.float8  # noqa: F401
         except Exception as err:
-            raise InvalidConfig(f"fp8 needs torchao (pip install 'autotune[fp8]'): {err}") from None
+            raise InvalidConfig(f"fp8 needs torchao (pip install 'autotune[fp8]'): {err}", "precision") from None
     if device == "cpu" and precision == "tf32":
-        raise InvalidConfig("tf32 needs an NVIDIA GPU (Ampere or newer); on the CPU it is fp32")
+        raise InvalidConfig("tf32 needs an NVIDIA GPU (Ampere or newer); on the CPU it is fp32", "precision")
     mode = "tf32" if precision == "tf32" else "ieee"  # fp32 means true fp32: TF32 off
     torch.backends.cuda.matmul.fp32_precision = mode
     torch.backends.cudnn.conv.fp32_precision = mode
@@ -48,7 +49,9 @@ def apply_attention(torch: Any, attention: str, device: str, dtype: Any) -> Any:
             torch.nn.functional.scaled_dot_product_attention(probe, probe, probe, is_causal=True)
     except RuntimeError as err:
         first = str(err).strip().splitlines()[0][:200]
-        raise InvalidConfig(f"attention {attention}: the SDPA backend is not available here: {first}") from None
+        # the probe runs in the precision's dtype: cudnn, for one, needs fp16 or bf16
+        raise InvalidConfig(f"attention {attention}: the SDPA backend is not available here: {first}", "attention",
+                            "precision") from None
     return lambda: sdpa_kernel([backend])
 
 
@@ -64,7 +67,7 @@ def build_model(torch: Any, spec: Any, dev: Any, gen: Any, n_batches: int) -> tu
             else:
                 built = external.build_entrypoint(m, knobs, str(dev.type), n_batches, spec.base_dir)
         except external.Unsupported as err:
-            raise InvalidConfig(str(err)) from None
+            raise InvalidConfig(str(err), *err.knobs) from None
         work = Work(built.tokens_per_sample * knobs["micro_batch_size"] * knobs["grad_accum_steps"], built.n_params,
                     built.flop_params, built.mfu_dims)
         return built.model, built.batches, built.applied, work

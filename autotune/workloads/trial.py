@@ -96,6 +96,7 @@ def _env(torch: Any, device: str) -> dict[str, Any]:
     env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": device}
     if device == "cuda":
         env["device_name"] = torch.cuda.get_device_name(torch.cuda.current_device())
+        env["device_memory_bytes"] = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
         env["cudnn"] = torch.backends.cudnn.version()
         with contextlib.suppress(Exception):
             env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
@@ -116,16 +117,17 @@ def crash_reason(err: BaseException) -> str:
     return f"{type(err).__name__}: {text.splitlines()[0][:300] if text else ''}"
 
 
-def classify(err: Exception, ranks: int) -> TrialResult | None:
-    """The result an exception means; None: a crash of one process, left to the parent (traceback in the log)."""
+def classify(err: Exception, ranks: int, knobs: dict[str, Any]) -> TrialResult | None:
+    """The result an exception means; None: a crash of one process, left to the parent (traceback in the log).
+    An invalid configuration names the knob values that cause it (the rule the search learns)."""
     if isinstance(err, InvalidConfig):
-        return TrialResult("invalid_config", str(err))
+        return TrialResult("invalid_config", str(err), cause={k: knobs.get(k) for k in err.knobs} or None)
     if isinstance(err, NonFiniteLoss):
         return TrialResult("nonfinite_loss", str(err))
     if _is_oom(err):
         return TrialResult("oom", str(err).strip().splitlines()[0][:500])
     if (refusal := nccl_log.refusal_of(err)) is not None:
-        return TrialResult("invalid_config", refusal)
+        return TrialResult("invalid_config", refusal, cause=nccl_log.cause(knobs))
     if ranks > 1:  # this rank's own traceback stays in the log; its reason goes to the parent
         import traceback
 
@@ -157,7 +159,7 @@ def main(argv: list[str]) -> int:
     try:
         result = run(spec)
     except Exception as err:
-        failed = classify(err, world)
+        failed = classify(err, world, spec.knobs)
         if failed is None:
             raise  # traceback goes to the log; the parent classifies the exit as a crash
         result = failed

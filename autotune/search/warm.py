@@ -1,0 +1,76 @@
+"""Warm start: a new study begins with another study's measured trials of the same model and workload,
+measured on the same hardware and software, so re-tuning after a small change costs a few trials.
+
+Only trials whose configuration lies in the new space are copied; each keeps its record (metrics, raw
+samples, fingerprint) and notes where it came from (`warm_start`). Copied trials count as measured (never
+launched again, and the sampler learns from them) but not toward the new study's budget.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+
+from autotune.config import Config
+from autotune.errors import ConfigError, excerpt
+from autotune.hardware import detect
+from autotune.search.history import History
+from autotune.search.storage import load_study
+from autotune.space import ResolvedSpace
+
+_MEASURED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+
+def _check_same(cfg: Config, source: optuna.Study, where: str, device: str) -> None:
+    """The source measured the same model and workload on this device kind, GPU model and torch."""
+    stored = source.user_attrs.get("config") or {}
+    for section in ("model", "workload"):
+        mine = getattr(cfg, section).model_dump(mode="json")
+        if stored.get(section) != mine:
+            diff = next((k for k in sorted(set(mine) | set(stored.get(section) or {}))
+                         if mine.get(k) != (stored.get(section) or {}).get(k)), "?")
+            raise ConfigError(f"--warm-start: {where} measured another {section} ({section}.{diff} is "
+                              f"{excerpt((stored.get(section) or {}).get(diff))}, here {excerpt(mine.get(diff))})")
+    if source.user_attrs.get("device") != device:
+        raise ConfigError(f"--warm-start: {where} was measured on {source.user_attrs.get('device')}, this study runs on {device}")
+    here_gpu = next((g["name"] for g in detect()["gpus"]), None) if device == "cuda" else None
+    here_torch = metadata.version("torch")
+    for t in source.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        fp = t.user_attrs.get("fingerprint") or {}
+        if fp.get("torch") != here_torch or (here_gpu and fp.get("gpu_model") != here_gpu):
+            raise ConfigError(f"--warm-start: {where} trial {t.number} was measured on {fp.get('gpu_model')} with torch "
+                              f"{fp.get('torch')}; here: {here_gpu or device} with torch {here_torch}")
+
+
+def source_study(cfg: Config, source_dir: Path, device: str) -> optuna.Study:
+    """The study to start from, opened read-only and checked (ConfigError before anything is written)."""
+    source, _ = load_study(source_dir, None, None)
+    _check_same(cfg, source, str(source_dir), device)
+    return source
+
+
+def copy_trials(study: optuna.Study, space: ResolvedSpace, source: optuna.Study) -> int:
+    """Copy the source's measured trials that lie in this space into the (new) study; returns how many."""
+    if any("warm_start" in t.user_attrs for t in study.get_trials(deepcopy=False)):
+        return 0  # copied when this study began; a resume does not copy again
+    dists = {name: CategoricalDistribution(values) for name, values in space.searched.items()}
+    seen = History.of(study).seen
+    copies = []
+    for t in source.get_trials(deepcopy=False, states=_MEASURED):
+        knobs = t.user_attrs.get("knobs") or {}
+        params = {k: knobs.get(k) for k in space.searched}
+        if t.user_attrs.get("status") in (None, "duplicate", "skipped") or t.user_attrs.get("predicted"):
+            continue
+        if any(params[k] not in dists[k].choices for k in params) or space.knobs(params) != knobs:
+            continue  # outside the new space (or a knob fixed at another value)
+        if tuple(sorted(knobs.items())) in seen:
+            continue
+        attrs: dict[str, Any] = {**t.user_attrs, "warm_start": f"{source.study_name}#{t.number}"}
+        copies.append(optuna.trial.create_trial(params=params, distributions=dists, value=t.value, state=t.state,
+                                                user_attrs=attrs))
+    study.add_trials(copies)
+    return len(copies)

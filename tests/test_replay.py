@@ -1,0 +1,33 @@
+"""The sampler replay: a recorded H200 landscape through the real search loop, no GPU (search/replay.py)."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import optuna
+
+from autotune.search.replay import Landscape, replay, trials_to
+
+ROOT = Path(__file__).resolve().parents[1]
+LANDSCAPE = ROOT / "benchmarks" / "landscapes" / "gpt2-small-h200.json"
+
+
+def test_replay_landscape_is_the_recorded_grid() -> None:
+    landscape = Landscape.load(LANDSCAPE)
+    assert len(landscape.points) == 48 and landscape.tokens_per_step == 256 * 1024
+    best = max(landscape.points.values(), key=lambda p: landscape.true_value(p["knobs"]) or 0)
+    assert best["knobs"] == {"micro_batch_size": 64, "precision": "bf16", "compile": True, "pad_vocab_multiple": None}
+    assert round(landscape.optimum) == 545459  # the grid's optimum in docs/BENCHMARKS.md
+
+
+def test_replay_measures_every_point_once_and_default_beats_random() -> None:
+    landscape = Landscape.load(LANDSCAPE)
+    target = 0.97 * landscape.optimum
+    default = [replay(landscape, None, seed, 48, root=ROOT) for seed in range(10)]
+    random_ = [replay(landscape, optuna.samplers.RandomSampler(seed=seed), seed, 48, root=ROOT) for seed in range(10)]
+    for run in default + random_:
+        assert len(run) == 48 and trials_to(run, landscape.optimum) is not None  # the whole space, once each
+    median_default = statistics.median(trials_to(r, target) for r in default)
+    median_random = statistics.median(trials_to(r, target) for r in random_)
+    assert median_default <= 0.75 * median_random, (median_default, median_random)
