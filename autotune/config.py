@@ -128,7 +128,7 @@ def _check_external(model: ModelConfig, base_dir: Path | None) -> None:
     import importlib.util
     import json
 
-    from autotune.probe import check_entrypoint
+    from autotune.probe import check_entrypoint, check_hf_config
 
     if model.hf_config is not None:
         path = Path(model.hf_config)
@@ -144,11 +144,13 @@ def _check_external(model: ModelConfig, base_dir: Path | None) -> None:
             raise ValueError(f"model.hf_config: {model.hf_config!r} has no model_type; is it a transformers config.json?")
         if importlib.util.find_spec("transformers") is None:
             raise ValueError("model.hf_config: needs transformers, which is not installed; pip install 'autotune[hf]'")
+        if (problem := check_hf_config(str(path))) is not None:
+            raise ValueError(f"model.hf_config: {model.hf_config!r}: {problem}")
         return
     module_name, sep, func = (model.entrypoint or "").partition(":")
     if not sep or not module_name or not func.isidentifier():
         raise ValueError(f"model.entrypoint: {model.entrypoint!r} is not of the form 'package.module:function'")
-    problem = check_entrypoint(module_name, func, str(base_dir) if base_dir is not None else None)
+    problem, _ = check_entrypoint(module_name, func, str(base_dir) if base_dir is not None else None)
     if problem:
         raise ValueError(f"model.entrypoint: {problem}")
 

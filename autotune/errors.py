@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from enum import IntEnum
 
 
@@ -52,6 +53,16 @@ def excerpt(value: object, limit: int = 80) -> str:
     r.maxstring, r.maxother, r.maxlist, r.maxdict, r.maxtuple, r.maxset, r.maxlevel = limit, limit, 6, 4, 6, 6, 3
     text = r.repr(value)
     return text if len(text) <= limit + 20 else text[:limit] + "..."
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str, newlines: bool = True) -> str:
+    """User text made safe to print: control characters (an ESC that would recolour the terminal, a NUL) shown
+    as \\xNN escapes; newlines too when newlines is False (a one-line message)."""
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return text if newlines else text.replace("\n", "\\n").replace("\t", " ")
 
 
 class Terminated(KeyboardInterrupt):

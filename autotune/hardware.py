@@ -181,16 +181,19 @@ def device_units(device: str, gpus: str | None, ranks: int) -> list[str]:
     if device != "cuda":
         return [f"cpu-{gpus or 0}"]
     if gpus is not None:
-        indices = [int(g) for g in gpus.split(",")]
-    else:
+        indices: list[int | str] = [int(g) for g in gpus.split(",")]
+    else:  # the GPUs this process sees: CUDA_VISIBLE_DEVICES may name them by index, UUID (GPU-...) or MIG-...
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        listed = [v.strip() for v in visible.split(",")] if visible else []
-        indices = [int(v) for v in listed if v.isdigit()][:ranks] or list(range(ranks))
+        listed = [v.strip() for v in visible.split(",") if v.strip()] if visible else []
+        indices = [int(v) if v.isascii() and v.isdigit() else v for v in listed][:ranks] or list(range(ranks))
     nv = _nvml()
     units = []
     for i in indices:
+        if isinstance(i, str):  # already a unique name
+            units.append(i if i.upper().startswith(("GPU-", "MIG-")) else f"gpu-{i}")
+            continue
         try:
-            units.append("gpu-" + _str(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i))))
+            units.append(_str(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i))))  # GPU-..., as CUDA names it
         except Exception:
             units.append(f"gpu-{i}")
     return units

@@ -63,6 +63,14 @@ def _pad(value: Any) -> str | None:
     return f"{value} is not a positive integer up to {MAX_SIZE}; use null or a multiple such as 64"
 
 
+def _env_value(value: Any) -> str | None:
+    """A value that becomes an environment variable: printable, one line, of a sane length."""
+    if len(value) > 1024 or not value.isprintable():
+        return (f"{value[:40]!r}... is not a setting ({len(value)} characters; at most 1024, printable, one line)"
+                if len(value) > 40 else f"{value!r} is not a setting (printable characters, one line)")
+    return None
+
+
 def _channels(value: Any) -> str | None:
     ok = value == "default" or (not isinstance(value, bool) and isinstance(value, int) and 1 <= value <= 64)
     return None if ok else f"{value!r} is not a channel count; use default or an integer from 1 to 64"
@@ -162,7 +170,7 @@ CATALOGUE: tuple[Knob, ...] = (
     Knob("fp8_recipe", Literal["tensorwise", "rowwise"], "tensorwise", only_with=("precision", "fp8"),
          help="torchao float8 scaling recipe; searched only when precision fp8 is in the space.",
          effect="torchao's float8 scaling recipe; searched only when `fp8` is in `precision`"),
-    Knob("cuda_alloc_conf", str, "default", env=("PYTORCH_CUDA_ALLOC_CONF",),
+    Knob("cuda_alloc_conf", str, "default", env=("PYTORCH_CUDA_ALLOC_CONF",), check=_env_value,
          help="PYTORCH_CUDA_ALLOC_CONF of the trial process, e.g. expandable_segments:True "
               "(default sets nothing).",
          values="strings, e.g. `default`, `expandable_segments:True`",

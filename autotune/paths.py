@@ -1,7 +1,8 @@
 """Paths the user gives, checked before anything runs: a folder to write into, a file to write, a study folder.
 
-A command that would fail on its last line (a --junit that is a folder, an --out that is a file or
-read-only) fails on its first instead, with one line and exit 2, having written nothing.
+A command that would fail on its last line (a --junit that is a folder, an --out that is a file, read-only,
+a looping link or a name too long for the file system) fails on its first instead, with one line and exit
+2, having written nothing.
 """
 
 from __future__ import annotations
@@ -11,19 +12,36 @@ from pathlib import Path
 
 from autotune.errors import ConfigError, excerpt
 
+NAME_MAX = 255  # bytes of one path component (Linux file systems)
+PATH_MAX = 4096
 
-def _existing_ancestor(path: Path) -> Path:
+
+def _names(path: Path, option: str) -> None:
+    too_long = next((p for p in path.parts if len(os.fsencode(p)) > NAME_MAX), None)
+    if too_long is not None:
+        raise ConfigError(f"{option}: a name in {excerpt(str(path))} has {len(os.fsencode(too_long))} bytes; "
+                          f"file systems allow {NAME_MAX}")
+    if len(os.fsencode(str(path.absolute()))) > PATH_MAX:
+        raise ConfigError(f"{option}: {excerpt(str(path))} is longer than the {PATH_MAX} bytes a path may have")
+
+
+def _existing_ancestor(path: Path, option: str) -> Path:
+    """The nearest part of path that exists; a looping or broken link on the way is refused."""
     p = path.absolute()
-    while not p.exists() and p != p.parent:
+    while True:
+        if os.path.lexists(p) and not os.path.exists(p):
+            raise ConfigError(f"{option}: {excerpt(str(p))} is a broken or looping symbolic link")
+        if os.path.exists(p) or p == p.parent:
+            return p
         p = p.parent
-    return p
 
 
 def writable_dir(path: Path, option: str) -> Path:
     """A folder autotune may create (if missing) and write into; checked, not created."""
-    if path.exists() and not path.is_dir():
+    _names(path, option)
+    base = _existing_ancestor(path, option)
+    if base == path.absolute() and not base.is_dir():
         raise ConfigError(f"{option}: {excerpt(str(path))} is a file; give a folder")
-    base = _existing_ancestor(path)
     if not base.is_dir():
         raise ConfigError(f"{option}: {excerpt(str(path))} cannot be a folder: {excerpt(str(base))} is a file")
     if not os.access(base, os.W_OK | os.X_OK):
@@ -32,9 +50,14 @@ def writable_dir(path: Path, option: str) -> Path:
 
 
 def writable_file(path: Path, option: str) -> Path:
-    """A file autotune may create or replace; its folder is checked as writable_dir."""
+    """A regular file autotune may create or replace (not a folder, a FIFO or a device); its folder is
+    checked as writable_dir."""
+    _names(path, option)
+    _existing_ancestor(path, option)
     if path.is_dir():
         raise ConfigError(f"{option}: {excerpt(str(path))} is a folder; give a file name")
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"{option}: {excerpt(str(path))} is not a regular file")
     if path.exists() and not os.access(path, os.W_OK):
         raise ConfigError(f"{option}: {excerpt(str(path))} is not writable")
     writable_dir(path.parent, option)

@@ -1,53 +1,126 @@
-"""Check a user's entrypoint module in a throwaway process: the parent never imports user code.
+"""Check user code and user configs in a throwaway process: the parent never imports them.
 
-A module that calls sys.exit or os._exit, raises KeyboardInterrupt, or loops forever at import would end or
-hang autotune itself; in a child process it only fails the check, with what it did and a time limit.
+A module that calls sys.exit or os._exit, raises KeyboardInterrupt, loops forever, floods its output or
+leaves a daemon behind at import would end, hang or exhaust autotune itself; in a child process it only
+fails the check, with what it did, within a time limit. The child runs under the trial supervisor
+(workloads/supervise.py), so nothing it starts outlives it or autotune; its output is discarded and its
+answer comes back on a pipe of its own (a module cannot forge it by printing); it writes no bytecode.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
 
-TIMEOUT_S = float(os.environ.get("AUTOTUNE_IMPORT_TIMEOUT_S", "60"))  # documented in README (Your own model)
-_MARK = "AUTOTUNE-PROBE:"
+from autotune.errors import ConfigError
 
-# Runs in the child: import the module, look up the function, print one marked JSON line.
-_CHILD = f"""
-import importlib, json, sys
+TIMEOUT_ENV = "AUTOTUNE_IMPORT_TIMEOUT_S"  # documented in README (Your own model)
+_MAX_ANSWER = 1 << 16
+
+_PRELUDE = f"""
+import json, os, sys
+answer = os.fdopen(int(os.environ.pop("AUTOTUNE_ANSWER_FD")), "w")
+def reply(doc):
+    answer.write(json.dumps(doc)[:{_MAX_ANSWER}]); answer.flush(); os._exit(0)
+"""
+_ENTRYPOINT = _PRELUDE + """
+import importlib
 name, func, base = sys.argv[1:4]
 if base:
     sys.path.insert(0, base)
 try:
     module = importlib.import_module(name)
-    found = callable(getattr(module, func, None))
-    print({_MARK!r} + json.dumps({{"found": found}}), flush=True)
+    reply({"found": callable(getattr(module, func, None)), "file": getattr(module, "__file__", None)})
 except BaseException as err:  # SystemExit and KeyboardInterrupt too: all are the module's doing
-    print({_MARK!r} + json.dumps({{"error": f"{{type(err).__name__}}: {{err}}"[:300]}}), flush=True)
+    reply({"error": f"{type(err).__name__}: {err}"[:300]})
+"""
+_HF_CONFIG = _PRELUDE + """
+import math
+try:
+    with open(sys.argv[1]) as f:
+        data = json.load(f)
+    bad = [k for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+           and (not math.isfinite(v) or (v < 0 and k.endswith(("_size", "_layers", "_heads", "_embeddings", "_dim"))))]
+    if bad:
+        reply({"error": f"{bad[0]} is {data[bad[0]]!r}; sizes must be finite and not negative"})
+    from transformers import AutoConfig
+    AutoConfig.for_model(**data)
+    reply({"found": True})
+except BaseException as err:
+    reply({"error": f"{type(err).__name__}: {err}"[:300]})
 """
 
 
-def check_entrypoint(module: str, func: str, base_dir: str | None, timeout_s: float = TIMEOUT_S) -> str | None:
-    """None when `module` imports and has a callable `func`; else why not, as the end of a one-line message."""
-    proc = subprocess.Popen([sys.executable, "-c", _CHILD, module, func, base_dir or ""], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+def timeout_s() -> float:
+    """AUTOTUNE_IMPORT_TIMEOUT_S (default 60): seconds a check of user code may take."""
+    given = os.environ.get(TIMEOUT_ENV, "60")
     try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return f"importing {module!r} did not finish within {timeout_s:g} s (AUTOTUNE_IMPORT_TIMEOUT_S)"
+        value = float(given)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 < value <= 3600:
+        raise ConfigError(f"{TIMEOUT_ENV}: {given[:40]!r} is not a number of seconds from 0 to 3600")
+    return value
+
+
+def _run(code: str, args: list[str], what: str) -> dict[str, object] | str:
+    """Run `code` under the supervisor; its JSON answer, or why there is none."""
+    limit = timeout_s()
+    read, write = os.pipe()
+    os.set_inheritable(write, True)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "AUTOTUNE_PARENT_PID": str(os.getpid()),
+           "AUTOTUNE_ANSWER_FD": str(write)}
+    cmd = [sys.executable, "-m", "autotune.workloads.supervise", sys.executable, "-c", code, *args]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            pass_fds=(write,), env=env, start_new_session=True)
+    os.close(write)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + limit
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            ready, _, _ = select.select([read], [], [], 0.05)
+            if ready and (chunk := os.read(read, _MAX_ANSWER)):
+                chunks.append(chunk)
+        if proc.poll() is None:
+            return f"{what} did not finish within {limit:g} s ({TIMEOUT_ENV})"
+        while select.select([read], [], [], 0)[0] and (chunk := os.read(read, _MAX_ANSWER)):
+            chunks.append(chunk)  # what it wrote before it ended; a daemon holding the pipe is not waited for
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    lines = [line[len(_MARK):] for line in out.splitlines() if line.startswith(_MARK)]
-    if not lines:
-        how = f"killed by {signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else f"exit code {proc.returncode}"
-        return f"importing {module!r} ended the process ({how}) before it finished"
-    answer = json.loads(lines[-1])
+            os.killpg(proc.pid, signal.SIGTERM)  # the supervisor ends everything below it
+            proc.wait()
+        os.close(read)
+    try:
+        answer = json.loads(b"".join(chunks)[:_MAX_ANSWER])
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        code_ = proc.returncode
+        how = f"killed by {signal.Signals(-code_).name}" if code_ < 0 else f"exit code {code_}"
+        return f"{what} ended the process ({how}) before it finished"
+    return answer
+
+
+def check_entrypoint(module: str, func: str, base_dir: str | None) -> tuple[str | None, str | None]:
+    """(problem, the module's file): problem None when `module` imports and has a callable `func`."""
+    answer = _run(_ENTRYPOINT, [module, func, base_dir or ""], f"importing {module!r}")
+    if isinstance(answer, str):
+        return answer, None
     if "error" in answer:
-        return f"cannot import {module!r}: {answer['error']}"
-    return None if answer["found"] else f"{module!r} has no function {func!r}"
+        return f"cannot import {module!r}: {answer['error']}", None
+    file = answer.get("file") if isinstance(answer.get("file"), str) else None
+    return (None if answer.get("found") is True else f"{module!r} has no function {func!r}"), file
+
+
+def check_hf_config(path: str) -> str | None:
+    """None when transformers builds a config from the file with finite, non-negative sizes; else why not."""
+    answer = _run(_HF_CONFIG, [path], f"reading {path!r} with transformers")
+    if isinstance(answer, str):
+        return answer
+    return None if answer.get("found") is True else str(answer.get("error", "unreadable"))[:300]

@@ -40,7 +40,9 @@ def parse_fault(text: str | None) -> tuple[str, float, str, str, str] | None:
     try:
         slow = float(pct) if pct else 0.0
     except ValueError:
-        raise ValueError(f"AUTOTUNE_FAULT: slow:{pct[:20]!r} needs a percentage, e.g. slow:20") from None
+        slow = -1.0
+    if not 0 <= slow <= 1e6:  # also NaN
+        raise ValueError(f"AUTOTUNE_FAULT: slow:{pct[:20]!r} needs a percentage from 0 to 1000000, e.g. slow:20")
     if not cond:
         return kind, slow, "", "", ""
     op = ">=" if ">=" in cond else "="

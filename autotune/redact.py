@@ -1,39 +1,43 @@
 """Credentials are never shown: storage URLs masked in every form SQLAlchemy and libpq accept, and every
 password autotune has seen replaced in any text it prints or writes (console, errors, files).
 
-Forms masked: `scheme://user:PASSWORD@host/db` (the password may hold '@' and ':': the host starts after the
-last '@'), query parameters `?password=...` (also passwd, pwd, sslpassword), libpq key=value strings
-(`host=h password=secret`, quoted `password='a b'`), and a URL SQLAlchemy cannot parse alike.
+Forms masked:
+- `scheme://user:PASSWORD@host/db`, the password being everything from the first ':' after the user to the
+  last '@' on the line: it may hold '@', ':', '/', '#', '?', quotes and spaces (SQLAlchemy accepts them
+  unencoded). `scheme:/...` (a URL a path turned into) alike;
+- query parameters `password=`, `passwd=`, `pwd=`, `sslpassword=`, also when the key is percent-encoded;
+- libpq key=value strings (`host=h password=secret`, quoted `password='a b'`), also percent-encoded inside
+  another parameter (`?dsn=host%3Dh%20password%3Dsecret`);
+- every password seen once (in any of these forms, as written, decoded and encoded), wherever it appears.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 MASK = "***"
-_KEYS = r"(?:password|passwd|pwd|sslpassword)"
-_URL = re.compile(r"\b([A-Za-z][\w+.\-]*://)([^\s/?#'\"]*)")
-_QUERY = re.compile(rf"(?i)([?&;]{_KEYS}=)([^&;#\s'\"]*)")
-_CONNINFO = re.compile(rf"(?i)(?<![?&;\w])({_KEYS}\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s'\"&;]+)")
+_KEYS = {"password", "passwd", "pwd", "sslpassword"}
+_URL = re.compile(r"\b([A-Za-z][\w+.\-]*:/{1,2})([^:/@\s'\"]*):([^\n]*)@")
+_QUERY = re.compile(r"([?&;])([^=&;#\s]+)=([^&;#\s'\"]*)")
+_CONNINFO = re.compile(r"(?i)(?<![?&;\w%])((?:password|passwd|pwd|sslpassword)\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s'\"&;]+)")
 _seen: set[str] = set()
 _lock = threading.Lock()
 
 
-def _userinfo_password(authority: str) -> str | None:
-    if "@" not in authority:
-        return None
-    userinfo = authority.rsplit("@", 1)[0]
-    return userinfo.split(":", 1)[1] if ":" in userinfo else None
+def _variants(secret: str) -> set[str]:
+    return {s for s in (secret, unquote(secret), quote(secret, safe=""), quote(secret)) if len(s) >= 2}
 
 
 def secrets_in(text: str) -> list[str]:
-    """The passwords a text (a URL or a conninfo string) carries, as written and URL-decoded."""
-    found = [p for m in _URL.finditer(text) if (p := _userinfo_password(m.group(2)))]
-    found += [m.group(2) for m in _QUERY.finditer(text)]
-    found += [m.group(2).strip("'") for m in _CONNINFO.finditer(text)]
-    return [s for p in found if p for s in {p, unquote(p)} if len(s) >= 2]
+    """The passwords a text (a URL, a conninfo string, either percent-encoded) carries, in every spelling."""
+    found: set[str] = set()
+    for form in {text, unquote(text), unquote(unquote(text))}:
+        found |= {m.group(3) for m in _URL.finditer(form) if m.group(3)}
+        found |= {m.group(3) for m in _QUERY.finditer(form) if unquote(m.group(2)).lower() in _KEYS and m.group(3)}
+        found |= {m.group(2).strip("'") for m in _CONNINFO.finditer(form)}
+    return sorted({v for s in found for v in _variants(s)}, key=len, reverse=True)
 
 
 def remember(text: str | None) -> None:
@@ -47,18 +51,13 @@ def mask(text: str) -> str:
     """The text with every credential masked: URL passwords, password parameters, and remembered secrets."""
     if not text:
         return text
-
-    def url(m: re.Match[str]) -> str:
-        authority = m.group(2)
-        password = _userinfo_password(authority)
-        if password is None:
-            return m.group(0)
-        user, host = authority.rsplit("@", 1)[0].split(":", 1)[0], authority.rsplit("@", 1)[1]
-        return f"{m.group(1)}{user}:{MASK}@{host}"
-
-    text = _CONNINFO.sub(lambda m: m.group(1) + MASK, _QUERY.sub(lambda m: m.group(1) + MASK, _URL.sub(url, text)))
+    own = secrets_in(text)  # found before the forms below are rewritten (e.g. a percent-encoded conninfo)
+    text = _URL.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", text)
+    text = _QUERY.sub(lambda m: f"{m.group(1)}{m.group(2)}={MASK}" if unquote(m.group(2)).lower() in _KEYS else m.group(0),
+                      text)
+    text = _CONNINFO.sub(lambda m: m.group(1) + MASK, text)
     with _lock:
-        known = sorted(_seen, key=len, reverse=True)
+        known = sorted(_seen | set(own), key=len, reverse=True)
     for secret in known:
         text = text.replace(secret, MASK)
     return text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import math
 import platform
@@ -18,6 +19,7 @@ from autotune import paths
 from autotune.config import ModelConfig, StudyConfig, WorkloadConfig, load_config
 from autotune.errors import ConfigError, ExitCode, UnmeasuredError, excerpt
 from autotune.hardware import detect, visible_gpu_index
+from autotune.probe import check_entrypoint
 from autotune.protocol import reason_line
 from autotune.runner import Bench, measure, preflight
 from autotune.search.best import read_best, record_check_baseline
@@ -110,7 +112,7 @@ def _bench(best: dict[str, Any], best_path: Path, model_yaml: Path | None) -> Be
     limit = best["measurement"].get("trial_timeout_min") or StudyConfig.model_fields["trial_timeout_min"].default
     if model_yaml is not None:
         cfg = load_config(model_yaml)
-        _same_measurement(best, cfg.model.model_dump(mode="json"), cfg.workload.model_dump(mode="json"))
+        _same_measurement(best, cfg.model.model_dump(mode="json"), cfg.workload.model_dump(mode="json"), cfg.base_dir)
         model, workload, base_dir, limit = cfg.model, cfg.workload, cfg.base_dir, cfg.study.trial_timeout_min
     else:
         model = ModelConfig.model_validate(best["model"], context={"base_dir": best.get("base_dir")})
@@ -123,22 +125,31 @@ def _bench(best: dict[str, Any], best_path: Path, model_yaml: Path | None) -> Be
 LAUNCH_ONLY = ("nnodes", "rdzv_endpoint", "launcher")
 
 
-def _same_measurement(best: dict[str, Any], model: dict[str, Any], workload: dict[str, Any]) -> None:
+def _same_measurement(best: dict[str, Any], model: dict[str, Any], workload: dict[str, Any],
+                      model_base: str | None) -> None:
     """--model may move the model (another path to the same config.json or module) and how ranks are launched;
     a different model or workload is refused, like another GPU: its numbers do not compare."""
-    def content(m: dict[str, Any]) -> dict[str, Any]:
+    def content(m: dict[str, Any], base_dir: str | None) -> dict[str, Any]:
         if m.get("hf_config"):  # the same config.json at another path is the same model
             try:
                 m = {**m, "hf_config": json.loads(Path(m["hf_config"]).read_text())}
             except (OSError, ValueError):
                 pass
+        if m.get("entrypoint"):  # the same module name elsewhere may be other code: compare the file
+            module, _, func = m["entrypoint"].partition(":")
+            _, file = check_entrypoint(module, func, base_dir)
+            m = {**m, "entrypoint": (m["entrypoint"], hashlib.sha256(Path(file).read_bytes()).hexdigest() if file else None)}
         return m
 
-    for section, mine, theirs in (("model", content(model), content(best["model"])),
+    for section, mine, theirs in (("model", content(model, model_base), content(best["model"], best.get("base_dir"))),
                                   ("workload", workload, best["workload"])):
         for key in sorted(set(mine) | set(theirs)):
             if section == "workload" and key in LAUNCH_ONLY:
                 continue
+            if key == "entrypoint" and mine.get(key) != theirs.get(key):
+                raise ConfigError(f"--model: model.entrypoint {mine[key][0]!r} in MODEL_YAML is other code than the one "
+                                  f"measured (sha256 {str(mine[key][1])[:12]} against {str(theirs[key][1])[:12]}); a "
+                                  "check compares only the configuration that was measured (nothing compared)")
             if mine.get(key) != theirs.get(key):
                 raise ConfigError(f"--model: {section}.{key} is {excerpt(mine.get(key))} in MODEL_YAML but "
                                   f"{excerpt(theirs.get(key))} in best.yaml; a check compares only the configuration "

@@ -80,7 +80,7 @@ class Bench:
         cache = self.compile_cache or self.home / "inductor-cache"
         return {"TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton"),
                 "CUDA_CACHE_PATH": str(cache / "cuda"), "XDG_CACHE_HOME": str(cache / "xdg"),
-                "TMPDIR": str(self.home / "tmp")}
+                "TMPDIR": str(self.home / "tmp"), "PYTHONDONTWRITEBYTECODE": "1"}  # no bytecode beside your module
 
     def spec(self, knobs: dict[str, Any]) -> TrialSpec:
         return TrialSpec(task=self.task, device=self.device, knobs=dict(knobs), model=self.model, run=self.run,

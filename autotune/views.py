@@ -10,6 +10,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from autotune.errors import printable
 from autotune.protocol import reason_line
 from autotune.report import fmt, rich_table, row_of
 from autotune.search.history import History
@@ -18,7 +19,7 @@ from autotune.search.observer import Observer
 
 def fmt_knobs(knobs: dict[str, Any], keys: list[str] | None = None) -> str:
     keys = keys or list(knobs)
-    return " ".join(f"{k}={knobs[k]}" for k in keys if k in knobs)
+    return printable(" ".join(f"{k}={knobs[k]}" for k in keys if k in knobs), newlines=False)
 
 
 def _hms(seconds: float) -> str:
@@ -53,7 +54,7 @@ class LiveProgress(Observer):
         self.console.print(Text.assemble(
             ("autotune search", "bold"), f" {info['name']} on {info['device']}: space of {info['space_size']} points, "
             f"sampler {info['sampler']}, budget {info['budget']} trials ({info['done']} already measured), "
-            f"storage {info['storage']}"))
+            f"storage {printable(info['storage'], newlines=False)}"))
 
     def trial_started(self, number: int, index: int, knobs: dict[str, Any]) -> None:
         self.current[number] = (index, knobs, time.monotonic())
@@ -72,12 +73,12 @@ class LiveProgress(Observer):
                                  f" {fmt(m['tokens_per_s_per_gpu'], 'tok')} tok/s  MFU {fmt(m['mfu'], 'mfu')}  {knobs}")
         else:
             tag = " (predicted)" if record.get("predicted") else ""
-            reason = reason_line(record["reason"], 120)
+            reason = printable(reason_line(record["reason"], 120), newlines=False)
             line = Text.assemble(f"#{record['number']} ", (record["status"] + tag, "red"), f" {knobs}  {reason}")
         self.console.print(line)
 
     def device_busy(self, unit: str) -> None:
-        self.console.print(Text.assemble(("waiting", "yellow"), f" for {unit}: another autotune process is measuring "
+        self.console.print(Text.assemble(("waiting", "yellow"), f" for {printable(unit)}: another autotune process is measuring "
                                          "on it (one measurement per device at a time)"))
 
     def confirm_started(self, candidates: list[int], rounds: int, kept: int = 0) -> None:
@@ -197,7 +198,7 @@ def nccl_cell_line(cell: dict[str, Any]) -> str:
 
 def _tagged(tag: str, style: str, text: str) -> Text:
     """A styled tag, then the text as it is (never read as markup)."""
-    return Text.assemble((tag, style), " ", text)
+    return Text.assemble((tag, style), " ", printable(text, newlines=False))
 
 
 def baseline_recorded(best_yaml: Any, samples: list[float], failures: list[str]) -> list[Text | str]:
@@ -212,7 +213,7 @@ def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> l
     color = {"pass": "green", "faster": "cyan", "regression": "red"}[verdict.status]
     lines: list[Text | str] = [
         Text(verdict.summary(), style=color),
-        f"baseline: {verdict.baseline_source}; check: {len(verdict.check_samples)} of {repeats} repeats measured"]
+        printable(f"baseline: {verdict.baseline_source}; check: {len(verdict.check_samples)} of {repeats} repeats measured")]
     if verdict.baseline_source.startswith("search trial"):
         lines.append(_tagged("note:", "yellow", "the baseline is the search's single measurement, the best of many, "
                              "on the search's machine; record one here with --reset-baseline"))

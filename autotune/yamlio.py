@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, excerpt
 
 MAX_BYTES = 1 << 20  # a model YAML, a space or best.yaml is a few kB; 1 MiB is far beyond any real one
 MAX_VALUES = 100_000  # values in the loaded document, aliases counted each time they are used
@@ -78,6 +78,8 @@ def read(path: Path, what: str) -> Any:
         raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from None
     except RecursionError:
         raise ConfigError(f"{path}: nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as err:  # e.g. an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise ConfigError(f"{path}: a value cannot be read: {excerpt(str(err), 120)}") from None
     _check_size(data, str(path))
     return data
 

@@ -532,3 +532,192 @@ def test_hardening_every_path_option_against_odd_paths(study: Path, tmp_path: Pa
     proc = run_cli(*[a.format(**values) for a in args], *extra, cwd=tmp_path, timeout=120)
     bad_input(proc, needle)
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+
+
+# --- the second hostile round: more cases of each class ------------------------------------------------
+
+
+@pytest.mark.parametrize(("url", "secret"), [
+    ("sqlite://u:pa/ss@/st.db", "pa/ss"),
+    ("postgresql://u:a b#c?d@h/db", "a b#c?d"),
+    ("postgresql://u@h/db?pass%77ord=s3cr3t&x=1", "s3cr3t"),
+    ("postgresql://u@h/db?dsn=host%3Dh%20password%3Dsecr3t", "secr3t"),
+    ("postgresql+psycopg2:/tuner:s3cret@db.example/x", "s3cret"),  # a URL a path turned into
+])
+def test_hardening_credentials_in_odd_forms_are_masked(url: str, secret: str) -> None:
+    assert secret not in mask(url), mask(url)
+
+
+def test_hardening_storage_password_with_a_slash_is_never_shown(write_yaml, tmp_path: Path) -> None:
+    path = write_yaml(tiny(space=ONE, baseline={}))
+    proc = run_cli("search", str(path), "--storage", "sqlite://u:pa/ss@/st.db", "--out", str(tmp_path / "out"),
+                   "--device", "cpu", cwd=tmp_path)
+    assert "pa/ss" not in proc.stdout + proc.stderr and proc.returncode == 2
+    report = run_cli("report", "postgresql+psycopg2://tuner:s3cret@db.example/x", cwd=tmp_path)  # forgot --storage
+    assert "s3cret" not in report.stdout + report.stderr and report.returncode == 2
+
+
+@pytest.mark.parametrize("out", ["a%41b", "o?mode=memory", "sp ace#h"])
+def test_hardening_study_db_stays_in_the_study_whatever_the_folder_name(write_yaml, tmp_path: Path, out: str) -> None:
+    (tmp_path / "aAb" / "t").mkdir(parents=True)  # another study's folder the unquoted URL would point to
+    path = write_yaml(tiny(space=ONE, baseline={}, study={"trials": 1}))
+    proc = run_cli("search", str(path), "--out", out, "--device", "cpu", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / out / "t" / "study.db").is_file() and not any((tmp_path / "aAb" / "t").iterdir())
+    assert run_cli("report", str(tmp_path / out / "t"), "--no-html", cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize(("body", "needle"), [
+    ("while True:\n    print('x' * 2**20)\n", "did not finish within 3 s"),  # a flood: never buffered by autotune
+    ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(600)\n", None),  # a daemon: ended
+    ("print('AUTOTUNE-PROBE:[]')\n", None),  # cannot forge the answer
+])
+def test_hardening_entrypoint_floods_daemons_and_forgeries(write_yaml, tmp_path: Path, body: str, needle) -> None:
+    (tmp_path / "mod.py").write_text(body + "def build(knobs, device):\n    pass\n")
+    data = tiny(baseline={"micro_batch_size": 2})
+    data["model"] = {"entrypoint": "mod:build"}
+    t0 = time.monotonic()
+    proc = run_cli("validate", str(write_yaml(data)), cwd=tmp_path, env={"AUTOTUNE_IMPORT_TIMEOUT_S": "3"})
+    assert time.monotonic() - t0 < 20
+    if needle:
+        bad_input(proc, needle)
+    else:
+        assert proc.returncode == 0, proc.stderr
+    none_left(str(tmp_path), 10)  # the check's process and anything it started (its command line names the folder)
+    assert not (tmp_path / "__pycache__").exists()  # no bytecode written beside the user's module
+
+
+@pytest.mark.parametrize("value", ["abc", "inf", "0", "-1", "1e400"])
+def test_hardening_import_timeout_variable_is_checked(write_yaml, tmp_path: Path, value: str) -> None:
+    (tmp_path / "mod.py").write_text("def build(knobs, device):\n    pass\n")
+    data = tiny(baseline={"micro_batch_size": 2})
+    data["model"] = {"entrypoint": "mod:build"}
+    bad_input(run_cli("validate", str(write_yaml(data)), cwd=tmp_path, env={"AUTOTUNE_IMPORT_TIMEOUT_S": value}),
+              "AUTOTUNE_IMPORT_TIMEOUT_S")
+
+
+def test_hardening_supervisor_ends_a_process_that_keeps_forking(tmp_path: Path) -> None:
+    (tmp_path / "walker.py").write_text("import os, time\nif os.fork() == 0:\n    while True:\n        if os.fork():\n"
+                                        "            os._exit(0)\ntime.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "autotune.workloads.supervise", sys.executable, str(tmp_path / "walker.py")])
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    none_left(str(tmp_path / "walker.py"), 5)
+
+
+@pytest.mark.parametrize(("damage", "needle"), [
+    (lambda d: d.update(apply={"env": {"FOO": 1}}), "apply.env.FOO"),
+    (lambda d: d.update(apply={"env": {"A=B": "x"}}), "apply.env"),
+    (lambda d: d.update(apply={"env": {"FOO": "a\x00b"}}), "apply.env.FOO"),
+    (lambda d: d.update(apply="x"), "apply"),
+    (lambda d: d["knobs"].update(grad_accum_steps=3), "is not workload.global_batch_size 8"),
+])
+def test_hardening_check_refuses_more_damage(study: Path, tmp_path: Path, damage, needle: str) -> None:
+    doc = yaml.safe_load((study / "best.yaml").read_text())
+    damage(doc)
+    (tmp_path / "best.yaml").write_text(yaml.safe_dump(doc))
+    bad_input(run_cli("check", str(tmp_path / "best.yaml"), "--repeats", "1", cwd=tmp_path), needle)
+    assert not (tmp_path / "checks").exists() and not (tmp_path / "tmp").exists()
+
+
+def test_hardening_check_model_with_other_code_under_the_same_name(tmp_path: Path, write_yaml) -> None:
+    model = "import torch\ndef build(knobs, device):\n    m = torch.nn.Linear({n}, 1)\n    class L(torch.nn.Module):\n" \
+            "        def __init__(self):\n            super().__init__(); self.m = m\n        def forward(self, x, y):\n" \
+            "            return ((self.m(x) - y) ** 2).mean()\n    return {{'model': L(), 'make_batch': lambda b: " \
+            "(torch.randn(b, {n}), torch.randn(b, 1)), 'tokens_per_sample': 1}}\n"
+    for folder, width in (("one", 8), ("two", 64)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "mymodel.py").write_text(model.format(n=width))
+        data = tiny(space=ONE, baseline={}, study={"trials": 1})
+        data["model"] = {"entrypoint": "mymodel:build"}
+        (tmp_path / folder / "m.yaml").write_text(yaml.safe_dump(data))
+    proc = run_cli("search", str(tmp_path / "one" / "m.yaml"), "--out", str(tmp_path / "out"), "--device", "cpu",
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    bad_input(run_cli("check", str(tmp_path / "out" / "t" / "best.yaml"), "--model", str(tmp_path / "two" / "m.yaml"),
+                      "--repeats", "1", cwd=tmp_path), "is other code than the one measured")
+
+
+@pytest.mark.parametrize("junit", ["rep/" + "L" * 300 + ".xml", "loop.xml", "fifo.xml"])
+def test_hardening_junit_refused_before_measuring(study: Path, tmp_path: Path, junit: str) -> None:
+    shutil.copy(study / "best.yaml", tmp_path / "best.yaml")
+    os.symlink("loop.xml", tmp_path / "loop.xml")
+    os.mkfifo(tmp_path / "fifo.xml")
+    bad_input(run_cli("check", str(tmp_path / "best.yaml"), "--junit", str(tmp_path / junit), "--repeats", "1",
+                      cwd=tmp_path, timeout=60), "--junit:")
+    assert not (tmp_path / "checks").exists() and not (tmp_path / "history.jsonl").exists() and not (tmp_path / "rep").exists()
+
+
+@pytest.mark.parametrize(("yaml_text", "needle"), [
+    ("name: t\nmodel: {family: gpt, n_layers: " + "9" * 5000 + "}\n", "a value cannot be read"),
+    (None, "cuda_alloc_conf"),  # NUL in a value that becomes an environment variable
+])
+def test_hardening_values_that_were_internal_errors_are_bad_input(write_yaml, tmp_path: Path, yaml_text, needle) -> None:
+    path = write_yaml(yaml_text) if yaml_text else write_yaml(tiny(space={**ONE, "cuda_alloc_conf": ["default", "a\x00b"]}))
+    bad_input(run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path), needle)
+    assert not (tmp_path / "out").exists()
+
+
+def test_hardening_storage_and_out_paths_that_are_not_files(write_yaml, tmp_path: Path) -> None:
+    path = write_yaml(tiny(space=ONE, baseline={}))
+    os.mkfifo(tmp_path / "fifo")
+    os.symlink("loop1", tmp_path / "loop1")
+    for args, needle in ((("--storage", f"journal:{tmp_path / 'fifo'}"), "not a regular file"),
+                         (("--storage", "journal:/dev/null"), "not a regular file"),
+                         (("--out", str(tmp_path / "loop1")), "looping symbolic link")):
+        proc = run_cli("search", str(path), *args, "--device", "cpu", cwd=tmp_path, timeout=60)
+        bad_input(proc, needle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "loop1", "model.yaml"]
+    bad_input(run_cli("report", "--study", "t", "--storage", f"sqlite+pysqlite:///{tmp_path / 'new.db'}", cwd=tmp_path),
+              "no such SQLite file")
+    assert not (tmp_path / "new.db").exists()
+
+
+def test_hardening_report_shows_damaged_records_as_unreadable(study: Path, tmp_path: Path) -> None:
+    import sqlalchemy
+
+    shutil.copytree(study, tmp_path / "t")
+    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 't' / 'study.db'}")
+    with engine.begin() as conn:
+        conn.execute(sqlalchemy.text("UPDATE trial_user_attributes SET value_json = '\"garbage\"' WHERE key = 'metrics'"))
+        conn.execute(sqlalchemy.text("UPDATE study_user_attributes SET value_json = '[1]' WHERE key = 'baseline_knobs'"))
+    engine.dispose()
+    for fmt in ("rich", "json", "markdown"):
+        proc = run_cli("report", str(tmp_path / "t"), "--format", fmt, "--no-html", cwd=tmp_path)
+        assert proc.returncode == 0 and "unreadable" in proc.stdout, proc.stderr
+
+
+def test_hardening_grid_of_a_large_space_starts_at_once(write_yaml, tmp_path: Path) -> None:
+    """A grid is enqueued a few points at a time: a 99,328-point space measures its first trial without first
+    writing 99,328 queued trials."""
+    data = tiny(space={"micro_batch_size": {"min": 1, "max": 97}, "precision": "fp32",
+                       "cuda_alloc_conf": [f"expandable_segments:{i}" for i in range(1024)]},
+                baseline={}, study={"trials": 1, "sampler": "grid"})
+    del data["workload"]["global_batch_size"]
+    t0 = time.monotonic()
+    proc = run_cli("search", str(write_yaml(data)), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path,
+                   timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - t0 < 120
+    assert len(load_trials(tmp_path / "out")) <= 5
+
+
+def test_hardening_control_characters_are_shown_escaped(write_yaml, tmp_path: Path) -> None:
+    path = write_yaml(tiny(space=ONE, baseline={}), name="\x1b[31mred.yaml")
+    proc = run_cli("validate", str(path), cwd=tmp_path)
+    assert proc.returncode == 0 and "\x1b" not in proc.stdout and "\\x1b[31mred.yaml" in proc.stdout
+    bad_input(run_cli("validate", str(tmp_path / "no\x1b[2Jne.yaml"), cwd=tmp_path), "\\x1b[2J")
+    bad_input(run_cli("validate", str(tmp_path / "two\nlines.yaml"), cwd=tmp_path), "two\\nlines.yaml")
+
+
+def test_hardening_early_ctrl_c_is_one_line(tmp_path: Path) -> None:
+    for delay in (0.05, 0.1, 0.2, 0.4):
+        proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", "validate", "none.yaml"], cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        if proc.returncode == 2:  # finished before the signal came
+            continue
+        assert proc.returncode == 130 and len(err.strip().splitlines()) == 1 and "interrupted" in err, (delay, err)

@@ -1,27 +1,54 @@
 """The `autotune` command line: a thin Typer shell over the library, one module a command, one error funnel.
 
-Exit codes are defined once, in autotune.errors (ExitCode, EXIT_MEANINGS).
+Exit codes are defined once, in autotune.errors (ExitCode, EXIT_MEANINGS). Importing this package loads
+nothing else: `main` sets Ctrl-C handling up before Typer, Rich and the commands are imported, so an early
+Ctrl-C is a one-line exit 130 too.
 """
 
 from __future__ import annotations
 
-from autotune.cli import check, hw, nccl, report, search  # noqa: F401  (each registers its commands)
-from autotune.cli._app import app
+import signal
+import sys
+from typing import Any
 
 __all__ = ["app", "main"]
 
 
+def _load_app() -> Any:
+    from autotune.cli import check, hw, nccl, report, search  # noqa: F401  (each registers its commands)
+    from autotune.cli._app import app
+
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        return _load_app()
+    raise AttributeError(f"module 'autotune.cli' has no attribute {name!r}")
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    sys.stderr.write("interrupted\n")
+    sys.exit(130)
+
+
 def main() -> None:
     """The `autotune` command: usage errors (an unknown option, a value out of range) are one line too."""
-    import sys
-
+    # Until a command's funnel takes over (it makes Ctrl-C a KeyboardInterrupt that ends trials and keeps the
+    # study), Ctrl-C is one line and exit 130: while importing, and while Typer parses. An ignored SIGINT (a
+    # background job) stays ignored.
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _interrupted)
     import typer
 
+    from autotune.errors import printable
+
+    app = _load_app()
     try:
         code = app(standalone_mode=False)  # an exit code, when a command (or --help) ended with one
     except typer.Exit as e:
         sys.exit(e.exit_code)
-    except typer.Abort:
+    except (typer.Abort, KeyboardInterrupt):
         sys.stderr.write("interrupted\n")
         sys.exit(130)
     except Exception as e:
@@ -32,6 +59,6 @@ def main() -> None:
         else:
             ctx = getattr(e, "ctx", None)
             where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
-            sys.stderr.write(f"error: {' '.join(e.format_message().split())}{where}\n")
+            sys.stderr.write(f"error: {printable(' '.join(e.format_message().split()), newlines=False)}{where}\n")
         sys.exit(e.exit_code)
     sys.exit(code if isinstance(code, int) else 0)

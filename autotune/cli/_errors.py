@@ -14,7 +14,7 @@ from rich.text import Text
 
 from autotune.cli._app import state
 from autotune.cli._console import console
-from autotune.errors import AutotuneError, ExitCode, Terminated, excerpt
+from autotune.errors import AutotuneError, ExitCode, Terminated, excerpt, printable
 
 MAX_MESSAGE = 1000  # characters of one error line
 
@@ -24,8 +24,8 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def _line(message: str) -> str:
-    """One line of bounded length."""
-    flat = " ".join(str(message).split())
+    """One line of bounded length, user text in it made printable (a newline in a path shown as \\n)."""
+    flat = printable(str(message).strip(), newlines=False)
     return flat if len(flat) <= MAX_MESSAGE else flat[:MAX_MESSAGE - 3] + "..."
 
 
@@ -50,9 +50,11 @@ def _classify(e: BaseException) -> tuple[str, int]:
 
 @contextlib.contextmanager
 def funnel() -> Iterator[None]:
-    previous = None
+    previous, previous_int = None, None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     except (click.exceptions.Exit, click.ClickException, click.Abort):
@@ -67,3 +69,5 @@ def funnel() -> Iterator[None]:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if previous_int is not None:
+            signal.signal(signal.SIGINT, previous_int)

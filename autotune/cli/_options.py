@@ -50,6 +50,6 @@ def parse_gpus(gpus: str | None) -> list[str] | None:
             raise ConfigError("--gpus: all, but pynvml sees no NVIDIA GPU; list CPU workers as --gpus 0,1")
         return found
     listed = [g.strip() for g in gpus.split(",") if g.strip()]
-    if not listed or not all(g.isdigit() for g in listed) or len(set(listed)) != len(listed):
-        raise ConfigError(f"--gpus: {gpus!r} is not allowed; use distinct GPU indices such as 0,1,2,3, or all")
-    return listed
+    if not listed or not all(g.isascii() and g.isdigit() for g in listed) or len(set(listed)) != len(listed):
+        raise ConfigError(f"--gpus: {gpus[:80]!r} is not allowed; use distinct GPU indices such as 0,1,2,3, or all")
+    return [str(int(g)) for g in listed]

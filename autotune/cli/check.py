@@ -26,11 +26,11 @@ def check(
         help="Measure and record the samples as the baseline, compare nothing (do this once on the CI machine).")] = False,
 ) -> None:
     """Re-measure the chosen configuration; exit 1 on a regression beyond tolerance and noise, 3 if unmeasurable."""
-    from autotune import regress
-    from autotune.views import baseline_recorded, verdict_lines
-
-    console = out_console()
     with funnel():
+        from autotune import regress
+        from autotune.views import baseline_recorded, verdict_lines
+
+        console = out_console()
         if reset_baseline:
             samples, failures = regress.reset_baseline(best_yaml, model_yaml=model, repeats=repeats)
             for line in baseline_recorded(best_yaml, samples, failures):

@@ -10,11 +10,11 @@ from autotune.cli._errors import funnel
 @app.command()
 def hw() -> None:
     """Detected GPUs (pynvml), the peak FLOPs used for MFU, and software versions."""
-    from autotune.hardware import detect, software_versions
-    from autotune.views import hw_tables
-
-    console = out_console()
     with funnel():
+        from autotune.hardware import detect, software_versions
+        from autotune.views import hw_tables
+
+        console = out_console()
         for table in hw_tables(detect()):
             console.print(table)
         console.print(software_versions())

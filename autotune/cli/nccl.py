@@ -32,11 +32,11 @@ def nccl(
                                                help="Limit for one setting's run.")] = 3.0,
 ) -> None:
     """All-reduce bus bandwidth by NCCL algorithm and protocol, 1 MB to 1 GB, like nccl-tests."""
-    from autotune import nccl as sweep
-    from autotune.views import nccl_cell_line, nccl_tables
-
-    console = out_console()
     with funnel():
+        from autotune import nccl as sweep
+        from autotune.views import nccl_cell_line, nccl_tables
+
+        console = out_console()
         device = resolve_device(device)
         algo_list = sweep.parse_names("--algos", algos, sweep.ALGOS)
         proto_list = sweep.parse_names("--protos", protos, sweep.PROTOS)

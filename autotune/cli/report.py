@@ -26,10 +26,10 @@ def report(
     no_html: Annotated[bool, typer.Option("--no-html", help="Do not write the HTML report.")] = False,
 ) -> None:
     """What a study found (also while it runs): trials, failures, knob importance, time; HTML with plots."""
-    from autotune import report as rep
-
-    console = out_console()
     with funnel():
+        from autotune import report as rep
+
+        console = out_console()
         if format not in ("rich", "json", "markdown"):
             raise ConfigError(f"--format: {format!r} is not allowed; use rich, json or markdown")
         if html is not None and not no_html:

@@ -12,7 +12,7 @@ from autotune.cli._app import app
 from autotune.cli._console import console as out_console
 from autotune.cli._errors import funnel
 from autotune.cli._options import Device, Gpus, ModelYaml, Out, Storage, finite, parse_gpus, resolve_device
-from autotune.errors import NoSuccessError
+from autotune.errors import NoSuccessError, printable
 
 
 @app.command()
@@ -32,12 +32,12 @@ def search(
              "that lie in this space; they are not measured again and count no budget.")] = None,
 ) -> None:
     """Search the space with real, short benchmark trials; write OUT/<name>/best.yaml."""
-    from autotune.config import load_config
-    from autotune.space import resolve_space
-    from autotune.views import LiveProgress, confirmation_table, space_table, top_trials_table
-
-    console = out_console()
     with funnel():
+        from autotune.config import load_config
+        from autotune.space import resolve_space
+        from autotune.views import LiveProgress, confirmation_table, space_table, top_trials_table
+
+        console = out_console()
         device = resolve_device(device)
         cfg = load_config(model_yaml)
         space = resolve_space(cfg, device)
@@ -62,14 +62,14 @@ def search(
 @app.command()
 def validate(model_yaml: ModelYaml) -> None:
     """Check MODEL_YAML and print the resolved config and space."""
-    import yaml
-    from autotune.config import load_config
-    from autotune.space import resolve_space
-    from autotune.views import space_table
-
-    console = out_console()
     with funnel():
+        import yaml
+        from autotune.config import load_config
+        from autotune.space import resolve_space
+        from autotune.views import space_table
+
+        console = out_console()
         cfg = load_config(model_yaml)
         console.print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), highlight=False)
         console.print(space_table(resolve_space(cfg).describe()))
-        console.print(Text.assemble(("ok", "green"), f": {model_yaml} is valid"))
+        console.print(Text.assemble(("ok", "green"), f": {printable(str(model_yaml))} is valid"))

@@ -31,7 +31,8 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
     best = ok[0] if ok else None
     conf = current_confirmation(study, h)
     confirmation = None
-    if conf:  # what best.yaml chose: re-measured in fresh processes, not the search's single best measurement
+    if conf and all(isinstance(st, dict) and {"trial", "median", "ci95", "samples", "search_value", "failures"} <= set(st)
+                    for st in conf["stats"]):  # what best.yaml chose: re-measured in fresh processes
         confirmation = {"chosen": conf["chosen"], "why": conf["why"], "rounds_done": conf["rounds_done"],
                         "stats": [{k: st[k] for k in ("trial", "median", "ci95", "samples", "search_value", "failures")}
                                   for st in conf["stats"]]}
@@ -94,7 +95,7 @@ def _effects(ok: list[dict[str, Any]], searched: list[str]) -> dict[str, dict[st
     for knob in searched:
         best_at: dict[str, float] = {}
         for r in ok:
-            value = str(r["knobs"][knob])
+            value = str(r["knobs"].get(knob))
             best_at[value] = max(best_at.get(value, 0.0), r["tokens_per_s_per_gpu"])
         effects[knob] = best_at
     return effects

@@ -12,27 +12,45 @@ def fmt(value: Any, kind: str) -> str:
     """One cell: tok (tokens/s), mfu, x (ratio), gib, pct; None is '-' (MFU: 'n/a', never invented)."""
     if value is None:
         return "n/a" if kind == "mfu" else "-"
+    if not _number(value):
+        return str(value)[:20]
     return {"tok": f"{value:,.0f}", "mfu": f"{100 * value:.1f}%", "x": f"{value:.2f}x", "gib": f"{value:.2f}",
             "pct": f"{value:.1f}%"}.get(kind, str(value))
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
-    """A trial (an Optuna FrozenTrial) as a report row: its knobs, metrics, state and reason."""
+    """A trial (an Optuna FrozenTrial) as a report row: its knobs, metrics, state and reason. A record another
+    program damaged (a field of the wrong type) shows as 'unreadable', never as a failure of the report."""
     from optuna.trial import TrialState
 
     a = t.user_attrs
-    m = a.get("metrics") or {}
+    m = _dict(a.get("metrics"))
     state = {TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}.get(t.state, a.get("status", "failed"))
     if t.state == TrialState.FAIL and "status" not in a:
         state = "worker_lost"  # failed outside autotune's objective (e.g. Optuna's own stale-trial handling)
+    tokens = m.get("tokens_per_s_per_gpu") if _number(m.get("tokens_per_s_per_gpu")) else None
+    if not isinstance(state, str) or (state == "ok" and (tokens is None or not isinstance(a.get("knobs"), dict))):
+        state, tokens = "unreadable", None
+    value = t.value if _number(t.value) else None
     return {
-        "number": t.number, "state": state, "knobs": a.get("knobs") or t.params,
-        "tokens_per_s_per_gpu": m.get("tokens_per_s_per_gpu"), "mfu": m.get("mfu"), "peak_mem_gib": m.get("peak_mem_gib"),
-        "speedup": (t.value / base_value) if (t.value is not None and base_value) else None,
-        "step_spread_pct": (m.get("step_time") or {}).get("spread_pct"),
-        "reason": a.get("reason", ""), "predicted": bool(a.get("predicted")), "phases_s": a.get("phases_s"),
-        "wall_s": a.get("wall_s"), "fingerprint": a.get("fingerprint"), "failed_rank": a.get("failed_rank"),
-        "nccl_used": nccl_log.used(a.get("nccl")),
+        "number": t.number, "state": state, "knobs": a.get("knobs") if isinstance(a.get("knobs"), dict) else t.params,
+        "tokens_per_s_per_gpu": tokens, "mfu": m.get("mfu") if _number(m.get("mfu")) else None,
+        "peak_mem_gib": m.get("peak_mem_gib") if _number(m.get("peak_mem_gib")) else None,
+        "speedup": (value / base_value) if (value is not None and base_value) else None,
+        "step_spread_pct": _dict(m.get("step_time")).get("spread_pct"),
+        "reason": str(a.get("reason", "")), "predicted": bool(a.get("predicted")),
+        "phases_s": {k: v for k, v in _dict(a.get("phases_s")).items() if _number(v)} or None,
+        "wall_s": a.get("wall_s") if _number(a.get("wall_s")) else None,
+        "fingerprint": a.get("fingerprint"), "failed_rank": a.get("failed_rank"),
+        "nccl_used": nccl_log.used(_dict(a.get("nccl"))),
     }
 
 

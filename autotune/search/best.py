@@ -122,6 +122,14 @@ class _CheckBaseline(_Part):
     recorded_at: str
 
 
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class _Apply(_Part):
+    env: dict[Annotated[str, Field(pattern=_ENV_NAME, max_length=256)],
+              Annotated[str, Field(max_length=4096, pattern=r"^[^\x00]*$")]] = Field(default_factory=dict)
+
+
 class BestFile(_Part):
     """What `autotune check` reads from best.yaml, validated before anything is measured."""
 
@@ -136,6 +144,7 @@ class BestFile(_Part):
     confirmation: Optional[list[_Candidate]] = None
     check_baseline: Optional[_CheckBaseline] = None
     base_dir: Optional[str] = None
+    apply: Optional[_Apply] = None
 
 
 def read_best(path: Path) -> dict[str, Any]:
@@ -154,7 +163,16 @@ def read_best(path: Path) -> dict[str, Any]:
         section = next((k for k in ("model", "workload") if err.title == f"{k.capitalize()}Config"), None)
         raise ConfigError(f"{path}: {describe_error(err, section)}") from None
     _check_knobs(path, doc["knobs"])
+    _check_batch(path, doc["knobs"], doc["workload"])
     return doc
+
+
+def _check_batch(path: Path, knobs: dict[str, Any], workload: dict[str, Any]) -> None:
+    """The knobs keep the workload's global batch (micro-batch x accumulation x ranks), as the search did."""
+    gbs, world = workload.get("global_batch_size"), workload.get("world_size", 1)
+    if gbs is not None and knobs["micro_batch_size"] * knobs["grad_accum_steps"] * world != gbs:
+        raise ConfigError(f"{path}: knobs: micro_batch_size {knobs['micro_batch_size']} x grad_accum_steps "
+                          f"{knobs['grad_accum_steps']} x world_size {world} is not workload.global_batch_size {gbs}")
 
 
 def _check_knobs(path: Path, knobs: dict[str, Any]) -> None:

@@ -66,6 +66,8 @@ class History:
             status = t.user_attrs.get("status")
             if t.state not in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED) or status not in STATUSES:
                 continue  # running, duplicates, interrupted, lost workers: nothing measured
+            if not _readable(t):
+                continue  # a record another program damaged: it teaches nothing
             h.seen.setdefault(key(t.user_attrs.get("knobs") or t.params), t)
             if t.user_attrs.get("predicted"):
                 continue
@@ -88,11 +90,22 @@ class History:
         return sorted(self.completed, key=lambda t: t.value, reverse=True)
 
 
+def _readable(t: optuna.trial.FrozenTrial) -> bool:
+    """A trial record as autotune writes it: knobs a mapping; a completed one with numeric metrics."""
+    a = t.user_attrs
+    if not isinstance(a.get("knobs"), dict):
+        return False
+    if t.state == TrialState.COMPLETE:
+        m = a.get("metrics")
+        return isinstance(m, dict) and isinstance(m.get("tokens_per_s_per_gpu"), (int, float)) and t.value is not None
+    return True
+
+
 def baseline_knobs(study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) -> dict[str, Any] | None:
     """The baseline's knobs as the study stored them; in studies older than that, the first recorded trial's
     (the baseline is enqueued first)."""
     stored = study.user_attrs.get("baseline_knobs")
-    if stored is not None:
+    if isinstance(stored, dict):
         return stored
     first = next((t for t in trials if t.user_attrs.get("status") != "duplicate" and "knobs" in t.user_attrs), None)
     return first.user_attrs["knobs"] if first else None
@@ -101,7 +114,9 @@ def baseline_knobs(study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) 
 def current_confirmation(study: optuna.Study, h: History) -> dict[str, Any] | None:
     """The study's stored confirmation, or None when trials measured since then changed the top it confirmed."""
     conf = study.user_attrs.get("confirmation")
+    if not isinstance(conf, dict) or not isinstance(conf.get("candidates"), list) or not isinstance(conf.get("stats"), list):
+        return None  # none, or damaged
     ranked = [t.number for t in h.ranked()]
-    if conf and conf["candidates"] != ranked[: len(conf["candidates"])]:
+    if conf["candidates"] != ranked[: len(conf["candidates"])]:
         return None
     return conf

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import queue
 import random
 import signal
@@ -74,9 +75,16 @@ def gpu_groups(cfg: Config, device: str, gpus: list[str] | None) -> list[str] | 
         visible = len(detect()["gpus"])
         if not visible:
             raise ConfigError("--device: cuda asked for, but pynvml sees no NVIDIA GPU; use --device cpu")
+        if gpus and max(map(int, gpus)) >= visible:
+            raise ConfigError(f"--gpus: GPU {max(map(int, gpus))} does not exist; pynvml sees {visible} (0 to {visible - 1})")
         if world > (len(gpus) if gpus else visible):
             raise ConfigError(f"workload.world_size: {cfg.workload.world_size} needs {world} GPUs on this node a "
                               f"trial, but {len(gpus) if gpus else visible} are available; lower world_size or list more --gpus")
+    else:  # gloo ranks and parallel trials are processes sharing the host's cores
+        most = 8 * (os.cpu_count() or 1)
+        if world * len(gpus or [0]) > most:
+            raise ConfigError(f"workload.world_size / --gpus: {world * len(gpus or [0])} processes at once on the CPU; "
+                              f"this host's {os.cpu_count()} cores take at most {most}")
     if gpus and len(gpus) % world:
         raise ConfigError(f"--gpus: {len(gpus)} GPUs cannot be split into trials of {world} (workload.world_size); "
                           f"list a multiple of {world}")
@@ -135,6 +143,10 @@ class _Search:
         self.grace = cfg.study.worker_grace_s
         self.rng = random.Random(cfg.study.seed)
         self.points = space.points()
+        self.point_keys = [key(space.knobs(p)) for p in self.points]  # a point's identity, computed once
+        # grid: every point in a seeded random order, enqueued a few at a time (a large space is never
+        # enqueued whole: each enqueue is a write to the storage)
+        self.grid_order = self.rng.sample(self.points, len(self.points)) if cfg.study.sampler == "grid" else []
         self.slots: queue.Queue[str | None] = queue.Queue()
         for slot in groups or [None]:
             self.slots.put(slot)
@@ -230,10 +242,8 @@ class _Search:
         cfg, study = self.cfg, self.study
         reap_lost_workers(study, self.grace)
         study.sampler = self.sampler or make_sampler(cfg.study.sampler, cfg.study.seed, self.budget)
-        order = [self.space.baseline]
-        if cfg.study.sampler == "grid":
-            order += self.rng.sample(self.points, len(self.points))
-        self._enqueue(order)
+        self._enqueue([self.space.baseline])
+        self._enqueue_grid()
         h = History.of(study)
         self.observer.started({"name": cfg.name, "device": self.bench.device, "budget": self.budget, "done": h.launched,
                                "space_size": self.space.size, "sampler": cfg.study.sampler, "timeout_s": timeout_s,
@@ -260,6 +270,7 @@ class _Search:
 
     def stop_when_done(self, study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
         h = History.of(study)
+        self._enqueue_grid()
         if h.launched >= self.budget:
             self.stop_reason = "budget reached"
             study.stop()
@@ -269,7 +280,21 @@ class _Search:
 
     def _unseen(self, h: History) -> list[dict[str, Any]]:
         """Points neither measured nor being measured by another worker."""
-        return [p for p in self.points if key(self.space.knobs(p)) not in h.seen and key(self.space.knobs(p)) not in h.running]
+        return [p for p, k in zip(self.points, self.point_keys) if k not in h.seen and k not in h.running]
+
+    def _enqueue_grid(self) -> None:
+        """Keep the next unmeasured grid points waiting, one more than trials run at once."""
+        if not self.grid_order:
+            return
+        h = History.of(self.study)
+        waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        wanted = self.n_jobs + 1 - len(waiting)
+        next_points = []
+        while wanted > len(next_points) and self.grid_order:
+            p = self.grid_order.pop(0)
+            if key(self.space.knobs(p)) not in h.seen:
+                next_points.append(p)
+        self._enqueue(next_points)
 
     def _enqueue(self, points: list[dict[str, Any]]) -> None:
         """Enqueue the points not yet measured and not already waiting (resume-safe, unlike skip_if_exists,

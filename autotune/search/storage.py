@@ -8,6 +8,7 @@ import random
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import optuna
 
@@ -24,11 +25,27 @@ def mask_url(url: str) -> str:
     return mask(url)
 
 
+def sqlite_url(path: Path) -> str:
+    """The SQLAlchemy URL of a SQLite file at any path: '%', '?', '#' and spaces in it are quoted, or SQLAlchemy
+    would read them as escapes, a query or a fragment and put the database elsewhere."""
+    return "sqlite:///" + quote(str(path.resolve()), safe="/")
+
+
+def _journal_file(url: str) -> Path:
+    """journal:PATH's file: an existing regular file, or a new one in a writable folder (not a FIFO or a device,
+    which would hang or fail mid-study)."""
+    path = Path(url.removeprefix("journal:"))
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"study.storage: journal:{path} is not a regular file")
+    paths.writable_file(path, "study.storage")
+    return path
+
+
 def storage_of(url: str) -> optuna.storages.BaseStorage:
     """An Optuna storage from a URL; journal:PATH is Optuna's JournalStorage on a file (shared file systems)."""
     remember(url)
     if url.startswith("journal:"):
-        path = Path(url.removeprefix("journal:"))
+        path = _journal_file(url)
         path.parent.mkdir(parents=True, exist_ok=True)
         return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
     sqlite = url.startswith("sqlite")
@@ -94,7 +111,9 @@ def open_study(cfg: Config, *, out_root: Path, device: str, fresh: bool,
 
     study_dir = _check_study_dir(out_root, cfg.name, fresh)
     default_storage = cfg.study.storage is None
-    url = cfg.study.storage or f"sqlite:///{(study_dir / 'study.db').resolve()}"
+    url = cfg.study.storage or sqlite_url(study_dir / "study.db")
+    if url.startswith("journal:"):
+        _journal_file(url)  # checked before anything is written
     if fresh and default_storage:
         _archive(study_dir, None, cfg.name, default_storage)  # moves study.db aside with the folder
     if default_storage:
@@ -124,8 +143,8 @@ def _check_study_dir(out_root: Path, name: str, fresh: bool) -> Path:
     """OUT/<name>, checked before anything is written: a writable folder that is empty or autotune's."""
     paths.writable_dir(out_root, "--out")
     study_dir = out_root / name
+    paths.writable_dir(study_dir, "--out")  # the names in it too: nothing is made before all of it fits
     if study_dir.exists():
-        paths.writable_dir(study_dir, "--out")
         if not paths.is_study_dir(study_dir) and any(study_dir.iterdir()):
             what = "--fresh" if fresh else "--out"
             raise StudyError(f"{what}: {study_dir} exists and holds no autotune study (no study.db, best.yaml or runs/); "
@@ -162,7 +181,7 @@ def load_study(path: Path | None, study_name: str | None, storage: str | None) -
         db = path / "study.db"
         if not db.is_file():
             raise ConfigError(f"STUDY_DIR: no study.db in {path}; give trials/<name> or --storage URL")
-        storage = f"sqlite:///{db.resolve()}"
+        storage = sqlite_url(db)
     remember(storage)
     try:
         opened = _reader(storage)
@@ -187,12 +206,16 @@ def _reader(url: str) -> optuna.storages.BaseStorage:
         if not path.is_file():
             raise ConfigError(f"--storage: no such journal file: {path}")
         return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
-    if url.startswith("sqlite:///"):
-        path = Path(url.removeprefix("sqlite:///"))
-        if not path.is_file():
-            raise ConfigError(f"--storage: no such SQLite file: {path}")
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":  # sqlite://, sqlite+pysqlite://, ...: a file to open read-only
+        path = Path(parsed.database or "")
+        if not parsed.database or not path.is_file():
+            raise ConfigError(f"--storage: no such SQLite file: {parsed.database or '(none)'}")
         _check_optuna_sqlite(path)
-        url = f"sqlite:///file:{path.resolve()}?mode=ro&uri=true"  # SQLite itself refuses any write
+        # SQLite itself refuses any write (mode=ro); the path is quoted for SQLite's URI, then for SQLAlchemy
+        url = f"{parsed.drivername}:///file:{quote(quote(str(path.resolve()), safe='/'), safe='/')}?mode=ro&uri=true"
     return optuna.storages.RDBStorage(url, skip_table_creation=True)
 
 
@@ -201,7 +224,7 @@ def _check_optuna_sqlite(path: Path) -> None:
     import sqlite3
 
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)) as conn:
+        with contextlib.closing(sqlite3.connect(f"file:{quote(str(path.resolve()), safe='/')}?mode=ro", uri=True)) as conn:
             tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.DatabaseError as err:
         raise ConfigError(f"--storage: {path} is not a readable SQLite database: {err}") from None

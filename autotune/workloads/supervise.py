@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
@@ -39,15 +40,18 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def end_all() -> None:
-    """SIGKILL every descendant, then reap them (they are the supervisor's children by now, as subreaper)."""
-    for _ in range(3):  # a process may fork while we look: look again
-        pids = descendants(os.getpid())
-        if not pids:
-            break
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+def end_all(within_s: float = 10.0) -> None:
+    """Stop, then kill, every descendant, again and again until none is left (a process that keeps forking
+    is frozen by SIGSTOP before it can fork once more), then reap them: as subreaper they are ours by now."""
+    deadline = time.monotonic() + within_s
+    while (pids := descendants(os.getpid())) and time.monotonic() < deadline:
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
     with contextlib.suppress(ChildProcessError):
         while os.waitpid(-1, os.WNOHANG)[0]:
             pass
@@ -70,7 +74,8 @@ def main(argv: list[str]) -> int:
         return 1  # autotune died before the death signal was armed: start nothing
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _on_signal)
-    child = subprocess.Popen(argv, env={**os.environ, "AUTOTUNE_PARENT_PID": str(os.getpid())})
+    # close_fds=False: a descriptor the parent passed on purpose (the probe's answer pipe) reaches the child
+    child = subprocess.Popen(argv, env={**os.environ, "AUTOTUNE_PARENT_PID": str(os.getpid())}, close_fds=False)
     code = child.wait()
     end_all()
     if code < 0:  # die of the same signal, so the parent sees how the trial ended
