@@ -712,7 +712,7 @@ def test_hardening_control_characters_are_shown_escaped(write_yaml, tmp_path: Pa
 
 
 def test_hardening_early_ctrl_c_is_one_line(tmp_path: Path) -> None:
-    for delay in (0.05, 0.1, 0.2, 0.4):
+    for delay in (0.03, 0.06, 0.09, 0.12, 0.14, 0.16, 0.18, 0.2, 0.25, 0.3, 0.4):
         proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", "validate", "none.yaml"], cwd=tmp_path,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(delay)

@@ -28,8 +28,27 @@ def __getattr__(name: str) -> Any:
 
 
 def _interrupted(signum: int, frame: object) -> None:
+    """Ctrl-C before a command's funnel runs: nothing is under way yet, so leave at once (a SystemExit raised
+    from a signal handler can land where Python only reports it and carries on)."""
+    import os
+
     sys.stderr.write("interrupted\n")
-    sys.exit(130)
+    sys.stderr.flush()
+    os._exit(130)
+
+
+def _leave(code: int) -> None:
+    """Exit with the command's code: a Ctrl-C that comes once the result is decided changes nothing. After an
+    interruption the exit skips the interpreter's teardown: CPython would otherwise kill itself with SIGINT
+    when a C extension printed the KeyboardInterrupt on its way (numpy at import does), and exit -2."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if code in (130, 143):
+        import os
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def main() -> None:
@@ -47,10 +66,10 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)  # an exit code, when a command (or --help) ended with one
     except typer.Exit as e:
-        sys.exit(e.exit_code)
+        _leave(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         sys.stderr.write("interrupted\n")
-        sys.exit(130)
+        _leave(130)
     except Exception as e:
         if not hasattr(e, "format_message") or not hasattr(e, "exit_code"):  # not one of click's usage errors
             raise
@@ -60,5 +79,5 @@ def main() -> None:
             ctx = getattr(e, "ctx", None)
             where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
             sys.stderr.write(f"error: {printable(' '.join(e.format_message().split()), newlines=False)}{where}\n")
-        sys.exit(e.exit_code)
-    sys.exit(code if isinstance(code, int) else 0)
+        _leave(e.exit_code)
+    _leave(code if isinstance(code, int) else 0)

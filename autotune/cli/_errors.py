@@ -19,8 +19,17 @@ from autotune.errors import AutotuneError, ExitCode, Terminated, excerpt, printa
 MAX_MESSAGE = 1000  # characters of one error line
 
 
+_signalled: dict[str, BaseException | None] = {"by": None}
+
+
 def _terminate(signum: int, frame: object) -> None:
+    _signalled["by"] = Terminated()
     raise Terminated()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    _signalled["by"] = KeyboardInterrupt()
+    raise KeyboardInterrupt()
 
 
 def _line(message: str) -> str:
@@ -29,8 +38,23 @@ def _line(message: str) -> str:
     return flat if len(flat) <= MAX_MESSAGE else flat[:MAX_MESSAGE - 3] + "..."
 
 
+def _interruption(e: BaseException) -> BaseException:
+    """The Ctrl-C or SIGTERM behind an error, if one caused it, else the error itself. A signal is what
+    decides: libraries turn the KeyboardInterrupt it raised into other errors (Python wraps one raised while
+    a class is made in a RuntimeError; a C extension interrupted at import raises ImportError)."""
+    if _signalled["by"] is not None:
+        return _signalled["by"]
+    seen = e
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return e
+
+
 def _classify(e: BaseException) -> tuple[str, int]:
     """The message and exit code of an error that reached the funnel."""
+    e = _interruption(e)
     if isinstance(e, Terminated):
         return "terminated (SIGTERM): the study is kept; run the same command again to resume", ExitCode.TERMINATED
     if isinstance(e, KeyboardInterrupt):
@@ -51,10 +75,11 @@ def _classify(e: BaseException) -> tuple[str, int]:
 @contextlib.contextmanager
 def funnel() -> Iterator[None]:
     previous, previous_int = None, None
+    _signalled["by"] = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-            previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+            previous_int = signal.signal(signal.SIGINT, _interrupt)
     try:
         yield
     except (click.exceptions.Exit, click.ClickException, click.Abort):
