@@ -156,14 +156,20 @@ def _same_measurement(best: dict[str, Any], model: dict[str, Any], workload: dic
                                   "that was measured (nothing compared)")
 
 
-def measure_best(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5) -> tuple[list[float], list[dict[str, Any]], list[str], dict[str, Any]]:
-    """Measure the configuration of best.yaml `repeats` times, each in a fresh process, one after another.
-
-    Returns per-process tokens/s, per-process details (with telemetry means), failures, fingerprint.
-    """
+def load_best(best_path: Path) -> dict[str, Any]:
+    """best.yaml read and validated, and everything a check needs checked, before anything is measured."""
     preflight()
     best = read_best(best_path)
     paths.writable_dir(best_path.parent, "BEST_YAML")  # history.jsonl, checks/ and the baseline go beside it
+    return best
+
+
+def measure_best(best_path: Path, best: dict[str, Any], *, model_yaml: Path | None = None,
+                 repeats: int = 5) -> tuple[list[float], list[dict[str, Any]], list[str], dict[str, Any]]:
+    """Measure the configuration of best.yaml (read by load_best) `repeats` times, each in a fresh process.
+
+    Returns per-process tokens/s, per-process details (with telemetry means), failures, fingerprint.
+    """
     fp = best["fingerprint"]
     here = _current_hardware(fp["device"])
     if here != fp["gpu_model"]:
@@ -192,8 +198,9 @@ def measure_best(best_path: Path, *, model_yaml: Path | None = None, repeats: in
 
 def reset_baseline(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5) -> tuple[list[float], list[str]]:
     """Measure and record the samples as best.yaml's check baseline; compare nothing. Returns samples, failures."""
-    samples, _, failures, fingerprint = measure_best(best_path, model_yaml=model_yaml, repeats=repeats)
-    record_check_baseline(best_path, samples, dt.datetime.now(dt.timezone.utc).isoformat(), fingerprint)
+    best = load_best(best_path)
+    samples, _, failures, fingerprint = measure_best(best_path, best, model_yaml=model_yaml, repeats=repeats)
+    record_check_baseline(best_path, best, samples, dt.datetime.now(dt.timezone.utc).isoformat(), fingerprint)
     return samples, failures
 
 
@@ -203,10 +210,10 @@ def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, 
     the verdict to history.jsonl, write JUnit if asked, and with `update` record a pass or faster as the new
     baseline."""
     t0 = time.monotonic()
-    best = read_best(best_path)
+    best = load_best(best_path)
     if junit:
         paths.writable_file(junit, "--junit")  # before the repeats, not after them
-    samples, details, failures, fingerprint = measure_best(best_path, model_yaml=model_yaml, repeats=repeats)
+    samples, details, failures, fingerprint = measure_best(best_path, best, model_yaml=model_yaml, repeats=repeats)
     base, source = baseline_samples(best)
     status, ratio, ci = decide(base, samples, tolerance_pct)
     fp = best["fingerprint"]
@@ -215,7 +222,7 @@ def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, 
                       samples, source, changes, failures, fingerprint, dt.datetime.now(dt.timezone.utc).isoformat(),
                       details)
     if update and status != "regression":
-        record_check_baseline(best_path, samples, verdict.checked_at, fingerprint)
+        record_check_baseline(best_path, best, samples, verdict.checked_at, fingerprint)
         verdict.updated = True
     record_history(best_path, verdict, best["name"])
     if junit:

@@ -191,8 +191,10 @@ def _check_knobs(path: Path, knobs: dict[str, Any]) -> None:
         raise ConfigError(f"{path}: knobs.{describe_error(err, 'space').removeprefix('space.')}") from None
 
 
-def record_check_baseline(path: Path, samples: list[float], recorded_at: str, fingerprint: dict[str, Any]) -> None:
-    """check --update / --reset-baseline: these samples become the recorded baseline in best.yaml (atomically)."""
-    doc = read_best(path)
-    doc["check_baseline"] = {"tokens_per_s_samples": samples, "recorded_at": recorded_at, "fingerprint": fingerprint}
+def record_check_baseline(path: Path, doc: dict[str, Any], samples: list[float], recorded_at: str,
+                          fingerprint: dict[str, Any]) -> None:
+    """check --update / --reset-baseline: these samples become the recorded baseline in best.yaml (atomically);
+    doc is best.yaml as read_best read it."""
+    doc = {**doc, "check_baseline": {"tokens_per_s_samples": samples, "recorded_at": recorded_at,
+                                     "fingerprint": fingerprint}}
     write_yaml(path, doc)
