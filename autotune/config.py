@@ -305,6 +305,12 @@ class StudyConfig(_Section):
     confirm_rounds: int = Field(
         default=3, ge=0, le=100, description="Interleaved rounds of the confirmation (A B C A B C ...), each a fresh process."
     )
+    prestart: Optional[bool] = Field(
+        default=None, description="Start each one-rank trial's process ahead, while the previous trial runs: it "
+        "imports torch and torch.compile's stack, then waits for its configuration (still a fresh process per "
+        "trial). Default: on with --device cuda; off on the CPU, where that import would share the cores with "
+        "the trial being measured.",
+    )
     compile_cache: Optional[str] = Field(
         default=None, description="A folder for torch.compile's caches (Inductor, Triton) that outlives one study: a "
         "second study of the same model on the same GPU starts warm. Each GPU model and torch version gets its own "

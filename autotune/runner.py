@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import knobs as catalogue
-from autotune import metrics, nccl_log
+from autotune import metrics, nccl_log, prestart
 from autotune.errors import ConfigError
 from autotune.hardware import Telemetry, detect, device_units, fingerprint, peak_flops, visible_gpu_index
 from autotune.locks import DeviceLock
@@ -51,6 +51,7 @@ class Outcome:
     wall_s: float = 0.0
     nccl: dict[str, Any] | None = None  # NCCL's own account (rank groups on GPUs)
     nccl_refused: bool = False  # NCCL's log, not the trial, says it refused a setting
+    prestarted: bool = False  # its process was started ahead (prestart.py): the start phase is the hand-over
 
 
 @dataclass(frozen=True)
@@ -65,13 +66,16 @@ class Bench:
     base_dir: str | None = None  # where an entrypoint module is found
     task: str = "train"
     compile_cache: Path | None = None  # torch.compile's caches shared across studies (a folder the user chose)
+    prestart: bool = False  # one-rank trials take a process started ahead (prestart.py)
 
     @classmethod
     def of(cls, model: ModelConfig, workload: WorkloadConfig, *, device: str, timeout_s: float, home: Path,
-           base_dir: str | None, compile_cache: str | None = None) -> Bench:
+           base_dir: str | None, compile_cache: str | None = None, prestart: bool | None = None) -> Bench:
+        """prestart None: on for CUDA trials, off on the CPU (the import would share the measured cores)."""
         run = RunSettings(**{k: getattr(workload, k) for k in RunSettings.__dataclass_fields__})
         shared = Path(compile_cache).resolve() / compile_key(device) if compile_cache else None
-        return cls(model_spec(model), run, device, timeout_s, home.resolve(), base_dir, workload.task, shared)
+        ahead = device == "cuda" if prestart is None else prestart
+        return cls(model_spec(model), run, device, timeout_s, home.resolve(), base_dir, workload.task, shared, ahead)
 
     def env(self) -> dict[str, str]:
         """Where a trial's compilers and libraries write: under the study (they default to /tmp and ~/.cache),
@@ -123,7 +127,7 @@ def measure(bench: Bench, knobs: dict[str, Any], run_dir: Path, *, number: int =
     waited = lock.acquire(stop, on_wait)
     try:
         outcome = run_trial(bench.spec(knobs), run_dir, timeout_s=bench.timeout_s, env=env, on_poll=on_poll,
-                            stop=stop, gpu_index=int(gpus.split(",")[0]) if cuda_slot else None)
+                            stop=stop, gpu_index=int(gpus.split(",")[0]) if cuda_slot else None, ahead=bench.prestart)
     finally:
         lock.release()
     record = record_of(number, knobs, outcome, bench)
@@ -135,7 +139,7 @@ def measure(bench: Bench, knobs: dict[str, Any], run_dir: Path, *, number: int =
 def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, bench: Bench) -> dict[str, Any]:
     """The trial's stored record (Optuna user attributes): status, metrics, raw samples, phases, telemetry."""
     record: dict[str, Any] = {"number": number, "knobs": knobs, "status": outcome.status, "reason": outcome.reason,
-                              "predicted": False, "wall_s": outcome.wall_s}
+                              "predicted": False, "wall_s": outcome.wall_s, "prestarted": outcome.prestarted}
     res, world = outcome.result, bench.run.world_size
     if outcome.status == "ok" and res is not None:
         record["metrics"] = metrics.summarize(res, bench.model, world, peak_flops(res.env.get("device_name")))
@@ -185,12 +189,13 @@ def launch_command(spec: TrialSpec, spec_path: Path, result_path: Path, module: 
 
 def run_trial(spec: TrialSpec, run_dir: Path, *, timeout_s: float, env: dict[str, str] | None = None,
               on_poll: Callable[[], None] | None = None, gpu_index: int | None = None,
-              stop: threading.Event | None = None, module: str = TRIAL_MODULE) -> Outcome:
+              stop: threading.Event | None = None, module: str = TRIAL_MODULE, ahead: bool = False) -> Outcome:
     """Run the trial on `spec` in a fresh process (own process group) and wait for it.
 
     KeyboardInterrupt, or `stop` being set (Ctrl-C seen by another thread), ends the process group and
     raises KeyboardInterrupt. gpu_index: the NVML index of the trial's GPU, for telemetry. module: the
-    trial's Python module (tests replace it with a fake rank).
+    trial's Python module (tests replace it with a fake rank). ahead: a one-rank trial takes the process
+    started ahead with its environment (prestart.py), if there is one, and starts the next one.
     """
     run_dir = run_dir.resolve()  # absolute: the straggler sweep matches this trial's spec path only
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -205,46 +210,64 @@ def run_trial(spec: TrialSpec, run_dir: Path, *, timeout_s: float, env: dict[str
         child_env.update(nccl_log.DEBUG_ENV, NCCL_DEBUG_FILE=str(run_dir / nccl_log.DEBUG_FILE))
     telemetry = Telemetry(visible_gpu_index() if gpu_index is None else gpu_index) if spec.device == "cuda" else None
     t0 = time.monotonic()
-    cmd = [sys.executable, "-m", SUPERVISOR, *launch_command(spec, spec_path, result_path, module)]
-    timed_out = _wait(cmd, log_path, child_env, timeout_s, telemetry, on_poll, stop, str(spec_path) if distributed else None)
-    return _classify(run_dir, log_path, timed_out, timeout_s, distributed,
-                     wall=time.monotonic() - t0, telemetry=telemetry.samples if telemetry else [])
+    supervised = [sys.executable, "-m", SUPERVISOR]
+    ahead = ahead and not distributed
+    standby = prestart.take(child_env) if ahead else None
+    proc = standby.activate(spec_path, result_path, log_path) if standby else None
+    if proc is None:
+        proc = _start([*supervised, *launch_command(spec, spec_path, result_path, module)], log_path, child_env)
+    if ahead:  # the next trial's process imports while this one runs
+        prestart.start([*supervised, sys.executable, "-m", module], child_env, Path(child_env.get("TMPDIR", run_dir)))
+    try:
+        timed_out = _wait(proc, timeout_s, telemetry, on_poll, stop, str(spec_path) if distributed else None)
+    finally:
+        if standby is not None and (early := standby.output()):
+            with open(log_path, "a") as log:  # what the process printed while it waited (normally nothing)
+                log.write(early)
+    outcome = _classify(run_dir, log_path, timed_out, timeout_s, distributed,
+                        wall=time.monotonic() - t0, telemetry=telemetry.samples if telemetry else [])
+    outcome.prestarted = standby is not None and proc is standby.proc
+    return outcome
 
 
-def _wait(cmd: list[str], log_path: Path, env: dict[str, str], timeout_s: float, telemetry: Telemetry | None,
+def _start(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start the trial's process in its own session, its output into the trial's log."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout_s: float, telemetry: Telemetry | None,
           on_poll: Callable[[], None] | None, stop: threading.Event | None, straggler_needle: str | None) -> int | None:
-    """Start the process in its own session, wait for it (or the timeout), and leave nothing of it running.
+    """Wait for the started process (or the timeout), and leave nothing of it running.
     Returns None on a timeout, else the exit code."""
     t0 = time.monotonic()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        try:
-            if telemetry:
-                telemetry.__enter__()
-            while proc.poll() is None:
-                if time.monotonic() - t0 > timeout_s:
-                    _kill_group(proc)
-                    return None
-                if stop is not None and stop.is_set():
-                    raise KeyboardInterrupt
-                if on_poll:
-                    on_poll()
-                time.sleep(0.1)
-        except BaseException:
-            _kill_group(proc, grace_s=2.0)
-            raise
-        finally:
-            if telemetry:
-                telemetry.__exit__()
-            if proc.poll() is None:  # the trial has left; reap stragglers of its group (compile workers)
+    try:
+        if telemetry:
+            telemetry.__enter__()
+        while proc.poll() is None:
+            if time.monotonic() - t0 > timeout_s:
                 _kill_group(proc)
-            else:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            if straggler_needle:
-                _kill_stragglers(straggler_needle)
+                return None
+            if stop is not None and stop.is_set():
+                raise KeyboardInterrupt
+            if on_poll:
+                on_poll()
+            time.sleep(0.1)
+    except BaseException:
+        _kill_group(proc, grace_s=2.0)
+        raise
+    finally:
+        if telemetry:
+            telemetry.__exit__()
+        if proc.poll() is None:  # the trial has left; reap stragglers of its group (compile workers)
+            _kill_group(proc)
+        else:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if straggler_needle:
+            _kill_stragglers(straggler_needle)
     return proc.returncode
 
 

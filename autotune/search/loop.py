@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune import paths
+from autotune import paths, prestart
 from autotune.config import Config
 from autotune.errors import ConfigError
 from autotune.hardware import default_device, detect
@@ -122,6 +122,7 @@ def run_search(cfg: Config, *, out_root: Path = Path("trials"), device: str | No
         confirm(study, search.bench, top=cfg.study.confirm_top, rounds=cfg.study.confirm_rounds,
                 base_knobs=space.knobs(space.baseline), runs=search.runs, observer=search.observer)
     finally:  # also on Ctrl-C: what was measured is written out
+        prestart.dismiss_all()
         h = History.of(study)
         best_yaml = write_best(cfg, study, h, study_dir, url) if h.completed else None
     return SearchResult(study_dir, url, h, best_yaml, search.new_trials, stop_reason, study.user_attrs.get("confirmation"))
@@ -139,7 +140,8 @@ class _Search:
         self.sampler, self.measure = sampler, measure_fn
         self.runs = study_dir / "runs"
         self.bench = Bench.of(cfg.model, cfg.workload, device=device, timeout_s=60 * cfg.study.trial_timeout_min,
-                              home=study_dir, base_dir=cfg.base_dir, compile_cache=cfg.study.compile_cache)
+                              home=study_dir, base_dir=cfg.base_dir, compile_cache=cfg.study.compile_cache,
+                           prestart=cfg.study.prestart)
         self.grace = cfg.study.worker_grace_s
         self.rng = random.Random(cfg.study.seed)
         self.points = space.points()

@@ -14,6 +14,7 @@ _T_ENTER = time.time()  # before importing torch: the start phase ends when torc
 
 import contextlib  # noqa: E402
 import importlib  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
 import statistics  # noqa: E402
@@ -151,8 +152,29 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
+def standby() -> int:
+    """Started ahead of its trial (autotune/prestart.py): import what every trial imports, then wait for the
+    trial's files on stdin (one JSON line) and run it; EOF means no trial came. The GPU is not touched."""
+    import torch  # noqa: F401
+
+    with contextlib.suppress(Exception):  # torch.compile imports these on its first call (seconds)
+        importlib.import_module("torch._dynamo")
+        importlib.import_module("torch._inductor.compile_fx")
+    line = sys.stdin.readline()
+    if not line:
+        return 0
+    job = json.loads(line)
+    log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)  # from here on this process writes the trial's own log
+    os.dup2(log, 2)
+    os.close(log)
+    return main([job["spec"], job["result"]])
+
+
 def main(argv: list[str]) -> int:
     _die_with_parent()
+    if argv == ["--standby"]:
+        return standby()
     spec_path, result_path = argv
     spec = TrialSpec.read(spec_path)
     rank, world = env_rank()
