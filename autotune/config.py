@@ -305,6 +305,11 @@ class StudyConfig(_Section):
     confirm_rounds: int = Field(
         default=3, ge=0, le=100, description="Interleaved rounds of the confirmation (A B C A B C ...), each a fresh process."
     )
+    prune_below: float = Field(
+        default=0.8, ge=0, lt=1, description="Stop a one-rank trial once its fastest measured step so far is below "
+        "this fraction of the best measured median (Optuna pruner; recorded as pruned with what it measured). "
+        "0: never prune. The confirmation and `check` are never pruned.",
+    )
     prestart: Optional[bool] = Field(
         default=None, description="Start each one-rank trial's process ahead, while the previous trial runs: it "
         "imports torch and torch.compile's stack, then waits for its configuration (still a fresh process per "

@@ -17,7 +17,7 @@ from typing import Any
 from autotune import knobs as catalogue
 
 # How a trial can end. Failures never stop the study.
-STATUSES = ("ok", "oom", "timeout", "nonfinite_loss", "invalid_config", "crash")
+STATUSES = ("ok", "pruned", "oom", "timeout", "nonfinite_loss", "invalid_config", "crash")
 # Outcomes that say the configuration itself cannot run here (not the machine).
 CONFIG_FAILURES = ("oom", "invalid_config", "nonfinite_loss")
 # The Python module a trial process runs: `python -m autotune.workloads.trial SPEC.json RESULT.json`.
@@ -129,6 +129,7 @@ class TrialSpec(_Document):
     base_dir: str | None = None  # where an entrypoint module is found
     params: dict[str, Any] = field(default_factory=dict)  # workload-specific settings (allreduce: sizes, iters)
     launched_at: float | None = None  # the parent's clock when it started the process: the start phase
+    report_progress: bool = False  # a one-rank trial writes its measured steps so far and stops when asked
 
     def __post_init__(self) -> None:
         if isinstance(self.run, dict):

@@ -86,9 +86,9 @@ class Bench:
                 "CUDA_CACHE_PATH": str(cache / "cuda"), "XDG_CACHE_HOME": str(cache / "xdg"),
                 "TMPDIR": str(self.home / "tmp"), "PYTHONDONTWRITEBYTECODE": "1"}  # no bytecode beside your module
 
-    def spec(self, knobs: dict[str, Any]) -> TrialSpec:
+    def spec(self, knobs: dict[str, Any], progress: bool = False) -> TrialSpec:
         return TrialSpec(task=self.task, device=self.device, knobs=dict(knobs), model=self.model, run=self.run,
-                         base_dir=self.base_dir)
+                         base_dir=self.base_dir, report_progress=progress)
 
 
 def compile_key(device: str) -> str:
@@ -108,12 +108,15 @@ def model_spec(model: ModelConfig) -> dict[str, Any]:
 
 def measure(bench: Bench, knobs: dict[str, Any], run_dir: Path, *, number: int = 0, gpus: str | None = None,
             concurrent: int = 1, on_poll: Callable[[], None] | None = None, stop: threading.Event | None = None,
-            on_wait: Callable[[str], None] | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
+            on_wait: Callable[[str], None] | None = None, env: dict[str, str] | None = None,
+            progress: bool = False) -> dict[str, Any]:
     """Measure one configuration in a fresh process (or rank group) and return its record.
 
     gpus: the GPUs of this trial ("0" or "2,3"; None: as visible; on the CPU a slot number); concurrent:
     trials side by side (they share the host's cores); env: more environment variables (check passes
-    best.yaml's apply.env, which a user may have added to). The trial's devices are held for it (locks.py): a
+    best.yaml's apply.env, which a user may have added to); progress: a one-rank trial writes its measured
+    steps to run_dir/progress.json and stops early when run_dir/prune appears (the search's pruner, in
+    on_poll). The trial's devices are held for it (locks.py): a
     measurement by another autotune process on them is waited for, and the wait recorded. KeyboardInterrupt,
     or `stop` set, ends the trial's processes and propagates.
     """
@@ -126,7 +129,7 @@ def measure(bench: Bench, knobs: dict[str, Any], run_dir: Path, *, number: int =
     lock = DeviceLock(device_units(bench.device, gpus, local_ranks))
     waited = lock.acquire(stop, on_wait)
     try:
-        outcome = run_trial(bench.spec(knobs), run_dir, timeout_s=bench.timeout_s, env=env, on_poll=on_poll,
+        outcome = run_trial(bench.spec(knobs, progress), run_dir, timeout_s=bench.timeout_s, env=env, on_poll=on_poll,
                             stop=stop, gpu_index=int(gpus.split(",")[0]) if cuda_slot else None, ahead=bench.prestart)
     finally:
         lock.release()
@@ -141,7 +144,7 @@ def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, bench: Bench
     record: dict[str, Any] = {"number": number, "knobs": knobs, "status": outcome.status, "reason": outcome.reason,
                               "predicted": False, "wall_s": outcome.wall_s, "prestarted": outcome.prestarted}
     res, world = outcome.result, bench.run.world_size
-    if outcome.status == "ok" and res is not None:
+    if outcome.status in ("ok", "pruned") and res is not None:  # a pruned trial keeps what it measured
         record["metrics"] = metrics.summarize(res, bench.model, world, peak_flops(res.env.get("device_name")))
         record["raw"] = {"step_times_s": res.step_times_s, "warmup_step_times_s": res.warmup_step_times_s,
                          "losses": res.losses}
@@ -200,7 +203,8 @@ def run_trial(spec: TrialSpec, run_dir: Path, *, timeout_s: float, env: dict[str
     run_dir = run_dir.resolve()  # absolute: the straggler sweep matches this trial's spec path only
     run_dir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path, log_path = run_dir / "spec.json", run_dir / "result.json", run_dir / "worker.log"
-    for old in (result_path, *run_dir.glob("result.rank*.json"), *run_dir.glob("nccl.*.log")):
+    for old in (result_path, run_dir / "progress.json", run_dir / "prune", *run_dir.glob("result.rank*.json"),
+                *run_dir.glob("nccl.*.log")):
         old.unlink(missing_ok=True)
     spec.launched_at = time.time()
     spec.write(spec_path)

@@ -28,6 +28,7 @@ from autotune.search.best import write_best
 from autotune.search.confirm import confirm
 from autotune.search.history import History, key, optuna_state, store
 from autotune.search.observer import Observer
+from autotune.search.prune import BelowBest, ProgressWatch
 from autotune.search.sampler import make_sampler
 from autotune.search.storage import mask_url, open_study
 from autotune.search import warm
@@ -143,6 +144,8 @@ class _Search:
                               home=study_dir, base_dir=cfg.base_dir, compile_cache=cfg.study.compile_cache,
                            prestart=cfg.study.prestart)
         self.grace = cfg.study.worker_grace_s
+        # one-rank trials report their steps and may be pruned; ranks would have to agree on where to stop
+        self.prune_below = cfg.study.prune_below if cfg.workload.world_size == 1 else 0.0
         self.rng = random.Random(cfg.study.seed)
         self.points = space.points()
         self.point_keys = [key(space.knobs(p)) for p in self.points]  # a point's identity, computed once
@@ -210,13 +213,22 @@ class _Search:
         with self.spans_lock:
             self.spans[trial.number] = [time.time(), None]
 
+        run_dir = self.runs / f"{trial.number:04d}"
+        watch = ProgressWatch(trial, run_dir, self.prune_below) if self.prune_below else None
+
         def poll() -> None:
             self.observer.poll()
             beat()
+            if watch:
+                watch()
 
         try:
-            return self.measure(self.bench, knobs, self.runs / f"{trial.number:04d}", number=trial.number, gpus=slot,
-                                concurrent=self.n_jobs, on_poll=poll, stop=self.stop, on_wait=self.observer.device_busy)
+            record = self.measure(self.bench, knobs, run_dir, number=trial.number, gpus=slot, concurrent=self.n_jobs,
+                                  on_poll=poll, stop=self.stop, on_wait=self.observer.device_busy, progress=bool(watch))
+            if record["status"] == "pruned" and watch and watch.why:
+                steps = len(record.get("raw", {}).get("step_times_s") or [])
+                record["reason"] = f"{watch.why}; it stopped after {steps} of {self.bench.run.measure_steps}"
+            return record
         except KeyboardInterrupt:
             self.stop.set()
             trial.set_user_attr("status", "interrupted")
@@ -244,6 +256,7 @@ class _Search:
         cfg, study = self.cfg, self.study
         reap_lost_workers(study, self.grace)
         study.sampler = self.sampler or make_sampler(cfg.study.sampler, cfg.study.seed, self.budget)
+        study.pruner = BelowBest(self.prune_below) if self.prune_below else optuna.pruners.NopPruner()
         self._enqueue([self.space.baseline])
         self._enqueue_grid()
         h = History.of(study)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from autotune.protocol import TrialSpec
@@ -57,6 +58,8 @@ class Workload(ABC):
     def __init__(self, torch: Any, spec: TrialSpec, ranks: Ranks | None, fault: Fault) -> None:
         self.torch, self.spec, self.ranks, self.fault = torch, spec, ranks, fault
         self.applied: dict[str, Any] = {}  # what the trial really did for each knob (the record's `applied`)
+        # set by the trial when the search may prune it: pass to time_steps(progress=...)
+        self.progress: Callable[[list[float]], bool] | None = None
 
     @abstractmethod
     def build(self) -> None:

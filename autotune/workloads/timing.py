@@ -26,16 +26,20 @@ class Timing:
     peak_mem_bytes: int
     peak_mem_kind: str  # cuda_max_memory_allocated or cpu_max_rss
     reserved_bytes: int | None
+    stopped_early: bool = False  # `progress` asked to stop before all measured steps ran (the search pruned it)
 
 
 def time_steps(torch: Any, step: Callable[[], Any], *, warmup: int, measure: int, device: str,
                after_warmup_step: Callable[[Any], None] | None = None,
                before_window: Callable[[], None] | None = None,
-               before_each: Callable[[], None] | None = None) -> Timing:
+               before_each: Callable[[], None] | None = None,
+               progress: Callable[[list[float]], bool] | None = None) -> Timing:
     """Run `warmup` untimed steps (each synchronised, its wall time kept: the first carries torch.compile),
     then `measure` timed steps. after_warmup_step: called with each warm-up step's output (a check that may
     raise: a broken configuration fails before it is measured); before_window: untimed, once before the
-    measured steps (a barrier of the ranks); before_each: untimed, before every measured step."""
+    measured steps (a barrier of the ranks); before_each: untimed, before every measured step; progress:
+    called after each step is launched with the times of the steps the device has finished (read from their
+    events without waiting for them); True stops the measurement there."""
     cuda = device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     warmup_s = []
@@ -53,17 +57,26 @@ def time_steps(torch: Any, step: Callable[[], Any], *, warmup: int, measure: int
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     start_wall = time.time()
-    outputs, step_s = [], []
+    outputs, step_s, stopped = [], [], False
     if cuda:
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(measure)]
+        launched = 0
         for start, end in events:
             if before_each:
                 before_each()
             start.record()
             outputs.append(step())
             end.record()
+            launched += 1
+            if progress is not None:
+                while len(step_s) < launched and events[len(step_s)][1].query():  # finished: no waiting
+                    first, last = events[len(step_s)]
+                    step_s.append(first.elapsed_time(last) / 1000.0)
+                if progress(step_s):
+                    stopped = True
+                    break
         sync()  # the only synchronisation of the measured steps: after the last
-        step_s = [start.elapsed_time(end) / 1000.0 for start, end in events]
+        step_s = [start.elapsed_time(end) / 1000.0 for start, end in events[:launched]]
         peak, kind, reserved = torch.cuda.max_memory_allocated(), "cuda_max_memory_allocated", torch.cuda.max_memory_reserved()
     else:
         for _ in range(measure):
@@ -72,5 +85,8 @@ def time_steps(torch: Any, step: Callable[[], Any], *, warmup: int, measure: int
             t0 = time.perf_counter()
             outputs.append(step())
             step_s.append(time.perf_counter() - t0)
+            if progress is not None and progress(step_s):
+                stopped = True
+                break
         peak, kind, reserved = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_max_rss", None
-    return Timing(warmup_s, warmup_end, step_s, outputs, (start_wall, time.time()), peak, kind, reserved)
+    return Timing(warmup_s, warmup_end, step_s, outputs, (start_wall, time.time()), peak, kind, reserved, stopped)

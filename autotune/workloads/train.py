@@ -185,7 +185,7 @@ class Train(Workload):
         timing = time_steps(torch, self.fault.slowed(self.step, sync), warmup=run.warmup_steps,
                             measure=run.measure_steps, device=self.spec.device,
                             after_warmup_step=lambda loss: finite_losses(torch, [loss], "warm-up"),
-                            before_window=self.ranks.barrier if self.ranks else None)
+                            before_window=self.ranks.barrier if self.ranks else None, progress=self.progress)
         losses = finite_losses(torch, timing.outputs, "measured steps")
         if self.ranks:
             check_replicas_in_sync(torch, self.model, self.ranks)

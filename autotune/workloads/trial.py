@@ -19,6 +19,7 @@ import os  # noqa: E402
 import signal  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from autotune import nccl_log  # noqa: E402
@@ -38,8 +39,29 @@ def workload_class(task: str) -> type[Workload]:
     return getattr(importlib.import_module(module), name)
 
 
-def run(spec: TrialSpec) -> TrialResult:
-    """Build the workload, run its measured steps, and say what was measured."""
+class Progress:
+    """The search's view of a running one-rank trial (spec.report_progress): the measured steps so far go to
+    progress.json beside the result (at most every EVERY_S, outside the timed steps), and a `prune` file there
+    asks the trial to stop measuring (Optuna's pruner decided in the parent)."""
+
+    EVERY_S = 0.5
+
+    def __init__(self, run_dir: Path, tokens_per_step: int | None) -> None:
+        self.path, self.prune, self.tokens = run_dir / "progress.json", run_dir / "prune", tokens_per_step
+        self.written, self.last = 0, float("-inf")
+
+    def __call__(self, steps: list[float]) -> bool:
+        if len(steps) > self.written and time.monotonic() - self.last >= self.EVERY_S:
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"step_times_s": steps, "tokens_per_step": self.tokens}))
+            os.replace(tmp, self.path)
+            self.written, self.last = len(steps), time.monotonic()
+        return os.path.exists(self.prune)
+
+
+def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
+    """Build the workload, run its measured steps, and say what was measured. run_dir: where the search
+    reads its progress (spec.report_progress)."""
     import torch
 
     t_torch = time.time()
@@ -53,9 +75,14 @@ def run(spec: TrialSpec) -> TrialResult:
     if spec.device == "cuda":
         torch.cuda.synchronize()
     t_built = time.time()
+    if spec.report_progress and run_dir is not None and ranks is None:
+        workload.progress = Progress(run_dir, workload.work().tokens_per_step)
     measured = workload.run()
-    result = TrialResult("ok", applied=workload.applied, env=_env(torch, spec.device), losses=measured.losses,
-                         output=measured.output, rank=ranks.rank if ranks else 0)
+    stopped = measured.timing is not None and measured.timing.stopped_early
+    reason = (f"stopped after {len(measured.timing.step_s)} of {spec.run.measure_steps} measured steps: the "
+              "search's pruner found it far below the best measured") if stopped and measured.timing else ""
+    result = TrialResult("pruned" if stopped else "ok", reason, applied=workload.applied, env=_env(torch, spec.device),
+                         losses=measured.losses, output=measured.output, rank=ranks.rank if ranks else 0)
     result.phases_s = {"start": t_torch - (spec.launched_at or _T_ENTER), "build": t_built - t_torch}
     if measured.timing is not None:
         _record_steps(result, spec, workload, measured, ranks, t_built)
@@ -179,7 +206,7 @@ def main(argv: list[str]) -> int:
     spec = TrialSpec.read(spec_path)
     rank, world = env_rank()
     try:
-        result = run(spec)
+        result = run(spec, Path(result_path).parent)
     except Exception as err:
         failed = classify(err, world, spec.knobs)
         if failed is None:
