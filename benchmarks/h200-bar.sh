@@ -3,6 +3,7 @@
 # (two H200s of one host; every trial uses ONE GPU, two trials run side by side with --gpus 0,1).
 # Each stage resumes its studies, so a stage cut short is simply run again.
 #   benchmarks/h200-bar.sh STAGE...     stages: info grid fp32 llama hopper gputests ddp nccl refactor
+#                                       cheap-cold cheap-warm cold350 landscape (issue 13)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
 set -uo pipefail
@@ -37,6 +38,21 @@ for stage in "$@"; do
         --trials "${TRIALS:-12}" --fresh 2>&1 | tee -a "$OUT/refactor.log"
       python3 benchmarks/compare_grid.py trials/gpt2-small-hopper 2>&1 | tee -a "$OUT/refactor.log"
       at report trials/gpt2-small-hopper --format markdown > "$OUT/report.md" 2>&1 ;;
+    cheap-cold|cheap-warm) # issue 13: the hopper search (24 trials + confirmation) with the faster trials, its
+      # compile cache in trials/compile-cache (study.compile_cache): cheap-cold starts it empty, cheap-warm is a
+      # second study of the same model after it (the re-tuning case). Wall time from start to best.yaml.
+      [ "$stage" = cheap-cold ] && rm -rf trials/compile-cache
+      python3 -c 'import sys, yaml; d = yaml.safe_load(open("search_spaces/gpt2-small-hopper.yaml")); d["name"] = sys.argv[1]
+d["study"]["compile_cache"] = "trials/compile-cache"; yaml.safe_dump(d, open(f"/tmp/{sys.argv[1]}.yaml", "w"))' "$stage"
+      t0=$(date +%s); at search "/tmp/$stage.yaml" --gpus 0,1 --fresh 2>&1 | tee -a "$OUT/$stage.log"
+      echo "$stage wall_s $(( $(date +%s) - t0 ))" | tee -a "$OUT/stages.log"
+      at report "trials/$stage" --format markdown > "$OUT/$stage-report.md" 2>&1 ;;
+    cold350) # issue 13: a cold-shape trial of a 355M model (compile on, empty cache), two shapes side by side
+      t0=$(date +%s); at search search_spaces/gpt2-medium-compile.yaml --gpus 0,1 --fresh 2>&1 | tee -a "$OUT/cold350.log"
+      echo "cold350 wall_s $(( $(date +%s) - t0 ))" | tee -a "$OUT/stages.log" ;;
+    landscape) # issue 13: the 96-point GPT-2-medium landscape (resumes); LANDSCAPE_MIN bounds one call
+      at search search_spaces/gpt2-medium-landscape.yaml --gpus 0,1 --timeout-min "${LANDSCAPE_MIN:-60}" 2>&1 \
+        | tee -a "$OUT/landscape.log" ;;
     gputests)
       python3 -m pytest -m gpu -s -v -p no:cacheprovider tests/test_gpu.py tests/test_trial.py 2>&1 | tee "$OUT/gputests.log" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
