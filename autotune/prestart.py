@@ -2,8 +2,8 @@
 current trial runs, then waits for its spec on stdin. Still one fresh process per trial (a crash, an OOM or
 a hang loses nothing); only its start-up moves out of the trial's time.
 
-A standby is kept per environment (the GPU slot is part of it: CUDA_VISIBLE_DEVICES), so a trial takes one
-only when it would have started with exactly that environment; anything else starts cold. Nothing touches
+Standbys are kept per environment (the GPU slot is part of it: CUDA_VISIBLE_DEVICES), DEPTH of them, so a
+trial takes one only when it would have started with exactly that environment; anything else starts cold. Nothing touches
 the GPU before the spec arrives: CUDA is initialised by the trial, never by a waiting process.
 """
 
@@ -65,31 +65,44 @@ class Standby:
         return text
 
 
-_POOL: dict[frozenset[tuple[str, str]], Standby] = {}
+DEPTH = 2  # processes waiting per environment: a trial shorter than an import still finds one ready
+_POOL: dict[frozenset[tuple[str, str]], list[Standby]] = {}
 _LOCK = threading.Lock()
 
 
 def take(env: dict[str, str]) -> Standby | None:
-    """The standby started with exactly this environment, if there is one (it leaves the pool)."""
+    """The oldest process started with exactly this environment that is still alive (it leaves the pool)."""
     with _LOCK:
-        return _POOL.pop(frozenset(env.items()), None)
+        waiting = _POOL.get(frozenset(env.items()), [])
+        while waiting:
+            standby = waiting.pop(0)
+            if standby.proc.poll() is None:
+                return standby
+            standby.dismiss()
+    return None
 
 
-def start(cmd: list[str], env: dict[str, str], log_dir: Path) -> None:
-    """Start the next trial's process with this environment (cmd ends with the trial module and no spec)."""
+def fill(cmd: list[str], env: dict[str, str], log_dir: Path, depth: int = DEPTH) -> None:
+    """Start processes with this environment until `depth` wait (cmd: the trial module without a spec).
+    Processes of the same GPU slot with another environment (other knob variables) are ended: the trials
+    of a slot go on with the environment of the latest one."""
+    key, slot = frozenset(env.items()), env.get("CUDA_VISIBLE_DEVICES")
+    with _LOCK:
+        stale = [k for k in _POOL if k != key and dict(k).get("CUDA_VISIBLE_DEVICES") == slot]
+        ended = [standby for k in stale for standby in _POOL.pop(k)]
+        missing = depth - len(_POOL.get(key, []))
+    for standby in ended:
+        standby.dismiss()
     log_dir.mkdir(parents=True, exist_ok=True)
-    fd, name = _log_file(log_dir)
-    try:
-        proc = subprocess.Popen([*cmd, STANDBY_FLAG], stdin=subprocess.PIPE, stdout=fd, stderr=subprocess.STDOUT,
-                                env=env, start_new_session=True)
-    finally:
-        os.close(fd)
-    old = None
-    with _LOCK:
-        old = _POOL.pop(frozenset(env.items()), None)
-        _POOL[frozenset(env.items())] = Standby(proc, name)
-    if old is not None:
-        old.dismiss()
+    for _ in range(max(0, missing)):
+        fd, name = _log_file(log_dir)
+        try:
+            proc = subprocess.Popen([*cmd, STANDBY_FLAG], stdin=subprocess.PIPE, stdout=fd, stderr=subprocess.STDOUT,
+                                    env=env, start_new_session=True)
+        finally:
+            os.close(fd)
+        with _LOCK:
+            _POOL.setdefault(key, []).append(Standby(proc, name))
 
 
 def _log_file(log_dir: Path) -> tuple[int, Path]:
@@ -102,7 +115,7 @@ def _log_file(log_dir: Path) -> tuple[int, Path]:
 def dismiss_all() -> None:
     """End every waiting process: at the end of a search or check, and when autotune exits."""
     with _LOCK:
-        waiting = list(_POOL.values())
+        waiting = [standby for standbys in _POOL.values() for standby in standbys]
         _POOL.clear()
     for standby in waiting:
         standby.dismiss()

@@ -221,7 +221,7 @@ def run_trial(spec: TrialSpec, run_dir: Path, *, timeout_s: float, env: dict[str
     if proc is None:
         proc = _start([*supervised, *launch_command(spec, spec_path, result_path, module)], log_path, child_env)
     if ahead:  # the next trial's process imports while this one runs
-        prestart.start([*supervised, sys.executable, "-m", module], child_env, Path(child_env.get("TMPDIR", run_dir)))
+        prestart.fill([*supervised, sys.executable, "-m", module], child_env, Path(child_env.get("TMPDIR", run_dir)))
     try:
         timed_out = _wait(proc, timeout_s, telemetry, on_poll, stop, str(spec_path) if distributed else None)
     finally:

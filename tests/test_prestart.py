@@ -23,6 +23,8 @@ def test_prestart_takes_the_process_of_the_same_environment_only(tmp_path: Path)
         first = _trial(tmp_path, "a", {"AUTOTUNE_TEST_ENV": "1"})
         same = _trial(tmp_path, "b", {"AUTOTUNE_TEST_ENV": "1"}, micro_batch_size=1)
         other = _trial(tmp_path, "c", {"AUTOTUNE_TEST_ENV": "2"})
+        # the slot's processes of the old environment were ended: DEPTH wait (each a supervisor and its trial)
+        wait_until(lambda: len(processes_with(prestart.STANDBY_FLAG)) == 2 * prestart.DEPTH, 30, "the old ones ending")
     finally:
         prestart.dismiss_all()
     assert [o.status for o in (first, same, other)] == ["ok"] * 3, [o.reason for o in (first, same, other)]

@@ -222,5 +222,14 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def exit_now(code: int) -> None:
+    """Leave at once once the result is written: Python's teardown (Inductor's compile-worker pool, CUDA's
+    context) took seconds a trial on an H200 (benchmarks/results/2026-11-30-h200-cheap), and the supervisor
+    ends whatever the trial started anyway."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_now(main(sys.argv[1:]))

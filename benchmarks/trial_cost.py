@@ -1,0 +1,48 @@
+"""Where a study's trial time went: per launched trial, wall time, phases, and the overhead beyond the
+measured steps (wall - measure); medians over the study.
+
+    python3 benchmarks/trial_cost.py trials/<name> [...]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+from autotune.search.storage import load_study
+
+PHASES = ("start", "build", "warmup", "compile", "measure")
+
+
+def rows(study_dir: str) -> list[dict]:
+    study, _ = load_study(Path(study_dir), None, None)
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        a = t.user_attrs
+        if a.get("predicted") or "wall_s" not in a or a.get("status") not in ("ok", "pruned"):
+            continue
+        phases = a.get("phases_s") or {}
+        out.append({"trial": t.number, "status": a["status"], "prestarted": a.get("prestarted"), "wall_s": a["wall_s"],
+                    **{p: phases.get(p, 0.0) for p in PHASES}, "overhead_s": a["wall_s"] - phases.get("measure", 0.0),
+                    "knobs": a["knobs"]})
+    return out
+
+
+def main(dirs: list[str]) -> None:
+    for d in dirs:
+        rs = rows(d)
+        print(f"## {d}: {len(rs)} launched trials with a measurement (ok or pruned)")
+        print("| trial | status | prestarted | wall s | start | build | warmup | compile | measure | overhead s |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for r in rs:
+            print(f"| {r['trial']} | {r['status']} | {r['prestarted']} | {r['wall_s']:.1f} | "
+                  + " | ".join(f"{r[p]:.1f}" for p in PHASES) + f" | {r['overhead_s']:.1f} |")
+        med = {k: statistics.median(r[k] for r in rs) for k in ("wall_s", *PHASES, "overhead_s")}
+        print("| median | | | " + " | ".join(f"{med[k]:.1f}" for k in ("wall_s", *PHASES, "overhead_s")) + " |")
+        print(f"total wall {sum(r['wall_s'] for r in rs):.0f} s, measured {sum(r['measure'] for r in rs):.0f} s "
+              f"({100 * sum(r['measure'] for r in rs) / sum(r['wall_s'] for r in rs):.1f}%)\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
