@@ -22,6 +22,16 @@ TASKS = ("train",)  # workload.task values; each knob says which of them it acts
 
 
 @dataclass(frozen=True)
+class Not:
+    """only_with's value for "any value but this one" (compile_scope acts whenever compile is not false)."""
+
+    value: Any
+
+    def __str__(self) -> str:
+        return f"not {str(self.value).lower() if isinstance(self.value, bool) else self.value}"
+
+
+@dataclass(frozen=True)
 class Knob:
     """One knob: its values, its default, where it acts and how a trial applies it."""
 
@@ -32,7 +42,7 @@ class Knob:
     effect: str  # how the trial applies it (README's table)
     values: str = ""  # README's 'values' column where the type alone says too little
     tasks: tuple[str, ...] = ("train",)  # the workloads it acts in
-    only_with: tuple[str, Any] | None = None  # acts only when this other knob has this value (else None)
+    only_with: tuple[str, Any] | None = None  # acts only when this other knob has this value, or not Not.value (else None)
     multi_rank: bool = False  # acts only across ranks: not searched with world_size 1
     nccl: bool = False  # an NCCL setting: meaningless on gloo (CPU)
     env: tuple[str, ...] = ()  # environment variables of the trial's processes it sets ("default" sets none)
@@ -41,6 +51,12 @@ class Knob:
     derived: bool = False  # YAML default `auto`: derived from workload.global_batch_size
     check: Callable[[Any], str | None] | None = None  # the message for a value the type admits but the knob does not
     note: Callable[[dict[str, Any], str], list[str]] | None = None  # best.yaml: how to apply these values
+
+    def acts_with(self, value: Any) -> bool:
+        """Whether this knob acts when its only_with knob has `value`."""
+        assert self.only_with is not None
+        want = self.only_with[1]
+        return value != want.value if isinstance(want, Not) else value == want
 
     def choices(self) -> tuple[Any, ...]:
         """The closed set of values (a Literal type), else ()."""
@@ -91,7 +107,11 @@ def _compile_note(k: dict[str, Any], device: str) -> list[str]:
     mode = k["compile"]
     if not mode:
         return ["no torch.compile"]
-    return ["model = torch.compile(model)" if mode in (True, "default") else f"model = torch.compile(model, mode={mode!r})"]
+    args = "" if mode in (True, "default") else f"mode={mode!r}"
+    if k.get("compile_scope") == "block":
+        return [f"for block in model.blocks (the repeated transformer blocks): block.compile({args}), in place, "
+                "before wrapping; the rest of the model runs eager"]
+    return [f"model = torch.compile(model{', ' + args if args else ''})"]
 
 
 def _attention_note(k: dict[str, Any], device: str) -> list[str]:
@@ -142,6 +162,13 @@ CATALOGUE: tuple[Knob, ...] = (
               "reduce-overhead, max-autotune.",
          values="`false`, `true`/`default`, `max-autotune-no-cudagraphs`, `reduce-overhead`, `max-autotune`",
          effect="`torch.compile(model, mode=...)` (loss included)"),
+    Knob("compile_scope", Literal["model", "block"], "model", only_with=("compile", Not(False)),
+         help="What torch.compile compiles: model (the whole model, loss included) or block (each repeated "
+              "transformer block, compiled once and reused for all: a cold compile of one block, not of every "
+              "layer; embedding, head and loss run eager).",
+         effect="model: `torch.compile(model)`; block: `block.compile()` on every block of the model's list of "
+                "repeated blocks (built-in model: `blocks`; others: the largest `ModuleList` of one block class; "
+                "none: `invalid_config`)"),
     Knob("attention", Literal["auto", "flash", "efficient", "cudnn", "math", "eager"], "auto", note=_attention_note,
          help="auto (PyTorch picks the SDPA kernel), an SDPA backend forced with sdpa_kernel "
               "(flash, efficient, cudnn, math), or eager (softmax(QK^T)V materialised, the slow reference).",
@@ -248,7 +275,9 @@ def markdown_table() -> str:
     for k in CATALOGUE:
         where = ", ".join(k.tasks)
         if k.only_with:
-            where += f" with `{k.only_with[0]}: {k.only_with[1]}`"
+            owner, value = k.only_with
+            where += f" with `{owner}` not `{str(value.value).lower()}`" if isinstance(value, Not) else \
+                f" with `{owner}: {value}`"
         if k.multi_rank:
             where += ", world_size > 1" + (" on GPUs" if k.nccl else "")
         rows.append(f"| `{k.name}` | {values_text(k)} | {_default_text(k)} | {where} | {k.effect} |")

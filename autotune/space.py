@@ -55,7 +55,7 @@ class ResolvedSpace:
         if self.world_size == 1:
             knobs["parallel"] = None  # one rank: no data parallelism to choose
         for k in catalogue.CATALOGUE:
-            if k.only_with and knobs[k.only_with[0]] != k.only_with[1]:
+            if k.only_with and not k.acts_with(knobs[k.only_with[0]]):
                 knobs[k.name] = None
         return {k: knobs[k] for k in KNOBS}
 
@@ -146,8 +146,10 @@ def _fix_where_it_cannot_act(k: catalogue.Knob, values: dict[str, list[Any]], no
         values[k.name] = [k.default]
     if k.only_with:
         owner, value = k.only_with
-        if value not in values[owner] and len(values[k.name]) > 1:
-            notes.setdefault(k.name, f"not searched: {owner} {value} is not in the space, so {values[k.name]} cannot matter")
+        if not any(k.acts_with(v) for v in values[owner]) and len(values[k.name]) > 1:
+            what = f"{owner} is always {str(value.value).lower()}" if isinstance(value, catalogue.Not) \
+                else f"{owner} {value} is not in the space"
+            notes.setdefault(k.name, f"not searched: {what}, so {values[k.name]} cannot matter")
             values[k.name] = values[k.name][:1]
 
 

@@ -71,3 +71,17 @@ def test_knobs_choices_from_the_types() -> None:
     assert "NVLS" in knobs.BY_NAME["nccl_algo"].choices() and "NVLS" not in tiny()["space"]
     assert knobs.BY_NAME["nccl_nchannels"].choices() == ("default",)
     assert knobs.BY_NAME["micro_batch_size"].choices() == ()
+
+
+def test_knobs_compile_scope_acts_only_when_compile_is_on() -> None:
+    from autotune.space import resolve_space
+
+    cfg = parse_config(tiny(space={"compile": [False, True], "compile_scope": ["model", "block"]}))
+    space = resolve_space(cfg, "cpu")
+    assert space.knobs({**space.baseline, "compile": False, "compile_scope": "block"})["compile_scope"] is None
+    assert space.knobs({**space.baseline, "compile": True, "compile_scope": "block"})["compile_scope"] == "block"
+    off = resolve_space(parse_config(tiny(space={"compile": [False], "compile_scope": ["model", "block"]})), "cpu")
+    assert "compile_scope" not in off.searched
+    assert "not searched: compile is always false" in off.notes["compile_scope"]
+    notes = knobs.apply_notes({"compile": True, "compile_scope": "block"}, "cuda")
+    assert any("block.compile()" in n for n in notes)

@@ -52,6 +52,27 @@ def test_worker_compile_is_real_and_timed_apart() -> None:
     assert result.phases_s["compile"] > 0  # the first step carried the compilation
 
 
+@pytest.mark.parametrize("family", ["gpt", "llama"])
+def test_worker_compile_scope_block_compiles_each_block_in_place(family: str) -> None:
+    result = worker.run(_spec(family, compile=True, compile_scope="block"))
+    assert result.status == "ok" and all(math.isfinite(x) for x in result.losses)
+    assert result.applied["compile_mode"] == "default, per block (1 x Block, compiled in place)"
+    assert result.phases_s["compile"] > 0
+
+
+def test_worker_compile_scope_block_needs_repeated_blocks() -> None:
+    import torch
+
+    from autotune.workloads.train import apply_compile, repeated_blocks
+
+    flat = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    assert repeated_blocks(torch, flat) == []
+    with pytest.raises(InvalidConfig, match="compile_scope block: this model has no list of repeated blocks"):
+        apply_compile(torch, flat, True, "block")
+    model, applied = apply_compile(torch, flat, False, "block")  # compile off: the scope does nothing
+    assert model is flat and applied is None
+
+
 def test_worker_tf32_on_cpu_is_invalid_config(tmp_path) -> None:
     with pytest.raises(InvalidConfig, match="tf32 needs an NVIDIA GPU"):
         worker.run(_spec(precision="tf32"))

@@ -105,12 +105,31 @@ def apply_optimizer(torch: Any, model: Any, knobs: dict[str, Any]) -> Any:
     return torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, **fused)
 
 
-def apply_compile(torch: Any, model: Any, mode: Any) -> tuple[Any, str | None]:
-    """torch.compile(model, mode) (the loss is inside forward, so it is compiled too); the mode applied."""
+def apply_compile(torch: Any, model: Any, mode: Any, scope: str | None = "model") -> tuple[Any, str | None]:
+    """torch.compile(model, mode) (the loss is inside forward, so it is compiled too), or, with scope block,
+    each repeated block compiled in place (regional compilation, as torchtitan does: Dynamo compiles the
+    block's code once and reuses it for every layer). Returns the model to step and what was applied."""
     if not mode:
         return model, None
     compile_mode = None if mode in (True, "default") else mode
-    return torch.compile(model, mode=compile_mode), compile_mode or "default"
+    if scope != "block":
+        return torch.compile(model, mode=compile_mode), compile_mode or "default"
+    blocks = repeated_blocks(torch, model)
+    if not blocks:
+        raise InvalidConfig("compile_scope block: this model has no list of repeated blocks (an nn.ModuleList of "
+                            "one module class) to compile", "compile_scope")
+    for block in blocks:
+        block.compile(mode=compile_mode)
+    kind = type(blocks[0]).__name__
+    return model, f"{compile_mode or 'default'}, per block ({len(blocks)} x {kind}, compiled in place)"
+
+
+def repeated_blocks(torch: Any, model: Any) -> list[Any]:
+    """The model's transformer blocks: the largest nn.ModuleList whose modules are all of one class (the
+    built-in model's `blocks`, a Hugging Face model's `layers`), through DDP/FSDP wrappers."""
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) >= 1
+             and len({type(b) for b in m}) == 1]
+    return list(max(lists, key=len)) if lists else []
 
 
 def finite_losses(torch: Any, losses: list[Any], phase: str) -> list[float]:
@@ -139,13 +158,18 @@ class Train(Workload):
         model, self.batches, applied, self._work = build_model(torch, spec, self.dev, gen,
                                                                n_batches=min(knobs["grad_accum_steps"], 4))
         fp8_linears = apply_fp8(torch, model, knobs)
+        regional = knobs.get("compile_scope") == "block"
+        if regional:  # blocks compiled in place before wrapping, as torchtitan orders it (FSDP's hooks stay outside)
+            _, compile_mode = apply_compile(torch, model, knobs["compile"], "block")
         self.sync, parallel_applied = None, {}
         if self.ranks:
             model, parallel_applied, self.sync = parallelize(torch, model, knobs, self.amp_dtype, self.ranks)
         self.model = model
         self.optimizer = apply_optimizer(torch, model, knobs)
         self.scaler = torch.amp.GradScaler(device) if knobs["precision"] == "fp16" else None
-        self.step_model, compile_mode = apply_compile(torch, model, knobs["compile"])
+        self.step_model = model
+        if not regional:
+            self.step_model, compile_mode = apply_compile(torch, model, knobs["compile"])
         attention = knobs["attention"]
         self.applied = {
             "attention": attention if attention in SDPA_BACKENDS or attention == "eager" else "auto (PyTorch's SDPA choice)",
