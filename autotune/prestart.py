@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,14 +96,24 @@ def fill(cmd: list[str], env: dict[str, str], log_dir: Path, depth: int = DEPTH)
         standby.dismiss()
     log_dir.mkdir(parents=True, exist_ok=True)
     for _ in range(max(0, missing)):
-        fd, name = _log_file(log_dir)
-        try:
-            proc = subprocess.Popen([*cmd, STANDBY_FLAG], stdin=subprocess.PIPE, stdout=fd, stderr=subprocess.STDOUT,
-                                    env=env, start_new_session=True)
-        finally:
-            os.close(fd)
+        standby = _SPAWNER.submit(_spawn, cmd, env, log_dir).result()
         with _LOCK:
-            _POOL.setdefault(key, []).append(Standby(proc, name))
+            _POOL.setdefault(key, []).append(standby)
+
+
+def _spawn(cmd: list[str], env: dict[str, str], log_dir: Path) -> Standby:
+    fd, name = _log_file(log_dir)
+    try:
+        proc = subprocess.Popen([*cmd, STANDBY_FLAG, str(name)], stdin=subprocess.PIPE, stdout=fd,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    finally:
+        os.close(fd)
+    return Standby(proc, name)
+
+
+# Every standby is started from this one thread, which lives as long as autotune: the supervisor's
+# PR_SET_PDEATHSIG fires when the *thread* that started it ends, and a search's worker threads end with it.
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-prestart")
 
 
 def _log_file(log_dir: Path) -> tuple[int, Path]:

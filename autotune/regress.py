@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 
-from autotune import paths, prestart
+from autotune import paths
 from autotune.config import ModelConfig, StudyConfig, WorkloadConfig, load_config
 from autotune.errors import ConfigError, ExitCode, UnmeasuredError, excerpt
 from autotune.hardware import detect, visible_gpu_index
@@ -117,8 +117,9 @@ def _bench(best: dict[str, Any], best_path: Path, model_yaml: Path | None) -> Be
     else:
         model = ModelConfig.model_validate(best["model"], context={"base_dir": best.get("base_dir")})
         workload, base_dir = WorkloadConfig(**best["workload"]), best.get("base_dir")
+    # prestart off: every repeat starts cold, with nothing importing beside it, the same way every night
     return Bench.of(model, workload, device=fp["device"], timeout_s=60 * limit,
-                    home=best_path.parent, base_dir=base_dir)
+                    home=best_path.parent, base_dir=base_dir, prestart=False)
 
 
 # How a trial is launched may differ between the search's machine and the check's; nothing else may.
@@ -181,20 +182,17 @@ def measure_best(best_path: Path, best: dict[str, Any], *, model_yaml: Path | No
     details: list[dict[str, Any]] = []
     failures: list[str] = []
     fingerprint: dict[str, Any] = {}
-    try:
-        for i in range(repeats):
-            record = measure(bench, best["knobs"], runs / f"{i:02d}", number=i, env=best.get("apply", {}).get("env"))
-            if record["status"] != "ok":
-                failures.append(f"repeat {i}: {record['status']}: {reason_line(record['reason'])}")
-                continue
-            samples.append(record["metrics"]["tokens_per_s_per_gpu"])
-            tele = record.get("telemetry") or {}
-            details.append({"tokens_per_s_per_gpu": samples[-1], "step_times_s": record["raw"]["step_times_s"],
-                            **{k: tele.get(k) for k in ("sm_clock_mhz_mean", "power_w_mean", "temperature_c_max",
-                                                        "throttle_reasons")}})
-            fingerprint = fingerprint or record["fingerprint"]
-    finally:
-        prestart.dismiss_all()  # the process started for a repeat after the last
+    for i in range(repeats):
+        record = measure(bench, best["knobs"], runs / f"{i:02d}", number=i, env=best.get("apply", {}).get("env"))
+        if record["status"] != "ok":
+            failures.append(f"repeat {i}: {record['status']}: {reason_line(record['reason'])}")
+            continue
+        samples.append(record["metrics"]["tokens_per_s_per_gpu"])
+        tele = record.get("telemetry") or {}
+        details.append({"tokens_per_s_per_gpu": samples[-1], "step_times_s": record["raw"]["step_times_s"],
+                        **{k: tele.get(k) for k in ("sm_clock_mhz_mean", "power_w_mean", "temperature_c_max",
+                                                    "throttle_reasons")}})
+        fingerprint = fingerprint or record["fingerprint"]
     if not samples:
         raise UnmeasuredError(f"could not measure: all {repeats} repeats failed; {failures[0]}")
     return samples, details, failures, fingerprint

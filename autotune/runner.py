@@ -220,14 +220,16 @@ def run_trial(spec: TrialSpec, run_dir: Path, *, timeout_s: float, env: dict[str
     proc = standby.activate(spec_path, result_path, log_path) if standby else None
     if proc is None:
         proc = _start([*supervised, *launch_command(spec, spec_path, result_path, module)], log_path, child_env)
-    if ahead:  # the next trial's process imports while this one runs
-        prestart.fill([*supervised, sys.executable, "-m", module], child_env, Path(child_env.get("TMPDIR", run_dir)))
     try:
+        if ahead:  # the next trials' processes import while this one runs
+            prestart.fill([*supervised, sys.executable, "-m", module], child_env, Path(child_env.get("TMPDIR", run_dir)))
         timed_out = _wait(proc, timeout_s, telemetry, on_poll, stop, str(spec_path) if distributed else None)
+    except BaseException:
+        _kill_group(proc, grace_s=2.0)  # nothing of the trial outlives an interruption here
+        raise
     finally:
-        if standby is not None and (early := standby.output()):
-            with open(log_path, "a") as log:  # what the process printed while it waited (normally nothing)
-                log.write(early)
+        if standby is not None and (early := standby.output()):  # what it printed while it waited (imports)
+            (run_dir / "standby.log").write_text(early)
     outcome = _classify(run_dir, log_path, timed_out, timeout_s, distributed,
                         wall=time.monotonic() - t0, telemetry=telemetry.samples if telemetry else [])
     outcome.prestarted = standby is not None and proc is standby.proc

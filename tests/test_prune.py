@@ -57,3 +57,16 @@ def test_prune_search_stops_a_hopeless_trial_and_keeps_what_it_measured(tmp_path
     assert "pruned after" in slow.user_attrs["reason"] and "of 400" in slow.user_attrs["reason"]
     assert len(slow.intermediate_values) >= 2
     assert "pruned" in run_cli("report", str(tmp_path / "out" / "t"), cwd=tmp_path).stdout
+
+
+@pytest.mark.parametrize("stop_at,steps,stopped", [(2, 2, True), (3, 3, False), (None, 3, False)])
+def test_prune_timing_stops_only_before_the_last_step(stop_at, steps: int, stopped: bool) -> None:
+    import torch
+
+    from autotune.workloads.timing import time_steps
+
+    def progress(done: list[float]) -> bool:
+        return stop_at is not None and len(done) >= stop_at
+
+    t = time_steps(torch, lambda: torch.ones(8).sum(), warmup=1, measure=3, device="cpu", progress=progress)
+    assert (len(t.step_s), t.stopped_early) == (steps, stopped)

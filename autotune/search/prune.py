@@ -48,11 +48,17 @@ class ProgressWatch:
     def __init__(self, trial: optuna.Trial, run_dir: Path, below: float) -> None:
         self.trial, self.path, self.stop_file, self.below = trial, run_dir / "progress.json", run_dir / "prune", below
         self.reported, self.seen_ns = 0, -1
-        self.why = ""
+        self.why, self.off = "", False
 
     def __call__(self) -> None:
-        if self.why:
+        if self.why or self.off:
             return
+        try:
+            self._look()
+        except Exception:  # the storage refused a report (locked, or the trial was reaped): never prune it then
+            self.off = True
+
+    def _look(self) -> None:
         try:
             stamp = self.path.stat().st_mtime_ns
             if stamp == self.seen_ns:

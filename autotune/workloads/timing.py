@@ -68,7 +68,7 @@ def time_steps(torch: Any, step: Callable[[], Any], *, warmup: int, measure: int
             outputs.append(step())
             end.record()
             launched += 1
-            if progress is not None:
+            if progress is not None and launched < measure:  # after the last step there is nothing to stop
                 while len(step_s) < launched and events[len(step_s)][1].query():  # finished: no waiting
                     first, last = events[len(step_s)]
                     step_s.append(first.elapsed_time(last) / 1000.0)
@@ -85,7 +85,7 @@ def time_steps(torch: Any, step: Callable[[], Any], *, warmup: int, measure: int
             t0 = time.perf_counter()
             outputs.append(step())
             step_s.append(time.perf_counter() - t0)
-            if progress is not None and progress(step_s):
+            if progress is not None and len(step_s) < measure and progress(step_s):
                 stopped = True
                 break
         peak, kind, reserved = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_max_rss", None

@@ -191,7 +191,7 @@ def standby() -> int:
     if not line:
         return 0
     job = json.loads(line)
-    log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(log, 1)  # from here on this process writes the trial's own log
     os.dup2(log, 2)
     os.close(log)
@@ -200,7 +200,7 @@ def standby() -> int:
 
 def main(argv: list[str]) -> int:
     _die_with_parent()
-    if argv == ["--standby"]:
+    if argv[:1] == ["--standby"]:  # its log path follows, naming it for ps and tests
         return standby()
     spec_path, result_path = argv
     spec = TrialSpec.read(spec_path)
@@ -228,6 +228,10 @@ def exit_now(code: int) -> None:
     ends whatever the trial started anyway."""
     sys.stdout.flush()
     sys.stderr.flush()
+    with contextlib.suppress(Exception):  # C libraries' buffered output (NCCL, Triton) too
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
     os._exit(code)
 
 
