@@ -25,12 +25,19 @@ def main(study_dir: str, yaml_path: str, source: str) -> None:
     study, _ = load_study(Path(study_dir), None, None)
     h = History.of(study)
     points, tokens = [], set()
+    causes = [t.user_attrs["cause"] for t in h.seen.values() if t.user_attrs.get("cause")]
     for t in sorted(h.seen.values(), key=lambda t: t.number):
         a = t.user_attrs
         point = {"knobs": {k: a["knobs"][k] for k in searched}, "status": a["status"], "trial": t.number}
         if a["status"] == "ok":
             point["step_times_s"] = a["raw"]["step_times_s"]
             tokens.add(round(a["metrics"]["tokens_per_s_per_gpu"] * statistics.median(point["step_times_s"])))
+        else:
+            point["reason"] = a.get("reason", "")
+            # the rule it failed by: its own cause, or (a predicted point) the cause of the trial that taught it
+            cause = a.get("cause") or next((c for c in causes if all(a["knobs"].get(k) == v for k, v in c.items())), None)
+            if cause:
+                point["cause"] = cause
         points.append(point)
     assert len(tokens) == 1, f"one tokens_per_step expected, found {tokens}"
     doc = {"name": cfg.name, "source": source, "yaml": yaml_path, "tokens_per_step": tokens.pop(), "points": points}

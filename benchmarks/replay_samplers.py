@@ -49,19 +49,23 @@ def main() -> None:
     parser.add_argument("landscapes", nargs="*", default=["benchmarks/landscapes/gpt2-small-h200.json"])
     parser.add_argument("--seeds", type=int, default=100)
     parser.add_argument("--out", default=f"benchmarks/results/{dt.date.today()}-replay")
+    parser.add_argument("--samplers", nargs="*", default=list(SAMPLERS), help="a subset of the rows, by name")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     rows = []
     for path in args.landscapes:
         landscape = Landscape.load(path)
         budget = len(landscape.points)
-        for name, factory in SAMPLERS.items():
+        for name, factory in ((n, f) for n, f in SAMPLERS.items() if n in args.samplers):
             runs = [replay(landscape, factory(seed, budget), seed, budget) for seed in range(args.seeds)]
             row = {"landscape": landscape.name, "points": budget, "sampler": name, "seeds": args.seeds}
             for share in (0.97, 0.99):
                 taken = [trials_to(r, share * landscape.optimum) or budget + 1 for r in runs]
                 row[f"median to {share:.0%}"] = statistics.median(taken)
                 row[f"p90 to {share:.0%}"] = _quantile(taken, 0.9)
+            # launched trials that failed (the landscape's invalid_config/oom points): one per rule at best,
+            # the rest predicted and never launched
+            row["failures launched (max)"] = max(sum(v is None for v in r) for r in runs)
             rows.append(row)
             print(" | ".join(str(v) for v in row.values()), flush=True)
     out = Path(args.out)

@@ -31,3 +31,15 @@ def test_replay_measures_every_point_once_and_default_beats_random() -> None:
     median_default = statistics.median(trials_to(r, target) for r in default)
     median_random = statistics.median(trials_to(r, target) for r in random_)
     assert median_default <= 0.75 * median_random, (median_default, median_random)
+
+
+def test_replay_failure_rules_are_learned_from_a_grid_recorded_landscape() -> None:
+    """The 355M landscape was recorded with sampler grid and has 8 invalid points of one rule (flash with tf32):
+    a replay follows the given sampler, not the recorded grid's queue, and launches that failure once."""
+    landscape = Landscape.load(ROOT / "benchmarks" / "landscapes" / "gpt2-medium-h200.json")
+    failing = [p for p in landscape.points.values() if p["status"] != "ok"]
+    assert len(landscape.points) == 96 and len(failing) == 8
+    assert all(p["cause"] == {"attention": "flash", "precision": "tf32"} for p in failing)
+    runs = [replay(landscape, optuna.samplers.RandomSampler(seed=seed), seed, 96, root=ROOT) for seed in range(3)]
+    assert all(sum(v is None for v in run) == 1 for run in runs)  # one launched, seven predicted
+    assert len({tuple(run[:10]) for run in runs}) == 3  # the seeds' samplers, not one recorded order

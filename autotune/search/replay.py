@@ -64,6 +64,8 @@ def _replayed_measure(landscape: Landscape, rng: random.Random) -> Callable[...,
         p = landscape.point(knobs)
         record: dict[str, Any] = {"number": number, "knobs": knobs, "status": p["status"], "reason": p.get("reason", ""),
                                   "predicted": False, "wall_s": 0.0}
+        if p.get("cause"):  # the knob values that caused the failure: the rule the search learns
+            record["cause"] = p["cause"]
         if p["status"] == "ok":
             steps = p["step_times_s"]
             drawn = statistics.median(rng.choice(steps) for _ in steps)
@@ -78,7 +80,9 @@ def replay(landscape: Landscape, sampler: optuna.samplers.BaseSampler | None, se
     """One search of `budget` trials over the landscape (sampler None: autotune's default); the true values
     of the points measured, in launch order."""
     cfg = load_config(Path(root or ".") / landscape.yaml)
-    cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"seed": seed, "confirm_top": 0, "trials": budget})})
+    # the sampler is the one given (a landscape recorded with sampler grid would otherwise replay its queue)
+    cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"seed": seed, "confirm_top": 0, "trials": budget,
+                                                                      "sampler": "tpe"})})
     space = resolve_space(cfg, "cuda")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(direction="maximize")

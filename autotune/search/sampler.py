@@ -14,9 +14,10 @@ def make_sampler(name: str, seed: int, budget: int) -> optuna.samplers.BaseSampl
     because it does not account for enqueued trials (the baseline).
     """
     # Random exploration first (the baseline counts), then the sampler's model. Few random trials pay: replaying
-    # the recorded GPT-2-small H200 landscape (benchmarks/replay_samplers.py, docs/BENCHMARKS.md), multivariate
-    # TPE reached 97% of the optimum in a median 10 trials with 3 or 4 start-up trials, 11 with 5, 16 with 10.
-    startup = min(4, max(2, budget // 4))
+    # the recorded H200 landscapes (benchmarks/replay_samplers.py, docs/BENCHMARKS.md), multivariate TPE reached
+    # 97% of the optimum in a median 10 trials (GPT-2 small, 48 points) and 8 (GPT-2 medium, 96 points) with 3
+    # start-up trials; 10-11 and 9 with 4 or 5; 16 and 11.5 with 10.
+    startup = min(3, max(2, budget // 4))
     if name == "tpe":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
