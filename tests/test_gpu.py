@@ -108,3 +108,38 @@ def test_gpu_kill_9_leaves_no_process_on_gpu_and_resume_finishes(tmp_path: Path,
     trials = load_trials(out)
     assert [t.user_attrs.get("status") for t in trials] == ["ok", "worker_lost", "ok"]
     assert trials[2].params == {"micro_batch_size": 16}  # the lost configuration, measured again
+
+
+def test_gpu_prestarted_trials_and_block_compile(tmp_path: Path, write_yaml) -> None:
+    """Issue 13 on CUDA: trials after the first run in processes started ahead (prestart is on by default with
+    CUDA), whose build is no longer the imports; compile_scope block compiles each block in place."""
+    path = write_yaml(tiny(model=SMALL, workload={"global_batch_size": 32, "warmup_steps": 2, "measure_steps": 4},
+                           space={"micro_batch_size": [16], "precision": ["bf16"], "compile": True,
+                                  "compile_scope": ["model", "block"], "fused_optimizer": [False, True]},
+                           baseline={"micro_batch_size": 16, "precision": "bf16"},
+                           study={"trials": 4, "sampler": "grid", "confirm_top": 0}))
+    proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cuda", cwd=tmp_path, timeout=900)
+    print(proc.stdout[-3000:])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trials = sorted(load_trials(tmp_path / "out"), key=lambda t: t.number)
+    assert [t.user_attrs["status"] for t in trials] == ["ok"] * 4
+    assert [t.user_attrs["prestarted"] for t in trials] == [False, True, True, True]
+    for t in trials[1:]:
+        print(t.number, t.user_attrs["phases_s"])
+    block = [t for t in trials if t.user_attrs["knobs"]["compile_scope"] == "block"]
+    assert len(block) == 2 and all("per block (2 x Block" in t.user_attrs["applied"]["compile_mode"] for t in block)
+
+
+def test_gpu_progress_reads_finished_events_and_stops_early() -> None:
+    from autotune.workloads.timing import time_steps
+
+    a = torch.randn(2048, 2048, device="cuda")
+    seen: list[int] = []
+
+    def progress(done: list[float]) -> bool:
+        seen.append(len(done))
+        return len(done) >= 3
+
+    t = time_steps(torch, lambda: a @ a, warmup=2, measure=50, device="cuda", progress=progress)
+    assert t.stopped_early and 3 <= len(t.step_s) < 50 and all(s > 0 for s in t.step_s)
+    assert seen == sorted(seen)  # finished steps only grow; none was waited for
