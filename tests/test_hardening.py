@@ -720,4 +720,6 @@ def test_hardening_early_ctrl_c_is_one_line(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=30)
         if proc.returncode == 2:  # finished before the signal came
             continue
+        if "Fatal Python error: init_import_site" in err:  # CPython's own start-up, before any autotune code (seen
+            continue  # on a loaded 2-core machine at 30 ms): the interpreter, not autotune, reports it
         assert proc.returncode == 130 and len(err.strip().splitlines()) == 1 and "interrupted" in err, (delay, err)
