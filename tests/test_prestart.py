@@ -60,6 +60,9 @@ def test_prestart_search_runs_trials_from_started_processes_and_leaves_none(tmp_
     assert [r["status"] for r in records] == ["ok"] * 3
     assert [r["prestarted"] for r in records] == [False, True, True]
     none_left(str(tmp_path / "out"))
+    report = run_cli("report", str(tmp_path / "out" / "t"), cwd=tmp_path)
+    assert report.returncode == 0 and "2 of 3 started ahead" in report.stdout, report.stdout
+    assert "2 of 3 started ahead" in (tmp_path / "out" / "t" / "report" / "report.html").read_text()
     assert not list((tmp_path / "out" / "t" / "tmp").glob("standby-*.log"))
 
 

@@ -118,4 +118,6 @@ def _time(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if phases:
         phases["warmup"] -= phases.get("compile", 0.0)
         phases["other"] = max(0.0, sum((r["wall_s"] or 0) for r in rows if r["phases_s"]) - sum(phases.values()))
-    return {"trial_wall_s": wall, "phases_s": dict(phases)}
+    started = [r for r in rows if r["wall_s"]]
+    return {"trial_wall_s": wall, "phases_s": dict(phases), "processes": len(started),
+            "started_ahead": sum(1 for r in started if r["prestarted"])}

@@ -145,6 +145,8 @@ def write_html(data: dict[str, Any], out: Path) -> Path:
         shown = "-" if value is None else f"{value:.2f}"
         importance += f"<tr><td>{html.escape(k)}</td><td>{shown}</td><td>{html.escape(effects)}</td></tr>"
     phases = ", ".join(f"{p} {s:,.0f} s" for p, s in data["time"]["phases_s"].items())
+    tm = data["time"]
+    ahead = f"; {tm['started_ahead']} of {tm['processes']} started ahead" if tm.get("started_ahead") else ""
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>autotune report: {html.escape(data['study'])}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse;margin:1em 0}}
@@ -157,7 +159,7 @@ figure{{display:inline-block;margin:0.5em}}img{{max-width:100%}}pre{{background:
 <h2>Which knobs mattered</h2><p>{html.escape(imp['why'])}</p>
 <table><tr><th>knob</th><th>importance</th><th>best tokens/s/GPU at each value</th></tr>{importance}</table>
 <h2>Where time went</h2><p>Trials by state: {html.escape(', '.join(f'{k} {v}' for k, v in data['counts'].items()))}.
-Time in trial processes: {data['time']['trial_wall_s']:,.0f} s ({html.escape(phases)}).</p>
+Time in trial processes: {data['time']['trial_wall_s']:,.0f} s ({html.escape(phases)}){ahead}.</p>
 </body></html>
 """
     path = out / "report.html"

@@ -91,7 +91,8 @@ def render_rich(data: dict[str, Any], console: Any) -> None:
     tm = data["time"]
     phases = ", ".join(f"{p} {s:,.0f} s" for p, s in tm["phases_s"].items())
     console.print("Trials by state: " + ", ".join(f"{k} {v}" for k, v in data["counts"].items()))
-    console.print(f"Time in trial processes: {tm['trial_wall_s']:,.0f} s ({phases or 'no phase data'})")
+    ahead = f"; {tm['started_ahead']} of {tm['processes']} started ahead" if tm.get("started_ahead") else ""
+    console.print(f"Time in trial processes: {tm['trial_wall_s']:,.0f} s ({phases or 'no phase data'}){ahead}")
     if data["check_history"]:
         last = data["check_history"][-1]
         console.print(f"Checks: {len(data['check_history'])}, last {last['checked_at']}: {last['status']}, ratio {last['ratio']:.3f}")

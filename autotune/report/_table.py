@@ -50,6 +50,7 @@ def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
         "reason": str(a.get("reason", "")), "predicted": bool(a.get("predicted")),
         "phases_s": {k: v for k, v in _dict(a.get("phases_s")).items() if _number(v)} or None,
         "wall_s": a.get("wall_s") if _number(a.get("wall_s")) else None,
+        "prestarted": a.get("prestarted") is True,  # its process was started ahead (prestart.py)
         "fingerprint": a.get("fingerprint"), "failed_rank": a.get("failed_rank"),
         "nccl_used": nccl_log.used(_dict(a.get("nccl"))),
     }
