@@ -3,7 +3,7 @@
 # (two H200s of one host; every trial uses ONE GPU, two trials run side by side with --gpus 0,1).
 # Each stage resumes its studies, so a stage cut short is simply run again.
 #   benchmarks/h200-bar.sh STAGE...     stages: info grid fp32 llama hopper gputests ddp nccl refactor
-#                                       cheap-cold cheap-warm cold350 landscape (issue 13)
+#                                       cheap-cold cheap-warm cold350 landscape cost (issue 13)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
 set -uo pipefail
@@ -53,6 +53,8 @@ d["study"]["compile_cache"] = "trials/compile-cache"; yaml.safe_dump(d, open(f"/
     landscape) # issue 13: the 96-point GPT-2-medium landscape (resumes); LANDSCAPE_MIN bounds one call
       at search search_spaces/gpt2-medium-landscape.yaml --gpus 0,1 --timeout-min "${LANDSCAPE_MIN:-60}" 2>&1 \
         | tee -a "$OUT/landscape.log" ;;
+    cost)   # where each trial's time went, for every study under trials/ (benchmarks/trial_cost.py)
+      python3 benchmarks/trial_cost.py $(ls -d trials/*/ | grep -v -e compile-cache -e archived) > "$OUT/cost.md" 2>&1 ;;
     gputests)
       python3 -m pytest -m gpu -s -v -p no:cacheprovider tests/test_gpu.py tests/test_trial.py 2>&1 | tee "$OUT/gputests.log" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
