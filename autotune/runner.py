@@ -116,9 +116,9 @@ def measure(bench: Bench, knobs: dict[str, Any], run_dir: Path, *, number: int =
     trials side by side (they share the host's cores); env: more environment variables (check passes
     best.yaml's apply.env, which a user may have added to); progress: a one-rank trial writes its measured
     steps to run_dir/progress.json and stops early when run_dir/prune appears (the search's pruner, in
-    on_poll). The trial's devices are held for it (locks.py): a
-    measurement by another autotune process on them is waited for, and the wait recorded. KeyboardInterrupt,
-    or `stop` set, ends the trial's processes and propagates.
+    on_poll). The trial's devices are held for it (locks.py): a measurement by another autotune process on
+    them is waited for, and the wait recorded. KeyboardInterrupt, or `stop` set, ends the trial's processes
+    and propagates.
     """
     local_ranks = bench.run.world_size // bench.run.nnodes
     env = {**bench.env(), **catalogue.env_of(knobs), **(env or {}), **omp_env(concurrent * local_ranks)}
@@ -203,8 +203,8 @@ def run_trial(spec: TrialSpec, run_dir: Path, *, timeout_s: float, env: dict[str
     run_dir = run_dir.resolve()  # absolute: the straggler sweep matches this trial's spec path only
     run_dir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path, log_path = run_dir / "spec.json", run_dir / "result.json", run_dir / "worker.log"
-    for old in (result_path, run_dir / "progress.json", run_dir / "prune", *run_dir.glob("result.rank*.json"),
-                *run_dir.glob("nccl.*.log")):
+    for old in (result_path, run_dir / "progress.json", run_dir / "prune", run_dir / "standby.log",
+                *run_dir.glob("result.rank*.json"), *run_dir.glob("nccl.*.log")):
         old.unlink(missing_ok=True)
     spec.launched_at = time.time()
     spec.write(spec_path)
