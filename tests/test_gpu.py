@@ -141,5 +141,6 @@ def test_gpu_progress_reads_finished_events_and_stops_early() -> None:
         return len(done) >= 3
 
     t = time_steps(torch, lambda: a @ a, warmup=2, measure=50, device="cuda", progress=progress)
-    assert t.stopped_early and 3 <= len(t.step_s) < 50 and all(s > 0 for s in t.step_s)
+    # stopped within a few steps of the third: the host ran at most AHEAD steps in front of the device
+    assert t.stopped_early and 3 <= len(t.step_s) <= 3 + 2 + 1 and all(s > 0 for s in t.step_s)
     assert seen == sorted(seen)  # finished steps only grow; none was waited for

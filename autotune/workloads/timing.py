@@ -1,8 +1,11 @@
 """The one function that times a workload's steps in a trial: warm-up apart, then CUDA events per step.
 
 As nanoGPT's bench.py (burn-in, then measure, synchronise around the timed loop) and triton's do_bench (an
-event pair per repetition, the raw samples kept): no host synchronisation inside the timed loop on the GPU,
-so the samples are the device's time of each step. On the CPU, time.perf_counter around each step.
+event pair per repetition, the raw samples kept): the samples are the device's time of each step, between
+its events. No host synchronisation inside the timed loop on the GPU, except when the search watches the
+progress (to prune): then the host waits for step i - AHEAD before it launches step i, which keeps a step
+queued on the device (it never idles for the host) and lets the steps be seen as they finish. On the CPU,
+time.perf_counter around each step.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+AHEAD = 2  # steps the host may launch in front of the device while the search watches the progress
 
 
 @dataclass
@@ -62,6 +67,11 @@ def time_steps(torch: Any, step: Callable[[], Any], *, warmup: int, measure: int
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(measure)]
         launched = 0
         for start, end in events:
+            if progress is not None and launched >= AHEAD:
+                # the host may run AHEAD steps in front of the device, not the whole measurement (seen on an
+                # H200: all 4 steps launched before the first ended, so a pruner could stop nothing); the
+                # device still has AHEAD - 1 steps queued, so it never waits for the host here
+                events[launched - AHEAD][1].synchronize()
             if before_each:
                 before_each()
             start.record()
@@ -75,7 +85,7 @@ def time_steps(torch: Any, step: Callable[[], Any], *, warmup: int, measure: int
                 if progress(step_s):
                     stopped = True
                     break
-        sync()  # the only synchronisation of the measured steps: after the last
+        sync()  # after the last step (watched by a pruner, the host also waited for step i - AHEAD before step i)
         step_s = [start.elapsed_time(end) / 1000.0 for start, end in events[:launched]]
         peak, kind, reserved = torch.cuda.max_memory_allocated(), "cuda_max_memory_allocated", torch.cuda.max_memory_reserved()
     else:
