@@ -256,3 +256,16 @@ def test_distributed_nccl_abort_with_a_refusal_is_invalid_config(tmp_path: Path)
     assert outcome.status == "invalid_config"
     assert outcome.reason.startswith("NCCL refused this setting: Error : no algorithm/protocol available for function "
                                      "AllGather") and "NCCL_ALGO was set to Tree" in outcome.reason
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_distributed_block_compile_before_wrapping(tmp_path: Path, parallel: str) -> None:
+    """compile_scope block compiles each block in place before DDP or FSDP2 wraps the model (gloo, 2 ranks)."""
+    spec, run_dir = _spec(tmp_path)
+    spec.knobs.update(parallel=parallel, compile=True, compile_scope="block")
+    if parallel == "fsdp":
+        spec.knobs.update(bucket_cap_mb=None, gradient_as_bucket_view=None, static_graph=None, reshard_after_forward=True)
+    outcome = run_trial(spec, run_dir, timeout_s=300)
+    assert outcome.status == "ok", outcome.reason
+    assert outcome.result.applied["compile_mode"] == "default, per block (1 x Block, compiled in place)"
+    assert outcome.result.applied["parallel"]["strategy"] == parallel
