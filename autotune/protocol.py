@@ -22,6 +22,9 @@ STATUSES = ("ok", "pruned", "oom", "timeout", "nonfinite_loss", "invalid_config"
 CONFIG_FAILURES = ("oom", "invalid_config", "nonfinite_loss")
 # The Python module a trial process runs: `python -m autotune.workloads.trial SPEC.json RESULT.json`.
 TRIAL_MODULE = "autotune.workloads.trial"
+# Beside a one-rank trial's result while the search watches it (search/prune.py): the measured steps so far,
+# written by the trial, and the file whose appearance asks it to stop.
+PROGRESS_FILE, PRUNE_FILE = "progress.json", "prune"
 
 
 FAULT_KINDS = ("oom", "hang", "crash", "nan", "error", "slow")  # AUTOTUNE_FAULT (workloads/faults.py)

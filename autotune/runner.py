@@ -23,7 +23,8 @@ from autotune import metrics, nccl_log, prestart
 from autotune.errors import ConfigError
 from autotune.hardware import Telemetry, detect, device_units, fingerprint, peak_flops, visible_gpu_index
 from autotune.locks import DeviceLock
-from autotune.protocol import TRIAL_MODULE, RunSettings, TrialResult, TrialSpec, parse_fault
+from autotune.protocol import (PROGRESS_FILE, PRUNE_FILE, TRIAL_MODULE, RunSettings, TrialResult, TrialSpec,
+                               parse_fault)
 
 if TYPE_CHECKING:
     from autotune.config import ModelConfig, WorkloadConfig
@@ -203,7 +204,7 @@ def run_trial(spec: TrialSpec, run_dir: Path, *, timeout_s: float, env: dict[str
     run_dir = run_dir.resolve()  # absolute: the straggler sweep matches this trial's spec path only
     run_dir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path, log_path = run_dir / "spec.json", run_dir / "result.json", run_dir / "worker.log"
-    for old in (result_path, run_dir / "progress.json", run_dir / "prune", run_dir / "standby.log",
+    for old in (result_path, run_dir / PROGRESS_FILE, run_dir / PRUNE_FILE, run_dir / "standby.log",
                 *run_dir.glob("result.rank*.json"), *run_dir.glob("nccl.*.log")):
         old.unlink(missing_ok=True)
     spec.launched_at = time.time()

@@ -16,6 +16,8 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from autotune.protocol import PROGRESS_FILE, PRUNE_FILE
+
 
 class BelowBest(optuna.pruners.BasePruner):
     """Prune when max(intermediate values) < below x the best completed value, after min_steps steps."""
@@ -46,7 +48,7 @@ class ProgressWatch:
     so, a `prune` file asks the trial to stop, and `why` says what it had measured against what."""
 
     def __init__(self, trial: optuna.Trial, run_dir: Path, below: float) -> None:
-        self.trial, self.path, self.stop_file, self.below = trial, run_dir / "progress.json", run_dir / "prune", below
+        self.trial, self.path, self.stop_file, self.below = trial, run_dir / PROGRESS_FILE, run_dir / PRUNE_FILE, below
         self.reported, self.seen_ns = 0, -1
         self.why, self.off = "", False
 

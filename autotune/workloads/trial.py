@@ -23,7 +23,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from autotune import nccl_log  # noqa: E402
-from autotune.protocol import TrialResult, TrialSpec  # noqa: E402
+from autotune.protocol import PROGRESS_FILE, PRUNE_FILE, TrialResult, TrialSpec  # noqa: E402
 from autotune.workloads.base import InvalidConfig, Measured, NonFiniteLoss, Workload  # noqa: E402
 from autotune.workloads.faults import Fault  # noqa: E402
 from autotune.workloads.ranks import Ranks, env_rank, fail_rank  # noqa: E402
@@ -47,7 +47,7 @@ class Progress:
     EVERY_S = 0.5
 
     def __init__(self, run_dir: Path, tokens_per_step: int | None) -> None:
-        self.path, self.prune, self.tokens = run_dir / "progress.json", run_dir / "prune", tokens_per_step
+        self.path, self.prune, self.tokens = run_dir / PROGRESS_FILE, run_dir / PRUNE_FILE, tokens_per_step
         self.written, self.last = 0, float("-inf")
 
     def __call__(self, steps: list[float]) -> bool:
@@ -80,7 +80,7 @@ def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
     measured = workload.run()
     stopped = measured.timing is not None and measured.timing.stopped_early
     reason = (f"stopped after {len(measured.timing.step_s)} of {spec.run.measure_steps} measured steps: the "
-              "search's pruner found it far below the best measured") if stopped and measured.timing else ""
+              "search's pruner found it far below the best measured") if stopped else ""
     result = TrialResult("pruned" if stopped else "ok", reason, applied=workload.applied, env=_env(torch, spec.device),
                          losses=measured.losses, output=measured.output, rank=ranks.rank if ranks else 0)
     result.phases_s = {"start": t_torch - (spec.launched_at or _T_ENTER), "build": t_built - t_torch}
