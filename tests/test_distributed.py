@@ -267,5 +267,5 @@ def test_distributed_block_compile_before_wrapping(tmp_path: Path, parallel: str
         spec.knobs.update(bucket_cap_mb=None, gradient_as_bucket_view=None, static_graph=None, reshard_after_forward=True)
     outcome = run_trial(spec, run_dir, timeout_s=300)
     assert outcome.status == "ok", outcome.reason
-    assert outcome.result.applied["compile_mode"] == "default, per block (1 x Block, compiled in place)"
+    assert outcome.result.applied["compile_mode"] == "default, per block (1 x Block, compiled in place) + head_loss"
     assert outcome.result.applied["parallel"]["strategy"] == parallel

@@ -56,7 +56,7 @@ def test_worker_compile_is_real_and_timed_apart() -> None:
 def test_worker_compile_scope_block_compiles_each_block_in_place(family: str) -> None:
     result = worker.run(_spec(family, compile=True, compile_scope="block"))
     assert result.status == "ok" and all(math.isfinite(x) for x in result.losses)
-    assert result.applied["compile_mode"] == "default, per block (1 x Block, compiled in place)"
+    assert result.applied["compile_mode"] == "default, per block (1 x Block, compiled in place) + head_loss"
     assert result.phases_s["compile"] > 0
 
 

@@ -79,7 +79,9 @@ def build_hf(m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: i
             self.hf = hf
 
         def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-            logits = self.hf(input_ids=inputs).logits
+            return self.head_loss(self.hf(input_ids=inputs).logits, targets)
+
+        def head_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
     seq = m["seq_len"]

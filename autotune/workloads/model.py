@@ -160,6 +160,11 @@ class Transformer(nn.Module):
                 x = torch.utils.checkpoint.checkpoint(block, x, rope, use_reentrant=False)
             else:
                 x = block(x, rope)
+        return self.head_loss(x, targets)
+
+    def head_loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Final norm, output head and cross-entropy: what follows the blocks (compile_scope block compiles it
+        as one more region, so the fp32 logits of the loss are fused rather than materialised)."""
         logits = self.head(self.norm(x))
         if self.padded_vocab != self.vocab:
             logits = logits[..., : self.vocab]

@@ -108,7 +108,9 @@ def apply_optimizer(torch: Any, model: Any, knobs: dict[str, Any]) -> Any:
 def apply_compile(torch: Any, model: Any, mode: Any, scope: str | None = "model") -> tuple[Any, str | None]:
     """torch.compile(model, mode) (the loss is inside forward, so it is compiled too), or, with scope block,
     each repeated block compiled in place (regional compilation, as torchtitan does: Dynamo compiles the
-    block's code once and reuses it for every layer). Returns the model to step and what was applied."""
+    block's code once and reuses it for every layer), and the model's `head_loss` (final norm, head and
+    cross-entropy, where the model has one) as one more region, so the loss's fp32 logits are fused as
+    whole-model compilation fuses them. Returns the model to step and what was applied."""
     if not mode:
         return model, None
     compile_mode = None if mode in (True, "default") else mode
@@ -121,7 +123,11 @@ def apply_compile(torch: Any, model: Any, mode: Any, scope: str | None = "model"
     for block in blocks:
         block.compile(mode=compile_mode)
     kind = type(blocks[0]).__name__
-    return model, f"{compile_mode or 'default'}, per block ({len(blocks)} x {kind}, compiled in place)"
+    head = ""
+    if callable(getattr(model, "head_loss", None)):
+        model.head_loss = torch.compile(model.head_loss, mode=compile_mode)
+        head = " + head_loss"
+    return model, f"{compile_mode or 'default'}, per block ({len(blocks)} x {kind}, compiled in place){head}"
 
 
 def repeated_blocks(torch: Any, model: Any) -> list[Any]:
