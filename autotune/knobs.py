@@ -110,7 +110,9 @@ def _compile_note(k: dict[str, Any], device: str) -> list[str]:
     args = "" if mode in (True, "default") else f"mode={mode!r}"
     if k.get("compile_scope") == "block":
         return [f"for block in model.blocks (the repeated transformer blocks): block.compile({args}), in place, "
-                "before wrapping; the rest of the model runs eager"]
+                "before wrapping; then model.head_loss = torch.compile(model.head_loss"
+                f"{', ' + args if args else ''}) (final norm, head and loss, where the model has head_loss); "
+                "the embedding runs eager"]
     return [f"model = torch.compile(model{', ' + args if args else ''})"]
 
 
@@ -165,10 +167,11 @@ CATALOGUE: tuple[Knob, ...] = (
     Knob("compile_scope", Literal["model", "block"], "model", only_with=("compile", Not(False)),
          help="What torch.compile compiles: model (the whole model, loss included) or block (each repeated "
               "transformer block, compiled once and reused for all: a cold compile of one block, not of every "
-              "layer; embedding, head and loss run eager).",
+              "layer; plus the model's head_loss, i.e. final norm, head and loss, as one more region; the embedding runs eager).",
          effect="model: `torch.compile(model)`; block: `block.compile()` on every block of the model's list of "
                 "repeated blocks (built-in model: `blocks`; others: the largest `ModuleList` of one block class; "
-                "none: `invalid_config`)"),
+                "none: `invalid_config`), then `model.head_loss = torch.compile(model.head_loss)` where the model has one (the "
+                "built-in model and hf_config models)"),
     Knob("attention", Literal["auto", "flash", "efficient", "cudnn", "math", "eager"], "auto", note=_attention_note,
          help="auto (PyTorch picks the SDPA kernel), an SDPA backend forced with sdpa_kernel "
               "(flash, efficient, cudnn, math), or eager (softmax(QK^T)V materialised, the slow reference).",
