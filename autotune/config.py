@@ -158,7 +158,13 @@ def _check_external(model: ModelConfig, base_dir: Path | None) -> None:
 class WorkloadConfig(_Section):
     """What one trial does."""
 
-    task: Literal[catalogue.TASKS] = Field(default="train", description="train: optimizer steps on synthetic tokens.")
+    task: Literal[catalogue.TASKS] = Field(default="train", description="train: optimizer steps on synthetic tokens; "
+                                           "generate: prefill a batch of prompts, then decode gen_len tokens each "
+                                           "with a KV cache (inference).")
+    prompt_len: Optional[int] = Field(default=None, ge=1, le=2**20,
+                                      description="generate: prompt tokens per sequence (prefilled at once).")
+    gen_len: Optional[int] = Field(default=None, ge=1, le=2**20,
+                                   description="generate: tokens decoded per sequence, one step each.")
     global_batch_size: int | None = Field(
         default=None,
         ge=1,
@@ -187,6 +193,22 @@ class WorkloadConfig(_Section):
     )
     measure_steps: int = Field(default=10, ge=2, le=100_000, description="Timed optimizer steps; the median is reported.")
     seed: int = Field(default=0, ge=0, le=SEED_MAX, description="Seed of the model's weights and the synthetic tokens.")
+
+    @model_validator(mode="after")
+    def _check_task(self) -> WorkloadConfig:
+        if self.task == "generate":
+            missing = [k for k in ("prompt_len", "gen_len") if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"workload.{missing[0]}: required with task generate (a positive integer)")
+            if self.global_batch_size is not None:
+                raise ValueError("workload.global_batch_size: not used with task generate; search space.batch_size")
+            if self.world_size != 1:
+                raise ValueError(f"workload.world_size: {self.world_size}; task generate runs on one GPU (1)")
+        else:
+            given = [k for k in ("prompt_len", "gen_len") if getattr(self, k) is not None]
+            if given:
+                raise ValueError(f"workload.{given[0]}: only for task generate (task is {self.task}); remove it")
+        return self
 
     @model_validator(mode="after")
     def _check_batch(self) -> WorkloadConfig:
@@ -278,6 +300,34 @@ SpaceConfig = create_model("SpaceConfig", __base__=_SpaceBase, __module__=__name
                            **{k.name: _space_field(k) for k in catalogue.CATALOGUE})
 
 
+class LimitsConfig(_Section):
+    """Service-level limits of a generate study: a trial past one is recorded over_limit, with its numbers."""
+
+    p99_tpot_ms: Optional[float] = Field(default=None, gt=0, le=1e7,
+                                         description="Largest p99 time per output token (ms) over the decode steps.")
+    median_tpot_ms: Optional[float] = Field(default=None, gt=0, le=1e7,
+                                            description="Largest median time per output token (ms).")
+    ttft_ms: Optional[float] = Field(default=None, gt=0, le=1e7,
+                                     description="Largest time to first token (ms): the prefill of the batch.")
+
+
+class DriftConfig(_Section):
+    """How far a quantized generate trial's outputs may move from the unquantized model's (same weights, same
+    prompts): past any limit the trial ends invalid_config: outputs drift. All three are measured and recorded
+    in every quantized trial. On autotune's random-weight models the end-to-end measures say little (a random
+    32-layer network turns int4's 10% per-layer error into unrelated greedy tokens, seen on an H200), so the
+    default limit is per layer; set the end-to-end ones for a model whose weights are trained."""
+
+    max_layer_error: Optional[float] = Field(
+        default=0.3, ge=0, le=100, description="Largest relative output error ||W_q x - W x|| / ||W x|| of any "
+        "quantized linear on the prompts' activations (int8 about 0.005, int4 group 128 about 0.1, a broken 1-bit "
+        "quantizer about 0.6). null: off.")
+    max_kl_nats: Optional[float] = Field(default=None, ge=0, le=100, description="Largest mean KL(unquantized || "
+                                         "quantized) of the next-token distributions, in nats. null (default): off.")
+    min_greedy_agreement: Optional[float] = Field(default=None, ge=0, le=1, description="Smallest share of positions "
+                                                  "whose greedy next token is the unquantized model's. null: off.")
+
+
 class StudyConfig(_Section):
     """How the Optuna study runs."""
 
@@ -316,6 +366,12 @@ class StudyConfig(_Section):
         "trial). Default: on with --device cuda; off on the CPU, where that import would share the cores with "
         "the trial being measured.",
     )
+    limits: Optional[LimitsConfig] = Field(
+        default=None, description="generate: latency limits (p99_tpot_ms, median_tpot_ms, ttft_ms); a trial past one "
+        "is recorded over_limit with its numbers and never chosen.",
+    )
+    drift: DriftConfig = Field(default_factory=DriftConfig, description="generate: how far quantized outputs may "
+                               "drift from the unquantized model's (max_kl_nats, min_greedy_agreement).")
     compile_cache: Optional[str] = Field(
         default=None, description="A folder for torch.compile's caches (Inductor, Triton) that outlives one study: a "
         "second study of the same model on the same GPU starts warm. Each GPU model and torch version gets its own "
@@ -360,6 +416,18 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:
+        wl, m = self.workload, self.model
+        if wl.task != "generate" and self.study.limits is not None:
+            raise ValueError(f"study.limits: latency limits are for task generate (task is {wl.task}); remove them")
+        if wl.task == "generate":
+            if m.family is None:
+                raise ValueError(f"model.{'hf_config' if m.hf_config else 'entrypoint'}: task generate runs the "
+                                 "built-in model (model.family gpt or llama); hf_config and entrypoint models are "
+                                 "tuned for training only")
+            if wl.prompt_len + wl.gen_len > m.seq_len:
+                raise ValueError(f"model.seq_len: {m.seq_len} is shorter than workload.prompt_len + gen_len "
+                                 f"({wl.prompt_len} + {wl.gen_len}); the cache holds both: use seq_len >= "
+                                 f"{wl.prompt_len + wl.gen_len}")
         resolve_space(self)  # the space rules live in one place; raises ValueError naming the YAML path
         return self
 

@@ -46,6 +46,28 @@ PEAKS: tuple[GpuPeak, ...] = (
 
 MFU_PRECISION = "bf16"
 
+# Peak HBM (or GDDR) bandwidth in GB/s, for the decode roofline of generate trials: (pattern, GB/s, source).
+# More specific patterns first (the A100 40GB parts before the 80GB row).
+HBM: tuple[tuple[str, float, str], ...] = (
+    (r"H200", 4800, "https://www.nvidia.com/en-us/data-center/h200/ (4.8 TB/s, SXM and NVL)"),
+    (r"H100 NVL", 3900, "https://www.nvidia.com/en-us/data-center/h100/ (H100 NVL: 3.9 TB/s)"),
+    (r"H100 PCIe", 2000, "https://www.nvidia.com/en-us/data-center/h100/ (H100 PCIe: 2 TB/s)"),
+    (r"H100", 3350, "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM: 3.35 TB/s)"),
+    (r"A100.*40GB", 1555, "https://www.nvidia.com/en-us/data-center/a100/ (A100 40GB: 1,555 GB/s)"),
+    (r"A100.*PCIE.*80GB", 1935, "https://www.nvidia.com/en-us/data-center/a100/ (A100 80GB PCIe: 1,935 GB/s)"),
+    (r"A100", 2039, "https://www.nvidia.com/en-us/data-center/a100/ (A100 80GB SXM: 2,039 GB/s)"),
+    (r"L40S", 864, "https://www.nvidia.com/en-us/data-center/l40s/ (864 GB/s GDDR6)"),
+    (r"B200", 8000, "https://www.nvidia.com/en-us/data-center/hgx/ (HGX B200: 8 TB/s per GPU)"),
+)
+
+
+def hbm_bandwidth(device_name: str | None) -> float | None:
+    """Peak memory bandwidth in bytes/s of a GPU (datasheet, table above), or None (CPU, unlisted GPU)."""
+    if not device_name:
+        return None
+    row = next((r for r in HBM if re.search(r[0], device_name, re.I)), None)
+    return row[1] * 1e9 if row else None
+
 
 def find_peak(device_name: str | None) -> GpuPeak | None:
     """The table row for a device name, or None (CPU, unlisted GPU: MFU is then n/a)."""

@@ -18,7 +18,8 @@ from typing import Any, Literal, Optional, Union, get_args, get_origin
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
                  "math": "MATH"}
 CHECKPOINT_EVERY = {"none": 0, "full": 1, "selective": 2}  # activation checkpointing: recompute every k-th block
-TASKS = ("train",)  # workload.task values; each knob says which of them it acts in
+TASKS = ("train", "generate")  # workload.task values; each knob says which of them it acts in
+BOTH = ("train", "generate")
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,9 @@ def _channels(value: Any) -> str | None:
 
 
 def _precision_note(k: dict[str, Any], device: str) -> list[str]:
+    if "kv_cache" in k:  # generate: the model's weights and cache in that dtype
+        return [{"fp32": "model in float32, TF32 off", "tf32": "model in float32, TF32 matmuls",
+                 "bf16": "model.to(torch.bfloat16)", "fp16": "model.to(torch.float16)"}.get(k["precision"], "")]
     return [{
         "fp32": "torch.backends.cuda.matmul.fp32_precision = 'ieee' (no TF32)",
         "tf32": "torch.backends.cuda.matmul.fp32_precision = 'tf32'",
@@ -108,6 +112,10 @@ def _compile_note(k: dict[str, Any], device: str) -> list[str]:
     if not mode:
         return ["no torch.compile"]
     args = "" if mode in (True, "default") else f"mode={mode!r}"
+    if "kv_cache" in k:  # generate: the decode step (and the prefill) are what is compiled
+        return [f"decode_one_token = torch.compile(decode_one_token{', ' + args if args else ''})"
+                + (", dynamic=True" if k.get("kv_cache") == "dynamic" else "")
+                + "; prefill compiled separately (without CUDA graphs)"]
     if k.get("compile_scope") == "block":
         return [f"for block in model.blocks (the repeated transformer blocks): block.compile({args}), in place, "
                 "before wrapping; then model.head_loss = torch.compile(model.head_loss"
@@ -143,12 +151,31 @@ Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 CompileMode = Union[bool, Literal["default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune"]]
 NcclAlgo = Literal["default", "Ring", "Tree", "CollnetDirect", "CollnetChain", "PAT", "NVLS"]
 NcclProto = Literal["default", "Simple", "LL", "LL128"]
+WeightQuant = Literal["none", "int8_weight_only", "int4_weight_only", "float8_weight_only", "float8_dynamic"]
+# torchao's config class for each weight_quant value (torchao.quantization)
+QUANT_CONFIGS = {"int8_weight_only": "Int8WeightOnlyConfig", "int4_weight_only": "Int4WeightOnlyConfig",
+                 "float8_weight_only": "Float8WeightOnlyConfig", "float8_dynamic": "Float8DynamicActivationFloat8WeightConfig"}
+
+
+def _quant_note(k: dict[str, Any], device: str) -> list[str]:
+    quant = k.get("weight_quant", "none")
+    if quant in (None, "none"):
+        return []
+    args = f"group_size={k['int4_group_size']}, int4_packing_format='tile_packed_to_4d'" if quant == "int4_weight_only" else ""
+    return [f"from torchao.quantization import quantize_, {QUANT_CONFIGS[quant]}; "
+            f"quantize_(model, {QUANT_CONFIGS[quant]}({args})) after the model is in its dtype on the GPU"]
+
+
+def _kv_note(k: dict[str, Any], device: str) -> list[str]:
+    if k.get("kv_cache") == "dynamic":
+        return ["KV cache grown with torch.cat each token (dynamic shapes)"]
+    return ["KV cache preallocated for prompt_len + gen_len positions (static shapes), written with index_copy_"]
 
 CATALOGUE: tuple[Knob, ...] = (
     Knob("micro_batch_size", int, 8, ranged=True, sizes=True, check=_positive,
          help="Sequences per forward/backward pass: a list, one value, or {multiple_of, min, max}.",
          values="list, one value, or `{multiple_of, min, max}`", effect="sequences per forward/backward"),
-    Knob("precision", Precision, "fp32", note=_precision_note,
+    Knob("precision", Precision, "fp32", note=_precision_note, tasks=BOTH,
          help="fp32 (TF32 off), tf32 (TF32 matmuls), bf16 (autocast), fp16 (autocast + GradScaler), "
               "fp8 (torchao float8 training of the linear layers, head in bf16; needs torchao and an sm89+ GPU).",
          effect="fp32: TF32 off; tf32: TF32 matmuls (`fp32_precision=\"tf32\"`); bf16: `torch.autocast` bf16; fp16: "
@@ -159,7 +186,7 @@ CATALOGUE: tuple[Knob, ...] = (
          help="auto: global_batch_size / (micro_batch_size x world_size). "
               "A list (or one value) only when global_batch_size is absent; default then 1.",
          values="`auto` or a list", effect="micro-steps per optimizer step"),
-    Knob("compile", CompileMode, False, note=_compile_note,
+    Knob("compile", CompileMode, False, note=_compile_note, tasks=BOTH,
          help="torch.compile: false, true (= default), or a mode: max-autotune-no-cudagraphs, "
               "reduce-overhead, max-autotune.",
          values="`false`, `true`/`default`, `max-autotune-no-cudagraphs`, `reduce-overhead`, `max-autotune`",
@@ -173,6 +200,7 @@ CATALOGUE: tuple[Knob, ...] = (
                 "none: `invalid_config`), then `model.head_loss = torch.compile(model.head_loss)` where the model has one (the "
                 "built-in model and hf_config models)"),
     Knob("attention", Literal["auto", "flash", "efficient", "cudnn", "math", "eager"], "auto", note=_attention_note,
+         tasks=BOTH,
          help="auto (PyTorch picks the SDPA kernel), an SDPA backend forced with sdpa_kernel "
               "(flash, efficient, cudnn, math), or eager (softmax(QK^T)V materialised, the slow reference).",
          effect="auto: PyTorch's SDPA choice; flash/efficient/cudnn/math: that SDPA backend forced with "
@@ -200,7 +228,7 @@ CATALOGUE: tuple[Knob, ...] = (
     Knob("fp8_recipe", Literal["tensorwise", "rowwise"], "tensorwise", only_with=("precision", "fp8"),
          help="torchao float8 scaling recipe; searched only when precision fp8 is in the space.",
          effect="torchao's float8 scaling recipe; searched only when `fp8` is in `precision`"),
-    Knob("cuda_alloc_conf", str, "default", env=("PYTORCH_CUDA_ALLOC_CONF",), check=_env_value,
+    Knob("cuda_alloc_conf", str, "default", env=("PYTORCH_CUDA_ALLOC_CONF",), check=_env_value, tasks=BOTH,
          help="PYTORCH_CUDA_ALLOC_CONF of the trial process, e.g. expandable_segments:True "
               "(default sets nothing).",
          values="strings, e.g. `default`, `expandable_segments:True`",
@@ -233,6 +261,28 @@ CATALOGUE: tuple[Knob, ...] = (
          help="Sets NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS of the ranks (default sets nothing); world_size > 1 on "
               "GPUs.", values="`default` or 1 to 64",
          effect="`NCCL_MIN_NCHANNELS` and `NCCL_MAX_NCHANNELS` of the ranks"),
+    # --- generate (text generation: prefill, then decode with a KV cache) ---
+    Knob("batch_size", int, 1, ranged=True, sizes=True, check=_positive, tasks=("generate",),
+         note=lambda k, d: [f"{k['batch_size']} sequences decoded together"],
+         help="Concurrent sequences of a generation (prefilled and decoded together): a list, one value, or "
+              "{multiple_of, min, max}.", values="list, one value, or `{multiple_of, min, max}`",
+         effect="sequences prefilled and decoded together"),
+    Knob("weight_quant", WeightQuant, "none", tasks=("generate",), note=_quant_note,
+         help="Weights of every linear layer through torchao quantize_: none, int8_weight_only, int4_weight_only "
+              "(group size: int4_group_size), float8_weight_only, float8_dynamic (weights and activations, sm89+). "
+              "Each quantized trial checks its outputs against the unquantized model (study.drift).",
+         effect="`torchao.quantization.quantize_(model, <Config>())` on every `nn.Linear` (head included); the greedy "
+                "tokens and KL divergence against the unquantized model are recorded, and a trial past `study.drift` "
+                "ends `invalid_config: outputs drift`"),
+    Knob("int4_group_size", Literal[32, 64, 128, 256], 128, tasks=("generate",),
+         only_with=("weight_quant", "int4_weight_only"),
+         help="Group size of int4 weight-only quantization (int4_weight_only only).",
+         values="`32`, `64`, `128`, `256`", effect="`Int4WeightOnlyConfig(group_size=...)`"),
+    Knob("kv_cache", Literal["static", "dynamic"], "static", tasks=("generate",), note=_kv_note,
+         help="static: K/V of prompt_len + gen_len positions preallocated, decode at fixed shapes (what CUDA graphs "
+              "need); dynamic: the cache grows by concatenation every token.",
+         effect="static: preallocated K/V, written in place with `index_copy_`, attention over the whole cache with a "
+                "mask; dynamic: `torch.cat` per token (compiled with `dynamic=True`; `reduce-overhead` needs static)"),
 )
 
 BY_NAME: dict[str, Knob] = {k.name: k for k in CATALOGUE}

@@ -59,6 +59,40 @@ def summarize(res: Any, model: dict[str, Any] | None, world_size: int, peak_flop
     }
 
 
+def generation(output: dict[str, Any], hbm_bytes_per_s: float | None) -> dict[str, Any]:
+    """A generate trial's latency metrics (from its `output`) and the decode step's share of the memory-
+    bandwidth roofline: bytes a step must read (weights as stored, norms, the KV cache of the positions it
+    attends to) over the median step time, against the GPU's peak HBM bandwidth (None where unknown)."""
+    tpot = output.get("tpot_ms_median")
+    need = output.get("bytes_per_decode_step")
+    achieved = need / (tpot / 1000) if tpot and need else None
+    return {
+        "ttft_ms": output.get("ttft_ms"),
+        "tpot_ms_median": tpot,
+        "tpot_ms_p99": output.get("tpot_ms_p99"),
+        "decode_tokens_per_s": output["batch_size"] / (tpot / 1000) if tpot else None,
+        "bytes_per_decode_step": need,
+        "decode_bytes_per_s": achieved,
+        "roofline_share": achieved / hbm_bytes_per_s if achieved and hbm_bytes_per_s else None,
+    }
+
+
+LIMIT_METRICS = {"p99_tpot_ms": ("tpot_ms_p99", "p99 time per output token"),
+                 "median_tpot_ms": ("tpot_ms_median", "median time per output token"),
+                 "ttft_ms": ("ttft_ms", "time to first token")}
+
+
+def over_limits(m: dict[str, Any], limits: dict[str, float]) -> list[str]:
+    """One line for each latency limit the metrics miss (empty: within all)."""
+    over = []
+    for name, limit in limits.items():
+        key, what = LIMIT_METRICS[name]
+        value = m.get(key)
+        if value is not None and value > limit:
+            over.append(f"{what} {value:.1f} ms > limit {limit:g} ms ({name}; {100 * (value / limit - 1):.0f}% over)")
+    return over
+
+
 NEAREST_S = 0.5  # a window shorter than the sampling interval takes the samples this close to it
 
 

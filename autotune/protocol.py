@@ -17,7 +17,7 @@ from typing import Any
 from autotune import knobs as catalogue
 
 # How a trial can end. Failures never stop the study.
-STATUSES = ("ok", "pruned", "oom", "timeout", "nonfinite_loss", "invalid_config", "crash")
+STATUSES = ("ok", "pruned", "over_limit", "oom", "timeout", "nonfinite_loss", "invalid_config", "crash")
 # Outcomes that say the configuration itself cannot run here (not the machine).
 CONFIG_FAILURES = ("oom", "invalid_config", "nonfinite_loss")
 # The Python module a trial process runs: `python -m autotune.workloads.trial SPEC.json RESULT.json`.
@@ -27,7 +27,7 @@ TRIAL_MODULE = "autotune.workloads.trial"
 PROGRESS_FILE, PRUNE_FILE = "progress.json", "prune"
 
 
-FAULT_KINDS = ("oom", "hang", "crash", "nan", "error", "slow")  # AUTOTUNE_FAULT (workloads/faults.py)
+FAULT_KINDS = ("oom", "hang", "crash", "nan", "error", "slow", "drift")  # AUTOTUNE_FAULT (workloads/faults.py)
 
 
 def parse_fault(text: str | None) -> tuple[str, float, str, str, str] | None:
@@ -116,6 +116,8 @@ class RunSettings:
     nnodes: int = 1
     rdzv_endpoint: str | None = None
     launcher: list[str] | None = None
+    prompt_len: int | None = None  # generate: prompt tokens per sequence
+    gen_len: int | None = None  # generate: tokens decoded per sequence
 
 
 @dataclass

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from autotune import knobs as catalogue
 from autotune import metrics, nccl_log, prestart
 from autotune.errors import ConfigError
-from autotune.hardware import Telemetry, detect, device_units, fingerprint, peak_flops, visible_gpu_index
+from autotune.hardware import (Telemetry, detect, device_units, fingerprint, hbm_bandwidth, peak_flops,
+                               visible_gpu_index)
 from autotune.locks import DeviceLock
 from autotune.protocol import (PROGRESS_FILE, PRUNE_FILE, TRIAL_MODULE, RunSettings, TrialResult, TrialSpec,
                                parse_fault)
@@ -68,15 +69,20 @@ class Bench:
     task: str = "train"
     compile_cache: Path | None = None  # torch.compile's caches shared across studies (a folder the user chose)
     prestart: bool = False  # one-rank trials take a process started ahead (prestart.py)
+    params: dict[str, Any] = field(default_factory=dict)  # the trial's spec.params (generate: drift limits)
+    limits: dict[str, float] = field(default_factory=dict)  # generate: latency limits (study.limits), set ones only
 
     @classmethod
     def of(cls, model: ModelConfig, workload: WorkloadConfig, *, device: str, timeout_s: float, home: Path,
-           base_dir: str | None, compile_cache: str | None = None, prestart: bool | None = None) -> Bench:
+           base_dir: str | None, compile_cache: str | None = None, prestart: bool | None = None,
+           drift: dict[str, float] | None = None, limits: dict[str, float | None] | None = None) -> Bench:
         """prestart None: on for CUDA trials, off on the CPU (the import would share the measured cores)."""
         run = RunSettings(**{k: getattr(workload, k) for k in RunSettings.__dataclass_fields__})
         shared = Path(compile_cache).resolve() / compile_key(device) if compile_cache else None
         ahead = device == "cuda" if prestart is None else prestart
-        return cls(model_spec(model), run, device, timeout_s, home.resolve(), base_dir, workload.task, shared, ahead)
+        params = {"drift": drift} if drift and workload.task == "generate" else {}
+        return cls(model_spec(model), run, device, timeout_s, home.resolve(), base_dir, workload.task, shared, ahead,
+                   params, {k: v for k, v in (limits or {}).items() if v is not None})
 
     def env(self) -> dict[str, str]:
         """Where a trial's compilers and libraries write: under the study (they default to /tmp and ~/.cache),
@@ -89,7 +95,7 @@ class Bench:
 
     def spec(self, knobs: dict[str, Any], progress: bool = False) -> TrialSpec:
         return TrialSpec(task=self.task, device=self.device, knobs=dict(knobs), model=self.model, run=self.run,
-                         base_dir=self.base_dir, report_progress=progress)
+                         base_dir=self.base_dir, params=dict(self.params), report_progress=progress)
 
 
 def compile_key(device: str) -> str:
@@ -147,6 +153,11 @@ def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, bench: Bench
     res, world = outcome.result, bench.run.world_size
     if outcome.status in ("ok", "pruned") and res is not None:  # a pruned trial keeps what it measured
         record["metrics"] = metrics.summarize(res, bench.model, world, peak_flops(res.env.get("device_name")))
+        if bench.task == "generate":
+            record["metrics"].update(metrics.generation(res.output, hbm_bandwidth(res.env.get("device_name"))))
+            over = metrics.over_limits(record["metrics"], bench.limits)
+            if over and outcome.status == "ok":
+                record["status"], record["reason"] = "over_limit", "; ".join(over)
         record["raw"] = {"step_times_s": res.step_times_s, "warmup_step_times_s": res.warmup_step_times_s,
                          "losses": res.losses}
         record["phases_s"] = res.phases_s

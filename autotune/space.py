@@ -52,12 +52,12 @@ class ResolvedSpace:
         knobs = {**self.fixed, **params}
         if self.global_batch_size is not None:
             knobs["grad_accum_steps"] = self.global_batch_size // (knobs["micro_batch_size"] * self.world_size)
-        if self.world_size == 1:
+        if self.world_size == 1 and "parallel" in knobs:
             knobs["parallel"] = None  # one rank: no data parallelism to choose
         for k in catalogue.CATALOGUE:
-            if k.only_with and not k.acts_with(knobs[k.only_with[0]]):
+            if k.name in knobs and k.only_with and not k.acts_with(knobs[k.only_with[0]]):
                 knobs[k.name] = None
-        return {k: knobs[k] for k in KNOBS}
+        return {k: knobs[k] for k in KNOBS if k in knobs}  # the task's knobs
 
     def points(self) -> list[dict[str, Any]]:
         """Every point of the space as searched params (the grid)."""
@@ -94,9 +94,21 @@ def resolve_space(cfg: Config, device: str | None = None) -> ResolvedSpace:
     device "cpu" with world_size > 1 runs the gloo backend: the NCCL knobs are then fixed at default, noted
     as not applicable (their values were validated all the same)."""
     space, wl = cfg.space, cfg.workload
-    values: dict[str, list[Any]] = {k: list(getattr(space, k)) for k in KNOBS if k != "grad_accum_steps"}
+    task = wl.task
+    mine = [k.name for k in catalogue.CATALOGUE if task in k.tasks]
+    for k in catalogue.CATALOGUE:  # a knob of another task, set: a mistake to be told about
+        value = getattr(space, k.name)
+        if task not in k.tasks and value != ("auto" if k.derived else [k.default]):
+            raise ValueError(f"space.{k.name}: a knob of task {', '.join(k.tasks)}, not of {task}; task {task} "
+                             f"searches {', '.join(mine)}")
+    values: dict[str, list[Any]] = {k: list(getattr(space, k)) for k in mine if k != "grad_accum_steps"}
     notes: dict[str, str] = {}
-    if wl.global_batch_size is not None:
+    if task == "generate":
+        bad = [p for p in values["precision"] if p not in ("fp32", "tf32", "bf16", "fp16")]
+        if bad:
+            raise ValueError(f"space.precision: {bad[0]} is not a precision of task generate; allowed: fp32, tf32, "
+                             "bf16, fp16 (fp8 weights: weight_quant float8_weight_only or float8_dynamic)")
+    elif wl.global_batch_size is not None:
         _derive_accumulation(space.grad_accum_steps, wl.global_batch_size // wl.world_size, wl.global_batch_size,
                              values, notes)
     else:
@@ -158,6 +170,8 @@ def _resolve_baseline(given: dict[str, Any], values: dict[str, list[Any]]) -> di
     for key, value in given.items():
         if key not in KNOBS:
             raise ValueError(f"baseline.{str(key)[:40]}: unknown knob; allowed: {', '.join(KNOBS)}")
+        if key not in values and key != "grad_accum_steps" or key == "grad_accum_steps" and "micro_batch_size" not in values:
+            raise ValueError(f"baseline.{key}: not a knob of this task; allowed: {', '.join(values)}")
         if key == "grad_accum_steps" and key not in values:
             raise ValueError(f"baseline.grad_accum_steps: {excerpt(value)} is derived from global_batch_size; remove it")
         if not any(v == value and type(v) is type(value) for v in values[key]):
@@ -173,9 +187,11 @@ def _resolve_baseline(given: dict[str, Any], values: dict[str, list[Any]]) -> di
 
 def config_fingerprint(cfg: Config) -> str:
     """Hash of what defines the measurements (model, workload, space): a study may only be resumed with the same."""
-    payload = {
-        "model": cfg.model.model_dump(mode="json"),
-        "workload": cfg.workload.model_dump(mode="json"),
-        "space": cfg.space.model_dump(mode="json"),
-    }
+    # Knobs of another task and generate's workload fields, when absent, are left out: a study made before
+    # they existed keeps its fingerprint (and can be resumed).
+    workload = {k: v for k, v in cfg.workload.model_dump(mode="json").items()
+                if not (k in ("prompt_len", "gen_len") and v is None)}
+    space = {k: v for k, v in cfg.space.model_dump(mode="json").items()
+             if cfg.workload.task in catalogue.BY_NAME[k].tasks}
+    payload = {"model": cfg.model.model_dump(mode="json"), "workload": workload, "space": space}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]

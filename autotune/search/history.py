@@ -25,11 +25,12 @@ def optuna_state(status: str) -> TrialState:
     """How a launched trial's status is stored. Configuration failures (oom, invalid_config, nonfinite_loss)
     end PRUNED, which Optuna's TPE counts among the bad trials and steers away from; it ignores FAIL trials
     (seen on 2x H200: with NCCL refusing NCCL_ALGO=Tree, 6 of 16 DDP trials went to Tree while refusals
-    were FAIL). A trial the pruner stopped (status pruned) is PRUNED too. Failures of the machine (crash,
+    were FAIL). A trial the pruner stopped (status pruned) and one past the study's latency limits
+    (over_limit) are PRUNED too. Failures of the machine (crash,
     timeout) are FAIL."""
     if status == "ok":
         return TrialState.COMPLETE
-    return TrialState.PRUNED if status in CONFIG_FAILURES or status == "pruned" else TrialState.FAIL
+    return TrialState.PRUNED if status in CONFIG_FAILURES or status in ("pruned", "over_limit") else TrialState.FAIL
 
 
 def store(trial: optuna.Trial, record: dict[str, Any]) -> None:

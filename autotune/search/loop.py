@@ -142,7 +142,8 @@ class _Search:
         self.runs = study_dir / "runs"
         self.bench = Bench.of(cfg.model, cfg.workload, device=device, timeout_s=60 * cfg.study.trial_timeout_min,
                               home=study_dir, base_dir=cfg.base_dir, compile_cache=cfg.study.compile_cache,
-                              prestart=cfg.study.prestart)
+                              prestart=cfg.study.prestart, drift=cfg.study.drift.model_dump(),
+                              limits=cfg.study.limits.model_dump() if cfg.study.limits else None)
         self.grace = cfg.study.worker_grace_s
         # one-rank trials report their steps and may be pruned; ranks would have to agree on where to stop
         self.prune_below = cfg.study.prune_below if cfg.workload.world_size == 1 else 0.0

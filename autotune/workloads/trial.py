@@ -29,7 +29,8 @@ from autotune.workloads.faults import Fault  # noqa: E402
 from autotune.workloads.ranks import Ranks, env_rank, fail_rank  # noqa: E402
 
 # task -> the workload class ("module:Class"), imported only when that task runs.
-WORKLOADS = {"train": "autotune.workloads.train:Train", "allreduce": "autotune.workloads.allreduce:AllReduce"}
+WORKLOADS = {"train": "autotune.workloads.train:Train", "generate": "autotune.workloads.generate:Generate",
+             "allreduce": "autotune.workloads.allreduce:AllReduce"}
 
 
 def workload_class(task: str) -> type[Workload]:

@@ -1,0 +1,412 @@
+"""Text generation (`task: generate`): prefill a batch of prompts, then decode `gen_len` tokens each, greedy,
+with a KV cache, on synthetic token ids (gpt-fast's loop: static cache, CUDA graphs through torch.compile's
+reduce-overhead mode, torchao weight quantization).
+
+One measured "step" is one whole generation of the batch; inside it every decode step has its own pair of
+CUDA events (no host synchronisation), so the trial reports time to first token (the prefill of the batch),
+time per output token (median and p99 over the decode steps) and output tokens/s. A quantized trial first
+compares its logits with the unquantized model's on the same prompts (greedy agreement, KL divergence).
+
+Imported only inside a trial's process: torch (and torchao for weight_quant), nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import time
+from typing import Any
+
+from autotune.knobs import QUANT_CONFIGS
+from autotune.workloads.base import InvalidConfig, Measured, Work, Workload
+from autotune.workloads.timing import time_steps
+from autotune.workloads.train import apply_attention, apply_precision
+
+DRIFT_PROMPTS, DRIFT_POSITIONS = 4, 16  # sequences and last positions compared against the unquantized model
+# bytes one stored weight takes, per weight_quant (plus the scales: quant_bytes)
+WEIGHT_BITS = {"int8_weight_only": 8, "int4_weight_only": 4, "float8_weight_only": 8, "float8_dynamic": 8}
+
+
+def _cache_module(torch: Any) -> type:
+    class StaticKV(torch.nn.Module):
+        """K and V of every position a generation reaches, preallocated; written in place (index_copy_)."""
+
+        def __init__(self, b: int, heads: int, length: int, head_dim: int, dtype: Any, device: Any) -> None:
+            super().__init__()
+            shape = (b, heads, length, head_dim)
+            self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+            self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+            with contextlib.suppress(Exception):  # CUDA graphs keep them in place rather than copying them
+                torch._dynamo.mark_static_address(self.k)
+                torch._dynamo.mark_static_address(self.v)
+
+        def update(self, pos: Any, k: Any, v: Any) -> tuple[Any, Any]:
+            self.k.index_copy_(2, pos, k)
+            self.v.index_copy_(2, pos, v)
+            return self.k, self.v
+
+    return StaticKV
+
+
+class Decoder:
+    """The built-in Transformer's blocks run with a KV cache: static (buffers, a mask over the whole cache)
+    or dynamic (tensors passed in and returned, grown by torch.cat)."""
+
+    def __init__(self, torch: Any, model: Any, batch: int, length: int, dtype: Any, static: bool, eager: bool) -> None:
+        self.torch, self.model, self.static, self.eager = torch, model, static, eager
+        self.length = length
+        attn = model.blocks[0].attn
+        self.n_heads, self.n_kv, self.head_dim = attn.n_heads, attn.n_kv, attn.head_dim
+        dev = model.tok.weight.device
+        if static:
+            kv = _cache_module(torch)
+            self.caches = torch.nn.ModuleList(kv(batch, self.n_kv, length, self.head_dim, dtype, dev)
+                                              for _ in model.blocks)
+            self.mask = torch.ones(length, length, dtype=torch.bool, device=dev).tril()
+
+    def forward(self, tokens: Any, pos: Any, caches: list[Any] | None = None) -> tuple[Any, list[Any] | None]:
+        """Logits of the last position of `tokens` (at positions `pos`), and (dynamic cache) the grown caches."""
+        torch, model = self.torch, self.model
+        F = torch.nn.functional
+        b, t = tokens.shape
+        x = model.tok(tokens)
+        rope = None
+        if model.pos is not None:
+            x = x + model.pos(pos)
+        else:
+            rope = (model.rope_cos[pos], model.rope_sin[pos])
+        grown = []
+        for i, block in enumerate(model.blocks):
+            a = block.attn
+            h = block.norm1(x)
+            q, k, v = a.qkv(h).split([self.n_heads * self.head_dim, self.n_kv * self.head_dim,
+                                      self.n_kv * self.head_dim], dim=-1)
+            q = q.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+            k = k.view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
+            v = v.view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
+            if rope is not None:
+                from autotune.workloads.model import _apply_rope
+
+                q, k = _apply_rope(q, *rope), _apply_rope(k, *rope)
+            if self.static:
+                k, v = self.caches[i].update(pos, k, v)
+                mask = self.mask[pos][None, None]  # [1, 1, t, length]: each query sees the positions up to its own
+            else:
+                if caches is not None:
+                    k = torch.cat([caches[i][0], k], dim=2)
+                    v = torch.cat([caches[i][1], v], dim=2)
+                grown.append((k, v))
+                mask = None
+            y = self._attend(q, k, v, mask, causal=not self.static and t > 1)
+            x = x + a.proj(y.transpose(1, 2).reshape(b, t, -1))
+            x = x + block.mlp(block.norm2(x))
+        logits = model.head(model.norm(x[:, -1:]))
+        return logits[..., : model.vocab], (None if self.static else grown)
+
+    def _attend(self, q: Any, k: Any, v: Any, mask: Any, causal: bool) -> Any:
+        torch = self.torch
+        if not self.eager:
+            return torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=self.n_kv != self.n_heads)
+        if k.shape[1] != q.shape[1]:
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+            v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        if causal:
+            t, s = q.shape[-2], k.shape[-2]
+            mask = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)[None, None]
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
+
+
+def full_logits(torch: Any, model: Any, tokens: Any, last: int) -> Any:
+    """Logits (float32) of the last `last` positions, from the model's own training forward (no cache)."""
+    t = tokens.shape[1]
+    x = model.tok(tokens)
+    rope = None
+    if model.pos is not None:
+        x = x + model.pos(torch.arange(t, device=tokens.device))
+    else:
+        rope = (model.rope_cos[:t], model.rope_sin[:t])
+    for block in model.blocks:
+        x = block(x, rope)
+    return model.head(model.norm(x[:, -last:]))[..., : model.vocab].float()
+
+
+def capture_linears(torch: Any, model: Any, run: Any, last: int) -> dict[str, tuple[Any, Any]]:
+    """Each nn.Linear's input and output on the last `last` positions while `run()` runs: the per-layer
+    reference a quantized copy of the same weights is compared with."""
+    seen: dict[str, tuple[Any, Any]] = {}
+    hooks = []
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Linear):
+            def keep(m: Any, args: Any, out: Any, name: str = name) -> None:
+                seen[name] = (args[0][:, -last:].detach().clone(), out[:, -last:].detach().float())
+            hooks.append(mod.register_forward_hook(keep))
+    try:
+        run()
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+def layer_errors(torch: Any, model: Any, seen: dict[str, tuple[Any, Any]]) -> list[float]:
+    """Relative output error ||W_q x - W x|| / ||W x|| of every quantized linear, on its recorded input."""
+    mods = dict(model.named_modules())
+    errs = []
+    for name, (x, ref) in seen.items():
+        out = mods[name](x).float()
+        errs.append(((out - ref).norm() / ref.norm().clamp_min(1e-12)).item())
+    return errs
+
+
+def drift(torch: Any, ref: Any, new: Any) -> dict[str, float]:
+    """Greedy next-token agreement and mean KL(ref || new) in nats, over every compared position."""
+    agree = (ref.argmax(-1) == new.argmax(-1)).float().mean().item()
+    logp, logq = torch.log_softmax(ref, -1), torch.log_softmax(new, -1)
+    kl = (logp.exp() * (logp - logq)).sum(-1).mean().item()
+    return {"greedy_agreement": agree, "kl_nats": kl}
+
+
+def apply_weight_quant(torch: Any, model: Any, knobs: dict[str, Any], broken: bool = False) -> str | None:
+    """torchao quantize_ with the weight_quant's config on every nn.Linear; the call as applied, or None.
+    broken (the test-only drift fault): a 1-bit sign quantizer instead, which must be caught."""
+    quant = knobs["weight_quant"]
+    if quant in (None, "none"):
+        return None
+    if broken:
+        with torch.no_grad():
+            for mod in model.modules():
+                if isinstance(mod, torch.nn.Linear):
+                    mod.weight.copy_(mod.weight.sign() * mod.weight.abs().mean())
+        return "AUTOTUNE_FAULT=drift: a 1-bit sign quantizer"
+    try:
+        import torchao.quantization as tq
+    except Exception as err:
+        raise InvalidConfig(f"weight_quant {quant} needs torchao (pip install 'autotune[generate]'): {err}",
+                            "weight_quant") from None
+    name = QUANT_CONFIGS[quant]
+    # int4: torch's own tinygemm kernel (tile-packed layout), as torchao's published Llama numbers use; the
+    # plain layout needs fbgemm/mslk kernels that a stock torch lacks
+    kwargs = {"group_size": knobs["int4_group_size"], "int4_packing_format": "tile_packed_to_4d"} \
+        if quant == "int4_weight_only" else {}
+    try:
+        tq.quantize_(model, getattr(tq, name)(**kwargs))
+    except Exception as err:  # torchao's own reason: kernel missing on this GPU, dtype not supported, ...
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        raise InvalidConfig(f"weight_quant {quant}: torchao cannot apply it here: {type(err).__name__}: {first}",
+                            "weight_quant", "precision") from None
+    return f"quantize_(model, {name}({', '.join(f'{k}={v}' for k, v in kwargs.items())}))"
+
+
+def linear_bytes(model: Any, torch: Any, quant: str | None, group: int) -> int:
+    """Bytes a decode step reads for the linear layers' weights as stored: the quantized weights and their
+    scales (int4: a bf16 scale and zero point per group; int8/float8: a scale per output row)."""
+    total = 0
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.Linear):
+            out_f, in_f = mod.out_features, mod.in_features
+            if quant in WEIGHT_BITS:
+                total += out_f * in_f * WEIGHT_BITS[quant] // 8
+                total += (out_f * (in_f // group) * 4) if quant == "int4_weight_only" else out_f * 4
+            else:
+                total += mod.weight.numel() * mod.weight.element_size()
+            if mod.bias is not None:
+                total += mod.bias.numel() * mod.bias.element_size()
+    return total
+
+
+class Generate(Workload):
+    """Prefill a batch of prompts, then decode gen_len tokens each with a KV cache, greedy."""
+
+    task = "generate"
+
+    def build(self) -> None:
+        torch, spec, knobs = self.torch, self.spec, self.spec.knobs
+        m, run = spec.model, spec.run
+        if not m or not m.get("family"):
+            raise InvalidConfig("task generate runs the built-in model (model.family gpt or llama)")
+        device = spec.device
+        self.prompt_len, self.gen_len, self.batch = run.prompt_len, run.gen_len, knobs["batch_size"]
+        amp = apply_precision(torch, knobs["precision"], device)
+        self.dtype = amp or torch.float32
+        self.dev = torch.device(device)
+        self.attention = apply_attention(torch, knobs["attention"], device, self.dtype)
+        torch.manual_seed(run.seed)
+        from autotune.workloads.model import Transformer
+
+        cfg = {**m, "attention": knobs["attention"], "padded_vocab": m["vocab_size"], "checkpoint_every": 0}
+        with torch.device("meta"):  # built in its dtype where it runs: an 8B model never exists in fp32
+            model = Transformer(cfg).to(self.dtype)
+        model = model.to_empty(device=self.dev)
+        model.init_weights()
+        model = model.eval().requires_grad_(False)
+        gen = torch.Generator(device=self.dev).manual_seed(run.seed)
+        self.prompts = torch.randint(0, m["vocab_size"], (self.batch, self.prompt_len), device=self.dev, generator=gen)
+        n_params = sum(p.numel() for p in model.parameters())
+        quant = knobs["weight_quant"]
+        drift_checked = None
+        if quant not in (None, "none"):
+            probe = self.prompts[:DRIFT_PROMPTS]
+            last = min(DRIFT_POSITIONS, self.prompt_len)
+            out: dict[str, Any] = {}
+
+            def reference() -> None:
+                out["ref"] = full_logits(torch, model, probe, last)
+
+            with torch.no_grad(), self.attention():
+                seen = capture_linears(torch, model, reference, last)
+            how = apply_weight_quant(torch, model, knobs, broken=self.fault.kind == "drift")
+            with torch.no_grad(), self.attention():
+                errs = layer_errors(torch, model, seen)
+                new = full_logits(torch, model, probe, last)
+            drift_checked = {**drift(torch, out.pop("ref"), new), "layer_error_max": max(errs),
+                             "layer_error_median": statistics.median(errs), "layers": len(errs),
+                             "prompts": int(probe.shape[0]), "positions": last}
+            del seen, new
+            self._check_drift(quant, drift_checked, spec.params.get("drift") or {})
+        else:
+            how = None
+        self.model = model
+        length = self.prompt_len + self.gen_len
+        static = knobs["kv_cache"] == "static"
+        self.decoder = Decoder(torch, model, self.batch, length, self.dtype, static, knobs["attention"] == "eager")
+        mode = knobs["compile"]
+        if mode and not static and mode == "reduce-overhead":
+            raise InvalidConfig("compile reduce-overhead (CUDA graphs) needs kv_cache static: a growing cache "
+                                "changes every decode step's shapes", "compile", "kv_cache")
+        self.prefill_fn, self.decode_fn = self._compile(mode, static)
+        cached = 2 * len(model.blocks) * self.batch * self.decoder.n_kv * self.decoder.head_dim
+        mean_pos = self.prompt_len + (self.gen_len - 1) / 2  # positions a decode step attends to, on average
+        dtype_bytes = torch.finfo(self.dtype).bits // 8
+        weights = linear_bytes(model, torch, quant, knobs.get("int4_group_size") or 128)
+        norms = (torch.nn.LayerNorm, torch.nn.RMSNorm)
+        other = sum(p.numel() * p.element_size() for mod in model.modules() if isinstance(mod, norms)
+                    for p in mod.parameters())
+        self.bytes_per_decode_step = int(weights + other + cached * mean_pos * dtype_bytes
+                                         + self.batch * m["d_model"] * dtype_bytes)
+        self._work = Work(tokens_per_step=self.batch * self.gen_len, n_params=n_params)
+        self.applied = {
+            "precision": str(self.dtype).replace("torch.", ""),
+            "weight_quant": how,
+            "kv_cache": f"{knobs['kv_cache']} ({length} positions)" if static else "dynamic (torch.cat)",
+            "compile_mode": (None if not mode else ("default" if mode is True else mode)),
+            "attention": knobs["attention"],
+            "drift": drift_checked,
+        }
+
+    @staticmethod
+    def _check_drift(quant: str, d: dict[str, Any], limit: dict[str, Any]) -> None:
+        """invalid_config: outputs drift, past any limit of study.drift (None: that limit is off)."""
+        missed = []
+        if limit.get("max_layer_error") is not None and d["layer_error_max"] > limit["max_layer_error"]:
+            missed.append(f"largest per-layer output error {d['layer_error_max']:.3f} > {limit['max_layer_error']}")
+        if limit.get("max_kl_nats") is not None and d["kl_nats"] > limit["max_kl_nats"]:
+            missed.append(f"KL {d['kl_nats']:.4f} nats > {limit['max_kl_nats']}")
+        if limit.get("min_greedy_agreement") is not None and d["greedy_agreement"] < limit["min_greedy_agreement"]:
+            missed.append(f"greedy agreement {d['greedy_agreement']:.3f} < {limit['min_greedy_agreement']}")
+        if missed:
+            raise InvalidConfig(f"outputs drift: {quant} against the unquantized model (same weights, same prompts): "
+                                + "; ".join(missed) + " (study.drift)", "weight_quant", "int4_group_size")
+
+    def _compile(self, mode: Any, static: bool) -> tuple[Any, Any]:
+        torch, dec = self.torch, self.decoder
+
+        def prefill(tokens: Any, pos: Any) -> Any:
+            logits, caches = dec.forward(tokens, pos)
+            return logits.argmax(-1), caches
+
+        def decode(token: Any, pos: Any, caches: Any) -> Any:
+            logits, grown = dec.forward(token, pos, caches)
+            return logits.argmax(-1), grown
+
+        if not mode:
+            return prefill, decode
+        mode_arg = None if mode in (True, "default") else mode
+        # the prefill runs once per generation: compiled without CUDA graphs (gpt-fast does the same)
+        prefill_mode = None if mode_arg == "reduce-overhead" else mode_arg
+        prefill_c = torch.compile(prefill, mode=prefill_mode, dynamic=False if static else None)
+        decode_c = torch.compile(decode, mode=mode_arg, dynamic=not static)
+        return prefill_c, decode_c
+
+    def generate(self, events: list[Any] | None) -> Any:
+        """One generation of the batch; `events` (CUDA) get one event after the prefill and after each decode step."""
+        torch, dec = self.torch, self.decoder
+        cuda = self.dev.type == "cuda"
+        stamps = events if events is not None else []
+        mark = (lambda: stamps.append(_event(torch))) if cuda else (lambda: stamps.append(time.perf_counter()))
+        mark()
+        with torch.no_grad(), self.attention():
+            pos = torch.arange(self.prompt_len, device=self.dev)
+            token, caches = self.prefill_fn(self.prompts, pos)
+            token = token.clone()
+            mark()
+            for i in range(self.gen_len - 1):
+                p = self.prompt_len + i
+                if cuda and self.spec.knobs["compile"] == "reduce-overhead":
+                    torch.compiler.cudagraph_mark_step_begin()
+                token, caches = self.decode_fn(token, torch.arange(p, p + 1, device=self.dev), caches)
+                token = token.clone()
+                mark()
+        return token
+
+    def run(self) -> Measured:
+        torch, run = self.torch, self.spec.run
+        cuda = self.spec.device == "cuda"
+        per_gen: list[list[Any]] = []
+
+        def step() -> Any:
+            stamps: list[Any] = []
+            per_gen.append(stamps)
+            return self.generate(stamps)
+
+        try:
+            timing = time_steps(torch, self.fault.slowed(step, torch.cuda.synchronize if cuda else (lambda: None)),
+                                warmup=run.warmup_steps, measure=run.measure_steps, device=self.spec.device)
+        except RuntimeError as err:
+            text = str(err)
+            if "No available kernel" in text or "not supported" in text.lower():
+                first = text.strip().splitlines()[0][:300]
+                raise InvalidConfig(f"attention {self.spec.knobs['attention']} with kv_cache "
+                                    f"{self.spec.knobs['kv_cache']}: {first}", "attention", "kv_cache") from None
+            raise
+        measured = per_gen[-len(timing.step_s):]
+        ttft, tpot = [], []
+        for stamps in measured:
+            if cuda:
+                gaps = [a.elapsed_time(b) for a, b in zip(stamps, stamps[1:])]  # milliseconds
+            else:
+                gaps = [(b - a) * 1000 for a, b in zip(stamps, stamps[1:])]
+            ttft.append(gaps[0])
+            tpot.extend(gaps[1:])
+        output = {
+            "prompt_len": self.prompt_len, "gen_len": self.gen_len, "batch_size": self.batch,
+            "ttft_ms": statistics.median(ttft), "ttft_ms_samples": ttft,
+            "tpot_ms_median": statistics.median(tpot) if tpot else None,
+            "tpot_ms_p99": _quantile(tpot, 0.99) if tpot else None,
+            "tpot_ms_samples": tpot if len(tpot) <= 4096 else None,
+            "decode_steps": len(tpot),
+            "bytes_per_decode_step": self.bytes_per_decode_step,
+        }
+        return Measured(timing, [], output)
+
+    def work(self) -> Work:
+        return self._work
+
+
+def _event(torch: Any) -> Any:
+    ev = torch.cuda.Event(enable_timing=True)
+    ev.record()
+    return ev
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """The q-quantile with linear interpolation (numpy's default), standard library only."""
+    s = sorted(values)
+    x = q * (len(s) - 1)
+    lo = math.floor(x)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (x - lo)

@@ -1,0 +1,195 @@
+"""task: generate on the CPU with real torch on tiny llama/gpt models: the KV cache against a full recompute,
+the trial's latency numbers, the drift guard (a broken quantizer must be caught), the latency limits, a
+search end to end, and bad input."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from autotune import metrics
+from autotune.config import load_config
+from autotune.errors import ConfigError
+from autotune.protocol import RunSettings, TrialSpec
+from autotune.workloads import trial
+from autotune.workloads.generate import Decoder, full_logits
+from autotune.workloads.model import Transformer
+from conftest import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = {"family": "llama", "n_layers": 2, "d_model": 64, "n_heads": 4, "n_kv_heads": 2, "kv_heads": 2,
+         "vocab_size": 256, "seq_len": 48, "ffn_hidden": 128, "tie_embeddings": False, "rope_theta": 500000.0}
+GEN = yaml.safe_load((ROOT / "search_spaces/tiny-generate.yaml").read_text())
+has_torchao = pytest.mark.skipif(__import__("importlib").util.find_spec("torchao") is None, reason="needs torchao")
+
+
+def _spec(**knobs: Any) -> TrialSpec:
+    return TrialSpec(task="generate", device="cpu", knobs={"precision": "fp32", **knobs}, model=MODEL,
+                     run=RunSettings(warmup_steps=1, measure_steps=2, prompt_len=12, gen_len=5),
+                     params={"drift": {"max_layer_error": 0.3}})
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt"])
+@pytest.mark.parametrize("static", [True, False])
+@pytest.mark.parametrize("eager", [False, True])
+def test_generate_cached_decoding_matches_full_recompute(family: str, static: bool, eager: bool) -> None:
+    """Greedy tokens from the KV-cache decoder equal those of recomputing the whole sequence each step."""
+    torch.manual_seed(0)
+    m = {**MODEL, "family": family, "attention": "eager" if eager else "auto", "padded_vocab": 256,
+         "checkpoint_every": 0, **({"n_kv_heads": None, "kv_heads": 4} if family == "gpt" else {})}
+    model = Transformer(m).eval()
+    prompts = torch.randint(0, 256, (2, 10))
+    dec = Decoder(torch, model, 2, 16, torch.float32, static, eager)
+    with torch.no_grad():
+        logits, caches = dec.forward(prompts, torch.arange(10))
+        got = [logits.argmax(-1)]
+        for i in range(5):
+            logits, caches = dec.forward(got[-1], torch.arange(10 + i, 11 + i), caches)
+            got.append(logits.argmax(-1))
+        seq, want = prompts, []
+        for _ in range(6):
+            nxt = full_logits(torch, model, seq, 1).argmax(-1)
+            want.append(nxt)
+            seq = torch.cat([seq, nxt], dim=1)
+    assert torch.equal(torch.cat(got, 1), torch.cat(want, 1))
+
+
+def test_generate_trial_reports_latency_per_token() -> None:
+    result = trial.run(_spec(batch_size=3))
+    out = result.output
+    assert result.status == "ok" and result.tokens_per_step == 3 * 5
+    assert len(result.step_times_s) == 2 and out["decode_steps"] == 2 * 4  # gen_len - 1 decode steps a generation
+    assert len(out["ttft_ms_samples"]) == 2 and out["ttft_ms"] > 0
+    assert min(out["tpot_ms_samples"]) <= out["tpot_ms_median"] <= out["tpot_ms_p99"] <= max(out["tpot_ms_samples"])
+    assert out["bytes_per_decode_step"] > 0 and result.applied["kv_cache"] == "static (17 positions)"
+
+
+def test_generate_compiled_dynamic_cache_and_graphs_need_static() -> None:
+    result = trial.run(_spec(compile=True, kv_cache="dynamic"))
+    assert result.status == "ok" and result.applied["compile_mode"] == "default"
+    err = trial.classify(_raises(lambda: trial.run(_spec(compile="reduce-overhead", kv_cache="dynamic"))), 1, {})
+    assert err.status == "invalid_config" and "needs kv_cache static" in err.reason
+
+
+def _raises(fn: Any) -> Exception:
+    try:
+        fn()
+    except Exception as err:  # noqa: BLE001 - the test classifies it
+        return err
+    raise AssertionError("no exception")
+
+
+@has_torchao
+def test_generate_drift_guard_passes_int8_and_catches_a_broken_quantizer(monkeypatch: pytest.MonkeyPatch) -> None:
+    good = trial.run(_spec(weight_quant="int8_weight_only"))
+    d = good.applied["drift"]
+    assert good.status == "ok" and d["layer_error_max"] < 0.05 and d["layers"] == 2 * 4 + 1
+    assert d["greedy_agreement"] > 0.5 and d["kl_nats"] < 0.01
+    monkeypatch.setenv("AUTOTUNE_FAULT", "drift")
+    bad = trial.classify(_raises(lambda: trial.run(_spec(weight_quant="int8_weight_only"))), 1,
+                         {"weight_quant": "int8_weight_only", "int4_group_size": None})
+    assert bad.status == "invalid_config" and bad.reason.startswith("outputs drift: int8_weight_only")
+    assert "per-layer output error" in bad.reason and bad.cause == {"weight_quant": "int8_weight_only",
+                                                                    "int4_group_size": None}
+
+
+def test_generate_latency_limits_and_roofline_arithmetic() -> None:
+    m = metrics.generation({"batch_size": 4, "tpot_ms_median": 10.0, "tpot_ms_p99": 40.0, "ttft_ms": 300.0,
+                            "bytes_per_decode_step": 24e9}, 4.8e12)
+    assert m["decode_tokens_per_s"] == pytest.approx(400.0) and m["decode_bytes_per_s"] == pytest.approx(2.4e12)
+    assert m["roofline_share"] == pytest.approx(0.5)
+    assert metrics.generation({"batch_size": 1, "tpot_ms_median": 5.0, "bytes_per_decode_step": 1}, None)[
+        "roofline_share"] is None
+    over = metrics.over_limits(m, {"p99_tpot_ms": 30, "ttft_ms": 500})
+    assert over == ["p99 time per output token 40.0 ms > limit 30 ms (p99_tpot_ms; 33% over)"]
+    assert metrics.over_limits(m, {"median_tpot_ms": 10.0}) == []
+
+
+def test_generate_search_end_to_end_with_limits(tmp_path: Path) -> None:
+    """A tiny generate search: every trial over a 1 microsecond limit is over_limit with its numbers (PRUNED
+    for Optuna, never chosen); with a reachable limit the search writes best.yaml and the report's columns."""
+    data = copy.deepcopy(GEN)
+    data["space"] = {"batch_size": [1, 4], "kv_cache": ["static", "dynamic"]}
+    data["baseline"] = {"batch_size": 1, "kv_cache": "static"}
+    data["study"].update(trials=3, confirm_top=0, limits={"p99_tpot_ms": 0.001})
+    (tmp_path / "gen.yaml").write_text(yaml.safe_dump(data))
+    run = run_cli("search", "gen.yaml", "--out", "out", cwd=tmp_path)
+    import optuna
+
+    study = optuna.load_study(study_name="tiny-generate", storage=f"sqlite:///{tmp_path}/out/tiny-generate/study.db")
+    launched = [t for t in study.trials if not t.user_attrs.get("predicted") and "metrics" in t.user_attrs]
+    assert launched and all(t.user_attrs["status"] == "over_limit" for t in launched)
+    assert all(t.state == optuna.trial.TrialState.PRUNED for t in launched)
+    assert all("p99 time per output token" in t.user_attrs["reason"] for t in launched)
+    assert not (tmp_path / "out/tiny-generate/best.yaml").exists()
+
+    data["study"]["limits"] = {"p99_tpot_ms": 60000}
+    data["name"] = "gen-ok"
+    (tmp_path / "gen.yaml").write_text(yaml.safe_dump(data))
+    run = run_cli("search", "gen.yaml", "--out", "out", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    best = yaml.safe_load((tmp_path / "out/gen-ok/best.yaml").read_text())
+    assert best["workload"]["task"] == "generate" and best["workload"]["gen_len"] == data["workload"]["gen_len"]
+    assert any("KV cache" in note for note in best["apply"]["notes"])
+    report = run_cli("report", "out/gen-ok", "--format", "markdown", cwd=tmp_path)
+    assert report.returncode == 0 and "TPOT p99 ms" in report.stdout and "roofline" in report.stdout
+
+
+@pytest.mark.parametrize("change, pattern", [
+    (lambda d: d["workload"].update(prompt_len=0), r"workload\.prompt_len"),
+    (lambda d: d["workload"].pop("gen_len"), r"workload\.gen_len: required with task generate"),
+    (lambda d: d["space"].update(weight_quant=["int3"]), r"space\.weight_quant"),
+    (lambda d: d["space"].update(micro_batch_size=[4, 8]), r"space\.micro_batch_size: a knob of task train, not of generate"),
+    (lambda d: d["space"].update(precision=["fp8"]), r"space\.precision: fp8 is not a precision of task generate"),
+    (lambda d: d["model"].update(seq_len=40), r"model\.seq_len: 40 is shorter than workload\.prompt_len \+ gen_len"),
+    (lambda d: d["workload"].update(global_batch_size=8), r"workload\.global_batch_size: not used with task generate"),
+    (lambda d: d["study"].update(limits={"p99_tpot_ms": -1}), r"study\.limits\.p99_tpot_ms"),
+    (lambda d: d["study"].update(limits={"p99_tpot": 30}), r"study\.limits\.p99_tpot"),
+    (lambda d: d["baseline"].update(micro_batch_size=4), r"baseline\.micro_batch_size: not a knob of this task"),
+])
+def test_generate_bad_input_is_one_line(tmp_path: Path, change: Any, pattern: str) -> None:
+    data = copy.deepcopy(GEN)
+    change(data)
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=pattern) as info:
+        load_config(tmp_path / "g.yaml")
+    assert "\n" not in str(info.value)
+
+
+def test_generate_knobs_and_limits_refused_in_training(tmp_path: Path) -> None:
+    from conftest import tiny
+
+    for change, pattern in [({"study": {"limits": {"ttft_ms": 500}}}, r"study\.limits: latency limits are for task generate"),
+                            ({"workload": {"prompt_len": 8}}, r"workload\.prompt_len: only for task generate"),
+                            ({"space": {"weight_quant": ["none", "int8_weight_only"]}}, r"space\.weight_quant: a knob of task generate")]:
+        (tmp_path / "t.yaml").write_text(yaml.safe_dump(tiny(**change)))
+        with pytest.raises(ConfigError, match=pattern):
+            load_config(tmp_path / "t.yaml")
+
+
+def test_generate_validate_and_fingerprint_of_training_unchanged(tmp_path: Path) -> None:
+    """A training study made before generate existed keeps its fingerprint (its resume is not refused)."""
+    from autotune.space import config_fingerprint
+    from conftest import tiny
+
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(tiny()))
+    cfg = load_config(tmp_path / "t.yaml")
+    dumped = json.dumps(cfg.space.model_dump(mode="json"))
+    assert "weight_quant" in dumped  # the field exists ...
+    fp = config_fingerprint(cfg)
+    import hashlib
+
+    space = {k: v for k, v in cfg.space.model_dump(mode="json").items()
+             if k not in ("batch_size", "weight_quant", "int4_group_size", "kv_cache")}
+    workload = {k: v for k, v in cfg.workload.model_dump(mode="json").items() if k not in ("prompt_len", "gen_len")}
+    old = {"model": cfg.model.model_dump(mode="json"), "workload": workload, "space": space}
+    assert fp == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]  # ... but not in the hash
+    assert os.path.exists(ROOT / "search_spaces/llama3-8b-generate.yaml")
+    load_config(ROOT / "search_spaces/llama3-8b-generate.yaml")
