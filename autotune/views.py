@@ -125,7 +125,8 @@ def space_table(described: dict[str, Any]) -> Table:
                       described["notes"].get(knob, ""))
     for knob, value in described["fixed"].items():
         table.add_row(knob, str(value), "fixed", described["notes"].get(knob, ""))
-    if "grad_accum_steps" not in described["searched"] and "grad_accum_steps" not in described["fixed"]:
+    if "micro_batch_size" in {**described["searched"], **described["fixed"]} and \
+            "grad_accum_steps" not in described["searched"] and "grad_accum_steps" not in described["fixed"]:
         table.add_row("grad_accum_steps", "auto", "derived", described["notes"].get("grad_accum_steps", ""))
     return table
 

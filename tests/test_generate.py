@@ -140,6 +140,8 @@ def test_generate_search_end_to_end_with_limits(tmp_path: Path) -> None:
     assert any("KV cache" in note for note in best["apply"]["notes"])
     report = run_cli("report", "out/gen-ok", "--format", "markdown", cwd=tmp_path)
     assert report.returncode == 0 and "TPOT p99 ms" in report.stdout and "roofline" in report.stdout
+    check = run_cli("check", "out/gen-ok/best.yaml", "--repeats", "2", "--reset-baseline", cwd=tmp_path)
+    assert check.returncode == 0 and "baseline recorded" in check.stdout, check.stdout + check.stderr
 
 
 @pytest.mark.parametrize("change, pattern", [

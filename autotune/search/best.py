@@ -162,8 +162,9 @@ def read_best(path: Path) -> dict[str, Any]:
     except ValidationError as err:
         section = next((k for k in ("model", "workload") if err.title == f"{k.capitalize()}Config"), None)
         raise ConfigError(f"{path}: {describe_error(err, section)}") from None
-    _check_knobs(path, doc["knobs"])
-    _check_batch(path, doc["knobs"], doc["workload"])
+    _check_knobs(path, doc["knobs"], doc["workload"].get("task", "train"))
+    if "micro_batch_size" in doc["knobs"]:
+        _check_batch(path, doc["knobs"], doc["workload"])
     return doc
 
 
@@ -175,15 +176,15 @@ def _check_batch(path: Path, knobs: dict[str, Any], workload: dict[str, Any]) ->
                           f"{knobs['grad_accum_steps']} x world_size {world} is not workload.global_batch_size {gbs}")
 
 
-def _check_knobs(path: Path, knobs: dict[str, Any]) -> None:
-    """Every knob of the catalogue, each value one its knob accepts (None: not acting in this trial)."""
+def _check_knobs(path: Path, knobs: dict[str, Any], task: str) -> None:
+    """Every knob of the workload's task, each value one its knob accepts (None: not acting in this trial)."""
     from autotune.config import SpaceConfig, describe_error
 
-    names = set(catalogue.NAMES)
+    names = {k.name for k in catalogue.CATALOGUE if task in k.tasks}
     if set(knobs) != names:
         wrong = sorted(set(knobs) ^ names)
         raise ConfigError(f"{path}: knobs: {wrong[0]} is {'missing' if wrong[0] in names else 'not a knob'}; "
-                          "best.yaml lists every knob")
+                          f"best.yaml lists every knob of task {task}")
     given = {k: [v] for k, v in knobs.items() if v is not None}
     try:
         SpaceConfig.model_validate(given)

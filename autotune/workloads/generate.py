@@ -68,7 +68,6 @@ class Decoder:
     def forward(self, tokens: Any, pos: Any, caches: list[Any] | None = None) -> tuple[Any, list[Any] | None]:
         """Logits of the last position of `tokens` (at positions `pos`), and (dynamic cache) the grown caches."""
         torch, model = self.torch, self.model
-        F = torch.nn.functional
         b, t = tokens.shape
         x = model.tok(tokens)
         rope = None
@@ -334,7 +333,7 @@ class Generate(Workload):
 
     def generate(self, events: list[Any] | None) -> Any:
         """One generation of the batch; `events` (CUDA) get one event after the prefill and after each decode step."""
-        torch, dec = self.torch, self.decoder
+        torch = self.torch
         cuda = self.dev.type == "cuda"
         stamps = events if events is not None else []
         mark = (lambda: stamps.append(_event(torch))) if cuda else (lambda: stamps.append(time.perf_counter()))
@@ -404,9 +403,7 @@ def _event(torch: Any) -> Any:
 
 
 def _quantile(values: list[float], q: float) -> float:
-    """The q-quantile with linear interpolation (numpy's default), standard library only."""
-    s = sorted(values)
-    x = q * (len(s) - 1)
-    lo = math.floor(x)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (x - lo)
+    """The q-quantile (q in hundredths) with linear interpolation between samples, as numpy's default."""
+    if len(values) < 2:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
