@@ -28,7 +28,7 @@ def test_protocol_unknown_keys_fail_loudly(tmp_path: Path) -> None:
 
 
 def test_protocol_result_status_is_one_of_the_statuses(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="status 'fine' is not one of ok, pruned, oom"):
+    with pytest.raises(ValueError, match="status 'fine' is not one of ok, pruned, over_limit, oom"):
         TrialResult("fine")
     TrialResult("oom", "CUDA out of memory").write(tmp_path / "r.json")
     assert TrialResult.read(tmp_path / "r.json") == TrialResult("oom", "CUDA out of memory")

@@ -192,7 +192,7 @@ def test_study_interrupted_confirmation_goes_on_from_its_samples(tmp_path: Path,
 
 def test_search_stores_each_status_in_the_state_the_sampler_learns_from() -> None:
     assert {s: optuna_state(s).name for s in STATUSES} == {
-        "ok": "COMPLETE", "pruned": "PRUNED", "oom": "PRUNED", "invalid_config": "PRUNED", "nonfinite_loss": "PRUNED",
+        "ok": "COMPLETE", "pruned": "PRUNED", "over_limit": "PRUNED", "oom": "PRUNED", "invalid_config": "PRUNED", "nonfinite_loss": "PRUNED",
         "timeout": "FAIL", "crash": "FAIL"}
     assert set(CONFIG_FAILURES) == {"oom", "invalid_config", "nonfinite_loss"}
 

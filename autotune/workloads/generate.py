@@ -78,16 +78,7 @@ class Decoder:
         grown = []
         for i, block in enumerate(model.blocks):
             a = block.attn
-            h = block.norm1(x)
-            q, k, v = a.qkv(h).split([self.n_heads * self.head_dim, self.n_kv * self.head_dim,
-                                      self.n_kv * self.head_dim], dim=-1)
-            q = q.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
-            k = k.view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
-            v = v.view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
-            if rope is not None:
-                from autotune.workloads.model import _apply_rope
-
-                q, k = _apply_rope(q, *rope), _apply_rope(k, *rope)
+            q, k, v = a.heads(block.norm1(x), rope)
             if self.static:
                 k, v = self.caches[i].update(pos, k, v)
                 mask = self.mask[pos][None, None]  # [1, 1, t, length]: each query sees the positions up to its own

@@ -35,7 +35,9 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(m["d_model"], (self.n_heads + 2 * self.n_kv) * self.head_dim, bias=bias)
         self.proj = nn.Linear(m["d_model"], m["d_model"], bias=bias)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def heads(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, ...]:
+        """Q, K, V as [batch, heads, tokens, head_dim], RoPE applied (llama); the generate workload's cache
+        decoder calls this too."""
         b, t, _ = x.shape
         q, k, v = self.qkv(x).split(
             [self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.n_kv * self.head_dim], dim=-1
@@ -45,6 +47,11 @@ class Attention(nn.Module):
         v = v.view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
         if rope is not None:
             q, k = _apply_rope(q, *rope), _apply_rope(k, *rope)
+        return q, k, v
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        b, t, _ = x.shape
+        q, k, v = self.heads(x, rope)
         if self.eager:
             y = eager_attention(q, k, v)
         else:
