@@ -192,9 +192,18 @@ class Telemetry:
                         "sm_clock_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
                         "temperature_c": nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
                         "throttle": [name for bit, name in _THROTTLE_BITS.items() if bits & bit],
+                        "energy_mj": _energy_mj(nv, h),
                     }
                 )
             self._stop.wait(self._interval)
+
+
+def _energy_mj(nv: Any, handle: Any) -> int | None:
+    """NVML's total energy counter of the GPU in millijoules since the driver loaded (Volta and newer), or None."""
+    try:
+        return int(nv.nvmlDeviceGetTotalEnergyConsumption(handle))
+    except Exception:
+        return None
 
 
 def device_units(device: str, gpus: str | None, ranks: int) -> list[str]:

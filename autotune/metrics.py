@@ -109,6 +109,7 @@ def summarize_telemetry(samples: list[dict[str, Any]], window: tuple[float, floa
         return None
     reasons = sorted({r for s in inside for r in s["throttle"]})
     return {
+        "energy_j": window_energy_j(samples, window),
         "samples": len(inside),
         "in_window": in_window,
         "power_w_mean": statistics.fmean(s["power_w"] for s in inside),
@@ -118,6 +119,26 @@ def summarize_telemetry(samples: list[dict[str, Any]], window: tuple[float, floa
         "throttle_reasons": reasons,
         "series": inside,
     }
+
+
+def window_energy_j(samples: list[dict[str, Any]], window: tuple[float, float]) -> float | None:
+    """Joules the GPU drew in the window, from NVML's total-energy counter (millijoules) interpolated linearly
+    at the window's start and end between the samples around each; None without a sample before the start and
+    one after the end (or without the counter)."""
+    points = [(s["t"], s["energy_mj"]) for s in samples if s.get("energy_mj") is not None]
+
+    def at(t: float) -> float | None:
+        before = [p for p in points if p[0] <= t]
+        after = [p for p in points if p[0] >= t]
+        if not before or not after:
+            return None
+        (t0, e0), (t1, e1) = before[-1], after[0]
+        return e0 if t1 == t0 else e0 + (e1 - e0) * (t - t0) / (t1 - t0)
+
+    start, end = at(window[0]), at(window[1])
+    if start is None or end is None or end <= start:
+        return None
+    return (end - start) / 1000.0
 
 
 def median_interval(samples: list[float], level: float = 0.95) -> tuple[float, float]:

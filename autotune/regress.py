@@ -47,6 +47,7 @@ class Verdict:
     checked_at: str = ""
     repeats: list[dict[str, Any]] = field(default_factory=list)  # per process: tokens/s, clock, power
     updated: bool = False  # --update recorded these samples as the new baseline
+    tpot: dict[str, Any] | None = None  # generate: the same decision on the median time per output token
 
     @property
     def exit_code(self) -> int:
@@ -54,8 +55,13 @@ class Verdict:
 
     def summary(self) -> str:
         lo, hi = self.ci
-        return (f"{self.status}: {self.check_median:,.0f} vs baseline {self.baseline_median:,.0f} tokens/s/GPU, "
+        line = (f"{self.status}: {self.check_median:,.0f} vs baseline {self.baseline_median:,.0f} tokens/s/GPU, "
                 f"ratio {self.ratio:.3f} (95% CI {lo:.3f} to {hi:.3f}), tolerance {self.tolerance_pct:g}%")
+        if self.tpot:
+            t = self.tpot
+            line += (f"; time per output token {t['check_median_ms']:.3f} vs baseline {t['baseline_median_ms']:.3f} ms, "
+                     f"speed ratio {t['ratio']:.3f} (95% CI {t['ci'][0]:.3f} to {t['ci'][1]:.3f}): {t['status']}")
+        return line
 
 
 def decide(baseline: list[float], check: list[float], tolerance_pct: float) -> tuple[str, float, tuple[float, float]]:
@@ -83,6 +89,19 @@ def decide(baseline: list[float], check: list[float], tolerance_pct: float) -> t
     if ratio > 1 + tol and ci[0] > 1:
         return "faster", ratio, ci
     return "pass", ratio, ci
+
+
+def tpot_decision(best: dict[str, Any], check_ms: list[float], tolerance_pct: float) -> dict[str, Any] | None:
+    """generate: `decide` on decode speed (1 / median time per output token, per process) against the recorded
+    baseline (check --update's samples, else the search's trial); None for training or without numbers."""
+    recorded = (best.get("check_baseline") or {}).get("tpot_ms_samples")
+    base_ms = list(recorded) if recorded else ([best["metrics"]["tpot_ms_median"]]
+                                               if best["metrics"].get("tpot_ms_median") else [])
+    if not base_ms or not check_ms:
+        return None
+    status, ratio, ci = decide([1 / x for x in base_ms], [1 / x for x in check_ms], tolerance_pct)
+    return {"status": status, "ratio": ratio, "ci": ci, "baseline_median_ms": statistics.median(base_ms),
+            "check_median_ms": statistics.median(check_ms), "baseline_samples_ms": base_ms, "check_samples_ms": check_ms}
 
 
 def baseline_samples(best: dict[str, Any]) -> tuple[list[float], str]:
@@ -190,6 +209,7 @@ def measure_best(best_path: Path, best: dict[str, Any], *, model_yaml: Path | No
         samples.append(record["metrics"]["tokens_per_s_per_gpu"])
         tele = record.get("telemetry") or {}
         details.append({"tokens_per_s_per_gpu": samples[-1], "step_times_s": record["raw"]["step_times_s"],
+                        "tpot_ms_median": record["metrics"].get("tpot_ms_median"),
                         **{k: tele.get(k) for k in ("sm_clock_mhz_mean", "power_w_mean", "temperature_c_max",
                                                     "throttle_reasons")}})
         fingerprint = fingerprint or record["fingerprint"]
@@ -201,8 +221,9 @@ def measure_best(best_path: Path, best: dict[str, Any], *, model_yaml: Path | No
 def reset_baseline(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5) -> tuple[list[float], list[str]]:
     """Measure and record the samples as best.yaml's check baseline; compare nothing. Returns samples, failures."""
     best = load_best(best_path)
-    samples, _, failures, fingerprint = measure_best(best_path, best, model_yaml=model_yaml, repeats=repeats)
-    record_check_baseline(best_path, best, samples, dt.datetime.now(dt.timezone.utc).isoformat(), fingerprint)
+    samples, details, failures, fingerprint = measure_best(best_path, best, model_yaml=model_yaml, repeats=repeats)
+    record_check_baseline(best_path, best, samples, dt.datetime.now(dt.timezone.utc).isoformat(), fingerprint,
+                          _tpots(details))
     return samples, failures
 
 
@@ -218,18 +239,25 @@ def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, 
     samples, details, failures, fingerprint = measure_best(best_path, best, model_yaml=model_yaml, repeats=repeats)
     base, source = baseline_samples(best)
     status, ratio, ci = decide(base, samples, tolerance_pct)
+    tpot = tpot_decision(best, _tpots(details), tolerance_pct)
+    if tpot and tpot["status"] == "regression":
+        status = "regression"  # generate: slower tokens, or slower per token, fails the check
     fp = best["fingerprint"]
     changes = {k: (fp.get(k), fingerprint.get(k)) for k in VERSION_KEYS if fp.get(k) != fingerprint.get(k)}
     verdict = Verdict(status, ratio, ci, tolerance_pct, statistics.median(base), statistics.median(samples), base,
                       samples, source, changes, failures, fingerprint, dt.datetime.now(dt.timezone.utc).isoformat(),
-                      details)
+                      details, tpot=tpot)
     if update and status != "regression":
-        record_check_baseline(best_path, best, samples, verdict.checked_at, fingerprint)
+        record_check_baseline(best_path, best, samples, verdict.checked_at, fingerprint, _tpots(details))
         verdict.updated = True
     record_history(best_path, verdict, best["name"])
     if junit:
         write_junit(junit, best["name"], verdict, time.monotonic() - t0)
     return verdict
+
+
+def _tpots(details: list[dict[str, Any]]) -> list[float]:
+    return [d["tpot_ms_median"] for d in details if d.get("tpot_ms_median")]
 
 
 def record_history(best_path: Path, verdict: Verdict, name: str) -> Path:

@@ -164,6 +164,10 @@ def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, bench: Bench
         record["applied"] = res.applied
         record["fingerprint"] = fingerprint(res.env, world)
         record["telemetry"] = metrics.summarize_telemetry(outcome.telemetry, tuple(res.measure_window or (0, 0)))
+        # tokens per joule of one GPU (the trial's first, whose NVML counter the telemetry reads): n/a without it
+        joules = (record["telemetry"] or {}).get("energy_j")
+        record["metrics"]["tokens_per_joule"] = (
+            res.tokens_per_step * len(res.step_times_s) / world / joules if joules and res.tokens_per_step else None)
         if res.ranks:
             record["ranks"] = res.ranks
     if outcome.status == "invalid_config":  # the knob values that cannot run here: a rule the search learns

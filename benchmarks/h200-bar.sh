@@ -4,6 +4,7 @@
 # Each stage resumes its studies, so a stage cut short is simply run again.
 #   benchmarks/h200-bar.sh STAGE...     stages: info grid fp32 llama hopper gputests ddp nccl refactor
 #                                       cheap-cold cheap-warm cold350 landscape cost (issue 13)
+#                                       gen8b gen-slo gen-plain (issue 14)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
 set -uo pipefail
@@ -53,6 +54,15 @@ d["study"]["compile_cache"] = "trials/compile-cache"; yaml.safe_dump(d, open(f"/
     landscape) # issue 13: the 96-point GPT-2-medium landscape (resumes); LANDSCAPE_MIN bounds one call
       at search search_spaces/gpt2-medium-landscape.yaml --gpus 0,1 --timeout-min "${LANDSCAPE_MIN:-60}" 2>&1 \
         | tee -a "$OUT/landscape.log" ;;
+    gen8b)  # issue 14: the 8B generate grid (bf16/int8/int4 x eager/CUDA graphs, batch 1), both GPUs side by side
+      at search search_spaces/llama3-8b-generate.yaml --gpus 0,1 2>&1 | tee -a "$OUT/gen8b.log"
+      at report trials/llama3-8b-generate --format markdown > "$OUT/gen8b-report.md" 2>&1 ;;
+    gen-slo) # issue 14: the SLO search (resumes; GENSLO_MIN bounds one call)
+      at search search_spaces/llama3-8b-generate-slo.yaml --gpus 0,1 --timeout-min "${GENSLO_MIN:-9}" 2>&1 | tee -a "$OUT/gen-slo.log"
+      at report trials/llama3-8b-generate-slo --format markdown > "$OUT/gen-slo-report.md" 2>&1 ;;
+    gen-plain) # issue 14: the hand-written reference loop, same machine, right after (GPU 0)
+      for q in none int8 int4; do CUDA_VISIBLE_DEVICES=0 python3 benchmarks/plain_generate.py --compile --quant $q \
+        2>>"$OUT/gen-plain.err" | tee -a "$OUT/gen-plain.jsonl"; done ;;
     cost)   # where each trial's time went, for every study under trials/ (benchmarks/trial_cost.py)
       python3 benchmarks/trial_cost.py $(ls -d trials/*/ | grep -v -e compile-cache -e archived) > "$OUT/cost.md" 2>&1 ;;
     gputests)

@@ -142,6 +142,10 @@ def test_generate_search_end_to_end_with_limits(tmp_path: Path) -> None:
     assert report.returncode == 0 and "TPOT p99 ms" in report.stdout and "roofline" in report.stdout
     check = run_cli("check", "out/gen-ok/best.yaml", "--repeats", "2", "--reset-baseline", cwd=tmp_path)
     assert check.returncode == 0 and "baseline recorded" in check.stdout, check.stdout + check.stderr
+    recorded = yaml.safe_load((tmp_path / "out/gen-ok/best.yaml").read_text())["check_baseline"]
+    assert len(recorded["tpot_ms_samples"]) == 2 and best["metrics"]["tpot_ms_median"] > 0
+    check = run_cli("check", "out/gen-ok/best.yaml", "--repeats", "2", "--tolerance", "99", cwd=tmp_path)
+    assert check.returncode == 0 and "time per output token" in check.stdout, check.stdout + check.stderr
 
 
 @pytest.mark.parametrize("change, pattern", [

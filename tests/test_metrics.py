@@ -56,6 +56,26 @@ def test_metrics_telemetry_only_inside_window() -> None:
     assert short["samples"] == 2 and not short["in_window"] and short["power_w_mean"] == 625
 
 
+def test_metrics_energy_from_the_nvml_counter_interpolated_at_the_window() -> None:
+    """NVML's total-energy counter (mJ) read with each sample: the window's joules are the counter's rise
+    between its start and end, interpolated between the samples around them; n/a without the counter or
+    without a sample on both sides."""
+    samples = [{"t": t, "power_w": 500, "sm_clock_mhz": 1980, "temperature_c": 50, "throttle": [], "energy_mj": e}
+               for t, e in [(0.0, 1_000_000), (1.0, 1_500_000), (2.0, 2_100_000), (3.0, 2_700_000)]]
+    assert metrics.window_energy_j(samples, (0.5, 2.5)) == pytest.approx((2_400_000 - 1_250_000) / 1000)
+    assert metrics.summarize_telemetry(samples, (1.0, 2.0))["energy_j"] == pytest.approx(600.0)
+    assert metrics.window_energy_j(samples, (2.5, 3.5)) is None  # no sample after the end
+    assert metrics.window_energy_j([{**s, "energy_mj": None} for s in samples], (0.5, 2.5)) is None
+
+
+def test_hardware_hbm_table_lookup() -> None:
+    from autotune.hardware import hbm_bandwidth
+
+    assert hbm_bandwidth("NVIDIA H200") == 4.8e12 and hbm_bandwidth("NVIDIA H100 80GB HBM3") == 3.35e12
+    assert hbm_bandwidth("NVIDIA A100-SXM4-40GB") == 1.555e12 and hbm_bandwidth("NVIDIA A100-SXM4-80GB") == 2.039e12
+    assert hbm_bandwidth("NVIDIA H100 PCIe") == 2.0e12 and hbm_bandwidth(None) is None and hbm_bandwidth("cpu") is None
+
+
 def test_hardware_peak_table_lookup() -> None:
     assert find_peak("NVIDIA H200").model == "H200 SXM"
     assert find_peak("NVIDIA H200 NVL").model == "H200 NVL"
@@ -66,3 +86,20 @@ def test_hardware_peak_table_lookup() -> None:
     assert find_peak("NVIDIA B200").model == "B200"
     assert find_peak("NVIDIA GeForce RTX 4090") is None
     assert peak_flops(None) is None
+
+
+def test_metrics_record_has_tokens_per_joule_when_the_counter_is_there(tmp_path) -> None:
+    """A trial's record: tokens per joule of its GPU over the measured steps (2 x 1000 tokens in a window the
+    counter says drew 400 J: 5 tokens/J), n/a without the counter (the CPU)."""
+    from autotune.protocol import RunSettings, TrialResult
+    from autotune.runner import Bench, Outcome, record_of
+
+    res = TrialResult("ok", step_times_s=[0.5, 0.5], tokens_per_step=1000, measure_window=[1.0, 2.0],
+                      peak_mem_bytes=2**30, peak_mem_kind="cuda_max_memory_allocated", env={"device": "cuda"})
+    tele = [{"t": t, "power_w": 400, "sm_clock_mhz": 1980, "temperature_c": 50, "throttle": [], "energy_mj": 400_000 * t}
+            for t in (0.8, 1.2, 1.6, 2.2)]
+    bench = Bench(model={}, run=RunSettings(), device="cuda", timeout_s=60, home=tmp_path)
+    record = record_of(0, {}, Outcome("ok", result=res, telemetry=tele), bench)
+    assert record["telemetry"]["energy_j"] == pytest.approx(400.0)
+    assert record["metrics"]["tokens_per_joule"] == pytest.approx(5.0)
+    assert record_of(0, {}, Outcome("ok", result=res, telemetry=[]), bench)["metrics"]["tokens_per_joule"] is None

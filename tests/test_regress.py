@@ -146,3 +146,22 @@ def test_regress_version_changes_listed(searched: Path, tmp_path: Path) -> None:
     proc = run_cli("check", str(tmp_path / "best.yaml"), "--repeats", "2", "--tolerance", "100", cwd=searched)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "changed since the baseline: torch 2.0.0 -> 2." in proc.stdout
+
+
+def test_regress_generate_gates_time_per_output_token_too() -> None:
+    """generate: the check decides on decode speed (1 / TPOT) as on tokens/s: a 3% slower token with 0.1%
+    noise fails at a 2% tolerance, the same numbers pass at 5%; training best.yaml files have no TPOT."""
+    from autotune.regress import tpot_decision
+
+    best = {"metrics": {"tokens_per_s_per_gpu": 200.0, "tpot_ms_median": 4.75},
+            "check_baseline": {"tpot_ms_samples": [4.750, 4.752, 4.748, 4.751, 4.749]}}
+    slow = [4.75 * 1.03 + d for d in (0.0, 0.002, -0.002, 0.001, -0.001)]
+    got = tpot_decision(best, slow, 2.0)
+    assert got["status"] == "regression" and got["ratio"] == pytest.approx(1 / 1.03, rel=1e-3)
+    assert got["ci"][1] < 1 and got["check_median_ms"] == pytest.approx(4.8925)
+    assert tpot_decision(best, slow, 5.0)["status"] == "pass"
+    no_recorded = {"metrics": {"tokens_per_s_per_gpu": 200.0, "tpot_ms_median": 4.75}}
+    one = tpot_decision(no_recorded, slow, 2.0)  # no check baseline yet: the search's single measurement
+    assert one["baseline_samples_ms"] == [4.75] and one["status"] == "regression"
+    assert tpot_decision(no_recorded, slow[:1], 2.0)["status"] == "pass"  # one sample each: noise unknown
+    assert tpot_decision({"metrics": {"tokens_per_s_per_gpu": 1.0}}, [], 2.0) is None

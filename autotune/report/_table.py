@@ -15,7 +15,7 @@ def fmt(value: Any, kind: str) -> str:
     if not _number(value):
         return str(value)[:20]
     return {"tok": f"{value:,.0f}", "mfu": f"{100 * value:.1f}%", "x": f"{value:.2f}x", "gib": f"{value:.2f}",
-            "pct": f"{value:.1f}%", "ms": f"{value:,.2f}"}.get(kind, str(value))
+            "pct": f"{value:.1f}%", "ms": f"{value:,.2f}", "tpj": f"{value:,.1f}"}.get(kind, str(value))
 
 
 def _number(value: Any) -> bool:
@@ -54,7 +54,8 @@ def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
         "fingerprint": a.get("fingerprint"), "failed_rank": a.get("failed_rank"),
         "nccl_used": nccl_log.used(_dict(a.get("nccl"))),
         # generate trials: latency and the decode roofline (metrics.generation)
-        **{k: m.get(k) if _number(m.get(k)) else None for k in ("ttft_ms", "tpot_ms_median", "tpot_ms_p99", "roofline_share")},
+        **{k: m.get(k) if _number(m.get(k)) else None
+           for k in ("ttft_ms", "tpot_ms_median", "tpot_ms_p99", "roofline_share", "tokens_per_joule")},
     }
 
 
@@ -65,7 +66,8 @@ def columns(knobs: list[str], rows: list[dict[str, Any]]) -> list[str]:
     outcome = ["state", "reason"] if any(r["state"] != "ok" or r["reason"] for r in rows) else []
     generate = any(r.get("tpot_ms_median") is not None for r in rows)
     efficiency = ["TTFT ms", "TPOT ms", "TPOT p99 ms", "roofline"] if generate else ["MFU"]
-    return ["#", *knobs, "tokens/s/GPU", "x baseline", *efficiency, "peak GiB", "step spread", *nccl, *outcome]
+    energy = ["tokens/J"] if any(r.get("tokens_per_joule") is not None for r in rows) else []
+    return ["#", *knobs, "tokens/s/GPU", "x baseline", *efficiency, *energy, "peak GiB", "step spread", *nccl, *outcome]
 
 
 def cells(row: dict[str, Any], knobs: list[str], header: list[str], reason_chars: int = 60) -> list[str]:
@@ -75,6 +77,7 @@ def cells(row: dict[str, Any], knobs: list[str], header: list[str], reason_chars
         "MFU": fmt(row["mfu"], "mfu"), "peak GiB": fmt(row["peak_mem_gib"], "gib"),
         "TTFT ms": fmt(row.get("ttft_ms"), "ms"), "TPOT ms": fmt(row.get("tpot_ms_median"), "ms"),
         "TPOT p99 ms": fmt(row.get("tpot_ms_p99"), "ms"), "roofline": fmt(row.get("roofline_share"), "mfu"),
+        "tokens/J": fmt(row.get("tokens_per_joule"), "tpj"),
         "step spread": fmt(row["step_spread_pct"], "pct"), "NCCL used": row.get("nccl_used") or "-",
         "state": row["state"] + (" (predicted)" if row["predicted"] else ""),
         "reason": reason_line(row["reason"], reason_chars),

@@ -59,6 +59,9 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
             "step_time_median_s": m["step_time"]["median_s"],
             "step_time_spread_pct": round(m["step_time"]["spread_pct"], 2),
             "speedup_vs_baseline": round(value / base.value, 3) if base else None,
+            # generate: latency and roofline of the chosen trial's search measurement; any workload: tokens/J
+            **{k: m[k] for k in ("ttft_ms", "tpot_ms_median", "tpot_ms_p99", "roofline_share", "tokens_per_joule")
+               if m.get(k) is not None},
         },
         "confirmation": None if not conf else [
             {"trial": st["trial"], "changed_knobs": st["changed_knobs"], "median": st["median"],
@@ -99,6 +102,7 @@ class _Chosen(_Part):
 
 class _Metrics(_Part):
     tokens_per_s_per_gpu: float = Field(gt=0)
+    tpot_ms_median: Optional[float] = Field(default=None, gt=0)  # generate: the check gates it too
 
 
 class _Fingerprint(_Part):
@@ -120,6 +124,7 @@ class _Candidate(_Part):
 class _CheckBaseline(_Part):
     tokens_per_s_samples: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
     recorded_at: str
+    tpot_ms_samples: Optional[list[Annotated[float, Field(gt=0)]]] = None  # generate: per-process median TPOT
 
 
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -193,9 +198,9 @@ def _check_knobs(path: Path, knobs: dict[str, Any], task: str) -> None:
 
 
 def record_check_baseline(path: Path, doc: dict[str, Any], samples: list[float], recorded_at: str,
-                          fingerprint: dict[str, Any]) -> None:
+                          fingerprint: dict[str, Any], tpot_ms: list[float] | None = None) -> None:
     """check --update / --reset-baseline: these samples become the recorded baseline in best.yaml (atomically);
     doc is best.yaml as read_best read it."""
     doc = {**doc, "check_baseline": {"tokens_per_s_samples": samples, "recorded_at": recorded_at,
-                                     "fingerprint": fingerprint}}
+                                     "fingerprint": fingerprint, **({"tpot_ms_samples": tpot_ms} if tpot_ms else {})}}
     write_yaml(path, doc)

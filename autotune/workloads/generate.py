@@ -240,7 +240,9 @@ class Generate(Workload):
         quant = knobs["weight_quant"]
         drift_checked = None
         if quant not in (None, "none"):
-            probe = self.prompts[:DRIFT_PROMPTS]
+            # the same probe whatever the batch size: drift is the quantization's, so one rule covers all batches
+            probe = torch.randint(0, m["vocab_size"], (DRIFT_PROMPTS, self.prompt_len), device=self.dev,
+                                  generator=torch.Generator(device=self.dev).manual_seed(run.seed + 1))
             last = min(DRIFT_POSITIONS, self.prompt_len)
             out: dict[str, Any] = {}
 
