@@ -140,6 +140,7 @@ def test_generate_search_end_to_end_with_limits(tmp_path: Path) -> None:
     assert any("KV cache" in note for note in best["apply"]["notes"])
     report = run_cli("report", "out/gen-ok", "--format", "markdown", cwd=tmp_path)
     assert report.returncode == 0 and "TPOT p99 ms" in report.stdout and "roofline" in report.stdout
+    assert "Front, tokens/s against p99 time per output token" in report.stdout
     check = run_cli("check", "out/gen-ok/best.yaml", "--repeats", "2", "--reset-baseline", cwd=tmp_path)
     assert check.returncode == 0 and "baseline recorded" in check.stdout, check.stdout + check.stderr
     recorded = yaml.safe_load((tmp_path / "out/gen-ok/best.yaml").read_text())["check_baseline"]
@@ -199,3 +200,15 @@ def test_generate_validate_and_fingerprint_of_training_unchanged(tmp_path: Path)
     assert fp == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]  # ... but not in the hash
     assert os.path.exists(ROOT / "search_spaces/llama3-8b-generate.yaml")
     load_config(ROOT / "search_spaces/llama3-8b-generate.yaml")
+
+
+def test_generate_report_front_is_the_non_dominated_trials() -> None:
+    from autotune.report._collect import pareto_front
+
+    def row(n: int, tok: float | None, p99: float | None, state: str = "ok") -> dict[str, Any]:
+        return {"number": n, "state": state, "tokens_per_s_per_gpu": tok, "tpot_ms_p99": p99}
+
+    rows = [row(0, 100, 5), row(1, 300, 20), row(2, 200, 25), row(3, 500, 60, "over_limit"), row(4, 90, 5),
+            row(5, None, None, "oom"), row(6, 250, 20), row(7, 600, 80, "pruned")]
+    assert [r["number"] for r in pareto_front(rows)] == [0, 1, 3]  # 2, 4, 6 beaten; oom and pruned not measured
+    assert pareto_front([{**r, "tpot_ms_p99": None} for r in rows]) == []  # training: no front

@@ -58,7 +58,22 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
         "time": _time(rows),
         "best_telemetry": next((t.user_attrs.get("telemetry") or None for t in trials if best and t.number == best["number"]), None),
         "check_history": history,
+        "front": pareto_front(rows),
     }
+
+
+def pareto_front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """generate studies: the measured trials (ok or over_limit) that no other beats on both output tokens/s
+    (higher) and p99 time per output token (lower), fastest token first; [] for training."""
+    pts = [r for r in rows if r["state"] in ("ok", "over_limit") and r["tokens_per_s_per_gpu"] is not None
+           and r.get("tpot_ms_p99") is not None]
+
+    def beaten(r: dict[str, Any]) -> bool:
+        return any(o["tokens_per_s_per_gpu"] >= r["tokens_per_s_per_gpu"] and o["tpot_ms_p99"] <= r["tpot_ms_p99"]
+                   and (o["tokens_per_s_per_gpu"], o["tpot_ms_p99"]) != (r["tokens_per_s_per_gpu"], r["tpot_ms_p99"])
+                   for o in pts)
+
+    return sorted((r for r in pts if not beaten(r)), key=lambda r: r["tpot_ms_p99"])
 
 
 def _importance(study: optuna.Study, completed: list[optuna.trial.FrozenTrial], searched: list[str]) -> dict[str, Any]:

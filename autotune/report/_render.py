@@ -48,10 +48,18 @@ def to_markdown(data: dict[str, Any], top: int = 10) -> str:
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells(r, knobs, header)) + " |" for r in rows]
     if data["failures"]:
         lines += ["", "Failed: " + "; ".join(f"{k}: {v['count']}" for k, v in data["failures"].items())]
+    if data.get("front"):
+        lines += ["", "Front, tokens/s against p99 time per output token (no other trial beats these on both): "
+                  + "; ".join(_front_point(r) for r in data["front"])]
     imp = data["importance"]["values"]
     if imp:
         lines += ["", "Importance: " + ", ".join(f"{k} {v:.2f}" for k, v in imp.items()) + noise(data)]
     return "\n".join(lines) + "\n"
+
+
+def _front_point(r: dict[str, Any]) -> str:
+    over = " (over limit)" if r["state"] == "over_limit" else ""
+    return f"trial {r['number']}: {fmt(r['tpot_ms_p99'], 'ms')} ms, {fmt(r['tokens_per_s_per_gpu'], 'tok')} tokens/s{over}"
 
 
 def render_rich(data: dict[str, Any], console: Any) -> None:
@@ -72,6 +80,9 @@ def render_rich(data: dict[str, Any], console: Any) -> None:
                       fmt(st["search_value"], "tok"), confirmed(st), "; ".join(st["failures"]) or "-")
         console.print(c)
         console.print(f"Why: {conf['why']}", highlight=False)
+    if data.get("front"):
+        console.print("Front, tokens/s against p99 time per output token (no other trial beats these on both): "
+                      + "; ".join(_front_point(r) for r in data["front"]), highlight=False)
     if data["failures"]:
         f = Table(title="Failed and predicted-infeasible trials, by reason")
         for col in ("reason", "count", "trials", "example"):
