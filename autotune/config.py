@@ -420,10 +420,9 @@ class Config(_Section):
         if wl.task != "generate" and self.study.limits is not None:
             raise ValueError(f"study.limits: latency limits are for task generate (task is {wl.task}); remove them")
         if wl.task == "generate":
-            if m.family is None:
-                raise ValueError(f"model.{'hf_config' if m.hf_config else 'entrypoint'}: task generate runs the "
-                                 "built-in model (model.family gpt or llama); hf_config and entrypoint models are "
-                                 "tuned for training only")
+            if m.entrypoint is not None:
+                raise ValueError("model.entrypoint: task generate runs the built-in model (model.family) or an "
+                                 "hf_config model; an entrypoint returns a training model (forward -> loss)")
             if wl.prompt_len + wl.gen_len > m.seq_len:
                 raise ValueError(f"model.seq_len: {m.seq_len} is shorter than workload.prompt_len + gen_len "
                                  f"({wl.prompt_len} + {wl.gen_len}); the cache holds both: use seq_len >= "

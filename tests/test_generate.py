@@ -158,6 +158,7 @@ def test_generate_search_end_to_end_with_limits(tmp_path: Path) -> None:
     (lambda d: d["model"].update(seq_len=40), r"model\.seq_len: 40 is shorter than workload\.prompt_len \+ gen_len"),
     (lambda d: d["workload"].update(global_batch_size=8), r"workload\.global_batch_size: not used with task generate"),
     (lambda d: d["study"].update(limits={"p99_tpot_ms": -1}), r"study\.limits\.p99_tpot_ms"),
+    (lambda d: d.update(model={"entrypoint": "custom_model:build"}), r"model\.entrypoint: task generate runs"),
     (lambda d: d["study"].update(limits={"p99_tpot": 30}), r"study\.limits\.p99_tpot"),
     (lambda d: d["baseline"].update(micro_batch_size=4), r"baseline\.micro_batch_size: not a knob of this task"),
 ])
@@ -165,6 +166,7 @@ def test_generate_bad_input_is_one_line(tmp_path: Path, change: Any, pattern: st
     data = copy.deepcopy(GEN)
     change(data)
     (tmp_path / "g.yaml").write_text(yaml.safe_dump(data))
+    (tmp_path / "custom_model.py").write_text((ROOT / "search_spaces/custom_model.py").read_text())
     with pytest.raises(ConfigError, match=pattern) as info:
         load_config(tmp_path / "g.yaml")
     assert "\n" not in str(info.value)
@@ -212,3 +214,46 @@ def test_generate_report_front_is_the_non_dominated_trials() -> None:
             row(5, None, None, "oom"), row(6, 250, 20), row(7, 600, 80, "pruned")]
     assert [r["number"] for r in pareto_front(rows)] == [0, 1, 3]  # 2, 4, 6 beaten; oom and pruned not measured
     assert pareto_front([{**r, "tpot_ms_p99": None} for r in rows]) == []  # training: no front
+
+
+HF_CONFIG = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 64}
+
+
+def _hf_spec(tmp_path: Path, **knobs: Any) -> TrialSpec:
+    (tmp_path / "config.json").write_text(json.dumps(HF_CONFIG))
+    m = {"hf_config": str(tmp_path / "config.json"), "seq_len": 48, "family": None}
+    return TrialSpec(task="generate", device="cpu", knobs={"precision": "fp32", "kv_cache": "dynamic", **knobs},
+                     model=m, run=RunSettings(warmup_steps=1, measure_steps=2, prompt_len=12, gen_len=5),
+                     params={"drift": {"max_layer_error": 0.3}})
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("transformers") is None, reason="needs transformers")
+def test_generate_hf_config_model_decodes_with_its_own_cache(tmp_path: Path) -> None:
+    """An hf_config model: transformers' DynamicCache decode equals recomputing the sequence; the trial runs
+    eager and compiled, quantized with the drift guard; a static cache is the built-in model's (refused)."""
+    from autotune.workloads.external import hf_causal_lm
+    from autotune.workloads.generate import HFDecoder
+
+    spec = _hf_spec(tmp_path)
+    hf, _ = hf_causal_lm(spec.model, spec.knobs, "cpu")
+    hf.eval()
+    dec, prompts = HFDecoder(hf, 256), torch.randint(0, 256, (2, 9))
+    with torch.no_grad():
+        logits, cache = dec.forward(prompts, None)
+        got = [logits.argmax(-1)]
+        for _ in range(4):
+            logits, cache = dec.forward(got[-1], None, cache)
+            got.append(logits.argmax(-1))
+        seq, want = prompts, []
+        for _ in range(5):
+            want.append(hf(input_ids=seq).logits[:, -1:].argmax(-1))
+            seq = torch.cat([seq, want[-1]], dim=1)
+    assert torch.equal(torch.cat(got, 1), torch.cat(want, 1))
+    assert trial.run(spec).status == "ok"
+    assert trial.run(_hf_spec(tmp_path, compile=True)).applied["compile_mode"] == "default"
+    err = trial.classify(_raises(lambda: trial.run(_hf_spec(tmp_path, kv_cache="static"))), 1, {"kv_cache": "static"})
+    assert err.status == "invalid_config" and "hf_config model decodes with kv_cache: dynamic" in err.reason
+    if __import__("importlib").util.find_spec("torchao") is not None:
+        quant = trial.run(_hf_spec(tmp_path, weight_quant="int8_weight_only"))
+        assert quant.status == "ok" and quant.applied["drift"]["layer_error_max"] < 0.05

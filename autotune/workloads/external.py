@@ -55,20 +55,35 @@ def _reject(knobs: dict[str, Any], what: str) -> None:
                           "activation_checkpointing")
 
 
+def hf_attention(knobs: dict[str, Any]) -> str:
+    """transformers' attn_implementation for the attention knob: eager, else sdpa (a forced SDPA backend is the
+    trial's context around the forward)."""
+    return "eager" if knobs.get("attention", "auto") == "eager" else "sdpa"
+
+
+def hf_causal_lm(m: dict[str, Any], knobs: dict[str, Any], device: Any) -> tuple[Any, Any]:
+    """AutoModelForCausalLM.from_config on the config file, built and initialised on `device` (nothing is made
+    on the CPU first; random weights, nothing downloaded); SDPA attention unless the attention knob is eager
+    (flash/efficient/cudnn/math: SDPA with that backend forced by the trial). Returns the model and config."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with open(m["hf_config"]) as f:
+        data = json.load(f)
+    config = AutoConfig.for_model(**data)
+    impl = hf_attention(knobs)
+    with torch.device(device):
+        hf = AutoModelForCausalLM.from_config(config, attn_implementation=impl)
+    return hf, config
+
+
 def build_hf(m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: int, gen: Any) -> Built:
     """AutoModelForCausalLM.from_config on the config file: random weights, nothing downloaded."""
     import torch
     import torch.nn.functional as F
-    from transformers import AutoConfig, AutoModelForCausalLM
 
     _reject(knobs, "hf_config models")
-    with open(m["hf_config"]) as f:
-        data = json.load(f)
-    config = AutoConfig.for_model(**data)
-    attention = knobs.get("attention", "auto")
-    impl = "eager" if attention == "eager" else "sdpa"  # flash/efficient/cudnn/math: SDPA with that backend forced
-    with torch.device(device):  # built and initialised where it trains: nothing is made on the CPU first
-        hf = AutoModelForCausalLM.from_config(config, attn_implementation=impl)
+    hf, config = hf_causal_lm(m, knobs, device)
     if knobs.get("activation_checkpointing", "none") == "full":
         hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     vocab = config.vocab_size
@@ -101,7 +116,7 @@ def build_hf(m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: i
         flop_params=n - n_pos,
         mfu_dims={"n_layers": layers, "d_model": d, "seq_len": seq} if layers and d else None,
         n_params=n,
-        applied={"model": f"transformers {type(hf).__name__} ({data['model_type']})", "attn_implementation": impl,
+        applied={"model": f"transformers {type(hf).__name__} ({config.model_type})", "attn_implementation": hf_attention(knobs),
                  "vocab": [vocab, vocab], "checkpointed_blocks": layers if knobs.get("activation_checkpointing") == "full" else 0},
     )
 

@@ -111,6 +111,25 @@ class Decoder:
         return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
 
 
+class HFDecoder:
+    """A transformers causal LM decoded with its own DynamicCache (passed in and returned, as Decoder's
+    dynamic cache): the same interface as Decoder."""
+
+    static = False
+
+    def __init__(self, hf: Any, vocab: int) -> None:
+        cfg = hf.config
+        self.hf, self.vocab = hf, vocab
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv = getattr(cfg, "num_key_value_heads", None) or self.n_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
+        self.layers = cfg.num_hidden_layers
+
+    def forward(self, tokens: Any, pos: Any, caches: Any = None) -> tuple[Any, Any]:
+        out = self.hf(input_ids=tokens, past_key_values=caches, use_cache=True)
+        return out.logits[:, -1:, : self.vocab], out.past_key_values
+
+
 def full_logits(torch: Any, model: Any, tokens: Any, last: int) -> Any:
     """Logits (float32) of the last `last` positions, from the model's own training forward (no cache)."""
     t = tokens.shape[1]
@@ -217,8 +236,8 @@ class Generate(Workload):
     def build(self) -> None:
         torch, spec, knobs = self.torch, self.spec, self.spec.knobs
         m, run = spec.model, spec.run
-        if not m or not m.get("family"):
-            raise InvalidConfig("task generate runs the built-in model (model.family gpt or llama)")
+        if not m or not (m.get("family") or m.get("hf_config")):
+            raise InvalidConfig("task generate runs the built-in model (model.family gpt or llama) or an hf_config model")
         device = spec.device
         self.prompt_len, self.gen_len, self.batch = run.prompt_len, run.gen_len, knobs["batch_size"]
         amp = apply_precision(torch, knobs["precision"], device)
@@ -226,35 +245,50 @@ class Generate(Workload):
         self.dev = torch.device(device)
         self.attention = apply_attention(torch, knobs["attention"], device, self.dtype)
         torch.manual_seed(run.seed)
-        from autotune.workloads.model import Transformer
+        static = knobs["kv_cache"] == "static"
+        if m.get("hf_config"):
+            if static:
+                raise InvalidConfig("kv_cache static is the built-in model's (a cache preallocated and written in "
+                                    "place); an hf_config model decodes with kv_cache: dynamic (transformers' "
+                                    "DynamicCache)", "kv_cache")
+            from autotune.workloads.external import hf_causal_lm
 
-        cfg = {**m, "attention": knobs["attention"], "padded_vocab": m["vocab_size"], "checkpoint_every": 0}
-        with torch.device("meta"):  # built in its dtype where it runs: an 8B model never exists in fp32
-            model = Transformer(cfg).to(self.dtype)
-        model = model.to_empty(device=self.dev)
-        model.init_weights()
-        model = model.eval().requires_grad_(False)
+            model, config = hf_causal_lm(m, knobs, self.dev)
+            vocab, d_model = config.vocab_size, config.hidden_size
+            model = model.to(self.dtype).eval().requires_grad_(False)
+            self.logits = lambda tokens, last: model(input_ids=tokens).logits[:, -last:, :vocab].float()
+        else:
+            from autotune.workloads.model import Transformer
+
+            cfg = {**m, "attention": knobs["attention"], "padded_vocab": m["vocab_size"], "checkpoint_every": 0}
+            with torch.device("meta"):  # built in its dtype where it runs: an 8B model never exists in fp32
+                model = Transformer(cfg).to(self.dtype)
+            model = model.to_empty(device=self.dev)
+            model.init_weights()
+            model = model.eval().requires_grad_(False)
+            vocab, d_model = m["vocab_size"], m["d_model"]
+            self.logits = lambda tokens, last: full_logits(torch, model, tokens, last)
         gen = torch.Generator(device=self.dev).manual_seed(run.seed)
-        self.prompts = torch.randint(0, m["vocab_size"], (self.batch, self.prompt_len), device=self.dev, generator=gen)
+        self.prompts = torch.randint(0, vocab, (self.batch, self.prompt_len), device=self.dev, generator=gen)
         n_params = sum(p.numel() for p in model.parameters())
         quant = knobs["weight_quant"]
         drift_checked = None
         if quant not in (None, "none"):
             # the same probe whatever the batch size: drift is the quantization's, so one rule covers all batches
-            probe = torch.randint(0, m["vocab_size"], (DRIFT_PROMPTS, self.prompt_len), device=self.dev,
+            probe = torch.randint(0, vocab, (DRIFT_PROMPTS, self.prompt_len), device=self.dev,
                                   generator=torch.Generator(device=self.dev).manual_seed(run.seed + 1))
             last = min(DRIFT_POSITIONS, self.prompt_len)
             out: dict[str, Any] = {}
 
             def reference() -> None:
-                out["ref"] = full_logits(torch, model, probe, last)
+                out["ref"] = self.logits(probe, last)
 
             with torch.no_grad(), self.attention():
                 seen = capture_linears(torch, model, reference, last)
             how = apply_weight_quant(torch, model, knobs, broken=self.fault.kind == "drift")
             with torch.no_grad(), self.attention():
                 errs = layer_errors(torch, model, seen)
-                new = full_logits(torch, model, probe, last)
+                new = self.logits(probe, last)
             drift_checked = {**drift(torch, out.pop("ref"), new), "layer_error_max": max(errs),
                              "layer_error_median": statistics.median(errs), "layers": len(errs),
                              "prompts": int(probe.shape[0]), "positions": last}
@@ -264,14 +298,15 @@ class Generate(Workload):
             how = None
         self.model = model
         length = self.prompt_len + self.gen_len
-        static = knobs["kv_cache"] == "static"
-        self.decoder = Decoder(torch, model, self.batch, length, self.dtype, static, knobs["attention"] == "eager")
+        self.decoder = HFDecoder(model, vocab) if m.get("hf_config") else \
+            Decoder(torch, model, self.batch, length, self.dtype, static, knobs["attention"] == "eager")
         mode = knobs["compile"]
         if mode and not static and mode == "reduce-overhead":
             raise InvalidConfig("compile reduce-overhead (CUDA graphs) needs kv_cache static: a growing cache "
                                 "changes every decode step's shapes", "compile", "kv_cache")
         self.prefill_fn, self.decode_fn = self._compile(mode, static)
-        cached = 2 * len(model.blocks) * self.batch * self.decoder.n_kv * self.decoder.head_dim
+        layers = self.decoder.layers if m.get("hf_config") else len(model.blocks)
+        cached = 2 * layers * self.batch * self.decoder.n_kv * self.decoder.head_dim
         mean_pos = self.prompt_len + (self.gen_len - 1) / 2  # positions a decode step attends to, on average
         dtype_bytes = torch.finfo(self.dtype).bits // 8
         weights = linear_bytes(model, torch, quant, knobs.get("int4_group_size") or 128)
@@ -279,7 +314,7 @@ class Generate(Workload):
         other = sum(p.numel() * p.element_size() for mod in model.modules() if isinstance(mod, norms)
                     for p in mod.parameters())
         self.bytes_per_decode_step = int(weights + other + cached * mean_pos * dtype_bytes
-                                         + self.batch * m["d_model"] * dtype_bytes)
+                                         + self.batch * d_model * dtype_bytes)
         self._work = Work(tokens_per_step=self.batch * self.gen_len, n_params=n_params)
         self.applied = {
             "precision": str(self.dtype).replace("torch.", ""),
