@@ -366,6 +366,11 @@ class StudyConfig(_Section):
         "trial). Default: on with --device cuda; off on the CPU, where that import would share the cores with "
         "the trial being measured.",
     )
+    objective: Literal["tokens_per_s", "pareto"] = Field(
+        default="tokens_per_s", description="tokens_per_s: maximise tokens/s per GPU. pareto (task generate): an "
+        "Optuna multi-objective study, tokens/s (maximised) against p99 time per output token (minimised); best.yaml "
+        "keeps the fastest configuration within study.limits and lists the front.",
+    )
     limits: Optional[LimitsConfig] = Field(
         default=None, description="generate: latency limits (p99_tpot_ms, median_tpot_ms, ttft_ms); a trial past one "
         "is recorded over_limit with its numbers and never chosen.",
@@ -417,6 +422,11 @@ class Config(_Section):
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:
         wl, m = self.workload, self.model
+        if wl.task != "generate" and self.study.objective == "pareto":
+            raise ValueError(f"study.objective: pareto trades tokens/s against p99 time per output token: task "
+                             f"generate only (task is {wl.task}); use tokens_per_s")
+        if self.study.objective == "pareto" and (wl.gen_len or 0) < 2:
+            raise ValueError(f"study.objective: pareto needs decode steps to time: workload.gen_len >= 2 (is {wl.gen_len})")
         if wl.task != "generate" and self.study.limits is not None:
             raise ValueError(f"study.limits: latency limits are for task generate (task is {wl.task}); remove them")
         if wl.task == "generate":

@@ -13,7 +13,7 @@ from rich.text import Text
 from autotune.errors import printable
 from autotune.protocol import reason_line
 from autotune.report import fmt, rich_table, row_of
-from autotune.search.history import History
+from autotune.search.history import History, value_of
 from autotune.search.observer import Observer
 
 
@@ -63,8 +63,8 @@ class LiveProgress(Observer):
         self.current.pop(record["number"], None)
         best = history.best()
         if best is not None:
-            self.baseline_value = history.baseline.value if history.baseline else None
-            self.best = {"number": best.number, "value": best.value, "knobs": best.user_attrs["knobs"],
+            self.baseline_value = value_of(history.baseline) if history.baseline else None
+            self.best = {"number": best.number, "value": value_of(best), "knobs": best.user_attrs["knobs"],
                          "mfu": best.user_attrs["metrics"]["mfu"]}
         knobs = fmt_knobs(record["knobs"], self.searched)
         if record["status"] == "ok":
@@ -108,7 +108,7 @@ class LiveProgress(Observer):
 
 def top_trials_table(history: History, searched: list[str], top: int = 5) -> Table:
     """The top completed trials, best first (the report's trials table)."""
-    base = history.baseline.value if history.baseline else None
+    base = value_of(history.baseline) if history.baseline else None
     rows = [row_of(t, base) for t in history.ranked()[:top]]
     return rich_table(rows, searched, f"Top {top} of {len(history.completed)} completed trials")
 

@@ -257,3 +257,51 @@ def test_generate_hf_config_model_decodes_with_its_own_cache(tmp_path: Path) -> 
     if __import__("importlib").util.find_spec("torchao") is not None:
         quant = trial.run(_hf_spec(tmp_path, weight_quant="int8_weight_only"))
         assert quant.status == "ok" and quant.applied["drift"]["layer_error_max"] < 0.05
+
+
+def test_generate_pareto_objective_is_an_optuna_multi_objective_study(tmp_path: Path) -> None:
+    """objective pareto: Optuna gets (tokens/s, p99 TPOT) to maximise and minimise; best.yaml keeps the fastest
+    configuration and lists Optuna's front (no front trial beaten on both by another completed one); resuming
+    the study under the single objective is refused (exit 2), nothing written."""
+    import optuna
+
+    data = copy.deepcopy(GEN)
+    data.update(name="gen-pareto", space={"batch_size": [1, 4, 16], "kv_cache": ["static", "dynamic"]},
+                baseline={"batch_size": 1, "kv_cache": "static"})
+    data["study"].update(trials=4, confirm_top=0, objective="pareto")
+    data["study"].pop("limits")
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
+    run = run_cli("search", "p.yaml", "--out", "out", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    study = optuna.load_study(study_name="gen-pareto", storage=f"sqlite:///{tmp_path}/out/gen-pareto/study.db")
+    assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert done and all(t.values == [t.user_attrs["metrics"]["tokens_per_s_per_gpu"],
+                                     t.user_attrs["metrics"]["tpot_ms_p99"]] for t in done)
+    best = yaml.safe_load((tmp_path / "out/gen-pareto/best.yaml").read_text())
+    assert best["chosen"]["trial"] == max(done, key=lambda t: t.values[0]).number
+    front = best["front"]
+    assert [f["tpot_ms_p99"] for f in front] == sorted(f["tpot_ms_p99"] for f in front)
+    for f in front:
+        assert not any(t.values[0] > f["tokens_per_s_per_gpu"] + 0.1 and t.values[1] < f["tpot_ms_p99"] - 1e-3
+                       for t in done)
+    before = (tmp_path / "out/gen-pareto/study.db").read_bytes()
+    data["study"]["objective"] = "tokens_per_s"
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
+    again = run_cli("search", "p.yaml", "--out", "out", cwd=tmp_path)
+    assert again.returncode == 2 and "study.objective: tokens_per_s does not match the study" in again.stderr
+    assert (tmp_path / "out/gen-pareto/study.db").read_bytes() == before
+
+
+def test_generate_pareto_needs_generate_and_decode_steps(tmp_path: Path) -> None:
+    from conftest import tiny
+
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(tiny(study={"objective": "pareto"})))
+    with pytest.raises(ConfigError, match=r"study\.objective: pareto trades tokens/s against p99 .* task generate only"):
+        load_config(tmp_path / "t.yaml")
+    data = copy.deepcopy(GEN)
+    data["study"]["objective"] = "pareto"
+    data["workload"]["gen_len"] = 1
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"study\.objective: pareto needs decode steps to time: workload\.gen_len >= 2"):
+        load_config(tmp_path / "g.yaml")

@@ -11,7 +11,7 @@ from typing import Any
 import optuna
 
 from autotune.report._table import row_of
-from autotune.search.history import History, current_confirmation
+from autotune.search.history import History, current_confirmation, value_of
 from autotune.space import KNOBS
 
 
@@ -22,7 +22,7 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
     config = attrs.get("config", {})
     h = History.of(study)
     completed, baseline = h.completed, h.baseline
-    base_value = baseline.value if baseline else None
+    base_value = value_of(baseline) if baseline else None
     rows = [row_of(t, base_value) for t in trials if t.user_attrs.get("status") != "duplicate"]
     ok = sorted((r for r in rows if r["state"] == "ok"), key=lambda r: -r["tokens_per_s_per_gpu"])
     others = [r for r in rows if r["state"] != "ok"]

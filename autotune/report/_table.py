@@ -40,7 +40,8 @@ def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
     if not isinstance(state, str) or (state == "ok" and (tokens is None or not isinstance(a.get("knobs"), dict))):
         state, tokens = "unreadable", None
     # a pruned trial's Optuna value is its last step's (Optuna's tell): the median of its steps is the number
-    value = (t.value if _number(t.value) else None) if t.state == TrialState.COMPLETE else tokens
+    first = t.values[0] if t.values else None  # tokens/s; a pareto study's second value is p99 TPOT
+    value = (first if _number(first) else None) if t.state == TrialState.COMPLETE else tokens
     return {
         "number": t.number, "state": state, "knobs": a.get("knobs") if isinstance(a.get("knobs"), dict) else t.params,
         "tokens_per_s_per_gpu": tokens, "mfu": m.get("mfu") if _number(m.get("mfu")) else None,

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from autotune import knobs as catalogue
 from autotune import yamlio
 from autotune.errors import ConfigError
-from autotune.search.history import History, current_confirmation
+from autotune.search.history import History, current_confirmation, value_of
 from autotune.search.storage import mask_url
 
 if TYPE_CHECKING:
@@ -43,8 +43,8 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
     m, knobs, fp = best.user_attrs["metrics"], best.user_attrs["knobs"], best.user_attrs["fingerprint"]
     # With a confirmation, the confirmed median (several fresh processes) is the number; the search's
     # single measurement of the winner is kept beside it (it is the best of many, so optimistic).
-    value = chosen_stats["median"] if chosen_stats and chosen_stats["median"] else best.value
-    scale = value / best.value
+    value = chosen_stats["median"] if chosen_stats and chosen_stats["median"] else value_of(best)
+    scale = value / value_of(best)
     doc = {
         "name": cfg.name,
         "chosen": {"trial": best.number, "why": why},
@@ -52,13 +52,13 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
         "metrics": {
             "tokens_per_s_per_gpu": round(value, 1),
             "tokens_per_s": round(m["tokens_per_s"] * scale, 1),
-            "search_tokens_per_s_per_gpu": round(best.value, 1),
+            "search_tokens_per_s_per_gpu": round(value_of(best), 1),
             "mfu": None if m["mfu"] is None else round(m["mfu"] * scale, 4),
             "peak_mem_gib": round(m["peak_mem_gib"], 3),
             "peak_mem_kind": m["peak_mem_kind"],
             "step_time_median_s": m["step_time"]["median_s"],
             "step_time_spread_pct": round(m["step_time"]["spread_pct"], 2),
-            "speedup_vs_baseline": round(value / base.value, 3) if base else None,
+            "speedup_vs_baseline": round(value / value_of(base), 3) if base else None,
             # generate: latency and roofline of the chosen trial's search measurement; any workload: tokens/J
             **{k: m[k] for k in ("ttft_ms", "tpot_ms_median", "tpot_ms_p99", "roofline_share", "tokens_per_joule")
                if m.get(k) is not None},
@@ -68,8 +68,13 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
              "ci95": st["ci95"], "samples": st["samples"], "search_value": st["search_value"], "failures": st["failures"]}
             for st in conf["stats"]],
         "baseline": {"trial": base.number if base else None, "knobs": base.user_attrs["knobs"] if base else None,
-                     "tokens_per_s_per_gpu": round(base.value, 1) if base else None},
+                     "tokens_per_s_per_gpu": round(value_of(base), 1) if base else None},
         "fingerprint": fp,
+        # objective pareto: Optuna's front of the completed trials (tokens/s up, p99 time per output token down)
+        **({"front": [{"trial": t.number, "tokens_per_s_per_gpu": round(t.values[0], 1),
+                       "tpot_ms_p99": round(t.values[1], 3), "knobs": t.user_attrs["knobs"]}
+                      for t in sorted(study.best_trials, key=lambda t: t.values[1])]}
+           if len(study.directions) > 1 else {}),
         "apply": {"env": catalogue.env_of(knobs), "knobs": knobs, "notes": catalogue.apply_notes(knobs, fp["device"])},
         "measurement": {
             "warmup_steps": cfg.workload.warmup_steps,

@@ -11,7 +11,7 @@ import optuna
 from autotune import metrics
 from autotune.protocol import reason_line
 from autotune.runner import Bench, measure
-from autotune.search.history import History
+from autotune.search.history import History, value_of
 from autotune.search.observer import Observer
 
 
@@ -73,7 +73,7 @@ def choose(candidates: list[optuna.trial.FrozenTrial], samples: dict[int, list[f
         s = samples[t.number]
         stats[t.number] = {
             "trial": t.number, "knobs": t.user_attrs["knobs"], "changed_knobs": changed_knobs(t.user_attrs["knobs"], base_knobs),
-            "samples": s, "search_value": t.value, "failures": failures[t.number],
+            "samples": s, "search_value": value_of(t), "failures": failures[t.number],
             "median": statistics.median(s) if s else None,
             "ci95": list(metrics.median_interval(s)) if s else None,
         }

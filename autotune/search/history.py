@@ -85,11 +85,17 @@ class History:
         return h
 
     def best(self) -> optuna.trial.FrozenTrial | None:
-        return max(self.completed, key=lambda t: t.value, default=None)
+        return max(self.completed, key=value_of, default=None)
 
     def ranked(self) -> list[optuna.trial.FrozenTrial]:
         """Completed trials, best first."""
-        return sorted(self.completed, key=lambda t: t.value, reverse=True)
+        return sorted(self.completed, key=value_of, reverse=True)
+
+
+def value_of(t: optuna.trial.FrozenTrial) -> float | None:
+    """A trial's tokens/s per GPU: its value, the first of a pareto study's two (the second: p99 time per output
+    token). Optuna's FrozenTrial.value refuses multi-objective trials, so everything reads it through here."""
+    return t.values[0] if t.values else None
 
 
 def _readable(t: optuna.trial.FrozenTrial) -> bool:
@@ -99,7 +105,7 @@ def _readable(t: optuna.trial.FrozenTrial) -> bool:
         return False
     if t.state == TrialState.COMPLETE:
         m = a.get("metrics")
-        return isinstance(m, dict) and isinstance(m.get("tokens_per_s_per_gpu"), (int, float)) and t.value is not None
+        return isinstance(m, dict) and isinstance(m.get("tokens_per_s_per_gpu"), (int, float)) and value_of(t) is not None
     return True
 
 

@@ -146,7 +146,9 @@ class _Search:
                               limits=cfg.study.limits.model_dump() if cfg.study.limits else None)
         self.grace = cfg.study.worker_grace_s
         # one-rank trials report their steps and may be pruned; ranks would have to agree on where to stop
-        self.prune_below = cfg.study.prune_below if cfg.workload.world_size == 1 else 0.0
+        # (Optuna's pruners do not take multi-objective trials: a pareto study prunes nothing)
+        self.prune_below = cfg.study.prune_below if cfg.workload.world_size == 1 and cfg.study.objective != "pareto" \
+            else 0.0
         self.rng = random.Random(cfg.study.seed)
         self.points = space.points()
         self.point_keys = [key(space.knobs(p)) for p in self.points]  # a point's identity, computed once
@@ -164,7 +166,7 @@ class _Search:
 
     # --- the objective: claim, launch, record ------------------------------------------------------------
 
-    def objective(self, trial: optuna.Trial) -> float:
+    def objective(self, trial: optuna.Trial) -> float | tuple[float, float]:
         params = self.space.suggest(trial)
         knobs = self.space.knobs(params)
         trial.set_user_attr("knobs", knobs)
@@ -238,7 +240,7 @@ class _Search:
             self.slots.put(slot)
             trial.set_user_attr("overlapped_with", self._overlapped(trial.number))
 
-    def record(self, trial: optuna.Trial, record: dict[str, Any]) -> float:
+    def record(self, trial: optuna.Trial, record: dict[str, Any]) -> float | tuple[float, float]:
         """Store the record; configuration failures end PRUNED, machine failures FAIL (history.optuna_state)."""
         self.new_trials += 1
         store(trial, record)
@@ -248,6 +250,8 @@ class _Search:
             raise optuna.TrialPruned(f"{record['status']}: {record['reason']}")
         if state == TrialState.FAIL:
             raise _TrialFailed(f"{record['status']}: {record['reason']}")
+        if self.cfg.study.objective == "pareto":
+            return record["metrics"]["tokens_per_s_per_gpu"], record["metrics"]["tpot_ms_p99"]
         return record["metrics"]["tokens_per_s_per_gpu"]
 
     # --- the study around it -------------------------------------------------------------------------------

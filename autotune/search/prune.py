@@ -39,8 +39,8 @@ class BelowBest(optuna.pruners.BasePruner):
 
 def best_value(study: optuna.Study) -> float | None:
     """The best completed trial's value (tokens/s per GPU), or None before any completed."""
-    return max((t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if t.value is not None), default=None)
+    return max((t.values[0] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if t.values), default=None)
 
 
 class ProgressWatch:

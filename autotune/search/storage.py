@@ -128,7 +128,16 @@ def open_study(cfg: Config, *, out_root: Path, device: str, fresh: bool,
     if not fresh:
         _refuse_other_config(cfg.name, storage, url, want)
     study_dir.mkdir(parents=True, exist_ok=True)
-    study = optuna.create_study(study_name=cfg.name, storage=storage, direction="maximize", load_if_exists=True)
+    directions = ["maximize", "minimize"] if cfg.study.objective == "pareto" else ["maximize"]
+    try:
+        study = optuna.create_study(study_name=cfg.name, storage=storage, directions=directions, load_if_exists=True)
+    except ValueError as err:  # Optuna refuses to load a study under other directions
+        raise StudyError(f"study.objective: {cfg.study.objective} does not match the study {cfg.name!r} already in "
+                         f"{mask_url(url)} ({err}); use --fresh to start over or the objective it was made with") from None
+    if [d.name.lower() for d in study.directions] != directions:
+        raise StudyError(f"study.objective: {cfg.study.objective} does not match the study {cfg.name!r} already in "
+                         f"{mask_url(url)} ({len(study.directions)} objective(s)); use --fresh to start over or the "
+                         "objective it was made with")
     for key, value in want.items():
         study.set_user_attr(key, value)
     if "baseline_knobs" not in study.user_attrs:  # the baseline the study began with stays its baseline

@@ -70,7 +70,9 @@ def copy_trials(study: optuna.Study, space: ResolvedSpace, source: optuna.Study)
         if tuple(sorted(knobs.items())) in seen:
             continue
         attrs: dict[str, Any] = {**t.user_attrs, "warm_start": f"{source.study_name}#{t.number}"}
-        copies.append(optuna.trial.create_trial(params=params, distributions=dists, value=t.value, state=t.state,
+        if t.values is not None and len(t.values) != len(study.directions):
+            continue  # measured under another objective (tokens/s alone against the pareto pair)
+        copies.append(optuna.trial.create_trial(params=params, distributions=dists, values=t.values, state=t.state,
                                                 user_attrs=attrs))
     study.add_trials(copies)
     return len(copies)
