@@ -132,15 +132,7 @@ class HFDecoder:
 
 def full_logits(torch: Any, model: Any, tokens: Any, last: int) -> Any:
     """Logits (float32) of the last `last` positions, from the model's own training forward (no cache)."""
-    t = tokens.shape[1]
-    x = model.tok(tokens)
-    rope = None
-    if model.pos is not None:
-        x = x + model.pos(torch.arange(t, device=tokens.device))
-    else:
-        rope = (model.rope_cos[:t], model.rope_sin[:t])
-    for block in model.blocks:
-        x = block(x, rope)
+    x = model.hidden(tokens)
     return model.head(model.norm(x[:, -last:]))[..., : model.vocab].float()
 
 

@@ -155,6 +155,11 @@ class Transformer(nn.Module):
             module.reset_parameters()
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.head_loss(self.hidden(tokens), targets)
+
+    def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The last block's output for every position (embedding, positions or RoPE, the blocks; activation
+        checkpointing as configured): what the loss, or the generate workload's drift check, reads."""
         t = tokens.shape[1]
         x = self.tok(tokens)
         rope = None
@@ -167,7 +172,7 @@ class Transformer(nn.Module):
                 x = torch.utils.checkpoint.checkpoint(block, x, rope, use_reentrant=False)
             else:
                 x = block(x, rope)
-        return self.head_loss(x, targets)
+        return x
 
     def head_loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Final norm, output head and cross-entropy: what follows the blocks (compile_scope block compiles it
