@@ -264,30 +264,7 @@ class Generate(Workload):
         self.prompts = torch.randint(0, vocab, (self.batch, self.prompt_len), device=self.dev, generator=gen)
         n_params = sum(p.numel() for p in model.parameters())
         quant = knobs["weight_quant"]
-        drift_checked = None
-        if quant not in (None, "none"):
-            # the same probe whatever the batch size: drift is the quantization's, so one rule covers all batches
-            probe = torch.randint(0, vocab, (DRIFT_PROMPTS, self.prompt_len), device=self.dev,
-                                  generator=torch.Generator(device=self.dev).manual_seed(run.seed + 1))
-            last = min(DRIFT_POSITIONS, self.prompt_len)
-            out: dict[str, Any] = {}
-
-            def reference() -> None:
-                out["ref"] = self.logits(probe, last)
-
-            with torch.no_grad(), self.attention():
-                seen = capture_linears(torch, model, reference, last)
-            how = apply_weight_quant(torch, model, knobs, broken=self.fault.kind == "drift")
-            with torch.no_grad(), self.attention():
-                errs = layer_errors(torch, model, seen)
-                new = self.logits(probe, last)
-            drift_checked = {**drift(torch, out.pop("ref"), new), "layer_error_max": max(errs),
-                             "layer_error_median": statistics.median(errs), "layers": len(errs),
-                             "prompts": int(probe.shape[0]), "positions": last}
-            del seen, new
-            self._check_drift(quant, drift_checked, spec.params.get("drift") or {})
-        else:
-            how = None
+        how, drift_checked = self._quantize(model, vocab) if quant not in (None, "none") else (None, None)
         self.model = model
         length = self.prompt_len + self.gen_len
         self.decoder = HFDecoder(model, vocab) if m.get("hf_config") else \
@@ -316,6 +293,31 @@ class Generate(Workload):
             "attention": knobs["attention"],
             "drift": drift_checked,
         }
+
+    def _quantize(self, model: Any, vocab: int) -> tuple[str | None, dict[str, Any]]:
+        """weight_quant applied, with the drift guard: every linear's input and output recorded on a probe
+        before, each layer's error and the whole model's logits compared after; invalid_config past study.drift."""
+        torch, knobs, run = self.torch, self.spec.knobs, self.spec.run
+        # the same probe whatever the batch size: drift is the quantization's, so one rule covers all batches
+        probe = torch.randint(0, vocab, (DRIFT_PROMPTS, self.prompt_len), device=self.dev,
+                              generator=torch.Generator(device=self.dev).manual_seed(run.seed + 1))
+        last = min(DRIFT_POSITIONS, self.prompt_len)
+        out: dict[str, Any] = {}
+
+        def reference() -> None:
+            out["ref"] = self.logits(probe, last)
+
+        with torch.no_grad(), self.attention():
+            seen = capture_linears(torch, model, reference, last)
+        how = apply_weight_quant(torch, model, knobs, broken=self.fault.kind == "drift")
+        with torch.no_grad(), self.attention():
+            errs = layer_errors(torch, model, seen)
+            new = self.logits(probe, last)
+        checked = {**drift(torch, out.pop("ref"), new), "layer_error_max": max(errs),
+                   "layer_error_median": statistics.median(errs), "layers": len(errs),
+                   "prompts": int(probe.shape[0]), "positions": last}
+        self._check_drift(knobs["weight_quant"], checked, self.spec.params.get("drift") or {})
+        return how, checked
 
     @staticmethod
     def _check_drift(quant: str, d: dict[str, Any], limit: dict[str, Any]) -> None:
