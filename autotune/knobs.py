@@ -271,9 +271,9 @@ CATALOGUE: tuple[Knob, ...] = (
          help="Weights of every linear layer through torchao quantize_: none, int8_weight_only, int4_weight_only "
               "(group size: int4_group_size), float8_weight_only, float8_dynamic (weights and activations, sm89+). "
               "Each quantized trial checks its outputs against the unquantized model (study.drift).",
-         effect="`torchao.quantization.quantize_(model, <Config>())` on every `nn.Linear` (head included); the greedy "
-                "tokens and KL divergence against the unquantized model are recorded, and a trial past `study.drift` "
-                "ends `invalid_config: outputs drift`"),
+         effect="`torchao.quantization.quantize_(model, <Config>())` on every `nn.Linear` (head included); each layer's output error, the "
+                "greedy tokens and the KL divergence against the unquantized model are recorded, and a trial past "
+                "`study.drift` ends `invalid_config: outputs drift`"),
     Knob("int4_group_size", Literal[32, 64, 128, 256], 128, tasks=("generate",),
          only_with=("weight_quant", "int4_weight_only"),
          help="Group size of int4 weight-only quantization (int4_weight_only only).",
