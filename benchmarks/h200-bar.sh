@@ -70,5 +70,5 @@ d["study"]["compile_cache"] = "trials/compile-cache"; yaml.safe_dump(d, open(f"/
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
-tar czf "$OUT/trials.tgz" --exclude=inductor-cache --exclude='*.pt' trials 2>/dev/null
+tar czf "$OUT/trials.tgz" --exclude=inductor-cache --exclude='*compile-cache*' --exclude='*.pt' trials 2>/dev/null
 ls -la "$OUT"
