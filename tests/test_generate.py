@@ -196,7 +196,7 @@ def test_generate_validate_and_fingerprint_of_training_unchanged(tmp_path: Path)
     import hashlib
 
     space = {k: v for k, v in cfg.space.model_dump(mode="json").items()
-             if k not in ("batch_size", "weight_quant", "int4_group_size", "kv_cache")}
+             if k not in ("batch_size", "weight_quant", "int4_group_size", "kv_cache", "compile_prefill")}
     workload = {k: v for k, v in cfg.workload.model_dump(mode="json").items() if k not in ("prompt_len", "gen_len")}
     old = {"model": cfg.model.model_dump(mode="json"), "workload": workload, "space": space}
     assert fp == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]  # ... but not in the hash

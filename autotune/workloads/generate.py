@@ -271,7 +271,7 @@ class Generate(Workload):
         if mode and not static and mode == "reduce-overhead":
             raise InvalidConfig("compile reduce-overhead (CUDA graphs) needs kv_cache static: a growing cache "
                                 "changes every decode step's shapes", "compile", "kv_cache")
-        self.prefill_fn, self.decode_fn = self._compile(mode, static)
+        self.prefill_fn, self.decode_fn = self._compile(mode, static, knobs.get("compile_prefill", False))
         layers = self.decoder.layers if m.get("hf_config") else len(model.blocks)
         cached = 2 * layers * self.batch * self.decoder.n_kv * self.decoder.head_dim
         mean_pos = self.prompt_len + (self.gen_len - 1) / 2  # positions a decode step attends to, on average
@@ -288,6 +288,7 @@ class Generate(Workload):
             "weight_quant": how,
             "kv_cache": f"{knobs['kv_cache']} ({length} positions)" if static else "dynamic (torch.cat)",
             "compile_mode": (None if not mode else ("default" if mode is True else mode)),
+            "compile_prefill": bool(mode and knobs.get("compile_prefill")),
             "attention": knobs["attention"],
             "drift": drift_checked,
         }
@@ -331,7 +332,7 @@ class Generate(Workload):
             raise InvalidConfig(f"outputs drift: {quant} against the unquantized model (same weights, same prompts): "
                                 + "; ".join(missed) + " (study.drift)", "weight_quant", "int4_group_size")
 
-    def _compile(self, mode: Any, static: bool) -> tuple[Any, Any]:
+    def _compile(self, mode: Any, static: bool, prefill_too: bool) -> tuple[Any, Any]:
         torch, dec = self.torch, self.decoder
 
         def prefill(tokens: Any, pos: Any) -> Any:
@@ -345,11 +346,12 @@ class Generate(Workload):
         if not mode:
             return prefill, decode
         mode_arg = None if mode in (True, "default") else mode
+        decode_c = torch.compile(decode, mode=mode_arg, dynamic=not static)
+        if not prefill_too:  # eager by default: compiled prefill with quantized weights can be far slower
+            return prefill, decode_c
         # the prefill runs once per generation: compiled without CUDA graphs (gpt-fast does the same)
         prefill_mode = None if mode_arg == "reduce-overhead" else mode_arg
-        prefill_c = torch.compile(prefill, mode=prefill_mode, dynamic=False if static else None)
-        decode_c = torch.compile(decode, mode=mode_arg, dynamic=not static)
-        return prefill_c, decode_c
+        return torch.compile(prefill, mode=prefill_mode, dynamic=False if static else None), decode_c
 
     def generate(self, events: list[Any] | None) -> Any:
         """One generation of the batch; `events` (CUDA) get one event after the prefill and after each decode step."""
