@@ -49,6 +49,7 @@ class Knob:
     env: tuple[str, ...] = ()  # environment variables of the trial's processes it sets ("default" sets none)
     ranged: bool = False  # also accepts {multiple_of, min, max}
     sizes: bool = False  # positive integers, searched in ascending order
+    climb: bool = False  # stepped toward the study's limits by the loop (search/boundary.py); sizes knobs only
     derived: bool = False  # YAML default `auto`: derived from workload.global_batch_size
     check: Callable[[Any], str | None] | None = None  # the message for a value the type admits but the knob does not
     note: Callable[[dict[str, Any], str], list[str]] | None = None  # best.yaml: how to apply these values
@@ -263,7 +264,7 @@ CATALOGUE: tuple[Knob, ...] = (
               "GPUs.", values="`default` or 1 to 64",
          effect="`NCCL_MIN_NCHANNELS` and `NCCL_MAX_NCHANNELS` of the ranks"),
     # --- generate (text generation: prefill, then decode with a KV cache) ---
-    Knob("batch_size", int, 1, ranged=True, sizes=True, check=_positive, tasks=("generate",),
+    Knob("batch_size", int, 1, ranged=True, sizes=True, climb=True, check=_positive, tasks=("generate",),
          note=lambda k, d: [f"{k['batch_size']} sequences decoded together"],
          help="Concurrent sequences of a generation (prefilled and decoded together): a list, one value, or "
               "{multiple_of, min, max}.", values="list, one value, or `{multiple_of, min, max}`",

@@ -47,6 +47,7 @@ class History:
     seen: dict[Key, optuna.trial.FrozenTrial] = field(default_factory=dict)
     ooms: list[optuna.trial.FrozenTrial] = field(default_factory=list)
     invalid: list[optuna.trial.FrozenTrial] = field(default_factory=list)  # invalid_config trials with a cause
+    over_limit: list[optuna.trial.FrozenTrial] = field(default_factory=list)  # measured past study.limits
     launched: int = 0
     completed: list[optuna.trial.FrozenTrial] = field(default_factory=list)
     running: dict[Key, optuna.trial.FrozenTrial] = field(default_factory=dict)
@@ -76,6 +77,8 @@ class History:
             h.launched += "warm_start" not in t.user_attrs  # trials copied from another study count no budget
             if status == "oom":
                 h.ooms.append(t)
+            if status == "over_limit":
+                h.over_limit.append(t)
             if status == "invalid_config" and t.user_attrs.get("cause"):
                 h.invalid.append(t)
             if t.state == TrialState.COMPLETE:

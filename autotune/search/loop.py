@@ -23,7 +23,7 @@ from autotune.errors import ConfigError
 from autotune.hardware import default_device, detect
 from autotune.errors import Terminated
 from autotune.runner import Bench, measure, preflight
-from autotune.search import predict
+from autotune.search import boundary, predict
 from autotune.search.best import write_best
 from autotune.search.confirm import confirm
 from autotune.search.history import History, key, optuna_state, store
@@ -288,7 +288,7 @@ class _Search:
                 signal.signal(sig, handler)
         return "timeout" if (dt.datetime.now() - t0).total_seconds() >= timeout_s else self.stop_reason
 
-    def stop_when_done(self, study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
+    def stop_when_done(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         h = History.of(study)
         self._enqueue_grid()
         if h.launched >= self.budget:
@@ -297,6 +297,8 @@ class _Search:
         elif not self._unseen(h):
             self.stop_reason = "space exhausted"
             study.stop()
+        elif not self.grid_order:  # the grid measures every point anyway
+            self._enqueue(boundary.steps(h, self.space, trial))
 
     def _unseen(self, h: History) -> list[dict[str, Any]]:
         """Points neither measured nor being measured by another worker."""

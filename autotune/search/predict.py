@@ -3,7 +3,9 @@
 - A configuration failure teaches a rule: an `invalid_config` trial names the knob values that caused it
   (its `cause`, e.g. {attention: cudnn, precision: tf32}); any later configuration with those values fails
   the same way.
-- A micro-batch that ran out of memory bounds the larger ones with the same other knobs.
+- A micro-batch (generate: a batch) that ran out of memory bounds the larger ones with the same other knobs.
+- A generate batch over a latency limit (study.limits: time to first token, time per output token) bounds the
+  larger batches with the same other knobs: a larger batch does more work in every prefill and decode step.
 - A memory model: with two or more completed trials that differ only in micro_batch_size, the peak memory
   is fitted as a line in micro_batch_size (activations grow with it; parameters, gradients and optimizer
   state do not) and a micro-batch whose fitted peak exceeds the GPU's memory is predicted to run out.
@@ -18,8 +20,8 @@ import optuna
 
 from autotune.search.history import History
 
-# Knobs a micro-batch rule ranges over: the others must match for one trial to speak for another.
-_BATCH = ("micro_batch_size", "grad_accum_steps")
+# Knobs a batch rule ranges over: the others must match for one trial to speak for another.
+_BATCH = ("micro_batch_size", "grad_accum_steps", "batch_size")
 # The fitted peak may use this share of the GPU's memory: the allocator's own overhead (reserved above
 # allocated, the CUDA context) needs the rest.
 USABLE_SHARE = 0.98
@@ -27,6 +29,21 @@ USABLE_SHARE = 0.98
 
 def _same_but_batch(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all(a.get(k) == v for k, v in b.items() if k not in _BATCH)
+
+
+def size_knob(knobs: dict[str, Any]) -> str:
+    """The knob a batch rule ranges over: micro_batch_size in training, batch_size in generate."""
+    return "micro_batch_size" if "micro_batch_size" in knobs else "batch_size"
+
+
+def _bound(trials: list[optuna.trial.FrozenTrial], knobs: dict[str, Any]) -> optuna.trial.FrozenTrial | None:
+    """A trial with the same other knobs and a batch no larger than this one's."""
+    size = size_knob(knobs)
+    for t in trials:
+        other = t.user_attrs["knobs"]
+        if _same_but_batch(other, knobs) and None not in (other.get(size), knobs.get(size)) and knobs[size] >= other[size]:
+            return t
+    return None
 
 
 def rule_for(h: History, knobs: dict[str, Any]) -> tuple[optuna.trial.FrozenTrial, dict[str, Any]] | None:
@@ -39,24 +56,24 @@ def rule_for(h: History, knobs: dict[str, Any]) -> tuple[optuna.trial.FrozenTria
 
 
 def oom_bound(h: History, knobs: dict[str, Any]) -> optuna.trial.FrozenTrial | None:
-    """A trial that ran out of memory with the same knobs and a micro-batch no larger than this one's."""
-    return next((t for t in h.ooms if _same_but_batch(t.user_attrs["knobs"], knobs)
-                 and knobs["micro_batch_size"] >= t.user_attrs["knobs"]["micro_batch_size"]), None)
+    """A trial that ran out of memory with the same knobs and a batch no larger than this one's."""
+    return _bound(h.ooms, knobs)
 
 
 def peak_estimate(h: History, knobs: dict[str, Any]) -> tuple[float, float, list[int]] | None:
-    """(fitted peak GiB at this micro-batch, the GPU's memory GiB, the trials fitted) from completed GPU trials
-    with the same other knobs at two or more micro-batch sizes; None when there are not enough."""
+    """(fitted peak GiB at this batch, the GPU's memory GiB, the trials fitted) from completed GPU trials
+    with the same other knobs at two or more batch sizes; None when there are not enough."""
+    size = size_knob(knobs)
     by_mbs: dict[int, tuple[float, float, int]] = {}
     for t in h.completed:
         other, fp = t.user_attrs["knobs"], t.user_attrs.get("fingerprint") or {}
         if fp.get("device") == "cuda" and fp.get("gpu_memory_gib") and _same_but_batch(other, knobs):
-            by_mbs[other["micro_batch_size"]] = (t.user_attrs["metrics"]["peak_mem_gib"], fp["gpu_memory_gib"], t.number)
+            by_mbs[other[size]] = (t.user_attrs["metrics"]["peak_mem_gib"], fp["gpu_memory_gib"], t.number)
     if len(by_mbs) < 2:
         return None
     sizes = sorted(by_mbs)
     slope, intercept = statistics.linear_regression(sizes, [by_mbs[m][0] for m in sizes])
-    return (intercept + slope * knobs["micro_batch_size"], min(v[1] for v in by_mbs.values()),
+    return (intercept + slope * knobs[size], min(v[1] for v in by_mbs.values()),
             [by_mbs[m][2] for m in sizes])
 
 
@@ -66,12 +83,16 @@ def failure(h: History, knobs: dict[str, Any]) -> tuple[str, str] | None:
         t, cause = found
         values = ", ".join(f"{k} {v}" for k, v in cause.items())
         return "invalid_config", f"predicted: {values} cannot run here (trial {t.number}: {t.user_attrs['reason'][:200]})"
+    size = size_knob(knobs)
     if (bound := oom_bound(h, knobs)) is not None:
         return "oom", (f"predicted: needs at least the memory of trial {bound.number} "
-                       f"(micro_batch_size {bound.user_attrs['knobs']['micro_batch_size']} ran out of memory)")
+                       f"({size} {bound.user_attrs['knobs'][size]} ran out of memory)")
+    if (bound := _bound(h.over_limit, knobs)) is not None:
+        return "over_limit", (f"predicted: {size} {bound.user_attrs['knobs'][size]} was already over the limits "
+                              f"(trial {bound.number}: {bound.user_attrs['reason'][:200]})")
     estimate = peak_estimate(h, knobs)
     if estimate is not None and estimate[0] > USABLE_SHARE * estimate[1]:
         peak, capacity, numbers = estimate
-        return "oom", (f"predicted: peak memory {peak:.1f} GiB (a line in micro_batch_size through trials "
+        return "oom", (f"predicted: peak memory {peak:.1f} GiB (a line in {size} through trials "
                        f"{', '.join(map(str, numbers))}) is above the GPU's {capacity:.1f} GiB")
     return None
