@@ -17,7 +17,8 @@ from typing import Any, Literal, Optional, Union, get_args, get_origin
 # The SDPA backend each `attention` value forces (torch.nn.attention.SDPBackend member names).
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
                  "math": "MATH"}
-CHECKPOINT_EVERY = {"none": 0, "full": 1, "selective": 2}  # activation checkpointing: recompute every k-th block
+CHECKPOINT_EVERY = {"none": 0, "full": 1, "selective": 2, "selective_op": 1}  # checkpoint every k-th block
+CE_CHUNKS = 8  # cross_entropy chunked: the tokens' slices, each with its own logits, recomputed in backward
 TASKS = ("train", "generate")  # workload.task values; each knob says which of them it acts in
 BOTH = ("train", "generate")
 
@@ -216,13 +217,25 @@ CATALOGUE: tuple[Knob, ...] = (
          values="`null`, or an integer such as 64, 128",
          effect="embedding and head padded (50257 -> 50304 with 64); the padded logits are cut off before the loss, "
                 "so the model is the same; MFU counts the unpadded model"),
-    Knob("activation_checkpointing", Literal["none", "full", "selective"], "none",
+    Knob("activation_checkpointing", Literal["none", "full", "selective", "selective_op"], "none",
          note=lambda k, d: [] if k.get("activation_checkpointing", "none") == "none" else [
-             "torch.utils.checkpoint.checkpoint(block, ..., use_reentrant=False) on "
-             + ("every block" if k["activation_checkpointing"] == "full" else "every other block")],
-         help="Recompute activations in the backward pass: none, full (every block), selective "
-              "(every other block).",
-         effect="`torch.utils.checkpoint` (non-reentrant) on every block, or every other block"),
+             "torch.utils.checkpoint.checkpoint(block, ..., use_reentrant=False"
+             + (", context_fn=<torchtitan's op policy>) on every block" if k["activation_checkpointing"] == "selective_op"
+                else ") on " + ("every block" if k["activation_checkpointing"] == "full" else "every other block"))],
+         help="Recompute activations in the backward pass: none, full (every block), selective (every other "
+              "block), selective_op (every block, but the outputs of its matmuls, all but every second one, "
+              "and of attention are saved: torchtitan's per-op selective checkpointing).",
+         effect="`torch.utils.checkpoint` (non-reentrant) on every block, or every other block; selective_op: "
+                "every block with `context_fn=create_selective_checkpoint_contexts(policy)`, the policy saving "
+                "`aten.mm`/`addmm` outputs (every second one recomputed) and the SDPA kernels' outputs"),
+    Knob("cross_entropy", Literal["standard", "chunked"], "standard",
+         note=lambda k, d: [] if k.get("cross_entropy", "standard") == "standard" else [
+             f"the tokens in {CE_CHUNKS} slices, each slice's head and cross-entropy under "
+             "torch.utils.checkpoint (logits recomputed in backward)"],
+         help=f"The loss: standard (the whole batch's logits at once) or chunked ({CE_CHUNKS} slices of the "
+              "tokens, each recomputed in backward, so one slice's fp32 logits are alive at a time: less memory "
+              "for large vocabularies, one more head matmul).",
+         effect=f"chunked: head + cross-entropy over {CE_CHUNKS} token slices, each checkpointed; built-in model only"),
     Knob("fused_optimizer", bool, False,
          note=lambda k, d: ["torch.optim.AdamW(..., fused=True)"] if k.get("fused_optimizer") else [],
          help="AdamW(fused=True) instead of foreach.",
@@ -230,6 +243,15 @@ CATALOGUE: tuple[Knob, ...] = (
     Knob("fp8_recipe", Literal["tensorwise", "rowwise"], "tensorwise", only_with=("precision", "fp8"),
          help="torchao float8 scaling recipe; searched only when precision fp8 is in the space.",
          effect="torchao's float8 scaling recipe; searched only when `fp8` is in `precision`"),
+    Knob("fp8_all_gather", bool, False, only_with=("precision", "fp8"), multi_rank=True,
+         note=lambda k, d: ["Float8LinearConfig(enable_fsdp_float8_all_gather=True); after each optimizer step "
+                            "torchao.float8.precompute_float8_dynamic_scale_for_fsdp(model)"]
+         if k.get("fp8_all_gather") else [],
+         help="fp8 with fsdp: all-gather the sharded weights in float8 instead of bf16 (half the bytes); "
+              "tensorwise recipe only.",
+         effect="`Float8LinearConfig(enable_fsdp_float8_all_gather=True)` and "
+                "`precompute_float8_dynamic_scale_for_fsdp` after each optimizer step (fsdp, tensorwise); "
+                "otherwise `invalid_config`"),
     Knob("cuda_alloc_conf", str, "default", env=("PYTORCH_CUDA_ALLOC_CONF",), check=_env_value, tasks=BOTH,
          help="PYTORCH_CUDA_ALLOC_CONF of the trial process, e.g. expandable_segments:True "
               "(default sets nothing).",

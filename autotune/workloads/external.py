@@ -50,9 +50,11 @@ class Built:
 def _reject(knobs: dict[str, Any], what: str) -> None:
     if knobs.get("pad_vocab_multiple"):
         raise Unsupported(f"pad_vocab_multiple applies to the built-in model only, not to {what}", "pad_vocab_multiple")
-    if knobs.get("activation_checkpointing", "none") == "selective":
-        raise Unsupported(f"activation_checkpointing selective applies to the built-in model only, not to {what}",
-                          "activation_checkpointing")
+    if knobs.get("activation_checkpointing", "none") in ("selective", "selective_op"):
+        raise Unsupported(f"activation_checkpointing {knobs['activation_checkpointing']} applies to the built-in "
+                          f"model only, not to {what}", "activation_checkpointing")
+    if knobs.get("cross_entropy", "standard") != "standard":
+        raise Unsupported(f"cross_entropy chunked applies to the built-in model only, not to {what}", "cross_entropy")
 
 
 def hf_attention(knobs: dict[str, Any]) -> str:

@@ -14,6 +14,30 @@ import torch.utils.checkpoint
 from torch import nn
 
 
+# torchtitan's per-op selective activation checkpointing: inside each block, the outputs of these ops are saved
+# (every matmul's but every second one, the attention kernels'), everything else is recomputed in backward.
+def _op_policy() -> Any:
+    from collections import defaultdict
+
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    aten = torch.ops.aten
+    mms = {aten.mm.default, aten.addmm.default}
+    save = mms | {getattr(aten, name).default for name in (
+        "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu") if hasattr(aten, name)}
+    counts: dict[str, int] = defaultdict(int)
+
+    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if func in mms:
+            counts[mode] += 1
+        keep = func in save and not (func in mms and counts[mode] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
 def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """softmax(QK^T / sqrt(d)) V with the causal mask, the score matrix materialised (the slow reference)."""
     if k.shape[1] != q.shape[1]:  # grouped-query attention: share each K/V head among its query heads
@@ -106,7 +130,10 @@ class Transformer(nn.Module):
 
     m["padded_vocab"] (>= vocab_size) sizes the embedding and head; logits past vocab_size are cut off
     before the loss, so padding changes the matmul shapes and nothing else. m["checkpoint_every"]: 0 (no
-    activation checkpointing), 1 (every block) or 2 (every other block).
+    activation checkpointing), 1 (every block) or 2 (every other block); m["checkpoint_ops"]: inside each
+    checkpointed block keep the matmul and attention outputs (torchtitan's per-op selective policy).
+    m["ce_chunks"] > 1: the head and cross-entropy run over that many slices of the tokens, each recomputed in
+    backward, so only one slice's logits are ever alive (the 128k-vocabulary logits dominate Llama-3's memory).
 
     Built as torchtitan builds: construct under `torch.device("meta")` (no memory, no work), then
     `to_empty(device=...)` and `init_weights()` there: an 8B model never exists on the CPU.
@@ -118,6 +145,8 @@ class Transformer(nn.Module):
         self.vocab = m["vocab_size"]
         self.padded_vocab = m.get("padded_vocab") or m["vocab_size"]
         self.checkpoint_every = m.get("checkpoint_every", 0)
+        self.checkpoint_ops = bool(m.get("checkpoint_ops"))
+        self.ce_chunks = int(m.get("ce_chunks") or 1)
         self.tok = nn.Embedding(self.padded_vocab, m["d_model"])
         self.pos = nn.Embedding(m["seq_len"], m["d_model"]) if m["family"] == "gpt" else None
         self.blocks = nn.ModuleList(Block(m) for _ in range(m["n_layers"]))
@@ -169,7 +198,8 @@ class Transformer(nn.Module):
             rope = (self.rope_cos[:t], self.rope_sin[:t])
         for i, block in enumerate(self.blocks):
             if self.checkpoint_every and i % self.checkpoint_every == 0:
-                x = torch.utils.checkpoint.checkpoint(block, x, rope, use_reentrant=False)
+                ops = {"context_fn": _op_policy} if self.checkpoint_ops else {}
+                x = torch.utils.checkpoint.checkpoint(block, x, rope, use_reentrant=False, **ops)
             else:
                 x = block(x, rope)
         return x
@@ -177,10 +207,19 @@ class Transformer(nn.Module):
     def head_loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Final norm, output head and cross-entropy: what follows the blocks (compile_scope block compiles it
         as one more region, so the fp32 logits of the loss are fused rather than materialised)."""
+        if self.ce_chunks > 1:
+            xs, ts = x.reshape(-1, x.shape[-1]).chunk(self.ce_chunks), targets.reshape(-1).chunk(self.ce_chunks)
+            total = sum(torch.utils.checkpoint.checkpoint(self._loss_sum, xc, tc, use_reentrant=False)
+                        for xc, tc in zip(xs, ts))
+            return total / targets.numel()
+        return self._loss_sum(x, targets) / targets.numel()
+
+    def _loss_sum(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         logits = self.head(self.norm(x))
         if self.padded_vocab != self.vocab:
             logits = logits[..., : self.vocab]
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))  # autocast runs it in fp32
+        # autocast runs the cross-entropy in fp32
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum")
 
     def flop_params(self) -> int:
         """Parameters counted in 6N (PaLM appendix B): all of them, once, except position embeddings and
@@ -191,4 +230,5 @@ class Transformer(nn.Module):
         return n - (self.pos.weight.numel() if self.pos is not None else 0)
 
     def checkpointed_blocks(self) -> int:
+        """How many blocks recompute in backward (all of their activations, or all but the saved ops')."""
         return sum(1 for i in range(len(self.blocks)) if self.checkpoint_every and i % self.checkpoint_every == 0)

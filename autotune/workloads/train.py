@@ -10,7 +10,7 @@ import contextlib
 import os
 from typing import Any
 
-from autotune.knobs import CHECKPOINT_EVERY, SDPA_BACKENDS
+from autotune.knobs import CE_CHUNKS, CHECKPOINT_EVERY, SDPA_BACKENDS
 from autotune.workloads.base import InvalidConfig, Measured, NonFiniteLoss, Work, Workload
 from autotune.workloads.parallel import check_replicas_in_sync, parallelize
 from autotune.workloads.timing import time_steps
@@ -55,8 +55,11 @@ def apply_attention(torch: Any, attention: str, device: str, dtype: Any) -> Any:
     return lambda: sdpa_kernel([backend])
 
 
-def build_model(torch: Any, spec: Any, dev: Any, gen: Any, n_batches: int) -> tuple[Any, list[Any], dict[str, Any], Work]:
-    """The model and a few micro-batches made once on the device (no data loading is timed)."""
+def build_model(torch: Any, spec: Any, dev: Any, gen: Any, n_batches: int,
+                materialize: bool = True) -> tuple[Any, list[Any], dict[str, Any], Work]:
+    """The model and a few micro-batches made once on the device (no data loading is timed). materialize
+    False (the built-in model under FSDP2) leaves the model on the meta device: it is sharded first and
+    each rank then allocates and initialises only its shards (`materialize`), as torchtitan builds."""
     m, knobs = spec.model, spec.knobs
     if m.get("hf_config") or m.get("entrypoint"):
         from autotune.workloads import external
@@ -74,26 +77,47 @@ def build_model(torch: Any, spec: Any, dev: Any, gen: Any, n_batches: int) -> tu
     from autotune.workloads.model import Transformer
 
     pad, mbs = knobs["pad_vocab_multiple"], knobs["micro_batch_size"]
+    ac = knobs["activation_checkpointing"]
     m = {**m, "attention": knobs["attention"], "padded_vocab": -(-m["vocab_size"] // pad) * pad if pad else m["vocab_size"],
-         "checkpoint_every": CHECKPOINT_EVERY[knobs["activation_checkpointing"]]}
+         "checkpoint_every": CHECKPOINT_EVERY[ac], "checkpoint_ops": ac == "selective_op",
+         "ce_chunks": CE_CHUNKS if knobs.get("cross_entropy") == "chunked" else 1}
     with torch.device("meta"):  # torchtitan's build: no memory and no work until the device
         model = Transformer(m)
-    model = model.to_empty(device=dev)
-    model.init_weights()
+    if materialize:
+        model = materialize_model(model, dev)
     pool = torch.randint(0, m["vocab_size"], (n_batches, mbs, m["seq_len"] + 1), device=dev, generator=gen)
     work = Work(m["seq_len"] * mbs * knobs["grad_accum_steps"], sum(p.numel() for p in model.parameters()),
                 model.flop_params(), {"n_layers": m["n_layers"], "d_model": m["d_model"], "seq_len": m["seq_len"]})
-    applied = {"vocab": [m["vocab_size"], m["padded_vocab"]], "checkpointed_blocks": model.checkpointed_blocks()}
+    applied = {"vocab": [m["vocab_size"], m["padded_vocab"]], "checkpointed_blocks": model.checkpointed_blocks(),
+               "checkpoint": ac, "cross_entropy": f"{m['ce_chunks']} chunks" if m["ce_chunks"] > 1 else "standard"}
     return model, [(b[:, :-1], b[:, 1:]) for b in pool], applied, work
 
 
+def materialize_model(model: Any, dev: Any) -> Any:
+    """Allocate a meta-device model's parameters (after sharding: only this rank's shards) and initialise them."""
+    model = model.to_empty(device=dev)
+    model.init_weights()
+    return model
+
+
 def apply_fp8(torch: Any, model: Any, knobs: dict[str, Any]) -> int:
-    """torchao float8 training of every linear but the output head; returns how many linears were converted."""
+    """torchao float8 training of every linear but the output head; returns how many linears were converted.
+    fp8_all_gather: FSDP2 all-gathers the weights in float8 (tensorwise recipe and fsdp only)."""
     if knobs["precision"] != "fp8":
         return 0
+    import dataclasses
+
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     config = Float8LinearConfig.from_recipe_name(knobs["fp8_recipe"])
+    if knobs.get("fp8_all_gather"):
+        if knobs.get("parallel") != "fsdp":
+            raise InvalidConfig("fp8_all_gather needs parallel fsdp (it all-gathers FSDP2's sharded weights)",
+                                "fp8_all_gather", "parallel")
+        if knobs["fp8_recipe"] != "tensorwise":
+            raise InvalidConfig(f"fp8_all_gather needs the tensorwise recipe, not {knobs['fp8_recipe']} (torchao "
+                                "casts the sharded weights with one scale per tensor)", "fp8_all_gather", "fp8_recipe")
+        config = dataclasses.replace(config, enable_fsdp_float8_all_gather=True)
     keep = ("head", "lm_head")  # the output head stays in bf16: its logits feed the loss
     convert_to_float8_training(model, config=config, module_filter_fn=lambda mod, fqn: fqn.split(".")[-1] not in keep)
     return sum(1 for mod in model.modules() if type(mod).__name__ == "Float8Linear")
@@ -161,8 +185,14 @@ class Train(Workload):
         self.dev = torch.device(device, self.ranks.local_rank) if self.ranks and device == "cuda" else torch.device(device)
         self.attention = apply_attention(torch, knobs["attention"], device, self.amp_dtype)
         gen = torch.Generator(device=self.dev).manual_seed(spec.run.seed + rank)  # each rank its own data
+        m = spec.model
+        # FSDP2 with the built-in model: sharded on the meta device, then each rank materialises its shards
+        # only (a tied head would be untied by to_empty after sharding, so tied models are built whole first)
+        sharded_build = bool(self.ranks) and knobs.get("parallel") == "fsdp" and not (
+            m.get("hf_config") or m.get("entrypoint") or m.get("tie_embeddings"))
         model, self.batches, applied, self._work = build_model(torch, spec, self.dev, gen,
-                                                               n_batches=min(knobs["grad_accum_steps"], 4))
+                                                               n_batches=min(knobs["grad_accum_steps"], 4),
+                                                               materialize=not sharded_build)
         fp8_linears = apply_fp8(torch, model, knobs)
         regional = knobs.get("compile_scope") == "block"
         if regional:  # blocks compiled in place before wrapping, as torchtitan orders it (FSDP's hooks stay outside)
@@ -170,7 +200,15 @@ class Train(Workload):
         self.sync, parallel_applied = None, {}
         if self.ranks:
             model, parallel_applied, self.sync = parallelize(torch, model, knobs, self.amp_dtype, self.ranks)
+        if sharded_build:
+            model = materialize_model(model, self.dev)
+            parallel_applied["parallel"]["build"] = "meta device, sharded, then each rank's shards materialised"
         self.model = model
+        self.fp8_scales = None
+        if knobs.get("fp8_all_gather") and fp8_linears:
+            from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+            self.fp8_scales = lambda: precompute_float8_dynamic_scale_for_fsdp(model)
         self.optimizer = apply_optimizer(torch, model, knobs)
         self.scaler = torch.amp.GradScaler(device) if knobs["precision"] == "fp16" else None
         self.step_model = model
@@ -206,6 +244,8 @@ class Train(Workload):
             self.scaler.update()
         else:
             self.optimizer.step()
+        if self.fp8_scales:  # one all-reduce of every float8 weight's scale for the next all-gather
+            self.fp8_scales()
         self.optimizer.zero_grad(set_to_none=True)
         return total
 

@@ -1,0 +1,93 @@
+"""What an 8B model needs, on tiny models on the CPU: the loss in token slices and per-op selective activation
+checkpointing compute what the plain model computes; FSDP2 trials of the built-in model are built on the meta
+device, sharded, and each rank materialises only its shards (gloo, 2 ranks)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from autotune.config import parse_config
+from autotune.knobs import CE_CHUNKS
+from autotune.runner import Bench, run_trial
+from autotune.space import resolve_space
+from autotune.workloads.model import Transformer
+from conftest import tiny
+
+LLAMA = {"family": "llama", "n_layers": 2, "d_model": 64, "n_heads": 4, "n_kv_heads": 2, "ffn_hidden": 128,
+         "vocab_size": 256, "seq_len": 32, "rope_theta": 10000.0, "tie_embeddings": False}
+
+
+def _loss_and_grads(extra: dict[str, Any], tokens: torch.Tensor) -> tuple[float, dict[str, torch.Tensor]]:
+    torch.manual_seed(0)
+    model = Transformer({**LLAMA, "kv_heads": 2, "padded_vocab": 256, "attention": "auto", **extra})
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(tokens[:, :-1], tokens[:, 1:])
+    loss.backward()
+    return float(loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("extra", [{"ce_chunks": CE_CHUNKS}, {"checkpoint_every": 1, "checkpoint_ops": True},
+                                   {"checkpoint_every": 1, "checkpoint_ops": True, "ce_chunks": 3}])
+def test_chunked_loss_and_op_checkpointing_compute_the_same(extra: dict[str, Any]) -> None:
+    tokens = torch.randint(0, 256, (3, 33), generator=torch.Generator().manual_seed(1))
+    ref_loss, ref = _loss_and_grads({}, tokens)
+    loss, grads = _loss_and_grads(extra, tokens)
+    assert math.isclose(loss, ref_loss, rel_tol=1e-3)
+    for name, g in ref.items():
+        assert torch.allclose(grads[name], g, rtol=2e-2, atol=2e-4), name
+
+
+def test_op_policy_saves_matmuls_and_recomputes_the_rest() -> None:
+    """The policy keeps every other matmul's output and the attention kernel's; the rest is recomputed."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from autotune.workloads import model as model_mod
+
+    decisions: list[tuple[str, Any]] = []
+    real = model_mod._op_policy
+
+    def spy() -> Any:
+        fwd, rec = real()
+        inner = fwd.policy_fn if hasattr(fwd, "policy_fn") else None
+        if inner is not None:
+            def watch(ctx: Any, func: Any, *a: Any, **k: Any) -> Any:
+                out = inner(ctx, func, *a, **k)
+                if not ctx.is_recompute:
+                    decisions.append((str(func), out))
+                return out
+            fwd.policy_fn = watch
+        return fwd, rec
+
+    model_mod._op_policy = spy
+    try:
+        _loss_and_grads({"checkpoint_every": 1, "checkpoint_ops": True}, torch.randint(0, 256, (2, 33)))
+    finally:
+        model_mod._op_policy = real
+    if not decisions:
+        pytest.skip("this torch keeps the policy out of reach")
+    saved = [f for f, d in decisions if d == CheckpointPolicy.MUST_SAVE]
+    mms = [f for f, _ in decisions if f.startswith("aten.mm")]
+    assert saved and mms and sum(f.startswith("aten.mm") for f in saved) == len(mms) // 2
+    assert any("scaled_dot_product" in f for f in saved)  # the attention output is never recomputed
+
+
+def test_fsdp_trial_builds_sharded_from_the_meta_device(tmp_path: Path) -> None:
+    cfg = parse_config(tiny(model=LLAMA, workload={"global_batch_size": 4, "world_size": 2, "warmup_steps": 1,
+                                                   "measure_steps": 2},
+                            space={"micro_batch_size": [2], "precision": "bf16", "parallel": "fsdp",
+                                   "activation_checkpointing": "selective_op", "cross_entropy": "chunked"},
+                            baseline={"micro_batch_size": 2, "precision": "bf16"}))
+    space = resolve_space(cfg, "cpu")
+    bench = Bench.of(cfg.model, cfg.workload, device="cpu", timeout_s=180, home=tmp_path / "study", base_dir=None)
+    outcome = run_trial(bench.spec(space.knobs(space.baseline)), tmp_path / "run", timeout_s=300)
+    assert outcome.status == "ok", outcome.reason
+    applied = outcome.result.applied
+    assert applied["parallel"]["build"].startswith("meta device, sharded")
+    assert applied["checkpoint"] == "selective_op" and applied["cross_entropy"] == f"{CE_CHUNKS} chunks"
+    assert outcome.result.n_params == sum(p.numel() for p in Transformer({**LLAMA, "kv_heads": 2}).parameters())
+    assert abs(outcome.result.losses[0] - math.log(256)) < 0.5  # initialised like the whole model: loss near ln V
