@@ -311,6 +311,19 @@ class LimitsConfig(_Section):
                                      description="Largest time to first token (ms): the prefill of the batch.")
 
 
+class LossCheckConfig(_Section):
+    """Training's precision guardrail: an fp8 or fp16 trial that measured well also trains `steps` optimizer
+    steps from fresh weights on a learnable synthetic stream (each sequence repeats a random 8-token pattern,
+    so the loss falls), one micro-batch a step, and so does the same configuration in bf16 once (cached per
+    micro-batch size in the study's loss-reference/). If the loss curves part by more than `max_gap` (relative,
+    at any step of the second half) the trial ends invalid_config: loss drifts, so a faster precision never
+    wins by training worse."""
+
+    steps: int = Field(default=20, ge=0, le=1000, description="Optimizer steps of the check (0: off).")
+    max_gap: float = Field(default=0.05, gt=0, le=10, description="Largest relative gap |loss - bf16 loss| / bf16 "
+                           "loss at any step of the second half of the check.")
+
+
 class DriftConfig(_Section):
     """How far a quantized generate trial's outputs may move from the unquantized model's (same weights, same
     prompts): past any limit the trial ends invalid_config: outputs drift. All three are measured and recorded
@@ -377,6 +390,8 @@ class StudyConfig(_Section):
     )
     drift: DriftConfig = Field(default_factory=DriftConfig, description="generate: how far quantized outputs may "
                                "drift from the unquantized model's (max_kl_nats, min_greedy_agreement).")
+    loss_check: LossCheckConfig = Field(default_factory=LossCheckConfig, description="train: fp8 and fp16 trials "
+                                        "check their loss curve against bf16's (steps, max_gap).")
     compile_cache: Optional[str] = Field(
         default=None, description="A folder for torch.compile's caches (Inductor, Triton) that outlives one study: a "
         "second study of the same model on the same GPU starts warm. Each GPU model and torch version gets its own "

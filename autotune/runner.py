@@ -75,12 +75,15 @@ class Bench:
     @classmethod
     def of(cls, model: ModelConfig, workload: WorkloadConfig, *, device: str, timeout_s: float, home: Path,
            base_dir: str | None, compile_cache: str | None = None, prestart: bool | None = None,
-           drift: dict[str, float] | None = None, limits: dict[str, float | None] | None = None) -> Bench:
+           drift: dict[str, float] | None = None, limits: dict[str, float | None] | None = None,
+           loss_check: dict[str, Any] | None = None) -> Bench:
         """prestart None: on for CUDA trials, off on the CPU (the import would share the measured cores)."""
         run = RunSettings(**{k: getattr(workload, k) for k in RunSettings.__dataclass_fields__})
         shared = Path(compile_cache).resolve() / compile_key(device) if compile_cache else None
         ahead = device == "cuda" if prestart is None else prestart
         params = {"drift": drift} if drift and workload.task == "generate" else {}
+        if loss_check and loss_check.get("steps") and workload.task == "train":
+            params["loss_check"] = dict(loss_check)
         return cls(model_spec(model), run, device, timeout_s, home.resolve(), base_dir, workload.task, shared, ahead,
                    params, {k: v for k, v in (limits or {}).items() if v is not None})
 
@@ -161,6 +164,8 @@ def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, bench: Bench
         record["raw"] = {"step_times_s": res.step_times_s, "warmup_step_times_s": res.warmup_step_times_s,
                          "losses": res.losses}
         record["phases_s"] = res.phases_s
+        if res.output.get("loss_check"):  # train: the precision guardrail's curve (search/loss_guard.py)
+            record["loss_check"] = {"losses": res.output["loss_check"]}
         record["applied"] = res.applied
         record["fingerprint"] = fingerprint(res.env, world)
         record["telemetry"] = metrics.summarize_telemetry(outcome.telemetry, tuple(res.measure_window or (0, 0)))

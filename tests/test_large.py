@@ -91,3 +91,32 @@ def test_fsdp_trial_builds_sharded_from_the_meta_device(tmp_path: Path) -> None:
     assert applied["checkpoint"] == "selective_op" and applied["cross_entropy"] == f"{CE_CHUNKS} chunks"
     assert outcome.result.n_params == sum(p.numel() for p in Transformer({**LLAMA, "kv_heads": 2}).parameters())
     assert abs(outcome.result.losses[0] - math.log(256)) < 0.5  # initialised like the whole model: loss near ln V
+
+
+def _guard_search(tmp_path: Path, write_yaml: Any, env: dict[str, str] | None = None) -> Any:
+    from conftest import load_trials, run_cli
+
+    tmp_path.mkdir(parents=True)
+    path = write_yaml(tiny(model=LLAMA, workload={"global_batch_size": 4, "warmup_steps": 1, "measure_steps": 2},
+                           space={"micro_batch_size": [4], "precision": ["fp16"]},
+                           baseline={"micro_batch_size": 4, "precision": "fp16"},
+                           study={"trials": 1, "confirm_rounds": 0, "loss_check": {"steps": 20, "max_gap": 0.05}}))
+    proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path, env=env)
+    (trial,) = [t for t in load_trials(tmp_path / "out") if t.user_attrs.get("status") not in ("duplicate", "skipped")]
+    return proc, trial
+
+
+def test_loss_check_passes_fp16_and_catches_a_broken_precision(tmp_path: Path, write_yaml: Any) -> None:
+    """fp16 trains like bf16 from the same weights (the reference measured once, in its own trial, then
+    cached); a precision that breaks the weights (AUTOTUNE_FAULT=drift) ends invalid_config: loss drifts."""
+    proc, trial = _guard_search(tmp_path / "good", write_yaml)
+    check = trial.user_attrs["loss_check"]
+    assert trial.user_attrs["status"] == "ok", proc.stdout + proc.stderr
+    assert check["checked"] and check["gap"] <= 0.05 and len(check["losses"]) == len(check["reference"]) == 20
+    assert check["reference"][-1] < 0.9 * check["reference"][0]  # the stream is learnable: the loss falls
+    assert list((tmp_path / "good" / "out").glob("*/loss-reference/*.json"))
+
+    proc, trial = _guard_search(tmp_path / "bad", write_yaml, env={"AUTOTUNE_FAULT": "drift"})
+    assert trial.user_attrs["status"] == "invalid_config", proc.stdout + proc.stderr
+    assert trial.user_attrs["reason"].startswith("loss drifts: fp16 against bf16")
+    assert trial.user_attrs["cause"] == {"precision": "fp16"}

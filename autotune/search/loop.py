@@ -23,7 +23,7 @@ from autotune.errors import ConfigError
 from autotune.hardware import default_device, detect
 from autotune.errors import Terminated
 from autotune.runner import Bench, measure, preflight
-from autotune.search import boundary, predict
+from autotune.search import boundary, loss_guard, predict
 from autotune.search.best import write_best
 from autotune.search.confirm import confirm
 from autotune.search.history import History, key, optuna_state, store
@@ -143,6 +143,7 @@ class _Search:
         self.bench = Bench.of(cfg.model, cfg.workload, device=device, timeout_s=60 * cfg.study.trial_timeout_min,
                               home=study_dir, base_dir=cfg.base_dir, compile_cache=cfg.study.compile_cache,
                               prestart=cfg.study.prestart, drift=cfg.study.drift.model_dump(),
+                              loss_check=cfg.study.loss_check.model_dump(),
                               limits=cfg.study.limits.model_dump() if cfg.study.limits else None)
         self.grace = cfg.study.worker_grace_s
         # one-rank trials report their steps and may be pruned; ranks would have to agree on where to stop
@@ -228,6 +229,9 @@ class _Search:
         try:
             record = self.measure(self.bench, knobs, run_dir, number=trial.number, gpus=slot, concurrent=self.n_jobs,
                                   on_poll=poll, stop=self.stop, on_wait=self.observer.device_busy, progress=bool(watch))
+            if self.measure is measure:  # a replayed landscape has nothing to check
+                record = loss_guard.apply(self.bench, knobs, record, run_dir, gpus=slot, concurrent=self.n_jobs,
+                                          on_poll=poll, stop=self.stop)
             if record["status"] == "pruned" and watch and watch.why:
                 steps = len(record.get("raw", {}).get("step_times_s") or [])
                 record["reason"] = f"{watch.why}; it stopped after {steps} of {self.bench.run.measure_steps}"

@@ -3,7 +3,8 @@
     KIND or KIND@KNOB>=VALUE or KIND@KNOB=VALUE, KIND one of
     oom (raise an out-of-memory error), hang (sleep forever), crash (abort the process),
     nan (make the loss NaN), error (raise a Python exception),
-    drift (generate: a quantized trial's weights go through a broken 1-bit quantizer instead of torchao's),
+    drift (generate: a quantized trial's weights go through a broken 1-bit quantizer instead of torchao's;
+    train: the loss check's weights are rounded to one bit after every step, a broken precision),
     slow:PCT (make every measured step PCT percent slower: a host wait of PCT% of the step inside
     the timed region, after a device synchronisation so that CUDA events see it too).
 

@@ -225,9 +225,10 @@ class Train(Workload):
             **parallel_applied,
         }
 
-    def step(self) -> Any:
-        """One optimizer step; returns its loss as a device tensor (no host synchronisation)."""
-        torch, accum = self.torch, self.spec.knobs["grad_accum_steps"]
+    def step(self, accum: int | None = None) -> Any:
+        """One optimizer step of `accum` micro-steps (default grad_accum_steps); returns its loss as a device
+        tensor (no host synchronisation)."""
+        torch, accum = self.torch, accum or self.spec.knobs["grad_accum_steps"]
         amp = (lambda: torch.autocast(device_type=self.spec.device, dtype=self.amp_dtype)) if self.amp_dtype \
             else contextlib.nullcontext
         total = torch.zeros((), device=self.dev)
@@ -259,7 +260,38 @@ class Train(Workload):
         losses = finite_losses(torch, timing.outputs, "measured steps")
         if self.ranks:
             check_replicas_in_sync(torch, self.model, self.ranks)
-        return Measured(timing, losses)
+        check = self.spec.params.get("loss_check") or {}
+        curve = None
+        if check.get("steps") and (check.get("reference") or self.spec.knobs["precision"] in ("fp8", "fp16")):
+            curve = self.loss_check(int(check["steps"]))
+        return Measured(timing, losses, output={"loss_check": curve} if curve else {})
+
+    def loss_check(self, steps: int) -> list[float] | None:
+        """`steps` optimizer steps from fresh weights on a learnable stream (each sequence repeats a random
+        8-token pattern, so the loss falls), one micro-batch a step: the curve search/loss_guard.py compares
+        with bf16's. None for a model that cannot be re-initialised (no init_weights)."""
+        torch, spec = self.torch, self.spec
+        base = getattr(self.model, "module", self.model)  # DDP wraps; FSDP2 and per-block compile do not
+        if not callable(getattr(base, "init_weights", None)):
+            return None
+        inputs, _ = self.batches[0]
+        gen = torch.Generator(device=self.dev).manual_seed(spec.run.seed + 1)  # the same stream on every rank
+        pattern = torch.randint(0, spec.model["vocab_size"], (2, inputs.shape[0], 8), device=self.dev, generator=gen)
+        stream = pattern.repeat(1, 1, inputs.shape[1] // 8 + 2)[..., : inputs.shape[1] + 1]
+        self.batches = [(b[:, :-1], b[:, 1:]) for b in stream]
+        torch.manual_seed(spec.run.seed)
+        with torch.no_grad():
+            base.init_weights()
+        self.optimizer = apply_optimizer(torch, self.model, spec.knobs)
+        self.scaler = torch.amp.GradScaler(spec.device) if self.scaler else None
+        losses = []
+        for _ in range(steps):
+            losses.append(self.step(accum=1))
+            if self.fault.kind == "drift" and not spec.params["loss_check"].get("reference"):
+                with torch.no_grad():  # the test-only broken precision: every weight rounded to one bit
+                    for p in self.model.parameters():
+                        p.copy_(p.sign() * p.abs().mean())
+        return finite_losses(torch, losses, "the loss check")
 
     def work(self) -> Work:
         return self._work
