@@ -131,6 +131,38 @@ def space_table(described: dict[str, Any]) -> Table:
     return table
 
 
+def memory_table(model: dict[str, Any], space: Any, world_size: int, capacity_gib: float | None) -> Table | None:
+    """`autotune validate`: the memory estimate per rank (memory.py) for each micro-batch size and activation
+    checkpointing choice of the space, the other knobs at the baseline's values; None where nothing is
+    estimated (hf_config and entrypoint models, generate)."""
+    from autotune import memory
+
+    sizes = space.searched.get("micro_batch_size") or [space.baseline.get("micro_batch_size")]
+    checkpoints = space.searched.get("activation_checkpointing") or [space.baseline.get("activation_checkpointing")]
+    base = space.knobs(space.baseline)
+    rows = []
+    for ac in checkpoints:
+        ests = [memory.estimate(model, {**base, "micro_batch_size": mbs, "activation_checkpointing": ac}, world_size)
+                for mbs in sizes]
+        if any(e is None for e in ests):
+            return None
+        rows.append((ac, ests))
+    title = ("Memory estimate per rank, GiB (uncalibrated; the search calibrates it on measured peaks): "
+             + ", ".join(f"{k} {v}" for k, v in base.items() if k not in ("micro_batch_size", "activation_checkpointing")
+                         and k in space.searched and v is not None))
+    table = Table(title=title if len(title) < 200 else title[:197] + "...", title_justify="left")
+    table.add_column("activation_checkpointing")
+    for mbs in sizes:
+        table.add_column(f"mbs {mbs}", justify="right")
+    for ac, ests in rows:
+        cells = [f"{e.total / memory.GIB:.1f}" + ("" if not capacity_gib or e.total / memory.GIB <= capacity_gib
+                                                  else " (no fit)") for e in ests]
+        table.add_row(str(ac), *cells)
+    if capacity_gib:
+        table.caption = f"GPU memory {capacity_gib:.1f} GiB (the smallest visible GPU)"
+    return table
+
+
 def confirmation_table(conf: dict[str, Any]) -> Table:
     """The re-measured top configurations: samples, median, 95% interval, knobs changed from the baseline."""
     table = Table(title=f"Confirmation: {conf['rounds_done']} interleaved rounds")

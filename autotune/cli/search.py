@@ -71,5 +71,15 @@ def validate(model_yaml: ModelYaml) -> None:
         console = out_console()
         cfg = load_config(model_yaml)
         console.print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), highlight=False)
-        console.print(space_table(resolve_space(cfg).describe()))
+        space = resolve_space(cfg)
+        console.print(space_table(space.describe()))
+        if cfg.workload.task == "train":
+            from autotune.hardware import detect
+            from autotune.runner import model_spec
+            from autotune.views import memory_table
+
+            gpus = [g["memory_gib"] for g in detect()["gpus"]]
+            table = memory_table(model_spec(cfg.model), space, cfg.workload.world_size, min(gpus) if gpus else None)
+            if table is not None:
+                console.print(table)
         console.print(Text.assemble(("ok", "green"), f": {printable(str(model_yaml))} is valid"))

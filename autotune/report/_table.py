@@ -46,6 +46,7 @@ def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
         "number": t.number, "state": state, "knobs": a.get("knobs") if isinstance(a.get("knobs"), dict) else t.params,
         "tokens_per_s_per_gpu": tokens, "mfu": m.get("mfu") if _number(m.get("mfu")) else None,
         "peak_mem_gib": m.get("peak_mem_gib") if _number(m.get("peak_mem_gib")) else None,
+        "memory_estimate_gib": m.get("memory_estimate_gib") if _number(m.get("memory_estimate_gib")) else None,
         "speedup": (value / base_value) if (value is not None and base_value) else None,
         "step_spread_pct": _dict(m.get("step_time")).get("spread_pct"),
         "reason": str(a.get("reason", "")), "predicted": bool(a.get("predicted")),
@@ -68,7 +69,9 @@ def columns(knobs: list[str], rows: list[dict[str, Any]]) -> list[str]:
     generate = any(r.get("tpot_ms_median") is not None for r in rows)
     efficiency = ["TTFT ms", "TPOT ms", "TPOT p99 ms", "roofline"] if generate else ["MFU"]
     energy = ["tokens/J"] if any(r.get("tokens_per_joule") is not None for r in rows) else []
-    return ["#", *knobs, "tokens/s/GPU", "x baseline", *efficiency, *energy, "peak GiB", "step spread", *nccl, *outcome]
+    estimate = ["est. GiB"] if any(r.get("memory_estimate_gib") is not None for r in rows) else []
+    return ["#", *knobs, "tokens/s/GPU", "x baseline", *efficiency, *energy, "peak GiB", *estimate, "step spread", *nccl,
+            *outcome]
 
 
 def cells(row: dict[str, Any], knobs: list[str], header: list[str], reason_chars: int = 60) -> list[str]:
@@ -76,6 +79,7 @@ def cells(row: dict[str, Any], knobs: list[str], header: list[str], reason_chars
     values = {
         "#": str(row["number"]), "tokens/s/GPU": fmt(row["tokens_per_s_per_gpu"], "tok"), "x baseline": fmt(row["speedup"], "x"),
         "MFU": fmt(row["mfu"], "mfu"), "peak GiB": fmt(row["peak_mem_gib"], "gib"),
+        "est. GiB": fmt(row.get("memory_estimate_gib"), "gib"),
         "TTFT ms": fmt(row.get("ttft_ms"), "ms"), "TPOT ms": fmt(row.get("tpot_ms_median"), "ms"),
         "TPOT p99 ms": fmt(row.get("tpot_ms_p99"), "ms"), "roofline": fmt(row.get("roofline_share"), "mfu"),
         "tokens/J": fmt(row.get("tokens_per_joule"), "tpj"),

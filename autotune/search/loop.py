@@ -146,6 +146,9 @@ class _Search:
                               loss_check=cfg.study.loss_check.model_dump(),
                               limits=cfg.study.limits.model_dump() if cfg.study.limits else None)
         self.grace = cfg.study.worker_grace_s
+        gpus = [g["memory_gib"] for g in detect()["gpus"]] if device == "cuda" else []
+        self.memory = predict.Memory(self.bench.model, cfg.workload.world_size, min(gpus) if gpus else None) \
+            if cfg.workload.task == "train" else None
         # one-rank trials report their steps and may be pruned; ranks would have to agree on where to stop
         # (Optuna's pruners do not take multi-objective trials: a pareto study prunes nothing)
         self.prune_below = cfg.study.prune_below if cfg.workload.world_size == 1 and cfg.study.objective != "pareto" \
@@ -187,7 +190,7 @@ class _Search:
         prev = h.seen.get(key(knobs)) or h.running.get(key(knobs))
         if prev is not None:
             self._duplicate(trial, prev.number, params, h)
-        if (known := predict.failure(h, knobs)) is not None:
+        if (known := predict.failure(h, knobs, self.memory)) is not None:
             status, reason = known
             record = {"number": trial.number, "knobs": knobs, "status": status, "reason": reason, "predicted": True}
             store(trial, record)

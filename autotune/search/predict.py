@@ -9,15 +9,21 @@
 - A memory model: with two or more completed trials that differ only in micro_batch_size, the peak memory
   is fitted as a line in micro_batch_size (activations grow with it; parameters, gradients and optimizer
   state do not) and a micro-batch whose fitted peak exceeds the GPU's memory is predicted to run out.
+- The memory estimate (memory.py; built-in training models): parameters, gradients, optimizer state per
+  shard and activations per micro-batch under each checkpointing choice, calibrated by the peaks the study
+  has measured; a configuration whose calibrated estimate exceeds the GPU's memory is predicted to run out
+  before any trial like it ran. Uncalibrated (no measured peak yet) it must exceed it by UNCALIBRATED_MARGIN.
 """
 
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
 
+from autotune import memory
 from autotune.search.history import History
 
 # Knobs a batch rule ranges over: the others must match for one trial to speak for another.
@@ -25,6 +31,41 @@ _BATCH = ("micro_batch_size", "grad_accum_steps", "batch_size")
 # The fitted peak may use this share of the GPU's memory: the allocator's own overhead (reserved above
 # allocated, the CUDA context) needs the rest.
 USABLE_SHARE = 0.98
+# Before any peak was measured the estimate alone predicts an OOM only this far above the GPU's memory.
+UNCALIBRATED_MARGIN = 1.15
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What the memory estimate needs besides the knobs: the model section, the ranks, the GPU's memory."""
+
+    model: dict[str, Any]
+    world_size: int
+    capacity_gib: float | None  # the smallest visible GPU's (None: no GPU, nothing predicted)
+
+    def estimate(self, knobs: dict[str, Any]) -> memory.Estimate | None:
+        return memory.estimate(self.model, knobs, self.world_size)
+
+    def calibration(self, h: History) -> memory.Calibration:
+        """Fitted on the completed GPU trials' measured peaks (max_memory_allocated, the slowest rank's)."""
+        pairs = []
+        for t in h.completed:
+            m, fp = t.user_attrs.get("metrics") or {}, t.user_attrs.get("fingerprint") or {}
+            if fp.get("device") == "cuda" and m.get("peak_mem_kind") == "cuda_max_memory_allocated" and m.get("peak_mem_gib"):
+                est = self.estimate(t.user_attrs["knobs"])
+                if est is not None:
+                    pairs.append((est, m["peak_mem_gib"] * memory.GIB))
+        return memory.calibrate(pairs)
+
+
+def memory_bound(h: History, knobs: dict[str, Any], mem: Memory | None) -> tuple[float, float, int] | None:
+    """(predicted peak GiB, the GPU's GiB, trials calibrated on) when the estimate says these knobs do not fit."""
+    if mem is None or not mem.capacity_gib or (est := mem.estimate(knobs)) is None:
+        return None
+    cal = mem.calibration(h)
+    peak = cal.peak(est) / memory.GIB
+    limit = mem.capacity_gib * (USABLE_SHARE if cal.n else UNCALIBRATED_MARGIN)
+    return (peak, mem.capacity_gib, cal.n) if peak > limit else None
 
 
 def _same_but_batch(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -77,8 +118,9 @@ def peak_estimate(h: History, knobs: dict[str, Any]) -> tuple[float, float, list
             [by_mbs[m][2] for m in sizes])
 
 
-def failure(h: History, knobs: dict[str, Any]) -> tuple[str, str] | None:
-    """(status, reason) of a failure these knobs are known to meet, or None."""
+def failure(h: History, knobs: dict[str, Any], mem: Memory | None = None) -> tuple[str, str] | None:
+    """(status, reason) of a failure these knobs are known to meet, or None. mem: the memory estimate's
+    inputs (None: not used)."""
     if (found := rule_for(h, knobs)) is not None:
         t, cause = found
         values = ", ".join(f"{k} {v}" for k, v in cause.items())
@@ -95,4 +137,8 @@ def failure(h: History, knobs: dict[str, Any]) -> tuple[str, str] | None:
         peak, capacity, numbers = estimate
         return "oom", (f"predicted: peak memory {peak:.1f} GiB (a line in {size} through trials "
                        f"{', '.join(map(str, numbers))}) is above the GPU's {capacity:.1f} GiB")
+    if (bound := memory_bound(h, knobs, mem)) is not None:
+        peak, capacity, n = bound
+        how = f"calibrated on {n} measured peak(s)" if n else f"uncalibrated, over {UNCALIBRATED_MARGIN:.2f}x"
+        return "oom", f"predicted: the memory estimate {peak:.1f} GiB ({how}) is above the GPU's {capacity:.1f} GiB"
     return None

@@ -1,0 +1,459 @@
+"""Per-rank GPU memory of one training trial of the built-in model, estimated before launch, and its calibration.
+
+Standard library only: the parent process (`autotune validate`, the search loop) imports it, never torch.
+
+What is counted: bytes per rank as `torch.cuda.max_memory_allocated` sees them, i.e. tensors (the CUDA context,
+NCCL's own buffers and the caching allocator's free blocks are not in it), for the trial train.py builds: fp32
+master parameters, autocast (bf16, fp16; fp8 through torchao under bf16 autocast) or plain fp32, AdamW, one rank,
+DDP or FSDP2, activation checkpointing and chunked cross-entropy as model.py applies them.
+
+* Weights: fp32 parameters, fp32 gradients and AdamW's two fp32 moments, 16 bytes a parameter, each 1/world_size
+  of it with FSDP (FSDP2 shards every parameter on dim 0, padded to a multiple of the ranks).
+* Weight copies (`gathered`): on one rank or with DDP, autocast caches a bf16 cast of every linear weight for the
+  whole forward and the linears save them for backward; with FSDP2 the root (embedding, final norm, head), which
+  FSDP2 never reshards after forward, the block being run (all blocks with reshard_after_forward false) and, in
+  backward, that block's unsharded gradients and their fp32 reduce-scatter input; DDP's gradient buckets are one
+  more fp32 copy of all gradients unless gradient_as_bucket_view (PyTorch's DDP documentation says as much).
+* Activations: every tensor autograd saves in forward, read op by op from model.py (the count Korthikanti et al.
+  2022, "Reducing Activation Recomputation in Large Transformer Models", section 4, makes for Megatron's layer):
+  the fp32 residual stream at each norm, the bf16 inputs of the linears, the fused qkv output (SDPA's V is a
+  view of it, so all of it stays), RoPE'd Q and K, the attention output and its fp32 logsumexp (flash, cuDNN and
+  memory-efficient SDPA save only those; math SDPA and eager attention save the seq x seq probabilities),
+  SwiGLU's gate|up output, SiLU output and product, GELU's input and output. Checkpointing keeps each
+  checkpointed block's input, plus one block recomputed at a time in backward; selective_op (torchtitan's
+  per-op policy, `_save_list` in torchtitan's llama3 parallelize.py) keeps each block's input, the outputs of
+  the first and third of its four matmuls (qkv, MLP up; every second mm is recomputed) and the attention
+  kernel's output and logsumexp.
+* The loss (`logits`): autocast runs cross-entropy in fp32; its peak is in backward, where the saved
+  log-softmax, the NLL gradient and the log-softmax gradient are alive together, 12 bytes a token and vocabulary
+  entry (the term that dominates Llama-3's 128k vocabulary), or the head's weight gradient as backward makes it.
+  Chunked cross-entropy keeps one chunk's loss alive at a time.
+
+The peak: the parts are not all alive at once. `Estimate.total` is the largest of five moments: the end of
+forward (autocast's cache holds every cast), the loss's backward (weights but gradients, copies, every
+activation, the loss's peak), the last block's and the first block's backward (by then the other blocks'
+activations are freed and their gradients made), and the optimizer step (parameters, gradients, moments, and
+foreach AdamW's parameter-sized temporary; fused AdamW has none). The fields of Estimate are each part at its
+own largest.
+
+How it was checked (tests/test_memory.py): the saved bytes against every tensor autograd saves in a real
+forward on the CPU (exact to 4 bytes for gpt and llama, every checkpointing mode, fp32, chunked, eager); the
+peak against torch's MemTracker over whole optimizer steps on the CPU (gpt, one rank: within 0.5%, each
+moment above). Once, outside the tests: FSDP2 on two gloo ranks of the CPU within 5%, the CPU's own
+differences (bf16 norms under its autocast, composite RMSNorm) included. Not yet against a GPU: the CUDA-only
+facts used (the fused RMSNorm saves its input and rstd only; LayerNorm and RMSNorm run in fp32 under CUDA
+autocast; flash SDPA takes grouped-query heads as they are) are PyTorch's, not measured here.
+
+Limits: hf_config and entrypoint models are not estimated (`estimate` returns None); torch.compile is one
+factor on the blocks' activations and a fused loss, not a model of Inductor's partitioner; fp8's activations
+are counted as bf16's (torchao saves the high-precision inputs for backward); cuBLAS workspaces (tens of MiB)
+and the token batches are left out; allocator fragmentation is outside max_memory_allocated, so a
+configuration near the capacity may still fail (RESERVED_OVERHEAD_BYTES is a rough allowance for what
+nvidia-smi shows beyond the estimate). `calibrate` fits what is left from measured trials.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from autotune import knobs as catalogue
+
+GIB = 2**30
+# The CUDA context (about 0.5 GiB), NCCL's buffers and the allocator's free blocks: what nvidia-smi shows beyond
+# max_memory_allocated. A rough allowance for a capacity check, not a measurement.
+RESERVED_OVERHEAD_BYTES = 2 * GIB
+CE_CHUNKS = getattr(catalogue, "CE_CHUNKS", 8)  # cross_entropy chunked: slices of the tokens (knobs.py)
+# torch.compile's partitioner recomputes elementwise ops in backward instead of saving their outputs (SwiGLU's
+# SiLU output or product, for one): the fraction of a block's activations still saved, from the saved tensors of
+# the min-cut partitioner Inductor uses (backend aot_eager_decomp_partition, CPU): 0.85 for a llama block, 0.95
+# for a gpt one. The compiled loss is fused: it saves the bf16 logits, not fp32 log-probabilities (loss_bytes).
+COMPILE_ACTIVATIONS = 0.9
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The built-in model's sizes as model.py builds it (derived sizes resolved as config.py resolves them)."""
+
+    family: str
+    n_layers: int
+    d_model: int
+    n_heads: int
+    kv_heads: int
+    ffn_hidden: int
+    vocab: int
+    padded_vocab: int
+    seq_len: int
+    tied: bool
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+def shape(model: dict[str, Any], knobs: dict[str, Any] | None = None) -> Shape | None:
+    """The sizes of the built-in model (None for hf_config and entrypoint models): n_kv_heads defaults to
+    n_heads; ffn_hidden to 4*d_model (gpt) or 8/3*d_model rounded up to 256 (llama), as config.ModelConfig.ffn;
+    the vocabulary padded to knobs' pad_vocab_multiple as train.build_model pads it."""
+    if model.get("hf_config") or model.get("entrypoint") or not model.get("family"):
+        return None
+    d, family = int(model["d_model"]), model["family"]
+    ffn = model.get("ffn_hidden") or (4 * d if family == "gpt" else 256 * math.ceil(8 * d / 3 / 256))
+    pad = (knobs or {}).get("pad_vocab_multiple")
+    vocab = int(model["vocab_size"])
+    return Shape(family, int(model["n_layers"]), d, int(model["n_heads"]),
+                 int(model.get("kv_heads") or model.get("n_kv_heads") or model["n_heads"]), int(ffn), vocab,
+                 -(-vocab // pad) * pad if pad else vocab, int(model["seq_len"]), bool(model.get("tie_embeddings", True)))
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter tensor: rows (dim 0, what FSDP2 shards) x cols; linear: a weight or bias of an nn.Linear."""
+
+    name: str
+    rows: int
+    cols: int = 1
+    linear: bool = False
+
+    @property
+    def numel(self) -> int:
+        return self.rows * self.cols
+
+    def shard(self, world: int) -> int:
+        """Elements one rank holds under FSDP2: dim 0 split into world_size chunks, padded to equal size."""
+        return -(-self.rows // world) * self.cols
+
+
+def block_params(s: Shape) -> list[Param]:
+    """One transformer block's parameters, as model.Block creates them."""
+    d, gpt = s.d_model, s.family == "gpt"
+    qkv = (s.n_heads + 2 * s.kv_heads) * s.head_dim
+    up = s.ffn_hidden if gpt else 2 * s.ffn_hidden  # SwiGLU: gate and up in one matmul
+    norm = [Param("norm.weight", d), Param("norm.bias", d)] if gpt else [Param("norm.weight", d)]
+    ps = [*norm, *norm, Param("qkv.weight", qkv, d, True), Param("proj.weight", d, d, True),
+          Param("up.weight", up, d, True), Param("down.weight", d, s.ffn_hidden, True)]
+    if gpt:  # GPT-2 has biases, Llama none
+        ps += [Param("qkv.bias", qkv, 1, True), Param("proj.bias", d, 1, True), Param("up.bias", up, 1, True),
+               Param("down.bias", d, 1, True)]
+    return ps
+
+
+def root_params(s: Shape) -> list[Param]:
+    """The parameters outside the blocks: token embedding, positions (gpt), final norm, head (once when tied)."""
+    d = s.d_model
+    ps = [Param("tok.weight", s.padded_vocab, d)]
+    if s.family == "gpt":
+        ps += [Param("pos.weight", s.seq_len, d), Param("norm.weight", d), Param("norm.bias", d)]
+    else:
+        ps += [Param("norm.weight", d)]
+    if not s.tied:
+        ps += [Param("head.weight", s.padded_vocab, d, True)]
+    return ps
+
+
+def n_params(s: Shape) -> int:
+    """Parameters of the model, as sum(p.numel() for p in Transformer(m).parameters()) counts them."""
+    return s.n_layers * sum(p.numel for p in block_params(s)) + sum(p.numel for p in root_params(s))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Bytes per rank of one training trial. The six parts are each at its own largest; `total` is the peak,
+    the larger of `backward` and `step` (module docstring), since the parts are not all alive at once."""
+
+    params: int  # fp32 master parameters this rank holds (1/world_size of them with FSDP)
+    grads: int  # fp32 gradients this rank holds after backward (same sharding)
+    optimizer: int  # AdamW's exp_avg and exp_avg_sq, fp32 (same sharding)
+    gathered: int  # weight copies: autocast's bf16 casts, FSDP's unsharded blocks and root, DDP's buckets
+    activations: int  # what the blocks, final norm and head save for backward (+ one block recomputed)
+    logits: int  # the loss's peak for one micro-batch: head output, cross-entropy's fp32 tensors, head gradient
+    overhead: int = 0  # outside the allocator's tensors (0: the estimate is of max_memory_allocated)
+    backward: int = 0  # alive at the peak of backward: the loss's backward, or a block's (0: not computed)
+    step: int = 0  # alive at the optimizer step (or the end of backward): parameters, gradients, moments, temporaries
+    saved: int = 0  # of activations + logits, what autograd holds at the end of forward (no recompute, no
+    # transients of the loss): the number a real forward's saved tensors are checked against
+
+    @property
+    def total(self) -> int:
+        """The estimated peak of max_memory_allocated, plus overhead (every part at once for an Estimate whose
+        backward and step were not computed)."""
+        if not (self.backward or self.step):
+            return (self.params + self.grads + self.optimizer + self.gathered + self.activations + self.logits
+                    + self.overhead)
+        return max(self.backward, self.step) + self.overhead
+
+    @property
+    def static(self) -> int:
+        """The part of the peak that does not scale with the micro-batch: total less activations and logits."""
+        return self.total - self.activations - self.logits
+
+    @property
+    def phase(self) -> str:
+        """Where the peak is: 'backward' or 'optimizer step'."""
+        return "backward" if self.backward >= self.step else "optimizer step"
+
+    def as_dict(self) -> dict[str, int]:
+        """Every field, and the total, in bytes (for a trial's record)."""
+        return {**asdict(self), "total": self.total}
+
+
+def _knobs(knobs: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """The trial's knobs, absent (or null) ones at the catalogue's default; parallel None on one rank."""
+    k = {**catalogue.defaults("train"), **{key: v for key, v in knobs.items() if v is not None}}
+    k["parallel"] = (knobs.get("parallel") or "ddp") if world_size > 1 else None
+    if not isinstance(k.get("grad_accum_steps"), int):  # "auto" before the space is resolved
+        k["grad_accum_steps"] = 1
+    return k
+
+
+def compute_bytes(precision: str) -> int:
+    """Bytes of a linear's input and output: 2 under autocast (bf16, fp16; fp8 runs under bf16 autocast), else 4."""
+    return 2 if precision in ("bf16", "fp16", "fp8") else 4
+
+
+def residual_bytes(k: dict[str, Any]) -> int:
+    """Bytes of the residual stream between blocks: fp32 (the embedding's fp32 output plus bf16 outputs), but
+    bf16 under FSDP with autocast, whose MixedPrecisionPolicy casts every block's inputs to its param_dtype.
+    Inside a block the norms save an fp32 copy either way (CUDA autocast runs them in fp32)."""
+    return 2 if k["parallel"] == "fsdp" and compute_bytes(k["precision"]) == 2 else 4
+
+
+def attention_kind(s: Shape, c: int, attention: str) -> str:
+    """'flash' (flash, cuDNN or memory-efficient SDPA: output and logsumexp saved), 'math' or 'eager'. auto in
+    fp32 with grouped-query heads falls to math: flash needs bf16/fp16 and memory-efficient has no GQA."""
+    if attention == "eager":
+        return "eager"
+    if attention == "math" or (attention == "auto" and c == 4 and s.kv_heads != s.n_heads):
+        return "math"
+    return "flash"
+
+
+def block_activations(s: Shape, c: int, attention: str) -> tuple[int, int, int]:
+    """Bytes one block saves for backward, read op by op from model.Block under CUDA autocast: (per token, per
+    sequence, per micro-batch; the last two are the seq x seq attention terms of math and eager). c: compute_bytes.
+
+    RMSNorm saves its fp32 input and rstd (CUDA's fused _fused_rms_norm; the CPU's composite also saves the
+    normalised fp32 tensor), LayerNorm its input, mean and rstd."""
+    d, h, kvd, f, t = s.d_model, s.n_heads, s.kv_heads * s.head_dim, s.ffn_hidden, s.seq_len
+    gpt, kind = s.family == "gpt", attention_kind(s, c, attention)
+    norm = 4 * d + (8 if gpt else 4)  # fp32 residual input + LayerNorm's mean and rstd, or RMSNorm's rstd
+    qkv = c * d + c * (d + 2 * kvd)  # the linear's input, its output (V, a view of it, keeps all of it)
+    rope = 0 if gpt else c * (d + kvd)  # RoPE'd Q and K (.to(x.dtype) copies)
+    per_seq = per_batch = 0
+    if kind == "flash":
+        attn = c * d + 4 * h  # output (proj's input too) and fp32 logsumexp
+    elif kind == "eager":  # fp32 softmax output (+ its bf16 cast for @ V under autocast), the causal mask
+        attn = c * d  # the output, copied by reshape
+        if kvd != d:  # K and V repeated for the query heads are saved instead of RoPE'd K and the qkv output
+            qkv, rope, attn = c * d, c * d, attn + 2 * c * d
+        per_seq, per_batch = h * t * t * (4 + (2 if c == 2 else 0)), t * t
+    else:  # math SDPA (not checked against a GPU): Q, K, V in fp32 (repeated for GQA), fp32 probabilities
+        attn = 12 * d + c * d
+        per_seq = 4 * h * t * t
+    mlp_in = c * d
+    mlp = c * (2 * f + f + f) if not gpt else c * (f + f)  # SwiGLU: gate|up, silu(gate), product; GELU in, out
+    return 2 * norm + qkv + rope + attn + mlp_in + mlp, per_seq, per_batch
+
+
+def checkpointed_blocks(s: Shape, k: dict[str, Any]) -> int:
+    """Blocks run under torch.utils.checkpoint, as model.py picks them (train.build_model's checkpoint_every)."""
+    n = s.n_layers
+    return {"full": n, "selective": (n + 1) // 2, "selective_op": n}.get(k.get("activation_checkpointing", "none"), 0)
+
+
+def op_saved(s: Shape, c: int, attention: str) -> int:
+    """Bytes per token selective_op keeps of a block besides its input: qkv's and MLP up's matmul outputs (the
+    first and third mm; proj and down, the second and fourth, are recomputed) and the attention kernel's."""
+    d, h, kvd, f = s.d_model, s.n_heads, s.kv_heads * s.head_dim, s.ffn_hidden
+    up = c * (f if s.family == "gpt" else 2 * f)
+    return c * (d + 2 * kvd) + up + (c * d + 4 * h if attention_kind(s, c, attention) == "flash" else 0)
+
+
+def activation_bytes(s: Shape, k: dict[str, Any]) -> tuple[int, int]:
+    """(bytes the blocks save for one micro-batch at the end of forward, bytes of the one block recomputed at a
+    time in backward) under the checkpointing knob: none saves every block's activations; full, every block's
+    input only; selective, every other block's (blocks 0, 2, ...); selective_op, every block's input and the ops
+    op_saved names. compile: COMPILE_ACTIVATIONS of a block's."""
+    c, mbs, n = compute_bytes(k["precision"]), int(k["micro_batch_size"]), s.n_layers
+    tokens = mbs * s.seq_len
+    per_token, per_seq, per_batch = block_activations(s, c, k.get("attention", "auto"))
+    block = per_token * tokens + per_seq * mbs + per_batch
+    if k.get("compile"):
+        block = int(block * COMPILE_ACTIVATIONS)
+    checkpointed = checkpointed_blocks(s, k)
+    kept = residual_bytes(k) * s.d_model * tokens  # a checkpointed block's input: the residual stream
+    selective_op = k.get("activation_checkpointing") == "selective_op"
+    ops = op_saved(s, c, k.get("attention", "auto")) * tokens if selective_op else 0
+    saved = checkpointed * (kept + ops) + (n - checkpointed) * block
+    positions = 8 * s.seq_len if s.family == "gpt" else 0  # gpt's position ids (int64), saved by its embedding
+    return saved + positions, (block - ops if checkpointed else 0)
+
+
+def loss_bytes(s: Shape, k: dict[str, Any]) -> dict[str, int]:
+    """For one micro-batch: what the final norm and head save (head), what the loss saves (saved), the loss's
+    peak in forward (forward) and in backward (peak).
+
+    Autocast runs cross-entropy in fp32: it copies the (c-byte, padded) logits to fp32 and saves log_softmax's
+    fp32 output; in backward the NLL gradient and the log-softmax gradient join it, 12 bytes a token and
+    vocabulary entry: the peak. Compiled (head_loss is always compiled with the model), the loss is fused:
+    the c-byte logits are saved and their gradient made directly, 2c bytes. Then the head's weight gradient
+    is made: the loss's remains, a c-byte gradient and (one rank, DDP) its fp32 copy; that moment can be the
+    larger for short sequences. Chunked: each of CE_CHUNKS slices of the tokens is recomputed in backward, so
+    one slice's loss is alive at a time, beside the head's gradient summed so far."""
+    c, d, v, padded = compute_bytes(k["precision"]), s.d_model, s.vocab, s.padded_vocab
+    tokens, fsdp = int(k["micro_batch_size"]) * s.seq_len, k["parallel"] == "fsdp"
+    head = 4 * d + (8 if s.family == "gpt" else 4) + c * d  # final norm's fp32 input and stats, the head's input
+    if k.get("compile"):
+        forward, peak, saved, rest = c * padded, 2 * c * padded, c * padded + 4, c * padded
+    else:
+        forward = c * padded + (4 * v if c == 2 or padded != v else 0) + 4 * v
+        peak, saved, rest = max(forward, 12 * v), 4 * v, c * v + (c * padded if padded != v else 0)
+    grad = s.padded_vocab * d * (c + (4 if c == 2 and not fsdp else 0))  # FSDP: the unsharded bf16 gradient
+    if k.get("cross_entropy", "standard") == "chunked":
+        chunk, g = -(-tokens // CE_CHUNKS), s.padded_vocab * d * c
+        # every slice's head shares one weight (autocast caches its cast), so backward sums the slices' c-byte
+        # gradients in its buffer (old + new -> sum) and makes the fp32 copy once, after the last slice
+        return {"head": residual_bytes(k) * d * tokens, "saved": 0, "forward": chunk * (head + forward),
+                "peak": max(g + chunk * (head + peak), 3 * g + chunk * rest, grad)}
+    return {"head": head * tokens, "saved": saved * tokens, "forward": (forward - saved) * tokens,
+            "peak": max(peak * tokens, rest * tokens + grad)}
+
+
+def weight_bytes(s: Shape, k: dict[str, Any], world: int) -> dict[str, int]:
+    """What the weights cost this rank: params, grads, optimizer; weight copies alive during the loss's backward
+    (copies, before a block is recomputed) and during a block's (block_copies, the block being run); autocast's
+    bf16 casts (cast_block, a block's; cast_head), cached for the whole forward but kept after it only where a
+    linear saved them (checkpointed blocks' are made again in their recompute); gradients that exist before
+    backward starts (first_grads) and during the blocks' backward (block_grads); a block's gradients as its
+    backward makes them (grad_block); step_extra (module docstring)."""
+    blocks, roots, n = block_params(s), root_params(s), s.n_layers
+    total, vd = n_params(s), s.padded_vocab * s.d_model
+    fsdp, c, accum = k["parallel"] == "fsdp", compute_bytes(k["precision"]), int(k["grad_accum_steps"])
+    mine = n * sum(p.shard(world) for p in blocks) + sum(p.shard(world) for p in roots) if fsdp else total
+    extra = 0 if k.get("fused_optimizer") else 4 * mine  # foreach AdamW's sqrt(exp_avg_sq) temporary
+    out = {"params": 4 * mine, "grads": 4 * mine, "optimizer": 8 * mine, "cast_block": 0, "cast_head": 0}
+    if fsdp:  # MixedPrecisionPolicy(param_dtype=bf16) under autocast: c bytes a gathered parameter
+        fp8 = k["precision"] == "fp8" and bool(k.get("fp8_all_gather"))
+        block = sum(p.numel * (1 if fp8 and p.linear and p.cols > 1 else c) for p in blocks)
+        root, numel = sum(p.numel for p in roots), sum(p.numel for p in blocks)
+        # the root (embedding, final norm, head) is never resharded after forward; of the blocks, the last is
+        # gathered again as backward starts, or all stay gathered (reshard_after_forward false); a block's
+        # backward adds its unsharded gradients (param dtype) and their fp32 reduce-scatter input
+        gathered = root * c + (block if k.get("reshard_after_forward", True) else n * block)
+        # no_sync accumulation keeps unsharded fp32 gradients (FSDP2's to_accumulated_grad_if_needed)
+        first = 4 * total if accum > 1 else 0
+        # the end of backward: the root still gathered, its unsharded gradients and their fp32 reduce-scatter input
+        end = root * (2 * c + 4) + (c * vd if s.tied else 0)
+        return {**out, "copies": gathered, "block_copies": gathered + numel * (c + 4), "first_grads": first,
+                "block_grads": max(first, c * vd), "grad_block": 4 * sum(p.shard(world) for p in blocks),
+                "step_extra": max(extra, end)}
+    if c == 2:  # linear weights only: biases' casts are cached too but no linear saves them
+        fp8 = k["precision"] == "fp8"  # torchao's float8 linears cast their own weights and save the fp32 ones
+        out.update(cast_block=0 if fp8 else 2 * sum(p.numel for p in blocks if p.linear and p.cols > 1),
+                   cast_head=2 * vd)  # the head stays a bf16 linear (tied too: the embedding's cast)
+    ddp = k["parallel"] == "ddp"
+    buckets = 4 * total if ddp and not k.get("gradient_as_bucket_view") else 0
+    first = 4 * total if accum > 1 or (ddp and k.get("gradient_as_bucket_view")) else 0
+    end = 8 * vd if s.tied else 0  # a tied embedding's dense gradient and its sum with the head's, at the end
+    return {**out, "copies": buckets, "block_copies": buckets, "first_grads": first, "block_grads": max(first, 4 * vd),
+            "grad_block": 0 if first else 4 * sum(p.numel for p in blocks), "step_extra": max(extra, end) + buckets}
+
+
+def _moments(s: Shape, k: dict[str, Any], w: dict[str, int], saved: int, recompute: int,
+             loss: dict[str, int]) -> tuple[int, int, int]:
+    """(gathered, backward's peak, the step's peak). Backward's peak is the largest of: the end of forward
+    (autocast's cache still holds every cast; the loss's forward), the loss's backward (every activation, the
+    loss's peak, gradients only where they already exist), the last block's and the first block's backward
+    (the head's gradient, FSDP's gathered block and gradient buffers, the block being recomputed with its
+    casts; by the first block the others' activations and casts are freed and their gradients made)."""
+    n, checkpointed = s.n_layers, checkpointed_blocks(s, k)
+    kept = (n - checkpointed) * w["cast_block"] + w["cast_head"]  # casts a linear saved
+    held = w["params"] + w["optimizer"] + saved + loss["head"]
+    forward = held + w["copies"] + n * w["cast_block"] + w["cast_head"] + w["first_grads"] + loss["saved"] + \
+        loss["forward"]
+    at_loss = held + w["copies"] + kept + w["first_grads"] + loss["peak"]
+    copies = w["block_copies"] + kept + (w["cast_block"] if checkpointed else 0)
+    last = held + copies + w["block_grads"] + recompute
+    freed = saved // n + w["cast_block"] * (n - checkpointed) // n  # a block's activations and saved casts
+    first = last + (n - 1) * (w["grad_block"] - freed)
+    gathered = max(w["copies"] + n * w["cast_block"] + w["cast_head"], copies)
+    return gathered, max(forward, at_loss, last, first), w["params"] + w["grads"] + w["optimizer"] + w["step_extra"]
+
+
+def estimate(model: dict[str, Any], knobs: dict[str, Any], world_size: int = 1) -> Estimate | None:
+    """Per-rank bytes of a training trial of the built-in model with these knob values (absent knobs at their
+    defaults), before it is launched; None for hf_config and entrypoint models, whose layers are not known here.
+    model: the YAML model section as a dict (Config.model.model_dump(mode="json"), or runner.model_spec's)."""
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1 but got {world_size}")
+    k = _knobs(knobs, world_size)
+    s = shape(model, k)
+    if s is None:
+        return None
+    w = weight_bytes(s, k, world_size)
+    saved, recompute = activation_bytes(s, k)
+    loss = loss_bytes(s, k)
+    gathered, backward, step = _moments(s, k, w, saved, recompute, loss)
+    return Estimate(w["params"], w["grads"], w["optimizer"], gathered, saved + loss["head"] + recompute,
+                    loss["peak"], backward=backward, step=step, saved=saved + loss["head"] + loss["saved"])
+
+
+SCALE_RANGE = (0.5, 2.0)  # calibrate's bounds on the activation term's scale
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """measured peak ~ static + a * (activations + logits) + b, fitted from completed trials.
+
+    static (Estimate.static) is taken as estimated; a scales the part that grows with the micro-batch (the
+    activation model's error is mostly proportional: a missed or extra saved tensor) and b absorbs a constant
+    (what the allocator holds that the model misses: cuBLAS workspaces, NCCL's buffers, the data). The identity
+    (a = 1, b = 0) is the uncalibrated estimate."""
+
+    a: float = 1.0
+    b: float = 0.0
+    n: int = 0  # trials it was fitted on
+
+    def peak(self, est: Estimate) -> float:
+        """The calibrated prediction of max_memory_allocated for this estimate, in bytes."""
+        return est.static + self.a * (est.activations + est.logits) + self.b
+
+
+def calibrate(pairs: list[tuple[Estimate, float]]) -> Calibration:
+    """Fit a Calibration from (estimate, measured peak allocated bytes) of completed trials: least squares of
+    measured - static on activations + logits when at least two distinct activation sizes were measured; with
+    one size only the activation term is scaled (b = 0); with none, the identity. The scale stays within
+    SCALE_RANGE (the activation model is not off by 2x; a fit outside it is noise or a static part missed),
+    the constant then absorbing the rest."""
+    if not pairs:
+        return Calibration()
+    xs = [float(e.activations + e.logits) for e, _ in pairs]
+    ys = [float(m) - e.static for e, m in pairs]
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    if len(set(xs)) >= 2:
+        a, b = statistics.linear_regression(xs, ys)
+    else:
+        a, b = (mean_y / mean_x if mean_x else 1.0), 0.0
+    low, high = SCALE_RANGE
+    if not low <= a <= high:
+        a = min(max(a, low), high)
+        b = mean_y - a * mean_x  # least squares with the scale fixed
+    return Calibration(a, b, len(pairs))
+
+
+def describe(est: Estimate, capacity_bytes: float | None = None) -> list[str]:
+    """Short lines for `autotune validate`: GiB per part, the estimated peak, and whether it fits capacity_bytes."""
+    def gib(x: float) -> str:
+        return f"{x / GIB:.2f} GiB"
+
+    where = "backward" if est.phase == "backward" else "the optimizer step"
+    lines = [f"parameters {gib(est.params)}, gradients {gib(est.grads)}, optimizer {gib(est.optimizer)}, "
+             f"weight copies {gib(est.gathered)}",
+             f"activations {gib(est.activations)}, loss {gib(est.logits)} (one micro-batch)",
+             f"estimated peak {gib(est.total)} (in {where})"]
+    if capacity_bytes:
+        verdict = "fits" if est.total <= capacity_bytes else "does not fit"
+        lines.append(f"{verdict} in {gib(capacity_bytes)} ({100 * est.total / capacity_bytes:.0f}% of it)")
+    return lines
