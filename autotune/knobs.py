@@ -277,6 +277,13 @@ CATALOGUE: tuple[Knob, ...] = (
          help="DDP static_graph (ddp only).", effect="DDP option (ddp only)"),
     Knob("reshard_after_forward", bool, True, multi_rank=True, only_with=("parallel", "fsdp"),
          help="FSDP2: free the gathered parameters after forward (fsdp only).", effect="FSDP2 option (fsdp only)"),
+    Knob("fsdp_grad_sync", Literal["last", "every"], "last", multi_rank=True, only_with=("parallel", "fsdp"),
+         help="FSDP2 with gradient accumulation: reduce-scatter the gradients on the last micro-batch only "
+              "(last: less communication, but every rank keeps the whole model's unsharded fp32 gradients "
+              "between micro-batches, 4 bytes a parameter) or after every micro-batch (every: sharded "
+              "gradients only, as torchtitan does). fsdp only.",
+         effect="last: `model.set_requires_gradient_sync(False)` on all but the last micro-batch; every: never "
+                "disabled"),
     Knob("nccl_proto", NcclProto, "default", multi_rank=True, nccl=True, env=("NCCL_PROTO",),
          help="NCCL_PROTO of the ranks (default sets nothing); world_size > 1 on GPUs.",
          effect="`NCCL_PROTO` of the ranks"),

@@ -342,8 +342,9 @@ def weight_bytes(s: Shape, k: dict[str, Any], world: int) -> dict[str, int]:
         # gathered again as backward starts, or all stay gathered (reshard_after_forward false); a block's
         # backward adds its unsharded gradients (param dtype) and their fp32 reduce-scatter input
         gathered = root * c + (block if k.get("reshard_after_forward", True) else n * block)
-        # no_sync accumulation keeps unsharded fp32 gradients (FSDP2's to_accumulated_grad_if_needed)
-        first = 4 * total if accum > 1 else 0
+        # no_sync accumulation keeps unsharded fp32 gradients (FSDP2's to_accumulated_grad_if_needed);
+        # fsdp_grad_sync every reduce-scatters each micro-batch: the sharded gradients only
+        first = 4 * total if accum > 1 and k.get("fsdp_grad_sync", "last") == "last" else 0
         # the end of backward: the root still gathered, its unsharded gradients and their fp32 reduce-scatter input
         end = root * (2 * c + 4) + (c * vd if s.tied else 0)
         return {**out, "copies": gathered, "block_copies": gathered + numel * (c + 4), "first_grads": first,

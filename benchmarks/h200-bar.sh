@@ -4,7 +4,7 @@
 # Each stage resumes its studies, so a stage cut short is simply run again.
 #   benchmarks/h200-bar.sh STAGE...     stages: info grid fp32 llama hopper gputests ddp nccl refactor
 #                                       cheap-cold cheap-warm cold350 landscape cost (issue 13)
-#                                       gen8b gen-slo gen-plain (issue 14)
+#                                       gen8b gen-slo gen-plain (issue 14) fsdp8b fsdp8b-2k memgpu (issue 15)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
 set -uo pipefail
@@ -63,6 +63,13 @@ d["study"]["compile_cache"] = "trials/compile-cache"; yaml.safe_dump(d, open(f"/
     gen-plain) # issue 14: the hand-written reference loop, same machine, right after (GPU 0)
       for q in none int8 int4; do CUDA_VISIBLE_DEVICES=0 python3 benchmarks/plain_generate.py --compile --quant $q \
         2>>"$OUT/gen-plain.err" | tee -a "$OUT/gen-plain.jsonl"; done ;;
+    fsdp8b|fsdp8b-2k) # issue 15: Llama-3.1-8B training, FSDP2 on both GPUs (seq 8192 / 2048); resumes; FSDP_MIN bounds one call
+      f=search_spaces/llama3-8b-fsdp${stage#fsdp8b}.yaml
+      at validate "$f" > "$OUT/$stage-validate.txt" 2>&1
+      at search "$f" --gpus 0,1 --timeout-min "${FSDP_MIN:-8}" 2>&1 | tee -a "$OUT/$stage.log"
+      at report "trials/$(basename "$f" .yaml)" --format markdown > "$OUT/$stage-report.md" 2>&1 ;;
+    memgpu) # issue 15: the memory estimate against max_memory_allocated of real trials (tests/test_memory.py)
+      python3 -m pytest -m gpu -s -v -p no:cacheprovider tests/test_memory.py 2>&1 | tee "$OUT/memgpu.log" ;;
     cost)   # where each trial's time went, for every study under trials/ (benchmarks/trial_cost.py)
       python3 benchmarks/trial_cost.py $(ls -d trials/*/ | grep -v -e compile-cache -e archived) > "$OUT/cost.md" 2>&1 ;;
     gputests)

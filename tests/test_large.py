@@ -77,10 +77,11 @@ def test_op_policy_saves_matmuls_and_recomputes_the_rest() -> None:
 
 
 def test_fsdp_trial_builds_sharded_from_the_meta_device(tmp_path: Path) -> None:
-    cfg = parse_config(tiny(model=LLAMA, workload={"global_batch_size": 4, "world_size": 2, "warmup_steps": 1,
+    cfg = parse_config(tiny(model=LLAMA, workload={"global_batch_size": 8, "world_size": 2, "warmup_steps": 1,
                                                    "measure_steps": 2},
                             space={"micro_batch_size": [2], "precision": "bf16", "parallel": "fsdp",
-                                   "activation_checkpointing": "selective_op", "cross_entropy": "chunked"},
+                                   "activation_checkpointing": "selective_op", "cross_entropy": "chunked",
+                                   "fsdp_grad_sync": "every"},
                             baseline={"micro_batch_size": 2, "precision": "bf16"}))
     space = resolve_space(cfg, "cpu")
     bench = Bench.of(cfg.model, cfg.workload, device="cpu", timeout_s=180, home=tmp_path / "study", base_dir=None)
@@ -88,6 +89,7 @@ def test_fsdp_trial_builds_sharded_from_the_meta_device(tmp_path: Path) -> None:
     assert outcome.status == "ok", outcome.reason
     applied = outcome.result.applied
     assert applied["parallel"]["build"].startswith("meta device, sharded")
+    assert applied["parallel"]["grad_sync"] == "every micro-batch"  # 2 micro-batches a step, each reduce-scattered
     assert applied["checkpoint"] == "selective_op" and applied["cross_entropy"] == f"{CE_CHUNKS} chunks"
     assert outcome.result.n_params == sum(p.numel() for p in Transformer({**LLAMA, "kv_heads": 2}).parameters())
     assert abs(outcome.result.losses[0] - math.log(256)) < 0.5  # initialised like the whole model: loss near ln V

@@ -232,6 +232,17 @@ def test_memory_fsdp_shards_the_weights_and_gathers_blocks() -> None:
     assert four.activations == one.activations  # the batch per rank is the same
 
 
+def test_memory_fsdp_accumulation_keeps_unsharded_gradients_unless_synced_every_micro_batch() -> None:
+    knobs = {"micro_batch_size": 1, "precision": "bf16", "parallel": "fsdp", "grad_accum_steps": 4}
+    last = memory.estimate(LLAMA_8B, knobs, world_size=2)
+    every = memory.estimate(LLAMA_8B, {**knobs, "fsdp_grad_sync": "every"}, world_size=2)
+    single = memory.estimate(LLAMA_8B, {**knobs, "grad_accum_steps": 1}, world_size=2)
+    assert last is not None and every is not None and single is not None
+    n = 8_030_261_248
+    assert last.total - every.total > 0.8 * 4 * n  # the whole model's fp32 gradients, on every rank
+    assert every.total == single.total  # reduce-scattered each micro-batch: as without accumulation
+
+
 def test_memory_chunked_cross_entropy_shrinks_the_loss() -> None:
     knobs = {"micro_batch_size": 1, "precision": "bf16", "parallel": "fsdp"}
     standard = memory.estimate(LLAMA_8B, knobs, world_size=8)

@@ -53,12 +53,14 @@ def apply_fsdp(torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any) ->
     for block in blocks:
         fully_shard(block, mp_policy=policy, reshard_after_forward=reshard)
     fully_shard(model, mp_policy=policy, reshard_after_forward=reshard)
+    every = knobs.get("fsdp_grad_sync") == "every"
     how = {"strategy": "fsdp", "reshard_after_forward": reshard, "sharded_blocks": len(blocks),
-           "param_dtype": str(amp_dtype or torch.float32).replace("torch.", ""), "reduce_dtype": "float32"}
+           "param_dtype": str(amp_dtype or torch.float32).replace("torch.", ""), "reduce_dtype": "float32",
+           "grad_sync": "every micro-batch" if every else "last micro-batch"}
 
     @contextlib.contextmanager
     def sync(last: bool) -> Any:
-        model.set_requires_gradient_sync(last)
+        model.set_requires_gradient_sync(last or every)
         yield
 
     return model, how, sync
