@@ -26,6 +26,18 @@ from autotune.search.best import read_best, record_check_baseline
 
 # Versions listed beside the verdict when they differ: the usual causes of a change.
 VERSION_KEYS = ("driver", "cuda", "cudnn", "torch", "nccl")
+# The default tolerance follows the baseline's noise: the larger of a floor and a multiple of its
+# process-to-process spread (the standard deviation of log tokens/s); with one baseline sample the spread is
+# unknown and the old fixed 5% stands. On an H200 the spread was 0.1-0.3% (issue 16), so 2% decides; on a CPU
+# swinging 20% it is wide by itself.
+TOLERANCE_FLOOR_PCT = 2.0
+NOISE_MULTIPLE = 3.0
+FALLBACK_TOLERANCE_PCT = 5.0
+# The nightly series (history.jsonl): a step down of at least SERIES_FLOOR_PCT, found by ruptures' binary
+# segmentation on log tokens/s with a BIC-like penalty of SERIES_PENALTY x (a night's noise) x log(nights).
+SERIES_FLOOR_PCT = 1.0
+SERIES_PENALTY = 4.0
+SERIES_NOISE_MULTIPLE = 4.0  # ... and a step must exceed this many night-to-night spreads
 
 
 @dataclass
@@ -48,6 +60,8 @@ class Verdict:
     repeats: list[dict[str, Any]] = field(default_factory=list)  # per process: tokens/s, clock, power
     updated: bool = False  # --update recorded these samples as the new baseline
     tpot: dict[str, Any] | None = None  # generate: the same decision on the median time per output token
+    tolerance_source: str = ""  # how the tolerance was set (--tolerance, or the baseline's noise)
+    series: dict[str, Any] | None = None  # a step down across nights (series_drift), None when there is none
 
     @property
     def exit_code(self) -> int:
@@ -57,6 +71,9 @@ class Verdict:
         lo, hi = self.ci
         line = (f"{self.status}: {self.check_median:,.0f} vs baseline {self.baseline_median:,.0f} tokens/s/GPU, "
                 f"ratio {self.ratio:.3f} (95% CI {lo:.3f} to {hi:.3f}), tolerance {self.tolerance_pct:g}%")
+        if self.series:
+            line += (f"; the nightly series stepped down {-self.series['shift_pct']:.1f}% from night "
+                     f"{self.series['night']} ({self.series['checked_at'][:10]})")
         if self.tpot:
             t = self.tpot
             line += (f"; time per output token {t['check_median_ms']:.3f} vs baseline {t['baseline_median_ms']:.3f} ms, "
@@ -89,6 +106,68 @@ def decide(baseline: list[float], check: list[float], tolerance_pct: float) -> t
     if ratio > 1 + tol and ci[0] > 1:
         return "faster", ratio, ci
     return "pass", ratio, ci
+
+
+def default_tolerance(baseline: list[float]) -> tuple[float, str]:
+    """The tolerance when --tolerance is not given, and how it was set (module constants)."""
+    if len(baseline) < 2:
+        return FALLBACK_TOLERANCE_PCT, f"{FALLBACK_TOLERANCE_PCT:g}% (one baseline sample: its noise is unknown)"
+    spread = 100 * statistics.stdev(math.log(x) for x in baseline)
+    pct = round(max(TOLERANCE_FLOOR_PCT, NOISE_MULTIPLE * spread), 2)
+    return pct, (f"{pct:g}%: the larger of {TOLERANCE_FLOOR_PCT:g}% and {NOISE_MULTIPLE:g} x the baseline's "
+                 f"process-to-process spread ({spread:.2f}%)")
+
+
+def series_drift(nights: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A lasting step down in the nightly series (each night: check_median, check_samples, checked_at), which
+    nightly --update can absorb one tolerated step at a time: ruptures' binary segmentation on log tokens/s,
+    its penalty scaled by a night's noise (the larger of the within-night variance of the median and the
+    robust night-to-night variance), and a step must exceed 4 night-to-night spreads too; the
+    earliest change after which the level stays at least SERIES_FLOOR_PCT below the level before it. None with
+    fewer than 3 nights or no such change."""
+    values = [math.log(n["check_median"]) for n in nights if n.get("check_median")]
+    if len(values) < 3:
+        return None
+    import numpy as np
+    import ruptures
+
+    within = [statistics.variance([math.log(x) for x in n["check_samples"]]) / len(n["check_samples"])
+              for n in nights if len(n.get("check_samples") or []) >= 2]
+    # nights also differ by more than their own repeats say (a CPU's state, a GPU's clocks): the night-to-night
+    # variance from second differences (robustly: median |x[i+1] - 2 x[i] + x[i-1]| / 0.6745, squared, / 6),
+    # which a steady drift does not move at all and one step moves in two terms only
+    second = [abs(c - 2 * b + a) for a, b, c in zip(values, values[1:], values[2:])]
+    between = (statistics.median(second) / 0.6745) ** 2 / 6
+    sigma2 = max(statistics.median(within) if within else 0.0, between, 0.001 ** 2)  # 0.1%: never a zero penalty
+    signal = np.array(values).reshape(-1, 1)
+    breaks = ruptures.Binseg(model="l2", min_size=1, jump=1).fit(signal).predict(
+        pen=SERIES_PENALTY * sigma2 * math.log(len(values)))
+    edges = [0, *breaks]
+    # a step must also stand out of the night-to-night noise: a machine whose speed wanders (a shared CPU) is
+    # not flagged for wandering
+    floor = max(SERIES_FLOOR_PCT / 100, SERIES_NOISE_MULTIPLE * math.sqrt(between))
+    for start, b in zip(edges, edges[1:-1]):  # each change point, earliest first
+        shift = math.exp(statistics.fmean(values[b:]) - statistics.fmean(values[start:b])) - 1
+        if shift <= -floor:
+            return {"night": b + 1, "checked_at": str(nights[b].get("checked_at", "")), "shift_pct": round(100 * shift, 2),
+                    "nights": len(values), "method": "ruptures.Binseg(l2)"}
+    return None
+
+
+def _series(best_path: Path, best: dict[str, Any], verdict: Verdict) -> list[dict[str, Any]]:
+    """This configuration's nights since the last --reset-baseline: history.jsonl's verdicts, then this one."""
+    since = (best.get("check_baseline") or {}).get("series_from") or ""
+    path = best_path.parent / "history.jsonl"
+    nights = []
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue  # a torn line: the others still count
+            if isinstance(doc, dict) and doc.get("name") == best["name"] and str(doc.get("checked_at", "")) >= since:
+                nights.append(doc)
+    return [*nights, asdict(verdict)]
 
 
 def tpot_decision(best: dict[str, Any], check_ms: list[float], tolerance_pct: float) -> dict[str, Any] | None:
@@ -223,13 +302,14 @@ def reset_baseline(best_path: Path, *, model_yaml: Path | None = None, repeats: 
     best = load_best(best_path)
     samples, details, failures, fingerprint = measure_best(best_path, best, model_yaml=model_yaml, repeats=repeats)
     record_check_baseline(best_path, best, samples, dt.datetime.now(dt.timezone.utc).isoformat(), fingerprint,
-                          _tpots(details))
+                          _tpots(details), reset=True)
     return samples, failures
 
 
-def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, tolerance_pct: float = 5.0,
+def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, tolerance_pct: float | None = None,
           junit: Path | None = None, update: bool = False) -> Verdict:
-    """Measure the configuration of best.yaml `repeats` times and decide against its recorded baseline; append
+    """Measure the configuration of best.yaml `repeats` times and decide against its recorded baseline (the
+    tolerance: given, else default_tolerance of the baseline) and the nightly series (series_drift); append
     the verdict to history.jsonl, write JUnit if asked, and with `update` record a pass or faster as the new
     baseline."""
     t0 = time.monotonic()
@@ -238,6 +318,9 @@ def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, 
         paths.writable_file(junit, "--junit")  # before the repeats, not after them
     samples, details, failures, fingerprint = measure_best(best_path, best, model_yaml=model_yaml, repeats=repeats)
     base, source = baseline_samples(best)
+    how = f"{tolerance_pct:g}% (--tolerance)" if tolerance_pct is not None else ""
+    if tolerance_pct is None:
+        tolerance_pct, how = default_tolerance(base)
     status, ratio, ci = decide(base, samples, tolerance_pct)
     tpot = tpot_decision(best, _tpots(details), tolerance_pct)
     if tpot and tpot["status"] == "regression":
@@ -246,8 +329,11 @@ def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, 
     changes = {k: (fp.get(k), fingerprint.get(k)) for k in VERSION_KEYS if fp.get(k) != fingerprint.get(k)}
     verdict = Verdict(status, ratio, ci, tolerance_pct, statistics.median(base), statistics.median(samples), base,
                       samples, source, changes, failures, fingerprint, dt.datetime.now(dt.timezone.utc).isoformat(),
-                      details, tpot=tpot)
-    if update and status != "regression":
+                      details, tpot=tpot, tolerance_source=how)
+    verdict.series = series_drift(_series(best_path, best, verdict))
+    if verdict.series:
+        verdict.status = "regression"  # a lasting step down across nights fails the gate as one night's would
+    if update and verdict.status != "regression":
         record_check_baseline(best_path, best, samples, verdict.checked_at, fingerprint, _tpots(details))
         verdict.updated = True
     record_history(best_path, verdict, best["name"])

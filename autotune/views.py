@@ -246,7 +246,13 @@ def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> l
     color = {"pass": "green", "faster": "cyan", "regression": "red"}[verdict.status]
     lines: list[Text | str] = [
         Text(verdict.summary(), style=color),
-        printable(f"baseline: {verdict.baseline_source}; check: {len(verdict.check_samples)} of {repeats} repeats measured")]
+        printable(f"baseline: {verdict.baseline_source}; check: {len(verdict.check_samples)} of {repeats} repeats measured"),
+        printable(f"tolerance: {verdict.tolerance_source}")]
+    if verdict.series:
+        s = verdict.series
+        lines.append(_tagged("nightly series:", "red", f"a lasting step down of {-s['shift_pct']:.1f}% starting on night "
+                             f"{s['night']} of {s['nights']} ({s['checked_at']}), found by {s['method']} in "
+                             "history.jsonl since the last --reset-baseline"))
     if verdict.baseline_source.startswith("search trial"):
         lines.append(_tagged("note:", "yellow", "the baseline is the search's single measurement, the best of many, "
                              "on the search's machine; record one here with --reset-baseline"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -165,3 +166,83 @@ def test_regress_generate_gates_time_per_output_token_too() -> None:
     assert one["baseline_samples_ms"] == [4.75] and one["status"] == "regression"
     assert tpot_decision(no_recorded, slow[:1], 2.0)["status"] == "pass"  # one sample each: noise unknown
     assert tpot_decision({"metrics": {"tokens_per_s_per_gpu": 1.0}}, [], 2.0) is None
+
+
+# --- issue 16: the tolerance follows the noise; the nightly series --------------------------------------------
+
+H200_CHECK = Path(__file__).resolve().parents[1] / "benchmarks/results/2026-11-29-h200-gpt2-small-check/history.jsonl"
+
+
+def _h200_samples() -> list[float]:
+    """The 20 per-process medians (tokens/s) of five checks on an H200 (GPT-2 small, compiled; 2026-11-29)."""
+    return [x for line in H200_CHECK.read_text().splitlines() for x in json.loads(line)["check_samples"]]
+
+
+def test_default_tolerance_follows_the_baseline_noise() -> None:
+    from autotune.regress import default_tolerance
+
+    assert default_tolerance([500_000.0])[0] == 5.0  # one sample: its noise is unknown
+    assert default_tolerance(_h200_samples()[:5])[0] == 2.0  # H200: 0.16% spread, the 2% floor decides
+    cpu = [100.0, 80.0, 120.0, 95.0, 110.0]  # a CPU swinging 20%: wide by itself
+    tol, how = default_tolerance(cpu)
+    assert tol > 30 and "3 x the baseline's process-to-process spread" in how
+
+
+def test_replayed_h200_checks_pass_unchanged_and_fail_a_3pct_slowdown() -> None:
+    """Baseline and check drawn from the recorded H200 samples (5 processes each), 1,000 draws: no unchanged
+    check fails and every check slowed by 3% fails, with the default tolerance."""
+    import random
+
+    from autotune.regress import decide, default_tolerance
+
+    samples, rng = _h200_samples(), random.Random(0)
+    false_alarms = misses = 0
+    for _ in range(1000):
+        base, check = rng.sample(samples, 5), [rng.choice(samples) for _ in range(5)]
+        tol, _ = default_tolerance(base)
+        false_alarms += decide(base, check, tol)[0] == "regression"
+        misses += decide(base, [0.97 * x for x in check], tol)[0] != "regression"
+    assert false_alarms == 0 and misses == 0
+
+
+def _nights(levels: list[float], seed: int) -> list[dict]:
+    """Nights whose 5 processes are recorded H200 samples scaled to each night's level."""
+    import random
+
+    rng, samples = random.Random(seed), _h200_samples()
+    mid = statistics.median(samples)
+    out = []
+    for i, level in enumerate(levels):
+        s = [rng.choice(samples) / mid * level for _ in range(5)]
+        out.append({"check_median": statistics.median(s), "check_samples": s, "checked_at": f"2026-12-{i + 1:02d}"})
+    return out
+
+
+def test_series_flags_a_drift_of_1pct_a_night_by_the_fourth_and_a_flat_series_never() -> None:
+    from autotune.regress import series_drift
+
+    for seed in range(50):
+        assert series_drift(_nights([500_000.0] * 10, seed)) is None  # 10 flat nights: no false alarm
+        ramp = _nights([500_000.0 * (1 - 0.01 * i) for i in range(4)], seed)  # night 1 the baseline, then -1% a night
+        found = series_drift(ramp)
+        assert found is not None and found["night"] <= 4 and found["shift_pct"] <= -1.0, seed
+    step = series_drift(_nights([500_000.0] * 5 + [490_000.0] * 3, 0))  # a 2% step on night 6
+    assert step is not None and step["night"] == 6 and step["checked_at"] == "2026-12-06"
+    assert -2.5 < step["shift_pct"] < -1.5
+    assert series_drift(_nights([500_000.0] * 5 + [510_000.0] * 3, 0)) is None  # faster is not a regression
+
+
+def test_series_is_quiet_on_a_machine_that_wanders() -> None:
+    """11 nights of a CPU-like machine (each process 10% off at random): at most 2% of series flagged."""
+    import random
+
+    from autotune.regress import series_drift
+
+    flagged = 0
+    for seed in range(200):
+        rng, nights = random.Random(seed), []
+        for i in range(11):
+            s = [100 * (1 + rng.gauss(0, 0.10)) for _ in range(5)]
+            nights.append({"check_median": statistics.median(s), "check_samples": s, "checked_at": str(i)})
+        flagged += series_drift(nights) is not None
+    assert flagged <= 4

@@ -18,8 +18,10 @@ def check(
     best_yaml: BestYaml,
     model: Annotated[Optional[Path], typer.Option(help="MODEL_YAML whose model and workload replace best.yaml's.")] = None,
     repeats: Annotated[int, typer.Option(min=1, max=1000, help="Measurements, each in a fresh process.")] = 5,
-    tolerance: Annotated[float, typer.Option(min=0.0, max=100.0, callback=finite,
-                                             help="Slowdown in percent tolerated before failing.")] = 5.0,
+    tolerance: Annotated[Optional[float], typer.Option(
+        min=0.0, max=100.0, callback=finite,
+        help="Slowdown in percent tolerated before failing (default: the larger of 2% and 3x the baseline's "
+             "process-to-process spread; 5% with a one-sample baseline).")] = None,
     junit: Annotated[Optional[Path], typer.Option(help="Write a JUnit XML file with one test case.")] = None,
     update: Annotated[bool, typer.Option(help="On pass or faster, record this check's samples as the new baseline.")] = False,
     reset_baseline: Annotated[bool, typer.Option(

@@ -130,6 +130,7 @@ class _CheckBaseline(_Part):
     tokens_per_s_samples: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
     recorded_at: str
     tpot_ms_samples: Optional[list[Annotated[float, Field(gt=0)]]] = None  # generate: per-process median TPOT
+    series_from: Optional[str] = None  # the last --reset-baseline: the nightly series is read from then on
 
 
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -203,9 +204,12 @@ def _check_knobs(path: Path, knobs: dict[str, Any], task: str) -> None:
 
 
 def record_check_baseline(path: Path, doc: dict[str, Any], samples: list[float], recorded_at: str,
-                          fingerprint: dict[str, Any], tpot_ms: list[float] | None = None) -> None:
+                          fingerprint: dict[str, Any], tpot_ms: list[float] | None = None, reset: bool = False) -> None:
     """check --update / --reset-baseline: these samples become the recorded baseline in best.yaml (atomically);
-    doc is best.yaml as read_best read it."""
+    doc is best.yaml as read_best read it. reset: the nightly series starts again from here (an --update keeps
+    the series: a slow drift absorbed by nightly updates is what the series is read for)."""
+    since = recorded_at if reset else (doc.get("check_baseline") or {}).get("series_from")
     doc = {**doc, "check_baseline": {"tokens_per_s_samples": samples, "recorded_at": recorded_at,
-                                     "fingerprint": fingerprint, **({"tpot_ms_samples": tpot_ms} if tpot_ms else {})}}
+                                     "fingerprint": fingerprint, **({"tpot_ms_samples": tpot_ms} if tpot_ms else {}),
+                                     **({"series_from": since} if since else {})}}
     write_yaml(path, doc)
