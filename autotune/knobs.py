@@ -19,6 +19,34 @@ SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
                  "math": "MATH"}
 CHECKPOINT_EVERY = {"none": 0, "full": 1, "selective": 2, "selective_op": 1}  # checkpoint every k-th block
 CE_CHUNKS = 8  # cross_entropy chunked: the tokens' slices, each with its own logits, recomputed in backward
+POWERSGD_START = 2  # ddp_comm_hook powersgd compresses from this step on (PowerSGD's minimum with error feedback)
+
+
+def numerics(knobs: dict[str, Any]) -> dict[str, Any]:
+    """The knob values of a training trial that change its arithmetic against the reference (bf16, exact
+    gradient all-reduce, fp32 reduction): what study.loss_check compares and, past its limit, the cause."""
+    out: dict[str, Any] = {}
+    if knobs.get("precision") in ("fp8", "fp16"):
+        out["precision"] = knobs["precision"]
+        if knobs["precision"] == "fp8":
+            out["fp8_recipe"] = knobs.get("fp8_recipe")
+    if knobs.get("ddp_comm_hook") not in (None, "none"):
+        out["ddp_comm_hook"] = knobs["ddp_comm_hook"]
+    if knobs.get("fsdp_reduce_dtype") == "bf16":
+        out["fsdp_reduce_dtype"] = "bf16"
+    return out
+
+
+def reference_of(knobs: dict[str, Any]) -> dict[str, Any]:
+    """The same trial without what `numerics` names: bf16 for fp8/fp16, no comm hook, fp32 reduction."""
+    ref = {**knobs}
+    if knobs.get("precision") in ("fp8", "fp16"):
+        ref.update(precision="bf16", fp8_recipe=None, fp8_all_gather=None)
+    if knobs.get("ddp_comm_hook") not in (None, "none"):
+        ref.update(ddp_comm_hook="none", powersgd_rank=None)
+    if knobs.get("fsdp_reduce_dtype") == "bf16":
+        ref["fsdp_reduce_dtype"] = "fp32"
+    return ref
 TASKS = ("train", "generate")  # workload.task values; each knob says which of them it acts in
 BOTH = ("train", "generate")
 
@@ -271,12 +299,27 @@ CATALOGUE: tuple[Knob, ...] = (
     Knob("bucket_cap_mb", int, 25, multi_rank=True, only_with=("parallel", "ddp"), ranged=True, sizes=True,
          check=_positive, help="DDP gradient bucket size in MiB (ddp only).", values="integers, e.g. 25, 50, 100",
          effect="DDP gradient bucket size (ddp only: `null` in fsdp trials)"),
+    Knob("ddp_comm_hook", Literal["none", "fp16_compress", "bf16_compress", "powersgd"], "none", multi_rank=True,
+         only_with=("parallel", "ddp"),
+         help="DDP gradient compression: none, fp16_compress / bf16_compress (all-reduce in half precision), "
+              f"powersgd (low-rank, rank powersgd_rank, from step {POWERSGD_START}). Each is checked against the "
+              "uncompressed run's loss (study.loss_check). ddp only.",
+         effect="`ddp.register_comm_hook(None, default_hooks.<name>_hook)`, or `PowerSGDState(matrix_approximation_rank"
+                f"=powersgd_rank, start_powerSGD_iter={POWERSGD_START})` with `powerSGD_hook`; what the library refuses "
+                "(bf16 needs NCCL) ends `invalid_config` with its reason"),
+    Knob("powersgd_rank", int, 4, multi_rank=True, only_with=("ddp_comm_hook", "powersgd"), check=_positive,
+         help="PowerSGD's matrix approximation rank (ddp_comm_hook powersgd only).", values="integers, e.g. 1, 4, 16",
+         effect="`PowerSGDState(matrix_approximation_rank=...)`"),
     Knob("gradient_as_bucket_view", bool, False, multi_rank=True, only_with=("parallel", "ddp"),
          help="DDP gradient_as_bucket_view (ddp only).", effect="DDP option (ddp only)"),
     Knob("static_graph", bool, False, multi_rank=True, only_with=("parallel", "ddp"),
          help="DDP static_graph (ddp only).", effect="DDP option (ddp only)"),
     Knob("reshard_after_forward", bool, True, multi_rank=True, only_with=("parallel", "fsdp"),
          help="FSDP2: free the gathered parameters after forward (fsdp only).", effect="FSDP2 option (fsdp only)"),
+    Knob("fsdp_reduce_dtype", Literal["fp32", "bf16"], "fp32", multi_rank=True, only_with=("parallel", "fsdp"),
+         help="FSDP2: the dtype of the gradient reduce-scatter (bf16 halves its bytes and changes the sums; checked "
+              "against fp32's loss by study.loss_check). fsdp only.",
+         effect="`MixedPrecisionPolicy(reduce_dtype=...)`"),
     Knob("fsdp_grad_sync", Literal["last", "every"], "last", multi_rank=True, only_with=("parallel", "fsdp"),
          help="FSDP2 with gradient accumulation: reduce-scatter the gradients on the last micro-batch only "
               "(last: less communication, but every rank keeps the whole model's unsharded fp32 gradients "

@@ -120,5 +120,27 @@ def test_loss_check_passes_fp16_and_catches_a_broken_precision(tmp_path: Path, w
 
     proc, trial = _guard_search(tmp_path / "bad", write_yaml, env={"AUTOTUNE_FAULT": "drift"})
     assert trial.user_attrs["status"] == "invalid_config", proc.stdout + proc.stderr
-    assert trial.user_attrs["reason"].startswith("loss drifts: fp16 against bf16")
+    assert trial.user_attrs["reason"].startswith("loss drifts: precision fp16 against precision bf16")
     assert trial.user_attrs["cause"] == {"precision": "fp16"}
+
+
+def test_ddp_compression_hooks_are_checked_against_the_exact_all_reduce(tmp_path: Path, write_yaml: Any) -> None:
+    """gloo, 2 ranks: fp16_compress trains like the exact all-reduce (its loss check passes against a reference
+    trial without the hook); bf16_compress is refused by torch without NCCL: invalid_config with torch's reason."""
+    from conftest import load_trials, run_cli
+
+    path = write_yaml(tiny(model=LLAMA, workload={"global_batch_size": 8, "world_size": 2, "warmup_steps": 2,
+                                                  "measure_steps": 2},
+                           space={"micro_batch_size": [2], "precision": "fp32", "parallel": "ddp",
+                                  "ddp_comm_hook": ["fp16_compress", "bf16_compress"]},
+                           baseline={"micro_batch_size": 2, "precision": "fp32", "ddp_comm_hook": "fp16_compress"},
+                           study={"trials": 2, "sampler": "grid", "confirm_rounds": 0, "loss_check": {"steps": 12}}))
+    proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path)
+    trials = {t.user_attrs["knobs"]["ddp_comm_hook"]: t for t in load_trials(tmp_path / "out")
+              if t.user_attrs.get("status") not in ("duplicate", "skipped")}
+    fp16, bf16 = trials["fp16_compress"].user_attrs, trials["bf16_compress"].user_attrs
+    assert fp16["status"] == "ok", proc.stdout + proc.stderr
+    assert fp16["applied"]["parallel"]["comm_hook"] == "default_hooks.fp16_compress_hook"
+    assert fp16["loss_check"]["checked"] and fp16["loss_check"]["gap"] <= 0.05
+    assert bf16["status"] == "invalid_config" and "NCCL" in bf16["reason"]
+    assert bf16["cause"] == {"ddp_comm_hook": "bf16_compress"}

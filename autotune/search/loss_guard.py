@@ -1,12 +1,14 @@
-"""Training's precision guardrail (study.loss_check): a faster precision must not win by training worse.
+"""Training's numerics guardrail (study.loss_check): a faster configuration must not win by training worse.
 
-An fp8 or fp16 trial that measured `ok` has also run `steps` optimizer steps from fresh weights on a learnable
-synthetic stream (workloads/train.py, `Train.loss_check`); here its loss curve is compared with the same
-configuration's in bf16 (same initial weights, same data, same micro-batch). The bf16 curve is measured once
-per micro-batch size and parallel layout, in a trial of its own (its timed steps cut to one), and cached in
-the study's loss-reference/ folder. A gap beyond study.loss_check.max_gap at any step of the second half
-ends the trial `invalid_config: loss drifts`, with both curves in its record; the cause (the precision, and
-fp8's recipe) is a rule the search learns.
+A trial whose knobs change the arithmetic (knobs.numerics: fp8 or fp16, a DDP gradient compression hook, a
+bf16 FSDP reduce-scatter) that measured `ok` has also run `steps` optimizer steps from fresh weights on a
+learnable synthetic stream (workloads/train.py, `Train.loss_check`); here its loss curve is compared with its
+reference's (knobs.reference_of: bf16, exact all-reduce, fp32 reduction; same initial weights, same data,
+same micro-batch). The reference curve is measured once per micro-batch size, parallel layout and reference
+precision, in a trial of its own (its timed steps cut to one), and cached in the study's loss-reference/
+folder. A gap beyond study.loss_check.max_gap at any step of the second half ends the trial `invalid_config:
+loss drifts`, with both curves in its record; the knob values that changed the arithmetic are the cause, a
+rule the search learns.
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from autotune.knobs import numerics, reference_of
 from autotune.protocol import write_json
 from autotune.runner import Bench, measure
 
-GUARDED = ("fp8", "fp16")  # the precisions checked against bf16
-# What a loss curve depends on besides the precision (the reference is shared by trials that agree on these)
-_KEY_KNOBS = ("micro_batch_size", "parallel")
+# What a reference curve depends on (it is shared by the trials that agree on these)
+_KEY_KNOBS = ("micro_batch_size", "parallel", "precision")
 
 
 def gap(losses: list[float], reference: list[float]) -> float:
@@ -32,23 +34,23 @@ def gap(losses: list[float], reference: list[float]) -> float:
     return max((abs(a - r) / abs(r) for a, r in pairs if r), default=0.0)
 
 
-def _key(bench: Bench, knobs: dict[str, Any], steps: int) -> str:
+def _key(bench: Bench, ref: dict[str, Any], steps: int) -> str:
     doc = {"model": bench.model, "world_size": bench.run.world_size, "seed": bench.run.seed, "steps": steps,
-           **{k: knobs.get(k) for k in _KEY_KNOBS}}
+           **{k: ref.get(k) for k in _KEY_KNOBS}}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def reference(bench: Bench, knobs: dict[str, Any], steps: int, run_dir: Path, **measure_kw: Any) -> tuple[list[float] | None, str]:
-    """bf16's loss curve for this configuration (cached, else measured in its own trial), and where it came from
-    or why there is none."""
-    path = bench.home / "loss-reference" / f"{_key(bench, knobs, steps)}.json"
+    """The reference's loss curve for this configuration (cached, else measured in its own trial), and where it
+    came from or why there is none."""
+    twin = reference_of(knobs)
+    path = bench.home / "loss-reference" / f"{_key(bench, twin, steps)}.json"
     if path.exists():
         try:
             doc = json.loads(path.read_text())
-            return list(doc["losses"]), f"bf16 reference {path.name} (trial dir {doc.get('run_dir')})"
+            return list(doc["losses"]), f"reference {path.name} (trial dir {doc.get('run_dir')})"
         except (OSError, ValueError, KeyError, TypeError):
             pass  # damaged: measured again
-    twin = {**knobs, "precision": "bf16", "fp8_recipe": None, "fp8_all_gather": None}
     ref_bench = dataclasses.replace(bench, run=dataclasses.replace(bench.run, warmup_steps=1, measure_steps=1),
                                     params={**bench.params, "loss_check": {**bench.params["loss_check"], "reference": True}},
                                     prestart=False)
@@ -56,17 +58,18 @@ def reference(bench: Bench, knobs: dict[str, Any], steps: int, run_dir: Path, **
     record = measure(ref_bench, twin, ref_dir, **measure_kw)
     losses = (record.get("loss_check") or {}).get("losses")
     if record["status"] != "ok" or not losses:
-        return None, f"the bf16 reference trial ended {record['status']}: {record.get('reason', '')[:200]}"
+        return None, f"the reference trial ended {record['status']}: {record.get('reason', '')[:200]}"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, {"losses": losses, "knobs": twin, "run_dir": str(ref_dir)})
-    return losses, f"bf16 reference measured in {ref_dir}"
+    return losses, f"reference measured in {ref_dir}"
 
 
 def apply(bench: Bench, knobs: dict[str, Any], record: dict[str, Any], run_dir: Path, **measure_kw: Any) -> dict[str, Any]:
-    """The record, judged: unchanged unless it is an ok fp8/fp16 training trial with a loss curve."""
+    """The record, judged: unchanged unless it is an ok training trial whose knobs change the arithmetic."""
     check = bench.params.get("loss_check") or {}
     mine = (record.get("loss_check") or {}).get("losses")
-    if bench.task != "train" or not check.get("steps") or record["status"] != "ok" or knobs.get("precision") not in GUARDED:
+    changed = numerics(knobs)
+    if bench.task != "train" or not check.get("steps") or record["status"] != "ok" or not changed:
         return record
     if not mine:  # a model without init_weights (an entrypoint's): nothing to compare
         record["loss_check"] = {"checked": False, "why": "the model has no init_weights() to start the check from"}
@@ -79,10 +82,12 @@ def apply(bench: Bench, knobs: dict[str, Any], record: dict[str, Any], run_dir: 
     record["loss_check"] = {"checked": True, "losses": mine, "reference": ref, "gap": round(found, 4),
                             "max_gap": limit, "source": source}
     if found > limit:
-        p = knobs["precision"]
+        what = ", ".join(f"{k} {v}" for k, v in changed.items())
+        twin = reference_of(knobs)
+        against = ", ".join(f"{k} {twin.get(k)}" for k in changed if k != "fp8_recipe")
         record["status"] = "invalid_config"
-        record["reason"] = (f"loss drifts: {p} against bf16 from the same weights on the same data, "
+        record["reason"] = (f"loss drifts: {what} against {against} from the same weights on the same data, "
                             f"{found:.1%} apart in the second half of {check['steps']} steps (limit {limit:.0%}, "
                             f"study.loss_check); last loss {mine[-1]:.3f} against {ref[-1]:.3f}")
-        record["cause"] = {"precision": p, **({"fp8_recipe": knobs.get("fp8_recipe")} if p == "fp8" else {})}
+        record["cause"] = changed
     return record

@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from autotune.knobs import POWERSGD_START
 from autotune.workloads.base import InvalidConfig
 from autotune.workloads.ranks import Ranks
 
@@ -36,7 +37,28 @@ def apply_ddp(torch: Any, model: Any, knobs: dict[str, Any], ranks: Ranks) -> tu
                             "gradients stop being synchronised; use static_graph false or grad_accum_steps 1",
                             "static_graph", "grad_accum_steps")
     ddp = DistributedDataParallel(model, device_ids=[ranks.local_rank] if ranks.device == "cuda" else None, **opts)
-    return ddp, {"strategy": "ddp", **opts}, lambda last: contextlib.nullcontext() if last else ddp.no_sync()
+    hook = apply_comm_hook(ddp, knobs)
+    return ddp, {"strategy": "ddp", **opts, "comm_hook": hook}, lambda last: contextlib.nullcontext() if last else ddp.no_sync()
+
+
+def apply_comm_hook(ddp: Any, knobs: dict[str, Any]) -> str | None:
+    """ddp_comm_hook: torch's gradient compression hooks; what torch refuses here ends invalid_config."""
+    hook = knobs.get("ddp_comm_hook") or "none"
+    if hook == "none":
+        return None
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    try:
+        if hook == "powersgd":
+            state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=knobs["powersgd_rank"],
+                                                start_powerSGD_iter=POWERSGD_START)
+            ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+            return f"powerSGD_hook(rank {knobs['powersgd_rank']}, from step {POWERSGD_START})"
+        ddp.register_comm_hook(None, getattr(default_hooks, f"{hook}_hook"))
+        return f"default_hooks.{hook}_hook"
+    except (TypeError, RuntimeError, ValueError) as err:
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        raise InvalidConfig(f"ddp_comm_hook {hook}: {type(err).__name__}: {first}", "ddp_comm_hook") from None
 
 
 def apply_fsdp(torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any) -> tuple[Any, dict[str, Any], Sync]:
@@ -47,15 +69,17 @@ def apply_fsdp(torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any) ->
         raise InvalidConfig("fsdp with fp16 needs a sharded gradient scaler, which autotune does not run; "
                             "use bf16 with fsdp", "parallel", "precision")
     reshard = bool(knobs["reshard_after_forward"])
-    policy = MixedPrecisionPolicy(param_dtype=amp_dtype, reduce_dtype=torch.float32) if amp_dtype \
-        else MixedPrecisionPolicy()
+    reduce = torch.bfloat16 if knobs.get("fsdp_reduce_dtype") == "bf16" else torch.float32
+    policy = MixedPrecisionPolicy(param_dtype=amp_dtype, reduce_dtype=reduce) if amp_dtype \
+        else MixedPrecisionPolicy(reduce_dtype=reduce if reduce == torch.bfloat16 else None)
     blocks = _layers(torch, model)
     for block in blocks:
         fully_shard(block, mp_policy=policy, reshard_after_forward=reshard)
     fully_shard(model, mp_policy=policy, reshard_after_forward=reshard)
     every = knobs.get("fsdp_grad_sync") == "every"
     how = {"strategy": "fsdp", "reshard_after_forward": reshard, "sharded_blocks": len(blocks),
-           "param_dtype": str(amp_dtype or torch.float32).replace("torch.", ""), "reduce_dtype": "float32",
+           "param_dtype": str(amp_dtype or torch.float32).replace("torch.", ""),
+           "reduce_dtype": str(reduce).replace("torch.", ""),
            "grad_sync": "every micro-batch" if every else "last micro-batch"}
 
     @contextlib.contextmanager

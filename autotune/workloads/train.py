@@ -10,7 +10,7 @@ import contextlib
 import os
 from typing import Any
 
-from autotune.knobs import CE_CHUNKS, CHECKPOINT_EVERY, SDPA_BACKENDS
+from autotune.knobs import CE_CHUNKS, CHECKPOINT_EVERY, SDPA_BACKENDS, numerics
 from autotune.workloads.base import InvalidConfig, Measured, NonFiniteLoss, Work, Workload
 from autotune.workloads.parallel import check_replicas_in_sync, parallelize
 from autotune.workloads.timing import time_steps
@@ -262,7 +262,7 @@ class Train(Workload):
             check_replicas_in_sync(torch, self.model, self.ranks)
         check = self.spec.params.get("loss_check") or {}
         curve = None
-        if check.get("steps") and (check.get("reference") or self.spec.knobs["precision"] in ("fp8", "fp16")):
+        if check.get("steps") and (check.get("reference") or numerics(self.spec.knobs)):
             curve = self.loss_check(int(check["steps"]))
         return Measured(timing, losses, output={"loss_check": curve} if curve else {})
 
