@@ -65,7 +65,7 @@ GIB = 2**30
 # The CUDA context (about 0.5 GiB), NCCL's buffers and the allocator's free blocks: what nvidia-smi shows beyond
 # max_memory_allocated. A rough allowance for a capacity check, not a measurement.
 RESERVED_OVERHEAD_BYTES = 2 * GIB
-CE_CHUNKS = getattr(catalogue, "CE_CHUNKS", 8)  # cross_entropy chunked: slices of the tokens (knobs.py)
+CE_CHUNKS = catalogue.CE_CHUNKS  # cross_entropy chunked: slices of the tokens (knobs.py)
 # torch.compile's partitioner recomputes elementwise ops in backward instead of saving their outputs (SwiGLU's
 # SiLU output or product, for one): the fraction of a block's activations still saved, from the saved tensors of
 # the min-cut partitioner Inductor uses (backend aot_eager_decomp_partition, CPU): 0.85 for a llama block, 0.95

@@ -5,10 +5,11 @@ so the fastest configuration within the limits sits at that boundary. The sample
 unordered category and reach it slowly: on an H200 (Llama-3.1-8B shape, docs/BENCHMARKS.md) a 16-trial TPE
 study kept to eager decoding at batch 16 (1,171 tokens/s) while compiled decoding at batch 64 measured 6,365
 tokens/s, 84% over the time-to-first-token limit, and no batch between them was tried. So after each
-measured trial the loop enqueues, ahead of the sampler, with the other knobs unchanged:
-- the best trial's next larger size (a size past a limit or out of memory is then recorded as predicted,
-  without a launch: predict.py);
-- an over-limit trial's next smaller size (that configuration's largest size that may meet the limits).
+measured trial the loop enqueues, ahead of the sampler, with the other knobs unchanged (a bisection by index
+in the list of sizes):
+- the best trial's size halfway up to the smallest size known over a limit or out of memory for those knobs,
+  or past the largest (a size beyond a measured bound is recorded as predicted, without a launch: predict.py);
+- an over-limit trial's size halfway down to the largest size known within the limits for those knobs.
 Each is one trial of the budget, at most two per measured trial. Training's micro_batch_size does not
 climb: its best size is often inside the range (the recorded landscapes), not at a boundary.
 """
