@@ -122,7 +122,8 @@ def series_drift(nights: list[dict[str, Any]]) -> dict[str, Any] | None:
     """A lasting step down in the nightly series (each night: check_median, check_samples, checked_at), which
     nightly --update can absorb one tolerated step at a time: ruptures' binary segmentation on log tokens/s,
     its penalty scaled by a night's noise (the larger of the within-night variance of the median and the
-    robust night-to-night variance), and a step must exceed 4 night-to-night spreads too; the
+    robust night-to-night variance), and a step must exceed 4 night-to-night spreads and 3 process-to-process
+    spreads too; the
     earliest change after which the level stays at least SERIES_FLOOR_PCT below the level before it. None with
     fewer than 3 nights or no such change."""
     values = [math.log(n["check_median"]) for n in nights if n.get("check_median")]
@@ -131,8 +132,9 @@ def series_drift(nights: list[dict[str, Any]]) -> dict[str, Any] | None:
     import numpy as np
     import ruptures
 
-    within = [statistics.variance([math.log(x) for x in n["check_samples"]]) / len(n["check_samples"])
-              for n in nights if len(n.get("check_samples") or []) >= 2]
+    repeated = [n["check_samples"] for n in nights if len(n.get("check_samples") or []) >= 2]
+    spreads = [statistics.variance([math.log(x) for x in s]) for s in repeated]  # one process's, each night
+    within = [v / len(s) for v, s in zip(spreads, repeated)]  # each night's median's
     # nights also differ by more than their own repeats say (a CPU's state, a GPU's clocks): the night-to-night
     # variance from second differences (robustly: median |x[i+1] - 2 x[i] + x[i-1]| / 0.6745, squared, / 6),
     # which a steady drift does not move at all and one step moves in two terms only
@@ -143,9 +145,11 @@ def series_drift(nights: list[dict[str, Any]]) -> dict[str, Any] | None:
     breaks = ruptures.Binseg(model="l2", min_size=1, jump=1).fit(signal).predict(
         pen=SERIES_PENALTY * sigma2 * math.log(len(values)))
     edges = [0, *breaks]
-    # a step must also stand out of the night-to-night noise: a machine whose speed wanders (a shared CPU) is
-    # not flagged for wandering
-    floor = max(SERIES_FLOOR_PCT / 100, SERIES_NOISE_MULTIPLE * math.sqrt(between))
+    # a step must also stand out of the noise: of the night-to-night spread, and, as the check's own tolerance,
+    # of 3 process-to-process spreads (with few nights the first is barely estimated): a machine whose speed
+    # wanders (a shared CPU) is not flagged for wandering
+    process = math.sqrt(statistics.median(spreads)) if spreads else 0.0
+    floor = max(SERIES_FLOOR_PCT / 100, SERIES_NOISE_MULTIPLE * math.sqrt(between), NOISE_MULTIPLE * process)
     for start, b in zip(edges, edges[1:-1]):  # each change point, earliest first
         shift = math.exp(statistics.fmean(values[b:]) - statistics.fmean(values[start:b])) - 1
         if shift <= -floor:
