@@ -76,6 +76,36 @@ def test_op_policy_saves_matmuls_and_recomputes_the_rest() -> None:
     assert any("scaled_dot_product" in f for f in saved)  # the attention output is never recomputed
 
 
+def _saved_by_compiled_blocks(extra: dict[str, Any]) -> int:
+    """Bytes the blocks, each compiled in place (compile_scope block), save for backward, parameters aside."""
+    torch.manual_seed(0)
+    model = Transformer({**LLAMA, "kv_heads": 2, "padded_vocab": 256, "attention": "auto", **extra})
+    for block in model.blocks:
+        block.compile()
+    params = {p.data_ptr() for p in model.parameters()}
+    seen: set[int] = set()
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.data_ptr() not in params and t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            sizes.append(t.numel() * t.element_size())
+        return t
+
+    sizes: list[int] = []
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model.hidden(torch.randint(0, 256, (2, 32)))
+    return sum(sizes)
+
+
+def test_per_op_checkpointing_survives_compiling_each_block() -> None:
+    """The checkpoint is taken inside the compiled block, so the compiled graph keeps what the per-op policy
+    saves. Taken around the compiled block (as before), the policy saw no op, selective_op saved only the
+    block inputs like full, and on the H200 it ran at full's speed and peak memory."""
+    none, full = _saved_by_compiled_blocks({}), _saved_by_compiled_blocks({"checkpoint_every": 1})
+    op = _saved_by_compiled_blocks({"checkpoint_every": 1, "checkpoint_ops": True})
+    assert full < op < none, (full, op, none)
+
+
 def test_fsdp_trial_builds_sharded_from_the_meta_device(tmp_path: Path) -> None:
     cfg = parse_config(tiny(model=LLAMA, workload={"global_batch_size": 8, "world_size": 2, "warmup_steps": 1,
                                                    "measure_steps": 2},
@@ -144,3 +174,23 @@ def test_ddp_compression_hooks_are_checked_against_the_exact_all_reduce(tmp_path
     assert fp16["loss_check"]["checked"] and fp16["loss_check"]["gap"] <= 0.05
     assert bf16["status"] == "invalid_config" and "NCCL" in bf16["reason"]
     assert bf16["cause"] == {"ddp_comm_hook": "bf16_compress"}
+
+
+def test_loss_gap_is_relative_but_not_to_a_loss_near_zero() -> None:
+    from autotune.search.loss_guard import gap
+
+    reference = [12.0, 6.0, 1.0, 0.5, 0.02, 0.01]
+    assert gap([12.0, 9.0, 1.0, 0.5, 0.02, 0.01], reference) == 0  # the first half is not judged
+    assert gap([12.0, 6.0, 1.0, 0.5, 0.03, 0.02], reference) < 0.01  # 0.02 against 0.01: measured on 1.2 nats
+    assert gap([12.0, 6.0, 1.0, 0.8, 0.02, 0.01], reference) == pytest.approx(0.25)  # 0.3 nats over a 1.2 floor
+    assert gap([12.0, 6.0, 1.0, 0.5, 3.0, 2.0], reference) > 1  # a curve that stopped learning
+
+
+def test_loss_check_learning_rate_follows_the_widest_fan_in() -> None:
+    from autotune.workloads.train import check_lr
+
+    assert check_lr(torch, Transformer({**LLAMA, "kv_heads": 2})) == 3e-4  # fan-in 128: nanoGPT's rate
+    with torch.device("meta"):  # Llama-3.1-8B's shape: its MLP's down projection has a fan-in of 14,336
+        big = Transformer({**LLAMA, "n_layers": 1, "d_model": 4096, "n_heads": 32, "kv_heads": 8, "ffn_hidden": 14336,
+                           "vocab_size": 1024})
+    assert check_lr(torch, big) == pytest.approx(0.25 * 0.02 / 14336 ** 0.5)  # 4.2e-5

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -73,8 +74,13 @@ def apply_fsdp(torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any) ->
     policy = MixedPrecisionPolicy(param_dtype=amp_dtype, reduce_dtype=reduce) if amp_dtype \
         else MixedPrecisionPolicy(reduce_dtype=reduce if reduce == torch.bfloat16 else None)
     blocks = _layers(torch, model)
+    # the blocks keep their inputs' dtypes (torchtitan's RoPE tables stay fp32 the same way, as complex numbers):
+    # FSDP2 casts a module's inputs in its forward but not when a checkpointed block is recomputed in backward,
+    # so with the cast the recomputed fp32 RoPE tables met the saved bf16 ones and every checkpointed FSDP trial
+    # on the H200 (torch 2.11) ended in a CheckpointError; the residual stream is already bf16 from the embedding
+    block_policy = dataclasses.replace(policy, cast_forward_inputs=False)
     for block in blocks:
-        fully_shard(block, mp_policy=policy, reshard_after_forward=reshard)
+        fully_shard(block, mp_policy=block_policy, reshard_after_forward=reshard)
     fully_shard(model, mp_policy=policy, reshard_after_forward=reshard)
     every = knobs.get("fsdp_grad_sync") == "every"
     how = {"strategy": "fsdp", "reshard_after_forward": reshard, "sharded_blocks": len(blocks),

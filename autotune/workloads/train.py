@@ -129,6 +129,22 @@ def apply_optimizer(torch: Any, model: Any, knobs: dict[str, Any]) -> Any:
     return torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, **fused)
 
 
+# The loss check's learning rate: Adam's first steps move every weight by about lr in the sign of its gradient,
+# which changes a linear's output by about lr * sqrt(fan_in) / init_std of its scale (the update is coherent over
+# the fan-in). At 3e-4 that is 1.8 for Llama-3-8B's MLP (fan-in 14,336; std 0.02) and the 8B check's bf16
+# reference itself jumped between 2 and 23 nats on the H200 (2026-12-01), so no precision could be compared with
+# it; capped at CHECK_UPDATE, 0.25 (what 3e-4 gives a fan-in of 256; CPU curves of 256- to 2048-wide models at
+# 0.16 to 0.45 fall smoothly), with a linear warm-up over the first quarter of the steps. The
+# same reasoning as muP's 1/width learning rate for Adam (Yang et al. 2021, Tensor Programs V).
+CHECK_UPDATE, INIT_STD = 0.25, 0.02
+
+
+def check_lr(torch: Any, model: Any) -> float:
+    """The loss check's peak learning rate: 3e-4, lowered for wide layers (CHECK_UPDATE above)."""
+    fan_in = max((m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)), default=1)
+    return min(3e-4, CHECK_UPDATE * INIT_STD / fan_in ** 0.5)
+
+
 def apply_compile(torch: Any, model: Any, mode: Any, scope: str | None = "model") -> tuple[Any, str | None]:
     """torch.compile(model, mode) (the loss is inside forward, so it is compiled too), or, with scope block,
     each repeated block compiled in place (regional compilation, as torchtitan does: Dynamo compiles the
@@ -283,10 +299,15 @@ class Train(Workload):
         with torch.no_grad():
             base.init_weights()
         self.optimizer = apply_optimizer(torch, self.model, spec.knobs)
+        peak, warmup = check_lr(torch, self.model), max(1, steps // 4)
+        for group in self.optimizer.param_groups:
+            group["lr"] = peak
+        schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda i: min(1.0, (i + 1) / warmup))
         self.scaler = torch.amp.GradScaler(spec.device) if self.scaler else None
         losses = []
         for _ in range(steps):
             losses.append(self.step(accum=1))
+            schedule.step()
             if self.fault.kind == "drift" and not spec.params["loss_check"].get("reference"):
                 with torch.no_grad():  # the test-only broken precision: every weight rounded to one bit
                     for p in self.model.parameters():
