@@ -4,7 +4,7 @@
 # Each stage resumes its studies, so a stage cut short is simply run again.
 #   benchmarks/h200-bar.sh STAGE...     stages: info grid fp32 llama hopper gputests ddp nccl refactor
 #                                       cheap-cold cheap-warm cold350 landscape cost (issue 13)
-#                                       gen8b gen-slo gen-plain (issue 14) fsdp8b fsdp8b-2k memgpu (issue 15)
+#                                       gen8b gen-int4 gen-slo gen-plain (issue 14) fsdp8b fsdp8b-2k memgpu (issue 15)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
 set -uo pipefail
@@ -57,6 +57,13 @@ d["study"]["compile_cache"] = "trials/compile-cache"; yaml.safe_dump(d, open(f"/
     gen8b)  # issue 14: the 8B generate grid (bf16/int8/int4 x eager/CUDA graphs, batch 1), both GPUs side by side
       at search search_spaces/llama3-8b-generate.yaml --gpus 0,1 2>&1 | tee -a "$OUT/gen8b.log"
       at report trials/llama3-8b-generate --format markdown > "$OUT/gen8b-report.md" 2>&1 ;;
+    gen-int4) # issue 14: int4 kernels at batch 1, compiled with CUDA graphs: bf16, int4 tinygemm, int4 gemlite (a
+      # fresh study derived from llama3-8b-generate.yaml; gemlite must travel as a wheel in .whl)
+      python3 -c 'import yaml; d = yaml.safe_load(open("search_spaces/llama3-8b-generate.yaml")); d["name"] = "gen-int4"
+d["space"].update(weight_quant=["none", "int4_weight_only"], compile="reduce-overhead"); d["study"]["trials"] = 6
+d["baseline"] = {"weight_quant": "none"}; yaml.safe_dump(d, open("/tmp/gen-int4.yaml", "w"))'
+      at search /tmp/gen-int4.yaml --gpus 0,1 --fresh 2>&1 | tee -a "$OUT/gen-int4.log"
+      at report trials/gen-int4 --format markdown > "$OUT/gen-int4-report.md" 2>&1 ;;
     gen-slo) # issue 14: the SLO search (resumes; GENSLO_MIN bounds one call)
       at search search_spaces/llama3-8b-generate-slo.yaml --gpus 0,1 --timeout-min "${GENSLO_MIN:-9}" 2>&1 | tee -a "$OUT/gen-slo.log"
       at report trials/llama3-8b-generate-slo --format markdown > "$OUT/gen-slo-report.md" 2>&1 ;;

@@ -100,6 +100,13 @@ def test_generate_drift_guard_passes_int8_and_catches_a_broken_quantizer(monkeyp
                                                                     "int4_group_size": None}
 
 
+@has_torchao
+def test_generate_gemlite_int4_off_the_gpu_is_an_invalid_config() -> None:
+    err = trial.classify(_raises(lambda: trial.run(_spec(weight_quant="int4_weight_only", int4_kernel="gemlite", int4_group_size=128))),
+                         1, {"int4_kernel": "gemlite"})
+    assert err.status == "invalid_config" and "int4_kernel gemlite runs Triton kernels on NVIDIA GPUs only" in err.reason
+
+
 def test_generate_latency_limits_and_roofline_arithmetic() -> None:
     m = metrics.generation({"batch_size": 4, "tpot_ms_median": 10.0, "tpot_ms_p99": 40.0, "ttft_ms": 300.0,
                             "bytes_per_decode_step": 24e9}, 4.8e12)
@@ -196,7 +203,7 @@ def test_generate_validate_and_fingerprint_of_training_unchanged(tmp_path: Path)
     import hashlib
 
     space = {k: v for k, v in cfg.space.model_dump(mode="json").items()
-             if k not in ("batch_size", "weight_quant", "int4_group_size", "kv_cache", "compile_prefill")}
+             if k not in ("batch_size", "weight_quant", "int4_group_size", "int4_kernel", "kv_cache", "compile_prefill")}
     workload = {k: v for k, v in cfg.workload.model_dump(mode="json").items() if k not in ("prompt_len", "gen_len")}
     old = {"model": cfg.model.model_dump(mode="json"), "workload": workload, "space": space}
     assert fp == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]  # ... but not in the hash

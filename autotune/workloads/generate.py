@@ -187,18 +187,35 @@ def apply_weight_quant(torch: Any, model: Any, knobs: dict[str, Any], broken: bo
     except Exception as err:
         raise InvalidConfig(f"weight_quant {quant} needs torchao (pip install 'autotune[generate]'): {err}",
                             "weight_quant") from None
-    name = QUANT_CONFIGS[quant]
+    name, config = QUANT_CONFIGS[quant], None
     # int4: torch's own tinygemm kernel (tile-packed layout), as torchao's published Llama numbers use; the
-    # plain layout needs fbgemm/mslk kernels that a stock torch lacks
+    # plain layout needs fbgemm/mslk kernels that a stock torch lacks; or gemlite's Triton kernels
     kwargs = {"group_size": knobs["int4_group_size"], "int4_packing_format": "tile_packed_to_4d"} \
         if quant == "int4_weight_only" else {}
+    if quant == "int4_weight_only" and knobs.get("int4_kernel") == "gemlite":
+        config = gemlite_config(knobs["int4_group_size"], next(model.parameters()).device.type)
+        name, kwargs = "UIntxWeightOnlyConfig", {"group_size": knobs["int4_group_size"], "bit_width": 4}
     try:
-        tq.quantize_(model, getattr(tq, name)(**kwargs))
+        tq.quantize_(model, config or getattr(tq, name)(**kwargs))
     except Exception as err:  # torchao's own reason: kernel missing on this GPU, dtype not supported, ...
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
         raise InvalidConfig(f"weight_quant {quant}: torchao cannot apply it here: {type(err).__name__}: {first}",
                             "weight_quant", "precision") from None
     return f"quantize_(model, {name}({', '.join(f'{k}={v}' for k, v in kwargs.items())}))"
+
+
+def gemlite_config(group: int, device: str) -> Any:
+    """torchao's gemlite int4 config; InvalidConfig off the GPU or where gemlite is missing."""
+    if device != "cuda":
+        raise InvalidConfig(f"int4_kernel gemlite runs Triton kernels on NVIDIA GPUs only, not on {device}",
+                            "int4_kernel")
+    try:
+        import gemlite  # noqa: F401
+        from torchao.prototype.quantization.quant_api import UIntxWeightOnlyConfig
+    except Exception as err:
+        raise InvalidConfig(f"int4_kernel gemlite needs the gemlite package (pip install gemlite) and torchao's "
+                            f"prototype UIntxWeightOnlyConfig: {type(err).__name__}: {err}", "int4_kernel") from None
+    return UIntxWeightOnlyConfig(group_size=group, bit_width=4)
 
 
 def linear_bytes(model: Any, torch: Any, quant: str | None, group: int) -> int:
