@@ -5,6 +5,7 @@
 #   benchmarks/h200-bar.sh STAGE...     stages: info grid fp32 llama hopper gputests ddp nccl refactor
 #                                       cheap-cold cheap-warm cold350 landscape cost (issue 13)
 #                                       gen8b gen-int4 gen-slo gen-plain (issue 14) fsdp8b fsdp8b-2k memgpu (issue 15)
+#                                       ddp-truth check3 (issue 16)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
 set -uo pipefail
@@ -31,6 +32,41 @@ for stage in "$@"; do
       at search search_spaces/gpt2-small-hopper.yaml --gpus 0,1 2>&1 | tee -a "$OUT/hopper.log" ;;
     ddp)    # 2-GPU DDP search with the NCCL knobs (one trial at a time: each takes both GPUs)
       at search search_spaces/gpt2-small-ddp.yaml --gpus 0,1 --timeout-min "${DDP_MIN:-30}" 2>&1 | tee -a "$OUT/ddp.log" ;;
+    ddp-truth) # issue 16 part 1: the plain DDP script (benchmarks/plain_ddp.py) against autotune's trials of the same
+      # configuration (GPT-2 small, bf16, compile, micro-batch 64, bucket 25 MB), one after the other: 1 GPU (accumulation
+      # 4), 2 GPUs (accumulation 4) in both compile orders, with torch.profiler traces of two steps of each (prof/)
+      P="python3 -m torch.distributed.run --standalone"
+      for order in outer inner; do $P --nproc-per-node 2 benchmarks/plain_ddp.py --order $order --profile "$OUT/prof" \
+        2>>"$OUT/plain.err" | tee -a "$OUT/plain.jsonl"; done
+      CUDA_VISIBLE_DEVICES=0 $P --nproc-per-node 1 benchmarks/plain_ddp.py --order outer 2>>"$OUT/plain.err" | tee -a "$OUT/plain.jsonl"
+      python3 -c 'import yaml; d = yaml.safe_load(open("search_spaces/gpt2-small-ddp.yaml")); d["name"] = "ddp-truth"
+d["workload"].update(global_batch_size=512, warmup_steps=3, measure_steps=8)
+d["space"] = {"micro_batch_size": 64, "precision": "bf16", "compile": True, "parallel": "ddp", "bucket_cap_mb": 25,
+              "ddp_compile": ["outer", "inner"]}
+d["study"] = {"trials": 2, "sampler": "grid", "confirm_top": 0, "prune_below": 0, "trial_timeout_min": 5}
+d["baseline"] = {"ddp_compile": "outer"}; yaml.safe_dump(d, open("/tmp/ddp-truth.yaml", "w"))
+d["name"], d["workload"]["world_size"], d["workload"]["global_batch_size"] = "ddp-truth-1gpu", 1, 256
+d["space"] = {k: v for k, v in d["space"].items() if k not in ("parallel", "bucket_cap_mb", "ddp_compile")}
+d["study"]["trials"], d["baseline"] = 1, {}; yaml.safe_dump(d, open("/tmp/ddp-truth-1gpu.yaml", "w"))'
+      AUTOTUNE_PROFILE="$OUT/prof" at search /tmp/ddp-truth.yaml --gpus 0,1 --fresh 2>&1 | tee -a "$OUT/ddp-truth.log"
+      at search /tmp/ddp-truth-1gpu.yaml --gpus 0 --fresh 2>&1 | tee -a "$OUT/ddp-truth.log"
+      at report trials/ddp-truth --format markdown > "$OUT/ddp-truth-report.md" 2>&1
+      $P --nproc-per-node 2 benchmarks/plain_ddp.py --order outer 2>>"$OUT/plain.err" | tee -a "$OUT/plain.jsonl"
+      gzip -f "$OUT"/prof/*.json ;;
+    check3) # issue 16 part 3: the compiled GPT-2-small best.yaml of 2026-11-29: a baseline of CHECK_N processes, then
+      # CHECK_K unchanged checks and CHECK_K with a 3% slowdown (AUTOTUNE_FAULT=slow:3), CHECK_R processes each
+      # (that best.yaml predates 21 knobs: they are added at their defaults, as the check's error message lists them)
+      mkdir -p /tmp/check3 && python3 -c 'import yaml; from autotune.search.best import _old_behaviour
+from autotune import knobs as c; d = yaml.safe_load(open("benchmarks/results/2026-11-29-h200-gpt2-small/best.yaml"))
+d["knobs"].update(_old_behaviour(d["knobs"], [k.name for k in c.CATALOGUE if "train" in k.tasks and k.name not in d["knobs"]], 1))
+d.pop("check_baseline", None); yaml.safe_dump(d, open("/tmp/check3/best.yaml", "w"), sort_keys=False)'
+      export TORCHINDUCTOR_CACHE_DIR=/tmp/check3/inductor
+      at check /tmp/check3/best.yaml --reset-baseline --repeats "${CHECK_N:-5}" 2>&1 | tee -a "$OUT/check3.log"
+      for i in $(seq "${CHECK_K:-5}"); do echo "unchanged $i rc $(at check /tmp/check3/best.yaml --repeats "${CHECK_R:-3}" \
+        >> "$OUT/check3.log" 2>&1; echo $?)" | tee -a "$OUT/check3.log"
+        echo "slow:3 $i rc $(AUTOTUNE_FAULT=slow:3 at check /tmp/check3/best.yaml --repeats "${CHECK_R:-3}" \
+        >> "$OUT/check3.log" 2>&1; echo $?)" | tee -a "$OUT/check3.log"; done
+      cp /tmp/check3/history.jsonl "$OUT/"; tar czf "$OUT/checks.tgz" -C /tmp/check3 --exclude=inductor . ;;
     nccl)   # all-reduce bus bandwidth by algorithm and protocol, 1 MB to 1 GB (NCCL_ARGS: extra options, e.g. --algos)
       at nccl --gpus 0,1 --out "trials/nccl${NCCL_TAG:-}" ${NCCL_ARGS:-} 2>&1 | tee -a "$OUT/nccl.log" ;;
     refactor) # issue 12's check: a fresh TPE study of the grid's space on ONE GPU, cold compile cache, compared

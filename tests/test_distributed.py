@@ -269,3 +269,38 @@ def test_distributed_block_compile_before_wrapping(tmp_path: Path, parallel: str
     assert outcome.status == "ok", outcome.reason
     assert outcome.result.applied["compile_mode"] == "default, per block (1 x Block, compiled in place) + head_loss"
     assert outcome.result.applied["parallel"]["strategy"] == parallel
+
+
+def test_ddp_compile_order_inner_and_outer_train_the_same(tmp_path: Path) -> None:
+    """ddp_compile: DDP(torch.compile(model)) (inner, nanoGPT's order) and torch.compile(DDP(model)) (outer) are
+    both applied as said and start from the same loss (same weights, same data); issue 16's plain script."""
+    losses = {}
+    for order in ("inner", "outer"):
+        cfg = parse_config(tiny(workload={**WS2, "measure_steps": 2},
+                                space={"micro_batch_size": [2], "precision": "fp32", "compile": True,
+                                       "parallel": "ddp", "ddp_compile": order},
+                                baseline={"micro_batch_size": 2, "precision": "fp32"}))
+        space = resolve_space(cfg, "cpu")
+        bench = Bench.of(cfg.model, cfg.workload, device="cpu", timeout_s=240, home=tmp_path / order, base_dir=None)
+        outcome = run_trial(bench.spec(space.knobs(space.baseline)), tmp_path / order / "run", timeout_s=300)
+        assert outcome.status == "ok", outcome.reason
+        want = "DDP(torch.compile(model))" if order == "inner" else "torch.compile(DDP(model))"
+        assert outcome.result.applied["compile_order"] == want
+        losses[order] = outcome.result.losses
+    assert losses["inner"][0] == pytest.approx(losses["outer"][0], rel=1e-4)
+
+
+def test_plain_ddp_reference_script_runs_on_gloo(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(root / "benchmarks/plain_ddp.py"), "--tiny", "--order", "none", "--mbs", "2",
+                           "--accum", "2", "--warmup", "1", "--steps", "3"],
+                          capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["world_size"] == 2 and len(out["step_s"]) == 3 and out["tokens_per_s_per_gpu"] > 0
+    assert out["tokens_per_s_per_gpu"] == pytest.approx(2 * 2 * 32 / sorted(out["step_s"])[1])

@@ -85,3 +85,17 @@ def test_knobs_compile_scope_acts_only_when_compile_is_on() -> None:
     assert "not searched: compile is always false" in off.notes["compile_scope"]
     notes = knobs.apply_notes({"compile": True, "compile_scope": "block"}, "cuda")
     assert any("block.compile()" in n for n in notes)
+
+
+def test_an_older_best_yaml_is_told_which_knobs_it_lacks() -> None:
+    """check refuses a best.yaml without every knob (a damaged one must not be measured at defaults), and for
+    one from an older autotune lists the knobs added since as a search would have written them."""
+    from autotune.search.best import _old_behaviour
+
+    old = {"micro_batch_size": 64, "precision": "bf16", "grad_accum_steps": 4, "compile": True, "nccl_algo": "default"}
+    missing = [k.name for k in knobs.CATALOGUE if "train" in k.tasks and k.name not in old]
+    one = _old_behaviour(old, missing, 1)
+    assert one["compile_scope"] == "model" and one["activation_checkpointing"] == "none"
+    assert one["parallel"] is None and one["bucket_cap_mb"] is None and one["fp8_recipe"] is None  # cannot act
+    two = _old_behaviour(old, missing, 2)
+    assert two["parallel"] == "ddp" and two["bucket_cap_mb"] == 25 and two["reshard_after_forward"] is None

@@ -121,6 +121,9 @@ def test_fsdp_trial_builds_sharded_from_the_meta_device(tmp_path: Path) -> None:
     assert applied["parallel"]["build"].startswith("meta device, sharded")
     assert applied["parallel"]["grad_sync"] == "every micro-batch"  # 2 micro-batches a step, each reduce-scattered
     assert applied["checkpoint"] == "selective_op" and applied["cross_entropy"] == f"{CE_CHUNKS} chunks"
+    parts = applied["build_s"]  # where the build's seconds went, in order
+    assert list(parts) == ["ranks", "model", "fp8", "compile_wrap", "parallel", "materialize", "optimizer"]
+    assert all(v >= 0 for v in parts.values()) and sum(parts.values()) <= outcome.result.phases_s["build"] + 0.01
     assert outcome.result.n_params == sum(p.numel() for p in Transformer({**LLAMA, "kv_heads": 2}).parameters())
     assert abs(outcome.result.losses[0] - math.log(256)) < 0.5  # initialised like the whole model: loss near ln V
 

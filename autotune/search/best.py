@@ -173,7 +173,7 @@ def read_best(path: Path) -> dict[str, Any]:
     except ValidationError as err:
         section = next((k for k in ("model", "workload") if err.title == f"{k.capitalize()}Config"), None)
         raise ConfigError(f"{path}: {describe_error(err, section)}") from None
-    _check_knobs(path, doc["knobs"], doc["workload"].get("task", "train"))
+    _check_knobs(path, doc["knobs"], doc["workload"].get("task", "train"), doc["workload"].get("world_size", 1))
     if "micro_batch_size" in doc["knobs"]:
         _check_batch(path, doc["knobs"], doc["workload"])
     return doc
@@ -187,20 +187,40 @@ def _check_batch(path: Path, knobs: dict[str, Any], workload: dict[str, Any]) ->
                           f"{knobs['grad_accum_steps']} x world_size {world} is not workload.global_batch_size {gbs}")
 
 
-def _check_knobs(path: Path, knobs: dict[str, Any], task: str) -> None:
+def _old_behaviour(knobs: dict[str, Any], missing: list[str], world: int) -> dict[str, Any]:
+    """The missing knobs' values a search would have written: the default, or None where the knob cannot act
+    (one rank: no parallel; an only_with knob whose owner has another value), as Space.knobs decides."""
+    full = {**{n: catalogue.BY_NAME[n].default for n in missing}, **knobs}
+    if world == 1 and "parallel" in missing:
+        full["parallel"] = None
+    for k in catalogue.CATALOGUE:
+        if k.name in missing and k.only_with and (full.get(k.only_with[0]) is None or not k.acts_with(full[k.only_with[0]])):
+            full[k.name] = None
+    return {n: full[n] for n in missing}
+
+
+def _check_knobs(path: Path, knobs: dict[str, Any], task: str, world: int = 1) -> None:
     """Every knob of the workload's task, each value one its knob accepts (None: not acting in this trial)."""
     from autotune.config import SpaceConfig, describe_error
 
     names = {k.name for k in catalogue.CATALOGUE if task in k.tasks}
     if set(knobs) != names:
-        wrong = sorted(set(knobs) ^ names)
+        wrong, missing = sorted(set(knobs) ^ names), [k.name for k in catalogue.CATALOGUE if k.name in names - set(knobs)]
+        # a file from an older autotune lacks the knobs added since: say which, with their defaults
+        older = f" (a best.yaml from an older autotune? the knobs added since, at their defaults: " \
+                f"{', '.join(f'{n}: {_yaml_value(v)}' for n, v in _old_behaviour(knobs, missing, world).items())})" \
+            if missing and not set(knobs) - names else ""
         raise ConfigError(f"{path}: knobs: {wrong[0]} is {'missing' if wrong[0] in names else 'not a knob'}; "
-                          f"best.yaml lists every knob of task {task}")
+                          f"best.yaml lists every knob of task {task}{older}")
     given = {k: [v] for k, v in knobs.items() if v is not None}
     try:
         SpaceConfig.model_validate(given)
     except ValidationError as err:
         raise ConfigError(f"{path}: knobs.{describe_error(err, 'space').removeprefix('space.')}") from None
+
+
+def _yaml_value(value: Any) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def record_check_baseline(path: Path, doc: dict[str, Any], samples: list[float], recorded_at: str,

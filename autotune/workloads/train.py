@@ -8,12 +8,31 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 from typing import Any
 
 from autotune.knobs import CE_CHUNKS, CHECKPOINT_EVERY, SDPA_BACKENDS, numerics
 from autotune.workloads.base import InvalidConfig, Measured, NonFiniteLoss, Work, Workload
 from autotune.workloads.parallel import check_replicas_in_sync, parallelize
 from autotune.workloads.timing import time_steps
+
+
+def _laps(torch: Any, device: str) -> Any:
+    """lap(name) records the seconds since the last lap (after the device finished) in lap.parts."""
+    import time
+
+    last = [time.perf_counter()]
+    parts: dict[str, float] = {}
+
+    def lap(name: str) -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        parts[name] = round(now - last[0], 3)
+        last[0] = now
+
+    lap.parts = parts  # type: ignore[attr-defined]
+    return lap
 
 
 def apply_precision(torch: Any, precision: str, device: str) -> Any:
@@ -206,19 +225,29 @@ class Train(Workload):
         # only (a tied head would be untied by to_empty after sharding, so tied models are built whole first)
         sharded_build = bool(self.ranks) and knobs.get("parallel") == "fsdp" and not (
             m.get("hf_config") or m.get("entrypoint") or m.get("tie_embeddings"))
+        lap = _laps(torch, device)
         model, self.batches, applied, self._work = build_model(torch, spec, self.dev, gen,
                                                                n_batches=min(knobs["grad_accum_steps"], 4),
                                                                materialize=not sharded_build)
+        lap("model")
         fp8_linears = apply_fp8(torch, model, knobs)
+        lap("fp8")
         regional = knobs.get("compile_scope") == "block"
+        # ddp_compile inner: DDP(torch.compile(model)), nanoGPT's order; outer (else): torch.compile(DDP(model))
+        inner = bool(self.ranks) and knobs.get("parallel") == "ddp" and knobs.get("ddp_compile") == "inner"
         if regional:  # blocks compiled in place before wrapping, as torchtitan orders it (FSDP's hooks stay outside)
             _, compile_mode = apply_compile(torch, model, knobs["compile"], "block")
+        elif inner:
+            model, compile_mode = apply_compile(torch, model, knobs["compile"])
+        lap("compile_wrap")
         self.sync, parallel_applied = None, {}
         if self.ranks:
             model, parallel_applied, self.sync = parallelize(torch, model, knobs, self.amp_dtype, self.ranks)
+        lap("parallel")
         if sharded_build:
             model = materialize_model(model, self.dev)
             parallel_applied["parallel"]["build"] = "meta device, sharded, then each rank's shards materialised"
+        lap("materialize")
         self.model = model
         self.fp8_scales = None
         if knobs.get("fp8_all_gather") and fp8_linears:
@@ -228,17 +257,21 @@ class Train(Workload):
         self.optimizer = apply_optimizer(torch, model, knobs)
         self.scaler = torch.amp.GradScaler(device) if knobs["precision"] == "fp16" else None
         self.step_model = model
-        if not regional:
+        if not regional and not inner:
             self.step_model, compile_mode = apply_compile(torch, model, knobs["compile"])
+        lap("optimizer")
         attention = knobs["attention"]
         self.applied = {
             "attention": attention if attention in SDPA_BACKENDS or attention == "eager" else "auto (PyTorch's SDPA choice)",
             **applied,
             "optimizer": f"AdamW(fused={bool(self.optimizer.defaults.get('fused'))})",
             "compile_mode": compile_mode,
+            "compile_order": ("DDP(torch.compile(model))" if inner else "torch.compile(DDP(model))")
+            if knobs.get("parallel") == "ddp" and self.ranks and knobs["compile"] and not regional else None,
             "fp8_linears": fp8_linears,
             "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
             **parallel_applied,
+            "build_s": lap.parts,  # where the build's seconds went (issue 15: an 8B build under 10 s)
         }
 
     def step(self, accum: int | None = None) -> Any:
@@ -274,6 +307,8 @@ class Train(Workload):
                             after_warmup_step=lambda loss: finite_losses(torch, [loss], "warm-up"),
                             before_window=self.ranks.barrier if self.ranks else None, progress=self.progress)
         losses = finite_losses(torch, timing.outputs, "measured steps")
+        if os.environ.get("AUTOTUNE_PROFILE"):
+            self.profile(Path(os.environ["AUTOTUNE_PROFILE"]))
         if self.ranks:
             check_replicas_in_sync(torch, self.model, self.ranks)
         check = self.spec.params.get("loss_check") or {}
@@ -281,6 +316,22 @@ class Train(Workload):
         if check.get("steps") and (check.get("reference") or numerics(self.spec.knobs)):
             curve = self.loss_check(int(check["steps"]))
         return Measured(timing, losses, output={"loss_check": curve} if curve else {})
+
+    def profile(self, folder: Path, steps: int = 2) -> None:
+        """AUTOTUNE_PROFILE=DIR: after the measured steps (untimed), `steps` more under torch.profiler, written as
+        a chrome trace per rank (DIR/autotune-<pid>-rank<r>.json): what a step spends, beside a plain script's."""
+        torch = self.torch
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.spec.device == "cuda" else [])
+        with profile(activities=acts) as prof:
+            for _ in range(steps):
+                self.step()
+            if self.spec.device == "cuda":
+                torch.cuda.synchronize()
+        folder.mkdir(parents=True, exist_ok=True)
+        rank = self.ranks.rank if self.ranks else 0
+        prof.export_chrome_trace(str(folder / f"autotune-{os.getpid()}-rank{rank}.json"))
 
     def loss_check(self, steps: int) -> list[float] | None:
         """`steps` optimizer steps from fresh weights on a learnable stream (each sequence repeats a random

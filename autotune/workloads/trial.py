@@ -69,6 +69,7 @@ def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
     if spec.device == "cuda" and not torch.cuda.is_available():
         raise InvalidConfig("device cuda asked for, but torch sees no CUDA GPU")
     ranks = Ranks.start(torch, spec.device)  # None with one rank
+    t_ranks = time.time()
     fault = Fault(spec.knobs, ranks.rank if ranks else 0)
     fault.at_start()
     workload = workload_class(spec.task)(torch, spec, ranks, fault)
@@ -85,6 +86,8 @@ def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
     result = TrialResult("pruned" if stopped else "ok", reason, applied=workload.applied, env=_env(torch, spec.device),
                          losses=measured.losses, output=measured.output, rank=ranks.rank if ranks else 0)
     result.phases_s = {"start": t_torch - (spec.launched_at or _T_ENTER), "build": t_built - t_torch}
+    if isinstance(result.applied.get("build_s"), dict):  # the build's parts, the ranks' start first
+        result.applied["build_s"] = {"ranks": round(t_ranks - t_torch, 3), **result.applied["build_s"]}
     if measured.timing is not None:
         _record_steps(result, spec, workload, measured, ranks, t_built)
     else:
