@@ -40,9 +40,13 @@ How it was checked (tests/test_memory.py): the saved bytes against every tensor 
 forward on the CPU (exact to 4 bytes for gpt and llama, every checkpointing mode, fp32, chunked, eager); the
 peak against torch's MemTracker over whole optimizer steps on the CPU (gpt, one rank: within 0.5%, each
 moment above). Once, outside the tests: FSDP2 on two gloo ranks of the CPU within 5%, the CPU's own
-differences (bf16 norms under its autocast, composite RMSNorm) included. Not yet against a GPU: the CUDA-only
-facts used (the fused RMSNorm saves its input and rstd only; LayerNorm and RMSNorm run in fp32 under CUDA
-autocast; flash SDPA takes grouped-query heads as they are) are PyTorch's, not measured here.
+differences (bf16 norms under its autocast, composite RMSNorm) included. On an H200 (2026-12-01,
+docs/BENCHMARKS.md): eager one-GPU trials +8.4% (gpt), +12.1% (gpt, full checkpointing), +6.5% (llama), -0.3%
+(llama fp32): CUDA's bf16 loss backward holds about 10 bytes a logit where the CPU's held 12; Llama-3.1-8B
+FSDP2 trials on two GPUs +2.0% to +7.9% as they ran (after counting the sharded gradients of
+fsdp_grad_sync every, which had made one 13% low). The CUDA-only facts used (the fused RMSNorm saves its input
+and rstd only; LayerNorm and RMSNorm run in fp32 under CUDA autocast; flash SDPA takes grouped-query heads as
+they are) are PyTorch's.
 
 Limits: hf_config and entrypoint models are not estimated (`estimate` returns None); torch.compile is one
 factor on the blocks' activations and a fused loss, not a model of Inductor's partitioner; fp8's activations
@@ -343,8 +347,11 @@ def weight_bytes(s: Shape, k: dict[str, Any], world: int) -> dict[str, int]:
         # backward adds its unsharded gradients (param dtype) and their fp32 reduce-scatter input
         gathered = root * c + (block if k.get("reshard_after_forward", True) else n * block)
         # no_sync accumulation keeps unsharded fp32 gradients (FSDP2's to_accumulated_grad_if_needed);
-        # fsdp_grad_sync every reduce-scatters each micro-batch: the sharded gradients only
-        first = 4 * total if accum > 1 and k.get("fsdp_grad_sync", "last") == "last" else 0
+        # fsdp_grad_sync every reduce-scatters each micro-batch: from the second micro-batch on, the sharded
+        # gradients exist through forward and backward (measured on 2x H200: without them the estimate of an
+        # 8B trial was 13% low, 80.5 against 92.6 GiB)
+        last_only = k.get("fsdp_grad_sync", "last") == "last"
+        first = (4 * total if last_only else 4 * mine) if accum > 1 else 0
         # the end of backward: the root still gathered, its unsharded gradients and their fp32 reduce-scatter input
         end = root * (2 * c + 4) + (c * vd if s.tied else 0)
         return {**out, "copies": gathered, "block_copies": gathered + numel * (c + 4), "first_grads": first,
@@ -409,9 +416,9 @@ class Calibration:
     """measured peak ~ static + a * (activations + logits) + b, fitted from completed trials.
 
     static (Estimate.static) is taken as estimated; a scales the part that grows with the micro-batch (the
-    activation model's error is mostly proportional: a missed or extra saved tensor) and b absorbs a constant
-    (what the allocator holds that the model misses: cuBLAS workspaces, NCCL's buffers, the data). The identity
-    (a = 1, b = 0) is the uncalibrated estimate."""
+    activation model's error is mostly proportional: a missed or extra saved tensor). b stays 0 from
+    `calibrate` (kept for callers that add a known constant). The identity (a = 1, b = 0) is the uncalibrated
+    estimate."""
 
     a: float = 1.0
     b: float = 0.0
@@ -423,25 +430,17 @@ class Calibration:
 
 
 def calibrate(pairs: list[tuple[Estimate, float]]) -> Calibration:
-    """Fit a Calibration from (estimate, measured peak allocated bytes) of completed trials: least squares of
-    measured - static on activations + logits when at least two distinct activation sizes were measured; with
-    one size only the activation term is scaled (b = 0); with none, the identity. The scale stays within
-    SCALE_RANGE (the activation model is not off by 2x; a fit outside it is noise or a static part missed),
-    the constant then absorbing the rest."""
-    if not pairs:
-        return Calibration()
-    xs = [float(e.activations + e.logits) for e, _ in pairs]
-    ys = [float(m) - e.static for e, m in pairs]
-    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
-    if len(set(xs)) >= 2:
-        a, b = statistics.linear_regression(xs, ys)
-    else:
-        a, b = (mean_y / mean_x if mean_x else 1.0), 0.0
+    """Fit a Calibration from (estimate, measured peak allocated bytes) of completed trials: the scale a is the
+    median over the trials of (measured - static) / (activations + logits), within SCALE_RANGE (the activation
+    model is not off by 2x; a ratio outside it is a static part missed). A median, not least squares: on 2x H200
+    (2026-12-01) one trial whose checkpointing ran other than estimated made a two-point line of slope 2 and
+    intercept -71 GiB, which put the next trial's prediction 56% low; the median ratio kept every trial of that
+    study within 8% (benchmarks/memory_vs_peaks.py)."""
+    ratios = [(float(m) - e.static) / (e.activations + e.logits) for e, m in pairs if e.activations + e.logits > 0]
+    if not ratios:
+        return Calibration(n=len(pairs))
     low, high = SCALE_RANGE
-    if not low <= a <= high:
-        a = min(max(a, low), high)
-        b = mean_y - a * mean_x  # least squares with the scale fixed
-    return Calibration(a, b, len(pairs))
+    return Calibration(min(max(statistics.median(ratios), low), high), 0.0, len(pairs))
 
 
 def describe(est: Estimate, capacity_bytes: float | None = None) -> list[str]:

@@ -93,10 +93,12 @@ d["study"]["compile_cache"] = "trials/compile-cache"; yaml.safe_dump(d, open(f"/
     gen8b)  # issue 14: the 8B generate grid (bf16/int8/int4 x eager/CUDA graphs, batch 1), both GPUs side by side
       at search search_spaces/llama3-8b-generate.yaml --gpus 0,1 2>&1 | tee -a "$OUT/gen8b.log"
       at report trials/llama3-8b-generate --format markdown > "$OUT/gen8b-report.md" 2>&1 ;;
-    gen-int4) # issue 14: int4 kernels at batch 1, compiled with CUDA graphs: bf16, int4 tinygemm, int4 gemlite (a
-      # fresh study derived from llama3-8b-generate.yaml; gemlite must travel as a wheel in .whl)
+    gen-int4) # issue 14: int4 kernels at batch 1 with CUDA graphs, reduce-overhead or max-autotune (which adds
+      # Inductor's GEMM autotuning and coordinate-descent tuning, toward the 70% roofline): bf16, int4 tinygemm, int4
+      # gemlite (a fresh study derived from llama3-8b-generate.yaml; gemlite must travel as a wheel in .whl)
       python3 -c 'import yaml; d = yaml.safe_load(open("search_spaces/llama3-8b-generate.yaml")); d["name"] = "gen-int4"
-d["space"].update(weight_quant=["none", "int4_weight_only"], compile="reduce-overhead"); d["study"]["trials"] = 6
+d["space"].update(weight_quant=["none", "int4_weight_only"], compile=["reduce-overhead", "max-autotune"])
+d["study"]["trials"] = 8
 d["baseline"] = {"weight_quant": "none"}; yaml.safe_dump(d, open("/tmp/gen-int4.yaml", "w"))'
       at search /tmp/gen-int4.yaml --gpus 0,1 --fresh 2>&1 | tee -a "$OUT/gen-int4.log"
       at report trials/gen-int4 --format markdown > "$OUT/gen-int4-report.md" 2>&1 ;;

@@ -239,8 +239,10 @@ def test_memory_fsdp_accumulation_keeps_unsharded_gradients_unless_synced_every_
     single = memory.estimate(LLAMA_8B, {**knobs, "grad_accum_steps": 1}, world_size=2)
     assert last is not None and every is not None and single is not None
     n = 8_030_261_248
-    assert last.total - every.total > 0.8 * 4 * n  # the whole model's fp32 gradients, on every rank
-    assert every.total == single.total  # reduce-scattered each micro-batch: as without accumulation
+    assert last.total - every.total > 0.8 * 4 * n / 2  # the whole model's fp32 gradients, on every rank, less a shard
+    # reduce-scattered each micro-batch: the sharded gradients exist from the second micro-batch on (without
+    # them the estimate of an 8B trial on 2x H200 was 13% below its measured peak)
+    assert every.total - single.total == pytest.approx(4 * n / 2, rel=0.01)
 
 
 def test_memory_chunked_cross_entropy_shrinks_the_loss() -> None:
@@ -278,22 +280,24 @@ def test_memory_models_it_cannot_see_are_not_estimated() -> None:
         memory.estimate(SMALL, {}, world_size=0)
 
 
-def test_memory_calibration_recovers_a_linear_relation() -> None:
+def test_memory_calibration_scales_the_activations_by_the_median_ratio() -> None:
     estimates = [memory.estimate(LARGER, {"micro_batch_size": mbs, "precision": "bf16"}) for mbs in (1, 2, 4, 8)]
     assert all(e is not None for e in estimates)
-    pairs = [(e, e.static + 1.3 * (e.activations + e.logits) + 5e6) for e in estimates if e is not None]
+    pairs = [(e, e.static + 1.3 * (e.activations + e.logits)) for e in estimates if e is not None]
     fit = memory.calibrate(pairs)
-    assert fit.a == pytest.approx(1.3) and fit.b == pytest.approx(5e6, rel=1e-6) and fit.n == 4
+    assert fit.a == pytest.approx(1.3) and fit.b == 0 and fit.n == 4
     for e, measured in pairs:
         assert fit.peak(e) == pytest.approx(measured)
-    e = pairs[3][0]  # one size: the activation term scaled, no constant
-    one = memory.calibrate([(e, e.static + 1.3 * (e.activations + e.logits))])
-    assert one.a == pytest.approx(1.3) and one.b == 0 and one.n == 1
+    # one trial far off (its checkpointing ran other than estimated) does not move the median
+    wild = memory.calibrate([*pairs[:3], (pairs[3][0], pairs[3][0].static + 0.2 * (pairs[3][0].activations +
+                                                                                      pairs[3][0].logits))])
+    assert wild.a == pytest.approx(1.3)
+    e = pairs[3][0]
     identity = memory.calibrate([])
     assert (identity.a, identity.b) == (1.0, 0.0) and identity.peak(pairs[2][0]) == pairs[2][0].total
-    # a measurement far below the static part: the scale is bounded, the constant takes the rest
+    # a measurement far below the static part: the scale is bounded
     odd = memory.calibrate([(e, e.static - 1e6)])
-    assert odd.a == memory.SCALE_RANGE[0] and odd.peak(e) == pytest.approx(e.static - 1e6)
+    assert odd.a == memory.SCALE_RANGE[0] and odd.n == 1
 
 
 def test_memory_describe_says_what_and_whether_it_fits() -> None:
