@@ -58,6 +58,7 @@ nvidia-smi shows beyond the estimate). `calibrate` fits what is left from measur
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from dataclasses import asdict, dataclass
@@ -416,9 +417,9 @@ class Calibration:
     """measured peak ~ static + a * (activations + logits) + b, fitted from completed trials.
 
     static (Estimate.static) is taken as estimated; a scales the part that grows with the micro-batch (the
-    activation model's error is mostly proportional: a missed or extra saved tensor). b stays 0 from
-    `calibrate` (kept for callers that add a known constant). The identity (a = 1, b = 0) is the uncalibrated
-    estimate."""
+    activation model's error is mostly proportional: a missed or extra saved tensor) and b absorbs a constant
+    (what the allocator holds that the model misses: cuBLAS workspaces, NCCL's buffers, the data). The identity
+    (a = 1, b = 0) is the uncalibrated estimate."""
 
     a: float = 1.0
     b: float = 0.0
@@ -430,17 +431,23 @@ class Calibration:
 
 
 def calibrate(pairs: list[tuple[Estimate, float]]) -> Calibration:
-    """Fit a Calibration from (estimate, measured peak allocated bytes) of completed trials: the scale a is the
-    median over the trials of (measured - static) / (activations + logits), within SCALE_RANGE (the activation
-    model is not off by 2x; a ratio outside it is a static part missed). A median, not least squares: on 2x H200
-    (2026-12-01) one trial whose checkpointing ran other than estimated made a two-point line of slope 2 and
-    intercept -71 GiB, which put the next trial's prediction 56% low; the median ratio kept every trial of that
-    study within 8% (benchmarks/memory_vs_peaks.py)."""
-    ratios = [(float(m) - e.static) / (e.activations + e.logits) for e, m in pairs if e.activations + e.logits > 0]
-    if not ratios:
-        return Calibration(n=len(pairs))
+    """Fit a Calibration from (estimate, measured peak allocated bytes) of completed trials, robustly: with
+    at least three distinct activation sizes, Theil-Sen (a: the median of the pairwise slopes of measured -
+    static on activations + logits, within SCALE_RANGE; b: the median residual); with fewer, the constant only
+    (a = 1, b: the median of measured - estimated), since one or two points cannot tell a scale from a constant
+    (a 4 GiB constant missed on a trial with 4 GiB of activations would read as a scale of 2 and over-predict a
+    40 GiB trial by 36 GiB, skipping it as out of memory). Least squares, before, put an 8B trial on 2x H200
+    56% low after one trial whose checkpointing ran other than estimated (benchmarks/memory_vs_peaks.py)."""
+    if not pairs:
+        return Calibration()
+    xs = [float(e.activations + e.logits) for e, _ in pairs]
+    ys = [float(m) - e.static for e, m in pairs]
+    if len(set(xs)) < 3:
+        return Calibration(1.0, statistics.median(y - x for x, y in zip(xs, ys)), len(pairs))
+    slopes = [(y2 - y1) / (x2 - x1) for (x1, y1), (x2, y2) in itertools.combinations(zip(xs, ys), 2) if x2 != x1]
     low, high = SCALE_RANGE
-    return Calibration(min(max(statistics.median(ratios), low), high), 0.0, len(pairs))
+    a = min(max(statistics.median(slopes), low), high)
+    return Calibration(a, statistics.median(y - a * x for x, y in zip(xs, ys)), len(pairs))
 
 
 def describe(est: Estimate, capacity_bytes: float | None = None) -> list[str]:

@@ -42,7 +42,7 @@ for stage in "$@"; do
       python3 -c 'import yaml; d = yaml.safe_load(open("search_spaces/gpt2-small-ddp.yaml")); d["name"] = "ddp-truth"
 d["workload"].update(global_batch_size=512, warmup_steps=3, measure_steps=8)
 d["space"] = {"micro_batch_size": 64, "precision": "bf16", "compile": True, "parallel": "ddp", "bucket_cap_mb": 25,
-              "ddp_compile": ["outer", "inner"]}
+              "fused_optimizer": True, "ddp_compile": ["outer", "inner"]}  # fused AdamW: as the plain script
 d["study"] = {"trials": 2, "sampler": "grid", "confirm_top": 0, "prune_below": 0, "trial_timeout_min": 5}
 d["baseline"] = {"ddp_compile": "outer"}; yaml.safe_dump(d, open("/tmp/ddp-truth.yaml", "w"))
 d["name"], d["workload"]["world_size"], d["workload"]["global_batch_size"] = "ddp-truth-1gpu", 1, 256
@@ -60,13 +60,16 @@ d["study"]["trials"], d["baseline"] = 1, {}; yaml.safe_dump(d, open("/tmp/ddp-tr
 from autotune import knobs as c; d = yaml.safe_load(open("benchmarks/results/2026-11-29-h200-gpt2-small/best.yaml"))
 d["knobs"].update(_old_behaviour(d["knobs"], [k.name for k in c.CATALOGUE if "train" in k.tasks and k.name not in d["knobs"]], 1))
 d.pop("check_baseline", None); yaml.safe_dump(d, open("/tmp/check3/best.yaml", "w"), sort_keys=False)'
-      export TORCHINDUCTOR_CACHE_DIR=/tmp/check3/inductor
-      at check /tmp/check3/best.yaml --reset-baseline --repeats "${CHECK_N:-5}" 2>&1 | tee -a "$OUT/check3.log"
-      for i in $(seq "${CHECK_K:-5}"); do echo "unchanged $i rc $(at check /tmp/check3/best.yaml --repeats "${CHECK_R:-3}" \
+      ck() { TORCHINDUCTOR_CACHE_DIR=/tmp/check3/inductor python3 -m autotune.cli check "$@"; }  # this stage's cache only
+      ck /tmp/check3/best.yaml --reset-baseline --repeats "${CHECK_N:-5}" 2>&1 | tee -a "$OUT/check3.log"
+      # the slowed checks read the same baseline from a copy, so their history.jsonl (the nightly series) is their own
+      mkdir -p /tmp/check3/slow && cp /tmp/check3/best.yaml /tmp/check3/slow/best.yaml
+      for i in $(seq "${CHECK_K:-5}"); do echo "unchanged $i rc $(ck /tmp/check3/best.yaml --repeats "${CHECK_R:-3}" \
         >> "$OUT/check3.log" 2>&1; echo $?)" | tee -a "$OUT/check3.log"
-        echo "slow:3 $i rc $(AUTOTUNE_FAULT=slow:3 at check /tmp/check3/best.yaml --repeats "${CHECK_R:-3}" \
+        echo "slow:3 $i rc $(AUTOTUNE_FAULT=slow:3 ck /tmp/check3/slow/best.yaml --repeats "${CHECK_R:-3}" \
         >> "$OUT/check3.log" 2>&1; echo $?)" | tee -a "$OUT/check3.log"; done
-      cp /tmp/check3/history.jsonl "$OUT/"; tar czf "$OUT/checks.tgz" -C /tmp/check3 --exclude=inductor . ;;
+      cp /tmp/check3/history.jsonl "$OUT/"; cp /tmp/check3/slow/history.jsonl "$OUT/history-slow.jsonl"
+      tar czf "$OUT/checks.tgz" -C /tmp/check3 --exclude=inductor . ;;
     nccl)   # all-reduce bus bandwidth by algorithm and protocol, 1 MB to 1 GB (NCCL_ARGS: extra options, e.g. --algos)
       at nccl --gpus 0,1 --out "trials/nccl${NCCL_TAG:-}" ${NCCL_ARGS:-} 2>&1 | tee -a "$OUT/nccl.log" ;;
     refactor) # issue 12's check: a fresh TPE study of the grid's space on ONE GPU, cold compile cache, compared

@@ -70,11 +70,13 @@ def main() -> None:
              m["vocab_size"], checkpoint_every=0)
     torch.manual_seed(0)
     model = Transformer(m).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=cuda)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=cuda)  # nanoGPT's
     if a.order == "inner":
         model = torch.compile(model)
-    ddp = DistributedDataParallel(model, device_ids=[local] if cuda else None, bucket_cap_mb=a.bucket_mb)
-    step_model = torch.compile(ddp) if a.order == "outer" else ddp
+    # one GPU: no DDP at all, as a hand-written loop runs it (and as autotune's one-rank trial does)
+    ddp = DistributedDataParallel(model, device_ids=[local] if cuda else None, bucket_cap_mb=a.bucket_mb) \
+        if world > 1 else None
+    step_model = torch.compile(ddp or model) if a.order == "outer" else (ddp or model)
     gen = torch.Generator(device=dev).manual_seed(rank)
     data = torch.randint(0, m["vocab_size"], (a.accum, a.mbs, m["seq_len"] + 1), device=dev, generator=gen)
     dtype = torch.bfloat16
@@ -83,7 +85,7 @@ def main() -> None:
         for i in range(a.accum):
             x, y = data[i, :, :-1], data[i, :, 1:]
             sync = i == a.accum - 1
-            with (ddp.no_sync() if not sync else contextlib.nullcontext()), torch.autocast(dev.type, dtype=dtype):
+            with (ddp.no_sync() if ddp and not sync else contextlib.nullcontext()), torch.autocast(dev.type, dtype=dtype):
                 loss = step_model(x, y) / a.accum
             loss.backward()
         opt.step()

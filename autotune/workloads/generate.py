@@ -201,7 +201,10 @@ def apply_weight_quant(torch: Any, model: Any, knobs: dict[str, Any], broken: bo
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
         raise InvalidConfig(f"weight_quant {quant}: torchao cannot apply it here: {type(err).__name__}: {first}",
                             "weight_quant", "precision") from None
-    return f"quantize_(model, {name}({', '.join(f'{k}={v}' for k, v in kwargs.items())}))"
+    # torchao's configs default to set_inductor_config=True: its recommended Inductor flags (coordinate-descent
+    # tuning among them) are set for every quantized trial, never for bf16's: said where the trial says what ran
+    return f"quantize_(model, {name}({', '.join(f'{k}={v}' for k, v in kwargs.items())})); torchao set its " \
+           "recommended Inductor flags (set_inductor_config=True: coordinate_descent_tuning and others)"
 
 
 def gemlite_config(group: int, device: str) -> Any:
