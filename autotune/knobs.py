@@ -314,15 +314,14 @@ CATALOGUE: tuple[Knob, ...] = (
     Knob("powersgd_rank", int, 4, multi_rank=True, only_with=("ddp_comm_hook", "powersgd"), check=_positive,
          help="PowerSGD's matrix approximation rank (ddp_comm_hook powersgd only).", values="integers, e.g. 1, 4, 16",
          effect="`PowerSGDState(matrix_approximation_rank=...)`"),
-    Knob("ddp_compile", Literal["outer", "inner"], "outer", multi_rank=True, only_with=("parallel", "ddp"),
-         help="How torch.compile and DDP combine (ddp with compile_scope model): outer, torch.compile(DDP(model)): "
-              "Dynamo's DDPOptimizer splits the graph at the gradient buckets so the all-reduce overlaps the "
-              "backward; inner, DDP(torch.compile(model)) as nanoGPT does: one graph, more fusion, the "
-              "gradients reduced as the compiled backward hands them over. No effect without compile or with "
-              "compile_scope block (the blocks are compiled inside DDP).",
-         values="`outer`, `inner`",
-         effect="outer: `torch.compile(DistributedDataParallel(model))`; inner: "
-                "`DistributedDataParallel(torch.compile(model))`"),
+    Knob("ddp_compile", Literal["split", "whole"], "split", multi_rank=True, only_with=("parallel", "ddp"),
+         help="How torch.compile meets DDP (ddp with compile): split, Dynamo's DDPOptimizer cuts the compiled graph "
+              "at the gradient buckets so each bucket's all-reduce overlaps the rest of the backward (PyTorch's "
+              "default); whole, one graph (more fusion), every gradient all-reduced after the compiled backward. "
+              "Compiling inside DDP (nanoGPT's DDP(torch.compile(model))) splits the same way: only this flag "
+              "changes it.",
+         values="`split`, `whole`",
+         effect="`torch._dynamo.config.optimize_ddp` true (split) or false (whole) in the trial"),
     Knob("gradient_as_bucket_view", bool, False, multi_rank=True, only_with=("parallel", "ddp"),
          help="DDP gradient_as_bucket_view (ddp only).", effect="DDP option (ddp only)"),
     Knob("static_graph", bool, False, multi_rank=True, only_with=("parallel", "ddp"),

@@ -34,24 +34,24 @@ for stage in "$@"; do
       at search search_spaces/gpt2-small-ddp.yaml --gpus 0,1 --timeout-min "${DDP_MIN:-30}" 2>&1 | tee -a "$OUT/ddp.log" ;;
     ddp-truth) # issue 16 part 1: the plain DDP script (benchmarks/plain_ddp.py) against autotune's trials of the same
       # configuration (GPT-2 small, bf16, compile, micro-batch 64, bucket 25 MB), one after the other: 1 GPU (accumulation
-      # 4), 2 GPUs (accumulation 4) in both compile orders, with torch.profiler traces of two steps of each (prof/)
+      # 4), 2 GPUs (accumulation 4) with Dynamo's DDP graph split and without, with torch.profiler traces of two steps of each (prof/)
       P="python3 -m torch.distributed.run --standalone"
-      for order in outer inner; do $P --nproc-per-node 2 benchmarks/plain_ddp.py --order $order --profile "$OUT/prof" \
+      for graph in split whole; do $P --nproc-per-node 2 benchmarks/plain_ddp.py --compile $graph --profile "$OUT/prof" \
         2>>"$OUT/plain.err" | tee -a "$OUT/plain.jsonl"; done
-      CUDA_VISIBLE_DEVICES=0 $P --nproc-per-node 1 benchmarks/plain_ddp.py --order outer 2>>"$OUT/plain.err" | tee -a "$OUT/plain.jsonl"
+      CUDA_VISIBLE_DEVICES=0 $P --nproc-per-node 1 benchmarks/plain_ddp.py --compile split 2>>"$OUT/plain.err" | tee -a "$OUT/plain.jsonl"
       python3 -c 'import yaml; d = yaml.safe_load(open("search_spaces/gpt2-small-ddp.yaml")); d["name"] = "ddp-truth"
 d["workload"].update(global_batch_size=512, warmup_steps=3, measure_steps=8)
 d["space"] = {"micro_batch_size": 64, "precision": "bf16", "compile": True, "parallel": "ddp", "bucket_cap_mb": 25,
-              "fused_optimizer": True, "ddp_compile": ["outer", "inner"]}  # fused AdamW: as the plain script
+              "fused_optimizer": True, "ddp_compile": ["split", "whole"]}  # fused AdamW: as the plain script
 d["study"] = {"trials": 2, "sampler": "grid", "confirm_top": 0, "prune_below": 0, "trial_timeout_min": 5}
-d["baseline"] = {"ddp_compile": "outer"}; yaml.safe_dump(d, open("/tmp/ddp-truth.yaml", "w"))
+d["baseline"] = {"ddp_compile": "split"}; yaml.safe_dump(d, open("/tmp/ddp-truth.yaml", "w"))
 d["name"], d["workload"]["world_size"], d["workload"]["global_batch_size"] = "ddp-truth-1gpu", 1, 256
 d["space"] = {k: v for k, v in d["space"].items() if k not in ("parallel", "bucket_cap_mb", "ddp_compile")}
 d["study"]["trials"], d["baseline"] = 1, {}; yaml.safe_dump(d, open("/tmp/ddp-truth-1gpu.yaml", "w"))'
       AUTOTUNE_PROFILE="$OUT/prof" at search /tmp/ddp-truth.yaml --gpus 0,1 --fresh 2>&1 | tee -a "$OUT/ddp-truth.log"
       at search /tmp/ddp-truth-1gpu.yaml --gpus 0 --fresh 2>&1 | tee -a "$OUT/ddp-truth.log"
       at report trials/ddp-truth --format markdown > "$OUT/ddp-truth-report.md" 2>&1
-      $P --nproc-per-node 2 benchmarks/plain_ddp.py --order outer 2>>"$OUT/plain.err" | tee -a "$OUT/plain.jsonl"
+      $P --nproc-per-node 2 benchmarks/plain_ddp.py --compile split 2>>"$OUT/plain.err" | tee -a "$OUT/plain.jsonl"
       gzip -f "$OUT"/prof/*.json ;;
     check3) # issue 16 part 3: the compiled GPT-2-small best.yaml of 2026-11-29: a baseline of CHECK_N processes, then
       # CHECK_K unchanged checks and CHECK_K with a 3% slowdown (AUTOTUNE_FAULT=slow:3), CHECK_R processes each

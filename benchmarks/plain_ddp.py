@@ -2,16 +2,17 @@
 (each optimizer step between a barrier and a synchronise), for the same configuration an autotune DDP trial runs,
 so the two can be measured side by side on one machine, one after the other.
 
-    torchrun --nproc-per-node 2 benchmarks/plain_ddp.py --mbs 64 --accum 4 --bucket-mb 25 --order outer
+    torchrun --nproc-per-node 2 benchmarks/plain_ddp.py --mbs 64 --accum 4 --bucket-mb 25 --compile split
     torchrun --nproc-per-node 1 benchmarks/plain_ddp.py ...            # the one-GPU number for the scaling
 
 Only the model class comes from autotune (autotune/workloads/model.py, a plain nn.Module, so both run the same
-arithmetic); the loop, the DDP wrapping, the timing and the data are written out here. --order: how compile
-and DDP are combined, the question the issue raises: `outer` is torch.compile(DDP(model)), autotune's order
-(Dynamo's DDPOptimizer splits the graph at the bucket boundaries, so the all-reduce overlaps the backward);
-`inner` is DDP(torch.compile(model)), nanoGPT's order (one graph; the gradients are all-reduced as the
-compiled backward hands them over); `none`: eager. --profile DIR writes a torch.profiler trace of two measured
-steps per rank (chrome trace JSON) for the comparison of both harnesses.
+arithmetic); the loop, the DDP wrapping, the timing and the data are written out here. --compile: how compile
+meets DDP, one question the issue raises: torch.compile(DDP(model)) with Dynamo's DDPOptimizer (`split`: the
+graph cut at the bucket boundaries so the all-reduce overlaps the backward; PyTorch's default, and what
+DDP(torch.compile(model)), nanoGPT's order, also gets: checked on gloo, 14 subgraphs either way) or without it
+(`whole`: torch._dynamo.config.optimize_ddp = False, one graph); `none`: eager. autotune's knob ddp_compile is
+the same switch. --profile DIR writes a torch.profiler trace of two measured steps per rank (chrome trace
+JSON) for the comparison of both harnesses.
 Prints one JSON line (rank 0): per-GPU tokens/s from the median step (barrier to synchronise) and from CUDA
 events, and every sample. On a machine without CUDA it runs on gloo with --tiny (the CPU test)."""
 
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch._dynamo import config as dynamo_config
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -50,7 +52,7 @@ def main() -> None:
     ap.add_argument("--mbs", type=int, default=64)
     ap.add_argument("--accum", type=int, default=4)
     ap.add_argument("--bucket-mb", type=float, default=25)
-    ap.add_argument("--order", choices=["outer", "inner", "none"], default="outer")
+    ap.add_argument("--compile", choices=["split", "whole", "none"], default="split")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--pad-vocab", type=int, default=0, help="pad the vocabulary to a multiple of this (0: none)")
@@ -71,12 +73,12 @@ def main() -> None:
     torch.manual_seed(0)
     model = Transformer(m).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=cuda)  # nanoGPT's
-    if a.order == "inner":
-        model = torch.compile(model)
+    if a.compile != "none":
+        dynamo_config.optimize_ddp = a.compile == "split"
     # one GPU: no DDP at all, as a hand-written loop runs it (and as autotune's one-rank trial does)
     ddp = DistributedDataParallel(model, device_ids=[local] if cuda else None, bucket_cap_mb=a.bucket_mb) \
         if world > 1 else None
-    step_model = torch.compile(ddp or model) if a.order == "outer" else (ddp or model)
+    step_model = torch.compile(ddp or model) if a.compile != "none" else (ddp or model)
     gen = torch.Generator(device=dev).manual_seed(rank)
     data = torch.randint(0, m["vocab_size"], (a.accum, a.mbs, m["seq_len"] + 1), device=dev, generator=gen)
     dtype = torch.bfloat16
@@ -118,11 +120,11 @@ def main() -> None:
             if cuda:
                 torch.cuda.synchronize()
         a.profile.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(a.profile / f"plain-{a.order}-rank{rank}.json"))
+        prof.export_chrome_trace(str(a.profile / f"plain-{a.compile}-rank{rank}.json"))
     tokens = a.mbs * a.accum * m["seq_len"]  # per GPU a step
     if rank == 0:
         out = {"script": "plain_ddp", "world_size": world, "mbs": a.mbs, "accum": a.accum, "bucket_mb": a.bucket_mb,
-               "order": a.order, "tokens_per_s_per_gpu": tokens / statistics.median(wall),
+               "compile": a.compile, "tokens_per_s_per_gpu": tokens / statistics.median(wall),
                "tokens_per_s_per_gpu_events": tokens / statistics.median(events) if events else None,
                "step_s": wall, "event_step_s": events, "torch": torch.__version__,
                "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,

@@ -271,11 +271,11 @@ def test_distributed_block_compile_before_wrapping(tmp_path: Path, parallel: str
     assert outcome.result.applied["parallel"]["strategy"] == parallel
 
 
-def test_ddp_compile_order_inner_and_outer_train_the_same(tmp_path: Path) -> None:
-    """ddp_compile: DDP(torch.compile(model)) (inner, nanoGPT's order) and torch.compile(DDP(model)) (outer) are
-    both applied as said and start from the same loss (same weights, same data); issue 16's plain script."""
+def test_ddp_compile_whole_and_split_graphs_train_the_same(tmp_path: Path) -> None:
+    """ddp_compile: Dynamo's DDPOptimizer on (split) or off (whole), applied as said, from the same loss (same
+    weights, same data). Issue 16: whether the split costs fusion is measured on the GPU (stage ddp-truth)."""
     losses = {}
-    for order in ("inner", "outer"):
+    for order in ("whole", "split"):
         cfg = parse_config(tiny(workload={**WS2, "measure_steps": 2},
                                 space={"micro_batch_size": [2], "precision": "fp32", "compile": True,
                                        "parallel": "ddp", "ddp_compile": order},
@@ -284,10 +284,10 @@ def test_ddp_compile_order_inner_and_outer_train_the_same(tmp_path: Path) -> Non
         bench = Bench.of(cfg.model, cfg.workload, device="cpu", timeout_s=240, home=tmp_path / order, base_dir=None)
         outcome = run_trial(bench.spec(space.knobs(space.baseline)), tmp_path / order / "run", timeout_s=300)
         assert outcome.status == "ok", outcome.reason
-        want = "DDP(torch.compile(model))" if order == "inner" else "torch.compile(DDP(model))"
-        assert outcome.result.applied["compile_order"] == want
+        want = "one graph (optimize_ddp false)" if order == "whole" else "split at the buckets (optimize_ddp true)"
+        assert outcome.result.applied["ddp_graph"] == want
         losses[order] = outcome.result.losses
-    assert losses["inner"][0] == pytest.approx(losses["outer"][0], rel=1e-4)
+    assert losses["whole"][0] == pytest.approx(losses["split"][0], rel=1e-4)
 
 
 def test_plain_ddp_reference_script_runs_on_gloo(tmp_path: Path) -> None:
@@ -297,7 +297,7 @@ def test_plain_ddp_reference_script_runs_on_gloo(tmp_path: Path) -> None:
 
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(root / "benchmarks/plain_ddp.py"), "--tiny", "--order", "none", "--mbs", "2",
+                           str(root / "benchmarks/plain_ddp.py"), "--tiny", "--compile", "none", "--mbs", "2",
                            "--accum", "2", "--warmup", "1", "--steps", "3"],
                           capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import click
 import typer
@@ -72,16 +74,29 @@ def _classify(e: BaseException) -> tuple[str, int]:
             "(autotune --debug ... shows the traceback)", ExitCode.INTERNAL)
 
 
+def _quiet(hook: Any) -> Any:
+    """sys.unraisablehook that says nothing of our own Ctrl-C/SIGTERM: raised where Python can only report it (an
+    import lock's weakref callback, seen in CI at 0.2 s), it printed a traceback; funnel acts on it instead."""
+    def quiet(unraisable: Any) -> None:
+        if _signalled["by"] is not None and isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated)):
+            return
+        hook(unraisable)
+    return quiet
+
+
 @contextlib.contextmanager
 def funnel() -> Iterator[None]:
-    previous, previous_int = None, None
+    previous, previous_int, previous_hook = None, None, sys.unraisablehook
     _signalled["by"] = None
+    sys.unraisablehook = _quiet(previous_hook)
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             previous_int = signal.signal(signal.SIGINT, _interrupt)
     try:
         yield
+        if _signalled["by"] is not None:  # a signal whose exception Python swallowed (above): never lost
+            raise _signalled["by"]
     except (click.exceptions.Exit, click.ClickException, click.Abort):
         raise
     except BaseException as e:
@@ -92,6 +107,7 @@ def funnel() -> Iterator[None]:
                                    soft_wrap=True)
         raise typer.Exit(code) from None
     finally:
+        sys.unraisablehook = previous_hook
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         if previous_int is not None:

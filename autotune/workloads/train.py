@@ -35,6 +35,18 @@ def _laps(torch: Any, device: str) -> Any:
     return lap
 
 
+def apply_ddp_compile(torch: Any, knobs: dict[str, Any]) -> str | None:
+    """ddp_compile: whether Dynamo's DDPOptimizer splits the compiled graph at DDP's buckets (optimize_ddp); what
+    was set, or None where nothing is compiled under DDP."""
+    if knobs.get("parallel") != "ddp" or not knobs["compile"] or not knobs.get("ddp_compile"):
+        return None
+    import torch._dynamo
+
+    split = knobs["ddp_compile"] == "split"
+    torch._dynamo.config.optimize_ddp = split
+    return "split at the buckets (optimize_ddp true)" if split else "one graph (optimize_ddp false)"
+
+
 def apply_precision(torch: Any, precision: str, device: str) -> Any:
     """Set matmul precision; return the autocast dtype (None for fp32/tf32). fp8 runs under bf16 autocast."""
     if device == "cuda" and precision in ("bf16", "fp8") and not torch.cuda.is_bf16_supported():
@@ -233,12 +245,9 @@ class Train(Workload):
         fp8_linears = apply_fp8(torch, model, knobs)
         lap("fp8")
         regional = knobs.get("compile_scope") == "block"
-        # ddp_compile inner: DDP(torch.compile(model)), nanoGPT's order; outer (else): torch.compile(DDP(model))
-        inner = bool(self.ranks) and knobs.get("parallel") == "ddp" and knobs.get("ddp_compile") == "inner"
+        ddp_graph = apply_ddp_compile(torch, knobs) if self.ranks else None
         if regional:  # blocks compiled in place before wrapping, as torchtitan orders it (FSDP's hooks stay outside)
             _, compile_mode = apply_compile(torch, model, knobs["compile"], "block")
-        elif inner:
-            model, compile_mode = apply_compile(torch, model, knobs["compile"])
         lap("compile_wrap")
         self.sync, parallel_applied = None, {}
         if self.ranks:
@@ -257,7 +266,7 @@ class Train(Workload):
         self.optimizer = apply_optimizer(torch, model, knobs)
         self.scaler = torch.amp.GradScaler(device) if knobs["precision"] == "fp16" else None
         self.step_model = model
-        if not regional and not inner:
+        if not regional:
             self.step_model, compile_mode = apply_compile(torch, model, knobs["compile"])
         lap("optimizer")
         attention = knobs["attention"]
@@ -266,8 +275,7 @@ class Train(Workload):
             **applied,
             "optimizer": f"AdamW(fused={bool(self.optimizer.defaults.get('fused'))})",
             "compile_mode": compile_mode,
-            "compile_order": ("DDP(torch.compile(model))" if inner else "torch.compile(DDP(model))")
-            if knobs.get("parallel") == "ddp" and self.ranks and knobs["compile"] and not regional else None,
+            "ddp_graph": ddp_graph,
             "fp8_linears": fp8_linears,
             "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
             **parallel_applied,
