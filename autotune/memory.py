@@ -1,6 +1,7 @@
 """Per-rank GPU memory of one training trial of the built-in model, estimated before launch, and its calibration.
 
-Standard library only: the parent process (`autotune validate`, the search loop) imports it, never torch.
+Standard library only (and scipy, lazily, to calibrate): the parent process (`autotune validate`, the search
+loop) imports it, never torch.
 
 What is counted: bytes per rank as `torch.cuda.max_memory_allocated` sees them, i.e. tensors (the CUDA context,
 NCCL's own buffers and the caching allocator's free blocks are not in it), for the trial train.py builds: fp32
@@ -58,7 +59,6 @@ nvidia-smi shows beyond the estimate). `calibrate` fits what is left from measur
 
 from __future__ import annotations
 
-import itertools
 import math
 import statistics
 from dataclasses import asdict, dataclass
@@ -444,9 +444,10 @@ def calibrate(pairs: list[tuple[Estimate, float]]) -> Calibration:
     ys = [float(m) - e.static for e, m in pairs]
     if len(set(xs)) < 3:
         return Calibration(1.0, statistics.median(y - x for x, y in zip(xs, ys)), len(pairs))
-    slopes = [(y2 - y1) / (x2 - x1) for (x1, y1), (x2, y2) in itertools.combinations(zip(xs, ys), 2) if x2 != x1]
+    from scipy.stats import theilslopes  # the search loop only (validate never calibrates)
+
     low, high = SCALE_RANGE
-    a = min(max(statistics.median(slopes), low), high)
+    a = min(max(float(theilslopes(ys, xs).slope), low), high)
     return Calibration(a, statistics.median(y - a * x for x, y in zip(xs, ys)), len(pairs))
 
 
