@@ -37,6 +37,7 @@ def main() -> None:
     step = torch.compile(ddp) if order == "outer" else ddp
     tokens = torch.randint(0, 4096, (2, 65))
     step(tokens[:, :-1], tokens[:, 1:]).backward()
+    dist.barrier()  # both ranks done before the teardown (gloo can abort in it otherwise)
     dist.destroy_process_group()
 
 

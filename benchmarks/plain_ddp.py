@@ -29,7 +29,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch._dynamo import config as dynamo_config
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -74,6 +73,8 @@ def main() -> None:
     model = Transformer(m).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=cuda)  # nanoGPT's
     if a.compile != "none":
+        from torch._dynamo import config as dynamo_config
+
         dynamo_config.optimize_ddp = a.compile == "split"
     # one GPU: no DDP at all, as a hand-written loop runs it (and as autotune's one-rank trial does)
     ddp = DistributedDataParallel(model, device_ids=[local] if cuda else None, bucket_cap_mb=a.bucket_mb) \
@@ -130,6 +131,7 @@ def main() -> None:
                "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
                "device": torch.cuda.get_device_name(dev) if cuda else "cpu"}
         print(json.dumps(out), flush=True)
+    dist.barrier()  # both ranks done before the teardown (gloo aborted or hung in it without: seen on the CPU)
     dist.destroy_process_group()
 
 
