@@ -10,6 +10,7 @@ the DDPOptimizer cut (from its `ddp_graphs` log), on gloo, a 4-layer GPT with 1 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -37,8 +38,10 @@ def main() -> None:
     step = torch.compile(ddp) if order == "outer" else ddp
     tokens = torch.randint(0, 4096, (2, 65))
     step(tokens[:, :-1], tokens[:, 1:]).backward()
-    dist.barrier()  # both ranks done before the teardown (gloo can abort in it otherwise)
-    dist.destroy_process_group()
+    dist.barrier()  # both ranks past their last collective, then out without gloo's teardown (it can hang or abort)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
