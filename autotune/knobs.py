@@ -110,6 +110,20 @@ def _pad(value: Any) -> str | None:
     return f"{value} is not a positive integer up to {MAX_SIZE}; use null or a multiple such as 64"
 
 
+def _prefetch(low: int) -> Callable[[Any], str | None]:
+    """FSDP2 prefetch depths: low (FSDP2's own default) to MAX_PREFETCH blocks."""
+
+    def check(value: Any) -> str | None:
+        if low <= value <= MAX_PREFETCH:
+            return None
+        return f"{value} is not a prefetch depth; use an integer from {low} to {MAX_PREFETCH} (blocks ahead)"
+
+    return check
+
+
+MAX_PREFETCH = 8  # each block prefetched holds its gathered weights: deeper costs memory and no more overlap
+
+
 def _env_value(value: Any) -> str | None:
     """A value that becomes an environment variable: printable, one line, of a sane length."""
     if len(value) > 1024 or not value.isprintable():
@@ -170,9 +184,16 @@ def _parallel_note(k: dict[str, Any], device: str) -> list[str]:
                f"{k['gradient_as_bucket_view']}, static_graph={k['static_graph']}); no_sync() on all but the "
                "last micro-batch of a step")
     elif k.get("parallel") == "fsdp":
+        reduce = "bfloat16" if k.get("fsdp_reduce_dtype") == "bf16" else "float32"
         how = (f"fully_shard(block, reshard_after_forward={k['reshard_after_forward']}) on every block, then on "
-               "the model, MixedPrecisionPolicy(param_dtype=<precision>, reduce_dtype=float32); "
-               "set_requires_gradient_sync(False) on all but the last micro-batch")
+               f"the model, MixedPrecisionPolicy(param_dtype=<precision>, reduce_dtype={reduce}); "
+               + ("set_requires_gradient_sync(False) on all but the last micro-batch"
+                  if k.get("fsdp_grad_sync", "last") == "last" else "gradients reduce-scattered every micro-batch"))
+        fwd, bwd = int(k.get("fsdp_forward_prefetch") or 0), int(k.get("fsdp_backward_prefetch") or 1)
+        if fwd:
+            how += f"; blocks[i].set_modules_to_forward_prefetch(blocks[i+1:i+{fwd + 1}])"
+        if bwd > 1:
+            how += f"; blocks[i].set_modules_to_backward_prefetch([blocks[i-1], ..., blocks[i-{bwd}]])"
     else:
         return []
     return [how, "launch: torchrun --nproc-per-node <GPUs> your_script.py, with apply.env set for every rank"]
@@ -332,6 +353,19 @@ CATALOGUE: tuple[Knob, ...] = (
          help="FSDP2: the dtype of the gradient reduce-scatter (bf16 halves its bytes and changes the sums; checked "
               "against fp32's loss by study.loss_check). fsdp only.",
          effect="`MixedPrecisionPolicy(reduce_dtype=...)`"),
+    Knob("fsdp_forward_prefetch", int, 0, multi_rank=True, only_with=("parallel", "fsdp"), check=_prefetch(0),
+         help="FSDP2 forward prefetch: 0, FSDP2's implicit prefetching (the next block's all-gather overlaps the "
+              "current block's compute, issued after it); n, each block issues the all-gathers of the next n "
+              "blocks before its own forward (set_modules_to_forward_prefetch): earlier on the CPU, at n more "
+              "gathered blocks of memory. fsdp only.", values="integers from 0 to 8, e.g. 0, 1, 2",
+         effect="n > 0: `blocks[i].set_modules_to_forward_prefetch(blocks[i+1:i+1+n])`; 0 sets nothing"),
+    Knob("fsdp_backward_prefetch", int, 1, multi_rank=True, only_with=("parallel", "fsdp"), check=_prefetch(1),
+         help="FSDP2 backward prefetch: 1, FSDP2's default (the next block in reverse forward order); n > 1, each "
+              "block's backward prefetches the all-gathers of the n blocks before it "
+              "(set_modules_to_backward_prefetch), at n - 1 more gathered blocks of memory. FSDP2 cannot turn it "
+              "off. fsdp only.", values="integers from 1 to 8, e.g. 1, 2",
+         effect="n > 1: `blocks[i].set_modules_to_backward_prefetch([blocks[i-1], ..., blocks[i-n]])`; 1 sets "
+                "nothing"),
     Knob("fsdp_grad_sync", Literal["last", "every"], "last", multi_rank=True, only_with=("parallel", "fsdp"),
          help="FSDP2 with gradient accumulation: reduce-scatter the gradients on the last micro-batch only "
               "(last: less communication, but every rank keeps the whole model's unsharded fp32 gradients "

@@ -12,8 +12,9 @@ DDP or FSDP2, activation checkpointing and chunked cross-entropy as model.py app
   of it with FSDP (FSDP2 shards every parameter on dim 0, padded to a multiple of the ranks).
 * Weight copies (`gathered`): on one rank or with DDP, autocast caches a bf16 cast of every linear weight for the
   whole forward and the linears save them for backward; with FSDP2 the root (embedding, final norm, head), which
-  FSDP2 never reshards after forward, the block being run (all blocks with reshard_after_forward false) and, in
-  backward, that block's unsharded gradients and their fp32 reduce-scatter input; DDP's gradient buckets are one
+  FSDP2 never reshards after forward, the block being run (all blocks with reshard_after_forward false), the
+  blocks prefetched explicitly (fsdp_forward_prefetch n: n more in forward; fsdp_backward_prefetch n: n - 1 more
+  in backward) and, in backward, that block's unsharded gradients and their fp32 reduce-scatter input; DDP's gradient buckets are one
   more fp32 copy of all gradients unless gradient_as_bucket_view (PyTorch's DDP documentation says as much).
 * Activations: every tensor autograd saves in forward, read op by op from model.py (the count Korthikanti et al.
   2022, "Reducing Activation Recomputation in Large Transformer Models", section 4, makes for Megatron's layer):
@@ -346,7 +347,12 @@ def weight_bytes(s: Shape, k: dict[str, Any], world: int) -> dict[str, int]:
         # the root (embedding, final norm, head) is never resharded after forward; of the blocks, the last is
         # gathered again as backward starts, or all stay gathered (reshard_after_forward false); a block's
         # backward adds its unsharded gradients (param dtype) and their fp32 reduce-scatter input
-        gathered = root * c + (block if k.get("reshard_after_forward", True) else n * block)
+        reshard = k.get("reshard_after_forward", True)
+        gathered = root * c + (block if reshard else n * block)
+        # explicit prefetching holds that many more gathered blocks (fsdp_forward_prefetch n: n in forward;
+        # fsdp_backward_prefetch n: n - 1 beyond FSDP2's default one); without resharding all are gathered anyway
+        ahead_fwd = int(k.get("fsdp_forward_prefetch") or 0) * block if reshard else 0
+        ahead_bwd = (int(k.get("fsdp_backward_prefetch") or 1) - 1) * block if reshard else 0
         # no_sync accumulation keeps unsharded fp32 gradients (FSDP2's to_accumulated_grad_if_needed);
         # fsdp_grad_sync every reduce-scatters each micro-batch: from the second micro-batch on, the sharded
         # gradients exist through forward and backward (measured on 2x H200: without them the estimate of an
@@ -355,7 +361,8 @@ def weight_bytes(s: Shape, k: dict[str, Any], world: int) -> dict[str, int]:
         first = (4 * total if last_only else 4 * mine) if accum > 1 else 0
         # the end of backward: the root still gathered, its unsharded gradients and their fp32 reduce-scatter input
         end = root * (2 * c + 4) + (c * vd if s.tied else 0)
-        return {**out, "copies": gathered, "block_copies": gathered + numel * (c + 4), "first_grads": first,
+        return {**out, "copies": gathered, "block_copies": gathered + ahead_bwd + numel * (c + 4),
+                "ahead": ahead_fwd, "first_grads": first,
                 "block_grads": max(first, c * vd), "grad_block": 4 * sum(p.shard(world) for p in blocks),
                 "step_extra": max(extra, end)}
     if c == 2:  # linear weights only: biases' casts are cached too but no linear saves them
@@ -380,14 +387,14 @@ def _moments(s: Shape, k: dict[str, Any], w: dict[str, int], saved: int, recompu
     n, checkpointed = s.n_layers, checkpointed_blocks(s, k)
     kept = (n - checkpointed) * w["cast_block"] + w["cast_head"]  # casts a linear saved
     held = w["params"] + w["optimizer"] + saved + loss["head"]
-    forward = held + w["copies"] + n * w["cast_block"] + w["cast_head"] + w["first_grads"] + loss["saved"] + \
-        loss["forward"]
+    forward = held + w["copies"] + w.get("ahead", 0) + n * w["cast_block"] + w["cast_head"] + w["first_grads"] + \
+        loss["saved"] + loss["forward"]
     at_loss = held + w["copies"] + kept + w["first_grads"] + loss["peak"]
     copies = w["block_copies"] + kept + (w["cast_block"] if checkpointed else 0)
     last = held + copies + w["block_grads"] + recompute
     freed = saved // n + w["cast_block"] * (n - checkpointed) // n  # a block's activations and saved casts
     first = last + (n - 1) * (w["grad_block"] - freed)
-    gathered = max(w["copies"] + n * w["cast_block"] + w["cast_head"], copies)
+    gathered = max(w["copies"] + w.get("ahead", 0) + n * w["cast_block"] + w["cast_head"], copies)
     return gathered, max(forward, at_loss, last, first), w["params"] + w["grads"] + w["optimizer"] + w["step_extra"]
 
 

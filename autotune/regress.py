@@ -118,14 +118,16 @@ def default_tolerance(baseline: list[float]) -> tuple[float, str]:
                  f"process-to-process spread ({spread:.2f}%)")
 
 
-def series_drift(nights: list[dict[str, Any]]) -> dict[str, Any] | None:
+def series_drift(nights: list[dict[str, Any]], min_shift_pct: float = 0.0) -> dict[str, Any] | None:
     """A lasting step down in the nightly series (each night: check_median, check_samples, checked_at), which
     nightly --update can absorb one tolerated step at a time: ruptures' binary segmentation on log tokens/s,
     its penalty scaled by a night's noise (the larger of the within-night variance of the median and the
     robust night-to-night variance), and a step must exceed 4 night-to-night spreads and 3 process-to-process
     spreads too; the
     earliest change after which the level stays at least SERIES_FLOOR_PCT below the level before it. None with
-    fewer than 3 nights or no such change."""
+    fewer than 3 nights or no such change. min_shift_pct: a step smaller than this is not flagged either (check
+    passes --tolerance: a tolerance the user chose bounds what matters across nights as within one; on a CPU
+    whose speed changed by 25% between checks an explicit 50% tolerance had still failed on the series)."""
     values = [math.log(n["check_median"]) for n in nights if n.get("check_median")]
     if len(values) < 3:
         return None
@@ -149,7 +151,8 @@ def series_drift(nights: list[dict[str, Any]]) -> dict[str, Any] | None:
     # of 3 process-to-process spreads (with few nights the first is barely estimated): a machine whose speed
     # wanders (a shared CPU) is not flagged for wandering
     process = math.sqrt(statistics.median(spreads)) if spreads else 0.0
-    floor = max(SERIES_FLOOR_PCT / 100, SERIES_NOISE_MULTIPLE * math.sqrt(between), NOISE_MULTIPLE * process)
+    floor = max(SERIES_FLOOR_PCT / 100, SERIES_NOISE_MULTIPLE * math.sqrt(between), NOISE_MULTIPLE * process,
+                min_shift_pct / 100)
     for start, b in zip(edges, edges[1:-1]):  # each change point, earliest first
         shift = math.exp(statistics.fmean(values[b:]) - statistics.fmean(values[start:b])) - 1
         if shift <= -floor:
@@ -323,6 +326,7 @@ def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, 
     samples, details, failures, fingerprint = measure_best(best_path, best, model_yaml=model_yaml, repeats=repeats)
     base, source = baseline_samples(best)
     how = f"{tolerance_pct:g}% (--tolerance)" if tolerance_pct is not None else ""
+    chosen = tolerance_pct or 0.0  # an explicit tolerance bounds the nightly series' steps too
     if tolerance_pct is None:
         tolerance_pct, how = default_tolerance(base)
     status, ratio, ci = decide(base, samples, tolerance_pct)
@@ -334,7 +338,7 @@ def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, 
     verdict = Verdict(status, ratio, ci, tolerance_pct, statistics.median(base), statistics.median(samples), base,
                       samples, source, changes, failures, fingerprint, dt.datetime.now(dt.timezone.utc).isoformat(),
                       details, tpot=tpot, tolerance_source=how)
-    verdict.series = series_drift(_series(best_path, best, verdict))
+    verdict.series = series_drift(_series(best_path, best, verdict), min_shift_pct=chosen)
     if verdict.series:
         verdict.status = "regression"  # a lasting step down across nights fails the gate as one night's would
     if update and verdict.status != "regression":

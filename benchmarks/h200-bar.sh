@@ -5,7 +5,7 @@
 #   benchmarks/h200-bar.sh STAGE...     stages: info grid fp32 llama hopper gputests ddp nccl refactor
 #                                       cheap-cold cheap-warm cold350 landscape cost (issue 13)
 #                                       gen8b gen-int4 gen-slo gen-plain (issue 14) fsdp8b fsdp8b-2k memgpu (issue 15)
-#                                       ddp-truth check3 (issue 16)
+#                                       ddp-truth comm-hooks check3 (issue 16)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
 set -uo pipefail
@@ -53,6 +53,17 @@ d["study"]["trials"], d["baseline"] = 1, {}; yaml.safe_dump(d, open("/tmp/ddp-tr
       at report trials/ddp-truth --format markdown > "$OUT/ddp-truth-report.md" 2>&1
       $P --nproc-per-node 2 benchmarks/plain_ddp.py --compile split 2>>"$OUT/plain.err" | tee -a "$OUT/plain.jsonl"
       gzip -f "$OUT"/prof/*.json ;;
+    comm-hooks) # issue 16 part 2: DDP gradient compression on 2x H200, the ddp-truth configuration (GPT-2 small, bf16,
+      # compile, micro-batch 64, bucket 25 MB, fused AdamW): none, fp16/bf16 compress, PowerSGD rank 4, each compressed
+      # trial with the loss check against the uncompressed run (study.loss_check); FSDP2's knobs: stage fsdp8b-2k
+      python3 -c 'import yaml; d = yaml.safe_load(open("search_spaces/gpt2-small-ddp.yaml")); d["name"] = "comm-hooks"
+d["workload"].update(global_batch_size=512, warmup_steps=3, measure_steps=8)
+d["space"] = {"micro_batch_size": 64, "precision": "bf16", "compile": True, "parallel": "ddp", "bucket_cap_mb": 25,
+              "fused_optimizer": True, "ddp_comm_hook": ["none", "fp16_compress", "bf16_compress", "powersgd"]}
+d["study"] = {"trials": 4, "sampler": "grid", "confirm_top": 0, "prune_below": 0, "trial_timeout_min": 5}
+d["baseline"] = {"ddp_comm_hook": "none"}; yaml.safe_dump(d, open("/tmp/comm-hooks.yaml", "w"))'
+      at search /tmp/comm-hooks.yaml --gpus 0,1 --fresh 2>&1 | tee -a "$OUT/comm-hooks.log"
+      at report trials/comm-hooks --format markdown > "$OUT/comm-hooks-report.md" 2>&1 ;;
     check3) # issue 16 part 3: the compiled GPT-2-small best.yaml of 2026-11-29: a baseline of CHECK_N processes, then
       # CHECK_K unchanged checks and CHECK_K with a 3% slowdown (AUTOTUNE_FAULT=slow:3), CHECK_R processes each
       # (that best.yaml predates 21 knobs: they are added at their defaults, as the check's error message lists them)

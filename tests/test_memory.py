@@ -245,6 +245,28 @@ def test_memory_fsdp_accumulation_keeps_unsharded_gradients_unless_synced_every_
     assert every.total - single.total == pytest.approx(4 * n / 2, rel=0.01)
 
 
+def test_memory_fsdp_explicit_prefetch_holds_more_gathered_blocks() -> None:
+    """fsdp_forward_prefetch n gathers n more blocks in forward, fsdp_backward_prefetch n holds n - 1 more than
+    FSDP2's default in backward; without resharding every block is gathered anyway, so neither adds."""
+    knobs = {"micro_batch_size": 1, "precision": "bf16", "parallel": "fsdp", "activation_checkpointing": "full"}
+    block = 2 * 218_112_000  # one Llama-3.1-8B block's bf16 weights
+
+    def weights(extra: dict) -> dict:
+        k = memory._knobs({**knobs, **extra}, 2)
+        return memory.weight_bytes(memory.shape(LLAMA_8B, k), k, 2)
+
+    # forward's extra gathered blocks: transient, under this trial's peak (the start of backward) but counted
+    assert weights({"fsdp_forward_prefetch": 2})["ahead"] == pytest.approx(2 * block, rel=0.01)
+    assert weights({})["ahead"] == 0
+    base = memory.estimate(LLAMA_8B, knobs, world_size=2)
+    bwd = memory.estimate(LLAMA_8B, {**knobs, "fsdp_backward_prefetch": 3}, world_size=2)
+    assert base is not None and bwd is not None
+    assert bwd.backward - base.backward == pytest.approx(2 * block, rel=0.01)  # backward's peak holds them
+    kept = {**knobs, "reshard_after_forward": False}
+    assert memory.estimate(LLAMA_8B, {**kept, "fsdp_forward_prefetch": 2, "fsdp_backward_prefetch": 3},
+                           world_size=2) == memory.estimate(LLAMA_8B, kept, world_size=2)
+
+
 def test_memory_chunked_cross_entropy_shrinks_the_loss() -> None:
     knobs = {"micro_batch_size": 1, "precision": "bf16", "parallel": "fsdp"}
     standard = memory.estimate(LLAMA_8B, knobs, world_size=8)

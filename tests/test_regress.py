@@ -232,6 +232,17 @@ def test_series_flags_a_drift_of_1pct_a_night_by_the_fourth_and_a_flat_series_ne
     assert series_drift(_nights([500_000.0] * 5 + [510_000.0] * 3, 0)) is None  # faster is not a regression
 
 
+def test_series_step_below_an_explicit_tolerance_is_not_flagged() -> None:
+    """check --tolerance T: a series step smaller than T passes (a CPU whose speed fell 25% between checks failed
+    an explicit 50% tolerance on the series alone, in CI); the same step is flagged without one."""
+    from autotune.regress import series_drift
+
+    nights = _nights([500_000.0] * 6 + [375_000.0] * 4, 0)  # 25% slower from night 7
+    assert series_drift(nights)["night"] == 7
+    assert series_drift(nights, min_shift_pct=50) is None
+    assert series_drift(nights, min_shift_pct=20)["night"] == 7
+
+
 def test_series_is_quiet_on_a_machine_that_wanders() -> None:
     """11 nights of a CPU-like machine (each process 10% off at random): at most 2% of series flagged."""
     import random

@@ -21,7 +21,8 @@ def check(
     tolerance: Annotated[Optional[float], typer.Option(
         min=0.0, max=100.0, callback=finite,
         help="Slowdown in percent tolerated before failing (default: the larger of 2% and 3x the baseline's "
-             "process-to-process spread; 5% with a one-sample baseline).")] = None,
+             "process-to-process spread; 5% with a one-sample baseline). Given, a step in the nightly series "
+             "smaller than it is not flagged either.")] = None,
     junit: Annotated[Optional[Path], typer.Option(help="Write a JUnit XML file with one test case.")] = None,
     update: Annotated[bool, typer.Option(help="On pass or faster, record this check's samples as the new baseline.")] = False,
     reset_baseline: Annotated[bool, typer.Option(

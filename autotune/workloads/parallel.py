@@ -86,7 +86,8 @@ def apply_fsdp(torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any) ->
     how = {"strategy": "fsdp", "reshard_after_forward": reshard, "sharded_blocks": len(blocks),
            "param_dtype": str(amp_dtype or torch.float32).replace("torch.", ""),
            "reduce_dtype": str(reduce).replace("torch.", ""),
-           "grad_sync": "every micro-batch" if every else "last micro-batch"}
+           "grad_sync": "every micro-batch" if every else "last micro-batch",
+           "prefetch": apply_fsdp_prefetch(blocks, knobs)}
 
     @contextlib.contextmanager
     def sync(last: bool) -> Any:
@@ -94,6 +95,21 @@ def apply_fsdp(torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any) ->
         yield
 
     return model, how, sync
+
+
+def apply_fsdp_prefetch(blocks: Any, knobs: dict[str, Any]) -> dict[str, str]:
+    """fsdp_forward_prefetch / fsdp_backward_prefetch: explicit all-gather prefetching of the next blocks
+    (pytorch/examples' FSDP2 example); FSDP2's own prefetching where they are at their defaults (0 and 1)."""
+    fwd, bwd = int(knobs.get("fsdp_forward_prefetch") or 0), int(knobs.get("fsdp_backward_prefetch") or 1)
+    blocks = list(blocks)
+    if fwd:
+        for i, block in enumerate(blocks[:-1]):
+            block.set_modules_to_forward_prefetch(blocks[i + 1:i + 1 + fwd])
+    if bwd > 1:
+        for i, block in enumerate(blocks[1:], start=1):
+            block.set_modules_to_backward_prefetch(blocks[max(0, i - bwd):i][::-1])  # nearest first
+    return {"forward": f"explicit, {fwd} block(s) ahead" if fwd else "FSDP2's implicit",
+            "backward": f"explicit, {bwd} blocks ahead" if bwd > 1 else "FSDP2's default (one block ahead)"}
 
 
 def _layers(torch: Any, model: Any) -> Any:
