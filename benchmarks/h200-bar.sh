@@ -36,6 +36,10 @@ for stage in "$@"; do
       # configuration (GPT-2 small, bf16, compile, micro-batch 64, bucket 25 MB), one after the other: 1 GPU (accumulation
       # 4), 2 GPUs (accumulation 4) with Dynamo's DDP graph split and without, with torch.profiler traces of two steps of each (prof/)
       P="python3 -m torch.distributed.run --standalone"
+      # both GPUs' SM clock and power every 0.5 s through the whole stage (the trials record their own: the DDP
+      # trials of 2026-11-29 ran power-capped at 1,626-1,705 MHz against 1,894 on one GPU)
+      nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,clocks_throttle_reasons.active --format=csv \
+        -lms 500 > "$OUT/ddp-truth-clocks.csv" 2>&1 & smi=$!
       for graph in split whole; do $P --nproc-per-node 2 benchmarks/plain_ddp.py --compile $graph --profile "$OUT/prof" \
         2>>"$OUT/plain.err" | tee -a "$OUT/plain.jsonl"; done
       CUDA_VISIBLE_DEVICES=0 $P --nproc-per-node 1 benchmarks/plain_ddp.py --compile split 2>>"$OUT/plain.err" | tee -a "$OUT/plain.jsonl"
@@ -52,7 +56,7 @@ d["study"]["trials"], d["baseline"] = 1, {}; yaml.safe_dump(d, open("/tmp/ddp-tr
       at search /tmp/ddp-truth-1gpu.yaml --gpus 0 --fresh 2>&1 | tee -a "$OUT/ddp-truth.log"
       at report trials/ddp-truth --format markdown > "$OUT/ddp-truth-report.md" 2>&1
       $P --nproc-per-node 2 benchmarks/plain_ddp.py --compile split 2>>"$OUT/plain.err" | tee -a "$OUT/plain.jsonl"
-      gzip -f "$OUT"/prof/*.json ;;
+      kill "$smi"; gzip -f "$OUT"/prof/*.json ;;
     comm-hooks) # issue 16 part 2: DDP gradient compression on 2x H200, the ddp-truth configuration (GPT-2 small, bf16,
       # compile, micro-batch 64, bucket 25 MB, fused AdamW): none, fp16/bf16 compress, PowerSGD rank 4, each compressed
       # trial with the loss check against the uncompressed run (study.loss_check); FSDP2's knobs: stage fsdp8b-2k
@@ -64,23 +68,23 @@ d["study"] = {"trials": 4, "sampler": "grid", "confirm_top": 0, "prune_below": 0
 d["baseline"] = {"ddp_comm_hook": "none"}; yaml.safe_dump(d, open("/tmp/comm-hooks.yaml", "w"))'
       at search /tmp/comm-hooks.yaml --gpus 0,1 --fresh 2>&1 | tee -a "$OUT/comm-hooks.log"
       at report trials/comm-hooks --format markdown > "$OUT/comm-hooks-report.md" 2>&1 ;;
-    check3) # issue 16 part 3: the compiled GPT-2-small best.yaml of 2026-11-29: a baseline of CHECK_N processes, then
-      # CHECK_K unchanged checks and CHECK_K with a 3% slowdown (AUTOTUNE_FAULT=slow:3), CHECK_R processes each
+    check3) # issue 16 part 3: the compiled GPT-2-small best.yaml of 2026-11-29, two chains side by side, each on its own GPU
+      # with its own baseline and history.jsonl: GPU 0 a baseline of CHECK_N processes then CHECK_K unchanged checks; GPU 1
+      # the same baseline (no fault) then CHECK_K checks slowed by 3% (AUTOTUNE_FAULT=slow:3); CHECK_R processes a check
       # (that best.yaml predates 21 knobs: they are added at their defaults, as the check's error message lists them)
-      mkdir -p /tmp/check3 && python3 -c 'import yaml; from autotune.search.best import _old_behaviour
+      mkdir -p /tmp/check3/same /tmp/check3/slow && python3 -c 'import yaml; from autotune.search.best import _old_behaviour
 from autotune import knobs as c; d = yaml.safe_load(open("benchmarks/results/2026-11-29-h200-gpt2-small/best.yaml"))
 d["knobs"].update(_old_behaviour(d["knobs"], [k.name for k in c.CATALOGUE if "train" in k.tasks and k.name not in d["knobs"]], 1))
-d.pop("check_baseline", None); yaml.safe_dump(d, open("/tmp/check3/best.yaml", "w"), sort_keys=False)'
-      ck() { TORCHINDUCTOR_CACHE_DIR=/tmp/check3/inductor python3 -m autotune.cli check "$@"; }  # this stage's cache only
-      ck /tmp/check3/best.yaml --reset-baseline --repeats "${CHECK_N:-5}" 2>&1 | tee -a "$OUT/check3.log"
-      # the slowed checks read the same baseline from a copy, so their history.jsonl (the nightly series) is their own
-      mkdir -p /tmp/check3/slow && cp /tmp/check3/best.yaml /tmp/check3/slow/best.yaml
-      for i in $(seq "${CHECK_K:-5}"); do echo "unchanged $i rc $(ck /tmp/check3/best.yaml --repeats "${CHECK_R:-3}" \
-        >> "$OUT/check3.log" 2>&1; echo $?)" | tee -a "$OUT/check3.log"
-        echo "slow:3 $i rc $(AUTOTUNE_FAULT=slow:3 ck /tmp/check3/slow/best.yaml --repeats "${CHECK_R:-3}" \
-        >> "$OUT/check3.log" 2>&1; echo $?)" | tee -a "$OUT/check3.log"; done
-      cp /tmp/check3/history.jsonl "$OUT/"; cp /tmp/check3/slow/history.jsonl "$OUT/history-slow.jsonl"
-      tar czf "$OUT/checks.tgz" -C /tmp/check3 --exclude=inductor . ;;
+d.pop("check_baseline", None); [yaml.safe_dump(d, open(f"/tmp/check3/{w}/best.yaml", "w"), sort_keys=False) for w in ("same", "slow")]'
+      chain() { # DIR GPU FAULT: a baseline, then the checks, each verdict's exit code on one line
+        local ck="python3 -m autotune.cli check /tmp/check3/$1/best.yaml"
+        CUDA_VISIBLE_DEVICES=$2 TORCHINDUCTOR_CACHE_DIR=/tmp/check3/inductor-$2 $ck --reset-baseline --repeats "${CHECK_N:-5}" 2>&1
+        for i in $(seq "${CHECK_K:-5}"); do echo "$1 ${3:-unchanged} $i rc $(CUDA_VISIBLE_DEVICES=$2 AUTOTUNE_FAULT=$3 \
+          TORCHINDUCTOR_CACHE_DIR=/tmp/check3/inductor-$2 $ck --repeats "${CHECK_R:-3}" >> "$OUT/check3-$1.log" 2>&1; echo $?)"; done; }
+      chain same 0 "" > "$OUT/check3-same.out" 2>&1 & chain slow 1 slow:3 > "$OUT/check3-slow.out" 2>&1 & wait
+      cat "$OUT"/check3-*.out | tee -a "$OUT/check3.log"
+      cp /tmp/check3/same/history.jsonl "$OUT/history-same.jsonl"; cp /tmp/check3/slow/history.jsonl "$OUT/history-slow.jsonl"
+      tar czf "$OUT/checks.tgz" -C /tmp/check3 --exclude='inductor-*' . ;;
     nccl)   # all-reduce bus bandwidth by algorithm and protocol, 1 MB to 1 GB (NCCL_ARGS: extra options, e.g. --algos)
       at nccl --gpus 0,1 --out "trials/nccl${NCCL_TAG:-}" ${NCCL_ARGS:-} 2>&1 | tee -a "$OUT/nccl.log" ;;
     refactor) # issue 12's check: a fresh TPE study of the grid's space on ONE GPU, cold compile cache, compared

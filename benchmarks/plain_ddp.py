@@ -99,6 +99,7 @@ def main() -> None:
     if cuda:
         torch.cuda.synchronize()
     wall, events = [], []
+    window = [time.time()]  # wall clock around the measured steps (to read nvidia-smi's clock log against)
     for _ in range(a.steps):
         dist.barrier()
         t0 = time.perf_counter()
@@ -111,6 +112,7 @@ def main() -> None:
             torch.cuda.synchronize()
             events.append(start.elapsed_time(end) / 1000)
         wall.append(time.perf_counter() - t0)
+    window.append(time.time())
     if a.profile:
         from torch.profiler import ProfilerActivity, profile
 
@@ -127,7 +129,7 @@ def main() -> None:
         out = {"script": "plain_ddp", "world_size": world, "mbs": a.mbs, "accum": a.accum, "bucket_mb": a.bucket_mb,
                "compile": a.compile, "tokens_per_s_per_gpu": tokens / statistics.median(wall),
                "tokens_per_s_per_gpu_events": tokens / statistics.median(events) if events else None,
-               "step_s": wall, "event_step_s": events, "torch": torch.__version__,
+               "step_s": wall, "event_step_s": events, "window": window, "torch": torch.__version__,
                "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
                "device": torch.cuda.get_device_name(dev) if cuda else "cpu"}
         print(json.dumps(out), flush=True)
