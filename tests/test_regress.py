@@ -257,3 +257,19 @@ def test_series_is_quiet_on_a_machine_that_wanders() -> None:
             nights.append({"check_median": statistics.median(s), "check_samples": s, "checked_at": str(i)})
         flagged += series_drift(nights) is not None
     assert flagged <= 4
+
+
+def test_check_replay_script_reports_both_error_rates() -> None:
+    """benchmarks/check_replay.py over the recorded H200 pool: no false alarm, every 3% slowdown caught."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "benchmarks/check_replay.py"), "--draws", "200", "--check", "5",
+                           "--slow", "1.5", "3", "--pool", f"h200={H200_CHECK}"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = [line for line in proc.stdout.splitlines() if "same sitting" in line]
+    cells = [c.strip() for c in row.split("|")]
+    assert cells[3] == "5 / 5" and cells[4] == "2%"
+    assert cells[5].startswith("0/200") and cells[6].startswith("200/200") and cells[7].startswith("0/200")
