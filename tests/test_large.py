@@ -149,6 +149,40 @@ def test_fsdp_explicit_prefetch_is_applied_and_trains_the_same(tmp_path: Path) -
     assert losses[2] == pytest.approx(losses[0], rel=1e-6)
 
 
+PREFETCH_PROBE = """
+import json, torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from autotune.workloads.parallel import apply_fsdp_prefetch
+dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+blocks = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(4))
+for b in blocks:
+    fully_shard(b)
+index = {b._get_fsdp_state(): i for i, b in enumerate(blocks)}
+out = {}
+for fwd, bwd in ((0, 1), (2, 3)):
+    apply_fsdp_prefetch(blocks, {"fsdp_forward_prefetch": fwd, "fsdp_backward_prefetch": bwd})
+    st = [b._get_fsdp_state() for b in blocks]
+    out[f"{fwd},{bwd}"] = [[[index[t] for t in s._states_to_forward_prefetch] for s in st],
+                           [[index[t] for t in s._states_to_backward_prefetch] for s in st]]
+print(json.dumps(out))
+"""
+
+
+def test_fsdp_prefetch_lists_are_the_next_blocks() -> None:
+    """apply_fsdp_prefetch sets FSDP2's explicit lists (forward: the next n blocks; backward: the n before,
+    nearest first); at the defaults it sets none, leaving FSDP2's own prefetching."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", PREFETCH_PROBE], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["0,1"] == [[[], [], [], []], [[], [], [], []]]
+    assert out["2,3"] == [[[1, 2], [2, 3], [3], []], [[], [0], [1, 0], [2, 1, 0]]]
+
+
 def _guard_search(tmp_path: Path, write_yaml: Any, env: dict[str, str] | None = None) -> Any:
     from conftest import load_trials, run_cli
 
