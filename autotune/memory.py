@@ -26,10 +26,11 @@ DDP or FSDP2, activation checkpointing and chunked cross-entropy as model.py app
   per-op policy, `_save_list` in torchtitan's llama3 parallelize.py) keeps each block's input, the outputs of
   the first and third of its four matmuls (qkv, MLP up; every second mm is recomputed) and the attention
   kernel's output and logsumexp.
-* The loss (`logits`): autocast runs cross-entropy in fp32; its peak is in backward, where the saved
-  log-softmax, the NLL gradient and the log-softmax gradient are alive together, 12 bytes a token and vocabulary
-  entry (the term that dominates Llama-3's 128k vocabulary), or the head's weight gradient as backward makes it.
-  Chunked cross-entropy keeps one chunk's loss alive at a time.
+* The loss (`logits`): autocast runs the NLL in fp32; its peak is in backward, where what the loss saved and the
+  NLL gradient are alive together: 10 bytes a token and vocabulary entry on CUDA (bf16 log-softmax and its fp32
+  copy, the fp32 gradient), 12 on the CPU, whose autocast runs the log-softmax in fp32 (`loss_bytes`; the term
+  that dominates Llama-3's 128k vocabulary), or the head's weight gradient as backward makes it. Chunked
+  cross-entropy keeps one chunk's loss alive at a time. `estimate(..., device)` says whose autocast.
 
 The peak: the parts are not all alive at once. `Estimate.total` is the largest of five moments: the end of
 forward (autocast's cache holds every cast), the loss's backward (weights but gradients, copies, every
@@ -297,13 +298,18 @@ def activation_bytes(s: Shape, k: dict[str, Any]) -> tuple[int, int]:
     return saved + positions, (block - ops if checkpointed else 0)
 
 
-def loss_bytes(s: Shape, k: dict[str, Any]) -> dict[str, int]:
+def loss_bytes(s: Shape, k: dict[str, Any], device: str = "cuda") -> dict[str, int]:
     """For one micro-batch: what the final norm and head save (head), what the loss saves (saved), the loss's
     peak in forward (forward) and in backward (peak).
 
-    Autocast runs cross-entropy in fp32: it copies the (c-byte, padded) logits to fp32 and saves log_softmax's
-    fp32 output; in backward the NLL gradient and the log-softmax gradient join it, 12 bytes a token and
-    vocabulary entry: the peak. Compiled (head_loss is always compiled with the model), the loss is fused:
+    Eager, the two autocasts differ. cross_entropy calls log_softmax(logits, dim, dtype=<the logits' dtype>);
+    CUDA's autocast (log_softmax is an fp32_set_opt_dtype op: a dtype given is kept) runs it in bf16 and saves
+    its c-byte output, and nll_loss (an fp32 op) copies that to fp32 and saves the copy; in backward the NLL
+    gradient (fp32) joins both: 6 bytes saved, 10 the peak (measured on an H200: the estimate with 12 was
+    1.8-1.9 bytes a logit high in all three bf16 cases of tests/test_memory.py -m gpu). The CPU's autocast casts
+    log_softmax's input to fp32 instead and saves its fp32 output; the NLL gradient and the log-softmax
+    gradient join it: 4 saved, 12 the peak (measured by the CPU tests). Without autocast (fp32), 12 on both.
+    Compiled (head_loss is always compiled with the model), the loss is fused:
     the c-byte logits are saved and their gradient made directly, 2c bytes. Then the head's weight gradient
     is made: the loss's remains, a c-byte gradient and (one rank, DDP) its fp32 copy; that moment can be the
     larger for short sequences. Chunked: each of CE_CHUNKS slices of the tokens is recomputed in backward, so
@@ -313,6 +319,9 @@ def loss_bytes(s: Shape, k: dict[str, Any]) -> dict[str, int]:
     head = 4 * d + (8 if s.family == "gpt" else 4) + c * d  # final norm's fp32 input and stats, the head's input
     if k.get("compile"):
         forward, peak, saved, rest = c * padded, 2 * c * padded, c * padded + 4, c * padded
+    elif c == 2 and device == "cuda":  # bf16 log-softmax output and its fp32 copy saved, the logits held by then
+        forward, saved = c * padded + 6 * v, 6 * v
+        peak, rest = max(forward, 10 * v), c * v + (c * padded if padded != v else 0)
     else:
         forward = c * padded + (4 * v if c == 2 or padded != v else 0) + 4 * v
         peak, saved, rest = max(forward, 12 * v), 4 * v, c * v + (c * padded if padded != v else 0)
@@ -398,10 +407,11 @@ def _moments(s: Shape, k: dict[str, Any], w: dict[str, int], saved: int, recompu
     return gathered, max(forward, at_loss, last, first), w["params"] + w["grads"] + w["optimizer"] + w["step_extra"]
 
 
-def estimate(model: dict[str, Any], knobs: dict[str, Any], world_size: int = 1) -> Estimate | None:
+def estimate(model: dict[str, Any], knobs: dict[str, Any], world_size: int = 1, device: str = "cuda") -> Estimate | None:
     """Per-rank bytes of a training trial of the built-in model with these knob values (absent knobs at their
     defaults), before it is launched; None for hf_config and entrypoint models, whose layers are not known here.
-    model: the YAML model section as a dict (Config.model.model_dump(mode="json"), or runner.model_spec's)."""
+    model: the YAML model section as a dict (Config.model.model_dump(mode="json"), or runner.model_spec's);
+    device: "cuda" or "cpu", whose autocast the loss follows (loss_bytes)."""
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1 but got {world_size}")
     k = _knobs(knobs, world_size)
@@ -410,7 +420,7 @@ def estimate(model: dict[str, Any], knobs: dict[str, Any], world_size: int = 1) 
         return None
     w = weight_bytes(s, k, world_size)
     saved, recompute = activation_bytes(s, k)
-    loss = loss_bytes(s, k)
+    loss = loss_bytes(s, k, device)
     gathered, backward, step = _moments(s, k, w, saved, recompute, loss)
     return Estimate(w["params"], w["grads"], w["optimizer"], gathered, saved + loss["head"] + recompute,
                     loss["peak"], backward=backward, step=step, saved=saved + loss["head"] + loss["saved"])

@@ -164,7 +164,7 @@ def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, bench: Bench
         record["raw"] = {"step_times_s": res.step_times_s, "warmup_step_times_s": res.warmup_step_times_s,
                          "losses": res.losses}
         record["phases_s"] = res.phases_s
-        if bench.task == "train" and (est := memory.estimate(bench.model, knobs, world)) is not None:
+        if bench.task == "train" and (est := memory.estimate(bench.model, knobs, world, bench.device)) is not None:
             record["metrics"]["memory_estimate_gib"] = round(est.total / memory.GIB, 3)  # before calibration
         if res.output.get("loss_check"):  # train: the precision guardrail's curve (search/loss_guard.py)
             record["loss_check"] = {"losses": res.output["loss_check"]}
