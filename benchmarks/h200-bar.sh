@@ -6,12 +6,15 @@
 #                                       cheap-cold cheap-warm cold350 landscape cost (issue 13)
 #                                       gen8b gen-int4 gen-slo gen-plain (issue 14) fsdp8b fsdp8b-2k memgpu (issue 15)
 #                                       ddp-truth comm-hooks check3 (issue 16)
+#                                       int4-kernels memcompile compile-saved check1 (issue 24: one H200)
+# GPUS: the --gpus of the stages that take it (default 0,1; GPUS=0 on one GPU)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
 set -uo pipefail
 OUT=${OUT:-bench-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 COLUMNS=160
 at() { python3 -m autotune.cli "$@"; }
+GPUS=${GPUS:-0,1}
 for stage in "$@"; do
   echo "=== $stage $(date -u +%FT%TZ)" | tee -a "$OUT/stages.log"
   case $stage in
@@ -85,6 +88,33 @@ d.pop("check_baseline", None); [yaml.safe_dump(d, open(f"/tmp/check3/{w}/best.ya
       cat "$OUT"/check3-*.out | tee -a "$OUT/check3.log"
       cp /tmp/check3/same/history.jsonl "$OUT/history-same.jsonl"; cp /tmp/check3/slow/history.jsonl "$OUT/history-slow.jsonl"
       tar czf "$OUT/checks.tgz" -C /tmp/check3 --exclude='inductor-*' . ;;
+    int4-kernels) # issue 24 part 1: each decode linear of the 8B shape at batch 1, bf16 / tinygemm / gemlite, as a
+      # share of the measured copy bandwidth (benchmarks/int4_kernels.py)
+      python3 benchmarks/int4_kernels.py --out "$OUT/int4-kernels.jsonl" 2>&1 | tee -a "$OUT/int4-kernels.log" ;;
+    memcompile) # issue 24 part 3: compiled trials' measured peaks against the estimate (per block: 6 trials;
+      # whole model: 2), then the table of benchmarks/memory_vs_peaks.py
+      for f in memory-compiled memory-compiled-model; do
+        at search "benchmarks/spaces/$f.yaml" --gpus "$GPUS" --fresh 2>&1 | tee -a "$OUT/memcompile.log"
+        python3 benchmarks/memory_vs_peaks.py "trials/$f" 2>&1 | tee -a "$OUT/memcompile.log"; done ;;
+    compile-saved) # issue 24 part 3: what autograd saves, tensor by tensor, eager against compiled (bf16, fp8,
+      # each checkpointing choice; benchmarks/compile_saved.py), bounded by SAVED_S seconds
+      timeout -s INT "${SAVED_S:-240}" python3 benchmarks/compile_saved.py --out "$OUT/compile-saved.jsonl" 2>&1 \
+        | grep -v -e '^W1' -e 'context_fn' -e 'in-place ops' | tee -a "$OUT/compile-saved.log" ;;
+    check1) # issue 24 part 2 on ONE GPU: the configuration of benchmarks/spaces/check-gpt2.yaml (CHECK_YAML), its
+      # best.yaml from a one-trial search; a baseline of CHECK_N processes; then CHECK_K unchanged checks and CHECK_K
+      # checks slowed by 3% (AUTOTUNE_FAULT=slow:3), interleaved, CHECK_R processes each, against that same baseline
+      # (copied beside both best.yaml files, each with its own history.jsonl)
+      y=${CHECK_YAML:-benchmarks/spaces/check-gpt2.yaml}; n=$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["name"])' "$y")
+      at search "$y" --gpus "$GPUS" --fresh > "$OUT/check1-search.log" 2>&1 || { tail -5 "$OUT/check1-search.log"; exit 1; }
+      d=/tmp/check1; rm -rf $d; mkdir -p $d/same $d/slow; cp "trials/$n/best.yaml" $d/same/
+      at check $d/same/best.yaml --reset-baseline --repeats "${CHECK_N:-5}" > "$OUT/check1-baseline.log" 2>&1
+      tail -3 "$OUT/check1-baseline.log"; cp $d/same/best.yaml $d/slow/
+      for i in $(seq "${CHECK_K:-5}"); do
+        echo "unchanged $i rc $(at check $d/same/best.yaml --repeats "${CHECK_R:-3}" >> "$OUT/check1-same.log" 2>&1; echo $?)"
+        echo "slow:3 $i rc $(AUTOTUNE_FAULT=slow:3 at check $d/slow/best.yaml --repeats "${CHECK_R:-3}" \
+          >> "$OUT/check1-slow.log" 2>&1; echo $?)"; done | tee -a "$OUT/check1.log"
+      cp $d/same/history.jsonl "$OUT/history-same.jsonl"; cp $d/slow/history.jsonl "$OUT/history-slow.jsonl"
+      tar czf "$OUT/checks.tgz" -C $d . ;;
     nccl)   # all-reduce bus bandwidth by algorithm and protocol, 1 MB to 1 GB (NCCL_ARGS: extra options, e.g. --algos)
       at nccl --gpus 0,1 --out "trials/nccl${NCCL_TAG:-}" ${NCCL_ARGS:-} 2>&1 | tee -a "$OUT/nccl.log" ;;
     refactor) # issue 12's check: a fresh TPE study of the grid's space on ONE GPU, cold compile cache, compared
@@ -114,17 +144,17 @@ d["study"]["compile_cache"] = "trials/compile-cache"; yaml.safe_dump(d, open(f"/
     gen-int4) # issue 14: int4 kernels at batch 1 with CUDA graphs, reduce-overhead or max-autotune (which adds
       # Inductor's GEMM autotuning and coordinate-descent tuning, toward the 70% roofline): bf16, int4 tinygemm, int4
       # gemlite (a fresh study derived from llama3-8b-generate.yaml; gemlite must travel as a wheel in .whl)
-      python3 -c 'import yaml; d = yaml.safe_load(open("search_spaces/llama3-8b-generate.yaml")); d["name"] = "gen-int4"
-d["space"].update(weight_quant=["none", "int4_weight_only"], compile=["reduce-overhead", "max-autotune"])
-d["study"]["trials"] = 8
-d["baseline"] = {"weight_quant": "none"}; yaml.safe_dump(d, open("/tmp/gen-int4.yaml", "w"))'
-      at search /tmp/gen-int4.yaml --gpus 0,1 --fresh 2>&1 | tee -a "$OUT/gen-int4.log"
+      python3 -c 'import sys, yaml; d = yaml.safe_load(open("search_spaces/llama3-8b-generate.yaml")); d["name"] = "gen-int4"
+d["space"].update(weight_quant=["none", "int4_weight_only"], compile=sys.argv[1].split(","))
+d["study"]["trials"] = 4 * len(d["space"]["compile"])
+d["baseline"] = {"weight_quant": "none"}; yaml.safe_dump(d, open("/tmp/gen-int4.yaml", "w"))' "${INT4_COMPILE:-reduce-overhead,max-autotune}"
+      at search /tmp/gen-int4.yaml --gpus "$GPUS" --fresh 2>&1 | tee -a "$OUT/gen-int4.log"
       at report trials/gen-int4 --format markdown > "$OUT/gen-int4-report.md" 2>&1 ;;
     gen-slo) # issue 14: the SLO search (resumes; GENSLO_MIN bounds one call)
       at search search_spaces/llama3-8b-generate-slo.yaml --gpus 0,1 --timeout-min "${GENSLO_MIN:-9}" 2>&1 | tee -a "$OUT/gen-slo.log"
       at report trials/llama3-8b-generate-slo --format markdown > "$OUT/gen-slo-report.md" 2>&1 ;;
     gen-plain) # issue 14: the hand-written reference loop, same machine, right after (GPU 0)
-      for q in none int8 int4; do CUDA_VISIBLE_DEVICES=0 python3 benchmarks/plain_generate.py --compile --quant $q \
+      for q in ${PLAIN_QUANT:-none int8 int4}; do CUDA_VISIBLE_DEVICES=0 python3 benchmarks/plain_generate.py --compile --quant $q \
         2>>"$OUT/gen-plain.err" | tee -a "$OUT/gen-plain.jsonl"; done ;;
     fsdp8b|fsdp8b-2k) # issue 15: Llama-3.1-8B training, FSDP2 on both GPUs (seq 8192 / 2048); resumes; FSDP_MIN bounds one call
       f=search_spaces/llama3-8b-fsdp${stage#fsdp8b}.yaml

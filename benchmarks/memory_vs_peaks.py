@@ -33,11 +33,13 @@ def main(study: Path) -> None:
         rows.append((run.name, knobs, peak, est.total, calibrated, len(seen)))
         seen.append((est, float(peak)))
     g = memory.GIB
-    print("| trial | mbs | checkpointing | loss | reshard | grad sync | peak GiB | estimate GiB | error | calibrated "
-          "on earlier trials | error |")
-    print("|---|---:|---|---|---|---|---:|---:|---:|---:|---:|")
+    print("| trial | mbs | precision | compile | checkpointing | loss | reshard | grad sync | peak GiB | estimate GiB "
+          "| error | calibrated on earlier trials | error |")
+    print("|---|---:|---|---|---|---|---|---|---:|---:|---:|---:|---:|")
     for name, k, peak, raw, cal, n in rows:
-        print(f"| {name} | {k.get('micro_batch_size')} | {k.get('activation_checkpointing')} | "
+        compiled = f"{k.get('compile')} ({k.get('compile_scope')})" if k.get("compile") else "false"
+        print(f"| {name} | {k.get('micro_batch_size')} | {k.get('precision')} | {compiled} | "
+              f"{k.get('activation_checkpointing')} | "
               f"{k.get('cross_entropy')} | {k.get('reshard_after_forward')} | {k.get('fsdp_grad_sync')} | "
               f"{peak / g:.2f} | {raw / g:.2f} | {100 * (raw / peak - 1):+.1f}% | {cal / g:.2f} (n={n}) | "
               f"{100 * (cal / peak - 1):+.1f}% |")

@@ -101,6 +101,15 @@ def test_generate_drift_guard_passes_int8_and_catches_a_broken_quantizer(monkeyp
 
 
 @has_torchao
+def test_generate_gemlite_versions_that_cannot_quantize_together_are_named() -> None:
+    from autotune.workloads.generate import gemlite_mismatch
+
+    reason = gemlite_mismatch("0.6.0.post2", "0.18.0")
+    assert reason and "gemlite 0.6.0.post2 returns four tensors" in reason and "gemlite<0.6" in reason
+    assert gemlite_mismatch("0.5.1.post1", "0.18.0") is None
+    assert gemlite_mismatch("0.6.0", "0.19.0+cu130") is None
+
+
 def test_generate_gemlite_int4_off_the_gpu_is_an_invalid_config() -> None:
     err = trial.classify(_raises(lambda: trial.run(_spec(weight_quant="int4_weight_only", int4_kernel="gemlite", int4_group_size=128))),
                          1, {"int4_kernel": "gemlite"})

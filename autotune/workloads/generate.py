@@ -213,12 +213,34 @@ def gemlite_config(group: int, device: str) -> Any:
         raise InvalidConfig(f"int4_kernel gemlite runs Triton kernels on NVIDIA GPUs only, not on {device}",
                             "int4_kernel")
     try:
-        import gemlite  # noqa: F401
+        import gemlite
+        import torchao
         from torchao.prototype.quantization.quant_api import UIntxWeightOnlyConfig
     except Exception as err:
-        raise InvalidConfig(f"int4_kernel gemlite needs the gemlite package (pip install gemlite) and torchao's "
-                            f"prototype UIntxWeightOnlyConfig: {type(err).__name__}: {err}", "int4_kernel") from None
+        raise InvalidConfig(f"int4_kernel gemlite needs the gemlite package (pip install 'autotune[gemlite]') and "
+                            f"torchao's prototype UIntxWeightOnlyConfig: {type(err).__name__}: {err}",
+                            "int4_kernel") from None
+    mismatch = gemlite_mismatch(gemlite.__version__, torchao.__version__)
+    if mismatch:
+        raise InvalidConfig(mismatch, "int4_kernel")
     return UIntxWeightOnlyConfig(group_size=group, bit_width=4)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(major, minor) of a version string such as 0.6.0.post2 or 0.18.0+cu130."""
+    parts = version.split("+")[0].split(".")[:2]
+    return tuple(int("".join(ch for ch in p if ch.isdigit()) or 0) for p in parts)
+
+
+def gemlite_mismatch(gemlite_version: str, torchao_version: str) -> str | None:
+    """Why these two versions cannot quantize together, or None. torchao 0.18's UIntxBitPackedTensor.from_hp
+    unpacks three tensors (`qdata, scale, zero_point = gemlite_linear.get_tensor_args()`); gemlite 0.6 added a
+    fourth (meta_scale, for NVFP4), so every layer failed with 'too many values to unpack (expected 3)' (seen
+    on an H200 with gemlite 0.6.0.post2; gemlite 0.5.1.post1 returns the three)."""
+    if _release(gemlite_version) >= (0, 6) and _release(torchao_version) <= (0, 18):
+        return (f"int4_kernel gemlite: gemlite {gemlite_version} returns four tensors from get_tensor_args where "
+                f"torchao {torchao_version} unpacks three; install gemlite<0.6 (0.5.1.post1 runs with torchao 0.18)")
+    return None
 
 
 def linear_bytes(model: Any, torch: Any, quant: str | None, group: int) -> int:
