@@ -73,10 +73,9 @@ GIB = 2**30
 # max_memory_allocated. A rough allowance for a capacity check, not a measurement.
 RESERVED_OVERHEAD_BYTES = 2 * GIB
 CE_CHUNKS = catalogue.CE_CHUNKS  # cross_entropy chunked: slices of the tokens (knobs.py)
-# torch.compile's partitioner recomputes elementwise ops in backward instead of saving their outputs (SwiGLU's
-# SiLU output or product, for one): the fraction of a block's activations still saved, from the saved tensors of
-# the min-cut partitioner Inductor uses (backend aot_eager_decomp_partition, CPU): 0.85 for a llama block, 0.95
-# for a gpt one. The compiled loss is fused: it saves the bf16 logits, not fp32 log-probabilities (loss_bytes).
+# torch.compile with math or eager attention (not measured on a GPU): the fraction of a block's activations
+# still saved, from the min-cut partitioner on the CPU (0.85 llama, 0.95 gpt). With flash-type attention the
+# compiled block is counted tensor by tensor (compiled_block_activations), as measured on an H200.
 COMPILE_ACTIVATIONS = 0.9
 
 
@@ -264,6 +263,35 @@ def block_activations(s: Shape, c: int, attention: str) -> tuple[int, int, int]:
     return 2 * norm + qkv + rope + attn + mlp_in + mlp, per_seq, per_batch
 
 
+def compiled_block_activations(s: Shape, c: int, fp8: bool, scope: str) -> int:
+    """Bytes a token one block saves for backward under torch.compile with flash-type attention, tensor by
+    tensor as Inductor's min-cut partitioner chose on an H200 (benchmarks/compile_saved.py, 2026-12-01: exact
+    for llama and gpt blocks, bf16 and fp8, per block and whole-model compile). Against eager (block_activations):
+
+    * per block (compile_scope block), the block's fp32 input is its only saved residual (the second norm's
+      input is recomputed) and the attention output is saved twice (SDPA's and the contiguous copy the output
+      projection reads); whole-model compile keeps both residuals and the one copy of eager mode;
+    * SwiGLU's SiLU output is recomputed (the product and the gate|up output are saved); GELU keeps both;
+    * fp8 (torchao's float8 linears): the inputs Inductor can recompute cheaply are recomputed and cast again
+      in backward: both norms' outputs (the qkv and MLP-up inputs) and the MLP's down input (SwiGLU's product,
+      GELU's output). The attention's inputs and output, the qkv and MLP-up outputs stay.
+    """
+    d, h, kvd, f = s.d_model, s.n_heads, s.kv_heads * s.head_dim, s.ffn_hidden
+    gpt = s.family == "gpt"
+    stats = 8 if gpt else 4  # LayerNorm's mean and rstd, or RMSNorm's rstd, per norm
+    qkv = c * (d + 2 * kvd)  # the fused qkv output (V, a view of it, keeps all of it)
+    rope = 0 if gpt else c * (d + kvd)  # RoPE'd Q and K
+    attn = c * d + 4 * h  # SDPA's output and fp32 logsumexp
+    mlp_up = c * f if gpt else 2 * c * f  # GELU's input, or SwiGLU's gate|up
+    down_in = 0 if fp8 else c * f  # GELU's output, or SwiGLU's product
+    norm_out = 0 if fp8 else 2 * c * d  # the qkv and MLP-up inputs
+    if scope == "block":
+        residual, attn_copy = 4 * d, c * d
+    else:
+        residual, attn_copy = 8 * d, 0
+    return residual + 2 * stats + qkv + rope + attn + attn_copy + norm_out + mlp_up + down_in
+
+
 def checkpointed_blocks(s: Shape, k: dict[str, Any]) -> int:
     """Blocks run under torch.utils.checkpoint, as model.py picks them (train.build_model's checkpoint_every)."""
     n = s.n_layers
@@ -287,7 +315,10 @@ def activation_bytes(s: Shape, k: dict[str, Any]) -> tuple[int, int]:
     tokens = mbs * s.seq_len
     per_token, per_seq, per_batch = block_activations(s, c, k.get("attention", "auto"))
     block = per_token * tokens + per_seq * mbs + per_batch
-    if k.get("compile"):
+    if k.get("compile") and attention_kind(s, c, k.get("attention", "auto")) == "flash":
+        scope = k.get("compile_scope") or "model"
+        block = compiled_block_activations(s, c, k["precision"] == "fp8", scope) * tokens
+    elif k.get("compile"):
         block = int(block * COMPILE_ACTIVATIONS)
     checkpointed = checkpointed_blocks(s, k)
     kept = residual_bytes(k) * s.d_model * tokens  # a checkpointed block's input: the residual stream
@@ -309,16 +340,19 @@ def loss_bytes(s: Shape, k: dict[str, Any], device: str = "cuda") -> dict[str, i
     1.8-1.9 bytes a logit high in all three bf16 cases of tests/test_memory.py -m gpu). The CPU's autocast casts
     log_softmax's input to fp32 instead and saves its fp32 output; the NLL gradient and the log-softmax
     gradient join it: 4 saved, 12 the peak (measured by the CPU tests). Without autocast (fp32), 12 on both.
-    Compiled (head_loss is always compiled with the model), the loss is fused:
-    the c-byte logits are saved and their gradient made directly, 2c bytes. Then the head's weight gradient
+    Compiled (head_loss is always compiled with the model), the loss is fused: the c-byte logits and two
+    fp32 numbers a token are saved, and the logits' gradient is written into the saved logits' buffer once the
+    compiled backward has read them (Inductor frees a backward input after its last use and reuses the buffer):
+    c bytes a logit at the peak, not 2c (on an H200 the estimate with 2c was 7.8 GiB high, a third of a compiled
+    0.6B trial with full checkpointing, benchmarks/memory_vs_peaks.py). Then the head's weight gradient
     is made: the loss's remains, a c-byte gradient and (one rank, DDP) its fp32 copy; that moment can be the
     larger for short sequences. Chunked: each of CE_CHUNKS slices of the tokens is recomputed in backward, so
     one slice's loss is alive at a time, beside the head's gradient summed so far."""
     c, d, v, padded = compute_bytes(k["precision"]), s.d_model, s.vocab, s.padded_vocab
     tokens, fsdp = int(k["micro_batch_size"]) * s.seq_len, k["parallel"] == "fsdp"
     head = 4 * d + (8 if s.family == "gpt" else 4) + c * d  # final norm's fp32 input and stats, the head's input
-    if k.get("compile"):
-        forward, peak, saved, rest = c * padded, 2 * c * padded, c * padded + 4, c * padded
+    if k.get("compile"):  # the logits' gradient is written over the saved logits (Inductor reuses the buffer)
+        forward, peak, saved, rest = c * padded, c * padded + 8, c * padded + 8, c * padded
     elif c == 2 and device == "cuda":  # bf16 log-softmax output and its fp32 copy saved, the logits held by then
         forward, saved = c * padded + 6 * v, 6 * v
         peak, rest = max(forward, 10 * v), c * v + (c * padded if padded != v else 0)

@@ -93,7 +93,7 @@ d.pop("check_baseline", None); [yaml.safe_dump(d, open(f"/tmp/check3/{w}/best.ya
       python3 benchmarks/int4_kernels.py --out "$OUT/int4-kernels.jsonl" 2>&1 | tee -a "$OUT/int4-kernels.log" ;;
     memcompile) # issue 24 part 3: compiled trials' measured peaks against the estimate (per block: 6 trials;
       # whole model: 2), then the table of benchmarks/memory_vs_peaks.py
-      for f in memory-compiled memory-compiled-model; do
+      for f in ${MEM_STUDIES:-memory-compiled memory-compiled-model}; do
         at search "benchmarks/spaces/$f.yaml" --gpus "$GPUS" --fresh 2>&1 | tee -a "$OUT/memcompile.log"
         python3 benchmarks/memory_vs_peaks.py "trials/$f" 2>&1 | tee -a "$OUT/memcompile.log"; done ;;
     compile-saved) # issue 24 part 3: what autograd saves, tensor by tensor, eager against compiled (bf16, fp8,
