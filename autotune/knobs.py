@@ -216,7 +216,7 @@ def _quant_note(k: dict[str, Any], device: str) -> list[str]:
     if quant == "int4_weight_only" and k.get("int4_kernel") == "gemlite":
         return ["from torchao.quantization import quantize_; from torchao.prototype.quantization.quant_api import "
                 f"UIntxWeightOnlyConfig; quantize_(model, UIntxWeightOnlyConfig(group_size={k['int4_group_size']}, "
-                "bit_width=4)) after the model is in its dtype on the GPU (needs `pip install gemlite`)"]
+                "bit_width=4)) after the model is in its dtype on the GPU (needs gemlite<0.6 with torchao 0.18)"]
     args = f"group_size={k['int4_group_size']}, int4_packing_format='tile_packed_to_4d'" if quant == "int4_weight_only" else ""
     return [f"from torchao.quantization import quantize_, {QUANT_CONFIGS[quant]}; "
             f"quantize_(model, {QUANT_CONFIGS[quant]}({args})) after the model is in its dtype on the GPU"]
@@ -401,8 +401,9 @@ CATALOGUE: tuple[Knob, ...] = (
     Knob("int4_kernel", Literal["tinygemm", "gemlite"], "tinygemm", tasks=("generate",),
          only_with=("weight_quant", "int4_weight_only"),
          help="The int4 kernel (int4_weight_only only): tinygemm, torch's own (tile-packed layout); gemlite, "
-              "Triton kernels through torchao's prototype UIntxWeightOnlyConfig (needs `pip install gemlite`). On "
-              "an H200 tinygemm decodes batch 1 at 27.5% of the memory bandwidth.",
+              "Triton kernels through torchao's prototype UIntxWeightOnlyConfig (needs `pip install 'autotune[gemlite]'`: "
+              "gemlite<0.6 with torchao 0.18). On an H200 both decode batch 1 at 1.6x bf16 over the linears "
+              "(docs/BENCHMARKS.md); gemlite 0.5.1's prefill kernel rejects bf16 (invalid_config).",
          values="`tinygemm`, `gemlite`",
          effect="tinygemm: `Int4WeightOnlyConfig(group_size, int4_packing_format='tile_packed_to_4d')`; gemlite: "
                 "`UIntxWeightOnlyConfig(group_size, bit_width=4)`"),

@@ -51,9 +51,14 @@ fsdp_grad_sync every, which had made one 13% low). The CUDA-only facts used (the
 and rstd only; LayerNorm and RMSNorm run in fp32 under CUDA autocast; flash SDPA takes grouped-query heads as
 they are) are PyTorch's.
 
-Limits: hf_config and entrypoint models are not estimated (`estimate` returns None); torch.compile is one
-factor on the blocks' activations and a fused loss, not a model of Inductor's partitioner; fp8's activations
-are counted as bf16's (torchao saves the high-precision inputs for backward); cuBLAS workspaces (tens of MiB)
+torch.compile (with flash-type attention): each block's saved tensors as Inductor's partitioner chose them on
+an H200 (compiled_block_activations: per block and whole-model compile, bf16 and fp8, read tensor by tensor by
+benchmarks/compile_saved.py), the fused loss's logits (loss_bytes); 14 compiled trials within -0.4% to +3.1%
+(docs/BENCHMARKS.md, 2026-12-01).
+
+Limits: hf_config and entrypoint models are not estimated (`estimate` returns None); compiled math or eager
+attention is one factor (COMPILE_ACTIVATIONS), not measured on a GPU; eager fp8's activations are counted as
+bf16's (torchao saves the high-precision inputs for backward); cuBLAS workspaces (tens of MiB)
 and the token batches are left out; allocator fragmentation is outside max_memory_allocated, so a
 configuration near the capacity may still fail (RESERVED_OVERHEAD_BYTES is a rough allowance for what
 nvidia-smi shows beyond the estimate). `calibrate` fits what is left from measured trials.
@@ -352,7 +357,14 @@ def loss_bytes(s: Shape, k: dict[str, Any], device: str = "cuda") -> dict[str, i
     tokens, fsdp = int(k["micro_batch_size"]) * s.seq_len, k["parallel"] == "fsdp"
     head = 4 * d + (8 if s.family == "gpt" else 4) + c * d  # final norm's fp32 input and stats, the head's input
     if k.get("compile"):  # the logits' gradient is written over the saved logits (Inductor reuses the buffer)
-        forward, peak, saved, rest = c * padded, c * padded + 8, c * padded + 8, c * padded
+        # where it was seen to (an empirical rule; why Inductor reuses the buffer in one graph and not in another
+        # is not established): fp32 logits (GPT-2 small, tf32, 6 trials), and the bf16 logits of the llama
+        # family (8 trials, 2026-12-01), not those of the gpt family (6 trials, padded or not: 2c a logit; older
+        # code, 2026-11-30, reused them in some GPT-2 trials). The calibration's constant absorbs a miss once one
+        # trial of the study has run (benchmarks/memory_vs_peaks.py)
+        reused = c == 4 or s.family == "llama"
+        grad = 0 if reused else c * padded
+        forward, peak, saved, rest = c * padded, c * padded + grad + 8, c * padded + 8, c * padded
     elif c == 2 and device == "cuda":  # bf16 log-softmax output and its fp32 copy saved, the logits held by then
         forward, saved = c * padded + 6 * v, 6 * v
         peak, rest = max(forward, 10 * v), c * v + (c * padded if padded != v else 0)

@@ -101,6 +101,24 @@ def test_generate_drift_guard_passes_int8_and_catches_a_broken_quantizer(monkeyp
 
 
 @has_torchao
+def test_generate_quantized_layers_that_cannot_run_the_prompt_are_an_invalid_config(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel that fails on the prompt's rows (gemlite 0.5.1's GEMM in bf16 on an H200: a Triton
+    CompilationError) ends invalid_config with the library's reason, not a crash without a result."""
+    from autotune.workloads import generate
+
+    def fails(*args: Any) -> Any:
+        raise RuntimeError("at 140:14:\nAssertionError: Both operands must be same dtype. Got bf16 and fp16")
+
+    monkeypatch.setattr(generate, "layer_errors", fails)
+    knobs = {"weight_quant": "int8_weight_only", "int4_kernel": None, "precision": "fp32"}
+    err = trial.classify(_raises(lambda: trial.run(_spec(weight_quant="int8_weight_only"))), 1, knobs)
+    assert err.status == "invalid_config" and err.cause == knobs
+    assert err.reason.startswith("weight_quant int8_weight_only: the quantized layers fail on a")
+    assert err.reason.endswith("RuntimeError: AssertionError: Both operands must be same dtype. Got bf16 and fp16")
+
+
+@has_torchao
 def test_generate_gemlite_versions_that_cannot_quantize_together_are_named() -> None:
     from autotune.workloads.generate import gemlite_mismatch
 

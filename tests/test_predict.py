@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import optuna
 
+from autotune import memory
 from autotune.config import parse_config
 from autotune.search import predict, run_search
 from autotune.search.history import History
@@ -69,3 +72,58 @@ def test_predict_one_failed_precision_is_not_launched_again(tmp_path: Path, monk
     assert len(predicted) == 2 and all(t.user_attrs["status"] == "invalid_config" for t in predicted)
     assert not any((tmp_path / "t" / "runs" / f"{t.number:04d}").exists() for t in predicted)
     assert result.history.launched == 4  # 3 fp32 and the one tf32 that taught the rule
+
+
+def _recorded_trials(headroom: float, rule: Any) -> tuple[int, int]:
+    """(trials predicted out of memory, trials) over the recorded H200 trials, each study replayed in order, each
+    trial judged with the estimates and peaks of the trials before it, on a GPU of headroom x its own peak."""
+    data = json.loads((Path(__file__).parent / "data" / "h200-memory-peaks.json").read_text())
+    wrong = total = 0
+    for rows in data["studies"].values():
+        measured: list[tuple[memory.Estimate, float]] = []
+        for row in rows:
+            est = memory.estimate(row["model"], row["knobs"], row["world_size"])
+            assert est is not None
+            wrong += rule(est, measured, headroom * row["peak"] / memory.GIB) is not None
+            total += 1
+            measured.append((est, float(row["peak"])))
+    return wrong, total
+
+
+def _calibrated_only(est: memory.Estimate, measured: list[tuple[memory.Estimate, float]],
+                     capacity_gib: float) -> tuple[float, float, int] | None:
+    """The rule before issue 24: the calibrated estimate alone against 98% of the GPU."""
+    cal = memory.calibrate(measured)
+    peak = (cal.peak(est) if cal.n else est.total) / memory.GIB
+    limit = capacity_gib * (predict.USABLE_SHARE if cal.n else predict.UNCALIBRATED_MARGIN)
+    return (peak, capacity_gib, cal.n) if peak > limit else None
+
+
+def test_predict_memory_never_skips_a_recorded_trial_that_ran() -> None:
+    """Issue 24: the calibrated estimate never predicts oom for a trial that fits. Replayed over 197 trials that
+    ran on H200s (13 studies): none is predicted out of memory on its own GPU, nor on a GPU of only 1.1 times
+    its peak (where the calibrated estimate alone, the rule before, skipped 7)."""
+    data = json.loads((Path(__file__).parent / "data" / "h200-memory-peaks.json").read_text())
+    gpu = data["gpu_bytes"] / memory.GIB
+    for rows in data["studies"].values():
+        measured: list[tuple[memory.Estimate, float]] = []
+        for row in rows:
+            est = memory.estimate(row["model"], row["knobs"], row["world_size"])
+            assert est is not None
+            assert predict.over_capacity(est, measured, gpu) is None
+            measured.append((est, float(row["peak"])))
+    assert _recorded_trials(1.1, predict.over_capacity) == (0, 197)
+    wrong_before, _ = _recorded_trials(1.1, _calibrated_only)
+    assert wrong_before >= 5  # the test can tell the two rules apart
+
+
+def test_predict_memory_still_skips_what_cannot_fit() -> None:
+    """The safer rule still predicts oom where the estimate is far above the GPU: Llama-3.1-8B without
+    checkpointing on one 141 GB GPU, calibrated or not."""
+    model = {"family": "llama", "n_layers": 32, "d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "ffn_hidden": 14336,
+             "vocab_size": 128256, "seq_len": 8192, "tie_embeddings": False}
+    big = memory.estimate(model, {"micro_batch_size": 2, "precision": "bf16", "grad_accum_steps": 8})
+    small = memory.estimate({**model, "n_layers": 2}, {"micro_batch_size": 1, "precision": "bf16", "grad_accum_steps": 16})
+    assert big is not None and small is not None
+    assert predict.over_capacity(big, [], 140.4) is not None
+    assert predict.over_capacity(big, [(small, 1.02 * small.total)], 140.4) is not None

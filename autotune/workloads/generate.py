@@ -352,13 +352,26 @@ class Generate(Workload):
             seen = capture_linears(torch, model, reference, last)
         how = apply_weight_quant(torch, model, knobs, broken=self.fault.kind == "drift")
         with torch.no_grad(), self.attention():
-            errs = layer_errors(torch, model, seen)
-            new = self.logits(probe, last)
+            errs, new = self._quantized_outputs(model, seen, probe, last)
         checked = {**drift(torch, out.pop("ref"), new), "layer_error_max": max(errs),
                    "layer_error_median": statistics.median(errs), "layers": len(errs),
                    "prompts": int(probe.shape[0]), "positions": last}
         self._check_drift(knobs["weight_quant"], checked, self.spec.params.get("drift") or {})
         return how, checked
+
+    def _quantized_outputs(self, model: Any, seen: Any, probe: Any, last: int) -> tuple[list[float], Any]:
+        """Each quantized layer's output error and the model's logits; a kernel that cannot run these inputs
+        here is invalid_config, its knobs the cause (seen on an H200: gemlite 0.5.1's GEMM kernel, a prompt's
+        many rows, rejected bf16 activations, 'Both operands must be same dtype. Got bf16 and fp16')."""
+        knobs = self.spec.knobs
+        try:
+            return layer_errors(self.torch, model, seen), self.logits(probe, last)
+        except Exception as err:  # the kernel library's own reason (Triton, torchao), whatever its type
+            first = (str(err).strip().splitlines() or [type(err).__name__])[-1][:300]
+            kernel = f" ({knobs.get('int4_kernel')})" if knobs["weight_quant"] == "int4_weight_only" else ""
+            raise InvalidConfig(f"weight_quant {knobs['weight_quant']}{kernel}: the quantized layers fail on a "
+                                f"{self.prompt_len}-token prompt in {knobs['precision']}: {type(err).__name__}: "
+                                f"{first}", "weight_quant", "int4_kernel", "precision") from None
 
     @staticmethod
     def _check_drift(quant: str, d: dict[str, Any], limit: dict[str, Any]) -> None:
