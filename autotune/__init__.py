@@ -31,7 +31,8 @@ __all__ = ["__version__", "load_config", "resolve_space", "run_search", "run_che
 def run_search(model_yaml: str | Path | Config, **options: Any) -> SearchResult:
     """Run or resume the study of MODEL_YAML (a path or a loaded Config); options as search.loop.run_search:
     out_root, device, trials, timeout_min, fresh, storage, gpus, observer."""
-    from autotune.config import Config, load_config
+    from autotune.config import Config
+    from autotune.config_load import load_config
     from autotune.search.loop import run_search as _run
 
     cfg = model_yaml if isinstance(model_yaml, Config) else load_config(model_yaml)
@@ -66,7 +67,7 @@ def run_nccl(out_dir: str | Path, **options: Any) -> dict[str, Any]:
 
 def __getattr__(name: str) -> Any:  # lazy re-exports (PEP 562): `import autotune` stays cheap
     if name == "load_config":
-        from autotune.config import load_config
+        from autotune.config_load import load_config
 
         return load_config
     if name == "resolve_space":

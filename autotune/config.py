@@ -7,12 +7,12 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, create_model,
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, create_model,
                       field_validator, model_validator)
 
 from autotune import knobs as catalogue
-from autotune import yamlio
-from autotune.errors import ConfigError, excerpt
+from autotune import tasks, yamlio
+from autotune.errors import excerpt
 from autotune.space import resolve_space
 
 SamplerName = Literal["tpe", "random", "grid", "gp"]
@@ -196,18 +196,7 @@ class WorkloadConfig(_Section):
 
     @model_validator(mode="after")
     def _check_task(self) -> WorkloadConfig:
-        if self.task == "generate":
-            missing = [k for k in ("prompt_len", "gen_len") if getattr(self, k) is None]
-            if missing:
-                raise ValueError(f"workload.{missing[0]}: required with task generate (a positive integer)")
-            if self.global_batch_size is not None:
-                raise ValueError("workload.global_batch_size: not used with task generate; search space.batch_size")
-            if self.world_size != 1:
-                raise ValueError(f"workload.world_size: {self.world_size}; task generate runs on one GPU (1)")
-        else:
-            given = [k for k in ("prompt_len", "gen_len") if getattr(self, k) is not None]
-            if given:
-                raise ValueError(f"workload.{given[0]}: only for task generate (task is {self.task}); remove it")
+        tasks.check_workload(self)  # the task's plug-in owns its fields' rules
         return self
 
     @model_validator(mode="after")
@@ -436,100 +425,6 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:
-        wl, m = self.workload, self.model
-        if wl.task != "generate" and self.study.objective == "pareto":
-            raise ValueError(f"study.objective: pareto trades tokens/s against p99 time per output token: task "
-                             f"generate only (task is {wl.task}); use tokens_per_s")
-        if self.study.objective == "pareto" and (wl.gen_len or 0) < 2:
-            raise ValueError(f"study.objective: pareto needs decode steps to time: workload.gen_len >= 2 (is {wl.gen_len})")
-        if wl.task != "generate" and self.study.limits is not None:
-            raise ValueError(f"study.limits: latency limits are for task generate (task is {wl.task}); remove them")
-        if wl.task == "generate":
-            if m.entrypoint is not None:
-                raise ValueError("model.entrypoint: task generate runs the built-in model (model.family) or an "
-                                 "hf_config model; an entrypoint returns a training model (forward -> loss)")
-            if wl.prompt_len + wl.gen_len > m.seq_len:
-                raise ValueError(f"model.seq_len: {m.seq_len} is shorter than workload.prompt_len + gen_len "
-                                 f"({wl.prompt_len} + {wl.gen_len}); the cache holds both: use seq_len >= "
-                                 f"{wl.prompt_len + wl.gen_len}")
+        tasks.task(self.workload.task).check_config(self)
         resolve_space(self)  # the space rules live in one place; raises ValueError naming the YAML path
         return self
-
-
-def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
-    """The keys of the section at `loc` (e.g. ('model',) -> family, n_layers, ...)."""
-    model: type[BaseModel] = Config
-    for part in loc:
-        annotation = model.model_fields[str(part)].annotation if str(part) in model.model_fields else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            break
-        model = annotation
-    return list(model.model_fields)
-
-
-def _path(loc: tuple[Any, ...]) -> str:
-    """The YAML path of an error, without pydantic's union branch names (`bool`, `literal['a']`, `int`)."""
-    return ".".join(str(p) for p in loc if isinstance(p, int) or re.fullmatch(r"[A-Za-z_]\w*", str(p))
-                    and str(p) not in ("int", "bool", "str", "float", "none", "list")) or "top level"
-
-
-def describe_error(err: ValidationError, section: str | None = None) -> str:
-    """One line: the YAML path (under `section` when the model validated one section), the bad value (a
-    bounded excerpt), what is allowed."""
-    first = err.errors(include_url=False)[0]
-    if section:
-        first = {**first, "loc": (section, *first["loc"])}
-    msg = first["msg"].removeprefix("Value error, ")
-    loc = _path(first["loc"])
-    if first["type"] == "extra_forbidden":
-        return f"{loc}: unknown key; allowed here: {', '.join(_allowed_keys(first['loc'][:-1]))}"
-    if re.match(r"^(model|workload|space|study|baseline)[.:]", msg):  # our own validators name the path
-        return msg
-    got = first.get("input")
-    knob = catalogue.BY_NAME.get(str(first["loc"][1])) if len(first["loc"]) > 2 and first["loc"][0] == "space" else None
-    if knob is not None and first["type"] not in ("value_error", "missing"):  # a knob value of the wrong kind
-        return f"space.{knob.name}: {excerpt(got)} is not allowed; allowed: {catalogue.values_text(knob).replace('`', '')}"
-    shown = "" if first["type"] == "missing" or isinstance(got, dict) else f" (got {excerpt(got)})"
-    return f"{loc}: {msg}{shown}"
-
-
-def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = None) -> Config:
-    """Validate an already-loaded mapping; ConfigError with a one-line message on any problem."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: the file must hold a mapping of keys (name, model, space, ...)")
-    try:
-        cfg = Config.model_validate(data, context={"base_dir": base_dir})
-        cfg._base_dir = str(base_dir) if base_dir is not None else None
-        return cfg
-    except ValidationError as err:
-        raise ConfigError(f"{source}: {describe_error(err)}") from None
-
-
-def load_config(path: str | Path) -> Config:
-    """Read MODEL_YAML; a `space:` given as a path (a .yaml file) is read relative to the file, then to the cwd."""
-    path = Path(path)
-    data = yamlio.read(path, "MODEL_YAML")
-    if isinstance(data, dict) and isinstance(data.get("space"), str):
-        data = {**data, "space": _read_space(path, data["space"])}
-    model = data.get("model") if isinstance(data, dict) else None
-    if isinstance(model, dict) and isinstance(model.get("hf_config"), str):
-        ref = Path(model["hf_config"])
-        if not ref.is_absolute():  # beside the YAML first, then the cwd; stored absolute for the trials
-            ref = next((c for c in (path.parent / ref, Path.cwd() / ref) if c.is_file()), path.parent / ref)
-        data = {**data, "model": {**model, "hf_config": str(ref.resolve())}}
-    return parse_config(data, str(path), base_dir=path.parent.resolve())
-
-
-def _read_space(path: Path, given: str) -> dict[str, Any]:
-    """The space file named in MODEL_YAML; its content is never quoted in a message (it may be any file)."""
-    ref = Path(given)
-    if ref.suffix not in (".yaml", ".yml"):
-        raise ConfigError(f"{path}: space: {excerpt(given)} is not a .yaml file; give the space inline or as a .yaml path")
-    candidates = [ref] if ref.is_absolute() else [path.parent / ref, Path.cwd() / ref]
-    found = next((c for c in candidates if c.is_file()), None)
-    if found is None:
-        raise ConfigError(f"{path}: space: no such file: {excerpt(given)} (looked beside the YAML and in the cwd)")
-    space = yamlio.read(found, f"{path}: space")
-    if not isinstance(space, dict):
-        raise ConfigError(f"{path}: space: {found} holds no mapping of knobs (knob: values)")
-    return space

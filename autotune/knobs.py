@@ -14,9 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union, get_args, get_origin
 
-# The SDPA backend each `attention` value forces (torch.nn.attention.SDPBackend member names).
-SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
-                 "math": "MATH"}
+from autotune import knob_notes as notes
+from autotune.knob_notes import QUANT_CONFIGS, SDPA_BACKENDS  # noqa: F401  (re-exported: the trial reads them here)
+
+Note = Callable[[dict[str, Any], str], list[str]]
+
 CHECKPOINT_EVERY = {"none": 0, "full": 1, "selective": 2, "selective_op": 1}  # checkpoint every k-th block
 CE_CHUNKS = 8  # cross_entropy chunked: the tokens' slices, each with its own logits, recomputed in backward
 POWERSGD_START = 2  # ddp_comm_hook powersgd compresses from this step on (PowerSGD's minimum with error feedback)
@@ -81,7 +83,8 @@ class Knob:
     climb: bool = False  # stepped toward the study's limits by the loop (search/boundary.py); sizes knobs only
     derived: bool = False  # YAML default `auto`: derived from workload.global_batch_size
     check: Callable[[Any], str | None] | None = None  # the message for a value the type admits but the knob does not
-    note: Callable[[dict[str, Any], str], list[str]] | None = None  # best.yaml: how to apply these values
+    # best.yaml: how to apply these values; a mapping where a task applies the knob its own way
+    note: Note | dict[str, Note] | None = None
 
     def acts_with(self, value: Any) -> bool:
         """Whether this knob acts when its only_with knob has `value`."""
@@ -137,101 +140,18 @@ def _channels(value: Any) -> str | None:
     return None if ok else f"{value!r} is not a channel count; use default or an integer from 1 to 64"
 
 
-def _precision_note(k: dict[str, Any], device: str) -> list[str]:
-    if "kv_cache" in k:  # generate: the model's weights and cache in that dtype
-        return [{"fp32": "model in float32, TF32 off", "tf32": "model in float32, TF32 matmuls",
-                 "bf16": "model.to(torch.bfloat16)", "fp16": "model.to(torch.float16)"}.get(k["precision"], "")]
-    return [{
-        "fp32": "torch.backends.cuda.matmul.fp32_precision = 'ieee' (no TF32)",
-        "tf32": "torch.backends.cuda.matmul.fp32_precision = 'tf32'",
-        "bf16": f"with torch.autocast({device!r}, dtype=torch.bfloat16): forward and loss",
-        "fp16": f"with torch.autocast({device!r}, dtype=torch.float16): forward and loss; torch.amp.GradScaler({device!r})",
-        "fp8": "torchao.float8.convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("
-               f"{k.get('fp8_recipe')!r}), module_filter_fn=lambda m, fqn: fqn != 'head'); bf16 autocast",
-    }[k["precision"]]]
-
-
-def _compile_note(k: dict[str, Any], device: str) -> list[str]:
-    mode = k["compile"]
-    if not mode:
-        return ["no torch.compile"]
-    args = "" if mode in (True, "default") else f"mode={mode!r}"
-    if "kv_cache" in k:  # generate: the decode step (and the prefill) are what is compiled
-        return [f"decode_one_token = torch.compile(decode_one_token{', ' + args if args else ''})"
-                + (", dynamic=True" if k.get("kv_cache") == "dynamic" else "")
-                + ("; prefill compiled separately (without CUDA graphs)" if k.get("compile_prefill")
-                   else "; prefill eager")]
-    if k.get("compile_scope") == "block":
-        return [f"for block in model.blocks (the repeated transformer blocks): block.compile({args}), in place, "
-                "before wrapping; then model.head_loss = torch.compile(model.head_loss"
-                f"{', ' + args if args else ''}) (final norm, head and loss, where the model has head_loss); "
-                "the embedding runs eager"]
-    return [f"model = torch.compile(model{', ' + args if args else ''})"]
-
-
-def _attention_note(k: dict[str, Any], device: str) -> list[str]:
-    attention = k.get("attention", "auto")
-    if attention == "eager":
-        return ["attention as softmax(QK^T)V, materialised"]
-    if attention in SDPA_BACKENDS:
-        return [f"with torch.nn.attention.sdpa_kernel(SDPBackend.{SDPA_BACKENDS[attention]}): forward"]
-    return []
-
-
-def _parallel_note(k: dict[str, Any], device: str) -> list[str]:
-    if k.get("parallel") == "ddp":
-        how = (f"DistributedDataParallel(model, bucket_cap_mb={k['bucket_cap_mb']}, gradient_as_bucket_view="
-               f"{k['gradient_as_bucket_view']}, static_graph={k['static_graph']}); no_sync() on all but the "
-               "last micro-batch of a step")
-    elif k.get("parallel") == "fsdp":
-        reduce = "bfloat16" if k.get("fsdp_reduce_dtype") == "bf16" else "float32"
-        how = (f"fully_shard(block, reshard_after_forward={k['reshard_after_forward']}) on every block, then on "
-               f"the model, MixedPrecisionPolicy(param_dtype=<precision>, reduce_dtype={reduce}); "
-               + ("set_requires_gradient_sync(False) on all but the last micro-batch"
-                  if k.get("fsdp_grad_sync", "last") == "last" else "gradients reduce-scattered every micro-batch"))
-        fwd, bwd = int(k.get("fsdp_forward_prefetch") or 0), int(k.get("fsdp_backward_prefetch") or 1)
-        if fwd:
-            how += f"; blocks[i].set_modules_to_forward_prefetch(blocks[i+1:i+{fwd + 1}])"
-        if bwd > 1:
-            how += f"; blocks[i].set_modules_to_backward_prefetch([blocks[i-1], ..., blocks[i-{bwd}]])"
-    else:
-        return []
-    return [how, "launch: torchrun --nproc-per-node <GPUs> your_script.py, with apply.env set for every rank"]
-
-
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 CompileMode = Union[bool, Literal["default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune"]]
 NcclAlgo = Literal["default", "Ring", "Tree", "CollnetDirect", "CollnetChain", "PAT", "NVLS"]
 NcclProto = Literal["default", "Simple", "LL", "LL128"]
 WeightQuant = Literal["none", "int8_weight_only", "int4_weight_only", "float8_weight_only", "float8_dynamic"]
-# torchao's config class for each weight_quant value (torchao.quantization)
-QUANT_CONFIGS = {"int8_weight_only": "Int8WeightOnlyConfig", "int4_weight_only": "Int4WeightOnlyConfig",
-                 "float8_weight_only": "Float8WeightOnlyConfig", "float8_dynamic": "Float8DynamicActivationFloat8WeightConfig"}
 
-
-def _quant_note(k: dict[str, Any], device: str) -> list[str]:
-    quant = k.get("weight_quant", "none")
-    if quant in (None, "none"):
-        return []
-    if quant == "int4_weight_only" and k.get("int4_kernel") == "gemlite":
-        return ["from torchao.quantization import quantize_; from torchao.prototype.quantization.quant_api import "
-                f"UIntxWeightOnlyConfig; quantize_(model, UIntxWeightOnlyConfig(group_size={k['int4_group_size']}, "
-                "bit_width=4)) after the model is in its dtype on the GPU (needs gemlite<0.6 with torchao 0.18)"]
-    args = f"group_size={k['int4_group_size']}, int4_packing_format='tile_packed_to_4d'" if quant == "int4_weight_only" else ""
-    return [f"from torchao.quantization import quantize_, {QUANT_CONFIGS[quant]}; "
-            f"quantize_(model, {QUANT_CONFIGS[quant]}({args})) after the model is in its dtype on the GPU"]
-
-
-def _kv_note(k: dict[str, Any], device: str) -> list[str]:
-    if k.get("kv_cache") == "dynamic":
-        return ["KV cache grown with torch.cat each token (dynamic shapes)"]
-    return ["KV cache preallocated for prompt_len + gen_len positions (static shapes), written with index_copy_"]
 
 CATALOGUE: tuple[Knob, ...] = (
     Knob("micro_batch_size", int, 8, ranged=True, sizes=True, check=_positive,
          help="Sequences per forward/backward pass: a list, one value, or {multiple_of, min, max}.",
          values="list, one value, or `{multiple_of, min, max}`", effect="sequences per forward/backward"),
-    Knob("precision", Precision, "fp32", note=_precision_note, tasks=BOTH,
+    Knob("precision", Precision, "fp32", note={"train": notes.precision, "generate": notes.generate_precision}, tasks=BOTH,
          help="fp32 (TF32 off), tf32 (TF32 matmuls), bf16 (autocast), fp16 (autocast + GradScaler), "
               "fp8 (torchao float8 training of the linear layers, head in bf16; needs torchao and an sm89+ GPU).",
          effect="fp32: TF32 off; tf32: TF32 matmuls (`fp32_precision=\"tf32\"`); bf16: `torch.autocast` bf16; fp16: "
@@ -242,7 +162,7 @@ CATALOGUE: tuple[Knob, ...] = (
          help="auto: global_batch_size / (micro_batch_size x world_size). "
               "A list (or one value) only when global_batch_size is absent; default then 1.",
          values="`auto` or a list", effect="micro-steps per optimizer step"),
-    Knob("compile", CompileMode, False, note=_compile_note, tasks=BOTH,
+    Knob("compile", CompileMode, False, note={"train": notes.compile_train, "generate": notes.compile_generate}, tasks=BOTH,
          help="torch.compile: false, true (= default), or a mode: max-autotune-no-cudagraphs, "
               "reduce-overhead, max-autotune.",
          values="`false`, `true`/`default`, `max-autotune-no-cudagraphs`, `reduce-overhead`, `max-autotune`",
@@ -255,7 +175,7 @@ CATALOGUE: tuple[Knob, ...] = (
                 "repeated blocks (built-in model: `blocks`; others: the largest `ModuleList` of one block class; "
                 "none: `invalid_config`), then `model.head_loss = torch.compile(model.head_loss)` where the model has one (the "
                 "built-in model and hf_config models)"),
-    Knob("attention", Literal["auto", "flash", "efficient", "cudnn", "math", "eager"], "auto", note=_attention_note,
+    Knob("attention", Literal["auto", "flash", "efficient", "cudnn", "math", "eager"], "auto", note=notes.attention,
          tasks=BOTH,
          help="auto (PyTorch picks the SDPA kernel), an SDPA backend forced with sdpa_kernel "
               "(flash, efficient, cudnn, math), or eager (softmax(QK^T)V materialised, the slow reference).",
@@ -314,7 +234,7 @@ CATALOGUE: tuple[Knob, ...] = (
          help="NCCL_ALGO of the ranks (default sets nothing); searched only when world_size > 1 on GPUs. "
               "NVLS is never offered unless you list it; autotune never sets NCCL_NVLS_ENABLE.",
          effect="`NCCL_ALGO` of the ranks (`default` sets nothing). NVLS is never offered unless you list it"),
-    Knob("parallel", Literal["ddp", "fsdp"], "ddp", multi_rank=True, note=_parallel_note,
+    Knob("parallel", Literal["ddp", "fsdp"], "ddp", multi_rank=True, note=notes.parallel,
          help="Data parallelism when world_size > 1: ddp (DistributedDataParallel) or "
               "fsdp (FSDP2 fully_shard of every block and the root; mixed precision follows precision).",
          effect="world_size > 1: `DistributedDataParallel` (`no_sync` on all but the last micro-batch), or FSDP2 "
@@ -387,7 +307,7 @@ CATALOGUE: tuple[Knob, ...] = (
          help="Concurrent sequences of a generation (prefilled and decoded together): a list, one value, or "
               "{multiple_of, min, max}.", values="list, one value, or `{multiple_of, min, max}`",
          effect="sequences prefilled and decoded together"),
-    Knob("weight_quant", WeightQuant, "none", tasks=("generate",), note=_quant_note,
+    Knob("weight_quant", WeightQuant, "none", tasks=("generate",), note=notes.quant,
          help="Weights of every linear layer through torchao quantize_: none, int8_weight_only, int4_weight_only "
               "(group size: int4_group_size), float8_weight_only, float8_dynamic (weights and activations, sm89+). "
               "Each quantized trial checks its outputs against the unquantized model (study.drift).",
@@ -413,7 +333,7 @@ CATALOGUE: tuple[Knob, ...] = (
               "7.9 s against 38 ms for 512 tokens) and costs compile time.",
          effect="`prefill = torch.compile(prefill)` (mode `default` or `max-autotune`, never CUDA graphs); false: "
                 "the prefill runs eager"),
-    Knob("kv_cache", Literal["static", "dynamic"], "static", tasks=("generate",), note=_kv_note,
+    Knob("kv_cache", Literal["static", "dynamic"], "static", tasks=("generate",), note=notes.kv_cache,
          help="static: K/V of prompt_len + gen_len positions preallocated, decode at fixed shapes (what CUDA graphs "
               "need); dynamic: the cache grows by concatenation every token.",
          effect="static: preallocated K/V, written in place with `index_copy_`, attention over the whole cache with a "
@@ -435,9 +355,14 @@ def env_of(knobs: dict[str, Any]) -> dict[str, str]:
             for var in k.env}
 
 
-def apply_notes(knobs: dict[str, Any], device: str) -> list[str]:
-    """How to reproduce these knob values in a training script (best.yaml's apply.notes), knob by knob."""
-    return [line for k in CATALOGUE if k.note is not None and k.name in knobs for line in k.note(knobs, device)]
+def apply_notes(knobs: dict[str, Any], device: str, task: str = "train") -> list[str]:
+    """How to reproduce these knob values in a script of the task (best.yaml's apply.notes), knob by knob."""
+    lines = []
+    for k in CATALOGUE:
+        note = k.note.get(task) if isinstance(k.note, dict) else k.note
+        if note is not None and k.name in knobs:
+            lines += note(knobs, device)
+    return lines
 
 
 def values_text(knob: Knob) -> str:

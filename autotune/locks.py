@@ -3,7 +3,8 @@
 Two searches (or a search and a check) measuring on the same GPU disturb each other's numbers; so a
 measurement holds its device units while it runs, and another waits for them (the wait is recorded).
 The locks are abstract Unix sockets (Linux): nothing is written to disk, and a process that dies, even by
-kill -9, releases its locks at once.
+kill -9, releases its locks at once. AUTOTUNE_LOCK_NAMESPACE, when set, prefixes every lock's name: processes
+of another namespace (a test session beside a real search) never wait on each other.
 """
 
 from __future__ import annotations
@@ -16,6 +17,14 @@ from collections.abc import Callable
 _POLL_S = 0.5
 
 
+def _namespace() -> str:
+    """AUTOTUNE_LOCK_NAMESPACE and a dash, or nothing (the machine-wide namespace every search shares)."""
+    import os
+
+    name = os.environ.get("AUTOTUNE_LOCK_NAMESPACE", "")
+    return f"{name[:64]}-" if name else ""
+
+
 class DeviceLock:
     """Exclusive hold of device units: GPUs (by NVML UUID or index) or CPU slots."""
 
@@ -26,7 +35,7 @@ class DeviceLock:
     def _try(self, unit: str) -> socket.socket | None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.bind(f"\0autotune-device-{unit}")
+            sock.bind(f"\0autotune-device-{_namespace()}{unit}")
             return sock
         except OSError:
             sock.close()

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 
-from autotune import paths
-from autotune.config import ModelConfig, StudyConfig, WorkloadConfig, load_config
+from autotune import paths, tasks
+from autotune.config import ModelConfig, StudyConfig, WorkloadConfig
+from autotune.config_load import load_config
 from autotune.errors import ConfigError, ExitCode, UnmeasuredError, excerpt
 from autotune.hardware import detect, visible_gpu_index
 from autotune.probe import check_entrypoint
@@ -62,6 +63,7 @@ class Verdict:
     tpot: dict[str, Any] | None = None  # generate: the same decision on the median time per output token
     tolerance_source: str = ""  # how the tolerance was set (--tolerance, or the baseline's noise)
     series: dict[str, Any] | None = None  # a step down across nights (series_drift), None when there is none
+    upgraded: dict[str, Any] | None = None  # best.yaml of an older release: the knobs added since (best._upgrade)
 
     @property
     def exit_code(self) -> int:
@@ -177,19 +179,6 @@ def _series(best_path: Path, best: dict[str, Any], verdict: Verdict) -> list[dic
     return [*nights, asdict(verdict)]
 
 
-def tpot_decision(best: dict[str, Any], check_ms: list[float], tolerance_pct: float) -> dict[str, Any] | None:
-    """generate: `decide` on decode speed (1 / median time per output token, per process) against the recorded
-    baseline (check --update's samples, else the search's trial); None for training or without numbers."""
-    recorded = (best.get("check_baseline") or {}).get("tpot_ms_samples")
-    base_ms = list(recorded) if recorded else ([best["metrics"]["tpot_ms_median"]]
-                                               if best["metrics"].get("tpot_ms_median") else [])
-    if not base_ms or not check_ms:
-        return None
-    status, ratio, ci = decide([1 / x for x in base_ms], [1 / x for x in check_ms], tolerance_pct)
-    return {"status": status, "ratio": ratio, "ci": ci, "baseline_median_ms": statistics.median(base_ms),
-            "check_median_ms": statistics.median(check_ms), "baseline_samples_ms": base_ms, "check_samples_ms": check_ms}
-
-
 def baseline_samples(best: dict[str, Any]) -> tuple[list[float], str]:
     """The recorded per-process tokens/s of the configuration: the last --update, else the search's trial."""
     recorded = best.get("check_baseline")
@@ -247,8 +236,11 @@ def _same_measurement(best: dict[str, Any], model: dict[str, Any], workload: dic
             m = {**m, "entrypoint": (m["entrypoint"], hashlib.sha256(Path(file).read_bytes()).hexdigest() if file else None)}
         return m
 
-    for section, mine, theirs in (("model", content(model, model_base), content(best["model"], best.get("base_dir"))),
-                                  ("workload", workload, best["workload"])):
+    from autotune.identity import non_default  # a field added since at its default is no difference
+
+    pairs = (("model", content(model, model_base), content(best["model"], best.get("base_dir"))),
+             ("workload", workload, best["workload"]))
+    for section, mine, theirs in ((name, non_default(name, a), non_default(name, b)) for name, a, b in pairs):
         for key in sorted(set(mine) | set(theirs)):
             if section == "workload" and key in LAUNCH_ONLY:
                 continue
@@ -330,7 +322,7 @@ def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, 
     if tolerance_pct is None:
         tolerance_pct, how = default_tolerance(base)
     status, ratio, ci = decide(base, samples, tolerance_pct)
-    tpot = tpot_decision(best, _tpots(details), tolerance_pct)
+    tpot = tasks.task(best["workload"].get("task", "train")).check_gate(best, details, tolerance_pct, decide)
     if tpot and tpot["status"] == "regression":
         status = "regression"  # generate: slower tokens, or slower per token, fails the check
     fp = best["fingerprint"]
@@ -338,6 +330,7 @@ def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, 
     verdict = Verdict(status, ratio, ci, tolerance_pct, statistics.median(base), statistics.median(samples), base,
                       samples, source, changes, failures, fingerprint, dt.datetime.now(dt.timezone.utc).isoformat(),
                       details, tpot=tpot, tolerance_source=how)
+    verdict.upgraded = (best.get("upgraded") or {}).get("knobs_added")
     verdict.series = series_drift(_series(best_path, best, verdict), min_shift_pct=chosen)
     if verdict.series:
         verdict.status = "regression"  # a lasting step down across nights fails the gate as one night's would

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import knobs as catalogue
-from autotune import memory, metrics, nccl_log, prestart
+from autotune import memory, metrics, nccl_log, prestart, tasks
 from autotune.errors import ConfigError
-from autotune.hardware import (Telemetry, detect, device_units, fingerprint, hbm_bandwidth, peak_flops,
+from autotune.hardware import (Telemetry, detect, device_units, fingerprint, peak_flops,
                                visible_gpu_index)
 from autotune.locks import DeviceLock
 from autotune.protocol import (PROGRESS_FILE, PRUNE_FILE, TRIAL_MODULE, RunSettings, TrialResult, TrialSpec,
@@ -81,9 +81,7 @@ class Bench:
         run = RunSettings(**{k: getattr(workload, k) for k in RunSettings.__dataclass_fields__})
         shared = Path(compile_cache).resolve() / compile_key(device) if compile_cache else None
         ahead = device == "cuda" if prestart is None else prestart
-        params = {"drift": drift} if drift and workload.task == "generate" else {}
-        if loss_check and loss_check.get("steps") and workload.task == "train":
-            params["loss_check"] = dict(loss_check)
+        params = tasks.task(workload.task).trial_params(drift, loss_check)
         return cls(model_spec(model), run, device, timeout_s, home.resolve(), base_dir, workload.task, shared, ahead,
                    params, {k: v for k, v in (limits or {}).items() if v is not None})
 
@@ -156,15 +154,12 @@ def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, bench: Bench
     res, world = outcome.result, bench.run.world_size
     if outcome.status in ("ok", "pruned") and res is not None:  # a pruned trial keeps what it measured
         record["metrics"] = metrics.summarize(res, bench.model, world, peak_flops(res.env.get("device_name")))
-        if bench.task == "generate":
-            record["metrics"].update(metrics.generation(res.output, hbm_bandwidth(res.env.get("device_name"))))
-            over = metrics.over_limits(record["metrics"], bench.limits)
-            if over and outcome.status == "ok":
-                record["status"], record["reason"] = "over_limit", "; ".join(over)
+        tasks.task(bench.task).metrics(record, res, bench.limits)
         record["raw"] = {"step_times_s": res.step_times_s, "warmup_step_times_s": res.warmup_step_times_s,
                          "losses": res.losses}
         record["phases_s"] = res.phases_s
-        if bench.task == "train" and (est := memory.estimate(bench.model, knobs, world, bench.device)) is not None:
+        estimated = tasks.task(bench.task).estimates_memory
+        if estimated and (est := memory.estimate(bench.model, knobs, world, bench.device)) is not None:
             record["metrics"]["memory_estimate_gib"] = round(est.total / memory.GIB, 3)  # before calibration
         if res.output.get("loss_check"):  # train: the precision guardrail's curve (search/loss_guard.py)
             record["loss_check"] = {"losses": res.output["loss_check"]}

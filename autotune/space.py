@@ -7,20 +7,26 @@ config.py calls resolve_space to cross-check a file.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune import knobs as catalogue
+from autotune import tasks
 from autotune.errors import excerpt
 
 if TYPE_CHECKING:
     import optuna
 
-    from autotune.config import Config
+
+class Sections(Protocol):
+    """What resolve_space reads of a config (config.Config): the space, the workload and the baseline."""
+
+    space: Any
+    workload: Any
+    baseline: dict[str, Any]
+
 
 KNOBS = catalogue.NAMES  # in the order they are shown and suggested
 # The most points a space may have: each trial scans the unmeasured points, and a grid enqueues them all.
@@ -88,7 +94,7 @@ class ResolvedSpace:
                 "baseline": self.baseline}
 
 
-def resolve_space(cfg: Config, device: str | None = None) -> ResolvedSpace:
+def resolve_space(cfg: Sections, device: str | None = None) -> ResolvedSpace:
     """Apply the global-batch rule and the knobs' own rules; raise ValueError naming the YAML path.
 
     device "cpu" with world_size > 1 runs the gloo backend: the NCCL knobs are then fixed at default, noted
@@ -103,16 +109,7 @@ def resolve_space(cfg: Config, device: str | None = None) -> ResolvedSpace:
                              f"searches {', '.join(mine)}")
     values: dict[str, list[Any]] = {k: list(getattr(space, k)) for k in mine if k != "grad_accum_steps"}
     notes: dict[str, str] = {}
-    if task == "generate":
-        bad = [p for p in values["precision"] if p not in ("fp32", "tf32", "bf16", "fp16")]
-        if bad:
-            raise ValueError(f"space.precision: {bad[0]} is not a precision of task generate; allowed: fp32, tf32, "
-                             "bf16, fp16 (fp8 weights: weight_quant float8_weight_only or float8_dynamic)")
-    elif wl.global_batch_size is not None:
-        _derive_accumulation(space.grad_accum_steps, wl.global_batch_size // wl.world_size, wl.global_batch_size,
-                             values, notes)
-    else:
-        values["grad_accum_steps"] = [1] if space.grad_accum_steps == "auto" else list(space.grad_accum_steps)
+    tasks.task(task).batch_rule(space, wl, values, notes)
     for k in catalogue.CATALOGUE:
         _fix_where_it_cannot_act(k, values, notes, wl.world_size, device)
     searched = {k: v for k, v in values.items() if len(v) > 1}
@@ -124,23 +121,6 @@ def resolve_space(cfg: Config, device: str | None = None) -> ResolvedSpace:
                          "fewer values, e.g. of " + ", ".join(f"{k} ({len(searched[k])})" for k in biggest))
     return ResolvedSpace(searched=searched, fixed=fixed, notes=notes, global_batch_size=wl.global_batch_size,
                          world_size=wl.world_size, baseline=_resolve_baseline(cfg.baseline, values))
-
-
-def _derive_accumulation(accum: Any, per_rank: int, global_batch: int, values: dict[str, list[Any]],
-                         notes: dict[str, str]) -> None:
-    """global_batch_size set: keep the micro-batch sizes that divide it; grad_accum_steps follows from them."""
-    if accum != "auto":
-        raise ValueError(f"space.grad_accum_steps: {accum} cannot be set when workload.global_batch_size "
-                         f"({global_batch}) is: it is derived; use grad_accum_steps: auto")
-    fits = [m for m in values["micro_batch_size"] if per_rank % m == 0]
-    dropped = [m for m in values["micro_batch_size"] if per_rank % m]
-    if not fits:
-        raise ValueError(f"space.micro_batch_size: no value in {values['micro_batch_size']} divides "
-                         f"global_batch_size / world_size = {per_rank}; use divisors of {per_rank}")
-    if dropped:
-        notes["micro_batch_size"] = f"dropped {dropped}: they do not divide {per_rank} sequences per rank"
-    values["micro_batch_size"] = fits
-    notes["grad_accum_steps"] = f"derived: {per_rank} / micro_batch_size"
 
 
 def _fix_where_it_cannot_act(k: catalogue.Knob, values: dict[str, list[Any]], notes: dict[str, str],
@@ -183,15 +163,3 @@ def _resolve_baseline(given: dict[str, Any], values: dict[str, list[Any]]) -> di
         default = catalogue.BY_NAME[key].default
         baseline[key] = given[key] if key in given else default if default in allowed else allowed[0]
     return baseline
-
-
-def config_fingerprint(cfg: Config) -> str:
-    """Hash of what defines the measurements (model, workload, space): a study may only be resumed with the same."""
-    # Knobs of another task and generate's workload fields, when absent, are left out: a study made before
-    # they existed keeps its fingerprint (and can be resumed).
-    workload = {k: v for k, v in cfg.workload.model_dump(mode="json").items()
-                if not (k in ("prompt_len", "gen_len") and v is None)}
-    space = {k: v for k, v in cfg.space.model_dump(mode="json").items()
-             if cfg.workload.task in catalogue.BY_NAME[k].tasks}
-    payload = {"model": cfg.model.model_dump(mode="json"), "workload": workload, "space": space}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]

@@ -53,7 +53,8 @@ class LiveProgress(Observer):
         self.t0 = time.monotonic()
         self.console.print(Text.assemble(
             ("autotune search", "bold"), f" {info['name']} on {info['device']}: space of {info['space_size']} points, "
-            f"sampler {info['sampler']}, budget {info['budget']} trials ({info['done']} already measured), "
+            f"sampler {info['sampler']}, budget {info['budget']} trials ({info['done']} already measured"
+            f"{_imported(info)}), "
             f"storage {printable(info['storage'], newlines=False)}"))
 
     def trial_started(self, number: int, index: int, knobs: dict[str, Any]) -> None:
@@ -253,6 +254,10 @@ def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> l
         lines.append(_tagged("nightly series:", "red", f"a lasting step down of {-s['shift_pct']:.1f}% starting on night "
                              f"{s['night']} of {s['nights']} ({s['checked_at']}), found by {s['method']} in "
                              "history.jsonl since the last --reset-baseline"))
+    if verdict.upgraded:
+        added = ", ".join(f"{k}: {v}" for k, v in verdict.upgraded.items())
+        lines.append(_tagged("note:", "yellow", f"best.yaml from an older autotune; measured with the knobs added "
+                             f"since as its search would have run them ({added})"))
     if verdict.baseline_source.startswith("search trial"):
         lines.append(_tagged("note:", "yellow", "the baseline is the search's single measurement, the best of many, "
                              "on the search's machine; record one here with --reset-baseline"))
@@ -265,3 +270,9 @@ def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> l
     elif verdict.status == "faster":
         lines.append("faster than the baseline: run with --update to record the new baseline")
     return lines
+
+
+def _imported(info: dict[str, Any]) -> str:
+    """', N imported by --warm-start' in the search's header, when a warm start copied trials."""
+    n = info.get("imported") or 0
+    return f", {n} imported by --warm-start (counted in no budget)" if n else ""

@@ -15,6 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
+# Device locks of this test session apart from any other autotune process on the machine (locks.py): a test
+# never waits on a real search, and a search never waits on the tests. setdefault: a session may choose its own.
+os.environ.setdefault("AUTOTUNE_LOCK_NAMESPACE", f"tests-{os.getpid()}")
+
 TINY: dict[str, Any] = {
     "name": "t",
     "model": {"family": "gpt", "n_layers": 1, "d_model": 32, "n_heads": 2, "vocab_size": 128, "seq_len": 16},

@@ -10,7 +10,7 @@ from typing import Any
 import optuna
 import yaml
 
-from autotune.config import load_config
+from autotune.config_load import load_config
 from autotune.search import predict
 from autotune.search.history import History
 from autotune.search.loop import _Search

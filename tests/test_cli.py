@@ -69,7 +69,7 @@ def test_cli_changed_space_refused_exit_2(write_yaml, tmp_path: Path) -> None:
     proc = run_cli("search", str(path), "--out", out, "--device", "cpu", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1  # one line
-    assert "exists with a different model, workload or space; run with --fresh" in proc.stderr
+    assert "exists with a different model, workload or space (" in proc.stderr
 
 
 def test_cli_dry_run_writes_nothing(write_yaml, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from autotune import config as config_mod
 from autotune.cli import app
-from autotune.config import load_config
+from autotune.config_load import load_config
 from autotune.errors import ConfigError
 from conftest import tiny
 

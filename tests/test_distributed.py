@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autotune import nccl_log
-from autotune.config import parse_config
+from autotune.config_load import parse_config
 from autotune.errors import ConfigError
 from autotune.knobs import env_of
 from autotune.protocol import TrialSpec

@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from autotune import metrics
-from autotune.config import load_config
+from autotune.config_load import load_config
 from autotune.errors import ConfigError
 from autotune.protocol import RunSettings, TrialSpec
 from autotune.workloads import trial
@@ -120,7 +120,7 @@ def test_generate_quantized_layers_that_cannot_run_the_prompt_are_an_invalid_con
 
 @has_torchao
 def test_generate_gemlite_versions_that_cannot_quantize_together_are_named() -> None:
-    from autotune.workloads.generate import gemlite_mismatch
+    from autotune.workloads.quant import gemlite_mismatch
 
     reason = gemlite_mismatch("0.6.0.post2", "0.18.0")
     assert reason and "gemlite 0.6.0.post2 returns four tensors" in reason and "gemlite<0.6" in reason
@@ -217,23 +217,20 @@ def test_generate_knobs_and_limits_refused_in_training(tmp_path: Path) -> None:
             load_config(tmp_path / "t.yaml")
 
 
-def test_generate_validate_and_fingerprint_of_training_unchanged(tmp_path: Path) -> None:
-    """A training study made before generate existed keeps its fingerprint (its resume is not refused)."""
-    from autotune.space import config_fingerprint
+def test_generate_validate_and_identity_of_training_unchanged(tmp_path: Path) -> None:
+    """A training study made before generate existed keeps its identity: generate's knobs and workload fields,
+    absent, are no factor of it (identity.factors)."""
+    from autotune import identity
     from conftest import tiny
 
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(tiny()))
     cfg = load_config(tmp_path / "t.yaml")
-    dumped = json.dumps(cfg.space.model_dump(mode="json"))
-    assert "weight_quant" in dumped  # the field exists ...
-    fp = config_fingerprint(cfg)
-    import hashlib
-
-    space = {k: v for k, v in cfg.space.model_dump(mode="json").items()
-             if k not in ("batch_size", "weight_quant", "int4_group_size", "int4_kernel", "kv_cache", "compile_prefill")}
-    workload = {k: v for k, v in cfg.workload.model_dump(mode="json").items() if k not in ("prompt_len", "gen_len")}
-    old = {"model": cfg.model.model_dump(mode="json"), "workload": workload, "space": space}
-    assert fp == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]  # ... but not in the hash
+    dumped = cfg.model_dump(mode="json")
+    assert "weight_quant" in dumped["space"]  # the field exists ...
+    generate_only = ("batch_size", "weight_quant", "int4_group_size", "int4_kernel", "kv_cache", "compile_prefill")
+    older = {**dumped, "space": {k: v for k, v in dumped["space"].items() if k not in generate_only},
+             "workload": {k: v for k, v in dumped["workload"].items() if k not in ("prompt_len", "gen_len")}}
+    assert identity.digest(dumped) == identity.digest(older)  # ... but no factor of the identity
     assert os.path.exists(ROOT / "search_spaces/llama3-8b-generate.yaml")
     load_config(ROOT / "search_spaces/llama3-8b-generate.yaml")
 

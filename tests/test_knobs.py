@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 from autotune import knobs
-from autotune.config import SpaceConfig, parse_config
+from autotune.config import SpaceConfig
+from autotune.config_load import parse_config
 from autotune.errors import exit_codes_markdown
 from autotune.protocol import TrialSpec
 from conftest import tiny

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from autotune.config import parse_config
+from autotune.config_load import parse_config
 from autotune.knobs import CE_CHUNKS
 from autotune.runner import Bench, run_trial
 from autotune.space import resolve_space

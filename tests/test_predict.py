@@ -9,7 +9,7 @@ from typing import Any
 import optuna
 
 from autotune import memory
-from autotune.config import parse_config
+from autotune.config_load import parse_config
 from autotune.search import predict, run_search
 from autotune.search.history import History
 from conftest import load_trials, tiny

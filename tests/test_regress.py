@@ -151,8 +151,13 @@ def test_regress_version_changes_listed(searched: Path, tmp_path: Path) -> None:
 
 def test_regress_generate_gates_time_per_output_token_too() -> None:
     """generate: the check decides on decode speed (1 / TPOT) as on tokens/s: a 3% slower token with 0.1%
-    noise fails at a 2% tolerance, the same numbers pass at 5%; training best.yaml files have no TPOT."""
-    from autotune.regress import tpot_decision
+    noise fails at a 2% tolerance, the same numbers pass at 5%; training best.yaml files have no TPOT gate."""
+    from autotune import tasks
+    from autotune.regress import decide
+
+    def tpot_decision(best: dict, ms: list[float], tolerance: float) -> dict | None:
+        details = [{"tpot_ms_median": x} for x in ms]
+        return tasks.task("generate").check_gate(best, details, tolerance, decide)
 
     best = {"metrics": {"tokens_per_s_per_gpu": 200.0, "tpot_ms_median": 4.75},
             "check_baseline": {"tpot_ms_samples": [4.750, 4.752, 4.748, 4.751, 4.749]}}
@@ -166,6 +171,7 @@ def test_regress_generate_gates_time_per_output_token_too() -> None:
     assert one["baseline_samples_ms"] == [4.75] and one["status"] == "regression"
     assert tpot_decision(no_recorded, slow[:1], 2.0)["status"] == "pass"  # one sample each: noise unknown
     assert tpot_decision({"metrics": {"tokens_per_s_per_gpu": 1.0}}, [], 2.0) is None
+    assert tasks.task("train").check_gate(best, [{"tpot_ms_median": 9.0}], 2.0, decide) is None
 
 
 # --- issue 16: the tolerance follows the noise; the nightly series --------------------------------------------

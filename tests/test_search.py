@@ -8,7 +8,7 @@ import optuna
 import pytest
 import yaml
 
-from autotune.config import parse_config
+from autotune.config_load import parse_config
 from autotune.errors import ConfigError, StudyError
 from autotune.protocol import CONFIG_FAILURES, STATUSES
 from autotune.report import collect, to_markdown
@@ -84,7 +84,7 @@ def test_study_refuses_changed_space_and_nothing_written(tmp_path: Path, monkeyp
     db = tmp_path / "t" / "study.db"
     before = db.read_bytes()
     changed = _cfg(space={"micro_batch_size": [2, 4]}, study={"trials": 1})
-    with pytest.raises(StudyError, match=r"name: study 't' exists with a different model, workload or space; run with --fresh"):
+    with pytest.raises(StudyError, match=r"name: study 't' exists with a different model, workload or space \(.*\); run with --warm-start"):
         run_search(changed, out_root=tmp_path, device="cpu")
     assert db.read_bytes() == before
     with pytest.raises(StudyError, match=r"different device \(cpu\)"):
@@ -231,7 +231,7 @@ def test_study_warm_start_measures_only_what_is_new(tmp_path: Path, monkeypatch)
     assert result.history.launched == 1 and len(result.history.completed) == 3
     other_model = _cfg(name="c", model={"n_layers": 2}, space={"micro_batch_size": [2, 4], "precision": "fp32"},
                        baseline={}, study={"trials": 1})
-    with pytest.raises(ConfigError, match=r"--warm-start: .* measured another model \(model\.n_layers is 1, here 2\)"):
+    with pytest.raises(ConfigError, match=r"--warm-start: .* measured another model \(model\.n_layers: 1 there, 2 here\)"):
         run_search(other_model, out_root=tmp_path, device="cpu", warm_start_from=tmp_path / "a")
     assert not (tmp_path / "c").exists()  # refused before anything was written
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from autotune.config import parse_config
+from autotune.config_load import parse_config
 from autotune.errors import ConfigError
 from autotune.knobs import env_of
 from autotune import knobs as catalogue
-from autotune.space import KNOBS, config_fingerprint, resolve_space
+from autotune.space import KNOBS, resolve_space
 from conftest import tiny
 
 
@@ -66,13 +66,6 @@ def test_space_suggest_covers_searched_knobs() -> None:
     params = space.suggest(trial)
     assert set(params) == {"micro_batch_size", "precision"}
     assert tuple(space.knobs(params)) == tuple(k for k in KNOBS if "train" in catalogue.BY_NAME[k].tasks)  # the task's knobs
-
-
-def test_space_fingerprint_changes_with_space_not_study() -> None:
-    a = config_fingerprint(parse_config(tiny()))
-    assert a == config_fingerprint(parse_config(tiny(study={"trials": 99})))
-    assert a != config_fingerprint(parse_config(tiny(space={"precision": ["fp32", "fp16"]})))
-    assert a != config_fingerprint(parse_config(tiny(model={"n_layers": 2})))
 
 
 def test_space_nearest_unmeasured_neighbour() -> None:

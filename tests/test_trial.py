@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from autotune.config import parse_config
+from autotune.config_load import parse_config
 from autotune.protocol import RunSettings, TrialSpec
 from autotune.runner import model_spec
 from autotune.space import resolve_space
@@ -80,7 +80,7 @@ def test_worker_tf32_on_cpu_is_invalid_config(tmp_path) -> None:
 
 def test_worker_param_counts_match_reference_models() -> None:
     root = __import__("pathlib").Path(__file__).resolve().parents[1] / "search_spaces"
-    from autotune.config import load_config
+    from autotune.config_load import load_config
 
     with torch.device("meta"):
         gpt2 = Transformer(model_spec(load_config(root / "gpt2-small.yaml").model))

@@ -33,7 +33,7 @@ def search(
 ) -> None:
     """Search the space with real, short benchmark trials; write OUT/<name>/best.yaml."""
     with funnel():
-        from autotune.config import load_config
+        from autotune.config_load import load_config
         from autotune.space import resolve_space
         from autotune.views import LiveProgress, confirmation_table, space_table, top_trials_table
 
@@ -64,7 +64,8 @@ def validate(model_yaml: ModelYaml) -> None:
     """Check MODEL_YAML and print the resolved config and space."""
     with funnel():
         import yaml
-        from autotune.config import load_config
+        from autotune import tasks
+        from autotune.config_load import load_config
         from autotune.space import resolve_space
         from autotune.views import space_table
 
@@ -73,7 +74,7 @@ def validate(model_yaml: ModelYaml) -> None:
         console.print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), highlight=False)
         space = resolve_space(cfg)
         console.print(space_table(space.describe()))
-        if cfg.workload.task == "train":
+        if tasks.task(cfg.workload.task).estimates_memory:
             from autotune.hardware import detect
             from autotune.runner import model_spec
             from autotune.views import memory_table

@@ -56,65 +56,78 @@ def draw(pd: dict[str, Any], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     written: list[Path] = []
-
-    def save(fig: Any, name: str) -> None:
+    plots = (("history", _history, "history.png"), ("memory", _memory, "pareto.png"),
+             ("per_knob", _per_knob, "knobs.png"), ("telemetry", _telemetry, "telemetry.png"),
+             ("checks", _checks, "checks.png"))
+    for key, plot, name in plots:
+        if not any(pd[key].values()) if isinstance(pd[key], dict) else not pd[key]:
+            continue
+        fig = plot(plt, pd)
         fig.tight_layout()
-        path = out / name
-        fig.savefig(path, dpi=110)
+        fig.savefig(out / name, dpi=110)
         plt.close(fig)
-        written.append(path)
-
-    if pd["history"]:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        ax.scatter(*zip(*pd["history"]), s=18, label="completed trial")
-        ax.step(*zip(*pd["best_so_far"]), where="post", color="C1", label="best so far")
-        if pd["baseline"]:
-            ax.axhline(pd["baseline"], color="grey", ls="--", label="baseline")
-        ax.set(xlabel="trial", ylabel="tokens/s per GPU", title="Optimization history")
-        ax.legend()
-        save(fig, "history.png")
-    if pd["memory"]:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        mem, tok, num = zip(*pd["memory"])
-        ax.scatter(mem, tok, s=18, label="completed trial")
-        front = sorted((m, t) for m, t, n in pd["memory"] if n in pd["pareto"])
-        ax.plot(*zip(*front), "o-", color="C3", label="Pareto front")
-        ax.set(xlabel="peak memory (GiB)", ylabel="tokens/s per GPU", title="Throughput against memory")
-        ax.legend()
-        save(fig, "pareto.png")
-    knobs = [k for k, v in pd["per_knob"].items() if v]
-    if knobs:
-        fig, axes = plt.subplots(1, len(knobs), figsize=(3.2 * len(knobs), 3.6), squeeze=False)
-        for ax, knob in zip(axes[0], knobs):
-            values = list(dict.fromkeys(v for v, _ in sorted(pd["per_knob"][knob], key=lambda p: _order(p[0]))))
-            xs = [values.index(v) for v, _ in pd["per_knob"][knob]]
-            ax.scatter(xs, [t for _, t in pd["per_knob"][knob]], s=16)
-            ax.set_xticks(range(len(values)), values)
-            ax.set(title=knob, ylabel="tokens/s per GPU")
-        save(fig, "knobs.png")
-    if pd["telemetry"]:
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        t, power, clock = zip(*pd["telemetry"])
-        ax.plot(t, power, color="C0", label="power (W)")
-        ax.set(xlabel="seconds into the measured window", ylabel="power (W)", title="Best trial: telemetry")
-        ax2 = ax.twinx()
-        ax2.plot(t, clock, color="C1", label="SM clock (MHz)")
-        ax2.set_ylabel("SM clock (MHz)")
-        save(fig, "telemetry.png")
-    if pd["checks"]:
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        i, ratio, lo, hi, status = zip(*pd["checks"])
-        colors = ["C3" if s == "regression" else "C2" for s in status]
-        ax.errorbar(i, ratio, yerr=[[r - a for r, a in zip(ratio, lo)], [b - r for r, b in zip(ratio, hi)]],
-                    fmt="none", ecolor="grey")
-        ax.scatter(i, ratio, c=colors, zorder=3)
-        ax.axhline(1.0, color="grey", ls="--")
-        if pd["tolerance_pct"] is not None:
-            ax.axhline(1 - pd["tolerance_pct"] / 100, color="C3", ls=":", label="tolerance")
-            ax.legend()
-        ax.set(xlabel="check", ylabel="check / baseline tokens/s", title="autotune check history")
-        save(fig, "checks.png")
+        written.append(out / name)
     return written
+
+
+def _history(plt: Any, pd: dict[str, Any]) -> Any:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.scatter(*zip(*pd["history"]), s=18, label="completed trial")
+    ax.step(*zip(*pd["best_so_far"]), where="post", color="C1", label="best so far")
+    if pd["baseline"]:
+        ax.axhline(pd["baseline"], color="grey", ls="--", label="baseline")
+    ax.set(xlabel="trial", ylabel="tokens/s per GPU", title="Optimization history")
+    ax.legend()
+    return fig
+
+
+def _memory(plt: Any, pd: dict[str, Any]) -> Any:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    mem, tok, num = zip(*pd["memory"])
+    ax.scatter(mem, tok, s=18, label="completed trial")
+    front = sorted((m, t) for m, t, n in pd["memory"] if n in pd["pareto"])
+    ax.plot(*zip(*front), "o-", color="C3", label="Pareto front")
+    ax.set(xlabel="peak memory (GiB)", ylabel="tokens/s per GPU", title="Throughput against memory")
+    ax.legend()
+    return fig
+
+
+def _per_knob(plt: Any, pd: dict[str, Any]) -> Any:
+    knobs = [k for k, v in pd["per_knob"].items() if v]
+    fig, axes = plt.subplots(1, len(knobs), figsize=(3.2 * len(knobs), 3.6), squeeze=False)
+    for ax, knob in zip(axes[0], knobs):
+        values = list(dict.fromkeys(v for v, _ in sorted(pd["per_knob"][knob], key=lambda p: _order(p[0]))))
+        xs = [values.index(v) for v, _ in pd["per_knob"][knob]]
+        ax.scatter(xs, [t for _, t in pd["per_knob"][knob]], s=16)
+        ax.set_xticks(range(len(values)), values)
+        ax.set(title=knob, ylabel="tokens/s per GPU")
+    return fig
+
+
+def _telemetry(plt: Any, pd: dict[str, Any]) -> Any:
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    t, power, clock = zip(*pd["telemetry"])
+    ax.plot(t, power, color="C0", label="power (W)")
+    ax.set(xlabel="seconds into the measured window", ylabel="power (W)", title="Best trial: telemetry")
+    ax2 = ax.twinx()
+    ax2.plot(t, clock, color="C1", label="SM clock (MHz)")
+    ax2.set_ylabel("SM clock (MHz)")
+    return fig
+
+
+def _checks(plt: Any, pd: dict[str, Any]) -> Any:
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    i, ratio, lo, hi, status = zip(*pd["checks"])
+    colors = ["C3" if s == "regression" else "C2" for s in status]
+    ax.errorbar(i, ratio, yerr=[[r - a for r, a in zip(ratio, lo)], [b - r for r, b in zip(ratio, hi)]],
+                fmt="none", ecolor="grey")
+    ax.scatter(i, ratio, c=colors, zorder=3)
+    ax.axhline(1.0, color="grey", ls="--")
+    if pd["tolerance_pct"] is not None:
+        ax.axhline(1 - pd["tolerance_pct"] / 100, color="C3", ls=":", label="tolerance")
+        ax.legend()
+    ax.set(xlabel="check", ylabel="check / baseline tokens/s", title="autotune check history")
+    return fig
 
 
 def _order(value: str) -> tuple[int, Any]:

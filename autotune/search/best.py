@@ -18,6 +18,20 @@ if TYPE_CHECKING:
     from autotune.config import Config
 
 
+# best.yaml's layout. 1: before it was versioned (2026-12-01 and earlier; every knob of its release listed);
+# 2: schema_version and knob_set (the hash of the knob names written) added. Older files are upgraded on read
+# (read_best): the knobs added since, at their defaults.
+SCHEMA_VERSION = 2
+
+
+def knob_set(knobs: dict[str, Any]) -> str:
+    """A short hash of the knob names a release writes: on read, the same hash says that the knobs a file lacks
+    were added since (upgraded), another says the list was edited (refused)."""
+    import hashlib
+
+    return hashlib.sha256(",".join(sorted(knobs)).encode()).hexdigest()[:12]
+
+
 def write_yaml(path: Path, doc: dict[str, Any]) -> None:
     """best.yaml for people (no anchors), written atomically (yamlio.write)."""
     yamlio.write(path, doc)
@@ -46,6 +60,8 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
     value = chosen_stats["median"] if chosen_stats and chosen_stats["median"] else value_of(best)
     scale = value / value_of(best)
     doc = {
+        "schema_version": SCHEMA_VERSION,
+        "knob_set": knob_set(knobs),
         "name": cfg.name,
         "chosen": {"trial": best.number, "why": why},
         "knobs": knobs,
@@ -75,7 +91,7 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
                        "tpot_ms_p99": round(t.values[1], 3), "knobs": t.user_attrs["knobs"]}
                       for t in sorted(study.best_trials, key=lambda t: t.values[1])]}
            if len(study.directions) > 1 else {}),
-        "apply": {"env": catalogue.env_of(knobs), "knobs": knobs, "notes": catalogue.apply_notes(knobs, fp["device"])},
+        "apply": {"env": catalogue.env_of(knobs), "knobs": knobs, "notes": catalogue.apply_notes(knobs, fp["device"], cfg.workload.task)},
         "measurement": {
             "warmup_steps": cfg.workload.warmup_steps,
             "measure_steps": cfg.workload.measure_steps,
@@ -161,7 +177,8 @@ class BestFile(_Part):
 def read_best(path: Path) -> dict[str, Any]:
     """A best.yaml written by `autotune search`, every part check uses validated (the model and workload as
     the YAML schema says, each knob as its catalogue entry says); ConfigError (exit 2) naming the bad part."""
-    from autotune.config import ModelConfig, WorkloadConfig, describe_error
+    from autotune.config import ModelConfig, WorkloadConfig
+    from autotune.config_load import describe_error
 
     doc = yamlio.read(path, "BEST_YAML")
     if not isinstance(doc, dict) or "knobs" not in doc or "fingerprint" not in doc:
@@ -173,6 +190,7 @@ def read_best(path: Path) -> dict[str, Any]:
     except ValidationError as err:
         section = next((k for k in ("model", "workload") if err.title == f"{k.capitalize()}Config"), None)
         raise ConfigError(f"{path}: {describe_error(err, section)}") from None
+    _upgrade(path, doc)
     _check_knobs(path, doc["knobs"], doc["workload"].get("task", "train"), doc["workload"].get("world_size", 1))
     if "micro_batch_size" in doc["knobs"]:
         _check_batch(path, doc["knobs"], doc["workload"])
@@ -199,19 +217,35 @@ def _old_behaviour(knobs: dict[str, Any], missing: list[str], world: int) -> dic
     return {n: full[n] for n in missing}
 
 
+def _upgrade(path: Path, doc: dict[str, Any]) -> None:
+    """A best.yaml of an older release, read as this one: the knobs added since are filled in as a search would
+    have written them (_old_behaviour), and doc["upgraded"] says which (check prints it). A knob this release
+    does not know is left for _check_knobs to refuse."""
+    version = doc.get("schema_version", 1)
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise ConfigError(f"{path}: schema_version: {version!r} is newer than this autotune reads (up to "
+                          f"{SCHEMA_VERSION}); upgrade autotune")
+    task, world = doc["workload"].get("task", "train"), doc["workload"].get("world_size", 1)
+    knobs = doc["knobs"]
+    names = [k.name for k in catalogue.CATALOGUE if task in k.tasks]
+    missing = [n for n in names if n not in knobs]
+    intact = version == 1 or doc.get("knob_set") == knob_set(knobs)  # version 1 wrote no knob_set
+    if missing and intact and not set(knobs) - set(names):
+        added = _old_behaviour(knobs, missing, world)
+        doc["knobs"] = {n: {**knobs, **added}[n] for n in names}
+        doc["upgraded"] = {"from_schema": version, "knobs_added": added}
+
+
 def _check_knobs(path: Path, knobs: dict[str, Any], task: str, world: int = 1) -> None:
     """Every knob of the workload's task, each value one its knob accepts (None: not acting in this trial)."""
-    from autotune.config import SpaceConfig, describe_error
+    from autotune.config import SpaceConfig
+    from autotune.config_load import describe_error
 
     names = {k.name for k in catalogue.CATALOGUE if task in k.tasks}
     if set(knobs) != names:
-        wrong, missing = sorted(set(knobs) ^ names), [k.name for k in catalogue.CATALOGUE if k.name in names - set(knobs)]
-        # a file from an older autotune lacks the knobs added since: say which, with their defaults
-        older = f" (a best.yaml from an older autotune? the knobs added since, at their defaults: " \
-                f"{', '.join(f'{n}: {_yaml_value(v)}' for n, v in _old_behaviour(knobs, missing, world).items())})" \
-            if missing and not set(knobs) - names else ""
+        wrong = sorted(set(knobs) ^ names)
         raise ConfigError(f"{path}: knobs: {wrong[0]} is {'missing' if wrong[0] in names else 'not a knob'}; "
-                          f"best.yaml lists every knob of task {task}{older}")
+                          f"best.yaml lists every knob of task {task}")
     given = {k: [v] for k, v in knobs.items() if v is not None}
     try:
         SpaceConfig.model_validate(given)
@@ -229,6 +263,9 @@ def record_check_baseline(path: Path, doc: dict[str, Any], samples: list[float],
     doc is best.yaml as read_best read it. reset: the nightly series starts again from here (an --update keeps
     the series: a slow drift absorbed by nightly updates is what the series is read for)."""
     since = recorded_at if reset else (doc.get("check_baseline") or {}).get("series_from")
+    # written back in this release's layout (an upgraded file keeps its filled-in knobs, not the note)
+    doc = {k: v for k, v in doc.items() if k != "upgraded"}
+    doc.update(schema_version=SCHEMA_VERSION, knob_set=knob_set(doc["knobs"]))
     doc = {**doc, "check_baseline": {"tokens_per_s_samples": samples, "recorded_at": recorded_at,
                                      "fingerprint": fingerprint, **({"tpot_ms_samples": tpot_ms} if tpot_ms else {}),
                                      **({"series_from": since} if since else {})}}

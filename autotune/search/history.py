@@ -8,6 +8,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune import knobs as catalogue
 from autotune.protocol import CONFIG_FAILURES, STATUSES
 
 # Trials recorded without a launch; they never count toward the budget.
@@ -17,8 +18,15 @@ Key = tuple[tuple[str, Any], ...]
 
 
 def key(knobs: dict[str, Any]) -> Key:
-    """A configuration's identity: its knob values."""
-    return tuple(sorted(knobs.items()))
+    """A configuration's identity: its knob values less those at their catalogue default or not acting (None),
+    so that a record made before a knob existed (it lacks the knob, which then acts at its default) and one made
+    after (the knob at its default) are the same configuration (identity.py)."""
+    return tuple(sorted((k, v) for k, v in knobs.items() if v is not None and not _is_default(k, v)))
+
+
+def _is_default(name: str, value: Any) -> bool:
+    knob = catalogue.BY_NAME.get(name)
+    return knob is not None and type(value) is type(knob.default) and value == knob.default
 
 
 def optuna_state(status: str) -> TrialState:

@@ -24,6 +24,7 @@ from autotune.errors import ConfigError
 from autotune.hardware import default_device, detect
 from autotune.errors import Terminated
 from autotune.runner import Bench, measure, preflight
+from autotune import tasks
 from autotune.search import boundary, loss_guard, predict
 from autotune.search.best import write_best
 from autotune.search.confirm import confirm
@@ -152,7 +153,7 @@ class _Search:
         self.grace = cfg.study.worker_grace_s
         gpus = [g["memory_gib"] for g in detect()["gpus"]] if device == "cuda" else []
         self.memory = predict.Memory(self.bench.model, cfg.workload.world_size, min(gpus) if gpus else None) \
-            if cfg.workload.task == "train" else None
+            if tasks.task(cfg.workload.task).estimates_memory else None
         # one-rank trials report their steps and may be pruned; ranks would have to agree on where to stop
         # (Optuna's pruners do not take multi-objective trials: a pareto study prunes nothing)
         self.prune_below = cfg.study.prune_below if cfg.workload.world_size == 1 and cfg.study.objective != "pareto" \
@@ -278,7 +279,8 @@ class _Search:
         h = History.of(study)
         self.observer.started({"name": cfg.name, "device": self.bench.device, "budget": self.budget, "done": h.launched,
                                "space_size": self.space.size, "sampler": cfg.study.sampler, "timeout_s": timeout_s,
-                               "storage": mask_url(url), "baseline": self.space.baseline})
+                               "storage": mask_url(url), "baseline": self.space.baseline,
+                               "imported": sum(1 for t in study.get_trials(deepcopy=False) if "warm_start" in t.user_attrs)})
         if h.launched >= self.budget:
             return "budget already reached"
         if not self._unseen(h):

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from autotune import tasks
 from autotune.knobs import numerics, reference_of
 from autotune.protocol import write_json
 from autotune.runner import Bench, measure
@@ -73,7 +74,7 @@ def apply(bench: Bench, knobs: dict[str, Any], record: dict[str, Any], run_dir: 
     check = bench.params.get("loss_check") or {}
     mine = (record.get("loss_check") or {}).get("losses")
     changed = numerics(knobs)
-    if bench.task != "train" or not check.get("steps") or record["status"] != "ok" or not changed:
+    if not tasks.task(bench.task).loss_check or not check.get("steps") or record["status"] != "ok" or not changed:
         return record
     if not mine:  # a model without init_weights (an entrypoint's): nothing to compare
         record["loss_check"] = {"checked": False, "why": "the model has no init_weights() to start the check from"}

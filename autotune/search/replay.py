@@ -22,7 +22,7 @@ from typing import Any
 
 import optuna
 
-from autotune.config import load_config
+from autotune.config_load import load_config
 from autotune.search.history import key
 from autotune.search.loop import _Search
 from autotune.search.observer import Observer

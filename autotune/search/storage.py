@@ -107,7 +107,7 @@ def open_study(cfg: Config, *, out_root: Path, device: str, fresh: bool,
 
     baseline: the baseline trial's knobs, stored with the study: report, check and the live view find the
     baseline trial by them (history.History.baseline)."""
-    from autotune.space import config_fingerprint
+    from autotune import identity
 
     study_dir = _check_study_dir(out_root, cfg.name, fresh)
     default_storage = cfg.study.storage is None
@@ -124,9 +124,10 @@ def open_study(cfg: Config, *, out_root: Path, device: str, fresh: bool,
         raise StudyError(f"study.storage: cannot open {mask_url(url)}: {err}") from None
     if fresh and not default_storage:
         _archive(study_dir, storage, cfg.name, default_storage)  # copies the study aside in its storage
-    want = {"config_fingerprint": config_fingerprint(cfg), "device": device}
+    config = cfg.model_dump(mode="json")
+    want = {"config_identity": identity.digest(config), "device": device}
     if not fresh:
-        _refuse_other_config(cfg.name, storage, url, want)
+        _refuse_other_config(cfg.name, storage, url, config, device)
     study_dir.mkdir(parents=True, exist_ok=True)
     directions = ["maximize", "minimize"] if cfg.study.objective == "pareto" else ["maximize"]
     try:
@@ -142,7 +143,6 @@ def open_study(cfg: Config, *, out_root: Path, device: str, fresh: bool,
         study.set_user_attr(key, value)
     if "baseline_knobs" not in study.user_attrs:  # the baseline the study began with stays its baseline
         study.set_user_attr("baseline_knobs", baseline)
-    config = cfg.model_dump(mode="json")
     config["study"]["storage"] = mask_url(url)  # credentials are never stored
     study.set_user_attr("config", config)
     return study, study_dir, url
@@ -161,7 +161,11 @@ def _check_study_dir(out_root: Path, name: str, fresh: bool) -> Path:
     return study_dir
 
 
-def _refuse_other_config(name: str, storage: Any, url: str, want: dict[str, str]) -> None:
+def _refuse_other_config(name: str, storage: Any, url: str, config: dict[str, Any], device: str) -> None:
+    """A study of this name that measured another model, workload, space (identity.difference: a field or
+    knob added since at its default is no difference) or device is refused."""
+    from autotune import identity
+
     try:
         old = optuna.load_study(study_name=name, storage=storage)
     except KeyError:
@@ -170,12 +174,16 @@ def _refuse_other_config(name: str, storage: Any, url: str, want: dict[str, str]
         raise StudyError(f"study.storage: cannot open {mask_url(url)}: {err}") from None
     if not old.get_trials(deepcopy=False):
         return
-    for key, value in want.items():
-        have = old.user_attrs.get(key)
-        if have != value:
-            what = "model, workload or space" if key == "config_fingerprint" else f"device ({have})"
-            raise StudyError(f"name: study {name!r} exists with a different {what}; "
-                             "run with --fresh (the old study is archived, not deleted) or choose another name")
+    stored = old.user_attrs.get("config")
+    differs = identity.difference(stored, config) if isinstance(stored, dict) else "its config is not stored"
+    if differs:
+        raise StudyError(f"name: study {name!r} exists with a different model, workload or space ({differs}); "
+                         "run with --warm-start to start from its trials, --fresh (the old study is archived, not "
+                         "deleted) or choose another name")
+    have = old.user_attrs.get("device")
+    if have != device:
+        raise StudyError(f"name: study {name!r} exists with a different device ({have}); "
+                         "run with --fresh (the old study is archived, not deleted) or choose another name")
 
 
 def load_study(path: Path | None, study_name: str | None, storage: str | None) -> tuple[optuna.Study, Path | None]:

@@ -15,10 +15,11 @@ from typing import Any
 import optuna
 from optuna.distributions import CategoricalDistribution
 
+from autotune import identity
 from autotune.config import Config
-from autotune.errors import ConfigError, excerpt
+from autotune.errors import ConfigError
 from autotune.hardware import detect
-from autotune.search.history import History
+from autotune.search.history import History, key
 from autotune.search.storage import load_study
 from autotune.space import ResolvedSpace
 
@@ -28,13 +29,13 @@ _MEASURED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 def _check_same(cfg: Config, source: optuna.Study, where: str, device: str) -> None:
     """The source measured the same model and workload on this device kind, GPU model and torch."""
     stored = source.user_attrs.get("config") or {}
-    for section in ("model", "workload"):
-        mine = getattr(cfg, section).model_dump(mode="json")
-        if stored.get(section) != mine:
-            diff = next((k for k in sorted(set(mine) | set(stored.get(section) or {}))
-                         if mine.get(k) != (stored.get(section) or {}).get(k)), "?")
-            raise ConfigError(f"--warm-start: {where} measured another {section} ({section}.{diff} is "
-                              f"{excerpt((stored.get(section) or {}).get(diff))}, here {excerpt(mine.get(diff))})")
+    mine = cfg.model_dump(mode="json")
+    # the model and workload must be the same (a field added since at its default is no difference); the space
+    # may differ: only the trials that lie in this one are copied
+    differs = identity.difference({**stored, "space": {}}, {**mine, "space": {}})
+    if differs:
+        section = differs.split(".")[0]
+        raise ConfigError(f"--warm-start: {where} measured another {section} ({differs})")
     if source.user_attrs.get("device") != device:
         raise ConfigError(f"--warm-start: {where} was measured on {source.user_attrs.get('device')}, this study runs on {device}")
     here_gpu = next((g["name"] for g in detect()["gpus"]), None) if device == "cuda" else None
@@ -65,11 +66,13 @@ def copy_trials(study: optuna.Study, space: ResolvedSpace, source: optuna.Study)
         params = {k: knobs.get(k) for k in space.searched}
         if t.user_attrs.get("status") in (None, "duplicate", "skipped") or t.user_attrs.get("predicted"):
             continue
-        if any(params[k] not in dists[k].choices for k in params) or space.knobs(params) != knobs:
+        if any(params[k] not in dists[k].choices for k in params) or key(space.knobs(params)) != key(knobs):
             continue  # outside the new space (or a knob fixed at another value)
-        if tuple(sorted(knobs.items())) in seen:
+        if key(knobs) in seen:
             continue
-        attrs: dict[str, Any] = {**t.user_attrs, "warm_start": f"{source.study_name}#{t.number}"}
+        # the record upgraded to this release's knobs (one made before a knob existed lacks it: at its default)
+        attrs: dict[str, Any] = {**t.user_attrs, "knobs": space.knobs(params),
+                                 "warm_start": f"{source.study_name}#{t.number}"}
         if t.values is not None and len(t.values) != len(study.directions):
             continue  # measured under another objective (tokens/s alone against the pareto pair)
         copies.append(optuna.trial.create_trial(params=params, distributions=dists, values=t.values, state=t.state,

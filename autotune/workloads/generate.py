@@ -18,14 +18,12 @@ import statistics
 import time
 from typing import Any
 
-from autotune.knobs import QUANT_CONFIGS
 from autotune.workloads.base import InvalidConfig, Measured, Work, Workload
+from autotune.workloads.quant import apply_weight_quant, capture_linears, drift, layer_errors, linear_bytes
 from autotune.workloads.timing import time_steps
 from autotune.workloads.train import apply_attention, apply_precision
 
 DRIFT_PROMPTS, DRIFT_POSITIONS = 4, 16  # sequences and last positions compared against the unquantized model
-# bytes one stored weight takes, per weight_quant (plus the scales: quant_bytes)
-WEIGHT_BITS = {"int8_weight_only": 8, "int4_weight_only": 4, "float8_weight_only": 8, "float8_dynamic": 8}
 
 
 def _cache_module(torch: Any) -> type:
@@ -134,132 +132,6 @@ def full_logits(torch: Any, model: Any, tokens: Any, last: int) -> Any:
     return model.head(model.norm(x[:, -last:]))[..., : model.vocab].float()
 
 
-def capture_linears(torch: Any, model: Any, run: Any, last: int) -> dict[str, tuple[Any, Any]]:
-    """Each nn.Linear's input and output on the last `last` positions while `run()` runs: the per-layer
-    reference a quantized copy of the same weights is compared with."""
-    seen: dict[str, tuple[Any, Any]] = {}
-    hooks = []
-    for name, mod in model.named_modules():
-        if isinstance(mod, torch.nn.Linear):
-            def keep(m: Any, args: Any, out: Any, name: str = name) -> None:
-                seen[name] = (args[0][:, -last:].detach().clone(), out[:, -last:].detach().float())
-            hooks.append(mod.register_forward_hook(keep))
-    try:
-        run()
-    finally:
-        for h in hooks:
-            h.remove()
-    return seen
-
-
-def layer_errors(torch: Any, model: Any, seen: dict[str, tuple[Any, Any]]) -> list[float]:
-    """Relative output error ||W_q x - W x|| / ||W x|| of every quantized linear, on its recorded input."""
-    mods = dict(model.named_modules())
-    errs = []
-    for name, (x, ref) in seen.items():
-        out = mods[name](x).float()
-        errs.append(((out - ref).norm() / ref.norm().clamp_min(1e-12)).item())
-    return errs
-
-
-def drift(torch: Any, ref: Any, new: Any) -> dict[str, float]:
-    """Greedy next-token agreement and mean KL(ref || new) in nats, over every compared position."""
-    agree = (ref.argmax(-1) == new.argmax(-1)).float().mean().item()
-    logp, logq = torch.log_softmax(ref, -1), torch.log_softmax(new, -1)
-    kl = (logp.exp() * (logp - logq)).sum(-1).mean().item()
-    return {"greedy_agreement": agree, "kl_nats": kl}
-
-
-def apply_weight_quant(torch: Any, model: Any, knobs: dict[str, Any], broken: bool = False) -> str | None:
-    """torchao quantize_ with the weight_quant's config on every nn.Linear; the call as applied, or None.
-    broken (the test-only drift fault): a 1-bit sign quantizer instead, which must be caught."""
-    quant = knobs["weight_quant"]
-    if quant in (None, "none"):
-        return None
-    if broken:
-        with torch.no_grad():
-            for mod in model.modules():
-                if isinstance(mod, torch.nn.Linear):
-                    mod.weight.copy_(mod.weight.sign() * mod.weight.abs().mean())
-        return "AUTOTUNE_FAULT=drift: a 1-bit sign quantizer"
-    try:
-        import torchao.quantization as tq
-    except Exception as err:
-        raise InvalidConfig(f"weight_quant {quant} needs torchao (pip install 'autotune[generate]'): {err}",
-                            "weight_quant") from None
-    name, config = QUANT_CONFIGS[quant], None
-    # int4: torch's own tinygemm kernel (tile-packed layout), as torchao's published Llama numbers use; the
-    # plain layout needs fbgemm/mslk kernels that a stock torch lacks; or gemlite's Triton kernels
-    kwargs = {"group_size": knobs["int4_group_size"], "int4_packing_format": "tile_packed_to_4d"} \
-        if quant == "int4_weight_only" else {}
-    if quant == "int4_weight_only" and knobs.get("int4_kernel") == "gemlite":
-        config = gemlite_config(knobs["int4_group_size"], next(model.parameters()).device.type)
-        name, kwargs = "UIntxWeightOnlyConfig", {"group_size": knobs["int4_group_size"], "bit_width": 4}
-    try:
-        tq.quantize_(model, config or getattr(tq, name)(**kwargs))
-    except Exception as err:  # torchao's own reason: kernel missing on this GPU, dtype not supported, ...
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
-        raise InvalidConfig(f"weight_quant {quant}: torchao cannot apply it here: {type(err).__name__}: {first}",
-                            "weight_quant", "precision") from None
-    # torchao's configs default to set_inductor_config=True: its recommended Inductor flags (coordinate-descent
-    # tuning among them) are set for every quantized trial, never for bf16's: said where the trial says what ran
-    return f"quantize_(model, {name}({', '.join(f'{k}={v}' for k, v in kwargs.items())})); torchao set its " \
-           "recommended Inductor flags (set_inductor_config=True: coordinate_descent_tuning and others)"
-
-
-def gemlite_config(group: int, device: str) -> Any:
-    """torchao's gemlite int4 config; InvalidConfig off the GPU or where gemlite is missing."""
-    if device != "cuda":
-        raise InvalidConfig(f"int4_kernel gemlite runs Triton kernels on NVIDIA GPUs only, not on {device}",
-                            "int4_kernel")
-    try:
-        import gemlite
-        import torchao
-        from torchao.prototype.quantization.quant_api import UIntxWeightOnlyConfig
-    except Exception as err:
-        raise InvalidConfig(f"int4_kernel gemlite needs the gemlite package (pip install 'autotune[gemlite]') and "
-                            f"torchao's prototype UIntxWeightOnlyConfig: {type(err).__name__}: {err}",
-                            "int4_kernel") from None
-    mismatch = gemlite_mismatch(gemlite.__version__, torchao.__version__)
-    if mismatch:
-        raise InvalidConfig(mismatch, "int4_kernel")
-    return UIntxWeightOnlyConfig(group_size=group, bit_width=4)
-
-
-def _release(version: str) -> tuple[int, ...]:
-    """(major, minor) of a version string such as 0.6.0.post2 or 0.18.0+cu130."""
-    parts = version.split("+")[0].split(".")[:2]
-    return tuple(int("".join(ch for ch in p if ch.isdigit()) or 0) for p in parts)
-
-
-def gemlite_mismatch(gemlite_version: str, torchao_version: str) -> str | None:
-    """Why these two versions cannot quantize together, or None. torchao 0.18's UIntxBitPackedTensor.from_hp
-    unpacks three tensors (`qdata, scale, zero_point = gemlite_linear.get_tensor_args()`); gemlite 0.6 added a
-    fourth (meta_scale, for NVFP4), so every layer failed with 'too many values to unpack (expected 3)' (seen
-    on an H200 with gemlite 0.6.0.post2; gemlite 0.5.1.post1 returns the three)."""
-    if _release(gemlite_version) >= (0, 6) and _release(torchao_version) <= (0, 18):
-        return (f"int4_kernel gemlite: gemlite {gemlite_version} returns four tensors from get_tensor_args where "
-                f"torchao {torchao_version} unpacks three; install gemlite<0.6 (0.5.1.post1 runs with torchao 0.18)")
-    return None
-
-
-def linear_bytes(model: Any, torch: Any, quant: str | None, group: int) -> int:
-    """Bytes a decode step reads for the linear layers' weights as stored: the quantized weights and their
-    scales (int4: a bf16 scale and zero point per group; int8/float8: a scale per output row)."""
-    total = 0
-    for mod in model.modules():
-        if isinstance(mod, torch.nn.Linear):
-            out_f, in_f = mod.out_features, mod.in_features
-            if quant in WEIGHT_BITS:
-                total += out_f * in_f * WEIGHT_BITS[quant] // 8
-                total += (out_f * (in_f // group) * 4) if quant == "int4_weight_only" else out_f * 4
-            else:
-                total += mod.weight.numel() * mod.weight.element_size()
-            if mod.bias is not None:
-                total += mod.bias.numel() * mod.bias.element_size()
-    return total
-
-
 class Generate(Workload):
     """Prefill a batch of prompts, then decode gen_len tokens each with a KV cache, greedy."""
 
@@ -270,36 +142,13 @@ class Generate(Workload):
         m, run = spec.model, spec.run
         if not m or not (m.get("family") or m.get("hf_config")):
             raise InvalidConfig("task generate runs the built-in model (model.family gpt or llama) or an hf_config model")
-        device = spec.device
         self.prompt_len, self.gen_len, self.batch = run.prompt_len, run.gen_len, knobs["batch_size"]
-        amp = apply_precision(torch, knobs["precision"], device)
-        self.dtype = amp or torch.float32
-        self.dev = torch.device(device)
-        self.attention = apply_attention(torch, knobs["attention"], device, self.dtype)
+        self.dtype = apply_precision(torch, knobs["precision"], spec.device) or torch.float32
+        self.dev = torch.device(spec.device)
+        self.attention = apply_attention(torch, knobs["attention"], spec.device, self.dtype)
         torch.manual_seed(run.seed)
         static = knobs["kv_cache"] == "static"
-        if m.get("hf_config"):
-            if static:
-                raise InvalidConfig("kv_cache static is the built-in model's (a cache preallocated and written in "
-                                    "place); an hf_config model decodes with kv_cache: dynamic (transformers' "
-                                    "DynamicCache)", "kv_cache")
-            from autotune.workloads.external import hf_causal_lm
-
-            model, config = hf_causal_lm(m, knobs, self.dev)
-            vocab, d_model = config.vocab_size, config.hidden_size
-            model = model.to(self.dtype).eval().requires_grad_(False)
-            self.logits = lambda tokens, last: model(input_ids=tokens).logits[:, -last:, :vocab].float()
-        else:
-            from autotune.workloads.model import Transformer
-
-            cfg = {**m, "attention": knobs["attention"], "padded_vocab": m["vocab_size"], "checkpoint_every": 0}
-            with torch.device("meta"):  # built in its dtype where it runs: an 8B model never exists in fp32
-                model = Transformer(cfg).to(self.dtype)
-            model = model.to_empty(device=self.dev)
-            model.init_weights()
-            model = model.eval().requires_grad_(False)
-            vocab, d_model = m["vocab_size"], m["d_model"]
-            self.logits = lambda tokens, last: full_logits(torch, model, tokens, last)
+        model, vocab, d_model = self._hf_model(static) if m.get("hf_config") else self._builtin_model()
         gen = torch.Generator(device=self.dev).manual_seed(run.seed)
         self.prompts = torch.randint(0, vocab, (self.batch, self.prompt_len), device=self.dev, generator=gen)
         n_params = sum(p.numel() for p in model.parameters())
@@ -314,16 +163,7 @@ class Generate(Workload):
             raise InvalidConfig("compile reduce-overhead (CUDA graphs) needs kv_cache static: a growing cache "
                                 "changes every decode step's shapes", "compile", "kv_cache")
         self.prefill_fn, self.decode_fn = self._compile(mode, static, knobs.get("compile_prefill", False))
-        layers = self.decoder.layers if m.get("hf_config") else len(model.blocks)
-        cached = 2 * layers * self.batch * self.decoder.n_kv * self.decoder.head_dim
-        mean_pos = self.prompt_len + (self.gen_len - 1) / 2  # positions a decode step attends to, on average
-        dtype_bytes = torch.finfo(self.dtype).bits // 8
-        weights = linear_bytes(model, torch, quant, knobs.get("int4_group_size") or 128)
-        norms = (torch.nn.LayerNorm, torch.nn.RMSNorm)
-        other = sum(p.numel() * p.element_size() for mod in model.modules() if isinstance(mod, norms)
-                    for p in mod.parameters())
-        self.bytes_per_decode_step = int(weights + other + cached * mean_pos * dtype_bytes
-                                         + self.batch * d_model * dtype_bytes)
+        self.bytes_per_decode_step = self._decode_bytes(model, quant, d_model)
         self._work = Work(tokens_per_step=self.batch * self.gen_len, n_params=n_params)
         self.applied = {
             "precision": str(self.dtype).replace("torch.", ""),
@@ -334,6 +174,49 @@ class Generate(Workload):
             "attention": knobs["attention"],
             "drift": drift_checked,
         }
+
+    def _hf_model(self, static: bool) -> tuple[Any, int, int]:
+        """An hf_config model in its dtype, decoded with transformers' own cache: (model, vocab, d_model)."""
+        if static:
+            raise InvalidConfig("kv_cache static is the built-in model's (a cache preallocated and written in "
+                                "place); an hf_config model decodes with kv_cache: dynamic (transformers' "
+                                "DynamicCache)", "kv_cache")
+        from autotune.workloads.external import hf_causal_lm
+
+        model, config = hf_causal_lm(self.spec.model, self.spec.knobs, self.dev)
+        vocab = config.vocab_size
+        model = model.to(self.dtype).eval().requires_grad_(False)
+        self.logits = lambda tokens, last: model(input_ids=tokens).logits[:, -last:, :vocab].float()
+        return model, vocab, config.hidden_size
+
+    def _builtin_model(self) -> tuple[Any, int, int]:
+        """The built-in model built on the meta device in its dtype, materialised where it runs (an 8B model
+        never exists in fp32): (model, vocab, d_model)."""
+        from autotune.workloads.model import Transformer
+
+        torch, m = self.torch, self.spec.model
+        cfg = {**m, "attention": self.spec.knobs["attention"], "padded_vocab": m["vocab_size"], "checkpoint_every": 0}
+        with torch.device("meta"):
+            model = Transformer(cfg).to(self.dtype)
+        model = model.to_empty(device=self.dev)
+        model.init_weights()
+        model = model.eval().requires_grad_(False)
+        self.logits = lambda tokens, last: full_logits(torch, model, tokens, last)
+        return model, m["vocab_size"], m["d_model"]
+
+    def _decode_bytes(self, model: Any, quant: str | None, d_model: int) -> int:
+        """Bytes one decode step must read (the roofline's numerator): the linears' weights as stored, the
+        norms, the KV cache of the positions attended to on average, the batch's hidden states."""
+        torch, knobs = self.torch, self.spec.knobs
+        layers = self.decoder.layers if self.spec.model.get("hf_config") else len(model.blocks)
+        cached = 2 * layers * self.batch * self.decoder.n_kv * self.decoder.head_dim
+        mean_pos = self.prompt_len + (self.gen_len - 1) / 2  # positions a decode step attends to, on average
+        dtype_bytes = torch.finfo(self.dtype).bits // 8
+        weights = linear_bytes(model, torch, quant, knobs.get("int4_group_size") or 128)
+        norms = (torch.nn.LayerNorm, torch.nn.RMSNorm)
+        other = sum(p.numel() * p.element_size() for mod in model.modules() if isinstance(mod, norms)
+                    for p in mod.parameters())
+        return int(weights + other + cached * mean_pos * dtype_bytes + self.batch * d_model * dtype_bytes)
 
     def _quantize(self, model: Any, vocab: int) -> tuple[str | None, dict[str, Any]]:
         """weight_quant applied, with the drift guard: every linear's input and output recorded on a probe

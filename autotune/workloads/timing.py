@@ -47,6 +47,25 @@ def time_steps(torch: Any, step: Callable[[], Any], *, warmup: int, measure: int
     events without waiting for them); True stops the measurement there."""
     cuda = device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
+    warmup_s = _warm_up(step, warmup, sync, after_warmup_step)
+    warmup_end = time.time()
+    if before_window:
+        before_window()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    start_wall = time.time()
+    if cuda:
+        outputs, step_s, stopped = _measure_cuda(torch, step, measure, before_each, progress)
+        peak, kind, reserved = torch.cuda.max_memory_allocated(), "cuda_max_memory_allocated", torch.cuda.max_memory_reserved()
+    else:
+        outputs, step_s, stopped = _measure_host(step, measure, before_each, progress)
+        peak, kind, reserved = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_max_rss", None
+    return Timing(warmup_s, warmup_end, step_s, outputs, (start_wall, time.time()), peak, kind, reserved, stopped)
+
+
+def _warm_up(step: Callable[[], Any], warmup: int, sync: Callable[[], Any],
+             after_warmup_step: Callable[[Any], None] | None) -> list[float]:
+    """The untimed steps, each synchronised; their wall times (the first carries torch.compile)."""
     warmup_s = []
     for _ in range(warmup):
         t0 = time.perf_counter()
@@ -56,47 +75,55 @@ def time_steps(torch: Any, step: Callable[[], Any], *, warmup: int, measure: int
         if after_warmup_step:
             after_warmup_step(out)
     sync()
-    warmup_end = time.time()
-    if before_window:
-        before_window()
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    start_wall = time.time()
-    outputs, step_s, stopped = [], [], False
-    if cuda:
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(measure)]
-        launched = 0
-        for start, end in events:
-            if progress is not None and launched >= AHEAD:
-                # the host may run AHEAD steps in front of the device, not the whole measurement (seen on an
-                # H200: all 4 steps launched before the first ended, so a pruner could stop nothing); the
-                # device still has AHEAD - 1 steps queued, so it never waits for the host here
-                events[launched - AHEAD][1].synchronize()
-            if before_each:
-                before_each()
-            start.record()
-            outputs.append(step())
-            end.record()
-            launched += 1
-            if progress is not None and launched < measure:  # after the last step there is nothing to stop
-                while len(step_s) < launched and events[len(step_s)][1].query():  # finished: no waiting
-                    first, last = events[len(step_s)]
-                    step_s.append(first.elapsed_time(last) / 1000.0)
-                if progress(step_s):
-                    stopped = True
-                    break
-        sync()  # after the last step (watched by a pruner, the host also waited for step i - AHEAD before step i)
-        step_s = [start.elapsed_time(end) / 1000.0 for start, end in events[:launched]]
-        peak, kind, reserved = torch.cuda.max_memory_allocated(), "cuda_max_memory_allocated", torch.cuda.max_memory_reserved()
-    else:
-        for _ in range(measure):
-            if before_each:
-                before_each()
-            t0 = time.perf_counter()
-            outputs.append(step())
-            step_s.append(time.perf_counter() - t0)
-            if progress is not None and len(step_s) < measure and progress(step_s):
-                stopped = True
-                break
-        peak, kind, reserved = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_max_rss", None
-    return Timing(warmup_s, warmup_end, step_s, outputs, (start_wall, time.time()), peak, kind, reserved, stopped)
+    return warmup_s
+
+
+def _measure_cuda(torch: Any, step: Callable[[], Any], measure: int, before_each: Callable[[], None] | None,
+                  progress: Callable[[list[float]], bool] | None) -> tuple[list[Any], list[float], bool]:
+    """The timed steps on the GPU, a pair of CUDA events around each: (outputs, seconds a step, stopped)."""
+    outputs: list[Any] = []
+    step_s: list[float] = []
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(measure)]
+    launched = 0
+    for start, end in events:
+        if progress is not None and launched >= AHEAD:
+            # the host may run AHEAD steps in front of the device, not the whole measurement (seen on an
+            # H200: all 4 steps launched before the first ended, so a pruner could stop nothing); the
+            # device still has AHEAD - 1 steps queued, so it never waits for the host here
+            events[launched - AHEAD][1].synchronize()
+        if before_each:
+            before_each()
+        start.record()
+        outputs.append(step())
+        end.record()
+        launched += 1
+        if progress is not None and launched < measure and _finished_says_stop(events, launched, step_s, progress):
+            break
+    torch.cuda.synchronize()  # after the last step (watched by a pruner, the host also waited for step i - AHEAD)
+    step_s = [start.elapsed_time(end) / 1000.0 for start, end in events[:launched]]
+    return outputs, step_s, launched < measure
+
+
+def _finished_says_stop(events: list[Any], launched: int, step_s: list[float],
+                        progress: Callable[[list[float]], bool]) -> bool:
+    """Read the steps the device has finished (no waiting) into step_s; whether progress asks to stop."""
+    while len(step_s) < launched and events[len(step_s)][1].query():
+        first, last = events[len(step_s)]
+        step_s.append(first.elapsed_time(last) / 1000.0)
+    return progress(step_s)
+
+
+def _measure_host(step: Callable[[], Any], measure: int, before_each: Callable[[], None] | None,
+                  progress: Callable[[list[float]], bool] | None) -> tuple[list[Any], list[float], bool]:
+    """The timed steps on the CPU, time.perf_counter around each: (outputs, seconds a step, stopped)."""
+    outputs: list[Any] = []
+    step_s: list[float] = []
+    for _ in range(measure):
+        if before_each:
+            before_each()
+        t0 = time.perf_counter()
+        outputs.append(step())
+        step_s.append(time.perf_counter() - t0)
+        if progress is not None and len(step_s) < measure and progress(step_s):
+            return outputs, step_s, True
+    return outputs, step_s, False

@@ -1,0 +1,30 @@
+"""The parent's task plug-ins, one per workload.task: `TASKS[name]` (see Task). The trial's side is
+workloads.WORKLOADS; knobs.TASKS names both (a test holds the three registries equal)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.tasks._base import Task
+from autotune.tasks._generate import Generate
+from autotune.tasks._train import Train
+
+TASKS: dict[str, Task] = {t.name: t for t in (Train(), Generate())}
+
+__all__ = ["TASKS", "Task", "check_workload", "task"]
+
+
+def task(name: str) -> Task:
+    """The plug-in of workload.task `name`."""
+    return TASKS[name]
+
+
+def check_workload(wl: Any) -> None:
+    """The workload section (config.WorkloadConfig) against its task: another task's fields are refused, then
+    the task's own rules (ValueError naming the YAML path)."""
+    mine = TASKS[wl.task]
+    for other in TASKS.values():
+        given = [f for f in other.fields if f not in mine.fields and getattr(wl, f, None) is not None]
+        if given:
+            raise ValueError(f"workload.{given[0]}: only for task {other.name} (task is {mine.name}); remove it")
+    mine.check_workload(wl)

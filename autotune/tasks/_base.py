@@ -1,0 +1,57 @@
+"""The Task interface: what one kind of study is on the parent's side, the twin of the trial's Workload."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+# The sections a Task reads are the config's (config.WorkloadConfig, config.Config), typed Any here: the tasks
+# import nothing of autotune above them (config, space, runner and the search loop import the tasks).
+Decide = Callable[[list[float], list[float], float], tuple[str, float, tuple[float, float]]]
+
+
+class Task(ABC):
+    """One kind of study (workload.task). The parent never branches on the task's name: config validation,
+    the space's batch rule, the trial's parameters, its metrics, the memory estimate, the precision guard,
+    best.yaml's notes, the report's columns and the check's extra gate ask the study's Task. A new task is this
+    plug-in, its Workload (workloads/) and its config fields; the registry is tasks.TASKS."""
+
+    name: ClassVar[str]
+    # the workload fields only this task reads (another task's config naming them is an error)
+    fields: ClassVar[tuple[str, ...]] = ()
+    # study.objective values it takes; whether study.limits (latency limits) applies
+    objectives: ClassVar[tuple[str, ...]] = ("tokens_per_s",)
+    latency_limits: ClassVar[bool] = False
+    # the memory estimate (memory.py) and its OOM prediction; the precision loss check (search/loss_guard.py)
+    estimates_memory: ClassVar[bool] = False
+    loss_check: ClassVar[bool] = False
+    # the report's efficiency columns (report._table's column titles)
+    columns: ClassVar[tuple[str, ...]] = ()
+
+    def check_workload(self, wl: Any) -> None:
+        """The workload section's rules of this task, beyond its fields' own (ValueError naming the YAML path)."""
+
+    def check_config(self, cfg: Any) -> None:
+        """Rules across sections (ValueError naming the YAML path): the objective and limits it takes."""
+        if cfg.study.objective not in self.objectives:
+            raise ValueError(f"study.objective: {cfg.study.objective} is not an objective of task {self.name}; "
+                             f"use {' or '.join(self.objectives)}")
+        if cfg.study.limits is not None and not self.latency_limits:
+            raise ValueError(f"study.limits: latency limits are for task generate (task is {self.name}); remove them")
+
+    @abstractmethod
+    def batch_rule(self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]) -> None:
+        """resolve_space's batch step: check or derive the batch knobs' values in place (ValueError)."""
+
+    def trial_params(self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None) -> dict[str, Any]:
+        """The trial spec's workload-specific parameters (TrialSpec.params)."""
+        return {}
+
+    def metrics(self, record: dict[str, Any], result: Any, limits: dict[str, float]) -> None:
+        """Task-specific metrics into a measured trial's record (its status may become over_limit)."""
+
+    def check_gate(self, best: dict[str, Any], details: list[dict[str, Any]], tolerance_pct: float,
+                   decide: Decide) -> dict[str, Any] | None:
+        """A second decision of `autotune check` beside tokens/s (generate: time per output token), or None."""
+        return None

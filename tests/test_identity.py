@@ -1,0 +1,101 @@
+"""identity.py: a study is named by what differs from the defaults, so an upgrade that adds a knob costs nothing.
+
+The fixtures under tests/data/studies/ were made by autotune before identities existed (2026-12-01):
+fixture-v0 by that release, fixture-older by it with the knob fsdp_backward_prefetch taken out of the catalogue
+(make_older.py), as a release from before that knob would have. Both must resume, warm-start and check.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune import identity
+from autotune.config_load import parse_config
+from autotune.search.best import read_best
+from autotune.search.history import key
+from conftest import run_cli, tiny
+
+FIXTURES = Path(__file__).parent / "data" / "studies"
+
+
+def test_identity_leaves_out_what_is_at_its_default() -> None:
+    plain = parse_config(tiny()).model_dump(mode="json")
+    spelled = parse_config(tiny(space={"activation_checkpointing": "none", "fused_optimizer": [False]},
+                                workload={"seed": 0})).model_dump(mode="json")
+    assert identity.digest(plain) == identity.digest(spelled)
+    assert identity.difference(plain, spelled) is None
+    older = {**plain, "space": {k: v for k, v in plain["space"].items() if k != "fsdp_backward_prefetch"}}
+    assert identity.digest(older) == identity.digest(plain)  # a release without that knob: the same study
+
+
+def test_identity_names_the_first_factor_that_differs() -> None:
+    a = parse_config(tiny()).model_dump(mode="json")
+    b = parse_config(tiny(space={"precision": ["fp32", "fp16"]})).model_dump(mode="json")
+    assert identity.difference(a, b) == 'space.precision: ["fp32", "bf16"] there, ["fp32", "fp16"] here'
+    c = parse_config(tiny(model={"n_layers": 2})).model_dump(mode="json")
+    assert identity.difference(a, c).startswith("model.n_layers: ")
+    assert identity.digest(a) == identity.digest(parse_config(tiny(study={"trials": 99})).model_dump(mode="json"))
+
+
+def test_identity_of_a_trial_leaves_out_knobs_at_their_defaults() -> None:
+    assert key({"micro_batch_size": 8, "fsdp_backward_prefetch": 1, "parallel": None}) == key({"micro_batch_size": 8})
+    assert key({"micro_batch_size": 8, "fsdp_backward_prefetch": 2}) != key({"micro_batch_size": 8})
+    assert key({"compile": 0}) != key({"compile": False})  # a value of another type is not the default
+
+
+def _copy(tmp_path: Path, name: str) -> Path:
+    """The fixture study as a user has it: the YAML beside trials/<name>/ (study.db, best.yaml)."""
+    study = tmp_path / "trials" / name
+    study.mkdir(parents=True)
+    for f in ("study.db", "best.yaml"):
+        shutil.copy(FIXTURES / name / f, study / f)
+    shutil.copy(FIXTURES / name / f"{name}.yaml", tmp_path / f"{name}.yaml")
+    return study
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["fixture-v0", "fixture-older"])
+def test_identity_a_study_from_before_resumes(tmp_path: Path, name: str) -> None:
+    _copy(tmp_path, name)
+    proc = run_cli("search", f"{name}.yaml", "--trials", "4", "--device", "cpu", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "(3 already measured)" in proc.stdout
+    assert "1 new trial(s)" in proc.stdout.replace("\n", " ")
+
+
+@pytest.mark.slow
+def test_identity_warm_start_from_a_study_made_before_a_knob_existed(tmp_path: Path) -> None:
+    _copy(tmp_path, "fixture-older")
+    doc = yaml.safe_load((FIXTURES / "fixture-older" / "fixture-older.yaml").read_text())
+    doc["name"] = "widened"
+    doc["space"]["micro_batch_size"] = [4, 8, 16]
+    doc["study"]["trials"] = 1
+    (tmp_path / "widened.yaml").write_text(yaml.safe_dump(doc))
+    proc = run_cli("search", "widened.yaml", "--warm-start", "trials/fixture-older", "--device", "cpu", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "3 imported by --warm-start" in proc.stdout.replace("\n", " "), proc.stdout
+
+
+def test_identity_an_older_best_yaml_is_upgraded_on_read(tmp_path: Path) -> None:
+    study = _copy(tmp_path, "fixture-older")
+    doc = read_best(study / "best.yaml")
+    assert doc["upgraded"] == {"from_schema": 1, "knobs_added": {"fsdp_backward_prefetch": None}}
+    assert doc["knobs"]["fsdp_backward_prefetch"] is None  # one rank: the knob cannot act, as a search writes it
+    edited = yaml.safe_load((study / "best.yaml").read_text())
+    edited.update(schema_version=2, knob_set="000000000000")  # a current file whose knob list was edited
+    del edited["knobs"]["compile"]
+    (study / "best.yaml").write_text(yaml.safe_dump(edited))
+    with pytest.raises(Exception, match="knobs: compile is missing"):
+        read_best(study / "best.yaml")
+
+
+@pytest.mark.slow
+def test_identity_check_of_an_older_best_yaml_measures_it(tmp_path: Path) -> None:
+    study = _copy(tmp_path, "fixture-older")
+    proc = run_cli("check", str(study / "best.yaml"), "--repeats", "2", cwd=tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr  # measured and decided (the CPU's speed is not the question)
+    assert "best.yaml from an older autotune" in proc.stdout and "fsdp_backward_prefetch: None" in proc.stdout
