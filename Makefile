@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 HAS_TORCH := $(shell $(PYTHON) -c 'import torch' 2>/dev/null && echo yes)
 VENV_FLAGS := $(if $(HAS_TORCH),--system-site-packages,)
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test test-fast clean
 
 setup: $(VENV)/.done
 
@@ -23,6 +23,10 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q tests
+
+# the inner loop: every test but the real searches, checks and multi-process runs (marked slow)
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow" tests
 
 clean:
 	rm -rf $(VENV) trials/tiny trials/tiny.archived-*

@@ -21,6 +21,7 @@ from autotune.config_load import load_config
 from autotune.errors import ConfigError, ExitCode, UnmeasuredError, excerpt
 from autotune.hardware import detect, visible_gpu_index
 from autotune.probe import check_entrypoint
+from autotune.record import Metric
 from autotune.protocol import reason_line
 from autotune.runner import Bench, measure, preflight
 from autotune.search.best import read_best, record_check_baseline
@@ -188,7 +189,7 @@ def baseline_samples(best: dict[str, Any]) -> tuple[list[float], str]:
     chosen = next((c for c in best.get("confirmation") or [] if c["trial"] == best["chosen"]["trial"] and c["samples"]), None)
     if chosen:
         return list(chosen["samples"]), f"the search's confirmation of trial {chosen['trial']} ({len(chosen['samples'])} processes)"
-    return [best["metrics"]["tokens_per_s_per_gpu"]], f"search trial {best['chosen']['trial']} (1 process)"
+    return [best["metrics"][Metric.TOKENS_PER_GPU]], f"search trial {best['chosen']['trial']} (1 process)"
 
 
 def _current_hardware(device: str) -> str:
@@ -281,16 +282,16 @@ def measure_best(best_path: Path, best: dict[str, Any], *, model_yaml: Path | No
     fingerprint: dict[str, Any] = {}
     for i in range(repeats):
         record = measure(bench, best["knobs"], runs / f"{i:02d}", number=i, env=best.get("apply", {}).get("env"))
-        if record["status"] != "ok":
-            failures.append(f"repeat {i}: {record['status']}: {reason_line(record['reason'])}")
+        if record.status != "ok":
+            failures.append(f"repeat {i}: {record.status}: {reason_line(record.reason)}")
             continue
-        samples.append(record["metrics"]["tokens_per_s_per_gpu"])
-        tele = record.get("telemetry") or {}
-        details.append({"tokens_per_s_per_gpu": samples[-1], "step_times_s": record["raw"]["step_times_s"],
-                        "tpot_ms_median": record["metrics"].get("tpot_ms_median"),
+        samples.append(record.tokens_per_gpu)
+        tele = record.telemetry or {}
+        details.append({Metric.TOKENS_PER_GPU: samples[-1], "step_times_s": record.step_times,
+                        Metric.TPOT_MEDIAN_MS: record.metric(Metric.TPOT_MEDIAN_MS),
                         **{k: tele.get(k) for k in ("sm_clock_mhz_mean", "power_w_mean", "temperature_c_max",
                                                     "throttle_reasons")}})
-        fingerprint = fingerprint or record["fingerprint"]
+        fingerprint = fingerprint or record.fingerprint
     if not samples:
         raise UnmeasuredError(f"could not measure: all {repeats} repeats failed; {failures[0]}")
     return samples, details, failures, fingerprint

@@ -24,6 +24,7 @@ from autotune.errors import ConfigError
 from autotune.hardware import (Telemetry, detect, device_units, fingerprint, peak_flops,
                                visible_gpu_index)
 from autotune.locks import DeviceLock
+from autotune.record import Metric, TrialRecord
 from autotune.protocol import (PROGRESS_FILE, PRUNE_FILE, TRIAL_MODULE, RunSettings, TrialResult, TrialSpec,
                                parse_fault)
 
@@ -117,7 +118,7 @@ def model_spec(model: ModelConfig) -> dict[str, Any]:
 def measure(bench: Bench, knobs: dict[str, Any], run_dir: Path, *, number: int = 0, gpus: str | None = None,
             concurrent: int = 1, on_poll: Callable[[], None] | None = None, stop: threading.Event | None = None,
             on_wait: Callable[[str], None] | None = None, env: dict[str, str] | None = None,
-            progress: bool = False) -> dict[str, Any]:
+            progress: bool = False) -> TrialRecord:
     """Measure one configuration in a fresh process (or rank group) and return its record.
 
     gpus: the GPUs of this trial ("0" or "2,3"; None: as visible; on the CPU a slot number); concurrent:
@@ -142,45 +143,47 @@ def measure(bench: Bench, knobs: dict[str, Any], run_dir: Path, *, number: int =
     finally:
         lock.release()
     record = record_of(number, knobs, outcome, bench)
-    record["run_dir"] = str(run_dir)
-    record["device_wait_s"] = round(waited, 1)
+    record.run_dir = str(run_dir)
+    record.device_wait_s = round(waited, 1)
     return record
 
 
-def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, bench: Bench) -> dict[str, Any]:
-    """The trial's stored record (Optuna user attributes): status, metrics, raw samples, phases, telemetry."""
-    record: dict[str, Any] = {"number": number, "knobs": knobs, "status": outcome.status, "reason": outcome.reason,
-                              "predicted": False, "wall_s": outcome.wall_s, "prestarted": outcome.prestarted}
+def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, bench: Bench) -> TrialRecord:
+    """The trial's record: status, metrics, raw samples, phases, telemetry (record.py)."""
+    record = TrialRecord(number, knobs, outcome.status, outcome.reason, wall_s=outcome.wall_s,
+                         prestarted=outcome.prestarted)
     res, world = outcome.result, bench.run.world_size
     if outcome.status in ("ok", "pruned") and res is not None:  # a pruned trial keeps what it measured
-        record["metrics"] = metrics.summarize(res, bench.model, world, peak_flops(res.env.get("device_name")))
-        tasks.task(bench.task).metrics(record, res, bench.limits)
-        record["raw"] = {"step_times_s": res.step_times_s, "warmup_step_times_s": res.warmup_step_times_s,
-                         "losses": res.losses}
-        record["phases_s"] = res.phases_s
-        estimated = tasks.task(bench.task).estimates_memory
-        if estimated and (est := memory.estimate(bench.model, knobs, world, bench.device)) is not None:
-            record["metrics"]["memory_estimate_gib"] = round(est.total / memory.GIB, 3)  # before calibration
-        if res.output.get("loss_check"):  # train: the precision guardrail's curve (search/loss_guard.py)
-            record["loss_check"] = {"losses": res.output["loss_check"]}
-        record["applied"] = res.applied
-        record["fingerprint"] = fingerprint(res.env, world)
-        record["telemetry"] = metrics.summarize_telemetry(outcome.telemetry, tuple(res.measure_window or (0, 0)))
-        # tokens per joule of one GPU (the trial's first, whose NVML counter the telemetry reads): n/a without it
-        joules = (record["telemetry"] or {}).get("energy_j")
-        record["metrics"]["tokens_per_joule"] = (
-            res.tokens_per_step * len(res.step_times_s) / world / joules if joules and res.tokens_per_step else None)
-        if res.ranks:
-            record["ranks"] = res.ranks
+        _measured(record, res, outcome, bench)
     if outcome.status == "invalid_config":  # the knob values that cannot run here: a rule the search learns
-        cause = res.cause if res is not None else nccl_log.cause(knobs) if outcome.nccl_refused else None
-        if cause:
-            record["cause"] = cause
-    if outcome.nccl is not None:
-        record["nccl"] = outcome.nccl
+        record.cause = res.cause if res is not None else nccl_log.cause(knobs) if outcome.nccl_refused else None
+    record.nccl = outcome.nccl
     if outcome.status != "ok" and res is not None and world > 1:
-        record["failed_rank"] = res.rank
+        record.extra["failed_rank"] = res.rank
     return record
+
+
+def _measured(record: TrialRecord, res: TrialResult, outcome: Outcome, bench: Bench) -> None:
+    """What a trial that measured steps records: metrics (the task's too), raw samples, phases, the memory
+    estimate beside the peak, the loss check's curve, what it applied, where it ran, telemetry and energy."""
+    world, task = bench.run.world_size, tasks.task(bench.task)
+    record.metrics = metrics.summarize(res, bench.model, world, peak_flops(res.env.get("device_name")))
+    task.metrics(record, res, bench.limits)
+    record.raw = {"step_times_s": res.step_times_s, "warmup_step_times_s": res.warmup_step_times_s,
+                  "losses": res.losses}
+    record.phases_s = res.phases_s
+    if task.estimates_memory and (est := memory.estimate(bench.model, record.knobs, world, bench.device)) is not None:
+        record.metrics[Metric.MEMORY_ESTIMATE_GIB] = round(est.total / memory.GIB, 3)  # before calibration
+    if res.output.get("loss_check"):  # train: the precision guardrail's curve (search/loss_guard.py)
+        record.loss_check = {"losses": res.output["loss_check"]}
+    record.applied = res.applied
+    record.fingerprint = fingerprint(res.env, world)
+    record.telemetry = metrics.summarize_telemetry(outcome.telemetry, tuple(res.measure_window or (0, 0)))
+    # tokens per joule of one GPU (the trial's first, whose NVML counter the telemetry reads): n/a without it
+    joules = (record.telemetry or {}).get("energy_j")
+    record.metrics[Metric.TOKENS_PER_JOULE] = (
+        res.tokens_per_step * len(res.step_times_s) / world / joules if joules and res.tokens_per_step else None)
+    record.ranks = res.ranks or None
 
 
 def omp_env(processes: int) -> dict[str, str]:

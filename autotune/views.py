@@ -12,6 +12,7 @@ from rich.text import Text
 
 from autotune.errors import printable
 from autotune.protocol import reason_line
+from autotune.record import Metric, TrialRecord
 from autotune.report import fmt, rich_table, row_of
 from autotune.search.history import History, value_of
 from autotune.search.observer import Observer
@@ -60,22 +61,21 @@ class LiveProgress(Observer):
     def trial_started(self, number: int, index: int, knobs: dict[str, Any]) -> None:
         self.current[number] = (index, knobs, time.monotonic())
 
-    def trial_finished(self, record: dict[str, Any], history: History) -> None:
-        self.current.pop(record["number"], None)
+    def trial_finished(self, record: TrialRecord, history: History) -> None:
+        self.current.pop(record.number, None)
         best = history.best()
         if best is not None:
             self.baseline_value = value_of(history.baseline) if history.baseline else None
             self.best = {"number": best.number, "value": value_of(best), "knobs": best.user_attrs["knobs"],
                          "mfu": best.user_attrs["metrics"]["mfu"]}
-        knobs = fmt_knobs(record["knobs"], self.searched)
-        if record["status"] == "ok":
-            m = record["metrics"]
-            line = Text.assemble(f"#{record['number']} ", ("ok", "green"),
-                                 f" {fmt(m['tokens_per_s_per_gpu'], 'tok')} tok/s  MFU {fmt(m['mfu'], 'mfu')}  {knobs}")
+        knobs = fmt_knobs(record.knobs, self.searched)
+        if record.status == "ok":
+            line = Text.assemble(f"#{record.number} ", ("ok", "green"), f" {fmt(record.tokens_per_gpu, 'tok')} tok/s  "
+                                 f"MFU {fmt(record.metric(Metric.MFU), 'mfu')}  {knobs}")
         else:
-            tag = " (predicted)" if record.get("predicted") else ""
-            reason = printable(reason_line(record["reason"], 120), newlines=False)
-            line = Text.assemble(f"#{record['number']} ", (record["status"] + tag, "red"), f" {knobs}  {reason}")
+            tag = " (predicted)" if record.predicted else ""
+            reason = printable(reason_line(record.reason, 120), newlines=False)
+            line = Text.assemble(f"#{record.number} ", (record.status + tag, "red"), f" {knobs}  {reason}")
         self.console.print(line)
 
     def device_busy(self, unit: str) -> None:
@@ -107,11 +107,11 @@ class LiveProgress(Observer):
         return Group(*rows)
 
 
-def top_trials_table(history: History, searched: list[str], top: int = 5) -> Table:
-    """The top completed trials, best first (the report's trials table)."""
+def top_trials_table(history: History, searched: list[str], task: str, top: int = 5) -> Table:
+    """The top completed trials, best first (the report's trials table, the task's columns)."""
     base = value_of(history.baseline) if history.baseline else None
     rows = [row_of(t, base) for t in history.ranked()[:top]]
-    return rich_table(rows, searched, f"Top {top} of {len(history.completed)} completed trials")
+    return rich_table(rows, searched, f"Top {top} of {len(history.completed)} completed trials", task)
 
 
 def space_table(described: dict[str, Any]) -> Table:

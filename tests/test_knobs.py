@@ -100,3 +100,48 @@ def test_an_older_best_yaml_is_told_which_knobs_it_lacks() -> None:
     assert one["parallel"] is None and one["bucket_cap_mb"] is None and one["fp8_recipe"] is None  # cannot act
     two = _old_behaviour(old, missing, 2)
     assert two["parallel"] == "ddp" and two["bucket_cap_mb"] == 25 and two["reshard_after_forward"] is None
+
+
+NEW_KNOB = """
+import json, sys
+from typing import Literal
+import autotune.knobs as k
+new = k.Knob("demo_knob", Literal["off", "on"], "off", help="A knob added in a test.", effect="nothing")
+k.CATALOGUE = (*k.CATALOGUE, new)
+k.BY_NAME["demo_knob"] = new
+k.NAMES = tuple(k.BY_NAME)
+from autotune import identity
+from autotune.config import SpaceConfig
+from autotune.config_load import parse_config
+from autotune.space import resolve_space
+doc = json.loads(sys.argv[1])
+plain = parse_config(doc)
+doc["space"]["demo_knob"] = ["off", "on"]
+searched = parse_config(doc)
+print(json.dumps({"field": "demo_knob" in SpaceConfig.model_fields, "searched": resolve_space(searched).searched.get("demo_knob"),
+                  "fixed": resolve_space(plain).fixed.get("demo_knob"), "table": "`demo_knob`" in k.markdown_table(),
+                  "defaults": k.defaults("train").get("demo_knob"),
+                  "identity": identity.digest(plain.model_dump(mode="json"))}))
+"""
+
+
+def test_a_new_knob_is_its_catalogue_entry_alone_on_the_parent_side() -> None:
+    """Adding a knob is its catalogue entry (knobs.py) plus its apply step in the trial (workloads/): the YAML
+    schema, the resolved space, the defaults the trial assumes and README's table follow from the entry, and a
+    study that never names it keeps its identity."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from autotune import identity
+    from autotune.config_load import parse_config
+    from conftest import tiny
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", NEW_KNOB, json.dumps(tiny())], capture_output=True, text=True,
+                          timeout=120, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"field": True, "searched": ["off", "on"], "fixed": "off", "table": True, "defaults": "off",
+                   "identity": identity.digest(parse_config(tiny()).model_dump(mode="json"))}

@@ -51,7 +51,7 @@ def search(
                                 storage=storage, gpus=parse_gpus(gpus), observer=view, warm_start_from=warm_start)
         if result.best is None:
             raise NoSuccessError(f"no trial succeeded ({result.history.launched} launched); see {result.study_dir}/runs/*/worker.log")
-        console.print(top_trials_table(result.history, list(space.searched) or ["micro_batch_size"]))
+        console.print(top_trials_table(result.history, list(space.searched) or ["micro_batch_size"], cfg.workload.task))
         if result.confirmation:
             console.print(confirmation_table(result.confirmation))
             console.print(f"chosen: trial {result.confirmation['chosen']}: {result.confirmation['why']}", highlight=False)

@@ -43,6 +43,7 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
     return {
         "study": study.study_name,
         "device": attrs.get("device"),
+        "task": (config.get("workload") or {}).get("task") or "train",
         "model": config.get("model"),
         "workload": config.get("workload"),
         "searched": searched,

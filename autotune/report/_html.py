@@ -146,7 +146,7 @@ def write_html(data: dict[str, Any], out: Path) -> Path:
         for p in pngs
     )
     knobs = data["searched"]
-    header = columns(knobs, data["trials"])
+    header = columns(knobs, data["trials"], data["task"])
     head = "".join(f"<th>{html.escape(c)}</th>" for c in header)
     rows = "\n".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells(r, knobs, header, 120)) + "</tr>"
                      for r in data["trials"])

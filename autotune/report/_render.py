@@ -42,7 +42,7 @@ def to_markdown(data: dict[str, Any], top: int = 10) -> str:
         chosen = next(st for st in conf["stats"] if st["trial"] == conf["chosen"])
         lines += [f"Chosen (best.yaml): **trial {conf['chosen']}**, confirmed {confirmed(chosen)}; {conf['why']}", ""]
     knobs, rows = data["searched"], data["trials"][:top]
-    header = columns(knobs, rows)
+    header = columns(knobs, rows, data["task"])
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|---" * len(header) + "|")
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells(r, knobs, header)) + " |" for r in rows]
@@ -68,7 +68,7 @@ def render_rich(data: dict[str, Any], console: Any) -> None:
 
     knobs = data["searched"]
     console.print(rich_table(data["trials"], knobs, f"{data['study']} on {data['device']}: {len(data['trials'])} "
-                                                   "trials, best first"))
+                                                   "trials, best first", data["task"]))
     conf = data["confirmation"]
     if conf:
         c = Table(title=f"Confirmation: top {len(conf['stats'])} re-measured in fresh processes, interleaved "

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune import nccl_log
+from autotune import nccl_log, tasks
+from autotune.record import Metric, RecordError, TrialRecord
 from autotune.protocol import reason_line
 
 
@@ -27,47 +28,49 @@ def _dict(value: Any) -> dict[str, Any]:
 
 
 def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
-    """A trial (an Optuna FrozenTrial) as a report row: its knobs, metrics, state and reason. A record another
-    program damaged (a field of the wrong type) shows as 'unreadable', never as a failure of the report."""
+    """A trial (an Optuna FrozenTrial) as a report row: its record's knobs, metrics, state and reason. A record
+    another program damaged (a field of the wrong type) shows as 'unreadable', never as a failure of the report."""
     from optuna.trial import TrialState
 
-    a = t.user_attrs
-    m = _dict(a.get("metrics"))
-    state = {TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}.get(t.state, a.get("status", "failed"))
-    if t.state == TrialState.FAIL and "status" not in a:
+    try:
+        r = TrialRecord.of(t)
+    except RecordError:
+        r = TrialRecord(t.number, {}, "unreadable")
+    m = _dict(r.metrics)
+    state = {TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}.get(t.state, r.status or "failed")
+    if t.state == TrialState.FAIL and "status" not in t.user_attrs:
         state = "worker_lost"  # failed outside autotune's objective (e.g. Optuna's own stale-trial handling)
-    tokens = m.get("tokens_per_s_per_gpu") if _number(m.get("tokens_per_s_per_gpu")) else None
-    if not isinstance(state, str) or (state == "ok" and (tokens is None or not isinstance(a.get("knobs"), dict))):
+    tokens = m.get(Metric.TOKENS_PER_GPU) if _number(m.get(Metric.TOKENS_PER_GPU)) else None
+    knobs_ok = isinstance(t.user_attrs.get("knobs"), dict)
+    if not isinstance(state, str) or (state == "ok" and (tokens is None or not knobs_ok)):
         state, tokens = "unreadable", None
     # a pruned trial's Optuna value is its last step's (Optuna's tell): the median of its steps is the number
     first = t.values[0] if t.values else None  # tokens/s; a pareto study's second value is p99 TPOT
     value = (first if _number(first) else None) if t.state == TrialState.COMPLETE else tokens
     return {
-        "number": t.number, "state": state, "knobs": a.get("knobs") if isinstance(a.get("knobs"), dict) else t.params,
-        "tokens_per_s_per_gpu": tokens, "mfu": m.get("mfu") if _number(m.get("mfu")) else None,
-        "peak_mem_gib": m.get("peak_mem_gib") if _number(m.get("peak_mem_gib")) else None,
-        "memory_estimate_gib": m.get("memory_estimate_gib") if _number(m.get("memory_estimate_gib")) else None,
+        "number": t.number, "state": state, "knobs": r.knobs if knobs_ok else t.params,
+        Metric.TOKENS_PER_GPU: tokens,
         "speedup": (value / base_value) if (value is not None and base_value) else None,
-        "step_spread_pct": _dict(m.get("step_time")).get("spread_pct"),
-        "reason": str(a.get("reason", "")), "predicted": bool(a.get("predicted")),
-        "phases_s": {k: v for k, v in _dict(a.get("phases_s")).items() if _number(v)} or None,
-        "wall_s": a.get("wall_s") if _number(a.get("wall_s")) else None,
-        "prestarted": a.get("prestarted") is True,  # its process was started ahead (prestart.py)
-        "fingerprint": a.get("fingerprint"), "failed_rank": a.get("failed_rank"),
-        "nccl_used": nccl_log.used(_dict(a.get("nccl"))),
-        # generate trials: latency and the decode roofline (metrics.generation)
+        "step_spread_pct": _dict(m.get(Metric.STEP_TIME)).get("spread_pct"),
+        "reason": str(r.reason or ""), "predicted": bool(r.predicted),
+        "phases_s": {k: v for k, v in _dict(r.phases_s).items() if _number(v)} or None,
+        "wall_s": r.wall_s if _number(r.wall_s) else None,
+        "prestarted": r.prestarted is True,  # its process was started ahead (prestart.py)
+        "fingerprint": r.fingerprint, "failed_rank": r.extra.get("failed_rank"),
+        "nccl_used": nccl_log.used(_dict(r.nccl)),
+        # the numbers each column shows (generate's latency and roofline: metrics.generation)
         **{k: m.get(k) if _number(m.get(k)) else None
-           for k in ("ttft_ms", "tpot_ms_median", "tpot_ms_p99", "roofline_share", "tokens_per_joule")},
+           for k in (Metric.MFU, Metric.PEAK_MEM_GIB, Metric.MEMORY_ESTIMATE_GIB, Metric.TTFT_MS, Metric.TPOT_MEDIAN_MS,
+                     Metric.TPOT_P99_MS, Metric.ROOFLINE, Metric.TOKENS_PER_JOULE)},
     }
 
 
-def columns(knobs: list[str], rows: list[dict[str, Any]]) -> list[str]:
-    """The table's header: the searched knobs, the metrics, NCCL's choice (only where NCCL said), and the
-    outcome (only where a trial did not simply succeed)."""
+def columns(knobs: list[str], rows: list[dict[str, Any]], task: str = "train") -> list[str]:
+    """The table's header: the searched knobs, the metrics (the task's efficiency columns: tasks.Task.columns),
+    NCCL's choice (only where NCCL said), and the outcome (only where a trial did not simply succeed)."""
     nccl = ["NCCL used"] if any(r.get("nccl_used") for r in rows) else []
     outcome = ["state", "reason"] if any(r["state"] != "ok" or r["reason"] for r in rows) else []
-    generate = any(r.get("tpot_ms_median") is not None for r in rows)
-    efficiency = ["TTFT ms", "TPOT ms", "TPOT p99 ms", "roofline"] if generate else ["MFU"]
+    efficiency = list(tasks.task(task).columns)
     energy = ["tokens/J"] if any(r.get("tokens_per_joule") is not None for r in rows) else []
     estimate = ["est. GiB"] if any(r.get("memory_estimate_gib") is not None for r in rows) else []
     return ["#", *knobs, "tokens/s/GPU", "x baseline", *efficiency, *energy, "peak GiB", *estimate, "step spread", *nccl,
@@ -91,11 +94,11 @@ def cells(row: dict[str, Any], knobs: list[str], header: list[str], reason_chars
     return [values[c] for c in header]
 
 
-def rich_table(rows: list[dict[str, Any]], knobs: list[str], title: str) -> Any:
+def rich_table(rows: list[dict[str, Any]], knobs: list[str], title: str, task: str = "train") -> Any:
     """The trials table as a Rich Table."""
     from rich.table import Table
 
-    header = columns(knobs, rows)
+    header = columns(knobs, rows, task)
     table = Table(title=title)
     for col in header:
         table.add_column(col, overflow="fold", justify="left" if col in (*knobs, "state", "reason") else "right")

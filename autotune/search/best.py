@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from autotune import knobs as catalogue
 from autotune import yamlio
 from autotune.errors import ConfigError
+from autotune.record import Metric, TrialRecord
 from autotune.search.history import History, current_confirmation, value_of
 from autotune.search.storage import mask_url
 
@@ -54,7 +55,8 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
     """trials/<name>/best.yaml: the best measured configuration, its metrics, where and how it was measured."""
     best, chosen_stats, why = _chosen(study, h)
     base, conf = h.baseline, current_confirmation(study, h)
-    m, knobs, fp = best.user_attrs["metrics"], best.user_attrs["knobs"], best.user_attrs["fingerprint"]
+    record = TrialRecord.of(best)
+    m, knobs, fp = record.metrics or {}, record.knobs, record.fingerprint or {}
     # With a confirmation, the confirmed median (several fresh processes) is the number; the search's
     # single measurement of the winner is kept beside it (it is the best of many, so optimistic).
     value = chosen_stats["median"] if chosen_stats and chosen_stats["median"] else value_of(best)
@@ -66,8 +68,8 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
         "chosen": {"trial": best.number, "why": why},
         "knobs": knobs,
         "metrics": {
-            "tokens_per_s_per_gpu": round(value, 1),
-            "tokens_per_s": round(m["tokens_per_s"] * scale, 1),
+            Metric.TOKENS_PER_GPU: round(value, 1),
+            Metric.TOKENS: round(m[Metric.TOKENS] * scale, 1),
             "search_tokens_per_s_per_gpu": round(value_of(best), 1),
             "mfu": None if m["mfu"] is None else round(m["mfu"] * scale, 4),
             "peak_mem_gib": round(m["peak_mem_gib"], 3),
@@ -96,7 +98,7 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
             "warmup_steps": cfg.workload.warmup_steps,
             "measure_steps": cfg.workload.measure_steps,
             "trial_timeout_min": cfg.study.trial_timeout_min,
-            "step_times_s": best.user_attrs["raw"]["step_times_s"],
+            "step_times_s": record.step_times,
             "timing": "CUDA events around each optimizer step" if fp["device"] == "cuda"
             else "time.perf_counter around each optimizer step",
             "measured_at": best.datetime_complete.isoformat() if best.datetime_complete else None,

@@ -53,15 +53,15 @@ def confirm(study: optuna.Study, bench: Bench, *, top: int, rounds: int, base_kn
             record = measure(bench, t.user_attrs["knobs"], runs / f"confirm-{t.number:04d}-{r}", number=t.number,
                              on_poll=observer.poll)
             value = None
-            if record["status"] == "ok":
-                value = record["metrics"]["tokens_per_s_per_gpu"]
+            if record.status == "ok":
+                value = record.tokens_per_gpu
                 samples[t.number].append(value)
             else:
-                failures[t.number].append(f"{record['status']}: {reason_line(record['reason'])}")
+                failures[t.number].append(f"{record.status}: {reason_line(record.reason)}")
             # after every sample: an interruption keeps what was measured, and a resume goes on from there
             study.set_user_attr("confirmation", choose(candidates, samples, failures, base_knobs,
                                                        min(taken(n) for n in numbers)))
-            observer.confirm_sample(t.number, r, value, record["status"])
+            observer.confirm_sample(t.number, r, value, record.status)
     return study.user_attrs.get("confirmation")
 
 

@@ -10,6 +10,7 @@ from optuna.trial import TrialState
 
 from autotune import knobs as catalogue
 from autotune.protocol import CONFIG_FAILURES, STATUSES
+from autotune.record import Metric, TrialRecord
 
 # Trials recorded without a launch; they never count toward the budget.
 NOT_LAUNCHED = ("duplicate", "skipped")
@@ -41,11 +42,10 @@ def optuna_state(status: str) -> TrialState:
     return TrialState.PRUNED if status in CONFIG_FAILURES or status in ("pruned", "over_limit") else TrialState.FAIL
 
 
-def store(trial: optuna.Trial, record: dict[str, Any]) -> None:
-    """A trial's record becomes its Optuna user attributes (what report and check read back)."""
-    for k, v in record.items():
-        if k != "number":
-            trial.set_user_attr(k, v)
+def store(trial: optuna.Trial, record: TrialRecord) -> None:
+    """A trial's record becomes its Optuna user attributes (what report and check read back: TrialRecord.of)."""
+    for k, v in record.to_attrs().items():
+        trial.set_user_attr(k, v)
 
 
 @dataclass
@@ -116,7 +116,7 @@ def _readable(t: optuna.trial.FrozenTrial) -> bool:
         return False
     if t.state == TrialState.COMPLETE:
         m = a.get("metrics")
-        return isinstance(m, dict) and isinstance(m.get("tokens_per_s_per_gpu"), (int, float)) and value_of(t) is not None
+        return isinstance(m, dict) and isinstance(m.get(Metric.TOKENS_PER_GPU), (int, float)) and value_of(t) is not None
     return True
 
 

@@ -25,6 +25,7 @@ from autotune.hardware import default_device, detect
 from autotune.errors import Terminated
 from autotune.runner import Bench, measure, preflight
 from autotune import tasks
+from autotune.record import Metric, TrialRecord
 from autotune.search import boundary, loss_guard, predict
 from autotune.search.best import write_best
 from autotune.search.confirm import confirm
@@ -197,7 +198,7 @@ class _Search:
             self._duplicate(trial, prev.number, params, h)
         if (known := predict.failure(h, knobs, self.memory)) is not None:
             status, reason = known
-            record = {"number": trial.number, "knobs": knobs, "status": status, "reason": reason, "predicted": True}
+            record = TrialRecord(trial.number, knobs, status, reason, predicted=True)
             store(trial, record)
             self.observer.trial_finished(record, h)
             raise optuna.TrialPruned(reason)  # not launched, not counted; the sampler learns from it
@@ -217,7 +218,7 @@ class _Search:
                 self.study.stop()
         raise _NotLaunched(f"same configuration as trial {of}")
 
-    def launch(self, trial: optuna.Trial, knobs: dict[str, Any], index: int, beat: Heartbeat) -> dict[str, Any]:
+    def launch(self, trial: optuna.Trial, knobs: dict[str, Any], index: int, beat: Heartbeat) -> TrialRecord:
         """Measure the configuration on a free GPU slot; record which trials ran beside it."""
         slot = self.slots.get()  # a GPU list such as "0" or "2,3" (None: no --gpus)
         self.observer.trial_started(trial.number, index, knobs)
@@ -240,9 +241,9 @@ class _Search:
             if self.measure is measure:  # a replayed landscape has nothing to check
                 record = loss_guard.apply(self.bench, knobs, record, run_dir, gpus=slot, concurrent=self.n_jobs,
                                           on_poll=poll, stop=self.stop)
-            if record["status"] == "pruned" and watch and watch.why:
-                steps = len(record.get("raw", {}).get("step_times_s") or [])
-                record["reason"] = f"{watch.why}; it stopped after {steps} of {self.bench.run.measure_steps}"
+            if record.status == "pruned" and watch and watch.why:
+                steps = len(record.step_times)
+                record.reason = f"{watch.why}; it stopped after {steps} of {self.bench.run.measure_steps}"
             return record
         except KeyboardInterrupt:
             self.stop.set()
@@ -252,19 +253,19 @@ class _Search:
             self.slots.put(slot)
             trial.set_user_attr("overlapped_with", self._overlapped(trial.number))
 
-    def record(self, trial: optuna.Trial, record: dict[str, Any]) -> float | tuple[float, float]:
+    def record(self, trial: optuna.Trial, record: TrialRecord) -> float | tuple[float, float]:
         """Store the record; configuration failures end PRUNED, machine failures FAIL (history.optuna_state)."""
         self.new_trials += 1
         store(trial, record)
         self.observer.trial_finished(record, History.of(self.study))
-        state = optuna_state(record["status"])
+        state = optuna_state(record.status)
         if state == TrialState.PRUNED:
-            raise optuna.TrialPruned(f"{record['status']}: {record['reason']}")
+            raise optuna.TrialPruned(f"{record.status}: {record.reason}")
         if state == TrialState.FAIL:
-            raise _TrialFailed(f"{record['status']}: {record['reason']}")
+            raise _TrialFailed(f"{record.status}: {record.reason}")
         if self.cfg.study.objective == "pareto":
-            return record["metrics"]["tokens_per_s_per_gpu"], record["metrics"]["tpot_ms_p99"]
-        return record["metrics"]["tokens_per_s_per_gpu"]
+            return record.metric(Metric.TOKENS_PER_GPU), record.metric(Metric.TPOT_P99_MS)
+        return record.metric(Metric.TOKENS_PER_GPU)
 
     # --- the study around it -------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import tasks
+from autotune.record import TrialRecord
 from autotune.knobs import numerics, reference_of
 from autotune.protocol import write_json
 from autotune.runner import Bench, measure
@@ -61,38 +62,38 @@ def reference(bench: Bench, knobs: dict[str, Any], steps: int, run_dir: Path, **
                                     prestart=False)
     ref_dir = run_dir / "loss-reference"
     record = measure(ref_bench, twin, ref_dir, **measure_kw)
-    losses = (record.get("loss_check") or {}).get("losses")
-    if record["status"] != "ok" or not losses:
-        return None, f"the reference trial ended {record['status']}: {record.get('reason', '')[:200]}"
+    losses = (record.loss_check or {}).get("losses")
+    if record.status != "ok" or not losses:
+        return None, f"the reference trial ended {record.status}: {record.reason[:200]}"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, {"losses": losses, "knobs": twin, "run_dir": str(ref_dir)})
     return losses, f"reference measured in {ref_dir}"
 
 
-def apply(bench: Bench, knobs: dict[str, Any], record: dict[str, Any], run_dir: Path, **measure_kw: Any) -> dict[str, Any]:
+def apply(bench: Bench, knobs: dict[str, Any], record: TrialRecord, run_dir: Path, **measure_kw: Any) -> TrialRecord:
     """The record, judged: unchanged unless it is an ok training trial whose knobs change the arithmetic."""
     check = bench.params.get("loss_check") or {}
-    mine = (record.get("loss_check") or {}).get("losses")
+    mine = (record.loss_check or {}).get("losses")
     changed = numerics(knobs)
-    if not tasks.task(bench.task).loss_check or not check.get("steps") or record["status"] != "ok" or not changed:
+    if not tasks.task(bench.task).loss_check or not check.get("steps") or record.status != "ok" or not changed:
         return record
     if not mine:  # a model without init_weights (an entrypoint's): nothing to compare
-        record["loss_check"] = {"checked": False, "why": "the model has no init_weights() to start the check from"}
+        record.loss_check = {"checked": False, "why": "the model has no init_weights() to start the check from"}
         return record
     ref, source = reference(bench, knobs, check["steps"], run_dir, **measure_kw)
     if ref is None:
-        record["loss_check"] = {"checked": False, "losses": mine, "why": source}
+        record.loss_check = {"checked": False, "losses": mine, "why": source}
         return record
     found, limit = gap(mine, ref), check.get("max_gap", 0.05)
-    record["loss_check"] = {"checked": True, "losses": mine, "reference": ref, "gap": round(found, 4),
-                            "max_gap": limit, "source": source}
+    record.loss_check = {"checked": True, "losses": mine, "reference": ref, "gap": round(found, 4),
+                        "max_gap": limit, "source": source}
     if found > limit:
         what = ", ".join(f"{k} {v}" for k, v in changed.items())
         twin = reference_of(knobs)
         against = ", ".join(f"{k} {twin.get(k)}" for k in changed if k != "fp8_recipe")
-        record["status"] = "invalid_config"
-        record["reason"] = (f"loss drifts: {what} against {against} from the same weights on the same data, "
+        record.status = "invalid_config"
+        record.reason = (f"loss drifts: {what} against {against} from the same weights on the same data, "
                             f"{found:.1%} apart in the second half of {check['steps']} steps (limit {limit:.0%}, "
                             f"study.loss_check); last loss {mine[-1]:.3f} against {ref[-1]:.3f}")
-        record["cause"] = changed
+        record.cause = changed
     return record

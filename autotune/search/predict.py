@@ -24,6 +24,7 @@ from typing import Any
 import optuna
 
 from autotune import memory
+from autotune.record import Metric, TrialRecord
 from autotune.search.history import History
 
 # Knobs a batch rule ranges over: the others must match for one trial to speak for another.
@@ -50,11 +51,12 @@ class Memory:
         """(estimate, measured peak bytes) of the completed GPU trials (max_memory_allocated, the slowest rank's)."""
         pairs = []
         for t in h.completed:
-            m, fp = t.user_attrs.get("metrics") or {}, t.user_attrs.get("fingerprint") or {}
-            if fp.get("device") == "cuda" and m.get("peak_mem_kind") == "cuda_max_memory_allocated" and m.get("peak_mem_gib"):
-                est = self.estimate(t.user_attrs["knobs"])
+            r = TrialRecord.of(t)
+            cuda = (r.fingerprint or {}).get("device") == "cuda"
+            if cuda and r.metric(Metric.PEAK_MEM_KIND) == "cuda_max_memory_allocated" and r.metric(Metric.PEAK_MEM_GIB):
+                est = self.estimate(r.knobs)
                 if est is not None:
-                    pairs.append((est, m["peak_mem_gib"] * memory.GIB))
+                    pairs.append((est, r.metric(Metric.PEAK_MEM_GIB) * memory.GIB))
         return pairs
 
     def calibration(self, h: History) -> memory.Calibration:

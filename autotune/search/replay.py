@@ -23,6 +23,7 @@ from typing import Any
 import optuna
 
 from autotune.config_load import load_config
+from autotune.record import Metric, TrialRecord
 from autotune.search.history import key
 from autotune.search.loop import _Search
 from autotune.search.observer import Observer
@@ -59,17 +60,15 @@ class Landscape:
                    if p["status"] == "ok")
 
 
-def _replayed_measure(landscape: Landscape, rng: random.Random) -> Callable[..., dict[str, Any]]:
-    def measure(bench: Any, knobs: dict[str, Any], run_dir: Path, *, number: int = 0, **_: Any) -> dict[str, Any]:
+def _replayed_measure(landscape: Landscape, rng: random.Random) -> Callable[..., TrialRecord]:
+    def measure(bench: Any, knobs: dict[str, Any], run_dir: Path, *, number: int = 0, **_: Any) -> TrialRecord:
         p = landscape.point(knobs)
-        record: dict[str, Any] = {"number": number, "knobs": knobs, "status": p["status"], "reason": p.get("reason", ""),
-                                  "predicted": False, "wall_s": 0.0}
-        if p.get("cause"):  # the knob values that caused the failure: the rule the search learns
-            record["cause"] = p["cause"]
+        record = TrialRecord(number, knobs, p["status"], p.get("reason", ""), wall_s=0.0)
+        record.cause = p.get("cause")  # the knob values that caused the failure: the rule the search learns
         if p["status"] == "ok":
             steps = p["step_times_s"]
             drawn = statistics.median(rng.choice(steps) for _ in steps)
-            record["metrics"] = {"tokens_per_s_per_gpu": landscape.tokens_per_step / drawn}
+            record.metrics = {Metric.TOKENS_PER_GPU: landscape.tokens_per_step / drawn}
         return record
 
     return measure

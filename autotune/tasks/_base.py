@@ -48,8 +48,9 @@ class Task(ABC):
         """The trial spec's workload-specific parameters (TrialSpec.params)."""
         return {}
 
-    def metrics(self, record: dict[str, Any], result: Any, limits: dict[str, float]) -> None:
-        """Task-specific metrics into a measured trial's record (its status may become over_limit)."""
+    def metrics(self, record: Any, result: Any, limits: dict[str, float]) -> None:
+        """Task-specific metrics into a measured trial's record (record.TrialRecord; its status may become
+        over_limit)."""
 
     def check_gate(self, best: dict[str, Any], details: list[dict[str, Any]], tolerance_pct: float,
                    decide: Decide) -> dict[str, Any] | None:

@@ -49,15 +49,15 @@ class Generate(Task):
     def trial_params(self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None) -> dict[str, Any]:
         return {"drift": drift} if drift else {}
 
-    def metrics(self, record: dict[str, Any], result: Any, limits: dict[str, float]) -> None:
+    def metrics(self, record: Any, result: Any, limits: dict[str, float]) -> None:
         """TTFT, time per output token and the decode roofline; a trial past study.limits is over_limit."""
         from autotune import metrics
         from autotune.hardware import hbm_bandwidth
 
-        record["metrics"].update(metrics.generation(result.output, hbm_bandwidth(result.env.get("device_name"))))
-        over = metrics.over_limits(record["metrics"], limits)
-        if over and record["status"] == "ok":
-            record["status"], record["reason"] = "over_limit", "; ".join(over)
+        record.metrics.update(metrics.generation(result.output, hbm_bandwidth(result.env.get("device_name"))))
+        over = metrics.over_limits(record.metrics, limits)
+        if over and record.status == "ok":
+            record.status, record.reason = "over_limit", "; ".join(over)
 
     def check_gate(self, best: dict[str, Any], details: list[dict[str, Any]], tolerance_pct: float,
                    decide: Decide) -> dict[str, Any] | None:

@@ -1,0 +1,104 @@
+"""A trial's record: one typed, versioned class, written by the runner and read back by every reader (the loop,
+history, predict, confirm, best, warm start, replay, report, views and check), and the metric names, declared once.
+
+A record is stored as the Optuna trial's user attributes (`to_attrs`), as optuna's FrozenTrial keeps its own.
+`from_attrs` reads any version: a record written before records were versioned (schema 1, no `schema` key) is
+the same layout, read as it is; its knobs lack those added since, which `history.key` and the readers take
+at their defaults (identity.py). A record of a newer schema than this release knows is refused (RecordError).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+# 1: before versioning (2026-12-01 and earlier). 2: `schema` written, the same fields.
+SCHEMA_VERSION = 2
+
+
+class Metric:
+    """The names of a record's metrics (its `metrics` mapping), declared once."""
+
+    TOKENS_PER_GPU = "tokens_per_s_per_gpu"  # the objective: median tokens/s per GPU of the measured steps
+    TOKENS = "tokens_per_s"  # all GPUs together
+    MFU = "mfu"  # model FLOPs utilisation against the dense BF16 peak (None: n/a, never guessed)
+    FLOPS_PER_TOKEN = "flops_per_token"
+    STEP_TIME = "step_time"  # {median_s, spread_pct, ...} of the measured steps
+    PEAK_MEM_GIB = "peak_mem_gib"
+    PEAK_MEM_KIND = "peak_mem_kind"  # cuda_max_memory_allocated | cpu_max_rss
+    N_PARAMS = "n_params"
+    MEMORY_ESTIMATE_GIB = "memory_estimate_gib"  # memory.py's estimate before launch (uncalibrated)
+    TOKENS_PER_JOULE = "tokens_per_joule"
+    TTFT_MS = "ttft_ms"  # generate: time to first token (the batch's prefill)
+    TPOT_MEDIAN_MS = "tpot_ms_median"  # generate: time per output token
+    TPOT_P99_MS = "tpot_ms_p99"
+    ROOFLINE = "roofline_share"  # generate: decode bytes / step time over the GPU's peak HBM bandwidth
+
+
+class RecordError(ValueError):
+    """A stored record this release cannot read."""
+
+
+@dataclass
+class TrialRecord:
+    """What one trial measured or why it did not: its knobs, status, metrics, raw samples, what it applied,
+    where it ran. `extra` keeps the attributes the study itself sets on a trial (claimed, worker, heartbeat,
+    gpu, overlapped_with, duplicate_of, warm_start, failed_rank, ...), written and read back as they are."""
+
+    number: int
+    knobs: dict[str, Any]
+    status: str
+    reason: str = ""
+    predicted: bool = False  # recorded from what the study knows, never launched (search/predict.py)
+    wall_s: float | None = None
+    prestarted: bool = False
+    metrics: dict[str, Any] | None = None
+    raw: dict[str, Any] | None = None  # step_times_s, warmup_step_times_s, losses
+    phases_s: dict[str, Any] | None = None
+    applied: dict[str, Any] | None = None
+    fingerprint: dict[str, Any] | None = None
+    telemetry: dict[str, Any] | None = None
+    ranks: list[Any] | None = None
+    cause: dict[str, Any] | None = None  # invalid_config: the knob values that cannot run here
+    nccl: dict[str, Any] | None = None
+    loss_check: dict[str, Any] | None = None
+    run_dir: str | None = None
+    device_wait_s: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    schema: int = SCHEMA_VERSION
+
+    def metric(self, name: str) -> Any:
+        """One metric (Metric's names), None when the trial has none."""
+        return (self.metrics or {}).get(name)
+
+    @property
+    def tokens_per_gpu(self) -> float | None:
+        return self.metric(Metric.TOKENS_PER_GPU)
+
+    @property
+    def step_times(self) -> list[float]:
+        return list((self.raw or {}).get("step_times_s") or [])
+
+    def to_attrs(self) -> dict[str, Any]:
+        """The user attributes stored for this record (number is the trial's own; None fields are left out)."""
+        attrs = {k: v for k, v in asdict(self).items() if k not in ("number", "extra") and v is not None}
+        return {**self.extra, **attrs}
+
+    @classmethod
+    def from_attrs(cls, attrs: dict[str, Any], number: int) -> TrialRecord:
+        """The record stored as these user attributes, of any schema this release reads."""
+        schema = attrs.get("schema", 1)
+        if not isinstance(schema, int) or schema > SCHEMA_VERSION:
+            raise RecordError(f"trial {number}: record schema {schema!r} is newer than this autotune reads "
+                              f"(up to {SCHEMA_VERSION}); upgrade autotune")
+        known = {f.name for f in fields(cls)} - {"number", "extra", "schema"}
+        values = {k: attrs[k] for k in known if k in attrs}
+        extra = {k: v for k, v in attrs.items() if k not in known and k != "schema"}
+        values.setdefault("knobs", {})
+        values.setdefault("status", "")
+        return cls(number=number, schema=SCHEMA_VERSION, extra=extra, **values)
+
+    @classmethod
+    def of(cls, trial: Any) -> TrialRecord:
+        """The record of a stored Optuna trial (a FrozenTrial)."""
+        return cls.from_attrs(dict(trial.user_attrs), trial.number)
