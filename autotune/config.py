@@ -11,7 +11,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo,
                       field_validator, model_validator)
 
 from autotune import knobs as catalogue
-from autotune import tasks, yamlio
+from autotune import sizes, tasks, yamlio
 from autotune.errors import excerpt
 from autotune.space import resolve_space
 
@@ -117,9 +117,7 @@ class ModelConfig(_Section):
             return None
         if self.ffn_hidden is not None:
             return self.ffn_hidden
-        if self.family == "gpt":
-            return 4 * self.d_model
-        return 256 * math.ceil(8 * self.d_model / 3 / 256)  # Llama's multiple_of=256 rule
+        return sizes.default_ffn(self.family, self.d_model)
 
 
 def _check_external(model: ModelConfig, base_dir: Path | None) -> None:
@@ -425,6 +423,6 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:
-        tasks.task(self.workload.task).check_config(self)
+        tasks.check_config(self)
         resolve_space(self)  # the space rules live in one place; raises ValueError naming the YAML path
         return self

@@ -5,6 +5,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from autotune.record import Metric
+
 
 def flops_per_token(flop_params: int, n_layers: int, d_model: int, seq_len: int) -> float:
     """Training FLOPs per token, 6N + 12*L*d*T (PaLM, Chowdhery et al. 2022, appendix B).
@@ -48,14 +50,14 @@ def summarize(res: Any, model: dict[str, Any] | None, world_size: int, peak_flop
         fpt = flops_per_token(res.flop_params, dims["n_layers"], dims["d_model"], dims["seq_len"])
     value = mfu(per_gpu, fpt, peak_flops) if fpt else None
     return {
-        "tokens_per_s_per_gpu": per_gpu,
-        "tokens_per_s": per_gpu * world_size,
-        "mfu": value,
-        "flops_per_token": fpt,
-        "step_time": stats,
-        "peak_mem_gib": res.peak_mem_bytes / 2**30,
-        "peak_mem_kind": res.peak_mem_kind,
-        "n_params": res.n_params,
+        Metric.TOKENS_PER_GPU: per_gpu,
+        Metric.TOKENS: per_gpu * world_size,
+        Metric.MFU: value,
+        Metric.FLOPS_PER_TOKEN: fpt,
+        Metric.STEP_TIME: stats,
+        Metric.PEAK_MEM_GIB: res.peak_mem_bytes / 2**30,
+        Metric.PEAK_MEM_KIND: res.peak_mem_kind,
+        Metric.N_PARAMS: res.n_params,
     }
 
 
@@ -67,13 +69,13 @@ def generation(output: dict[str, Any], hbm_bytes_per_s: float | None) -> dict[st
     need = output.get("bytes_per_decode_step")
     achieved = need / (tpot / 1000) if tpot and need else None
     return {
-        "ttft_ms": output.get("ttft_ms"),
-        "tpot_ms_median": tpot,
-        "tpot_ms_p99": output.get("tpot_ms_p99"),
+        Metric.TTFT_MS: output.get("ttft_ms"),
+        Metric.TPOT_MEDIAN_MS: tpot,
+        Metric.TPOT_P99_MS: output.get("tpot_ms_p99"),
         "decode_tokens_per_s": output["batch_size"] / (tpot / 1000) if tpot else None,
         "bytes_per_decode_step": need,
         "decode_bytes_per_s": achieved,
-        "roofline_share": achieved / hbm_bytes_per_s if achieved and hbm_bytes_per_s else None,
+        Metric.ROOFLINE: achieved / hbm_bytes_per_s if achieved and hbm_bytes_per_s else None,
     }
 
 

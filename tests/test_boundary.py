@@ -7,9 +7,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import optuna
 import yaml
 
+from autotune.record import Metric, TrialRecord
 from autotune.config_load import load_config
 from autotune.search import predict
 from autotune.search.history import History
@@ -49,12 +52,11 @@ def _search(tmp_path: Path, seed: int, budget: int) -> optuna.Study:
     (tmp_path / "g.yaml").write_text(yaml.safe_dump(doc))
     cfg = load_config(tmp_path / "g.yaml")
 
-    def measure(bench: Any, knobs: dict[str, Any], run_dir: Path, *, number: int = 0, **_: Any) -> dict[str, Any]:
+    def measure(bench: Any, knobs: dict[str, Any], run_dir: Path, *, number: int = 0, **_: Any) -> TrialRecord:
         tps, ttft = _landscape(knobs)
-        record = {"number": number, "knobs": knobs, "status": "ok", "reason": "", "predicted": False, "wall_s": 0.0,
-                  "metrics": {"tokens_per_s_per_gpu": tps, "ttft_ms": ttft}}
+        record = TrialRecord(number, knobs, "ok", wall_s=0.0, metrics={Metric.TOKENS_PER_GPU: tps, Metric.TTFT_MS: ttft})
         if ttft > 500:
-            record.update(status="over_limit", reason=f"time to first token {ttft:.0f} ms > limit 500 ms")
+            record.status, record.reason = "over_limit", f"time to first token {ttft:.0f} ms > limit 500 ms"
         return record
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -64,6 +66,7 @@ def _search(tmp_path: Path, seed: int, budget: int) -> optuna.Study:
     return study
 
 
+@pytest.mark.slow
 def test_loop_climbs_to_the_largest_batch_within_the_limits(tmp_path: Path) -> None:
     """The fastest point within 500 ms is compiled at batch 32 (tokens/s grows with the batch; batch 64's
     prefill takes 960 ms). 64 points, 8 trials: every seed measures it, and no batch past a measured

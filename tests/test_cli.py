@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import yaml
 
 from autotune import knobs as catalogue
@@ -14,6 +16,7 @@ from autotune.space import KNOBS
 from conftest import interrupt_when_running, load_trials, none_left, run_cli, start_cli, tiny
 
 
+@pytest.mark.slow
 def test_cli_search_writes_best_yaml(write_yaml, tmp_path: Path) -> None:
     path = write_yaml(tiny(study={"trials": 3}))
     proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path)
@@ -30,6 +33,7 @@ def test_cli_search_writes_best_yaml(write_yaml, tmp_path: Path) -> None:
     assert "apply" in best and best["apply"]["env"] == {}
 
 
+@pytest.mark.slow
 def test_cli_ctrl_c_keeps_study_and_resumes(write_yaml, tmp_path: Path) -> None:
     # Two points: the baseline (mbs 2) completes, the next (mbs 4) hangs until Ctrl-C.
     data = tiny(space={"micro_batch_size": [2, 4], "precision": "fp32"}, study={"trials": 2})
@@ -53,6 +57,7 @@ def test_cli_ctrl_c_keeps_study_and_resumes(write_yaml, tmp_path: Path) -> None:
     assert trials[2].params == {"micro_batch_size": 4}  # the interrupted configuration is measured again
 
 
+@pytest.mark.slow
 def test_cli_no_trial_succeeded_exit_1(write_yaml, tmp_path: Path) -> None:
     path = write_yaml(tiny(space={"micro_batch_size": [2, 4], "precision": "fp32"}, study={"trials": 2}))
     proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path,
@@ -61,6 +66,7 @@ def test_cli_no_trial_succeeded_exit_1(write_yaml, tmp_path: Path) -> None:
     assert "error: no trial succeeded (2 launched)" in proc.stderr
 
 
+@pytest.mark.slow
 def test_cli_changed_space_refused_exit_2(write_yaml, tmp_path: Path) -> None:
     out = str(tmp_path / "out")
     path = write_yaml(tiny(space={"micro_batch_size": [2], "precision": "fp32"}, baseline={}, study={"trials": 1}))
@@ -72,6 +78,7 @@ def test_cli_changed_space_refused_exit_2(write_yaml, tmp_path: Path) -> None:
     assert "exists with a different model, workload or space (" in proc.stderr
 
 
+@pytest.mark.slow
 def test_cli_dry_run_writes_nothing(write_yaml, tmp_path: Path) -> None:
     path = write_yaml(tiny())
     proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--dry-run", cwd=tmp_path)
@@ -122,6 +129,7 @@ def test_cli_trial_worker_needs_torch_only() -> None:
     assert out.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_cli_search_hf_config_and_entrypoint_examples(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[1]
     for name, model in (("hf-tiny-llama", "transformers LlamaForCausalLM"), ("entrypoint-example", "entrypoint custom_model:build")):

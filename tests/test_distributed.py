@@ -18,6 +18,10 @@ from autotune.runner import Bench, launch_command, run_trial
 from autotune.space import resolve_space
 from conftest import load_trials, none_left, run_cli, tiny
 
+# every test here runs searches, checks or several processes: `make test-fast` leaves them out
+pytestmark = pytest.mark.slow
+
+
 WS2 = {"global_batch_size": 8, "world_size": 2, "warmup_steps": 1, "measure_steps": 3}
 
 

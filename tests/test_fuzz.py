@@ -21,6 +21,10 @@ from typer.testing import CliRunner
 
 from autotune.cli import app
 
+# every test here runs searches, checks or several processes: `make test-fast` leaves them out
+pytestmark = pytest.mark.slow
+
+
 ROOT = Path(__file__).resolve().parents[1] / "search_spaces"
 SHIPPED = sorted(p for p in ROOT.glob("*.yaml") if p.name != "train-basic.yaml")
 CASES = 240

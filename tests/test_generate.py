@@ -146,6 +146,7 @@ def test_generate_latency_limits_and_roofline_arithmetic() -> None:
     assert metrics.over_limits(m, {"median_tpot_ms": 10.0}) == []
 
 
+@pytest.mark.slow
 def test_generate_search_end_to_end_with_limits(tmp_path: Path) -> None:
     """A tiny generate search: every trial over a 1 microsecond limit is over_limit with its numbers (PRUNED
     for Optuna, never chosen); with a reachable limit the search writes best.yaml and the report's columns."""
@@ -290,6 +291,7 @@ def test_generate_hf_config_model_decodes_with_its_own_cache(tmp_path: Path) -> 
         assert quant.status == "ok" and quant.applied["drift"]["layer_error_max"] < 0.05
 
 
+@pytest.mark.slow
 def test_generate_pareto_objective_is_an_optuna_multi_objective_study(tmp_path: Path) -> None:
     """objective pareto: Optuna gets (tokens/s, p99 TPOT) to maximise and minimise; best.yaml keeps the fastest
     configuration and lists Optuna's front (no front trial beaten on both by another completed one); resuming
@@ -328,7 +330,7 @@ def test_generate_pareto_needs_generate_and_decode_steps(tmp_path: Path) -> None
     from conftest import tiny
 
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(tiny(study={"objective": "pareto"})))
-    with pytest.raises(ConfigError, match=r"study\.objective: pareto trades tokens/s against p99 .* task generate only"):
+    with pytest.raises(ConfigError, match=r"study\.objective: pareto \(tokens/s against p99 time per output token\) is for task generate \(task is train\); use tokens_per_s"):
         load_config(tmp_path / "t.yaml")
     data = copy.deepcopy(GEN)
     data["study"]["objective"] = "pareto"

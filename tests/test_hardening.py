@@ -20,6 +20,9 @@ import yaml
 from autotune.redact import mask, remember
 from conftest import interrupt_when_running, load_trials, none_left, processes_with, run_cli, start_cli, tiny
 
+# every test here runs searches, checks or several processes: `make test-fast` leaves them out
+pytestmark = pytest.mark.slow
+
 ONE = {"micro_batch_size": [2], "precision": "fp32"}  # a one-point space: the quickest real search
 
 
@@ -381,6 +384,7 @@ def test_hardening_kill_9_of_a_two_rank_trial_ends_torchrun_and_ranks(write_yaml
 
 SPAWNER = """
 import os, subprocess, sys, torch
+
 
 def build(knobs, device):
     # a process the trial leaves behind in a session of its own, as compile workers and ranks can be

@@ -18,6 +18,9 @@ from autotune.space import resolve_space
 from autotune.workloads.model import Transformer
 from conftest import tiny
 
+# every test here runs searches, checks or several processes: `make test-fast` leaves them out
+pytestmark = pytest.mark.slow
+
 LLAMA = {"family": "llama", "n_layers": 2, "d_model": 64, "n_heads": 4, "n_kv_heads": 2, "ffn_hidden": 128,
          "vocab_size": 256, "seq_len": 32, "rope_theta": 10000.0, "tie_embeddings": False}
 
@@ -153,6 +156,7 @@ PREFETCH_PROBE = """
 import json, torch, torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 from autotune.workloads.parallel import apply_fsdp_prefetch
+
 dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
 blocks = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(4))
 for b in blocks:

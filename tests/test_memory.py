@@ -412,3 +412,20 @@ def test_memory_estimate_within_ten_percent_of_a_real_trial(name: str, section: 
     print(f"{name}: measured {result.peak_mem_bytes / memory.GIB:.2f} GiB, estimated {est.total / memory.GIB:.2f} "
           f"GiB ({100 * error:+.1f}%, peak at the {est.phase})")
     assert abs(error) <= 0.10
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_memory_adamw_state_is_what_torch_keeps(fused: bool) -> None:
+    """The optimizer term is AdamW's own per-parameter state (memory.ADAMW_STATE, each tensor the parameter's
+    size in fp32), read from a real AdamW after one step, fused or foreach (the CPU runs both)."""
+    net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 8))
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3, fused=fused)
+    net(torch.randn(4, 16)).sum().backward()
+    opt.step()
+    for p in net.parameters():
+        state = opt.state[p]
+        per_param = {name for name, t in state.items() if isinstance(t, torch.Tensor) and t.shape == p.shape}
+        assert per_param == set(memory.ADAMW_STATE)
+        assert all(state[name].dtype == torch.float32 for name in memory.ADAMW_STATE)
+    est = memory.estimate(GPT, {"micro_batch_size": 1, "precision": "fp32"})
+    assert est is not None and est.optimizer == 4 * len(memory.ADAMW_STATE) * memory.n_params(memory.shape(GPT))

@@ -100,6 +100,6 @@ def test_metrics_record_has_tokens_per_joule_when_the_counter_is_there(tmp_path)
             for t in (0.8, 1.2, 1.6, 2.2)]
     bench = Bench(model={}, run=RunSettings(), device="cuda", timeout_s=60, home=tmp_path)
     record = record_of(0, {}, Outcome("ok", result=res, telemetry=tele), bench)
-    assert record["telemetry"]["energy_j"] == pytest.approx(400.0)
-    assert record["metrics"]["tokens_per_joule"] == pytest.approx(5.0)
-    assert record_of(0, {}, Outcome("ok", result=res, telemetry=[]), bench)["metrics"]["tokens_per_joule"] is None
+    assert record.telemetry["energy_j"] == pytest.approx(400.0)
+    assert record.metric("tokens_per_joule") == pytest.approx(5.0)
+    assert record_of(0, {}, Outcome("ok", result=res, telemetry=[]), bench).metric("tokens_per_joule") is None

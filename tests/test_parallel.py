@@ -34,6 +34,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_parallel_reduce_dtype_and_powersgd_rank_reach_torch() -> None:
     """fsdp_reduce_dtype sets every FSDP2 group's MixedPrecisionPolicy.reduce_dtype; powersgd_rank the
     PowerSGDState DDP calls its hook with."""

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import optuna
 
 from autotune import memory
@@ -58,6 +60,7 @@ def test_predict_memory_model_from_measured_peaks() -> None:
     assert predict.failure(h, other) is None
 
 
+@pytest.mark.slow
 def test_predict_one_failed_precision_is_not_launched_again(tmp_path: Path, monkeypatch) -> None:
     """tf32 cannot run on the CPU: the first tf32 trial fails and names the cause; the other tf32 points are
     recorded as predicted, never launched and not counted."""

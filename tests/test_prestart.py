@@ -7,10 +7,16 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from autotune import prestart
 from autotune.runner import run_trial
 from conftest import load_trials, none_left, processes_with, run_cli, tiny, wait_until
 from test_trial import _spec
+
+# every test here runs searches, checks or several processes: `make test-fast` leaves them out
+pytestmark = pytest.mark.slow
+
 
 
 def _trial(tmp_path: Path, name: str, env: dict[str, str], **knobs):

@@ -40,6 +40,7 @@ def test_prune_bad_settings_named(below: float, steps: int) -> None:
         BelowBest(below, steps)
 
 
+@pytest.mark.slow
 def test_prune_search_stops_a_hopeless_trial_and_keeps_what_it_measured(tmp_path, write_yaml) -> None:
     cfg = tiny(space={"micro_batch_size": [4], "precision": ["fp32", "bf16"]},
                workload={"measure_steps": 400, "warmup_steps": 1},

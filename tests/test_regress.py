@@ -74,6 +74,7 @@ def searched(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_regress_update_then_unchanged_passes_10_of_10(searched: Path) -> None:
     best = searched / "out" / "c" / "best.yaml"
     first = run_cli("check", str(best), "--repeats", "5", "--tolerance", CPU_TOLERANCE, "--update", cwd=searched)
@@ -89,6 +90,7 @@ def test_regress_update_then_unchanged_passes_10_of_10(searched: Path) -> None:
     assert len(history) == 11 and json.loads(history[-1])["status"] in ("pass", "faster")
 
 
+@pytest.mark.slow
 def test_regress_slowed_step_fails_with_junit(searched: Path, tmp_path: Path) -> None:
     best = tmp_path / "best.yaml"
     best.write_text((searched / "out" / "c" / "best.yaml").read_text())
@@ -106,6 +108,7 @@ def test_regress_slowed_step_fails_with_junit(searched: Path, tmp_path: Path) ->
     assert case.get("name") == "c" and case.find("failure").get("type") == "regression"
 
 
+@pytest.mark.slow
 def test_regress_reset_baseline_records_without_verdict(searched: Path, tmp_path: Path) -> None:
     best = tmp_path / "best.yaml"
     best.write_text((searched / "out" / "c" / "best.yaml").read_text())
@@ -117,6 +120,7 @@ def test_regress_reset_baseline_records_without_verdict(searched: Path, tmp_path
     assert not (tmp_path / "history.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_regress_unmeasurable_exit_3(searched: Path) -> None:
     best = searched / "out" / "c" / "best.yaml"
     proc = run_cli("check", str(best), "--repeats", "2", cwd=searched, env={"AUTOTUNE_FAULT": "crash"})
@@ -138,6 +142,7 @@ def test_regress_bad_inputs_exit_2(searched: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "history.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_regress_version_changes_listed(searched: Path, tmp_path: Path) -> None:
     doc = yaml.safe_load((searched / "out" / "c" / "best.yaml").read_text())
     doc["fingerprint"]["torch"] = "2.0.0"
@@ -265,6 +270,7 @@ def test_series_is_quiet_on_a_machine_that_wanders() -> None:
     assert flagged <= 4
 
 
+@pytest.mark.slow
 def test_check_replay_script_reports_both_error_rates() -> None:
     """benchmarks/check_replay.py over the recorded H200 pool: no false alarm, every 3% slowdown caught."""
     import subprocess

@@ -25,6 +25,7 @@ def finished(tmp_path_factory) -> Path:
     return root / "out" / "t"
 
 
+@pytest.mark.slow
 def test_report_finished_study_rich(finished: Path) -> None:
     proc = run_cli("report", str(finished), "--no-html", cwd=finished)
     assert proc.returncode == 0, proc.stderr
@@ -35,6 +36,7 @@ def test_report_finished_study_rich(finished: Path) -> None:
     assert "Time in trial processes:" in out and "measure" in out
 
 
+@pytest.mark.slow
 def test_report_json_has_everything(finished: Path) -> None:
     proc = run_cli("report", str(finished), "--format", "json", cwd=finished)
     data = json.loads(proc.stdout)
@@ -48,12 +50,14 @@ def test_report_json_has_everything(finished: Path) -> None:
     assert {"start", "build", "compile", "warmup", "measure"} <= set(data["time"]["phases_s"])
 
 
+@pytest.mark.slow
 def test_report_markdown(finished: Path) -> None:
     proc = run_cli("report", str(finished), "--format", "markdown", cwd=finished)
     assert proc.stdout.startswith("### autotune: t (cpu)")
     assert "| # | micro_batch_size | precision | tokens/s/GPU |" in proc.stdout
 
 
+@pytest.mark.slow
 def test_report_html_renders_with_plots(finished: Path, tmp_path: Path) -> None:
     proc = run_cli("report", str(finished), "--html", str(tmp_path / "h"), cwd=finished)
     assert proc.returncode == 0, proc.stderr
@@ -63,6 +67,7 @@ def test_report_html_renders_with_plots(finished: Path, tmp_path: Path) -> None:
         assert (tmp_path / "h" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_report_running_and_interrupted_study(finished: Path, tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path / 'copy.db'}"
     optuna.copy_study(from_study_name="t", from_storage=f"sqlite:///{finished / 'study.db'}", to_storage=storage)
@@ -117,6 +122,7 @@ def _synthetic_study(storage: str, n: int) -> None:
     study.add_trials(trials)
 
 
+@pytest.mark.slow
 def test_report_100_trials_under_2_seconds(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path / 'big.db'}"
     _synthetic_study(storage, 100)

@@ -49,6 +49,7 @@ def test_runner_invalid_config(tmp_path: Path, monkeypatch) -> None:
     assert "tf32 needs an NVIDIA GPU" in out.reason
 
 
+@pytest.mark.slow
 def test_runner_timeout_kills_process_group(tmp_path: Path, monkeypatch) -> None:
     t0 = time.monotonic()
     out = _run(tmp_path, monkeypatch, "hang", timeout_s=4)

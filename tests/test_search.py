@@ -25,6 +25,7 @@ def _cfg(**overrides):
     return parse_config(tiny(**overrides))
 
 
+@pytest.mark.slow
 def test_study_baseline_first_no_repeats_and_resume(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     cfg = _cfg(study={"trials": 6})  # the whole 3 x 2 space
@@ -43,6 +44,7 @@ def test_study_baseline_first_no_repeats_and_resume(tmp_path: Path, monkeypatch)
     assert len(_trials(tmp_path)) == len(trials)
 
 
+@pytest.mark.slow
 def test_study_resume_continues_to_budget(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     cfg = _cfg(study={"trials": 2})
@@ -53,6 +55,7 @@ def test_study_resume_continues_to_budget(tmp_path: Path, monkeypatch) -> None:
     assert len({tuple(sorted(t.params.items())) for t in ok}) == 4
 
 
+@pytest.mark.slow
 def test_study_failures_recorded_and_oom_predicted(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("AUTOTUNE_FAULT", "oom@micro_batch_size>=4")
     cfg = _cfg(space={"precision": ["fp32"]}, study={"trials": 3, "sampler": "grid"})
@@ -68,6 +71,7 @@ def test_study_failures_recorded_and_oom_predicted(tmp_path: Path, monkeypatch) 
     assert result.history.launched == 2 and result.best.params["micro_batch_size"] == 2
 
 
+@pytest.mark.slow
 def test_study_failed_trial_never_stops_study(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("AUTOTUNE_FAULT", "nan@precision=bf16")
     result = run_search(_cfg(study={"trials": 6}), out_root=tmp_path, device="cpu")
@@ -78,6 +82,7 @@ def test_study_failed_trial_never_stops_study(tmp_path: Path, monkeypatch) -> No
     assert result.best.params["precision"] == "fp32"
 
 
+@pytest.mark.slow
 def test_study_refuses_changed_space_and_nothing_written(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     run_search(_cfg(study={"trials": 1}), out_root=tmp_path, device="cpu")
@@ -131,6 +136,7 @@ def test_study_choose_one_sample_each_takes_the_higher_median() -> None:
     assert result["chosen"] == 5 and "within" not in result["why"]
 
 
+@pytest.mark.slow
 def test_study_confirmation_interleaved_fresh_processes(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     cfg = _cfg(study={"trials": 3, "confirm_top": 2, "confirm_rounds": 2})
@@ -169,6 +175,7 @@ class _CtrlCAfter(Observer):
             raise KeyboardInterrupt
 
 
+@pytest.mark.slow
 def test_study_interrupted_confirmation_goes_on_from_its_samples(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     cfg = _cfg(study={"trials": 3, "confirm_top": 2, "confirm_rounds": 2})
@@ -217,6 +224,7 @@ def test_search_sampler_steers_away_from_a_configuration_that_cannot_run() -> No
     assert picks <= 0.3 * 25 * 4, picks
 
 
+@pytest.mark.slow
 def test_study_warm_start_measures_only_what_is_new(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     first = _cfg(name="a", space={"micro_batch_size": [2, 4], "precision": "fp32"}, baseline={}, study={"trials": 2})
@@ -236,6 +244,7 @@ def test_study_warm_start_measures_only_what_is_new(tmp_path: Path, monkeypatch)
     assert not (tmp_path / "c").exists()  # refused before anything was written
 
 
+@pytest.mark.slow
 def test_study_compile_cache_outlives_the_study(tmp_path: Path, monkeypatch) -> None:
     """study.compile_cache: compiled programs go to one folder a second study finds (a subfolder per device and
     torch version), not into the study."""

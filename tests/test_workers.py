@@ -14,6 +14,10 @@ import yaml
 from autotune.search.storage import mask_url, storage_of
 from conftest import interrupt_when_running, load_trials, none_left, run_cli, start_cli, tiny
 
+# every test here runs searches, checks or several processes: `make test-fast` leaves them out
+pytestmark = pytest.mark.slow
+
+
 
 def _launch(path: Path, out: Path, cwd: Path, *extra: str, fault: str | None = None) -> subprocess.Popen:
     return start_cli("search", str(path), "--out", str(out), "--device", "cpu", *extra, cwd=cwd,

@@ -65,12 +65,12 @@ nvidia-smi shows beyond the estimate). `calibrate` fits what is left from measur
 """
 
 from autotune.memory._calibrate import SCALE_RANGE, Calibration, calibrate, describe
-from autotune.memory._model import (CE_CHUNKS, COMPILE_ACTIVATIONS, GIB, RESERVED_OVERHEAD_BYTES, Estimate, Param, Shape,
+from autotune.memory._model import (ADAMW_STATE, CE_CHUNKS, COMPILE_ACTIVATIONS, GIB, RESERVED_OVERHEAD_BYTES, Estimate, Param, Shape,
                                     _knobs, activation_bytes, attention_kind, block_activations, block_params,
                                     checkpointed_blocks, compiled_block_activations, compute_bytes, estimate,
                                     loss_bytes, n_params, op_saved, residual_bytes, root_params, shape, weight_bytes)
 
-__all__ = ["CE_CHUNKS", "COMPILE_ACTIVATIONS", "GIB", "RESERVED_OVERHEAD_BYTES", "SCALE_RANGE", "Calibration", "Estimate",
+__all__ = ["ADAMW_STATE", "CE_CHUNKS", "COMPILE_ACTIVATIONS", "GIB", "RESERVED_OVERHEAD_BYTES", "SCALE_RANGE", "Calibration", "Estimate",
            "Param", "Shape", "activation_bytes", "attention_kind", "block_activations", "block_params", "calibrate",
            "checkpointed_blocks", "compiled_block_activations", "compute_bytes", "describe", "estimate", "loss_bytes",
            "n_params", "op_saved", "residual_bytes", "root_params", "shape", "weight_bytes", "_knobs"]

@@ -3,11 +3,11 @@ says what is counted and how it was checked)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from autotune import knobs as catalogue
+from autotune import sizes
 
 GIB = 2**30
 # The CUDA context (about 0.5 GiB), NCCL's buffers and the allocator's free blocks: what nvidia-smi shows beyond
@@ -18,6 +18,9 @@ CE_CHUNKS = catalogue.CE_CHUNKS  # cross_entropy chunked: slices of the tokens (
 # still saved, from the min-cut partitioner on the CPU (0.85 llama, 0.95 gpt). With flash-type attention the
 # compiled block is counted tensor by tensor (compiled_block_activations), as measured on an H200.
 COMPILE_ACTIVATIONS = 0.9
+# The per-parameter state torch.optim.AdamW keeps (its `step` is one scalar a tensor, left out), each tensor the
+# parameter's shape and dtype: read from a real AdamW by tests/test_memory.py, so a change in torch shows.
+ADAMW_STATE = ("exp_avg", "exp_avg_sq")
 
 
 @dataclass(frozen=True)
@@ -47,12 +50,12 @@ def shape(model: dict[str, Any], knobs: dict[str, Any] | None = None) -> Shape |
     if model.get("hf_config") or model.get("entrypoint") or not model.get("family"):
         return None
     d, family = int(model["d_model"]), model["family"]
-    ffn = model.get("ffn_hidden") or (4 * d if family == "gpt" else 256 * math.ceil(8 * d / 3 / 256))
-    pad = (knobs or {}).get("pad_vocab_multiple")
+    ffn = model.get("ffn_hidden") or sizes.default_ffn(family, d)
     vocab = int(model["vocab_size"])
+    padded = sizes.padded_vocab(vocab, (knobs or {}).get("pad_vocab_multiple"))
     return Shape(family, int(model["n_layers"]), d, int(model["n_heads"]),
                  int(model.get("kv_heads") or model.get("n_kv_heads") or model["n_heads"]), int(ffn), vocab,
-                 -(-vocab // pad) * pad if pad else vocab, int(model["seq_len"]), bool(model.get("tie_embeddings", True)))
+                 padded, int(model["seq_len"]), bool(model.get("tie_embeddings", True)))
 
 
 @dataclass(frozen=True)
@@ -330,7 +333,8 @@ def weight_bytes(s: Shape, k: dict[str, Any], world: int) -> dict[str, int]:
     fsdp, c, accum = k["parallel"] == "fsdp", compute_bytes(k["precision"]), int(k["grad_accum_steps"])
     mine = n * sum(p.shard(world) for p in blocks) + sum(p.shard(world) for p in roots) if fsdp else total
     extra = 0 if k.get("fused_optimizer") else 4 * mine  # foreach AdamW's sqrt(exp_avg_sq) temporary
-    out = {"params": 4 * mine, "grads": 4 * mine, "optimizer": 8 * mine, "cast_block": 0, "cast_head": 0}
+    state = 4 * len(ADAMW_STATE) * mine  # each state tensor of a parameter, in its (fp32) dtype
+    out = {"params": 4 * mine, "grads": 4 * mine, "optimizer": state, "cast_block": 0, "cast_head": 0}
     if fsdp:  # MixedPrecisionPolicy(param_dtype=bf16) under autocast: c bytes a gathered parameter
         fp8 = k["precision"] == "fp8" and bool(k.get("fp8_all_gather"))
         block = sum(p.numel * (1 if fp8 and p.linear and p.cols > 1 else c) for p in blocks)

@@ -10,7 +10,8 @@ from typing import Any
 
 import optuna
 
-from autotune.report._table import row_of
+from autotune.record import Metric
+from autotune.report._table import pareto, row_of
 from autotune.search.history import History, current_confirmation, value_of
 from autotune.space import KNOBS
 
@@ -24,7 +25,7 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
     completed, baseline = h.completed, h.baseline
     base_value = value_of(baseline) if baseline else None
     rows = [row_of(t, base_value) for t in trials if t.user_attrs.get("status") != "duplicate"]
-    ok = sorted((r for r in rows if r["state"] == "ok"), key=lambda r: -r["tokens_per_s_per_gpu"])
+    ok = sorted((r for r in rows if r["state"] == "ok"), key=lambda r: -r[Metric.TOKENS_PER_GPU])
     others = [r for r in rows if r["state"] != "ok"]
     searched = [k for k in KNOBS if any(k in t.params for t in trials)]
 
@@ -66,15 +67,9 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
 def pareto_front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """generate studies: the measured trials (ok or over_limit) that no other beats on both output tokens/s
     (higher) and p99 time per output token (lower), fastest token first; [] for training."""
-    pts = [r for r in rows if r["state"] in ("ok", "over_limit") and r["tokens_per_s_per_gpu"] is not None
+    pts = [r for r in rows if r["state"] in ("ok", "over_limit") and r[Metric.TOKENS_PER_GPU] is not None
            and r.get("tpot_ms_p99") is not None]
-
-    def beaten(r: dict[str, Any]) -> bool:
-        return any(o["tokens_per_s_per_gpu"] >= r["tokens_per_s_per_gpu"] and o["tpot_ms_p99"] <= r["tpot_ms_p99"]
-                   and (o["tokens_per_s_per_gpu"], o["tpot_ms_p99"]) != (r["tokens_per_s_per_gpu"], r["tpot_ms_p99"])
-                   for o in pts)
-
-    return sorted((r for r in pts if not beaten(r)), key=lambda r: r["tpot_ms_p99"])
+    return pareto(pts, up=lambda r: r[Metric.TOKENS_PER_GPU], down=lambda r: r["tpot_ms_p99"])
 
 
 def _importance(study: optuna.Study, completed: list[optuna.trial.FrozenTrial], searched: list[str]) -> dict[str, Any]:
@@ -112,7 +107,7 @@ def _effects(ok: list[dict[str, Any]], searched: list[str]) -> dict[str, dict[st
         best_at: dict[str, float] = {}
         for r in ok:
             value = str(r["knobs"].get(knob))
-            best_at[value] = max(best_at.get(value, 0.0), r["tokens_per_s_per_gpu"])
+            best_at[value] = max(best_at.get(value, 0.0), r[Metric.TOKENS_PER_GPU])
         effects[knob] = best_at
     return effects
 

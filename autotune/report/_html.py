@@ -7,18 +7,14 @@ import html
 from pathlib import Path
 from typing import Any
 
+from autotune.record import Metric
 from autotune.report._render import to_markdown
-from autotune.report._table import cells, columns, fmt
+from autotune.report._table import cells, columns, fmt, pareto
 
 
 def pareto_front(points: list[tuple[float, float, int]]) -> list[int]:
     """Trials not beaten on both axes: higher tokens/s and lower peak memory. points: (mem, tok, number)."""
-    front, best_tok = [], float("-inf")
-    for _mem, tok, number in sorted(points, key=lambda p: (p[0], -p[1])):
-        if tok > best_tok:
-            front.append(number)
-            best_tok = tok
-    return front
+    return [number for _, _, number in pareto(points, up=lambda p: p[1], down=lambda p: p[0])]
 
 
 def plot_data(data: dict[str, Any]) -> dict[str, Any]:
@@ -26,11 +22,11 @@ def plot_data(data: dict[str, Any]) -> dict[str, Any]:
     ok = sorted((r for r in data["trials"] if r["state"] == "ok"), key=lambda r: r["number"])
     history, best_so_far, running = [], [], float("-inf")
     for r in ok:
-        running = max(running, r["tokens_per_s_per_gpu"])
-        history.append((r["number"], r["tokens_per_s_per_gpu"]))
+        running = max(running, r[Metric.TOKENS_PER_GPU])
+        history.append((r["number"], r[Metric.TOKENS_PER_GPU]))
         best_so_far.append((r["number"], running))
-    mem = [(r["peak_mem_gib"], r["tokens_per_s_per_gpu"], r["number"]) for r in ok]
-    per_knob = {k: [(str(r["knobs"][k]), r["tokens_per_s_per_gpu"]) for r in ok] for k in data["searched"]}
+    mem = [(r["peak_mem_gib"], r[Metric.TOKENS_PER_GPU], r["number"]) for r in ok]
+    per_knob = {k: [(str(r["knobs"][k]), r[Metric.TOKENS_PER_GPU]) for r in ok] for k in data["searched"]}
     tele = data.get("best_telemetry") or {}
     series = tele.get("series") or []
     t0 = series[0]["t"] if series else 0.0
@@ -38,7 +34,7 @@ def plot_data(data: dict[str, Any]) -> dict[str, Any]:
     return {
         "history": history,
         "best_so_far": best_so_far,
-        "baseline": data["baseline"]["tokens_per_s_per_gpu"] if data["baseline"] else None,
+        "baseline": data["baseline"][Metric.TOKENS_PER_GPU] if data["baseline"] else None,
         "memory": mem,
         "pareto": pareto_front(mem),
         "per_knob": per_knob,

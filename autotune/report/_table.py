@@ -9,6 +9,15 @@ from autotune.record import Metric, RecordError, TrialRecord
 from autotune.protocol import reason_line
 
 
+def pareto(items: list[Any], up: Any, down: Any) -> list[Any]:
+    """The items no other beats on both: up(item) higher and down(item) lower (ties on both are kept), in
+    ascending order of down. The one Pareto-front rule of the report (memory, and generate's latency)."""
+    def beaten(a: Any) -> bool:
+        return any(up(b) >= up(a) and down(b) <= down(a) and (up(b), down(b)) != (up(a), down(a)) for b in items)
+
+    return sorted((a for a in items if not beaten(a)), key=down)
+
+
 def fmt(value: Any, kind: str) -> str:
     """One cell: tok (tokens/s), mfu, x (ratio), gib, pct; None is '-' (MFU: 'n/a', never invented)."""
     if value is None:
@@ -80,7 +89,7 @@ def columns(knobs: list[str], rows: list[dict[str, Any]], task: str = "train") -
 def cells(row: dict[str, Any], knobs: list[str], header: list[str], reason_chars: int = 60) -> list[str]:
     """One row's formatted cells, in the order of `header`."""
     values = {
-        "#": str(row["number"]), "tokens/s/GPU": fmt(row["tokens_per_s_per_gpu"], "tok"), "x baseline": fmt(row["speedup"], "x"),
+        "#": str(row["number"]), "tokens/s/GPU": fmt(row[Metric.TOKENS_PER_GPU], "tok"), "x baseline": fmt(row["speedup"], "x"),
         "MFU": fmt(row["mfu"], "mfu"), "peak GiB": fmt(row["peak_mem_gib"], "gib"),
         "est. GiB": fmt(row.get("memory_estimate_gib"), "gib"),
         "TTFT ms": fmt(row.get("ttft_ms"), "ms"), "TPOT ms": fmt(row.get("tpot_ms_median"), "ms"),

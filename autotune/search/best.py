@@ -56,61 +56,78 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
     best, chosen_stats, why = _chosen(study, h)
     base, conf = h.baseline, current_confirmation(study, h)
     record = TrialRecord.of(best)
-    m, knobs, fp = record.metrics or {}, record.knobs, record.fingerprint or {}
+    knobs, fp = record.knobs, record.fingerprint or {}
     # With a confirmation, the confirmed median (several fresh processes) is the number; the search's
     # single measurement of the winner is kept beside it (it is the best of many, so optimistic).
     value = chosen_stats["median"] if chosen_stats and chosen_stats["median"] else value_of(best)
-    scale = value / value_of(best)
     doc = {
         "schema_version": SCHEMA_VERSION,
         "knob_set": knob_set(knobs),
         "name": cfg.name,
         "chosen": {"trial": best.number, "why": why},
         "knobs": knobs,
-        "metrics": {
-            Metric.TOKENS_PER_GPU: round(value, 1),
-            Metric.TOKENS: round(m[Metric.TOKENS] * scale, 1),
-            "search_tokens_per_s_per_gpu": round(value_of(best), 1),
-            "mfu": None if m["mfu"] is None else round(m["mfu"] * scale, 4),
-            "peak_mem_gib": round(m["peak_mem_gib"], 3),
-            "peak_mem_kind": m["peak_mem_kind"],
-            "step_time_median_s": m["step_time"]["median_s"],
-            "step_time_spread_pct": round(m["step_time"]["spread_pct"], 2),
-            "speedup_vs_baseline": round(value / value_of(base), 3) if base else None,
-            # generate: latency and roofline of the chosen trial's search measurement; any workload: tokens/J
-            **{k: m[k] for k in ("ttft_ms", "tpot_ms_median", "tpot_ms_p99", "roofline_share", "tokens_per_joule")
-               if m.get(k) is not None},
-        },
+        "metrics": _metrics(record, value, value_of(best), value_of(base) if base else None),
         "confirmation": None if not conf else [
             {"trial": st["trial"], "changed_knobs": st["changed_knobs"], "median": st["median"],
              "ci95": st["ci95"], "samples": st["samples"], "search_value": st["search_value"], "failures": st["failures"]}
             for st in conf["stats"]],
         "baseline": {"trial": base.number if base else None, "knobs": base.user_attrs["knobs"] if base else None,
-                     "tokens_per_s_per_gpu": round(value_of(base), 1) if base else None},
+                     Metric.TOKENS_PER_GPU: round(value_of(base), 1) if base else None},
         "fingerprint": fp,
-        # objective pareto: Optuna's front of the completed trials (tokens/s up, p99 time per output token down)
-        **({"front": [{"trial": t.number, "tokens_per_s_per_gpu": round(t.values[0], 1),
-                       "tpot_ms_p99": round(t.values[1], 3), "knobs": t.user_attrs["knobs"]}
-                      for t in sorted(study.best_trials, key=lambda t: t.values[1])]}
-           if len(study.directions) > 1 else {}),
-        "apply": {"env": catalogue.env_of(knobs), "knobs": knobs, "notes": catalogue.apply_notes(knobs, fp["device"], cfg.workload.task)},
-        "measurement": {
-            "warmup_steps": cfg.workload.warmup_steps,
-            "measure_steps": cfg.workload.measure_steps,
-            "trial_timeout_min": cfg.study.trial_timeout_min,
-            "step_times_s": record.step_times,
-            "timing": "CUDA events around each optimizer step" if fp["device"] == "cuda"
-            else "time.perf_counter around each optimizer step",
-            "measured_at": best.datetime_complete.isoformat() if best.datetime_complete else None,
-        },
+        **_front(study),
+        "apply": {"env": catalogue.env_of(knobs), "knobs": knobs,
+                  "notes": catalogue.apply_notes(knobs, fp["device"], cfg.workload.task)},
+        "measurement": _measurement(cfg, best, record),
         "model": cfg.model.model_dump(mode="json"),
         "base_dir": cfg.base_dir,
         "workload": cfg.workload.model_dump(mode="json"),
         "study": {"storage": mask_url(storage), "trials_launched": h.launched, "trials_completed": len(h.completed)},
     }
+    BestFile.model_validate(doc)  # what is written is what check will read
     path = study_dir / "best.yaml"
     write_yaml(path, doc)
     return path
+
+
+def _metrics(record: TrialRecord, value: float, searched: float, base: float | None) -> dict[str, Any]:
+    """best.yaml's metrics: the chosen value (confirmed median, else the search's), the others scaled to it."""
+    m, scale = record.metrics or {}, value / searched
+    return {
+        Metric.TOKENS_PER_GPU: round(value, 1),
+        Metric.TOKENS: round(m[Metric.TOKENS] * scale, 1),
+        "search_tokens_per_s_per_gpu": round(searched, 1),
+        Metric.MFU: None if m[Metric.MFU] is None else round(m[Metric.MFU] * scale, 4),
+        Metric.PEAK_MEM_GIB: round(m[Metric.PEAK_MEM_GIB], 3),
+        Metric.PEAK_MEM_KIND: m[Metric.PEAK_MEM_KIND],
+        "step_time_median_s": m[Metric.STEP_TIME]["median_s"],
+        "step_time_spread_pct": round(m[Metric.STEP_TIME]["spread_pct"], 2),
+        "speedup_vs_baseline": round(value / base, 3) if base else None,
+        # generate: latency and roofline of the chosen trial's search measurement; any workload: tokens/J
+        **{k: m[k] for k in (Metric.TTFT_MS, Metric.TPOT_MEDIAN_MS, Metric.TPOT_P99_MS, Metric.ROOFLINE,
+                             Metric.TOKENS_PER_JOULE) if m.get(k) is not None},
+    }
+
+
+def _front(study: optuna.Study) -> dict[str, Any]:
+    """objective pareto: Optuna's front of the completed trials (tokens/s up, p99 time per output token down)."""
+    if len(study.directions) < 2:
+        return {}
+    return {"front": [{"trial": t.number, Metric.TOKENS_PER_GPU: round(t.values[0], 1),
+                       Metric.TPOT_P99_MS: round(t.values[1], 3), "knobs": t.user_attrs["knobs"]}
+                      for t in sorted(study.best_trials, key=lambda t: t.values[1])]}
+
+
+def _measurement(cfg: Config, best: optuna.trial.FrozenTrial, record: TrialRecord) -> dict[str, Any]:
+    """How the chosen trial was measured: steps, limit, its raw step times, the timer, when."""
+    cuda = (record.fingerprint or {}).get("device") == "cuda"
+    return {
+        "warmup_steps": cfg.workload.warmup_steps,
+        "measure_steps": cfg.workload.measure_steps,
+        "trial_timeout_min": cfg.study.trial_timeout_min,
+        "step_times_s": record.step_times,
+        "timing": "CUDA events around each optimizer step" if cuda else "time.perf_counter around each optimizer step",
+        "measured_at": best.datetime_complete.isoformat() if best.datetime_complete else None,
+    }
 
 
 class _Part(BaseModel):
@@ -160,8 +177,11 @@ class _Apply(_Part):
 
 
 class BestFile(_Part):
-    """What `autotune check` reads from best.yaml, validated before anything is measured."""
+    """best.yaml, section by section: write_best validates what it writes with it, and `autotune check`
+    what it reads (read_best), before anything is measured. Sections not listed are kept as they are."""
 
+    schema_version: int = Field(default=1, ge=1)  # 1: written before best.yaml was versioned
+    knob_set: Optional[str] = None  # the hash of the knob names written (knob_set)
     name: str = Field(min_length=1)
     chosen: _Chosen
     knobs: dict[str, Any]
@@ -174,6 +194,9 @@ class BestFile(_Part):
     check_baseline: Optional[_CheckBaseline] = None
     base_dir: Optional[str] = None
     apply: Optional[_Apply] = None
+    baseline: Optional[dict[str, Any]] = None  # the baseline trial: number, knobs, tokens/s
+    front: Optional[list[dict[str, Any]]] = None  # objective pareto: the front of the completed trials
+    study: Optional[dict[str, Any]] = None  # the storage (masked), trials launched and completed
 
 
 def read_best(path: Path) -> dict[str, Any]:

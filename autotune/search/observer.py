@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.record import TrialRecord
 from autotune.search.history import History
 
 
@@ -16,7 +17,7 @@ class Observer:
 
     def poll(self) -> None: ...
 
-    def trial_finished(self, record: dict[str, Any], history: History) -> None: ...
+    def trial_finished(self, record: TrialRecord, history: History) -> None: ...
 
     def device_busy(self, unit: str) -> None: ...
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import optuna
 from optuna.distributions import CategoricalDistribution
@@ -19,6 +18,7 @@ from autotune import identity
 from autotune.config import Config
 from autotune.errors import ConfigError
 from autotune.hardware import detect
+from autotune.record import TrialRecord
 from autotune.search.history import History, key
 from autotune.search.storage import load_study
 from autotune.space import ResolvedSpace
@@ -62,17 +62,19 @@ def copy_trials(study: optuna.Study, space: ResolvedSpace, source: optuna.Study)
     seen = History.of(study).seen
     copies = []
     for t in source.get_trials(deepcopy=False, states=_MEASURED):
-        knobs = t.user_attrs.get("knobs") or {}
+        record = TrialRecord.of(t)
+        knobs = record.knobs
         params = {k: knobs.get(k) for k in space.searched}
-        if t.user_attrs.get("status") in (None, "duplicate", "skipped") or t.user_attrs.get("predicted"):
+        if record.status in ("", "duplicate", "skipped") or record.predicted:
             continue
         if any(params[k] not in dists[k].choices for k in params) or key(space.knobs(params)) != key(knobs):
             continue  # outside the new space (or a knob fixed at another value)
         if key(knobs) in seen:
             continue
         # the record upgraded to this release's knobs (one made before a knob existed lacks it: at its default)
-        attrs: dict[str, Any] = {**t.user_attrs, "knobs": space.knobs(params),
-                                 "warm_start": f"{source.study_name}#{t.number}"}
+        record.knobs = space.knobs(params)
+        record.extra["warm_start"] = f"{source.study_name}#{t.number}"
+        attrs = record.to_attrs()
         if t.values is not None and len(t.values) != len(study.directions):
             continue  # measured under another objective (tokens/s alone against the pareto pair)
         copies.append(optuna.trial.create_trial(params=params, distributions=dists, values=t.values, state=t.state,

@@ -11,7 +11,9 @@ from autotune.tasks._train import Train
 
 TASKS: dict[str, Task] = {t.name: t for t in (Train(), Generate())}
 
-__all__ = ["TASKS", "Task", "check_workload", "task"]
+__all__ = ["TASKS", "Task", "check_config", "check_workload", "task"]
+# What each study.objective optimises, for the message naming the tasks that take it
+OBJECTIVES = {"tokens_per_s": "tokens/s per GPU", "pareto": "tokens/s against p99 time per output token"}
 
 
 def task(name: str) -> Task:
@@ -28,3 +30,17 @@ def check_workload(wl: Any) -> None:
         if given:
             raise ValueError(f"workload.{given[0]}: only for task {other.name} (task is {mine.name}); remove it")
     mine.check_workload(wl)
+
+
+def check_config(cfg: Any) -> None:
+    """The config (config.Config) against its task: the objective and latency limits it takes, then the task's
+    own rules across sections (ValueError naming the YAML path)."""
+    mine, objective = TASKS[cfg.workload.task], cfg.study.objective
+    if objective not in mine.objectives:
+        takers = ", ".join(t.name for t in TASKS.values() if objective in t.objectives)
+        raise ValueError(f"study.objective: {objective} ({OBJECTIVES.get(objective, objective)}) is for task "
+                         f"{takers} (task is {mine.name}); use {' or '.join(mine.objectives)}")
+    if cfg.study.limits is not None and not mine.latency_limits:
+        takers = ", ".join(t.name for t in TASKS.values() if t.latency_limits)
+        raise ValueError(f"study.limits: latency limits are for task {takers} (task is {mine.name}); remove them")
+    mine.check_config(cfg)

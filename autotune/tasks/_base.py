@@ -33,12 +33,8 @@ class Task(ABC):
         """The workload section's rules of this task, beyond its fields' own (ValueError naming the YAML path)."""
 
     def check_config(self, cfg: Any) -> None:
-        """Rules across sections (ValueError naming the YAML path): the objective and limits it takes."""
-        if cfg.study.objective not in self.objectives:
-            raise ValueError(f"study.objective: {cfg.study.objective} is not an objective of task {self.name}; "
-                             f"use {' or '.join(self.objectives)}")
-        if cfg.study.limits is not None and not self.latency_limits:
-            raise ValueError(f"study.limits: latency limits are for task generate (task is {self.name}); remove them")
+        """The task's rules across sections (ValueError naming the YAML path); the objective and limits it
+        takes are checked by tasks.check_config first."""
 
     @abstractmethod
     def batch_rule(self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]) -> None:

@@ -27,7 +27,6 @@ class Generate(Task):
             raise ValueError(f"workload.world_size: {wl.world_size}; task generate runs on one GPU (1)")
 
     def check_config(self, cfg: Any) -> None:
-        super().check_config(cfg)
         wl, m = cfg.workload, cfg.model
         if cfg.study.objective == "pareto" and (wl.gen_len or 0) < 2:
             raise ValueError(f"study.objective: pareto needs decode steps to time: workload.gen_len >= 2 (is {wl.gen_len})")

@@ -73,7 +73,7 @@ def apply_fsdp(torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any) ->
     reduce = torch.bfloat16 if knobs.get("fsdp_reduce_dtype") == "bf16" else torch.float32
     policy = MixedPrecisionPolicy(param_dtype=amp_dtype, reduce_dtype=reduce) if amp_dtype \
         else MixedPrecisionPolicy(reduce_dtype=reduce if reduce == torch.bfloat16 else None)
-    blocks = _layers(torch, model)
+    blocks = repeated_blocks(torch, model)
     # the blocks keep their inputs' dtypes (torchtitan's RoPE tables stay fp32 the same way, as complex numbers):
     # FSDP2 casts a module's inputs in its forward but not when a checkpointed block is recomputed in backward,
     # so with the cast the recomputed fp32 RoPE tables met the saved bf16 ones and every checkpointed FSDP trial
@@ -112,13 +112,13 @@ def apply_fsdp_prefetch(blocks: Any, knobs: dict[str, Any]) -> dict[str, str]:
             "backward": f"explicit, {bwd} blocks ahead" if bwd > 1 else "FSDP2's default (one block ahead)"}
 
 
-def _layers(torch: Any, model: Any) -> Any:
-    """The transformer blocks: the built-in model's `blocks`, else the model's longest ModuleList (hf, entrypoint)."""
-    blocks = getattr(model, "blocks", None)
-    if blocks is not None:
-        return blocks
-    lists = [mod for mod in model.modules() if isinstance(mod, torch.nn.ModuleList) and len(mod) > 1]
-    return max(lists, key=len) if lists else []
+def repeated_blocks(torch: Any, model: Any) -> list[Any]:
+    """The model's transformer blocks, found one way for FSDP2's sharding and per-block compile: the largest
+    nn.ModuleList whose modules are all of one class (the built-in model's `blocks`, a Hugging Face model's
+    `layers`), through DDP/FSDP wrappers."""
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) >= 1
+             and len({type(b) for b in m}) == 1]
+    return list(max(lists, key=len)) if lists else []
 
 
 def check_replicas_in_sync(torch: Any, model: Any, ranks: Ranks) -> None:

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from autotune.knobs import CE_CHUNKS, CHECKPOINT_EVERY, SDPA_BACKENDS, numerics
+from autotune.sizes import padded_vocab
 from autotune.workloads.base import InvalidConfig, Measured, NonFiniteLoss, Work, Workload
-from autotune.workloads.parallel import check_replicas_in_sync, parallelize
+from autotune.workloads.parallel import check_replicas_in_sync, parallelize, repeated_blocks
 from autotune.workloads.timing import time_steps
 
 
@@ -109,7 +110,7 @@ def build_model(torch: Any, spec: Any, dev: Any, gen: Any, n_batches: int,
 
     pad, mbs = knobs["pad_vocab_multiple"], knobs["micro_batch_size"]
     ac = knobs["activation_checkpointing"]
-    m = {**m, "attention": knobs["attention"], "padded_vocab": -(-m["vocab_size"] // pad) * pad if pad else m["vocab_size"],
+    m = {**m, "attention": knobs["attention"], "padded_vocab": padded_vocab(m["vocab_size"], pad),
          "checkpoint_every": CHECKPOINT_EVERY[ac], "checkpoint_ops": ac == "selective_op",
          "ce_chunks": CE_CHUNKS if knobs.get("cross_entropy") == "chunked" else 1}
     with torch.device("meta"):  # torchtitan's build: no memory and no work until the device
@@ -199,14 +200,6 @@ def apply_compile(torch: Any, model: Any, mode: Any, scope: str | None = "model"
         model.head_loss = torch.compile(model.head_loss, mode=compile_mode)
         head = " + head_loss"
     return model, f"{compile_mode or 'default'}, per block ({len(blocks)} x {kind}, compiled in place){head}"
-
-
-def repeated_blocks(torch: Any, model: Any) -> list[Any]:
-    """The model's transformer blocks: the largest nn.ModuleList whose modules are all of one class (the
-    built-in model's `blocks`, a Hugging Face model's `layers`), through DDP/FSDP wrappers."""
-    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) >= 1
-             and len({type(b) for b in m}) == 1]
-    return list(max(lists, key=len)) if lists else []
 
 
 def finite_losses(torch: Any, losses: list[Any], phase: str) -> list[float]:
