@@ -24,8 +24,18 @@ if TYPE_CHECKING:
     from autotune.search.loop import SearchResult
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "load_config", "resolve_space", "run_search", "run_check", "read_report", "run_nccl", "AutotuneError",
-           "ConfigError", "ExitCode"]
+__all__ = [
+    "__version__",
+    "load_config",
+    "resolve_space",
+    "run_search",
+    "run_check",
+    "read_report",
+    "run_nccl",
+    "AutotuneError",
+    "ConfigError",
+    "ExitCode",
+]
 
 
 def run_search(model_yaml: str | Path | Config, **options: Any) -> SearchResult:
@@ -47,7 +57,9 @@ def run_check(best_yaml: str | Path, **options: Any) -> Verdict:
     return check(Path(best_yaml), **options)
 
 
-def read_report(study_dir: str | Path | None = None, *, study: str | None = None, storage: str | None = None) -> dict[str, Any]:
+def read_report(
+    study_dir: str | Path | None = None, *, study: str | None = None, storage: str | None = None
+) -> dict[str, Any]:
     """What a study found, as plain data (the JSON of `autotune report --format json`)."""
     from autotune.report import collect, load_study
 
@@ -60,8 +72,14 @@ def run_nccl(out_dir: str | Path, **options: Any) -> dict[str, Any]:
     protos, sizes, warmup, iters, timeout_s). Writes out_dir/nccl.json and returns it."""
     from autotune import nccl
 
-    defaults = {"algos": ["default"], "protos": ["default"], "sizes": nccl.message_sizes(1, 1024), "warmup": 3,
-                "iters": 10, "timeout_s": 180.0}
+    defaults = {
+        "algos": ["default"],
+        "protos": ["default"],
+        "sizes": nccl.message_sizes(1, 1024),
+        "warmup": 3,
+        "iters": 10,
+        "timeout_s": 180.0,
+    }
     return nccl.sweep(Path(out_dir), **{**defaults, **options})
 
 

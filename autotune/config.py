@@ -7,27 +7,23 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, create_model,
-                      field_validator, model_validator)
+from pydantic import (
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from autotune import knobs as catalogue
 from autotune import sizes, tasks, yamlio
+from autotune.config_study import SEED_MAX, StudyConfig, _Section
 from autotune.errors import excerpt
 from autotune.space import resolve_space
 
-SamplerName = Literal["tpe", "random", "grid", "gp"]
-
-
 MAX_KNOB_VALUES = 1024  # values of one knob; more is a typo or a range without multiple_of
 MAX_NAME = 200  # a study name names folders, OUT/<name>.archived-<time> too (NAME_MAX is 255)
-SEED_MAX = 2**32 - 1  # numpy's and Optuna's seeds are 32-bit
-
-
-class _Section(BaseModel):
-    """Every section rejects unknown keys (a typo must never be silently ignored) and takes YAML's types as
-    they are: strict, so `true` is no integer and "3" no number; floats finite."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class ModelConfig(_Section):
@@ -48,32 +44,45 @@ class ModelConfig(_Section):
         "Runs your code, by design.",
     )
     n_layers: Optional[int] = Field(default=None, ge=1, le=1024, description="Transformer blocks (built-in model).")
-    d_model: Optional[int] = Field(default=None, ge=1, le=65536,
-                                   description="Hidden size; a multiple of n_heads (built-in model).")
+    d_model: Optional[int] = Field(
+        default=None, ge=1, le=65536, description="Hidden size; a multiple of n_heads (built-in model)."
+    )
     n_heads: Optional[int] = Field(default=None, ge=1, le=1024, description="Attention (query) heads (built-in model).")
     n_kv_heads: int | None = Field(
-        default=None, ge=1, le=1024, description="Key/value heads (grouped-query attention); llama only. Default n_heads."
+        default=None,
+        ge=1,
+        le=1024,
+        description="Key/value heads (grouped-query attention); llama only. Default n_heads.",
     )
     vocab_size: Optional[int] = Field(
-        default=None, ge=1, le=2**24, description="Vocabulary size (built-in model; synthetic tokens are drawn from it)."
+        default=None,
+        ge=1,
+        le=2**24,
+        description="Vocabulary size (built-in model; synthetic tokens are drawn from it).",
     )
     seq_len: Optional[int] = Field(
         default=None, ge=1, le=2**20, description="Tokens per sequence (built-in and hf_config models; required there)."
     )
     ffn_hidden: int | None = Field(
-        default=None, ge=1, le=2**20,
+        default=None,
+        ge=1,
+        le=2**20,
         description="MLP hidden size. Default: 4*d_model for gpt; 8/3*d_model rounded up to 256 for llama.",
     )
     tie_embeddings: bool = Field(
         default=True, description="Share the token embedding with the output head (GPT-2, Llama-3.2-1B do)."
     )
-    rope_theta: float = Field(default=500000.0, gt=0, le=1e12, description="RoPE base; llama only (Llama 3 uses 500000).")
+    rope_theta: float = Field(
+        default=500000.0, gt=0, le=1e12, description="RoPE base; llama only (Llama 3 uses 500000)."
+    )
 
     @model_validator(mode="after")
     def _check_shapes(self, info: ValidationInfo) -> ModelConfig:
         sources = [k for k in ("family", "hf_config", "entrypoint") if getattr(self, k) is not None]
         if len(sources) != 1:
-            raise ValueError(f"model: give exactly one of family (built-in), hf_config or entrypoint (got {sources or 'none'})")
+            raise ValueError(
+                f"model: give exactly one of family (built-in), hf_config or entrypoint (got {sources or 'none'})"
+            )
         sizes = ("n_layers", "d_model", "n_heads", "vocab_size")
         if self.family is None:
             extra = [k for k in (*sizes, "n_kv_heads", "ffn_hidden") if getattr(self, k) is not None]
@@ -139,7 +148,9 @@ def _check_external(model: ModelConfig, base_dir: Path | None) -> None:
         except (OSError, ValueError, RecursionError) as err:
             raise ValueError(f"model.hf_config: {model.hf_config!r} is not valid JSON: {err}") from None
         if not isinstance(data, dict) or "model_type" not in data:
-            raise ValueError(f"model.hf_config: {model.hf_config!r} has no model_type; is it a transformers config.json?")
+            raise ValueError(
+                f"model.hf_config: {model.hf_config!r} has no model_type; is it a transformers config.json?"
+            )
         if importlib.util.find_spec("transformers") is None:
             raise ValueError("model.hf_config: needs transformers, which is not installed; pip install 'autotune[hf]'")
         if (problem := check_hf_config(str(path))) is not None:
@@ -156,13 +167,18 @@ def _check_external(model: ModelConfig, base_dir: Path | None) -> None:
 class WorkloadConfig(_Section):
     """What one trial does."""
 
-    task: Literal[catalogue.TASKS] = Field(default="train", description="train: optimizer steps on synthetic tokens; "
-                                           "generate: prefill a batch of prompts, then decode gen_len tokens each "
-                                           "with a KV cache (inference).")
-    prompt_len: Optional[int] = Field(default=None, ge=1, le=2**20,
-                                      description="generate: prompt tokens per sequence (prefilled at once).")
-    gen_len: Optional[int] = Field(default=None, ge=1, le=2**20,
-                                   description="generate: tokens decoded per sequence, one step each.")
+    task: Literal[catalogue.TASKS] = Field(
+        default="train",
+        description="train: optimizer steps on synthetic tokens; "
+        "generate: prefill a batch of prompts, then decode gen_len tokens each "
+        "with a KV cache (inference).",
+    )
+    prompt_len: Optional[int] = Field(
+        default=None, ge=1, le=2**20, description="generate: prompt tokens per sequence (prefilled at once)."
+    )
+    gen_len: Optional[int] = Field(
+        default=None, ge=1, le=2**20, description="generate: tokens decoded per sequence, one step each."
+    )
     global_batch_size: int | None = Field(
         default=None,
         ge=1,
@@ -171,25 +187,38 @@ class WorkloadConfig(_Section):
         "micro_batch_size x grad_accum_steps x world_size. Absent: grad_accum_steps is searched instead.",
     )
     world_size: int = Field(
-        default=1, ge=1, le=4096, description="GPUs (ranks) per trial, over all nodes. Above 1 a trial is launched with torchrun "
+        default=1,
+        ge=1,
+        le=4096,
+        description="GPUs (ranks) per trial, over all nodes. Above 1 a trial is launched with torchrun "
         "(--standalone on one node) as one data-parallel training step; the slowest rank's step time counts.",
     )
     nnodes: int = Field(
-        default=1, ge=1, le=1024, description="Nodes per trial; world_size / nnodes ranks on each. Above 1 needs "
+        default=1,
+        ge=1,
+        le=1024,
+        description="Nodes per trial; world_size / nnodes ranks on each. Above 1 needs "
         "rdzv_endpoint and a launcher that starts the trial on every node (README: Multi-node).",
     )
     rdzv_endpoint: Optional[str] = Field(
-        default=None, description="host:port of torchrun's c10d rendezvous (multi-node); on one node torchrun "
+        default=None,
+        description="host:port of torchrun's c10d rendezvous (multi-node); on one node torchrun "
         "--standalone picks a free port itself.",
     )
     launcher: Optional[list[str]] = Field(
-        default=None, description="Command prefix that starts the trial launcher (torchrun) on every node, e.g. "
+        default=None,
+        description="Command prefix that starts the trial launcher (torchrun) on every node, e.g. "
         "[srun, --nodes=2, --ntasks-per-node=1]; an argument list, never a shell string.",
     )
     warmup_steps: int = Field(
-        default=3, ge=1, le=10_000, description="Optimizer steps run before timing (include torch.compile); not measured."
+        default=3,
+        ge=1,
+        le=10_000,
+        description="Optimizer steps run before timing (include torch.compile); not measured.",
     )
-    measure_steps: int = Field(default=10, ge=2, le=100_000, description="Timed optimizer steps; the median is reported.")
+    measure_steps: int = Field(
+        default=10, ge=2, le=100_000, description="Timed optimizer steps; the median is reported."
+    )
     seed: int = Field(default=0, ge=0, le=SEED_MAX, description="Seed of the model's weights and the synthetic tokens.")
 
     @model_validator(mode="after")
@@ -200,11 +229,15 @@ class WorkloadConfig(_Section):
     @model_validator(mode="after")
     def _check_batch(self) -> WorkloadConfig:
         if self.world_size % self.nnodes:
-            raise ValueError(f"workload.world_size: {self.world_size} is not divisible by workload.nnodes "
-                             f"({self.nnodes}); every node runs the same number of ranks")
+            raise ValueError(
+                f"workload.world_size: {self.world_size} is not divisible by workload.nnodes "
+                f"({self.nnodes}); every node runs the same number of ranks"
+            )
         if self.nnodes > 1 and not self.rdzv_endpoint:
-            raise ValueError(f"workload.rdzv_endpoint: needed with nnodes {self.nnodes}; give host:port of the "
-                             "rendezvous (a port free on the first node)")
+            raise ValueError(
+                f"workload.rdzv_endpoint: needed with nnodes {self.nnodes}; give host:port of the "
+                "rendezvous (a port free on the first node)"
+            )
         if self.rdzv_endpoint is not None and not re.fullmatch(r"[\w.\-\[\]:]+:\d+", self.rdzv_endpoint):
             raise ValueError(f"workload.rdzv_endpoint: {self.rdzv_endpoint!r} is not host:port")
         if self.launcher is not None and (not self.launcher or not all(a.strip() for a in self.launcher)):
@@ -232,8 +265,10 @@ class IntRange(_Section):
         if not count:
             raise ValueError(f"no multiple of {self.multiple_of} lies in [{self.min}, {self.max}]")
         if count > MAX_KNOB_VALUES:
-            raise ValueError(f"{{min: {self.min}, max: {self.max}, multiple_of: {self.multiple_of}}} gives {count:,} "
-                             f"values; at most {MAX_KNOB_VALUES} a knob: raise multiple_of or narrow the range")
+            raise ValueError(
+                f"{{min: {self.min}, max: {self.max}, multiple_of: {self.multiple_of}}} gives {count:,} "
+                f"values; at most {MAX_KNOB_VALUES} a knob: raise multiple_of or narrow the range"
+            )
         return self
 
     def _range(self) -> range:
@@ -283,116 +318,9 @@ def _space_field(knob: catalogue.Knob) -> tuple[Any, Any]:
 
 
 # One field per knob of the catalogue (knobs.py), typed and documented there.
-SpaceConfig = create_model("SpaceConfig", __base__=_SpaceBase, __module__=__name__,
-                           **{k.name: _space_field(k) for k in catalogue.CATALOGUE})
-
-
-class LimitsConfig(_Section):
-    """Service-level limits of a generate study: a trial past one is recorded over_limit, with its numbers."""
-
-    p99_tpot_ms: Optional[float] = Field(default=None, gt=0, le=1e7,
-                                         description="Largest p99 time per output token (ms) over the decode steps.")
-    median_tpot_ms: Optional[float] = Field(default=None, gt=0, le=1e7,
-                                            description="Largest median time per output token (ms).")
-    ttft_ms: Optional[float] = Field(default=None, gt=0, le=1e7,
-                                     description="Largest time to first token (ms): the prefill of the batch.")
-
-
-class LossCheckConfig(_Section):
-    """Training's precision guardrail: an fp8 or fp16 trial that measured well also trains `steps` optimizer
-    steps from fresh weights on a learnable synthetic stream (each sequence repeats a random 8-token pattern,
-    so the loss falls), one micro-batch a step, and so does the same configuration in bf16 once (cached per
-    micro-batch size in the study's loss-reference/). If the loss curves part by more than `max_gap` (relative,
-    at any step of the second half) the trial ends invalid_config: loss drifts, so a faster precision never
-    wins by training worse."""
-
-    steps: int = Field(default=20, ge=0, le=1000, description="Optimizer steps of the check (0: off).")
-    max_gap: float = Field(default=0.05, gt=0, le=10, description="Largest relative gap |loss - bf16 loss| / bf16 "
-                           "loss at any step of the second half of the check.")
-
-
-class DriftConfig(_Section):
-    """How far a quantized generate trial's outputs may move from the unquantized model's (same weights, same
-    prompts): past any limit the trial ends invalid_config: outputs drift. All three are measured and recorded
-    in every quantized trial. On autotune's random-weight models the end-to-end measures say little (a random
-    32-layer network turns int4's 10% per-layer error into unrelated greedy tokens, seen on an H200), so the
-    default limit is per layer; set the end-to-end ones for a model whose weights are trained."""
-
-    max_layer_error: Optional[float] = Field(
-        default=0.3, ge=0, le=100, description="Largest relative output error ||W_q x - W x|| / ||W x|| of any "
-        "quantized linear on the prompts' activations (measured: int8 about 0.008, int4 group 128 about 0.10, a broken "
-        "1-bit quantizer about 0.63). null: off.")
-    max_kl_nats: Optional[float] = Field(default=None, ge=0, le=100, description="Largest mean KL(unquantized || "
-                                         "quantized) of the next-token distributions, in nats. null (default): off.")
-    min_greedy_agreement: Optional[float] = Field(default=None, ge=0, le=1, description="Smallest share of positions "
-                                                  "whose greedy next token is the unquantized model's. null: off.")
-
-
-class StudyConfig(_Section):
-    """How the Optuna study runs."""
-
-    trials: int = Field(default=30, ge=1, le=100_000, description="Trials to measure (launched trials; resumed ones count).")
-    timeout_min: float = Field(default=60.0, gt=0, le=525_600, description="Stop launching trials after this many "
-                               "minutes (at most a year).")
-    sampler: SamplerName = Field(default="tpe", description="Optuna sampler: tpe | random | grid | gp.")
-    seed: int = Field(default=0, ge=0, le=SEED_MAX, description="Sampler seed (0 to 2^32 - 1).")
-    storage: str | None = Field(
-        default=None,
-        description="Optuna storage: an RDB URL (sqlite:///..., postgresql://user@host/db) or journal:PATH "
-        "(JournalStorage on a shared file system). Default: sqlite:///<out>/<name>/study.db.",
-    )
-    worker_grace_s: float = Field(
-        default=60.0, ge=3, le=86_400, description="A running trial whose worker sent no heartbeat for this long "
-        "(killed, node lost) is failed as worker_lost and its configuration measured again.",
-    )
-    trial_timeout_min: float = Field(
-        default=10.0, gt=0, le=10_080, description="Hard limit for one trial's process; past it the trial ends as "
-        "timeout (at most a week)."
-    )
-    confirm_top: int = Field(
-        default=3, ge=0, le=100, description="At the end, re-measure this many best configurations (0: no confirmation)."
-    )
-    confirm_rounds: int = Field(
-        default=3, ge=0, le=100, description="Interleaved rounds of the confirmation (A B C A B C ...), each a fresh process."
-    )
-    prune_below: float = Field(
-        default=0.8, ge=0, lt=1, description="Stop a one-rank trial once its fastest measured step so far is below "
-        "this fraction of the best measured median (Optuna pruner; recorded as pruned with what it measured). "
-        "0: never prune. The confirmation and `check` are never pruned.",
-    )
-    prestart: Optional[bool] = Field(
-        default=None, description="Start each one-rank trial's process ahead, while the previous trial runs: it "
-        "imports torch and torch.compile's stack, then waits for its configuration (still a fresh process per "
-        "trial). Default: on with --device cuda; off on the CPU, where that import would share the cores with "
-        "the trial being measured.",
-    )
-    objective: Literal["tokens_per_s", "pareto"] = Field(
-        default="tokens_per_s", description="tokens_per_s: maximise tokens/s per GPU. pareto (task generate): an "
-        "Optuna multi-objective study, tokens/s (maximised) against p99 time per output token (minimised); best.yaml "
-        "keeps the fastest configuration within study.limits and lists the front.",
-    )
-    limits: Optional[LimitsConfig] = Field(
-        default=None, description="generate: latency limits (p99_tpot_ms, median_tpot_ms, ttft_ms); a trial past one "
-        "is recorded over_limit with its numbers and never chosen.",
-    )
-    drift: DriftConfig = Field(default_factory=DriftConfig, description="generate: how far quantized outputs may "
-                               "drift from the unquantized model's (max_kl_nats, min_greedy_agreement).")
-    loss_check: LossCheckConfig = Field(default_factory=LossCheckConfig, description="train: fp8 and fp16 trials "
-                                        "check their loss curve against bf16's (steps, max_gap).")
-    compile_cache: Optional[str] = Field(
-        default=None, description="A folder for torch.compile's caches (Inductor, Triton) that outlives one study: a "
-        "second study of the same model on the same GPU starts warm. Each GPU model and torch version gets its own "
-        "subfolder. Default: the study's own inductor-cache/.",
-    )
-
-
-    @field_validator("storage")
-    @classmethod
-    def _remember_credentials(cls, value: str | None) -> str | None:
-        from autotune.redact import remember
-
-        remember(value)  # masked wherever it would be shown from now on
-        return value
+SpaceConfig = create_model(
+    "SpaceConfig", __base__=_SpaceBase, __module__=__name__, **{k.name: _space_field(k) for k in catalogue.CATALOGUE}
+)
 
 
 class Config(_Section):
@@ -417,8 +345,10 @@ class Config(_Section):
     @classmethod
     def _name(cls, value: str) -> str:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value) or len(value) > MAX_NAME:
-            raise ValueError(f"{excerpt(value)} is not a valid study name; use at most {MAX_NAME} letters, digits, "
-                             "'.', '_' and '-' (it names a folder)")
+            raise ValueError(
+                f"{excerpt(value)} is not a valid study name; use at most {MAX_NAME} letters, digits, "
+                "'.', '_' and '-' (it names a folder)"
+            )
         return value
 
     @model_validator(mode="after")

@@ -28,8 +28,16 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
 
 def _path(loc: tuple[Any, ...]) -> str:
     """The YAML path of an error, without pydantic's union branch names (`bool`, `literal['a']`, `int`)."""
-    return ".".join(str(p) for p in loc if isinstance(p, int) or re.fullmatch(r"[A-Za-z_]\w*", str(p))
-                    and str(p) not in ("int", "bool", "str", "float", "none", "list")) or "top level"
+    return (
+        ".".join(
+            str(p)
+            for p in loc
+            if isinstance(p, int)
+            or re.fullmatch(r"[A-Za-z_]\w*", str(p))
+            and str(p) not in ("int", "bool", "str", "float", "none", "list")
+        )
+        or "top level"
+    )
 
 
 def describe_error(err: ValidationError, section: str | None = None) -> str:
@@ -47,7 +55,9 @@ def describe_error(err: ValidationError, section: str | None = None) -> str:
     got = first.get("input")
     knob = catalogue.BY_NAME.get(str(first["loc"][1])) if len(first["loc"]) > 2 and first["loc"][0] == "space" else None
     if knob is not None and first["type"] not in ("value_error", "missing"):  # a knob value of the wrong kind
-        return f"space.{knob.name}: {excerpt(got)} is not allowed; allowed: {catalogue.values_text(knob).replace('`', '')}"
+        return (
+            f"space.{knob.name}: {excerpt(got)} is not allowed; allowed: {catalogue.values_text(knob).replace('`', '')}"
+        )
     shown = "" if first["type"] == "missing" or isinstance(got, dict) else f" (got {excerpt(got)})"
     return f"{loc}: {msg}{shown}"
 
@@ -83,7 +93,9 @@ def _read_space(path: Path, given: str) -> dict[str, Any]:
     """The space file named in MODEL_YAML; its content is never quoted in a message (it may be any file)."""
     ref = Path(given)
     if ref.suffix not in (".yaml", ".yml"):
-        raise ConfigError(f"{path}: space: {excerpt(given)} is not a .yaml file; give the space inline or as a .yaml path")
+        raise ConfigError(
+            f"{path}: space: {excerpt(given)} is not a .yaml file; give the space inline or as a .yaml path"
+        )
     candidates = [ref] if ref.is_absolute() else [path.parent / ref, Path.cwd() / ref]
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:

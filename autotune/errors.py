@@ -22,7 +22,7 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.OK: "done; `check`: pass (or faster)",
     ExitCode.FAILED: "`search`: no trial succeeded; `check`: regression; `nccl`: no setting ran",
     ExitCode.BAD_INPUT: "bad input: usage, missing file, invalid YAML, schema error, a study made from another YAML; "
-                        "`check`: another GPU model than the baseline's",
+    "`check`: another GPU model than the baseline's",
     ExitCode.UNMEASURED: "`check`: could not measure (every repeat failed; the reason is shown)",
     ExitCode.INTERNAL: "an error inside autotune (a bug): one line naming it; `--debug` shows the traceback",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C); the study is kept and resumable",
@@ -38,9 +38,15 @@ def exit_codes_markdown() -> str:
 
 def exit_codes_help() -> str:
     """One line for `autotune --help`."""
-    short = {ExitCode.OK: "done (check: pass)", ExitCode.FAILED: "no trial succeeded (check: regression)",
-             ExitCode.BAD_INPUT: "bad input", ExitCode.UNMEASURED: "check could not measure",
-             ExitCode.INTERNAL: "internal error", ExitCode.INTERRUPTED: "interrupted", ExitCode.TERMINATED: "SIGTERM"}
+    short = {
+        ExitCode.OK: "done (check: pass)",
+        ExitCode.FAILED: "no trial succeeded (check: regression)",
+        ExitCode.BAD_INPUT: "bad input",
+        ExitCode.UNMEASURED: "check could not measure",
+        ExitCode.INTERNAL: "internal error",
+        ExitCode.INTERRUPTED: "interrupted",
+        ExitCode.TERMINATED: "SIGTERM",
+    }
     return "Exit codes: " + ", ".join(f"{int(c)} {short[c]}" for c in ExitCode) + "."
 
 

@@ -26,22 +26,54 @@ class GpuPeak:
 # Datasheets quote tensor rates "with sparsity"; the dense rates below are those halved.
 # MFU is always taken against the dense BF16 rate, for every precision, so trials compare on one scale.
 PEAKS: tuple[GpuPeak, ...] = (
-    GpuPeak("H200 NVL", r"H200 NVL", {"fp32": 60, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5},
-            "https://www.nvidia.com/en-us/data-center/h200/ (H200 NVL column)"),
-    GpuPeak("H200 SXM", r"H200", {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979},
-            "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM column)"),
-    GpuPeak("H100 NVL", r"H100 NVL", {"fp32": 60, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5},
-            "https://www.nvidia.com/en-us/data-center/h100/ (H100 NVL column)"),
-    GpuPeak("H100 PCIe", r"H100 PCIe", {"fp32": 51, "tf32": 378, "bf16": 756.5, "fp16": 756.5, "fp8": 1513},
-            "https://www.nvidia.com/en-us/data-center/h100/ (H100 PCIe column)"),
-    GpuPeak("H100 SXM", r"H100", {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979},
-            "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM column)"),
-    GpuPeak("A100", r"A100", {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312},
-            "https://www.nvidia.com/en-us/data-center/a100/ (SXM and PCIe share these dense rates)"),
-    GpuPeak("L40S", r"L40S", {"fp32": 91.6, "tf32": 183, "bf16": 362.05, "fp16": 362.05, "fp8": 733},
-            "https://www.nvidia.com/en-us/data-center/l40s/"),
-    GpuPeak("B200", r"B200", {"tf32": 1125, "bf16": 2250, "fp16": 2250, "fp8": 4500},
-            "https://www.nvidia.com/en-us/data-center/hgx/ (HGX B200, per GPU = 8-GPU figure / 8)"),
+    GpuPeak(
+        "H200 NVL",
+        r"H200 NVL",
+        {"fp32": 60, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5},
+        "https://www.nvidia.com/en-us/data-center/h200/ (H200 NVL column)",
+    ),
+    GpuPeak(
+        "H200 SXM",
+        r"H200",
+        {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979},
+        "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM column)",
+    ),
+    GpuPeak(
+        "H100 NVL",
+        r"H100 NVL",
+        {"fp32": 60, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5},
+        "https://www.nvidia.com/en-us/data-center/h100/ (H100 NVL column)",
+    ),
+    GpuPeak(
+        "H100 PCIe",
+        r"H100 PCIe",
+        {"fp32": 51, "tf32": 378, "bf16": 756.5, "fp16": 756.5, "fp8": 1513},
+        "https://www.nvidia.com/en-us/data-center/h100/ (H100 PCIe column)",
+    ),
+    GpuPeak(
+        "H100 SXM",
+        r"H100",
+        {"fp32": 67, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979},
+        "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM column)",
+    ),
+    GpuPeak(
+        "A100",
+        r"A100",
+        {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312},
+        "https://www.nvidia.com/en-us/data-center/a100/ (SXM and PCIe share these dense rates)",
+    ),
+    GpuPeak(
+        "L40S",
+        r"L40S",
+        {"fp32": 91.6, "tf32": 183, "bf16": 362.05, "fp16": 362.05, "fp8": 733},
+        "https://www.nvidia.com/en-us/data-center/l40s/",
+    ),
+    GpuPeak(
+        "B200",
+        r"B200",
+        {"tf32": 1125, "bf16": 2250, "fp16": 2250, "fp8": 4500},
+        "https://www.nvidia.com/en-us/data-center/hgx/ (HGX B200, per GPU = 8-GPU figure / 8)",
+    ),
 )
 
 MFU_PRECISION = "bf16"
@@ -110,7 +142,11 @@ def detect() -> dict[str, Any]:
         for i in range(nv.nvmlDeviceGetCount()):
             h = nv.nvmlDeviceGetHandleByIndex(i)
             info["gpus"].append(
-                {"index": i, "name": _str(nv.nvmlDeviceGetName(h)), "memory_gib": nv.nvmlDeviceGetMemoryInfo(h).total / 2**30}
+                {
+                    "index": i,
+                    "name": _str(nv.nvmlDeviceGetName(h)),
+                    "memory_gib": nv.nvmlDeviceGetMemoryInfo(h).total / 2**30,
+                }
             )
     return info
 
@@ -129,7 +165,9 @@ def fingerprint(child_env: dict[str, Any], world_size: int) -> dict[str, Any]:
         "device": device,
         "gpu_model": gpu or (platform.processor() or platform.machine() if device == "cpu" else None),
         "gpu_count": world_size if device == "cuda" else 0,
-        "gpu_memory_gib": round(child_env["device_memory_bytes"] / 2**30, 2) if child_env.get("device_memory_bytes") else None,
+        "gpu_memory_gib": round(child_env["device_memory_bytes"] / 2**30, 2)
+        if child_env.get("device_memory_bytes")
+        else None,
         "driver": hw["driver"],
         "cuda": child_env.get("cuda"),
         "cudnn": child_env.get("cudnn"),
@@ -181,7 +219,9 @@ class Telemetry:
 
     def _loop(self) -> None:
         nv, h = self._nv, self._handle
-        reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        reasons_fn = (
+            getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
         while not self._stop.is_set():
             with contextlib.suppress(Exception):
                 bits = reasons_fn(h)
@@ -241,5 +281,7 @@ def software_versions() -> str:
     import torch
 
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "n/a"
-    return (f"python {platform.python_version()}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
-            f"NCCL {nccl}, host {platform.node()}")
+    return (
+        f"python {platform.python_version()}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
+        f"NCCL {nccl}, host {platform.node()}"
+    )

@@ -58,9 +58,11 @@ def factors(config: dict[str, Any]) -> dict[str, Any]:
     """The identity of a config (Config.model_dump(mode="json"), or a study's stored `config`)."""
     workload = dict(config.get("workload") or {})
     task = workload.get("task") or "train"
-    return {"model": non_default("model", dict(config.get("model") or {})),
-            "workload": non_default("workload", workload),
-            "space": _space_factors(dict(config.get("space") or {}), task)}
+    return {
+        "model": non_default("model", dict(config.get("model") or {})),
+        "workload": non_default("workload", workload),
+        "space": _space_factors(dict(config.get("space") or {}), task),
+    }
 
 
 def digest(config: dict[str, Any]) -> str:

@@ -41,8 +41,7 @@ class DeviceLock:
             sock.close()
             return None
 
-    def acquire(self, stop: threading.Event | None = None,
-                on_wait: Callable[[str], None] | None = None) -> float:
+    def acquire(self, stop: threading.Event | None = None, on_wait: Callable[[str], None] | None = None) -> float:
         """Hold every unit, waiting while another process holds one; returns the seconds waited.
         KeyboardInterrupt (or `stop` set) ends the wait."""
         t0 = time.monotonic()

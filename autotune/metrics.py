@@ -79,9 +79,11 @@ def generation(output: dict[str, Any], hbm_bytes_per_s: float | None) -> dict[st
     }
 
 
-LIMIT_METRICS = {"p99_tpot_ms": ("tpot_ms_p99", "p99 time per output token"),
-                 "median_tpot_ms": ("tpot_ms_median", "median time per output token"),
-                 "ttft_ms": ("ttft_ms", "time to first token")}
+LIMIT_METRICS = {
+    "p99_tpot_ms": ("tpot_ms_p99", "p99 time per output token"),
+    "median_tpot_ms": ("tpot_ms_median", "median time per output token"),
+    "ttft_ms": ("ttft_ms", "time to first token"),
+}
 
 
 def over_limits(m: dict[str, Any], limits: dict[str, float]) -> list[str]:

@@ -45,39 +45,81 @@ def message_sizes(min_mb: float, max_mb: float) -> list[int]:
     return sizes
 
 
-def sweep(out_dir: Path, *, device: str, gpus: list[str], algos: list[str], protos: list[str], sizes: list[int],
-          warmup: int, iters: int, timeout_s: float,
-          on_cell: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+def sweep(
+    out_dir: Path,
+    *,
+    device: str,
+    gpus: list[str],
+    algos: list[str],
+    protos: list[str],
+    sizes: list[int],
+    warmup: int,
+    iters: int,
+    timeout_s: float,
+    on_cell: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     """Run every setting; write out_dir/nccl.json; return it. On the CPU (gloo) there is one setting: gloo.
     gpus: the group's GPUs (on the CPU, one gloo rank per entry)."""
     if len(gpus) < 2:
-        raise ConfigError(f"--gpus: {','.join(gpus) or 'none'} gives {len(gpus)} rank(s); an all-reduce needs at least 2")
+        raise ConfigError(
+            f"--gpus: {','.join(gpus) or 'none'} gives {len(gpus)} rank(s); an all-reduce needs at least 2"
+        )
     paths.writable_dir(out_dir, "--out")
     preflight()
     combos = [(a, p) for a in algos for p in protos] if device == "cuda" else [("gloo", "gloo")]
     cells = []
     for i, (algo, proto) in enumerate(combos):
-        cells.append(_cell(out_dir / f"{i:02d}-{algo}-{proto}", device, gpus, algo, proto, sizes, warmup, iters, timeout_s))
+        cells.append(
+            _cell(out_dir / f"{i:02d}-{algo}-{proto}", device, gpus, algo, proto, sizes, warmup, iters, timeout_s)
+        )
         if on_cell:
             on_cell(cells[-1])
-    doc = {"device": device, "ranks": len(gpus), "gpus": gpus if device == "cuda" else None, "sizes": sizes,
-           "warmup": warmup, "iters": iters, "nvls_enable_env": os.environ.get("NCCL_NVLS_ENABLE"), "cells": cells}
+    doc = {
+        "device": device,
+        "ranks": len(gpus),
+        "gpus": gpus if device == "cuda" else None,
+        "sizes": sizes,
+        "warmup": warmup,
+        "iters": iters,
+        "nvls_enable_env": os.environ.get("NCCL_NVLS_ENABLE"),
+        "cells": cells,
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "nccl.json", doc)
     return doc
 
 
-def _cell(run_dir: Path, device: str, gpus: list[str], algo: str, proto: str, sizes: list[int], warmup: int,
-          iters: int, timeout_s: float) -> dict[str, Any]:
+def _cell(
+    run_dir: Path,
+    device: str,
+    gpus: list[str],
+    algo: str,
+    proto: str,
+    sizes: list[int],
+    warmup: int,
+    iters: int,
+    timeout_s: float,
+) -> dict[str, Any]:
     """One setting in a fresh rank group: its bandwidth rows, or NCCL's reason for refusing it."""
     env = catalogue.env_of({"nccl_algo": algo, "nccl_proto": proto}) if device == "cuda" else {}
     if device == "cuda":
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     env.update(omp_env(len(gpus)))
-    spec = TrialSpec(task="allreduce", device=device, run=RunSettings(world_size=len(gpus)),
-                     params={"sizes": sizes, "warmup": warmup, "iters": iters})
+    spec = TrialSpec(
+        task="allreduce",
+        device=device,
+        run=RunSettings(world_size=len(gpus)),
+        params={"sizes": sizes, "warmup": warmup, "iters": iters},
+    )
     outcome = run_trial(spec, run_dir, timeout_s=timeout_s, env=env)
     ok = outcome.status == "ok" and outcome.result is not None
-    return {"algo": algo, "proto": proto, "status": outcome.status, "reason": outcome.reason,
-            "rows": outcome.result.output.get("rows") if ok else None, "nccl_used": nccl_log.used(outcome.nccl),
-            "nccl_report": outcome.nccl, "wall_s": round(outcome.wall_s, 1)}
+    return {
+        "algo": algo,
+        "proto": proto,
+        "status": outcome.status,
+        "reason": outcome.reason,
+        "rows": outcome.result.output.get("rows") if ok else None,
+        "nccl_used": nccl_log.used(outcome.nccl),
+        "nccl_report": outcome.nccl,
+        "wall_s": round(outcome.wall_s, 1),
+    }

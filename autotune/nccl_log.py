@@ -16,7 +16,15 @@ ENV = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "N
 DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING"}
 DEBUG_FILE = "nccl.%h.%p.log"
 
-_ALGOS = {"0": "TREE", "1": "RING", "2": "COLLNET_DIRECT", "3": "COLLNET_CHAIN", "4": "NVLS", "5": "NVLS_TREE", "6": "PAT"}
+_ALGOS = {
+    "0": "TREE",
+    "1": "RING",
+    "2": "COLLNET_DIRECT",
+    "3": "COLLNET_CHAIN",
+    "4": "NVLS",
+    "5": "NVLS_TREE",
+    "6": "PAT",
+}
 _PROTOS = {"0": "LL", "1": "LL128", "2": "SIMPLE"}
 
 
@@ -27,7 +35,9 @@ def is_refusal(text: str) -> bool:
 
 def cause(knobs: dict[str, Any]) -> dict[str, Any] | None:
     """The knob values NCCL refused: the NCCL settings the trial set (None when it set none)."""
-    given = {k: knobs.get(k) for k in ("nccl_algo", "nccl_proto", "nccl_nchannels") if knobs.get(k) not in (None, "default")}
+    given = {
+        k: knobs.get(k) for k in ("nccl_algo", "nccl_proto", "nccl_nchannels") if knobs.get(k) not in (None, "default")
+    }
     return given or None
 
 
@@ -51,8 +61,9 @@ def report(run_dir: Path) -> dict[str, Any] | None:
     version = None
     for path in files:
         for line in path.read_text(errors="replace").splitlines():
-            m = re.search(r"(?:(\w+): )?\d+ Bytes -> Algo (\S+) proto (\S+)", line) or \
-                re.search(r"()algorithm, (\w+), protocol, (\w+)", line)
+            m = re.search(r"(?:(\w+): )?\d+ Bytes -> Algo (\S+) proto (\S+)", line) or re.search(
+                r"()algorithm, (\w+), protocol, (\w+)", line
+            )
             if m:  # counted per collective: AllReduce of the gradients apart from start-up Broadcasts
                 key = f"{m[1] or 'collective'} {_ALGOS.get(m[2], m[2]).upper()}/{_PROTOS.get(m[3], m[3]).upper()}"
                 used[key] = used.get(key, 0) + 1
@@ -62,8 +73,12 @@ def report(run_dir: Path) -> dict[str, Any] | None:
                     warnings.append(text)
             elif version is None and (v := re.search(r"NCCL version (\S+)", line)):
                 version = v[1]
-    return {"algo_proto_used": used or "not reported by NCCL (no tuning lines in its INFO log)",
-            "warnings": warnings, "version": version, "logs": len(files)}
+    return {
+        "algo_proto_used": used or "not reported by NCCL (no tuning lines in its INFO log)",
+        "warnings": warnings,
+        "version": version,
+        "logs": len(files),
+    }
 
 
 def used(report: dict[str, Any] | None) -> str | None:

@@ -19,8 +19,10 @@ PATH_MAX = 4096
 def _names(path: Path, option: str) -> None:
     too_long = next((p for p in path.parts if len(os.fsencode(p)) > NAME_MAX), None)
     if too_long is not None:
-        raise ConfigError(f"{option}: a name in {excerpt(str(path))} has {len(os.fsencode(too_long))} bytes; "
-                          f"file systems allow {NAME_MAX}")
+        raise ConfigError(
+            f"{option}: a name in {excerpt(str(path))} has {len(os.fsencode(too_long))} bytes; "
+            f"file systems allow {NAME_MAX}"
+        )
     if len(os.fsencode(str(path.absolute()))) > PATH_MAX:
         raise ConfigError(f"{option}: {excerpt(str(path))} is longer than the {PATH_MAX} bytes a path may have")
 

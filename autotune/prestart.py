@@ -104,8 +104,14 @@ def fill(cmd: list[str], env: dict[str, str], log_dir: Path, depth: int = DEPTH)
 def _spawn(cmd: list[str], env: dict[str, str], log_dir: Path) -> Standby:
     fd, name = _log_file(log_dir)
     try:
-        proc = subprocess.Popen([*cmd, STANDBY_FLAG, str(name)], stdin=subprocess.PIPE, stdout=fd,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [*cmd, STANDBY_FLAG, str(name)],
+            stdin=subprocess.PIPE,
+            stdout=fd,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     finally:
         os.close(fd)
     return Standby(proc, name)

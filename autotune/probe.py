@@ -29,7 +29,9 @@ answer = os.fdopen(int(os.environ.pop("AUTOTUNE_ANSWER_FD")), "w")
 def reply(doc):
     answer.write(json.dumps(doc)[:{_MAX_ANSWER}]); answer.flush(); os._exit(0)
 """
-_ENTRYPOINT = _PRELUDE + """
+_ENTRYPOINT = (
+    _PRELUDE
+    + """
 import importlib
 name, func, base = sys.argv[1:4]
 if base:
@@ -40,7 +42,10 @@ try:
 except BaseException as err:  # SystemExit and KeyboardInterrupt too: all are the module's doing
     reply({"error": f"{type(err).__name__}: {err}"[:300]})
 """
-_HF_CONFIG = _PRELUDE + """
+)
+_HF_CONFIG = (
+    _PRELUDE
+    + """
 import math
 try:
     with open(sys.argv[1]) as f:
@@ -55,6 +60,7 @@ try:
 except BaseException as err:
     reply({"error": f"{type(err).__name__}: {err}"[:300]})
 """
+)
 
 
 def timeout_s() -> float:
@@ -74,11 +80,22 @@ def _run(code: str, args: list[str], what: str) -> dict[str, object] | str:
     limit = timeout_s()
     read, write = os.pipe()
     os.set_inheritable(write, True)
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "AUTOTUNE_PARENT_PID": str(os.getpid()),
-           "AUTOTUNE_ANSWER_FD": str(write)}
+    env = {
+        **os.environ,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "AUTOTUNE_PARENT_PID": str(os.getpid()),
+        "AUTOTUNE_ANSWER_FD": str(write),
+    }
     cmd = [sys.executable, "-m", "autotune.workloads.supervise", sys.executable, "-c", code, *args]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            pass_fds=(write,), env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        pass_fds=(write,),
+        env=env,
+        start_new_session=True,
+    )
     os.close(write)
     chunks: list[bytes] = []
     deadline = time.monotonic() + limit

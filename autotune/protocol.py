@@ -66,7 +66,7 @@ def reason_line(reason: str | None, limit: int = 160) -> str:
     lines = [line.strip() for line in (reason or "").splitlines() if re.search(r"[A-Za-z]{2}", line)]
     named = [line for line in lines if re.search(r"(Error|Exception|error|refused|out of memory)\b", line)]
     line = named[-1] if named else (lines[0] if lines else "")
-    return line if len(line) <= limit else line[:limit - 3] + "..."
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def write_json(path: str | Path, doc: dict[str, Any]) -> None:
@@ -128,7 +128,9 @@ class TrialSpec(_Document):
 
     task: str  # which workload runs: train, allreduce
     device: str  # cuda or cpu
-    knobs: dict[str, Any] = field(default_factory=dict)  # every knob of the task; absent ones take the catalogue's default
+    knobs: dict[str, Any] = field(
+        default_factory=dict
+    )  # every knob of the task; absent ones take the catalogue's default
     model: dict[str, Any] | None = None  # the model section, derived sizes filled in (None: the workload has no model)
     run: RunSettings = field(default_factory=RunSettings)
     base_dir: str | None = None  # where an entrypoint module is found

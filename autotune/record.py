@@ -27,7 +27,7 @@ class Metric:
     PEAK_MEM_GIB = "peak_mem_gib"
     PEAK_MEM_KIND = "peak_mem_kind"  # cuda_max_memory_allocated | cpu_max_rss
     N_PARAMS = "n_params"
-    MEMORY_ESTIMATE_GIB = "memory_estimate_gib"  # memory.py's estimate before launch (uncalibrated)
+    MEMORY_ESTIMATE_GIB = "memory_estimate_gib"  # autotune.memory's estimate before launch (uncalibrated)
     TOKENS_PER_JOULE = "tokens_per_joule"
     TTFT_MS = "ttft_ms"  # generate: time to first token (the batch's prefill)
     TPOT_MEDIAN_MS = "tpot_ms_median"  # generate: time per output token
@@ -89,8 +89,10 @@ class TrialRecord:
         """The record stored as these user attributes, of any schema this release reads."""
         schema = attrs.get("schema", 1)
         if not isinstance(schema, int) or schema > SCHEMA_VERSION:
-            raise RecordError(f"trial {number}: record schema {schema!r} is newer than this autotune reads "
-                              f"(up to {SCHEMA_VERSION}); upgrade autotune")
+            raise RecordError(
+                f"trial {number}: record schema {schema!r} is newer than this autotune reads "
+                f"(up to {SCHEMA_VERSION}); upgrade autotune"
+            )
         known = {f.name for f in fields(cls)} - {"number", "extra", "schema"}
         values = {k: attrs[k] for k in known if k in attrs}
         extra = {k: v for k, v in attrs.items() if k not in known and k != "schema"}

@@ -53,8 +53,9 @@ def mask(text: str) -> str:
         return text
     own = secrets_in(text)  # found before the forms below are rewritten (e.g. a percent-encoded conninfo)
     text = _URL.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", text)
-    text = _QUERY.sub(lambda m: f"{m.group(1)}{m.group(2)}={MASK}" if unquote(m.group(2)).lower() in _KEYS else m.group(0),
-                      text)
+    text = _QUERY.sub(
+        lambda m: f"{m.group(1)}{m.group(2)}={MASK}" if unquote(m.group(2)).lower() in _KEYS else m.group(0), text
+    )
     text = _CONNINFO.sub(lambda m: m.group(1) + MASK, text)
     with _lock:
         known = sorted(_seen | set(own), key=len, reverse=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import math
 import platform
 import statistics
 import time
@@ -24,22 +23,11 @@ from autotune.probe import check_entrypoint
 from autotune.record import Metric
 from autotune.protocol import reason_line
 from autotune.runner import Bench, measure, preflight
+from autotune.regress_stats import decide, default_tolerance, series_drift  # noqa: F401  (the API)
 from autotune.search.best import read_best, record_check_baseline
 
 # Versions listed beside the verdict when they differ: the usual causes of a change.
 VERSION_KEYS = ("driver", "cuda", "cudnn", "torch", "nccl")
-# The default tolerance follows the baseline's noise: the larger of a floor and a multiple of its
-# process-to-process spread (the standard deviation of log tokens/s); with one baseline sample the spread is
-# unknown and the old fixed 5% stands. On an H200 the spread was 0.1-0.3% (issue 16), so 2% decides; on a CPU
-# swinging 20% it is wide by itself.
-TOLERANCE_FLOOR_PCT = 2.0
-NOISE_MULTIPLE = 3.0
-FALLBACK_TOLERANCE_PCT = 5.0
-# The nightly series (history.jsonl): a step down of at least SERIES_FLOOR_PCT, found by ruptures' binary
-# segmentation on log tokens/s with a BIC-like penalty of SERIES_PENALTY x (a night's noise) x log(nights).
-SERIES_FLOOR_PCT = 1.0
-SERIES_PENALTY = 4.0
-SERIES_NOISE_MULTIPLE = 4.0  # ... and a step must exceed this many night-to-night spreads
 
 
 @dataclass
@@ -72,96 +60,22 @@ class Verdict:
 
     def summary(self) -> str:
         lo, hi = self.ci
-        line = (f"{self.status}: {self.check_median:,.0f} vs baseline {self.baseline_median:,.0f} tokens/s/GPU, "
-                f"ratio {self.ratio:.3f} (95% CI {lo:.3f} to {hi:.3f}), tolerance {self.tolerance_pct:g}%")
+        line = (
+            f"{self.status}: {self.check_median:,.0f} vs baseline {self.baseline_median:,.0f} tokens/s/GPU, "
+            f"ratio {self.ratio:.3f} (95% CI {lo:.3f} to {hi:.3f}), tolerance {self.tolerance_pct:g}%"
+        )
         if self.series:
-            line += (f"; the nightly series stepped down {-self.series['shift_pct']:.1f}% from night "
-                     f"{self.series['night']} ({self.series['checked_at'][:10]})")
+            line += (
+                f"; the nightly series stepped down {-self.series['shift_pct']:.1f}% from night "
+                f"{self.series['night']} ({self.series['checked_at'][:10]})"
+            )
         if self.tpot:
             t = self.tpot
-            line += (f"; time per output token {t['check_median_ms']:.3f} vs baseline {t['baseline_median_ms']:.3f} ms, "
-                     f"speed ratio {t['ratio']:.3f} (95% CI {t['ci'][0]:.3f} to {t['ci'][1]:.3f}): {t['status']}")
+            line += (
+                f"; time per output token {t['check_median_ms']:.3f} vs baseline {t['baseline_median_ms']:.3f} ms, "
+                f"speed ratio {t['ratio']:.3f} (95% CI {t['ci'][0]:.3f} to {t['ci'][1]:.3f}): {t['status']}"
+            )
         return line
-
-
-def decide(baseline: list[float], check: list[float], tolerance_pct: float) -> tuple[str, float, tuple[float, float]]:
-    """Regression only when the slowdown exceeds the tolerance AND the 95% interval of the ratio lies below 1.
-
-    Samples are per-process medians of tokens/s (process-to-process noise is what a re-measurement
-    meets). ratio = median(check) / median(baseline); its interval is ratio x exp(+-t * s * sqrt(1/n_c + 1/n_b)),
-    s the pooled standard deviation of log(tokens/s) within the two sets, t Student's 97.5% quantile with
-    n_c + n_b - 2 degrees of freedom. With one sample on each side the noise is unknown: the interval is
-    unbounded and the check cannot fail.
-    """
-    ratio = statistics.median(check) / statistics.median(baseline)
-    df = len(check) + len(baseline) - 2
-    if df < 1:
-        return "pass", ratio, (0.0, math.inf)
-    ss = sum((math.log(x) - statistics.fmean(map(math.log, group))) ** 2 for group in (check, baseline) for x in group)
-    s = math.sqrt(ss / df)
-    from scipy.stats import t as student_t
-
-    half = float(student_t.ppf(0.975, df)) * s * math.sqrt(1 / len(check) + 1 / len(baseline))
-    ci = (ratio * math.exp(-half), ratio * math.exp(half))
-    tol = tolerance_pct / 100
-    if ratio < 1 - tol and ci[1] < 1:
-        return "regression", ratio, ci
-    if ratio > 1 + tol and ci[0] > 1:
-        return "faster", ratio, ci
-    return "pass", ratio, ci
-
-
-def default_tolerance(baseline: list[float]) -> tuple[float, str]:
-    """The tolerance when --tolerance is not given, and how it was set (module constants)."""
-    if len(baseline) < 2:
-        return FALLBACK_TOLERANCE_PCT, f"{FALLBACK_TOLERANCE_PCT:g}% (one baseline sample: its noise is unknown)"
-    spread = 100 * statistics.stdev(math.log(x) for x in baseline)
-    pct = round(max(TOLERANCE_FLOOR_PCT, NOISE_MULTIPLE * spread), 2)
-    return pct, (f"{pct:g}%: the larger of {TOLERANCE_FLOOR_PCT:g}% and {NOISE_MULTIPLE:g} x the baseline's "
-                 f"process-to-process spread ({spread:.2f}%)")
-
-
-def series_drift(nights: list[dict[str, Any]], min_shift_pct: float = 0.0) -> dict[str, Any] | None:
-    """A lasting step down in the nightly series (each night: check_median, check_samples, checked_at), which
-    nightly --update can absorb one tolerated step at a time: ruptures' binary segmentation on log tokens/s,
-    its penalty scaled by a night's noise (the larger of the within-night variance of the median and the
-    robust night-to-night variance), and a step must exceed 4 night-to-night spreads and 3 process-to-process
-    spreads too; the
-    earliest change after which the level stays at least SERIES_FLOOR_PCT below the level before it. None with
-    fewer than 3 nights or no such change. min_shift_pct: a step smaller than this is not flagged either (check
-    passes --tolerance: a tolerance the user chose bounds what matters across nights as within one; on a CPU
-    whose speed changed by 25% between checks an explicit 50% tolerance had still failed on the series)."""
-    values = [math.log(n["check_median"]) for n in nights if n.get("check_median")]
-    if len(values) < 3:
-        return None
-    import numpy as np
-    import ruptures
-
-    repeated = [n["check_samples"] for n in nights if len(n.get("check_samples") or []) >= 2]
-    spreads = [statistics.variance([math.log(x) for x in s]) for s in repeated]  # one process's, each night
-    within = [v / len(s) for v, s in zip(spreads, repeated)]  # each night's median's
-    # nights also differ by more than their own repeats say (a CPU's state, a GPU's clocks): the night-to-night
-    # variance from second differences (robustly: median |x[i+1] - 2 x[i] + x[i-1]| / 0.6745, squared, / 6),
-    # which a steady drift does not move at all and one step moves in two terms only
-    second = [abs(c - 2 * b + a) for a, b, c in zip(values, values[1:], values[2:])]
-    between = (statistics.median(second) / 0.6745) ** 2 / 6
-    sigma2 = max(statistics.median(within) if within else 0.0, between, 0.001 ** 2)  # 0.1%: never a zero penalty
-    signal = np.array(values).reshape(-1, 1)
-    breaks = ruptures.Binseg(model="l2", min_size=1, jump=1).fit(signal).predict(
-        pen=SERIES_PENALTY * sigma2 * math.log(len(values)))
-    edges = [0, *breaks]
-    # a step must also stand out of the noise: of the night-to-night spread, and, as the check's own tolerance,
-    # of 3 process-to-process spreads (with few nights the first is barely estimated): a machine whose speed
-    # wanders (a shared CPU) is not flagged for wandering
-    process = math.sqrt(statistics.median(spreads)) if spreads else 0.0
-    floor = max(SERIES_FLOOR_PCT / 100, SERIES_NOISE_MULTIPLE * math.sqrt(between), NOISE_MULTIPLE * process,
-                min_shift_pct / 100)
-    for start, b in zip(edges, edges[1:-1]):  # each change point, earliest first
-        shift = math.exp(statistics.fmean(values[b:]) - statistics.fmean(values[start:b])) - 1
-        if shift <= -floor:
-            return {"night": b + 1, "checked_at": str(nights[b].get("checked_at", "")), "shift_pct": round(100 * shift, 2),
-                    "nights": len(values), "method": "ruptures.Binseg(l2)"}
-    return None
 
 
 def _series(best_path: Path, best: dict[str, Any], verdict: Verdict) -> list[dict[str, Any]]:
@@ -186,9 +100,13 @@ def baseline_samples(best: dict[str, Any]) -> tuple[list[float], str]:
     if recorded:
         samples = list(recorded["tokens_per_s_samples"])
         return samples, f"check --update of {recorded['recorded_at']} ({len(samples)} processes)"
-    chosen = next((c for c in best.get("confirmation") or [] if c["trial"] == best["chosen"]["trial"] and c["samples"]), None)
+    chosen = next(
+        (c for c in best.get("confirmation") or [] if c["trial"] == best["chosen"]["trial"] and c["samples"]), None
+    )
     if chosen:
-        return list(chosen["samples"]), f"the search's confirmation of trial {chosen['trial']} ({len(chosen['samples'])} processes)"
+        return list(
+            chosen["samples"]
+        ), f"the search's confirmation of trial {chosen['trial']} ({len(chosen['samples'])} processes)"
     return [best["metrics"][Metric.TOKENS_PER_GPU]], f"search trial {best['chosen']['trial']} (1 process)"
 
 
@@ -213,18 +131,27 @@ def _bench(best: dict[str, Any], best_path: Path, model_yaml: Path | None) -> Be
         model = ModelConfig.model_validate(best["model"], context={"base_dir": best.get("base_dir")})
         workload, base_dir = WorkloadConfig(**best["workload"]), best.get("base_dir")
     # prestart off: every repeat starts cold, with nothing importing beside it, the same way every night
-    return Bench.of(model, workload, device=fp["device"], timeout_s=60 * limit,
-                    home=best_path.parent, base_dir=base_dir, prestart=False)
+    return Bench.of(
+        model,
+        workload,
+        device=fp["device"],
+        timeout_s=60 * limit,
+        home=best_path.parent,
+        base_dir=base_dir,
+        prestart=False,
+    )
 
 
 # How a trial is launched may differ between the search's machine and the check's; nothing else may.
 LAUNCH_ONLY = ("nnodes", "rdzv_endpoint", "launcher")
 
 
-def _same_measurement(best: dict[str, Any], model: dict[str, Any], workload: dict[str, Any],
-                      model_base: str | None) -> None:
+def _same_measurement(
+    best: dict[str, Any], model: dict[str, Any], workload: dict[str, Any], model_base: str | None
+) -> None:
     """--model may move the model (another path to the same config.json or module) and how ranks are launched;
     a different model or workload is refused, like another GPU: its numbers do not compare."""
+
     def content(m: dict[str, Any], base_dir: str | None) -> dict[str, Any]:
         if m.get("hf_config"):  # the same config.json at another path is the same model
             try:
@@ -234,25 +161,34 @@ def _same_measurement(best: dict[str, Any], model: dict[str, Any], workload: dic
         if m.get("entrypoint"):  # the same module name elsewhere may be other code: compare the file
             module, _, func = m["entrypoint"].partition(":")
             _, file = check_entrypoint(module, func, base_dir)
-            m = {**m, "entrypoint": (m["entrypoint"], hashlib.sha256(Path(file).read_bytes()).hexdigest() if file else None)}
+            m = {
+                **m,
+                "entrypoint": (m["entrypoint"], hashlib.sha256(Path(file).read_bytes()).hexdigest() if file else None),
+            }
         return m
 
     from autotune.identity import non_default  # a field added since at its default is no difference
 
-    pairs = (("model", content(model, model_base), content(best["model"], best.get("base_dir"))),
-             ("workload", workload, best["workload"]))
+    pairs = (
+        ("model", content(model, model_base), content(best["model"], best.get("base_dir"))),
+        ("workload", workload, best["workload"]),
+    )
     for section, mine, theirs in ((name, non_default(name, a), non_default(name, b)) for name, a, b in pairs):
         for key in sorted(set(mine) | set(theirs)):
             if section == "workload" and key in LAUNCH_ONLY:
                 continue
             if key == "entrypoint" and mine.get(key) != theirs.get(key):
-                raise ConfigError(f"--model: model.entrypoint {mine[key][0]!r} in MODEL_YAML is other code than the one "
-                                  f"measured (sha256 {str(mine[key][1])[:12]} against {str(theirs[key][1])[:12]}); a "
-                                  "check compares only the configuration that was measured (nothing compared)")
+                raise ConfigError(
+                    f"--model: model.entrypoint {mine[key][0]!r} in MODEL_YAML is other code than the one "
+                    f"measured (sha256 {str(mine[key][1])[:12]} against {str(theirs[key][1])[:12]}); a "
+                    "check compares only the configuration that was measured (nothing compared)"
+                )
             if mine.get(key) != theirs.get(key):
-                raise ConfigError(f"--model: {section}.{key} is {excerpt(mine.get(key))} in MODEL_YAML but "
-                                  f"{excerpt(theirs.get(key))} in best.yaml; a check compares only the configuration "
-                                  "that was measured (nothing compared)")
+                raise ConfigError(
+                    f"--model: {section}.{key} is {excerpt(mine.get(key))} in MODEL_YAML but "
+                    f"{excerpt(theirs.get(key))} in best.yaml; a check compares only the configuration "
+                    "that was measured (nothing compared)"
+                )
 
 
 def load_best(best_path: Path) -> dict[str, Any]:
@@ -263,8 +199,9 @@ def load_best(best_path: Path) -> dict[str, Any]:
     return best
 
 
-def measure_best(best_path: Path, best: dict[str, Any], *, model_yaml: Path | None = None,
-                 repeats: int = 5) -> tuple[list[float], list[dict[str, Any]], list[str], dict[str, Any]]:
+def measure_best(
+    best_path: Path, best: dict[str, Any], *, model_yaml: Path | None = None, repeats: int = 5
+) -> tuple[list[float], list[dict[str, Any]], list[str], dict[str, Any]]:
     """Measure the configuration of best.yaml (read by load_best) `repeats` times, each in a fresh process.
 
     Returns per-process tokens/s, per-process details (with telemetry means), failures, fingerprint.
@@ -272,8 +209,10 @@ def measure_best(best_path: Path, best: dict[str, Any], *, model_yaml: Path | No
     fp = best["fingerprint"]
     here = _current_hardware(fp["device"])
     if here != fp["gpu_model"]:
-        raise ConfigError(f"{best_path}: fingerprint.gpu_model: measured on {fp['gpu_model']!r}, this machine has "
-                          f"{here!r}; a check compares only the same hardware (nothing compared)")
+        raise ConfigError(
+            f"{best_path}: fingerprint.gpu_model: measured on {fp['gpu_model']!r}, this machine has "
+            f"{here!r}; a check compares only the same hardware (nothing compared)"
+        )
     bench = _bench(best, best_path, model_yaml)
     runs = best_path.parent / "checks" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     samples: list[float] = []
@@ -287,27 +226,44 @@ def measure_best(best_path: Path, best: dict[str, Any], *, model_yaml: Path | No
             continue
         samples.append(record.tokens_per_gpu)
         tele = record.telemetry or {}
-        details.append({Metric.TOKENS_PER_GPU: samples[-1], "step_times_s": record.step_times,
-                        Metric.TPOT_MEDIAN_MS: record.metric(Metric.TPOT_MEDIAN_MS),
-                        **{k: tele.get(k) for k in ("sm_clock_mhz_mean", "power_w_mean", "temperature_c_max",
-                                                    "throttle_reasons")}})
+        details.append(
+            {
+                Metric.TOKENS_PER_GPU: samples[-1],
+                "step_times_s": record.step_times,
+                Metric.TPOT_MEDIAN_MS: record.metric(Metric.TPOT_MEDIAN_MS),
+                **{
+                    k: tele.get(k)
+                    for k in ("sm_clock_mhz_mean", "power_w_mean", "temperature_c_max", "throttle_reasons")
+                },
+            }
+        )
         fingerprint = fingerprint or record.fingerprint
     if not samples:
         raise UnmeasuredError(f"could not measure: all {repeats} repeats failed; {failures[0]}")
     return samples, details, failures, fingerprint
 
 
-def reset_baseline(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5) -> tuple[list[float], list[str]]:
+def reset_baseline(
+    best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5
+) -> tuple[list[float], list[str]]:
     """Measure and record the samples as best.yaml's check baseline; compare nothing. Returns samples, failures."""
     best = load_best(best_path)
     samples, details, failures, fingerprint = measure_best(best_path, best, model_yaml=model_yaml, repeats=repeats)
-    record_check_baseline(best_path, best, samples, dt.datetime.now(dt.timezone.utc).isoformat(), fingerprint,
-                          _tpots(details), reset=True)
+    record_check_baseline(
+        best_path, best, samples, dt.datetime.now(dt.timezone.utc).isoformat(), fingerprint, _tpots(details), reset=True
+    )
     return samples, failures
 
 
-def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, tolerance_pct: float | None = None,
-          junit: Path | None = None, update: bool = False) -> Verdict:
+def check(
+    best_path: Path,
+    *,
+    model_yaml: Path | None = None,
+    repeats: int = 5,
+    tolerance_pct: float | None = None,
+    junit: Path | None = None,
+    update: bool = False,
+) -> Verdict:
     """Measure the configuration of best.yaml `repeats` times and decide against its recorded baseline (the
     tolerance: given, else default_tolerance of the baseline) and the nightly series (series_drift); append
     the verdict to history.jsonl, write JUnit if asked, and with `update` record a pass or faster as the new
@@ -328,9 +284,24 @@ def check(best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, 
         status = "regression"  # generate: slower tokens, or slower per token, fails the check
     fp = best["fingerprint"]
     changes = {k: (fp.get(k), fingerprint.get(k)) for k in VERSION_KEYS if fp.get(k) != fingerprint.get(k)}
-    verdict = Verdict(status, ratio, ci, tolerance_pct, statistics.median(base), statistics.median(samples), base,
-                      samples, source, changes, failures, fingerprint, dt.datetime.now(dt.timezone.utc).isoformat(),
-                      details, tpot=tpot, tolerance_source=how)
+    verdict = Verdict(
+        status,
+        ratio,
+        ci,
+        tolerance_pct,
+        statistics.median(base),
+        statistics.median(samples),
+        base,
+        samples,
+        source,
+        changes,
+        failures,
+        fingerprint,
+        dt.datetime.now(dt.timezone.utc).isoformat(),
+        details,
+        tpot=tpot,
+        tolerance_source=how,
+    )
     verdict.upgraded = (best.get("upgraded") or {}).get("knobs_added")
     verdict.series = series_drift(_series(best_path, best, verdict), min_shift_pct=chosen)
     if verdict.series:
@@ -359,8 +330,14 @@ def record_history(best_path: Path, verdict: Verdict, name: str) -> Path:
 
 def write_junit(path: Path, name: str, verdict: Verdict, seconds: float) -> None:
     """One JUnit test case per checked configuration: failure on regression."""
-    suite = ET.Element("testsuite", name="autotune check", tests="1",
-                       failures="1" if verdict.status == "regression" else "0", errors="0", time=f"{seconds:.1f}")
+    suite = ET.Element(
+        "testsuite",
+        name="autotune check",
+        tests="1",
+        failures="1" if verdict.status == "regression" else "0",
+        errors="0",
+        time=f"{seconds:.1f}",
+    )
     case = ET.SubElement(suite, "testcase", classname="autotune.check", name=name, time=f"{seconds:.1f}")
     details = verdict.summary()
     if verdict.version_changes:

@@ -1,6 +1,6 @@
 """The built-in model's derived sizes, defined once: the config, the memory estimate and the trial read them here.
 
-Standard library only (the trial process imports it, as it imports knobs.py).
+Standard library only (the trial process imports it, as it imports autotune.knobs).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The resolved search space: which knobs are searched or fixed, the batch rule, and Optuna suggestions.
 
-The rules come from the knob catalogue (knobs.py): a knob that acts only under another knob's value, only
+The rules come from the knob catalogue (autotune/knobs): a knob that acts only under another knob's value, only
 across ranks, or only on NCCL is fixed (and says why) where it cannot matter. Imports no config module:
 config.py calls resolve_space to cross-check a file.
 """
@@ -90,8 +90,13 @@ class ResolvedSpace:
         return {name: trial.suggest_categorical(name, values) for name, values in self.searched.items()}
 
     def describe(self) -> dict[str, Any]:
-        return {"searched": self.searched, "fixed": self.fixed, "notes": self.notes, "size": self.size,
-                "baseline": self.baseline}
+        return {
+            "searched": self.searched,
+            "fixed": self.fixed,
+            "notes": self.notes,
+            "size": self.size,
+            "baseline": self.baseline,
+        }
 
 
 def resolve_space(cfg: Sections, device: str | None = None) -> ResolvedSpace:
@@ -105,8 +110,10 @@ def resolve_space(cfg: Sections, device: str | None = None) -> ResolvedSpace:
     for k in catalogue.CATALOGUE:  # a knob of another task, set: a mistake to be told about
         value = getattr(space, k.name)
         if task not in k.tasks and value != ("auto" if k.derived else [k.default]):
-            raise ValueError(f"space.{k.name}: a knob of task {', '.join(k.tasks)}, not of {task}; task {task} "
-                             f"searches {', '.join(mine)}")
+            raise ValueError(
+                f"space.{k.name}: a knob of task {', '.join(k.tasks)}, not of {task}; task {task} "
+                f"searches {', '.join(mine)}"
+            )
     values: dict[str, list[Any]] = {k: list(getattr(space, k)) for k in mine if k != "grad_accum_steps"}
     notes: dict[str, str] = {}
     tasks.task(task).batch_rule(space, wl, values, notes)
@@ -117,14 +124,23 @@ def resolve_space(cfg: Sections, device: str | None = None) -> ResolvedSpace:
     size = math.prod(len(v) for v in searched.values())
     if size > MAX_POINTS:
         biggest = sorted(searched, key=lambda k: -len(searched[k]))[:3]
-        raise ValueError(f"space: {size:,} points; at most {MAX_POINTS:,} (a study measures tens): fix knobs or list "
-                         "fewer values, e.g. of " + ", ".join(f"{k} ({len(searched[k])})" for k in biggest))
-    return ResolvedSpace(searched=searched, fixed=fixed, notes=notes, global_batch_size=wl.global_batch_size,
-                         world_size=wl.world_size, baseline=_resolve_baseline(cfg.baseline, values))
+        raise ValueError(
+            f"space: {size:,} points; at most {MAX_POINTS:,} (a study measures tens): fix knobs or list "
+            "fewer values, e.g. of " + ", ".join(f"{k} ({len(searched[k])})" for k in biggest)
+        )
+    return ResolvedSpace(
+        searched=searched,
+        fixed=fixed,
+        notes=notes,
+        global_batch_size=wl.global_batch_size,
+        world_size=wl.world_size,
+        baseline=_resolve_baseline(cfg.baseline, values),
+    )
 
 
-def _fix_where_it_cannot_act(k: catalogue.Knob, values: dict[str, list[Any]], notes: dict[str, str],
-                             world_size: int, device: str | None) -> None:
+def _fix_where_it_cannot_act(
+    k: catalogue.Knob, values: dict[str, list[Any]], notes: dict[str, str], world_size: int, device: str | None
+) -> None:
     """A knob that cannot matter here is fixed (at its default, or its first value) with the reason."""
     if k.name not in values:
         return
@@ -139,8 +155,11 @@ def _fix_where_it_cannot_act(k: catalogue.Knob, values: dict[str, list[Any]], no
     if k.only_with:
         owner, value = k.only_with
         if not any(k.acts_with(v) for v in values[owner]) and len(values[k.name]) > 1:
-            what = f"{owner} is always {str(value.value).lower()}" if isinstance(value, catalogue.Not) \
+            what = (
+                f"{owner} is always {str(value.value).lower()}"
+                if isinstance(value, catalogue.Not)
                 else f"{owner} {value} is not in the space"
+            )
             notes.setdefault(k.name, f"not searched: {what}, so {values[k.name]} cannot matter")
             values[k.name] = values[k.name][:1]
 
@@ -150,10 +169,17 @@ def _resolve_baseline(given: dict[str, Any], values: dict[str, list[Any]]) -> di
     for key, value in given.items():
         if key not in KNOBS:
             raise ValueError(f"baseline.{str(key)[:40]}: unknown knob; allowed: {', '.join(KNOBS)}")
-        if key not in values and key != "grad_accum_steps" or key == "grad_accum_steps" and "micro_batch_size" not in values:
+        if (
+            key not in values
+            and key != "grad_accum_steps"
+            or key == "grad_accum_steps"
+            and "micro_batch_size" not in values
+        ):
             raise ValueError(f"baseline.{key}: not a knob of this task; allowed: {', '.join(values)}")
         if key == "grad_accum_steps" and key not in values:
-            raise ValueError(f"baseline.grad_accum_steps: {excerpt(value)} is derived from global_batch_size; remove it")
+            raise ValueError(
+                f"baseline.grad_accum_steps: {excerpt(value)} is derived from global_batch_size; remove it"
+            )
         if not any(v == value and type(v) is type(value) for v in values[key]):
             raise ValueError(f"baseline.{key}: {excerpt(value)} is outside the space; allowed: {excerpt(values[key])}")
     baseline = {}

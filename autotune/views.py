@@ -52,11 +52,15 @@ class LiveProgress(Observer):
     def started(self, info: dict[str, Any]) -> None:
         self.info = info
         self.t0 = time.monotonic()
-        self.console.print(Text.assemble(
-            ("autotune search", "bold"), f" {info['name']} on {info['device']}: space of {info['space_size']} points, "
-            f"sampler {info['sampler']}, budget {info['budget']} trials ({info['done']} already measured"
-            f"{_imported(info)}), "
-            f"storage {printable(info['storage'], newlines=False)}"))
+        self.console.print(
+            Text.assemble(
+                ("autotune search", "bold"),
+                f" {info['name']} on {info['device']}: space of {info['space_size']} points, "
+                f"sampler {info['sampler']}, budget {info['budget']} trials ({info['done']} already measured"
+                f"{_imported(info)}), "
+                f"storage {printable(info['storage'], newlines=False)}",
+            )
+        )
 
     def trial_started(self, number: int, index: int, knobs: dict[str, Any]) -> None:
         self.current[number] = (index, knobs, time.monotonic())
@@ -66,12 +70,19 @@ class LiveProgress(Observer):
         best = history.best()
         if best is not None:
             self.baseline_value = value_of(history.baseline) if history.baseline else None
-            self.best = {"number": best.number, "value": value_of(best), "knobs": best.user_attrs["knobs"],
-                         "mfu": best.user_attrs["metrics"]["mfu"]}
+            self.best = {
+                "number": best.number,
+                "value": value_of(best),
+                "knobs": best.user_attrs["knobs"],
+                "mfu": best.user_attrs["metrics"]["mfu"],
+            }
         knobs = fmt_knobs(record.knobs, self.searched)
         if record.status == "ok":
-            line = Text.assemble(f"#{record.number} ", ("ok", "green"), f" {fmt(record.tokens_per_gpu, 'tok')} tok/s  "
-                                 f"MFU {fmt(record.metric(Metric.MFU), 'mfu')}  {knobs}")
+            line = Text.assemble(
+                f"#{record.number} ",
+                ("ok", "green"),
+                f" {fmt(record.tokens_per_gpu, 'tok')} tok/s  MFU {fmt(record.metric(Metric.MFU), 'mfu')}  {knobs}",
+            )
         else:
             tag = " (predicted)" if record.predicted else ""
             reason = printable(reason_line(record.reason, 120), newlines=False)
@@ -79,13 +90,20 @@ class LiveProgress(Observer):
         self.console.print(line)
 
     def device_busy(self, unit: str) -> None:
-        self.console.print(Text.assemble(("waiting", "yellow"), f" for {printable(unit)}: another autotune process is measuring "
-                                         "on it (one measurement per device at a time)"))
+        self.console.print(
+            Text.assemble(
+                ("waiting", "yellow"),
+                f" for {printable(unit)}: another autotune process is measuring "
+                "on it (one measurement per device at a time)",
+            )
+        )
 
     def confirm_started(self, candidates: list[int], rounds: int, kept: int = 0) -> None:
         again = f" (going on from {kept} samples of an interrupted confirmation)" if kept else ""
-        self.console.print(f"confirming trials {', '.join(map(str, candidates))}: {rounds} interleaved rounds, "
-                           f"each a fresh process{again}")
+        self.console.print(
+            f"confirming trials {', '.join(map(str, candidates))}: {rounds} interleaved rounds, "
+            f"each a fresh process{again}"
+        )
 
     def confirm_sample(self, number: int, round_: int, value: float | None, status: str) -> None:
         shown = (f"{fmt(value, 'tok')} tok/s", "") if value is not None else (status, "red")
@@ -95,13 +113,21 @@ class LiveProgress(Observer):
         elapsed = time.monotonic() - self.t0
         rows = []
         for number, (index, knobs, since) in sorted(self.current.items()):
-            rows.append(Text.assemble(
-                f"trial {index} of {self.info.get('budget', '?')} (#{number}): {fmt_knobs(knobs, self.searched)}  ",
-                (f"running {_hms(time.monotonic() - since)}", "dim")))
+            rows.append(
+                Text.assemble(
+                    f"trial {index} of {self.info.get('budget', '?')} (#{number}): {fmt_knobs(knobs, self.searched)}  ",
+                    (f"running {_hms(time.monotonic() - since)}", "dim"),
+                )
+            )
         if self.best:
             x = f" = {self.best['value'] / self.baseline_value:.2f}x baseline" if self.baseline_value else ""
-            rows.append(Text.assemble("best: ", (fmt(self.best["value"], "tok"), "bold"),
-                                      f" tok/s/GPU{x}, MFU {fmt(self.best['mfu'], 'mfu')} (#{self.best['number']})"))
+            rows.append(
+                Text.assemble(
+                    "best: ",
+                    (fmt(self.best["value"], "tok"), "bold"),
+                    f" tok/s/GPU{x}, MFU {fmt(self.best['mfu'], 'mfu')} (#{self.best['number']})",
+                )
+            )
         remaining = self.info.get("timeout_s", 0) - elapsed
         rows.append(Text(f"elapsed {_hms(elapsed)}, at most {_hms(remaining)} left (timeout)"))
         return Group(*rows)
@@ -122,18 +148,22 @@ def space_table(described: dict[str, Any]) -> Table:
     base = described["baseline"]
     for knob, values in described["searched"].items():
         shown = values if len(values) <= 12 else [*values[:5], f"... ({len(values) - 10} more)", *values[-5:]]
-        table.add_row(knob, ", ".join(map(str, shown)), f"searched (baseline {base.get(knob)})",
-                      described["notes"].get(knob, ""))
+        table.add_row(
+            knob, ", ".join(map(str, shown)), f"searched (baseline {base.get(knob)})", described["notes"].get(knob, "")
+        )
     for knob, value in described["fixed"].items():
         table.add_row(knob, str(value), "fixed", described["notes"].get(knob, ""))
-    if "micro_batch_size" in {**described["searched"], **described["fixed"]} and \
-            "grad_accum_steps" not in described["searched"] and "grad_accum_steps" not in described["fixed"]:
+    if (
+        "micro_batch_size" in {**described["searched"], **described["fixed"]}
+        and "grad_accum_steps" not in described["searched"]
+        and "grad_accum_steps" not in described["fixed"]
+    ):
         table.add_row("grad_accum_steps", "auto", "derived", described["notes"].get("grad_accum_steps", ""))
     return table
 
 
 def memory_table(model: dict[str, Any], space: Any, world_size: int, capacity_gib: float | None) -> Table | None:
-    """`autotune validate`: the memory estimate per rank (memory.py) for each micro-batch size and activation
+    """`autotune validate`: the memory estimate per rank (autotune/memory) for each micro-batch size and activation
     checkpointing choice of the space, the other knobs at the baseline's values; None where nothing is
     estimated (hf_config and entrypoint models, generate)."""
     from autotune import memory
@@ -143,21 +173,28 @@ def memory_table(model: dict[str, Any], space: Any, world_size: int, capacity_gi
     base = space.knobs(space.baseline)
     rows = []
     for ac in checkpoints:
-        ests = [memory.estimate(model, {**base, "micro_batch_size": mbs, "activation_checkpointing": ac}, world_size)
-                for mbs in sizes]
+        ests = [
+            memory.estimate(model, {**base, "micro_batch_size": mbs, "activation_checkpointing": ac}, world_size)
+            for mbs in sizes
+        ]
         if any(e is None for e in ests):
             return None
         rows.append((ac, ests))
-    title = ("Memory estimate per rank, GiB (uncalibrated; the search calibrates it on measured peaks): "
-             + ", ".join(f"{k} {v}" for k, v in base.items() if k not in ("micro_batch_size", "activation_checkpointing")
-                         and k in space.searched and v is not None))
+    title = "Memory estimate per rank, GiB (uncalibrated; the search calibrates it on measured peaks): " + ", ".join(
+        f"{k} {v}"
+        for k, v in base.items()
+        if k not in ("micro_batch_size", "activation_checkpointing") and k in space.searched and v is not None
+    )
     table = Table(title=title if len(title) < 200 else title[:197] + "...", title_justify="left")
     table.add_column("activation_checkpointing")
     for mbs in sizes:
         table.add_column(f"mbs {mbs}", justify="right")
     for ac, ests in rows:
-        cells = [f"{e.total / memory.GIB:.1f}" + ("" if not capacity_gib or e.total / memory.GIB <= capacity_gib
-                                                  else " (no fit)") for e in ests]
+        cells = [
+            f"{e.total / memory.GIB:.1f}"
+            + ("" if not capacity_gib or e.total / memory.GIB <= capacity_gib else " (no fit)")
+            for e in ests
+        ]
         table.add_row(str(ac), *cells)
     if capacity_gib:
         table.caption = f"GPU memory {capacity_gib:.1f} GiB (the smallest visible GPU)"
@@ -171,10 +208,19 @@ def confirmation_table(conf: dict[str, Any]) -> Table:
         table.add_column(col)
     for st in conf["stats"]:
         ci = st["ci95"]
-        table.add_row(str(st["trial"]), fmt(st["search_value"], 'tok'), fmt(st["median"], 'tok'),
-                      "-" if not ci else f"{fmt(ci[0], 'tok')} to {fmt(ci[1], 'tok')}" if ci[1] != float("inf") else "unknown (1 sample)",
-                      ", ".join(fmt(x, 'tok') for x in st["samples"]), ", ".join(st["changed_knobs"]) or "none",
-                      "yes" if st["trial"] == conf["chosen"] else "")
+        table.add_row(
+            str(st["trial"]),
+            fmt(st["search_value"], "tok"),
+            fmt(st["median"], "tok"),
+            "-"
+            if not ci
+            else f"{fmt(ci[0], 'tok')} to {fmt(ci[1], 'tok')}"
+            if ci[1] != float("inf")
+            else "unknown (1 sample)",
+            ", ".join(fmt(x, "tok") for x in st["samples"]),
+            ", ".join(st["changed_knobs"]) or "none",
+            "yes" if st["trial"] == conf["chosen"] else "",
+        )
     return table
 
 
@@ -185,8 +231,10 @@ def _size(n: int) -> str:
 def nccl_tables(doc: dict[str, Any]) -> list[Table]:
     """`autotune nccl`'s result: bus bandwidth per size and setting, and the settings that did not run."""
     ok = [c for c in doc["cells"] if c["status"] == "ok"]
-    table = Table(title=f"all-reduce bus bandwidth, GB/s ({doc['ranks']} ranks, {doc['device']}; "
-                        f"median of {doc['iters']}, slowest rank)")
+    table = Table(
+        title=f"all-reduce bus bandwidth, GB/s ({doc['ranks']} ranks, {doc['device']}; "
+        f"median of {doc['iters']}, slowest rank)"
+    )
     table.add_column("size", justify="right")
     for c in ok:
         table.add_column(f"{c['algo']}/{c['proto']}", justify="right")
@@ -213,15 +261,24 @@ def hw_tables(info: dict[str, Any]) -> list[Table]:
         table.add_column(col)
     for gpu in info["gpus"]:
         row = find_peak(gpu["name"])
-        table.add_row(str(gpu["index"]), gpu["name"], f"{gpu['memory_gib']:.1f}",
-                      f"{row.tflops[MFU_PRECISION]:g}" if row else "unknown: MFU n/a", row.source if row else "")
+        table.add_row(
+            str(gpu["index"]),
+            gpu["name"],
+            f"{gpu['memory_gib']:.1f}",
+            f"{row.tflops[MFU_PRECISION]:g}" if row else "unknown: MFU n/a",
+            row.source if row else "",
+        )
     if not info["gpus"]:
         table.add_row("-", "no NVIDIA GPU visible: trials run on the CPU, MFU n/a", "", "", "")
     peaks = Table(title="Peak table (dense TFLOP/s; MFU uses bf16 for every precision)")
     for col in ("GPU", "fp32", "tf32", "bf16", "fp16", "fp8", "source"):
         peaks.add_column(col)
     for p in PEAKS:
-        peaks.add_row(p.model, *[f"{p.tflops[k]:g}" if k in p.tflops else "-" for k in ("fp32", "tf32", "bf16", "fp16", "fp8")], p.source)
+        peaks.add_row(
+            p.model,
+            *[f"{p.tflops[k]:g}" if k in p.tflops else "-" for k in ("fp32", "tf32", "bf16", "fp16", "fp8")],
+            p.source,
+        )
     return [table, peaks]
 
 
@@ -237,8 +294,10 @@ def _tagged(tag: str, style: str, text: str) -> Text:
 
 def baseline_recorded(best_yaml: Any, samples: list[float], failures: list[str]) -> list[Text | str]:
     """What `check --reset-baseline` says."""
-    lines = [f"baseline recorded in {best_yaml}: {len(samples)} processes, median "
-             f"{sorted(samples)[len(samples) // 2]:,.0f} tokens/s/GPU"]
+    lines = [
+        f"baseline recorded in {best_yaml}: {len(samples)} processes, median "
+        f"{sorted(samples)[len(samples) // 2]:,.0f} tokens/s/GPU"
+    ]
     return lines + [_tagged("failed:", "yellow", failure) for failure in failures]
 
 
@@ -247,26 +306,52 @@ def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> l
     color = {"pass": "green", "faster": "cyan", "regression": "red"}[verdict.status]
     lines: list[Text | str] = [
         Text(verdict.summary(), style=color),
-        printable(f"baseline: {verdict.baseline_source}; check: {len(verdict.check_samples)} of {repeats} repeats measured"),
-        printable(f"tolerance: {verdict.tolerance_source}")]
+        printable(
+            f"baseline: {verdict.baseline_source}; check: {len(verdict.check_samples)} of {repeats} repeats measured"
+        ),
+        printable(f"tolerance: {verdict.tolerance_source}"),
+    ]
     if verdict.series:
         s = verdict.series
-        lines.append(_tagged("nightly series:", "red", f"a lasting step down of {-s['shift_pct']:.1f}% starting on night "
-                             f"{s['night']} of {s['nights']} ({s['checked_at']}), found by {s['method']} in "
-                             "history.jsonl since the last --reset-baseline"))
+        lines.append(
+            _tagged(
+                "nightly series:",
+                "red",
+                f"a lasting step down of {-s['shift_pct']:.1f}% starting on night "
+                f"{s['night']} of {s['nights']} ({s['checked_at']}), found by {s['method']} in "
+                "history.jsonl since the last --reset-baseline",
+            )
+        )
     if verdict.upgraded:
         added = ", ".join(f"{k}: {v}" for k, v in verdict.upgraded.items())
-        lines.append(_tagged("note:", "yellow", f"best.yaml from an older autotune; measured with the knobs added "
-                             f"since as its search would have run them ({added})"))
+        lines.append(
+            _tagged(
+                "note:",
+                "yellow",
+                f"best.yaml from an older autotune; measured with the knobs added "
+                f"since as its search would have run them ({added})",
+            )
+        )
     if verdict.baseline_source.startswith("search trial"):
-        lines.append(_tagged("note:", "yellow", "the baseline is the search's single measurement, the best of many, "
-                             "on the search's machine; record one here with --reset-baseline"))
-    lines += [_tagged("changed since the baseline:", "yellow", f"{key} {old} -> {new}")
-              for key, (old, new) in verdict.version_changes.items()]
+        lines.append(
+            _tagged(
+                "note:",
+                "yellow",
+                "the baseline is the search's single measurement, the best of many, "
+                "on the search's machine; record one here with --reset-baseline",
+            )
+        )
+    lines += [
+        _tagged("changed since the baseline:", "yellow", f"{key} {old} -> {new}")
+        for key, (old, new) in verdict.version_changes.items()
+    ]
     lines += [_tagged("failed:", "yellow", failure) for failure in verdict.failed_repeats]
     if update:
-        lines.append(f"--update: recorded {len(verdict.check_samples)} samples as the new baseline in {best_yaml}"
-                     if verdict.updated else "--update: not recorded, the check found a regression")
+        lines.append(
+            f"--update: recorded {len(verdict.check_samples)} samples as the new baseline in {best_yaml}"
+            if verdict.updated
+            else "--update: not recorded, the check found a regression"
+        )
     elif verdict.status == "faster":
         lines.append("faster than the baseline: run with --update to record the new baseline")
     return lines

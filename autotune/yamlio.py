@@ -31,7 +31,8 @@ def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) 
             if key in seen:
                 mark = key_node.start_mark
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {str(key)[:80]!r} (first at line {seen[key].start_mark.line + 1})", mark)
+                    None, None, f"duplicate key {str(key)[:80]!r} (first at line {seen[key].start_mark.line + 1})", mark
+                )
             seen[key] = key_node
         except TypeError:  # an unhashable key: let PyYAML say so
             break
@@ -48,8 +49,10 @@ def _check_size(value: Any, where: str) -> None:
         item, depth = stack.pop()
         count += 1
         if count > MAX_VALUES:
-            raise ConfigError(f"{where}: holds more than {MAX_VALUES:,} values (aliases counted as used); "
-                              "a model YAML needs a few hundred")
+            raise ConfigError(
+                f"{where}: holds more than {MAX_VALUES:,} values (aliases counted as used); "
+                "a model YAML needs a few hundred"
+            )
         if depth > MAX_DEPTH:
             raise ConfigError(f"{where}: nested more than {MAX_DEPTH} levels deep")
         if isinstance(item, dict):

@@ -37,7 +37,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def _line(message: str) -> str:
     """One line of bounded length, user text in it made printable (a newline in a path shown as \\n)."""
     flat = printable(str(message).strip(), newlines=False)
-    return flat if len(flat) <= MAX_MESSAGE else flat[:MAX_MESSAGE - 3] + "..."
+    return flat if len(flat) <= MAX_MESSAGE else flat[: MAX_MESSAGE - 3] + "..."
 
 
 def _interruption(e: BaseException) -> BaseException:
@@ -69,18 +69,26 @@ def _classify(e: BaseException) -> tuple[str, int]:
     if isinstance(e, (MemoryError, RecursionError)):
         return f"input too large or too deeply nested ({type(e).__name__})", ExitCode.BAD_INPUT
     if type(e).__module__.startswith("sqlalchemy"):  # a study's database refused (damaged, unreachable, read-only)
-        return f"storage: {type(e).__name__}: {excerpt(str(e).splitlines()[0] if str(e) else '', 300)}", ExitCode.BAD_INPUT
-    return (f"internal error, please report it: {type(e).__name__}: {excerpt(str(e), 300)} "
-            "(autotune --debug ... shows the traceback)", ExitCode.INTERNAL)
+        return (
+            f"storage: {type(e).__name__}: {excerpt(str(e).splitlines()[0] if str(e) else '', 300)}",
+            ExitCode.BAD_INPUT,
+        )
+    return (
+        f"internal error, please report it: {type(e).__name__}: {excerpt(str(e), 300)} "
+        "(autotune --debug ... shows the traceback)",
+        ExitCode.INTERNAL,
+    )
 
 
 def _quiet(hook: Any) -> Any:
     """sys.unraisablehook that says nothing of our own Ctrl-C/SIGTERM: raised where Python can only report it (an
     import lock's weakref callback, seen in CI at 0.2 s), it printed a traceback; funnel acts on it instead."""
+
     def quiet(unraisable: Any) -> None:
         if _signalled["by"] is not None and isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated)):
             return
         hook(unraisable)
+
     return quiet
 
 
@@ -103,8 +111,9 @@ def funnel() -> Iterator[None]:
         if state["debug"] or isinstance(e, SystemExit):
             raise
         message, code = _classify(e)
-        console(stderr=True).print(Text.assemble(("error: ", "red") if code not in (130, 143) else "", _line(message)),
-                                   soft_wrap=True)
+        console(stderr=True).print(
+            Text.assemble(("error: ", "red") if code not in (130, 143) else "", _line(message)), soft_wrap=True
+        )
         raise typer.Exit(code) from None
     finally:
         sys.unraisablehook = previous_hook

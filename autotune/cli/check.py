@@ -16,17 +16,31 @@ from autotune.cli._options import BestYaml, finite
 @app.command()
 def check(
     best_yaml: BestYaml,
-    model: Annotated[Optional[Path], typer.Option(help="MODEL_YAML whose model and workload replace best.yaml's.")] = None,
+    model: Annotated[
+        Optional[Path], typer.Option(help="MODEL_YAML whose model and workload replace best.yaml's.")
+    ] = None,
     repeats: Annotated[int, typer.Option(min=1, max=1000, help="Measurements, each in a fresh process.")] = 5,
-    tolerance: Annotated[Optional[float], typer.Option(
-        min=0.0, max=100.0, callback=finite,
-        help="Slowdown in percent tolerated before failing (default: the larger of 2% and 3x the baseline's "
-             "process-to-process spread; 5% with a one-sample baseline). Given, a step in the nightly series "
-             "smaller than it is not flagged either.")] = None,
+    tolerance: Annotated[
+        Optional[float],
+        typer.Option(
+            min=0.0,
+            max=100.0,
+            callback=finite,
+            help="Slowdown in percent tolerated before failing (default: the larger of 2% and 3x the baseline's "
+            "process-to-process spread; 5% with a one-sample baseline). Given, a step in the nightly series "
+            "smaller than it is not flagged either.",
+        ),
+    ] = None,
     junit: Annotated[Optional[Path], typer.Option(help="Write a JUnit XML file with one test case.")] = None,
-    update: Annotated[bool, typer.Option(help="On pass or faster, record this check's samples as the new baseline.")] = False,
-    reset_baseline: Annotated[bool, typer.Option(
-        help="Measure and record the samples as the baseline, compare nothing (do this once on the CI machine).")] = False,
+    update: Annotated[
+        bool, typer.Option(help="On pass or faster, record this check's samples as the new baseline.")
+    ] = False,
+    reset_baseline: Annotated[
+        bool,
+        typer.Option(
+            help="Measure and record the samples as the baseline, compare nothing (do this once on the CI machine)."
+        ),
+    ] = False,
 ) -> None:
     """Re-measure the chosen configuration; exit 1 on a regression beyond tolerance and noise, 3 if unmeasurable."""
     with funnel():
@@ -39,8 +53,9 @@ def check(
             for line in baseline_recorded(best_yaml, samples, failures):
                 console.print(line, highlight=False)
             return
-        verdict = regress.check(best_yaml, model_yaml=model, repeats=repeats, tolerance_pct=tolerance, junit=junit,
-                                update=update)
+        verdict = regress.check(
+            best_yaml, model_yaml=model, repeats=repeats, tolerance_pct=tolerance, junit=junit, update=update
+        )
         for line in verdict_lines(verdict, best_yaml, repeats, update):
             console.print(line, highlight=False, soft_wrap=True)
     raise typer.Exit(verdict.exit_code)

@@ -3,39 +3,48 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Any
 
-import typer
 from rich.text import Text
 
 from autotune.cli._app import app
 from autotune.cli._console import console as out_console
 from autotune.cli._errors import funnel
-from autotune.cli._options import Device, Gpus, ModelYaml, Out, Storage, finite, parse_gpus, resolve_device
+from autotune.cli._options import (
+    Device,
+    DryRun,
+    Fresh,
+    Gpus,
+    ModelYaml,
+    Out,
+    Storage,
+    TimeoutMin,
+    Trials,
+    WarmStart,
+    parse_gpus,
+    resolve_device,
+)
 from autotune.errors import NoSuccessError, printable
 
 
 @app.command()
 def search(
     model_yaml: ModelYaml,
-    trials: Annotated[Optional[int], typer.Option(min=1, max=100_000, help="Trials to measure (overrides study.trials).")] = None,
-    timeout_min: Annotated[Optional[float], typer.Option(
-        min=0.01, max=525_600, callback=finite, help="Stop launching trials after M minutes (overrides study.timeout_min).")] = None,
+    trials: Trials = None,
+    timeout_min: TimeoutMin = None,
     out: Out = Path("trials"),
     device: Device = None,
-    fresh: Annotated[bool, typer.Option(help="Archive an existing study of this name and start anew.")] = False,
+    fresh: Fresh = False,
     storage: Storage = None,
     gpus: Gpus = None,
-    dry_run: Annotated[bool, typer.Option(help="Print the resolved space, its size and the baseline; run nothing.")] = False,
-    warm_start: Annotated[Optional[Path], typer.Option(
-        help="Begin with the measured trials of the study in this folder (same model, workload, GPU and torch) "
-             "that lie in this space; they are not measured again and count no budget.")] = None,
+    dry_run: DryRun = False,
+    warm_start: WarmStart = None,
 ) -> None:
     """Search the space with real, short benchmark trials; write OUT/<name>/best.yaml."""
     with funnel():
         from autotune.config_load import load_config
         from autotune.space import resolve_space
-        from autotune.views import LiveProgress, confirmation_table, space_table, top_trials_table
+        from autotune.views import LiveProgress, space_table
 
         console = out_console()
         device = resolve_device(device)
@@ -47,16 +56,37 @@ def search(
         from autotune.search import run_search
 
         with LiveProgress(console, list(space.searched)) as view:
-            result = run_search(cfg, out_root=out, device=device, trials=trials, timeout_min=timeout_min, fresh=fresh,
-                                storage=storage, gpus=parse_gpus(gpus), observer=view, warm_start_from=warm_start)
-        if result.best is None:
-            raise NoSuccessError(f"no trial succeeded ({result.history.launched} launched); see {result.study_dir}/runs/*/worker.log")
-        console.print(top_trials_table(result.history, list(space.searched) or ["micro_batch_size"], cfg.workload.task))
-        if result.confirmation:
-            console.print(confirmation_table(result.confirmation))
-            console.print(f"chosen: trial {result.confirmation['chosen']}: {result.confirmation['why']}", highlight=False)
-        console.print(f"{result.stop_reason}; {result.new_trials} new trial(s). Best: trial {result.chosen_number}, "
-                      f"written to {result.best_yaml}")
+            result = run_search(
+                cfg,
+                out_root=out,
+                device=device,
+                trials=trials,
+                timeout_min=timeout_min,
+                fresh=fresh,
+                storage=storage,
+                gpus=parse_gpus(gpus),
+                observer=view,
+                warm_start_from=warm_start,
+            )
+        _print_result(console, result, list(space.searched) or ["micro_batch_size"], cfg.workload.task)
+
+
+def _print_result(console: Any, result: Any, searched: list[str], task: str) -> None:
+    """The search's end: the top trials, the confirmation, what was chosen and where it was written."""
+    from autotune.views import confirmation_table, top_trials_table
+
+    if result.best is None:
+        raise NoSuccessError(
+            f"no trial succeeded ({result.history.launched} launched); see {result.study_dir}/runs/*/worker.log"
+        )
+    console.print(top_trials_table(result.history, searched, task))
+    if result.confirmation:
+        console.print(confirmation_table(result.confirmation))
+        console.print(f"chosen: trial {result.confirmation['chosen']}: {result.confirmation['why']}", highlight=False)
+    console.print(
+        f"{result.stop_reason}; {result.new_trials} new trial(s). Best: trial {result.chosen_number}, "
+        f"written to {result.best_yaml}"
+    )
 
 
 @app.command()

@@ -64,13 +64,50 @@ configuration near the capacity may still fail (RESERVED_OVERHEAD_BYTES is a rou
 nvidia-smi shows beyond the estimate). `calibrate` fits what is left from measured trials.
 """
 
+from autotune.memory._activations import (
+    CE_CHUNKS,
+    COMPILE_ACTIVATIONS,
+    activation_bytes,
+    attention_kind,
+    block_activations,
+    checkpointed_blocks,
+    compiled_block_activations,
+    compute_bytes,
+    loss_bytes,
+    op_saved,
+    residual_bytes,
+)
 from autotune.memory._calibrate import SCALE_RANGE, Calibration, calibrate, describe
-from autotune.memory._model import (ADAMW_STATE, CE_CHUNKS, COMPILE_ACTIVATIONS, GIB, RESERVED_OVERHEAD_BYTES, Estimate, Param, Shape,
-                                    _knobs, activation_bytes, attention_kind, block_activations, block_params,
-                                    checkpointed_blocks, compiled_block_activations, compute_bytes, estimate,
-                                    loss_bytes, n_params, op_saved, residual_bytes, root_params, shape, weight_bytes)
+from autotune.memory._model import ADAMW_STATE, GIB, RESERVED_OVERHEAD_BYTES, Estimate, _knobs, estimate, weight_bytes
+from autotune.memory._shape import Param, Shape, block_params, n_params, root_params, shape
 
-__all__ = ["ADAMW_STATE", "CE_CHUNKS", "COMPILE_ACTIVATIONS", "GIB", "RESERVED_OVERHEAD_BYTES", "SCALE_RANGE", "Calibration", "Estimate",
-           "Param", "Shape", "activation_bytes", "attention_kind", "block_activations", "block_params", "calibrate",
-           "checkpointed_blocks", "compiled_block_activations", "compute_bytes", "describe", "estimate", "loss_bytes",
-           "n_params", "op_saved", "residual_bytes", "root_params", "shape", "weight_bytes", "_knobs"]
+__all__ = [
+    "ADAMW_STATE",
+    "CE_CHUNKS",
+    "COMPILE_ACTIVATIONS",
+    "GIB",
+    "RESERVED_OVERHEAD_BYTES",
+    "SCALE_RANGE",
+    "Calibration",
+    "Estimate",
+    "Param",
+    "Shape",
+    "activation_bytes",
+    "attention_kind",
+    "block_activations",
+    "block_params",
+    "calibrate",
+    "checkpointed_blocks",
+    "compiled_block_activations",
+    "compute_bytes",
+    "describe",
+    "estimate",
+    "loss_bytes",
+    "n_params",
+    "op_saved",
+    "residual_bytes",
+    "root_params",
+    "shape",
+    "weight_bytes",
+    "_knobs",
+]

@@ -51,14 +51,17 @@ def calibrate(pairs: list[tuple[Estimate, float]]) -> Calibration:
 
 def describe(est: Estimate, capacity_bytes: float | None = None) -> list[str]:
     """Short lines for `autotune validate`: GiB per part, the estimated peak, and whether it fits capacity_bytes."""
+
     def gib(x: float) -> str:
         return f"{x / GIB:.2f} GiB"
 
     where = "backward" if est.phase == "backward" else "the optimizer step"
-    lines = [f"parameters {gib(est.params)}, gradients {gib(est.grads)}, optimizer {gib(est.optimizer)}, "
-             f"weight copies {gib(est.gathered)}",
-             f"activations {gib(est.activations)}, loss {gib(est.logits)} (one micro-batch)",
-             f"estimated peak {gib(est.total)} (in {where})"]
+    lines = [
+        f"parameters {gib(est.params)}, gradients {gib(est.grads)}, optimizer {gib(est.optimizer)}, "
+        f"weight copies {gib(est.gathered)}",
+        f"activations {gib(est.activations)}, loss {gib(est.logits)} (one micro-batch)",
+        f"estimated peak {gib(est.total)} (in {where})",
+    ]
     if capacity_bytes:
         verdict = "fits" if est.total <= capacity_bytes else "does not fit"
         lines.append(f"{verdict} in {gib(capacity_bytes)} ({100 * est.total / capacity_bytes:.0f}% of it)")

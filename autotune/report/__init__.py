@@ -9,5 +9,15 @@ from autotune.report._render import render_rich, to_json, to_markdown
 from autotune.report._table import fmt, rich_table, row_of
 from autotune.search.storage import load_study
 
-__all__ = ["collect", "load_study", "pareto_front", "render_rich", "rich_table", "row_of", "fmt", "to_json",
-           "to_markdown", "write_html"]
+__all__ = [
+    "collect",
+    "load_study",
+    "pareto_front",
+    "render_rich",
+    "rich_table",
+    "row_of",
+    "fmt",
+    "to_json",
+    "to_markdown",
+    "write_html",
+]

@@ -32,11 +32,19 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
     best = ok[0] if ok else None
     conf = current_confirmation(study, h)
     confirmation = None
-    if conf and all(isinstance(st, dict) and {"trial", "median", "ci95", "samples", "search_value", "failures"} <= set(st)
-                    for st in conf["stats"]):  # what best.yaml chose: re-measured in fresh processes
-        confirmation = {"chosen": conf["chosen"], "why": conf["why"], "rounds_done": conf["rounds_done"],
-                        "stats": [{k: st[k] for k in ("trial", "median", "ci95", "samples", "search_value", "failures")}
-                                  for st in conf["stats"]]}
+    if conf and all(
+        isinstance(st, dict) and {"trial", "median", "ci95", "samples", "search_value", "failures"} <= set(st)
+        for st in conf["stats"]
+    ):  # what best.yaml chose: re-measured in fresh processes
+        confirmation = {
+            "chosen": conf["chosen"],
+            "why": conf["why"],
+            "rounds_done": conf["rounds_done"],
+            "stats": [
+                {k: st[k] for k in ("trial", "median", "ci95", "samples", "search_value", "failures")}
+                for st in conf["stats"]
+            ],
+        }
     spreads = sorted(r["step_spread_pct"] for r in ok if r["step_spread_pct"] is not None)
     history = []
     if study_dir is not None and (study_dir / "history.jsonl").is_file():
@@ -58,7 +66,9 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
         "importance": _importance(study, completed, searched),
         "knob_effects": _effects(ok, searched),
         "time": _time(rows),
-        "best_telemetry": next((t.user_attrs.get("telemetry") or None for t in trials if best and t.number == best["number"]), None),
+        "best_telemetry": next(
+            (t.user_attrs.get("telemetry") or None for t in trials if best and t.number == best["number"]), None
+        ),
         "check_history": history,
         "front": pareto_front(rows),
     }
@@ -67,8 +77,13 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
 def pareto_front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """generate studies: the measured trials (ok or over_limit) that no other beats on both output tokens/s
     (higher) and p99 time per output token (lower), fastest token first; [] for training."""
-    pts = [r for r in rows if r["state"] in ("ok", "over_limit") and r[Metric.TOKENS_PER_GPU] is not None
-           and r.get("tpot_ms_p99") is not None]
+    pts = [
+        r
+        for r in rows
+        if r["state"] in ("ok", "over_limit")
+        and r[Metric.TOKENS_PER_GPU] is not None
+        and r.get("tpot_ms_p99") is not None
+    ]
     return pareto(pts, up=lambda r: r[Metric.TOKENS_PER_GPU], down=lambda r: r["tpot_ms_p99"])
 
 
@@ -81,7 +96,8 @@ def _importance(study: optuna.Study, completed: list[optuna.trial.FrozenTrial], 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             values = optuna.importance.get_param_importances(
-                study, params=params, evaluator=optuna.importance.PedAnovaImportanceEvaluator())
+                study, params=params, evaluator=optuna.importance.PedAnovaImportanceEvaluator()
+            )
     except Exception as err:  # e.g. trials with different parameter sets
         return {"values": None, "why": f"Optuna could not compute it: {err}"}
     return {"values": dict(values), "why": f"Optuna PED-ANOVA over {len(completed)} completed trials"}
@@ -93,8 +109,9 @@ def _failures(others: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for r in others:
         if r["state"] in ("running", "waiting"):
             continue
-        entry = failures.setdefault(r["state"] + (" (predicted)" if r["predicted"] else ""),
-                                    {"count": 0, "trials": [], "example": r["reason"]})
+        entry = failures.setdefault(
+            r["state"] + (" (predicted)" if r["predicted"] else ""), {"count": 0, "trials": [], "example": r["reason"]}
+        )
         entry["count"] += 1
         entry["trials"].append(r["number"])
     return failures
@@ -130,5 +147,9 @@ def _time(rows: list[dict[str, Any]]) -> dict[str, Any]:
         phases["warmup"] -= phases.get("compile", 0.0)
         phases["other"] = max(0.0, sum((r["wall_s"] or 0) for r in rows if r["phases_s"]) - sum(phases.values()))
     started = [r for r in rows if r["wall_s"]]
-    return {"trial_wall_s": wall, "phases_s": dict(phases), "processes": len(started),
-            "started_ahead": sum(1 for r in started if r["prestarted"])}
+    return {
+        "trial_wall_s": wall,
+        "phases_s": dict(phases),
+        "processes": len(started),
+        "started_ahead": sum(1 for r in started if r["prestarted"]),
+    }

@@ -30,7 +30,9 @@ def plot_data(data: dict[str, Any]) -> dict[str, Any]:
     tele = data.get("best_telemetry") or {}
     series = tele.get("series") or []
     t0 = series[0]["t"] if series else 0.0
-    checks = [(i, c["ratio"], c["ci"][0], c["ci"][1], c["status"]) for i, c in enumerate(data.get("check_history") or [])]
+    checks = [
+        (i, c["ratio"], c["ci"][0], c["ci"][1], c["status"]) for i, c in enumerate(data.get("check_history") or [])
+    ]
     return {
         "history": history,
         "best_so_far": best_so_far,
@@ -52,9 +54,13 @@ def draw(pd: dict[str, Any], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     written: list[Path] = []
-    plots = (("history", _history, "history.png"), ("memory", _memory, "pareto.png"),
-             ("per_knob", _per_knob, "knobs.png"), ("telemetry", _telemetry, "telemetry.png"),
-             ("checks", _checks, "checks.png"))
+    plots = (
+        ("history", _history, "history.png"),
+        ("memory", _memory, "pareto.png"),
+        ("per_knob", _per_knob, "knobs.png"),
+        ("telemetry", _telemetry, "telemetry.png"),
+        ("checks", _checks, "checks.png"),
+    )
     for key, plot, name in plots:
         if not any(pd[key].values()) if isinstance(pd[key], dict) else not pd[key]:
             continue
@@ -115,8 +121,13 @@ def _checks(plt: Any, pd: dict[str, Any]) -> Any:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     i, ratio, lo, hi, status = zip(*pd["checks"])
     colors = ["C3" if s == "regression" else "C2" for s in status]
-    ax.errorbar(i, ratio, yerr=[[r - a for r, a in zip(ratio, lo)], [b - r for r, b in zip(ratio, hi)]],
-                fmt="none", ecolor="grey")
+    ax.errorbar(
+        i,
+        ratio,
+        yerr=[[r - a for r, a in zip(ratio, lo)], [b - r for r, b in zip(ratio, hi)]],
+        fmt="none",
+        ecolor="grey",
+    )
     ax.scatter(i, ratio, c=colors, zorder=3)
     ax.axhline(1.0, color="grey", ls="--")
     if pd["tolerance_pct"] is not None:
@@ -144,8 +155,10 @@ def write_html(data: dict[str, Any], out: Path) -> Path:
     knobs = data["searched"]
     header = columns(knobs, data["trials"], data["task"])
     head = "".join(f"<th>{html.escape(c)}</th>" for c in header)
-    rows = "\n".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells(r, knobs, header, 120)) + "</tr>"
-                     for r in data["trials"])
+    rows = "\n".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells(r, knobs, header, 120)) + "</tr>"
+        for r in data["trials"]
+    )
     imp = data["importance"]
     importance = ""
     for k in knobs:
@@ -157,18 +170,18 @@ def write_html(data: dict[str, Any], out: Path) -> Path:
     tm = data["time"]
     ahead = f"; {tm['started_ahead']} of {tm['processes']} started ahead" if tm.get("started_ahead") else ""
     page = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>autotune report: {html.escape(data['study'])}</title>
+<html lang="en"><head><meta charset="utf-8"><title>autotune report: {html.escape(data["study"])}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse;margin:1em 0}}
 td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:right}}th{{background:#eee}}
 figure{{display:inline-block;margin:0.5em}}img{{max-width:100%}}pre{{background:#f6f6f6;padding:1em}}</style></head>
-<body><h1>autotune report: {html.escape(data['study'])}</h1>
+<body><h1>autotune report: {html.escape(data["study"])}</h1>
 <pre>{html.escape(to_markdown(data, top=5))}</pre>
 <h2>Plots</h2>{images}
 <h2>Trials, best first</h2><table><tr>{head}</tr>{rows}</table>
-<h2>Which knobs mattered</h2><p>{html.escape(imp['why'])}</p>
+<h2>Which knobs mattered</h2><p>{html.escape(imp["why"])}</p>
 <table><tr><th>knob</th><th>importance</th><th>best tokens/s/GPU at each value</th></tr>{importance}</table>
-<h2>Where time went</h2><p>Trials by state: {html.escape(', '.join(f'{k} {v}' for k, v in data['counts'].items()))}.
-Time in trial processes: {data['time']['trial_wall_s']:,.0f} s ({html.escape(phases)}){ahead}.</p>
+<h2>Where time went</h2><p>Trials by state: {html.escape(", ".join(f"{k} {v}" for k, v in data["counts"].items()))}.
+Time in trial processes: {data["time"]["trial_wall_s"]:,.0f} s ({html.escape(phases)}){ahead}.</p>
 </body></html>
 """
     path = out / "report.html"

@@ -18,14 +18,22 @@ def confirmed(st: dict[str, Any]) -> str:
     if st["median"] is None:
         return "no sample succeeded (" + "; ".join(st["failures"][:2]) + ")"
     lo, hi = st["ci95"]
-    return (f"median {fmt(st['median'], 'tok')} tokens/s/GPU over {len(st['samples'])} fresh processes "
-            f"(95% interval {fmt(lo, 'tok')} to {fmt(hi, 'tok')}; search {fmt(st['search_value'], 'tok')})")
+    return (
+        f"median {fmt(st['median'], 'tok')} tokens/s/GPU over {len(st['samples'])} fresh processes "
+        f"(95% interval {fmt(lo, 'tok')} to {fmt(hi, 'tok')}; search {fmt(st['search_value'], 'tok')})"
+    )
 
 
 def noise(data: dict[str, Any]) -> str:
     spread = data["step_spread_pct_median"]
-    return "" if spread is None else (f" (relative shares; the measured step-to-step spread is {spread:.1f}% "
-                                      "median, so smaller differences between trials are noise)")
+    return (
+        ""
+        if spread is None
+        else (
+            f" (relative shares; the measured step-to-step spread is {spread:.1f}% "
+            "median, so smaller differences between trials are noise)"
+        )
+    )
 
 
 def to_markdown(data: dict[str, Any], top: int = 10) -> str:
@@ -33,9 +41,11 @@ def to_markdown(data: dict[str, Any], top: int = 10) -> str:
     lines = [f"### autotune: {data['study']} ({data['device']})", ""]
     best, base = data["best"], data["baseline"]
     if best:
-        lines.append(f"Best in the search: **{fmt(best['tokens_per_s_per_gpu'], 'tok')} tokens/s/GPU**, MFU {fmt(best['mfu'], 'mfu')}, "
-                     f"{fmt(best['speedup'], 'x')} the baseline ({fmt(base and base['tokens_per_s_per_gpu'], 'tok')}); "
-                     f"trial {best['number']}: " + ", ".join(f"{k}={best['knobs'][k]}" for k in data["searched"]))
+        lines.append(
+            f"Best in the search: **{fmt(best['tokens_per_s_per_gpu'], 'tok')} tokens/s/GPU**, MFU {fmt(best['mfu'], 'mfu')}, "
+            f"{fmt(best['speedup'], 'x')} the baseline ({fmt(base and base['tokens_per_s_per_gpu'], 'tok')}); "
+            f"trial {best['number']}: " + ", ".join(f"{k}={best['knobs'][k]}" for k in data["searched"])
+        )
         lines.append("")
     conf = data["confirmation"]
     if conf:
@@ -49,8 +59,11 @@ def to_markdown(data: dict[str, Any], top: int = 10) -> str:
     if data["failures"]:
         lines += ["", "Failed: " + "; ".join(f"{k}: {v['count']}" for k, v in data["failures"].items())]
     if data.get("front"):
-        lines += ["", "Front, tokens/s against p99 time per output token (no other trial beats these on both): "
-                  + "; ".join(_front_point(r) for r in data["front"])]
+        lines += [
+            "",
+            "Front, tokens/s against p99 time per output token (no other trial beats these on both): "
+            + "; ".join(_front_point(r) for r in data["front"]),
+        ]
     imp = data["importance"]["values"]
     if imp:
         lines += ["", "Importance: " + ", ".join(f"{k} {v:.2f}" for k, v in imp.items()) + noise(data)]
@@ -59,30 +72,69 @@ def to_markdown(data: dict[str, Any], top: int = 10) -> str:
 
 def _front_point(r: dict[str, Any]) -> str:
     over = " (over limit)" if r["state"] == "over_limit" else ""
-    return f"trial {r['number']}: {fmt(r['tpot_ms_p99'], 'ms')} ms, {fmt(r['tokens_per_s_per_gpu'], 'tok')} tokens/s{over}"
+    return (
+        f"trial {r['number']}: {fmt(r['tpot_ms_p99'], 'ms')} ms, {fmt(r['tokens_per_s_per_gpu'], 'tok')} tokens/s{over}"
+    )
 
 
 def render_rich(data: dict[str, Any], console: Any) -> None:
     """Tables for the terminal: trials best first, failures by reason, importance and knob effects, time."""
-    from rich.table import Table
 
     knobs = data["searched"]
-    console.print(rich_table(data["trials"], knobs, f"{data['study']} on {data['device']}: {len(data['trials'])} "
-                                                   "trials, best first", data["task"]))
-    conf = data["confirmation"]
-    if conf:
-        c = Table(title=f"Confirmation: top {len(conf['stats'])} re-measured in fresh processes, interleaved "
-                        f"({conf['rounds_done']} rounds); chosen: trial {conf['chosen']}")
-        for col in ("#", "search tokens/s/GPU", "confirmed", "failures"):
-            c.add_column(col, overflow="fold")
-        for st in conf["stats"]:
-            c.add_row(str(st["trial"]) + (" (chosen)" if st["trial"] == conf["chosen"] else ""),
-                      fmt(st["search_value"], "tok"), confirmed(st), "; ".join(st["failures"]) or "-")
-        console.print(c)
-        console.print(f"Why: {conf['why']}", highlight=False)
+    console.print(
+        rich_table(
+            data["trials"],
+            knobs,
+            f"{data['study']} on {data['device']}: {len(data['trials'])} trials, best first",
+            data["task"],
+        )
+    )
+    if data["confirmation"]:
+        _confirmation(data["confirmation"], console)
     if data.get("front"):
-        console.print("Front, tokens/s against p99 time per output token (no other trial beats these on both): "
-                      + "; ".join(_front_point(r) for r in data["front"]), highlight=False)
+        console.print(
+            "Front, tokens/s against p99 time per output token (no other trial beats these on both): "
+            + "; ".join(_front_point(r) for r in data["front"]),
+            highlight=False,
+        )
+    _failures_and_importance(data, knobs, console)
+    tm = data["time"]
+    phases = ", ".join(f"{p} {s:,.0f} s" for p, s in tm["phases_s"].items())
+    console.print("Trials by state: " + ", ".join(f"{k} {v}" for k, v in data["counts"].items()))
+    ahead = f"; {tm['started_ahead']} of {tm['processes']} started ahead" if tm.get("started_ahead") else ""
+    console.print(f"Time in trial processes: {tm['trial_wall_s']:,.0f} s ({phases or 'no phase data'}){ahead}")
+    if data["check_history"]:
+        last = data["check_history"][-1]
+        console.print(
+            f"Checks: {len(data['check_history'])}, last {last['checked_at']}: {last['status']}, ratio {last['ratio']:.3f}"
+        )
+
+
+def _confirmation(conf: dict[str, Any], console: Any) -> None:
+    """The confirmation's table: each candidate's search value, confirmed median and failures; why the choice."""
+    from rich.table import Table
+
+    c = Table(
+        title=f"Confirmation: top {len(conf['stats'])} re-measured in fresh processes, interleaved "
+        f"({conf['rounds_done']} rounds); chosen: trial {conf['chosen']}"
+    )
+    for col in ("#", "search tokens/s/GPU", "confirmed", "failures"):
+        c.add_column(col, overflow="fold")
+    for st in conf["stats"]:
+        c.add_row(
+            str(st["trial"]) + (" (chosen)" if st["trial"] == conf["chosen"] else ""),
+            fmt(st["search_value"], "tok"),
+            confirmed(st),
+            "; ".join(st["failures"]) or "-",
+        )
+    console.print(c)
+    console.print(f"Why: {conf['why']}", highlight=False)
+
+
+def _failures_and_importance(data: dict[str, Any], knobs: list[str], console: Any) -> None:
+    """Failures by reason, then which knobs mattered (importance and the best tokens/s at each value)."""
+    from rich.table import Table
+
     if data["failures"]:
         f = Table(title="Failed and predicted-infeasible trials, by reason")
         for col in ("reason", "count", "trials", "example"):
@@ -96,14 +148,9 @@ def render_rich(data: dict[str, Any], console: Any) -> None:
         k.add_column(col)
     for knob in knobs:
         value = (imp["values"] or {}).get(knob)
-        k.add_row(knob, "-" if value is None else f"{value:.2f}",
-                  ", ".join(f"{v}: {fmt(x, 'tok')}" for v, x in data["knob_effects"].get(knob, {}).items()))
+        k.add_row(
+            knob,
+            "-" if value is None else f"{value:.2f}",
+            ", ".join(f"{v}: {fmt(x, 'tok')}" for v, x in data["knob_effects"].get(knob, {}).items()),
+        )
     console.print(k)
-    tm = data["time"]
-    phases = ", ".join(f"{p} {s:,.0f} s" for p, s in tm["phases_s"].items())
-    console.print("Trials by state: " + ", ".join(f"{k} {v}" for k, v in data["counts"].items()))
-    ahead = f"; {tm['started_ahead']} of {tm['processes']} started ahead" if tm.get("started_ahead") else ""
-    console.print(f"Time in trial processes: {tm['trial_wall_s']:,.0f} s ({phases or 'no phase data'}){ahead}")
-    if data["check_history"]:
-        last = data["check_history"][-1]
-        console.print(f"Checks: {len(data['check_history'])}, last {last['checked_at']}: {last['status']}, ratio {last['ratio']:.3f}")

@@ -12,6 +12,7 @@ from autotune.protocol import reason_line
 def pareto(items: list[Any], up: Any, down: Any) -> list[Any]:
     """The items no other beats on both: up(item) higher and down(item) lower (ties on both are kept), in
     ascending order of down. The one Pareto-front rule of the report (memory, and generate's latency)."""
+
     def beaten(a: Any) -> bool:
         return any(up(b) >= up(a) and down(b) <= down(a) and (up(b), down(b)) != (up(a), down(a)) for b in items)
 
@@ -24,8 +25,15 @@ def fmt(value: Any, kind: str) -> str:
         return "n/a" if kind == "mfu" else "-"
     if not _number(value):
         return str(value)[:20]
-    return {"tok": f"{value:,.0f}", "mfu": f"{100 * value:.1f}%", "x": f"{value:.2f}x", "gib": f"{value:.2f}",
-            "pct": f"{value:.1f}%", "ms": f"{value:,.2f}", "tpj": f"{value:,.1f}"}.get(kind, str(value))
+    return {
+        "tok": f"{value:,.0f}",
+        "mfu": f"{100 * value:.1f}%",
+        "x": f"{value:.2f}x",
+        "gib": f"{value:.2f}",
+        "pct": f"{value:.1f}%",
+        "ms": f"{value:,.2f}",
+        "tpj": f"{value:,.1f}",
+    }.get(kind, str(value))
 
 
 def _number(value: Any) -> bool:
@@ -57,20 +65,34 @@ def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
     first = t.values[0] if t.values else None  # tokens/s; a pareto study's second value is p99 TPOT
     value = (first if _number(first) else None) if t.state == TrialState.COMPLETE else tokens
     return {
-        "number": t.number, "state": state, "knobs": r.knobs if knobs_ok else t.params,
+        "number": t.number,
+        "state": state,
+        "knobs": r.knobs if knobs_ok else t.params,
         Metric.TOKENS_PER_GPU: tokens,
         "speedup": (value / base_value) if (value is not None and base_value) else None,
         "step_spread_pct": _dict(m.get(Metric.STEP_TIME)).get("spread_pct"),
-        "reason": str(r.reason or ""), "predicted": bool(r.predicted),
+        "reason": str(r.reason or ""),
+        "predicted": bool(r.predicted),
         "phases_s": {k: v for k, v in _dict(r.phases_s).items() if _number(v)} or None,
         "wall_s": r.wall_s if _number(r.wall_s) else None,
         "prestarted": r.prestarted is True,  # its process was started ahead (prestart.py)
-        "fingerprint": r.fingerprint, "failed_rank": r.extra.get("failed_rank"),
+        "fingerprint": r.fingerprint,
+        "failed_rank": r.extra.get("failed_rank"),
         "nccl_used": nccl_log.used(_dict(r.nccl)),
         # the numbers each column shows (generate's latency and roofline: metrics.generation)
-        **{k: m.get(k) if _number(m.get(k)) else None
-           for k in (Metric.MFU, Metric.PEAK_MEM_GIB, Metric.MEMORY_ESTIMATE_GIB, Metric.TTFT_MS, Metric.TPOT_MEDIAN_MS,
-                     Metric.TPOT_P99_MS, Metric.ROOFLINE, Metric.TOKENS_PER_JOULE)},
+        **{
+            k: m.get(k) if _number(m.get(k)) else None
+            for k in (
+                Metric.MFU,
+                Metric.PEAK_MEM_GIB,
+                Metric.MEMORY_ESTIMATE_GIB,
+                Metric.TTFT_MS,
+                Metric.TPOT_MEDIAN_MS,
+                Metric.TPOT_P99_MS,
+                Metric.ROOFLINE,
+                Metric.TOKENS_PER_JOULE,
+            )
+        },
     }
 
 
@@ -82,20 +104,37 @@ def columns(knobs: list[str], rows: list[dict[str, Any]], task: str = "train") -
     efficiency = list(tasks.task(task).columns)
     energy = ["tokens/J"] if any(r.get("tokens_per_joule") is not None for r in rows) else []
     estimate = ["est. GiB"] if any(r.get("memory_estimate_gib") is not None for r in rows) else []
-    return ["#", *knobs, "tokens/s/GPU", "x baseline", *efficiency, *energy, "peak GiB", *estimate, "step spread", *nccl,
-            *outcome]
+    return [
+        "#",
+        *knobs,
+        "tokens/s/GPU",
+        "x baseline",
+        *efficiency,
+        *energy,
+        "peak GiB",
+        *estimate,
+        "step spread",
+        *nccl,
+        *outcome,
+    ]
 
 
 def cells(row: dict[str, Any], knobs: list[str], header: list[str], reason_chars: int = 60) -> list[str]:
     """One row's formatted cells, in the order of `header`."""
     values = {
-        "#": str(row["number"]), "tokens/s/GPU": fmt(row[Metric.TOKENS_PER_GPU], "tok"), "x baseline": fmt(row["speedup"], "x"),
-        "MFU": fmt(row["mfu"], "mfu"), "peak GiB": fmt(row["peak_mem_gib"], "gib"),
+        "#": str(row["number"]),
+        "tokens/s/GPU": fmt(row[Metric.TOKENS_PER_GPU], "tok"),
+        "x baseline": fmt(row["speedup"], "x"),
+        "MFU": fmt(row["mfu"], "mfu"),
+        "peak GiB": fmt(row["peak_mem_gib"], "gib"),
         "est. GiB": fmt(row.get("memory_estimate_gib"), "gib"),
-        "TTFT ms": fmt(row.get("ttft_ms"), "ms"), "TPOT ms": fmt(row.get("tpot_ms_median"), "ms"),
-        "TPOT p99 ms": fmt(row.get("tpot_ms_p99"), "ms"), "roofline": fmt(row.get("roofline_share"), "mfu"),
+        "TTFT ms": fmt(row.get("ttft_ms"), "ms"),
+        "TPOT ms": fmt(row.get("tpot_ms_median"), "ms"),
+        "TPOT p99 ms": fmt(row.get("tpot_ms_p99"), "ms"),
+        "roofline": fmt(row.get("roofline_share"), "mfu"),
         "tokens/J": fmt(row.get("tokens_per_joule"), "tpj"),
-        "step spread": fmt(row["step_spread_pct"], "pct"), "NCCL used": row.get("nccl_used") or "-",
+        "step spread": fmt(row["step_spread_pct"], "pct"),
+        "NCCL used": row.get("nccl_used") or "-",
         "state": row["state"] + (" (predicted)" if row["predicted"] else ""),
         "reason": reason_line(row["reason"], reason_chars),
         **{k: str(row["knobs"].get(k)) for k in knobs},

@@ -44,8 +44,14 @@ def _chosen(study: optuna.Study, h: History) -> tuple[optuna.trial.FrozenTrial, 
     if conf:
         best = next(t for t in h.completed if t.number == conf["chosen"])
         stats = next(st for st in conf["stats"] if st["trial"] == best.number)
-        return best, stats, (f"confirmation ({conf['rounds_done']} interleaved rounds of the top "
-                             f"{len(conf['candidates'])}): {conf['why']}")
+        return (
+            best,
+            stats,
+            (
+                f"confirmation ({conf['rounds_done']} interleaved rounds of the top "
+                f"{len(conf['candidates'])}): {conf['why']}"
+            ),
+        )
     best = h.best()
     assert best is not None
     return best, None, f"highest median tokens/s per GPU of {len(h.completed)} completed trials (not confirmed)"
@@ -67,16 +73,32 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
         "chosen": {"trial": best.number, "why": why},
         "knobs": knobs,
         "metrics": _metrics(record, value, value_of(best), value_of(base) if base else None),
-        "confirmation": None if not conf else [
-            {"trial": st["trial"], "changed_knobs": st["changed_knobs"], "median": st["median"],
-             "ci95": st["ci95"], "samples": st["samples"], "search_value": st["search_value"], "failures": st["failures"]}
-            for st in conf["stats"]],
-        "baseline": {"trial": base.number if base else None, "knobs": base.user_attrs["knobs"] if base else None,
-                     Metric.TOKENS_PER_GPU: round(value_of(base), 1) if base else None},
+        "confirmation": None
+        if not conf
+        else [
+            {
+                "trial": st["trial"],
+                "changed_knobs": st["changed_knobs"],
+                "median": st["median"],
+                "ci95": st["ci95"],
+                "samples": st["samples"],
+                "search_value": st["search_value"],
+                "failures": st["failures"],
+            }
+            for st in conf["stats"]
+        ],
+        "baseline": {
+            "trial": base.number if base else None,
+            "knobs": base.user_attrs["knobs"] if base else None,
+            Metric.TOKENS_PER_GPU: round(value_of(base), 1) if base else None,
+        },
         "fingerprint": fp,
         **_front(study),
-        "apply": {"env": catalogue.env_of(knobs), "knobs": knobs,
-                  "notes": catalogue.apply_notes(knobs, fp["device"], cfg.workload.task)},
+        "apply": {
+            "env": catalogue.env_of(knobs),
+            "knobs": knobs,
+            "notes": catalogue.apply_notes(knobs, fp["device"], cfg.workload.task),
+        },
         "measurement": _measurement(cfg, best, record),
         "model": cfg.model.model_dump(mode="json"),
         "base_dir": cfg.base_dir,
@@ -103,8 +125,17 @@ def _metrics(record: TrialRecord, value: float, searched: float, base: float | N
         "step_time_spread_pct": round(m[Metric.STEP_TIME]["spread_pct"], 2),
         "speedup_vs_baseline": round(value / base, 3) if base else None,
         # generate: latency and roofline of the chosen trial's search measurement; any workload: tokens/J
-        **{k: m[k] for k in (Metric.TTFT_MS, Metric.TPOT_MEDIAN_MS, Metric.TPOT_P99_MS, Metric.ROOFLINE,
-                             Metric.TOKENS_PER_JOULE) if m.get(k) is not None},
+        **{
+            k: m[k]
+            for k in (
+                Metric.TTFT_MS,
+                Metric.TPOT_MEDIAN_MS,
+                Metric.TPOT_P99_MS,
+                Metric.ROOFLINE,
+                Metric.TOKENS_PER_JOULE,
+            )
+            if m.get(k) is not None
+        },
     }
 
 
@@ -112,9 +143,17 @@ def _front(study: optuna.Study) -> dict[str, Any]:
     """objective pareto: Optuna's front of the completed trials (tokens/s up, p99 time per output token down)."""
     if len(study.directions) < 2:
         return {}
-    return {"front": [{"trial": t.number, Metric.TOKENS_PER_GPU: round(t.values[0], 1),
-                       Metric.TPOT_P99_MS: round(t.values[1], 3), "knobs": t.user_attrs["knobs"]}
-                      for t in sorted(study.best_trials, key=lambda t: t.values[1])]}
+    return {
+        "front": [
+            {
+                "trial": t.number,
+                Metric.TOKENS_PER_GPU: round(t.values[0], 1),
+                Metric.TPOT_P99_MS: round(t.values[1], 3),
+                "knobs": t.user_attrs["knobs"],
+            }
+            for t in sorted(study.best_trials, key=lambda t: t.values[1])
+        ]
+    }
 
 
 def _measurement(cfg: Config, best: optuna.trial.FrozenTrial, record: TrialRecord) -> dict[str, Any]:
@@ -172,8 +211,10 @@ _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class _Apply(_Part):
-    env: dict[Annotated[str, Field(pattern=_ENV_NAME, max_length=256)],
-              Annotated[str, Field(max_length=4096, pattern=r"^[^\x00]*$")]] = Field(default_factory=dict)
+    env: dict[
+        Annotated[str, Field(pattern=_ENV_NAME, max_length=256)],
+        Annotated[str, Field(max_length=4096, pattern=r"^[^\x00]*$")],
+    ] = Field(default_factory=dict)
 
 
 class BestFile(_Part):
@@ -226,8 +267,10 @@ def _check_batch(path: Path, knobs: dict[str, Any], workload: dict[str, Any]) ->
     """The knobs keep the workload's global batch (micro-batch x accumulation x ranks), as the search did."""
     gbs, world = workload.get("global_batch_size"), workload.get("world_size", 1)
     if gbs is not None and knobs["micro_batch_size"] * knobs["grad_accum_steps"] * world != gbs:
-        raise ConfigError(f"{path}: knobs: micro_batch_size {knobs['micro_batch_size']} x grad_accum_steps "
-                          f"{knobs['grad_accum_steps']} x world_size {world} is not workload.global_batch_size {gbs}")
+        raise ConfigError(
+            f"{path}: knobs: micro_batch_size {knobs['micro_batch_size']} x grad_accum_steps "
+            f"{knobs['grad_accum_steps']} x world_size {world} is not workload.global_batch_size {gbs}"
+        )
 
 
 def _old_behaviour(knobs: dict[str, Any], missing: list[str], world: int) -> dict[str, Any]:
@@ -237,7 +280,11 @@ def _old_behaviour(knobs: dict[str, Any], missing: list[str], world: int) -> dic
     if world == 1 and "parallel" in missing:
         full["parallel"] = None
     for k in catalogue.CATALOGUE:
-        if k.name in missing and k.only_with and (full.get(k.only_with[0]) is None or not k.acts_with(full[k.only_with[0]])):
+        if (
+            k.name in missing
+            and k.only_with
+            and (full.get(k.only_with[0]) is None or not k.acts_with(full[k.only_with[0]]))
+        ):
             full[k.name] = None
     return {n: full[n] for n in missing}
 
@@ -248,8 +295,10 @@ def _upgrade(path: Path, doc: dict[str, Any]) -> None:
     does not know is left for _check_knobs to refuse."""
     version = doc.get("schema_version", 1)
     if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise ConfigError(f"{path}: schema_version: {version!r} is newer than this autotune reads (up to "
-                          f"{SCHEMA_VERSION}); upgrade autotune")
+        raise ConfigError(
+            f"{path}: schema_version: {version!r} is newer than this autotune reads (up to "
+            f"{SCHEMA_VERSION}); upgrade autotune"
+        )
     task, world = doc["workload"].get("task", "train"), doc["workload"].get("world_size", 1)
     knobs = doc["knobs"]
     names = [k.name for k in catalogue.CATALOGUE if task in k.tasks]
@@ -269,8 +318,10 @@ def _check_knobs(path: Path, knobs: dict[str, Any], task: str, world: int = 1) -
     names = {k.name for k in catalogue.CATALOGUE if task in k.tasks}
     if set(knobs) != names:
         wrong = sorted(set(knobs) ^ names)
-        raise ConfigError(f"{path}: knobs: {wrong[0]} is {'missing' if wrong[0] in names else 'not a knob'}; "
-                          f"best.yaml lists every knob of task {task}")
+        raise ConfigError(
+            f"{path}: knobs: {wrong[0]} is {'missing' if wrong[0] in names else 'not a knob'}; "
+            f"best.yaml lists every knob of task {task}"
+        )
     given = {k: [v] for k, v in knobs.items() if v is not None}
     try:
         SpaceConfig.model_validate(given)
@@ -282,8 +333,15 @@ def _yaml_value(value: Any) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def record_check_baseline(path: Path, doc: dict[str, Any], samples: list[float], recorded_at: str,
-                          fingerprint: dict[str, Any], tpot_ms: list[float] | None = None, reset: bool = False) -> None:
+def record_check_baseline(
+    path: Path,
+    doc: dict[str, Any],
+    samples: list[float],
+    recorded_at: str,
+    fingerprint: dict[str, Any],
+    tpot_ms: list[float] | None = None,
+    reset: bool = False,
+) -> None:
     """check --update / --reset-baseline: these samples become the recorded baseline in best.yaml (atomically);
     doc is best.yaml as read_best read it. reset: the nightly series starts again from here (an --update keeps
     the series: a slow drift absorbed by nightly updates is what the series is read for)."""
@@ -291,7 +349,14 @@ def record_check_baseline(path: Path, doc: dict[str, Any], samples: list[float],
     # written back in this release's layout (an upgraded file keeps its filled-in knobs, not the note)
     doc = {k: v for k, v in doc.items() if k != "upgraded"}
     doc.update(schema_version=SCHEMA_VERSION, knob_set=knob_set(doc["knobs"]))
-    doc = {**doc, "check_baseline": {"tokens_per_s_samples": samples, "recorded_at": recorded_at,
-                                     "fingerprint": fingerprint, **({"tpot_ms_samples": tpot_ms} if tpot_ms else {}),
-                                     **({"series_from": since} if since else {})}}
+    doc = {
+        **doc,
+        "check_baseline": {
+            "tokens_per_s_samples": samples,
+            "recorded_at": recorded_at,
+            "fingerprint": fingerprint,
+            **({"tpot_ms_samples": tpot_ms} if tpot_ms else {}),
+            **({"series_from": since} if since else {}),
+        },
+    }
     write_yaml(path, doc)

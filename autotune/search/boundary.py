@@ -37,8 +37,11 @@ def _bisect(t: optuna.trial.FrozenTrial, name: str, sizes: list[Any], h: History
     if t.params.get(name) not in sizes:
         return None
     i, others = sizes.index(t.params[name]), _others(t.user_attrs["knobs"], name)
-    alike = [sizes.index(u.user_attrs["knobs"][name]) for u in (h.over_limit + h.ooms if up else h.completed)
-             if _others(u.user_attrs["knobs"], name) == others and u.user_attrs["knobs"].get(name) in sizes]
+    alike = [
+        sizes.index(u.user_attrs["knobs"][name])
+        for u in (h.over_limit + h.ooms if up else h.completed)
+        if _others(u.user_attrs["knobs"], name) == others and u.user_attrs["knobs"].get(name) in sizes
+    ]
     if up:
         j = (i + min([k for k in alike if k > i], default=len(sizes))) // 2
     else:

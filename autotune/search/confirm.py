@@ -20,8 +20,16 @@ def changed_knobs(knobs: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
     return [k for k, v in knobs.items() if k != "grad_accum_steps" and baseline.get(k) != v]
 
 
-def confirm(study: optuna.Study, bench: Bench, *, top: int, rounds: int, base_knobs: dict[str, Any], runs: Path,
-            observer: Observer) -> dict[str, Any] | None:
+def confirm(
+    study: optuna.Study,
+    bench: Bench,
+    *,
+    top: int,
+    rounds: int,
+    base_knobs: dict[str, Any],
+    runs: Path,
+    observer: Observer,
+) -> dict[str, Any] | None:
     """Re-measure the top configurations interleaved (A B C A B C ...), each in a fresh process, and choose.
 
     The choice is the best median of the confirmation samples; among configurations whose 95% intervals
@@ -50,8 +58,13 @@ def confirm(study: optuna.Study, bench: Bench, *, top: int, rounds: int, base_kn
         for t in candidates:
             if taken(t.number) > r:  # measured in this round before the interruption
                 continue
-            record = measure(bench, t.user_attrs["knobs"], runs / f"confirm-{t.number:04d}-{r}", number=t.number,
-                             on_poll=observer.poll)
+            record = measure(
+                bench,
+                t.user_attrs["knobs"],
+                runs / f"confirm-{t.number:04d}-{r}",
+                number=t.number,
+                on_poll=observer.poll,
+            )
             value = None
             if record.status == "ok":
                 value = record.tokens_per_gpu
@@ -59,41 +72,62 @@ def confirm(study: optuna.Study, bench: Bench, *, top: int, rounds: int, base_kn
             else:
                 failures[t.number].append(f"{record.status}: {reason_line(record.reason)}")
             # after every sample: an interruption keeps what was measured, and a resume goes on from there
-            study.set_user_attr("confirmation", choose(candidates, samples, failures, base_knobs,
-                                                       min(taken(n) for n in numbers)))
+            study.set_user_attr(
+                "confirmation", choose(candidates, samples, failures, base_knobs, min(taken(n) for n in numbers))
+            )
             observer.confirm_sample(t.number, r, value, record.status)
     return study.user_attrs.get("confirmation")
 
 
-def choose(candidates: list[optuna.trial.FrozenTrial], samples: dict[int, list[float]],
-           failures: dict[int, list[str]], base_knobs: dict[str, Any], rounds_done: int) -> dict[str, Any]:
+def choose(
+    candidates: list[optuna.trial.FrozenTrial],
+    samples: dict[int, list[float]],
+    failures: dict[int, list[str]],
+    base_knobs: dict[str, Any],
+    rounds_done: int,
+) -> dict[str, Any]:
     """The confirmed choice: best median; within its noise, the fewest knobs changed from the baseline."""
     stats = {}
     for t in candidates:
         s = samples[t.number]
         stats[t.number] = {
-            "trial": t.number, "knobs": t.user_attrs["knobs"], "changed_knobs": changed_knobs(t.user_attrs["knobs"], base_knobs),
-            "samples": s, "search_value": value_of(t), "failures": failures[t.number],
+            "trial": t.number,
+            "knobs": t.user_attrs["knobs"],
+            "changed_knobs": changed_knobs(t.user_attrs["knobs"], base_knobs),
+            "samples": s,
+            "search_value": value_of(t),
+            "failures": failures[t.number],
             "median": statistics.median(s) if s else None,
             "ci95": list(metrics.median_interval(s)) if s else None,
         }
     doc = {"candidates": [t.number for t in candidates], "rounds_done": rounds_done, "stats": list(stats.values())}
     measured = [st for st in stats.values() if st["median"] is not None]
     if not measured:
-        return {**doc, "chosen": candidates[0].number, "why": "no confirmation sample succeeded; the search's best is kept"}
+        return {
+            **doc,
+            "chosen": candidates[0].number,
+            "why": "no confirmation sample succeeded; the search's best is kept",
+        }
     top = max(measured, key=lambda st: st["median"])
     # within noise: intervals that overlap the top one's; a single sample has no interval (its noise is
     # unknown), so it is never "within noise" of anything, and the higher median decides
-    close = [st for st in measured if st is top or (len(st["samples"]) > 1 and len(top["samples"]) > 1
-                                                      and st["ci95"][1] >= top["ci95"][0])]
+    close = [
+        st
+        for st in measured
+        if st is top or (len(st["samples"]) > 1 and len(top["samples"]) > 1 and st["ci95"][1] >= top["ci95"][0])
+    ]
     chosen = min(close, key=lambda st: (len(st["changed_knobs"]), -st["median"]))
     if chosen is top:
         why = f"highest confirmed median ({top['median']:,.0f} tokens/s/GPU over {len(top['samples'])} processes)"
         if len(close) > 1:
-            why += (f"; within noise of trial(s) {', '.join(str(st['trial']) for st in close if st is not top)}, "
-                    "and it changes no more knobs from the baseline")
+            why += (
+                f"; within noise of trial(s) {', '.join(str(st['trial']) for st in close if st is not top)}, "
+                "and it changes no more knobs from the baseline"
+            )
     else:
-        why = (f"within the measured noise of trial {top['trial']} (confirmed median {top['median']:,.0f}, "
-               f"95% interval {top['ci95'][0]:,.0f} to {top['ci95'][1]:,.0f}) and changes fewer knobs from the "
-               f"baseline ({len(chosen['changed_knobs'])} against {len(top['changed_knobs'])})")
+        why = (
+            f"within the measured noise of trial {top['trial']} (confirmed median {top['median']:,.0f}, "
+            f"95% interval {top['ci95'][0]:,.0f} to {top['ci95'][1]:,.0f}) and changes fewer knobs from the "
+            f"baseline ({len(chosen['changed_knobs'])} against {len(top['changed_knobs'])})"
+        )
     return {**doc, "chosen": chosen["trial"], "why": why}

@@ -70,8 +70,13 @@ class History:
         if own is not None:
             for t in trials:
                 a = t.user_attrs
-                if (t.state == TrialState.RUNNING and t.number != own and "knobs" in a
-                        and a.get("status") not in NOT_LAUNCHED and (t.number < own or a.get("claimed"))):
+                if (
+                    t.state == TrialState.RUNNING
+                    and t.number != own
+                    and "knobs" in a
+                    and a.get("status") not in NOT_LAUNCHED
+                    and (t.number < own or a.get("claimed"))
+                ):
                     h.running.setdefault(key(a["knobs"]), t)
         for t in trials:
             status = t.user_attrs.get("status")
@@ -92,7 +97,9 @@ class History:
             if t.state == TrialState.COMPLETE:
                 h.completed.append(t)
         base = baseline_knobs(study, trials)
-        h.baseline = next((t for t in h.completed if base is not None and key(t.user_attrs["knobs"]) == key(base)), None)
+        h.baseline = next(
+            (t for t in h.completed if base is not None and key(t.user_attrs["knobs"]) == key(base)), None
+        )
         return h
 
     def best(self) -> optuna.trial.FrozenTrial | None:
@@ -116,7 +123,9 @@ def _readable(t: optuna.trial.FrozenTrial) -> bool:
         return False
     if t.state == TrialState.COMPLETE:
         m = a.get("metrics")
-        return isinstance(m, dict) and isinstance(m.get(Metric.TOKENS_PER_GPU), (int, float)) and value_of(t) is not None
+        return (
+            isinstance(m, dict) and isinstance(m.get(Metric.TOKENS_PER_GPU), (int, float)) and value_of(t) is not None
+        )
     return True
 
 
@@ -133,7 +142,11 @@ def baseline_knobs(study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) 
 def current_confirmation(study: optuna.Study, h: History) -> dict[str, Any] | None:
     """The study's stored confirmation, or None when trials measured since then changed the top it confirmed."""
     conf = study.user_attrs.get("confirmation")
-    if not isinstance(conf, dict) or not isinstance(conf.get("candidates"), list) or not isinstance(conf.get("stats"), list):
+    if (
+        not isinstance(conf, dict)
+        or not isinstance(conf.get("candidates"), list)
+        or not isinstance(conf.get("stats"), list)
+    ):
         return None  # none, or damaged
     ranked = [t.number for t in h.ranked()]
     if conf["candidates"] != ranked[: len(conf["candidates"])]:

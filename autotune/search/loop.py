@@ -80,25 +80,42 @@ def gpu_groups(cfg: Config, device: str, gpus: list[str] | None) -> list[str] | 
         if not visible:
             raise ConfigError("--device: cuda asked for, but pynvml sees no NVIDIA GPU; use --device cpu")
         if gpus and max(map(int, gpus)) >= visible:
-            raise ConfigError(f"--gpus: GPU {max(map(int, gpus))} does not exist; pynvml sees {visible} (0 to {visible - 1})")
+            raise ConfigError(
+                f"--gpus: GPU {max(map(int, gpus))} does not exist; pynvml sees {visible} (0 to {visible - 1})"
+            )
         if world > (len(gpus) if gpus else visible):
-            raise ConfigError(f"workload.world_size: {cfg.workload.world_size} needs {world} GPUs on this node a "
-                              f"trial, but {len(gpus) if gpus else visible} are available; lower world_size or list more --gpus")
+            raise ConfigError(
+                f"workload.world_size: {cfg.workload.world_size} needs {world} GPUs on this node a "
+                f"trial, but {len(gpus) if gpus else visible} are available; lower world_size or list more --gpus"
+            )
     else:  # gloo ranks and parallel trials are processes sharing the host's cores
         most = 8 * (os.cpu_count() or 1)
         if world * len(gpus or [0]) > most:
-            raise ConfigError(f"workload.world_size / --gpus: {world * len(gpus or [0])} processes at once on the CPU; "
-                              f"this host's {os.cpu_count()} cores take at most {most}")
+            raise ConfigError(
+                f"workload.world_size / --gpus: {world * len(gpus or [0])} processes at once on the CPU; "
+                f"this host's {os.cpu_count()} cores take at most {most}"
+            )
     if gpus and len(gpus) % world:
-        raise ConfigError(f"--gpus: {len(gpus)} GPUs cannot be split into trials of {world} (workload.world_size); "
-                          f"list a multiple of {world}")
-    return [",".join(gpus[i:i + world]) for i in range(0, len(gpus), world)] if gpus else None
+        raise ConfigError(
+            f"--gpus: {len(gpus)} GPUs cannot be split into trials of {world} (workload.world_size); "
+            f"list a multiple of {world}"
+        )
+    return [",".join(gpus[i : i + world]) for i in range(0, len(gpus), world)] if gpus else None
 
 
-def run_search(cfg: Config, *, out_root: Path = Path("trials"), device: str | None = None, trials: int | None = None,
-               timeout_min: float | None = None, fresh: bool = False, storage: str | None = None,
-               gpus: list[str] | None = None, observer: Observer | None = None,
-               warm_start_from: Path | None = None) -> SearchResult:
+def run_search(
+    cfg: Config,
+    *,
+    out_root: Path = Path("trials"),
+    device: str | None = None,
+    trials: int | None = None,
+    timeout_min: float | None = None,
+    fresh: bool = False,
+    storage: str | None = None,
+    gpus: list[str] | None = None,
+    observer: Observer | None = None,
+    warm_start_from: Path | None = None,
+) -> SearchResult:
     """Run (or resume) the study until `trials` trials were launched, the timeout, or the space is exhausted;
     then confirm the top configurations and write best.yaml (also when interrupted).
 
@@ -116,49 +133,82 @@ def run_search(cfg: Config, *, out_root: Path = Path("trials"), device: str | No
     if cfg.study.compile_cache:
         paths.writable_dir(Path(cfg.study.compile_cache), "study.compile_cache")
     source = warm.source_study(cfg, warm_start_from, device) if warm_start_from is not None else None
-    study, study_dir, url = open_study(cfg, out_root=out_root, device=device, fresh=fresh,
-                                       baseline=space.knobs(space.baseline))
+    study, study_dir, url = open_study(
+        cfg, out_root=out_root, device=device, fresh=fresh, baseline=space.knobs(space.baseline)
+    )
     if source is not None:
         warm.copy_trials(study, space, source)
     search = _Search(cfg, space, study, study_dir, device, groups, trials or cfg.study.trials, observer or Observer())
     try:
         stop_reason = search.optimize(60.0 * (timeout_min or cfg.study.timeout_min), url)
         # the confirmation re-measures speed only: the loss check was made once, in the search
-        timing_only = dataclasses.replace(search.bench, params={k: v for k, v in search.bench.params.items()
-                                                                if k != "loss_check"})
-        confirm(study, timing_only, top=cfg.study.confirm_top, rounds=cfg.study.confirm_rounds,
-                base_knobs=space.knobs(space.baseline), runs=search.runs, observer=search.observer)
+        timing_only = dataclasses.replace(
+            search.bench, params={k: v for k, v in search.bench.params.items() if k != "loss_check"}
+        )
+        confirm(
+            study,
+            timing_only,
+            top=cfg.study.confirm_top,
+            rounds=cfg.study.confirm_rounds,
+            base_knobs=space.knobs(space.baseline),
+            runs=search.runs,
+            observer=search.observer,
+        )
     finally:  # also on Ctrl-C: what was measured is written out
         prestart.dismiss_all()
         h = History.of(study)
         best_yaml = write_best(cfg, study, h, study_dir, url) if h.completed else None
-    return SearchResult(study_dir, url, h, best_yaml, search.new_trials, stop_reason, study.user_attrs.get("confirmation"))
+    return SearchResult(
+        study_dir, url, h, best_yaml, search.new_trials, stop_reason, study.user_attrs.get("confirmation")
+    )
 
 
 class _Search:
     """One worker's part of a study: the objective is claim, launch, record; the callback decides to stop."""
 
-    def __init__(self, cfg: Config, space: ResolvedSpace, study: optuna.Study, study_dir: Path, device: str,
-                 groups: list[str] | None, budget: int, observer: Observer,
-                 sampler: optuna.samplers.BaseSampler | None = None, measure_fn: Callable[..., dict[str, Any]] = measure) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        space: ResolvedSpace,
+        study: optuna.Study,
+        study_dir: Path,
+        device: str,
+        groups: list[str] | None,
+        budget: int,
+        observer: Observer,
+        sampler: optuna.samplers.BaseSampler | None = None,
+        measure_fn: Callable[..., dict[str, Any]] = measure,
+    ) -> None:
         """sampler and measure_fn: the study's sampler and the measurement, replaced only by the replay of a
         recorded landscape (search/replay.py), which runs this same loop without a GPU."""
         self.cfg, self.space, self.study, self.budget, self.observer = cfg, space, study, budget, observer
         self.sampler, self.measure = sampler, measure_fn
         self.runs = study_dir / "runs"
-        self.bench = Bench.of(cfg.model, cfg.workload, device=device, timeout_s=60 * cfg.study.trial_timeout_min,
-                              home=study_dir, base_dir=cfg.base_dir, compile_cache=cfg.study.compile_cache,
-                              prestart=cfg.study.prestart, drift=cfg.study.drift.model_dump(),
-                              loss_check=cfg.study.loss_check.model_dump(),
-                              limits=cfg.study.limits.model_dump() if cfg.study.limits else None)
+        self.bench = Bench.of(
+            cfg.model,
+            cfg.workload,
+            device=device,
+            timeout_s=60 * cfg.study.trial_timeout_min,
+            home=study_dir,
+            base_dir=cfg.base_dir,
+            compile_cache=cfg.study.compile_cache,
+            prestart=cfg.study.prestart,
+            drift=cfg.study.drift.model_dump(),
+            loss_check=cfg.study.loss_check.model_dump(),
+            limits=cfg.study.limits.model_dump() if cfg.study.limits else None,
+        )
         self.grace = cfg.study.worker_grace_s
         gpus = [g["memory_gib"] for g in detect()["gpus"]] if device == "cuda" else []
-        self.memory = predict.Memory(self.bench.model, cfg.workload.world_size, min(gpus) if gpus else None) \
-            if tasks.task(cfg.workload.task).estimates_memory else None
+        self.memory = (
+            predict.Memory(self.bench.model, cfg.workload.world_size, min(gpus) if gpus else None)
+            if tasks.task(cfg.workload.task).estimates_memory
+            else None
+        )
         # one-rank trials report their steps and may be pruned; ranks would have to agree on where to stop
         # (Optuna's pruners do not take multi-objective trials: a pareto study prunes nothing)
-        self.prune_below = cfg.study.prune_below if cfg.workload.world_size == 1 and cfg.study.objective != "pareto" \
-            else 0.0
+        self.prune_below = (
+            cfg.study.prune_below if cfg.workload.world_size == 1 and cfg.study.objective != "pareto" else 0.0
+        )
         self.rng = random.Random(cfg.study.seed)
         self.points = space.points()
         self.point_keys = [key(space.knobs(p)) for p in self.points]  # a point's identity, computed once
@@ -236,11 +286,22 @@ class _Search:
                 watch()
 
         try:
-            record = self.measure(self.bench, knobs, run_dir, number=trial.number, gpus=slot, concurrent=self.n_jobs,
-                                  on_poll=poll, stop=self.stop, on_wait=self.observer.device_busy, progress=bool(watch))
+            record = self.measure(
+                self.bench,
+                knobs,
+                run_dir,
+                number=trial.number,
+                gpus=slot,
+                concurrent=self.n_jobs,
+                on_poll=poll,
+                stop=self.stop,
+                on_wait=self.observer.device_busy,
+                progress=bool(watch),
+            )
             if self.measure is measure:  # a replayed landscape has nothing to check
-                record = loss_guard.apply(self.bench, knobs, record, run_dir, gpus=slot, concurrent=self.n_jobs,
-                                          on_poll=poll, stop=self.stop)
+                record = loss_guard.apply(
+                    self.bench, knobs, record, run_dir, gpus=slot, concurrent=self.n_jobs, on_poll=poll, stop=self.stop
+                )
             if record.status == "pruned" and watch and watch.why:
                 steps = len(record.step_times)
                 record.reason = f"{watch.why}; it stopped after {steps} of {self.bench.run.measure_steps}"
@@ -278,10 +339,20 @@ class _Search:
         self._enqueue([self.space.baseline])
         self._enqueue_grid()
         h = History.of(study)
-        self.observer.started({"name": cfg.name, "device": self.bench.device, "budget": self.budget, "done": h.launched,
-                               "space_size": self.space.size, "sampler": cfg.study.sampler, "timeout_s": timeout_s,
-                               "storage": mask_url(url), "baseline": self.space.baseline,
-                               "imported": sum(1 for t in study.get_trials(deepcopy=False) if "warm_start" in t.user_attrs)})
+        self.observer.started(
+            {
+                "name": cfg.name,
+                "device": self.bench.device,
+                "budget": self.budget,
+                "done": h.launched,
+                "space_size": self.space.size,
+                "sampler": cfg.study.sampler,
+                "timeout_s": timeout_s,
+                "storage": mask_url(url),
+                "baseline": self.space.baseline,
+                "imported": sum(1 for t in study.get_trials(deepcopy=False) if "warm_start" in t.user_attrs),
+            }
+        )
         if h.launched >= self.budget:
             return "budget already reached"
         if not self._unseen(h):
@@ -289,14 +360,20 @@ class _Search:
         t0 = dt.datetime.now()
         previous = {}
         if self.n_jobs > 1 and threading.current_thread() is threading.main_thread():
+
             def on_signal(signum: int, frame: Any) -> None:
                 self.stop.set()  # every thread ends its trial's process group, then the study stops
                 raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
             previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            study.optimize(self.objective, timeout=timeout_s, n_jobs=self.n_jobs, catch=(_NotLaunched, _TrialFailed),
-                           callbacks=[self.stop_when_done])
+            study.optimize(
+                self.objective,
+                timeout=timeout_s,
+                n_jobs=self.n_jobs,
+                catch=(_NotLaunched, _TrialFailed),
+                callbacks=[self.stop_when_done],
+            )
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -336,8 +413,10 @@ class _Search:
         """Enqueue the points not yet measured and not already waiting (resume-safe, unlike skip_if_exists,
         which would also skip a point whose trial was interrupted)."""
         h = History.of(self.study)
-        waiting = {key(t.system_attrs.get("fixed_params", {}))
-                   for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
+        waiting = {
+            key(t.system_attrs.get("fixed_params", {}))
+            for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        }
         for p in points:
             if key(self.space.knobs(p)) not in h.seen and key(p) not in waiting:
                 self.study.enqueue_trial(p)
@@ -348,5 +427,6 @@ class _Search:
         with self.spans_lock:
             self.spans[number][1] = time.time()
             start, end = self.spans[number]
-            return sorted(n for n, (s0, e0) in self.spans.items()
-                          if n != number and s0 < end and (e0 is None or e0 > start))
+            return sorted(
+                n for n, (s0, e0) in self.spans.items() if n != number and s0 < end and (e0 is None or e0 > start)
+            )

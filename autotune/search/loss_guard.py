@@ -40,13 +40,20 @@ def gap(losses: list[float], reference: list[float]) -> float:
 
 
 def _key(bench: Bench, ref: dict[str, Any], steps: int) -> str:
-    doc = {"check": 2,  # 2: the check's learning rate follows the fan-in (train.check_lr); 1's curves are stale
-           "model": bench.model, "world_size": bench.run.world_size, "seed": bench.run.seed, "steps": steps,
-           **{k: ref.get(k) for k in _KEY_KNOBS}}
+    doc = {
+        "check": 2,  # 2: the check's learning rate follows the fan-in (train.check_lr); 1's curves are stale
+        "model": bench.model,
+        "world_size": bench.run.world_size,
+        "seed": bench.run.seed,
+        "steps": steps,
+        **{k: ref.get(k) for k in _KEY_KNOBS},
+    }
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def reference(bench: Bench, knobs: dict[str, Any], steps: int, run_dir: Path, **measure_kw: Any) -> tuple[list[float] | None, str]:
+def reference(
+    bench: Bench, knobs: dict[str, Any], steps: int, run_dir: Path, **measure_kw: Any
+) -> tuple[list[float] | None, str]:
     """The reference's loss curve for this configuration (cached, else measured in its own trial), and where it
     came from or why there is none."""
     twin = reference_of(knobs)
@@ -57,9 +64,12 @@ def reference(bench: Bench, knobs: dict[str, Any], steps: int, run_dir: Path, **
             return list(doc["losses"]), f"reference {path.name} (trial dir {doc.get('run_dir')})"
         except (OSError, ValueError, KeyError, TypeError):
             pass  # damaged: measured again
-    ref_bench = dataclasses.replace(bench, run=dataclasses.replace(bench.run, warmup_steps=1, measure_steps=1),
-                                    params={**bench.params, "loss_check": {**bench.params["loss_check"], "reference": True}},
-                                    prestart=False)
+    ref_bench = dataclasses.replace(
+        bench,
+        run=dataclasses.replace(bench.run, warmup_steps=1, measure_steps=1),
+        params={**bench.params, "loss_check": {**bench.params["loss_check"], "reference": True}},
+        prestart=False,
+    )
     ref_dir = run_dir / "loss-reference"
     record = measure(ref_bench, twin, ref_dir, **measure_kw)
     losses = (record.loss_check or {}).get("losses")
@@ -85,15 +95,23 @@ def apply(bench: Bench, knobs: dict[str, Any], record: TrialRecord, run_dir: Pat
         record.loss_check = {"checked": False, "losses": mine, "why": source}
         return record
     found, limit = gap(mine, ref), check.get("max_gap", 0.05)
-    record.loss_check = {"checked": True, "losses": mine, "reference": ref, "gap": round(found, 4),
-                        "max_gap": limit, "source": source}
+    record.loss_check = {
+        "checked": True,
+        "losses": mine,
+        "reference": ref,
+        "gap": round(found, 4),
+        "max_gap": limit,
+        "source": source,
+    }
     if found > limit:
         what = ", ".join(f"{k} {v}" for k, v in changed.items())
         twin = reference_of(knobs)
         against = ", ".join(f"{k} {twin.get(k)}" for k in changed if k != "fp8_recipe")
         record.status = "invalid_config"
-        record.reason = (f"loss drifts: {what} against {against} from the same weights on the same data, "
-                            f"{found:.1%} apart in the second half of {check['steps']} steps (limit {limit:.0%}, "
-                            f"study.loss_check); last loss {mine[-1]:.3f} against {ref[-1]:.3f}")
+        record.reason = (
+            f"loss drifts: {what} against {against} from the same weights on the same data, "
+            f"{found:.1%} apart in the second half of {check['steps']} steps (limit {limit:.0%}, "
+            f"study.loss_check); last loss {mine[-1]:.3f} against {ref[-1]:.3f}"
+        )
         record.cause = changed
     return record

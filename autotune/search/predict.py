@@ -9,7 +9,7 @@
 - A memory model: with two or more completed trials that differ only in micro_batch_size, the peak memory
   is fitted as a line in micro_batch_size (activations grow with it; parameters, gradients and optimizer
   state do not) and a micro-batch whose fitted peak exceeds the GPU's memory is predicted to run out.
-- The memory estimate (memory.py; built-in training models): parameters, gradients, optimizer state per
+- The memory estimate (autotune/memory; built-in training models): parameters, gradients, optimizer state per
   shard and activations per micro-batch under each checkpointing choice, calibrated by the peaks the study
   has measured; a configuration whose calibrated estimate exceeds the GPU's memory is predicted to run out
   before any trial like it ran. Uncalibrated (no measured peak yet) it must exceed it by UNCALIBRATED_MARGIN.
@@ -77,8 +77,9 @@ def memory_bound(h: History, knobs: dict[str, Any], mem: Memory | None) -> tuple
     return over_capacity(est, mem.measured(h), mem.capacity_gib)
 
 
-def over_capacity(est: memory.Estimate, measured: list[tuple[memory.Estimate, float]],
-                  capacity_gib: float) -> tuple[float, float, int] | None:
+def over_capacity(
+    est: memory.Estimate, measured: list[tuple[memory.Estimate, float]], capacity_gib: float
+) -> tuple[float, float, int] | None:
     """memory_bound's rule for one estimate, given the (estimate, peak bytes) of the trials that ran."""
     if any(est.total <= ran.total for ran, _ in measured):
         return None
@@ -104,7 +105,11 @@ def _bound(trials: list[optuna.trial.FrozenTrial], knobs: dict[str, Any]) -> opt
     size = size_knob(knobs)
     for t in trials:
         other = t.user_attrs["knobs"]
-        if _same_but_batch(other, knobs) and None not in (other.get(size), knobs.get(size)) and knobs[size] >= other[size]:
+        if (
+            _same_but_batch(other, knobs)
+            and None not in (other.get(size), knobs.get(size))
+            and knobs[size] >= other[size]
+        ):
             return t
     return None
 
@@ -136,8 +141,7 @@ def peak_estimate(h: History, knobs: dict[str, Any]) -> tuple[float, float, list
         return None
     sizes = sorted(by_mbs)
     slope, intercept = statistics.linear_regression(sizes, [by_mbs[m][0] for m in sizes])
-    return (intercept + slope * knobs[size], min(v[1] for v in by_mbs.values()),
-            [by_mbs[m][2] for m in sizes])
+    return (intercept + slope * knobs[size], min(v[1] for v in by_mbs.values()), [by_mbs[m][2] for m in sizes])
 
 
 def failure(h: History, knobs: dict[str, Any], mem: Memory | None = None) -> tuple[str, str] | None:
@@ -146,19 +150,28 @@ def failure(h: History, knobs: dict[str, Any], mem: Memory | None = None) -> tup
     if (found := rule_for(h, knobs)) is not None:
         t, cause = found
         values = ", ".join(f"{k} {v}" for k, v in cause.items())
-        return "invalid_config", f"predicted: {values} cannot run here (trial {t.number}: {t.user_attrs['reason'][:200]})"
+        return (
+            "invalid_config",
+            f"predicted: {values} cannot run here (trial {t.number}: {t.user_attrs['reason'][:200]})",
+        )
     size = size_knob(knobs)
     if (bound := oom_bound(h, knobs)) is not None:
-        return "oom", (f"predicted: needs at least the memory of trial {bound.number} "
-                       f"({size} {bound.user_attrs['knobs'][size]} ran out of memory)")
+        return "oom", (
+            f"predicted: needs at least the memory of trial {bound.number} "
+            f"({size} {bound.user_attrs['knobs'][size]} ran out of memory)"
+        )
     if (bound := _bound(h.over_limit, knobs)) is not None:
-        return "over_limit", (f"predicted: {size} {bound.user_attrs['knobs'][size]} was already over the limits "
-                              f"(trial {bound.number}: {bound.user_attrs['reason'][:200]})")
+        return "over_limit", (
+            f"predicted: {size} {bound.user_attrs['knobs'][size]} was already over the limits "
+            f"(trial {bound.number}: {bound.user_attrs['reason'][:200]})"
+        )
     estimate = peak_estimate(h, knobs)
     if estimate is not None and estimate[0] > USABLE_SHARE * estimate[1]:
         peak, capacity, numbers = estimate
-        return "oom", (f"predicted: peak memory {peak:.1f} GiB (a line in {size} through trials "
-                       f"{', '.join(map(str, numbers))}) is above the GPU's {capacity:.1f} GiB")
+        return "oom", (
+            f"predicted: peak memory {peak:.1f} GiB (a line in {size} through trials "
+            f"{', '.join(map(str, numbers))}) is above the GPU's {capacity:.1f} GiB"
+        )
     if (bound := memory_bound(h, knobs, mem)) is not None:
         peak, capacity, n = bound
         how = f"calibrated on {n} measured peak(s)" if n else f"uncalibrated, over {UNCALIBRATED_MARGIN:.2f}x"

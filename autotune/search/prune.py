@@ -39,8 +39,9 @@ class BelowBest(optuna.pruners.BasePruner):
 
 def best_value(study: optuna.Study) -> float | None:
     """The best completed trial's value (tokens/s per GPU), or None before any completed."""
-    return max((t.values[0] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if t.values), default=None)
+    return max(
+        (t.values[0] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.values), default=None
+    )
 
 
 class ProgressWatch:
@@ -78,5 +79,7 @@ class ProgressWatch:
         if self.reported and self.trial.should_prune():
             self.stop_file.touch()
             fastest = tokens / min(steps)
-            self.why = (f"pruned after {len(steps)} measured steps: its fastest step, {fastest:,.0f} tokens/s, is "
-                        f"below {self.below:.0%} of the best measured ({best_value(self.trial.study) or 0:,.0f})")
+            self.why = (
+                f"pruned after {len(steps)} measured steps: its fastest step, {fastest:,.0f} tokens/s, is "
+                f"below {self.below:.0%} of the best measured ({best_value(self.trial.study) or 0:,.0f})"
+            )

@@ -56,8 +56,11 @@ class Landscape:
 
     @property
     def optimum(self) -> float:
-        return max(self.tokens_per_step / statistics.median(p["step_times_s"]) for p in self.points.values()
-                   if p["status"] == "ok")
+        return max(
+            self.tokens_per_step / statistics.median(p["step_times_s"])
+            for p in self.points.values()
+            if p["status"] == "ok"
+        )
 
 
 def _replayed_measure(landscape: Landscape, rng: random.Random) -> Callable[..., TrialRecord]:
@@ -74,24 +77,43 @@ def _replayed_measure(landscape: Landscape, rng: random.Random) -> Callable[...,
     return measure
 
 
-def replay(landscape: Landscape, sampler: optuna.samplers.BaseSampler | None, seed: int, budget: int,
-           root: Path | None = None) -> list[float | None]:
+def replay(
+    landscape: Landscape, sampler: optuna.samplers.BaseSampler | None, seed: int, budget: int, root: Path | None = None
+) -> list[float | None]:
     """One search of `budget` trials over the landscape (sampler None: autotune's default); the true values
     of the points measured, in launch order."""
     cfg = load_config(Path(root or ".") / landscape.yaml)
     # the sampler is the one given (a landscape recorded with sampler grid would otherwise replay its queue)
-    cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"seed": seed, "confirm_top": 0, "trials": budget,
-                                                                      "sampler": "tpe"})})
+    cfg = cfg.model_copy(
+        update={
+            "study": cfg.study.model_copy(update={"seed": seed, "confirm_top": 0, "trials": budget, "sampler": "tpe"})
+        }
+    )
     space = resolve_space(cfg, "cuda")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(direction="maximize")
     with tempfile.TemporaryDirectory() as tmp:
-        search = _Search(cfg, space, study, Path(tmp), "cuda", None, budget, Observer(), sampler=sampler,
-                         measure_fn=_replayed_measure(landscape, random.Random(seed)))
+        search = _Search(
+            cfg,
+            space,
+            study,
+            Path(tmp),
+            "cuda",
+            None,
+            budget,
+            Observer(),
+            sampler=sampler,
+            measure_fn=_replayed_measure(landscape, random.Random(seed)),
+        )
         search.optimize(math.inf, "memory")
-    launched = sorted((t for t in study.get_trials(deepcopy=False)
-                       if t.user_attrs.get("status") not in (None, "duplicate", "skipped") and not t.user_attrs.get("predicted")),
-                      key=lambda t: t.number)
+    launched = sorted(
+        (
+            t
+            for t in study.get_trials(deepcopy=False)
+            if t.user_attrs.get("status") not in (None, "duplicate", "skipped") and not t.user_attrs.get("predicted")
+        ),
+        key=lambda t: t.number,
+    )
     return [landscape.true_value(t.user_attrs["knobs"]) for t in launched]
 
 

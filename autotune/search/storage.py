@@ -52,7 +52,8 @@ def storage_of(url: str) -> optuna.storages.BaseStorage:
     for attempt in range(5):  # workers started together race to create the schema of a new database
         try:
             storage = optuna.storages.RDBStorage(
-                url, engine_kwargs={"connect_args": {"timeout": 60}} if sqlite else None)
+                url, engine_kwargs={"connect_args": {"timeout": 60}} if sqlite else None
+            )
             if sqlite:
                 _serialize_sqlite(storage)
             return storage
@@ -90,8 +91,9 @@ def _archive(study_dir: Path, storage: Any, name: str, default_storage: bool) ->
     target = study_dir.with_name(f"{study_dir.name}.archived-{stamp}")
     if not default_storage:
         try:
-            optuna.copy_study(from_study_name=name, from_storage=storage, to_storage=storage,
-                              to_study_name=f"{name}.archived-{stamp}")
+            optuna.copy_study(
+                from_study_name=name, from_storage=storage, to_storage=storage, to_study_name=f"{name}.archived-{stamp}"
+            )
             optuna.delete_study(study_name=name, storage=storage)
         except KeyError:
             pass  # no such study yet
@@ -101,8 +103,9 @@ def _archive(study_dir: Path, storage: Any, name: str, default_storage: bool) ->
     return None
 
 
-def open_study(cfg: Config, *, out_root: Path, device: str, fresh: bool,
-               baseline: dict[str, Any]) -> tuple[optuna.Study, Path, str]:
+def open_study(
+    cfg: Config, *, out_root: Path, device: str, fresh: bool, baseline: dict[str, Any]
+) -> tuple[optuna.Study, Path, str]:
     """Create or resume the study; refuse one made from a different model, workload, space or device.
 
     baseline: the baseline trial's knobs, stored with the study: report, check and the live view find the
@@ -133,12 +136,16 @@ def open_study(cfg: Config, *, out_root: Path, device: str, fresh: bool,
     try:
         study = optuna.create_study(study_name=cfg.name, storage=storage, directions=directions, load_if_exists=True)
     except ValueError as err:  # Optuna refuses to load a study under other directions
-        raise StudyError(f"study.objective: {cfg.study.objective} does not match the study {cfg.name!r} already in "
-                         f"{mask_url(url)} ({err}); use --fresh to start over or the objective it was made with") from None
+        raise StudyError(
+            f"study.objective: {cfg.study.objective} does not match the study {cfg.name!r} already in "
+            f"{mask_url(url)} ({err}); use --fresh to start over or the objective it was made with"
+        ) from None
     if [d.name.lower() for d in study.directions] != directions:
-        raise StudyError(f"study.objective: {cfg.study.objective} does not match the study {cfg.name!r} already in "
-                         f"{mask_url(url)} ({len(study.directions)} objective(s)); use --fresh to start over or the "
-                         "objective it was made with")
+        raise StudyError(
+            f"study.objective: {cfg.study.objective} does not match the study {cfg.name!r} already in "
+            f"{mask_url(url)} ({len(study.directions)} objective(s)); use --fresh to start over or the "
+            "objective it was made with"
+        )
     for key, value in want.items():
         study.set_user_attr(key, value)
     if "baseline_knobs" not in study.user_attrs:  # the baseline the study began with stays its baseline
@@ -156,8 +163,10 @@ def _check_study_dir(out_root: Path, name: str, fresh: bool) -> Path:
     if study_dir.exists():
         if not paths.is_study_dir(study_dir) and any(study_dir.iterdir()):
             what = "--fresh" if fresh else "--out"
-            raise StudyError(f"{what}: {study_dir} exists and holds no autotune study (no study.db, best.yaml or runs/); "
-                             "not touching it: choose another name or --out")
+            raise StudyError(
+                f"{what}: {study_dir} exists and holds no autotune study (no study.db, best.yaml or runs/); "
+                "not touching it: choose another name or --out"
+            )
     return study_dir
 
 
@@ -177,13 +186,17 @@ def _refuse_other_config(name: str, storage: Any, url: str, config: dict[str, An
     stored = old.user_attrs.get("config")
     differs = identity.difference(stored, config) if isinstance(stored, dict) else "its config is not stored"
     if differs:
-        raise StudyError(f"name: study {name!r} exists with a different model, workload or space ({differs}); "
-                         "run with --warm-start to start from its trials, --fresh (the old study is archived, not "
-                         "deleted) or choose another name")
+        raise StudyError(
+            f"name: study {name!r} exists with a different model, workload or space ({differs}); "
+            "run with --warm-start to start from its trials, --fresh (the old study is archived, not "
+            "deleted) or choose another name"
+        )
     have = old.user_attrs.get("device")
     if have != device:
-        raise StudyError(f"name: study {name!r} exists with a different device ({have}); "
-                         "run with --fresh (the old study is archived, not deleted) or choose another name")
+        raise StudyError(
+            f"name: study {name!r} exists with a different device ({have}); "
+            "run with --fresh (the old study is archived, not deleted) or choose another name"
+        )
 
 
 def load_study(path: Path | None, study_name: str | None, storage: str | None) -> tuple[optuna.Study, Path | None]:
@@ -212,7 +225,9 @@ def load_study(path: Path | None, study_name: str | None, storage: str | None) -
     if name is None and len(names) == 1:
         name = names[0]
     if name not in names:
-        raise ConfigError(f"--study: {name!r} is not in {mask_url(storage)}; studies there: {', '.join(names) or 'none'}")
+        raise ConfigError(
+            f"--study: {name!r} is not in {mask_url(storage)}; studies there: {', '.join(names) or 'none'}"
+        )
     return optuna.load_study(study_name=name, storage=opened), path
 
 
@@ -241,7 +256,9 @@ def _check_optuna_sqlite(path: Path) -> None:
     import sqlite3
 
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{quote(str(path.resolve()), safe='/')}?mode=ro", uri=True)) as conn:
+        with contextlib.closing(
+            sqlite3.connect(f"file:{quote(str(path.resolve()), safe='/')}?mode=ro", uri=True)
+        ) as conn:
             tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.DatabaseError as err:
         raise ConfigError(f"--storage: {path} is not a readable SQLite database: {err}") from None

@@ -37,14 +37,18 @@ def _check_same(cfg: Config, source: optuna.Study, where: str, device: str) -> N
         section = differs.split(".")[0]
         raise ConfigError(f"--warm-start: {where} measured another {section} ({differs})")
     if source.user_attrs.get("device") != device:
-        raise ConfigError(f"--warm-start: {where} was measured on {source.user_attrs.get('device')}, this study runs on {device}")
+        raise ConfigError(
+            f"--warm-start: {where} was measured on {source.user_attrs.get('device')}, this study runs on {device}"
+        )
     here_gpu = next((g["name"] for g in detect()["gpus"]), None) if device == "cuda" else None
     here_torch = metadata.version("torch")
     for t in source.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         fp = t.user_attrs.get("fingerprint") or {}
         if fp.get("torch") != here_torch or (here_gpu and fp.get("gpu_model") != here_gpu):
-            raise ConfigError(f"--warm-start: {where} trial {t.number} was measured on {fp.get('gpu_model')} with torch "
-                              f"{fp.get('torch')}; here: {here_gpu or device} with torch {here_torch}")
+            raise ConfigError(
+                f"--warm-start: {where} trial {t.number} was measured on {fp.get('gpu_model')} with torch "
+                f"{fp.get('torch')}; here: {here_gpu or device} with torch {here_torch}"
+            )
 
 
 def source_study(cfg: Config, source_dir: Path, device: str) -> optuna.Study:
@@ -77,7 +81,10 @@ def copy_trials(study: optuna.Study, space: ResolvedSpace, source: optuna.Study)
         attrs = record.to_attrs()
         if t.values is not None and len(t.values) != len(study.directions):
             continue  # measured under another objective (tokens/s alone against the pareto pair)
-        copies.append(optuna.trial.create_trial(params=params, distributions=dists, values=t.values, state=t.state,
-                                                user_attrs=attrs))
+        copies.append(
+            optuna.trial.create_trial(
+                params=params, distributions=dists, values=t.values, state=t.state, user_attrs=attrs
+            )
+        )
     study.add_trials(copies)
     return len(copies)

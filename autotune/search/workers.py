@@ -77,7 +77,10 @@ def claim_configuration(study: optuna.Study, trial: optuna.Trial, knobs: dict[st
     a running trial that claimed it first (a race: the lower number keeps it), or None."""
     trial.set_user_attr("claimed", True)
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if t.number < trial.number and key(t.user_attrs.get("knobs") or {}) == key(knobs) \
-                and t.user_attrs.get("status") not in NOT_LAUNCHED:
+        if (
+            t.number < trial.number
+            and key(t.user_attrs.get("knobs") or {}) == key(knobs)
+            and t.user_attrs.get("status") not in NOT_LAUNCHED
+        ):
             return t.number
     return None

@@ -38,8 +38,10 @@ def check_config(cfg: Any) -> None:
     mine, objective = TASKS[cfg.workload.task], cfg.study.objective
     if objective not in mine.objectives:
         takers = ", ".join(t.name for t in TASKS.values() if objective in t.objectives)
-        raise ValueError(f"study.objective: {objective} ({OBJECTIVES.get(objective, objective)}) is for task "
-                         f"{takers} (task is {mine.name}); use {' or '.join(mine.objectives)}")
+        raise ValueError(
+            f"study.objective: {objective} ({OBJECTIVES.get(objective, objective)}) is for task "
+            f"{takers} (task is {mine.name}); use {' or '.join(mine.objectives)}"
+        )
     if cfg.study.limits is not None and not mine.latency_limits:
         takers = ", ".join(t.name for t in TASKS.values() if t.latency_limits)
         raise ValueError(f"study.limits: latency limits are for task {takers} (task is {mine.name}); remove them")

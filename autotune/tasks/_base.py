@@ -23,7 +23,7 @@ class Task(ABC):
     # study.objective values it takes; whether study.limits (latency limits) applies
     objectives: ClassVar[tuple[str, ...]] = ("tokens_per_s",)
     latency_limits: ClassVar[bool] = False
-    # the memory estimate (memory.py) and its OOM prediction; the precision loss check (search/loss_guard.py)
+    # the memory estimate (autotune/memory) and its OOM prediction; the precision loss check (search/loss_guard.py)
     estimates_memory: ClassVar[bool] = False
     loss_check: ClassVar[bool] = False
     # the report's efficiency columns (report._table's column titles)
@@ -48,7 +48,8 @@ class Task(ABC):
         """Task-specific metrics into a measured trial's record (record.TrialRecord; its status may become
         over_limit)."""
 
-    def check_gate(self, best: dict[str, Any], details: list[dict[str, Any]], tolerance_pct: float,
-                   decide: Decide) -> dict[str, Any] | None:
+    def check_gate(
+        self, best: dict[str, Any], details: list[dict[str, Any]], tolerance_pct: float, decide: Decide
+    ) -> dict[str, Any] | None:
         """A second decision of `autotune check` beside tokens/s (generate: time per output token), or None."""
         return None

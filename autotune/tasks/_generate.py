@@ -29,21 +29,29 @@ class Generate(Task):
     def check_config(self, cfg: Any) -> None:
         wl, m = cfg.workload, cfg.model
         if cfg.study.objective == "pareto" and (wl.gen_len or 0) < 2:
-            raise ValueError(f"study.objective: pareto needs decode steps to time: workload.gen_len >= 2 (is {wl.gen_len})")
+            raise ValueError(
+                f"study.objective: pareto needs decode steps to time: workload.gen_len >= 2 (is {wl.gen_len})"
+            )
         if m.entrypoint is not None:
-            raise ValueError("model.entrypoint: task generate runs the built-in model (model.family) or an "
-                             "hf_config model; an entrypoint returns a training model (forward -> loss)")
+            raise ValueError(
+                "model.entrypoint: task generate runs the built-in model (model.family) or an "
+                "hf_config model; an entrypoint returns a training model (forward -> loss)"
+            )
         if wl.prompt_len + wl.gen_len > m.seq_len:
-            raise ValueError(f"model.seq_len: {m.seq_len} is shorter than workload.prompt_len + gen_len "
-                             f"({wl.prompt_len} + {wl.gen_len}); the cache holds both: use seq_len >= "
-                             f"{wl.prompt_len + wl.gen_len}")
+            raise ValueError(
+                f"model.seq_len: {m.seq_len} is shorter than workload.prompt_len + gen_len "
+                f"({wl.prompt_len} + {wl.gen_len}); the cache holds both: use seq_len >= "
+                f"{wl.prompt_len + wl.gen_len}"
+            )
 
     def batch_rule(self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]) -> None:
         """batch_size is searched as listed; the precisions are the model's dtypes."""
         bad = [p for p in values["precision"] if p not in PRECISIONS]
         if bad:
-            raise ValueError(f"space.precision: {bad[0]} is not a precision of task generate; allowed: "
-                             f"{', '.join(PRECISIONS)} (fp8 weights: weight_quant float8_weight_only or float8_dynamic)")
+            raise ValueError(
+                f"space.precision: {bad[0]} is not a precision of task generate; allowed: "
+                f"{', '.join(PRECISIONS)} (fp8 weights: weight_quant float8_weight_only or float8_dynamic)"
+            )
 
     def trial_params(self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None) -> dict[str, Any]:
         return {"drift": drift} if drift else {}
@@ -58,17 +66,27 @@ class Generate(Task):
         if over and record.status == "ok":
             record.status, record.reason = "over_limit", "; ".join(over)
 
-    def check_gate(self, best: dict[str, Any], details: list[dict[str, Any]], tolerance_pct: float,
-                   decide: Decide) -> dict[str, Any] | None:
+    def check_gate(
+        self, best: dict[str, Any], details: list[dict[str, Any]], tolerance_pct: float, decide: Decide
+    ) -> dict[str, Any] | None:
         """`decide` on decode speed (1 / median time per output token, per process) against the recorded
         baseline (check --update's samples, else the search's trial); None without numbers."""
         check_ms = [d["tpot_ms_median"] for d in details if d.get("tpot_ms_median")]
         recorded = (best.get("check_baseline") or {}).get("tpot_ms_samples")
-        base_ms = list(recorded) if recorded else ([best["metrics"]["tpot_ms_median"]]
-                                                   if best["metrics"].get("tpot_ms_median") else [])
+        base_ms = (
+            list(recorded)
+            if recorded
+            else ([best["metrics"]["tpot_ms_median"]] if best["metrics"].get("tpot_ms_median") else [])
+        )
         if not base_ms or not check_ms:
             return None
         status, ratio, ci = decide([1 / x for x in base_ms], [1 / x for x in check_ms], tolerance_pct)
-        return {"status": status, "ratio": ratio, "ci": ci, "baseline_median_ms": statistics.median(base_ms),
-                "check_median_ms": statistics.median(check_ms), "baseline_samples_ms": base_ms,
-                "check_samples_ms": check_ms}
+        return {
+            "status": status,
+            "ratio": ratio,
+            "ci": ci,
+            "baseline_median_ms": statistics.median(base_ms),
+            "check_median_ms": statistics.median(check_ms),
+            "baseline_samples_ms": base_ms,
+            "check_samples_ms": check_ms,
+        }

@@ -17,8 +17,9 @@ class Train(Task):
         """With global_batch_size, the micro-batch sizes that divide it, the accumulation derived from them;
         without, grad_accum_steps as listed (auto: 1)."""
         if wl.global_batch_size is not None:
-            derive_accumulation(space.grad_accum_steps, wl.global_batch_size // wl.world_size, wl.global_batch_size,
-                                values, notes)
+            derive_accumulation(
+                space.grad_accum_steps, wl.global_batch_size // wl.world_size, wl.global_batch_size, values, notes
+            )
         else:
             values["grad_accum_steps"] = [1] if space.grad_accum_steps == "auto" else list(space.grad_accum_steps)
 
@@ -26,17 +27,22 @@ class Train(Task):
         return {"loss_check": dict(loss_check)} if loss_check and loss_check.get("steps") else {}
 
 
-def derive_accumulation(accum: Any, per_rank: int, global_batch: int, values: dict[str, list[Any]],
-                        notes: dict[str, str]) -> None:
+def derive_accumulation(
+    accum: Any, per_rank: int, global_batch: int, values: dict[str, list[Any]], notes: dict[str, str]
+) -> None:
     """global_batch_size set: keep the micro-batch sizes that divide it; grad_accum_steps follows from them."""
     if accum != "auto":
-        raise ValueError(f"space.grad_accum_steps: {accum} cannot be set when workload.global_batch_size "
-                         f"({global_batch}) is: it is derived; use grad_accum_steps: auto")
+        raise ValueError(
+            f"space.grad_accum_steps: {accum} cannot be set when workload.global_batch_size "
+            f"({global_batch}) is: it is derived; use grad_accum_steps: auto"
+        )
     fits = [m for m in values["micro_batch_size"] if per_rank % m == 0]
     dropped = [m for m in values["micro_batch_size"] if per_rank % m]
     if not fits:
-        raise ValueError(f"space.micro_batch_size: no value in {values['micro_batch_size']} divides "
-                         f"global_batch_size / world_size = {per_rank}; use divisors of {per_rank}")
+        raise ValueError(
+            f"space.micro_batch_size: no value in {values['micro_batch_size']} divides "
+            f"global_batch_size / world_size = {per_rank}; use divisors of {per_rank}"
+        )
     if dropped:
         notes["micro_batch_size"] = f"dropped {dropped}: they do not divide {per_rank} sequences per rank"
     values["micro_batch_size"] = fits

@@ -23,7 +23,11 @@ class AllReduce(Workload):
             raise InvalidConfig("the all-reduce workload needs a rank group of at least 2 (workload.world_size)")
         cuda = self.ranks.backend == "nccl"
         self.dev = self.torch.device("cuda", self.ranks.local_rank) if cuda else self.torch.device("cpu")
-        self.applied = {"world_size": self.ranks.world, "backend": self.ranks.backend, "nccl_env": self.ranks.nccl_env()}
+        self.applied = {
+            "world_size": self.ranks.world,
+            "backend": self.ranks.backend,
+            "nccl_env": self.ranks.nccl_env(),
+        }
 
     def run(self) -> Measured:
         torch, p, ranks = self.torch, self.spec.params, self.ranks
@@ -45,11 +49,19 @@ class AllReduce(Workload):
                 for _ in range(inner):
                     ranks.dist.all_reduce(x)
 
-            timing = time_steps(torch, calls, warmup=p["warmup"], measure=p["iters"], device=self.spec.device,
-                                before_each=line_up)
+            timing = time_steps(
+                torch, calls, warmup=p["warmup"], measure=p["iters"], device=self.spec.device, before_each=line_up
+            )
             slowest = [max(per_rank) / inner for per_rank in zip(*ranks.gather(timing.step_s))]
             t = statistics.median(slowest)
             algbw = size / t / 1e9
-            rows.append({"bytes": size, "time_us": t * 1e6, "algbw_gbs": algbw,
-                         "busbw_gbs": algbw * 2 * (ranks.world - 1) / ranks.world, "samples_s": slowest})
+            rows.append(
+                {
+                    "bytes": size,
+                    "time_us": t * 1e6,
+                    "algbw_gbs": algbw,
+                    "busbw_gbs": algbw * 2 * (ranks.world - 1) / ranks.world,
+                    "samples_s": slowest,
+                }
+            )
         return Measured(None, output={"rows": rows})

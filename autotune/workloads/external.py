@@ -51,8 +51,11 @@ def _reject(knobs: dict[str, Any], what: str) -> None:
     if knobs.get("pad_vocab_multiple"):
         raise Unsupported(f"pad_vocab_multiple applies to the built-in model only, not to {what}", "pad_vocab_multiple")
     if knobs.get("activation_checkpointing", "none") in ("selective", "selective_op"):
-        raise Unsupported(f"activation_checkpointing {knobs['activation_checkpointing']} applies to the built-in "
-                          f"model only, not to {what}", "activation_checkpointing")
+        raise Unsupported(
+            f"activation_checkpointing {knobs['activation_checkpointing']} applies to the built-in "
+            f"model only, not to {what}",
+            "activation_checkpointing",
+        )
     if knobs.get("cross_entropy", "standard") != "standard":
         raise Unsupported(f"cross_entropy chunked applies to the built-in model only, not to {what}", "cross_entropy")
 
@@ -118,12 +121,18 @@ def build_hf(m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: i
         flop_params=n - n_pos,
         mfu_dims={"n_layers": layers, "d_model": d, "seq_len": seq} if layers and d else None,
         n_params=n,
-        applied={"model": f"transformers {type(hf).__name__} ({config.model_type})", "attn_implementation": hf_attention(knobs),
-                 "vocab": [vocab, vocab], "checkpointed_blocks": layers if knobs.get("activation_checkpointing") == "full" else 0},
+        applied={
+            "model": f"transformers {type(hf).__name__} ({config.model_type})",
+            "attn_implementation": hf_attention(knobs),
+            "vocab": [vocab, vocab],
+            "checkpointed_blocks": layers if knobs.get("activation_checkpointing") == "full" else 0,
+        },
     )
 
 
-def build_entrypoint(m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: int, base_dir: str | None) -> Built:
+def build_entrypoint(
+    m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: int, base_dir: str | None
+) -> Built:
     """Call the user's function (see the protocol above) and check what it returned."""
     _reject(knobs, "entrypoint models")
     if base_dir and base_dir not in sys.path:
@@ -135,8 +144,10 @@ def build_entrypoint(m: dict[str, Any], knobs: dict[str, Any], device: str, n_ba
         raise TypeError(f"entrypoint {m['entrypoint']} returned no {missing[0]!r} (README: Your own model)")
     model = out["model"].to(device)
     if knobs.get("activation_checkpointing", "none") == "full":
-        raise Unsupported("activation_checkpointing applies to built-in and hf_config models; do it in your entrypoint",
-                          "activation_checkpointing")
+        raise Unsupported(
+            "activation_checkpointing applies to built-in and hf_config models; do it in your entrypoint",
+            "activation_checkpointing",
+        )
     batches = [out["make_batch"](knobs["micro_batch_size"]) for _ in range(n_batches)]
     n_params = sum(p.numel() for p in model.parameters())
     layers, d = out.get("n_layers"), out.get("d_model")
@@ -147,6 +158,9 @@ def build_entrypoint(m: dict[str, Any], knobs: dict[str, Any], device: str, n_ba
         flop_params=out.get("flop_params"),
         mfu_dims={"n_layers": layers or 0, "d_model": d or 0, "seq_len": int(out["tokens_per_sample"])},
         n_params=n_params,
-        applied={"model": f"entrypoint {m['entrypoint']} ({type(model).__name__})", "checkpointed_blocks": 0,
-                 "vocab": None},
+        applied={
+            "model": f"entrypoint {m['entrypoint']} ({type(model).__name__})",
+            "checkpointed_blocks": 0,
+            "vocab": None,
+        },
     )

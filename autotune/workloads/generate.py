@@ -59,8 +59,9 @@ class Decoder:
         dev = model.tok.weight.device
         if static:
             kv = _cache_module(torch)
-            self.caches = torch.nn.ModuleList(kv(batch, self.n_kv, length, self.head_dim, dtype, dev)
-                                              for _ in model.blocks)
+            self.caches = torch.nn.ModuleList(
+                kv(batch, self.n_kv, length, self.head_dim, dtype, dev) for _ in model.blocks
+            )
             self.mask = torch.ones(length, length, dtype=torch.bool, device=dev).tril()
 
     def forward(self, tokens: Any, pos: Any, caches: list[Any] | None = None) -> tuple[Any, list[Any] | None]:
@@ -96,7 +97,8 @@ class Decoder:
         torch = self.torch
         if not self.eager:
             return torch.nn.functional.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=self.n_kv != self.n_heads)
+                q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=self.n_kv != self.n_heads
+            )
         if k.shape[1] != q.shape[1]:
             k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
             v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
@@ -141,7 +143,9 @@ class Generate(Workload):
         torch, spec, knobs = self.torch, self.spec, self.spec.knobs
         m, run = spec.model, spec.run
         if not m or not (m.get("family") or m.get("hf_config")):
-            raise InvalidConfig("task generate runs the built-in model (model.family gpt or llama) or an hf_config model")
+            raise InvalidConfig(
+                "task generate runs the built-in model (model.family gpt or llama) or an hf_config model"
+            )
         self.prompt_len, self.gen_len, self.batch = run.prompt_len, run.gen_len, knobs["batch_size"]
         self.dtype = apply_precision(torch, knobs["precision"], spec.device) or torch.float32
         self.dev = torch.device(spec.device)
@@ -156,12 +160,19 @@ class Generate(Workload):
         how, drift_checked = self._quantize(model, vocab) if quant not in (None, "none") else (None, None)
         self.model = model
         length = self.prompt_len + self.gen_len
-        self.decoder = HFDecoder(model, vocab) if m.get("hf_config") else \
-            Decoder(torch, model, self.batch, length, self.dtype, static, knobs["attention"] == "eager")
+        self.decoder = (
+            HFDecoder(model, vocab)
+            if m.get("hf_config")
+            else Decoder(torch, model, self.batch, length, self.dtype, static, knobs["attention"] == "eager")
+        )
         mode = knobs["compile"]
         if mode and not static and mode == "reduce-overhead":
-            raise InvalidConfig("compile reduce-overhead (CUDA graphs) needs kv_cache static: a growing cache "
-                                "changes every decode step's shapes", "compile", "kv_cache")
+            raise InvalidConfig(
+                "compile reduce-overhead (CUDA graphs) needs kv_cache static: a growing cache "
+                "changes every decode step's shapes",
+                "compile",
+                "kv_cache",
+            )
         self.prefill_fn, self.decode_fn = self._compile(mode, static, knobs.get("compile_prefill", False))
         self.bytes_per_decode_step = self._decode_bytes(model, quant, d_model)
         self._work = Work(tokens_per_step=self.batch * self.gen_len, n_params=n_params)
@@ -178,9 +189,12 @@ class Generate(Workload):
     def _hf_model(self, static: bool) -> tuple[Any, int, int]:
         """An hf_config model in its dtype, decoded with transformers' own cache: (model, vocab, d_model)."""
         if static:
-            raise InvalidConfig("kv_cache static is the built-in model's (a cache preallocated and written in "
-                                "place); an hf_config model decodes with kv_cache: dynamic (transformers' "
-                                "DynamicCache)", "kv_cache")
+            raise InvalidConfig(
+                "kv_cache static is the built-in model's (a cache preallocated and written in "
+                "place); an hf_config model decodes with kv_cache: dynamic (transformers' "
+                "DynamicCache)",
+                "kv_cache",
+            )
         from autotune.workloads.external import hf_causal_lm
 
         model, config = hf_causal_lm(self.spec.model, self.spec.knobs, self.dev)
@@ -214,8 +228,9 @@ class Generate(Workload):
         dtype_bytes = torch.finfo(self.dtype).bits // 8
         weights = linear_bytes(model, torch, quant, knobs.get("int4_group_size") or 128)
         norms = (torch.nn.LayerNorm, torch.nn.RMSNorm)
-        other = sum(p.numel() * p.element_size() for mod in model.modules() if isinstance(mod, norms)
-                    for p in mod.parameters())
+        other = sum(
+            p.numel() * p.element_size() for mod in model.modules() if isinstance(mod, norms) for p in mod.parameters()
+        )
         return int(weights + other + cached * mean_pos * dtype_bytes + self.batch * d_model * dtype_bytes)
 
     def _quantize(self, model: Any, vocab: int) -> tuple[str | None, dict[str, Any]]:
@@ -223,8 +238,13 @@ class Generate(Workload):
         before, each layer's error and the whole model's logits compared after; invalid_config past study.drift."""
         torch, knobs, run = self.torch, self.spec.knobs, self.spec.run
         # the same probe whatever the batch size: drift is the quantization's, so one rule covers all batches
-        probe = torch.randint(0, vocab, (DRIFT_PROMPTS, self.prompt_len), device=self.dev,
-                              generator=torch.Generator(device=self.dev).manual_seed(run.seed + 1))
+        probe = torch.randint(
+            0,
+            vocab,
+            (DRIFT_PROMPTS, self.prompt_len),
+            device=self.dev,
+            generator=torch.Generator(device=self.dev).manual_seed(run.seed + 1),
+        )
         last = min(DRIFT_POSITIONS, self.prompt_len)
         out: dict[str, Any] = {}
 
@@ -236,9 +256,14 @@ class Generate(Workload):
         how = apply_weight_quant(torch, model, knobs, broken=self.fault.kind == "drift")
         with torch.no_grad(), self.attention():
             errs, new = self._quantized_outputs(model, seen, probe, last)
-        checked = {**drift(torch, out.pop("ref"), new), "layer_error_max": max(errs),
-                   "layer_error_median": statistics.median(errs), "layers": len(errs),
-                   "prompts": int(probe.shape[0]), "positions": last}
+        checked = {
+            **drift(torch, out.pop("ref"), new),
+            "layer_error_max": max(errs),
+            "layer_error_median": statistics.median(errs),
+            "layers": len(errs),
+            "prompts": int(probe.shape[0]),
+            "positions": last,
+        }
         self._check_drift(knobs["weight_quant"], checked, self.spec.params.get("drift") or {})
         return how, checked
 
@@ -252,9 +277,14 @@ class Generate(Workload):
         except Exception as err:  # the kernel library's own reason (Triton, torchao), whatever its type
             first = (str(err).strip().splitlines() or [type(err).__name__])[-1][:300]
             kernel = f" ({knobs.get('int4_kernel')})" if knobs["weight_quant"] == "int4_weight_only" else ""
-            raise InvalidConfig(f"weight_quant {knobs['weight_quant']}{kernel}: the quantized layers fail on a "
-                                f"{self.prompt_len}-token prompt in {knobs['precision']}: {type(err).__name__}: "
-                                f"{first}", "weight_quant", "int4_kernel", "precision") from None
+            raise InvalidConfig(
+                f"weight_quant {knobs['weight_quant']}{kernel}: the quantized layers fail on a "
+                f"{self.prompt_len}-token prompt in {knobs['precision']}: {type(err).__name__}: "
+                f"{first}",
+                "weight_quant",
+                "int4_kernel",
+                "precision",
+            ) from None
 
     @staticmethod
     def _check_drift(quant: str, d: dict[str, Any], limit: dict[str, Any]) -> None:
@@ -267,8 +297,13 @@ class Generate(Workload):
         if limit.get("min_greedy_agreement") is not None and d["greedy_agreement"] < limit["min_greedy_agreement"]:
             missed.append(f"greedy agreement {d['greedy_agreement']:.3f} < {limit['min_greedy_agreement']}")
         if missed:
-            raise InvalidConfig(f"outputs drift: {quant} against the unquantized model (same weights, same prompts): "
-                                + "; ".join(missed) + " (study.drift)", "weight_quant", "int4_group_size")
+            raise InvalidConfig(
+                f"outputs drift: {quant} against the unquantized model (same weights, same prompts): "
+                + "; ".join(missed)
+                + " (study.drift)",
+                "weight_quant",
+                "int4_group_size",
+            )
 
     def _compile(self, mode: Any, static: bool, prefill_too: bool) -> tuple[Any, Any]:
         torch, dec = self.torch, self.decoder
@@ -323,16 +358,24 @@ class Generate(Workload):
             return self.generate(stamps)
 
         try:
-            timing = time_steps(torch, self.fault.slowed(step, torch.cuda.synchronize if cuda else (lambda: None)),
-                                warmup=run.warmup_steps, measure=run.measure_steps, device=self.spec.device)
+            timing = time_steps(
+                torch,
+                self.fault.slowed(step, torch.cuda.synchronize if cuda else (lambda: None)),
+                warmup=run.warmup_steps,
+                measure=run.measure_steps,
+                device=self.spec.device,
+            )
         except RuntimeError as err:
             text = str(err)
             if "No available kernel" in text:  # SDPA's refusal of the forced backend with a mask or cache
                 first = text.strip().splitlines()[0][:300]
-                raise InvalidConfig(f"attention {self.spec.knobs['attention']} with kv_cache "
-                                    f"{self.spec.knobs['kv_cache']}: {first}", "attention", "kv_cache") from None
+                raise InvalidConfig(
+                    f"attention {self.spec.knobs['attention']} with kv_cache {self.spec.knobs['kv_cache']}: {first}",
+                    "attention",
+                    "kv_cache",
+                ) from None
             raise
-        measured = per_gen[-len(timing.step_s):]
+        measured = per_gen[-len(timing.step_s) :]
         ttft, tpot = [], []
         for stamps in measured:
             if cuda:
@@ -342,8 +385,11 @@ class Generate(Workload):
             ttft.append(gaps[0])
             tpot.extend(gaps[1:])
         output = {
-            "prompt_len": self.prompt_len, "gen_len": self.gen_len, "batch_size": self.batch,
-            "ttft_ms": statistics.median(ttft), "ttft_ms_samples": ttft,
+            "prompt_len": self.prompt_len,
+            "gen_len": self.gen_len,
+            "batch_size": self.batch,
+            "ttft_ms": statistics.median(ttft),
+            "ttft_ms_samples": ttft,
             "tpot_ms_median": statistics.median(tpot) if tpot else None,
             "tpot_ms_p99": _quantile(tpot, 0.99) if tpot else None,
             "tpot_ms_samples": tpot if len(tpot) <= 4096 else None,

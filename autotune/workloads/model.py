@@ -23,9 +23,16 @@ def _op_policy() -> Any:
 
     aten = torch.ops.aten
     mms = {aten.mm.default, aten.addmm.default}
-    save = mms | {getattr(aten, name).default for name in (
-        "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-        "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu") if hasattr(aten, name)}
+    save = mms | {
+        getattr(aten, name).default
+        for name in (
+            "_scaled_dot_product_flash_attention",
+            "_scaled_dot_product_efficient_attention",
+            "_scaled_dot_product_cudnn_attention",
+            "_scaled_dot_product_flash_attention_for_cpu",
+        )
+        if hasattr(aten, name)
+    }
     counts: dict[str, int] = defaultdict(int)
 
     def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
@@ -115,8 +122,10 @@ class MLP(nn.Module):
 class Block(nn.Module):
     def __init__(self, m: dict[str, Any]) -> None:
         super().__init__()
-        norm = (lambda: nn.RMSNorm(m["d_model"], eps=1e-5)) if m["family"] == "llama" else (
-            lambda: nn.LayerNorm(m["d_model"])
+        norm = (
+            (lambda: nn.RMSNorm(m["d_model"], eps=1e-5))
+            if m["family"] == "llama"
+            else (lambda: nn.LayerNorm(m["d_model"]))
         )
         self.norm1, self.attn, self.norm2, self.mlp = norm(), Attention(m), norm(), MLP(m)
         self.checkpointed, self.checkpoint_ops = False, False  # set by Transformer (m["checkpoint_every"])
@@ -186,8 +195,9 @@ class Transformer(nn.Module):
             if name.endswith(("proj.weight", "down.weight")):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * m["n_layers"]))
         if m["family"] == "llama":
-            self.rope_cos, self.rope_sin = _rope_tables(m["seq_len"], m["d_model"] // m["n_heads"], m["rope_theta"],
-                                                        device=self.tok.weight.device)
+            self.rope_cos, self.rope_sin = _rope_tables(
+                m["seq_len"], m["d_model"] // m["n_heads"], m["rope_theta"], device=self.tok.weight.device
+            )
 
     @staticmethod
     def _init(module: nn.Module) -> None:
@@ -220,8 +230,9 @@ class Transformer(nn.Module):
         as one more region, so the fp32 logits of the loss are fused rather than materialised)."""
         if self.ce_chunks > 1:
             xs, ts = x.reshape(-1, x.shape[-1]).chunk(self.ce_chunks), targets.reshape(-1).chunk(self.ce_chunks)
-            total = sum(torch.utils.checkpoint.checkpoint(self._loss_sum, xc, tc, use_reentrant=False)
-                        for xc, tc in zip(xs, ts))
+            total = sum(
+                torch.utils.checkpoint.checkpoint(self._loss_sum, xc, tc, use_reentrant=False) for xc, tc in zip(xs, ts)
+            )
             return total / targets.numel()
         return self._loss_sum(x, targets) / targets.numel()
 

@@ -14,7 +14,9 @@ from autotune.workloads.ranks import Ranks
 Sync = Callable[[bool], Any]  # sync(last_micro_step) -> context: gradients cross ranks on the last micro-step only
 
 
-def parallelize(torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any, ranks: Ranks) -> tuple[Any, dict[str, Any], Sync]:
+def parallelize(
+    torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any, ranks: Ranks
+) -> tuple[Any, dict[str, Any], Sync]:
     """Wrap the model for knobs["parallel"]; return it, what was applied, and the gradient-sync context."""
     applied: dict[str, Any] = {"world_size": ranks.world, "backend": ranks.backend, "nccl_env": ranks.nccl_env()}
     if knobs["parallel"] == "fsdp":
@@ -28,18 +30,28 @@ def apply_ddp(torch: Any, model: Any, knobs: dict[str, Any], ranks: Ranks) -> tu
     """DistributedDataParallel with the ddp knobs; no_sync() on all but the last micro-batch of a step."""
     from torch.nn.parallel import DistributedDataParallel
 
-    opts = {"bucket_cap_mb": knobs["bucket_cap_mb"], "gradient_as_bucket_view": bool(knobs["gradient_as_bucket_view"]),
-            "static_graph": bool(knobs["static_graph"])}
+    opts = {
+        "bucket_cap_mb": knobs["bucket_cap_mb"],
+        "gradient_as_bucket_view": bool(knobs["gradient_as_bucket_view"]),
+        "static_graph": bool(knobs["static_graph"]),
+    }
     if opts["static_graph"] and knobs["grad_accum_steps"] > 1:
         # PyTorch's static_graph with no_sync() (gradient accumulation) asserts, or silently stops
         # reducing gradients after the first step (pytorch/pytorch, huggingface/accelerate#3679):
         # a fast number that trains nothing must never win.
-        raise InvalidConfig("DDP static_graph with gradient accumulation (no_sync) is broken in PyTorch: "
-                            "gradients stop being synchronised; use static_graph false or grad_accum_steps 1",
-                            "static_graph", "grad_accum_steps")
+        raise InvalidConfig(
+            "DDP static_graph with gradient accumulation (no_sync) is broken in PyTorch: "
+            "gradients stop being synchronised; use static_graph false or grad_accum_steps 1",
+            "static_graph",
+            "grad_accum_steps",
+        )
     ddp = DistributedDataParallel(model, device_ids=[ranks.local_rank] if ranks.device == "cuda" else None, **opts)
     hook = apply_comm_hook(ddp, knobs)
-    return ddp, {"strategy": "ddp", **opts, "comm_hook": hook}, lambda last: contextlib.nullcontext() if last else ddp.no_sync()
+    return (
+        ddp,
+        {"strategy": "ddp", **opts, "comm_hook": hook},
+        lambda last: contextlib.nullcontext() if last else ddp.no_sync(),
+    )
 
 
 def apply_comm_hook(ddp: Any, knobs: dict[str, Any]) -> str | None:
@@ -51,8 +63,9 @@ def apply_comm_hook(ddp: Any, knobs: dict[str, Any]) -> str | None:
 
     try:
         if hook == "powersgd":
-            state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=knobs["powersgd_rank"],
-                                                start_powerSGD_iter=POWERSGD_START)
+            state = powerSGD_hook.PowerSGDState(
+                process_group=None, matrix_approximation_rank=knobs["powersgd_rank"], start_powerSGD_iter=POWERSGD_START
+            )
             ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
             return f"powerSGD_hook(rank {knobs['powersgd_rank']}, from step {POWERSGD_START})"
         ddp.register_comm_hook(None, getattr(default_hooks, f"{hook}_hook"))
@@ -67,12 +80,18 @@ def apply_fsdp(torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any) ->
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     if knobs["precision"] == "fp16":
-        raise InvalidConfig("fsdp with fp16 needs a sharded gradient scaler, which autotune does not run; "
-                            "use bf16 with fsdp", "parallel", "precision")
+        raise InvalidConfig(
+            "fsdp with fp16 needs a sharded gradient scaler, which autotune does not run; use bf16 with fsdp",
+            "parallel",
+            "precision",
+        )
     reshard = bool(knobs["reshard_after_forward"])
     reduce = torch.bfloat16 if knobs.get("fsdp_reduce_dtype") == "bf16" else torch.float32
-    policy = MixedPrecisionPolicy(param_dtype=amp_dtype, reduce_dtype=reduce) if amp_dtype \
+    policy = (
+        MixedPrecisionPolicy(param_dtype=amp_dtype, reduce_dtype=reduce)
+        if amp_dtype
         else MixedPrecisionPolicy(reduce_dtype=reduce if reduce == torch.bfloat16 else None)
+    )
     blocks = repeated_blocks(torch, model)
     # the blocks keep their inputs' dtypes (torchtitan's RoPE tables stay fp32 the same way, as complex numbers):
     # FSDP2 casts a module's inputs in its forward but not when a checkpointed block is recomputed in backward,
@@ -83,11 +102,15 @@ def apply_fsdp(torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any) ->
         fully_shard(block, mp_policy=block_policy, reshard_after_forward=reshard)
     fully_shard(model, mp_policy=policy, reshard_after_forward=reshard)
     every = knobs.get("fsdp_grad_sync") == "every"
-    how = {"strategy": "fsdp", "reshard_after_forward": reshard, "sharded_blocks": len(blocks),
-           "param_dtype": str(amp_dtype or torch.float32).replace("torch.", ""),
-           "reduce_dtype": str(reduce).replace("torch.", ""),
-           "grad_sync": "every micro-batch" if every else "last micro-batch",
-           "prefetch": apply_fsdp_prefetch(blocks, knobs)}
+    how = {
+        "strategy": "fsdp",
+        "reshard_after_forward": reshard,
+        "sharded_blocks": len(blocks),
+        "param_dtype": str(amp_dtype or torch.float32).replace("torch.", ""),
+        "reduce_dtype": str(reduce).replace("torch.", ""),
+        "grad_sync": "every micro-batch" if every else "last micro-batch",
+        "prefetch": apply_fsdp_prefetch(blocks, knobs),
+    }
 
     @contextlib.contextmanager
     def sync(last: bool) -> Any:
@@ -104,20 +127,25 @@ def apply_fsdp_prefetch(blocks: Any, knobs: dict[str, Any]) -> dict[str, str]:
     blocks = list(blocks)
     if fwd:
         for i, block in enumerate(blocks[:-1]):
-            block.set_modules_to_forward_prefetch(blocks[i + 1:i + 1 + fwd])
+            block.set_modules_to_forward_prefetch(blocks[i + 1 : i + 1 + fwd])
     if bwd > 1:
         for i, block in enumerate(blocks[1:], start=1):
-            block.set_modules_to_backward_prefetch(blocks[max(0, i - bwd):i][::-1])  # nearest first
-    return {"forward": f"explicit, {fwd} block(s) ahead" if fwd else "FSDP2's implicit",
-            "backward": f"explicit, {bwd} blocks ahead" if bwd > 1 else "FSDP2's default (one block ahead)"}
+            block.set_modules_to_backward_prefetch(blocks[max(0, i - bwd) : i][::-1])  # nearest first
+    return {
+        "forward": f"explicit, {fwd} block(s) ahead" if fwd else "FSDP2's implicit",
+        "backward": f"explicit, {bwd} blocks ahead" if bwd > 1 else "FSDP2's default (one block ahead)",
+    }
 
 
 def repeated_blocks(torch: Any, model: Any) -> list[Any]:
     """The model's transformer blocks, found one way for FSDP2's sharding and per-block compile: the largest
     nn.ModuleList whose modules are all of one class (the built-in model's `blocks`, a Hugging Face model's
     `layers`), through DDP/FSDP wrappers."""
-    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) >= 1
-             and len({type(b) for b in m}) == 1]
+    lists = [
+        m
+        for m in model.modules()
+        if isinstance(m, torch.nn.ModuleList) and len(m) >= 1 and len({type(b) for b in m}) == 1
+    ]
     return list(max(lists, key=len)) if lists else []
 
 
@@ -130,5 +158,7 @@ def check_replicas_in_sync(torch: Any, model: Any, ranks: Ranks) -> None:
         local = sum(float(p.detach().float().abs().sum()) for p in model.parameters())
     sums = ranks.gather(local)
     if max(sums) - min(sums) > 1e-6 * max(abs(x) for x in sums):
-        raise InvalidConfig(f"ranks' weights differ after the measured steps (|w| sums {sums}): gradients "
-                            "were not synchronised, so this is not data-parallel training")
+        raise InvalidConfig(
+            f"ranks' weights differ after the measured steps (|w| sums {sums}): gradients "
+            "were not synchronised, so this is not data-parallel training"
+        )

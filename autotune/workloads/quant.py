@@ -22,8 +22,10 @@ def capture_linears(torch: Any, model: Any, run: Any, last: int) -> dict[str, tu
     hooks = []
     for name, mod in model.named_modules():
         if isinstance(mod, torch.nn.Linear):
+
             def keep(m: Any, args: Any, out: Any, name: str = name) -> None:
                 seen[name] = (args[0][:, -last:].detach().clone(), out[:, -last:].detach().float())
+
             hooks.append(mod.register_forward_hook(keep))
     try:
         run()
@@ -66,13 +68,17 @@ def apply_weight_quant(torch: Any, model: Any, knobs: dict[str, Any], broken: bo
     try:
         import torchao.quantization as tq
     except Exception as err:
-        raise InvalidConfig(f"weight_quant {quant} needs torchao (pip install 'autotune[generate]'): {err}",
-                            "weight_quant") from None
+        raise InvalidConfig(
+            f"weight_quant {quant} needs torchao (pip install 'autotune[generate]'): {err}", "weight_quant"
+        ) from None
     name, config = QUANT_CONFIGS[quant], None
     # int4: torch's own tinygemm kernel (tile-packed layout), as torchao's published Llama numbers use; the
     # plain layout needs fbgemm/mslk kernels that a stock torch lacks; or gemlite's Triton kernels
-    kwargs = {"group_size": knobs["int4_group_size"], "int4_packing_format": "tile_packed_to_4d"} \
-        if quant == "int4_weight_only" else {}
+    kwargs = (
+        {"group_size": knobs["int4_group_size"], "int4_packing_format": "tile_packed_to_4d"}
+        if quant == "int4_weight_only"
+        else {}
+    )
     if quant == "int4_weight_only" and knobs.get("int4_kernel") == "gemlite":
         config = gemlite_config(knobs["int4_group_size"], next(model.parameters()).device.type)
         name, kwargs = "UIntxWeightOnlyConfig", {"group_size": knobs["int4_group_size"], "bit_width": 4}
@@ -80,27 +86,35 @@ def apply_weight_quant(torch: Any, model: Any, knobs: dict[str, Any], broken: bo
         tq.quantize_(model, config or getattr(tq, name)(**kwargs))
     except Exception as err:  # torchao's own reason: kernel missing on this GPU, dtype not supported, ...
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
-        raise InvalidConfig(f"weight_quant {quant}: torchao cannot apply it here: {type(err).__name__}: {first}",
-                            "weight_quant", "precision") from None
+        raise InvalidConfig(
+            f"weight_quant {quant}: torchao cannot apply it here: {type(err).__name__}: {first}",
+            "weight_quant",
+            "precision",
+        ) from None
     # torchao's configs default to set_inductor_config=True: its recommended Inductor flags (coordinate-descent
     # tuning among them) are set for every quantized trial, never for bf16's: said where the trial says what ran
-    return f"quantize_(model, {name}({', '.join(f'{k}={v}' for k, v in kwargs.items())})); torchao set its " \
-           "recommended Inductor flags (set_inductor_config=True: coordinate_descent_tuning and others)"
+    return (
+        f"quantize_(model, {name}({', '.join(f'{k}={v}' for k, v in kwargs.items())})); torchao set its "
+        "recommended Inductor flags (set_inductor_config=True: coordinate_descent_tuning and others)"
+    )
 
 
 def gemlite_config(group: int, device: str) -> Any:
     """torchao's gemlite int4 config; InvalidConfig off the GPU or where gemlite is missing."""
     if device != "cuda":
-        raise InvalidConfig(f"int4_kernel gemlite runs Triton kernels on NVIDIA GPUs only, not on {device}",
-                            "int4_kernel")
+        raise InvalidConfig(
+            f"int4_kernel gemlite runs Triton kernels on NVIDIA GPUs only, not on {device}", "int4_kernel"
+        )
     try:
         import gemlite
         import torchao
         from torchao.prototype.quantization.quant_api import UIntxWeightOnlyConfig
     except Exception as err:
-        raise InvalidConfig(f"int4_kernel gemlite needs the gemlite package (pip install 'autotune[gemlite]') and "
-                            f"torchao's prototype UIntxWeightOnlyConfig: {type(err).__name__}: {err}",
-                            "int4_kernel") from None
+        raise InvalidConfig(
+            f"int4_kernel gemlite needs the gemlite package (pip install 'autotune[gemlite]') and "
+            f"torchao's prototype UIntxWeightOnlyConfig: {type(err).__name__}: {err}",
+            "int4_kernel",
+        ) from None
     mismatch = gemlite_mismatch(gemlite.__version__, torchao.__version__)
     if mismatch:
         raise InvalidConfig(mismatch, "int4_kernel")
@@ -119,8 +133,10 @@ def gemlite_mismatch(gemlite_version: str, torchao_version: str) -> str | None:
     fourth (meta_scale, for NVFP4), so every layer failed with 'too many values to unpack (expected 3)' (seen
     on an H200 with gemlite 0.6.0.post2; gemlite 0.5.1.post1 returns the three)."""
     if _release(gemlite_version) >= (0, 6) and _release(torchao_version) <= (0, 18):
-        return (f"int4_kernel gemlite: gemlite {gemlite_version} returns four tensors from get_tensor_args where "
-                f"torchao {torchao_version} unpacks three; install gemlite<0.6 (0.5.1.post1 runs with torchao 0.18)")
+        return (
+            f"int4_kernel gemlite: gemlite {gemlite_version} returns four tensors from get_tensor_args where "
+            f"torchao {torchao_version} unpacks three; install gemlite<0.6 (0.5.1.post1 runs with torchao 0.18)"
+        )
     return None
 
 

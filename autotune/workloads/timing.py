@@ -34,11 +34,18 @@ class Timing:
     stopped_early: bool = False  # `progress` asked to stop before all measured steps ran (the search pruned it)
 
 
-def time_steps(torch: Any, step: Callable[[], Any], *, warmup: int, measure: int, device: str,
-               after_warmup_step: Callable[[Any], None] | None = None,
-               before_window: Callable[[], None] | None = None,
-               before_each: Callable[[], None] | None = None,
-               progress: Callable[[list[float]], bool] | None = None) -> Timing:
+def time_steps(
+    torch: Any,
+    step: Callable[[], Any],
+    *,
+    warmup: int,
+    measure: int,
+    device: str,
+    after_warmup_step: Callable[[Any], None] | None = None,
+    before_window: Callable[[], None] | None = None,
+    before_each: Callable[[], None] | None = None,
+    progress: Callable[[list[float]], bool] | None = None,
+) -> Timing:
     """Run `warmup` untimed steps (each synchronised, its wall time kept: the first carries torch.compile),
     then `measure` timed steps. after_warmup_step: called with each warm-up step's output (a check that may
     raise: a broken configuration fails before it is measured); before_window: untimed, once before the
@@ -56,15 +63,20 @@ def time_steps(torch: Any, step: Callable[[], Any], *, warmup: int, measure: int
     start_wall = time.time()
     if cuda:
         outputs, step_s, stopped = _measure_cuda(torch, step, measure, before_each, progress)
-        peak, kind, reserved = torch.cuda.max_memory_allocated(), "cuda_max_memory_allocated", torch.cuda.max_memory_reserved()
+        peak, kind, reserved = (
+            torch.cuda.max_memory_allocated(),
+            "cuda_max_memory_allocated",
+            torch.cuda.max_memory_reserved(),
+        )
     else:
         outputs, step_s, stopped = _measure_host(step, measure, before_each, progress)
         peak, kind, reserved = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_max_rss", None
     return Timing(warmup_s, warmup_end, step_s, outputs, (start_wall, time.time()), peak, kind, reserved, stopped)
 
 
-def _warm_up(step: Callable[[], Any], warmup: int, sync: Callable[[], Any],
-             after_warmup_step: Callable[[Any], None] | None) -> list[float]:
+def _warm_up(
+    step: Callable[[], Any], warmup: int, sync: Callable[[], Any], after_warmup_step: Callable[[Any], None] | None
+) -> list[float]:
     """The untimed steps, each synchronised; their wall times (the first carries torch.compile)."""
     warmup_s = []
     for _ in range(warmup):
@@ -78,8 +90,13 @@ def _warm_up(step: Callable[[], Any], warmup: int, sync: Callable[[], Any],
     return warmup_s
 
 
-def _measure_cuda(torch: Any, step: Callable[[], Any], measure: int, before_each: Callable[[], None] | None,
-                  progress: Callable[[list[float]], bool] | None) -> tuple[list[Any], list[float], bool]:
+def _measure_cuda(
+    torch: Any,
+    step: Callable[[], Any],
+    measure: int,
+    before_each: Callable[[], None] | None,
+    progress: Callable[[list[float]], bool] | None,
+) -> tuple[list[Any], list[float], bool]:
     """The timed steps on the GPU, a pair of CUDA events around each: (outputs, seconds a step, stopped)."""
     outputs: list[Any] = []
     step_s: list[float] = []
@@ -104,8 +121,9 @@ def _measure_cuda(torch: Any, step: Callable[[], Any], measure: int, before_each
     return outputs, step_s, launched < measure
 
 
-def _finished_says_stop(events: list[Any], launched: int, step_s: list[float],
-                        progress: Callable[[list[float]], bool]) -> bool:
+def _finished_says_stop(
+    events: list[Any], launched: int, step_s: list[float], progress: Callable[[list[float]], bool]
+) -> bool:
     """Read the steps the device has finished (no waiting) into step_s; whether progress asks to stop."""
     while len(step_s) < launched and events[len(step_s)][1].query():
         first, last = events[len(step_s)]
@@ -113,8 +131,12 @@ def _finished_says_stop(events: list[Any], launched: int, step_s: list[float],
     return progress(step_s)
 
 
-def _measure_host(step: Callable[[], Any], measure: int, before_each: Callable[[], None] | None,
-                  progress: Callable[[list[float]], bool] | None) -> tuple[list[Any], list[float], bool]:
+def _measure_host(
+    step: Callable[[], Any],
+    measure: int,
+    before_each: Callable[[], None] | None,
+    progress: Callable[[list[float]], bool] | None,
+) -> tuple[list[Any], list[float], bool]:
     """The timed steps on the CPU, time.perf_counter around each: (outputs, seconds a step, stopped)."""
     outputs: list[Any] = []
     step_s: list[float] = []

@@ -54,8 +54,9 @@ def apply_precision(torch: Any, precision: str, device: str) -> Any:
         raise InvalidConfig(f"{precision} needs bf16, which this GPU does not support", "precision")
     if precision == "fp8":
         if device != "cuda" or torch.cuda.get_device_capability(torch.cuda.current_device()) < (8, 9):
-            raise InvalidConfig("fp8 needs an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell)",
-                                "precision")
+            raise InvalidConfig(
+                "fp8 needs an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell)", "precision"
+            )
         try:
             import torchao.float8  # noqa: F401
         except Exception as err:
@@ -82,13 +83,15 @@ def apply_attention(torch: Any, attention: str, device: str, dtype: Any) -> Any:
     except RuntimeError as err:
         first = str(err).strip().splitlines()[0][:200]
         # the probe runs in the precision's dtype: cudnn, for one, needs fp16 or bf16
-        raise InvalidConfig(f"attention {attention}: the SDPA backend is not available here: {first}", "attention",
-                            "precision") from None
+        raise InvalidConfig(
+            f"attention {attention}: the SDPA backend is not available here: {first}", "attention", "precision"
+        ) from None
     return lambda: sdpa_kernel([backend])
 
 
-def build_model(torch: Any, spec: Any, dev: Any, gen: Any, n_batches: int,
-                materialize: bool = True) -> tuple[Any, list[Any], dict[str, Any], Work]:
+def build_model(
+    torch: Any, spec: Any, dev: Any, gen: Any, n_batches: int, materialize: bool = True
+) -> tuple[Any, list[Any], dict[str, Any], Work]:
     """The model and a few micro-batches made once on the device (no data loading is timed). materialize
     False (the built-in model under FSDP2) leaves the model on the meta device: it is sharded first and
     each rank then allocates and initialises only its shards (`materialize`), as torchtitan builds."""
@@ -103,25 +106,42 @@ def build_model(torch: Any, spec: Any, dev: Any, gen: Any, n_batches: int,
                 built = external.build_entrypoint(m, knobs, str(dev.type), n_batches, spec.base_dir)
         except external.Unsupported as err:
             raise InvalidConfig(str(err), *err.knobs) from None
-        work = Work(built.tokens_per_sample * knobs["micro_batch_size"] * knobs["grad_accum_steps"], built.n_params,
-                    built.flop_params, built.mfu_dims)
+        work = Work(
+            built.tokens_per_sample * knobs["micro_batch_size"] * knobs["grad_accum_steps"],
+            built.n_params,
+            built.flop_params,
+            built.mfu_dims,
+        )
         return built.model, built.batches, built.applied, work
     from autotune.workloads.model import Transformer
 
     pad, mbs = knobs["pad_vocab_multiple"], knobs["micro_batch_size"]
     ac = knobs["activation_checkpointing"]
-    m = {**m, "attention": knobs["attention"], "padded_vocab": padded_vocab(m["vocab_size"], pad),
-         "checkpoint_every": CHECKPOINT_EVERY[ac], "checkpoint_ops": ac == "selective_op",
-         "ce_chunks": CE_CHUNKS if knobs.get("cross_entropy") == "chunked" else 1}
+    m = {
+        **m,
+        "attention": knobs["attention"],
+        "padded_vocab": padded_vocab(m["vocab_size"], pad),
+        "checkpoint_every": CHECKPOINT_EVERY[ac],
+        "checkpoint_ops": ac == "selective_op",
+        "ce_chunks": CE_CHUNKS if knobs.get("cross_entropy") == "chunked" else 1,
+    }
     with torch.device("meta"):  # torchtitan's build: no memory and no work until the device
         model = Transformer(m)
     if materialize:
         model = materialize_model(model, dev)
     pool = torch.randint(0, m["vocab_size"], (n_batches, mbs, m["seq_len"] + 1), device=dev, generator=gen)
-    work = Work(m["seq_len"] * mbs * knobs["grad_accum_steps"], sum(p.numel() for p in model.parameters()),
-                model.flop_params(), {"n_layers": m["n_layers"], "d_model": m["d_model"], "seq_len": m["seq_len"]})
-    applied = {"vocab": [m["vocab_size"], m["padded_vocab"]], "checkpointed_blocks": model.checkpointed_blocks(),
-               "checkpoint": ac, "cross_entropy": f"{m['ce_chunks']} chunks" if m["ce_chunks"] > 1 else "standard"}
+    work = Work(
+        m["seq_len"] * mbs * knobs["grad_accum_steps"],
+        sum(p.numel() for p in model.parameters()),
+        model.flop_params(),
+        {"n_layers": m["n_layers"], "d_model": m["d_model"], "seq_len": m["seq_len"]},
+    )
+    applied = {
+        "vocab": [m["vocab_size"], m["padded_vocab"]],
+        "checkpointed_blocks": model.checkpointed_blocks(),
+        "checkpoint": ac,
+        "cross_entropy": f"{m['ce_chunks']} chunks" if m["ce_chunks"] > 1 else "standard",
+    }
     return model, [(b[:, :-1], b[:, 1:]) for b in pool], applied, work
 
 
@@ -144,11 +164,18 @@ def apply_fp8(torch: Any, model: Any, knobs: dict[str, Any]) -> int:
     config = Float8LinearConfig.from_recipe_name(knobs["fp8_recipe"])
     if knobs.get("fp8_all_gather"):
         if knobs.get("parallel") != "fsdp":
-            raise InvalidConfig("fp8_all_gather needs parallel fsdp (it all-gathers FSDP2's sharded weights)",
-                                "fp8_all_gather", "parallel")
+            raise InvalidConfig(
+                "fp8_all_gather needs parallel fsdp (it all-gathers FSDP2's sharded weights)",
+                "fp8_all_gather",
+                "parallel",
+            )
         if knobs["fp8_recipe"] != "tensorwise":
-            raise InvalidConfig(f"fp8_all_gather needs the tensorwise recipe, not {knobs['fp8_recipe']} (torchao "
-                                "casts the sharded weights with one scale per tensor)", "fp8_all_gather", "fp8_recipe")
+            raise InvalidConfig(
+                f"fp8_all_gather needs the tensorwise recipe, not {knobs['fp8_recipe']} (torchao "
+                "casts the sharded weights with one scale per tensor)",
+                "fp8_all_gather",
+                "fp8_recipe",
+            )
         config = dataclasses.replace(config, enable_fsdp_float8_all_gather=True)
     keep = ("head", "lm_head")  # the output head stays in bf16: its logits feed the loss
     convert_to_float8_training(model, config=config, module_filter_fn=lambda mod, fqn: fqn.split(".")[-1] not in keep)
@@ -174,7 +201,7 @@ CHECK_UPDATE, INIT_STD = 0.25, 0.02
 def check_lr(torch: Any, model: Any) -> float:
     """The loss check's peak learning rate: 3e-4, lowered for wide layers (CHECK_UPDATE above)."""
     fan_in = max((m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)), default=1)
-    return min(3e-4, CHECK_UPDATE * INIT_STD / fan_in ** 0.5)
+    return min(3e-4, CHECK_UPDATE * INIT_STD / fan_in**0.5)
 
 
 def apply_compile(torch: Any, model: Any, mode: Any, scope: str | None = "model") -> tuple[Any, str | None]:
@@ -190,8 +217,11 @@ def apply_compile(torch: Any, model: Any, mode: Any, scope: str | None = "model"
         return torch.compile(model, mode=compile_mode), compile_mode or "default"
     blocks = repeated_blocks(torch, model)
     if not blocks:
-        raise InvalidConfig("compile_scope block: this model has no list of repeated blocks (an nn.ModuleList of "
-                            "one module class) to compile", "compile_scope")
+        raise InvalidConfig(
+            "compile_scope block: this model has no list of repeated blocks (an nn.ModuleList of "
+            "one module class) to compile",
+            "compile_scope",
+        )
     for block in blocks:
         block.compile(mode=compile_mode)
     kind = type(blocks[0]).__name__
@@ -206,8 +236,10 @@ def finite_losses(torch: Any, losses: list[Any], phase: str) -> list[float]:
     """The losses as floats (one synchronisation, after the timed region); NonFiniteLoss if any is NaN or inf."""
     values = torch.stack(losses).float().cpu().tolist() if losses else []
     if not all(x == x and abs(x) != float("inf") for x in values):
-        raise NonFiniteLoss(f"loss became {next(x for x in values if not (x == x and abs(x) != float('inf')))} "
-                            f"during {phase} (losses {values})")
+        raise NonFiniteLoss(
+            f"loss became {next(x for x in values if not (x == x and abs(x) != float('inf')))} "
+            f"during {phase} (losses {values})"
+        )
     return values
 
 
@@ -222,18 +254,17 @@ class Train(Workload):
         self.amp_dtype = apply_precision(torch, knobs["precision"], device)
         torch.manual_seed(spec.run.seed)  # the same initial weights on every rank
         rank = self.ranks.rank if self.ranks else 0
-        self.dev = torch.device(device, self.ranks.local_rank) if self.ranks and device == "cuda" else torch.device(device)
+        self.dev = (
+            torch.device(device, self.ranks.local_rank) if self.ranks and device == "cuda" else torch.device(device)
+        )
         self.attention = apply_attention(torch, knobs["attention"], device, self.amp_dtype)
         gen = torch.Generator(device=self.dev).manual_seed(spec.run.seed + rank)  # each rank its own data
         m = spec.model
-        # FSDP2 with the built-in model: sharded on the meta device, then each rank materialises its shards
-        # only (a tied head would be untied by to_empty after sharding, so tied models are built whole first)
-        sharded_build = bool(self.ranks) and knobs.get("parallel") == "fsdp" and not (
-            m.get("hf_config") or m.get("entrypoint") or m.get("tie_embeddings"))
+        sharded_build = self._sharded_build(m)
         lap = _laps(torch, device)
-        model, self.batches, applied, self._work = build_model(torch, spec, self.dev, gen,
-                                                               n_batches=min(knobs["grad_accum_steps"], 4),
-                                                               materialize=not sharded_build)
+        model, self.batches, applied, self._work = build_model(
+            torch, spec, self.dev, gen, n_batches=min(knobs["grad_accum_steps"], 4), materialize=not sharded_build
+        )
         lap("model")
         fp8_linears = apply_fp8(torch, model, knobs)
         lap("fp8")
@@ -262,30 +293,48 @@ class Train(Workload):
         if not regional:
             self.step_model, compile_mode = apply_compile(torch, model, knobs["compile"])
         lap("optimizer")
-        attention = knobs["attention"]
         self.applied = {
-            "attention": attention if attention in SDPA_BACKENDS or attention == "eager" else "auto (PyTorch's SDPA choice)",
+            **self._applied(compile_mode, ddp_graph, fp8_linears),
             **applied,
+            **parallel_applied,
+            "build_s": lap.parts,
+        }  # where the build's seconds went (issue 15: an 8B build under 10 s)
+
+    def _sharded_build(self, m: dict[str, Any]) -> bool:
+        """FSDP2 with the built-in model: sharded on the meta device, then each rank materialises its shards
+        only (a tied head would be untied by to_empty after sharding, so tied models are built whole first)."""
+        external = m.get("hf_config") or m.get("entrypoint") or m.get("tie_embeddings")
+        return bool(self.ranks) and self.spec.knobs.get("parallel") == "fsdp" and not external
+
+    def _applied(self, compile_mode: Any, ddp_graph: Any, fp8_linears: int) -> dict[str, Any]:
+        """What the build applied, for the trial's record (the model's own and the parallel layout's join it)."""
+        attention = self.spec.knobs["attention"]
+        sdpa = attention in SDPA_BACKENDS or attention == "eager"
+        return {
+            "attention": attention if sdpa else "auto (PyTorch's SDPA choice)",
             "optimizer": f"AdamW(fused={bool(self.optimizer.defaults.get('fused'))})",
             "compile_mode": compile_mode,
             "ddp_graph": ddp_graph,
             "fp8_linears": fp8_linears,
             "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
-            **parallel_applied,
-            "build_s": lap.parts,  # where the build's seconds went (issue 15: an 8B build under 10 s)
         }
 
     def step(self, accum: int | None = None) -> Any:
         """One optimizer step of `accum` micro-steps (default grad_accum_steps); returns its loss as a device
         tensor (no host synchronisation)."""
         torch, accum = self.torch, accum or self.spec.knobs["grad_accum_steps"]
-        amp = (lambda: torch.autocast(device_type=self.spec.device, dtype=self.amp_dtype)) if self.amp_dtype \
+        amp = (
+            (lambda: torch.autocast(device_type=self.spec.device, dtype=self.amp_dtype))
+            if self.amp_dtype
             else contextlib.nullcontext
+        )
         total = torch.zeros((), device=self.dev)
         for i in range(accum):
             inputs, targets = self.batches[i % len(self.batches)]
             self.fault.in_micro_step(torch)
-            with self.sync(i == accum - 1) if self.sync else contextlib.nullcontext():  # gradients cross ranks once a step
+            with (
+                self.sync(i == accum - 1) if self.sync else contextlib.nullcontext()
+            ):  # gradients cross ranks once a step
                 with amp(), self.attention():
                     loss = self.step_model(inputs, targets) * self.fault.loss_scale / accum
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
@@ -303,10 +352,16 @@ class Train(Workload):
     def run(self) -> Measured:
         torch, run = self.torch, self.spec.run
         sync = torch.cuda.synchronize if self.spec.device == "cuda" else (lambda: None)
-        timing = time_steps(torch, self.fault.slowed(self.step, sync), warmup=run.warmup_steps,
-                            measure=run.measure_steps, device=self.spec.device,
-                            after_warmup_step=lambda loss: finite_losses(torch, [loss], "warm-up"),
-                            before_window=self.ranks.barrier if self.ranks else None, progress=self.progress)
+        timing = time_steps(
+            torch,
+            self.fault.slowed(self.step, sync),
+            warmup=run.warmup_steps,
+            measure=run.measure_steps,
+            device=self.spec.device,
+            after_warmup_step=lambda loss: finite_losses(torch, [loss], "warm-up"),
+            before_window=self.ranks.barrier if self.ranks else None,
+            progress=self.progress,
+        )
         losses = finite_losses(torch, timing.outputs, "measured steps")
         if os.environ.get("AUTOTUNE_PROFILE"):
             self.profile(Path(os.environ["AUTOTUNE_PROFILE"]))

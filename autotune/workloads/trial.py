@@ -29,8 +29,11 @@ from autotune.workloads.faults import Fault  # noqa: E402
 from autotune.workloads.ranks import Ranks, env_rank, fail_rank  # noqa: E402
 
 # task -> the workload class ("module:Class"), imported only when that task runs.
-WORKLOADS = {"train": "autotune.workloads.train:Train", "generate": "autotune.workloads.generate:Generate",
-             "allreduce": "autotune.workloads.allreduce:AllReduce"}
+WORKLOADS = {
+    "train": "autotune.workloads.train:Train",
+    "generate": "autotune.workloads.generate:Generate",
+    "allreduce": "autotune.workloads.allreduce:AllReduce",
+}
 
 
 def workload_class(task: str) -> type[Workload]:
@@ -81,10 +84,23 @@ def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
         workload.progress = Progress(run_dir, workload.work().tokens_per_step)
     measured = workload.run()
     stopped = measured.timing is not None and measured.timing.stopped_early
-    reason = (f"stopped after {len(measured.timing.step_s)} of {spec.run.measure_steps} measured steps: the "
-              "search's pruner found it far below the best measured") if stopped else ""
-    result = TrialResult("pruned" if stopped else "ok", reason, applied=workload.applied, env=_env(torch, spec.device),
-                         losses=measured.losses, output=measured.output, rank=ranks.rank if ranks else 0)
+    reason = (
+        (
+            f"stopped after {len(measured.timing.step_s)} of {spec.run.measure_steps} measured steps: the "
+            "search's pruner found it far below the best measured"
+        )
+        if stopped
+        else ""
+    )
+    result = TrialResult(
+        "pruned" if stopped else "ok",
+        reason,
+        applied=workload.applied,
+        env=_env(torch, spec.device),
+        losses=measured.losses,
+        output=measured.output,
+        rank=ranks.rank if ranks else 0,
+    )
     result.phases_s = {"start": t_torch - (spec.launched_at or _T_ENTER), "build": t_built - t_torch}
     if isinstance(result.applied.get("build_s"), dict):  # the build's parts, the ranks' start first
         result.applied["build_s"] = {"ranks": round(t_ranks - t_torch, 3), **result.applied["build_s"]}
@@ -97,8 +113,9 @@ def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
     return result
 
 
-def _record_steps(result: TrialResult, spec: TrialSpec, workload: Workload, measured: Measured, ranks: Ranks | None,
-                  t_built: float) -> None:
+def _record_steps(
+    result: TrialResult, spec: TrialSpec, workload: Workload, measured: Measured, ranks: Ranks | None, t_built: float
+) -> None:
     """Step times, memory and phases into the result; with several ranks each step takes its slowest rank's time."""
     t = measured.timing
     assert t is not None
@@ -108,20 +125,30 @@ def _record_steps(result: TrialResult, spec: TrialSpec, workload: Workload, meas
         steps = [max(per_rank) for per_rank in zip(*(r["step_times_s"] for r in gathered))]
         peak = max(r["peak_mem_bytes"] for r in gathered)
         reserved = max(r["reserved"] or 0 for r in gathered) or None
-        result.ranks = [{"rank": i, "step_times_s": r["step_times_s"], "peak_mem_bytes": r["peak_mem_bytes"]}
-                        for i, r in enumerate(gathered)]
+        result.ranks = [
+            {"rank": i, "step_times_s": r["step_times_s"], "peak_mem_bytes": r["peak_mem_bytes"]}
+            for i, r in enumerate(gathered)
+        ]
     work = workload.work()
     result.step_times_s, result.warmup_step_times_s = steps, t.warmup_s
     result.tokens_per_step, result.n_params, result.flop_params, result.mfu_dims = (
-        work.tokens_per_step, work.n_params, work.flop_params, work.mfu_dims)
+        work.tokens_per_step,
+        work.n_params,
+        work.flop_params,
+        work.mfu_dims,
+    )
     result.peak_mem_bytes, result.peak_mem_kind, result.peak_mem_reserved_bytes = peak, t.peak_mem_kind, reserved
     result.measure_window = list(t.window)
-    result.phases_s.update({
-        "warmup": t.warmup_end - t_built,
-        # The first step's excess over a measured step: torch.compile's time when compile is on.
-        "compile": max(0.0, t.warmup_s[0] - statistics.median(steps)) if spec.knobs.get("compile") and t.warmup_s else 0.0,
-        "measure": t.window[1] - t.window[0],
-    })
+    result.phases_s.update(
+        {
+            "warmup": t.warmup_end - t_built,
+            # The first step's excess over a measured step: torch.compile's time when compile is on.
+            "compile": max(0.0, t.warmup_s[0] - statistics.median(steps))
+            if spec.knobs.get("compile") and t.warmup_s
+            else 0.0,
+            "measure": t.window[1] - t.window[0],
+        }
+    )
 
 
 def _env(torch: Any, device: str) -> dict[str, Any]:

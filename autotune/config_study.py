@@ -1,0 +1,171 @@
+"""The study section of the YAML (how the Optuna study runs: budget, sampler, storage, limits, the numerics
+guards) and the base every section shares."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SamplerName = Literal["tpe", "random", "grid", "gp"]
+SEED_MAX = 2**32 - 1  # numpy's and Optuna's seeds are 32-bit
+
+
+class _Section(BaseModel):
+    """Every section rejects unknown keys (a typo must never be silently ignored) and takes YAML's types as
+    they are: strict, so `true` is no integer and "3" no number; floats finite."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class LimitsConfig(_Section):
+    """Service-level limits of a generate study: a trial past one is recorded over_limit, with its numbers."""
+
+    p99_tpot_ms: Optional[float] = Field(
+        default=None, gt=0, le=1e7, description="Largest p99 time per output token (ms) over the decode steps."
+    )
+    median_tpot_ms: Optional[float] = Field(
+        default=None, gt=0, le=1e7, description="Largest median time per output token (ms)."
+    )
+    ttft_ms: Optional[float] = Field(
+        default=None, gt=0, le=1e7, description="Largest time to first token (ms): the prefill of the batch."
+    )
+
+
+class LossCheckConfig(_Section):
+    """Training's precision guardrail: an fp8 or fp16 trial that measured well also trains `steps` optimizer
+    steps from fresh weights on a learnable synthetic stream (each sequence repeats a random 8-token pattern,
+    so the loss falls), one micro-batch a step, and so does the same configuration in bf16 once (cached per
+    micro-batch size in the study's loss-reference/). If the loss curves part by more than `max_gap` (relative,
+    at any step of the second half) the trial ends invalid_config: loss drifts, so a faster precision never
+    wins by training worse."""
+
+    steps: int = Field(default=20, ge=0, le=1000, description="Optimizer steps of the check (0: off).")
+    max_gap: float = Field(
+        default=0.05,
+        gt=0,
+        le=10,
+        description="Largest relative gap |loss - bf16 loss| / bf16 loss at any step of the second half of the check.",
+    )
+
+
+class DriftConfig(_Section):
+    """How far a quantized generate trial's outputs may move from the unquantized model's (same weights, same
+    prompts): past any limit the trial ends invalid_config: outputs drift. All three are measured and recorded
+    in every quantized trial. On autotune's random-weight models the end-to-end measures say little (a random
+    32-layer network turns int4's 10% per-layer error into unrelated greedy tokens, seen on an H200), so the
+    default limit is per layer; set the end-to-end ones for a model whose weights are trained."""
+
+    max_layer_error: Optional[float] = Field(
+        default=0.3,
+        ge=0,
+        le=100,
+        description="Largest relative output error ||W_q x - W x|| / ||W x|| of any "
+        "quantized linear on the prompts' activations (measured: int8 about 0.008, int4 group 128 about 0.10, a broken "
+        "1-bit quantizer about 0.63). null: off.",
+    )
+    max_kl_nats: Optional[float] = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="Largest mean KL(unquantized || "
+        "quantized) of the next-token distributions, in nats. null (default): off.",
+    )
+    min_greedy_agreement: Optional[float] = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Smallest share of positions whose greedy next token is the unquantized model's. null: off.",
+    )
+
+
+class StudyConfig(_Section):
+    """How the Optuna study runs."""
+
+    trials: int = Field(
+        default=30, ge=1, le=100_000, description="Trials to measure (launched trials; resumed ones count)."
+    )
+    timeout_min: float = Field(
+        default=60.0, gt=0, le=525_600, description="Stop launching trials after this many minutes (at most a year)."
+    )
+    sampler: SamplerName = Field(default="tpe", description="Optuna sampler: tpe | random | grid | gp.")
+    seed: int = Field(default=0, ge=0, le=SEED_MAX, description="Sampler seed (0 to 2^32 - 1).")
+    storage: str | None = Field(
+        default=None,
+        description="Optuna storage: an RDB URL (sqlite:///..., postgresql://user@host/db) or journal:PATH "
+        "(JournalStorage on a shared file system). Default: sqlite:///<out>/<name>/study.db.",
+    )
+    worker_grace_s: float = Field(
+        default=60.0,
+        ge=3,
+        le=86_400,
+        description="A running trial whose worker sent no heartbeat for this long "
+        "(killed, node lost) is failed as worker_lost and its configuration measured again.",
+    )
+    trial_timeout_min: float = Field(
+        default=10.0,
+        gt=0,
+        le=10_080,
+        description="Hard limit for one trial's process; past it the trial ends as timeout (at most a week).",
+    )
+    confirm_top: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="At the end, re-measure this many best configurations (0: no confirmation).",
+    )
+    confirm_rounds: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="Interleaved rounds of the confirmation (A B C A B C ...), each a fresh process.",
+    )
+    prune_below: float = Field(
+        default=0.8,
+        ge=0,
+        lt=1,
+        description="Stop a one-rank trial once its fastest measured step so far is below "
+        "this fraction of the best measured median (Optuna pruner; recorded as pruned with what it measured). "
+        "0: never prune. The confirmation and `check` are never pruned.",
+    )
+    prestart: Optional[bool] = Field(
+        default=None,
+        description="Start each one-rank trial's process ahead, while the previous trial runs: it "
+        "imports torch and torch.compile's stack, then waits for its configuration (still a fresh process per "
+        "trial). Default: on with --device cuda; off on the CPU, where that import would share the cores with "
+        "the trial being measured.",
+    )
+    objective: Literal["tokens_per_s", "pareto"] = Field(
+        default="tokens_per_s",
+        description="tokens_per_s: maximise tokens/s per GPU. pareto (task generate): an "
+        "Optuna multi-objective study, tokens/s (maximised) against p99 time per output token (minimised); best.yaml "
+        "keeps the fastest configuration within study.limits and lists the front.",
+    )
+    limits: Optional[LimitsConfig] = Field(
+        default=None,
+        description="generate: latency limits (p99_tpot_ms, median_tpot_ms, ttft_ms); a trial past one "
+        "is recorded over_limit with its numbers and never chosen.",
+    )
+    drift: DriftConfig = Field(
+        default_factory=DriftConfig,
+        description="generate: how far quantized outputs may "
+        "drift from the unquantized model's (max_kl_nats, min_greedy_agreement).",
+    )
+    loss_check: LossCheckConfig = Field(
+        default_factory=LossCheckConfig,
+        description="train: fp8 and fp16 trials check their loss curve against bf16's (steps, max_gap).",
+    )
+    compile_cache: Optional[str] = Field(
+        default=None,
+        description="A folder for torch.compile's caches (Inductor, Triton) that outlives one study: a "
+        "second study of the same model on the same GPU starts warm. Each GPU model and torch version gets its own "
+        "subfolder. Default: the study's own inductor-cache/.",
+    )
+
+    @field_validator("storage")
+    @classmethod
+    def _remember_credentials(cls, value: str | None) -> str | None:
+        from autotune.redact import remember
+
+        remember(value)  # masked wherever it would be shown from now on
+        return value

@@ -1,0 +1,120 @@
+"""A knob's declaration (Knob) and the value checks the catalogue's entries use. Standard library only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Optional, Union, get_args, get_origin  # noqa: F401  (the entries' types)
+
+Note = Callable[[dict[str, Any], str], list[str]]
+
+CHECKPOINT_EVERY = {"none": 0, "full": 1, "selective": 2, "selective_op": 1}  # checkpoint every k-th block
+CE_CHUNKS = 8  # cross_entropy chunked: the tokens' slices, each with its own logits, recomputed in backward
+POWERSGD_START = 2  # ddp_comm_hook powersgd compresses from this step on (PowerSGD's minimum with error feedback)
+
+
+TASKS = ("train", "generate")  # workload.task values; each knob says which of them it acts in
+BOTH = ("train", "generate")
+
+
+@dataclass(frozen=True)
+class Not:
+    """only_with's value for "any value but this one" (compile_scope acts whenever compile is not false)."""
+
+    value: Any
+
+    def __str__(self) -> str:
+        return f"not {str(self.value).lower() if isinstance(self.value, bool) else self.value}"
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One knob: its values, its default, where it acts and how a trial applies it."""
+
+    name: str
+    type: Any  # typing form of one value: Literal[...], int, bool, str, Optional[int], Union[...]
+    default: Any  # the value when the YAML leaves the knob out
+    help: str  # what it is (the YAML field's description)
+    effect: str  # how the trial applies it (README's table)
+    values: str = ""  # README's 'values' column where the type alone says too little
+    tasks: tuple[str, ...] = ("train",)  # the workloads it acts in
+    only_with: tuple[str, Any] | None = (
+        None  # acts only when this other knob has this value, or not Not.value (else None)
+    )
+    multi_rank: bool = False  # acts only across ranks: not searched with world_size 1
+    nccl: bool = False  # an NCCL setting: meaningless on gloo (CPU)
+    env: tuple[str, ...] = ()  # environment variables of the trial's processes it sets ("default" sets none)
+    ranged: bool = False  # also accepts {multiple_of, min, max}
+    sizes: bool = False  # positive integers, searched in ascending order
+    climb: bool = False  # stepped toward the study's limits by the loop (search/boundary.py); sizes knobs only
+    derived: bool = False  # YAML default `auto`: derived from workload.global_batch_size
+    check: Callable[[Any], str | None] | None = None  # the message for a value the type admits but the knob does not
+    # best.yaml: how to apply these values; a mapping where a task applies the knob its own way
+    note: Note | dict[str, Note] | None = None
+
+    def acts_with(self, value: Any) -> bool:
+        """Whether this knob acts when its only_with knob has `value`."""
+        assert self.only_with is not None
+        want = self.only_with[1]
+        return value != want.value if isinstance(want, Not) else value == want
+
+    def choices(self) -> tuple[Any, ...]:
+        """The closed set of values (a Literal type), else ()."""
+        kinds = get_args(self.type) if get_origin(self.type) is Union else (self.type,)
+        return tuple(v for k in kinds if get_origin(k) is Literal for v in get_args(k))
+
+
+MAX_SIZE = 65536  # the largest micro-batch, accumulation, bucket (MiB) or padding multiple a knob accepts
+
+
+def _positive(value: Any) -> str | None:
+    if 1 <= value <= MAX_SIZE:
+        return None
+    return (
+        f"{value} is not a size from 1 to {MAX_SIZE}"
+        if value >= 1
+        else f"{value} is not a positive integer; sizes must be >= 1"
+    )
+
+
+def _pad(value: Any) -> str | None:
+    if value is None or 1 <= value <= MAX_SIZE:
+        return None
+    return f"{value} is not a positive integer up to {MAX_SIZE}; use null or a multiple such as 64"
+
+
+def _prefetch(low: int) -> Callable[[Any], str | None]:
+    """FSDP2 prefetch depths: low (FSDP2's own default) to MAX_PREFETCH blocks."""
+
+    def check(value: Any) -> str | None:
+        if low <= value <= MAX_PREFETCH:
+            return None
+        return f"{value} is not a prefetch depth; use an integer from {low} to {MAX_PREFETCH} (blocks ahead)"
+
+    return check
+
+
+MAX_PREFETCH = 8  # each block prefetched holds its gathered weights: deeper costs memory and no more overlap
+
+
+def _env_value(value: Any) -> str | None:
+    """A value that becomes an environment variable: printable, one line, of a sane length."""
+    if len(value) > 1024 or not value.isprintable():
+        return (
+            f"{value[:40]!r}... is not a setting ({len(value)} characters; at most 1024, printable, one line)"
+            if len(value) > 40
+            else f"{value!r} is not a setting (printable characters, one line)"
+        )
+    return None
+
+
+def _channels(value: Any) -> str | None:
+    ok = value == "default" or (not isinstance(value, bool) and isinstance(value, int) and 1 <= value <= 64)
+    return None if ok else f"{value!r} is not a channel count; use default or an integer from 1 to 64"
+
+
+Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
+CompileMode = Union[bool, Literal["default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune"]]
+NcclAlgo = Literal["default", "Ring", "Tree", "CollnetDirect", "CollnetChain", "PAT", "NVLS"]
+NcclProto = Literal["default", "Simple", "LL", "LL128"]
+WeightQuant = Literal["none", "int8_weight_only", "int4_weight_only", "float8_weight_only", "float8_dynamic"]

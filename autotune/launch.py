@@ -1,0 +1,290 @@
+"""Launching one trial: a fresh, supervised process (or rank group through torchrun) on a spec, waited for with
+a time limit and telemetry, its end classified (ok, oom, invalid_config, crash, timeout, ...) into an Outcome.
+runner.measure is the one function that measures; it calls run_trial."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune import nccl_log, prestart
+from autotune.hardware import Telemetry, visible_gpu_index
+from autotune.protocol import PROGRESS_FILE, PRUNE_FILE, TRIAL_MODULE, TrialResult, TrialSpec
+
+LOG_TAIL_LINES = 15
+SUPERVISOR = "autotune.workloads.supervise"  # every trial runs under it: nothing outlives the trial or autotune
+
+
+@dataclass
+class Outcome:
+    """A finished trial process: its status, the reason when it failed, the trial's result (if it wrote one)."""
+
+    status: str
+    reason: str = ""
+    result: TrialResult | None = None
+    telemetry: list[dict[str, Any]] = field(default_factory=list)
+    wall_s: float = 0.0
+    nccl: dict[str, Any] | None = None  # NCCL's own account (rank groups on GPUs)
+    nccl_refused: bool = False  # NCCL's log, not the trial, says it refused a setting
+    prestarted: bool = False  # its process was started ahead (prestart.py): the start phase is the hand-over
+
+
+def launch_command(spec: TrialSpec, spec_path: Path, result_path: Path, module: str = TRIAL_MODULE) -> list[str]:
+    """The trial's command: the trial module itself, or torchrun starting world_size of them (one a rank)."""
+    trial = ["-m", module, str(spec_path), str(result_path)]
+    run = spec.run
+    if run.world_size == 1:
+        return [sys.executable, *trial]
+    nnodes = run.nnodes or 1
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(run.world_size // nnodes)]
+    if nnodes == 1 and not run.rdzv_endpoint:
+        cmd += ["--standalone"]
+    else:
+        cmd += [
+            "--nnodes",
+            str(nnodes),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            str(run.rdzv_endpoint),
+            "--rdzv-id",
+            f"autotune-{spec_path.parent.parent.parent.name}-{spec_path.parent.name}",
+        ]
+    return [*(run.launcher or []), *cmd, *trial]
+
+
+def run_trial(
+    spec: TrialSpec,
+    run_dir: Path,
+    *,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    on_poll: Callable[[], None] | None = None,
+    gpu_index: int | None = None,
+    stop: threading.Event | None = None,
+    module: str = TRIAL_MODULE,
+    ahead: bool = False,
+) -> Outcome:
+    """Run the trial on `spec` in a fresh process (own process group) and wait for it.
+
+    KeyboardInterrupt, or `stop` being set (Ctrl-C seen by another thread), ends the process group and
+    raises KeyboardInterrupt. gpu_index: the NVML index of the trial's GPU, for telemetry. module: the
+    trial's Python module (tests replace it with a fake rank). ahead: a one-rank trial takes the process
+    started ahead with its environment (prestart.py), if there is one, and starts the next one.
+    """
+    run_dir = run_dir.resolve()  # absolute: the straggler sweep matches this trial's spec path only
+    spec_path, result_path, log_path = _prepare(spec, run_dir)
+    child_env = _child_env(spec, run_dir, env)
+    distributed = spec.run.world_size > 1
+    telemetry = Telemetry(visible_gpu_index() if gpu_index is None else gpu_index) if spec.device == "cuda" else None
+    t0 = time.monotonic()
+    supervised = [sys.executable, "-m", SUPERVISOR]
+    ahead = ahead and not distributed
+    standby = prestart.take(child_env) if ahead else None
+    proc = standby.activate(spec_path, result_path, log_path) if standby else None
+    if proc is None:
+        proc = _start([*supervised, *launch_command(spec, spec_path, result_path, module)], log_path, child_env)
+    try:
+        if ahead:  # the next trials' processes import while this one runs
+            prestart.fill(
+                [*supervised, sys.executable, "-m", module], child_env, Path(child_env.get("TMPDIR", run_dir))
+            )
+        timed_out = _wait(proc, timeout_s, telemetry, on_poll, stop, str(spec_path) if distributed else None)
+    except BaseException:
+        _kill_group(proc, grace_s=2.0)  # nothing of the trial outlives an interruption here
+        raise
+    finally:
+        if standby is not None and (early := standby.output()):  # what it printed while it waited (imports)
+            (run_dir / "standby.log").write_text(early)
+    outcome = _classify(
+        run_dir,
+        log_path,
+        timed_out,
+        timeout_s,
+        distributed,
+        wall=time.monotonic() - t0,
+        telemetry=telemetry.samples if telemetry else [],
+    )
+    outcome.prestarted = standby is not None and proc is standby.proc
+    return outcome
+
+
+def _start(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start the trial's process in its own session, its output into the trial's log."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def _wait(
+    proc: subprocess.Popen[bytes],
+    timeout_s: float,
+    telemetry: Telemetry | None,
+    on_poll: Callable[[], None] | None,
+    stop: threading.Event | None,
+    straggler_needle: str | None,
+) -> int | None:
+    """Wait for the started process (or the timeout), and leave nothing of it running.
+    Returns None on a timeout, else the exit code."""
+    t0 = time.monotonic()
+    try:
+        if telemetry:
+            telemetry.__enter__()
+        while proc.poll() is None:
+            if time.monotonic() - t0 > timeout_s:
+                _kill_group(proc)
+                return None
+            if stop is not None and stop.is_set():
+                raise KeyboardInterrupt
+            if on_poll:
+                on_poll()
+            time.sleep(0.1)
+    except BaseException:
+        _kill_group(proc, grace_s=2.0)
+        raise
+    finally:
+        if telemetry:
+            telemetry.__exit__()
+        if proc.poll() is None:  # the trial has left; reap stragglers of its group (compile workers)
+            _kill_group(proc)
+        else:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if straggler_needle:
+            _kill_stragglers(straggler_needle)
+    return proc.returncode
+
+
+def _classify(
+    run_dir: Path,
+    log_path: Path,
+    code: int | None,
+    timeout_s: float,
+    distributed: bool,
+    *,
+    wall: float,
+    telemetry: list[dict[str, Any]],
+) -> Outcome:
+    """How the trial ended, from its result file, a failing rank's file, NCCL's log, or its exit."""
+    report = nccl_log.report(run_dir) if distributed else None
+    failed = rank_failure(run_dir) if distributed else None  # a rank's own reason, when one failed
+    if code is None:
+        reason = f"no result after {timeout_s:.0f} s (trial timeout); process group killed"
+        if failed is not None:  # a rank had failed, and the others then waited for it until the timeout
+            reason += f"; before that {failed.reason}"
+        if report and report["warnings"]:
+            reason += "; NCCL warned: " + "; ".join(report["warnings"][:2])
+        return Outcome("timeout", reason, wall_s=wall, telemetry=telemetry, nccl=report)
+    result_path = run_dir / "result.json"
+    if result_path.is_file():
+        res = TrialResult.read(result_path)
+        return Outcome(res.status, res.reason, res, telemetry, wall, report)
+    if failed is not None:  # one rank's own reason; torchrun ended the others
+        reason = failed.reason
+        if report and failed.status == "invalid_config":  # NCCL's warnings the rank's message does not repeat
+            flat = " ".join(reason.split())
+            extra = [w for w in report["warnings"] if " ".join(w.split())[:120] not in flat]
+            if extra:
+                reason += " | NCCL: " + "; ".join(extra[:2])
+        return Outcome(failed.status, reason, failed, telemetry, wall, report)
+    refused = [w for w in (report or {}).get("warnings", []) if nccl_log.is_refusal(w)]
+    if refused:  # NCCL aborted the ranks (its watchdog) before Python saw an error: its log says why
+        return Outcome(
+            "invalid_config",
+            "NCCL refused this setting: " + refused[0],
+            None,
+            telemetry,
+            wall,
+            report,
+            nccl_refused=True,
+        )
+    how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    return Outcome(
+        "crash",
+        f"trial process ended without a result ({how}): {_tail(log_path)}",
+        wall_s=wall,
+        telemetry=telemetry,
+        nccl=report,
+    )
+
+
+def rank_failure(run_dir: Path) -> TrialResult | None:
+    """The first rank's own failure (earliest written), or None: later ranks usually fail because it did."""
+    found = []
+    for path in run_dir.glob("result.rank*.json"):
+        try:
+            res = TrialResult.read(path)
+            found.append((res.at_ns or path.stat().st_mtime_ns, res))
+        except (OSError, ValueError):
+            pass
+    return min(found, key=lambda f: f[0])[1] if found else None
+
+
+def _kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    """End the trial's whole process group (its compile workers too): SIGTERM, then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 30.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _kill_stragglers(needle: str) -> None:
+    """SIGKILL every process whose command line names this trial's spec file: ranks that torchrun started in
+    sessions of their own are outside the trial's process group, and none may outlive the trial."""
+    me = os.getpid()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if int(entry) != me and needle in Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode():
+                os.kill(int(entry), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def _prepare(spec: TrialSpec, run_dir: Path) -> tuple[Path, Path, Path]:
+    """The run folder emptied of an earlier attempt's outputs, the spec written: (spec, result, log) paths."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec_path, result_path, log_path = run_dir / "spec.json", run_dir / "result.json", run_dir / "worker.log"
+    for old in (
+        result_path,
+        run_dir / PROGRESS_FILE,
+        run_dir / PRUNE_FILE,
+        run_dir / "standby.log",
+        *run_dir.glob("result.rank*.json"),
+        *run_dir.glob("nccl.*.log"),
+    ):
+        old.unlink(missing_ok=True)
+    spec.launched_at = time.time()
+    spec.write(spec_path)
+    return spec_path, result_path, log_path
+
+
+def _child_env(spec: TrialSpec, run_dir: Path, env: dict[str, str] | None) -> dict[str, str]:
+    """The trial's environment: ours, the caller's, unbuffered output, its parent; NCCL's INFO log for a
+    rank group on GPUs (unless NCCL_DEBUG is set)."""
+    child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "AUTOTUNE_PARENT_PID": str(os.getpid())}
+    if spec.run.world_size > 1 and spec.device == "cuda" and "NCCL_DEBUG" not in os.environ:
+        child_env.update(nccl_log.DEBUG_ENV, NCCL_DEBUG_FILE=str(run_dir / nccl_log.DEBUG_FILE))
+    return child_env
