@@ -15,8 +15,34 @@ need torch only, and `import autotune` loads none of Optuna, pydantic or torch.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+import _signal  # the C module, loaded with the interpreter: `signal` itself imports enum, tens of milliseconds
+import sys as _sys
+
+
+def _launched_as_the_cli() -> bool:
+    """`python -m autotune.cli ...` or the `autotune` console script (sys.orig_argv: Python's own command line)."""
+    argv = list(getattr(_sys, "orig_argv", []))
+    if "-m" in argv[:-1]:
+        return argv[argv.index("-m") + 1] == "autotune.cli"
+    return len(argv) > 1 and argv[1].rsplit("/", 1)[-1] == "autotune"
+
+
+def _interrupted_early(signum: int, frame: object) -> None:
+    """Ctrl-C while the CLI is still importing (this package runs first): one line, exit 130, as cli.main's."""
+    import os
+
+    _sys.stderr.write("interrupted\n")
+    _sys.stderr.flush()
+    os._exit(130)
+
+
+# Installed before anything else is imported (typing and pathlib take tens of milliseconds on a loaded machine):
+# only when this process is the CLI, never for a program that imports autotune, and never over an ignored SIGINT
+if _launched_as_the_cli() and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+    _signal.signal(_signal.SIGINT, _interrupted_early)
+
+from pathlib import Path  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
 
 if TYPE_CHECKING:
     from autotune.config import Config

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -717,4 +718,6 @@ def test_hardening_early_ctrl_c_is_one_line(tmp_path: Path) -> None:
             continue
         if "Fatal Python error: init_import_site" in err:  # CPython's own start-up, before any autotune code (seen
             continue  # on a loaded 2-core machine at 30 ms): the interpreter, not autotune, reports it
+        if "KeyboardInterrupt" in err and not re.search(r'File "[^"]*/autotune/[^"]*\.py"', err):
+            continue  # runpy still locating the package (no frame of autotune's): none of its code has run yet
         assert proc.returncode == 130 and len(err.strip().splitlines()) == 1 and "interrupted" in err, (delay, err)
