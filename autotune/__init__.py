@@ -118,6 +118,10 @@ def __getattr__(name: str) -> Any:  # lazy re-exports (PEP 562): `import autotun
         from autotune.space import resolve_space
 
         return resolve_space
+    if name == "run_export":  # the winner in each format: autotune.export.export(best_yaml, formats)
+        from autotune.export import export
+
+        return export
     if name in ("AutotuneError", "ConfigError", "ExitCode"):
         from autotune import errors
 

@@ -18,6 +18,7 @@ from pydantic import (
 
 from autotune import knobs as catalogue
 from autotune import sizes, tasks, yamlio
+from autotune.config_command import CommandConfig
 from autotune.config_study import SEED_MAX, StudyConfig, _Section
 from autotune.errors import excerpt
 from autotune.space import resolve_space
@@ -171,7 +172,7 @@ class WorkloadConfig(_Section):
         default="train",
         description="train: optimizer steps on synthetic tokens; "
         "generate: prefill a batch of prompts, then decode gen_len tokens each "
-        "with a KV cache (inference).",
+        "with a KV cache (inference); command: your own training command (the command section).",
     )
     prompt_len: Optional[int] = Field(
         default=None, ge=1, le=2**20, description="generate: prompt tokens per sequence (prefilled at once)."
@@ -327,10 +328,15 @@ class Config(_Section):
     """The whole YAML file."""
 
     name: str = Field(description="Study name; results go to trials/<name>/.")
-    model: ModelConfig = Field(description="The model to train.")
+    model: Optional[ModelConfig] = Field(
+        default=None, description="The model to train (tasks train and generate; a command builds its own)."
+    )
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig, description="What one trial does.")
     space: SpaceConfig = Field(description="The search space (inline, or a path to a YAML file).")
     study: StudyConfig = Field(default_factory=StudyConfig, description="Optuna study settings.")
+    command: Optional[CommandConfig] = Field(
+        default=None, description="task command: your own training command and how each knob reaches it."
+    )
     baseline: dict[str, Any] = Field(
         default_factory=dict,
         description="Knob values measured first as the reference (trial 0); absent knobs take their defaults.",

@@ -55,7 +55,7 @@ def summarize(res: Any, model: dict[str, Any] | None, world_size: int, peak_flop
         Metric.MFU: value,
         Metric.FLOPS_PER_TOKEN: fpt,
         Metric.STEP_TIME: stats,
-        Metric.PEAK_MEM_GIB: res.peak_mem_bytes / 2**30,
+        Metric.PEAK_MEM_GIB: res.peak_mem_bytes / 2**30 if res.peak_mem_bytes is not None else None,
         Metric.PEAK_MEM_KIND: res.peak_mem_kind,
         Metric.N_PARAMS: res.n_params,
     }

@@ -33,6 +33,7 @@ class Metric:
     TPOT_MEDIAN_MS = "tpot_ms_median"  # generate: time per output token
     TPOT_P99_MS = "tpot_ms_p99"
     ROOFLINE = "roofline_share"  # generate: decode bytes / step time over the GPU's peak HBM bandwidth
+    PADDING_PCT = "padding_pct"  # command: the share of the tokens computed on that were padding
 
 
 class RecordError(ValueError):

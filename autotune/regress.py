@@ -16,6 +16,7 @@ from typing import Any
 
 from autotune import paths, tasks
 from autotune.config import ModelConfig, StudyConfig, WorkloadConfig
+from autotune.config_command import CommandConfig
 from autotune.config_load import load_config
 from autotune.errors import ConfigError, ExitCode, UnmeasuredError, excerpt
 from autotune.hardware import detect, visible_gpu_index
@@ -125,11 +126,18 @@ def _bench(best: dict[str, Any], best_path: Path, model_yaml: Path | None) -> Be
     limit = best["measurement"].get("trial_timeout_min") or StudyConfig.model_fields["trial_timeout_min"].default
     if model_yaml is not None:
         cfg = load_config(model_yaml)
-        _same_measurement(best, cfg.model.model_dump(mode="json"), cfg.workload.model_dump(mode="json"), cfg.base_dir)
+        dumped = cfg.model.model_dump(mode="json") if cfg.model is not None else None
+        _same_measurement(best, dumped, cfg.workload.model_dump(mode="json"), cfg.base_dir)
         model, workload, base_dir, limit = cfg.model, cfg.workload, cfg.base_dir, cfg.study.trial_timeout_min
+        command = cfg.command
     else:
-        model = ModelConfig.model_validate(best["model"], context={"base_dir": best.get("base_dir")})
+        model = (
+            ModelConfig.model_validate(best["model"], context={"base_dir": best.get("base_dir")})
+            if best["model"] is not None
+            else None
+        )
         workload, base_dir = WorkloadConfig(**best["workload"]), best.get("base_dir")
+        command = CommandConfig.model_validate(best["command"]) if best.get("command") else None
     # prestart off: every repeat starts cold, with nothing importing beside it, the same way every night
     return Bench.of(
         model,
@@ -139,6 +147,7 @@ def _bench(best: dict[str, Any], best_path: Path, model_yaml: Path | None) -> Be
         home=best_path.parent,
         base_dir=base_dir,
         prestart=False,
+        command=command,
     )
 
 
@@ -147,12 +156,14 @@ LAUNCH_ONLY = ("nnodes", "rdzv_endpoint", "launcher")
 
 
 def _same_measurement(
-    best: dict[str, Any], model: dict[str, Any], workload: dict[str, Any], model_base: str | None
+    best: dict[str, Any], model: dict[str, Any] | None, workload: dict[str, Any], model_base: str | None
 ) -> None:
     """--model may move the model (another path to the same config.json or module) and how ranks are launched;
     a different model or workload is refused, like another GPU: its numbers do not compare."""
 
-    def content(m: dict[str, Any], base_dir: str | None) -> dict[str, Any]:
+    def content(m: dict[str, Any] | None, base_dir: str | None) -> dict[str, Any] | None:
+        if m is None:  # task command: no model section
+            return None
         if m.get("hf_config"):  # the same config.json at another path is the same model
             try:
                 m = {**m, "hf_config": json.loads(Path(m["hf_config"]).read_text())}
@@ -170,7 +181,7 @@ def _same_measurement(
     from autotune.identity import non_default  # a field added since at its default is no difference
 
     pairs = (
-        ("model", content(model, model_base), content(best["model"], best.get("base_dir"))),
+        ("model", content(model, model_base) or {}, content(best["model"], best.get("base_dir")) or {}),
         ("workload", workload, best["workload"]),
     )
     for section, mine, theirs in ((name, non_default(name, a), non_default(name, b)) for name, a, b in pairs):

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from autotune.config import ModelConfig, WorkloadConfig
 
 
+COMMAND_MARGIN_S = 15.0  # task command: the trial ends a job past its deadline this long before autotune would
+
+
 def preflight() -> None:
     """What must hold before anything is written: the test-only AUTOTUNE_FAULT, if set, is well formed."""
     try:
@@ -39,7 +42,7 @@ def preflight() -> None:
 class Bench:
     """Everything a measurement needs besides the knobs: shared by a study's trials, its confirmation and `check`."""
 
-    model: dict[str, Any]  # the model section as the trial reads it (derived sizes filled in)
+    model: dict[str, Any] | None  # the model section as the trial reads it (derived sizes); None: task command
     run: RunSettings
     device: str
     timeout_s: float  # hard limit of one trial's process
@@ -54,7 +57,7 @@ class Bench:
     @classmethod
     def of(
         cls,
-        model: ModelConfig,
+        model: ModelConfig | None,
         workload: WorkloadConfig,
         *,
         device: str,
@@ -66,12 +69,16 @@ class Bench:
         drift: dict[str, float] | None = None,
         limits: dict[str, float | None] | None = None,
         loss_check: dict[str, Any] | None = None,
+        command: Any = None,
     ) -> Bench:
-        """prestart None: on for CUDA trials, off on the CPU (the import would share the measured cores)."""
+        """prestart None: on for CUDA trials, off on the CPU (the import would share the measured cores).
+        command: the command section (config.CommandConfig) of task command."""
         run = RunSettings(**{k: getattr(workload, k) for k in RunSettings.__dataclass_fields__})
         shared = Path(compile_cache).resolve() / compile_key(device) if compile_cache else None
         ahead = device == "cuda" if prestart is None else prestart
         params = tasks.task(workload.task).trial_params(drift, loss_check)
+        if command is not None:  # the trial renders it; it ends the job itself a little before the hard limit
+            params.update(command=command.model_dump(mode="json"), timeout_s=max(5.0, timeout_s - COMMAND_MARGIN_S))
         return cls(
             model_spec(model),
             run,
@@ -121,8 +128,10 @@ def compile_key(device: str) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", f"{gpu}-torch{metadata.version('torch')}")
 
 
-def model_spec(model: ModelConfig) -> dict[str, Any]:
-    """The model section as the trial reads it (derived sizes filled in)."""
+def model_spec(model: ModelConfig | None) -> dict[str, Any] | None:
+    """The model section as the trial reads it (derived sizes filled in); None: the task builds no model."""
+    if model is None:
+        return None
     m = model.model_dump()
     m.update(kv_heads=model.kv_heads, ffn_hidden=model.ffn)
     return m
@@ -161,8 +170,10 @@ def measure(
     lock = DeviceLock(device_units(bench.device, gpus, local_ranks))
     waited = lock.acquire(stop, on_wait)
     try:
+        spec = bench.spec(knobs, progress)
+        tasks.task(bench.task).prepare(spec, run_dir.resolve())
         outcome = run_trial(
-            bench.spec(knobs, progress),
+            spec,
             run_dir,
             timeout_s=bench.timeout_s,
             env=env,

@@ -44,6 +44,7 @@ class ResolvedSpace:
     global_batch_size: int | None = None
     world_size: int = 1
     baseline: dict[str, Any] = field(default_factory=dict)
+    custom: tuple[str, ...] = ()  # the knobs the YAML declares itself (task command), after the catalogue's
 
     @property
     def size(self) -> int:
@@ -63,7 +64,7 @@ class ResolvedSpace:
         for k in catalogue.CATALOGUE:
             if k.name in knobs and k.only_with and not k.acts_with(knobs[k.only_with[0]]):
                 knobs[k.name] = None
-        return {k: knobs[k] for k in KNOBS if k in knobs}  # the task's knobs
+        return {k: knobs[k] for k in (*KNOBS, *self.custom) if k in knobs}  # the task's knobs
 
     def points(self) -> list[dict[str, Any]]:
         """Every point of the space as searched params (the grid)."""
@@ -117,6 +118,8 @@ def resolve_space(cfg: Sections, device: str | None = None) -> ResolvedSpace:
     values: dict[str, list[Any]] = {k: list(getattr(space, k)) for k in mine if k != "grad_accum_steps"}
     notes: dict[str, str] = {}
     tasks.task(task).batch_rule(space, wl, values, notes)
+    custom = tasks.task(task).user_knobs(cfg)
+    values.update(custom)
     for k in catalogue.CATALOGUE:
         _fix_where_it_cannot_act(k, values, notes, wl.world_size, device)
     searched = {k: v for k, v in values.items() if len(v) > 1}
@@ -135,6 +138,7 @@ def resolve_space(cfg: Sections, device: str | None = None) -> ResolvedSpace:
         global_batch_size=wl.global_batch_size,
         world_size=wl.world_size,
         baseline=_resolve_baseline(cfg.baseline, values),
+        custom=tuple(custom),
     )
 
 
@@ -167,8 +171,8 @@ def _fix_where_it_cannot_act(
 def _resolve_baseline(given: dict[str, Any], values: dict[str, list[Any]]) -> dict[str, Any]:
     """The baseline's searched params; an absent knob takes its default if in the space, else the first value."""
     for key, value in given.items():
-        if key not in KNOBS:
-            raise ValueError(f"baseline.{str(key)[:40]}: unknown knob; allowed: {', '.join(KNOBS)}")
+        if key not in KNOBS and key not in values:
+            raise ValueError(f"baseline.{str(key)[:40]}: unknown knob; allowed: {', '.join((*KNOBS, *values))}")
         if (
             key not in values
             and key != "grad_accum_steps"
@@ -186,6 +190,6 @@ def _resolve_baseline(given: dict[str, Any], values: dict[str, list[Any]]) -> di
     for key, allowed in values.items():
         if len(allowed) < 2:
             continue
-        default = catalogue.BY_NAME[key].default
+        default = catalogue.BY_NAME[key].default if key in catalogue.BY_NAME else allowed[0]  # yours: the first
         baseline[key] = given[key] if key in given else default if default in allowed else allowed[0]
     return baseline

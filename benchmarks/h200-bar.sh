@@ -7,6 +7,7 @@
 #                                       gen8b gen-int4 gen-slo gen-plain (issue 14) fsdp8b fsdp8b-2k memgpu (issue 15)
 #                                       ddp-truth comm-hooks check3 (issue 16)
 #                                       int4-kernels memcompile compile-saved check1 (issue 24: one H200)
+#                                       hf-trainer hf-callback-cost (issue 26: one H200)
 # GPUS: the --gpus of the stages that take it (default 0,1; GPUS=0 on one GPU)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
@@ -22,6 +23,34 @@ for stage in "$@"; do
       { date -u; nvidia-smi; nvidia-smi topo -m; env | grep -E "NCCL|NVLS|MULTICAST|NVSHMEM"; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv
         python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "nccl", torch.cuda.nccl.version())'
         python3 -c 'import torchao, optuna; print("torchao", torchao.__version__, "optuna", optuna.__version__)'; } > "$OUT/hw.txt" 2>&1 ;;
+    hf-trainer) # issue 26: the HF Trainer job (examples/hf_trainer/train.py, 1.1B Llama, variable-length sequences) as
+      # task command: the Trainer's defaults as a study of one trial, then the search whose baseline is the expert's setting
+      # (search_spaces/hf-trainer-llama-1b.yaml); HF_MIN: minutes the search launches trials (it resumes)
+      [ -d trials/hf-trainer-llama-1b ] || [ ! -f carry/trials-final.tgz ] || tar xzf carry/trials-final.tgz
+      python3 -c 'import yaml; d = yaml.safe_load(open("search_spaces/hf-trainer-llama-1b.yaml")); d["name"] = "hf-trainer-defaults"
+d["space"] = {"micro_batch_size": 8, "precision": "fp32", "compile": False, "activation_checkpointing": "none"}
+for k, v in {"optim": "adamw_torch_fused", "attn_implementation": "sdpa", "sampling": "random", "packing": False}.items():
+    d["command"]["knobs"][k]["values"] = [v]  # the Trainer defaults (fused AdamW since torch 2.8), SDPA, random order
+d["baseline"], d["study"] = {}, {"trials": 1, "confirm_top": 0, "trial_timeout_min": 5}
+yaml.safe_dump(d, open("search_spaces/hf-trainer-defaults.yaml", "w"), sort_keys=False)'
+      at search search_spaces/hf-trainer-defaults.yaml --gpus 0 2>&1 | tee -a "$OUT/hf-trainer.log"
+      at search search_spaces/hf-trainer-llama-1b.yaml --gpus 0 --timeout-min "${HF_MIN:-7}" 2>&1 | tee -a "$OUT/hf-trainer.log"
+      for s in hf-trainer-defaults hf-trainer-llama-1b; do at report trials/$s --format markdown > "$OUT/$s-report.md" 2>&1
+        cp trials/$s/best.yaml "$OUT/$s-best.yaml" 2>/dev/null; done
+      at export trials/hf-trainer-llama-1b/best.yaml > "$OUT/hf-trainer-export.txt" 2>&1 ;;
+    hf-callback-cost) # issue 26: the callback's own cost, timed from outside: the expert's setting for HF_STEPS optimizer steps,
+      # HF_REPS times with the callback active (it never asks to stop) and without it, alternating; the Trainer's
+      # train_runtime and the process's wall time of each run
+      A="examples/hf_trainer/train.py --output_dir /tmp/hfcost --report_to none --save_strategy no --disable_tqdm true
+         --logging_steps 1000 --d_model 2048 --n_layers 16 --n_heads 32 --n_kv_heads 8 --ffn_hidden 8192 --vocab_size 32000
+         --min_len 32 --max_len 1024 --n_samples 20000 --per_device_train_batch_size 16 --gradient_accumulation_steps 2
+         --bf16 true --tf32 true --sampling group_by_length --max_steps ${HF_STEPS:-40}"
+      for i in $(seq "${HF_REPS:-3}"); do for with in 1 0; do rm -f /tmp/hfcost.jsonl; t0=$(date +%s.%N)
+        if [ $with = 1 ]; then out=$(AUTOTUNE_REPORT=/tmp/hfcost.jsonl AUTOTUNE_STEPS=0,1000000 python3 $A 2>&1)
+        else out=$(python3 $A 2>&1); fi
+        t1=$(date +%s.%N); rt=$(echo "$out" | grep -oE "'train_runtime': '?[0-9.]+" | grep -oE "[0-9.]+$" | tail -1)
+        echo "{\"rep\": $i, \"callback\": $with, \"train_runtime_s\": ${rt:-null}, \"wall_s\": $(python3 -c "print(round($t1 - $t0, 3))"), \"steps_reported\": $(cat /tmp/hfcost.jsonl 2>/dev/null | grep -c '"s"')}" | tee -a "$OUT/hf-callback-cost.jsonl"
+      done; done ;;
     grid)   # the 48-point landscape, once each; stop launching after GRID_MIN minutes (resume finishes it)
       at search search_spaces/gpt2-small-grid.yaml --gpus 0,1 --timeout-min "${GRID_MIN:-60}" 2>&1 | tee -a "$OUT/grid.log" ;;
     fp32)   # the fp32 reference of the same workload

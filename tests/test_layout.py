@@ -14,7 +14,8 @@ MODULES = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removes
 # What a trial process may import of autotune: the shared protocol modules (standard library only) and itself.
 SHARED = ("autotune.protocol", "autotune.knobs", "autotune.knobs._knob", "autotune.knobs._catalogue", "autotune.knobs._generate",
           "autotune.knob_notes",
-          "autotune.sizes", "autotune.nccl_log")
+          "autotune.sizes", "autotune.nccl_log",
+          "autotune.reporting")  # the job's reporting API: the trial of task command reads what it writes
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 450
 

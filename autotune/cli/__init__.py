@@ -15,7 +15,7 @@ __all__ = ["app", "main"]
 
 
 def _load_app() -> Any:
-    from autotune.cli import check, hw, nccl, report, search  # noqa: F401  (each registers its commands)
+    from autotune.cli import check, export, hw, nccl, report, search  # noqa: F401  (each registers its commands)
     from autotune.cli._app import app
 
     return app

@@ -7,6 +7,7 @@ from typing import Literal, Optional, Union
 from autotune import knob_notes as notes
 from autotune.knobs._generate import GENERATE
 from autotune.knobs._knob import (
+    ALL,
     BOTH,
     CE_CHUNKS,
     POWERSGD_START,
@@ -16,6 +17,7 @@ from autotune.knobs._knob import (
     NcclProto,
     Not,
     Precision,
+    TRAIN_AND_COMMAND,
     _channels,
     _env_value,
     _pad,
@@ -34,13 +36,14 @@ CATALOGUE: tuple[Knob, ...] = (
         help="Sequences per forward/backward pass: a list, one value, or {multiple_of, min, max}.",
         values="list, one value, or `{multiple_of, min, max}`",
         effect="sequences per forward/backward",
+        tasks=TRAIN_AND_COMMAND,
     ),
     Knob(
         "precision",
         Precision,
         "fp32",
         note={"train": notes.precision, "generate": notes.generate_precision},
-        tasks=BOTH,
+        tasks=ALL,
         help="fp32 (TF32 off), tf32 (TF32 matmuls), bf16 (autocast), fp16 (autocast + GradScaler), "
         "fp8 (torchao float8 training of the linear layers, head in bf16; needs torchao and an sm89+ GPU).",
         effect='fp32: TF32 off; tf32: TF32 matmuls (`fp32_precision="tf32"`); bf16: `torch.autocast` bf16; fp16: '
@@ -59,13 +62,14 @@ CATALOGUE: tuple[Knob, ...] = (
         "A list (or one value) only when global_batch_size is absent; default then 1.",
         values="`auto` or a list",
         effect="micro-steps per optimizer step",
+        tasks=TRAIN_AND_COMMAND,
     ),
     Knob(
         "compile",
         CompileMode,
         False,
         note={"train": notes.compile_train, "generate": notes.compile_generate},
-        tasks=BOTH,
+        tasks=ALL,
         help="torch.compile: false, true (= default), or a mode: max-autotune-no-cudagraphs, "
         "reduce-overhead, max-autotune.",
         values="`false`, `true`/`default`, `max-autotune-no-cudagraphs`, `reduce-overhead`, `max-autotune`",
@@ -137,6 +141,7 @@ CATALOGUE: tuple[Knob, ...] = (
         effect="`torch.utils.checkpoint` (non-reentrant) on every block, or every other block; selective_op: "
         "every block with `context_fn=create_selective_checkpoint_contexts(policy)`, the policy saving "
         "`aten.mm`/`addmm` outputs (every second one recomputed) and the SDPA kernels' outputs",
+        tasks=TRAIN_AND_COMMAND,
     ),
     Knob(
         "cross_entropy",
@@ -197,7 +202,7 @@ CATALOGUE: tuple[Knob, ...] = (
         "default",
         env=("PYTORCH_CUDA_ALLOC_CONF",),
         check=_env_value,
-        tasks=BOTH,
+        tasks=ALL,
         help="PYTORCH_CUDA_ALLOC_CONF of the trial process, e.g. expandable_segments:True (default sets nothing).",
         values="strings, e.g. `default`, `expandable_segments:True`",
         effect="`PYTORCH_CUDA_ALLOC_CONF` of the trial process (`default` sets nothing)",
@@ -212,6 +217,7 @@ CATALOGUE: tuple[Knob, ...] = (
         help="NCCL_ALGO of the ranks (default sets nothing); searched only when world_size > 1 on GPUs. "
         "NVLS is never offered unless you list it; autotune never sets NCCL_NVLS_ENABLE.",
         effect="`NCCL_ALGO` of the ranks (`default` sets nothing). NVLS is never offered unless you list it",
+        tasks=TRAIN_AND_COMMAND,
     ),
     Knob(
         "parallel",
@@ -363,6 +369,7 @@ CATALOGUE: tuple[Knob, ...] = (
         env=("NCCL_PROTO",),
         help="NCCL_PROTO of the ranks (default sets nothing); world_size > 1 on GPUs.",
         effect="`NCCL_PROTO` of the ranks",
+        tasks=TRAIN_AND_COMMAND,
     ),
     Knob(
         "nccl_nchannels",
@@ -376,6 +383,7 @@ CATALOGUE: tuple[Knob, ...] = (
         "GPUs.",
         values="`default` or 1 to 64",
         effect="`NCCL_MIN_NCHANNELS` and `NCCL_MAX_NCHANNELS` of the ranks",
+        tasks=TRAIN_AND_COMMAND,
     ),
     # --- generate (text generation: prefill, then decode with a KV cache) ---
     *GENERATE,

@@ -13,8 +13,10 @@ CE_CHUNKS = 8  # cross_entropy chunked: the tokens' slices, each with its own lo
 POWERSGD_START = 2  # ddp_comm_hook powersgd compresses from this step on (PowerSGD's minimum with error feedback)
 
 
-TASKS = ("train", "generate")  # workload.task values; each knob says which of them it acts in
+TASKS = ("train", "generate", "command")  # workload.task values; each knob says which of them it acts in
 BOTH = ("train", "generate")
+TRAIN_AND_COMMAND = ("train", "command")
+ALL = TASKS  # command: a knob the user maps onto their own command (task command)
 
 
 @dataclass(frozen=True)

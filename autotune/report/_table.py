@@ -91,6 +91,7 @@ def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
                 Metric.TPOT_P99_MS,
                 Metric.ROOFLINE,
                 Metric.TOKENS_PER_JOULE,
+                Metric.PADDING_PCT,
             )
         },
     }
@@ -132,6 +133,7 @@ def cells(row: dict[str, Any], knobs: list[str], header: list[str], reason_chars
         "TPOT ms": fmt(row.get("tpot_ms_median"), "ms"),
         "TPOT p99 ms": fmt(row.get("tpot_ms_p99"), "ms"),
         "roofline": fmt(row.get("roofline_share"), "mfu"),
+        "padding": fmt(row.get(Metric.PADDING_PCT), "pct"),
         "tokens/J": fmt(row.get("tokens_per_joule"), "tpj"),
         "step spread": fmt(row["step_spread_pct"], "pct"),
         "NCCL used": row.get("nccl_used") or "-",

@@ -100,7 +100,8 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
             "notes": catalogue.apply_notes(knobs, fp["device"], cfg.workload.task),
         },
         "measurement": _measurement(cfg, best, record),
-        "model": cfg.model.model_dump(mode="json"),
+        "model": cfg.model.model_dump(mode="json") if cfg.model is not None else None,
+        **({"command": cfg.command.model_dump(mode="json")} if cfg.command is not None else {}),
         "base_dir": cfg.base_dir,
         "workload": cfg.workload.model_dump(mode="json"),
         "study": {"storage": mask_url(storage), "trials_launched": h.launched, "trials_completed": len(h.completed)},
@@ -119,7 +120,7 @@ def _metrics(record: TrialRecord, value: float, searched: float, base: float | N
         Metric.TOKENS: round(m[Metric.TOKENS] * scale, 1),
         "search_tokens_per_s_per_gpu": round(searched, 1),
         Metric.MFU: None if m[Metric.MFU] is None else round(m[Metric.MFU] * scale, 4),
-        Metric.PEAK_MEM_GIB: round(m[Metric.PEAK_MEM_GIB], 3),
+        Metric.PEAK_MEM_GIB: None if m[Metric.PEAK_MEM_GIB] is None else round(m[Metric.PEAK_MEM_GIB], 3),
         Metric.PEAK_MEM_KIND: m[Metric.PEAK_MEM_KIND],
         "step_time_median_s": m[Metric.STEP_TIME]["median_s"],
         "step_time_spread_pct": round(m[Metric.STEP_TIME]["spread_pct"], 2),
@@ -133,6 +134,7 @@ def _metrics(record: TrialRecord, value: float, searched: float, base: float | N
                 Metric.TPOT_P99_MS,
                 Metric.ROOFLINE,
                 Metric.TOKENS_PER_JOULE,
+                Metric.PADDING_PCT,
             )
             if m.get(k) is not None
         },
@@ -228,7 +230,8 @@ class BestFile(_Part):
     knobs: dict[str, Any]
     metrics: _Metrics
     fingerprint: _Fingerprint
-    model: dict[str, Any]
+    model: Optional[dict[str, Any]]  # None: task command (the command builds its model)
+    command: Optional[dict[str, Any]] = None  # task command: the command section (config.CommandConfig)
     workload: dict[str, Any]
     measurement: _Measurement
     confirmation: Optional[list[_Candidate]] = None
@@ -244,6 +247,7 @@ def read_best(path: Path) -> dict[str, Any]:
     """A best.yaml written by `autotune search`, every part check uses validated (the model and workload as
     the YAML schema says, each knob as its catalogue entry says); ConfigError (exit 2) naming the bad part."""
     from autotune.config import ModelConfig, WorkloadConfig
+    from autotune.config_command import CommandConfig
     from autotune.config_load import describe_error
 
     doc = yamlio.read(path, "BEST_YAML")
@@ -251,13 +255,16 @@ def read_best(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: knobs, fingerprint: missing; is this a best.yaml written by autotune search?")
     try:
         BestFile.model_validate(doc)
-        ModelConfig.model_validate(doc["model"], context={"base_dir": doc.get("base_dir")})
+        if doc["model"] is not None:
+            ModelConfig.model_validate(doc["model"], context={"base_dir": doc.get("base_dir")})
+        if doc.get("command") is not None:
+            CommandConfig.model_validate(doc["command"])
         WorkloadConfig.model_validate(doc["workload"])
     except ValidationError as err:
         section = next((k for k in ("model", "workload") if err.title == f"{k.capitalize()}Config"), None)
         raise ConfigError(f"{path}: {describe_error(err, section)}") from None
     _upgrade(path, doc)
-    _check_knobs(path, doc["knobs"], doc["workload"].get("task", "train"), doc["workload"].get("world_size", 1))
+    _check_knobs(path, doc["knobs"], doc["workload"].get("task", "train"), user_knobs(doc))
     if "micro_batch_size" in doc["knobs"]:
         _check_batch(path, doc["knobs"], doc["workload"])
     return doc
@@ -301,7 +308,7 @@ def _upgrade(path: Path, doc: dict[str, Any]) -> None:
         )
     task, world = doc["workload"].get("task", "train"), doc["workload"].get("world_size", 1)
     knobs = doc["knobs"]
-    names = [k.name for k in catalogue.CATALOGUE if task in k.tasks]
+    names = [k.name for k in catalogue.CATALOGUE if task in k.tasks] + list(user_knobs(doc))
     missing = [n for n in names if n not in knobs]
     intact = version == 1 or doc.get("knob_set") == knob_set(knobs)  # version 1 wrote no knob_set
     if missing and intact and not set(knobs) - set(names):
@@ -310,19 +317,29 @@ def _upgrade(path: Path, doc: dict[str, Any]) -> None:
         doc["upgraded"] = {"from_schema": version, "knobs_added": added}
 
 
-def _check_knobs(path: Path, knobs: dict[str, Any], task: str, world: int = 1) -> None:
-    """Every knob of the workload's task, each value one its knob accepts (None: not acting in this trial)."""
+def user_knobs(doc: dict[str, Any]) -> dict[str, list[Any]]:
+    """A command study's own knobs (its command section's knobs with values), name -> values."""
+    mappings = (doc.get("command") or {}).get("knobs") or {}
+    return {n: m["values"] for n, m in mappings.items() if isinstance(m, dict) and m.get("values") is not None}
+
+
+def _check_knobs(path: Path, knobs: dict[str, Any], task: str, own: dict[str, list[Any]]) -> None:
+    """Every knob of the workload's task (and of the command's own), each value one its knob accepts (None:
+    not acting in this trial)."""
     from autotune.config import SpaceConfig
     from autotune.config_load import describe_error
 
-    names = {k.name for k in catalogue.CATALOGUE if task in k.tasks}
+    names = {k.name for k in catalogue.CATALOGUE if task in k.tasks} | set(own)
     if set(knobs) != names:
         wrong = sorted(set(knobs) ^ names)
         raise ConfigError(
             f"{path}: knobs: {wrong[0]} is {'missing' if wrong[0] in names else 'not a knob'}; "
             f"best.yaml lists every knob of task {task}"
         )
-    given = {k: [v] for k, v in knobs.items() if v is not None}
+    for name, values in own.items():
+        if knobs[name] not in values:
+            raise ConfigError(f"{path}: knobs.{name}: {knobs[name]!r} is not one of its values {values}")
+    given = {k: [v] for k, v in knobs.items() if v is not None and k not in own}
     try:
         SpaceConfig.model_validate(given)
     except ValidationError as err:

@@ -51,7 +51,7 @@ def _bisect(t: optuna.trial.FrozenTrial, name: str, sizes: list[Any], h: History
 
 def steps(h: History, space: ResolvedSpace, finished: optuna.trial.FrozenTrial) -> list[dict[str, Any]]:
     """Points (searched params) to measure next: not measured, not known to fail, best's step up first."""
-    names = [n for n in space.searched if catalogue.BY_NAME[n].climb]
+    names = [n for n in space.searched if n in catalogue.BY_NAME and catalogue.BY_NAME[n].climb]
     points = []
     for name in names:
         sizes = sorted(space.searched[name])

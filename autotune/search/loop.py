@@ -196,6 +196,7 @@ class _Search:
             drift=cfg.study.drift.model_dump(),
             loss_check=cfg.study.loss_check.model_dump(),
             limits=cfg.study.limits.model_dump() if cfg.study.limits else None,
+            command=cfg.command,
         )
         self.grace = cfg.study.worker_grace_s
         gpus = [g["memory_gib"] for g in detect()["gpus"]] if device == "cuda" else []

@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.tasks._base import Task
+from autotune.tasks._command import Command
 from autotune.tasks._generate import Generate
 from autotune.tasks._train import Train
 
-TASKS: dict[str, Task] = {t.name: t for t in (Train(), Generate())}
+TASKS: dict[str, Task] = {t.name: t for t in (Train(), Generate(), Command())}
 
 __all__ = ["TASKS", "Task", "check_config", "check_workload", "task"]
 # What each study.objective optimises, for the message naming the tasks that take it
@@ -42,7 +43,18 @@ def check_config(cfg: Any) -> None:
             f"study.objective: {objective} ({OBJECTIVES.get(objective, objective)}) is for task "
             f"{takers} (task is {mine.name}); use {' or '.join(mine.objectives)}"
         )
+    _check_sections(cfg, mine)
     if cfg.study.limits is not None and not mine.latency_limits:
         takers = ", ".join(t.name for t in TASKS.values() if t.latency_limits)
         raise ValueError(f"study.limits: latency limits are for task {takers} (task is {mine.name}); remove them")
     mine.check_config(cfg)
+
+
+def _check_sections(cfg: Any, mine: Task) -> None:
+    """The model section for the tasks that build a model, the command section for task command only."""
+    if mine.needs_model and cfg.model is None:
+        raise ValueError(f"model: required with task {mine.name} (family, hf_config or entrypoint)")
+    if not mine.needs_model and cfg.model is not None:
+        raise ValueError(f"model: not used with task {mine.name} (your command builds its own model); remove it")
+    if cfg.command is not None and mine.name != "command":
+        raise ValueError(f"command: only for task command (task is {mine.name}); remove it or set workload.task: command")

@@ -28,6 +28,12 @@ class Task(ABC):
     loss_check: ClassVar[bool] = False
     # the report's efficiency columns (report._table's column titles)
     columns: ClassVar[tuple[str, ...]] = ()
+    # the YAML's model section: the model autotune builds (task command's job builds its own)
+    needs_model: ClassVar[bool] = True
+
+    def user_knobs(self, cfg: Any) -> dict[str, list[Any]]:
+        """Knobs the YAML declares itself beside the catalogue's (task command's), name -> values."""
+        return {}
 
     def check_workload(self, wl: Any) -> None:
         """The workload section's rules of this task, beyond its fields' own (ValueError naming the YAML path)."""
@@ -43,6 +49,9 @@ class Task(ABC):
     def trial_params(self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None) -> dict[str, Any]:
         """The trial spec's workload-specific parameters (TrialSpec.params)."""
         return {}
+
+    def prepare(self, spec: Any, run_dir: Any) -> None:
+        """Before a trial starts (protocol.TrialSpec, its folder): what the parent adds to its spec."""
 
     def metrics(self, record: Any, result: Any, limits: dict[str, float]) -> None:
         """Task-specific metrics into a measured trial's record (record.TrialRecord; its status may become

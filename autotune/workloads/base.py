@@ -9,6 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.protocol import TrialSpec
@@ -29,6 +30,15 @@ class InvalidConfig(Exception):
 
 class NonFiniteLoss(Exception):
     """The loss became NaN or inf."""
+
+
+class Failed(Exception):
+    """The trial ended as `status` (oom, crash, timeout, ...) for the reason given: a workload that sees its
+    failure itself (task command: the user's job and its output) says so instead of raising its cause."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass
@@ -54,12 +64,16 @@ class Workload(ABC):
     """One kind of trial. `build` does everything untimed; `run` times the steps; `work` says what a step did."""
 
     task: ClassVar[str]
+    # False: the workload runs no torch on the device itself (task command: the user's job does), so the trial
+    # creates no CUDA context beside it
+    touches_device: ClassVar[bool] = True
 
     def __init__(self, torch: Any, spec: TrialSpec, ranks: Ranks | None, fault: Fault) -> None:
         self.torch, self.spec, self.ranks, self.fault = torch, spec, ranks, fault
         self.applied: dict[str, Any] = {}  # what the trial really did for each knob (the record's `applied`)
         # set by the trial when the search may prune it: pass to time_steps(progress=...)
         self.progress: Callable[[list[float]], bool] | None = None
+        self.run_dir: Path | None = None  # the trial's folder (set by the trial before build)
 
     @abstractmethod
     def build(self) -> None:

@@ -24,7 +24,7 @@ from typing import Any  # noqa: E402
 
 from autotune import nccl_log  # noqa: E402
 from autotune.protocol import PROGRESS_FILE, PRUNE_FILE, TrialResult, TrialSpec  # noqa: E402
-from autotune.workloads.base import InvalidConfig, Measured, NonFiniteLoss, Workload  # noqa: E402
+from autotune.workloads.base import Failed, InvalidConfig, Measured, NonFiniteLoss, Workload  # noqa: E402
 from autotune.workloads.faults import Fault  # noqa: E402
 from autotune.workloads.ranks import Ranks, env_rank, fail_rank  # noqa: E402
 
@@ -33,6 +33,7 @@ WORKLOADS = {
     "train": "autotune.workloads.train:Train",
     "generate": "autotune.workloads.generate:Generate",
     "allreduce": "autotune.workloads.allreduce:AllReduce",
+    "command": "autotune.workloads.command:Command",
 }
 
 
@@ -76,8 +77,9 @@ def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
     fault = Fault(spec.knobs, ranks.rank if ranks else 0)
     fault.at_start()
     workload = workload_class(spec.task)(torch, spec, ranks, fault)
+    workload.run_dir = run_dir
     workload.build()
-    if spec.device == "cuda":
+    if spec.device == "cuda" and workload.touches_device:
         torch.cuda.synchronize()
     t_built = time.time()
     if spec.report_progress and run_dir is not None and ranks is None:
@@ -96,11 +98,12 @@ def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
         "pruned" if stopped else "ok",
         reason,
         applied=workload.applied,
-        env=_env(torch, spec.device),
+        env=_env(torch, spec.device if workload.touches_device else "cpu"),
         losses=measured.losses,
         output=measured.output,
         rank=ranks.rank if ranks else 0,
     )
+    result.env.update(measured.output.pop("job_env", {}))  # task command: the device the job itself reported
     result.phases_s = {"start": t_torch - (spec.launched_at or _T_ENTER), "build": t_built - t_torch}
     if isinstance(result.applied.get("build_s"), dict):  # the build's parts, the ranks' start first
         result.applied["build_s"] = {"ranks": round(t_ranks - t_torch, 3), **result.applied["build_s"]}
@@ -179,6 +182,8 @@ def crash_reason(err: BaseException) -> str:
 def classify(err: Exception, ranks: int, knobs: dict[str, Any]) -> TrialResult | None:
     """The result an exception means; None: a crash of one process, left to the parent (traceback in the log).
     An invalid configuration names the knob values that cause it (the rule the search learns)."""
+    if isinstance(err, Failed):
+        return TrialResult(err.status, str(err))
     if isinstance(err, InvalidConfig):
         return TrialResult("invalid_config", str(err), cause={k: knobs.get(k) for k in err.knobs} or None)
     if isinstance(err, NonFiniteLoss):

@@ -1,0 +1,170 @@
+"""A command study's knob values rendered into the user's command: flags, environment variables, and
+overrides of a config file the command reads (YAML, TOML or JSON, by dotted key).
+
+One function renders (`render`): the trial that launches the command and `autotune export` both call it, so
+the exported command line is the one the trial ran. Each knob's mapping (config.KnobMapping, as a dict here):
+
+- `flag: --per_device_train_batch_size`: the arguments `[flag, value]` (a bool as true/false);
+- `env: MY_VAR`: the variable set to the value;
+- `key: training.local_batch_size`: the dotted key of `command.config_file` set to the value (typed);
+- `map: {bf16: [--bf16, "true"], fp32: []}`: what each value renders as instead (a flag's arguments, an
+  environment variable's text, a key's value; null or [] renders nothing).
+
+A knob whose value is None (it cannot act in this trial) renders nothing. `{run_dir}` in argv or env is the
+trial's folder, `{config}` the rendered config file's path and `{python}` the Python that runs autotune.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CONFIG_FORMATS = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml"}
+
+
+@dataclass
+class Rendered:
+    """The command of one trial: arguments, environment additions, working directory, the config file."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str = "."
+    config_path: str | None = None  # the rendered config file (written by `render` when the command has one)
+    overrides: dict[str, Any] = field(default_factory=dict)  # dotted key -> value set in it
+
+
+def text_of(value: Any) -> str:
+    """A knob value as a flag's argument or a variable's text: true/false for bools."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _mapped(mapping: dict[str, Any], value: Any) -> tuple[bool, Any]:
+    """(found, rendered) of `value` in the mapping's map (keys compared as text: YAML keys are strings)."""
+    table = mapping.get("map") or {}
+    for key, out in table.items():
+        if text_of(key) == text_of(value):
+            return True, out
+    return False, None
+
+
+def flag_args(mapping: dict[str, Any], value: Any) -> list[str]:
+    found, out = _mapped(mapping, value)
+    if not found:
+        return [mapping["flag"], text_of(value)]
+    if out is None:
+        return []
+    return [text_of(a) for a in out] if isinstance(out, list) else [text_of(out)]
+
+
+def env_value(mapping: dict[str, Any], value: Any) -> str | None:
+    found, out = _mapped(mapping, value)
+    if not found:
+        return text_of(value)
+    return None if out is None or out == [] else text_of(out)
+
+
+def key_value(mapping: dict[str, Any], value: Any) -> tuple[bool, Any]:
+    """(set it, the value): a mapped null leaves the key as the file has it."""
+    found, out = _mapped(mapping, value)
+    if not found:
+        return True, value
+    return out is not None and out != [], out
+
+
+def render(command: dict[str, Any], knobs: dict[str, Any], run_dir: Path | None, base_dir: Path) -> Rendered:
+    """The trial's command (config.CommandConfig as a dict) with these knob values; the rendered config file
+    is written into run_dir (no file is written when run_dir is None: the overrides are returned)."""
+    argv, env, overrides = list(command["argv"]), dict(command.get("env") or {}), {}
+    for name, mapping in (command.get("knobs") or {}).items():
+        value = knobs.get(name)
+        if value is None:
+            continue
+        if mapping.get("flag"):
+            argv += flag_args(mapping, value)
+        elif mapping.get("env"):
+            if (text := env_value(mapping, value)) is not None:
+                env[mapping["env"]] = text
+        else:
+            setting, out = key_value(mapping, value)
+            if setting:
+                overrides[mapping["key"]] = out
+    config_path = None
+    if command.get("config_file"):
+        source = (base_dir / command["config_file"]).resolve()
+        config_path = str(run_dir / f"config{source.suffix}") if run_dir is not None else str(source)
+        if run_dir is not None:
+            write_config(source, Path(config_path), overrides)
+    cwd = str((base_dir / (command.get("cwd") or ".")).resolve())
+    folder = str(run_dir) if run_dir is not None else "."
+    argv = [_fill(a, folder, config_path) for a in argv]
+    env = {k: _fill(v, folder, config_path) for k, v in env.items()}
+    return Rendered(argv, env, cwd, config_path, overrides)
+
+
+def _fill(text: str, run_dir: str, config_path: str | None) -> str:
+    text = text.replace("{run_dir}", run_dir).replace("{python}", sys.executable)
+    return text.replace("{config}", config_path) if config_path is not None else text
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """A config file as a dict, by its suffix (ValueError naming the file)."""
+    kind = CONFIG_FORMATS.get(path.suffix.lower())
+    text = path.read_text()
+    if kind == "json":
+        doc = json.loads(text)
+    elif kind == "toml":
+        import tomllib
+
+        doc = tomllib.loads(text)
+    elif kind == "yaml":
+        import yaml
+
+        doc = yaml.safe_load(text)
+    else:
+        raise ValueError(f"{path.name}: a config file is {', '.join(CONFIG_FORMATS)}")
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path.name}: not a mapping at its top level")
+    return doc
+
+
+def set_key(doc: dict[str, Any], dotted: str, value: Any) -> None:
+    """doc[a][b][c] = value for "a.b.c"; a missing table is made, a non-table on the way is an error."""
+    *parents, last = dotted.split(".")
+    node = doc
+    for i, part in enumerate(parents):
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"{'.'.join(parents[: i + 1])} is a value, not a table, so {dotted} cannot be set")
+    node[last] = value
+
+
+def apply_overrides(doc: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    for key, value in overrides.items():
+        set_key(doc, key, value)
+    return doc
+
+
+def dumps(doc: dict[str, Any], suffix: str) -> str:
+    """The config written back in its own format."""
+    kind = CONFIG_FORMATS[suffix.lower()]
+    if kind == "json":
+        return json.dumps(doc, indent=2) + "\n"
+    if kind == "toml":
+        import tomli_w
+
+        return tomli_w.dumps(doc)
+    import yaml
+
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def write_config(source: Path, dest: Path, overrides: dict[str, Any]) -> None:
+    """The user's config with the trial's overrides, written beside the trial (the source is never changed)."""
+    doc = apply_overrides(read_config(source), overrides)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".tmp")
+    tmp.write_text(dumps(doc, source.suffix))
+    tmp.replace(dest)

@@ -1,0 +1,132 @@
+"""The winner of a study as export reads it from best.yaml: its knobs, environment, metrics, ranks and, for a
+command study, the command. A train or generate study's file is validated by search.best.read_best; a command
+study's (it has a `command:` section, which read_best does not know) is checked here, section by section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune import knobs as catalogue
+from autotune import yamlio
+from autotune.errors import ConfigError, excerpt
+
+# The knobs that act through environment variables: every format sets them as environment lines (apply.env).
+ENV_KNOBS = frozenset(k.name for k in catalogue.CATALOGUE if k.env)
+
+
+@dataclass(frozen=True)
+class Winner:
+    """What every format needs of best.yaml."""
+
+    path: Path
+    name: str
+    task: str
+    knobs: dict[str, Any]
+    env: dict[str, str]  # apply.env: the environment knobs' variables
+    metrics: dict[str, Any]
+    world_size: int = 1
+    nnodes: int = 1
+    rdzv_endpoint: str | None = None
+    device: str = "cuda"
+    command: dict[str, Any] | None = None  # task command: the study's command section (config.CommandConfig)
+    base_dir: str | None = None  # the study YAML's folder: a command's cwd and config_file are relative to it
+    user_knobs: frozenset[str] = field(default_factory=frozenset)  # a command's own knobs, not autotune's
+
+    def differs(self, name: str) -> bool:
+        """Whether the knob's value is worth naming: not autotune's default (a knob of your own: always)."""
+        knob = catalogue.BY_NAME.get(name)
+        return knob is None or self.knobs[name] != knob.default
+
+
+def read(path: Path) -> Winner:
+    """best.yaml at path as a Winner; ConfigError (exit 2, one line) naming what is wrong."""
+    doc = yamlio.read(path, "BEST_YAML")
+    if isinstance(doc, dict) and "command" in doc:
+        _check_command_study(path, doc)
+    else:
+        from autotune.search.best import read_best
+
+        doc = read_best(path)
+    return _winner(path, doc)
+
+
+def _winner(path: Path, doc: dict[str, Any]) -> Winner:
+    workload, command = doc["workload"], doc.get("command")
+    env = (doc.get("apply") or {}).get("env")
+    return Winner(
+        path=path,
+        name=str(doc.get("name", "")),
+        task=str(workload.get("task", "train")),
+        knobs=dict(doc["knobs"]),
+        env=dict(env) if env is not None else catalogue.env_of(doc["knobs"]),
+        metrics=dict(doc.get("metrics") or {}),
+        world_size=workload.get("world_size", 1),
+        nnodes=workload.get("nnodes", 1),
+        rdzv_endpoint=workload.get("rdzv_endpoint"),
+        device=(doc.get("fingerprint") or {}).get("device", "cuda"),
+        command=command,
+        base_dir=doc.get("base_dir") if isinstance(doc.get("base_dir"), str) else None,
+        user_knobs=frozenset(n for n in doc["knobs"] if n not in catalogue.BY_NAME),
+    )
+
+
+def _check_command_study(path: Path, doc: dict[str, Any]) -> None:
+    """A command study's best.yaml: the sections export reads, each of the right kind; the command as the YAML
+    schema says (config.CommandConfig); autotune's knobs as the catalogue says."""
+    for key in ("knobs", "workload", "command"):
+        if not isinstance(doc.get(key), dict):
+            raise ConfigError(
+                f"{path}: {key}: missing or not a mapping; is this a best.yaml written by autotune search?"
+            )
+    _check_ranks(path, doc["workload"])
+    _check_env(path, doc.get("apply"))
+    _check_command(path, doc["command"])
+    _check_catalogue_knobs(path, doc["knobs"])
+
+
+def _check_ranks(path: Path, workload: dict[str, Any]) -> None:
+    for key in ("world_size", "nnodes"):
+        value = workload.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{path}: workload.{key}: {excerpt(value)} is not a positive integer")
+
+
+def _check_env(path: Path, apply: Any) -> None:
+    env = apply.get("env") if isinstance(apply, dict) else None
+    if apply is None or env is None:
+        return
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ConfigError(f"{path}: apply.env: {excerpt(env)} is not a mapping of variable names to strings")
+
+
+def _check_command(path: Path, command: dict[str, Any]) -> None:
+    from pydantic import ValidationError
+
+    from autotune.config_command import CommandConfig
+
+    base_dir = command.get("base_dir")
+    if base_dir is not None and not isinstance(base_dir, str):
+        raise ConfigError(f"{path}: command.base_dir: {excerpt(base_dir)} is not a folder")
+    try:
+        CommandConfig.model_validate({k: v for k, v in command.items() if k != "base_dir"})
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        message = first["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{path}: command{'.' + where if where else ''}: {message}") from None
+
+
+def _check_catalogue_knobs(path: Path, knobs: dict[str, Any]) -> None:
+    """autotune's knobs among them, each value one its knob accepts (None: not acting), as read_best checks."""
+    from pydantic import ValidationError
+
+    from autotune.config import SpaceConfig
+    from autotune.config_load import describe_error
+
+    given = {k: [v] for k, v in knobs.items() if k in catalogue.BY_NAME and v is not None}
+    try:
+        SpaceConfig.model_validate(given)
+    except ValidationError as err:
+        raise ConfigError(f"{path}: knobs.{describe_error(err, 'space').removeprefix('space.')}") from None

@@ -1,0 +1,130 @@
+"""Report your own training job's optimizer steps to autotune (task: command). Standard library only.
+
+A job that autotune launches as a trial finds three environment variables: AUTOTUNE_REPORT (the file the
+trial reads), AUTOTUNE_STEPS ("WARMUP,MEASURE": the steps it needs) and AUTOTUNE_KNOBS (the trial's knob
+values as JSON). Outside autotune none is set and every call here does nothing, so the job runs as before.
+
+    from autotune import reporting
+
+    for batch in loader:
+        ...                                   # forward, backward, optimizer.step()
+        if reporting.step(tokens=int(batch["attention_mask"].sum())):
+            break                             # autotune has its steps: stop training
+
+`step` marks the end of an optimizer step: it waits for the device (torch.cuda.synchronize, when the job has
+imported torch and initialised CUDA) so that a step is what the GPU did, and times it from the previous
+step's end. `tokens` are the step's real tokens (padding excluded: you pay for padding, and autotune shows
+it); `padded_tokens` the tokens the step computed on, padding included. The HF Trainer and Lightning
+callbacks (autotune.callbacks) time steps with CUDA events instead and call `record`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+ENV_REPORT, ENV_STEPS, ENV_KNOBS = "AUTOTUNE_REPORT", "AUTOTUNE_STEPS", "AUTOTUNE_KNOBS"
+
+
+def device_sync() -> None:
+    """Wait for the GPU when the job uses one (torch imported by the job and CUDA initialised); no import here."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def knobs() -> dict[str, Any]:
+    """The trial's knob values (AUTOTUNE_KNOBS), for a job that reads them itself; {} outside autotune."""
+    return json.loads(os.environ.get(ENV_KNOBS) or "{}")
+
+
+class Reporter:
+    """The steps of one job: each step's seconds and tokens, one JSON line each, appended to AUTOTUNE_REPORT.
+    `active` is False outside autotune (no file named): then nothing is written and no step stops the job."""
+
+    def __init__(self, path: str | None = None, steps: str | None = None, sync: Callable[[], None] = device_sync):
+        self.path = path if path is not None else os.environ.get(ENV_REPORT)
+        if os.environ.get("RANK", "0") != "0":  # under torchrun the first rank reports (its own tokens)
+            self.path = None
+        warmup, _, measure = (steps if steps is not None else os.environ.get(ENV_STEPS, "0,0")).partition(",")
+        self.needed = int(warmup or 0) + int(measure or 0)
+        self.sync = sync
+        self.count = 0
+        self.last = time.perf_counter()
+
+    @property
+    def active(self) -> bool:
+        return bool(self.path)
+
+    def done(self) -> bool:
+        """autotune has every step it needs: the job should stop training."""
+        return self.active and self.count >= self.needed
+
+    def begin(self) -> None:
+        """Mark the start of the first step (else the reporter's creation is)."""
+        self.sync()
+        self.last = time.perf_counter()
+
+    def step(self, tokens: int, padded_tokens: int | None = None) -> bool:
+        """An optimizer step has ended: synchronise, time it from the previous end, write it. True: stop now."""
+        if not self.active:
+            return False
+        self.sync()
+        now = time.perf_counter()
+        seconds, self.last = now - self.last, now
+        return self.record(seconds, tokens, padded_tokens)
+
+    def record(self, seconds: float, tokens: int, padded_tokens: int | None = None, **extra: Any) -> bool:
+        """A step timed by the caller (CUDA events): its seconds and tokens. True: stop now."""
+        if not self.active:
+            return False
+        self.count += 1
+        line = {"step": self.count, "s": float(seconds), "tokens": int(tokens), "at": time.time(), **extra}
+        if padded_tokens is not None:
+            line["padded"] = int(padded_tokens)
+        self._write(line)
+        if self.count == self.needed:
+            self._write({"done": True, **_memory()})
+        return self.done()
+
+    def _write(self, line: dict[str, Any]) -> None:
+        assert self.path is not None
+        with open(self.path, "a") as f:  # one short line a step: a reader never sees half of one (O_APPEND)
+            f.write(json.dumps(line) + "\n")
+
+
+def _memory() -> dict[str, Any]:
+    """The job's peak GPU memory, when it has torch with CUDA initialised (else nothing: the trial says so)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {}
+    return {
+        "peak_mem_bytes": torch.cuda.max_memory_allocated(),
+        "peak_mem_reserved_bytes": torch.cuda.max_memory_reserved(),
+        "device_name": torch.cuda.get_device_name(),
+    }
+
+
+_REPORTER: Reporter | None = None
+
+
+def reporter() -> Reporter:
+    """The job's reporter, made on first use from the environment."""
+    global _REPORTER
+    if _REPORTER is None:
+        _REPORTER = Reporter()
+    return _REPORTER
+
+
+def step(tokens: int, padded_tokens: int | None = None) -> bool:
+    """An optimizer step has ended (see Reporter.step). True: autotune has its steps, stop training."""
+    return reporter().step(tokens, padded_tokens)
+
+
+def begin() -> None:
+    """Mark the start of the first step (optional: else the first call into this module is)."""
+    reporter().begin()

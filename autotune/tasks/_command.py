@@ -1,0 +1,122 @@
+"""task command: your own training command, its knobs rendered into it (flags, env, config keys), its real
+tokens/s read from what it reports. The trial's side is workloads/command.py."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, ClassVar
+
+from autotune.tasks._base import Task
+from autotune.tasks._train import derive_accumulation
+
+# autotune's knobs a command may map; those that set environment variables reach it without a mapping
+MAPPABLE = ("micro_batch_size", "grad_accum_steps", "precision", "compile", "activation_checkpointing")
+
+
+class Command(Task):
+    name: ClassVar[str] = "command"
+    needs_model: ClassVar[bool] = False
+    columns: ClassVar[tuple[str, ...]] = ("padding",)
+
+    def check_config(self, cfg: Any) -> None:
+        """The command's knob mappings against the catalogue and the space: a searched knob reaches the
+        command, a knob of another task or of autotune's with values of its own is refused."""
+        from autotune import knobs as catalogue
+
+        if cfg.command is None:
+            raise ValueError("command: required with task command (argv, and how each knob reaches it)")
+        mine = [k.name for k in catalogue.CATALOGUE if self.name in k.tasks]
+        for name, mapping in cfg.command.knobs.items():
+            _check_mapping(name, mapping, mine, catalogue.BY_NAME)
+        for name in mine:
+            _check_reaches(name, cfg, catalogue.BY_NAME[name])
+        for name, mapping in cfg.command.knobs.items():
+            values = mapping.values if mapping.values is not None else getattr(cfg.space, name)
+            _check_map(name, mapping, values)
+
+    def user_knobs(self, cfg: Any) -> dict[str, list[Any]]:
+        """The command's own knobs (command.knobs with values), in their order."""
+        if getattr(cfg, "command", None) is None:
+            return {}
+        return {n: list(m.values) for n, m in cfg.command.knobs.items() if m.values is not None}
+
+    def batch_rule(self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]) -> None:
+        """As task train: with global_batch_size the accumulation is derived from the micro-batch sizes."""
+        if wl.global_batch_size is not None:
+            derive_accumulation(
+                space.grad_accum_steps, wl.global_batch_size // wl.world_size, wl.global_batch_size, values, notes
+            )
+        else:
+            values["grad_accum_steps"] = [1] if space.grad_accum_steps == "auto" else list(space.grad_accum_steps)
+
+    def prepare(self, spec: Any, run_dir: Any) -> None:
+        """The command with this trial's knob values (command_render.render), its config file written into
+        the trial's folder: the trial process only launches what it is given."""
+        import dataclasses
+        from pathlib import Path
+
+        from autotune.command_render import render
+
+        rendered = render(spec.params["command"], spec.knobs, Path(run_dir), Path(spec.base_dir or "."))
+        spec.params["rendered"] = dataclasses.asdict(rendered)
+
+    def metrics(self, record: Any, result: Any, limits: dict[str, float]) -> None:
+        """Padding (the share of computed tokens that were padding) and the tokens of the measured steps; a
+        job that ignored the stop request is said in the reason."""
+        from autotune.record import Metric
+
+        out = result.output
+        record.metrics[Metric.PADDING_PCT] = out.get("padding_pct")
+        tokens = out.get("tokens") or []
+        record.metrics["tokens_per_step_median"] = statistics.median(tokens) if tokens else None
+        stop = (result.applied or {}).get("stop", "")
+        if stop.startswith("ignored"):
+            record.reason = f"the command {stop} its last measured step"
+
+
+def _check_mapping(name: str, mapping: Any, mine: list[str], by_name: dict[str, Any]) -> None:
+    where = f"command.knobs.{name}"
+    if name in by_name and name not in mine:
+        raise ValueError(
+            f"{where}: {name} is a knob of task {', '.join(by_name[name].tasks)}, not of command; give your "
+            f"own knob another name (autotune's for a command: {', '.join(mine)})"
+        )
+    if name in mine and mapping.values is not None:
+        raise ValueError(f"{where}.values: {name} is autotune's knob; its values come from space.{name}")
+    if name in mine and name not in MAPPABLE:
+        raise ValueError(f"{where}: {name} sets environment variables itself; remove its mapping")
+    if name not in mine and mapping.values is None:
+        raise ValueError(f"{where}.values: a knob of your own lists its values, e.g. values: [adamw_torch, adafactor]")
+
+
+def _check_reaches(name: str, cfg: Any, knob: Any) -> None:
+    """A knob of autotune's that the study varies or sets off its default must reach the command."""
+    mapped = name in cfg.command.knobs or bool(knob.env)
+    value = getattr(cfg.space, name)
+    if mapped or value == "auto" or value == [knob.default]:
+        if name == "grad_accum_steps" and not mapped and cfg.workload.global_batch_size is not None:
+            raise ValueError(
+                "command.knobs.grad_accum_steps: needed with workload.global_batch_size (the accumulation is "
+                "derived from the micro-batch and must reach the command), e.g. {flag: --gradient_accumulation_steps}"
+            )
+        return
+    raise ValueError(
+        f"space.{name}: {value} set, but command.knobs.{name} does not say how it reaches the command; add "
+        f"e.g. command.knobs.{name}: {{flag: --{name}}}"
+    )
+
+
+def _check_map(name: str, mapping: Any, values: Any) -> None:
+    """A value map covers every value the study may give the knob (a value missing from it would be
+    rendered as `FLAG VALUE`, which a map is there to avoid)."""
+    if not mapping.map or values == "auto":
+        return
+    from autotune.command_render import text_of
+
+    keys = {text_of(k) for k in mapping.map}
+    missing = [v for v in values if text_of(v) not in keys]
+    if missing:
+        raise ValueError(
+            f"command.knobs.{name}.map: no entry for {text_of(missing[0])} (a value the study gives {name}); "
+            f"add {text_of(missing[0])}: [...] or drop it from the values"
+        )

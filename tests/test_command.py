@@ -1,0 +1,293 @@
+"""task command: the user's own job tuned as it is (tests/data/jobs/fake_job.py, the HF Trainer and plain
+PyTorch examples), its failures one line each, nothing of it left running, and the export round trip."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.config_load import load_config
+from autotune.errors import ConfigError
+from autotune.search.loop import run_search
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = ROOT / "tests" / "data" / "jobs" / "fake_job.py"
+
+
+def _yaml(tmp_path: Path, command: dict, space: dict | None = None, **workload) -> Path:
+    doc = {
+        "name": "job",
+        "workload": {"task": "command", "warmup_steps": 2, "measure_steps": 4, **workload},
+        "command": {"argv": ["{python}", str(JOB), *command.pop("args", [])], **command},
+        "space": space or {},
+        "study": {"trials": 2, "seed": 0, "confirm_top": 0, "trial_timeout_min": 1},
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _search(path: Path, tmp_path: Path, trials: int | None = None):
+    return run_search(load_config(path), out_root=tmp_path / "trials", device="cpu", trials=trials)
+
+
+def _trials(result) -> list:
+    return sorted(result.history.seen.values(), key=lambda t: t.number)
+
+
+def _records(result) -> list[dict]:
+    return [t.user_attrs for t in _trials(result)]
+
+
+def _seen(run_dir: str) -> dict:
+    """What the job printed of its own configuration (its first `config:` line)."""
+    log = (Path(run_dir) / "worker.log").read_text()
+    line = next(x for x in log.splitlines() if x.startswith("config:"))
+    return json.loads(line.removeprefix("config:"))
+
+
+BATCH = {"micro_batch_size": {"flag": "--bs"}, "grad_accum_steps": {"flag": "--accum"}}
+
+
+def test_command_flags_env_and_config_keys_reach_the_job(tmp_path: Path) -> None:
+    (tmp_path / "cfg.json").write_text(json.dumps({"train": {"lr": 1.0, "other": "kept"}}))
+    knobs = {
+        **BATCH,
+        "optim": {"flag": "--optim", "values": ["adamw", "sgd"]},
+        "lr": {"key": "train.lr", "values": [0.001, 0.01]},
+        "lr_env": {"env": "MY_LR", "values": ["a", "b"]},
+    }
+    command = {"args": ["--config", "{config}"], "config_file": "cfg.json", "knobs": knobs}
+    path = _yaml(tmp_path, command, {"micro_batch_size": [2, 4]}, global_batch_size=8)
+    result = _search(path, tmp_path, trials=3)
+    done = [r for r in result.history.completed]
+    assert len(done) >= 2
+    for trial in done:
+        rec = trial.user_attrs
+        knobs_of = rec["knobs"]
+        seen = _seen(rec["run_dir"])
+        assert seen["bs"] * seen["accum"] == 8  # the global batch kept exact
+        assert seen["bs"] == knobs_of["micro_batch_size"] and seen["optim"] == knobs_of["optim"]
+        assert seen["config"] == {"train": {"lr": knobs_of["lr"], "other": "kept"}}
+        assert seen["env_lr"] == knobs_of["lr_env"]
+        assert rec["metrics"]["padding_pct"] == pytest.approx(100 / 6, abs=0.01)  # 10 of 12 tokens real
+    assert json.loads((tmp_path / "cfg.json").read_text())["train"]["lr"] == 1.0  # the user's file untouched
+
+
+@pytest.mark.parametrize(
+    ("mode", "status", "reason"),
+    [
+        ("silent", "crash", r"exited 0 without reporting a step; expected steps in AUTOTUNE_REPORT"),
+        ("early", "crash", r"exited 0 after 2 of 6 steps \(2 warm-up \+ 4 measured\): let it run at least"),
+        ("oom", "oom", r"ran out of memory: torch.OutOfMemoryError: CUDA out of memory"),
+    ],
+)
+def test_command_job_that_fails_its_contract_says_so_in_one_line(
+    tmp_path: Path, mode: str, status: str, reason: str
+) -> None:
+    path = _yaml(tmp_path, {"args": ["--mode", mode]})
+    rec = _records(_search(path, tmp_path, trials=1))[0]
+    assert rec["status"] == status
+    assert len(rec["reason"].splitlines()) == 1
+    assert __import__("re").search(reason, rec["reason"]), rec["reason"]
+
+
+def test_command_job_that_ignores_the_stop_is_ended_and_measured(tmp_path: Path) -> None:
+    path = _yaml(tmp_path, {"args": ["--mode", "ignore_stop", "--pidfile", str(tmp_path / "pid")], "stop_grace_s": 1})
+    t0 = time.monotonic()
+    rec = _records(_search(path, tmp_path, trials=1))[0]
+    assert rec["status"] == "ok" and time.monotonic() - t0 < 40
+    assert "ignored the stop request" in rec["reason"]
+    assert not _alive(int((tmp_path / "pid").read_text()))
+
+
+def test_command_job_that_hangs_times_out_with_its_steps_named(tmp_path: Path) -> None:
+    path = _yaml(tmp_path, {"args": ["--mode", "hang", "--pidfile", str(tmp_path / "pid")]})
+    cfg = load_config(path)
+    cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"trial_timeout_min": 0.35})})
+    rec = _records(run_search(cfg, out_root=tmp_path / "trials", device="cpu", trials=1))[0]
+    assert rec["status"] == "timeout"
+    assert "reported 1 of 6 steps" in rec["reason"]
+    assert not _alive(int((tmp_path / "pid").read_text()))
+
+
+def test_command_log_pattern_measures_a_job_that_prints_its_throughput(tmp_path: Path) -> None:
+    command = {"args": ["--mode", "log"], "measure": "log", "log_pattern": r"tps: (?P<tokens_per_s>[0-9,.]+)"}
+    rec = _records(_search(_yaml(tmp_path, command), tmp_path, trials=1))[0]
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["metrics"]["tokens_per_s_per_gpu"] == pytest.approx(1000)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_command_kill_9_of_autotune_leaves_no_process_of_the_job(tmp_path: Path) -> None:
+    path = _yaml(tmp_path, {"args": ["--mode", "hang", "--pidfile", str(tmp_path / "pid")]})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune.cli", "search", str(path), "--device", "cpu"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    pidfile = tmp_path / "pid"
+    deadline = time.monotonic() + 60
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    job = int(pidfile.read_text())
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 15
+    while _alive(job) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(job)
+
+
+BAD = [
+    (
+        {"knobs": {"micro_batch_size": {"flag": "bs"}}},
+        r"command.knobs.micro_batch_size: flag 'bs' does not start with '-'",
+    ),
+    (
+        {"knobs": {"micro_batch_size": {"flag": "--bs", "env": "BS"}}},
+        r"give exactly one of flag, env or key \(got flag, env\)",
+    ),
+    ({"knobs": {"optim": {"flag": "--optim"}}}, r"command.knobs.optim.values: a knob of your own lists its values"),
+    (
+        {"knobs": {"precision": {"flag": "--p", "values": ["bf16"]}}},
+        r"command.knobs.precision.values: precision is autotune's knob",
+    ),
+    (
+        {"knobs": {"attention": {"flag": "--a", "values": ["x"]}}},
+        r"command.knobs.attention: attention is a knob of task train, generate",
+    ),
+    ({"knobs": {"lr": {"key": "a.b", "values": [1]}}}, r"command.knobs.lr: a key mapping needs command.config_file"),
+    ({"knobs": {"precision": {"flag": "--p", "map": {"fp32": []}}}}, r"command.knobs.precision.map: no entry for bf16"),
+    ({"measure": "log"}, r"command.log_pattern: needed with measure log"),
+    ({"measure": "log", "log_pattern": "tps: ([0-9]+)"}, r"has no named group tokens_per_s"),
+    ({"cwd": "nowhere"}, r"command.cwd: no such folder: 'nowhere'"),
+]
+
+
+@pytest.mark.parametrize(("command", "message"), BAD)
+def test_command_bad_mapping_is_one_line_naming_the_yaml_path(tmp_path: Path, command: dict, message: str) -> None:
+    path = _yaml(tmp_path, dict(command), {"precision": ["fp32", "bf16"]})
+    doc = yaml.safe_load(path.read_text())
+    if "precision" not in str(command):
+        doc["command"].setdefault("knobs", {})["precision"] = {"flag": "--precision"}
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=message) as err:
+        load_config(path)
+    assert len(str(err.value).splitlines()) == 1
+
+
+def test_command_searched_knob_without_a_mapping_is_refused(tmp_path: Path) -> None:
+    path = _yaml(tmp_path, {}, {"micro_batch_size": [2, 4]})
+    with pytest.raises(ConfigError, match=r"space.micro_batch_size: \[2, 4\] set, but command.knobs.micro_batch_size"):
+        load_config(path)
+    path = _yaml(
+        tmp_path, {"knobs": {"micro_batch_size": {"flag": "--bs"}}}, {"micro_batch_size": [2, 4]}, global_batch_size=8
+    )
+    with pytest.raises(ConfigError, match=r"command.knobs.grad_accum_steps: needed with workload.global_batch_size"):
+        load_config(path)
+
+
+def test_command_sections_belong_to_their_tasks(tmp_path: Path) -> None:
+    path = _yaml(tmp_path, {})
+    doc = yaml.safe_load(path.read_text())
+    doc["model"] = {"family": "gpt", "n_layers": 1, "d_model": 8, "n_heads": 1, "vocab_size": 16, "seq_len": 8}
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"model: not used with task command"):
+        load_config(path)
+    doc["workload"]["task"] = "train"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"command: only for task command \(task is train\)"):
+        load_config(path)
+
+
+def _export_command(best: Path) -> tuple[str, list[str], dict[str, str]]:
+    out = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "export", str(best), "-f", "command"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    line = next(x for x in out.splitlines() if x.startswith("cd "))
+    cwd, _, rest = line.removeprefix("cd ").partition(" && ")
+    words = shlex.split(rest)
+    env = dict(w.split("=", 1) for w in words if "=" in w.split("-")[0] and not w.startswith("-"))
+    argv = [w for w in words if w not in {f"{k}={v}" for k, v in env.items()}]
+    return cwd, argv, env
+
+
+def test_command_export_round_trips_to_the_trial_configuration(tmp_path: Path) -> None:
+    knobs = {
+        **BATCH,
+        "optim": {"flag": "--optim", "values": ["adamw", "sgd"]},
+        "lr_env": {"env": "MY_LR", "values": ["a", "b"]},
+    }
+    path = _yaml(tmp_path, {"knobs": knobs}, {"micro_batch_size": [2, 4]}, global_batch_size=8)
+    result = _search(path, tmp_path, trials=3)
+    chosen = next(
+        t for t in _trials(result) if t.number == yaml.safe_load(result.best_yaml.read_text())["chosen"]["trial"]
+    )
+    cwd, argv, env = _export_command(result.best_yaml)
+    run = subprocess.run(argv, cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+    exported = json.loads(next(x for x in run.stdout.splitlines() if x.startswith("config:")).removeprefix("config:"))
+    assert exported == _seen(chosen.user_attrs["run_dir"])
+
+
+@pytest.mark.slow
+def test_command_hf_trainer_job_tuned_end_to_end(tmp_path: Path) -> None:
+    """The HF Trainer example: micro-batch and accumulation at a fixed global batch, precision, gradient
+    checkpointing and the optimizer reach the Trainer; its callback measures the real tokens."""
+    pytest.importorskip("accelerate")
+    doc = yaml.safe_load((ROOT / "search_spaces" / "hf-trainer-tiny.yaml").read_text())
+    doc["command"]["cwd"] = str(ROOT)
+    doc["study"].update(trials=5, confirm_top=0)
+    doc["space"].update(micro_batch_size=[4, 8])
+    path = tmp_path / "hf.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = _search(path, tmp_path)
+    done = result.history.completed
+    assert len(done) >= 4, [t.user_attrs["reason"] for t in _trials(result)]
+    assert {t.user_attrs["knobs"]["precision"] for t in done} | {t.user_attrs["knobs"]["optim"] for t in done} > {
+        "fp32"
+    }
+    for trial in done:
+        knobs, seen = trial.user_attrs["knobs"], _seen(trial.user_attrs["run_dir"])
+        assert int(seen["per_device_train_batch_size"]) * int(seen["gradient_accumulation_steps"]) == 16
+        assert seen["bf16"] == str(knobs["precision"] == "bf16")
+        assert seen["gradient_checkpointing"] == str(knobs["activation_checkpointing"] == "full")
+        assert seen["optim"].lower().endswith(knobs["optim"].upper().lower())
+        assert seen["sampling"] == knobs["sampling"]
+        assert 0 < trial.user_attrs["metrics"]["padding_pct"] < 100  # padded batches of variable lengths
+
+
+@pytest.mark.slow
+def test_command_plain_pytorch_script_tuned(tmp_path: Path) -> None:
+    doc = yaml.safe_load((ROOT / "search_spaces" / "torchrun-script.yaml").read_text())
+    doc["command"]["cwd"] = str(ROOT)
+    doc["study"].update(trials=3, confirm_top=0)
+    path = tmp_path / "plain.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = _search(path, tmp_path)
+    assert len(result.history.completed) == 3, [t.user_attrs["reason"] for t in _trials(result)]
+    for trial in result.history.completed:
+        seen, knobs = _seen(trial.user_attrs["run_dir"]), trial.user_attrs["knobs"]
+        assert seen["batch_size"] * seen["accum"] == 16 and seen["optimizer"] == knobs["optimizer"]
+        assert trial.user_attrs["metrics"]["padding_pct"] is None  # the script reports no padded count
