@@ -22,7 +22,8 @@ for stage in "$@"; do
     info)
       { date -u; nvidia-smi; nvidia-smi topo -m; env | grep -E "NCCL|NVLS|MULTICAST|NVSHMEM"; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv
         python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "nccl", torch.cuda.nccl.version())'
-        python3 -c 'import torchao, optuna; print("torchao", torchao.__version__, "optuna", optuna.__version__)'; } > "$OUT/hw.txt" 2>&1 ;;
+        python3 -c 'import torchao, optuna; print("torchao", torchao.__version__, "optuna", optuna.__version__)'
+        python3 -c 'import transformers, accelerate; print("transformers", transformers.__version__, "accelerate", accelerate.__version__)'; } > "$OUT/hw.txt" 2>&1 ;;
     hf-trainer) # issue 26: the HF Trainer job (examples/hf_trainer/train.py, 1.1B Llama, variable-length sequences) as
       # task command: the Trainer's defaults as a study of one trial, then the search whose baseline is the expert's setting
       # (search_spaces/hf-trainer-llama-1b.yaml); HF_MIN: minutes the search launches trials (it resumes)
