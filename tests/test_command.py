@@ -127,6 +127,14 @@ def test_command_log_pattern_measures_a_job_that_prints_its_throughput(tmp_path:
     assert rec["metrics"]["tokens_per_s_per_gpu"] == pytest.approx(1000)
 
 
+def test_command_steps_of_different_tokens_report_the_median_of_their_rates(tmp_path: Path) -> None:
+    """Steps of 10, 10, 10 and 50 tokens at 250 tokens/s each: the mean tokens over the median step would say
+    500; the median of the steps' rates says 250."""
+    rec = _records(_search(_yaml(tmp_path, {"args": ["--mode", "vary"]}), tmp_path, trials=1))[0]
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["metrics"]["tokens_per_s_per_gpu"] == pytest.approx(250, rel=0.25)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -218,13 +218,13 @@ class Command(Workload):
         window = (float(start), float(timed[-1].get("at", time.time())))
         peak = done.get("peak_mem_bytes")
         kind = "cuda_max_memory_allocated" if peak is not None else "not reported by the job"
-        timing = Timing([s["s"] for s in warm], start, [s["s"] for s in timed], [], window, peak, kind, None)
+        timing = Timing([s["s"] for s in warm], start, _at_mean_tokens(timed), [], window, peak, kind, None)
         timing.reserved_bytes = done.get("peak_mem_reserved_bytes")
         self.applied["stop"] = stop
         job_env = {"device": self.spec.device, **{k: done[k] for k in ("device_name",) if k in done}}
         if self.spec.device == "cuda" and "device_name" not in job_env:
             job_env["device_name"] = _visible_gpu_name()
-        output = {"tokens": tokens, "job_env": job_env}
+        output = {"tokens": tokens, "step_s_as_reported": [s["s"] for s in timed], "job_env": job_env}
         if len(padded) == len(tokens):
             output["padded_tokens"] = padded
             output["padding_pct"] = round(100 * (1 - sum(tokens) / sum(padded)), 2) if sum(padded) else 0.0
@@ -233,6 +233,14 @@ class Command(Workload):
 
     def work(self) -> Work:
         return Work(tokens_per_step=getattr(self, "tokens_per_step", None))
+
+
+def _at_mean_tokens(steps: list[dict[str, Any]]) -> list[float]:
+    """Each step's time scaled to the mean tokens of a step: tokens_per_step / median of these is the median of
+    the steps' own rates. A job's steps differ in tokens (variable lengths, length-grouped batches), and a
+    median step time against the mean tokens would mix two steps; the times as reported are kept beside."""
+    mean = sum(s["tokens"] for s in steps) / len(steps)
+    return [s["s"] * mean / s["tokens"] if s["tokens"] else s["s"] for s in steps]
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:

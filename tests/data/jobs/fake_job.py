@@ -2,7 +2,7 @@
 
 --mode normal: reports steps and stops when told; ignore_stop: reports, then keeps running; silent: exits 0
 having reported nothing; early: exits 0 after 2 steps; oom: prints CUDA's out-of-memory error and exits 1;
-hang: reports one step, then sleeps; log: prints torchtitan-like throughput lines instead of reporting.
+hang: reports one step, then sleeps; vary: steps of 10 tokens and every fourth of 50, each 4 ms a token; log: prints torchtitan-like throughput lines instead of reporting.
 """
 
 from __future__ import annotations
@@ -34,6 +34,12 @@ if a.mode == "silent":
     raise SystemExit(0)
 speed = 2.0 if a.optim == "sgd" else 1.0
 for i in range(1000):
+    if a.mode == "vary":
+        n = 50 if i % 4 == 3 else 10
+        time.sleep(0.004 * n)
+        if reporting.step(tokens=n):
+            break
+        continue
     time.sleep(0.004 * a.bs * a.accum / speed)
     if a.mode == "log":
         print(f"step {i} | loss 1.0 | tps: {1000 * speed:,.0f}", flush=True)
