@@ -4,6 +4,7 @@ naming the YAML path, the bad value and what is allowed."""
 from __future__ import annotations
 
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +16,29 @@ from autotune.config import Config
 from autotune.errors import ConfigError, excerpt
 
 
+def _section_type(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+    """The section model an annotation holds (Optional[X], dict[str, X] or X), and whether a key comes first."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    args = typing.get_args(annotation)
+    keyed = typing.get_origin(annotation) is dict
+    found = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+    return (found[0], keyed) if found else (None, False)
+
+
 def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
-    """The keys of the section at `loc` (e.g. ('model',) -> family, n_layers, ...)."""
+    """The keys of the section at `loc` (e.g. ('model',) -> family, n_layers, ...; ('command', 'knobs', 'x')
+    -> flag, env, key, ...)."""
     model: type[BaseModel] = Config
-    for part in loc:
-        annotation = model.model_fields[str(part)].annotation if str(part) in model.model_fields else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+    parts = list(loc)
+    while parts:
+        part = str(parts.pop(0))
+        inner, keyed = _section_type(model.model_fields[part].annotation) if part in model.model_fields else (None, False)
+        if inner is None or (keyed and not parts):
             break
-        model = annotation
+        if keyed:
+            parts.pop(0)  # the dict's key (a knob name)
+        model = inner
     return list(model.model_fields)
 
 

@@ -16,7 +16,7 @@ from conftest import tiny
 
 BAD = [
     # (id, config data or raw text, message pattern)
-    ("unknown-top-key", tiny(modle={}), r"modle: unknown key; allowed here: name, model, workload, space, study, baseline"),
+    ("unknown-top-key", tiny(modle={}), r"modle: unknown key; allowed here: name, model, workload, space, study, command, baseline"),
     ("unknown-nested-key", tiny(model={"n_layer": 2}), r"model\.n_layer: unknown key; allowed here: family, hf_config, entrypoint, n_layers"),
     ("unknown-space-key", tiny(space={"precison": ["bf16"]}), r"space\.precison: unknown key"),
     ("wrong-type", tiny(model={"n_layers": "twelve"}), r"model\.n_layers: .*integer.*\(got 'twelve'\)"),
@@ -43,7 +43,7 @@ BAD = [
     ("accum-with-gbs", tiny(space={"grad_accum_steps": [1, 2]}),
      r"space\.grad_accum_steps: \[1, 2\] cannot be set when workload\.global_batch_size"),
     ("bad-name", tiny(name="a/b"), r"name: .*'a/b' is not a valid study name"),
-    ("missing-key", {k: v for k, v in tiny().items() if k != "model"}, r"model: Field required"),
+    ("missing-key", {k: v for k, v in tiny().items() if k != "model"}, r"model: required with task train \(family, hf_config or entrypoint\)"),
     ("not-a-mapping", "- just\n- a list\n", r"the file must hold a mapping"),
     ("invalid-yaml", "name: x\nmodel: {family: gpt\n", r"model\.yaml:\d+:\d+: invalid YAML"),
     ("space-file-missing", tiny(space="nowhere/space.yaml"), r"space: no such file: 'nowhere/space.yaml'"),

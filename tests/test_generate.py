@@ -188,7 +188,7 @@ def test_generate_search_end_to_end_with_limits(tmp_path: Path) -> None:
     (lambda d: d["workload"].update(prompt_len=0), r"workload\.prompt_len"),
     (lambda d: d["workload"].pop("gen_len"), r"workload\.gen_len: required with task generate"),
     (lambda d: d["space"].update(weight_quant=["int3"]), r"space\.weight_quant"),
-    (lambda d: d["space"].update(micro_batch_size=[4, 8]), r"space\.micro_batch_size: a knob of task train, not of generate"),
+    (lambda d: d["space"].update(micro_batch_size=[4, 8]), r"space\.micro_batch_size: a knob of task train, command, not of generate"),
     (lambda d: d["space"].update(precision=["fp8"]), r"space\.precision: fp8 is not a precision of task generate"),
     (lambda d: d["model"].update(seq_len=40), r"model\.seq_len: 40 is shorter than workload\.prompt_len \+ gen_len"),
     (lambda d: d["workload"].update(global_batch_size=8), r"workload\.global_batch_size: not used with task generate"),
