@@ -67,10 +67,12 @@ __all__ = [
 def run_search(model_yaml: str | Path | Config, **options: Any) -> SearchResult:
     """Run or resume the study of MODEL_YAML (a path or a loaded Config); options as search.loop.run_search:
     out_root, device, trials, timeout_min, fresh, storage, gpus, observer."""
+    from autotune.api_options import SEARCH, checked
     from autotune.config import Config
     from autotune.config_load import load_config
     from autotune.search.loop import run_search as _run
 
+    options = checked("run_search", SEARCH, options)  # as the CLI checks them, the same one-line errors
     cfg = model_yaml if isinstance(model_yaml, Config) else load_config(model_yaml)
     return _run(cfg, **options)
 
@@ -78,9 +80,10 @@ def run_search(model_yaml: str | Path | Config, **options: Any) -> SearchResult:
 def run_check(best_yaml: str | Path, **options: Any) -> Verdict:
     """Re-measure best.yaml's configuration and decide; options as regress.check: model_yaml, repeats,
     tolerance_pct, junit, update. The verdict's exit_code is the CLI's."""
+    from autotune.api_options import CHECK, checked
     from autotune.regress import check
 
-    return check(Path(best_yaml), **options)
+    return check(Path(best_yaml), **checked("run_check", CHECK, options))
 
 
 def read_report(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune import nccl_log, prestart
+from autotune import logcap, nccl_log, prestart
 from autotune.hardware import Telemetry, visible_gpu_index
 from autotune.protocol import PROGRESS_FILE, PRUNE_FILE, TRIAL_MODULE, TrialResult, TrialSpec
 
@@ -97,7 +97,9 @@ def run_trial(
             prestart.fill(
                 [*supervised, sys.executable, "-m", module], child_env, Path(child_env.get("TMPDIR", run_dir))
             )
-        timed_out = _wait(proc, timeout_s, telemetry, on_poll, stop, str(spec_path) if distributed else None)
+        timed_out = _wait(
+            proc, timeout_s, telemetry, on_poll, stop, str(spec_path) if distributed else None, log_path
+        )
     except BaseException:
         _kill_group(proc, grace_s=2.0)  # nothing of the trial outlives an interruption here
         raise
@@ -130,6 +132,7 @@ def _wait(
     on_poll: Callable[[], None] | None,
     stop: threading.Event | None,
     straggler_needle: str | None,
+    log_path: Path | None = None,
 ) -> int | None:
     """Wait for the started process (or the timeout), and leave nothing of it running.
     Returns None on a timeout, else the exit code."""
@@ -145,6 +148,8 @@ def _wait(
                 raise KeyboardInterrupt
             if on_poll:
                 on_poll()
+            if log_path is not None:
+                logcap.cap(log_path)  # a trial that prints without end cannot fill the disk
             time.sleep(0.1)
     except BaseException:
         _kill_group(proc, grace_s=2.0)
@@ -256,10 +261,8 @@ def _kill_stragglers(needle: str) -> None:
 
 
 def _tail(path: Path) -> str:
-    try:
-        lines = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
+    """The log's last LOG_TAIL_LINES lines, read from its end (a log may be large: logcap.py)."""
+    lines = logcap.tail(path).strip().splitlines()
     return "\n".join(lines[-LOG_TAIL_LINES:])
 
 

@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from autotune import logcap
+
 STANDBY_FLAG = "--standby"
 
 
@@ -58,10 +60,7 @@ class Standby:
 
     def output(self) -> str:
         """What it printed before it was given its trial (normally nothing), then its log is removed."""
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            text = ""
+        text = logcap.tail(self.log_path)
         self.log_path.unlink(missing_ok=True)
         return text
 

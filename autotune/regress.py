@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 
-from autotune import paths, tasks
+from autotune import nightly, paths, tasks
 from autotune.config import ModelConfig, StudyConfig, WorkloadConfig
 from autotune.config_command import CommandConfig
 from autotune.config_load import load_config
@@ -54,6 +54,8 @@ class Verdict:
     tolerance_source: str = ""  # how the tolerance was set (--tolerance, or the baseline's noise)
     series: dict[str, Any] | None = None  # a step down across nights (series_drift), None when there is none
     upgraded: dict[str, Any] | None = None  # best.yaml of an older release: the knobs added since (best._upgrade)
+    history_skipped: list[str] = field(default_factory=list)  # history.jsonl's lines that are not nights, and why
+    history_error: str = ""  # history.jsonl could not be appended to (a full disk): the verdict stands
 
     @property
     def exit_code(self) -> int:
@@ -82,16 +84,9 @@ class Verdict:
 def _series(best_path: Path, best: dict[str, Any], verdict: Verdict) -> list[dict[str, Any]]:
     """This configuration's nights since the last --reset-baseline: history.jsonl's verdicts, then this one."""
     since = (best.get("check_baseline") or {}).get("series_from") or ""
-    path = best_path.parent / "history.jsonl"
-    nights = []
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                doc = json.loads(line)
-            except ValueError:
-                continue  # a torn line: the others still count
-            if isinstance(doc, dict) and doc.get("name") == best["name"] and str(doc.get("checked_at", "")) >= since:
-                nights.append(doc)
+    read, skipped = nightly.read(best_path.parent / nightly.FILE)
+    verdict.history_skipped = skipped  # named beside the verdict; the other nights still count
+    nights = [doc for doc in read if doc.get("name") == best["name"] and doc["checked_at"] >= since]
     return [*nights, asdict(verdict)]
 
 
@@ -331,11 +326,14 @@ def _tpots(details: list[dict[str, Any]]) -> list[float]:
 
 
 def record_history(best_path: Path, verdict: Verdict, name: str) -> Path:
-    """Append the verdict to history.jsonl beside best.yaml (one JSON object per line)."""
-    path = best_path.parent / "history.jsonl"
-    line = json.dumps({"name": name, **asdict(verdict)}, default=str)
-    with open(path, "a") as f:
-        f.write(line + "\n")
+    """Append the verdict to history.jsonl beside best.yaml (nightly.append: one line, never glued, never
+    through a link). A failed write (a full disk) is said on the verdict, which is still printed and decides
+    the exit code."""
+    path = best_path.parent / nightly.FILE
+    try:
+        nightly.append(path, {"name": name, **asdict(verdict)})
+    except OSError as err:
+        verdict.history_error = f"{path}: not written: {err}"
     return path
 
 

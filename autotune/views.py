@@ -322,6 +322,11 @@ def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> l
                 "history.jsonl since the last --reset-baseline",
             )
         )
+    if verdict.history_skipped:
+        shown = "; ".join(verdict.history_skipped[:3]) + ("; ..." if len(verdict.history_skipped) > 3 else "")
+        lines.append(_tagged("note:", "yellow", printable(f"history.jsonl: skipped {shown}")))
+    if verdict.history_error:
+        lines.append(_tagged("warning:", "yellow", printable(verdict.history_error)))
     if verdict.upgraded:
         added = ", ".join(f"{k}: {v}" for k, v in verdict.upgraded.items())
         lines.append(

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from autotune.errors import ConfigError
+from autotune.api_options import parse_gpus, resolve_device  # noqa: F401  (the commands' import)
 
 ModelYaml = Annotated[Path, typer.Argument(help="The YAML file: model, workload, space, study, baseline.")]
 BestYaml = Annotated[Path, typer.Argument(help="trials/<name>/best.yaml written by autotune search.")]
@@ -37,32 +37,6 @@ def finite(value: float | None) -> float | None:
     if value is not None and not math.isfinite(value):
         raise typer.BadParameter(f"{value} is not a finite number")
     return value
-
-
-def resolve_device(device: str | None) -> str:
-    """--device cuda or cpu; not given: cuda when a GPU is visible."""
-    if device not in (None, "cuda", "cpu"):
-        raise ConfigError(f"--device: {device!r} is not allowed; use cuda or cpu")
-    from autotune.hardware import default_device
-
-    return device or default_device()
-
-
-def parse_gpus(gpus: str | None) -> list[str] | None:
-    """--gpus 0,1,2 or all -> ["0", "1", "2"]; None when not given."""
-    if gpus is None:
-        return None
-    if gpus == "all":
-        from autotune.hardware import detect
-
-        found = [str(g["index"]) for g in detect()["gpus"]]
-        if not found:
-            raise ConfigError("--gpus: all, but pynvml sees no NVIDIA GPU; list CPU workers as --gpus 0,1")
-        return found
-    listed = [g.strip() for g in gpus.split(",") if g.strip()]
-    if not listed or not all(g.isascii() and g.isdigit() for g in listed) or len(set(listed)) != len(listed):
-        raise ConfigError(f"--gpus: {gpus[:80]!r} is not allowed; use distinct GPU indices such as 0,1,2,3, or all")
-    return [str(int(g)) for g in listed]
 
 
 # search's options (declared once, as the others above)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Any
 
 import optuna
 
+from autotune import nightly
 from autotune.record import Metric
 from autotune.report._table import pareto, row_of
 from autotune.search.history import History, current_confirmation, value_of
@@ -46,9 +46,7 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
             ],
         }
     spreads = sorted(r["step_spread_pct"] for r in ok if r["step_spread_pct"] is not None)
-    history = []
-    if study_dir is not None and (study_dir / "history.jsonl").is_file():
-        history = [json.loads(line) for line in (study_dir / "history.jsonl").read_text().splitlines() if line.strip()]
+    history, skipped = nightly.read(study_dir / nightly.FILE) if study_dir is not None else ([], [])
     return {
         "study": study.study_name,
         "device": attrs.get("device"),
@@ -70,6 +68,7 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
             (t.user_attrs.get("telemetry") or None for t in trials if best and t.number == best["number"]), None
         ),
         "check_history": history,
+        "check_history_skipped": skipped,
         "front": pareto_front(rows),
     }
 

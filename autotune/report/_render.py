@@ -108,6 +108,8 @@ def render_rich(data: dict[str, Any], console: Any) -> None:
         console.print(
             f"Checks: {len(data['check_history'])}, last {last['checked_at']}: {last['status']}, ratio {last['ratio']:.3f}"
         )
+    if data.get("check_history_skipped"):
+        console.print(f"history.jsonl: skipped {'; '.join(data['check_history_skipped'][:5])}", highlight=False)
 
 
 def _confirmation(conf: dict[str, Any], console: Any) -> None:

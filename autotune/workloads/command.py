@@ -30,6 +30,7 @@ from autotune.workloads.timing import Timing
 
 TAIL_LINES = 20  # of the job's output, kept in a failure's reason
 POLL_S = 0.1
+LINE_BYTES = 64 << 10
 TERM_GRACE_S = 10.0  # after SIGTERM, before SIGKILL
 REPORT_FILE = "steps.jsonl"
 
@@ -56,7 +57,7 @@ class _Output:
         self.thread.start()
 
     def _read(self, stream: Any) -> None:
-        for raw in iter(stream.readline, b""):
+        for raw in iter(lambda: stream.readline(LINE_BYTES), b""):  # a line without end is read in pieces
             sys.stdout.buffer.write(raw)
             sys.stdout.flush()
             line = raw.decode(errors="replace").rstrip()

@@ -1,0 +1,78 @@
+"""history.jsonl, the nightly series of `autotune check` beside best.yaml: read line by line, a bad line skipped
+and named (torn by a full disk, edited by hand), appended so that a torn line never glues onto the next night's,
+never through a link planted in the study's folder."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+FILE = "history.jsonl"
+STATUSES = ("pass", "faster", "regression")
+
+
+def _positive(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def problem(doc: Any) -> str | None:
+    """Why a line is not a night (None: it is): what the series, the report and the plots read of it."""
+    if not isinstance(doc, dict):
+        return "not a JSON object"
+    if doc.get("status") not in STATUSES:
+        return f"status {str(doc.get('status'))[:20]!r} is not one of {', '.join(STATUSES)}"
+    for key in ("check_median", "ratio"):
+        if not _positive(doc.get(key)):
+            return f"{key} is not a positive number"
+    samples = doc.get("check_samples")
+    if not isinstance(samples, list) or not all(_positive(s) for s in samples):
+        return "check_samples is not a list of positive numbers"
+    ci = doc.get("ci")
+    if not isinstance(ci, list) or len(ci) != 2 or not all(isinstance(c, (int, float)) for c in ci):
+        return "ci is not two numbers"
+    if not isinstance(doc.get("checked_at"), str):
+        return "checked_at is not a time"
+    return None
+
+
+def read(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The nights of history.jsonl and, for each line skipped, 'line N: why'."""
+    nights, skipped = [], []
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().decode(errors="replace").splitlines()
+    except FileNotFoundError:
+        return nights, skipped
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            skipped.append(f"line {number}: not JSON (torn or edited)")
+            continue
+        why = problem(doc)
+        if why is None:
+            nights.append(doc)
+        else:
+            skipped.append(f"line {number}: {why}")
+    return nights, skipped
+
+
+def append(path: Path, doc: dict[str, Any]) -> None:
+    """One night appended: a newline first when the file's last line was torn (so the two stay apart), one write
+    of the whole line, never through a symbolic link (OSError: ELOOP)."""
+    line = (json.dumps(doc, default=str) + "\n").encode()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
+        written = os.write(fd, line)
+        if written != len(line):
+            raise OSError(f"wrote {written} of {len(line)} bytes (is the disk full?)")
+    finally:
+        os.close(fd)

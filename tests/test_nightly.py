@@ -1,0 +1,82 @@
+"""history.jsonl (nightly.py): a torn or hand-edited line is skipped and named, a torn end never glues onto the
+next night's line, no write follows a planted link; check prints its verdict and keeps its exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autotune import nightly
+from conftest import run_cli
+
+FIXTURES = Path(__file__).parent / "data" / "studies"
+NIGHT = {
+    "name": "x",
+    "status": "pass",
+    "ratio": 1.0,
+    "ci": [0.99, 1.01],
+    "check_median": 100.0,
+    "check_samples": [99.0, 101.0],
+    "checked_at": "2026-12-01T00:00:00+00:00",
+}
+
+
+def test_nightly_bad_lines_are_skipped_and_named(tmp_path: Path) -> None:
+    path = tmp_path / nightly.FILE
+    edited = {**NIGHT, "ratio": "fast"}
+    path.write_text(json.dumps(NIGHT) + "\n" + '{"name": "x", "sta' + "\n" + json.dumps(edited) + "\n[1, 2]\n")
+    nights, skipped = nightly.read(path)
+    assert nights == [NIGHT]
+    assert skipped == [
+        "line 2: not JSON (torn or edited)",
+        "line 3: ratio is not a positive number",
+        "line 4: not a JSON object",
+    ]
+
+
+def test_nightly_append_after_a_torn_line_does_not_glue(tmp_path: Path) -> None:
+    path = tmp_path / nightly.FILE
+    path.write_text(json.dumps(NIGHT) + "\n" + '{"name": "x", "status": "pa')  # the disk filled mid-line
+    nightly.append(path, NIGHT)
+    nights, skipped = nightly.read(path)
+    assert nights == [NIGHT, NIGHT] and skipped == ["line 2: not JSON (torn or edited)"]
+
+
+def test_nightly_append_never_follows_a_planted_link(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("precious\n")
+    os.symlink(target, tmp_path / nightly.FILE)
+    with pytest.raises(OSError):
+        nightly.append(tmp_path / nightly.FILE, NIGHT)
+    assert target.read_text() == "precious\n"
+
+
+def _study(tmp_path: Path) -> Path:
+    study = tmp_path / "trials" / "fixture-v0"
+    study.mkdir(parents=True)
+    for f in ("study.db", "best.yaml"):
+        shutil.copy(FIXTURES / "fixture-v0" / f, study / f)
+    return study
+
+
+def test_nightly_report_names_bad_lines_instead_of_failing(tmp_path: Path) -> None:
+    study = _study(tmp_path)
+    (study / nightly.FILE).write_text(json.dumps({**NIGHT, "name": "fixture-v0"}) + "\n" + "{torn\n")
+    proc = run_cli("report", str(study), "--no-html", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "history.jsonl: skipped line 2: not JSON" in proc.stdout
+
+
+@pytest.mark.slow
+def test_nightly_check_with_a_torn_history_prints_its_verdict(tmp_path: Path) -> None:
+    study = _study(tmp_path)
+    (study / nightly.FILE).write_text('{"name": "fixture-v0", "status": "pass", "ratio": "x"}\n{"torn')
+    proc = run_cli("check", str(study / "best.yaml"), "--repeats", "2", cwd=tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr  # decided: pass or regression, never an internal error
+    assert "ratio" in proc.stdout and "history.jsonl: skipped line 1: check_median is not a positive number" in proc.stdout
+    nights, skipped = nightly.read(study / nightly.FILE)
+    assert len(nights) == 1 and len(skipped) == 2  # this night's line stands alone after the torn one
