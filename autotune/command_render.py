@@ -164,7 +164,7 @@ def dumps(doc: dict[str, Any], suffix: str) -> str:
 def write_config(source: Path, dest: Path, overrides: dict[str, Any]) -> None:
     """The user's config with the trial's overrides, written beside the trial (the source is never changed)."""
     doc = apply_overrides(read_config(source), overrides)
+    from autotune import atomic
+
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    tmp.write_text(dumps(doc, source.suffix))
-    tmp.replace(dest)
+    atomic.write_text(dest, dumps(doc, source.suffix))

@@ -14,6 +14,7 @@ class ExitCode(IntEnum):
     BAD_INPUT = 2
     UNMEASURED = 3
     INTERNAL = 4
+    HANGUP = 129  # 128 + SIGHUP
     INTERRUPTED = 130  # 128 + SIGINT
     TERMINATED = 143  # 128 + SIGTERM
 
@@ -25,6 +26,7 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     "`check`: another GPU model than the baseline's",
     ExitCode.UNMEASURED: "`check`: could not measure (every repeat failed; the reason is shown)",
     ExitCode.INTERNAL: "an error inside autotune (a bug): one line naming it; `--debug` shows the traceback",
+    ExitCode.HANGUP: "hung up (SIGHUP: the terminal closed): handled as Ctrl-C; the study is kept and resumable",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C); the study is kept and resumable",
     ExitCode.TERMINATED: "terminated (SIGTERM): handled as Ctrl-C; the study is kept and resumable",
 }
@@ -44,6 +46,7 @@ def exit_codes_help() -> str:
         ExitCode.BAD_INPUT: "bad input",
         ExitCode.UNMEASURED: "check could not measure",
         ExitCode.INTERNAL: "internal error",
+        ExitCode.HANGUP: "SIGHUP",
         ExitCode.INTERRUPTED: "interrupted",
         ExitCode.TERMINATED: "SIGTERM",
     }
@@ -73,6 +76,10 @@ def printable(text: str, newlines: bool = True) -> str:
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM: handled everywhere as Ctrl-C (trials interrupted, best.yaml written), exit 143."""
+
+
+class HungUp(Terminated):
+    """SIGHUP (the terminal or ssh session closed): as SIGTERM, exit 129."""
 
 
 class AutotuneError(Exception):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune import logcap, nccl_log, prestart
+from autotune import atomic, logcap, nccl_log, prestart
 from autotune.hardware import Telemetry, visible_gpu_index
 from autotune.protocol import PROGRESS_FILE, PRUNE_FILE, TRIAL_MODULE, TrialResult, TrialSpec
 
@@ -105,7 +105,7 @@ def run_trial(
         raise
     finally:
         if standby is not None and (early := standby.output()):  # what it printed while it waited (imports)
-            (run_dir / "standby.log").write_text(early)
+            atomic.write_text(run_dir / "standby.log", early)
     outcome = _classify(
         run_dir,
         log_path,

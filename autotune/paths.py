@@ -69,3 +69,22 @@ def writable_file(path: Path, option: str) -> Path:
 def is_study_dir(path: Path) -> bool:
     """A folder autotune made for a study: its study.db, best.yaml or runs/ (only such a folder is archived)."""
     return path.is_dir() and any((path / name).exists() for name in ("study.db", "best.yaml", "runs"))
+
+
+# What autotune keeps in a study's folder: an output the user names must never be one of them.
+STUDY_FILES = ("study.db", "study.db-journal", "study.db-wal", "study.db-shm", "best.yaml", "history.jsonl")
+STUDY_FOLDERS = ("runs", "checks", "inductor-cache", "tmp", "loss-reference")
+
+
+def not_a_study_file(path: Path, study_dir: Path, option: str) -> Path:
+    """An output path (--junit) that is not one of the study's own files (it would be overwritten after the
+    measurement): ConfigError before anything runs."""
+    target, home = path.resolve(), study_dir.resolve()
+    inside = target.parent == home and target.name in STUDY_FILES
+    below = any(home / folder in target.parents or target == home / folder for folder in STUDY_FOLDERS)
+    if inside or below or (target.parent == home and target.suffix == ".yaml" and target.name.startswith("best")):
+        raise ConfigError(
+            f"{option}: {excerpt(str(path))} is one of the study's own files ({target.name} in {home}); "
+            "write it elsewhere, e.g. --junit results.xml"
+        )
+    return path

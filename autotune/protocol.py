@@ -8,7 +8,6 @@ side that the other does not know fails loudly instead of being dropped.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -71,10 +70,9 @@ def reason_line(reason: str | None, limit: int = 160) -> str:
 
 def write_json(path: str | Path, doc: dict[str, Any]) -> None:
     """Write JSON atomically: a reader never sees half a file."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-    os.replace(tmp, path)
+    from autotune import atomic
+
+    atomic.write_text(path, json.dumps(doc, indent=1))
 
 
 def _from_dict(cls: type, doc: dict[str, Any], what: str) -> Any:

@@ -278,6 +278,7 @@ def check(
     best = load_best(best_path)
     if junit:
         paths.writable_file(junit, "--junit")  # before the repeats, not after them
+        paths.not_a_study_file(junit, best_path.parent, "--junit")
     samples, details, failures, fingerprint = measure_best(best_path, best, model_yaml=model_yaml, repeats=repeats)
     base, source = baseline_samples(best)
     how = f"{tolerance_pct:g}% (--tolerance)" if tolerance_pct is not None else ""
@@ -355,4 +356,6 @@ def write_junit(path: Path, name: str, verdict: Verdict, seconds: float) -> None
         ET.SubElement(case, "failure", message=verdict.summary(), type="regression").text = details
     ET.SubElement(case, "system-out").text = details
     path.parent.mkdir(parents=True, exist_ok=True)
-    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+    from autotune import atomic
+
+    atomic.write_bytes(path, ET.tostring(suite, encoding="utf-8", xml_declaration=True))  # never through a link

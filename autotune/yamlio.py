@@ -96,6 +96,6 @@ class _PlainDumper(yaml.SafeDumper):
 
 def write(path: Path, doc: dict[str, Any]) -> None:
     """Write YAML for people (no anchors) atomically: a reader never sees a half-written file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False))
-    tmp.replace(path)
+    from autotune import atomic
+
+    atomic.write_text(path, yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False))

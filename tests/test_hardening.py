@@ -488,15 +488,17 @@ def test_hardening_two_searches_on_one_device_take_turns(write_yaml, tmp_path: P
     assert b.user_attrs["device_wait_s"] > 0 and a.user_attrs["device_wait_s"] == 0
 
 
-def test_hardening_sigterm_ends_like_ctrl_c(write_yaml, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sig", "code", "said"), [(signal.SIGTERM, 143, "terminated (SIGTERM): the study is kept"),
+                                                    (signal.SIGHUP, 129, "hung up (SIGHUP): the study is kept")])
+def test_hardening_sigterm_ends_like_ctrl_c(write_yaml, tmp_path: Path, sig: int, code: int, said: str) -> None:
     path = write_yaml(tiny(space={"micro_batch_size": [2, 4], "precision": "fp32"}, study={"trials": 2}))
     out = tmp_path / "out"
     proc = start_cli("search", str(path), "--out", str(out), "--device", "cpu", cwd=tmp_path,
                      env={"AUTOTUNE_FAULT": "hang@micro_batch_size=4"})
     hanging = out / "t" / "runs" / "0001" / "spec.json"
-    _, err = interrupt_when_running(proc, lambda: [hanging] if hanging.exists() else [], sig=signal.SIGTERM)
-    assert proc.returncode == 143, err
-    assert "terminated (SIGTERM): the study is kept" in err
+    _, err = interrupt_when_running(proc, lambda: [hanging] if hanging.exists() else [], sig=sig)
+    assert proc.returncode == code, err
+    assert said in err
     none_left(str(hanging))
     assert [t.user_attrs.get("status") for t in load_trials(out)] == ["ok", "interrupted"]
     assert (out / "t" / "best.yaml").exists()

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from autotune.cli._app import state
 from autotune.cli._console import console
-from autotune.errors import AutotuneError, ExitCode, Terminated, excerpt, printable
+from autotune.errors import AutotuneError, ExitCode, HungUp, Terminated, excerpt, printable
 
 MAX_MESSAGE = 1000  # characters of one error line
 
@@ -25,8 +25,8 @@ _signalled: dict[str, BaseException | None] = {"by": None}
 
 
 def _terminate(signum: int, frame: object) -> None:
-    _signalled["by"] = Terminated()
-    raise Terminated()
+    _signalled["by"] = HungUp() if signum == signal.SIGHUP else Terminated()
+    raise _signalled["by"]
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -57,6 +57,8 @@ def _interruption(e: BaseException) -> BaseException:
 def _classify(e: BaseException) -> tuple[str, int]:
     """The message and exit code of an error that reached the funnel."""
     e = _interruption(e)
+    if isinstance(e, HungUp):
+        return "hung up (SIGHUP): the study is kept; run the same command again to resume", ExitCode.HANGUP
     if isinstance(e, Terminated):
         return "terminated (SIGTERM): the study is kept; run the same command again to resume", ExitCode.TERMINATED
     if isinstance(e, KeyboardInterrupt):
@@ -94,11 +96,12 @@ def _quiet(hook: Any) -> Any:
 
 @contextlib.contextmanager
 def funnel() -> Iterator[None]:
-    previous, previous_int, previous_hook = None, None, sys.unraisablehook
+    previous, previous_int, previous_hup, previous_hook = None, None, None, sys.unraisablehook
     _signalled["by"] = None
     sys.unraisablehook = _quiet(previous_hook)
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
+        previous_hup = signal.signal(signal.SIGHUP, _terminate) if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN else None
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             previous_int = signal.signal(signal.SIGINT, _interrupt)
     try:
@@ -112,7 +115,7 @@ def funnel() -> Iterator[None]:
             raise
         message, code = _classify(e)
         console(stderr=True).print(
-            Text.assemble(("error: ", "red") if code not in (130, 143) else "", _line(message)), soft_wrap=True
+            Text.assemble(("error: ", "red") if code not in (129, 130, 143) else "", _line(message)), soft_wrap=True
         )
         raise typer.Exit(code) from None
     finally:
@@ -121,3 +124,5 @@ def funnel() -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
         if previous_int is not None:
             signal.signal(signal.SIGINT, previous_int)
+        if previous_hup is not None:
+            signal.signal(signal.SIGHUP, previous_hup)

@@ -7,6 +7,7 @@ import html
 from pathlib import Path
 from typing import Any
 
+from autotune import atomic
 from autotune.record import Metric
 from autotune.report._render import to_markdown
 from autotune.report._table import cells, columns, fmt, pareto
@@ -185,5 +186,5 @@ Time in trial processes: {data["time"]["trial_wall_s"]:,.0f} s ({html.escape(pha
 </body></html>
 """
     path = out / "report.html"
-    path.write_text(page)
+    atomic.write_text(path, page)
     return path
