@@ -23,7 +23,8 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.OK: "done; `check`: pass (or faster)",
     ExitCode.FAILED: "`search`: no trial succeeded; `check`: regression; `nccl`: no setting ran",
     ExitCode.BAD_INPUT: "bad input: usage, missing file, invalid YAML, schema error, a study made from another YAML; "
-    "`check`: another GPU model than the baseline's",
+    "`check`: another GPU model than the baseline's; also what the machine refused: a full disk, a storage that "
+    "cannot be reached",
     ExitCode.UNMEASURED: "`check`: could not measure (every repeat failed; the reason is shown)",
     ExitCode.INTERNAL: "an error inside autotune (a bug): one line naming it; `--debug` shows the traceback",
     ExitCode.HANGUP: "hung up (SIGHUP: the terminal closed): handled as Ctrl-C; the study is kept and resumable",

@@ -4,6 +4,7 @@ tracebacks only with --debug. SIGTERM ends a command as Ctrl-C does (exit 143 in
 from __future__ import annotations
 
 import contextlib
+import errno
 import signal
 import sys
 import threading
@@ -54,6 +55,23 @@ def _interruption(e: BaseException) -> BaseException:
     return e
 
 
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(e: BaseException) -> str | None:
+    """The full disk (or quota) behind an error, anywhere in its chain (SQLAlchemy wraps SQLite's), said as such."""
+    seen: BaseException | None = e
+    while seen is not None:
+        where = f" ({seen.filename})" if isinstance(seen, OSError) and seen.filename else ""
+        if isinstance(seen, OSError) and seen.errno in NO_SPACE or "database or disk is full" in str(seen):
+            return (
+                f"the disk is full{where}: no space left to write; the completed trials are stored and kept: "
+                "free space and run the same command again to resume"
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def _classify(e: BaseException) -> tuple[str, int]:
     """The message and exit code of an error that reached the funnel."""
     e = _interruption(e)
@@ -65,6 +83,8 @@ def _classify(e: BaseException) -> tuple[str, int]:
         return "interrupted: the study is kept; run the same command again to resume", ExitCode.INTERRUPTED
     if isinstance(e, AutotuneError):
         return str(e), e.exit_code
+    if (full := disk_full(e)) is not None:
+        return full, ExitCode.BAD_INPUT
     if isinstance(e, OSError):  # a path the user gave (or the file system under it) refused
         where = f"{e.filename}: " if e.filename else ""
         return f"{where}{e.strerror or e}", ExitCode.BAD_INPUT

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import random
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,8 +46,12 @@ def storage_of(url: str) -> optuna.storages.BaseStorage:
     """An Optuna storage from a URL; journal:PATH is Optuna's JournalStorage on a file (shared file systems)."""
     remember(url)
     if url.startswith("journal:"):
+        from autotune.search.journal import repair
+
         path = _journal_file(url)
         path.parent.mkdir(parents=True, exist_ok=True)
+        if (repaired := repair(path)) is not None:  # a resume never appends onto a torn record
+            print(f"note: {repaired}", file=sys.stderr)
         return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
     sqlite = url.startswith("sqlite")
     for attempt in range(5):  # workers started together race to create the schema of a new database
