@@ -25,7 +25,7 @@ from autotune.record import Metric
 from autotune.protocol import reason_line
 from autotune.runner import Bench, measure, preflight
 from autotune.regress_stats import decide, default_tolerance, series_drift  # noqa: F401  (the API)
-from autotune.search.best import read_best, record_check_baseline
+from autotune.search.best import LAUNCH_ONLY, measured_digest, read_best, record_check_baseline
 
 # Versions listed beside the verdict when they differ: the usual causes of a change.
 VERSION_KEYS = ("driver", "cuda", "cudnn", "torch", "nccl")
@@ -146,8 +146,6 @@ def _bench(best: dict[str, Any], best_path: Path, model_yaml: Path | None) -> Be
     )
 
 
-# How a trial is launched may differ between the search's machine and the check's; nothing else may.
-LAUNCH_ONLY = ("nnodes", "rdzv_endpoint", "launcher")
 
 
 def _same_measurement(
@@ -203,6 +201,19 @@ def load_best(best_path: Path) -> dict[str, Any]:
     best = read_best(best_path)
     paths.writable_dir(best_path.parent, "BEST_YAML")  # history.jsonl, checks/ and the baseline go beside it
     return best
+
+
+def baseline_belongs(best_path: Path, best: dict[str, Any]) -> None:
+    """The baseline measured what best.yaml now says (measured_digest): an edited model, workload, command or
+    knob is refused before anything runs (--reset-baseline records a baseline of the edited configuration)."""
+
+    recorded = (best.get("check_baseline") or {}).get("measured") or best.get("measured")
+    if recorded is not None and recorded != measured_digest(best):
+        raise ConfigError(
+            f"{best_path}: its model, workload, command or knobs were edited after its baseline was measured; "
+            "a check compares only the configuration that was measured (nothing measured). Run "
+            f"autotune check {best_path} --reset-baseline to record a baseline of this configuration"
+        )
 
 
 def measure_best(
@@ -276,6 +287,7 @@ def check(
     baseline."""
     t0 = time.monotonic()
     best = load_best(best_path)
+    baseline_belongs(best_path, best)
     if junit:
         paths.writable_file(junit, "--junit")  # before the repeats, not after them
         paths.not_a_study_file(junit, best_path.parent, "--junit")

@@ -25,6 +25,29 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 2
 
 
+LAUNCH_ONLY = ("nnodes", "rdzv_endpoint", "launcher")  # how ranks are started may change; what they run may not
+
+
+def measured_digest(doc: dict[str, Any]) -> str:
+    """A short hash of what best.yaml's numbers measured: its model, workload (but how ranks are launched), the
+    command (task command) and the knobs off their defaults. Recorded beside each baseline: a baseline is
+    compared only with the configuration it measured, so a hand-edited best.yaml is not set against another
+    model's numbers."""
+    import hashlib
+    import json
+
+    from autotune.identity import non_default
+
+    defaults = {k.name: k.default for k in catalogue.CATALOGUE}
+    what = {
+        "model": non_default("model", doc.get("model") or {}) if doc.get("model") else None,
+        "workload": {k: v for k, v in non_default("workload", doc["workload"]).items() if k not in LAUNCH_ONLY},
+        "command": doc.get("command"),
+        "knobs": {k: v for k, v in doc["knobs"].items() if v is not None and (k not in defaults or v != defaults[k])},
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def knob_set(knobs: dict[str, Any]) -> str:
     """A short hash of the knob names a release writes: on read, the same hash says that the knobs a file lacks
     were added since (upgraded), another says the list was edited (refused)."""
@@ -106,6 +129,7 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
         "workload": cfg.workload.model_dump(mode="json"),
         "study": {"storage": mask_url(storage), "trials_launched": h.launched, "trials_completed": len(h.completed)},
     }
+    doc["measured"] = measured_digest(doc)
     BestFile.model_validate(doc)  # what is written is what check will read
     path = study_dir / "best.yaml"
     write_yaml(path, doc)
@@ -240,6 +264,7 @@ class BestFile(_Part):
     apply: Optional[_Apply] = None
     baseline: Optional[dict[str, Any]] = None  # the baseline trial: number, knobs, tokens/s
     front: Optional[list[dict[str, Any]]] = None  # objective pareto: the front of the completed trials
+    measured: Optional[str] = None  # measured_digest of what the search's numbers measured
     study: Optional[dict[str, Any]] = None  # the storage (masked), trials launched and completed
 
 
@@ -372,6 +397,7 @@ def record_check_baseline(
             "tokens_per_s_samples": samples,
             "recorded_at": recorded_at,
             "fingerprint": fingerprint,
+            "measured": measured_digest(doc),
             **({"tpot_ms_samples": tpot_ms} if tpot_ms else {}),
             **({"series_from": since} if since else {}),
         },
