@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import os
@@ -35,7 +36,7 @@ from autotune.search.prune import BelowBest, ProgressWatch
 from autotune.search.sampler import make_sampler
 from autotune.search.storage import mask_url, open_study
 from autotune.search import warm
-from autotune.search.workers import Heartbeat, claim_configuration, reap_lost_workers
+from autotune.search.workers import Heartbeat, claim_configuration, late_record, reap_lost_workers
 from autotune.space import ResolvedSpace, resolve_space
 
 
@@ -198,6 +199,7 @@ class _Search:
             limits=cfg.study.limits.model_dump() if cfg.study.limits else None,
             command=cfg.command,
         )
+        self.late: set[int] = set()  # trials reaped while this worker stalled (late_record)
         self.grace = cfg.study.worker_grace_s
         gpus = [g["memory_gib"] for g in detect()["gpus"]] if device == "cuda" else []
         self.memory = (
@@ -313,11 +315,15 @@ class _Search:
             raise
         finally:
             self.slots.put(slot)
-            trial.set_user_attr("overlapped_with", self._overlapped(trial.number))
+            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):  # reaped while it stalled
+                trial.set_user_attr("overlapped_with", self._overlapped(trial.number))
 
     def record(self, trial: optuna.Trial, record: TrialRecord) -> float | tuple[float, float]:
         """Store the record; configuration failures end PRUNED, machine failures FAIL (history.optuna_state)."""
         self.new_trials += 1
+        if late_record(self.study, trial, record):  # this worker stalled, its trial was reaped and re-measured
+            self.late.add(trial.number)
+            raise _NotLaunched(f"trial {trial.number} was taken while this worker stalled; measurement kept")
         store(trial, record)
         self.observer.trial_finished(record, History.of(self.study))
         state = optuna_state(record.status)
@@ -368,17 +374,30 @@ class _Search:
 
             previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            study.optimize(
-                self.objective,
-                timeout=timeout_s,
-                n_jobs=self.n_jobs,
-                catch=(_NotLaunched, _TrialFailed),
-                callbacks=[self.stop_when_done],
-            )
+            self._optimize(study, timeout_s, t0)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return "timeout" if (dt.datetime.now() - t0).total_seconds() >= timeout_s else self.stop_reason
+
+    def _optimize(self, study: optuna.Study, timeout_s: float, t0: dt.datetime) -> None:
+        """Optuna's loop; a trial reaped while this worker stalled cannot be told (Optuna raises): its
+        measurement is kept (late_record), and the loop goes on with the time left."""
+        while True:
+            left = timeout_s - (dt.datetime.now() - t0).total_seconds()
+            try:
+                study.optimize(
+                    self.objective,
+                    timeout=max(left, 0.0),
+                    n_jobs=self.n_jobs,
+                    catch=(_NotLaunched, _TrialFailed),
+                    callbacks=[self.stop_when_done],
+                )
+                return
+            except ValueError as err:
+                if not self.late or "Cannot tell a" not in str(err):
+                    raise
+                self.late.clear()
 
     def stop_when_done(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         h = History.of(study)

@@ -36,7 +36,10 @@ class Heartbeat:
     def __call__(self) -> None:
         if time.time() - self.last > self.interval:
             self.last = time.time()
-            self.trial.set_user_attr("heartbeat", self.last)
+            try:
+                self.trial.set_user_attr("heartbeat", self.last)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # reaped while this worker stalled: the measurement goes on, and is kept (late_record)
 
 
 def reap_lost_workers(study: optuna.Study, grace_s: float, own: int | None = None) -> list[int]:
@@ -84,3 +87,19 @@ def claim_configuration(study: optuna.Study, trial: optuna.Trial, knobs: dict[st
         ):
             return t.number
     return None
+
+
+def late_record(study: optuna.Study, trial: optuna.Trial, record: Any) -> bool:
+    """A worker that stalled past its grace finds its trial reaped (worker_lost) and measured again elsewhere:
+    its measurement is added to the study as a duplicate of that trial (kept, not counted) instead of being
+    dropped. False while the trial is still this worker's."""
+    frozen = next((t for t in study.get_trials(deepcopy=False) if t.number == trial.number), None)
+    if frozen is None or frozen.state == TrialState.RUNNING:
+        return False
+    attrs = {**record.to_attrs(), "status": "duplicate", "duplicate_of": trial.number, "late": record.status}
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=TrialState.FAIL, params=trial.params, distributions=trial.distributions, user_attrs=attrs
+        )
+    )
+    return True
