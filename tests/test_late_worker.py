@@ -36,3 +36,20 @@ def test_late_worker_keeps_its_measurement_as_a_duplicate(tmp_path: Path) -> Non
     late = [a for a in attrs.values() if a.get("late")]
     assert late and late[0]["status"] == "duplicate" and late[0]["duplicate_of"] == 0
     assert late[0]["late"] == "ok" and late[0]["metrics"]["tokens_per_s_per_gpu"] > 0
+
+
+def test_late_worker_fresh_is_refused_while_another_search_measures(tmp_path: Path) -> None:
+    doc = tiny(space={"micro_batch_size": [2, 4], "precision": "fp32"}, study={"trials": 1, "confirm_top": 0})
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "out"
+    args = ("search", str(path), "--out", str(out), "--device", "cpu")
+    first = start_cli(*args, cwd=tmp_path, env={"AUTOTUNE_FAULT": "hang"})
+    try:
+        wait_until(lambda: (out / "t" / "runs" / "0000" / "spec.json").exists(), what="the first trial's start")
+        fresh = run_cli(*args, "--fresh", cwd=tmp_path)
+        assert fresh.returncode == 2 and "is being searched by pid" in fresh.stderr, fresh.stderr
+        assert not list(out.glob("t.archived-*")) and (out / "t" / "study.db").exists()
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=120)

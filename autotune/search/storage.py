@@ -122,6 +122,8 @@ def open_study(
     url = cfg.study.storage or sqlite_url(study_dir / "study.db")
     if url.startswith("journal:"):
         _journal_file(url)  # checked before anything is written
+    if fresh:
+        _refuse_live_fresh(cfg.name, url if not default_storage or (study_dir / "study.db").exists() else None, cfg)
     if fresh and default_storage:
         _archive(study_dir, None, cfg.name, default_storage)  # moves study.db aside with the folder
     if default_storage:
@@ -158,6 +160,25 @@ def open_study(
     config["study"]["storage"] = mask_url(url)  # credentials are never stored
     study.set_user_attr("config", config)
     return study, study_dir, url
+
+
+def _refuse_live_fresh(name: str, url: str | None, cfg: Config) -> None:
+    """--fresh never archives a study another search is measuring in (its trial's heartbeat is recent)."""
+    from autotune.search.workers import live_worker
+
+    if url is None:
+        return
+    try:
+        study = optuna.load_study(study_name=name, storage=storage_of(url))
+    except KeyError:
+        return  # no such study yet
+    except Exception as err:
+        raise StudyError(f"study.storage: cannot open {mask_url(url)}: {err}") from None
+    if (who := live_worker(study, cfg.study.worker_grace_s)) is not None:
+        raise StudyError(
+            f"--fresh: study {name} is being searched by {who}; stop that search first (or let it end), then "
+            "run --fresh again; nothing was archived"
+        )
 
 
 def _check_study_dir(out_root: Path, name: str, fresh: bool) -> Path:

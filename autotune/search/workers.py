@@ -103,3 +103,19 @@ def late_record(study: optuna.Study, trial: optuna.Trial, record: Any) -> bool:
         )
     )
     return True
+
+
+def live_worker(study: optuna.Study, grace_s: float) -> str | None:
+    """A worker still measuring a trial of this study (a heartbeat within the grace, or its process alive on
+    this host), said for a message; None when no trial is running."""
+    now = time.time()
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        worker = t.user_attrs.get("worker") or {}
+        beat = t.user_attrs.get("heartbeat")
+        if worker.get("pid") == os.getpid() and worker.get("host") == socket.gethostname():
+            continue
+        alive_here = worker.get("host") == socket.gethostname() and not _dead_here(worker) and bool(worker.get("pid"))
+        if alive_here or (beat is not None and now - beat <= grace_s):
+            ago = f"{now - beat:.0f} s ago" if beat is not None else "none yet"
+            return f"pid {worker.get('pid')} on {worker.get('host')} (trial {t.number}, heartbeat {ago})"
+    return None
