@@ -36,6 +36,10 @@ def preflight() -> None:
         parse_fault(os.environ.get("AUTOTUNE_FAULT"))
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    if os.environ.get("AUTOTUNE_PROFILE"):  # torch.profiler's traces go there after the measured steps
+        from autotune import paths
+
+        paths.writable_dir(Path(os.environ["AUTOTUNE_PROFILE"]), "AUTOTUNE_PROFILE")
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,11 @@ def _print_result(console: Any, result: Any, searched: list[str], task: str) -> 
     """The search's end: the top trials, the confirmation, what was chosen and where it was written."""
     from autotune.views import confirmation_table, top_trials_table
 
+    if result.best is None and result.history.launched == 0:
+        raise NoSuccessError(
+            f"no trial was launched ({result.stop_reason}): every point tried was known not to run here or "
+            "taken by another worker, or the time ran out first; nothing was measured, so runs/ holds no log"
+        )
     if result.best is None:
         raise NoSuccessError(
             f"no trial succeeded ({result.history.launched} launched); see {result.study_dir}/runs/*/worker.log"

@@ -14,7 +14,7 @@ from urllib.parse import quote
 import optuna
 
 from autotune import paths
-from autotune.errors import ConfigError, StudyError
+from autotune.errors import ConfigError, StudyError, excerpt
 from autotune.redact import mask, remember
 
 if TYPE_CHECKING:
@@ -117,8 +117,10 @@ def open_study(
     baseline trial by them (history.History.baseline)."""
     from autotune import identity
 
-    study_dir = _check_study_dir(out_root, cfg.name, fresh)
     default_storage = cfg.study.storage is None
+    if default_storage:
+        _check_sqlite_path(out_root / cfg.name / "study.db")
+    study_dir = _check_study_dir(out_root, cfg.name, fresh)
     url = cfg.study.storage or sqlite_url(study_dir / "study.db")
     if url.startswith("journal:"):
         _journal_file(url)  # checked before anything is written
@@ -178,6 +180,19 @@ def _refuse_live_fresh(name: str, url: str | None, cfg: Config) -> None:
         raise StudyError(
             f"--fresh: study {name} is being searched by {who}; stop that search first (or let it end), then "
             "run --fresh again; nothing was archived"
+        )
+
+
+SQLITE_MAX_PATHLEN = 512  # SQLite's unix VFS: longer database paths cannot be opened (os_unix.c MAX_PATHNAME)
+
+
+def _check_sqlite_path(db: Path) -> None:
+    """The study's SQLite file can be opened at this path: checked before any folder is made."""
+    length = len(str(db.absolute()).encode())
+    if length > SQLITE_MAX_PATHLEN:
+        raise ConfigError(
+            f"--out: the study's database would be {length} bytes of path ({excerpt(str(db), 60)}); SQLite opens "
+            f"at most {SQLITE_MAX_PATHLEN}: choose a shorter --out or study name (nothing was created)"
         )
 
 
