@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune import atomic, logcap, nccl_log, prestart
+from autotune import atomic, logcap, nccl_log, orphans, prestart
 from autotune.hardware import Telemetry, visible_gpu_index
 from autotune.protocol import PROGRESS_FILE, PRUNE_FILE, TRIAL_MODULE, TrialResult, TrialSpec
 
@@ -121,8 +121,11 @@ def run_trial(
 
 def _start(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """Start the trial's process in its own session, its output into the trial's log."""
+    orphans.become_subreaper()
     with open(log_path, "wb") as log:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        return orphans.start(
+            lambda: subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        )
 
 
 def _wait(
@@ -166,6 +169,9 @@ def _wait(
                 pass
         if straggler_needle:
             _kill_stragglers(straggler_needle)
+        if proc.poll() is not None:
+            orphans.done(proc.pid)
+        orphans.sweep()  # what escaped the trial's supervisor (a daemon that killed it) is ours now: ended
     return proc.returncode
 
 

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune import logcap
+from autotune import logcap, orphans
 
 STANDBY_FLAG = "--standby"
 
@@ -103,13 +103,15 @@ def fill(cmd: list[str], env: dict[str, str], log_dir: Path, depth: int = DEPTH)
 def _spawn(cmd: list[str], env: dict[str, str], log_dir: Path) -> Standby:
     fd, name = _log_file(log_dir)
     try:
-        proc = subprocess.Popen(
-            [*cmd, STANDBY_FLAG, str(name)],
-            stdin=subprocess.PIPE,
-            stdout=fd,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
+        proc = orphans.start(
+            lambda: subprocess.Popen(
+                [*cmd, STANDBY_FLAG, str(name)],
+                stdin=subprocess.PIPE,
+                stdout=fd,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
         )
     finally:
         os.close(fd)

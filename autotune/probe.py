@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 
+from autotune import orphans
 from autotune.errors import ConfigError
 
 TIMEOUT_ENV = "AUTOTUNE_IMPORT_TIMEOUT_S"  # documented in README (Your own model)
@@ -87,14 +88,16 @@ def _run(code: str, args: list[str], what: str) -> dict[str, object] | str:
         "AUTOTUNE_ANSWER_FD": str(write),
     }
     cmd = [sys.executable, "-m", "autotune.workloads.supervise", sys.executable, "-c", code, *args]
-    proc = subprocess.Popen(
-        cmd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        pass_fds=(write,),
-        env=env,
-        start_new_session=True,
+    proc = orphans.start(
+        lambda: subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(write,),
+            env=env,
+            start_new_session=True,
+        )
     )
     os.close(write)
     chunks: list[bytes] = []
