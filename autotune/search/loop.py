@@ -34,6 +34,7 @@ from autotune.search.prune import BelowBest, ProgressWatch
 from autotune.search.sampler import make_sampler
 from autotune.search.storage import mask_url, open_study
 from autotune.search import warm
+from autotune.search.recover import recover
 from autotune.search.slots import gpu_groups
 from autotune.search.workers import Heartbeat, claim_configuration, late_record, reap_lost_workers
 from autotune.space import ResolvedSpace, resolve_space
@@ -309,6 +310,8 @@ class _Search:
         """Enqueue the baseline (and the grid), run the objective until done; returns why it stopped."""
         cfg, study = self.cfg, self.study
         reap_lost_workers(study, self.grace)
+        if cfg.study.objective != "pareto":  # one objective: a recovered trial's value is its tokens/s
+            recover(study, self.runs, self.bench)  # measured but never stored: recorded from its files
         study.sampler = self.sampler or make_sampler(cfg.study.sampler, cfg.study.seed, self.budget)
         study.pruner = BelowBest(self.prune_below) if self.prune_below else optuna.pruners.NopPruner()
         self._enqueue([self.space.baseline])
