@@ -15,7 +15,6 @@ DDP with bucket_cap_mb=100 and optimize_ddp "ddp_optimizer" (apply_ddp).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from autotune.export._form import Form, Out, Rule, env_block, missing_lines, no_equivalent, same, translate, unlike
@@ -137,23 +136,13 @@ RULES: dict[str, Rule] = {
 }
 
 
-def _value(value: Any) -> str:
-    """A TOML value: the strings, integers, booleans and lists of them this fragment holds (JSON's string escapes
-    are TOML's)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
-    return json.dumps(value) if isinstance(value, str) else str(value)
-
-
 def toml(args: dict[str, Any]) -> str:
-    """{"training.local_batch_size": 8} as `[training]` then `local_batch_size = 8`, one table a section."""
-    tables: dict[str, list[str]] = {}
-    for dotted, value in args.items():
-        table, _, key = dotted.rpartition(".")
-        tables.setdefault(table, []).append(f"{key} = {_value(value)}")
-    return "".join(f"\n[{table}]\n" + "\n".join(keys) + "\n" for table, keys in tables.items())
+    """{"training.local_batch_size": 8} as `[training]` then `local_batch_size = 8` (tomli-w writes it)."""
+    import tomli_w
+
+    from autotune.command_render import apply_overrides
+
+    return "\n" + tomli_w.dumps(apply_overrides({}, args))
 
 
 def torchtitan(w: Winner) -> Form:
