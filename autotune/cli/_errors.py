@@ -90,6 +90,8 @@ def _classify(e: BaseException) -> tuple[str, int]:
         return f"{where}{e.strerror or e}", ExitCode.BAD_INPUT
     if isinstance(e, (MemoryError, RecursionError)):
         return f"input too large or too deeply nested ({type(e).__name__})", ExitCode.BAD_INPUT
+    while type(e).__name__ == "StorageInternalError" and e.__cause__ is not None:
+        e = e.__cause__  # Optuna's "invalid data in the commit" hides the database's own reason: show that
     if type(e).__module__.startswith("sqlalchemy"):  # a study's database refused (damaged, unreachable, read-only)
         return (
             f"storage: {type(e).__name__}: {excerpt(str(e).splitlines()[0] if str(e) else '', 300)}",

@@ -56,17 +56,28 @@ def storage_of(url: str) -> optuna.storages.BaseStorage:
     sqlite = url.startswith("sqlite")
     for attempt in range(5):  # workers started together race to create the schema of a new database
         try:
+            # a server restarted under a pooled connection: pre-ping replaces it instead of failing the query
             storage = optuna.storages.RDBStorage(
-                url, engine_kwargs={"connect_args": {"timeout": 60}} if sqlite else None
+                url, engine_kwargs={"connect_args": {"timeout": 60}} if sqlite else {"pool_pre_ping": True}
             )
             if sqlite:
                 _serialize_sqlite(storage)
-            return storage
+            return _retrying(storage)
         except Exception as err:
             if attempt == 4 or not any(w in str(err) for w in ("UNIQUE", "unique", "already exists", "locked")):
                 raise
             time.sleep(0.5 + random.random())
     raise AssertionError("unreachable")
+
+
+def _retrying(storage: optuna.storages.RDBStorage) -> optuna.storages.BaseStorage:
+    """Optuna's cache in front of the database (as optuna.storages.get_storage builds it), and a transient
+    outage waited out in front of both (search/retry.py)."""
+    from optuna.storages._cached_storage import _CachedStorage
+
+    from autotune.search.retry import RetryingStorage
+
+    return RetryingStorage(_CachedStorage(storage))
 
 
 def _serialize_sqlite(storage: optuna.storages.RDBStorage) -> None:
