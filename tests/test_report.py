@@ -138,3 +138,18 @@ def test_report_100_trials_under_2_seconds(tmp_path: Path) -> None:
     data = report.collect(optuna.load_study(study_name="big", storage=storage))
     write_html(data, tmp_path / "html")
     assert time.monotonic() - t0 < 5.0
+
+
+def test_report_html_a_new_page_never_sits_beside_an_older_reports_plots(finished: Path, tmp_path: Path) -> None:
+    """Drawn aside, then put in place at once: an older report's plot that this one lacks is removed, and no
+    temporary folder is left behind."""
+    from autotune.report import collect, load_study
+
+    out = tmp_path / "html"
+    out.mkdir()
+    (out / "checks.png").write_bytes(b"an older report's plot")
+    data = collect(*load_study(finished, None, None))
+    data["check_history"] = []
+    write_html(data, out)
+    assert not (out / "checks.png").exists() and (out / "report.html").exists()
+    assert [p.name for p in out.iterdir() if p.name.startswith(".report-")] == []

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
-from autotune import atomic
 from autotune.record import Metric
 from autotune.report._render import to_markdown
 from autotune.report._table import cells, columns, fmt, pareto
@@ -47,6 +49,9 @@ def plot_data(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+PLOT_FILES = ("history.png", "pareto.png", "knobs.png", "telemetry.png", "checks.png")  # in draw's order
+
+
 def draw(pd: dict[str, Any], out: Path) -> list[Path]:
     """Write the PNGs; return their paths (plots without data are skipped)."""
     import matplotlib
@@ -56,13 +61,13 @@ def draw(pd: dict[str, Any], out: Path) -> list[Path]:
 
     written: list[Path] = []
     plots = (
-        ("history", _history, "history.png"),
-        ("memory", _memory, "pareto.png"),
-        ("per_knob", _per_knob, "knobs.png"),
-        ("telemetry", _telemetry, "telemetry.png"),
-        ("checks", _checks, "checks.png"),
+        ("history", _history),
+        ("memory", _memory),
+        ("per_knob", _per_knob),
+        ("telemetry", _telemetry),
+        ("checks", _checks),
     )
-    for key, plot, name in plots:
+    for (key, plot), name in zip(plots, PLOT_FILES):
         if not any(pd[key].values()) if isinstance(pd[key], dict) else not pd[key]:
             continue
         fig = plot(plt, pd)
@@ -146,9 +151,38 @@ def _order(value: str) -> tuple[int, Any]:
 
 
 def write_html(data: dict[str, Any], out: Path) -> Path:
-    """report.html with every PNG embedded (one file to attach or open), PNGs also beside it."""
+    """report.html with every PNG embedded (one file to attach or open), PNGs also beside it. Everything is
+    drawn in a temporary folder first, then put in place with Ctrl-C and SIGTERM held back: a page and its
+    plots are always of one report (an older report's plot that this one lacks is removed)."""
+    import tempfile
+
     out.mkdir(parents=True, exist_ok=True)
-    pngs = draw(plot_data(data), out)
+    with tempfile.TemporaryDirectory(dir=out, prefix=".report-") as tmp:
+        pngs = draw(plot_data(data), Path(tmp))
+        (Path(tmp) / "report.html").write_text(_page(data, pngs))
+        with _signals_held():
+            for name in PLOT_FILES:
+                if not (Path(tmp) / name).exists():
+                    (out / name).unlink(missing_ok=True)
+            for p in pngs:
+                os.replace(p, out / p.name)
+            os.replace(Path(tmp) / "report.html", out / "report.html")
+    return out / "report.html"
+
+
+@contextlib.contextmanager
+def _signals_held() -> Any:
+    """SIGINT and SIGTERM delivered after the block, not within it (a few renames)."""
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _page(data: dict[str, Any], pngs: list[Path]) -> str:
+    """The report's HTML, its plots embedded."""
     images = "\n".join(
         f'<figure><img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}"></figure>'
         for p in pngs
@@ -185,6 +219,4 @@ figure{{display:inline-block;margin:0.5em}}img{{max-width:100%}}pre{{background:
 Time in trial processes: {data["time"]["trial_wall_s"]:,.0f} s ({html.escape(phases)}){ahead}.</p>
 </body></html>
 """
-    path = out / "report.html"
-    atomic.write_text(path, page)
-    return path
+    return page
