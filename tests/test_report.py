@@ -153,3 +153,20 @@ def test_report_html_a_new_page_never_sits_beside_an_older_reports_plots(finishe
     write_html(data, out)
     assert not (out / "checks.png").exists() and (out / "report.html").exists()
     assert [p.name for p in out.iterdir() if p.name.startswith(".report-")] == []
+
+
+def test_report_of_a_locked_study_names_what_was_given(finished: Path, tmp_path: Path) -> None:
+    """A study.db another process holds locked: the message says so and names STUDY_DIR, not a --storage that
+    was never given."""
+    import sqlite3
+
+    conn = sqlite3.connect(finished / "study.db", isolation_level=None)
+    conn.execute("BEGIN EXCLUSIVE")
+    try:
+        proc = run_cli("report", str(finished), "--no-html", cwd=tmp_path)
+    finally:
+        conn.execute("ROLLBACK")
+        conn.close()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("error: STUDY_DIR:") and "another process holds it locked" in proc.stderr
+    assert "--storage" not in proc.stderr

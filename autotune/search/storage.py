@@ -58,7 +58,8 @@ def storage_of(url: str) -> optuna.storages.BaseStorage:
         try:
             # a server restarted under a pooled connection: pre-ping replaces it instead of failing the query
             storage = optuna.storages.RDBStorage(
-                url, engine_kwargs={"connect_args": {"timeout": 60}} if sqlite else {"pool_pre_ping": True}
+                # SQLite's own wait for a lock stays short: past it the retry says so, then waits on (search/retry.py)
+                url, engine_kwargs={"connect_args": {"timeout": 15}} if sqlite else {"pool_pre_ping": True}
             )
             if sqlite:
                 _serialize_sqlite(storage)
@@ -257,6 +258,7 @@ def load_study(path: Path | None, study_name: str | None, storage: str | None) -
     Reading never writes: a SQLite file is opened read-only and must already hold Optuna's tables (a new
     path or a foreign database is refused, not created or extended); a journal file must exist. A damaged
     or unreachable storage is a one-line ConfigError."""
+    what = "--storage" if storage is not None else "STUDY_DIR"  # the option the user gave, never another
     if storage is None:
         if path is None:
             raise ConfigError("STUDY_DIR: give trials/<name>, or --study NAME --storage URL")
@@ -266,13 +268,14 @@ def load_study(path: Path | None, study_name: str | None, storage: str | None) -
         storage = sqlite_url(db)
     remember(storage)
     try:
-        opened = _reader(storage)
+        opened = _reader(storage, what)
         names = [s.study_name for s in optuna.get_all_study_summaries(opened, include_best_trial=False)]
     except ConfigError:
         raise
     except Exception as err:  # SQLAlchemy, a damaged file, a server that refuses
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ConfigError(f"--storage: cannot read a study from {mask_url(storage)}: {first[:300]}") from None
+        locked = "; another process holds it locked (a search writing to it?): try again" if "locked" in first else ""
+        raise ConfigError(f"{what}: cannot read a study from {mask_url(storage)}: {first[:300]}{locked}") from None
     name = study_name or (path.name if path is not None and path.name in names else None)
     if name is None and len(names) == 1:
         name = names[0]
@@ -283,12 +286,12 @@ def load_study(path: Path | None, study_name: str | None, storage: str | None) -
     return optuna.load_study(study_name=name, storage=opened), path
 
 
-def _reader(url: str) -> optuna.storages.BaseStorage:
-    """A storage opened to read only."""
+def _reader(url: str, what: str = "--storage") -> optuna.storages.BaseStorage:
+    """A storage opened to read only (what: the option that named it, for the messages)."""
     if url.startswith("journal:"):
         path = Path(url.removeprefix("journal:"))
         if not path.is_file():
-            raise ConfigError(f"--storage: no such journal file: {path}")
+            raise ConfigError(f"{what}: no such journal file: {path}")
         return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
     from sqlalchemy.engine import make_url
 
@@ -296,14 +299,14 @@ def _reader(url: str) -> optuna.storages.BaseStorage:
     if parsed.get_backend_name() == "sqlite":  # sqlite://, sqlite+pysqlite://, ...: a file to open read-only
         path = Path(parsed.database or "")
         if not parsed.database or not path.is_file():
-            raise ConfigError(f"--storage: no such SQLite file: {parsed.database or '(none)'}")
-        _check_optuna_sqlite(path)
+            raise ConfigError(f"{what}: no such SQLite file: {parsed.database or '(none)'}")
+        _check_optuna_sqlite(path, what)
         # SQLite itself refuses any write (mode=ro); the path is quoted for SQLite's URI, then for SQLAlchemy
         url = f"{parsed.drivername}:///file:{quote(quote(str(path.resolve()), safe='/'), safe='/')}?mode=ro&uri=true"
     return optuna.storages.RDBStorage(url, skip_table_creation=True)
 
 
-def _check_optuna_sqlite(path: Path) -> None:
+def _check_optuna_sqlite(path: Path, what: str = "--storage") -> None:
     """A SQLite file holding Optuna's tables (read-only look; ConfigError otherwise)."""
     import sqlite3
 
@@ -313,6 +316,7 @@ def _check_optuna_sqlite(path: Path) -> None:
         ) as conn:
             tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.DatabaseError as err:
-        raise ConfigError(f"--storage: {path} is not a readable SQLite database: {err}") from None
+        locked = "; another process holds it locked (a search writing to it?): try again" if "locked" in str(err) else ""
+        raise ConfigError(f"{what}: {path} is not a readable SQLite database: {err}{locked}") from None
     if not {"studies", "trials", "version_info"} <= tables:
-        raise ConfigError(f"--storage: {path} holds no Optuna study (no studies/trials tables); nothing was changed")
+        raise ConfigError(f"{what}: {path} holds no Optuna study (no studies/trials tables); nothing was changed")
