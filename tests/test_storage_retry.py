@@ -4,8 +4,7 @@ The server is a real one (pgserver's PostgreSQL binaries), on a unix socket of i
 
 from __future__ import annotations
 
-import os
-import signal
+import shlex
 import time
 from pathlib import Path
 
@@ -27,11 +26,13 @@ def server(tmp_path: Path):
 
 
 def _restart(srv, down_s: float) -> None:
-    """Stop the server at once (SIGINT: fast shutdown, connections dropped), wait, start it again."""
-    os.kill(srv.get_pid(), signal.SIGINT)
-    wait_until(lambda: srv.get_pid() is None or not Path(f"/proc/{srv.get_pid()}").exists(), 30, "the stop")
+    """Stop the server (pg_ctl's fast shutdown: sessions dropped), wait, start it again with the options it ran
+    with (PostgreSQL's own postmaster.opts, as `pg_ctl restart` reads them)."""
+    opts = shlex.split((Path(srv.pgdata) / "postmaster.opts").read_text())[1:]
+    opts = [o for i, o in enumerate(opts) if o != "-D" and (i == 0 or opts[i - 1] != "-D")]
+    pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=srv.pgdata, user=srv.system_user)
     time.sleep(down_s)
-    srv.ensure_postgres_running()
+    pgserver.pg_ctl(["-w", "-o", shlex.join(opts), "start"], pgdata=srv.pgdata, user=srv.system_user)
 
 
 @pytest.mark.slow
