@@ -24,6 +24,7 @@ import torch
 from transformers import TrainerCallback
 
 from autotune import reporting
+from autotune.callbacks import _clock
 
 
 def _disable(fn: Any) -> Any:
@@ -53,11 +54,7 @@ class AutotuneCallback(TrainerCallback):
         self.marks = [self._mark()]
 
     def _mark(self) -> Any:
-        if not self.cuda:
-            return time.perf_counter()
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
+        return _clock.mark(torch, self.cuda)
 
     def _count(self, module: Any, args: Any, kwargs: dict[str, Any]) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
@@ -96,4 +93,4 @@ class AutotuneCallback(TrainerCallback):
             self.reporter.record(seconds, real, padded, at=self.at[i])
 
     def _seconds(self, start: Any, end: Any) -> float:
-        return start.elapsed_time(end) / 1000 if self.cuda else end - start
+        return _clock.seconds(start, end, self.cuda)

@@ -23,7 +23,6 @@ Outside autotune (no AUTOTUNE_REPORT) it does nothing. Under autotune (on global
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -31,6 +30,7 @@ import torch
 from lightning.pytorch import Callback
 
 from autotune import reporting
+from autotune.callbacks import _clock
 
 TokenCount = tuple[Any, int]  # (real tokens: an int or a device tensor, padded tokens)
 
@@ -86,11 +86,7 @@ class AutotuneCallback(Callback):
         self.marks = [self._mark()]
 
     def _mark(self) -> Any:
-        if not self.cuda:
-            return time.perf_counter()
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
+        return _clock.mark(torch, self.cuda)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if not self.marks or self.flushed:
@@ -122,4 +118,4 @@ class AutotuneCallback(Callback):
             self.reporter.record(seconds, real, padded)
 
     def _seconds(self, start: Any, end: Any) -> float:
-        return start.elapsed_time(end) / 1000 if self.cuda else end - start
+        return _clock.seconds(start, end, self.cuda)
