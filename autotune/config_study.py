@@ -35,8 +35,8 @@ class LimitsConfig(_Section):
 class LossCheckConfig(_Section):
     """Training's precision guardrail: an fp8 or fp16 trial that measured well also trains `steps` optimizer
     steps from fresh weights on a learnable synthetic stream (each sequence repeats a random 8-token pattern,
-    so the loss falls), one micro-batch a step, and so does the same configuration in bf16 once (cached per
-    micro-batch size in the study's loss-reference/). If the loss curves part by more than `max_gap` (relative,
+    so the loss falls), one micro-batch of at most 4 sequences a step, eager, and so does the same configuration
+    in bf16 once, eager (cached in the study's loss-reference/, shared by the trials of one precision). If the loss curves part by more than `max_gap` (relative,
     at any step of the second half) the trial ends invalid_config: loss drifts, so a faster precision never
     wins by training worse."""
 

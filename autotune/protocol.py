@@ -165,7 +165,7 @@ class TrialResult(_Document):
     peak_mem_kind: str | None = None  # cuda_max_memory_allocated or cpu_max_rss
     peak_mem_reserved_bytes: int | None = None
     measure_window: list[float] | None = None  # wall-clock start and end of the measured steps
-    phases_s: dict[str, float] = field(default_factory=dict)  # start, build, warmup, compile, measure
+    phases_s: dict[str, float] = field(default_factory=dict)  # start, build, warmup, compile, measure, check
     env: dict[str, Any] = field(default_factory=dict)  # torch, CUDA, cuDNN, NCCL, device name
     applied: dict[str, Any] = field(default_factory=dict)  # what the trial really did for each knob
     ranks: list[dict[str, Any]] | None = None  # every rank's own step times and peak memory

@@ -33,6 +33,7 @@ __all__ = [
     "CATALOGUE",
     "CE_CHUNKS",
     "CHECKPOINT_EVERY",
+    "CHECK_ROWS",
     "MAX_PREFETCH",
     "MAX_SIZE",
     "NAMES",
@@ -44,6 +45,7 @@ __all__ = [
     "Not",
     "Note",
     "apply_notes",
+    "check_rows",
     "defaults",
     "env_of",
     "markdown_table",
@@ -78,6 +80,17 @@ def reference_of(knobs: dict[str, Any]) -> dict[str, Any]:
     if knobs.get("fsdp_reduce_dtype") == "bf16":
         ref["fsdp_reduce_dtype"] = "fp32"
     return ref
+
+
+# The loss check's micro-batch: at most CHECK_ROWS sequences whatever the trial's, so the trials of one
+# precision share one reference curve (not one per micro-batch size: issue 28 saw 85-100 s per reference)
+CHECK_ROWS = 4
+
+
+def check_rows(micro_batch_size: int) -> int:
+    """The loss check's sequences a step: the trial's micro-batch, capped at CHECK_ROWS (the check runs eager;
+    a micro-batch no larger than the trial's own)."""
+    return min(CHECK_ROWS, micro_batch_size)
 
 
 BY_NAME: dict[str, Knob] = {k.name: k for k in CATALOGUE}

@@ -58,6 +58,8 @@ class Measured:
     timing: Timing | None
     losses: list[float] = field(default_factory=list)
     output: dict[str, Any] = field(default_factory=dict)
+    # seconds of the checks run after the measured steps (train: the loss check), the record's `check` phase
+    check_s: float = 0.0
 
 
 class Workload(ABC):

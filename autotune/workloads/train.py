@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 from typing import Any
 
-from autotune.knobs import CE_CHUNKS, CHECKPOINT_EVERY, SDPA_BACKENDS, numerics
+from autotune.knobs import CE_CHUNKS, CHECKPOINT_EVERY, SDPA_BACKENDS, check_rows, numerics
 from autotune.sizes import padded_vocab
 from autotune.workloads.base import InvalidConfig, Measured, NonFiniteLoss, Work, Workload
 from autotune.workloads.parallel import check_replicas_in_sync, parallelize, repeated_blocks
@@ -368,10 +369,11 @@ class Train(Workload):
         if self.ranks:
             check_replicas_in_sync(torch, self.model, self.ranks)
         check = self.spec.params.get("loss_check") or {}
-        curve = None
+        curve, t_check = None, time.perf_counter()
         if check.get("steps") and (check.get("reference") or numerics(self.spec.knobs)):
             curve = self.loss_check(int(check["steps"]))
-        return Measured(timing, losses, output={"loss_check": curve} if curve else {})
+        check_s = time.perf_counter() - t_check
+        return Measured(timing, losses, output={"loss_check": curve} if curve else {}, check_s=check_s)
 
     def profile(self, folder: Path, steps: int = 2) -> None:
         """AUTOTUNE_PROFILE=DIR: after the measured steps (untimed), `steps` more under torch.profiler, written as
@@ -391,15 +393,23 @@ class Train(Workload):
 
     def loss_check(self, steps: int) -> list[float] | None:
         """`steps` optimizer steps from fresh weights on a learnable stream (each sequence repeats a random
-        8-token pattern, so the loss falls), one micro-batch a step: the curve search/loss_guard.py compares
-        with bf16's. None for a model that cannot be re-initialised (no init_weights)."""
-        torch, spec = self.torch, self.spec
+        8-token pattern, so the loss falls), one micro-batch of check_rows(micro_batch_size) sequences a step,
+        eager (compiled code set aside: no compile of another shape): the curve search/loss_guard.py compares
+        with bf16's, one reference for every trial of the same rows. None for a model that cannot be
+        re-initialised (no init_weights)."""
         base = getattr(self.model, "module", self.model)  # DDP wraps; FSDP2 and per-block compile do not
         if not callable(getattr(base, "init_weights", None)):
             return None
+        with self.torch.compiler.set_stance("force_eager"):
+            return self._check_steps(base, steps)
+
+    def _check_steps(self, base: Any, steps: int) -> list[float]:
+        """The loss check's steps (see loss_check)."""
+        torch, spec = self.torch, self.spec
         inputs, _ = self.batches[0]
+        rows = check_rows(inputs.shape[0])
         gen = torch.Generator(device=self.dev).manual_seed(spec.run.seed + 1)  # the same stream on every rank
-        pattern = torch.randint(0, spec.model["vocab_size"], (2, inputs.shape[0], 8), device=self.dev, generator=gen)
+        pattern = torch.randint(0, spec.model["vocab_size"], (2, rows, 8), device=self.dev, generator=gen)
         stream = pattern.repeat(1, 1, inputs.shape[1] // 8 + 2)[..., : inputs.shape[1] + 1]
         self.batches = [(b[:, :-1], b[:, 1:]) for b in stream]
         torch.manual_seed(spec.run.seed)

@@ -111,6 +111,8 @@ def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
         _record_steps(result, spec, workload, measured, ranks, t_built)
     else:
         result.phases_s["measure"] = time.time() - t_built
+    if measured.check_s:
+        result.phases_s["check"] = measured.check_s
     if ranks:
         ranks.stop()
     return result
