@@ -8,6 +8,7 @@
 #                                       ddp-truth comm-hooks check3 (issue 16)
 #                                       int4-kernels memcompile compile-saved check1 (issue 24: one H200)
 #                                       hf-trainer hf-callback-cost (issue 26: one H200)
+#                                       cheap-after cheap-before cheap-ref (issue 28: one H200)
 # GPUS: the --gpus of the stages that take it (default 0,1; GPUS=0 on one GPU)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
@@ -193,6 +194,21 @@ d["baseline"] = {"weight_quant": "none"}; yaml.safe_dump(d, open("/tmp/gen-int4.
       at report "trials/$(basename "$f" .yaml)" --format markdown > "$OUT/$stage-report.md" 2>&1 ;;
     memgpu) # issue 15: the memory estimate against max_memory_allocated of real trials (tests/test_memory.py)
       python3 -m pytest -m gpu -s -v -p no:cacheprovider tests/test_memory.py 2>&1 | tee "$OUT/memgpu.log" ;;
+    cheap-after|cheap-before|cheap-ref) # issue 28: benchmarks/spaces/cheap-llama-0.9b.yaml, 20 trials and the confirmation
+      # (after: compile_scope and compile_dynamic in the space; before: whole-model static compile only, as before issue
+      # 28; ref: 40 trials, the longer reference run the chosen configuration is compared with); the search's wall
+      # time between the two stamps is its GPU time (one GPU); then where every trial's time went (trial_cost.py)
+      python3 -c 'import sys, yaml; d = yaml.safe_load(open("benchmarks/spaces/cheap-llama-0.9b.yaml")); s = sys.argv[1]
+d["name"] = "cheap-llama-0.9b-" + s.removeprefix("cheap-")
+if s == "cheap-before": d["space"].update(compile_scope=["model"], compile_dynamic=["static"])
+if s == "cheap-ref": d["study"].update(trials=40, confirm_top=3)
+yaml.safe_dump(d, open(f"/tmp/{s}.yaml", "w"), sort_keys=False)' "$stage"
+      n=cheap-llama-0.9b-${stage#cheap-}; echo "{\"stage\": \"$stage\", \"start\": $(date +%s.%N)}" >> "$OUT/cheap-wall.jsonl"
+      at search /tmp/$stage.yaml --gpus "${GPUS%%,*}" --timeout-min "${CHEAP_MIN:-25}" 2>&1 | tee -a "$OUT/$stage.log"
+      echo "{\"stage\": \"$stage\", \"end\": $(date +%s.%N)}" >> "$OUT/cheap-wall.jsonl"
+      python3 benchmarks/trial_cost.py trials/$n > "$OUT/$stage-cost.md" 2>&1
+      at report trials/$n --format json > "$OUT/$stage-report.json" 2>&1; cp trials/$n/best.yaml "$OUT/$stage-best.yaml" 2>/dev/null
+      tar czf "$OUT/$stage-study.tgz" trials/$n/study.db* trials/$n/best.yaml 2>/dev/null ;;
     cost)   # where each trial's time went, for every study under trials/ (benchmarks/trial_cost.py)
       python3 benchmarks/trial_cost.py $(ls -d trials/*/ | grep -v -e compile-cache -e archived) > "$OUT/cost.md" 2>&1 ;;
     gputests)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from autotune.search.storage import load_study
 
-PHASES = ("start", "build", "warmup", "compile", "measure")
+PHASES = ("start", "build", "warmup", "compile", "check", "reference", "measure")  # reference: its own trial
 
 
 def rows(study_dir: str) -> list[dict]:
@@ -24,7 +24,8 @@ def rows(study_dir: str) -> list[dict]:
             continue
         phases = a.get("phases_s") or {}
         out.append({"trial": t.number, "status": a["status"], "prestarted": a.get("prestarted"), "wall_s": a["wall_s"],
-                    **{p: phases.get(p, 0.0) for p in PHASES}, "overhead_s": a["wall_s"] - phases.get("measure", 0.0),
+                    **{p: phases.get(p, 0.0) for p in PHASES},
+                    "overhead_s": a["wall_s"] + phases.get("reference", 0.0) - phases.get("measure", 0.0),
                     "knobs": a["knobs"]})
     return out
 
@@ -33,15 +34,17 @@ def main(dirs: list[str]) -> None:
     for d in dirs:
         rs = rows(d)
         print(f"## {d}: {len(rs)} launched trials with a measurement (ok or pruned)")
-        print("| trial | status | prestarted | wall s | start | build | warmup | compile | measure | overhead s |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("| trial | status | prestarted | wall s | " + " | ".join(PHASES) + " | overhead s |")
+        print("|---" * (5 + len(PHASES)) + "|")
         for r in rs:
             print(f"| {r['trial']} | {r['status']} | {r['prestarted']} | {r['wall_s']:.1f} | "
                   + " | ".join(f"{r[p]:.1f}" for p in PHASES) + f" | {r['overhead_s']:.1f} |")
         med = {k: statistics.median(r[k] for r in rs) for k in ("wall_s", *PHASES, "overhead_s")}
         print("| median | | | " + " | ".join(f"{med[k]:.1f}" for k in ("wall_s", *PHASES, "overhead_s")) + " |")
-        print(f"total wall {sum(r['wall_s'] for r in rs):.0f} s, measured {sum(r['measure'] for r in rs):.0f} s "
-              f"({100 * sum(r['measure'] for r in rs) / sum(r['wall_s'] for r in rs):.1f}%)\n")
+        total = sum(r["wall_s"] + r["reference"] for r in rs)
+        measured = sum(r["measure"] for r in rs)
+        print(f"total trial time {total:.0f} s (references included), measured {measured:.0f} s "
+              f"({100 * measured / total:.1f}%)\n")
 
 
 if __name__ == "__main__":

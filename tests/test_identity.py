@@ -83,7 +83,8 @@ def test_identity_warm_start_from_a_study_made_before_a_knob_existed(tmp_path: P
 def test_identity_an_older_best_yaml_is_upgraded_on_read(tmp_path: Path) -> None:
     study = _copy(tmp_path, "fixture-older")
     doc = read_best(study / "best.yaml")
-    assert doc["upgraded"] == {"from_schema": 1, "knobs_added": {"fsdp_backward_prefetch": None}}
+    added = {"fsdp_backward_prefetch": None, "compile_dynamic": None}  # neither acts: one rank, compile off
+    assert doc["upgraded"] == {"from_schema": 1, "knobs_added": added}
     assert doc["knobs"]["fsdp_backward_prefetch"] is None  # one rank: the knob cannot act, as a search writes it
     edited = yaml.safe_load((study / "best.yaml").read_text())
     edited.update(schema_version=2, knob_set="000000000000")  # a current file whose knob list was edited

@@ -132,4 +132,6 @@ def test_loss_check_of_a_compiled_trial_compiles_nothing_more() -> None:
     result = trial.run(spec)
     assert result.status == "ok" and len(result.output["loss_check"]) == 4
     assert counters["stats"]["unique_graphs"] == 1
+    cache = result.applied["compile_cache"]
+    assert cache["fxgraph_miss"] + cache["fxgraph_hit"] == 2  # forward and backward, compiled (or loaded) once
     assert result.phases_s["check"] > 0

@@ -89,6 +89,18 @@ CATALOGUE: tuple[Knob, ...] = (
         "built-in model and hf_config models)",
     ),
     Knob(
+        "compile_dynamic",
+        Literal["static", "batch"],
+        "static",
+        only_with=("compile", Not(False)),
+        help="static: torch.compile specialises on the micro-batch size (a new size is a new compile); batch: "
+        "the batch dimension is compiled dynamic, so trials of every micro-batch size share one compiled program "
+        "through the compile cache (a second size loads it in seconds instead of compiling again; dynamic "
+        "shapes may cost step time: the search measures it).",
+        effect="batch: `torch._dynamo.maybe_mark_dynamic(t, 0)` on every input tensor of the micro-batches "
+        "(a micro-batch of 1 stays specialised)",
+    ),
+    Knob(
         "attention",
         Literal["auto", "flash", "efficient", "cudnn", "math", "eager"],
         "auto",

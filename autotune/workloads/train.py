@@ -233,6 +233,40 @@ def apply_compile(torch: Any, model: Any, mode: Any, scope: str | None = "model"
     return model, f"{compile_mode or 'default'}, per block ({len(blocks)} x {kind}, compiled in place){head}"
 
 
+def apply_compile_dynamic(torch: Any, batches: list[Any], knobs: dict[str, Any]) -> str | None:
+    """compile_dynamic batch: every input tensor's first dimension marked dynamic, so one compiled program
+    serves every micro-batch size (and the compile cache serves it to the trials of other sizes)."""
+    if not knobs["compile"] or knobs.get("compile_dynamic") != "batch":
+        return None
+    tensors = [t for batch in batches for t in _tensors(batch) if t.dim() > 0]
+    for t in tensors:
+        torch._dynamo.maybe_mark_dynamic(t, 0)
+    return f"batch dimension dynamic ({len(tensors)} input tensors)"
+
+
+def _tensors(batch: Any) -> list[Any]:
+    """The tensors of one micro-batch: a tensor, a tuple or list of them, or a dict's values."""
+    if isinstance(batch, dict):
+        return [v for v in batch.values() if hasattr(v, "dim")]
+    if isinstance(batch, (tuple, list)):
+        return [v for v in batch if hasattr(v, "dim")]
+    return [batch] if hasattr(batch, "dim") else []
+
+
+def compile_cache_counts(torch: Any) -> dict[str, int]:
+    """What the compile cache served this process: Inductor's FX graph and AOTAutograd's cache hits and misses
+    (torch._dynamo's counters): a trial whose graphs were all hits compiled nothing."""
+    from torch._dynamo.utils import counters
+
+    inductor, aot = counters["inductor"], counters["aot_autograd"]
+    return {
+        "fxgraph_hit": inductor["fxgraph_cache_hit"],
+        "fxgraph_miss": inductor["fxgraph_cache_miss"],
+        "autograd_hit": aot["autograd_cache_hit"],
+        "autograd_miss": aot["autograd_cache_miss"],
+    }
+
+
 def finite_losses(torch: Any, losses: list[Any], phase: str) -> list[float]:
     """The losses as floats (one synchronisation, after the timed region); NonFiniteLoss if any is NaN or inf."""
     values = torch.stack(losses).float().cpu().tolist() if losses else []
@@ -266,6 +300,7 @@ class Train(Workload):
         model, self.batches, applied, self._work = build_model(
             torch, spec, self.dev, gen, n_batches=min(knobs["grad_accum_steps"], 4), materialize=not sharded_build
         )
+        dynamic = apply_compile_dynamic(torch, self.batches, knobs)
         lap("model")
         fp8_linears = apply_fp8(torch, model, knobs)
         lap("fp8")
@@ -298,6 +333,7 @@ class Train(Workload):
             **self._applied(compile_mode, ddp_graph, fp8_linears),
             **applied,
             **parallel_applied,
+            "compile_dynamic": dynamic,
             "build_s": lap.parts,
         }  # where the build's seconds went (issue 15: an 8B build under 10 s)
 
@@ -373,6 +409,8 @@ class Train(Workload):
         if check.get("steps") and (check.get("reference") or numerics(self.spec.knobs)):
             curve = self.loss_check(int(check["steps"]))
         check_s = time.perf_counter() - t_check
+        if self.spec.knobs["compile"]:  # the whole process's: the loss check, eager, adds nothing
+            self.applied["compile_cache"] = compile_cache_counts(torch)
         return Measured(timing, losses, output={"loss_check": curve} if curve else {}, check_s=check_s)
 
     def profile(self, folder: Path, steps: int = 2) -> None:
