@@ -82,6 +82,16 @@ def wait_until(condition: Callable[[], Any], seconds: float = 120, what: str = "
         time.sleep(0.2)
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, exited but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def processes_with(needle: str) -> list[str]:
     """Pids of processes whose command line contains needle (found through /proc)."""
     found = []

@@ -18,6 +18,7 @@ import yaml
 from autotune.config_load import load_config
 from autotune.errors import ConfigError
 from autotune.search.loop import run_search
+from conftest import alive
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "tests" / "data" / "jobs" / "fake_job.py"
@@ -107,7 +108,7 @@ def test_command_job_that_ignores_the_stop_is_ended_and_measured(tmp_path: Path)
     rec = _records(_search(path, tmp_path, trials=1))[0]
     assert rec["status"] == "ok" and time.monotonic() - t0 < 40
     assert "ignored the stop request" in rec["reason"]
-    assert not _alive(int((tmp_path / "pid").read_text()))
+    assert not alive(int((tmp_path / "pid").read_text()))
 
 
 def test_command_job_that_hangs_times_out_with_its_steps_named(tmp_path: Path) -> None:
@@ -117,7 +118,7 @@ def test_command_job_that_hangs_times_out_with_its_steps_named(tmp_path: Path) -
     rec = _records(run_search(cfg, out_root=tmp_path / "trials", device="cpu", trials=1))[0]
     assert rec["status"] == "timeout"
     assert "reported 1 of 6 steps" in rec["reason"]
-    assert not _alive(int((tmp_path / "pid").read_text()))
+    assert not alive(int((tmp_path / "pid").read_text()))
 
 
 def test_command_log_pattern_measures_a_job_that_prints_its_throughput(tmp_path: Path) -> None:
@@ -133,15 +134,6 @@ def test_command_steps_of_different_tokens_report_the_median_of_their_rates(tmp_
     rec = _records(_search(_yaml(tmp_path, {"args": ["--mode", "vary"]}), tmp_path, trials=1))[0]
     assert rec["status"] == "ok", rec["reason"]
     assert rec["metrics"]["tokens_per_s_per_gpu"] == pytest.approx(250, rel=0.25)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_command_kill_9_of_autotune_leaves_no_process_of_the_job(tmp_path: Path) -> None:
@@ -160,9 +152,9 @@ def test_command_kill_9_of_autotune_leaves_no_process_of_the_job(tmp_path: Path)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     deadline = time.monotonic() + 15
-    while _alive(job) and time.monotonic() < deadline:
+    while alive(job) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(job)
+    assert not alive(job)
 
 
 BAD = [

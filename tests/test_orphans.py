@@ -3,7 +3,6 @@ supervisor (orphans.py: autotune is the subreaper, and sweeps the strangers amon
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -13,17 +12,9 @@ import yaml
 
 from autotune.config_load import load_config
 from autotune.search.loop import run_search
+from conftest import alive
 
 ESCAPE = Path(__file__).parent / "data" / "jobs" / "escape.py"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_CHILD_SUBREAPER is Linux's")
@@ -42,6 +33,6 @@ def test_orphans_a_daemon_whose_trial_escaped_its_supervisor_is_ended(tmp_path: 
     run_search(load_config(path), out_root=tmp_path / "trials", device="cpu")
     daemon = int(pidfile.read_text())
     deadline = time.monotonic() + 10
-    while _alive(daemon) and time.monotonic() < deadline:
+    while alive(daemon) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(daemon)
+    assert not alive(daemon)
