@@ -18,7 +18,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune import paths, prestart
+from autotune import paths, prestart, tracking
 from autotune.config import Config
 from autotune.hardware import default_device, detect
 from autotune.errors import Terminated
@@ -97,6 +97,7 @@ def run_search(
     if storage is not None:
         cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"storage": storage})})
     preflight()
+    tracking.check_installed(cfg.study.tracking)  # before the study is made: bad input writes nothing
     device = device or default_device()
     space = resolve_space(cfg, device)
     groups = gpu_groups(cfg, device, gpus)
@@ -109,6 +110,7 @@ def run_search(
     if source is not None:
         warm.copy_trials(study, space, source)
     search = _Search(cfg, space, study, study_dir, device, groups, trials or cfg.study.trials, observer or Observer())
+    search.tracker = tracking.start(cfg.study.tracking, study.study_name, study_dir)
     try:
         stop_reason = search.optimize(60.0 * (timeout_min or cfg.study.timeout_min), url)
         # the confirmation re-measures speed only: the loss check was made once, in the search
@@ -126,6 +128,8 @@ def run_search(
         )
     finally:  # also on Ctrl-C: what was measured is written out
         prestart.dismiss_all()
+        if search.tracker:
+            search.tracker.close()
         h = History.of(study)
         best_yaml = write_best(cfg, study, h, study_dir, url) if h.completed else None
     return SearchResult(
@@ -195,6 +199,7 @@ class _Search:
         self.spans: dict[int, list[float | None]] = {}  # trial -> [start, end]: which trials overlapped which
         self.spans_lock = threading.Lock()
         self.new_trials, self.stop_reason = 0, "budget reached"
+        self.tracker: tracking.Tracker | None = None  # logs each trial it tells (run_search sets it)
 
     # --- the objective: claim, launch, record ------------------------------------------------------------
 
@@ -362,7 +367,7 @@ class _Search:
                     timeout=max(left, 0.0),
                     n_jobs=self.n_jobs,
                     catch=(_NotLaunched, _TrialFailed),
-                    callbacks=[self.stop_when_done],
+                    callbacks=[self.stop_when_done, *([self.tracker] if self.tracker else [])],
                 )
                 return
             except ValueError as err:
