@@ -214,3 +214,35 @@ def test_tracking_not_installed_names_the_extra(tmp_path: Path, monkeypatch) -> 
     with pytest.raises(ConfigError, match=r"study\.tracking\.wandb: needs wandb, not installed; pip install "
                                           r"'autotune\[wandb\]'"):
         start(_tracking(tmp_path, wandb={}), "t", tmp_path)
+
+
+@pytest.mark.slow
+def test_tracking_a_real_search_logs_each_trial_once_and_never_waits_on_a_server_down(tmp_path: Path, monkeypatch,
+                                                                                    caplog) -> None:
+    """The search loop's hook: two real CPU trials (the baseline, one OOM by the fault switch) logged to W&B
+    offline, each once, with the record's own metrics; MLflow's server is down (a closed port): one warning,
+    and the study never waits on it (the time between two trials, and after the last, stays that of Optuna)."""
+    pytest.importorskip("optuna_integration")
+    pytest.importorskip("mlflow")
+    pytest.importorskip("wandb")
+    from autotune.search import run_search
+
+    monkeypatch.setenv("AUTOTUNE_FAULT", "oom@micro_batch_size=4")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    tracking = {"mlflow": {"tracking_uri": f"http://127.0.0.1:{_closed_port()}"}, "wandb": {"project": "p"},
+                "flush_s": 5}
+    cfg = parse_config(tiny(space={"micro_batch_size": [2, 4], "precision": ["fp32"]},
+                            study={"trials": 2, "sampler": "grid", "confirm_top": 0, "tracking": tracking}))
+    with caplog.at_level(logging.WARNING, logger="autotune.tracking"):
+        result = run_search(cfg, out_root=tmp_path / "out", device="cpu")
+        ended = time.time()
+    first, second = sorted(result.history.seen.values(), key=lambda t: t.number)
+    assert (first.user_attrs["status"], second.user_attrs["status"]) == ("ok", "oom")  # the study as without
+    assert (second.datetime_start - first.datetime_complete).total_seconds() < 3.0  # nothing waited between
+    assert ended - second.datetime_complete.timestamp() < cfg.study.tracking.flush_s + 3.0
+    warnings = [r.getMessage() for r in caplog.records if r.name == "autotune.tracking"]
+    assert len(warnings) == 1 and warnings[0].startswith("tracking: mlflow (http://127.0.0.1:"), warnings
+    offline = sorted(_wandb_runs(tmp_path / "out" / "t"), key=lambda r: r["history"]["trial_number"])
+    assert [r["history"]["trial_number"] for r in offline] == ["0", "1"]  # W&B's files beside the study's
+    assert float(offline[0]["history"]["tokens_per_s_per_gpu"]) == first.value
+    assert offline[0]["config"]["micro_batch_size"] == "2" and offline[1]["tags"] == {"PRUNED", "oom", "t"}

@@ -18,6 +18,7 @@ class WandbSink:
         self.cfg = cfg
         self.group = study_name
         self.dir = Path(cfg.dir) if cfg.dir else study_dir
+        _start_service(cfg)
 
     def __call__(self, study: Any, trial: LoggedTrial) -> None:
         from optuna_integration import WeightsAndBiasesCallback
@@ -44,3 +45,13 @@ class WandbSink:
             # say nothing of the trial, which runs in its own process
             "settings": wandb.Settings(silent=True, console="off", x_disable_stats=True),
         }
+
+
+def _start_service(cfg: WandbConfig) -> None:
+    """W&B logs through a service process of its own (wandb-core), started here, before the first trial and
+    counted as autotune's: after each trial autotune ends every child it did not start (orphans.sweep)."""
+    import wandb
+
+    from autotune import orphans
+
+    orphans.keep_started(lambda: wandb.setup(wandb.Settings(mode=cfg.mode) if cfg.mode else None))
