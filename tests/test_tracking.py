@@ -17,8 +17,8 @@ from autotune.config_load import parse_config
 from autotune.errors import ConfigError
 from autotune.record import Metric, TrialRecord
 from autotune.search.history import optuna_state, store
-from autotune.tracking import Tracker, logged_trial, start, with_overrides
-from conftest import tiny
+from autotune.search.tracking import Tracker, logged_trial, start, with_overrides
+from conftest import tiny, wait_until
 
 OK = TrialRecord(0, {"micro_batch_size": 2, "precision": "fp32", "bucket_cap_mb": None}, "ok",
                  metrics={Metric.TOKENS_PER_GPU: 1234.5, Metric.MFU: 0.41, Metric.PEAK_MEM_GIB: 1.5,
@@ -112,7 +112,7 @@ def test_tracking_mlflow_file_store_read_back(tmp_path: Path, monkeypatch, caplo
     assert oom.info.status == "KILLED" and oom.data.metrics == {}  # no bogus value
     assert oom.data.tags["state"] == "PRUNED" and oom.data.tags["reason"] == "CUDA out of memory (8 GiB)"
     assert crash.info.status == "FAILED" and crash.data.tags["status"] == "crash"
-    assert not [r for r in caplog.records if r.name == "autotune.tracking"]
+    assert not [r for r in caplog.records if r.name == "autotune.search.tracking"]
 
 
 def _wandb_runs(root: Path) -> list[dict[str, Any]]:
@@ -137,6 +137,17 @@ def _wandb_runs(root: Path) -> list[dict[str, Any]]:
     return runs
 
 
+def _offline_runs(root: Path, count: int) -> list[dict[str, Any]]:
+    """The `count` offline runs under root, by trial number, once W&B's service has written them (its Go core
+    writes the files a moment after run.finish() returns)."""
+    def complete() -> list[dict[str, Any]] | None:
+        runs = _wandb_runs(root)
+        done = len(runs) == count and all("trial_number" in r["history"] for r in runs)
+        return sorted(runs, key=lambda r: int(r["history"]["trial_number"])) if done else None
+
+    return wait_until(complete, 30, f"{count} offline W&B runs written")
+
+
 def _leveldb_records(data: bytes, message: type) -> Any:
     pos, chunks = 7, b""
     while pos + 7 <= len(data):
@@ -145,7 +156,7 @@ def _leveldb_records(data: bytes, message: type) -> Any:
             continue
         _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
         chunks, pos = chunks + data[pos + 7:pos + 7 + length], pos + 7 + length
-        if kind == 0:
+        if kind == 0 or pos > len(data):  # the end, or a record still being written
             break
         if kind in (1, 4):  # FULL, LAST
             record = message()
@@ -161,10 +172,8 @@ def test_tracking_wandb_offline_run_files(tmp_path: Path, monkeypatch) -> None:
     tracker = start(_tracking(tmp_path, wandb={"project": "p"}), "t", tmp_path)
     _study([OK, OOM, DUPLICATE], tracker)  # a FAIL trial is logged as a PRUNED one is (MLflow's test has both)
     tracker.close()
-    runs = sorted(_wandb_runs(tmp_path), key=lambda r: r["history"]["trial_number"])
-    assert len(runs) == 2  # the duplicate is not logged
-    ok, oom = runs
-    assert {r["group"] for r in runs} == {"t"}
+    ok, oom = _offline_runs(tmp_path, 2)  # the duplicate is not logged
+    assert ok["group"] == oom["group"] == "t"
     assert ok["config"]["micro_batch_size"] == "2" and ok["config"]["precision"] == '"fp32"'
     assert float(ok["history"]["tokens_per_s_per_gpu"]) == 1234.5 and float(ok["history"]["mfu"]) == 0.41
     assert ok["tags"] == {"COMPLETE", "ok", "t"}
@@ -191,7 +200,7 @@ def test_tracking_server_down_or_silent_never_holds_the_study(server: str, tmp_p
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     tracking = _tracking(tmp_path, mlflow={"tracking_uri": f"http://127.0.0.1:{port}"}, flush_s=1.5)
     tracker = start(tracking, "t", tmp_path)
-    with caplog.at_level(logging.INFO, logger="autotune.tracking"):
+    with caplog.at_level(logging.INFO, logger="autotune.search.tracking"):
         t0 = time.monotonic()
         _study([OK, OOM, CRASH] * 3, tracker)
         told = time.monotonic() - t0
@@ -233,16 +242,16 @@ def test_tracking_a_real_search_logs_each_trial_once_and_never_waits_on_a_server
                 "flush_s": 5}
     cfg = parse_config(tiny(space={"micro_batch_size": [2, 4], "precision": ["fp32"]},
                             study={"trials": 2, "sampler": "grid", "confirm_top": 0, "tracking": tracking}))
-    with caplog.at_level(logging.WARNING, logger="autotune.tracking"):
+    with caplog.at_level(logging.WARNING, logger="autotune.search.tracking"):
         result = run_search(cfg, out_root=tmp_path / "out", device="cpu")
         ended = time.time()
     first, second = sorted(result.history.seen.values(), key=lambda t: t.number)
     assert (first.user_attrs["status"], second.user_attrs["status"]) == ("ok", "oom")  # the study as without
     assert (second.datetime_start - first.datetime_complete).total_seconds() < 3.0  # nothing waited between
     assert ended - second.datetime_complete.timestamp() < cfg.study.tracking.flush_s + 3.0
-    warnings = [r.getMessage() for r in caplog.records if r.name == "autotune.tracking"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "autotune.search.tracking"]
     assert len(warnings) == 1 and warnings[0].startswith("tracking: mlflow (http://127.0.0.1:"), warnings
-    offline = sorted(_wandb_runs(tmp_path / "out" / "t"), key=lambda r: r["history"]["trial_number"])
-    assert [r["history"]["trial_number"] for r in offline] == ["0", "1"]  # W&B's files beside the study's
+    offline = _offline_runs(tmp_path / "out" / "t", 2)  # W&B's files beside the study's
+    assert [r["history"]["trial_number"] for r in offline] == ["0", "1"]
     assert float(offline[0]["history"]["tokens_per_s_per_gpu"]) == first.value
     assert offline[0]["config"]["micro_batch_size"] == "2" and offline[1]["tags"] == {"PRUNED", "oom", "t"}

@@ -48,7 +48,7 @@ def search(
     with funnel():
         from autotune.config_load import load_config
         from autotune.space import resolve_space
-        from autotune.tracking import with_overrides
+        from autotune.search.tracking import with_overrides
         from autotune.views import LiveProgress, space_table
 
         console = out_console()

@@ -18,14 +18,14 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune import paths, prestart, tracking
+from autotune import paths, prestart
 from autotune.config import Config
 from autotune.hardware import default_device, detect
 from autotune.errors import Terminated
 from autotune.runner import Bench, measure, preflight
 from autotune import tasks
 from autotune.record import Metric, TrialRecord
-from autotune.search import boundary, loss_guard, predict
+from autotune.search import boundary, loss_guard, predict, tracking
 from autotune.search.best import write_best
 from autotune.search.confirm import confirm
 from autotune.search.history import History, key, optuna_state, store
@@ -97,7 +97,7 @@ def run_search(
     if storage is not None:
         cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"storage": storage})})
     preflight()
-    tracking.check_installed(cfg.study.tracking)  # before the study is made: bad input writes nothing
+    tracker = tracking.start(cfg.study.tracking, cfg.name, out_root / cfg.name)  # before the study is made
     device = device or default_device()
     space = resolve_space(cfg, device)
     groups = gpu_groups(cfg, device, gpus)
@@ -110,9 +110,8 @@ def run_search(
     if source is not None:
         warm.copy_trials(study, space, source)
     search = _Search(cfg, space, study, study_dir, device, groups, trials or cfg.study.trials, observer or Observer())
-    search.tracker = tracking.start(cfg.study.tracking, study.study_name, study_dir)
     try:
-        stop_reason = search.optimize(60.0 * (timeout_min or cfg.study.timeout_min), url)
+        stop_reason = search.optimize(60.0 * (timeout_min or cfg.study.timeout_min), url, tracker)
         # the confirmation re-measures speed only: the loss check was made once, in the search
         timing_only = dataclasses.replace(
             search.bench, params={k: v for k, v in search.bench.params.items() if k != "loss_check"}
@@ -128,8 +127,7 @@ def run_search(
         )
     finally:  # also on Ctrl-C: what was measured is written out
         prestart.dismiss_all()
-        if search.tracker:
-            search.tracker.close()
+        tracker.close()
         h = History.of(study)
         best_yaml = write_best(cfg, study, h, study_dir, url) if h.completed else None
     return SearchResult(
@@ -199,7 +197,6 @@ class _Search:
         self.spans: dict[int, list[float | None]] = {}  # trial -> [start, end]: which trials overlapped which
         self.spans_lock = threading.Lock()
         self.new_trials, self.stop_reason = 0, "budget reached"
-        self.tracker: tracking.Tracker | None = None  # logs each trial it tells (run_search sets it)
 
     # --- the objective: claim, launch, record ------------------------------------------------------------
 
@@ -311,9 +308,11 @@ class _Search:
 
     # --- the study around it -------------------------------------------------------------------------------
 
-    def optimize(self, timeout_s: float, url: str) -> str:
-        """Enqueue the baseline (and the grid), run the objective until done; returns why it stopped."""
+    def optimize(self, timeout_s: float, url: str, tracker: tracking.Tracker | None = None) -> str:
+        """Enqueue the baseline (and the grid), run the objective until done; returns why it stopped.
+        tracker: logs each trial this worker tells (search/tracking)."""
         cfg, study = self.cfg, self.study
+        self.callbacks = [self.stop_when_done, *([tracker] if tracker else [])]
         reap_lost_workers(study, self.grace)
         if cfg.study.objective != "pareto":  # one objective: a recovered trial's value is its tokens/s
             recover(study, self.runs, self.bench)  # measured but never stored: recorded from its files
@@ -367,7 +366,7 @@ class _Search:
                     timeout=max(left, 0.0),
                     n_jobs=self.n_jobs,
                     catch=(_NotLaunched, _TrialFailed),
-                    callbacks=[self.stop_when_done, *([self.tracker] if self.tracker else [])],
+                    callbacks=self.callbacks,
                 )
                 return
             except ValueError as err:

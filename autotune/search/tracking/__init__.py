@@ -3,8 +3,9 @@
 Through Optuna's integration callbacks (optuna-integration's MLflowCallback, WeightsAndBiasesCallback), each
 run in a background thread of its own (_background.py), so a tracking server that is down or slow never stops
 or slows the study. The search passes the Tracker to study.optimize as a callback: Optuna calls it once for each
-trial this process told, so each trial is logged once, by the worker that measured it (a trial another worker
-measured, a resumed one or a warm-start import is not this process's to log).
+trial this process told, so each trial is logged once, by the worker that measured it: another worker's
+trials are its own to log, those of an earlier run of a resumed study were logged by that run, and trials
+imported by a warm start belong to the study they came from.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import optuna
 from autotune.config import Config
 from autotune.config_study import MlflowConfig, TrackingConfig, WandbConfig
 from autotune.errors import ConfigError
-from autotune.tracking._background import Background
-from autotune.tracking._trial import LoggedTrial, flat_metrics, logged_trial
+from autotune.search.tracking._background import Background
+from autotune.search.tracking._trial import LoggedTrial, flat_metrics, logged_trial
 
 __all__ = ["LoggedTrial", "Tracker", "check_installed", "flat_metrics", "logged_trial", "start", "with_overrides"]
 
@@ -29,16 +30,15 @@ __all__ = ["LoggedTrial", "Tracker", "check_installed", "flat_metrics", "logged_
 NEEDS = {"mlflow": ("mlflow", "optuna_integration"), "wandb": ("wandb", "optuna_integration")}
 
 
-
 class Tracker:
     """An Optuna callback: queues each finished trial for every tracker; `close` waits at most flush_s."""
 
     def __init__(self, sinks: list[Any], flush_s: float) -> None:
         self.flush_s = flush_s
-        self.workers = [Background(sink.name, _sender(sink)) for sink in sinks]
+        self.workers = [Background(sink.name, sink) for sink in sinks]
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        logged = logged_trial(trial)
+        logged = logged_trial(trial) if self.workers else None
         if logged is None:
             return
         for worker in self.workers:
@@ -51,29 +51,23 @@ class Tracker:
             worker.close(deadline)
 
 
-def _sender(sink: Any) -> Any:
-    def send(item: tuple[optuna.Study, LoggedTrial]) -> None:
-        sink(*item)
-
-    return send
-
-
-def start(tracking: TrackingConfig, study_name: str, study_dir: Path) -> Tracker | None:
-    """The study's Tracker, None when no tracker is named; ConfigError (exit 2) when one is not installed."""
+def start(tracking: TrackingConfig, study_name: str, study_dir: Path) -> Tracker:
+    """The study's Tracker (with nothing to log to when no tracker is named); ConfigError (exit 2) when a
+    named one is not installed."""
     check_installed(tracking)
     # optuna-integration 4.9 deprecated both callbacks (to be removed in 6.0, moving to OptunaHub); they are
     # the ones 5.x ships, pinned below 6 in pyproject.toml. Its warning would print at every trial.
     warnings.filterwarnings("ignore", r"(MLflowCallback|WeightsAndBiasesCallback) has been deprecated", FutureWarning)
     sinks: list[Any] = []
     if tracking.mlflow is not None:
-        from autotune.tracking._mlflow import MlflowSink
+        from autotune.search.tracking._mlflow import MlflowSink
 
         sinks.append(MlflowSink(tracking.mlflow, study_name))
     if tracking.wandb is not None:
-        from autotune.tracking._wandb import WandbSink
+        from autotune.search.tracking._wandb import WandbSink
 
         sinks.append(WandbSink(tracking.wandb, study_name, study_dir))
-    return Tracker(sinks, tracking.flush_s) if sinks else None
+    return Tracker(sinks, tracking.flush_s)
 
 
 def check_installed(tracking: TrackingConfig) -> None:

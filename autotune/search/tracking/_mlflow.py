@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from autotune.config_study import MlflowConfig
-from autotune.tracking._trial import LoggedTrial
+from autotune.search.tracking._trial import LoggedTrial
 
 # How an Optuna state ends its MLflow run (the callback ends every run FINISHED). A pruned trial (a
 # configuration that cannot run, or stopped by the pruner) was stopped: KILLED; a machine failure: FAILED.

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config_study import WandbConfig
-from autotune.tracking._trial import LoggedTrial
+from autotune.search.tracking._trial import LoggedTrial
 
 
 class WandbSink:

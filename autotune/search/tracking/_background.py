@@ -16,15 +16,15 @@ from typing import Any
 
 from autotune.redact import mask
 
-log = logging.getLogger("autotune.tracking")
+log = logging.getLogger("autotune.search.tracking")
 
 QUEUE_SIZE = 1000  # trials waiting to be logged; past it a trial is dropped (counted), never waited for
 
 
 class Background:
-    """Calls `send(item)` for each submitted item in a daemon thread; never raises into the caller."""
+    """Calls `send(*item)` for each submitted item (a tuple) in a daemon thread; never raises into the caller."""
 
-    def __init__(self, name: str, send: Callable[[Any], None]) -> None:
+    def __init__(self, name: str, send: Callable[..., None]) -> None:
         self.name = name
         self.send = send
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=QUEUE_SIZE)
@@ -37,7 +37,7 @@ class Background:
         self.thread = threading.Thread(target=self._run, name=f"autotune-tracking-{name}", daemon=True)
         self.thread.start()
 
-    def submit(self, item: Any) -> None:
+    def submit(self, item: tuple[Any, ...]) -> None:
         """Queue one item (non-blocking: a full queue drops it)."""
         with self.lock:
             self.submitted += 1
@@ -58,7 +58,7 @@ class Background:
     def _run(self) -> None:
         while (item := self.queue.get()) is not None:
             try:
-                self.send(item)
+                self.send(*item)
                 self.logged += 1
             except Exception as err:  # a tracker's failure is never the study's
                 self.failed += 1
