@@ -1,12 +1,12 @@
-"""Experiment tracking: each trial this process measured, logged to MLflow and Weights & Biases as it ends.
+"""Experiment tracking: each trial this process measured, logged to MLflow and W&B as it ends.
 
-Through Optuna's integration callbacks (optuna-integration's MLflowCallback, WeightsAndBiasesCallback), each
-run in a background thread of its own (_background.py), so a tracking server that is down or slow never stops
-or slows the study. The search passes the Tracker to study.optimize as a callback: Optuna calls it once for each
-trial this process told, so each trial is logged once, by the worker that measured it: another worker's
-trials are its own to log, those of an earlier run of a resumed study were logged by that run, and trials
-imported by a warm start belong to the study they came from.
-"""
+Through Optuna's integration callbacks (optuna-integration's MLflowCallback,
+WeightsAndBiasesCallback), each run in a background thread of its own (_background.py), so a
+tracking server that is down or slow never stops or slows the study. The search passes the Tracker
+to study.optimize as a callback: Optuna calls it once for each trial this process told, so each
+trial is logged once, by the worker that measured it: another worker's trials are its own to log,
+those of an earlier run of a resumed study were logged by that run, and trials imported by a warm
+start belong to the study they came from."""
 
 from __future__ import annotations
 
@@ -24,40 +24,61 @@ from autotune.errors import ConfigError
 from autotune.search.tracking._background import Background
 from autotune.search.tracking._trial import LoggedTrial, flat_metrics, logged_trial
 
-__all__ = ["LoggedTrial", "Tracker", "check_installed", "flat_metrics", "logged_trial", "start", "with_overrides"]
+__all__ = [
+    "LoggedTrial",
+    "Tracker",
+    "check_installed",
+    "flat_metrics",
+    "logged_trial",
+    "start",
+    "with_overrides",
+]
 
 # What each tracker needs installed, and the extra that installs it.
 NEEDS = {"mlflow": ("mlflow", "optuna_integration"), "wandb": ("wandb", "optuna_integration")}
 
 
 class Tracker:
-    """An Optuna callback: queues each finished trial for every tracker; `close` waits at most flush_s."""
+    """An Optuna callback: queues each finished trial for every tracker; close() waits flush_s."""
 
     def __init__(self, sinks: list[Any], flush_s: float) -> None:
         self.flush_s = flush_s
-        self.workers = [Background(sink.name, sink) for sink in sinks]
+        self.workers = [Background(sink.name, _viewed(sink)) for sink in sinks]
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        logged = logged_trial(trial) if self.workers else None
-        if logged is None:
-            return
+        """Queue the trial (Optuna's own copy) for each tracker: nothing here waits or raises."""
         for worker in self.workers:
-            worker.submit((study, logged))
+            worker.submit((study, trial))
 
     def close(self) -> None:
-        """At the study's end: what is still queued gets flush_s seconds in all, then is counted as lost."""
+        """At the study's end: what is queued gets flush_s seconds in all, then counts as lost."""
         deadline = time.monotonic() + self.flush_s
         for worker in self.workers:
             worker.close(deadline)
 
 
+def _viewed(sink: Any) -> Any:
+    """The sink given the trial's view, made in the tracking thread (a record it cannot read is the
+    tracker's failure, counted, never the study's)."""
+
+    def send(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        logged = logged_trial(trial)
+        if logged is not None:  # a duplicate or skipped trial: nothing was measured
+            sink(study, logged)
+
+    return send
+
+
 def start(tracking: TrackingConfig, study_name: str, study_dir: Path) -> Tracker:
-    """The study's Tracker (with nothing to log to when no tracker is named); ConfigError (exit 2) when a
-    named one is not installed."""
+    """The study's Tracker (with nothing to log to when no tracker is named); ConfigError (exit 2)
+    when a named one is not installed."""
     check_installed(tracking)
-    # optuna-integration 4.9 deprecated both callbacks (to be removed in 6.0, moving to OptunaHub); they are
-    # the ones 5.x ships, pinned below 6 in pyproject.toml. Its warning would print at every trial.
-    warnings.filterwarnings("ignore", r"(MLflowCallback|WeightsAndBiasesCallback) has been deprecated", FutureWarning)
+    # optuna-integration 4.9 deprecated both callbacks (to be removed in 6.0, moving to OptunaHub);
+    # they are the ones 5.x ships, pinned below 6 in pyproject.toml. The warning would print at
+    # every trial.
+    warnings.filterwarnings(
+        "ignore", r"(MLflowCallback|WeightsAndBiasesCallback) has been deprecated", FutureWarning
+    )
     sinks: list[Any] = []
     if tracking.mlflow is not None:
         from autotune.search.tracking._mlflow import MlflowSink
@@ -71,15 +92,15 @@ def start(tracking: TrackingConfig, study_name: str, study_dir: Path) -> Tracker
 
 
 def check_installed(tracking: TrackingConfig) -> None:
-    """ConfigError (exit 2) naming the extra to install for a tracker the config names but cannot load."""
+    """ConfigError (exit 2) naming the extra to install for a named tracker that cannot load."""
     for tracker in NEEDS:
         if getattr(tracking, tracker) is None:
             continue
-        missing = [m for m in NEEDS[tracker] if not _importable(m)]
+        missing = " and ".join(m.replace("_", "-") for m in NEEDS[tracker] if not _importable(m))
         if missing:
             raise ConfigError(
-                f"study.tracking.{tracker}: needs {' and '.join(m.replace('_', '-') for m in missing)}, not "
-                f"installed; pip install 'autotune[{tracker}]', or remove study.tracking.{tracker}"
+                f"study.tracking.{tracker}: needs {missing}, not installed; "
+                f"pip install 'autotune[{tracker}]', or remove study.tracking.{tracker}"
             )
 
 
@@ -92,16 +113,21 @@ def _importable(module: str) -> bool:
 
 
 def with_overrides(cfg: Config, *, mlflow: str | None = None, wandb: str | None = None) -> Config:
-    """The config with search's --mlflow URI (study.tracking.mlflow.tracking_uri) and --wandb PROJECT
-    (study.tracking.wandb.project) applied; the other fields of a section already in the YAML are kept."""
+    """The config with search's --mlflow URI (study.tracking.mlflow.tracking_uri) and --wandb
+    PROJECT (study.tracking.wandb.project) applied; the other fields of a section already in the
+    YAML are kept."""
     tracking = cfg.study.tracking
     update: dict[str, Any] = {}
     if mlflow is not None:
         section = tracking.mlflow or MlflowConfig()
-        update["mlflow"] = section.model_copy(update={"tracking_uri": _validated(MlflowConfig, "tracking_uri", mlflow)})
+        update["mlflow"] = section.model_copy(
+            update={"tracking_uri": _validated(MlflowConfig, "tracking_uri", mlflow)}
+        )
     if wandb is not None:
         section = tracking.wandb or WandbConfig()
-        update["wandb"] = section.model_copy(update={"project": _validated(WandbConfig, "project", wandb)})
+        update["wandb"] = section.model_copy(
+            update={"project": _validated(WandbConfig, "project", wandb)}
+        )
     if not update:
         return cfg
     study = cfg.study.model_copy(update={"tracking": tracking.model_copy(update=update)})
@@ -109,11 +135,13 @@ def with_overrides(cfg: Config, *, mlflow: str | None = None, wandb: str | None 
 
 
 def _validated(model: type, field: str, value: str) -> str:
-    """The value as the YAML's field would take it (so --mlflow '' fails as study.tracking.mlflow would)."""
+    """The value as the YAML's field takes it (--mlflow '' fails as study.tracking.mlflow would)."""
     from pydantic import ValidationError
 
     try:
         return getattr(model.model_validate({field: value}), field)
     except ValidationError as err:
         flag = "--mlflow" if field == "tracking_uri" else "--wandb"
-        raise ConfigError(f"{flag}: {value[:80]!r} is not allowed: {err.errors()[0]['msg']}") from None
+        raise ConfigError(
+            f"{flag}: {value[:80]!r} is not allowed: {err.errors()[0]['msg']}"
+        ) from None

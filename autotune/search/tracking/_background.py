@@ -1,9 +1,8 @@
 """One tracker's background thread: trials queued by the study, logged one by one, failures counted.
 
-The study only queues (never waits on a tracking server): a server that is down makes each log fail, one that
-is slow makes the queue back up until it is full, and either way the study goes on. The first failure is
-logged once; the rest are counted and summed up at the end.
-"""
+The study only queues (never waits on a tracking server): a server that is down makes each log fail,
+one that is slow makes the queue back up until it is full, and either way the study goes on. The
+first failure is logged once; the rest are counted and summed up at the end."""
 
 from __future__ import annotations
 
@@ -18,11 +17,13 @@ from autotune.redact import mask
 
 log = logging.getLogger("autotune.search.tracking")
 
-QUEUE_SIZE = 1000  # trials waiting to be logged; past it a trial is dropped (counted), never waited for
+# Trials waiting to be logged; past it a trial is dropped (counted), never waited for.
+QUEUE_SIZE = 1000
 
 
 class Background:
-    """Calls `send(*item)` for each submitted item (a tuple) in a daemon thread; never raises into the caller."""
+    """Calls `send(*item)` for each submitted item (a tuple) in a daemon thread; never raises into
+    the caller."""
 
     def __init__(self, name: str, send: Callable[..., None]) -> None:
         self.name = name
@@ -34,7 +35,9 @@ class Background:
         self.dropped = 0
         self.warned = False
         self.lock = threading.Lock()  # submit is called from each of the study's threads (--gpus)
-        self.thread = threading.Thread(target=self._run, name=f"autotune-tracking-{name}", daemon=True)
+        self.thread = threading.Thread(
+            target=self._run, name=f"autotune-tracking-{name}", daemon=True
+        )
         self.thread.start()
 
     def submit(self, item: tuple[Any, ...]) -> None:
@@ -47,7 +50,8 @@ class Background:
                 self.dropped += 1
 
     def close(self, deadline: float) -> None:
-        """Let the thread finish what is queued until `deadline` (time.monotonic()), then say what was lost."""
+        """Let the thread finish what is queued until `deadline` (time.monotonic()), then say what
+        was lost."""
         try:
             self.queue.put_nowait(None)  # the end; when full, the deadline ends the wait instead
         except queue.Full:
@@ -72,7 +76,7 @@ class Background:
                     )
 
     def _summary(self) -> None:
-        """One line when something was not logged: a warning unless a failure was already reported."""
+        """One line when something was not logged: a warning unless a failure was reported."""
         lost = self.submitted - self.logged
         if not lost:
             return
@@ -80,8 +84,8 @@ class Background:
         level = logging.INFO if self.warned else logging.WARNING
         log.log(
             level,
-            "tracking: %s: %d of %d trial(s) not logged (%d failed, %d dropped on a full queue, %d still "
-            "unsent at the end)",
+            "tracking: %s: %d of %d trial(s) not logged (%d failed, %d dropped on a full queue, "
+            "%d still unsent at the end)",
             self.name,
             lost,
             self.submitted,

@@ -1,4 +1,4 @@
-"""MLflow: each trial a run, through optuna_integration.MLflowCallback; a pruned or failed run ends so."""
+"""MLflow: each trial a run, through optuna_integration.MLflowCallback; pruned or failed ends so."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from autotune.config_study import MlflowConfig
 from autotune.search.tracking._trial import LoggedTrial
 
 # How an Optuna state ends its MLflow run (the callback ends every run FINISHED). A pruned trial (a
-# configuration that cannot run, or stopped by the pruner) was stopped: KILLED; a machine failure: FAILED.
+# configuration that cannot run, or stopped by the pruner) was stopped: KILLED; a machine failure:
+# FAILED.
 RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
 
-# MLflow retries a request 7 times with a backoff of up to two minutes: a server that is down would hold the
-# tracking thread for minutes per trial. Fewer, shorter tries; a user's own setting wins (setdefault).
+# MLflow retries a request 7 times with a backoff of up to two minutes: a server that is down would
+# hold the tracking thread for minutes per trial. Fewer, shorter tries; a user's own setting wins
+# (setdefault).
 HTTP_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
@@ -29,7 +31,8 @@ class MlflowSink:
             os.environ.setdefault(name, value)
         self.uri = cfg.tracking_uri
         self.experiment = cfg.experiment or study_name
-        self.experiment_id: str | None = None  # found or made at the first trial (the server may be down now)
+        # found or made at the first trial (the server may be down now)
+        self.experiment_id: str | None = None
 
     @property
     def name(self) -> str:
@@ -60,5 +63,8 @@ class MlflowSink:
             tracking_uri=self.uri,
             metric_name=trial.metric_names,
             create_experiment=False,
-            mlflow_kwargs={"experiment_id": self.experiment_id, "run_name": f"trial {trial.number}"},
+            mlflow_kwargs={
+                "experiment_id": self.experiment_id,
+                "run_name": f"trial {trial.number}",
+            },
         )

@@ -1,8 +1,8 @@
 """What a tracker logs of one finished trial: its knobs, its measured metrics, its state and reason.
 
-The integration callbacks log a FrozenTrial's params and values; the view made here gives them the trial's
-knobs as params and, for a completed trial only, its measured metrics as values (a pruned or failed trial
-carries no value: its state and reason say what happened)."""
+The integration callbacks log a FrozenTrial's params and values; the view made here gives them the
+trial's knobs as params and, for a completed trial only, its measured metrics as values (a pruned or
+failed trial carries no value: its state and reason say what happened)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from autotune.search.history import NOT_LAUNCHED
 
 @dataclass(frozen=True)
 class LoggedTrial:
-    """One trial as the trackers see it: `view` for the callbacks, `metric_names` for its values, `tags`."""
+    """One trial as the trackers see it: `view` for the callbacks, the names of its values, tags."""
 
     view: FrozenTrial
     metric_names: list[str]
@@ -34,7 +34,7 @@ class LoggedTrial:
 
 
 def logged_trial(trial: FrozenTrial) -> LoggedTrial | None:
-    """The view of a finished trial; None for one recorded without a launch (a duplicate, a skipped one)."""
+    """The view of a finished trial; None for one recorded without a launch (duplicate, skipped)."""
     record = TrialRecord.of(trial)
     if not record.knobs or record.status in NOT_LAUNCHED:
         return None
@@ -47,7 +47,7 @@ def logged_trial(trial: FrozenTrial) -> LoggedTrial | None:
         values=list(metrics.values()) if trial.state == TrialState.COMPLETE else None,
         datetime_start=trial.datetime_start,
         datetime_complete=trial.datetime_complete,
-        params={k: v for k, v in record.knobs.items() if v is not None},  # None: the knob does not act here
+        params=_acting(record.knobs),
         distributions={},
         user_attrs=dict(tags),
         system_attrs={},
@@ -55,6 +55,11 @@ def logged_trial(trial: FrozenTrial) -> LoggedTrial | None:
         trial_id=trial._trial_id,
     )
     return LoggedTrial(view, list(metrics), tags)
+
+
+def _acting(knobs: dict[str, Any]) -> dict[str, Any]:
+    """The knobs acting in this trial (None: not acting here, as bucket_cap_mb in an fsdp trial)."""
+    return {k: v for k, v in knobs.items() if v is not None}
 
 
 def _tags(state: TrialState, record: TrialRecord) -> dict[str, str]:
@@ -68,8 +73,8 @@ def _tags(state: TrialState, record: TrialRecord) -> dict[str, str]:
 
 
 def flat_metrics(metrics: dict[str, Any] | None) -> dict[str, float]:
-    """The record's finite numbers, one level of nesting flattened (step_time.median_s); flags and texts
-    (peak_mem_kind) left out."""
+    """The record's finite numbers, one level of nesting flattened (step_time.median_s); flags and
+    texts (peak_mem_kind) left out."""
     flat: dict[str, float] = {}
     for name, value in (metrics or {}).items():
         if isinstance(value, dict):

@@ -1,4 +1,4 @@
-"""Weights & Biases: each trial a run of the study's group, through optuna_integration.WeightsAndBiasesCallback."""
+"""Weights & Biases: each trial a run in the study's group, through WeightsAndBiasesCallback."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class WandbSink:
         callback(study, trial.view)
 
     def _init_kwargs(self, trial: LoggedTrial) -> dict[str, Any]:
-        """wandb.init's arguments for this trial's run: its state and reason in the config and tags."""
+        """wandb.init's arguments for this trial's run: its state and reason in config and tags."""
         import wandb
 
         given = {"project": self.cfg.project, "entity": self.cfg.entity, "mode": self.cfg.mode}
@@ -41,15 +41,16 @@ class WandbSink:
             "job_type": "trial",
             "config": dict(trial.tags),
             "tags": [trial.tags["state"], trial.tags["status"]],
-            # quiet, and no capture of the terminal (the live view draws there); the parent's system metrics
-            # say nothing of the trial, which runs in its own process
+            # quiet, and no capture of the terminal (the live view draws there); the parent's system
+            # metrics say nothing of the trial, which runs in its own process
             "settings": wandb.Settings(silent=True, console="off", x_disable_stats=True),
         }
 
 
 def _start_service(cfg: WandbConfig) -> None:
-    """W&B logs through a service process of its own (wandb-core), started here, before the first trial and
-    counted as autotune's: after each trial autotune ends every child it did not start (orphans.sweep)."""
+    """W&B logs through a service process of its own (wandb-core), started here, before the first
+    trial and counted as autotune's: after each trial autotune ends every child it did not start
+    (orphans.sweep)."""
     import wandb
 
     from autotune import orphans
