@@ -352,3 +352,13 @@ def test_tracking_cli_flags_checked_as_the_yaml_is(write_yaml, tmp_path: Path) -
     done = run_cli("search", str(write_yaml(tiny())), "--dry-run", "--wandb", "", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert "--wandb: '' is not allowed: String should have at least 1 character" in done.stderr
+
+
+def test_tracking_uri_password_never_stored(tmp_path: Path) -> None:
+    from autotune.search.storage import open_study
+
+    uri = "http://me:hunter2@mlflow.example:5000"
+    cfg = parse_config(tiny(study={"tracking": {"mlflow": {"tracking_uri": uri}}}))
+    study, _, _ = open_study(cfg, out_root=tmp_path, device="cpu", fresh=False, baseline={})
+    stored = study.user_attrs["config"]["study"]["tracking"]["mlflow"]["tracking_uri"]
+    assert "hunter2" not in stored and stored.startswith("http://me:")

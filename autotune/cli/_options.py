@@ -65,7 +65,7 @@ Mlflow = Annotated[
         "--mlflow",
         metavar="TRACKING_URI",
         help="Log each trial to MLflow at this tracking URI (overrides study.tracking.mlflow.tracking_uri; "
-        "needs autotune[mlflow]).",
+        "needs the mlflow extra).",
     ),
 ]
 Wandb = Annotated[
@@ -74,6 +74,6 @@ Wandb = Annotated[
         "--wandb",
         metavar="PROJECT",
         help="Log each trial to this Weights & Biases project (overrides study.tracking.wandb.project; "
-        "needs autotune[wandb]; WANDB_MODE=offline writes it locally).",
+        "needs the wandb extra; WANDB_MODE=offline writes it locally).",
     ),
 ]

@@ -8,6 +8,7 @@ import datetime as dt
 import queue
 import random
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -127,9 +128,9 @@ def run_search(
         )
     finally:  # also on Ctrl-C: what was measured is written out
         prestart.dismiss_all()
-        tracker.close()
         h = History.of(study)
         best_yaml = write_best(cfg, study, h, study_dir, url) if h.completed else None
+        tracker.close(wait=not isinstance(sys.exc_info()[1], KeyboardInterrupt))  # Ctrl-C, SIGTERM: no wait
     return SearchResult(
         study_dir, url, h, best_yaml, search.new_trials, stop_reason, study.user_attrs.get("confirmation")
     )

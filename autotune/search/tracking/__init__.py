@@ -21,7 +21,7 @@ import optuna
 from autotune.config import Config
 from autotune.config_study import MlflowConfig, TrackingConfig, WandbConfig
 from autotune.errors import ConfigError
-from autotune.search.tracking._background import Background
+from autotune.search.tracking._background import Background, log, one_line
 from autotune.search.tracking._trial import LoggedTrial, flat_metrics, logged_trial
 
 __all__ = [
@@ -50,9 +50,10 @@ class Tracker:
         for worker in self.workers:
             worker.submit((study, trial))
 
-    def close(self) -> None:
-        """At the study's end: what is queued gets flush_s seconds in all, then counts as lost."""
-        deadline = time.monotonic() + self.flush_s
+    def close(self, wait: bool = True) -> None:
+        """At the study's end: what is queued gets flush_s seconds in all (none when not `wait`: on
+        Ctrl-C), then counts as lost."""
+        deadline = time.monotonic() + (self.flush_s if wait else 0.0)
         for worker in self.workers:
             worker.close(deadline)
 
@@ -79,16 +80,24 @@ def start(tracking: TrackingConfig, study_name: str, study_dir: Path) -> Tracker
     warnings.filterwarnings(
         "ignore", r"(MLflowCallback|WeightsAndBiasesCallback) has been deprecated", FutureWarning
     )
-    sinks: list[Any] = []
-    if tracking.mlflow is not None:
-        from autotune.search.tracking._mlflow import MlflowSink
+    sinks = [_sink(name, tracking, study_name, study_dir) for name in NEEDS if getattr(tracking, name)]
+    return Tracker([sink for sink in sinks if sink is not None], tracking.flush_s)
 
-        sinks.append(MlflowSink(tracking.mlflow, study_name))
-    if tracking.wandb is not None:
+
+def _sink(name: str, tracking: TrackingConfig, study_name: str, study_dir: Path) -> Any:
+    """One tracker, or None (said once) when it cannot start: W&B's service process failing to start
+    stops the logging to W&B, never the study."""
+    try:
+        if name == "mlflow":
+            from autotune.search.tracking._mlflow import MlflowSink
+
+            return MlflowSink(tracking.mlflow, study_name)
         from autotune.search.tracking._wandb import WandbSink
 
-        sinks.append(WandbSink(tracking.wandb, study_name, study_dir))
-    return Tracker(sinks, tracking.flush_s)
+        return WandbSink(tracking.wandb, study_name, study_dir)
+    except Exception as err:  # the library's own failure, whatever it is
+        log.warning("tracking: %s: cannot start: %s; the study goes on without it", name, one_line(err))
+        return None
 
 
 def check_installed(tracking: TrackingConfig) -> None:
