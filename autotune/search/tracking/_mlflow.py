@@ -13,9 +13,10 @@ from autotune.search.tracking._trial import LoggedTrial
 # FAILED.
 RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
 
-# MLflow retries a request 7 times with a backoff of up to two minutes: a server that is down would
-# hold the tracking thread for minutes per trial. Fewer, shorter tries; a user's own setting wins
-# (setdefault).
+# MLflow retries a request 7 times with exponential backoff (about 4 minutes, its comment says, to
+# ride out rate limits), each try waiting up to 120 s: a server that is down would hold the tracking
+# thread minutes per trial, and the trials queue behind it. Fewer, shorter tries here; a user's own
+# setting wins (setdefault).
 HTTP_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
