@@ -79,6 +79,69 @@ class DriftConfig(_Section):
     )
 
 
+class MlflowConfig(_Section):
+    """MLflow: one run per trial (optuna_integration.MLflowCallback), in one experiment per study."""
+
+    tracking_uri: Optional[str] = Field(
+        default=None,
+        min_length=1,
+        description="MLflow tracking URI: http(s)://host:5000, sqlite:///mlflow.db, databricks, or "
+        "file:///path (MLflow 3 refuses a file store unless MLFLOW_ALLOW_FILE_STORE=true). "
+        "Default: MLflow's own (MLFLOW_TRACKING_URI).",
+    )
+    experiment: Optional[str] = Field(
+        default=None, min_length=1, description="MLflow experiment name. Default: the study's name."
+    )
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _remember_credentials(cls, value: str | None) -> str | None:
+        from autotune.redact import remember
+
+        remember(value)  # a URI may carry a password: masked wherever it would be shown
+        return value
+
+
+class WandbConfig(_Section):
+    """Weights & Biases: one run per trial (optuna_integration.WeightsAndBiasesCallback, as_multirun),
+    grouped by the study's name."""
+
+    project: Optional[str] = Field(
+        default=None, min_length=1, description="W&B project. Default: W&B's own (WANDB_PROJECT)."
+    )
+    entity: Optional[str] = Field(
+        default=None, min_length=1, description="W&B entity (user or team). Default: W&B's own (WANDB_ENTITY)."
+    )
+    mode: Optional[Literal["online", "offline", "disabled"]] = Field(
+        default=None,
+        description="online | offline (written under dir, `wandb sync` later) | disabled. Default: W&B's own "
+        "(WANDB_MODE, else online).",
+    )
+    dir: Optional[str] = Field(
+        default=None, min_length=1, description="Folder of W&B's local files. Default: the study's folder."
+    )
+
+
+class TrackingConfig(_Section):
+    """Experiment tracking: every trial this process measures, logged as it ends (knobs as params; tokens/s,
+    MFU, peak memory as metrics; a pruned or failed trial with its state and reason, no value). Logging runs
+    in a background thread: a tracking server that is down or slow never stops or slows the study."""
+
+    mlflow: Optional[MlflowConfig] = Field(
+        default=None, description="Log to MLflow (tracking_uri, experiment); needs `autotune[mlflow]`."
+    )
+    wandb: Optional[WandbConfig] = Field(
+        default=None, description="Log to Weights & Biases (project, entity, mode, dir); needs `autotune[wandb]`."
+    )
+    flush_s: float = Field(
+        default=10.0,
+        ge=0,
+        le=3600,
+        description="At the study's end, wait at most this many seconds for the trials still being logged; "
+        "past it they are counted as not logged and the search ends.",
+    )
+
+
 class StudyConfig(_Section):
     """How the Optuna study runs."""
 
@@ -154,6 +217,11 @@ class StudyConfig(_Section):
     loss_check: LossCheckConfig = Field(
         default_factory=LossCheckConfig,
         description="train: fp8 and fp16 trials check their loss curve against bf16's (steps, max_gap).",
+    )
+    tracking: TrackingConfig = Field(
+        default_factory=TrackingConfig,
+        description="Experiment tracking of the trials: mlflow (tracking_uri, experiment), wandb (project, "
+        "entity, mode, dir), flush_s. Off unless a tracker is named.",
     )
     compile_cache: Optional[str] = Field(
         default=None,

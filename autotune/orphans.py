@@ -14,6 +14,7 @@ import signal
 import subprocess
 import threading
 from collections.abc import Callable
+from typing import Any
 
 PR_SET_CHILD_SUBREAPER = 36
 _OURS: set[int] = set()  # the processes autotune started itself (supervisors, standbys)
@@ -38,6 +39,21 @@ def start(make: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes
         proc = make()
         _OURS.add(proc.pid)
     return proc
+
+
+def keep_started(start: Callable[[], Any]) -> Any:
+    """Run start(), a library's call that starts a helper process of its own (W&B's service), and count the
+    children it started as ours, so that no sweep ends them. Returns what start() returned."""
+    with _LOCK:  # a sweep lists strangers under this lock: it sees the helper either absent or ours
+        before = _children()
+        result = start()
+        _OURS.update(_children() - before)
+    return result
+
+
+def _children() -> set[int]:
+    me = os.getpid()
+    return {pid for pid, parent in _parents().items() if parent == me}
 
 
 def done(pid: int) -> None:

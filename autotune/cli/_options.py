@@ -59,3 +59,21 @@ WarmStart = Annotated[
         "torch) that lie in this space; they are not measured again and count no budget."
     ),
 ]
+Mlflow = Annotated[
+    Optional[str],
+    typer.Option(
+        "--mlflow",
+        metavar="TRACKING_URI",
+        help="Log each trial to MLflow at this tracking URI (overrides study.tracking.mlflow.tracking_uri; "
+        "needs the mlflow extra).",
+    ),
+]
+Wandb = Annotated[
+    Optional[str],
+    typer.Option(
+        "--wandb",
+        metavar="PROJECT",
+        help="Log each trial to this Weights & Biases project (overrides study.tracking.wandb.project; "
+        "needs the wandb extra; WANDB_MODE=offline writes it locally).",
+    ),
+]

@@ -15,11 +15,13 @@ from autotune.cli._options import (
     DryRun,
     Fresh,
     Gpus,
+    Mlflow,
     ModelYaml,
     Out,
     Storage,
     TimeoutMin,
     Trials,
+    Wandb,
     WarmStart,
     parse_gpus,
     resolve_device,
@@ -39,16 +41,19 @@ def search(
     gpus: Gpus = None,
     dry_run: DryRun = False,
     warm_start: WarmStart = None,
+    mlflow: Mlflow = None,
+    wandb: Wandb = None,
 ) -> None:
     """Search the space with real, short benchmark trials; write OUT/<name>/best.yaml."""
     with funnel():
         from autotune.config_load import load_config
         from autotune.space import resolve_space
+        from autotune.search.tracking import with_overrides
         from autotune.views import LiveProgress, space_table
 
         console = out_console()
         device = resolve_device(device)
-        cfg = load_config(model_yaml)
+        cfg = with_overrides(load_config(model_yaml), mlflow=mlflow, wandb=wandb)
         space = resolve_space(cfg, device)
         if dry_run:
             console.print(space_table(space.describe()))

@@ -8,6 +8,7 @@ import datetime as dt
 import queue
 import random
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from autotune.errors import Terminated
 from autotune.runner import Bench, measure, preflight
 from autotune import tasks
 from autotune.record import Metric, TrialRecord
-from autotune.search import boundary, loss_guard, predict
+from autotune.search import boundary, loss_guard, predict, tracking
 from autotune.search.best import write_best
 from autotune.search.confirm import confirm
 from autotune.search.history import History, key, optuna_state, store
@@ -97,6 +98,7 @@ def run_search(
     if storage is not None:
         cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"storage": storage})})
     preflight()
+    tracker = tracking.start(cfg.study.tracking, cfg.name, out_root / cfg.name)  # before the study is made
     device = device or default_device()
     space = resolve_space(cfg, device)
     groups = gpu_groups(cfg, device, gpus)
@@ -110,7 +112,7 @@ def run_search(
         warm.copy_trials(study, space, source)
     search = _Search(cfg, space, study, study_dir, device, groups, trials or cfg.study.trials, observer or Observer())
     try:
-        stop_reason = search.optimize(60.0 * (timeout_min or cfg.study.timeout_min), url)
+        stop_reason = search.optimize(60.0 * (timeout_min or cfg.study.timeout_min), url, tracker)
         # the confirmation re-measures speed only: the loss check was made once, in the search
         timing_only = dataclasses.replace(
             search.bench, params={k: v for k, v in search.bench.params.items() if k != "loss_check"}
@@ -128,6 +130,7 @@ def run_search(
         prestart.dismiss_all()
         h = History.of(study)
         best_yaml = write_best(cfg, study, h, study_dir, url) if h.completed else None
+        tracker.close(wait=not isinstance(sys.exc_info()[1], KeyboardInterrupt))  # Ctrl-C, SIGTERM: no wait
     return SearchResult(
         study_dir, url, h, best_yaml, search.new_trials, stop_reason, study.user_attrs.get("confirmation")
     )
@@ -306,9 +309,11 @@ class _Search:
 
     # --- the study around it -------------------------------------------------------------------------------
 
-    def optimize(self, timeout_s: float, url: str) -> str:
-        """Enqueue the baseline (and the grid), run the objective until done; returns why it stopped."""
+    def optimize(self, timeout_s: float, url: str, tracker: tracking.Tracker | None = None) -> str:
+        """Enqueue the baseline (and the grid), run the objective until done; returns why it stopped.
+        tracker: logs each trial this worker tells (search/tracking)."""
         cfg, study = self.cfg, self.study
+        self.callbacks = [self.stop_when_done, *([tracker] if tracker else [])]
         reap_lost_workers(study, self.grace)
         if cfg.study.objective != "pareto":  # one objective: a recovered trial's value is its tokens/s
             recover(study, self.runs, self.bench)  # measured but never stored: recorded from its files
@@ -362,7 +367,7 @@ class _Search:
                     timeout=max(left, 0.0),
                     n_jobs=self.n_jobs,
                     catch=(_NotLaunched, _TrialFailed),
-                    callbacks=[self.stop_when_done],
+                    callbacks=self.callbacks,
                 )
                 return
             except ValueError as err:

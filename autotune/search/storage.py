@@ -172,6 +172,8 @@ def open_study(
     if "baseline_knobs" not in study.user_attrs:  # the baseline the study began with stays its baseline
         study.set_user_attr("baseline_knobs", baseline)
     config["study"]["storage"] = mask_url(url)  # credentials are never stored
+    if (mlflow := config["study"]["tracking"]["mlflow"]) and mlflow["tracking_uri"]:
+        mlflow["tracking_uri"] = mask_url(mlflow["tracking_uri"])
     study.set_user_attr("config", config)
     return study, study_dir, url
 
