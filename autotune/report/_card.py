@@ -57,10 +57,19 @@ def _apply(data: dict[str, Any], row: dict[str, Any], base: dict[str, Any] | Non
     return {
         "changed": {k: (before.get(k), v) for k, v in knobs.items() if base and before.get(k) != v},
         "env": catalogue.env_of(knobs),
-        "notes": catalogue.apply_notes(knobs, device, data["task"]),
+        "notes": _notes(knobs, device, data["task"]),
         "compile_s": (row.get("phases_s") or {}).get("compile"),
         "peak_mem_gib": (base and base.get(Metric.PEAK_MEM_GIB), row.get(Metric.PEAK_MEM_GIB)),
     }
+
+
+def _notes(knobs: dict[str, Any], device: str, task: str) -> list[str]:
+    """best.yaml's apply notes of these knobs; none for a value the catalogue does not know (a record another
+    program wrote), which the page must still show."""
+    try:
+        return catalogue.apply_notes(knobs, device, task)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return ["(no notes: a knob value this release does not know)"]
 
 
 def _cost(phases: list[dict[str, Any]], gpus: int) -> dict[str, Any]:

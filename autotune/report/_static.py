@@ -48,7 +48,8 @@ def plot_data(
         "checks": [c for c in checks if c[0] is not None],
         "chosen": [(n, v) for n, v in history if n == chosen],
         "chosen_memory": [(m, t) for m, t, n in mem if n == chosen],
-        "time": [(str(p["number"]), p["seconds"]) for p in phases or []],
+        "time": [(p["number"], p["seconds"]) for p in phases or []],
+        "chosen_time": next((p["number"] for p in phases or [] if p["number"] == chosen), None),
         "tolerance_pct": (data.get("check_history") or [{}])[-1].get("tolerance_pct"),
     }
 
@@ -73,13 +74,7 @@ ALWAYS = ("telemetry.png", "checks.png")  # what Optuna's interactive plots do n
 
 def draw(pd: dict[str, Any], out: Path, interactive: bool) -> list[Path]:
     """Write the PNGs; return their paths (plots without data are skipped; interactive: only those Optuna's
-    plotly plots lack)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    written: list[Path] = []
+    plotly plots lack). matplotlib is imported only when there is something to draw (it takes seconds)."""
     plots = (
         ("history", _history),
         ("memory", _memory),
@@ -88,17 +83,28 @@ def draw(pd: dict[str, Any], out: Path, interactive: bool) -> list[Path]:
         ("telemetry", _telemetry),
         ("checks", _checks),
     )
-    for (key, plot), name in zip(plots, PLOT_FILES):
-        if interactive and name not in ALWAYS:
-            continue
-        if not any(pd[key].values()) if isinstance(pd[key], dict) else not pd[key]:
-            continue
+    todo = [
+        (plot, name)
+        for (key, plot), name in zip(plots, PLOT_FILES)
+        if (name in ALWAYS or not interactive) and _has(pd[key])
+    ]
+    if not todo:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for plot, name in todo:
         fig = plot(plt, pd)
         fig.tight_layout()
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
-        written.append(out / name)
-    return written
+    return [out / name for _, name in todo]
+
+
+def _has(values: Any) -> bool:
+    return any(values.values()) if isinstance(values, dict) else bool(values)
 
 
 def _history(plt: Any, pd: dict[str, Any]) -> Any:
@@ -177,16 +183,24 @@ def _checks(plt: Any, pd: dict[str, Any]) -> Any:
 
 
 def _time(plt: Any, pd: dict[str, Any]) -> Any:
-    fig, ax = plt.subplots(figsize=(max(7, 0.3 * len(pd["time"])), 4))
-    names = [n for n, _ in pd["time"]]
-    bottom = [0.0] * len(names)
+    """Stacked bars, one filled step line a phase (ax.bar would make a patch per trial and phase: seconds for a
+    hundred trials); trials side by side in their order, ticked with their numbers."""
+    fig, ax = plt.subplots(figsize=(9, 4))
+    numbers = [n for n, _ in pd["time"]]
+    edges = list(range(len(numbers) + 1))
+    bottom = [0.0] * len(numbers)
     for phase in PHASES:
-        seconds = [s[phase] for _, s in pd["time"]]
-        if any(seconds):
-            ax.bar(names, seconds, bottom=bottom, label=phase)
-            bottom = [b + s for b, s in zip(bottom, seconds)]
+        top = [b + s[phase] for b, (_, s) in zip(bottom, pd["time"])]
+        if top != bottom:
+            ax.stairs(top, edges, baseline=bottom, fill=True, label=phase)
+        bottom = top
+    ticks = list(range(0, len(numbers), max(1, len(numbers) // 20)))
+    ax.set_xticks([i + 0.5 for i in ticks], [str(numbers[i]) for i in ticks])
+    if pd["chosen_time"] is not None:
+        i = numbers.index(pd["chosen_time"])
+        ax.annotate("chosen", (i + 0.5, bottom[i]), ha="center", va="bottom", color="#d62728")
     ax.set(xlabel="trial", ylabel="seconds in the trial process", title="Where each trial's time went")
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
 
