@@ -40,7 +40,13 @@ def _attrs(number: int, precision: str, mb: int, value: float, extra: dict[str, 
             **extra,
         },
         "raw": {"step_times_s": [step * f for f in (0.97, 0.99, 1.0, 1.0, 1.01, 1.04)]},
-        "phases_s": {"start": 3.0, "build": 5.0, "warmup": 9.0, "compile": 4.0 * (number % 2), "measure": 8.0},
+        "phases_s": {
+            "start": 3.0,
+            "build": 5.0,
+            "warmup": 9.0,
+            "compile": 4.0 * (number % 2),
+            "measure": 8.0,
+        },
     }
 
 
@@ -59,16 +65,22 @@ def _study(storage: str, name: str, task: str = "train") -> optuna.Study:
         latency = {"tpot_ms_p99": 40.0 - 4 * i, "tpot_ms_median": 30.0 - 3 * i, "roofline_share": 0.1 * i}
         attrs = _attrs(i, precision, mb, value, latency if task == "generate" else {})
         params = {"precision": precision, "micro_batch_size": mb}
-        trials.append(optuna.trial.create_trial(params=params, distributions=dist, value=value, user_attrs=attrs))
+        trials.append(
+            optuna.trial.create_trial(params=params, distributions=dist, value=value, user_attrs=attrs)
+        )
     oom = {"status": "oom", "knobs": {"precision": "fp32", "micro_batch_size": 8}, "reason": HOSTILE_VALUE}
     trials.append(
         optuna.trial.create_trial(
-            params={"precision": "fp32", "micro_batch_size": 8}, distributions=dist, user_attrs=oom,
+            params={"precision": "fp32", "micro_batch_size": 8},
+            distributions=dist,
+            user_attrs=oom,
             state=optuna.trial.TrialState.FAIL,
         )
     )
     study.add_trials(trials)
-    study.set_user_attr("config", {"workload": {"task": task, "world_size": 2}, "study": {"limits": {"p99_tpot_ms": 25.0}}})
+    study.set_user_attr(
+        "config", {"workload": {"task": task, "world_size": 2}, "study": {"limits": {"p99_tpot_ms": 25.0}}}
+    )
     study.set_user_attr("device", "cpu")
     study.set_user_attr("confirmation", _confirmation())
     return study
@@ -77,16 +89,27 @@ def _study(storage: str, name: str, task: str = "train") -> optuna.Study:
 def _confirmation() -> dict[str, Any]:
     def stats(trial: int, samples: list[float], search: float) -> dict[str, Any]:
         median = sorted(samples)[len(samples) // 2]
-        return {"trial": trial, "median": median, "ci95": [median * 0.98, median * 1.02], "samples": samples,
-                "search_value": search, "failures": [], "knobs": {}, "changed_knobs": {}}
+        return {
+            "trial": trial,
+            "median": median,
+            "ci95": [median * 0.98, median * 1.02],
+            "samples": samples,
+            "search_value": search,
+            "failures": [],
+            "knobs": {},
+            "changed_knobs": {},
+        }
 
     return {
         "candidates": [5, 4, 3],
         "rounds_done": 3,
         "chosen": CHOSEN,
         "why": f"highest confirmed median; {HOSTILE_NAME}",
-        "stats": [stats(5, [2400.0, 2450.0, 2500.0], 2700.0), stats(4, [2550.0, 2580.0, 2600.0], 2600.0),
-                  stats(3, [2050.0, 2080.0], 2100.0)],
+        "stats": [
+            stats(5, [2400.0, 2450.0, 2500.0], 2700.0),
+            stats(4, [2550.0, 2580.0, 2600.0], 2600.0),
+            stats(3, [2050.0, 2080.0], 2100.0),
+        ],
     }
 
 
@@ -129,7 +152,9 @@ def test_html_escapes_every_study_string_and_inlines_plotly_once(pages: dict[str
     from plotly.offline import get_plotlyjs
 
     page = pages["train"].read_text()
-    assert "<script>document" not in page and "<img src=x" not in page  # never as markup, nor in plotly's JSON
+    assert (
+        "<script>document" not in page and "<img src=x" not in page
+    )  # never as markup, nor in plotly's JSON
     assert "&lt;script&gt;document.title=&#x27;pwned&#x27;&lt;/script&gt;" in page  # the name, as text
     assert "&lt;img src=x onerror=" in page  # the knob value and the OOM reason, as text
     assert page.count(get_plotlyjs()[:400]) == 1 and not re.search(r"<script[^>]*\bsrc=", page)  # offline
@@ -146,10 +171,20 @@ def test_html_without_plotly_is_static_and_says_how_to_get_the_plots(
 ) -> None:
     monkeypatch.setitem(sys.modules, "plotly", None)  # as if the report extra were not installed
     study = _study(f"sqlite:///{tmp_path / 's.db'}", "static")
-    path = report.write_html(report.collect(study), tmp_path / "out", study=study)
-    page = path.read_text()
+    data = report.collect(study)
+    data["check_history"] = [  # two nights of `autotune check` (nightly.py's fields the plot reads)
+        {
+            "checked_at": f"2026-11-{day}T03:00:00+00:00",
+            "ratio": r,
+            "ci": [r - 0.02, r + 0.02],
+            "status": "pass",
+        }
+        for day, r in (("20", 1.0), ("23", 0.99))
+    ]
+    page = report.write_html(data, tmp_path / "out", study=study).read_text()
     assert "pip install &#x27;autotune[report]&#x27;" in page and "Plotly.newPlot" not in page
-    assert {p.name for p in (tmp_path / "out").glob("*.png")} >= {"history.png", "time.png", "knobs.png"}
+    pngs = {p.name for p in (tmp_path / "out").glob("*.png")}
+    assert pngs >= {"history.png", "time.png", "knobs.png", "checks.png"}
     assert '<tr class="chosen">' in page
 
 
@@ -162,13 +197,25 @@ def _chromium() -> str:
 
 def _load(browser: str, page: Path, tmp_path: Path) -> subprocess.CompletedProcess:
     """The page loaded in headless Chromium: its DOM after the scripts ran (stdout), console lines (stderr)."""
-    args = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
-            f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=15000", "--dump-dom", page.as_uri()]
-    return subprocess.run(args, capture_output=True, text=True, timeout=120)
+    args = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--enable-logging=stderr",
+        "--v=0",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=15000",
+        "--dump-dom",
+        page.as_uri(),
+    ]
+    return subprocess.run(args, check=False, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.slow
-def test_html_in_chromium_renders_plots_without_console_errors(pages: dict[str, Path], tmp_path: Path) -> None:
+def test_html_in_chromium_renders_plots_without_console_errors(
+    pages: dict[str, Path], tmp_path: Path
+) -> None:
     browser = _chromium()
     broken = tmp_path / "broken.html"
     broken.write_text("<html><body><script>undefinedFunction()</script></body></html>")
@@ -181,6 +228,6 @@ def test_html_in_chromium_renders_plots_without_console_errors(pages: dict[str, 
         dom = proc.stdout
         svgs = dom.count('class="main-svg"')
         assert svgs >= 8, f"{task}: plotly drew {svgs} SVGs"
-        title = re.search(r"<title>(.*?)</title>", dom, re.S).group(1)
+        title = re.search(r"<title>(.*?)</title>", dom, re.DOTALL).group(1)
         assert title.startswith("autotune report: &lt;script&gt;"), title  # no hostile script ran
-        assert "&lt;img src=x onerror=" in dom and "<img src=\"x\"" not in dom
+        assert "&lt;img src=x onerror=" in dom and '<img src="x"' not in dom

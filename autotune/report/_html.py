@@ -54,7 +54,7 @@ def write_html(data: dict[str, Any], out: Path, study: Any | None = None) -> Pat
     with tempfile.TemporaryDirectory(dir=out, prefix=".report-") as tmp:
         pngs = draw(plot_data(data, m["phases"], card and card["trial"]), Path(tmp), interactive)
         figs = _plots.figures(study, data, m, card) if interactive else []
-        (Path(tmp) / "report.html").write_text(page(data, card, figs, pngs, interactive))
+        (Path(tmp) / "report.html").write_text(page(data, card, figs, pngs))
         with _signals_held():
             for name in PLOT_FILES:
                 if not (Path(tmp) / name).exists():
@@ -81,7 +81,6 @@ def page(
     card: dict[str, Any] | None,
     figs: list[tuple[str, Any]],
     pngs: list[Path],
-    interactive: bool,
 ) -> str:
     """The whole page: head (plotly.js inlined once), card, tables, plots."""
     title = escape(f"autotune report: {data['study']}")
@@ -90,11 +89,11 @@ def page(
         f"<h1>{title}</h1>",
         f"<p>{_subtitle(data)}</p>",
         card_html(card, data["searched"]),
-        "" if interactive else _no_plotly_note(),
+        "" if _plots.available() else _no_plotly_note(),
         _trials_table(data, chosen_number),
         _confirmation_table(data),
         *(_figure_html(heading, fig) for heading, fig in figs),
-        _images(pngs),
+        _images(pngs, "Telemetry and check history" if figs else "Plots"),
         _importance_table(data),
         _failures_table(data),
         _time_section(data),
@@ -137,7 +136,7 @@ def _figure_html(heading: str, fig: Any) -> str:
     return f'<section class="plot"><h2>{escape(heading)}</h2>{div}</section>'
 
 
-def _images(pngs: list[Path]) -> str:
+def _images(pngs: list[Path], heading: str) -> str:
     if not pngs:
         return ""
     figures = "\n".join(
@@ -145,7 +144,7 @@ def _images(pngs: list[Path]) -> str:
         f'src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}"></figure>'
         for p in pngs
     )
-    return f"<h2>Telemetry and check history</h2>{figures}"
+    return f"<h2>{escape(heading)}</h2>{figures}"
 
 
 def _table(
