@@ -14,7 +14,7 @@ from typing import Any
 
 from autotune.report import _plots
 from autotune.report._card import card_html, chosen, interval
-from autotune.report._measured import PHASES, measured
+from autotune.report._measured import PHASES, measured, telemetry_of
 from autotune.report._static import PLOT_FILES, draw, pareto_front, plot_data
 from autotune.report._table import cells, columns, fmt
 
@@ -52,7 +52,8 @@ def write_html(data: dict[str, Any], out: Path, study: Any | None = None) -> Pat
     interactive = study is not None and _plots.available()
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out, prefix=".report-") as tmp:
-        pngs = draw(plot_data(data, m["phases"], card and card["trial"]), Path(tmp), interactive)
+        tele = telemetry_of(study, card["trial"]) if study is not None and card else None
+        pngs = draw(plot_data(data, m["phases"], card and card["trial"], tele), Path(tmp), interactive)
         figs = _plots.figures(study, data, m, card) if interactive else []
         (Path(tmp) / "report.html").write_text(page(data, card, figs, pngs))
         with _signals_held():

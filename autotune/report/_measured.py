@@ -54,6 +54,13 @@ def _steps(trial: Any) -> list[float]:
         return []
 
 
+def telemetry_of(study: Any, number: int) -> tuple[int, dict[str, Any]] | None:
+    """A trial's recorded telemetry (power, clocks over its measured window), None where it has none."""
+    trial = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
+    tele = trial.user_attrs.get("telemetry") if trial is not None else None
+    return (number, tele) if isinstance(tele, dict) and tele.get("series") else None
+
+
 def phases_of(row: dict[str, Any]) -> dict[str, Any] | None:
     """One trial's seconds by phase (warm-up without the compile it contains), None for a trial never started."""
     raw = row.get("phases_s")

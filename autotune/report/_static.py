@@ -18,10 +18,13 @@ def pareto_front(points: list[tuple[float, float, int]]) -> list[int]:
 
 
 def plot_data(
-    data: dict[str, Any], phases: list[dict[str, Any]] | None = None, chosen: int | None = None
+    data: dict[str, Any],
+    phases: list[dict[str, Any]] | None = None,
+    chosen: int | None = None,
+    telemetry: tuple[int, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """What each plot draws, computed before any drawing; phases: _measured.phases_of of each trial; chosen:
-    the chosen trial (best.yaml's), marked."""
+    the chosen trial (best.yaml's), marked; telemetry: (trial, its telemetry) drawn, else the search's best's."""
     ok = sorted((r for r in data["trials"] if r["state"] == "ok"), key=lambda r: r["number"])
     history, best_so_far, running = [], [], float("-inf")
     for r in ok:
@@ -30,7 +33,8 @@ def plot_data(
         best_so_far.append((r["number"], running))
     mem = [(r["peak_mem_gib"], r[Metric.TOKENS_PER_GPU], r["number"]) for r in ok]
     per_knob = {k: [(str(r["knobs"][k]), r[Metric.TOKENS_PER_GPU]) for r in ok] for k in data["searched"]}
-    tele = data.get("best_telemetry") or {}
+    best = (data["best"] or {}).get("number")
+    tele_trial, tele = telemetry or (best, data.get("best_telemetry") or {})
     series = tele.get("series") or []
     t0 = series[0]["t"] if series else 0.0
     checks = [
@@ -45,6 +49,9 @@ def plot_data(
         "pareto": pareto_front(mem),
         "per_knob": per_knob,
         "telemetry": [(s["t"] - t0, s["power_w"], s["sm_clock_mhz"]) for s in series],
+        "telemetry_title": f"Trial {tele_trial}"
+        + (" (chosen)" if tele_trial == chosen else " (the search's best)")
+        + ": telemetry",
         "checks": [c for c in checks if c[0] is not None],
         "chosen": [(n, v) for n, v in history if n == chosen],
         "chosen_memory": [(m, t) for m, t, n in mem if n == chosen],
@@ -154,10 +161,11 @@ def _telemetry(plt: Any, pd: dict[str, Any]) -> Any:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     t, power, clock = zip(*pd["telemetry"])
     ax.plot(t, power, color="C0", label="power (W)")
-    ax.set(xlabel="seconds into the measured window", ylabel="power (W)", title="Best trial: telemetry")
+    ax.set(xlabel="seconds into the measured window", ylabel="power (W)", title=pd["telemetry_title"])
     ax2 = ax.twinx()
     ax2.plot(t, clock, color="C1", label="SM clock (MHz)")
-    ax2.set_ylabel("SM clock (MHz)")
+    ax2.set_ylabel("SM clock (MHz)", color="C1")
+    ax.yaxis.label.set_color("C0")  # each axis's label in its line's colour
     return fig
 
 
