@@ -22,7 +22,7 @@ def report(
     study: Annotated[Optional[str], typer.Option(help="Study name in --storage.")] = None,
     storage: Storage = None,
     format: Annotated[str, typer.Option("--format", help="rich, json or markdown.")] = "rich",
-    html: Annotated[Optional[Path], typer.Option(help="Write report.html and PNG plots to this folder.")] = None,
+    html: Annotated[Optional[Path], typer.Option(help="Write report.html and its plots to this folder.")] = None,
     no_html: Annotated[bool, typer.Option("--no-html", help="Do not write the HTML report.")] = False,
 ) -> None:
     """What a study found (also while it runs): trials, failures, knob importance, time; HTML with plots."""
@@ -47,6 +47,6 @@ def report(
             default = None  # a study read from a read-only place: no HTML unless asked for with --html
         target = html or default
         if target is not None and not no_html:
-            path = rep.write_html(data, target)
+            path = rep.write_html(data, target, study=opened)
             if format == "rich":
                 console.print(f"HTML report: {path}")

@@ -1,0 +1,370 @@
+"""The page's interactive plots (plotly): Optuna's own (history, importance, parallel coordinates, slice, Pareto
+front), each with the chosen trial marked, and those Optuna lacks (throughput with its measured spread, the
+confirmation's samples, the latency or memory front with its limits, each trial's time by phase).
+
+Plotly draws text as text (never as markup) and its JSON is written with `<` escaped; strings of ours that
+plotly reads as its small HTML subset (hover text, tick labels) are escaped first as well."""
+
+from __future__ import annotations
+
+import warnings
+from html import escape
+from typing import Any
+
+from autotune.record import Metric
+from autotune.report._measured import PHASES
+
+CHOSEN = {"symbol": "star", "size": 18, "color": "#d62728", "line": {"width": 1, "color": "black"}}
+TOKENS = "tokens/s per GPU"
+
+
+def available() -> bool:
+    """Whether plotly is installed (the `report` extra)."""
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def figures(
+    study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None
+) -> list[tuple[str, Any]]:
+    """(heading, figure) for each plot that has data, in the page's order."""
+    steps = (
+        ("Throughput of each trial, with its measured spread", _spread),
+        ("Confirmation: each candidate re-measured in fresh processes", _confirmation),
+        ("Optimization history (Optuna)", _history),
+        ("Which knobs mattered (Optuna, PED-ANOVA)", _importance),
+        ("Parallel coordinates (Optuna)", _parallel),
+        ("Each knob against throughput (Optuna slice)", _slice),
+        ("Pareto front (Optuna)", _pareto),
+        ("Throughput against the latency or memory it costs", _front),
+        ("Where each trial's GPU time went", _time),
+    )
+    out = []
+    study = _snapshot(study)
+    for heading, make in steps:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Optuna's experimental-API warnings
+            try:
+                fig = make(study, data, m, c)
+            except (ValueError, RuntimeError, KeyError, TypeError, ZeroDivisionError):
+                fig = None  # a plot Optuna cannot draw for this study (too few trials, one value): left out
+        if fig is not None:
+            fig.update_layout(template="plotly_white", margin={"t": 40, "b": 40}, height=420)
+            out.append((heading, fig))
+    return out
+
+
+def _snapshot(study: Any) -> Any:
+    """The study's trials in memory without their records (user attributes: telemetry, raw steps), which no
+    plot reads: each of Optuna's plots copies every trial again (importance's hover text once a knob), and
+    from SQLite with the records that costs seconds for a hundred trials."""
+    import optuna
+
+    previous = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # not "A new study created in memory"
+    try:
+        snapshot = optuna.create_study(directions=study.directions, study_name=study.study_name)
+    finally:
+        optuna.logging.set_verbosity(previous)
+    snapshot.add_trials([_bare(t) for t in study.get_trials(deepcopy=False)])
+    return snapshot
+
+
+def _bare(t: Any) -> Any:
+    from optuna.trial import FrozenTrial
+
+    return FrozenTrial(
+        number=t.number,
+        state=t.state,
+        value=None,
+        values=t.values,
+        datetime_start=t.datetime_start,
+        datetime_complete=t.datetime_complete,
+        params=t.params,
+        distributions=t.distributions,
+        user_attrs={},
+        system_attrs={},
+        intermediate_values=t.intermediate_values,
+        trial_id=t._trial_id,
+    )
+
+
+def _target(study: Any, minimize: bool = False) -> Any:
+    """Optuna's target for a plot: None (the objective) in a single-objective study; else tokens/s per GPU, the
+    first objective of every study (a pareto study's second is p99), negated where Optuna assumes lower is
+    better (PED-ANOVA)."""
+    if len(study.directions) == 1:
+        return None
+    sign = -1.0 if minimize else 1.0
+    return lambda t: sign * t.values[0]
+
+
+def _ok(data: dict[str, Any]) -> list[dict[str, Any]]:
+    return sorted((r for r in data["trials"] if r["state"] == "ok"), key=lambda r: r["number"])
+
+
+def _label(r: dict[str, Any], searched: list[str]) -> str:
+    knobs = "<br>".join(escape(f"{k}={r['knobs'].get(k)}") for k in searched)
+    return f"trial {r['number']}<br>{knobs}"
+
+
+def _star(go: Any, x: list[Any], y: list[Any], **kw: Any) -> Any:
+    return go.Scatter(x=x, y=y, mode="markers", marker=CHOSEN, name="chosen (best.yaml)", **kw)
+
+
+def _spread(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+    import plotly.graph_objects as go
+
+    ok = [r for r in _ok(data) if r["number"] in m["spread"]]
+    if not ok:
+        return None
+    y = [r[Metric.TOKENS_PER_GPU] for r in ok]
+    lo = [v - m["spread"][r["number"]][0] for v, r in zip(y, ok)]
+    hi = [m["spread"][r["number"]][1] - v for v, r in zip(y, ok)]
+    fig = go.Figure(
+        go.Scatter(
+            x=[r["number"] for r in ok],
+            y=y,
+            mode="markers",
+            name="median of the measured steps",
+            error_y={"type": "data", "array": hi, "arrayminus": lo, "color": "grey"},
+            text=[_label(r, data["searched"]) for r in ok],
+            hovertemplate="%{text}<br>%{y:,.0f} tokens/s<extra></extra>",
+        )
+    )
+    _mark_baseline(fig, data)
+    chosen = [r for r in ok if c and r["number"] == c["trial"]]
+    if chosen:
+        fig.add_trace(_star(go, [chosen[0]["number"]], [chosen[0][Metric.TOKENS_PER_GPU]]))
+    bars = f"{', '.join(f'{100 * q:.0f}th' for q in (0.1, 0.9))} percentile steps"
+    return fig.update_layout(xaxis_title="trial", yaxis_title=f"{TOKENS} (bars: {bars})")
+
+
+def _mark_baseline(fig: Any, data: dict[str, Any]) -> None:
+    if data["baseline"]:
+        fig.add_hline(
+            y=data["baseline"][Metric.TOKENS_PER_GPU],
+            line_dash="dash",
+            line_color="grey",
+            annotation_text="baseline",
+        )
+
+
+def _confirmation(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+    import plotly.graph_objects as go
+
+    conf = data["confirmation"]
+    if not conf:
+        return None
+    fig = go.Figure()
+    for st in conf["stats"]:
+        name = f"trial {st['trial']}" + (" (chosen)" if st["trial"] == conf["chosen"] else "")
+        fig.add_trace(
+            go.Box(
+                y=st["samples"],
+                name=name,
+                boxpoints="all",
+                jitter=0.3,
+                pointpos=0,
+                marker_size=9,
+                boxmean=False,
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=[name],
+                y=[st["search_value"]],
+                mode="markers",
+                marker={"symbol": "x", "size": 11, "color": "black"},
+                name="its search measurement",
+                showlegend=st is conf["stats"][0],
+            )
+        )
+    return fig.update_layout(yaxis_title=f"{TOKENS} (each point: one fresh process)", xaxis_title="candidate")
+
+
+def _history(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+    import plotly.graph_objects as go
+    from optuna.visualization import plot_optimization_history
+
+    ok = _ok(data)
+    if not ok:
+        return None
+    fig = plot_optimization_history(study, target=_target(study), target_name=TOKENS)
+    _mark_baseline(fig, data)
+    if c:
+        row = next((r for r in ok if r["number"] == c["trial"]), None)
+        if row is not None:
+            fig.add_trace(_star(go, [row["number"]], [row[Metric.TOKENS_PER_GPU]]))
+    return fig.update_layout(title=None)
+
+
+def _importance(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+    import optuna
+    from optuna.visualization import plot_param_importances
+
+    values = data["importance"]["values"]
+    if not values:
+        return None
+    fig = plot_param_importances(
+        study,
+        params=list(values),
+        target=_target(study, minimize=True),
+        target_name=TOKENS,
+        evaluator=optuna.importance.PedAnovaImportanceEvaluator(),
+    )
+    return fig.update_layout(title=None)
+
+
+def _parallel(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+    from optuna.visualization import plot_parallel_coordinate
+
+    if len(data["searched"]) < 2 or len(_ok(data)) < 2:
+        return None
+    fig = plot_parallel_coordinate(study, params=data["searched"], target=_target(study), target_name=TOKENS)
+    chosen = (
+        "" if c is None else f"chosen (best.yaml): trial {c['trial']}, " + _label_line(c, data["searched"])
+    )
+    return fig.update_layout(title={"text": chosen, "font": {"size": 13}})
+
+
+def _label_line(c: dict[str, Any], searched: list[str]) -> str:
+    return escape(", ".join(f"{k}={c['knobs'].get(k)}" for k in searched))
+
+
+def _slice(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+    import plotly.graph_objects as go
+    from optuna.visualization import plot_slice
+
+    if not data["searched"] or len(_ok(data)) < 2:
+        return None
+    fig = plot_slice(study, params=data["searched"], target=_target(study), target_name=TOKENS)
+    trial = next((t for t in study.get_trials(deepcopy=False) if c and t.number == c["trial"]), None)
+    if (
+        trial is not None and trial.values
+    ):  # Optuna draws one panel a knob, in sorted order, on axes x, x2, x3, ...
+        for i, knob in enumerate(sorted(data["searched"])):
+            axis = "" if i == 0 else str(i + 1)
+            x = _slice_x(trial, knob)
+            if x is not None:
+                fig.add_trace(
+                    _star(go, [x], [trial.values[0]], xaxis=f"x{axis}", yaxis=f"y{axis}", showlegend=i == 0)
+                )
+    return fig.update_layout(title=None, legend={"orientation": "h", "y": 1.12})
+
+
+def _slice_x(trial: Any, knob: str) -> Any:
+    """The trial's value of a knob where Optuna's slice plot places it: a categorical choice by its repr."""
+    from optuna.distributions import CategoricalDistribution
+
+    if knob not in trial.params:
+        return None
+    value = trial.params[knob]
+    return repr(value) if isinstance(trial.distributions[knob], CategoricalDistribution) else value
+
+
+def _pareto(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+    import plotly.graph_objects as go
+    from optuna.visualization import plot_pareto_front
+
+    if len(study.directions) < 2:
+        return None
+    fig = plot_pareto_front(study, target_names=[TOKENS, "p99 time per output token (ms)"])
+    if "p99_tpot_ms" in m["limits"]:
+        fig.add_hline(
+            y=m["limits"]["p99_tpot_ms"], line_dash="dot", line_color="#d62728", annotation_text="limit"
+        )
+    row = next((r for r in data["trials"] if c and r["number"] == c["trial"]), None)
+    if row is not None and row.get(Metric.TPOT_P99_MS) is not None:
+        fig.add_trace(_star(go, [row[Metric.TOKENS_PER_GPU]], [row[Metric.TPOT_P99_MS]]))
+    return fig.update_layout(title=None)
+
+
+def _front(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+    """Latency (p99 time per output token) where trials have it, else peak memory, with the front drawn (a
+    pareto study's latency front is Optuna's: _pareto)."""
+    from autotune.report._table import pareto
+
+    latency = [
+        r for r in data["trials"] if r.get(Metric.TPOT_P99_MS) is not None and r[Metric.TOKENS_PER_GPU]
+    ]
+    key, title, limit = Metric.TPOT_P99_MS, "p99 time per output token (ms)", m["limits"].get("p99_tpot_ms")
+    if latency and len(study.directions) > 1:
+        return None
+    points = latency
+    if not latency:
+        points = [r for r in _ok(data) if r.get(Metric.PEAK_MEM_GIB) is not None]
+        key, title, limit = Metric.PEAK_MEM_GIB, "peak memory (GiB)", None
+    if len(points) < 2:
+        return None
+    front = pareto(points, up=lambda r: r[Metric.TOKENS_PER_GPU], down=lambda r: r[key])
+    return _front_figure(data, points, front, key, title, limit, c)
+
+
+def _front_figure(
+    data: dict[str, Any],
+    points: list[Any],
+    front: list[Any],
+    key: str,
+    title: str,
+    limit: float | None,
+    c: dict[str, Any] | None,
+) -> Any:
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for state in sorted({r["state"] for r in points}):
+        mine = [r for r in points if r["state"] == state]
+        fig.add_trace(
+            go.Scatter(
+                x=[r[key] for r in mine],
+                y=[r[Metric.TOKENS_PER_GPU] for r in mine],
+                mode="markers",
+                name=escape(state),
+                text=[_label(r, data["searched"]) for r in mine],
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=[r[key] for r in front],
+            y=[r[Metric.TOKENS_PER_GPU] for r in front],
+            mode="lines",
+            name="front (no trial beats these on both)",
+            line={"color": "#ff7f0e"},
+        )
+    )
+    if limit is not None:
+        fig.add_vline(x=limit, line_dash="dot", line_color="#d62728", annotation_text="limit")
+    row = next((r for r in points if c and r["number"] == c["trial"]), None)
+    if row is not None:
+        fig.add_trace(_star(go, [row[key]], [row[Metric.TOKENS_PER_GPU]]))
+    return fig.update_layout(xaxis_title=title, yaxis_title=TOKENS)
+
+
+def _time(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+    import plotly.graph_objects as go
+
+    phases = m["phases"]
+    if not phases:
+        return None
+    xs = [f"{p['number']}{' (chosen)' if c and p['number'] == c['trial'] else ''}" for p in phases]
+    fig = go.Figure()
+    for phase in PHASES:
+        minutes = [p["seconds"][phase] * m["gpus"] / 60 for p in phases]
+        if any(minutes):
+            fig.add_trace(
+                go.Bar(
+                    x=xs, y=minutes, name=phase, hovertemplate="%{y:.2f} GPU-min<extra>" + phase + "</extra>"
+                )
+            )
+    total = sum(p["wall_s"] for p in phases) * m["gpus"] / 60
+    return fig.update_layout(
+        barmode="stack",
+        xaxis_title="trial",
+        xaxis_type="category",
+        yaxis_title=f"GPU-minutes ({m['gpus']} GPU a trial; {total:,.1f} in all)",
+    )

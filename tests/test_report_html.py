@@ -1,0 +1,233 @@
+"""report/_html.py: the page's structure, the chosen trial marked, every study string escaped, plotly.js inlined
+once, the static page without plotly; and, in a real headless Chromium, no console error, plots rendered and
+hostile strings shown as text."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution
+
+from autotune import report
+
+# Each sets document.title if it ever runs: a page that shows them as text keeps its own title.
+HOSTILE_NAME = "<script>document.title='pwned'</script>"
+HOSTILE_VALUE = "<img src=x onerror=\"document.title='pwned'\">"
+CHOSEN = 4  # the confirmation picks it over trial 5, the search's best single measurement
+
+
+def _attrs(number: int, precision: str, mb: int, value: float, extra: dict[str, Any]) -> dict[str, Any]:
+    step = 1000.0 / value  # seconds a step of 1,000 tokens
+    return {
+        "status": "ok",
+        "knobs": {"precision": precision, "micro_batch_size": mb, "compile": number % 2 == 1},
+        "predicted": False,
+        "reason": "",
+        "wall_s": 30.0 + number,
+        "metrics": {
+            "tokens_per_s_per_gpu": value,
+            "tokens_per_s": value,
+            "mfu": value / 10_000,
+            "peak_mem_gib": 1.0 + mb / 4,
+            "step_time": {"median_s": step, "spread_pct": 2.0},
+            **extra,
+        },
+        "raw": {"step_times_s": [step * f for f in (0.97, 0.99, 1.0, 1.0, 1.01, 1.04)]},
+        "phases_s": {
+            "start": 3.0,
+            "build": 5.0,
+            "warmup": 9.0,
+            "compile": 4.0 * (number % 2),
+            "measure": 8.0,
+        },
+    }
+
+
+def _study(storage: str, name: str, task: str = "train") -> optuna.Study:
+    """Six measured trials (the baseline first), one OOM, and a confirmation of the top three."""
+    study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+    dist = {
+        "precision": CategoricalDistribution(["fp32", "bf16", HOSTILE_VALUE]),
+        "micro_batch_size": CategoricalDistribution([2, 4, 8]),
+    }
+    values = [1000.0, 1500.0, 1800.0, 2100.0, 2600.0, 2700.0]
+    precisions = ["fp32", "bf16", HOSTILE_VALUE, "bf16", HOSTILE_VALUE, "bf16"]
+    trials = []
+    for i, (value, precision) in enumerate(zip(values, precisions)):
+        mb = [2, 4, 8][i % 3]
+        latency = {"tpot_ms_p99": 40.0 - 4 * i, "tpot_ms_median": 30.0 - 3 * i, "roofline_share": 0.1 * i}
+        attrs = _attrs(i, precision, mb, value, latency if task == "generate" else {})
+        params = {"precision": precision, "micro_batch_size": mb}
+        trials.append(
+            optuna.trial.create_trial(params=params, distributions=dist, value=value, user_attrs=attrs)
+        )
+    oom = {"status": "oom", "knobs": {"precision": "fp32", "micro_batch_size": 8}, "reason": HOSTILE_VALUE}
+    trials.append(
+        optuna.trial.create_trial(
+            params={"precision": "fp32", "micro_batch_size": 8},
+            distributions=dist,
+            user_attrs=oom,
+            state=optuna.trial.TrialState.FAIL,
+        )
+    )
+    study.add_trials(trials)
+    study.set_user_attr(
+        "config", {"workload": {"task": task, "world_size": 2}, "study": {"limits": {"p99_tpot_ms": 25.0}}}
+    )
+    study.set_user_attr("device", "cpu")
+    study.set_user_attr("confirmation", _confirmation())
+    return study
+
+
+def _confirmation() -> dict[str, Any]:
+    def stats(trial: int, samples: list[float], search: float) -> dict[str, Any]:
+        median = sorted(samples)[len(samples) // 2]
+        return {
+            "trial": trial,
+            "median": median,
+            "ci95": [median * 0.98, median * 1.02],
+            "samples": samples,
+            "search_value": search,
+            "failures": [],
+            "knobs": {},
+            "changed_knobs": {},
+        }
+
+    return {
+        "candidates": [5, 4, 3],
+        "rounds_done": 3,
+        "chosen": CHOSEN,
+        "why": f"highest confirmed median; {HOSTILE_NAME}",
+        "stats": [
+            stats(5, [2400.0, 2450.0, 2500.0], 2700.0),
+            stats(4, [2550.0, 2580.0, 2600.0], 2600.0),
+            stats(3, [2050.0, 2080.0], 2100.0),
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory) -> dict[str, Path]:
+    """The page of a train study and of a generate one, both with hostile strings (drawn once: plotly's
+    figures are the slow part)."""
+    pytest.importorskip("plotly")
+    root = tmp_path_factory.mktemp("html")
+    out = {}
+    for task in ("train", "generate"):
+        study = _study(f"sqlite:///{root / task}.db", HOSTILE_NAME + task, task)
+        out[task] = report.write_html(report.collect(study), root / task, study=study)
+    return out
+
+
+def test_html_opens_with_the_chosen_configuration_not_markdown(pages: dict[str, Path]) -> None:
+    page = pages["train"].read_text()
+    assert "<pre>" not in page and "###" not in page
+    card = page[page.index('<section class="card"') : page.index("</section>")]
+    assert f"Chosen configuration: trial {CHOSEN}" in card
+    assert "2,580 tokens/s per GPU" in card and "95% interval 2,528 to 2,632 over 3 fresh processes" in card
+    assert "2.58x</b> the baseline" in card and "MFU: <b>25.8%</b>" in card  # 0.26 scaled by 2580 / 2600
+    assert "What it costs to apply" in card and "precision: fp32 &rarr;" in card
+    assert "GPU-minutes in 6 trial processes" in card  # two GPUs a trial, 6 processes of 30-35 s
+    assert "too few samples to bound (2 fresh processes)" in page  # trial 3's confirmation
+
+
+def test_html_marks_the_chosen_trial_in_tables_and_plots(pages: dict[str, Path]) -> None:
+    page = pages["train"].read_text()
+    rows = re.findall(r'<tr class="chosen">(.*?)</tr>', page)
+    assert len(rows) == 2 and all(f">{CHOSEN} \u2605 chosen<" in r for r in rows)  # trials and confirmation
+    assert "2,550, 2,580, 2,600" in page  # the confirmation's samples
+    assert page.count('"name":"chosen (best.yaml)"') >= 4  # spread, history, slice, front
+    assert '"barmode":"stack"' in page and f'"{CHOSEN} (chosen)"' in page  # GPU time by phase
+    assert '"error_y":{"array":' in page  # the measured spread
+
+
+def test_html_escapes_every_study_string_and_inlines_plotly_once(pages: dict[str, Path]) -> None:
+    from plotly.offline import get_plotlyjs
+
+    page = pages["train"].read_text()
+    assert (
+        "<script>document" not in page and "<img src=x" not in page
+    )  # never as markup, nor in plotly's JSON
+    assert "&lt;script&gt;document.title=&#x27;pwned&#x27;&lt;/script&gt;" in page  # the name, as text
+    assert "&lt;img src=x onerror=" in page  # the knob value and the OOM reason, as text
+    assert page.count(get_plotlyjs()[:400]) == 1 and not re.search(r"<script[^>]*\bsrc=", page)  # offline
+
+
+def test_html_generate_draws_latency_against_its_limit_without_mfu(pages: dict[str, Path]) -> None:
+    page = pages["generate"].read_text()
+    assert "<th>MFU</th>" not in page and "<th>roofline</th>" in page and "roofline: <b>" in page
+    assert '"title":{"text":"p99 time per output token (ms)"}' in page and '"text":"limit"' in page
+
+
+def test_html_without_plotly_is_static_and_says_how_to_get_the_plots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "plotly", None)  # as if the report extra were not installed
+    study = _study(f"sqlite:///{tmp_path / 's.db'}", "static")
+    data = report.collect(study)
+    data["check_history"] = [  # two nights of `autotune check` (nightly.py's fields the plot reads)
+        {
+            "checked_at": f"2026-11-{day}T03:00:00+00:00",
+            "ratio": r,
+            "ci": [r - 0.02, r + 0.02],
+            "status": "pass",
+        }
+        for day, r in (("20", 1.0), ("23", 0.99))
+    ]
+    page = report.write_html(data, tmp_path / "out", study=study).read_text()
+    assert "pip install &#x27;autotune[report]&#x27;" in page and "Plotly.newPlot" not in page
+    pngs = {p.name for p in (tmp_path / "out").glob("*.png")}
+    assert pngs >= {"history.png", "time.png", "knobs.png", "checks.png"}
+    assert '<tr class="chosen">' in page
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if found is None:
+        pytest.skip("no Chromium (apt-get install chromium; .ci/run installs it where it runs as root)")
+    return found
+
+
+def _load(browser: str, page: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    """The page loaded in headless Chromium: its DOM after the scripts ran (stdout), console lines (stderr)."""
+    args = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--enable-logging=stderr",
+        "--v=0",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=15000",
+        "--dump-dom",
+        page.as_uri(),
+    ]
+    return subprocess.run(args, check=False, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_html_in_chromium_renders_plots_without_console_errors(
+    pages: dict[str, Path], tmp_path: Path
+) -> None:
+    browser = _chromium()
+    broken = tmp_path / "broken.html"
+    broken.write_text("<html><body><script>undefinedFunction()</script></body></html>")
+    assert "CONSOLE" in _load(browser, broken, tmp_path).stderr  # a console error is seen where there is one
+    for task, page in pages.items():
+        proc = _load(browser, page, tmp_path)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line]
+        assert not console, f"{task}: {console[:5]}"
+        dom = proc.stdout
+        svgs = dom.count('class="main-svg"')
+        assert svgs >= 8, f"{task}: plotly drew {svgs} SVGs"
+        title = re.search(r"<title>(.*?)</title>", dom, re.DOTALL).group(1)
+        assert title.startswith("autotune report: &lt;script&gt;"), title  # no hostile script ran
+        assert "&lt;img src=x onerror=" in dom and '<img src="x"' not in dom
