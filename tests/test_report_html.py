@@ -231,3 +231,15 @@ def test_html_in_chromium_renders_plots_without_console_errors(
         title = re.search(r"<title>(.*?)</title>", dom, re.DOTALL).group(1)
         assert title.startswith("autotune report: &lt;script&gt;"), title  # no hostile script ran
         assert "&lt;img src=x onerror=" in dom and '<img src="x"' not in dom
+
+
+def test_report_html_checks_phase_is_the_loss_check_and_its_reference_trial() -> None:
+    """The loss check (in the trial) and its reference (a trial process of its own, outside the trial's wall
+    time) are the bar's `checks`; warm-up is shown without the compile it contains."""
+    from autotune.report._measured import phases_of
+
+    raw = {"start": 1, "build": 2, "warmup": 5, "compile": 3, "measure": 4, "check": 1.5, "reference": 10}
+    got = phases_of({"number": 0, "state": "ok", "wall_s": 20.0, "phases_s": raw})
+    assert got["seconds"]["checks"] == 11.5 and got["seconds"]["warmup"] == 2
+    assert got["wall_s"] == 30 and got["seconds"]["other"] == 6.5
+    assert sum(got["seconds"].values()) == got["wall_s"]

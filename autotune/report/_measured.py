@@ -9,7 +9,8 @@ from typing import Any
 from autotune.record import Metric, RecordError, TrialRecord
 
 # The phases of a trial process, in the order they happen (workloads/trial.py phases_s); "checks" is the
-# numerics guard's loss check where a record has it; "other" is the wall time no phase accounts for.
+# numerics guard's: the loss check in the trial (phases_s "check") and its reference trial, a process of its
+# own (phases_s "reference", outside the trial's wall time); "other" is the wall time no phase accounts for.
 PHASES = ("start", "build", "compile", "checks", "warmup", "measure", "other")
 SPREAD_QUANTILES = (0.1, 0.9)  # error bars: the 10th and 90th percentile of the measured steps
 
@@ -67,7 +68,9 @@ def phases_of(row: dict[str, Any]) -> dict[str, Any] | None:
     if not raw or not row.get("wall_s"):
         return None
     seconds = {p: float(raw.get(p, 0.0)) for p in PHASES if p != "other"}
-    seconds["checks"] += float(raw.get("loss_check", 0.0))
+    reference = float(raw.get("reference", 0.0))
+    seconds["checks"] = float(raw.get("check", 0.0)) + reference
     seconds["warmup"] = max(0.0, seconds["warmup"] - seconds["compile"])
-    seconds["other"] = max(0.0, row["wall_s"] - sum(seconds.values()))
-    return {"number": row["number"], "state": row["state"], "seconds": seconds, "wall_s": row["wall_s"]}
+    seconds["other"] = max(0.0, row["wall_s"] + reference - sum(seconds.values()))
+    wall = row["wall_s"] + reference
+    return {"number": row["number"], "state": row["state"], "seconds": seconds, "wall_s": wall}
