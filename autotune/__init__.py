@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     from autotune.regress import Verdict
     from autotune.search.loop import SearchResult
 
-__version__ = "0.1.0"
 __all__ = [
     "__version__",
     "load_config",
@@ -112,7 +111,19 @@ def run_nccl(out_dir: str | Path, **options: Any) -> dict[str, Any]:
     return nccl.sweep(Path(out_dir), **{**defaults, **options})
 
 
+def _package_version() -> str:
+    """The installed distribution's version (pyproject.toml's, through importlib.metadata): one place to bump."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("autotune")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def __getattr__(name: str) -> Any:  # lazy re-exports (PEP 562): `import autotune` stays cheap
+    if name == "__version__":
+        return _package_version()
     if name == "load_config":
         from autotune.config_load import load_config
 

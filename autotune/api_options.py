@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, did_you_mean
 
 # the bounds the CLI's options declare (cli/_options.py, cli/check.py): one table, both sides
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -84,5 +84,6 @@ def checked(function: str, allowed: tuple[str, ...], options: dict[str, Any]) ->
     """The options of `function` checked and normalised (paths made Path); ConfigError on the first bad one."""
     unknown = [k for k in options if k not in allowed]
     if unknown:
-        raise ConfigError(f"{function}: unknown option {unknown[0]!r}; allowed: {', '.join(allowed)}")
+        hint = did_you_mean(unknown[0], allowed)
+        raise ConfigError(f"{function}: unknown option {unknown[0]!r}; {hint}allowed: {', '.join(allowed)}")
     return {k: _one(k, v) for k, v in options.items()}

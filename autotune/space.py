@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune import knobs as catalogue
 from autotune import tasks
-from autotune.errors import excerpt
+from autotune.errors import did_you_mean, excerpt
 
 if TYPE_CHECKING:
     import optuna
@@ -172,7 +172,9 @@ def _resolve_baseline(given: dict[str, Any], values: dict[str, list[Any]]) -> di
     """The baseline's searched params; an absent knob takes its default if in the space, else the first value."""
     for key, value in given.items():
         if key not in KNOBS and key not in values:
-            raise ValueError(f"baseline.{str(key)[:40]}: unknown knob; allowed: {', '.join((*KNOBS, *values))}")
+            allowed = list(dict.fromkeys((*values, *KNOBS)))  # this task's knobs first, each once
+            hint = did_you_mean(key, allowed)
+            raise ValueError(f"baseline.{str(key)[:40]}: unknown knob; {hint}allowed: {', '.join(allowed)}")
         if (
             key not in values
             and key != "grad_accum_steps"
