@@ -140,9 +140,29 @@ def top_trials_table(history: History, searched: list[str], task: str, top: int 
     return rich_table(rows, searched, f"Top {top} of {len(history.completed)} completed trials", task)
 
 
-def space_table(described: dict[str, Any]) -> Table:
-    """The resolved space: each knob searched or fixed, with the reason where the YAML was changed."""
-    table = Table(title=f"Resolved space: {described['size']} points")
+def _hidden(described: dict[str, Any]) -> list[str]:
+    """The knobs validate and --dry-run leave out: inert ones, unless the YAML set them (a note says why)."""
+    return [k for k in described.get("inert", []) if k not in described["notes"]]
+
+
+def config_yaml(dumped: dict[str, Any], described: dict[str, Any], show_all: bool = False) -> str:
+    """`autotune validate`'s resolved config as YAML: its space section holds only the knobs of this task that
+    can act here (another task's knobs and inert ones left out) unless show_all."""
+    import yaml
+
+    if not show_all and isinstance(dumped.get("space"), dict):
+        mine = {**described["searched"], **described["fixed"], "grad_accum_steps": None}
+        hidden = _hidden(described)
+        dumped = {**dumped, "space": {k: v for k, v in dumped["space"].items() if k in mine and k not in hidden}}
+    return yaml.safe_dump(dumped, sort_keys=False)
+
+
+def space_table(described: dict[str, Any], show_all: bool = False) -> Table:
+    """The resolved space: each knob searched or fixed, with the reason where the YAML was changed. A fixed
+    knob that cannot act here (space.py's `inert`: FSDP knobs on one GPU) is left out unless show_all."""
+    hidden = [] if show_all else _hidden(described)
+    caption = f"{len(hidden)} knob(s) that cannot act here not shown (--all shows them)" if hidden else None
+    table = Table(title=f"Resolved space: {described['size']} points", caption=caption)
     for col in ("knob", "values", "role", "note"):
         table.add_column(col)
     base = described["baseline"]
@@ -152,7 +172,8 @@ def space_table(described: dict[str, Any]) -> Table:
             knob, ", ".join(map(str, shown)), f"searched (baseline {base.get(knob)})", described["notes"].get(knob, "")
         )
     for knob, value in described["fixed"].items():
-        table.add_row(knob, str(value), "fixed", described["notes"].get(knob, ""))
+        if knob not in hidden:
+            table.add_row(knob, str(value), "fixed", described["notes"].get(knob, ""))
     if (
         "micro_batch_size" in {**described["searched"], **described["fixed"]}
         and "grad_accum_steps" not in described["searched"]
