@@ -28,6 +28,46 @@ def _hms(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
+def header_line(info: dict[str, Any]) -> Text:
+    """The search's first line: the study, the space, the sampler, the budget and what was already measured."""
+    return Text.assemble(
+        ("autotune search", "bold"),
+        f" {info['name']} on {info['device']}: space of {info['space_size']} points, "
+        f"sampler {info['sampler']}, budget {info['budget']} trials ({info['done']} already measured"
+        f"{_imported(info)}), "
+        f"storage {printable(info['storage'], newlines=False)}",
+    )
+
+
+def trial_line(record: TrialRecord, searched: list[str] | None) -> Text:
+    """One finished trial on one line: its number, status, tokens/s and MFU (or the reason), its knobs."""
+    knobs = fmt_knobs(record.knobs, searched)
+    if record.status == "ok":
+        return Text.assemble(
+            f"#{record.number} ",
+            ("ok", "green"),
+            f" {fmt(record.tokens_per_gpu, 'tok')} tok/s  MFU {fmt(record.metric(Metric.MFU), 'mfu')}  {knobs}",
+        )
+    tag = " (predicted)" if record.predicted else ""
+    reason = printable(reason_line(record.reason, 120), newlines=False)
+    return Text.assemble(f"#{record.number} ", (record.status + tag, "red"), f" {knobs}  {reason}")
+
+
+class TrialLog(Observer):
+    """The Python API's default progress: the header and one plain line per finished trial, on a stream."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.searched: list[str] | None = None
+
+    def started(self, info: dict[str, Any]) -> None:
+        self.searched = info.get("searched") or None
+        print(header_line(info).plain, file=self.stream, flush=True)
+
+    def trial_finished(self, record: TrialRecord, history: History) -> None:
+        print(trial_line(record, self.searched).plain, file=self.stream, flush=True)
+
+
 class LiveProgress(Observer):
     """Trial i of N, the config being measured, best so far (tokens/s and x baseline), elapsed, remaining."""
 
@@ -52,15 +92,7 @@ class LiveProgress(Observer):
     def started(self, info: dict[str, Any]) -> None:
         self.info = info
         self.t0 = time.monotonic()
-        self.console.print(
-            Text.assemble(
-                ("autotune search", "bold"),
-                f" {info['name']} on {info['device']}: space of {info['space_size']} points, "
-                f"sampler {info['sampler']}, budget {info['budget']} trials ({info['done']} already measured"
-                f"{_imported(info)}), "
-                f"storage {printable(info['storage'], newlines=False)}",
-            )
-        )
+        self.console.print(header_line(info))
 
     def trial_started(self, number: int, index: int, knobs: dict[str, Any]) -> None:
         self.current[number] = (index, knobs, time.monotonic())
@@ -76,18 +108,7 @@ class LiveProgress(Observer):
                 "knobs": best.user_attrs["knobs"],
                 "mfu": best.user_attrs["metrics"]["mfu"],
             }
-        knobs = fmt_knobs(record.knobs, self.searched)
-        if record.status == "ok":
-            line = Text.assemble(
-                f"#{record.number} ",
-                ("ok", "green"),
-                f" {fmt(record.tokens_per_gpu, 'tok')} tok/s  MFU {fmt(record.metric(Metric.MFU), 'mfu')}  {knobs}",
-            )
-        else:
-            tag = " (predicted)" if record.predicted else ""
-            reason = printable(reason_line(record.reason, 120), newlines=False)
-            line = Text.assemble(f"#{record.number} ", (record.status + tag, "red"), f" {knobs}  {reason}")
-        self.console.print(line)
+        self.console.print(trial_line(record, self.searched))
 
     def device_busy(self, unit: str) -> None:
         self.console.print(
