@@ -142,6 +142,10 @@ def test_cli_search_hf_config_and_entrypoint_examples(tmp_path: Path) -> None:
         assert best["metrics"]["tokens_per_s_per_gpu"] > 0
         trial = load_trials(tmp_path / "out", name)[0]
         assert trial.user_attrs["applied"]["model"].startswith(model)
+        assert trial.user_attrs["applied"]["flops"] == "counted by torch.utils.flop_counter over one forward+backward"
+        assert trial.user_attrs["metrics"]["flops_per_token"] > 0  # MFU's FLOPs, counted in the trial
+        report = run_cli("report", str(tmp_path / "out" / name), "--format", "markdown", "--no-html", cwd=tmp_path)
+        assert "MFU n/a (FLOPs: counted by torch.utils.flop_counter" in report.stdout, report.stdout + report.stderr
 
 
 def test_cli_version_is_the_installed_package(tmp_path: Path) -> None:
