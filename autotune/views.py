@@ -175,7 +175,18 @@ def config_yaml(dumped: dict[str, Any], described: dict[str, Any], show_all: boo
         mine = {**described["searched"], **described["fixed"], "grad_accum_steps": None}
         hidden = _hidden(described)
         dumped = {**dumped, "space": {k: v for k, v in dumped["space"].items() if k in mine and k not in hidden}}
+    if not show_all and isinstance(dumped.get("workload"), dict):
+        dumped = {**dumped, "workload": _task_fields(dumped["workload"])}
     return yaml.safe_dump(dumped, sort_keys=False)
+
+
+def _task_fields(workload: dict[str, Any]) -> dict[str, Any]:
+    """The workload section without the unset fields only another task reads (prompt_len for train)."""
+    from autotune import tasks
+
+    mine = tasks.task(workload["task"]).fields
+    others = {f for t in tasks.TASKS.values() for f in t.fields if f not in mine}
+    return {k: v for k, v in workload.items() if k not in others or v is not None}
 
 
 def space_table(described: dict[str, Any], show_all: bool = False) -> Table:

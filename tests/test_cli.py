@@ -165,12 +165,12 @@ def test_cli_validate_shows_the_knobs_that_act_here_and_all_with_all(write_yaml)
     shown = CliRunner().invoke(app, ["validate", str(path)])
     assert shown.exit_code == 0, shown.output
     assert "knob(s) that cannot act here not shown (--all shows them)" in " ".join(shown.output.split())
-    for absent in ("fsdp_reduce_dtype", "bucket_cap_mb", "nccl_algo", "kv_cache", "weight_quant"):
-        assert absent not in shown.output  # FSDP/DDP/NCCL on one GPU, generate's knobs for train
+    for absent in ("fsdp_reduce_dtype", "bucket_cap_mb", "nccl_algo", "kv_cache", "weight_quant", "prompt_len"):
+        assert absent not in shown.output  # FSDP/DDP/NCCL on one GPU, generate's knobs and fields for train
     assert "micro_batch_size" in shown.output and "precision" in shown.output
     every = CliRunner().invoke(app, ["validate", str(path), "--all"])
     assert every.exit_code == 0, every.output
-    for knob in ("fsdp_reduce_dtype", "bucket_cap_mb", "nccl_algo", "kv_cache", "weight_quant"):
+    for knob in ("fsdp_reduce_dtype", "bucket_cap_mb", "nccl_algo", "kv_cache", "weight_quant", "prompt_len"):
         assert knob in every.output
     dry = CliRunner().invoke(app, ["search", str(path), "--dry-run", "--device", "cpu"])
     assert dry.exit_code == 0 and "fsdp_reduce_dtype" not in dry.output and "not shown" in dry.output
