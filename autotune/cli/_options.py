@@ -54,7 +54,9 @@ Fresh = Annotated[bool, typer.Option(help="Archive an existing study of this nam
 ShowAll = Annotated[
     bool,
     typer.Option(
-        "--all", help="Show every knob, also those that cannot act in this task and world size (FSDP on one GPU)."
+        "--all",
+        help="validate, --dry-run: show every knob, also those that cannot act in this task and world size "
+        "(FSDP on one GPU).",
     ),
 ]
 DryRun = Annotated[bool, typer.Option(help="Print the resolved space, its size and the baseline; run nothing.")]
