@@ -45,11 +45,14 @@ from pathlib import Path  # noqa: E402
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from autotune.config import Config
+    from autotune.record import TrialRecord
+    from autotune.search.observer import Observer
     from autotune.regress import Verdict
     from autotune.search.loop import SearchResult
 
-__version__ = "0.1.0"
 __all__ = [
     "__version__",
     "load_config",
@@ -64,26 +67,60 @@ __all__ = [
 ]
 
 
-def run_search(model_yaml: str | Path | Config, **options: Any) -> SearchResult:
-    """Run or resume the study of MODEL_YAML (a path or a loaded Config); options as search.loop.run_search:
-    out_root, device, trials, timeout_min, fresh, storage, gpus, observer."""
-    from autotune.api_options import SEARCH, checked
+def run_search(
+    model_yaml: str | Path | Config,
+    *,
+    trials: int | None = None,
+    timeout_min: float | None = None,
+    out_root: str | Path = "trials",
+    device: str | None = None,
+    fresh: bool = False,
+    storage: str | None = None,
+    gpus: str | Sequence[int | str] | None = None,
+    warm_start_from: str | Path | None = None,
+    progress: Callable[[TrialRecord], Any] | None = None,
+    observer: Observer | None = None,
+) -> SearchResult:
+    """Run or resume the study of MODEL_YAML (a path or a loaded Config), as `autotune search` does with the
+    same options (--out is out_root, --warm-start warm_start_from). progress: called with each finished trial's
+    TrialRecord; without it (and without an observer) one line per trial is written to stderr."""
+    from autotune.api_options import SEARCH, checked, observer_of
     from autotune.config import Config
     from autotune.config_load import load_config
     from autotune.search.loop import run_search as _run
 
-    options = checked("run_search", SEARCH, options)  # as the CLI checks them, the same one-line errors
+    given = {
+        "out_root": out_root,
+        "device": device,
+        "trials": trials,
+        "timeout_min": timeout_min,
+        "fresh": fresh,
+        "storage": storage,
+        "gpus": gpus,
+        "warm_start_from": warm_start_from,
+    }
+    options = checked("run_search", SEARCH, given)  # as the CLI checks them, the same one-line errors
+    watcher = observer_of(progress, observer)
     cfg = model_yaml if isinstance(model_yaml, Config) else load_config(model_yaml)
-    return _run(cfg, **options)
+    return _run(cfg, observer=watcher, **options)
 
 
-def run_check(best_yaml: str | Path, **options: Any) -> Verdict:
-    """Re-measure best.yaml's configuration and decide; options as regress.check: model_yaml, repeats,
-    tolerance_pct, junit, update. The verdict's exit_code is the CLI's."""
+def run_check(
+    best_yaml: str | Path,
+    *,
+    model_yaml: str | Path | None = None,
+    repeats: int = 5,
+    tolerance_pct: float | None = None,
+    junit: str | Path | None = None,
+    update: bool = False,
+) -> Verdict:
+    """Re-measure best.yaml's configuration and decide, as `autotune check` (--model is model_yaml, --tolerance
+    tolerance_pct). The verdict's exit_code is the CLI's."""
     from autotune.api_options import CHECK, checked
     from autotune.regress import check
 
-    return check(Path(best_yaml), **checked("run_check", CHECK, options))
+    given = {"model_yaml": model_yaml, "repeats": repeats, "tolerance_pct": tolerance_pct, "junit": junit}
+    return check(Path(best_yaml), **checked("run_check", CHECK, {**given, "update": update}))
 
 
 def read_report(
@@ -96,23 +133,52 @@ def read_report(
     return collect(opened, folder)
 
 
-def run_nccl(out_dir: str | Path, **options: Any) -> dict[str, Any]:
-    """All-reduce bus bandwidth per NCCL algorithm and protocol; options as nccl.sweep (device, gpus, algos,
-    protos, sizes, warmup, iters, timeout_s). Writes out_dir/nccl.json and returns it."""
+def run_nccl(
+    out_dir: str | Path,
+    *,
+    device: str | None = None,
+    gpus: str | Sequence[int | str] | None = None,
+    algos: Sequence[str] = ("default",),
+    protos: Sequence[str] = ("default",),
+    sizes: Sequence[int] | None = None,
+    warmup: int = 3,
+    iters: int = 10,
+    timeout_s: float = 180.0,
+) -> dict[str, Any]:
+    """All-reduce bus bandwidth per NCCL algorithm and protocol, as `autotune nccl` (sizes: message bytes,
+    default 1 MB to 1 GB doubling; gpus default: all, or two gloo ranks on the CPU). Writes out_dir/nccl.json
+    and returns it."""
     from autotune import nccl
+    from autotune.api_options import parse_gpus, resolve_device
 
-    defaults = {
-        "algos": ["default"],
-        "protos": ["default"],
-        "sizes": nccl.message_sizes(1, 1024),
-        "warmup": 3,
-        "iters": 10,
-        "timeout_s": 180.0,
-    }
-    return nccl.sweep(Path(out_dir), **{**defaults, **options})
+    device = resolve_device(device, "device")
+    group = parse_gpus("0,1" if device == "cpu" and gpus in (None, "all") else gpus or "all", "gpus") or []
+    return nccl.sweep(
+        Path(out_dir),
+        device=device,
+        gpus=group,
+        algos=list(algos),
+        protos=list(protos),
+        sizes=list(sizes) if sizes is not None else nccl.message_sizes(1, 1024),
+        warmup=warmup,
+        iters=iters,
+        timeout_s=timeout_s,
+    )
+
+
+def _package_version() -> str:
+    """The installed distribution's version (pyproject.toml's, through importlib.metadata): one place to bump."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("autotune")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def __getattr__(name: str) -> Any:  # lazy re-exports (PEP 562): `import autotune` stays cheap
+    if name == "__version__":
+        return _package_version()
     if name == "load_config":
         from autotune.config_load import load_config
 

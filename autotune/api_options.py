@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, did_you_mean
 
 # the bounds the CLI's options declare (cli/_options.py, cli/check.py): one table, both sides
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -16,7 +16,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "repeats": (1, 1000),
     "tolerance_pct": (0.0, 100.0),
 }
-SEARCH = ("out_root", "device", "trials", "timeout_min", "fresh", "storage", "gpus", "observer", "warm_start_from")
+SEARCH = ("out_root", "device", "trials", "timeout_min", "fresh", "storage", "gpus", "warm_start_from")
 CHECK = ("model_yaml", "repeats", "tolerance_pct", "junit", "update")
 PATHS = ("out_root", "warm_start_from", "model_yaml", "junit")
 FLAGS = ("fresh", "update")
@@ -84,5 +84,26 @@ def checked(function: str, allowed: tuple[str, ...], options: dict[str, Any]) ->
     """The options of `function` checked and normalised (paths made Path); ConfigError on the first bad one."""
     unknown = [k for k in options if k not in allowed]
     if unknown:
-        raise ConfigError(f"{function}: unknown option {unknown[0]!r}; allowed: {', '.join(allowed)}")
+        hint = did_you_mean(unknown[0], allowed)
+        raise ConfigError(f"{function}: unknown option {unknown[0]!r}; {hint}allowed: {', '.join(allowed)}")
     return {k: _one(k, v) for k, v in options.items()}
+
+
+def observer_of(progress: Any, observer: Any) -> Any:
+    """What run_search reports to: the observer given, progress(record) after each trial, or by default one
+    plain line per trial on stderr (views.TrialLog)."""
+    if progress is not None and observer is not None:
+        raise ConfigError("progress: give progress (a function of each trial's record) or observer, not both")
+    if observer is not None:
+        return observer
+    if progress is not None:
+        if not callable(progress):
+            raise ConfigError(f"progress: {str(progress)[:40]!r} is not callable; give a function of a TrialRecord")
+        from autotune.search.observer import Progress
+
+        return Progress(progress)
+    import sys
+
+    from autotune.views import TrialLog
+
+    return TrialLog(sys.stderr)

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from autotune import knobs as catalogue
 from autotune import yamlio
 from autotune.config import Config
-from autotune.errors import ConfigError, excerpt
+from autotune.errors import ConfigError, did_you_mean, excerpt
 
 
 def _section_type(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
@@ -65,7 +65,8 @@ def describe_error(err: ValidationError, section: str | None = None) -> str:
     msg = first["msg"].removeprefix("Value error, ")
     loc = _path(first["loc"])
     if first["type"] == "extra_forbidden":
-        return f"{loc}: unknown key; allowed here: {', '.join(_allowed_keys(first['loc'][:-1]))}"
+        allowed = _allowed_keys(first["loc"][:-1])
+        return f"{loc}: unknown key; {did_you_mean(first['loc'][-1], allowed)}allowed here: {', '.join(allowed)}"
     if re.match(r"^(model|workload|space|study|baseline)[.:]", msg):  # our own validators name the path
         return msg
     got = first.get("input")

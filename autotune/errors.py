@@ -65,6 +65,14 @@ def excerpt(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit + 20 else text[:limit] + "..."
 
 
+def did_you_mean(given: object, allowed: "list[str] | tuple[str, ...]") -> str:
+    """'did you mean precision? ' for a misspelt key (difflib's closest allowed name), else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(str(given)[:100], list(allowed), n=1)
+    return f"did you mean {close[0]}? " if close else ""
+
+
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 

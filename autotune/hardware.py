@@ -277,11 +277,13 @@ def visible_gpu_index() -> int:
 
 
 def software_versions() -> str:
-    """Python, torch, CUDA, NCCL and host, in one line (imports torch: only `autotune hw` asks)."""
+    """autotune, Python, torch, CUDA, NCCL and host, in one line (imports torch: only `autotune hw` asks)."""
     import torch
+
+    import autotune
 
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "n/a"
     return (
-        f"python {platform.python_version()}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
-        f"NCCL {nccl}, host {platform.node()}"
+        f"autotune {autotune.__version__}, python {platform.python_version()}, torch {torch.__version__}, "
+        f"CUDA {torch.version.cuda}, NCCL {nccl}, host {platform.node()}"
     )

@@ -45,8 +45,8 @@ def summarize(res: Any, model: dict[str, Any] | None, world_size: int, peak_flop
     stats = step_stats(res.step_times_s)
     per_gpu = res.tokens_per_step / stats["median_s"]
     dims = res.mfu_dims or model or {}
-    fpt = None  # no parameter count reported (an entrypoint may not): MFU n/a, never guessed
-    if res.flop_params:
+    fpt = res.flops_per_token  # counted in the trial (hf_config, entrypoint models)
+    if not fpt and res.flop_params:  # the built-in model's formula; none of the two: MFU n/a, never guessed
         fpt = flops_per_token(res.flop_params, dims["n_layers"], dims["d_model"], dims["seq_len"])
     value = mfu(per_gpu, fpt, peak_flops) if fpt else None
     return {

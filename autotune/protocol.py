@@ -161,6 +161,7 @@ class TrialResult(_Document):
     n_params: int | None = None
     flop_params: int | None = None  # N of 6N (None: MFU n/a)
     mfu_dims: dict[str, int] | None = None  # n_layers, d_model, seq_len of the attention term
+    flops_per_token: float | None = None  # counted in the trial (torch.utils.flop_counter); else the formula
     peak_mem_bytes: int | None = None
     peak_mem_kind: str | None = None  # cuda_max_memory_allocated or cpu_max_rss
     peak_mem_reserved_bytes: int | None = None

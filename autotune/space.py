@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune import knobs as catalogue
 from autotune import tasks
-from autotune.errors import excerpt
+from autotune.errors import did_you_mean, excerpt
 
 if TYPE_CHECKING:
     import optuna
@@ -45,6 +45,7 @@ class ResolvedSpace:
     world_size: int = 1
     baseline: dict[str, Any] = field(default_factory=dict)
     custom: tuple[str, ...] = ()  # the knobs the YAML declares itself (task command), after the catalogue's
+    inert: tuple[str, ...] = ()  # fixed knobs that cannot act in any trial here (validate and --dry-run hide them)
 
     @property
     def size(self) -> int:
@@ -97,6 +98,7 @@ class ResolvedSpace:
             "notes": self.notes,
             "size": self.size,
             "baseline": self.baseline,
+            "inert": list(self.inert),
         }
 
 
@@ -139,7 +141,23 @@ def resolve_space(cfg: Sections, device: str | None = None) -> ResolvedSpace:
         world_size=wl.world_size,
         baseline=_resolve_baseline(cfg.baseline, values),
         custom=tuple(custom),
+        inert=_inert(values, wl.world_size, device),
     )
+
+
+def _inert(values: dict[str, list[Any]], world_size: int, device: str | None) -> tuple[str, ...]:
+    """The knobs of one value that act in no trial of this space, as the catalogue declares them: across ranks
+    only (world_size 1), NCCL only (device cpu), or only with another knob's value that the space never takes
+    (parallel is inert on one rank, so its DDP and FSDP knobs are too)."""
+    inert: list[str] = []
+    for k in catalogue.CATALOGUE:  # owners are declared before the knobs that act only with them
+        if len(values.get(k.name, ())) != 1:
+            continue
+        if (k.multi_rank and world_size == 1) or (k.nccl and device == "cpu"):
+            inert.append(k.name)
+        elif k.only_with and (k.only_with[0] in inert or not any(map(k.acts_with, values.get(k.only_with[0], [])))):
+            inert.append(k.name)
+    return tuple(inert)
 
 
 def _fix_where_it_cannot_act(
@@ -172,7 +190,9 @@ def _resolve_baseline(given: dict[str, Any], values: dict[str, list[Any]]) -> di
     """The baseline's searched params; an absent knob takes its default if in the space, else the first value."""
     for key, value in given.items():
         if key not in KNOBS and key not in values:
-            raise ValueError(f"baseline.{str(key)[:40]}: unknown knob; allowed: {', '.join((*KNOBS, *values))}")
+            allowed = list(dict.fromkeys((*values, *KNOBS)))  # this task's knobs first, each once
+            hint = did_you_mean(key, allowed)
+            raise ValueError(f"baseline.{str(key)[:40]}: unknown knob; {hint}allowed: {', '.join(allowed)}")
         if (
             key not in values
             and key != "grad_accum_steps"

@@ -28,6 +28,46 @@ def _hms(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
+def header_line(info: dict[str, Any]) -> Text:
+    """The search's first line: the study, the space, the sampler, the budget and what was already measured."""
+    return Text.assemble(
+        ("autotune search", "bold"),
+        f" {info['name']} on {info['device']}: space of {info['space_size']} points, "
+        f"sampler {info['sampler']}, budget {info['budget']} trials ({info['done']} already measured"
+        f"{_imported(info)}), "
+        f"storage {printable(info['storage'], newlines=False)}",
+    )
+
+
+def trial_line(record: TrialRecord, searched: list[str] | None) -> Text:
+    """One finished trial on one line: its number, status, tokens/s and MFU (or the reason), its knobs."""
+    knobs = fmt_knobs(record.knobs, searched)
+    if record.status == "ok":
+        return Text.assemble(
+            f"#{record.number} ",
+            ("ok", "green"),
+            f" {fmt(record.tokens_per_gpu, 'tok')} tok/s  MFU {fmt(record.metric(Metric.MFU), 'mfu')}  {knobs}",
+        )
+    tag = " (predicted)" if record.predicted else ""
+    reason = printable(reason_line(record.reason, 120), newlines=False)
+    return Text.assemble(f"#{record.number} ", (record.status + tag, "red"), f" {knobs}  {reason}")
+
+
+class TrialLog(Observer):
+    """The Python API's default progress: the header and one plain line per finished trial, on a stream."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.searched: list[str] | None = None
+
+    def started(self, info: dict[str, Any]) -> None:
+        self.searched = info.get("searched") or None
+        print(header_line(info).plain, file=self.stream, flush=True)
+
+    def trial_finished(self, record: TrialRecord, history: History) -> None:
+        print(trial_line(record, self.searched).plain, file=self.stream, flush=True)
+
+
 class LiveProgress(Observer):
     """Trial i of N, the config being measured, best so far (tokens/s and x baseline), elapsed, remaining."""
 
@@ -52,15 +92,7 @@ class LiveProgress(Observer):
     def started(self, info: dict[str, Any]) -> None:
         self.info = info
         self.t0 = time.monotonic()
-        self.console.print(
-            Text.assemble(
-                ("autotune search", "bold"),
-                f" {info['name']} on {info['device']}: space of {info['space_size']} points, "
-                f"sampler {info['sampler']}, budget {info['budget']} trials ({info['done']} already measured"
-                f"{_imported(info)}), "
-                f"storage {printable(info['storage'], newlines=False)}",
-            )
-        )
+        self.console.print(header_line(info))
 
     def trial_started(self, number: int, index: int, knobs: dict[str, Any]) -> None:
         self.current[number] = (index, knobs, time.monotonic())
@@ -76,18 +108,7 @@ class LiveProgress(Observer):
                 "knobs": best.user_attrs["knobs"],
                 "mfu": best.user_attrs["metrics"]["mfu"],
             }
-        knobs = fmt_knobs(record.knobs, self.searched)
-        if record.status == "ok":
-            line = Text.assemble(
-                f"#{record.number} ",
-                ("ok", "green"),
-                f" {fmt(record.tokens_per_gpu, 'tok')} tok/s  MFU {fmt(record.metric(Metric.MFU), 'mfu')}  {knobs}",
-            )
-        else:
-            tag = " (predicted)" if record.predicted else ""
-            reason = printable(reason_line(record.reason, 120), newlines=False)
-            line = Text.assemble(f"#{record.number} ", (record.status + tag, "red"), f" {knobs}  {reason}")
-        self.console.print(line)
+        self.console.print(trial_line(record, self.searched))
 
     def device_busy(self, unit: str) -> None:
         self.console.print(
@@ -140,9 +161,40 @@ def top_trials_table(history: History, searched: list[str], task: str, top: int 
     return rich_table(rows, searched, f"Top {top} of {len(history.completed)} completed trials", task)
 
 
-def space_table(described: dict[str, Any]) -> Table:
-    """The resolved space: each knob searched or fixed, with the reason where the YAML was changed."""
-    table = Table(title=f"Resolved space: {described['size']} points")
+def _hidden(described: dict[str, Any]) -> list[str]:
+    """The knobs validate and --dry-run leave out: inert ones, unless the YAML set them (a note says why)."""
+    return [k for k in described.get("inert", []) if k not in described["notes"]]
+
+
+def config_yaml(dumped: dict[str, Any], described: dict[str, Any], show_all: bool = False) -> str:
+    """`autotune validate`'s resolved config as YAML: its space section holds only the knobs of this task that
+    can act here (another task's knobs and inert ones left out) unless show_all."""
+    import yaml
+
+    if not show_all and isinstance(dumped.get("space"), dict):
+        mine = {**described["searched"], **described["fixed"], "grad_accum_steps": None}
+        hidden = _hidden(described)
+        dumped = {**dumped, "space": {k: v for k, v in dumped["space"].items() if k in mine and k not in hidden}}
+    if not show_all and isinstance(dumped.get("workload"), dict):
+        dumped = {**dumped, "workload": _task_fields(dumped["workload"])}
+    return yaml.safe_dump(dumped, sort_keys=False)
+
+
+def _task_fields(workload: dict[str, Any]) -> dict[str, Any]:
+    """The workload section without the unset fields only another task reads (prompt_len for train)."""
+    from autotune import tasks
+
+    mine = tasks.task(workload["task"]).fields
+    others = {f for t in tasks.TASKS.values() for f in t.fields if f not in mine}
+    return {k: v for k, v in workload.items() if k not in others or v is not None}
+
+
+def space_table(described: dict[str, Any], show_all: bool = False) -> Table:
+    """The resolved space: each knob searched or fixed, with the reason where the YAML was changed. A fixed
+    knob that cannot act here (space.py's `inert`: FSDP knobs on one GPU) is left out unless show_all."""
+    hidden = [] if show_all else _hidden(described)
+    caption = f"{len(hidden)} knob(s) that cannot act here not shown (--all shows them)" if hidden else None
+    table = Table(title=f"Resolved space: {described['size']} points", caption=caption)
     for col in ("knob", "values", "role", "note"):
         table.add_column(col)
     base = described["baseline"]
@@ -152,7 +204,8 @@ def space_table(described: dict[str, Any]) -> Table:
             knob, ", ".join(map(str, shown)), f"searched (baseline {base.get(knob)})", described["notes"].get(knob, "")
         )
     for knob, value in described["fixed"].items():
-        table.add_row(knob, str(value), "fixed", described["notes"].get(knob, ""))
+        if knob not in hidden:
+            table.add_row(knob, str(value), "fixed", described["notes"].get(knob, ""))
     if (
         "micro_batch_size" in {**described["searched"], **described["fixed"]}
         and "grad_accum_steps" not in described["searched"]

@@ -40,7 +40,8 @@ def build(knobs: dict, device: str) -> dict:
         "model": model,
         "make_batch": make_batch,
         "tokens_per_sample": SEQ,
-        "flop_params": sum(p.numel() for p in model.parameters()),  # no position embeddings here
+        # optional: MFU counts the FLOPs itself (torch.utils.flop_counter); N of 6N only if counting fails
+        "flop_params": sum(p.numel() for p in model.parameters()),
         "n_layers": LAYERS,
         "d_model": D,
     }

@@ -11,6 +11,7 @@ import pytest
 
 import yaml
 
+import autotune
 from autotune import knobs as catalogue
 from autotune.space import KNOBS
 from conftest import interrupt_when_running, load_trials, none_left, run_cli, start_cli, tiny
@@ -95,6 +96,7 @@ def test_cli_validate_and_hw(write_yaml, tmp_path: Path) -> None:
     assert hw.returncode == 0, hw.stderr
     assert "H200 SXM" in hw.stdout and "989.5" in hw.stdout
     assert "torch 2." in hw.stdout
+    assert f"autotune {autotune.__version__}, python" in hw.stdout
 
 
 def test_cli_bad_device_and_usage(write_yaml, tmp_path: Path) -> None:
@@ -140,3 +142,35 @@ def test_cli_search_hf_config_and_entrypoint_examples(tmp_path: Path) -> None:
         assert best["metrics"]["tokens_per_s_per_gpu"] > 0
         trial = load_trials(tmp_path / "out", name)[0]
         assert trial.user_attrs["applied"]["model"].startswith(model)
+        assert trial.user_attrs["applied"]["flops"] == "counted by torch.utils.flop_counter over one forward+backward"
+        assert trial.user_attrs["metrics"]["flops_per_token"] > 0  # MFU's FLOPs, counted in the trial
+        report = run_cli("report", str(tmp_path / "out" / name), "--format", "markdown", "--no-html", cwd=tmp_path)
+        assert "MFU n/a (FLOPs: counted by torch.utils.flop_counter" in report.stdout, report.stdout + report.stderr
+
+
+def test_cli_version_is_the_installed_package(tmp_path: Path) -> None:
+    from importlib import metadata
+
+    proc = run_cli("--version", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"autotune {metadata.version('autotune')}"
+
+
+def test_cli_validate_shows_the_knobs_that_act_here_and_all_with_all(write_yaml) -> None:
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    path = write_yaml(tiny())
+    shown = CliRunner().invoke(app, ["validate", str(path)])
+    assert shown.exit_code == 0, shown.output
+    assert "knob(s) that cannot act here not shown (--all shows them)" in " ".join(shown.output.split())
+    for absent in ("fsdp_reduce_dtype", "bucket_cap_mb", "nccl_algo", "kv_cache", "weight_quant", "prompt_len"):
+        assert absent not in shown.output  # FSDP/DDP/NCCL on one GPU, generate's knobs and fields for train
+    assert "micro_batch_size" in shown.output and "precision" in shown.output
+    every = CliRunner().invoke(app, ["validate", str(path), "--all"])
+    assert every.exit_code == 0, every.output
+    for knob in ("fsdp_reduce_dtype", "bucket_cap_mb", "nccl_algo", "kv_cache", "weight_quant", "prompt_len"):
+        assert knob in every.output
+    dry = CliRunner().invoke(app, ["search", str(path), "--dry-run", "--device", "cpu"])
+    assert dry.exit_code == 0 and "fsdp_reduce_dtype" not in dry.output and "not shown" in dry.output

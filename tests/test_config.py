@@ -16,9 +16,11 @@ from conftest import tiny
 
 BAD = [
     # (id, config data or raw text, message pattern)
-    ("unknown-top-key", tiny(modle={}), r"modle: unknown key; allowed here: name, model, workload, space, study, command, baseline"),
-    ("unknown-nested-key", tiny(model={"n_layer": 2}), r"model\.n_layer: unknown key; allowed here: family, hf_config, entrypoint, n_layers"),
-    ("unknown-space-key", tiny(space={"precison": ["bf16"]}), r"space\.precison: unknown key"),
+    ("unknown-top-key", tiny(modle={}), r"modle: unknown key; did you mean model\? allowed here: name, model, workload, space, study, command, baseline"),
+    ("unknown-nested-key", tiny(model={"n_layer": 2}), r"model\.n_layer: unknown key; did you mean n_layers\? allowed here: family, hf_config, entrypoint, n_layers"),
+    ("unknown-space-key", tiny(space={"precison": ["bf16"]}), r"space\.precison: unknown key; did you mean precision\? allowed here: micro_batch_size"),
+    ("unknown-study-key", tiny(study={"trails": 3}), r"study\.trails: unknown key; did you mean trials\? allowed here"),
+    ("unknown-far-key", tiny(study={"zzz": 3}), r"study\.zzz: unknown key; allowed here: trials"),
     ("wrong-type", tiny(model={"n_layers": "twelve"}), r"model\.n_layers: .*integer.*\(got 'twelve'\)"),
     ("zero-size", tiny(model={"d_model": 0}), r"model\.d_model: .*greater than or equal to 1 \(got 0\)"),
     ("negative-size", tiny(workload={"global_batch_size": -8}), r"workload\.global_batch_size: .*\(got -8\)"),
@@ -39,7 +41,8 @@ BAD = [
     ("no-mbs-divides", tiny(space={"micro_batch_size": [3, 5]}),
      r"space\.micro_batch_size: no value in \[3, 5\] divides global_batch_size / world_size = 8"),
     ("baseline-outside", tiny(baseline={"micro_batch_size": 16}), r"baseline\.micro_batch_size: 16 is outside the space"),
-    ("baseline-unknown", tiny(baseline={"flash_attn": True}), r"baseline\.flash_attn: unknown knob"),
+    ("baseline-unknown", tiny(baseline={"flash_attn": True}), r"baseline\.flash_attn: unknown knob; allowed: "),
+    ("baseline-misspelt", tiny(baseline={"precison": "fp32"}), r"baseline\.precison: unknown knob; did you mean precision\? "),
     ("accum-with-gbs", tiny(space={"grad_accum_steps": [1, 2]}),
      r"space\.grad_accum_steps: \[1, 2\] cannot be set when workload\.global_batch_size"),
     ("bad-name", tiny(name="a/b"), r"name: .*'a/b' is not a valid study name"),

@@ -67,17 +67,33 @@ def test_identity_a_study_from_before_resumes(tmp_path: Path, name: str) -> None
     assert "1 new trial(s)" in proc.stdout.replace("\n", " ")
 
 
-@pytest.mark.slow
-def test_identity_warm_start_from_a_study_made_before_a_knob_existed(tmp_path: Path) -> None:
-    _copy(tmp_path, "fixture-older")
+def _widened(tmp_path: Path) -> None:
+    """fixture-older's YAML, same name, with micro_batch_size 16 added to the space."""
     doc = yaml.safe_load((FIXTURES / "fixture-older" / "fixture-older.yaml").read_text())
-    doc["name"] = "widened"
     doc["space"]["micro_batch_size"] = [4, 8, 16]
     doc["study"]["trials"] = 1
-    (tmp_path / "widened.yaml").write_text(yaml.safe_dump(doc))
-    proc = run_cli("search", "widened.yaml", "--warm-start", "trials/fixture-older", "--device", "cpu", cwd=tmp_path)
+    (tmp_path / "fixture-older.yaml").write_text(yaml.safe_dump(doc))
+
+
+def test_identity_a_widened_space_is_refused_naming_the_warm_start(tmp_path: Path) -> None:
+    _copy(tmp_path, "fixture-older")
+    _widened(tmp_path)
+    proc = run_cli("search", "fixture-older.yaml", "--device", "cpu", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert ("run with --fresh --warm-start trials/fixture-older to start anew from its 4 trials"
+            in " ".join(proc.stderr.split())), proc.stderr
+
+
+@pytest.mark.slow
+def test_identity_fresh_warm_start_from_the_study_it_archives(tmp_path: Path) -> None:
+    # the remedy the refusal names, from a study made before a knob existed: the same name, widened
+    _copy(tmp_path, "fixture-older")
+    _widened(tmp_path)
+    proc = run_cli("search", "fixture-older.yaml", "--fresh", "--warm-start", "trials/fixture-older",
+                   "--device", "cpu", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "3 imported by --warm-start" in proc.stdout.replace("\n", " "), proc.stdout
+    assert [p.name.startswith("fixture-older.archived-") for p in (tmp_path / "trials").iterdir()].count(True) == 1
 
 
 def test_identity_an_older_best_yaml_is_upgraded_on_read(tmp_path: Path) -> None:

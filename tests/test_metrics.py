@@ -103,3 +103,11 @@ def test_metrics_record_has_tokens_per_joule_when_the_counter_is_there(tmp_path)
     assert record.telemetry["energy_j"] == pytest.approx(400.0)
     assert record.metric("tokens_per_joule") == pytest.approx(5.0)
     assert record_of(0, {}, Outcome("ok", result=res, telemetry=[]), bench).metric("tokens_per_joule") is None
+
+
+def test_metrics_summarize_takes_counted_flops_over_the_formula() -> None:
+    raw = TrialResult("ok", step_times_s=[1.0], tokens_per_step=100, flop_params=1000, n_params=1100,
+                      flops_per_token=9000.0, peak_mem_bytes=0, peak_mem_kind="cpu_max_rss")
+    out = metrics.summarize(raw, {"n_layers": 2, "d_model": 8, "seq_len": 16}, world_size=1, peak_flops=1e6)
+    assert out["flops_per_token"] == 9000.0
+    assert out["mfu"] == pytest.approx(100 * 9000.0 / 1e6)

@@ -182,3 +182,17 @@ def test_report_of_a_locked_study_names_what_was_given(finished: Path, tmp_path:
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.startswith("error: STUDY_DIR:") and "another process holds it locked" in proc.stderr
     assert "--storage" not in proc.stderr
+
+
+def test_report_mfu_says_how_its_flops_were_obtained() -> None:
+    study = optuna.create_study(study_name="f", direction="maximize")
+    dist = {"micro_batch_size": CategoricalDistribution([8, 16])}
+    for mbs, value in ((8, 100.0), (16, 120.0)):
+        attrs = {"status": "ok", "knobs": {"micro_batch_size": mbs}, "reason": "", "predicted": False,
+                 "metrics": {"tokens_per_s_per_gpu": value, "tokens_per_s": value, "mfu": 0.3},
+                 "applied": {"flops": "counted by torch.utils.flop_counter over one forward+backward"}}
+        study.add_trial(optuna.trial.create_trial(params={"micro_batch_size": mbs}, distributions=dist, value=value,
+                                                  user_attrs=attrs))
+    data = report.collect(study)
+    assert data["mfu_flops"] == "counted by torch.utils.flop_counter over one forward+backward"
+    assert "MFU 30.0% (FLOPs: counted by torch.utils.flop_counter over one forward+backward)" in report.to_markdown(data)

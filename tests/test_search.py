@@ -89,7 +89,7 @@ def test_study_refuses_changed_space_and_nothing_written(tmp_path: Path, monkeyp
     db = tmp_path / "t" / "study.db"
     before = db.read_bytes()
     changed = _cfg(space={"micro_batch_size": [2, 4]}, study={"trials": 1})
-    with pytest.raises(StudyError, match=r"name: study 't' exists with a different model, workload or space \(.*\); run with --warm-start"):
+    with pytest.raises(StudyError, match=r"name: study 't' exists with a different model, workload or space \(.*\); run with --fresh --warm-start "):
         run_search(changed, out_root=tmp_path, device="cpu")
     assert db.read_bytes() == before
     with pytest.raises(StudyError, match=r"different device \(cpu\)"):

@@ -82,3 +82,15 @@ def test_space_nearest_unmeasured_neighbour() -> None:
     assert space.distance(proposed, one_step) == 1
     picks = {tuple(space.nearest(proposed, [far, one_step, other_knob], random.Random(s)).values()) for s in range(20)}
     assert picks == {tuple(one_step.values()), tuple(other_knob.values())}  # both at distance 1, never the far one
+
+
+def test_space_inert_knobs_are_those_that_cannot_act_here() -> None:
+    one = resolve_space(parse_config(tiny()), "cpu")
+    assert {"parallel", "bucket_cap_mb", "fsdp_reduce_dtype", "powersgd_rank", "nccl_algo", "fp8_recipe",
+            "compile_scope"} <= set(one.inert)  # one rank: no DDP/FSDP/NCCL; fp32/bf16: no fp8; eager: no scope
+    assert not {"micro_batch_size", "precision", "attention", "compile"} & set(one.inert)
+    two = resolve_space(parse_config(tiny(workload={"world_size": 2}, space={"micro_batch_size": [2, 4]})), "cuda")
+    assert "parallel" not in two.inert and "bucket_cap_mb" not in two.inert and "nccl_algo" not in two.inert
+    assert "fsdp_reduce_dtype" in two.inert  # parallel is always ddp, so FSDP's knobs cannot act
+    assert "nccl_algo" in resolve_space(parse_config(tiny(workload={"world_size": 2},
+                                                          space={"micro_batch_size": [2, 4]})), "cpu").inert

@@ -18,6 +18,20 @@ app = typer.Typer(
 state = {"debug": False}
 
 
+def _show_version(value: bool) -> None:
+    """--version: the installed package's version, then exit (eager: before any command is looked for)."""
+    if value:
+        import autotune
+
+        typer.echo(f"autotune {autotune.__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False) -> None:
+def _main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, callback=_show_version, help="Show autotune's version and exit.")
+    ] = False,
+) -> None:
     state["debug"] = debug

@@ -51,6 +51,14 @@ TimeoutMin = Annotated[
     ),
 ]
 Fresh = Annotated[bool, typer.Option(help="Archive an existing study of this name and start anew.")]
+ShowAll = Annotated[
+    bool,
+    typer.Option(
+        "--all",
+        help="validate, --dry-run: show every knob, also those that cannot act in this task and world size "
+        "(FSDP on one GPU).",
+    ),
+]
 DryRun = Annotated[bool, typer.Option(help="Print the resolved space, its size and the baseline; run nothing.")]
 WarmStart = Annotated[
     Optional[Path],

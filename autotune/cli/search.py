@@ -18,6 +18,7 @@ from autotune.cli._options import (
     Mlflow,
     ModelYaml,
     Out,
+    ShowAll,
     Storage,
     TimeoutMin,
     Trials,
@@ -43,6 +44,7 @@ def search(
     warm_start: WarmStart = None,
     mlflow: Mlflow = None,
     wandb: Wandb = None,
+    show_all: ShowAll = False,
 ) -> None:
     """Search the space with real, short benchmark trials; write OUT/<name>/best.yaml."""
     with funnel():
@@ -56,7 +58,7 @@ def search(
         cfg = with_overrides(load_config(model_yaml), mlflow=mlflow, wandb=wandb)
         space = resolve_space(cfg, device)
         if dry_run:
-            console.print(space_table(space.describe()))
+            console.print(space_table(space.describe(), show_all))
             return
         from autotune.search import run_search
 
@@ -100,20 +102,20 @@ def _print_result(console: Any, result: Any, searched: list[str], task: str) -> 
 
 
 @app.command()
-def validate(model_yaml: ModelYaml) -> None:
-    """Check MODEL_YAML and print the resolved config and space."""
+def validate(model_yaml: ModelYaml, show_all: ShowAll = False) -> None:
+    """Check MODEL_YAML and print the resolved config and space (the knobs that can act here; --all: every one)."""
     with funnel():
-        import yaml
         from autotune import tasks
         from autotune.config_load import load_config
         from autotune.space import resolve_space
-        from autotune.views import space_table
+        from autotune.views import config_yaml, space_table
 
         console = out_console()
         cfg = load_config(model_yaml)
-        console.print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), highlight=False)
         space = resolve_space(cfg)
-        console.print(space_table(space.describe()))
+        described = space.describe()
+        console.print(config_yaml(cfg.model_dump(mode="json"), described, show_all), highlight=False)
+        console.print(space_table(described, show_all))
         if tasks.task(cfg.workload.task).estimates_memory:
             from autotune.hardware import detect
             from autotune.runner import model_spec

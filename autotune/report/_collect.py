@@ -57,6 +57,7 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
         "counts": _counts(rows, trials),
         "baseline": next((r for r in ok if baseline and r["number"] == baseline.number), None),
         "best": best,
+        "mfu_flops": best and best["flops"],  # how MFU's FLOPs per token were obtained: counted, or 6N + 12LdT
         "confirmation": confirmation,
         "step_spread_pct_median": spreads[len(spreads) // 2] if spreads else None,
         "trials": ok + others,

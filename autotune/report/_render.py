@@ -42,7 +42,8 @@ def to_markdown(data: dict[str, Any], top: int = 10) -> str:
     best, base = data["best"], data["baseline"]
     if best:
         lines.append(
-            f"Best in the search: **{fmt(best['tokens_per_s_per_gpu'], 'tok')} tokens/s/GPU**, MFU {fmt(best['mfu'], 'mfu')}, "
+            f"Best in the search: **{fmt(best['tokens_per_s_per_gpu'], 'tok')} tokens/s/GPU**, "
+            f"MFU {fmt(best['mfu'], 'mfu')}{_flops(data)}, "
             f"{fmt(best['speedup'], 'x')} the baseline ({fmt(base and base['tokens_per_s_per_gpu'], 'tok')}); "
             f"trial {best['number']}: " + ", ".join(f"{k}={best['knobs'][k]}" for k in data["searched"])
         )
@@ -70,6 +71,11 @@ def to_markdown(data: dict[str, Any], top: int = 10) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _flops(data: dict[str, Any]) -> str:
+    """' (FLOPs counted: torch.utils.flop_counter, ...)': how MFU's FLOPs per token were obtained."""
+    return f" (FLOPs: {data['mfu_flops']})" if data.get("mfu_flops") else ""
+
+
 def _front_point(r: dict[str, Any]) -> str:
     over = " (over limit)" if r["state"] == "over_limit" else ""
     return (
@@ -89,6 +95,8 @@ def render_rich(data: dict[str, Any], console: Any) -> None:
             data["task"],
         )
     )
+    if data.get("mfu_flops"):
+        console.print(f"MFU's FLOPs per token: {data['mfu_flops']}", highlight=False)
     if data["confirmation"]:
         _confirmation(data["confirmation"], console)
     if data.get("front"):

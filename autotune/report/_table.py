@@ -79,6 +79,7 @@ def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
         "fingerprint": r.fingerprint,
         "failed_rank": r.extra.get("failed_rank"),
         "nccl_used": nccl_log.used(_dict(r.nccl)),
+        "flops": _dict(r.applied).get("flops") if isinstance(_dict(r.applied).get("flops"), str) else None,
         # the numbers each column shows (generate's latency and roofline: metrics.generation)
         **{
             k: m.get(k) if _number(m.get(k)) else None

@@ -329,6 +329,7 @@ class _Search:
                 "budget": self.budget,
                 "done": h.launched,
                 "space_size": self.space.size,
+                "searched": list(self.space.searched),
                 "sampler": cfg.study.sampler,
                 "timeout_s": timeout_s,
                 "storage": mask_url(url),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from autotune.record import TrialRecord
@@ -24,3 +25,13 @@ class Observer:
     def confirm_started(self, candidates: list[int], rounds: int, kept: int = 0) -> None: ...
 
     def confirm_sample(self, number: int, round_: int, value: float | None, status: str) -> None: ...
+
+
+class Progress(Observer):
+    """The Python API's progress callback: `callback(record)` with each finished trial's TrialRecord."""
+
+    def __init__(self, callback: Callable[[TrialRecord], Any]) -> None:
+        self.callback = callback
+
+    def trial_finished(self, record: TrialRecord, history: History) -> None:
+        self.callback(record)

@@ -151,7 +151,7 @@ def open_study(
     config = cfg.model_dump(mode="json")
     want = {"config_identity": identity.digest(config), "device": device}
     if not fresh:
-        _refuse_other_config(cfg.name, storage, url, config, device)
+        _refuse_other_config(cfg.name, storage, url, config, device, study_dir if default_storage else None)
     study_dir.mkdir(parents=True, exist_ok=True)
     directions = ["maximize", "minimize"] if cfg.study.objective == "pareto" else ["maximize"]
     try:
@@ -225,9 +225,12 @@ def _check_study_dir(out_root: Path, name: str, fresh: bool) -> Path:
     return study_dir
 
 
-def _refuse_other_config(name: str, storage: Any, url: str, config: dict[str, Any], device: str) -> None:
+def _refuse_other_config(
+    name: str, storage: Any, url: str, config: dict[str, Any], device: str, study_dir: Path | None
+) -> None:
     """A study of this name that measured another model, workload, space (identity.difference: a field or
-    knob added since at its default is no difference) or device is refused."""
+    knob added since at its default is no difference) or device is refused. study_dir: where its study.db is
+    (default storage), named in the remedy: --fresh --warm-start from it keeps what it measured."""
     from autotune import identity
 
     try:
@@ -241,10 +244,12 @@ def _refuse_other_config(name: str, storage: Any, url: str, config: dict[str, An
     stored = old.user_attrs.get("config")
     differs = identity.difference(stored, config) if isinstance(stored, dict) else "its config is not stored"
     if differs:
+        source = f" {study_dir}" if study_dir is not None else " DIR"
         raise StudyError(
             f"name: study {name!r} exists with a different model, workload or space ({differs}); "
-            "run with --warm-start to start from its trials, --fresh (the old study is archived, not "
-            "deleted) or choose another name"
+            f"run with --fresh --warm-start{source} to start anew from its {len(old.get_trials(deepcopy=False))} "
+            "trials (those in the new space are not measured again; the old study is archived, not deleted), "
+            "with --fresh alone, or choose another name"
         )
     have = old.user_attrs.get("device")
     if have != device:

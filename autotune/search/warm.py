@@ -52,10 +52,17 @@ def _check_same(cfg: Config, source: optuna.Study, where: str, device: str) -> N
 
 
 def source_study(cfg: Config, source_dir: Path, device: str) -> optuna.Study:
-    """The study to start from, opened read-only and checked (ConfigError before anything is written)."""
+    """The study to start from, opened read-only and checked (ConfigError before anything is written), and
+    copied into memory: `--fresh --warm-start trials/<name>` then archives the very study it starts from."""
     source, _ = load_study(source_dir, None, None)
     _check_same(cfg, source, str(source_dir), device)
-    return source
+    copy = optuna.create_study(
+        storage=optuna.storages.InMemoryStorage(), study_name=source.study_name, directions=source.directions
+    )
+    for name, value in source.user_attrs.items():
+        copy.set_user_attr(name, value)
+    copy.add_trials(source.get_trials(deepcopy=False, states=_MEASURED))  # all copy_trials reads
+    return copy
 
 
 def copy_trials(study: optuna.Study, space: ResolvedSpace, source: optuna.Study) -> int:

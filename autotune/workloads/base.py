@@ -49,6 +49,7 @@ class Work:
     n_params: int | None = None
     flop_params: int | None = None  # N of the 6N + 12 L d T training FLOPs per token
     mfu_dims: dict[str, int] | None = None  # n_layers, d_model, seq_len of the attention term
+    flops_per_token: float | None = None  # counted by torch.utils.flop_counter (replaces the formula)
 
 
 @dataclass

@@ -10,13 +10,19 @@ The entrypoint protocol (`model.entrypoint: "package.module:function"`):
             "model": module,            # torch.nn.Module; forward(inputs, targets) -> scalar loss
             "make_batch": make_batch,   # make_batch(micro_batch_size) -> (inputs, targets) on `device`
             "tokens_per_sample": 1024,  # tokens one sample contributes to tokens/s
-            "flop_params": None,        # optional: N of 6N + 12*L*d*T; None makes MFU n/a
+            "flop_params": None,        # optional fallback: N of 6N + 12*L*d*T, used only if counting fails
             "n_layers": None,           # optional, with d_model: the attention term 12*L*d*T
             "d_model": None,
         }
 
 `knobs` holds every knob of the trial (precision, micro_batch_size, attention, ...); autotune itself
 applies precision (autocast, GradScaler), compile, the SDPA backend, the optimizer and the timing.
+
+MFU's FLOPs are counted, not estimated, for both kinds: torch.utils.flop_counter.FlopCounterMode over one
+forward and backward of one sample of the trial's micro-batch (FLOPs grow linearly with the batch, and one
+sample keeps the extra memory small), before activation checkpointing and compile, under the trial's autocast
+and SDPA backend. What it counts: matmuls, convolutions and attention; elementwise work (norms, activations,
+softmax) is left out, as 6N + 12LdT leaves it out.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ import json
 import sys
 from dataclasses import dataclass, field
 from typing import Any
+
+from autotune.workloads.base import InvalidConfig, Work
 
 
 class Unsupported(Exception):
@@ -45,6 +53,57 @@ class Built:
     mfu_dims: dict[str, int] | None
     n_params: int
     applied: dict[str, Any] = field(default_factory=dict)
+    flops_per_token: float | None = None  # counted (count_flops); None: the formula on flop_params, or MFU n/a
+
+
+COUNTED = "counted by torch.utils.flop_counter over one forward+backward"  # the record's applied.flops
+
+
+def _attention_formulas(torch: Any) -> dict[Any, Any]:
+    """SDPA's model FLOPs for FlopCounterMode: the CPU kernel, which torch's table leaves out (it would count
+    no attention on the CPU), and each backward at twice its forward, as 6N + 12LdT counts a backward (torch's
+    own formula adds the scores a fused kernel recomputes: hardware FLOPs, which MFU leaves out, PaLM app. B)."""
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    aten = torch.ops.aten
+
+    def forward(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+        return sdpa_flop_count(query, key, value)
+
+    def backward(grad: Any, query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kw: Any) -> int:
+        return 2 * sdpa_flop_count(query, key, value)
+
+    backwards = (
+        aten._scaled_dot_product_flash_attention_for_cpu_backward,
+        aten._scaled_dot_product_flash_attention_backward,
+        aten._scaled_dot_product_efficient_attention_backward,
+        aten._scaled_dot_product_cudnn_attention_backward,
+    )
+    return {aten._scaled_dot_product_flash_attention_for_cpu: forward, **{op: backward for op in backwards}}
+
+
+def count_flops(torch: Any, model: Any, sample: tuple[Any, Any], context: Any) -> int:
+    """FLOPs of one forward and backward of `model` on one (inputs, targets) sample, counted by
+    torch.utils.flop_counter.FlopCounterMode under `context` (the trial's autocast and SDPA backend);
+    the gradients it made are dropped."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False, custom_mapping=_attention_formulas(torch))
+    with context(), counter:
+        model(*sample).backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+def _counted(torch: Any, model: Any, sample: tuple[Any, Any], tokens: int, context: Any) -> tuple[float | None, str]:
+    """FLOPs per token counted (count_flops) and how they were obtained; (None, why) if counting failed."""
+    try:
+        total = count_flops(torch, model, sample, context)
+    except torch.OutOfMemoryError:
+        raise  # one sample does not fit: neither would the trial
+    except Exception as err:  # an op the counter's dispatch mode cannot run: the formula, or MFU n/a
+        return None, f"not counted ({type(err).__name__}: {str(err).strip()[:120]})"
+    return (total / tokens, COUNTED) if total else (None, "not counted (no matmul or attention seen)")
 
 
 def _reject(knobs: dict[str, Any], what: str) -> None:
@@ -82,15 +141,16 @@ def hf_causal_lm(m: dict[str, Any], knobs: dict[str, Any], device: Any) -> tuple
     return hf, config
 
 
-def build_hf(m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: int, gen: Any) -> Built:
-    """AutoModelForCausalLM.from_config on the config file: random weights, nothing downloaded."""
+def build_hf(
+    m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: int, gen: Any, context: Any
+) -> Built:
+    """AutoModelForCausalLM.from_config on the config file: random weights, nothing downloaded. context: the
+    trial's autocast and SDPA backend, under which the FLOPs are counted (count_flops)."""
     import torch
     import torch.nn.functional as F
 
     _reject(knobs, "hf_config models")
     hf, config = hf_causal_lm(m, knobs, device)
-    if knobs.get("activation_checkpointing", "none") == "full":
-        hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     vocab = config.vocab_size
 
     class Adapter(torch.nn.Module):
@@ -107,6 +167,12 @@ def build_hf(m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: i
     seq = m["seq_len"]
     mbs = knobs["micro_batch_size"]
     pool = torch.randint(0, vocab, (n_batches, mbs, seq + 1), device=device, generator=gen)
+    batches = [(b[:, :-1], b[:, 1:]) for b in pool]
+    model = Adapter()
+    # counted before checkpointing is enabled: its recomputed forward is no model FLOP
+    per_token, how = _counted(torch, model, (batches[0][0][:1], batches[0][1][:1]), seq, context)
+    if knobs.get("activation_checkpointing", "none") == "full":
+        hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     n = sum(p.numel() for p in hf.parameters())
     try:  # learned position embeddings are left out of 6N, as for the built-in gpt
         n_pos = hf.get_position_embeddings().weight.numel()
@@ -115,8 +181,8 @@ def build_hf(m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: i
     layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)
     d = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None)
     return Built(
-        model=Adapter(),
-        batches=[(b[:, :-1], b[:, 1:]) for b in pool],
+        model=model,
+        batches=batches,
         tokens_per_sample=seq,
         flop_params=n - n_pos,
         mfu_dims={"n_layers": layers, "d_model": d, "seq_len": seq} if layers and d else None,
@@ -126,14 +192,19 @@ def build_hf(m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: i
             "attn_implementation": hf_attention(knobs),
             "vocab": [vocab, vocab],
             "checkpointed_blocks": layers if knobs.get("activation_checkpointing") == "full" else 0,
+            "flops": how if per_token else f"6N + 12LdT, PaLM's formula ({how})",
         },
+        flops_per_token=per_token,
     )
 
 
 def build_entrypoint(
-    m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: int, base_dir: str | None
+    m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: int, base_dir: str | None, context: Any
 ) -> Built:
-    """Call the user's function (see the protocol above) and check what it returned."""
+    """Call the user's function (see the protocol above) and check what it returned; count its FLOPs on one
+    sample, make_batch(1), under context (the trial's autocast and SDPA backend)."""
+    import torch
+
     _reject(knobs, "entrypoint models")
     if base_dir and base_dir not in sys.path:
         sys.path.insert(0, base_dir)
@@ -151,10 +222,13 @@ def build_entrypoint(
     batches = [out["make_batch"](knobs["micro_batch_size"]) for _ in range(n_batches)]
     n_params = sum(p.numel() for p in model.parameters())
     layers, d = out.get("n_layers"), out.get("d_model")
+    tokens = int(out["tokens_per_sample"])
+    per_token, how = _counted(torch, model, out["make_batch"](1), tokens, context)
+    fallback = f"6N + 12LdT on the entrypoint's flop_params ({how})" if out.get("flop_params") else f"n/a ({how})"
     return Built(
         model=model,
         batches=batches,
-        tokens_per_sample=int(out["tokens_per_sample"]),
+        tokens_per_sample=tokens,
         flop_params=out.get("flop_params"),
         mfu_dims={"n_layers": layers or 0, "d_model": d or 0, "seq_len": int(out["tokens_per_sample"])},
         n_params=n_params,
@@ -162,5 +236,30 @@ def build_entrypoint(
             "model": f"entrypoint {m['entrypoint']} ({type(model).__name__})",
             "checkpointed_blocks": 0,
             "vocab": None,
+            "flops": how if per_token else fallback,
         },
+        flops_per_token=per_token,
     )
+
+
+def build(
+    spec: Any, dev: Any, gen: Any, n_batches: int, context: Any
+) -> tuple[Any, list[Any], dict[str, Any], Work]:
+    """train.build_model for an hf_config or entrypoint model: the model, its micro-batches, what it applied and
+    its Work (FLOPs per token counted); a knob value it cannot apply is InvalidConfig."""
+    m, knobs = spec.model, spec.knobs
+    try:
+        if m.get("hf_config"):
+            built = build_hf(m, knobs, str(dev.type), n_batches, gen, context)
+        else:
+            built = build_entrypoint(m, knobs, str(dev.type), n_batches, spec.base_dir, context)
+    except Unsupported as err:
+        raise InvalidConfig(str(err), *err.knobs) from None
+    work = Work(
+        built.tokens_per_sample * knobs["micro_batch_size"] * knobs["grad_accum_steps"],
+        built.n_params,
+        built.flop_params,
+        built.mfu_dims,
+        built.flops_per_token,
+    )
+    return built.model, built.batches, built.applied, work

@@ -91,29 +91,24 @@ def apply_attention(torch: Any, attention: str, device: str, dtype: Any) -> Any:
 
 
 def build_model(
-    torch: Any, spec: Any, dev: Any, gen: Any, n_batches: int, materialize: bool = True
+    torch: Any,
+    spec: Any,
+    dev: Any,
+    gen: Any,
+    n_batches: int,
+    materialize: bool = True,
+    context: Any = contextlib.nullcontext,
 ) -> tuple[Any, list[Any], dict[str, Any], Work]:
     """The model and a few micro-batches made once on the device (no data loading is timed). materialize
     False (the built-in model under FSDP2) leaves the model on the meta device: it is sharded first and
-    each rank then allocates and initialises only its shards (`materialize`), as torchtitan builds."""
+    each rank then allocates and initialises only its shards (`materialize`), as torchtitan builds.
+    context: the trial's autocast and SDPA backend, under which an hf_config or entrypoint model's FLOPs are
+    counted; the built-in model's are the formula (its shapes are known: model.flop_params)."""
     m, knobs = spec.model, spec.knobs
     if m.get("hf_config") or m.get("entrypoint"):
         from autotune.workloads import external
 
-        try:
-            if m.get("hf_config"):
-                built = external.build_hf(m, knobs, str(dev.type), n_batches, gen)
-            else:
-                built = external.build_entrypoint(m, knobs, str(dev.type), n_batches, spec.base_dir)
-        except external.Unsupported as err:
-            raise InvalidConfig(str(err), *err.knobs) from None
-        work = Work(
-            built.tokens_per_sample * knobs["micro_batch_size"] * knobs["grad_accum_steps"],
-            built.n_params,
-            built.flop_params,
-            built.mfu_dims,
-        )
-        return built.model, built.batches, built.applied, work
+        return external.build(spec, dev, gen, n_batches, context)
     from autotune.workloads.model import Transformer
 
     pad, mbs = knobs["pad_vocab_multiple"], knobs["micro_batch_size"]
@@ -142,6 +137,7 @@ def build_model(
         "checkpointed_blocks": model.checkpointed_blocks(),
         "checkpoint": ac,
         "cross_entropy": f"{m['ce_chunks']} chunks" if m["ce_chunks"] > 1 else "standard",
+        "flops": "6N + 12LdT, PaLM's formula",
     }
     return model, [(b[:, :-1], b[:, 1:]) for b in pool], applied, work
 
@@ -298,7 +294,13 @@ class Train(Workload):
         sharded_build = self._sharded_build(m)
         lap = _laps(torch, device)
         model, self.batches, applied, self._work = build_model(
-            torch, spec, self.dev, gen, n_batches=min(knobs["grad_accum_steps"], 4), materialize=not sharded_build
+            torch,
+            spec,
+            self.dev,
+            gen,
+            n_batches=min(knobs["grad_accum_steps"], 4),
+            materialize=not sharded_build,
+            context=self._count_context,
         )
         dynamic = apply_compile_dynamic(torch, self.batches, knobs)
         lap("model")
@@ -336,6 +338,14 @@ class Train(Workload):
             "compile_dynamic": dynamic,
             "build_s": lap.parts,
         }  # where the build's seconds went (issue 15: an 8B build under 10 s)
+
+    def _count_context(self) -> Any:
+        """The trial's autocast and SDPA backend as one context, for counting a model's FLOPs in the build."""
+        stack = contextlib.ExitStack()
+        if self.amp_dtype:
+            stack.enter_context(self.torch.autocast(device_type=self.spec.device, dtype=self.amp_dtype))
+        stack.enter_context(self.attention())
+        return stack
 
     def _sharded_build(self, m: dict[str, Any]) -> bool:
         """FSDP2 with the built-in model: sharded on the meta device, then each rank materialises its shards

@@ -142,6 +142,7 @@ def _record_steps(
         work.flop_params,
         work.mfu_dims,
     )
+    result.flops_per_token = work.flops_per_token
     result.peak_mem_bytes, result.peak_mem_kind, result.peak_mem_reserved_bytes = peak, t.peak_mem_kind, reserved
     result.measure_window = list(t.window)
     result.phases_s.update(
