@@ -63,7 +63,8 @@ def test_worker_compile_scope_block_compiles_each_block_in_place(family: str) ->
 def test_worker_compile_scope_block_needs_repeated_blocks() -> None:
     import torch
 
-    from autotune.workloads.train import apply_compile, repeated_blocks
+    from autotune.workloads.compiling import apply_compile
+    from autotune.workloads.parallel import repeated_blocks
 
     flat = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
     assert repeated_blocks(torch, flat) == []

@@ -26,7 +26,7 @@ from autotune.errors import Terminated
 from autotune.runner import Bench, measure, preflight
 from autotune import tasks
 from autotune.record import Metric, TrialRecord
-from autotune.search import boundary, loss_guard, predict, tracking
+from autotune.search import boundary, loss_guard, predict, tracking, twin
 from autotune.search.best import write_best
 from autotune.search.confirm import confirm
 from autotune.search.history import History, key, optuna_state, store
@@ -386,7 +386,7 @@ class _Search:
             self.stop_reason = "space exhausted"
             study.stop()
         elif not self.grid_order:  # the grid measures every point anyway
-            self._enqueue(boundary.steps(h, self.space, trial))
+            self._enqueue(boundary.steps(h, self.space, trial) + twin.specialised(h, self.space, trial))
 
     def _unseen(self, h: History) -> list[dict[str, Any]]:
         """Points neither measured nor being measured by another worker."""

@@ -15,7 +15,8 @@ from typing import Any
 from autotune.knobs import CE_CHUNKS, CHECKPOINT_EVERY, SDPA_BACKENDS, check_rows, numerics
 from autotune.sizes import padded_vocab
 from autotune.workloads.base import InvalidConfig, Measured, NonFiniteLoss, Work, Workload
-from autotune.workloads.parallel import check_replicas_in_sync, parallelize, repeated_blocks
+from autotune.workloads.compiling import apply_compile, apply_compile_dynamic, apply_ddp_compile, compile_cache_counts
+from autotune.workloads.parallel import check_replicas_in_sync, parallelize
 from autotune.workloads.timing import time_steps
 
 
@@ -35,18 +36,6 @@ def _laps(torch: Any, device: str) -> Any:
 
     lap.parts = parts  # type: ignore[attr-defined]
     return lap
-
-
-def apply_ddp_compile(torch: Any, knobs: dict[str, Any]) -> str | None:
-    """ddp_compile: whether Dynamo's DDPOptimizer splits the compiled graph at DDP's buckets (optimize_ddp); what
-    was set, or None where nothing is compiled under DDP."""
-    if knobs.get("parallel") != "ddp" or not knobs["compile"] or not knobs.get("ddp_compile"):
-        return None
-    import torch._dynamo
-
-    split = knobs["ddp_compile"] == "split"
-    torch._dynamo.config.optimize_ddp = split
-    return "split at the buckets (optimize_ddp true)" if split else "one graph (optimize_ddp false)"
 
 
 def apply_precision(torch: Any, precision: str, device: str) -> Any:
@@ -199,68 +188,6 @@ def check_lr(torch: Any, model: Any) -> float:
     """The loss check's peak learning rate: 3e-4, lowered for wide layers (CHECK_UPDATE above)."""
     fan_in = max((m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)), default=1)
     return min(3e-4, CHECK_UPDATE * INIT_STD / fan_in**0.5)
-
-
-def apply_compile(torch: Any, model: Any, mode: Any, scope: str | None = "model") -> tuple[Any, str | None]:
-    """torch.compile(model, mode) (the loss is inside forward, so it is compiled too), or, with scope block,
-    each repeated block compiled in place (regional compilation, as torchtitan does: Dynamo compiles the
-    block's code once and reuses it for every layer), and the model's `head_loss` (final norm, head and
-    cross-entropy, where the model has one) as one more region, so the loss's fp32 logits are fused as
-    whole-model compilation fuses them. Returns the model to step and what was applied."""
-    if not mode:
-        return model, None
-    compile_mode = None if mode in (True, "default") else mode
-    if scope != "block":
-        return torch.compile(model, mode=compile_mode), compile_mode or "default"
-    blocks = repeated_blocks(torch, model)
-    if not blocks:
-        raise InvalidConfig(
-            "compile_scope block: this model has no list of repeated blocks (an nn.ModuleList of "
-            "one module class) to compile",
-            "compile_scope",
-        )
-    for block in blocks:
-        block.compile(mode=compile_mode)
-    kind = type(blocks[0]).__name__
-    head = ""
-    if callable(getattr(model, "head_loss", None)):
-        model.head_loss = torch.compile(model.head_loss, mode=compile_mode)
-        head = " + head_loss"
-    return model, f"{compile_mode or 'default'}, per block ({len(blocks)} x {kind}, compiled in place){head}"
-
-
-def apply_compile_dynamic(torch: Any, batches: list[Any], knobs: dict[str, Any]) -> str | None:
-    """compile_dynamic batch: every input tensor's first dimension marked dynamic, so one compiled program
-    serves every micro-batch size (and the compile cache serves it to the trials of other sizes)."""
-    if not knobs["compile"] or knobs.get("compile_dynamic") != "batch":
-        return None
-    tensors = [t for batch in batches for t in _tensors(batch) if t.dim() > 0]
-    for t in tensors:
-        torch._dynamo.maybe_mark_dynamic(t, 0)
-    return f"batch dimension dynamic ({len(tensors)} input tensors)"
-
-
-def _tensors(batch: Any) -> list[Any]:
-    """The tensors of one micro-batch: a tensor, a tuple or list of them, or a dict's values."""
-    if isinstance(batch, dict):
-        return [v for v in batch.values() if hasattr(v, "dim")]
-    if isinstance(batch, (tuple, list)):
-        return [v for v in batch if hasattr(v, "dim")]
-    return [batch] if hasattr(batch, "dim") else []
-
-
-def compile_cache_counts(torch: Any) -> dict[str, int]:
-    """What the compile cache served this process: Inductor's FX graph and AOTAutograd's cache hits and misses
-    (torch._dynamo's counters): a trial whose graphs were all hits compiled nothing."""
-    from torch._dynamo.utils import counters
-
-    inductor, aot = counters["inductor"], counters["aot_autograd"]
-    return {
-        "fxgraph_hit": inductor["fxgraph_cache_hit"],
-        "fxgraph_miss": inductor["fxgraph_cache_miss"],
-        "autograd_hit": aot["autograd_cache_hit"],
-        "autograd_miss": aot["autograd_cache_miss"],
-    }
 
 
 def finite_losses(torch: Any, losses: list[Any], phase: str) -> list[float]:
