@@ -207,21 +207,27 @@ def confirmation_table(conf: dict[str, Any]) -> Table:
     for col in ("#", "search tok/s", "confirmed median", "95% interval", "samples", "knobs changed", "chosen"):
         table.add_column(col)
     for st in conf["stats"]:
-        ci = st["ci95"]
         table.add_row(
             str(st["trial"]),
             fmt(st["search_value"], "tok"),
             fmt(st["median"], "tok"),
-            "-"
-            if not ci
-            else f"{fmt(ci[0], 'tok')} to {fmt(ci[1], 'tok')}"
-            if ci[1] != float("inf")
-            else "unknown (1 sample)",
+            _interval_cell(st),
             ", ".join(fmt(x, "tok") for x in st["samples"]),
             ", ".join(st["changed_knobs"]) or "none",
             "yes" if st["trial"] == conf["chosen"] else "",
         )
     return table
+
+
+def _interval_cell(st: dict[str, Any]) -> str:
+    """A candidate's interval from its samples, or why it has none ("too few samples ...": metrics.unbounded;
+    recomputed: a confirmation stored by an older release kept unbounded intervals)."""
+    from autotune import metrics
+
+    ci, why = metrics.bounded_interval(st["samples"])
+    if ci is None:
+        return str(why)
+    return f"{fmt(ci[0], 'tok')} to {fmt(ci[1], 'tok')}"
 
 
 def _size(n: int) -> str:
