@@ -38,6 +38,7 @@ class LiveProgress(Observer):
         self.t0 = time.monotonic()
         self.current: dict[int, tuple[int, dict[str, Any], float]] = {}
         self.best: dict[str, Any] | None = None
+        self.measured = 0  # trials launched and recorded, as the budget counts them
         self.baseline_value: float | None = None
         self.live = Live(console=console, refresh_per_second=2, get_renderable=self._render, transient=True)
 
@@ -51,6 +52,7 @@ class LiveProgress(Observer):
 
     def started(self, info: dict[str, Any]) -> None:
         self.info = info
+        self.measured = info["done"]
         self.t0 = time.monotonic()
         self.console.print(
             Text.assemble(
@@ -66,7 +68,8 @@ class LiveProgress(Observer):
         self.current[number] = (index, knobs, time.monotonic())
 
     def trial_finished(self, record: TrialRecord, history: History) -> None:
-        self.current.pop(record.number, None)
+        index = self.current.pop(record.number, (None,))[0]
+        self.measured = history.launched  # autotune's own count (the budget's), not Optuna's trial numbers
         best = history.best()
         if best is not None:
             self.baseline_value = value_of(history.baseline) if history.baseline else None
@@ -77,17 +80,24 @@ class LiveProgress(Observer):
                 "mfu": best.user_attrs["metrics"]["mfu"],
             }
         knobs = fmt_knobs(record.knobs, self.searched)
+        which = self._which(record.number, index)
         if record.status == "ok":
             line = Text.assemble(
-                f"#{record.number} ",
+                which,
                 ("ok", "green"),
                 f" {fmt(record.tokens_per_gpu, 'tok')} tok/s  MFU {fmt(record.metric(Metric.MFU), 'mfu')}  {knobs}",
             )
         else:
             tag = " (predicted)" if record.predicted else ""
             reason = printable(reason_line(record.reason, 120), newlines=False)
-            line = Text.assemble(f"#{record.number} ", (record.status + tag, "red"), f" {knobs}  {reason}")
+            line = Text.assemble(which, (record.status + tag, "red"), f" {knobs}  {reason}")
         self.console.print(line)
+
+    def _which(self, number: int, index: int | None) -> str:
+        """'trial 3 of 20 (#7) ': the budget's count beside Optuna's number; '#7 ' for a trial never launched."""
+        if index is None:
+            return f"#{number} "
+        return f"trial {index} of {self.info.get('budget', '?')} (#{number}) "
 
     def device_busy(self, unit: str) -> None:
         self.console.print(
@@ -125,7 +135,8 @@ class LiveProgress(Observer):
                 Text.assemble(
                     "best: ",
                     (fmt(self.best["value"], "tok"), "bold"),
-                    f" tok/s/GPU{x}, MFU {fmt(self.best['mfu'], 'mfu')} (#{self.best['number']})",
+                    f" tok/s/GPU{x}, MFU {fmt(self.best['mfu'], 'mfu')} (#{self.best['number']}); "
+                    f"{self.measured} of {self.info.get('budget', '?')} trials measured",
                 )
             )
         remaining = self.info.get("timeout_s", 0) - elapsed
