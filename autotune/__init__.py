@@ -79,7 +79,8 @@ def run_search(model_yaml: str | Path | Config, **options: Any) -> SearchResult:
 
 def run_check(best_yaml: str | Path, **options: Any) -> Verdict:
     """Re-measure best.yaml's configuration and decide; options as regress.check: model_yaml, repeats,
-    tolerance_pct, junit, update. The verdict's exit_code is the CLI's."""
+    tolerance_pct, junit, update, max_load, on_repeat (called with each repeat as it ends). The verdict's
+    exit_code is the CLI's."""
     from autotune.api_options import CHECK, checked
     from autotune.regress import check
 

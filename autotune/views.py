@@ -309,6 +309,14 @@ def _tagged(tag: str, style: str, text: str) -> Text:
     return Text.assemble((tag, style), " ", printable(text, newlines=False))
 
 
+def _disturbed(verdict: Any) -> list[Text]:
+    """What disturbed the repeats (regress_conditions), and what that means for the verdict."""
+    if not verdict.disturbed:
+        return []
+    what = "no regression can be told from it" if verdict.status == "unreliable" else "its numbers may be low"
+    return [_tagged("disturbed:", "yellow", "; ".join(verdict.disturbed) + f" ({what})")]
+
+
 def baseline_recorded(best_yaml: Any, samples: list[float], failures: list[str]) -> list[Text | str]:
     """What `check --reset-baseline` says."""
     lines = [
@@ -320,7 +328,7 @@ def baseline_recorded(best_yaml: Any, samples: list[float], failures: list[str])
 
 def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> list[Text | str]:
     """What `check` says: the verdict, where its baseline came from, what changed, what failed, what was recorded."""
-    color = {"pass": "green", "faster": "cyan", "regression": "red"}[verdict.status]
+    color = {"pass": "green", "faster": "cyan", "regression": "red", "unreliable": "yellow"}[verdict.status]
     lines: list[Text | str] = [
         Text(verdict.summary(), style=color),
         printable(
@@ -328,6 +336,7 @@ def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> l
         ),
         printable(f"tolerance: {verdict.tolerance_source}"),
     ]
+    lines += _disturbed(verdict)
     if verdict.series:
         s = verdict.series
         lines.append(
@@ -368,15 +377,32 @@ def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> l
         for key, (old, new) in verdict.version_changes.items()
     ]
     lines += [_tagged("failed:", "yellow", failure) for failure in verdict.failed_repeats]
+    return lines + _recorded(verdict, best_yaml, update)
+
+
+def _recorded(verdict: Any, best_yaml: Any, update: bool) -> list[str]:
+    """What --update recorded, or why not; a faster check without it says how to record."""
+    if update and verdict.updated:
+        return [f"--update: recorded {len(verdict.check_samples)} samples as the new baseline in {best_yaml}"]
     if update:
-        lines.append(
-            f"--update: recorded {len(verdict.check_samples)} samples as the new baseline in {best_yaml}"
-            if verdict.updated
-            else "--update: not recorded, the check found a regression"
-        )
-    elif verdict.status == "faster":
-        lines.append("faster than the baseline: run with --update to record the new baseline")
-    return lines
+        why = "the check was disturbed" if verdict.disturbed else "the check found a regression"
+        return [f"--update: not recorded, {why}"]
+    if verdict.status == "faster":
+        return ["faster than the baseline: run with --update to record the new baseline"]
+    return []
+
+
+def repeat_line(event: dict[str, Any]) -> Text:
+    """One `check` repeat as it ends: its tokens/s or failure, and the host's load and the GPU's other
+    processes sampled before it (regress_conditions.sample)."""
+    c = event["conditions"]
+    gpu = c["gpu_processes"]
+    others = "" if gpu is None else f"; GPU: {len(gpu)} other process(es)" if gpu else "; GPU: no other process"
+    where = f"(load {c['load_1min']:g} on {c['cpus']} CPUs{others})"
+    head = f"repeat {event['repeat'] + 1} of {event['repeats']}: "
+    if event["failure"]:
+        return Text.assemble(head, ("failed", "yellow"), " ", printable(event["failure"], newlines=False), f" {where}")
+    return Text(f"{head}{fmt(event[Metric.TOKENS_PER_GPU], 'tok')} tokens/s/GPU {where}")
 
 
 def _imported(info: dict[str, Any]) -> str:

@@ -55,3 +55,15 @@ def test_views_best_is_each_result_as_it_arrives_with_autotune_s_count(write_yam
     assert len(view.seen) == 6
     assert "trial 1 of 6 (#0) ok" in out.getvalue() and "trial 6 of 6 (#" in out.getvalue()
     assert "6 of 6 trials measured" in "".join(str(r) for r in view._render().renderables)
+
+
+def test_views_repeat_line_says_the_sample_and_what_ran_beside_it() -> None:
+    from autotune.views import repeat_line
+
+    shared = {"load_1min": 5.26, "cpus": 2, "gpu_processes": None}  # this 2-core machine, shared
+    ok = repeat_line({"repeat": 0, "repeats": 5, "conditions": shared, "tokens_per_s_per_gpu": 51234.5, "failure": None})
+    assert str(ok) == "repeat 1 of 5: 51,234 tokens/s/GPU (load 5.26 on 2 CPUs)"
+    gpu = {"load_1min": 1.2, "cpus": 16, "gpu_processes": [{"pid": 48211, "name": "python3", "used_mib": 20480}]}
+    failed = repeat_line({"repeat": 1, "repeats": 5, "conditions": gpu, "tokens_per_s_per_gpu": None,
+                          "failure": "crash: exit code -9"})
+    assert str(failed) == "repeat 2 of 5: failed crash: exit code -9 (load 1.2 on 16 CPUs; GPU: 1 other process(es))"
