@@ -36,10 +36,10 @@ def chosen_line(data: dict[str, Any]) -> str | None:
     c = data.get("chosen")
     if not c:
         return None
-    how = f"confirmed over {c['samples']} fresh processes" if c["confirmed"] else "not confirmed"
+    how = f"confirmed over {c['samples']} fresh processes ({interval(c)})" if c["confirmed"] else "not confirmed"
     return (
-        f"Chosen (best.yaml): trial {c['trial']}, {fmt(c['tokens_per_s_per_gpu'], 'tok')} tokens/s/GPU {how} "
-        f"({interval(c)}), {speedup(c['speedup_vs_baseline'], c.get('speedup_flag'))} the baseline"
+        f"Chosen (best.yaml): trial {c['trial']}, {fmt(c['tokens_per_s_per_gpu'], 'tok')} tokens/s/GPU {how}, "
+        f"{speedup(c['speedup_vs_baseline'], c.get('speedup_flag'))} the baseline"
     )
 
 
@@ -181,7 +181,7 @@ def _failures_and_importance(data: dict[str, Any], knobs: list[str], console: An
         console.print(f)
     imp = data["importance"]
     rare = imp.get("not_meaningful") or {}
-    k = Table(title=f"Which knobs mattered ({imp['why']}{noise(data)})")
+    k = Table(title=f"Which knobs mattered ({imp['why']}{noise(data) if imp['values'] else ''})")
     for col in ("knob", "importance", "best tokens/s/GPU at each value"):
         k.add_column(col, overflow="fold")
     for knob in knobs:
