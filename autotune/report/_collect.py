@@ -10,7 +10,7 @@ from typing import Any
 import optuna
 
 from autotune import metrics, nightly
-from autotune.record import Metric, TrialRecord
+from autotune.record import Metric, RecordError, TrialRecord
 from autotune.report._table import pareto, row_of
 from autotune.search.best import chosen_summary
 from autotune.search.history import History, current_confirmation, value_of
@@ -33,7 +33,7 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
     best = ok[0] if ok else None
     conf = current_confirmation(study, h)
     confirmation = _confirmation(conf)
-    steady = metrics.steadiness(TrialRecord.of(baseline).step_times) if baseline else None
+    steady = _steadiness(baseline)
     flag = f"baseline unsteady: spread {steady['spread_pct']:.0f}%" if steady and steady["unsteady"] else None
     for r in rows:
         r["speedup_flag"] = flag if r["speedup"] is not None else None
@@ -68,6 +68,16 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
         "check_history_skipped": skipped,
         "front": pareto_front(rows),
     }
+
+
+def _steadiness(baseline: optuna.trial.FrozenTrial | None) -> dict[str, Any] | None:
+    """metrics.steadiness of the baseline's raw step times; None without a baseline or readable steps."""
+    try:
+        steps = TrialRecord.of(baseline).step_times if baseline else []
+    except RecordError:
+        return None
+    numbers = [x for x in steps if isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0]
+    return metrics.steadiness(numbers) if numbers else None
 
 
 def _confirmation(conf: dict[str, Any] | None) -> dict[str, Any] | None:
