@@ -113,14 +113,21 @@ def run_check(
     tolerance_pct: float | None = None,
     junit: str | Path | None = None,
     update: bool = False,
+    max_load: float | None = None,
+    on_repeat: Callable[..., None] | None = None,
 ) -> Verdict:
     """Re-measure best.yaml's configuration and decide, as `autotune check` (--model is model_yaml, --tolerance
-    tolerance_pct). The verdict's exit_code is the CLI's."""
+    tolerance_pct, --max-load max_load: None is the CLI's default). on_repeat: called with each repeat as it
+    ends. The verdict's exit_code is the CLI's."""
     from autotune.api_options import CHECK, checked
     from autotune.regress import check
 
     given = {"model_yaml": model_yaml, "repeats": repeats, "tolerance_pct": tolerance_pct, "junit": junit}
-    return check(Path(best_yaml), **checked("run_check", CHECK, {**given, "update": update}))
+    given.update(update=update, max_load=max_load, on_repeat=on_repeat)
+    options = checked("run_check", CHECK, given)
+    if options["max_load"] is None:  # the CLI's default (regress_conditions.HOST_LOAD_LIMIT)
+        del options["max_load"]
+    return check(Path(best_yaml), **options)
 
 
 def read_report(

@@ -15,9 +15,10 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "timeout_min": (0.01, 525_600),
     "repeats": (1, 1000),
     "tolerance_pct": (0.0, 100.0),
+    "max_load": (0.0, 10_000.0),
 }
 SEARCH = ("out_root", "device", "trials", "timeout_min", "fresh", "storage", "gpus", "warm_start_from")
-CHECK = ("model_yaml", "repeats", "tolerance_pct", "junit", "update")
+CHECK = ("model_yaml", "repeats", "tolerance_pct", "junit", "update", "max_load", "on_repeat")
 PATHS = ("out_root", "warm_start_from", "model_yaml", "junit")
 FLAGS = ("fresh", "update")
 
@@ -59,7 +60,7 @@ def _bounded(name: str, value: Any, integer: bool) -> Any:
 
 
 def _one(name: str, value: Any) -> Any:
-    if value is None or name == "observer":
+    if value is None or name in ("observer", "on_repeat"):
         return value
     if name in PATHS:
         if not isinstance(value, (str, Path)):

@@ -25,7 +25,9 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.BAD_INPUT: "bad input: usage, missing file, invalid YAML, schema error, a study made from another YAML; "
     "`check`: another GPU model than the baseline's; also what the machine refused: a full disk, a storage that "
     "cannot be reached",
-    ExitCode.UNMEASURED: "`check`: could not measure (every repeat failed; the reason is shown)",
+    ExitCode.UNMEASURED: "`check`: could not measure (every repeat failed; the reason is shown), or unreliable: a "
+    "regression measured while other processes ran on the GPU or the host's load per core was past `--max-load` "
+    "(named)",
     ExitCode.INTERNAL: "an error inside autotune (a bug): one line naming it; `--debug` shows the traceback",
     ExitCode.HANGUP: "hung up (SIGHUP: the terminal closed): handled as Ctrl-C; the study is kept and resumable",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C); the study is kept and resumable",

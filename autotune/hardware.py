@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -287,3 +288,29 @@ def software_versions() -> str:
         f"autotune {autotune.__version__}, python {platform.python_version()}, torch {torch.__version__}, "
         f"CUDA {torch.version.cuda}, NCCL {nccl}, host {platform.node()}"
     )
+
+
+def compute_processes(index: int) -> list[dict[str, Any]] | None:
+    """The processes NVML sees computing on GPU `index` (pid, name, MiB used); None where NVML cannot say
+    (no NVIDIA driver, no such GPU, a driver that does not list processes)."""
+    nv = _nvml()
+    if nv is None:
+        return None
+    try:
+        running = nv.nvmlDeviceGetComputeRunningProcesses(nv.nvmlDeviceGetHandleByIndex(index))
+    except Exception:
+        return None
+    return [{"pid": p.pid, "name": _process_name(p.pid), "used_mib": _mib(p.usedGpuMemory)} for p in running]
+
+
+def _process_name(pid: int) -> str:
+    """A process's command name from /proc ('?' where it is another namespace's or gone)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def _mib(used: Any) -> int | None:
+    """NVML's bytes as MiB (None: not available, as under some virtualisation)."""
+    return used // 2**20 if isinstance(used, int) else None

@@ -145,6 +145,64 @@ def window_energy_j(samples: list[dict[str, Any]], window: tuple[float, float]) 
     return (end - start) / 1000.0
 
 
+# An interval is printed only where it bounds something: from at least MIN_INTERVAL_SAMPLES samples, both ends
+# finite, positive and within MAX_INTERVAL_FACTOR of the centre. Wider says "anywhere from half to twice", no
+# bound at all. Two samples never do: Student's t of 1 degree of freedom is 12.7, so two samples 10% apart span
+# 573 to 1,924 around 1,050, and a confirmation of 2 printed "95% interval 0 to 1,108,731,079,831" (issue 29).
+MIN_INTERVAL_SAMPLES = 3
+MAX_INTERVAL_FACTOR = 2.0
+
+
+def unbounded(center: float, ci: tuple[float, float] | list[float], n: int) -> str | None:
+    """Why the interval `ci` around `center`, from n samples, bounds nothing ("too few samples ..."); None where
+    it does (the rule: MIN_INTERVAL_SAMPLES, MAX_INTERVAL_FACTOR)."""
+    import math
+
+    if n < MIN_INTERVAL_SAMPLES:
+        return f"too few samples ({n}; an interval needs {MIN_INTERVAL_SAMPLES})"
+    lo, hi = ci
+    factor = MAX_INTERVAL_FACTOR
+    if lo > 0 and math.isfinite(hi) and center / lo <= factor and hi / center <= factor:
+        return None
+    return f"too few samples to bound ({n}; the 95% interval reaches past 1/{factor:g} or {factor:g}x the median)"
+
+
+def bounded_interval(samples: list[float]) -> tuple[list[float] | None, str | None]:
+    """The median's 95% interval where it bounds something, else None and why (the rule: `unbounded`)."""
+    if not samples:
+        return None, "no sample"
+    ci = median_interval(samples)
+    why = unbounded(statistics.median(samples), ci, len(samples))
+    return (None, why) if why else (list(ci), None)
+
+
+# A baseline is unsteady when its measured steps spread past UNSTEADY_SPREAD_PCT, the spread being
+# (p90 - p10) / median of its raw step times: the middle 80%, so one slow step does not flag it and a machine
+# swinging between two speeds does. Every "x baseline" is then flagged: one baseline measured at 120% made every
+# trial read "293x baseline" (issue 29).
+UNSTEADY_SPREAD_PCT = 50.0
+UNSTEADY_RULE = "(p90 - p10) / median of the baseline's measured step times"
+
+
+def middle_spread_pct(step_times: list[float]) -> float | None:
+    """(p90 - p10) / median of raw step times, in percent; None under 2 steps."""
+    if len(step_times) < 2:
+        return None
+    deciles = statistics.quantiles(step_times, n=10, method="inclusive")
+    return 100.0 * (deciles[-1] - deciles[0]) / statistics.median(step_times)
+
+
+def steadiness(step_times: list[float]) -> dict[str, Any]:
+    """Whether a baseline's steps are steady enough for ratios to it to mean much (UNSTEADY_SPREAD_PCT)."""
+    spread = middle_spread_pct(step_times)
+    return {
+        "spread_pct": spread,
+        "limit_pct": UNSTEADY_SPREAD_PCT,
+        "rule": UNSTEADY_RULE,
+        "unsteady": spread is not None and spread > UNSTEADY_SPREAD_PCT,
+    }
+
+
 def median_interval(samples: list[float], level: float = 0.95) -> tuple[float, float]:
     """Interval of a set's typical value: median x exp(+-t * s / sqrt(n)), s the standard deviation of the
     log samples, t Student's quantile with n - 1 degrees of freedom; unbounded for a single sample."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 FILE = "history.jsonl"
-STATUSES = ("pass", "faster", "regression")
+STATUSES = ("pass", "faster", "regression", "unreliable")  # unreliable: disturbed (regress_conditions)
 
 
 def _positive(x: Any) -> bool:

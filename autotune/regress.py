@@ -9,12 +9,13 @@ import platform
 import statistics
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 
-from autotune import nightly, paths, tasks
+from autotune import metrics, nightly, paths, regress_conditions, tasks
 from autotune.config import ModelConfig, StudyConfig, WorkloadConfig
 from autotune.config_command import CommandConfig
 from autotune.config_load import load_config
@@ -35,7 +36,7 @@ VERSION_KEYS = ("driver", "cuda", "cudnn", "torch", "nccl")
 class Verdict:
     """The check's decision and everything behind it."""
 
-    status: str  # pass | faster | regression
+    status: str  # pass | faster | regression | unreliable (a regression measured beside other work)
     ratio: float  # median(check) / median(baseline), tokens/s
     ci: tuple[float, float]  # 95% interval of the ratio (Student t on log tokens/s, see decide)
     tolerance_pct: float
@@ -56,17 +57,22 @@ class Verdict:
     upgraded: dict[str, Any] | None = None  # best.yaml of an older release: the knobs added since (best._upgrade)
     history_skipped: list[str] = field(default_factory=list)  # history.jsonl's lines that are not nights, and why
     history_error: str = ""  # history.jsonl could not be appended to (a full disk): the verdict stands
+    conditions: list[dict[str, Any]] = field(default_factory=list)  # host load, GPU processes: beside each repeat
+    disturbed: list[str] = field(default_factory=list)  # what disturbed the repeats (regress_conditions)
 
     @property
     def exit_code(self) -> int:
-        return ExitCode.FAILED if self.status == "regression" else ExitCode.OK
+        codes = {"regression": ExitCode.FAILED, "unreliable": ExitCode.UNMEASURED}
+        return codes.get(self.status, ExitCode.OK)
 
     def summary(self) -> str:
-        lo, hi = self.ci
+        n = len(self.check_samples) + len(self.baseline_samples)
         line = (
             f"{self.status}: {self.check_median:,.0f} vs baseline {self.baseline_median:,.0f} tokens/s/GPU, "
-            f"ratio {self.ratio:.3f} (95% CI {lo:.3f} to {hi:.3f}), tolerance {self.tolerance_pct:g}%"
+            f"ratio {self.ratio:.3f} ({_ci_text(self.ratio, self.ci, n)}), tolerance {self.tolerance_pct:g}%"
         )
+        if self.disturbed:
+            line += "; disturbed: " + "; ".join(self.disturbed)
         if self.series:
             line += (
                 f"; the nightly series stepped down {-self.series['shift_pct']:.1f}% from night "
@@ -76,9 +82,15 @@ class Verdict:
             t = self.tpot
             line += (
                 f"; time per output token {t['check_median_ms']:.3f} vs baseline {t['baseline_median_ms']:.3f} ms, "
-                f"speed ratio {t['ratio']:.3f} (95% CI {t['ci'][0]:.3f} to {t['ci'][1]:.3f}): {t['status']}"
+                f"speed ratio {t['ratio']:.3f} ({_ci_text(t['ratio'], t['ci'], n)}): {t['status']}"
             )
         return line
+
+
+def _ci_text(ratio: float, ci: tuple[float, float], n: int) -> str:
+    """'95% CI LO to HI', or why the samples bound nothing (metrics.unbounded)."""
+    why = metrics.unbounded(ratio, ci, n)
+    return f"95% CI: {why}" if why else f"95% CI {ci[0]:.3f} to {ci[1]:.3f}"
 
 
 def _series(best_path: Path, best: dict[str, Any], verdict: Verdict) -> list[dict[str, Any]]:
@@ -87,7 +99,8 @@ def _series(best_path: Path, best: dict[str, Any], verdict: Verdict) -> list[dic
     read, skipped = nightly.read(best_path.parent / nightly.FILE)
     verdict.history_skipped = skipped  # named beside the verdict; the other nights still count
     nights = [doc for doc in read if doc.get("name") == best["name"] and doc["checked_at"] >= since]
-    return [*nights, asdict(verdict)]
+    # a night measured beside other work (regress_conditions) is no level of the series
+    return [n for n in [*nights, asdict(verdict)] if not n.get("disturbed")]
 
 
 def baseline_samples(best: dict[str, Any]) -> tuple[list[float], str]:
@@ -216,13 +229,32 @@ def baseline_belongs(best_path: Path, best: dict[str, Any]) -> None:
         )
 
 
-def measure_best(
-    best_path: Path, best: dict[str, Any], *, model_yaml: Path | None = None, repeats: int = 5
-) -> tuple[list[float], list[dict[str, Any]], list[str], dict[str, Any]]:
-    """Measure the configuration of best.yaml (read by load_best) `repeats` times, each in a fresh process.
+@dataclass
+class Repeats:
+    """What measure_best measured: per-process tokens/s, per-process details (telemetry means), the failed
+    repeats, the fingerprint, and the conditions beside the repeats (regress_conditions.sample: before each
+    repeat, then after the last)."""
 
-    Returns per-process tokens/s, per-process details (with telemetry means), failures, fingerprint.
-    """
+    samples: list[float] = field(default_factory=list)
+    details: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    conditions: list[dict[str, Any]] = field(default_factory=list)
+
+
+OnRepeat = Callable[[dict[str, Any]], None]
+
+
+def measure_best(
+    best_path: Path,
+    best: dict[str, Any],
+    *,
+    model_yaml: Path | None = None,
+    repeats: int = 5,
+    on_repeat: OnRepeat | None = None,
+) -> Repeats:
+    """Measure the configuration of best.yaml (read by load_best) `repeats` times, each in a fresh process;
+    on_repeat hears of each repeat as it ends (views.repeat_line says it)."""
     fp = best["fingerprint"]
     here = _current_hardware(fp["device"])
     if here != fp["gpu_model"]:
@@ -232,44 +264,54 @@ def measure_best(
         )
     bench = _bench(best, best_path, model_yaml)
     runs = best_path.parent / "checks" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    samples: list[float] = []
-    details: list[dict[str, Any]] = []
-    failures: list[str] = []
-    fingerprint: dict[str, Any] = {}
+    m = Repeats()
     for i in range(repeats):
+        m.conditions.append(regress_conditions.sample(fp["device"]))
         record = measure(bench, best["knobs"], runs / f"{i:02d}", number=i, env=best.get("apply", {}).get("env"))
-        if record.status != "ok":
-            failures.append(f"repeat {i}: {record.status}: {reason_line(record.reason)}")
-            continue
-        samples.append(record.tokens_per_gpu)
-        tele = record.telemetry or {}
-        details.append(
-            {
-                Metric.TOKENS_PER_GPU: samples[-1],
-                "step_times_s": record.step_times,
-                Metric.TPOT_MEDIAN_MS: record.metric(Metric.TPOT_MEDIAN_MS),
-                **{
-                    k: tele.get(k)
-                    for k in ("sm_clock_mhz_mean", "power_w_mean", "temperature_c_max", "throttle_reasons")
-                },
-            }
-        )
-        fingerprint = fingerprint or record.fingerprint
-    if not samples:
-        raise UnmeasuredError(f"could not measure: all {repeats} repeats failed; {failures[0]}")
-    return samples, details, failures, fingerprint
+        _keep(m, i, record)
+        if on_repeat:
+            on_repeat({"repeat": i, "repeats": repeats, "conditions": m.conditions[-1], **_said(record)})
+    m.conditions.append(regress_conditions.sample(fp["device"]))
+    if not m.samples:
+        raise UnmeasuredError(f"could not measure: all {repeats} repeats failed; {m.failures[0]}")
+    return m
+
+
+def _keep(m: Repeats, i: int, record: Any) -> None:
+    """One repeat's record kept: its sample and details, or its failure."""
+    if record.status != "ok":
+        m.failures.append(f"repeat {i}: {record.status}: {reason_line(record.reason)}")
+        return
+    m.samples.append(record.tokens_per_gpu)
+    tele = record.telemetry or {}
+    m.details.append(
+        {
+            Metric.TOKENS_PER_GPU: m.samples[-1],
+            "step_times_s": record.step_times,
+            Metric.TPOT_MEDIAN_MS: record.metric(Metric.TPOT_MEDIAN_MS),
+            **{k: tele.get(k) for k in ("sm_clock_mhz_mean", "power_w_mean", "temperature_c_max", "throttle_reasons")},
+            "conditions": m.conditions[-1],
+        }
+    )
+    m.fingerprint = m.fingerprint or record.fingerprint
+
+
+def _said(record: Any) -> dict[str, Any]:
+    """What on_repeat hears of a repeat: its tokens/s, or its failure."""
+    if record.status == "ok":
+        return {Metric.TOKENS_PER_GPU: record.tokens_per_gpu, "failure": None}
+    return {Metric.TOKENS_PER_GPU: None, "failure": f"{record.status}: {reason_line(record.reason)}"}
 
 
 def reset_baseline(
-    best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5
+    best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, on_repeat: OnRepeat | None = None
 ) -> tuple[list[float], list[str]]:
     """Measure and record the samples as best.yaml's check baseline; compare nothing. Returns samples, failures."""
     best = load_best(best_path)
-    samples, details, failures, fingerprint = measure_best(best_path, best, model_yaml=model_yaml, repeats=repeats)
-    record_check_baseline(
-        best_path, best, samples, dt.datetime.now(dt.timezone.utc).isoformat(), fingerprint, _tpots(details), reset=True
-    )
-    return samples, failures
+    m = measure_best(best_path, best, model_yaml=model_yaml, repeats=repeats, on_repeat=on_repeat)
+    now = dt.datetime.now(dt.timezone.utc).isoformat()
+    record_check_baseline(best_path, best, m.samples, now, m.fingerprint, _tpots(m.details), reset=True)
+    return m.samples, m.failures
 
 
 def check(
@@ -280,57 +322,70 @@ def check(
     tolerance_pct: float | None = None,
     junit: Path | None = None,
     update: bool = False,
+    max_load: float = regress_conditions.HOST_LOAD_LIMIT,
+    on_repeat: OnRepeat | None = None,
 ) -> Verdict:
     """Measure the configuration of best.yaml `repeats` times and decide against its recorded baseline (the
-    tolerance: given, else default_tolerance of the baseline) and the nightly series (series_drift); append
-    the verdict to history.jsonl, write JUnit if asked, and with `update` record a pass or faster as the new
-    baseline."""
+    tolerance: given, else default_tolerance of the baseline) and the nightly series (series_drift); a
+    regression measured while the machine was disturbed (regress_conditions.disturbances, max_load) is
+    "unreliable" instead. Append the verdict to history.jsonl, write JUnit if asked, and with `update` record
+    an undisturbed pass or faster as the new baseline."""
     t0 = time.monotonic()
     best = load_best(best_path)
     baseline_belongs(best_path, best)
     if junit:
         paths.writable_file(junit, "--junit")  # before the repeats, not after them
         paths.not_a_study_file(junit, best_path.parent, "--junit")
-    samples, details, failures, fingerprint = measure_best(best_path, best, model_yaml=model_yaml, repeats=repeats)
+    m = measure_best(best_path, best, model_yaml=model_yaml, repeats=repeats, on_repeat=on_repeat)
+    explicit = tolerance_pct or 0.0  # an explicit tolerance bounds the nightly series' steps too
+    verdict = _verdict(best, m, tolerance_pct)
+    verdict.disturbed = regress_conditions.disturbances(m.conditions, max_load)
+    verdict.series = series_drift(_series(best_path, best, verdict), min_shift_pct=explicit)
+    if verdict.series:
+        verdict.status = "regression"  # a lasting step down across nights fails the gate as one night's would
+    if verdict.disturbed and verdict.status == "regression":
+        verdict.status = "unreliable"  # measured beside other work: no regression can be told from it
+    if update and verdict.status != "regression" and not verdict.disturbed:
+        record_check_baseline(best_path, best, m.samples, verdict.checked_at, m.fingerprint, _tpots(m.details))
+        verdict.updated = True
+    record_history(best_path, verdict, best["name"])
+    if junit:
+        write_junit(junit, best["name"], verdict, time.monotonic() - t0)
+    return verdict
+
+
+def _verdict(best: dict[str, Any], m: Repeats, tolerance_pct: float | None) -> Verdict:
+    """The decision on the repeats against the recorded baseline (the tolerance given, else from its noise)."""
     base, source = baseline_samples(best)
     how = f"{tolerance_pct:g}% (--tolerance)" if tolerance_pct is not None else ""
-    chosen = tolerance_pct or 0.0  # an explicit tolerance bounds the nightly series' steps too
     if tolerance_pct is None:
         tolerance_pct, how = default_tolerance(base)
-    status, ratio, ci = decide(base, samples, tolerance_pct)
-    tpot = tasks.task(best["workload"].get("task", "train")).check_gate(best, details, tolerance_pct, decide)
+    status, ratio, ci = decide(base, m.samples, tolerance_pct)
+    tpot = tasks.task(best["workload"].get("task", "train")).check_gate(best, m.details, tolerance_pct, decide)
     if tpot and tpot["status"] == "regression":
         status = "regression"  # generate: slower tokens, or slower per token, fails the check
     fp = best["fingerprint"]
-    changes = {k: (fp.get(k), fingerprint.get(k)) for k in VERSION_KEYS if fp.get(k) != fingerprint.get(k)}
+    changes = {k: (fp.get(k), m.fingerprint.get(k)) for k in VERSION_KEYS if fp.get(k) != m.fingerprint.get(k)}
     verdict = Verdict(
         status,
         ratio,
         ci,
         tolerance_pct,
         statistics.median(base),
-        statistics.median(samples),
+        statistics.median(m.samples),
         base,
-        samples,
+        m.samples,
         source,
         changes,
-        failures,
-        fingerprint,
+        m.failures,
+        m.fingerprint,
         dt.datetime.now(dt.timezone.utc).isoformat(),
-        details,
+        m.details,
         tpot=tpot,
         tolerance_source=how,
+        conditions=m.conditions,
     )
     verdict.upgraded = (best.get("upgraded") or {}).get("knobs_added")
-    verdict.series = series_drift(_series(best_path, best, verdict), min_shift_pct=chosen)
-    if verdict.series:
-        verdict.status = "regression"  # a lasting step down across nights fails the gate as one night's would
-    if update and verdict.status != "regression":
-        record_check_baseline(best_path, best, samples, verdict.checked_at, fingerprint, _tpots(details))
-        verdict.updated = True
-    record_history(best_path, verdict, best["name"])
-    if junit:
-        write_junit(junit, best["name"], verdict, time.monotonic() - t0)
     return verdict
 
 
@@ -351,13 +406,13 @@ def record_history(best_path: Path, verdict: Verdict, name: str) -> Path:
 
 
 def write_junit(path: Path, name: str, verdict: Verdict, seconds: float) -> None:
-    """One JUnit test case per checked configuration: failure on regression."""
+    """One JUnit test case per checked configuration: failure on regression, error when unreliable."""
     suite = ET.Element(
         "testsuite",
         name="autotune check",
         tests="1",
         failures="1" if verdict.status == "regression" else "0",
-        errors="0",
+        errors="1" if verdict.status == "unreliable" else "0",
         time=f"{seconds:.1f}",
     )
     case = ET.SubElement(suite, "testcase", classname="autotune.check", name=name, time=f"{seconds:.1f}")
@@ -366,6 +421,8 @@ def write_junit(path: Path, name: str, verdict: Verdict, seconds: float) -> None
         details += "; changed: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in verdict.version_changes.items())
     if verdict.status == "regression":
         ET.SubElement(case, "failure", message=verdict.summary(), type="regression").text = details
+    if verdict.status == "unreliable":
+        ET.SubElement(case, "error", message=verdict.summary(), type="unreliable").text = details
     ET.SubElement(case, "system-out").text = details
     path.parent.mkdir(parents=True, exist_ok=True)
     from autotune import atomic

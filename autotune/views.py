@@ -39,18 +39,20 @@ def header_line(info: dict[str, Any]) -> Text:
     )
 
 
-def trial_line(record: TrialRecord, searched: list[str] | None) -> Text:
-    """One finished trial on one line: its number, status, tokens/s and MFU (or the reason), its knobs."""
+def trial_line(record: TrialRecord, searched: list[str] | None, which: str | None = None) -> Text:
+    """One finished trial on one line: which it is (default '#<number> '), its status, tokens/s and MFU (or the
+    reason), its knobs."""
     knobs = fmt_knobs(record.knobs, searched)
+    which = which or f"#{record.number} "
     if record.status == "ok":
         return Text.assemble(
-            f"#{record.number} ",
+            which,
             ("ok", "green"),
             f" {fmt(record.tokens_per_gpu, 'tok')} tok/s  MFU {fmt(record.metric(Metric.MFU), 'mfu')}  {knobs}",
         )
     tag = " (predicted)" if record.predicted else ""
     reason = printable(reason_line(record.reason, 120), newlines=False)
-    return Text.assemble(f"#{record.number} ", (record.status + tag, "red"), f" {knobs}  {reason}")
+    return Text.assemble(which, (record.status + tag, "red"), f" {knobs}  {reason}")
 
 
 class TrialLog(Observer):
@@ -78,6 +80,7 @@ class LiveProgress(Observer):
         self.t0 = time.monotonic()
         self.current: dict[int, tuple[int, dict[str, Any], float]] = {}
         self.best: dict[str, Any] | None = None
+        self.measured = 0  # trials launched and recorded, as the budget counts them
         self.baseline_value: float | None = None
         self.live = Live(console=console, refresh_per_second=2, get_renderable=self._render, transient=True)
 
@@ -91,6 +94,7 @@ class LiveProgress(Observer):
 
     def started(self, info: dict[str, Any]) -> None:
         self.info = info
+        self.measured = info["done"]
         self.t0 = time.monotonic()
         self.console.print(header_line(info))
 
@@ -98,7 +102,8 @@ class LiveProgress(Observer):
         self.current[number] = (index, knobs, time.monotonic())
 
     def trial_finished(self, record: TrialRecord, history: History) -> None:
-        self.current.pop(record.number, None)
+        index = self.current.pop(record.number, (None,))[0]
+        self.measured = history.launched  # autotune's own count (the budget's), not Optuna's trial numbers
         best = history.best()
         if best is not None:
             self.baseline_value = value_of(history.baseline) if history.baseline else None
@@ -108,7 +113,13 @@ class LiveProgress(Observer):
                 "knobs": best.user_attrs["knobs"],
                 "mfu": best.user_attrs["metrics"]["mfu"],
             }
-        self.console.print(trial_line(record, self.searched))
+        self.console.print(trial_line(record, self.searched, self._which(record.number, index)))
+
+    def _which(self, number: int, index: int | None) -> str:
+        """'trial 3 of 20 (#7) ': the budget's count beside Optuna's number; '#7 ' for a trial never launched."""
+        if index is None:
+            return f"#{number} "
+        return f"trial {index} of {self.info.get('budget', '?')} (#{number}) "
 
     def device_busy(self, unit: str) -> None:
         self.console.print(
@@ -146,7 +157,8 @@ class LiveProgress(Observer):
                 Text.assemble(
                     "best: ",
                     (fmt(self.best["value"], "tok"), "bold"),
-                    f" tok/s/GPU{x}, MFU {fmt(self.best['mfu'], 'mfu')} (#{self.best['number']})",
+                    f" tok/s/GPU{x}, MFU {fmt(self.best['mfu'], 'mfu')} (#{self.best['number']}); "
+                    f"{self.measured} of {self.info.get('budget', '?')} trials measured",
                 )
             )
         remaining = self.info.get("timeout_s", 0) - elapsed
@@ -260,21 +272,27 @@ def confirmation_table(conf: dict[str, Any]) -> Table:
     for col in ("#", "search tok/s", "confirmed median", "95% interval", "samples", "knobs changed", "chosen"):
         table.add_column(col)
     for st in conf["stats"]:
-        ci = st["ci95"]
         table.add_row(
             str(st["trial"]),
             fmt(st["search_value"], "tok"),
             fmt(st["median"], "tok"),
-            "-"
-            if not ci
-            else f"{fmt(ci[0], 'tok')} to {fmt(ci[1], 'tok')}"
-            if ci[1] != float("inf")
-            else "unknown (1 sample)",
+            _interval_cell(st),
             ", ".join(fmt(x, "tok") for x in st["samples"]),
             ", ".join(st["changed_knobs"]) or "none",
             "yes" if st["trial"] == conf["chosen"] else "",
         )
     return table
+
+
+def _interval_cell(st: dict[str, Any]) -> str:
+    """A candidate's interval from its samples, or why it has none ("too few samples ...": metrics.unbounded;
+    recomputed: a confirmation stored by an older release kept unbounded intervals)."""
+    from autotune import metrics
+
+    ci, why = metrics.bounded_interval(st["samples"])
+    if ci is None:
+        return str(why)
+    return f"{fmt(ci[0], 'tok')} to {fmt(ci[1], 'tok')}"
 
 
 def _size(n: int) -> str:
@@ -345,6 +363,14 @@ def _tagged(tag: str, style: str, text: str) -> Text:
     return Text.assemble((tag, style), " ", printable(text, newlines=False))
 
 
+def _disturbed(verdict: Any) -> list[Text]:
+    """What disturbed the repeats (regress_conditions), and what that means for the verdict."""
+    if not verdict.disturbed:
+        return []
+    what = "no regression can be told from it" if verdict.status == "unreliable" else "its numbers may be low"
+    return [_tagged("disturbed:", "yellow", "; ".join(verdict.disturbed) + f" ({what})")]
+
+
 def baseline_recorded(best_yaml: Any, samples: list[float], failures: list[str]) -> list[Text | str]:
     """What `check --reset-baseline` says."""
     lines = [
@@ -356,7 +382,7 @@ def baseline_recorded(best_yaml: Any, samples: list[float], failures: list[str])
 
 def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> list[Text | str]:
     """What `check` says: the verdict, where its baseline came from, what changed, what failed, what was recorded."""
-    color = {"pass": "green", "faster": "cyan", "regression": "red"}[verdict.status]
+    color = {"pass": "green", "faster": "cyan", "regression": "red", "unreliable": "yellow"}[verdict.status]
     lines: list[Text | str] = [
         Text(verdict.summary(), style=color),
         printable(
@@ -364,6 +390,7 @@ def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> l
         ),
         printable(f"tolerance: {verdict.tolerance_source}"),
     ]
+    lines += _disturbed(verdict)
     if verdict.series:
         s = verdict.series
         lines.append(
@@ -404,15 +431,32 @@ def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> l
         for key, (old, new) in verdict.version_changes.items()
     ]
     lines += [_tagged("failed:", "yellow", failure) for failure in verdict.failed_repeats]
+    return lines + _recorded(verdict, best_yaml, update)
+
+
+def _recorded(verdict: Any, best_yaml: Any, update: bool) -> list[str]:
+    """What --update recorded, or why not; a faster check without it says how to record."""
+    if update and verdict.updated:
+        return [f"--update: recorded {len(verdict.check_samples)} samples as the new baseline in {best_yaml}"]
     if update:
-        lines.append(
-            f"--update: recorded {len(verdict.check_samples)} samples as the new baseline in {best_yaml}"
-            if verdict.updated
-            else "--update: not recorded, the check found a regression"
-        )
-    elif verdict.status == "faster":
-        lines.append("faster than the baseline: run with --update to record the new baseline")
-    return lines
+        why = "the check was disturbed" if verdict.disturbed else "the check found a regression"
+        return [f"--update: not recorded, {why}"]
+    if verdict.status == "faster":
+        return ["faster than the baseline: run with --update to record the new baseline"]
+    return []
+
+
+def repeat_line(event: dict[str, Any]) -> Text:
+    """One `check` repeat as it ends: its tokens/s or failure, and the host's load and the GPU's other
+    processes sampled before it (regress_conditions.sample)."""
+    c = event["conditions"]
+    gpu = c["gpu_processes"]
+    others = "" if gpu is None else f"; GPU: {len(gpu)} other process(es)" if gpu else "; GPU: no other process"
+    where = f"(load {c['load_1min']:g} on {c['cpus']} CPUs{others})"
+    head = f"repeat {event['repeat'] + 1} of {event['repeats']}: "
+    if event["failure"]:
+        return Text.assemble(head, ("failed", "yellow"), " ", printable(event["failure"], newlines=False), f" {where}")
+    return Text(f"{head}{fmt(event[Metric.TOKENS_PER_GPU], 'tok')} tokens/s/GPU {where}")
 
 
 def _imported(info: dict[str, Any]) -> str:

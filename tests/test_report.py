@@ -196,3 +196,101 @@ def test_report_mfu_says_how_its_flops_were_obtained() -> None:
     data = report.collect(study)
     assert data["mfu_flops"] == "counted by torch.utils.flop_counter over one forward+backward"
     assert "MFU 30.0% (FLOPs: counted by torch.utils.flop_counter over one forward+backward)" in report.to_markdown(data)
+
+
+# --- numbers a user can trust at a glance (issue 29): collect on small in-memory studies, no trial run ---------
+
+
+def _trial(params: dict, value: float, steps: list[float] | None = None) -> optuna.trial.FrozenTrial:
+    """A completed trial as the search stores it: knobs, status, metrics, raw step times."""
+    dist = {"micro_batch_size": CategoricalDistribution([2, 4, 8]), "compile": CategoricalDistribution([False, True])}
+    attrs = {"status": "ok", "knobs": dict(params), "predicted": False, "wall_s": 10.0, "reason": "",
+             "metrics": {"tokens_per_s_per_gpu": value, "tokens_per_s": value, "mfu": None, "peak_mem_gib": 1.0,
+                         "step_time": {"spread_pct": 1.0}},
+             "raw": {"step_times_s": steps or [1.0, 1.01, 0.99, 1.0]}}
+    return optuna.trial.create_trial(params=params, distributions={k: dist[k] for k in params}, value=value,
+                                     user_attrs=attrs)
+
+
+def _study(values: list[tuple[dict, float]], base_steps: list[float] | None = None) -> optuna.Study:
+    """An in-memory study of these (knobs, tokens/s) trials; the first is the baseline."""
+    study = optuna.create_study(direction="maximize")
+    study.add_trials([_trial(p, v, base_steps if i == 0 else None) for i, (p, v) in enumerate(values)])
+    study.set_user_attr("baseline_knobs", values[0][0])
+    return study
+
+
+def _confirm(study: optuna.Study, samples: dict[int, list[float]], chosen: int) -> None:
+    """A stored confirmation of the top trials (as search/confirm.py stores it) that chose `chosen`."""
+    stats = [{"trial": n, "knobs": {}, "changed_knobs": [], "samples": s, "search_value": 1.0, "failures": [],
+              "median": sorted(s)[len(s) // 2], "ci95": [0.0, 1.1e12]} for n, s in samples.items()]
+    study.set_user_attr("confirmation", {"candidates": list(samples), "rounds_done": 3, "stats": stats,
+                                         "chosen": chosen, "why": "within noise, fewer knobs changed"})
+
+
+MBS = [{"micro_batch_size": m, "compile": c} for c in (False, True) for m in (2, 4, 8)]
+
+
+def test_report_json_chosen_is_best_yaml_s_choice_not_the_search_best() -> None:
+    study = _study([(MBS[0], 100.0), (MBS[1], 180.0), (MBS[2], 200.0)])
+    _confirm(study, {2: [190.0, 192.0, 191.0], 1: [188.0, 189.0, 190.0]}, chosen=1)
+    data = json.loads(report.to_json(report.collect(study)))
+    assert data["best"]["number"] == 2 and data["chosen"]["trial"] == 1
+    chosen = data["chosen"]
+    assert chosen["knobs"] == MBS[1] and chosen["confirmed"] and chosen["samples"] == 3
+    assert chosen["tokens_per_s_per_gpu"] == 189.0 and chosen["search_tokens_per_s_per_gpu"] == 180.0
+    assert chosen["ci95"][0] < 189.0 < chosen["ci95"][1] and chosen["speedup_vs_baseline"] == 1.89
+    unconfirmed = report.collect(_study([(MBS[0], 100.0), (MBS[1], 180.0)]))["chosen"]
+    assert unconfirmed["trial"] == 1 and not unconfirmed["confirmed"] and unconfirmed["ci95"] is None
+
+
+def test_report_interval_of_too_few_samples_says_so_in_every_format() -> None:
+    from rich.console import Console
+
+    study = _study([(MBS[0], 100.0), (MBS[1], 180.0), (MBS[2], 200.0)])
+    _confirm(study, {2: [1000.0, 30000.0], 1: [188.0, 189.0, 190.0]}, chosen=2)  # 2 samples 30x apart
+    data = report.collect(study)
+    st = next(s for s in data["confirmation"]["stats"] if s["trial"] == 2)
+    assert st["ci95"] is None and st["ci95_why"].startswith("too few samples (2;")
+    assert json.loads(report.to_json(data))["chosen"]["ci95"] is None
+    assert "95% interval: too few samples (2;" in report.to_markdown(data)
+    console = Console(file=__import__("io").StringIO(), width=300)
+    report.render_rich(data, console)
+    shown = console.file.getvalue()
+    assert "too few samples" in shown and "1,100,000,000,000" not in shown and "95% interval 0 to" not in shown
+
+
+def test_metrics_interval_bounds_only_what_its_samples_bound() -> None:
+    from autotune import metrics
+
+    ci, why = metrics.bounded_interval([100.0, 101.0, 99.0])
+    assert why is None and 97 < ci[0] < 100 < ci[1] < 103
+    assert metrics.bounded_interval([100.0, 110.0]) == (None, "too few samples (2; an interval needs 3)")
+    ci, why = metrics.bounded_interval([100.0, 400.0, 1600.0])  # 3 samples spread 16x: no bound
+    assert ci is None and why.startswith("too few samples to bound (3;")
+
+
+def test_report_unsteady_baseline_flags_every_ratio() -> None:
+    from autotune.report._render import chosen_line
+
+    unsteady = [1.0, 1.0, 2.2, 1.0, 2.4, 1.0, 1.1, 2.3]  # a CPU swinging between two speeds: (p90-p10)/median
+    data = report.collect(_study([(MBS[0], 100.0), (MBS[1], 29300.0)], base_steps=unsteady))
+    assert data["baseline_steadiness"]["unsteady"] and data["baseline_steadiness"]["limit_pct"] == 50.0
+    spread = round(data["baseline_steadiness"]["spread_pct"])
+    flag = f"293.00x (baseline unsteady: spread {spread}%)"
+    assert flag in report.to_markdown(data) and f"{flag} the baseline" in chosen_line(data)
+    steady = report.collect(_study([(MBS[0], 100.0), (MBS[1], 29300.0)]))
+    assert not steady["baseline_steadiness"]["unsteady"] and "unsteady" not in report.to_markdown(steady)
+
+
+def test_report_importance_not_yet_meaningful_from_a_handful_of_trials() -> None:
+    few = report.collect(_study([(MBS[0], 100.0), (MBS[1], 120.0), (MBS[3], 35.0)]))
+    assert few["importance"]["values"] is None and few["importance"]["why"].startswith("not yet meaningful")
+    assert "Importance: not yet meaningful: needs 5+ completed trials" in report.to_markdown(few)
+    # six trials, but only one eager one: compile gets no number, micro_batch_size does
+    runs = [(MBS[0], 100.0), (MBS[3], 35.0), (MBS[4], 120.0), (MBS[5], 150.0), (MBS[4], 118.0), (MBS[5], 149.0)]
+    six = report.collect(_study(runs))
+    imp = six["importance"]
+    assert "compile" not in (imp["values"] or {}) and "micro_batch_size" in imp["values"]
+    assert imp["not_meaningful"]["compile"] == "compile=False ran in 1 completed trial(s), needs 2"
+    assert "Importance not yet meaningful: compile=False ran in 1" in report.to_markdown(six)

@@ -11,6 +11,31 @@ from autotune.cli._app import app
 from autotune.cli._console import console as out_console
 from autotune.cli._errors import funnel
 from autotune.cli._options import BestYaml, finite
+from autotune.regress_conditions import HOST_LOAD_LIMIT
+
+
+# The slowdown tolerated and the host's load judged (regress_conditions), declared once here.
+Tolerance = Annotated[
+    Optional[float],
+    typer.Option(
+        min=0.0,
+        max=100.0,
+        callback=finite,
+        help="Slowdown in percent tolerated before failing (default: the larger of 2% and 3x the baseline's "
+        "process-to-process spread; 5% with a one-sample baseline). Given, a step in the nightly series "
+        "smaller than it is not flagged either.",
+    ),
+]
+MaxLoad = Annotated[
+    float,
+    typer.Option(
+        min=0.0,
+        max=10_000.0,
+        callback=finite,
+        help="Host load per CPU core (1-minute load average / CPUs) past which a regression is called "
+        "unreliable (exit 3), as another process on the GPU makes it; 0: the load is not judged.",
+    ),
+]
 
 
 @app.command()
@@ -20,21 +45,12 @@ def check(
         Optional[Path], typer.Option(help="MODEL_YAML whose model and workload replace best.yaml's.")
     ] = None,
     repeats: Annotated[int, typer.Option(min=1, max=1000, help="Measurements, each in a fresh process.")] = 5,
-    tolerance: Annotated[
-        Optional[float],
-        typer.Option(
-            min=0.0,
-            max=100.0,
-            callback=finite,
-            help="Slowdown in percent tolerated before failing (default: the larger of 2% and 3x the baseline's "
-            "process-to-process spread; 5% with a one-sample baseline). Given, a step in the nightly series "
-            "smaller than it is not flagged either.",
-        ),
-    ] = None,
+    tolerance: Tolerance = None,
     junit: Annotated[Optional[Path], typer.Option(help="Write a JUnit XML file with one test case.")] = None,
     update: Annotated[
         bool, typer.Option(help="On pass or faster, record this check's samples as the new baseline.")
     ] = False,
+    max_load: MaxLoad = HOST_LOAD_LIMIT,
     reset_baseline: Annotated[
         bool,
         typer.Option(
@@ -42,19 +58,33 @@ def check(
         ),
     ] = False,
 ) -> None:
-    """Re-measure the chosen configuration; exit 1 on a regression beyond tolerance and noise, 3 if unmeasurable."""
+    """Re-measure the chosen configuration; exit 1 on a regression beyond tolerance and noise, 3 if unmeasurable
+    or disturbed."""
     with funnel():
         from autotune import regress
-        from autotune.views import baseline_recorded, verdict_lines
+        from autotune.views import baseline_recorded, repeat_line, verdict_lines
 
-        console = out_console()
+        console, progress = out_console(), out_console(stderr=True)
+
+        def on_repeat(event: dict) -> None:  # each repeat as it ends, on stderr: stdout's first line is the verdict
+            progress.print(repeat_line(event), highlight=False)
+
         if reset_baseline:
-            samples, failures = regress.reset_baseline(best_yaml, model_yaml=model, repeats=repeats)
+            samples, failures = regress.reset_baseline(
+                best_yaml, model_yaml=model, repeats=repeats, on_repeat=on_repeat
+            )
             for line in baseline_recorded(best_yaml, samples, failures):
                 console.print(line, highlight=False)
             return
         verdict = regress.check(
-            best_yaml, model_yaml=model, repeats=repeats, tolerance_pct=tolerance, junit=junit, update=update
+            best_yaml,
+            model_yaml=model,
+            repeats=repeats,
+            tolerance_pct=tolerance,
+            junit=junit,
+            update=update,
+            max_load=max_load,
+            on_repeat=on_repeat,
         )
         for line in verdict_lines(verdict, best_yaml, repeats, update):
             console.print(line, highlight=False, soft_wrap=True)

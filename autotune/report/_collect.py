@@ -9,9 +9,10 @@ from typing import Any
 
 import optuna
 
-from autotune import nightly
-from autotune.record import Metric
+from autotune import metrics, nightly
+from autotune.record import Metric, RecordError, TrialRecord
 from autotune.report._table import pareto, row_of
+from autotune.search.best import chosen_summary
 from autotune.search.history import History, current_confirmation, value_of
 from autotune.space import KNOBS
 
@@ -31,20 +32,14 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
 
     best = ok[0] if ok else None
     conf = current_confirmation(study, h)
-    confirmation = None
-    if conf and all(
-        isinstance(st, dict) and {"trial", "median", "ci95", "samples", "search_value", "failures"} <= set(st)
-        for st in conf["stats"]
-    ):  # what best.yaml chose: re-measured in fresh processes
-        confirmation = {
-            "chosen": conf["chosen"],
-            "why": conf["why"],
-            "rounds_done": conf["rounds_done"],
-            "stats": [
-                {k: st[k] for k in ("trial", "median", "ci95", "samples", "search_value", "failures")}
-                for st in conf["stats"]
-            ],
-        }
+    confirmation = _confirmation(conf)
+    steady = _steadiness(baseline)
+    flag = f"baseline unsteady: spread {steady['spread_pct']:.0f}%" if steady and steady["unsteady"] else None
+    for r in rows:
+        r["speedup_flag"] = flag if r["speedup"] is not None else None
+    chosen = chosen_summary(study, h) if conf is None or confirmation is not None else None
+    if chosen:
+        chosen["speedup_flag"] = flag if chosen["speedup_vs_baseline"] is not None else None
     spreads = sorted(r["step_spread_pct"] for r in ok if r["step_spread_pct"] is not None)
     history, skipped = nightly.read(study_dir / nightly.FILE) if study_dir is not None else ([], [])
     return {
@@ -56,8 +51,10 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
         "searched": searched,
         "counts": _counts(rows, trials),
         "baseline": next((r for r in ok if baseline and r["number"] == baseline.number), None),
+        "baseline_steadiness": steady,
         "best": best,
         "mfu_flops": best and best["flops"],  # how MFU's FLOPs per token were obtained: counted, or 6N + 12LdT
+        "chosen": chosen,
         "confirmation": confirmation,
         "step_spread_pct_median": spreads[len(spreads) // 2] if spreads else None,
         "trials": ok + others,
@@ -74,6 +71,29 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
     }
 
 
+def _steadiness(baseline: optuna.trial.FrozenTrial | None) -> dict[str, Any] | None:
+    """metrics.steadiness of the baseline's raw step times; None without a baseline or readable steps."""
+    try:
+        steps = TrialRecord.of(baseline).step_times if baseline else []
+    except RecordError:
+        return None
+    numbers = [x for x in steps if isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0]
+    return metrics.steadiness(numbers) if numbers else None
+
+
+def _confirmation(conf: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What best.yaml chose, re-measured in fresh processes; each interval recomputed from its samples (None,
+    with why, where they bound nothing: a study confirmed before that rule printed absurd bounds)."""
+    keys = ("trial", "median", "samples", "search_value", "failures")
+    if not conf or not all(isinstance(st, dict) and set(keys) <= set(st) for st in conf["stats"]):
+        return None
+    stats = []
+    for st in conf["stats"]:
+        ci, why = metrics.bounded_interval(st["samples"])
+        stats.append({**{k: st[k] for k in keys}, "ci95": ci, "ci95_why": why})
+    return {"chosen": conf["chosen"], "why": conf["why"], "rounds_done": conf["rounds_done"], "stats": stats}
+
+
 def pareto_front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """generate studies: the measured trials (ok or over_limit) that no other beats on both output tokens/s
     (higher) and p99 time per output token (lower), fastest token first; [] for training."""
@@ -87,11 +107,28 @@ def pareto_front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return pareto(pts, up=lambda r: r[Metric.TOKENS_PER_GPU], down=lambda r: r["tpot_ms_p99"])
 
 
+# Importance is shown where it can mean something: over IMPORTANCE_MIN_TRIALS completed trials or more, and
+# for a knob only when each of its values ran in IMPORTANCE_MIN_PER_VALUE of them or more. Computed from a
+# handful of trials it said "compile 0.00" where the one eager trial ran at 0.35x (issue 29).
+IMPORTANCE_MIN_TRIALS = 5
+IMPORTANCE_MIN_PER_VALUE = 2
+IMPORTANCE_RULE = (
+    f"{IMPORTANCE_MIN_TRIALS}+ completed trials, each value of a knob in {IMPORTANCE_MIN_PER_VALUE}+ of them"
+)
+
+
 def _importance(study: optuna.Study, completed: list[optuna.trial.FrozenTrial], searched: list[str]) -> dict[str, Any]:
-    """Optuna's PED-ANOVA parameter importance over the completed trials (fast, needs no scikit-learn)."""
-    params = [k for k in searched if len({t.params.get(k) for t in completed if k in t.params}) > 1]
-    if len(completed) < 3 or not params:
-        return {"values": None, "why": f"needs 3+ completed trials with a varied knob ({len(completed)} completed)"}
+    """Optuna's PED-ANOVA parameter importance over the completed trials (fast, needs no scikit-learn), for
+    the knobs IMPORTANCE_RULE allows; `not_meaningful` says why each other varied knob has no number yet."""
+    seen = {k: Counter(str(t.params[k]) for t in completed if k in t.params) for k in searched}
+    varied = [k for k in searched if len(seen[k]) > 1]
+    if len(completed) < IMPORTANCE_MIN_TRIALS or not varied:
+        why = f"not yet meaningful: needs {IMPORTANCE_RULE} ({len(completed)} completed)"
+        return {"values": None, "why": why, "not_meaningful": {}}
+    rare = {k: _rare(k, seen[k]) for k in varied if min(seen[k].values()) < IMPORTANCE_MIN_PER_VALUE}
+    params = [k for k in varied if k not in rare]
+    if not params:
+        return {"values": None, "why": f"not yet meaningful: needs {IMPORTANCE_RULE}", "not_meaningful": rare}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -99,8 +136,15 @@ def _importance(study: optuna.Study, completed: list[optuna.trial.FrozenTrial], 
                 study, params=params, evaluator=optuna.importance.PedAnovaImportanceEvaluator()
             )
     except Exception as err:  # e.g. trials with different parameter sets
-        return {"values": None, "why": f"Optuna could not compute it: {err}"}
-    return {"values": dict(values), "why": f"Optuna PED-ANOVA over {len(completed)} completed trials"}
+        return {"values": None, "why": f"Optuna could not compute it: {err}", "not_meaningful": rare}
+    why = f"Optuna PED-ANOVA over {len(completed)} completed trials"
+    return {"values": dict(values), "why": why, "not_meaningful": rare}
+
+
+def _rare(knob: str, counts: Counter[str]) -> str:
+    """Why a knob's importance is not yet meaningful: its rarest value and how often it ran."""
+    value, n = min(counts.items(), key=lambda kv: kv[1])
+    return f"{knob}={value} ran in {n} completed trial(s), needs {IMPORTANCE_MIN_PER_VALUE}"
 
 
 def _failures(others: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from autotune.protocol import reason_line
-from autotune.report._table import cells, columns, fmt, rich_table
+from autotune.report._table import cells, columns, fmt, rich_table, speedup
 
 
 def to_json(data: dict[str, Any]) -> str:
@@ -17,10 +17,29 @@ def confirmed(st: dict[str, Any]) -> str:
     """One confirmation candidate's result in words."""
     if st["median"] is None:
         return "no sample succeeded (" + "; ".join(st["failures"][:2]) + ")"
-    lo, hi = st["ci95"]
     return (
         f"median {fmt(st['median'], 'tok')} tokens/s/GPU over {len(st['samples'])} fresh processes "
-        f"(95% interval {fmt(lo, 'tok')} to {fmt(hi, 'tok')}; search {fmt(st['search_value'], 'tok')})"
+        f"({interval(st)}; search {fmt(st['search_value'], 'tok')})"
+    )
+
+
+def interval(st: dict[str, Any]) -> str:
+    """'95% interval LO to HI', or why there is none ('95% interval: too few samples ...', metrics.unbounded)."""
+    if st["ci95"] is None:
+        return f"95% interval: {st.get('ci95_why') or 'none'}"
+    lo, hi = st["ci95"]
+    return f"95% interval {fmt(lo, 'tok')} to {fmt(hi, 'tok')}"
+
+
+def chosen_line(data: dict[str, Any]) -> str | None:
+    """What best.yaml deploys, in one line: trial, tokens/s (confirmed or not), interval, x the baseline."""
+    c = data.get("chosen")
+    if not c:
+        return None
+    how = f"confirmed over {c['samples']} fresh processes ({interval(c)})" if c["confirmed"] else "not confirmed"
+    return (
+        f"Chosen (best.yaml): trial {c['trial']}, {fmt(c['tokens_per_s_per_gpu'], 'tok')} tokens/s/GPU {how}, "
+        f"{speedup(c['speedup_vs_baseline'], c.get('speedup_flag'))} the baseline"
     )
 
 
@@ -44,7 +63,8 @@ def to_markdown(data: dict[str, Any], top: int = 10) -> str:
         lines.append(
             f"Best in the search: **{fmt(best['tokens_per_s_per_gpu'], 'tok')} tokens/s/GPU**, "
             f"MFU {fmt(best['mfu'], 'mfu')}{_flops(data)}, "
-            f"{fmt(best['speedup'], 'x')} the baseline ({fmt(base and base['tokens_per_s_per_gpu'], 'tok')}); "
+            f"{speedup(best['speedup'], best.get('speedup_flag'))} the baseline "
+            f"({fmt(base and base['tokens_per_s_per_gpu'], 'tok')}); "
             f"trial {best['number']}: " + ", ".join(f"{k}={best['knobs'][k]}" for k in data["searched"])
         )
         lines.append("")
@@ -52,6 +72,8 @@ def to_markdown(data: dict[str, Any], top: int = 10) -> str:
     if conf:
         chosen = next(st for st in conf["stats"] if st["trial"] == conf["chosen"])
         lines += [f"Chosen (best.yaml): **trial {conf['chosen']}**, confirmed {confirmed(chosen)}; {conf['why']}", ""]
+    elif chosen_line(data):
+        lines += [str(chosen_line(data)), ""]
     knobs, rows = data["searched"], data["trials"][:top]
     header = columns(knobs, rows, data["task"])
     lines.append("| " + " | ".join(header) + " |")
@@ -65,15 +87,26 @@ def to_markdown(data: dict[str, Any], top: int = 10) -> str:
             "Front, tokens/s against p99 time per output token (no other trial beats these on both): "
             + "; ".join(_front_point(r) for r in data["front"]),
         ]
-    imp = data["importance"]["values"]
-    if imp:
-        lines += ["", "Importance: " + ", ".join(f"{k} {v:.2f}" for k, v in imp.items()) + noise(data)]
+    lines += importance_lines(data)
     return "\n".join(lines) + "\n"
 
 
 def _flops(data: dict[str, Any]) -> str:
     """' (FLOPs counted: torch.utils.flop_counter, ...)': how MFU's FLOPs per token were obtained."""
     return f" (FLOPs: {data['mfu_flops']})" if data.get("mfu_flops") else ""
+
+
+def importance_lines(data: dict[str, Any]) -> list[str]:
+    """Markdown's importance: the numbers where they mean something, and why the others have none yet."""
+    imp = data["importance"]
+    lines = []
+    if imp["values"]:
+        lines += ["", "Importance: " + ", ".join(f"{k} {v:.2f}" for k, v in imp["values"].items()) + noise(data)]
+    elif data["searched"]:
+        lines += ["", f"Importance: {imp['why']}"]
+    if imp.get("not_meaningful"):
+        lines += ["", "Importance not yet meaningful: " + "; ".join(imp["not_meaningful"].values())]
+    return lines
 
 
 def _front_point(r: dict[str, Any]) -> str:
@@ -97,6 +130,8 @@ def render_rich(data: dict[str, Any], console: Any) -> None:
     )
     if data.get("mfu_flops"):
         console.print(f"MFU's FLOPs per token: {data['mfu_flops']}", highlight=False)
+    if data.get("chosen"):
+        console.print(chosen_line(data), highlight=False)
     if data["confirmation"]:
         _confirmation(data["confirmation"], console)
     if data.get("front"):
@@ -153,14 +188,15 @@ def _failures_and_importance(data: dict[str, Any], knobs: list[str], console: An
             f.add_row(k, str(v["count"]), ", ".join(map(str, v["trials"])), reason_line(v["example"], 100))
         console.print(f)
     imp = data["importance"]
-    k = Table(title=f"Which knobs mattered ({imp['why']}{noise(data)})")
+    rare = imp.get("not_meaningful") or {}
+    k = Table(title=f"Which knobs mattered ({imp['why']}{noise(data) if imp['values'] else ''})")
     for col in ("knob", "importance", "best tokens/s/GPU at each value"):
-        k.add_column(col)
+        k.add_column(col, overflow="fold")
     for knob in knobs:
         value = (imp["values"] or {}).get(knob)
         k.add_row(
             knob,
-            "-" if value is None else f"{value:.2f}",
+            f"not yet meaningful: {rare[knob]}" if knob in rare else "-" if value is None else f"{value:.2f}",
             ", ".join(f"{v}: {fmt(x, 'tok')}" for v, x in data["knob_effects"].get(knob, {}).items()),
         )
     console.print(k)

@@ -36,6 +36,13 @@ def fmt(value: Any, kind: str) -> str:
     }.get(kind, str(value))
 
 
+def speedup(value: float | None, flag: str | None) -> str:
+    """An "x baseline" ratio, with the flag of an unsteady baseline beside it ("293.00x (baseline unsteady:
+    spread 120%)"): a ratio to a baseline that was not steady is no speed-up to trust."""
+    shown = fmt(value, "x")
+    return f"{shown} ({flag})" if flag and value is not None else shown
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
@@ -126,7 +133,7 @@ def cells(row: dict[str, Any], knobs: list[str], header: list[str], reason_chars
     values = {
         "#": str(row["number"]),
         "tokens/s/GPU": fmt(row[Metric.TOKENS_PER_GPU], "tok"),
-        "x baseline": fmt(row["speedup"], "x"),
+        "x baseline": speedup(row["speedup"], row.get("speedup_flag")),
         "MFU": fmt(row["mfu"], "mfu"),
         "peak GiB": fmt(row["peak_mem_gib"], "gib"),
         "est. GiB": fmt(row.get("memory_estimate_gib"), "gib"),

@@ -9,6 +9,7 @@ import optuna
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune import knobs as catalogue
+from autotune import metrics
 from autotune import yamlio
 from autotune.errors import ConfigError
 from autotune.record import Metric, TrialRecord
@@ -86,9 +87,7 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
     base, conf = h.baseline, current_confirmation(study, h)
     record = TrialRecord.of(best)
     knobs, fp = record.knobs, record.fingerprint or {}
-    # With a confirmation, the confirmed median (several fresh processes) is the number; the search's
-    # single measurement of the winner is kept beside it (it is the best of many, so optimistic).
-    value = chosen_stats["median"] if chosen_stats and chosen_stats["median"] else value_of(best)
+    value = _value(best, chosen_stats)
     doc = {
         "schema_version": SCHEMA_VERSION,
         "knob_set": knob_set(knobs),
@@ -103,7 +102,7 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
                 "trial": st["trial"],
                 "changed_knobs": st["changed_knobs"],
                 "median": st["median"],
-                "ci95": st["ci95"],
+                **_interval(st["samples"]),
                 "samples": st["samples"],
                 "search_value": st["search_value"],
                 "failures": st["failures"],
@@ -134,6 +133,42 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
     path = study_dir / "best.yaml"
     write_yaml(path, doc)
     return path
+
+
+def _value(best: optuna.trial.FrozenTrial, stats: dict[str, Any] | None) -> float:
+    """The chosen configuration's tokens/s per GPU. With a confirmation, the confirmed median (several fresh
+    processes); the search's single measurement of the winner is kept beside it (the best of many, so
+    optimistic)."""
+    confirmed = stats["median"] if stats else None
+    return confirmed or value_of(best)
+
+
+def _interval(samples: list[float]) -> dict[str, Any]:
+    """ci95 (None where the samples bound nothing: metrics.unbounded) and ci95_why."""
+    ci, why = metrics.bounded_interval(samples)
+    return {"ci95": ci, "ci95_why": why}
+
+
+def chosen_summary(study: optuna.Study, h: History) -> dict[str, Any] | None:
+    """What best.yaml says of the chosen configuration (the report's `chosen`): its trial, why, knobs, the
+    confirmed median (else the search's value), its 95% interval, samples, x the baseline. None before any
+    trial completed. A script deploys this, not the search's single best measurement."""
+    if not h.completed:
+        return None
+    best, stats, why = _chosen(study, h)
+    value = _value(best, stats)
+    base = value_of(h.baseline) if h.baseline else None
+    return {
+        "trial": best.number,
+        "why": why,
+        "knobs": best.user_attrs["knobs"],
+        "confirmed": bool(stats and stats["median"]),
+        Metric.TOKENS_PER_GPU: value,
+        "search_tokens_per_s_per_gpu": value_of(best),
+        **(_interval(stats["samples"]) if stats else {"ci95": None, "ci95_why": "not confirmed"}),
+        "samples": len(stats["samples"]) if stats else 0,
+        "speedup_vs_baseline": value / base if base else None,
+    }
 
 
 def _metrics(record: TrialRecord, value: float, searched: float, base: float | None) -> dict[str, Any]:

@@ -98,8 +98,9 @@ def choose(
             "search_value": value_of(t),
             "failures": failures[t.number],
             "median": statistics.median(s) if s else None,
-            "ci95": list(metrics.median_interval(s)) if s else None,
         }
+        # None where the samples bound nothing (metrics.unbounded), and why: never "0 to 1,108,731,079,831"
+        stats[t.number]["ci95"], stats[t.number]["ci95_why"] = metrics.bounded_interval(s)
     doc = {"candidates": [t.number for t in candidates], "rounds_done": rounds_done, "stats": list(stats.values())}
     measured = [st for st in stats.values() if st["median"] is not None]
     if not measured:
@@ -109,13 +110,10 @@ def choose(
             "why": "no confirmation sample succeeded; the search's best is kept",
         }
     top = max(measured, key=lambda st: st["median"])
-    # within noise: intervals that overlap the top one's; a single sample has no interval (its noise is
-    # unknown), so it is never "within noise" of anything, and the higher median decides
-    close = [
-        st
-        for st in measured
-        if st is top or (len(st["samples"]) > 1 and len(top["samples"]) > 1 and st["ci95"][1] >= top["ci95"][0])
-    ]
+    # within noise: intervals that overlap the top one's; samples that bound nothing (fewer than 3, or spread
+    # far apart: metrics.unbounded) have no interval, so they are never "within noise" of anything, and the higher
+    # median decides
+    close = [st for st in measured if st is top or _overlap(st, top)]
     chosen = min(close, key=lambda st: (len(st["changed_knobs"]), -st["median"]))
     if chosen is top:
         why = f"highest confirmed median ({top['median']:,.0f} tokens/s/GPU over {len(top['samples'])} processes)"
@@ -131,3 +129,8 @@ def choose(
             f"baseline ({len(chosen['changed_knobs'])} against {len(top['changed_knobs'])})"
         )
     return {**doc, "chosen": chosen["trial"], "why": why}
+
+
+def _overlap(st: dict[str, Any], top: dict[str, Any]) -> bool:
+    """Both intervals bound something and st's reaches the top one's."""
+    return st["ci95"] is not None and top["ci95"] is not None and st["ci95"][1] >= top["ci95"][0]

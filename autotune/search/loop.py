@@ -23,6 +23,7 @@ from autotune import paths, prestart
 from autotune.config import Config
 from autotune.hardware import default_device, detect
 from autotune.errors import Terminated
+from autotune.protocol import STATUSES
 from autotune.runner import Bench, measure, preflight
 from autotune import tasks
 from autotune.record import Metric, TrialRecord
@@ -225,8 +226,7 @@ class _Search:
             status, reason = known
             record = TrialRecord(trial.number, knobs, status, reason, predicted=True)
             store(trial, record)
-            self.observer.trial_finished(record, h)
-            raise optuna.TrialPruned(reason)  # not launched, not counted; the sampler learns from it
+            raise optuna.TrialPruned(reason)  # the observer hears of it once told (self.told)  # not launched, not counted; the sampler learns from it
         if (first := claim_configuration(self.study, trial, knobs)) is not None:
             self._duplicate(trial, first, None, h)
         return h.launched + 1
@@ -297,7 +297,6 @@ class _Search:
             self.late.add(trial.number)
             raise _NotLaunched(f"trial {trial.number} was taken while this worker stalled; measurement kept")
         store(trial, record)
-        self.observer.trial_finished(record, History.of(self.study))
         state = optuna_state(record.status)
         if state == TrialState.PRUNED:
             raise optuna.TrialPruned(f"{record.status}: {record.reason}")
@@ -313,7 +312,7 @@ class _Search:
         """Enqueue the baseline (and the grid), run the objective until done; returns why it stopped.
         tracker: logs each trial this worker tells (search/tracking)."""
         cfg, study = self.cfg, self.study
-        self.callbacks = [self.stop_when_done, *([tracker] if tracker else [])]
+        self.callbacks = [self.told, self.stop_when_done, *([tracker] if tracker else [])]
         reap_lost_workers(study, self.grace)
         if cfg.study.objective != "pareto":  # one objective: a recovered trial's value is its tokens/s
             recover(study, self.runs, self.bench)  # measured but never stored: recorded from its files
@@ -375,6 +374,13 @@ class _Search:
                 if not self.late or "Cannot tell a" not in str(err):
                     raise
                 self.late.clear()
+
+    def told(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        """The observer hears of a recorded trial once Optuna has told its state (an Optuna callback): the
+        History it gets then counts this trial. Called from the objective, before the tell, the live view's
+        "best" lagged one trial behind the results it printed."""
+        if trial.user_attrs.get("status") in STATUSES:
+            self.observer.trial_finished(TrialRecord.of(trial), History.of(study))
 
     def stop_when_done(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         h = History.of(study)
