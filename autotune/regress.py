@@ -254,7 +254,7 @@ def measure_best(
     on_repeat: OnRepeat | None = None,
 ) -> Repeats:
     """Measure the configuration of best.yaml (read by load_best) `repeats` times, each in a fresh process;
-    on_repeat hears of each repeat as it ends (views.repeat_line says it)."""
+    on_repeat hears of each repeat as it ends (views_check.repeat_line says it)."""
     fp = best["fingerprint"]
     here = _current_hardware(fp["device"])
     if here != fp["gpu_model"]:

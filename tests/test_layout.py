@@ -100,7 +100,8 @@ def test_layout_parent_never_imports_the_trial_process() -> None:
 
 @pytest.mark.parametrize("reader", ["autotune.report", "autotune.report._collect", "autotune.report._render",
                                     "autotune.report._html", "autotune.report._table", "autotune.regress",
-                                    "autotune.views", "autotune.search.best", "autotune.search.history",
+                                    "autotune.views", "autotune.views_check", "autotune.search.best",
+                                    "autotune.search.history",
                                     "autotune.search.storage"])
 def test_layout_readers_never_import_the_search_loop(reader: str) -> None:
     seen, todo = set(), [reader]

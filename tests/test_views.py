@@ -58,7 +58,7 @@ def test_views_best_is_each_result_as_it_arrives_with_autotune_s_count(write_yam
 
 
 def test_views_repeat_line_says_the_sample_and_what_ran_beside_it() -> None:
-    from autotune.views import repeat_line
+    from autotune.views_check import repeat_line
 
     shared = {"load_1min": 5.26, "cpus": 2, "gpu_processes": None}  # this 2-core machine, shared
     ok = repeat_line({"repeat": 0, "repeats": 5, "conditions": shared, "tokens_per_s_per_gpu": 51234.5, "failure": None})

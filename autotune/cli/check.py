@@ -62,7 +62,7 @@ def check(
     or disturbed."""
     with funnel():
         from autotune import regress
-        from autotune.views import baseline_recorded, repeat_line, verdict_lines
+        from autotune.views_check import baseline_recorded, repeat_line, verdict_lines
 
         console, progress = out_console(), out_console(stderr=True)
 
