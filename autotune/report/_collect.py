@@ -180,16 +180,18 @@ def _counts(rows: list[dict[str, Any]], trials: list[optuna.trial.FrozenTrial]) 
 
 
 def _time(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Seconds in trial processes, by phase (warm-up shown without the compile estimate it contains)."""
+    """Seconds in trial processes, by phase (warm-up shown without the compile estimate it contains). The loss
+    check's reference runs in a trial process of its own: its seconds count in the wall time too."""
     phases: dict[str, float] = defaultdict(float)
     wall = 0.0
     for r in rows:
-        wall += r["wall_s"] or 0.0
+        wall += (r["wall_s"] or 0.0) + (r["phases_s"] or {}).get("reference", 0.0)
         for k, v in (r["phases_s"] or {}).items():
             phases[k] += v
     if phases:
         phases["warmup"] -= phases.get("compile", 0.0)
-        phases["other"] = max(0.0, sum((r["wall_s"] or 0) for r in rows if r["phases_s"]) - sum(phases.values()))
+        timed = sum((r["wall_s"] or 0) + r["phases_s"].get("reference", 0.0) for r in rows if r["phases_s"])
+        phases["other"] = max(0.0, timed - sum(phases.values()))
     started = [r for r in rows if r["wall_s"]]
     return {
         "trial_wall_s": wall,
