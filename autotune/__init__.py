@@ -2,16 +2,16 @@
 
 The Python API (what the CLI calls):
 
-    import autotune
-    result = autotune.run_search("search_spaces/tiny.yaml", device="cpu")   # SearchResult; best.yaml written
-    verdict = autotune.run_check(result.best_yaml, repeats=5)                # Verdict: pass | faster | regression
-    data = autotune.read_report(result.study_dir)                            # the report as plain data
-    table = autotune.run_nccl("trials/nccl", device="cuda", gpus=["0", "1"])  # all-reduce bus bandwidth
+import autotune result = autotune.run_search("search_spaces/tiny.yaml", device="cpu")   #
+SearchResult; best.yaml written verdict = autotune.run_check(result.best_yaml, repeats=5)
+# Verdict: pass | faster | regression data = autotune.read_report(result.study_dir)
+# the report as plain data table = autotune.run_nccl("trials/nccl", device="cuda", gpus=["0",
+"1"])  # all-reduce bus bandwidth
 
-Errors are AutotuneError subclasses carrying a one-line message and an exit code (autotune.errors).
-Kept import-light on purpose (PEP 562 lazy names): a trial's process imports `autotune.workloads` and must
-need torch only, and `import autotune` loads none of Optuna, pydantic or torch.
-"""
+Errors are AutotuneError subclasses carrying a one-line message and an exit code
+(autotune.errors). Kept import-light on purpose (PEP 562 lazy names): a trial's process imports
+`autotune.workloads` and must need torch only, and `import autotune` loads none of Optuna,
+pydantic or torch."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ import sys as _sys
 
 
 def _launched_as_the_cli() -> bool:
-    """`python -m autotune.cli ...` or the `autotune` console script (sys.orig_argv: Python's own command line)."""
+    """`python -m autotune.cli ...` or the `autotune` console script (sys.orig_argv: Python's own
+    command line)."""
     argv = list(getattr(_sys, "orig_argv", []))
     if "-m" in argv[:-1]:
         return argv[argv.index("-m") + 1] == "autotune.cli"
@@ -28,7 +29,8 @@ def _launched_as_the_cli() -> bool:
 
 
 def _interrupted_early(signum: int, frame: object) -> None:
-    """Ctrl-C while the CLI is still importing (this package runs first): one line, exit 130, as cli.main's."""
+    """Ctrl-C while the CLI is still importing (this package runs first): one line, exit 130, as
+    cli.main's."""
     import os
 
     _sys.stderr.write("interrupted\n")
@@ -36,8 +38,10 @@ def _interrupted_early(signum: int, frame: object) -> None:
     os._exit(130)
 
 
-# Installed before anything else is imported (typing and pathlib take tens of milliseconds on a loaded machine):
-# only when this process is the CLI, never for a program that imports autotune, and never over an ignored SIGINT
+# Installed before anything else is imported (typing and pathlib take tens of milliseconds on a
+# loaded machine):
+# only when this process is the CLI, never for a program that imports autotune, and never over an
+# ignored SIGINT
 if _launched_as_the_cli() and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
     _signal.signal(_signal.SIGINT, _interrupted_early)
 
@@ -81,9 +85,10 @@ def run_search(
     progress: Callable[[TrialRecord], Any] | None = None,
     observer: Observer | None = None,
 ) -> SearchResult:
-    """Run or resume the study of MODEL_YAML (a path or a loaded Config), as `autotune search` does with the
-    same options (--out is out_root, --warm-start warm_start_from). progress: called with each finished trial's
-    TrialRecord; without it (and without an observer) one line per trial is written to stderr."""
+    """Run or resume the study of MODEL_YAML (a path or a loaded Config), as `autotune search` does
+    with the same options (--out is out_root, --warm-start warm_start_from). progress: called
+    with each finished trial's TrialRecord; without it (and without an observer) one line per
+    trial is written to stderr."""
     from autotune.api_options import SEARCH, checked, observer_of
     from autotune.config import Config
     from autotune.config_load import load_config
@@ -99,7 +104,9 @@ def run_search(
         "gpus": gpus,
         "warm_start_from": warm_start_from,
     }
-    options = checked("run_search", SEARCH, given)  # as the CLI checks them, the same one-line errors
+    options = checked(
+        "run_search", SEARCH, given
+    )  # as the CLI checks them, the same one-line errors
     watcher = observer_of(progress, observer)
     cfg = model_yaml if isinstance(model_yaml, Config) else load_config(model_yaml)
     return _run(cfg, observer=watcher, **options)
@@ -116,13 +123,18 @@ def run_check(
     max_load: float | None = None,
     on_repeat: Callable[..., None] | None = None,
 ) -> Verdict:
-    """Re-measure best.yaml's configuration and decide, as `autotune check` (--model is model_yaml, --tolerance
-    tolerance_pct, --max-load max_load: None is the CLI's default). on_repeat: called with each repeat as it
-    ends. The verdict's exit_code is the CLI's."""
+    """Re-measure best.yaml's configuration and decide, as `autotune check` (--model is model_yaml,
+    --tolerance tolerance_pct, --max-load max_load: None is the CLI's default). on_repeat: called
+    with each repeat as it ends. The verdict's exit_code is the CLI's."""
     from autotune.api_options import CHECK, checked
     from autotune.regress import check
 
-    given = {"model_yaml": model_yaml, "repeats": repeats, "tolerance_pct": tolerance_pct, "junit": junit}
+    given = {
+        "model_yaml": model_yaml,
+        "repeats": repeats,
+        "tolerance_pct": tolerance_pct,
+        "junit": junit,
+    }
     given.update(update=update, max_load=max_load, on_repeat=on_repeat)
     options = checked("run_check", CHECK, given)
     if options["max_load"] is None:  # the CLI's default (regress_conditions.HOST_LOAD_LIMIT)
@@ -152,14 +164,17 @@ def run_nccl(
     iters: int = 10,
     timeout_s: float = 180.0,
 ) -> dict[str, Any]:
-    """All-reduce bus bandwidth per NCCL algorithm and protocol, as `autotune nccl` (sizes: message bytes,
-    default 1 MB to 1 GB doubling; gpus default: all, or two gloo ranks on the CPU). Writes out_dir/nccl.json
-    and returns it."""
+    """All-reduce bus bandwidth per NCCL algorithm and protocol, as `autotune nccl` (sizes: message
+    bytes, default 1 MB to 1 GB doubling; gpus default: all, or two gloo ranks on the CPU).
+    Writes out_dir/nccl.json and returns it."""
     from autotune import nccl
     from autotune.api_options import parse_gpus, resolve_device
 
     device = resolve_device(device, "device")
-    group = parse_gpus("0,1" if device == "cpu" and gpus in (None, "all") else gpus or "all", "gpus") or []
+    group = (
+        parse_gpus("0,1" if device == "cpu" and gpus in (None, "all") else gpus or "all", "gpus")
+        or []
+    )
     return nccl.sweep(
         Path(out_dir),
         device=device,
@@ -174,7 +189,8 @@ def run_nccl(
 
 
 def _package_version() -> str:
-    """The installed distribution's version (pyproject.toml's, through importlib.metadata): one place to bump."""
+    """The installed distribution's version (pyproject.toml's, through importlib.metadata): one
+    place to bump."""
     from importlib import metadata
 
     try:
@@ -194,7 +210,9 @@ def __getattr__(name: str) -> Any:  # lazy re-exports (PEP 562): `import autotun
         from autotune.space import resolve_space
 
         return resolve_space
-    if name == "run_export":  # the winner in each format: autotune.export.export(best_yaml, formats)
+    if (
+        name == "run_export"
+    ):  # the winner in each format: autotune.export.export(best_yaml, formats)
         from autotune.export import export
 
         return export

@@ -1,5 +1,5 @@
-"""The study section of the YAML (how the Optuna study runs: budget, sampler, storage, limits, the numerics
-guards) and the base every section shares."""
+"""The study section of the YAML (how the Optuna study runs: budget, sampler, storage, limits, the
+numerics guards) and the base every section shares."""
 
 from __future__ import annotations
 
@@ -12,35 +12,45 @@ SEED_MAX = 2**32 - 1  # numpy's and Optuna's seeds are 32-bit
 
 
 class _Section(BaseModel):
-    """Every section rejects unknown keys (a typo must never be silently ignored) and takes YAML's types as
-    they are: strict, so `true` is no integer and "3" no number; floats finite."""
+    """Every section rejects unknown keys (a typo must never be silently ignored) and takes YAML's
+    types as they are: strict, so `true` is no integer and "3" no number; floats finite."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class LimitsConfig(_Section):
-    """Service-level limits of a generate study: a trial past one is recorded over_limit, with its numbers."""
+    """Service-level limits of a generate study: a trial past one is recorded over_limit, with its
+    numbers."""
 
     p99_tpot_ms: Optional[float] = Field(
-        default=None, gt=0, le=1e7, description="Largest p99 time per output token (ms) over the decode steps."
+        default=None,
+        gt=0,
+        le=1e7,
+        description="Largest p99 time per output token (ms) over the decode steps.",
     )
     median_tpot_ms: Optional[float] = Field(
         default=None, gt=0, le=1e7, description="Largest median time per output token (ms)."
     )
     ttft_ms: Optional[float] = Field(
-        default=None, gt=0, le=1e7, description="Largest time to first token (ms): the prefill of the batch."
+        default=None,
+        gt=0,
+        le=1e7,
+        description="Largest time to first token (ms): the prefill of the batch.",
     )
 
 
 class LossCheckConfig(_Section):
-    """Training's precision guardrail: an fp8 or fp16 trial that measured well also trains `steps` optimizer
-    steps from fresh weights on a learnable synthetic stream (each sequence repeats a random 8-token pattern,
-    so the loss falls), one micro-batch of at most 4 sequences a step, eager, and so does the same configuration
-    in bf16 once, eager (cached in the study's loss-reference/, shared by the trials of one precision). If the loss curves part by more than `max_gap` (relative,
-    at any step of the second half) the trial ends invalid_config: loss drifts, so a faster precision never
-    wins by training worse."""
+    """Training's precision guardrail: an fp8 or fp16 trial that measured well also trains `steps`
+    optimizer steps from fresh weights on a learnable synthetic stream (each sequence repeats a
+    random 8-token pattern, so the loss falls), one micro-batch of at most 4 sequences a step,
+    eager, and so does the same configuration in bf16 once, eager (cached in the study's
+    loss-reference/, shared by the trials of one precision). If the loss curves part by more than
+    `max_gap` (relative, at any step of the second half) the trial ends invalid_config: loss
+    drifts, so a faster precision never wins by training worse."""
 
-    steps: int = Field(default=20, ge=0, le=1000, description="Optimizer steps of the check (0: off).")
+    steps: int = Field(
+        default=20, ge=0, le=1000, description="Optimizer steps of the check (0: off)."
+    )
     max_gap: float = Field(
         default=0.05,
         gt=0,
@@ -50,11 +60,12 @@ class LossCheckConfig(_Section):
 
 
 class DriftConfig(_Section):
-    """How far a quantized generate trial's outputs may move from the unquantized model's (same weights, same
-    prompts): past any limit the trial ends invalid_config: outputs drift. All three are measured and recorded
-    in every quantized trial. On autotune's random-weight models the end-to-end measures say little (a random
-    32-layer network turns int4's 10% per-layer error into unrelated greedy tokens, seen on an H200), so the
-    default limit is per layer; set the end-to-end ones for a model whose weights are trained."""
+    """How far a quantized generate trial's outputs may move from the unquantized model's (same
+    weights, same prompts): past any limit the trial ends invalid_config: outputs drift. All
+    three are measured and recorded in every quantized trial. On autotune's random-weight models
+    the end-to-end measures say little (a random 32-layer network turns int4's 10% per-layer
+    error into unrelated greedy tokens, seen on an H200), so the default limit is per layer; set
+    the end-to-end ones for a model whose weights are trained."""
 
     max_layer_error: Optional[float] = Field(
         default=0.3,
@@ -103,14 +114,16 @@ class MlflowConfig(_Section):
 
 
 class WandbConfig(_Section):
-    """Weights & Biases: one run per trial (optuna_integration.WeightsAndBiasesCallback, as_multirun),
-    grouped by the study's name."""
+    """Weights & Biases: one run per trial (optuna_integration.WeightsAndBiasesCallback,
+    as_multirun), grouped by the study's name."""
 
     project: Optional[str] = Field(
         default=None, min_length=1, description="W&B project. Default: W&B's own (WANDB_PROJECT)."
     )
     entity: Optional[str] = Field(
-        default=None, min_length=1, description="W&B entity (user or team). Default: W&B's own (WANDB_ENTITY)."
+        default=None,
+        min_length=1,
+        description="W&B entity (user or team). Default: W&B's own (WANDB_ENTITY).",
     )
     mode: Optional[Literal["online", "offline", "disabled"]] = Field(
         default=None,
@@ -118,20 +131,25 @@ class WandbConfig(_Section):
         "(WANDB_MODE, else online).",
     )
     dir: Optional[str] = Field(
-        default=None, min_length=1, description="Folder of W&B's local files. Default: the study's folder."
+        default=None,
+        min_length=1,
+        description="Folder of W&B's local files. Default: the study's folder.",
     )
 
 
 class TrackingConfig(_Section):
-    """Experiment tracking: every trial this process measures, logged as it ends (knobs as params; tokens/s,
-    MFU, peak memory as metrics; a pruned or failed trial with its state and reason, no value). Logging runs
-    in a background thread: a tracking server that is down or slow never stops or slows the study."""
+    """Experiment tracking: every trial this process measures, logged as it ends (knobs as params;
+    tokens/s, MFU, peak memory as metrics; a pruned or failed trial with its state and reason, no
+    value). Logging runs in a background thread: a tracking server that is down or slow never
+    stops or slows the study."""
 
     mlflow: Optional[MlflowConfig] = Field(
-        default=None, description="Log to MLflow (tracking_uri, experiment); needs `autotune[mlflow]`."
+        default=None,
+        description="Log to MLflow (tracking_uri, experiment); needs `autotune[mlflow]`.",
     )
     wandb: Optional[WandbConfig] = Field(
-        default=None, description="Log to Weights & Biases (project, entity, mode, dir); needs `autotune[wandb]`."
+        default=None,
+        description="Log to Weights & Biases (project, entity, mode, dir); needs `autotune[wandb]`.",
     )
     flush_s: float = Field(
         default=10.0,
@@ -146,12 +164,20 @@ class StudyConfig(_Section):
     """How the Optuna study runs."""
 
     trials: int = Field(
-        default=30, ge=1, le=100_000, description="Trials to measure (launched trials; resumed ones count)."
+        default=30,
+        ge=1,
+        le=100_000,
+        description="Trials to measure (launched trials; resumed ones count).",
     )
     timeout_min: float = Field(
-        default=60.0, gt=0, le=525_600, description="Stop launching trials after this many minutes (at most a year)."
+        default=60.0,
+        gt=0,
+        le=525_600,
+        description="Stop launching trials after this many minutes (at most a year).",
     )
-    sampler: SamplerName = Field(default="tpe", description="Optuna sampler: tpe | random | grid | gp.")
+    sampler: SamplerName = Field(
+        default="tpe", description="Optuna sampler: tpe | random | grid | gp."
+    )
     seed: int = Field(default=0, ge=0, le=SEED_MAX, description="Sampler seed (0 to 2^32 - 1).")
     storage: str | None = Field(
         default=None,

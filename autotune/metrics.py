@@ -17,7 +17,9 @@ def flops_per_token(flop_params: int, n_layers: int, d_model: int, seq_len: int)
     return 6.0 * flop_params + 12.0 * n_layers * d_model * seq_len
 
 
-def mfu(tokens_per_s_per_gpu: float, flops_per_tok: float, peak_flops: float | None) -> float | None:
+def mfu(
+    tokens_per_s_per_gpu: float, flops_per_tok: float, peak_flops: float | None
+) -> float | None:
     """Model FLOPs utilisation in [0, 1]; None where the peak is unknown (CPU, unlisted GPU)."""
     if not peak_flops:
         return None
@@ -27,7 +29,11 @@ def mfu(tokens_per_s_per_gpu: float, flops_per_tok: float, peak_flops: float | N
 def step_stats(samples: list[float]) -> dict[str, float]:
     """Median and spread of raw step times; spread_pct = (max - min) / median."""
     med = statistics.median(samples)
-    q = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1 else [med, med, med]
+    q = (
+        statistics.quantiles(samples, n=4, method="inclusive")
+        if len(samples) > 1
+        else [med, med, med]
+    )
     return {
         "median_s": med,
         "mean_s": statistics.fmean(samples),
@@ -40,13 +46,18 @@ def step_stats(samples: list[float]) -> dict[str, float]:
     }
 
 
-def summarize(res: Any, model: dict[str, Any] | None, world_size: int, peak_flops: float | None) -> dict[str, Any]:
-    """The metrics a trial reports, from its TrialResult (protocol.py): step times, tokens, FLOPs, memory."""
+def summarize(
+    res: Any, model: dict[str, Any] | None, world_size: int, peak_flops: float | None
+) -> dict[str, Any]:
+    """The metrics a trial reports, from its TrialResult (protocol.py): step times, tokens, FLOPs,
+    memory."""
     stats = step_stats(res.step_times_s)
     per_gpu = res.tokens_per_step / stats["median_s"]
     dims = res.mfu_dims or model or {}
     fpt = res.flops_per_token  # counted in the trial (hf_config, entrypoint models)
-    if not fpt and res.flop_params:  # the built-in model's formula; none of the two: MFU n/a, never guessed
+    if (
+        not fpt and res.flop_params
+    ):  # the built-in model's formula; none of the two: MFU n/a, never guessed
         fpt = flops_per_token(res.flop_params, dims["n_layers"], dims["d_model"], dims["seq_len"])
     value = mfu(per_gpu, fpt, peak_flops) if fpt else None
     return {
@@ -62,9 +73,10 @@ def summarize(res: Any, model: dict[str, Any] | None, world_size: int, peak_flop
 
 
 def generation(output: dict[str, Any], hbm_bytes_per_s: float | None) -> dict[str, Any]:
-    """A generate trial's latency metrics (from its `output`) and the decode step's share of the memory-
-    bandwidth roofline: bytes a step must read (weights as stored, norms, the KV cache of the positions it
-    attends to) over the median step time, against the GPU's peak HBM bandwidth (None where unknown)."""
+    """A generate trial's latency metrics (from its `output`) and the decode step's share of the
+    memory- bandwidth roofline: bytes a step must read (weights as stored, norms, the KV cache of
+    the positions it attends to) over the median step time, against the GPU's peak HBM bandwidth
+    (None where unknown)."""
     tpot = output.get("tpot_ms_median")
     need = output.get("bytes_per_decode_step")
     achieved = need / (tpot / 1000) if tpot and need else None
@@ -93,18 +105,23 @@ def over_limits(m: dict[str, Any], limits: dict[str, float]) -> list[str]:
         key, what = LIMIT_METRICS[name]
         value = m.get(key)
         if value is not None and value > limit:
-            over.append(f"{what} {value:.1f} ms > limit {limit:g} ms ({name}; {100 * (value / limit - 1):.0f}% over)")
+            over.append(
+                f"{what} {value:.1f} ms > limit {limit:g} ms ({name}; {100 * (value / limit - 1):.0f}% over)"
+            )
     return over
 
 
 NEAREST_S = 0.5  # a window shorter than the sampling interval takes the samples this close to it
 
 
-def summarize_telemetry(samples: list[dict[str, Any]], window: tuple[float, float]) -> dict[str, Any] | None:
-    """Mean power, SM clock and temperature over the measured window, and the throttle reasons seen there.
+def summarize_telemetry(
+    samples: list[dict[str, Any]], window: tuple[float, float]
+) -> dict[str, Any] | None:
+    """Mean power, SM clock and temperature over the measured window, and the throttle reasons seen
+    there.
 
-    A measured window shorter than the sampling interval (0.2 s) may hold no sample: then the samples within
-    NEAREST_S of it stand for it, and `in_window` says so (False)."""
+    A measured window shorter than the sampling interval (0.2 s) may hold no sample: then the
+    samples within NEAREST_S of it stand for it, and `in_window` says so (False)."""
     inside = [s for s in samples if window[0] <= s["t"] <= window[1]]
     in_window = bool(inside)
     if not inside:
@@ -126,9 +143,9 @@ def summarize_telemetry(samples: list[dict[str, Any]], window: tuple[float, floa
 
 
 def window_energy_j(samples: list[dict[str, Any]], window: tuple[float, float]) -> float | None:
-    """Joules the GPU drew in the window, from NVML's total-energy counter (millijoules) interpolated linearly
-    at the window's start and end between the samples around each; None without a sample before the start and
-    one after the end (or without the counter)."""
+    """Joules the GPU drew in the window, from NVML's total-energy counter (millijoules)
+    interpolated linearly at the window's start and end between the samples around each; None
+    without a sample before the start and one after the end (or without the counter)."""
     points = [(s["t"], s["energy_mj"]) for s in samples if s.get("energy_mj") is not None]
 
     def at(t: float) -> float | None:
@@ -145,17 +162,21 @@ def window_energy_j(samples: list[dict[str, Any]], window: tuple[float, float]) 
     return (end - start) / 1000.0
 
 
-# An interval is printed only where it bounds something: from at least MIN_INTERVAL_SAMPLES samples, both ends
-# finite, positive and within MAX_INTERVAL_FACTOR of the centre. Wider says "anywhere from half to twice", no
-# bound at all. Two samples never do: Student's t of 1 degree of freedom is 12.7, so two samples 10% apart span
-# 573 to 1,924 around 1,050, and a confirmation of 2 printed "95% interval 0 to 1,108,731,079,831" (issue 29).
+# An interval is printed only where it bounds something: from at least MIN_INTERVAL_SAMPLES samples,
+# both ends
+# finite, positive and within MAX_INTERVAL_FACTOR of the centre. Wider says "anywhere from half to
+# twice", no
+# bound at all. Two samples never do: Student's t of 1 degree of freedom is 12.7, so two samples 10%
+# apart span
+# 573 to 1,924 around 1,050, and a confirmation of 2 printed "95% interval 0 to 1,108,731,079,831"
+# (issue 29).
 MIN_INTERVAL_SAMPLES = 3
 MAX_INTERVAL_FACTOR = 2.0
 
 
 def unbounded(center: float, ci: tuple[float, float] | list[float], n: int) -> str | None:
-    """Why the interval `ci` around `center`, from n samples, bounds nothing ("too few samples ..."); None where
-    it does (the rule: MIN_INTERVAL_SAMPLES, MAX_INTERVAL_FACTOR)."""
+    """Why the interval `ci` around `center`, from n samples, bounds nothing ("too few samples
+    ..."); None where it does (the rule: MIN_INTERVAL_SAMPLES, MAX_INTERVAL_FACTOR)."""
     import math
 
     if n < MIN_INTERVAL_SAMPLES:
@@ -168,7 +189,8 @@ def unbounded(center: float, ci: tuple[float, float] | list[float], n: int) -> s
 
 
 def bounded_interval(samples: list[float]) -> tuple[list[float] | None, str | None]:
-    """The median's 95% interval where it bounds something, else None and why (the rule: `unbounded`)."""
+    """The median's 95% interval where it bounds something, else None and why (the rule:
+    `unbounded`)."""
     if not samples:
         return None, "no sample"
     ci = median_interval(samples)
@@ -177,8 +199,10 @@ def bounded_interval(samples: list[float]) -> tuple[list[float] | None, str | No
 
 
 # A baseline is unsteady when its measured steps spread past UNSTEADY_SPREAD_PCT, the spread being
-# (p90 - p10) / median of its raw step times: the middle 80%, so one slow step does not flag it and a machine
-# swinging between two speeds does. Every "x baseline" is then flagged: one baseline measured at 120% made every
+# (p90 - p10) / median of its raw step times: the middle 80%, so one slow step does not flag it and
+# a machine
+# swinging between two speeds does. Every "x baseline" is then flagged: one baseline measured at
+# 120% made every
 # trial read "293x baseline" (issue 29).
 UNSTEADY_SPREAD_PCT = 50.0
 UNSTEADY_RULE = "(p90 - p10) / median of the baseline's measured step times"
@@ -193,7 +217,8 @@ def middle_spread_pct(step_times: list[float]) -> float | None:
 
 
 def steadiness(step_times: list[float]) -> dict[str, Any]:
-    """Whether a baseline's steps are steady enough for ratios to it to mean much (UNSTEADY_SPREAD_PCT)."""
+    """Whether a baseline's steps are steady enough for ratios to it to mean much
+    (UNSTEADY_SPREAD_PCT)."""
     spread = middle_spread_pct(step_times)
     return {
         "spread_pct": spread,
@@ -204,8 +229,9 @@ def steadiness(step_times: list[float]) -> dict[str, Any]:
 
 
 def median_interval(samples: list[float], level: float = 0.95) -> tuple[float, float]:
-    """Interval of a set's typical value: median x exp(+-t * s / sqrt(n)), s the standard deviation of the
-    log samples, t Student's quantile with n - 1 degrees of freedom; unbounded for a single sample."""
+    """Interval of a set's typical value: median x exp(+-t * s / sqrt(n)), s the standard deviation
+    of the log samples, t Student's quantile with n - 1 degrees of freedom; unbounded for a
+    single sample."""
     import math
 
     med = statistics.median(samples)

@@ -1,5 +1,6 @@
-"""What else ran while `autotune check` measured: the host's load and the other processes on the GPU, sampled
-beside each repeat, and the rule that calls a check disturbed (a regression then ends "unreliable", exit 3)."""
+"""What else ran while `autotune check` measured: the host's load and the other processes on the
+GPU, sampled beside each repeat, and the rule that calls a check disturbed (a regression then
+ends "unreliable", exit 3)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 
 from autotune import hardware
 
-# Past 2 runnable threads per CPU core (the 1-minute load average over os.cpu_count()) others took the
+# Past 2 runnable threads per CPU core (the 1-minute load average over os.cpu_count()) others took
+# the
 # machine: a CPU trial's own torch threads account for about 1 per core, a GPU trial's for far less.
 HOST_LOAD_LIMIT = 2.0
 
@@ -20,8 +22,9 @@ def sample(
     loadavg: Callable[[], tuple[float, float, float]] = os.getloadavg,
     processes: Callable[[int], list[dict[str, Any]] | None] = hardware.compute_processes,
 ) -> dict[str, Any]:
-    """The conditions now: the 1-minute load average, the CPU count and (cuda) the compute processes on the
-    GPU a trial uses (None: no GPU or NVML cannot say). Taken between repeats, when none of ours runs."""
+    """The conditions now: the 1-minute load average, the CPU count and (cuda) the compute processes
+    on the GPU a trial uses (None: no GPU or NVML cannot say). Taken between repeats, when none
+    of ours runs."""
     return {
         "load_1min": round(loadavg()[0], 2),
         "cpus": os.cpu_count() or 1,
@@ -30,13 +33,15 @@ def sample(
 
 
 def disturbances(conditions: list[dict[str, Any]], max_load: float = HOST_LOAD_LIMIT) -> list[str]:
-    """What disturbed the measurement, one phrase each (empty: nothing did): other processes on the GPU
-    beside any repeat, the host's load per core past max_load (0 or less: load not judged). conditions[i]
-    was sampled before repeat i + 1, the last one after the last repeat."""
+    """What disturbed the measurement, one phrase each (empty: nothing did): other processes on the
+    GPU beside any repeat, the host's load per core past max_load (0 or less: load not judged).
+    conditions[i] was sampled before repeat i + 1, the last one after the last repeat."""
     found = []
     others = {p["pid"]: p for c in conditions for p in c.get("gpu_processes") or []}
     if others:
-        found.append("other processes on the GPU: " + ", ".join(_process(p) for p in others.values()))
+        found.append(
+            "other processes on the GPU: " + ", ".join(_process(p) for p in others.values())
+        )
     loads = [(c["load_1min"] / c["cpus"], i) for i, c in enumerate(conditions)]
     worst, at = max(loads, default=(0.0, 0))
     if max_load > 0 and worst > max_load:

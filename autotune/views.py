@@ -29,7 +29,8 @@ def _hms(seconds: float) -> str:
 
 
 def header_line(info: dict[str, Any]) -> Text:
-    """The search's first line: the study, the space, the sampler, the budget and what was already measured."""
+    """The search's first line: the study, the space, the sampler, the budget and what was already
+    measured."""
     return Text.assemble(
         ("autotune search", "bold"),
         f" {info['name']} on {info['device']}: space of {info['space_size']} points, "
@@ -40,8 +41,8 @@ def header_line(info: dict[str, Any]) -> Text:
 
 
 def trial_line(record: TrialRecord, searched: list[str] | None, which: str | None = None) -> Text:
-    """One finished trial on one line: which it is (default '#<number> '), its status, tokens/s and MFU (or the
-    reason), its knobs."""
+    """One finished trial on one line: which it is (default '#<number> '), its status, tokens/s and
+    MFU (or the reason), its knobs."""
     knobs = fmt_knobs(record.knobs, searched)
     which = which or f"#{record.number} "
     if record.status == "ok":
@@ -56,7 +57,8 @@ def trial_line(record: TrialRecord, searched: list[str] | None, which: str | Non
 
 
 class TrialLog(Observer):
-    """The Python API's default progress: the header and one plain line per finished trial, on a stream."""
+    """The Python API's default progress: the header and one plain line per finished trial, on a
+    stream."""
 
     def __init__(self, stream: Any) -> None:
         self.stream = stream
@@ -71,7 +73,8 @@ class TrialLog(Observer):
 
 
 class LiveProgress(Observer):
-    """Trial i of N, the config being measured, best so far (tokens/s and x baseline), elapsed, remaining."""
+    """Trial i of N, the config being measured, best so far (tokens/s and x baseline), elapsed,
+    remaining."""
 
     def __init__(self, console: Console, searched: list[str]) -> None:
         self.console = console
@@ -82,7 +85,9 @@ class LiveProgress(Observer):
         self.best: dict[str, Any] | None = None
         self.measured = 0  # trials launched and recorded, as the budget counts them
         self.baseline_value: float | None = None
-        self.live = Live(console=console, refresh_per_second=2, get_renderable=self._render, transient=True)
+        self.live = Live(
+            console=console, refresh_per_second=2, get_renderable=self._render, transient=True
+        )
 
     def __enter__(self) -> LiveProgress:
         self.live.__enter__()
@@ -103,7 +108,9 @@ class LiveProgress(Observer):
 
     def trial_finished(self, record: TrialRecord, history: History) -> None:
         index = self.current.pop(record.number, (None,))[0]
-        self.measured = history.launched  # autotune's own count (the budget's), not Optuna's trial numbers
+        self.measured = (
+            history.launched
+        )  # autotune's own count (the budget's), not Optuna's trial numbers
         best = history.best()
         if best is not None:
             self.baseline_value = value_of(history.baseline) if history.baseline else None
@@ -116,7 +123,8 @@ class LiveProgress(Observer):
         self.console.print(trial_line(record, self.searched, self._which(record.number, index)))
 
     def _which(self, number: int, index: int | None) -> str:
-        """'trial 3 of 20 (#7) ': the budget's count beside Optuna's number; '#7 ' for a trial never launched."""
+        """'trial 3 of 20 (#7) ': the budget's count beside Optuna's number; '#7 ' for a trial never
+        launched."""
         if index is None:
             return f"#{number} "
         return f"trial {index} of {self.info.get('budget', '?')} (#{number}) "
@@ -152,7 +160,11 @@ class LiveProgress(Observer):
                 )
             )
         if self.best:
-            x = f" = {self.best['value'] / self.baseline_value:.2f}x baseline" if self.baseline_value else ""
+            x = (
+                f" = {self.best['value'] / self.baseline_value:.2f}x baseline"
+                if self.baseline_value
+                else ""
+            )
             rows.append(
                 Text.assemble(
                     "best: ",
@@ -170,23 +182,29 @@ def top_trials_table(history: History, searched: list[str], task: str, top: int 
     """The top completed trials, best first (the report's trials table, the task's columns)."""
     base = value_of(history.baseline) if history.baseline else None
     rows = [row_of(t, base) for t in history.ranked()[:top]]
-    return rich_table(rows, searched, f"Top {top} of {len(history.completed)} completed trials", task)
+    return rich_table(
+        rows, searched, f"Top {top} of {len(history.completed)} completed trials", task
+    )
 
 
 def _hidden(described: dict[str, Any]) -> list[str]:
-    """The knobs validate and --dry-run leave out: inert ones, unless the YAML set them (a note says why)."""
+    """The knobs validate and --dry-run leave out: inert ones, unless the YAML set them (a note says
+    why)."""
     return [k for k in described.get("inert", []) if k not in described["notes"]]
 
 
 def config_yaml(dumped: dict[str, Any], described: dict[str, Any], show_all: bool = False) -> str:
-    """`autotune validate`'s resolved config as YAML: its space section holds only the knobs of this task that
-    can act here (another task's knobs and inert ones left out) unless show_all."""
+    """`autotune validate`'s resolved config as YAML: its space section holds only the knobs of this
+    task that can act here (another task's knobs and inert ones left out) unless show_all."""
     import yaml
 
     if not show_all and isinstance(dumped.get("space"), dict):
         mine = {**described["searched"], **described["fixed"], "grad_accum_steps": None}
         hidden = _hidden(described)
-        dumped = {**dumped, "space": {k: v for k, v in dumped["space"].items() if k in mine and k not in hidden}}
+        dumped = {
+            **dumped,
+            "space": {k: v for k, v in dumped["space"].items() if k in mine and k not in hidden},
+        }
     if not show_all and isinstance(dumped.get("workload"), dict):
         dumped = {**dumped, "workload": _task_fields(dumped["workload"])}
     return yaml.safe_dump(dumped, sort_keys=False)
@@ -202,18 +220,30 @@ def _task_fields(workload: dict[str, Any]) -> dict[str, Any]:
 
 
 def space_table(described: dict[str, Any], show_all: bool = False) -> Table:
-    """The resolved space: each knob searched or fixed, with the reason where the YAML was changed. A fixed
-    knob that cannot act here (space.py's `inert`: FSDP knobs on one GPU) is left out unless show_all."""
+    """The resolved space: each knob searched or fixed, with the reason where the YAML was changed.
+    A fixed knob that cannot act here (space.py's `inert`: FSDP knobs on one GPU) is left out
+    unless show_all."""
     hidden = [] if show_all else _hidden(described)
-    caption = f"{len(hidden)} knob(s) that cannot act here not shown (--all shows them)" if hidden else None
+    caption = (
+        f"{len(hidden)} knob(s) that cannot act here not shown (--all shows them)"
+        if hidden
+        else None
+    )
     table = Table(title=f"Resolved space: {described['size']} points", caption=caption)
     for col in ("knob", "values", "role", "note"):
         table.add_column(col)
     base = described["baseline"]
     for knob, values in described["searched"].items():
-        shown = values if len(values) <= 12 else [*values[:5], f"... ({len(values) - 10} more)", *values[-5:]]
+        shown = (
+            values
+            if len(values) <= 12
+            else [*values[:5], f"... ({len(values) - 10} more)", *values[-5:]]
+        )
         table.add_row(
-            knob, ", ".join(map(str, shown)), f"searched (baseline {base.get(knob)})", described["notes"].get(knob, "")
+            knob,
+            ", ".join(map(str, shown)),
+            f"searched (baseline {base.get(knob)})",
+            described["notes"].get(knob, ""),
         )
     for knob, value in described["fixed"].items():
         if knob not in hidden:
@@ -223,32 +253,45 @@ def space_table(described: dict[str, Any], show_all: bool = False) -> Table:
         and "grad_accum_steps" not in described["searched"]
         and "grad_accum_steps" not in described["fixed"]
     ):
-        table.add_row("grad_accum_steps", "auto", "derived", described["notes"].get("grad_accum_steps", ""))
+        table.add_row(
+            "grad_accum_steps", "auto", "derived", described["notes"].get("grad_accum_steps", "")
+        )
     return table
 
 
-def memory_table(model: dict[str, Any], space: Any, world_size: int, capacity_gib: float | None) -> Table | None:
-    """`autotune validate`: the memory estimate per rank (autotune/memory) for each micro-batch size and activation
-    checkpointing choice of the space, the other knobs at the baseline's values; None where nothing is
-    estimated (hf_config and entrypoint models, generate)."""
+def memory_table(
+    model: dict[str, Any], space: Any, world_size: int, capacity_gib: float | None
+) -> Table | None:
+    """`autotune validate`: the memory estimate per rank (autotune/memory) for each micro-batch size
+    and activation checkpointing choice of the space, the other knobs at the baseline's values;
+    None where nothing is estimated (hf_config and entrypoint models, generate)."""
     from autotune import memory
 
     sizes = space.searched.get("micro_batch_size") or [space.baseline.get("micro_batch_size")]
-    checkpoints = space.searched.get("activation_checkpointing") or [space.baseline.get("activation_checkpointing")]
+    checkpoints = space.searched.get("activation_checkpointing") or [
+        space.baseline.get("activation_checkpointing")
+    ]
     base = space.knobs(space.baseline)
     rows = []
     for ac in checkpoints:
         ests = [
-            memory.estimate(model, {**base, "micro_batch_size": mbs, "activation_checkpointing": ac}, world_size)
+            memory.estimate(
+                model, {**base, "micro_batch_size": mbs, "activation_checkpointing": ac}, world_size
+            )
             for mbs in sizes
         ]
         if any(e is None for e in ests):
             return None
         rows.append((ac, ests))
-    title = "Memory estimate per rank, GiB (uncalibrated; the search calibrates it on measured peaks): " + ", ".join(
-        f"{k} {v}"
-        for k, v in base.items()
-        if k not in ("micro_batch_size", "activation_checkpointing") and k in space.searched and v is not None
+    title = (
+        "Memory estimate per rank, GiB (uncalibrated; the search calibrates it on measured peaks): "
+        + ", ".join(
+            f"{k} {v}"
+            for k, v in base.items()
+            if k not in ("micro_batch_size", "activation_checkpointing")
+            and k in space.searched
+            and v is not None
+        )
     )
     table = Table(title=title if len(title) < 200 else title[:197] + "...", title_justify="left")
     table.add_column("activation_checkpointing")
@@ -267,9 +310,18 @@ def memory_table(model: dict[str, Any], space: Any, world_size: int, capacity_gi
 
 
 def confirmation_table(conf: dict[str, Any]) -> Table:
-    """The re-measured top configurations: samples, median, 95% interval, knobs changed from the baseline."""
+    """The re-measured top configurations: samples, median, 95% interval, knobs changed from the
+    baseline."""
     table = Table(title=f"Confirmation: {conf['rounds_done']} interleaved rounds")
-    for col in ("#", "search tok/s", "confirmed median", "95% interval", "samples", "knobs changed", "chosen"):
+    for col in (
+        "#",
+        "search tok/s",
+        "confirmed median",
+        "95% interval",
+        "samples",
+        "knobs changed",
+        "chosen",
+    ):
         table.add_column(col)
     for st in conf["stats"]:
         table.add_row(
@@ -285,8 +337,9 @@ def confirmation_table(conf: dict[str, Any]) -> Table:
 
 
 def _interval_cell(st: dict[str, Any]) -> str:
-    """A candidate's interval from its samples, or why it has none ("too few samples ...": metrics.unbounded;
-    recomputed: a confirmation stored by an older release kept unbounded intervals)."""
+    """A candidate's interval from its samples, or why it has none ("too few samples ...":
+    metrics.unbounded; recomputed: a confirmation stored by an older release kept unbounded
+    intervals)."""
     from autotune import metrics
 
     ci, why = metrics.bounded_interval(st["samples"])
@@ -300,7 +353,8 @@ def _size(n: int) -> str:
 
 
 def nccl_tables(doc: dict[str, Any]) -> list[Table]:
-    """`autotune nccl`'s result: bus bandwidth per size and setting, and the settings that did not run."""
+    """`autotune nccl`'s result: bus bandwidth per size and setting, and the settings that did not
+    run."""
     ok = [c for c in doc["cells"] if c["status"] == "ok"]
     table = Table(
         title=f"all-reduce bus bandwidth, GB/s ({doc['ranks']} ranks, {doc['device']}; "
@@ -324,10 +378,13 @@ def nccl_tables(doc: dict[str, Any]) -> list[Table]:
 
 
 def hw_tables(info: dict[str, Any]) -> list[Table]:
-    """`autotune hw`: the GPUs pynvml sees with the peak used for their MFU, and the whole peak table."""
+    """`autotune hw`: the GPUs pynvml sees with the peak used for their MFU, and the whole peak
+    table."""
     from autotune.hardware import MFU_PRECISION, PEAKS, find_peak
 
-    table = Table(title=f"GPUs (driver {info['driver'] or 'none'}, CUDA driver {info['cuda_driver'] or 'none'})")
+    table = Table(
+        title=f"GPUs (driver {info['driver'] or 'none'}, CUDA driver {info['cuda_driver'] or 'none'})"
+    )
     for col in ("index", "name", "memory GiB", f"peak {MFU_PRECISION} TFLOP/s (MFU)", "source"):
         table.add_column(col)
     for gpu in info["gpus"]:
@@ -347,7 +404,10 @@ def hw_tables(info: dict[str, Any]) -> list[Table]:
     for p in PEAKS:
         peaks.add_row(
             p.model,
-            *[f"{p.tflops[k]:g}" if k in p.tflops else "-" for k in ("fp32", "tf32", "bf16", "fp16", "fp8")],
+            *[
+                f"{p.tflops[k]:g}" if k in p.tflops else "-"
+                for k in ("fp32", "tf32", "bf16", "fp16", "fp8")
+            ],
             p.source,
         )
     return [table, peaks]

@@ -1,4 +1,5 @@
-"""What `autotune check` prints: a line per repeat as it ends, then the verdict and what it rests on."""
+"""What `autotune check` prints: a line per repeat as it ends, then the verdict and what it rests
+on."""
 
 from __future__ import annotations
 
@@ -20,11 +21,17 @@ def _disturbed(verdict: Any) -> list[Text]:
     """What disturbed the repeats (regress_conditions), and what that means for the verdict."""
     if not verdict.disturbed:
         return []
-    what = "no regression can be told from it" if verdict.status == "unreliable" else "its numbers may be low"
+    what = (
+        "no regression can be told from it"
+        if verdict.status == "unreliable"
+        else "its numbers may be low"
+    )
     return [_tagged("disturbed:", "yellow", "; ".join(verdict.disturbed) + f" ({what})")]
 
 
-def baseline_recorded(best_yaml: Any, samples: list[float], failures: list[str]) -> list[Text | str]:
+def baseline_recorded(
+    best_yaml: Any, samples: list[float], failures: list[str]
+) -> list[Text | str]:
     """What `check --reset-baseline` says."""
     lines = [
         f"baseline recorded in {best_yaml}: {len(samples)} processes, median "
@@ -34,8 +41,11 @@ def baseline_recorded(best_yaml: Any, samples: list[float], failures: list[str])
 
 
 def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> list[Text | str]:
-    """What `check` says: the verdict, where its baseline came from, what changed, what failed, what was recorded."""
-    color = {"pass": "green", "faster": "cyan", "regression": "red", "unreliable": "yellow"}[verdict.status]
+    """What `check` says: the verdict, where its baseline came from, what changed, what failed, what
+    was recorded."""
+    color = {"pass": "green", "faster": "cyan", "regression": "red", "unreliable": "yellow"}[
+        verdict.status
+    ]
     lines: list[Text | str] = [
         Text(verdict.summary(), style=color),
         printable(
@@ -56,7 +66,9 @@ def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> l
             )
         )
     if verdict.history_skipped:
-        shown = "; ".join(verdict.history_skipped[:3]) + ("; ..." if len(verdict.history_skipped) > 3 else "")
+        shown = "; ".join(verdict.history_skipped[:3]) + (
+            "; ..." if len(verdict.history_skipped) > 3 else ""
+        )
         lines.append(_tagged("note:", "yellow", printable(f"history.jsonl: skipped {shown}")))
     if verdict.history_error:
         lines.append(_tagged("warning:", "yellow", printable(verdict.history_error)))
@@ -90,7 +102,9 @@ def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> l
 def _recorded(verdict: Any, best_yaml: Any, update: bool) -> list[str]:
     """What --update recorded, or why not; a faster check without it says how to record."""
     if update and verdict.updated:
-        return [f"--update: recorded {len(verdict.check_samples)} samples as the new baseline in {best_yaml}"]
+        return [
+            f"--update: recorded {len(verdict.check_samples)} samples as the new baseline in {best_yaml}"
+        ]
     if update:
         why = "the check was disturbed" if verdict.disturbed else "the check found a regression"
         return [f"--update: not recorded, {why}"]
@@ -100,13 +114,25 @@ def _recorded(verdict: Any, best_yaml: Any, update: bool) -> list[str]:
 
 
 def repeat_line(event: dict[str, Any]) -> Text:
-    """One `check` repeat as it ends: its tokens/s or failure, and the host's load and the GPU's other
-    processes sampled before it (regress_conditions.sample)."""
+    """One `check` repeat as it ends: its tokens/s or failure, and the host's load and the GPU's
+    other processes sampled before it (regress_conditions.sample)."""
     c = event["conditions"]
     gpu = c["gpu_processes"]
-    others = "" if gpu is None else f"; GPU: {len(gpu)} other process(es)" if gpu else "; GPU: no other process"
+    others = (
+        ""
+        if gpu is None
+        else f"; GPU: {len(gpu)} other process(es)"
+        if gpu
+        else "; GPU: no other process"
+    )
     where = f"(load {c['load_1min']:g} on {c['cpus']} CPUs{others})"
     head = f"repeat {event['repeat'] + 1} of {event['repeats']}: "
     if event["failure"]:
-        return Text.assemble(head, ("failed", "yellow"), " ", printable(event["failure"], newlines=False), f" {where}")
+        return Text.assemble(
+            head,
+            ("failed", "yellow"),
+            " ",
+            printable(event["failure"], newlines=False),
+            f" {where}",
+        )
     return Text(f"{head}{fmt(event[Metric.TOKENS_PER_GPU], 'tok')} tokens/s/GPU {where}")

@@ -20,11 +20,15 @@ from conftest import interrupt_when_running, load_trials, none_left, run_cli, st
 @pytest.mark.slow
 def test_cli_search_writes_best_yaml(write_yaml, tmp_path: Path) -> None:
     path = write_yaml(tiny(study={"trials": 3}))
-    proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path)
+    proc = run_cli(
+        "search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Top 5 of 3 completed trials" in proc.stdout
     best = yaml.safe_load((tmp_path / "out" / "t" / "best.yaml").read_text())
-    assert tuple(best["knobs"]) == tuple(k for k in KNOBS if "train" in catalogue.BY_NAME[k].tasks)  # the task's knobs
+    assert tuple(best["knobs"]) == tuple(
+        k for k in KNOBS if "train" in catalogue.BY_NAME[k].tasks
+    )  # the task's knobs
     assert best["metrics"]["tokens_per_s_per_gpu"] > 0
     assert best["metrics"]["mfu"] is None  # CPU: n/a, never invented
     assert best["baseline"]["trial"] == 0
@@ -40,8 +44,16 @@ def test_cli_ctrl_c_keeps_study_and_resumes(write_yaml, tmp_path: Path) -> None:
     data = tiny(space={"micro_batch_size": [2, 4], "precision": "fp32"}, study={"trials": 2})
     path = write_yaml(data)
     out = tmp_path / "out"
-    proc = start_cli("search", str(path), "--out", str(out), "--device", "cpu", cwd=tmp_path,
-                     env={"AUTOTUNE_FAULT": "hang@micro_batch_size=4"})
+    proc = start_cli(
+        "search",
+        str(path),
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        cwd=tmp_path,
+        env={"AUTOTUNE_FAULT": "hang@micro_batch_size=4"},
+    )
     hanging = out / "t" / "runs" / "0001" / "spec.json"
     _, err = interrupt_when_running(proc, lambda: [hanging] if hanging.exists() else [])
     assert proc.returncode == 130, err
@@ -53,16 +65,30 @@ def test_cli_ctrl_c_keeps_study_and_resumes(write_yaml, tmp_path: Path) -> None:
     again = run_cli("search", str(path), "--out", str(out), "--device", "cpu", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     trials = load_trials(out)
-    assert trials[0].user_attrs["status"] == "ok" and trials[0].number == 0  # the completed trial is kept
+    assert (
+        trials[0].user_attrs["status"] == "ok" and trials[0].number == 0
+    )  # the completed trial is kept
     assert [t.user_attrs.get("status") for t in trials] == ["ok", "interrupted", "ok"]
-    assert trials[2].params == {"micro_batch_size": 4}  # the interrupted configuration is measured again
+    assert trials[2].params == {
+        "micro_batch_size": 4
+    }  # the interrupted configuration is measured again
 
 
 @pytest.mark.slow
 def test_cli_no_trial_succeeded_exit_1(write_yaml, tmp_path: Path) -> None:
-    path = write_yaml(tiny(space={"micro_batch_size": [2, 4], "precision": "fp32"}, study={"trials": 2}))
-    proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path,
-                   env={"AUTOTUNE_FAULT": "crash"})
+    path = write_yaml(
+        tiny(space={"micro_batch_size": [2, 4], "precision": "fp32"}, study={"trials": 2})
+    )
+    proc = run_cli(
+        "search",
+        str(path),
+        "--out",
+        str(tmp_path / "out"),
+        "--device",
+        "cpu",
+        cwd=tmp_path,
+        env={"AUTOTUNE_FAULT": "crash"},
+    )
     assert proc.returncode == 1
     assert "error: no trial succeeded (2 launched)" in proc.stderr
 
@@ -70,9 +96,15 @@ def test_cli_no_trial_succeeded_exit_1(write_yaml, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_cli_changed_space_refused_exit_2(write_yaml, tmp_path: Path) -> None:
     out = str(tmp_path / "out")
-    path = write_yaml(tiny(space={"micro_batch_size": [2], "precision": "fp32"}, baseline={}, study={"trials": 1}))
-    assert run_cli("search", str(path), "--out", out, "--device", "cpu", cwd=tmp_path).returncode == 0
-    path = write_yaml(tiny(space={"micro_batch_size": [2, 4], "precision": "fp32"}, study={"trials": 1}))
+    path = write_yaml(
+        tiny(space={"micro_batch_size": [2], "precision": "fp32"}, baseline={}, study={"trials": 1})
+    )
+    assert (
+        run_cli("search", str(path), "--out", out, "--device", "cpu", cwd=tmp_path).returncode == 0
+    )
+    path = write_yaml(
+        tiny(space={"micro_batch_size": [2, 4], "precision": "fp32"}, study={"trials": 1})
+    )
     proc = run_cli("search", str(path), "--out", out, "--device", "cpu", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1  # one line
@@ -116,36 +148,80 @@ def test_cli_help_lists_every_command_fast(tmp_path: Path) -> None:
 
 
 def test_cli_parent_modules_never_import_torch_at_top() -> None:
-    code = ("import sys, autotune.cli, autotune.config, autotune.space, autotune.search.loop, autotune.report, "
-            "autotune.regress, autotune.runner, autotune.nccl, autotune.views; print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    code = (
+        "import sys, autotune.cli, autotune.config, autotune.space, autotune.search.loop, autotune.report, "
+        "autotune.regress, autotune.runner, autotune.nccl, autotune.views; print('torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "False"
 
 
 def test_cli_trial_worker_needs_torch_only() -> None:
-    parent_only = ("optuna", "pydantic", "typer", "rich", "yaml", "scipy", "autotune.config", "autotune.search",
-                   "autotune.runner", "autotune.space")
-    code = ("import sys, autotune.workloads.trial, autotune.workloads.train, autotune.workloads.allreduce, "
-            f"autotune.workloads.model; print(sorted(m for m in {parent_only!r} if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    parent_only = (
+        "optuna",
+        "pydantic",
+        "typer",
+        "rich",
+        "yaml",
+        "scipy",
+        "autotune.config",
+        "autotune.search",
+        "autotune.runner",
+        "autotune.space",
+    )
+    code = (
+        "import sys, autotune.workloads.trial, autotune.workloads.train, autotune.workloads.allreduce, "
+        f"autotune.workloads.model; print(sorted(m for m in {parent_only!r} if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"
 
 
 @pytest.mark.slow
 def test_cli_search_hf_config_and_entrypoint_examples(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[1]
-    for name, model in (("hf-tiny-llama", "transformers LlamaForCausalLM"), ("entrypoint-example", "entrypoint custom_model:build")):
-        proc = run_cli("search", str(root / "search_spaces" / f"{name}.yaml"), "--out", str(tmp_path / "out"),
-                       "--device", "cpu", "--trials", "2", cwd=tmp_path)
+    for name, model in (
+        ("hf-tiny-llama", "transformers LlamaForCausalLM"),
+        ("entrypoint-example", "entrypoint custom_model:build"),
+    ):
+        proc = run_cli(
+            "search",
+            str(root / "search_spaces" / f"{name}.yaml"),
+            "--out",
+            str(tmp_path / "out"),
+            "--device",
+            "cpu",
+            "--trials",
+            "2",
+            cwd=tmp_path,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         best = yaml.safe_load((tmp_path / "out" / name / "best.yaml").read_text())
         assert best["metrics"]["tokens_per_s_per_gpu"] > 0
         trial = load_trials(tmp_path / "out", name)[0]
         assert trial.user_attrs["applied"]["model"].startswith(model)
-        assert trial.user_attrs["applied"]["flops"] == "counted by torch.utils.flop_counter over one forward+backward"
-        assert trial.user_attrs["metrics"]["flops_per_token"] > 0  # MFU's FLOPs, counted in the trial
-        report = run_cli("report", str(tmp_path / "out" / name), "--format", "markdown", "--no-html", cwd=tmp_path)
-        assert "MFU n/a (FLOPs: counted by torch.utils.flop_counter" in report.stdout, report.stdout + report.stderr
+        assert (
+            trial.user_attrs["applied"]["flops"]
+            == "counted by torch.utils.flop_counter over one forward+backward"
+        )
+        assert (
+            trial.user_attrs["metrics"]["flops_per_token"] > 0
+        )  # MFU's FLOPs, counted in the trial
+        report = run_cli(
+            "report",
+            str(tmp_path / "out" / name),
+            "--format",
+            "markdown",
+            "--no-html",
+            cwd=tmp_path,
+        )
+        assert "MFU n/a (FLOPs: counted by torch.utils.flop_counter" in report.stdout, (
+            report.stdout + report.stderr
+        )
 
 
 def test_cli_version_is_the_installed_package(tmp_path: Path) -> None:
@@ -164,13 +240,33 @@ def test_cli_validate_shows_the_knobs_that_act_here_and_all_with_all(write_yaml)
     path = write_yaml(tiny())
     shown = CliRunner().invoke(app, ["validate", str(path)])
     assert shown.exit_code == 0, shown.output
-    assert "knob(s) that cannot act here not shown (--all shows them)" in " ".join(shown.output.split())
-    for absent in ("fsdp_reduce_dtype", "bucket_cap_mb", "nccl_algo", "kv_cache", "weight_quant", "prompt_len"):
-        assert absent not in shown.output  # FSDP/DDP/NCCL on one GPU, generate's knobs and fields for train
+    assert "knob(s) that cannot act here not shown (--all shows them)" in " ".join(
+        shown.output.split()
+    )
+    for absent in (
+        "fsdp_reduce_dtype",
+        "bucket_cap_mb",
+        "nccl_algo",
+        "kv_cache",
+        "weight_quant",
+        "prompt_len",
+    ):
+        assert (
+            absent not in shown.output
+        )  # FSDP/DDP/NCCL on one GPU, generate's knobs and fields for train
     assert "micro_batch_size" in shown.output and "precision" in shown.output
     every = CliRunner().invoke(app, ["validate", str(path), "--all"])
     assert every.exit_code == 0, every.output
-    for knob in ("fsdp_reduce_dtype", "bucket_cap_mb", "nccl_algo", "kv_cache", "weight_quant", "prompt_len"):
+    for knob in (
+        "fsdp_reduce_dtype",
+        "bucket_cap_mb",
+        "nccl_algo",
+        "kv_cache",
+        "weight_quant",
+        "prompt_len",
+    ):
         assert knob in every.output
     dry = CliRunner().invoke(app, ["search", str(path), "--dry-run", "--device", "cpu"])
-    assert dry.exit_code == 0 and "fsdp_reduce_dtype" not in dry.output and "not shown" in dry.output
+    assert (
+        dry.exit_code == 0 and "fsdp_reduce_dtype" not in dry.output and "not shown" in dry.output
+    )

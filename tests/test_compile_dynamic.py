@@ -1,5 +1,6 @@
-"""compile_dynamic batch (issue 28): trials of two micro-batch sizes share one compiled program through the
-study's compile cache; a static compile specialises on the size. Real torch.compile on the CPU (slow)."""
+"""compile_dynamic batch (issue 28): trials of two micro-batch sizes share one compiled program
+through the study's compile cache; a static compile specialises on the size. Real torch.compile
+on the CPU (slow)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,18 @@ from conftest import tiny
 
 pytestmark = pytest.mark.slow
 
-LLAMA = {"family": "llama", "n_layers": 1, "d_model": 64, "n_heads": 4, "n_kv_heads": 2, "ffn_hidden": 128,
-         "vocab_size": 256, "seq_len": 32, "rope_theta": 10000.0, "tie_embeddings": False}
+LLAMA = {
+    "family": "llama",
+    "n_layers": 1,
+    "d_model": 64,
+    "n_heads": 4,
+    "n_kv_heads": 2,
+    "ffn_hidden": 128,
+    "vocab_size": 256,
+    "seq_len": 32,
+    "rope_theta": 10000.0,
+    "tie_embeddings": False,
+}
 
 
 def _cache(bench: Bench, knobs: dict[str, Any], run_dir: Path) -> dict[str, Any]:
@@ -27,14 +38,23 @@ def _cache(bench: Bench, knobs: dict[str, Any], run_dir: Path) -> dict[str, Any]
 
 
 def test_compile_dynamic_batch_serves_a_second_micro_batch_from_the_cache(tmp_path: Path) -> None:
-    cfg = parse_config(tiny(model=LLAMA, workload={"global_batch_size": 8, "warmup_steps": 1, "measure_steps": 2},
-                            space={"micro_batch_size": [4, 8], "compile": [True], "compile_dynamic": ["batch"]},
-                            baseline={"micro_batch_size": 4}))
+    cfg = parse_config(
+        tiny(
+            model=LLAMA,
+            workload={"global_batch_size": 8, "warmup_steps": 1, "measure_steps": 2},
+            space={"micro_batch_size": [4, 8], "compile": [True], "compile_dynamic": ["batch"]},
+            baseline={"micro_batch_size": 4},
+        )
+    )
     space = resolve_space(cfg, "cpu")
-    bench = Bench.of(cfg.model, cfg.workload, device="cpu", timeout_s=600, home=tmp_path / "study", base_dir=None)
+    bench = Bench.of(
+        cfg.model, cfg.workload, device="cpu", timeout_s=600, home=tmp_path / "study", base_dir=None
+    )
     knobs = space.knobs({**space.baseline, "compile": True, "compile_dynamic": "batch"})
     first = _cache(bench, {**knobs, "micro_batch_size": 4, "grad_accum_steps": 2}, tmp_path / "a")
     second = _cache(bench, {**knobs, "micro_batch_size": 8, "grad_accum_steps": 1}, tmp_path / "b")
     assert first["compile_dynamic"].startswith("batch dimension dynamic")
     assert first["compile_cache"]["fxgraph_miss"] == 2  # forward and backward, compiled cold
-    assert second["compile_cache"]["fxgraph_miss"] == 0 and second["compile_cache"]["fxgraph_hit"] == 2
+    assert (
+        second["compile_cache"]["fxgraph_miss"] == 0 and second["compile_cache"]["fxgraph_hit"] == 2
+    )

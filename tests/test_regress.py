@@ -13,22 +13,38 @@ import yaml
 from autotune.regress import decide
 from conftest import run_cli
 
-# This CPU VM's process-to-process noise is large and bimodal (per-process medians of one config: 40k to 72k
-# tokens/s in 35 processes, while a step lies a median 2-3% from its own process's median step), and its speed
-# drifts: one CI run recorded a baseline median of 67,580 and then ten checks at 50-52k (ratio 0.75-0.77), one
-# of which crossed a 40% tolerance. Resampling the 35 medians with the check's own decide() and that 0.75
-# drift, a check of 5 repeats at 50% fails with p = 0.0003 (6 in 20,000 draws; 0.003 for ten checks), at 40%
-# and 3 repeats with p = 0.04 (0.31 for ten). So the real-trial tests use 50% and the default 5 repeats, and a
-# slowdown (5x) far beyond it; the decision rule itself is pinned with synthetic samples below, and its 5% GPU
+# This CPU VM's process-to-process noise is large and bimodal (per-process medians of one config:
+# 40k to 72k
+# tokens/s in 35 processes, while a step lies a median 2-3% from its own process's median step), and
+# its speed
+# drifts: one CI run recorded a baseline median of 67,580 and then ten checks at 50-52k (ratio
+# 0.75-0.77), one
+# of which crossed a 40% tolerance. Resampling the 35 medians with the check's own decide() and that
+# 0.75
+# drift, a check of 5 repeats at 50% fails with p = 0.0003 (6 in 20,000 draws; 0.003 for ten
+# checks), at 40%
+# and 3 repeats with p = 0.04 (0.31 for ten). So the real-trial tests use 50% and the default 5
+# repeats, and a
+# slowdown (5x) far beyond it; the decision rule itself is pinned with synthetic samples below, and
+# its 5% GPU
 # behaviour in BENCHMARKS.md.
 CPU_TOLERANCE = "50"
-# The tests of the decision leave the host's load unjudged (--max-load 0): this 2-core machine is shared with other
-# test runs, whose load would otherwise make a regression "unreliable" (regress_conditions; tested below).
+# The tests of the decision leave the host's load unjudged (--max-load 0): this 2-core machine is
+# shared with other
+# test runs, whose load would otherwise make a regression "unreliable" (regress_conditions; tested
+# below).
 UNJUDGED = ("--max-load", "0")
 
 ONE_POINT = {
     "name": "c",
-    "model": {"family": "gpt", "n_layers": 2, "d_model": 64, "n_heads": 2, "vocab_size": 256, "seq_len": 64},
+    "model": {
+        "family": "gpt",
+        "n_layers": 2,
+        "d_model": 64,
+        "n_heads": 2,
+        "vocab_size": 256,
+        "seq_len": 64,
+    },
     "workload": {"global_batch_size": 16, "warmup_steps": 2, "measure_steps": 6},
     "space": {"micro_batch_size": 8, "precision": "fp32"},
     "study": {"trials": 1},
@@ -43,7 +59,9 @@ def test_regress_decide_unchanged_passes() -> None:
 
 def test_regress_decide_slowdown_beyond_noise_fails() -> None:
     base = [100.0, 101.0, 99.0, 100.5, 99.5]
-    status, ratio, (lo, hi) = decide(base, [87.0, 86.5, 87.4, 86.9, 87.2], 5)  # 13% slower, 1% noise
+    status, ratio, (lo, hi) = decide(
+        base, [87.0, 86.5, 87.4, 86.9, 87.2], 5
+    )  # 13% slower, 1% noise
     assert status == "regression" and ratio == pytest.approx(87.0 / 100.0) and hi < 1
 
 
@@ -54,7 +72,9 @@ def test_regress_decide_slowdown_within_tolerance_passes() -> None:
 
 def test_regress_decide_noise_explains_slowdown() -> None:
     base = [100.0, 130.0, 80.0, 115.0, 90.0]
-    status, ratio, (lo, hi) = decide(base, [88.0, 120.0, 70.0, 95.0, 84.0], 5)  # 12% slower, 20% noise
+    status, ratio, (lo, hi) = decide(
+        base, [88.0, 120.0, 70.0, 95.0, 84.0], 5
+    )  # 12% slower, 20% noise
     assert ratio < 0.95 and hi > 1 and status == "pass"
 
 
@@ -80,15 +100,28 @@ def searched(tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_regress_update_then_unchanged_passes_10_of_10(searched: Path) -> None:
     best = searched / "out" / "c" / "best.yaml"
-    first = run_cli("check", str(best), "--repeats", "5", "--tolerance", CPU_TOLERANCE, "--update", *UNJUDGED,
-                    cwd=searched)
+    first = run_cli(
+        "check",
+        str(best),
+        "--repeats",
+        "5",
+        "--tolerance",
+        CPU_TOLERANCE,
+        "--update",
+        *UNJUDGED,
+        cwd=searched,
+    )
     assert first.returncode == 0, first.stdout + first.stderr
     recorded = yaml.safe_load(best.read_text())["check_baseline"]
     assert len(recorded["tokens_per_s_samples"]) == 5  # the new baseline: five processes
     verdicts = []
     for _ in range(10):
-        proc = run_cli("check", str(best), "--tolerance", CPU_TOLERANCE, *UNJUDGED, cwd=searched)  # 5 repeats
-        verdicts.append((proc.returncode, proc.stdout.splitlines()[0] if proc.stdout else proc.stderr))
+        proc = run_cli(
+            "check", str(best), "--tolerance", CPU_TOLERANCE, *UNJUDGED, cwd=searched
+        )  # 5 repeats
+        verdicts.append(
+            (proc.returncode, proc.stdout.splitlines()[0] if proc.stdout else proc.stderr)
+        )
     assert [code for code, _ in verdicts] == [0] * 10, verdicts
     history = (searched / "out" / "c" / "history.jsonl").read_text().splitlines()
     assert len(history) == 11 and json.loads(history[-1])["status"] in ("pass", "faster")
@@ -98,10 +131,24 @@ def test_regress_update_then_unchanged_passes_10_of_10(searched: Path) -> None:
 def test_regress_slowed_step_fails_with_junit(searched: Path, tmp_path: Path) -> None:
     best = tmp_path / "best.yaml"
     best.write_text((searched / "out" / "c" / "best.yaml").read_text())
-    assert run_cli("check", str(best), "--reset-baseline", "--repeats", "4", cwd=searched).returncode == 0
+    assert (
+        run_cli("check", str(best), "--reset-baseline", "--repeats", "4", cwd=searched).returncode
+        == 0
+    )
     junit = tmp_path / "junit.xml"
-    proc = run_cli("check", str(best), "--repeats", "4", "--tolerance", CPU_TOLERANCE, "--junit", str(junit),
-                   *UNJUDGED, cwd=searched, env={"AUTOTUNE_FAULT": "slow:400"})  # every measured step 5x as long
+    proc = run_cli(
+        "check",
+        str(best),
+        "--repeats",
+        "4",
+        "--tolerance",
+        CPU_TOLERANCE,
+        "--junit",
+        str(junit),
+        *UNJUDGED,
+        cwd=searched,
+        env={"AUTOTUNE_FAULT": "slow:400"},
+    )  # every measured step 5x as long
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stdout.startswith("regression: ")
     ratio = float(proc.stdout.split("ratio ")[1].split()[0])
@@ -114,20 +161,29 @@ def test_regress_slowed_step_fails_with_junit(searched: Path, tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_regress_disturbed_regression_is_unreliable_exit_3(searched: Path, tmp_path: Path) -> None:
-    """A regression measured on a loaded host is "unreliable" (exit 3, the load named), each repeat said on
-    stderr as it ends. The baseline recorded is 10x this machine's speed (a sure regression, without slowing
-    the repeats); --max-load 0.001: any real load is past it (the rule's limits: test_regress_conditions)."""
+    """A regression measured on a loaded host is "unreliable" (exit 3, the load named), each repeat
+    said on stderr as it ends. The baseline recorded is 10x this machine's speed (a sure
+    regression, without slowing the repeats); --max-load 0.001: any real load is past it (the
+    rule's limits: test_regress_conditions)."""
     doc = yaml.safe_load((searched / "out" / "c" / "best.yaml").read_text())
     fast = 10 * doc["metrics"]["tokens_per_s_per_gpu"]
-    doc["check_baseline"] = {"tokens_per_s_samples": [fast, 1.01 * fast, 0.99 * fast], "recorded_at": "2026-12-01",
-                             "measured": doc["measured"]}
+    doc["check_baseline"] = {
+        "tokens_per_s_samples": [fast, 1.01 * fast, 0.99 * fast],
+        "recorded_at": "2026-12-01",
+        "measured": doc["measured"],
+    }
     best = tmp_path / "best.yaml"
     best.write_text(yaml.safe_dump(doc))
-    proc = run_cli("check", str(best), "--repeats", "2", "--max-load", "0.001", "--update", cwd=searched)
+    proc = run_cli(
+        "check", str(best), "--repeats", "2", "--max-load", "0.001", "--update", cwd=searched
+    )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert proc.stdout.startswith("unreliable: ") and "disturbed: host load " in proc.stdout
     assert "--update: not recorded, the check was disturbed" in proc.stdout
-    assert [line.split(":")[0] for line in proc.stderr.splitlines()] == ["repeat 1 of 2", "repeat 2 of 2"]
+    assert [line.split(":")[0] for line in proc.stderr.splitlines()] == [
+        "repeat 1 of 2",
+        "repeat 2 of 2",
+    ]
     night = json.loads((tmp_path / "history.jsonl").read_text().splitlines()[-1])
     assert night["status"] == "unreliable" and len(night["conditions"]) == 3 and night["disturbed"]
 
@@ -136,8 +192,15 @@ def test_regress_disturbed_regression_is_unreliable_exit_3(searched: Path, tmp_p
 def test_regress_reset_baseline_records_without_verdict(searched: Path, tmp_path: Path) -> None:
     best = tmp_path / "best.yaml"
     best.write_text((searched / "out" / "c" / "best.yaml").read_text())
-    proc = run_cli("check", str(best), "--reset-baseline", "--repeats", "2", cwd=searched,
-                   env={"AUTOTUNE_FAULT": "slow:200"})  # even a slow machine: recorded, never judged
+    proc = run_cli(
+        "check",
+        str(best),
+        "--reset-baseline",
+        "--repeats",
+        "2",
+        cwd=searched,
+        env={"AUTOTUNE_FAULT": "slow:200"},
+    )  # even a slow machine: recorded, never judged
     assert proc.returncode == 0, proc.stderr
     assert "baseline recorded in" in proc.stdout and "2 processes" in proc.stdout
     assert len(yaml.safe_load(best.read_text())["check_baseline"]["tokens_per_s_samples"]) == 2
@@ -147,7 +210,9 @@ def test_regress_reset_baseline_records_without_verdict(searched: Path, tmp_path
 @pytest.mark.slow
 def test_regress_unmeasurable_exit_3(searched: Path) -> None:
     best = searched / "out" / "c" / "best.yaml"
-    proc = run_cli("check", str(best), "--repeats", "2", cwd=searched, env={"AUTOTUNE_FAULT": "crash"})
+    proc = run_cli(
+        "check", str(best), "--repeats", "2", cwd=searched, env={"AUTOTUNE_FAULT": "crash"}
+    )
     assert proc.returncode == 3
     assert "could not measure: all 2 repeats failed; repeat 0: crash" in proc.stderr
 
@@ -162,7 +227,10 @@ def test_regress_bad_inputs_exit_2(searched: Path, tmp_path: Path) -> None:
     (tmp_path / "best.yaml").write_text(yaml.safe_dump(doc))
     proc = run_cli("check", str(tmp_path / "best.yaml"), cwd=searched)
     assert proc.returncode == 2
-    assert "fingerprint.gpu_model: measured on 'NVIDIA H200'" in proc.stderr and "nothing compared" in proc.stderr
+    assert (
+        "fingerprint.gpu_model: measured on 'NVIDIA H200'" in proc.stderr
+        and "nothing compared" in proc.stderr
+    )
     assert not (tmp_path / "history.jsonl").exists()
 
 
@@ -172,15 +240,19 @@ def test_regress_version_changes_listed(searched: Path, tmp_path: Path) -> None:
     doc["fingerprint"]["torch"] = "2.0.0"
     doc.pop("check_baseline", None)
     (tmp_path / "best.yaml").write_text(yaml.safe_dump(doc))
-    # --tolerance 100: no slowdown can be a regression, so the exit code is pinned whatever this VM's speed
-    proc = run_cli("check", str(tmp_path / "best.yaml"), "--repeats", "2", "--tolerance", "100", cwd=searched)
+    # --tolerance 100: no slowdown can be a regression, so the exit code is pinned whatever this
+    # VM's speed
+    proc = run_cli(
+        "check", str(tmp_path / "best.yaml"), "--repeats", "2", "--tolerance", "100", cwd=searched
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "changed since the baseline: torch 2.0.0 -> 2." in proc.stdout
 
 
 def test_regress_generate_gates_time_per_output_token_too() -> None:
-    """generate: the check decides on decode speed (1 / TPOT) as on tokens/s: a 3% slower token with 0.1%
-    noise fails at a 2% tolerance, the same numbers pass at 5%; training best.yaml files have no TPOT gate."""
+    """generate: the check decides on decode speed (1 / TPOT) as on tokens/s: a 3% slower token with
+    0.1% noise fails at a 2% tolerance, the same numbers pass at 5%; training best.yaml files
+    have no TPOT gate."""
     from autotune import tasks
     from autotune.regress import decide
 
@@ -188,44 +260,59 @@ def test_regress_generate_gates_time_per_output_token_too() -> None:
         details = [{"tpot_ms_median": x} for x in ms]
         return tasks.task("generate").check_gate(best, details, tolerance, decide)
 
-    best = {"metrics": {"tokens_per_s_per_gpu": 200.0, "tpot_ms_median": 4.75},
-            "check_baseline": {"tpot_ms_samples": [4.750, 4.752, 4.748, 4.751, 4.749]}}
+    best = {
+        "metrics": {"tokens_per_s_per_gpu": 200.0, "tpot_ms_median": 4.75},
+        "check_baseline": {"tpot_ms_samples": [4.750, 4.752, 4.748, 4.751, 4.749]},
+    }
     slow = [4.75 * 1.03 + d for d in (0.0, 0.002, -0.002, 0.001, -0.001)]
     got = tpot_decision(best, slow, 2.0)
     assert got["status"] == "regression" and got["ratio"] == pytest.approx(1 / 1.03, rel=1e-3)
     assert got["ci"][1] < 1 and got["check_median_ms"] == pytest.approx(4.8925)
     assert tpot_decision(best, slow, 5.0)["status"] == "pass"
     no_recorded = {"metrics": {"tokens_per_s_per_gpu": 200.0, "tpot_ms_median": 4.75}}
-    one = tpot_decision(no_recorded, slow, 2.0)  # no check baseline yet: the search's single measurement
+    one = tpot_decision(
+        no_recorded, slow, 2.0
+    )  # no check baseline yet: the search's single measurement
     assert one["baseline_samples_ms"] == [4.75] and one["status"] == "regression"
-    assert tpot_decision(no_recorded, slow[:1], 2.0)["status"] == "pass"  # one sample each: noise unknown
+    assert (
+        tpot_decision(no_recorded, slow[:1], 2.0)["status"] == "pass"
+    )  # one sample each: noise unknown
     assert tpot_decision({"metrics": {"tokens_per_s_per_gpu": 1.0}}, [], 2.0) is None
     assert tasks.task("train").check_gate(best, [{"tpot_ms_median": 9.0}], 2.0, decide) is None
 
 
-# --- issue 16: the tolerance follows the noise; the nightly series --------------------------------------------
+# --- issue 16: the tolerance follows the noise; the nightly series
+# --------------------------------------------
 
-H200_CHECK = Path(__file__).resolve().parents[1] / "benchmarks/results/2026-11-29-h200-gpt2-small-check/history.jsonl"
+H200_CHECK = (
+    Path(__file__).resolve().parents[1]
+    / "benchmarks/results/2026-11-29-h200-gpt2-small-check/history.jsonl"
+)
 
 
 def _h200_samples() -> list[float]:
-    """The 20 per-process medians (tokens/s) of five checks on an H200 (GPT-2 small, compiled; 2026-11-29)."""
-    return [x for line in H200_CHECK.read_text().splitlines() for x in json.loads(line)["check_samples"]]
+    """The 20 per-process medians (tokens/s) of five checks on an H200 (GPT-2 small, compiled;
+    2026-11-29)."""
+    return [
+        x for line in H200_CHECK.read_text().splitlines() for x in json.loads(line)["check_samples"]
+    ]
 
 
 def test_default_tolerance_follows_the_baseline_noise() -> None:
     from autotune.regress import default_tolerance
 
     assert default_tolerance([500_000.0])[0] == 5.0  # one sample: its noise is unknown
-    assert default_tolerance(_h200_samples()[:5])[0] == 2.0  # H200: 0.16% spread, the 2% floor decides
+    assert (
+        default_tolerance(_h200_samples()[:5])[0] == 2.0
+    )  # H200: 0.16% spread, the 2% floor decides
     cpu = [100.0, 80.0, 120.0, 95.0, 110.0]  # a CPU swinging 20%: wide by itself
     tol, how = default_tolerance(cpu)
     assert tol > 30 and "3 x the baseline's process-to-process spread" in how
 
 
 def test_replayed_h200_checks_pass_unchanged_and_fail_a_3pct_slowdown() -> None:
-    """Baseline and check drawn from the recorded H200 samples (5 processes each), 1,000 draws: no unchanged
-    check fails and every check slowed by 3% fails, with the default tolerance."""
+    """Baseline and check drawn from the recorded H200 samples (5 processes each), 1,000 draws: no
+    unchanged check fails and every check slowed by 3% fails, with the default tolerance."""
     import random
 
     from autotune.regress import decide, default_tolerance
@@ -249,7 +336,13 @@ def _nights(levels: list[float], seed: int) -> list[dict]:
     out = []
     for i, level in enumerate(levels):
         s = [rng.choice(samples) / mid * level for _ in range(5)]
-        out.append({"check_median": statistics.median(s), "check_samples": s, "checked_at": f"2026-12-{i + 1:02d}"})
+        out.append(
+            {
+                "check_median": statistics.median(s),
+                "check_samples": s,
+                "checked_at": f"2026-12-{i + 1:02d}",
+            }
+        )
     return out
 
 
@@ -257,19 +350,26 @@ def test_series_flags_a_drift_of_1pct_a_night_by_the_fourth_and_a_flat_series_ne
     from autotune.regress import series_drift
 
     for seed in range(50):
-        assert series_drift(_nights([500_000.0] * 10, seed)) is None  # 10 flat nights: no false alarm
-        ramp = _nights([500_000.0 * (1 - 0.01 * i) for i in range(4)], seed)  # night 1 the baseline, then -1% a night
+        assert (
+            series_drift(_nights([500_000.0] * 10, seed)) is None
+        )  # 10 flat nights: no false alarm
+        ramp = _nights(
+            [500_000.0 * (1 - 0.01 * i) for i in range(4)], seed
+        )  # night 1 the baseline, then -1% a night
         found = series_drift(ramp)
         assert found is not None and found["night"] <= 4 and found["shift_pct"] <= -1.0, seed
     step = series_drift(_nights([500_000.0] * 5 + [490_000.0] * 3, 0))  # a 2% step on night 6
     assert step is not None and step["night"] == 6 and step["checked_at"] == "2026-12-06"
     assert -2.5 < step["shift_pct"] < -1.5
-    assert series_drift(_nights([500_000.0] * 5 + [510_000.0] * 3, 0)) is None  # faster is not a regression
+    assert (
+        series_drift(_nights([500_000.0] * 5 + [510_000.0] * 3, 0)) is None
+    )  # faster is not a regression
 
 
 def test_series_step_below_an_explicit_tolerance_is_not_flagged() -> None:
-    """check --tolerance T: a series step smaller than T passes (a CPU whose speed fell 25% between checks failed
-    an explicit 50% tolerance on the series alone, in CI); the same step is flagged without one."""
+    """check --tolerance T: a series step smaller than T passes (a CPU whose speed fell 25% between
+    checks failed an explicit 50% tolerance on the series alone, in CI); the same step is flagged
+    without one."""
     from autotune.regress import series_drift
 
     nights = _nights([500_000.0] * 6 + [375_000.0] * 4, 0)  # 25% slower from night 7
@@ -279,7 +379,8 @@ def test_series_step_below_an_explicit_tolerance_is_not_flagged() -> None:
 
 
 def test_series_is_quiet_on_a_machine_that_wanders() -> None:
-    """11 nights of a CPU-like machine (each process 10% off at random): at most 2% of series flagged."""
+    """11 nights of a CPU-like machine (each process 10% off at random): at most 2% of series
+    flagged."""
     import random
 
     from autotune.regress import series_drift
@@ -289,23 +390,45 @@ def test_series_is_quiet_on_a_machine_that_wanders() -> None:
         rng, nights = random.Random(seed), []
         for i in range(11):
             s = [100 * (1 + rng.gauss(0, 0.10)) for _ in range(5)]
-            nights.append({"check_median": statistics.median(s), "check_samples": s, "checked_at": str(i)})
+            nights.append(
+                {"check_median": statistics.median(s), "check_samples": s, "checked_at": str(i)}
+            )
         flagged += series_drift(nights) is not None
     assert flagged <= 4
 
 
 @pytest.mark.slow
 def test_check_replay_script_reports_both_error_rates() -> None:
-    """benchmarks/check_replay.py over the recorded H200 pool: no false alarm, every 3% slowdown caught."""
+    """benchmarks/check_replay.py over the recorded H200 pool: no false alarm, every 3% slowdown
+    caught."""
     import subprocess
     import sys
 
     root = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, str(root / "benchmarks/check_replay.py"), "--draws", "200", "--check", "5",
-                           "--slow", "1.5", "3", "--pool", f"h200={H200_CHECK}"], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(root / "benchmarks/check_replay.py"),
+            "--draws",
+            "200",
+            "--check",
+            "5",
+            "--slow",
+            "1.5",
+            "3",
+            "--pool",
+            f"h200={H200_CHECK}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     (row,) = [line for line in proc.stdout.splitlines() if "same sitting" in line]
     cells = [c.strip() for c in row.split("|")]
     assert cells[3] == "5 / 5" and cells[4] == "2%"
-    assert cells[5].startswith("0/200") and cells[6].startswith("200/200") and cells[7].startswith("0/200")
+    assert (
+        cells[5].startswith("0/200")
+        and cells[6].startswith("200/200")
+        and cells[7].startswith("0/200")
+    )

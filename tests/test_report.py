@@ -19,8 +19,16 @@ from conftest import run_cli, tiny
 def finished(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("report")
     (root / "m.yaml").write_text(__import__("yaml").safe_dump(tiny(study={"trials": 4})))
-    proc = run_cli("search", "m.yaml", "--out", "out", "--device", "cpu", cwd=root,
-                   env={"AUTOTUNE_FAULT": "oom@micro_batch_size>=8"})
+    proc = run_cli(
+        "search",
+        "m.yaml",
+        "--out",
+        "out",
+        "--device",
+        "cpu",
+        cwd=root,
+        env={"AUTOTUNE_FAULT": "oom@micro_batch_size>=8"},
+    )
     assert proc.returncode == 0, proc.stderr
     return root / "out" / "t"
 
@@ -40,13 +48,17 @@ def test_report_finished_study_rich(finished: Path) -> None:
 def test_report_json_has_everything(finished: Path) -> None:
     proc = run_cli("report", str(finished), "--format", "json", cwd=finished)
     data = json.loads(proc.stdout)
-    assert data["best"]["tokens_per_s_per_gpu"] == max(r["tokens_per_s_per_gpu"] for r in data["trials"] if r["state"] == "ok")
+    assert data["best"]["tokens_per_s_per_gpu"] == max(
+        r["tokens_per_s_per_gpu"] for r in data["trials"] if r["state"] == "ok"
+    )
     assert data["baseline"]["number"] == 0
     assert data["searched"] == ["micro_batch_size", "precision"]
     assert set(data["knob_effects"]["precision"]) <= {"fp32", "bf16"}
     assert "oom" in data["failures"]
     ok = [r for r in data["trials"] if r["state"] == "ok"]
-    assert [r["tokens_per_s_per_gpu"] for r in ok] == sorted((r["tokens_per_s_per_gpu"] for r in ok), reverse=True)
+    assert [r["tokens_per_s_per_gpu"] for r in ok] == sorted(
+        (r["tokens_per_s_per_gpu"] for r in ok), reverse=True
+    )
     assert {"start", "build", "compile", "warmup", "measure"} <= set(data["time"]["phases_s"])
 
 
@@ -72,9 +84,13 @@ def test_report_html_renders_with_plots(finished: Path, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_report_running_and_interrupted_study(finished: Path, tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path / 'copy.db'}"
-    optuna.copy_study(from_study_name="t", from_storage=f"sqlite:///{finished / 'study.db'}", to_storage=storage)
+    optuna.copy_study(
+        from_study_name="t", from_storage=f"sqlite:///{finished / 'study.db'}", to_storage=storage
+    )
     study = optuna.load_study(study_name="t", storage=storage)
-    running = study.ask({"micro_batch_size": CategoricalDistribution([2, 4, 8])})  # a trial in flight
+    running = study.ask(
+        {"micro_batch_size": CategoricalDistribution([2, 4, 8])}
+    )  # a trial in flight
     stopped = study.ask({"micro_batch_size": CategoricalDistribution([2, 4, 8])})
     stopped.set_user_attr("status", "interrupted")
     study.tell(stopped, state=optuna.trial.TrialState.FAIL)
@@ -89,13 +105,21 @@ def test_report_running_and_interrupted_study(finished: Path, tmp_path: Path) ->
 def test_report_bad_inputs(tmp_path: Path) -> None:
     proc = run_cli("report", str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 2 and "no study.db in" in proc.stderr
-    proc = run_cli("report", "--study", "x", "--storage", f"sqlite:///{tmp_path / 'e.db'}", cwd=tmp_path)
-    assert proc.returncode == 2 and "no such SQLite file" in proc.stderr  # reading never creates a database
+    proc = run_cli(
+        "report", "--study", "x", "--storage", f"sqlite:///{tmp_path / 'e.db'}", cwd=tmp_path
+    )
+    assert (
+        proc.returncode == 2 and "no such SQLite file" in proc.stderr
+    )  # reading never creates a database
     assert not (tmp_path / "e.db").exists()
     empty = f"sqlite:///{tmp_path / 'empty.db'}"
     optuna.create_study(study_name="other", storage=empty)
     proc = run_cli("report", "--study", "x", "--storage", empty, cwd=tmp_path)
-    assert proc.returncode == 2 and "'x' is not in" in proc.stderr and "studies there: other" in proc.stderr
+    assert (
+        proc.returncode == 2
+        and "'x' is not in" in proc.stderr
+        and "studies there: other" in proc.stderr
+    )
 
 
 def test_report_pareto_front() -> None:
@@ -105,22 +129,51 @@ def test_report_pareto_front() -> None:
 
 def _synthetic_study(storage: str, n: int) -> None:
     study = optuna.create_study(study_name="big", storage=storage, direction="maximize")
-    dist = {"micro_batch_size": CategoricalDistribution([8, 16, 32, 64]),
-            "precision": CategoricalDistribution(["fp32", "tf32", "fp16", "bf16"]),
-            "compile": CategoricalDistribution([False, True])}
+    dist = {
+        "micro_batch_size": CategoricalDistribution([8, 16, 32, 64]),
+        "precision": CategoricalDistribution(["fp32", "tf32", "fp16", "bf16"]),
+        "compile": CategoricalDistribution([False, True]),
+    }
     trials = []
     for i in range(n):
-        params = {"micro_batch_size": [8, 16, 32, 64][i % 4], "precision": ["fp32", "tf32", "fp16", "bf16"][i // 4 % 4],
-                  "compile": bool(i // 16 % 2)}
+        params = {
+            "micro_batch_size": [8, 16, 32, 64][i % 4],
+            "precision": ["fp32", "tf32", "fp16", "bf16"][i // 4 % 4],
+            "compile": bool(i // 16 % 2),
+        }
         value = 1000.0 * (1 + i % 7) * (2 if params["compile"] else 1)
-        attrs = {"status": "ok", "knobs": {**params, "grad_accum_steps": 1, "nccl_algo": "default"}, "predicted": False,
-                 "wall_s": 20.0, "reason": "",
-                 "metrics": {"tokens_per_s_per_gpu": value, "tokens_per_s": value, "mfu": 0.3, "peak_mem_gib": 1.0 + i % 5,
-                             "step_time": {"spread_pct": 1.0}},
-                 "phases_s": {"start": 3.0, "build": 5.0, "warmup": 6.0, "compile": 2.0, "measure": 4.0},
-                 "telemetry": {"series": [{"t": float(t), "power_w": 600.0, "sm_clock_mhz": 1900, "temperature_c": 60,
-                                           "throttle": []} for t in range(50)]}}
-        trials.append(optuna.trial.create_trial(params=params, distributions=dist, value=value, user_attrs=attrs))
+        attrs = {
+            "status": "ok",
+            "knobs": {**params, "grad_accum_steps": 1, "nccl_algo": "default"},
+            "predicted": False,
+            "wall_s": 20.0,
+            "reason": "",
+            "metrics": {
+                "tokens_per_s_per_gpu": value,
+                "tokens_per_s": value,
+                "mfu": 0.3,
+                "peak_mem_gib": 1.0 + i % 5,
+                "step_time": {"spread_pct": 1.0},
+            },
+            "phases_s": {"start": 3.0, "build": 5.0, "warmup": 6.0, "compile": 2.0, "measure": 4.0},
+            "telemetry": {
+                "series": [
+                    {
+                        "t": float(t),
+                        "power_w": 600.0,
+                        "sm_clock_mhz": 1900,
+                        "temperature_c": 60,
+                        "throttle": [],
+                    }
+                    for t in range(50)
+                ]
+            },
+        }
+        trials.append(
+            optuna.trial.create_trial(
+                params=params, distributions=dist, value=value, user_attrs=attrs
+            )
+        )
     study.add_trials(trials)
 
 
@@ -137,8 +190,9 @@ def _best_of_three(storage: str, name: str, tmp_path: Path, shown: str) -> float
 
 
 def test_report_100_trials_cost_under_a_second_more_than_one(tmp_path: Path) -> None:
-    """What 100 trials cost the report beyond one trial's (the interpreter and imports are the machine's, and
-    a 2-core CI machine's start-up alone swings by half a second): under a second, and under 2 s in all."""
+    """What 100 trials cost the report beyond one trial's (the interpreter and imports are the
+    machine's, and a 2-core CI machine's start-up alone swings by half a second): under a second,
+    and under 2 s in all."""
     storage = f"sqlite:///{tmp_path / 'big.db'}"
     _synthetic_study(storage, 100)
     small = f"sqlite:///{tmp_path / 'small.db'}"
@@ -152,9 +206,11 @@ def test_report_100_trials_cost_under_a_second_more_than_one(tmp_path: Path) -> 
     assert time.monotonic() - t0 < 5.0
 
 
-def test_report_html_a_new_page_never_sits_beside_an_older_reports_plots(finished: Path, tmp_path: Path) -> None:
-    """Drawn aside, then put in place at once: an older report's plot that this one lacks is removed, and no
-    temporary folder is left behind."""
+def test_report_html_a_new_page_never_sits_beside_an_older_reports_plots(
+    finished: Path, tmp_path: Path
+) -> None:
+    """Drawn aside, then put in place at once: an older report's plot that this one lacks is
+    removed, and no temporary folder is left behind."""
     from autotune.report import collect, load_study
 
     out = tmp_path / "html"
@@ -168,8 +224,8 @@ def test_report_html_a_new_page_never_sits_beside_an_older_reports_plots(finishe
 
 
 def test_report_of_a_locked_study_names_what_was_given(finished: Path, tmp_path: Path) -> None:
-    """A study.db another process holds locked: the message says so and names STUDY_DIR, not a --storage that
-    was never given."""
+    """A study.db another process holds locked: the message says so and names STUDY_DIR, not a
+    --storage that was never given."""
     import sqlite3
 
     conn = sqlite3.connect(finished / "study.db", isolation_level=None)
@@ -180,7 +236,10 @@ def test_report_of_a_locked_study_names_what_was_given(finished: Path, tmp_path:
         conn.execute("ROLLBACK")
         conn.close()
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.startswith("error: STUDY_DIR:") and "another process holds it locked" in proc.stderr
+    assert (
+        proc.stderr.startswith("error: STUDY_DIR:")
+        and "another process holds it locked" in proc.stderr
+    )
     assert "--storage" not in proc.stderr
 
 
@@ -188,44 +247,94 @@ def test_report_mfu_says_how_its_flops_were_obtained() -> None:
     study = optuna.create_study(study_name="f", direction="maximize")
     dist = {"micro_batch_size": CategoricalDistribution([8, 16])}
     for mbs, value in ((8, 100.0), (16, 120.0)):
-        attrs = {"status": "ok", "knobs": {"micro_batch_size": mbs}, "reason": "", "predicted": False,
-                 "metrics": {"tokens_per_s_per_gpu": value, "tokens_per_s": value, "mfu": 0.3},
-                 "applied": {"flops": "counted by torch.utils.flop_counter over one forward+backward"}}
-        study.add_trial(optuna.trial.create_trial(params={"micro_batch_size": mbs}, distributions=dist, value=value,
-                                                  user_attrs=attrs))
+        attrs = {
+            "status": "ok",
+            "knobs": {"micro_batch_size": mbs},
+            "reason": "",
+            "predicted": False,
+            "metrics": {"tokens_per_s_per_gpu": value, "tokens_per_s": value, "mfu": 0.3},
+            "applied": {"flops": "counted by torch.utils.flop_counter over one forward+backward"},
+        }
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"micro_batch_size": mbs}, distributions=dist, value=value, user_attrs=attrs
+            )
+        )
     data = report.collect(study)
     assert data["mfu_flops"] == "counted by torch.utils.flop_counter over one forward+backward"
-    assert "MFU 30.0% (FLOPs: counted by torch.utils.flop_counter over one forward+backward)" in report.to_markdown(data)
+    assert (
+        "MFU 30.0% (FLOPs: counted by torch.utils.flop_counter over one forward+backward)"
+        in report.to_markdown(data)
+    )
 
 
-# --- numbers a user can trust at a glance (issue 29): collect on small in-memory studies, no trial run ---------
+# --- numbers a user can trust at a glance (issue 29): collect on small in-memory studies, no trial
+# run ---------
 
 
-def _trial(params: dict, value: float, steps: list[float] | None = None) -> optuna.trial.FrozenTrial:
+def _trial(
+    params: dict, value: float, steps: list[float] | None = None
+) -> optuna.trial.FrozenTrial:
     """A completed trial as the search stores it: knobs, status, metrics, raw step times."""
-    dist = {"micro_batch_size": CategoricalDistribution([2, 4, 8]), "compile": CategoricalDistribution([False, True])}
-    attrs = {"status": "ok", "knobs": dict(params), "predicted": False, "wall_s": 10.0, "reason": "",
-             "metrics": {"tokens_per_s_per_gpu": value, "tokens_per_s": value, "mfu": None, "peak_mem_gib": 1.0,
-                         "step_time": {"spread_pct": 1.0}},
-             "raw": {"step_times_s": steps or [1.0, 1.01, 0.99, 1.0]}}
-    return optuna.trial.create_trial(params=params, distributions={k: dist[k] for k in params}, value=value,
-                                     user_attrs=attrs)
+    dist = {
+        "micro_batch_size": CategoricalDistribution([2, 4, 8]),
+        "compile": CategoricalDistribution([False, True]),
+    }
+    attrs = {
+        "status": "ok",
+        "knobs": dict(params),
+        "predicted": False,
+        "wall_s": 10.0,
+        "reason": "",
+        "metrics": {
+            "tokens_per_s_per_gpu": value,
+            "tokens_per_s": value,
+            "mfu": None,
+            "peak_mem_gib": 1.0,
+            "step_time": {"spread_pct": 1.0},
+        },
+        "raw": {"step_times_s": steps or [1.0, 1.01, 0.99, 1.0]},
+    }
+    return optuna.trial.create_trial(
+        params=params, distributions={k: dist[k] for k in params}, value=value, user_attrs=attrs
+    )
 
 
 def _study(values: list[tuple[dict, float]], base_steps: list[float] | None = None) -> optuna.Study:
     """An in-memory study of these (knobs, tokens/s) trials; the first is the baseline."""
     study = optuna.create_study(direction="maximize")
-    study.add_trials([_trial(p, v, base_steps if i == 0 else None) for i, (p, v) in enumerate(values)])
+    study.add_trials(
+        [_trial(p, v, base_steps if i == 0 else None) for i, (p, v) in enumerate(values)]
+    )
     study.set_user_attr("baseline_knobs", values[0][0])
     return study
 
 
 def _confirm(study: optuna.Study, samples: dict[int, list[float]], chosen: int) -> None:
     """A stored confirmation of the top trials (as search/confirm.py stores it) that chose `chosen`."""
-    stats = [{"trial": n, "knobs": {}, "changed_knobs": [], "samples": s, "search_value": 1.0, "failures": [],
-              "median": sorted(s)[len(s) // 2], "ci95": [0.0, 1.1e12]} for n, s in samples.items()]
-    study.set_user_attr("confirmation", {"candidates": list(samples), "rounds_done": 3, "stats": stats,
-                                         "chosen": chosen, "why": "within noise, fewer knobs changed"})
+    stats = [
+        {
+            "trial": n,
+            "knobs": {},
+            "changed_knobs": [],
+            "samples": s,
+            "search_value": 1.0,
+            "failures": [],
+            "median": sorted(s)[len(s) // 2],
+            "ci95": [0.0, 1.1e12],
+        }
+        for n, s in samples.items()
+    ]
+    study.set_user_attr(
+        "confirmation",
+        {
+            "candidates": list(samples),
+            "rounds_done": 3,
+            "stats": stats,
+            "chosen": chosen,
+            "why": "within noise, fewer knobs changed",
+        },
+    )
 
 
 MBS = [{"micro_batch_size": m, "compile": c} for c in (False, True) for m in (2, 4, 8)]
@@ -238,17 +347,23 @@ def test_report_json_chosen_is_best_yaml_s_choice_not_the_search_best() -> None:
     assert data["best"]["number"] == 2 and data["chosen"]["trial"] == 1
     chosen = data["chosen"]
     assert chosen["knobs"] == MBS[1] and chosen["confirmed"] and chosen["samples"] == 3
-    assert chosen["tokens_per_s_per_gpu"] == 189.0 and chosen["search_tokens_per_s_per_gpu"] == 180.0
+    assert (
+        chosen["tokens_per_s_per_gpu"] == 189.0 and chosen["search_tokens_per_s_per_gpu"] == 180.0
+    )
     assert chosen["ci95"][0] < 189.0 < chosen["ci95"][1] and chosen["speedup_vs_baseline"] == 1.89
     unconfirmed = report.collect(_study([(MBS[0], 100.0), (MBS[1], 180.0)]))["chosen"]
-    assert unconfirmed["trial"] == 1 and not unconfirmed["confirmed"] and unconfirmed["ci95"] is None
+    assert (
+        unconfirmed["trial"] == 1 and not unconfirmed["confirmed"] and unconfirmed["ci95"] is None
+    )
 
 
 def test_report_interval_of_too_few_samples_says_so_in_every_format() -> None:
     from rich.console import Console
 
     study = _study([(MBS[0], 100.0), (MBS[1], 180.0), (MBS[2], 200.0)])
-    _confirm(study, {2: [1000.0, 30000.0], 1: [188.0, 189.0, 190.0]}, chosen=2)  # 2 samples 30x apart
+    _confirm(
+        study, {2: [1000.0, 30000.0], 1: [188.0, 189.0, 190.0]}, chosen=2
+    )  # 2 samples 30x apart
     data = report.collect(study)
     st = next(s for s in data["confirmation"]["stats"] if s["trial"] == 2)
     assert st["ci95"] is None and st["ci95_why"].startswith("too few samples (2;")
@@ -257,7 +372,11 @@ def test_report_interval_of_too_few_samples_says_so_in_every_format() -> None:
     console = Console(file=__import__("io").StringIO(), width=300)
     report.render_rich(data, console)
     shown = console.file.getvalue()
-    assert "too few samples" in shown and "1,100,000,000,000" not in shown and "95% interval 0 to" not in shown
+    assert (
+        "too few samples" in shown
+        and "1,100,000,000,000" not in shown
+        and "95% interval 0 to" not in shown
+    )
 
 
 def test_metrics_interval_bounds_only_what_its_samples_bound() -> None:
@@ -265,7 +384,10 @@ def test_metrics_interval_bounds_only_what_its_samples_bound() -> None:
 
     ci, why = metrics.bounded_interval([100.0, 101.0, 99.0])
     assert why is None and 97 < ci[0] < 100 < ci[1] < 103
-    assert metrics.bounded_interval([100.0, 110.0]) == (None, "too few samples (2; an interval needs 3)")
+    assert metrics.bounded_interval([100.0, 110.0]) == (
+        None,
+        "too few samples (2; an interval needs 3)",
+    )
     ci, why = metrics.bounded_interval([100.0, 400.0, 1600.0])  # 3 samples spread 16x: no bound
     assert ci is None and why.startswith("too few samples to bound (3;")
 
@@ -273,22 +395,44 @@ def test_metrics_interval_bounds_only_what_its_samples_bound() -> None:
 def test_report_unsteady_baseline_flags_every_ratio() -> None:
     from autotune.report._render import chosen_line
 
-    unsteady = [1.0, 1.0, 2.2, 1.0, 2.4, 1.0, 1.1, 2.3]  # a CPU swinging between two speeds: (p90-p10)/median
+    unsteady = [
+        1.0,
+        1.0,
+        2.2,
+        1.0,
+        2.4,
+        1.0,
+        1.1,
+        2.3,
+    ]  # a CPU swinging between two speeds: (p90-p10)/median
     data = report.collect(_study([(MBS[0], 100.0), (MBS[1], 29300.0)], base_steps=unsteady))
-    assert data["baseline_steadiness"]["unsteady"] and data["baseline_steadiness"]["limit_pct"] == 50.0
+    assert (
+        data["baseline_steadiness"]["unsteady"] and data["baseline_steadiness"]["limit_pct"] == 50.0
+    )
     spread = round(data["baseline_steadiness"]["spread_pct"])
     flag = f"293.00x (baseline unsteady: spread {spread}%)"
     assert flag in report.to_markdown(data) and f"{flag} the baseline" in chosen_line(data)
     steady = report.collect(_study([(MBS[0], 100.0), (MBS[1], 29300.0)]))
-    assert not steady["baseline_steadiness"]["unsteady"] and "unsteady" not in report.to_markdown(steady)
+    assert not steady["baseline_steadiness"]["unsteady"] and "unsteady" not in report.to_markdown(
+        steady
+    )
 
 
 def test_report_importance_not_yet_meaningful_from_a_handful_of_trials() -> None:
     few = report.collect(_study([(MBS[0], 100.0), (MBS[1], 120.0), (MBS[3], 35.0)]))
-    assert few["importance"]["values"] is None and few["importance"]["why"].startswith("not yet meaningful")
+    assert few["importance"]["values"] is None and few["importance"]["why"].startswith(
+        "not yet meaningful"
+    )
     assert "Importance: not yet meaningful: needs 5+ completed trials" in report.to_markdown(few)
     # six trials, but only one eager one: compile gets no number, micro_batch_size does
-    runs = [(MBS[0], 100.0), (MBS[3], 35.0), (MBS[4], 120.0), (MBS[5], 150.0), (MBS[4], 118.0), (MBS[5], 149.0)]
+    runs = [
+        (MBS[0], 100.0),
+        (MBS[3], 35.0),
+        (MBS[4], 120.0),
+        (MBS[5], 150.0),
+        (MBS[4], 118.0),
+        (MBS[5], 149.0),
+    ]
     six = report.collect(_study(runs))
     imp = six["importance"]
     assert "compile" not in (imp["values"] or {}) and "micro_batch_size" in imp["values"]

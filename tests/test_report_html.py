@@ -1,6 +1,6 @@
-"""report/_html.py: the page's structure, the chosen trial marked, every study string escaped, plotly.js inlined
-once, the static page without plotly; and, in a real headless Chromium, no console error, plots rendered and
-hostile strings shown as text."""
+"""report/_html.py: the page's structure, the chosen trial marked, every study string escaped,
+plotly.js inlined once, the static page without plotly; and, in a real headless Chromium, no
+console error, plots rendered and hostile strings shown as text."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ HOSTILE_VALUE = "<img src=x onerror=\"document.title='pwned'\">"
 CHOSEN = 4  # the confirmation picks it over trial 5, the search's best single measurement
 
 
-def _attrs(number: int, precision: str, mb: int, value: float, extra: dict[str, Any]) -> dict[str, Any]:
+def _attrs(
+    number: int, precision: str, mb: int, value: float, extra: dict[str, Any]
+) -> dict[str, Any]:
     step = 1000.0 / value  # seconds a step of 1,000 tokens
     return {
         "status": "ok",
@@ -62,13 +64,23 @@ def _study(storage: str, name: str, task: str = "train") -> optuna.Study:
     trials = []
     for i, (value, precision) in enumerate(zip(values, precisions)):
         mb = [2, 4, 8][i % 3]
-        latency = {"tpot_ms_p99": 40.0 - 4 * i, "tpot_ms_median": 30.0 - 3 * i, "roofline_share": 0.1 * i}
+        latency = {
+            "tpot_ms_p99": 40.0 - 4 * i,
+            "tpot_ms_median": 30.0 - 3 * i,
+            "roofline_share": 0.1 * i,
+        }
         attrs = _attrs(i, precision, mb, value, latency if task == "generate" else {})
         params = {"precision": precision, "micro_batch_size": mb}
         trials.append(
-            optuna.trial.create_trial(params=params, distributions=dist, value=value, user_attrs=attrs)
+            optuna.trial.create_trial(
+                params=params, distributions=dist, value=value, user_attrs=attrs
+            )
         )
-    oom = {"status": "oom", "knobs": {"precision": "fp32", "micro_batch_size": 8}, "reason": HOSTILE_VALUE}
+    oom = {
+        "status": "oom",
+        "knobs": {"precision": "fp32", "micro_batch_size": 8},
+        "reason": HOSTILE_VALUE,
+    }
     trials.append(
         optuna.trial.create_trial(
             params={"precision": "fp32", "micro_batch_size": 8},
@@ -79,7 +91,8 @@ def _study(storage: str, name: str, task: str = "train") -> optuna.Study:
     )
     study.add_trials(trials)
     study.set_user_attr(
-        "config", {"workload": {"task": task, "world_size": 2}, "study": {"limits": {"p99_tpot_ms": 25.0}}}
+        "config",
+        {"workload": {"task": task, "world_size": 2}, "study": {"limits": {"p99_tpot_ms": 25.0}}},
     )
     study.set_user_attr("device", "cpu")
     study.set_user_attr("confirmation", _confirmation())
@@ -115,8 +128,8 @@ def _confirmation() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory) -> dict[str, Path]:
-    """The page of a train study and of a generate one, both with hostile strings (drawn once: plotly's
-    figures are the slow part)."""
+    """The page of a train study and of a generate one, both with hostile strings (drawn once:
+    plotly's figures are the slow part)."""
     pytest.importorskip("plotly")
     root = tmp_path_factory.mktemp("html")
     out = {}
@@ -131,8 +144,13 @@ def test_html_opens_with_the_chosen_configuration_not_markdown(pages: dict[str, 
     assert "<pre>" not in page and "###" not in page
     card = page[page.index('<section class="card"') : page.index("</section>")]
     assert f"Chosen configuration: trial {CHOSEN}" in card
-    assert "2,580 tokens/s per GPU" in card and "95% interval 2,518 to 2,643 over 3 fresh processes" in card  # recomputed from the samples
-    assert "2.58x</b> the baseline" in card and "MFU: <b>25.8%</b>" in card  # 0.26 scaled by 2580 / 2600
+    assert (
+        "2,580 tokens/s per GPU" in card
+        and "95% interval 2,518 to 2,643 over 3 fresh processes" in card
+    )  # recomputed from the samples
+    assert (
+        "2.58x</b> the baseline" in card and "MFU: <b>25.8%</b>" in card
+    )  # 0.26 scaled by 2580 / 2600
     assert "What it costs to apply" in card and "precision: fp32 &rarr;" in card
     assert "GPU-minutes in 6 trial processes" in card  # two GPUs a trial, 6 processes of 30-35 s
     assert "too few samples to bound (2 fresh processes)" in page  # trial 3's confirmation
@@ -141,7 +159,9 @@ def test_html_opens_with_the_chosen_configuration_not_markdown(pages: dict[str, 
 def test_html_marks_the_chosen_trial_in_tables_and_plots(pages: dict[str, Path]) -> None:
     page = pages["train"].read_text()
     rows = re.findall(r'<tr class="chosen">(.*?)</tr>', page)
-    assert len(rows) == 2 and all(f">{CHOSEN} \u2605 chosen<" in r for r in rows)  # trials and confirmation
+    assert len(rows) == 2 and all(
+        f">{CHOSEN} \u2605 chosen<" in r for r in rows
+    )  # trials and confirmation
     assert "2,550, 2,580, 2,600" in page  # the confirmation's samples
     assert page.count('"name":"chosen (best.yaml)"') >= 4  # spread, history, slice, front
     assert '"barmode":"stack"' in page and f'"{CHOSEN} (chosen)"' in page  # GPU time by phase
@@ -155,9 +175,13 @@ def test_html_escapes_every_study_string_and_inlines_plotly_once(pages: dict[str
     assert (
         "<script>document" not in page and "<img src=x" not in page
     )  # never as markup, nor in plotly's JSON
-    assert "&lt;script&gt;document.title=&#x27;pwned&#x27;&lt;/script&gt;" in page  # the name, as text
+    assert (
+        "&lt;script&gt;document.title=&#x27;pwned&#x27;&lt;/script&gt;" in page
+    )  # the name, as text
     assert "&lt;img src=x onerror=" in page  # the knob value and the OOM reason, as text
-    assert page.count(get_plotlyjs()[:400]) == 1 and not re.search(r"<script[^>]*\bsrc=", page)  # offline
+    assert page.count(get_plotlyjs()[:400]) == 1 and not re.search(
+        r"<script[^>]*\bsrc=", page
+    )  # offline
 
 
 def test_html_generate_draws_latency_against_its_limit_without_mfu(pages: dict[str, Path]) -> None:
@@ -189,14 +213,21 @@ def test_html_without_plotly_is_static_and_says_how_to_get_the_plots(
 
 
 def _chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    found = (
+        shutil.which("chromium")
+        or shutil.which("chromium-browser")
+        or shutil.which("google-chrome")
+    )
     if found is None:
-        pytest.skip("no Chromium (apt-get install chromium; .ci/run installs it where it runs as root)")
+        pytest.skip(
+            "no Chromium (apt-get install chromium; .ci/run installs it where it runs as root)"
+        )
     return found
 
 
 def _load(browser: str, page: Path, tmp_path: Path) -> subprocess.CompletedProcess:
-    """The page loaded in headless Chromium: its DOM after the scripts ran (stdout), console lines (stderr)."""
+    """The page loaded in headless Chromium: its DOM after the scripts ran (stdout), console lines
+    (stderr)."""
     args = [
         browser,
         "--headless",
@@ -219,7 +250,9 @@ def test_html_in_chromium_renders_plots_without_console_errors(
     browser = _chromium()
     broken = tmp_path / "broken.html"
     broken.write_text("<html><body><script>undefinedFunction()</script></body></html>")
-    assert "CONSOLE" in _load(browser, broken, tmp_path).stderr  # a console error is seen where there is one
+    assert (
+        "CONSOLE" in _load(browser, broken, tmp_path).stderr
+    )  # a console error is seen where there is one
     for task, page in pages.items():
         proc = _load(browser, page, tmp_path)
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -234,11 +267,19 @@ def test_html_in_chromium_renders_plots_without_console_errors(
 
 
 def test_report_html_checks_phase_is_the_loss_check_and_its_reference_trial() -> None:
-    """The loss check (in the trial) and its reference (a trial process of its own, outside the trial's wall
-    time) are the bar's `checks`; warm-up is shown without the compile it contains."""
+    """The loss check (in the trial) and its reference (a trial process of its own, outside the
+    trial's wall time) are the bar's `checks`; warm-up is shown without the compile it contains."""
     from autotune.report._measured import phases_of
 
-    raw = {"start": 1, "build": 2, "warmup": 5, "compile": 3, "measure": 4, "check": 1.5, "reference": 10}
+    raw = {
+        "start": 1,
+        "build": 2,
+        "warmup": 5,
+        "compile": 3,
+        "measure": 4,
+        "check": 1.5,
+        "reference": 10,
+    }
     got = phases_of({"number": 0, "state": "ok", "wall_s": 20.0, "phases_s": raw})
     assert got["seconds"]["checks"] == 11.5 and got["seconds"]["warmup"] == 2
     assert got["wall_s"] == 30 and got["seconds"]["other"] == 6.5

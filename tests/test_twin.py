@@ -1,4 +1,5 @@
-"""search/twin.py: the leading trial's whole-model and static-shape twins are enqueued, and nothing else."""
+"""search/twin.py: the leading trial's whole-model and static-shape twins are enqueued, and nothing
+else."""
 
 from __future__ import annotations
 
@@ -11,15 +12,27 @@ from autotune.search.history import History
 from autotune.space import ResolvedSpace
 
 SPACE = ResolvedSpace(
-    searched={"micro_batch_size": [4, 8], "compile_scope": ["model", "block"], "compile_dynamic": ["static", "batch"]},
+    searched={
+        "micro_batch_size": [4, 8],
+        "compile_scope": ["model", "block"],
+        "compile_dynamic": ["static", "batch"],
+    },
     fixed={"compile": True},
 )
 
 
 def _trial(number: int, value: float, **params: Any) -> optuna.trial.FrozenTrial:
-    dist = {k: optuna.distributions.CategoricalDistribution(v) for k, v in SPACE.searched.items() if k in params}
-    t = optuna.trial.create_trial(value=value, params=params, distributions=dist,
-                                  user_attrs={"knobs": {"compile": True, **params}, "status": "ok"})
+    dist = {
+        k: optuna.distributions.CategoricalDistribution(v)
+        for k, v in SPACE.searched.items()
+        if k in params
+    }
+    t = optuna.trial.create_trial(
+        value=value,
+        params=params,
+        distributions=dist,
+        user_attrs={"knobs": {"compile": True, **params}, "status": "ok"},
+    )
     t.number = number
     return t
 
@@ -33,7 +46,13 @@ def test_twin_of_the_leader_is_its_specialised_compile() -> None:
         {"micro_batch_size": 8, "compile_scope": "block", "compile_dynamic": "static"},
     ]
     assert twin.specialised(h, SPACE, slow) == []  # not the leader
-    specialised = _trial(2, 300.0, micro_batch_size=8, compile_scope="model", compile_dynamic="static")
+    specialised = _trial(
+        2, 300.0, micro_batch_size=8, compile_scope="model", compile_dynamic="static"
+    )
     assert twin.specialised(History(completed=[lead, specialised]), SPACE, specialised) == []
-    narrow = ResolvedSpace(searched={"micro_batch_size": [4, 8]}, fixed={"compile": True, "compile_scope": "block"})
-    assert twin.specialised(History(completed=[lead]), narrow, lead) == []  # the space holds no twin
+    narrow = ResolvedSpace(
+        searched={"micro_batch_size": [4, 8]}, fixed={"compile": True, "compile_scope": "block"}
+    )
+    assert (
+        twin.specialised(History(completed=[lead]), narrow, lead) == []
+    )  # the space holds no twin

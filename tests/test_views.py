@@ -17,13 +17,21 @@ from autotune.space import resolve_space
 from autotune.views import LiveProgress
 from conftest import tiny
 
-# tokens/s by micro-batch size and precision: each trial beats the one before, so a lagging "best" shows
-SPEED = {(2, "fp32"): 100.0, (4, "fp32"): 200.0, (8, "fp32"): 300.0, (2, "bf16"): 400.0, (4, "bf16"): 500.0,
-         (8, "bf16"): 600.0}
+# tokens/s by micro-batch size and precision: each trial beats the one before, so a lagging "best"
+# shows
+SPEED = {
+    (2, "fp32"): 100.0,
+    (4, "fp32"): 200.0,
+    (8, "fp32"): 300.0,
+    (2, "bf16"): 400.0,
+    (4, "bf16"): 500.0,
+    (8, "bf16"): 600.0,
+}
 
 
 class _Watched(LiveProgress):
-    """The real live view, noting after each result which trial it shows as best and the count it shows."""
+    """The real live view, noting after each result which trial it shows as best and the count it
+    shows."""
 
     def __init__(self, console: Console, searched: list[str]) -> None:
         super().__init__(console, searched)
@@ -34,22 +42,39 @@ class _Watched(LiveProgress):
         self.seen.append((record.number, self.best["number"], self.measured))
 
 
-def _measure(bench: Any, knobs: dict[str, Any], run_dir: Path, *, number: int = 0, **_: Any) -> TrialRecord:
+def _measure(
+    bench: Any, knobs: dict[str, Any], run_dir: Path, *, number: int = 0, **_: Any
+) -> TrialRecord:
     value = SPEED[(knobs["micro_batch_size"], knobs["precision"])]
-    return TrialRecord(number, knobs, "ok", wall_s=0.0, metrics={Metric.TOKENS_PER_GPU: value, Metric.MFU: None})
+    return TrialRecord(
+        number, knobs, "ok", wall_s=0.0, metrics={Metric.TOKENS_PER_GPU: value, Metric.MFU: None}
+    )
 
 
-def test_views_best_is_each_result_as_it_arrives_with_autotune_s_count(write_yaml, tmp_path: Path) -> None:
+def test_views_best_is_each_result_as_it_arrives_with_autotune_s_count(
+    write_yaml, tmp_path: Path
+) -> None:
     cfg = load_config(write_yaml(tiny(study={"trials": 6, "sampler": "grid"})))
     out = io.StringIO()
     view = _Watched(Console(file=out, width=200), ["micro_batch_size", "precision"])
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(direction="maximize")
-    search = _Search(cfg, resolve_space(cfg, "cpu"), study, tmp_path / "s", "cpu", None, 6, view,
-                     measure_fn=_measure)
+    search = _Search(
+        cfg,
+        resolve_space(cfg, "cpu"),
+        study,
+        tmp_path / "s",
+        "cpu",
+        None,
+        6,
+        view,
+        measure_fn=_measure,
+    )
     search.optimize(600.0, "memory")
     values = {t.number: t.value for t in study.get_trials()}
-    for i, (number, best, measured) in enumerate(view.seen):  # the best so far, this result included
+    for i, (number, best, measured) in enumerate(
+        view.seen
+    ):  # the best so far, this result included
         assert best == max((n for n, _, _ in view.seen[: i + 1]), key=values.get), view.seen
         assert measured == i + 1
     assert len(view.seen) == 6
@@ -61,9 +86,31 @@ def test_views_repeat_line_says_the_sample_and_what_ran_beside_it() -> None:
     from autotune.views_check import repeat_line
 
     shared = {"load_1min": 5.26, "cpus": 2, "gpu_processes": None}  # this 2-core machine, shared
-    ok = repeat_line({"repeat": 0, "repeats": 5, "conditions": shared, "tokens_per_s_per_gpu": 51234.5, "failure": None})
+    ok = repeat_line(
+        {
+            "repeat": 0,
+            "repeats": 5,
+            "conditions": shared,
+            "tokens_per_s_per_gpu": 51234.5,
+            "failure": None,
+        }
+    )
     assert str(ok) == "repeat 1 of 5: 51,234 tokens/s/GPU (load 5.26 on 2 CPUs)"
-    gpu = {"load_1min": 1.2, "cpus": 16, "gpu_processes": [{"pid": 48211, "name": "python3", "used_mib": 20480}]}
-    failed = repeat_line({"repeat": 1, "repeats": 5, "conditions": gpu, "tokens_per_s_per_gpu": None,
-                          "failure": "crash: exit code -9"})
-    assert str(failed) == "repeat 2 of 5: failed crash: exit code -9 (load 1.2 on 16 CPUs; GPU: 1 other process(es))"
+    gpu = {
+        "load_1min": 1.2,
+        "cpus": 16,
+        "gpu_processes": [{"pid": 48211, "name": "python3", "used_mib": 20480}],
+    }
+    failed = repeat_line(
+        {
+            "repeat": 1,
+            "repeats": 5,
+            "conditions": gpu,
+            "tokens_per_s_per_gpu": None,
+            "failure": "crash: exit code -9",
+        }
+    )
+    assert (
+        str(failed)
+        == "repeat 2 of 5: failed crash: exit code -9 (load 1.2 on 16 CPUs; GPU: 1 other process(es))"
+    )

@@ -1,5 +1,6 @@
-"""The summary card: the chosen configuration (best.yaml's), its confirmed number, x the baseline, its efficiency,
-what applying it costs and what the search cost; its data first (`chosen`), then its HTML (`card_html`)."""
+"""The summary card: the chosen configuration (best.yaml's), its confirmed number, x the baseline,
+its efficiency, what applying it costs and what the search cost; its data first (`chosen`), then
+its HTML (`card_html`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ EFFICIENCY = {"MFU": Metric.MFU, "roofline": Metric.ROOFLINE}
 
 
 def chosen(data: dict[str, Any], phases: list[dict[str, Any]], gpus: int) -> dict[str, Any] | None:
-    """What best.yaml holds: the confirmation's choice, else the search's best (as search/best.py chooses)."""
+    """What best.yaml holds: the confirmation's choice, else the search's best (as search/best.py
+    chooses)."""
     conf, best = data["confirmation"], data["best"]
     if best is None:
         return None
@@ -50,7 +52,9 @@ def _efficiency(task: str, row: dict[str, Any], value: float) -> tuple[str, floa
     return name, None if measured is None or not search else measured * value / search
 
 
-def _apply(data: dict[str, Any], row: dict[str, Any], base: dict[str, Any] | None) -> dict[str, Any]:
+def _apply(
+    data: dict[str, Any], row: dict[str, Any], base: dict[str, Any] | None
+) -> dict[str, Any]:
     """What changes from the baseline, the environment it sets, the notes, and its one-time costs."""
     knobs, before = row["knobs"], (base or {}).get("knobs") or {}
     device = "cuda" if data["device"] == "cuda" else "cpu"
@@ -64,8 +68,8 @@ def _apply(data: dict[str, Any], row: dict[str, Any], base: dict[str, Any] | Non
 
 
 def _notes(knobs: dict[str, Any], device: str, task: str) -> list[str]:
-    """best.yaml's apply notes of these knobs; none for a value the catalogue does not know (a record another
-    program wrote), which the page must still show."""
+    """best.yaml's apply notes of these knobs; none for a value the catalogue does not know (a
+    record another program wrote), which the page must still show."""
     try:
         return catalogue.apply_notes(knobs, device, task)
     except (KeyError, TypeError, ValueError, AttributeError):
@@ -130,9 +134,11 @@ def _efficiency_text(c: dict[str, Any]) -> str:
 
 
 def _apply_html(a: dict[str, Any]) -> str:
-    """What applying it costs: the knobs changed, the environment, the notes, compile time and memory."""
+    """What applying it costs: the knobs changed, the environment, the notes, compile time and
+    memory."""
     changed = "; ".join(
-        f"{escape(k)}: {escape(str(old))} &rarr; {escape(str(new))}" for k, (old, new) in a["changed"].items()
+        f"{escape(k)}: {escape(str(old))} &rarr; {escape(str(new))}"
+        for k, (old, new) in a["changed"].items()
     )
     items = [f"<li>Change from the baseline: {changed or 'nothing'}</li>"]
     if a["env"]:
@@ -143,7 +149,9 @@ def _apply_html(a: dict[str, Any]) -> str:
         items.append(f"<li>One-time compile at each start: {a['compile_s']:,.0f} s</li>")
     base_mem, mem = a["peak_mem_gib"]
     if mem is not None:
-        items.append(f"<li>Peak memory: {fmt(mem, 'gib')} GiB (baseline {fmt(base_mem, 'gib')})</li>")
+        items.append(
+            f"<li>Peak memory: {fmt(mem, 'gib')} GiB (baseline {fmt(base_mem, 'gib')})</li>"
+        )
     return "<p>What it costs to apply:</p><ul>" + "".join(items) + "</ul>"
 
 

@@ -1,6 +1,7 @@
-"""The HTML report: one self-contained page that works offline (plotly.js inlined once, PNGs embedded): the
-summary card, the tables with the chosen trial marked, Optuna's interactive plots and matplotlib's for what
-Optuna lacks. Every string from the study is escaped (html.escape) before it reaches the page."""
+"""The HTML report: one self-contained page that works offline (plotly.js inlined once, PNGs
+embedded): the summary card, the tables with the chosen trial marked, Optuna's interactive plots
+and matplotlib's for what Optuna lacks. Every string from the study is escaped (html.escape)
+before it reaches the page."""
 
 from __future__ import annotations
 
@@ -41,10 +42,11 @@ img{max-width:100%}
 
 
 def write_html(data: dict[str, Any], out: Path, study: Any | None = None) -> Path:
-    """report.html (one file to attach or open) and its PNGs beside it. study: the Optuna study the data was
-    collected from, for the interactive plots and the measured spread (without it, static plots only).
-    Everything is drawn in a temporary folder first, then put in place with Ctrl-C and SIGTERM held back: a
-    page and its plots are always of one report (an older report's plot that this one lacks is removed)."""
+    """report.html (one file to attach or open) and its PNGs beside it. study: the Optuna study the
+    data was collected from, for the interactive plots and the measured spread (without it,
+    static plots only). Everything is drawn in a temporary folder first, then put in place with
+    Ctrl-C and SIGTERM held back: a page and its plots are always of one report (an older
+    report's plot that this one lacks is removed)."""
     import tempfile
 
     m = measured(data, study)
@@ -53,7 +55,9 @@ def write_html(data: dict[str, Any], out: Path, study: Any | None = None) -> Pat
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out, prefix=".report-") as tmp:
         tele = telemetry_of(study, card["trial"]) if study is not None and card else None
-        pngs = draw(plot_data(data, m["phases"], card and card["trial"], tele), Path(tmp), interactive)
+        pngs = draw(
+            plot_data(data, m["phases"], card and card["trial"], tele), Path(tmp), interactive
+        )
         figs = _plots.figures(study, data, m, card) if interactive else []
         (Path(tmp) / "report.html").write_text(page(data, card, figs, pngs))
         with _signals_held():
@@ -110,8 +114,14 @@ def page(
 
 def _subtitle(data: dict[str, Any]) -> str:
     counts = ", ".join(f"{k} {v}" for k, v in data["counts"].items())
-    family = (data.get("model") or {}).get("family") if isinstance(data.get("model"), dict) else None
-    parts = [f"device {data['device']}", f"task {data['task']}", *([f"model {family}"] if family else [])]
+    family = (
+        (data.get("model") or {}).get("family") if isinstance(data.get("model"), dict) else None
+    )
+    parts = [
+        f"device {data['device']}",
+        f"task {data['task']}",
+        *([f"model {family}"] if family else []),
+    ]
     return escape("; ".join(str(p) for p in parts) + f". Trials by state: {counts}.")
 
 
@@ -149,10 +159,13 @@ def _images(pngs: list[Path], heading: str) -> str:
 
 
 def _table(
-    header: list[str], rows: list[tuple[list[str], str]], text: tuple[str, ...] = (), wrap: str | None = None
+    header: list[str],
+    rows: list[tuple[list[str], str]],
+    text: tuple[str, ...] = (),
+    wrap: str | None = None,
 ) -> str:
-    """A table of already formatted cells, escaped here; rows: (cells, the row's class); text: the columns of
-    words (left-aligned); wrap: the one column whose long lines wrap."""
+    """A table of already formatted cells, escaped here; rows: (cells, the row's class); text: the
+    columns of words (left-aligned); wrap: the one column whose long lines wrap."""
     head = "".join(f"<th>{escape(c)}</th>" for c in header)
     kinds = ["long" if c == wrap else "text" if c in text else "" for c in header]
     body = "\n".join(
@@ -195,8 +208,16 @@ def _confirmation_table(data: dict[str, Any]) -> str:
         samples = ", ".join(fmt(s, "tok") for s in st["samples"])
         mine = st["trial"] == conf["chosen"]
         number = f"{st['trial']}" + (" \u2605 chosen" if mine else "")
-        row = [number, fmt(st["median"], "tok"), interval(st), samples, fmt(st["search_value"], "tok")]
-        rows.append(([*row, "; ".join(str(f) for f in st["failures"][:3]) or "-"], "chosen" if mine else ""))
+        row = [
+            number,
+            fmt(st["median"], "tok"),
+            interval(st),
+            samples,
+            fmt(st["search_value"], "tok"),
+        ]
+        rows.append(
+            ([*row, "; ".join(str(f) for f in st["failures"][:3]) or "-"], "chosen" if mine else "")
+        )
     rounds = f"{conf['rounds_done']} interleaved rounds of the top {len(conf['stats'])}"
     table = _table(header, rows, ("interval", "samples (one a fresh process)"), wrap="failures")
     return f"<h2>Confirmation</h2><p>{escape(rounds)}: {escape(str(conf['why']))}</p>" + table
@@ -207,7 +228,9 @@ def _importance_table(data: dict[str, Any]) -> str:
     rows = []
     for k in data["searched"]:
         value = (imp["values"] or {}).get(k)
-        effects = ", ".join(f"{a}: {fmt(b, 'tok')}" for a, b in data["knob_effects"].get(k, {}).items())
+        effects = ", ".join(
+            f"{a}: {fmt(b, 'tok')}" for a, b in data["knob_effects"].get(k, {}).items()
+        )
         rows.append(([k, "-" if value is None else f"{value:.2f}", effects], ""))
     effects = "best tokens/s/GPU at each value"
     table = _table(["knob", "importance", effects], rows, ("knob",), wrap=effects)
@@ -222,13 +245,19 @@ def _failures_table(data: dict[str, Any]) -> str:
         for state, f in data["failures"].items()
     ]
     header = ["state", "count", "trials", "example reason"]
-    return "<h2>Failed and predicted trials</h2>" + _table(header, rows, ("state",), wrap="example reason")
+    return "<h2>Failed and predicted trials</h2>" + _table(
+        header, rows, ("state",), wrap="example reason"
+    )
 
 
 def _time_section(data: dict[str, Any]) -> str:
     tm = data["time"]
     phases = tm["phases_s"]
-    ahead = f"; {tm['started_ahead']} of {tm['processes']} started ahead" if tm.get("started_ahead") else ""
+    ahead = (
+        f"; {tm['started_ahead']} of {tm['processes']} started ahead"
+        if tm.get("started_ahead")
+        else ""
+    )
     order = [p for p in PHASES if p in phases] + [p for p in phases if p not in PHASES]
     rows = [
         ([p, f"{phases[p]:,.0f}", f"{100 * phases[p] / tm['trial_wall_s']:.0f}%"], "")

@@ -1,5 +1,5 @@
-"""What the HTML page shows beyond `collect`: read from the study itself (each trial's raw step samples, the
-latency limits, the GPUs a trial holds), computed before anything is drawn."""
+"""What the HTML page shows beyond `collect`: read from the study itself (each trial's raw step
+samples, the latency limits, the GPUs a trial holds), computed before anything is drawn."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from typing import Any
 
 from autotune.record import Metric, RecordError, TrialRecord
 
-# The phases of a trial process, in the order they happen (workloads/trial.py phases_s); "checks" is the
-# numerics guard's: the loss check in the trial (phases_s "check") and its reference trial, a process of its
-# own (phases_s "reference", outside the trial's wall time); "other" is the wall time no phase accounts for.
+# The phases of a trial process, in the order they happen (workloads/trial.py phases_s); "checks" is
+# the
+# numerics guard's: the loss check in the trial (phases_s "check") and its reference trial, a
+# process of its
+# own (phases_s "reference", outside the trial's wall time); "other" is the wall time no phase
+# accounts for.
 PHASES = ("start", "build", "compile", "checks", "warmup", "measure", "other")
 SPREAD_QUANTILES = (0.1, 0.9)  # error bars: the 10th and 90th percentile of the measured steps
 
@@ -21,18 +24,21 @@ def measured(data: dict[str, Any], study: Any | None) -> dict[str, Any]:
     return {
         "spread": _spread(data, study) if study is not None else {},
         "phases": sorted(
-            (p for r in data["trials"] if (p := phases_of(r)) is not None), key=lambda p: p["number"]
+            (p for r in data["trials"] if (p := phases_of(r)) is not None),
+            key=lambda p: p["number"],
         ),
         "limits": {
-            k: v for k, v in ((config.get("study") or {}).get("limits") or {}).items() if v is not None
+            k: v
+            for k, v in ((config.get("study") or {}).get("limits") or {}).items()
+            if v is not None
         },
         "gpus": int((config.get("workload") or {}).get("world_size") or 1),
     }
 
 
 def _spread(data: dict[str, Any], study: Any) -> dict[int, tuple[float, float]]:
-    """tokens/s per GPU at the slow and fast end of each ok trial's measured steps (its median scaled by
-    median step time / step-time quantile): the error bar of a single measurement."""
+    """tokens/s per GPU at the slow and fast end of each ok trial's measured steps (its median
+    scaled by median step time / step-time quantile): the error bar of a single measurement."""
     tokens = {r["number"]: r[Metric.TOKENS_PER_GPU] for r in data["trials"] if r["state"] == "ok"}
     spread = {}
     for t in study.get_trials(deepcopy=False):
@@ -42,28 +48,37 @@ def _spread(data: dict[str, Any], study: Any) -> dict[int, tuple[float, float]]:
         if len(steps) < 2:
             continue
         median = statistics.median(steps)
-        cuts = statistics.quantiles(steps, n=20, method="inclusive")  # 5% steps: [1] is p10, [17] is p90
+        cuts = statistics.quantiles(
+            steps, n=20, method="inclusive"
+        )  # 5% steps: [1] is p10, [17] is p90
         fast_step, slow_step = cuts[1], cuts[17]
-        spread[t.number] = (tokens[t.number] * median / slow_step, tokens[t.number] * median / fast_step)
+        spread[t.number] = (
+            tokens[t.number] * median / slow_step,
+            tokens[t.number] * median / fast_step,
+        )
     return spread
 
 
 def _steps(trial: Any) -> list[float]:
     try:
-        return [s for s in TrialRecord.of(trial).step_times if isinstance(s, (int, float)) and s > 0]
+        return [
+            s for s in TrialRecord.of(trial).step_times if isinstance(s, (int, float)) and s > 0
+        ]
     except RecordError:
         return []
 
 
 def telemetry_of(study: Any, number: int) -> tuple[int, dict[str, Any]] | None:
-    """A trial's recorded telemetry (power, clocks over its measured window), None where it has none."""
+    """A trial's recorded telemetry (power, clocks over its measured window), None where it has
+    none."""
     trial = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
     tele = trial.user_attrs.get("telemetry") if trial is not None else None
     return (number, tele) if isinstance(tele, dict) and tele.get("series") else None
 
 
 def phases_of(row: dict[str, Any]) -> dict[str, Any] | None:
-    """One trial's seconds by phase (warm-up without the compile it contains), None for a trial never started."""
+    """One trial's seconds by phase (warm-up without the compile it contains), None for a trial
+    never started."""
     raw = row.get("phases_s")
     if not raw or not row.get("wall_s"):
         return None

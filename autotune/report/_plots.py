@@ -1,9 +1,11 @@
-"""The page's interactive plots (plotly): Optuna's own (history, importance, parallel coordinates, slice, Pareto
-front), each with the chosen trial marked, and those Optuna lacks (throughput with its measured spread, the
-confirmation's samples, the latency or memory front with its limits, each trial's time by phase).
+"""The page's interactive plots (plotly): Optuna's own (history, importance, parallel coordinates,
+slice, Pareto front), each with the chosen trial marked, and those Optuna lacks (throughput with
+its measured spread, the confirmation's samples, the latency or memory front with its limits,
+each trial's time by phase).
 
-Plotly draws text as text (never as markup) and its JSON is written with `<` escaped; strings of ours that
-plotly reads as its small HTML subset (hover text, tick labels) are escaped first as well."""
+Plotly draws text as text (never as markup) and its JSON is written with `<` escaped; strings of
+ours that plotly reads as its small HTML subset (hover text, tick labels) are escaped first as
+well."""
 
 from __future__ import annotations
 
@@ -58,9 +60,9 @@ def figures(
 
 
 def _snapshot(study: Any) -> Any:
-    """The study's trials in memory without their records (user attributes: telemetry, raw steps), which no
-    plot reads: each of Optuna's plots copies every trial again (importance's hover text once a knob), and
-    from SQLite with the records that costs seconds for a hundred trials."""
+    """The study's trials in memory without their records (user attributes: telemetry, raw steps),
+    which no plot reads: each of Optuna's plots copies every trial again (importance's hover text
+    once a knob), and from SQLite with the records that costs seconds for a hundred trials."""
     import optuna
 
     previous = optuna.logging.get_verbosity()
@@ -93,9 +95,9 @@ def _bare(t: Any) -> Any:
 
 
 def _target(study: Any, minimize: bool = False) -> Any:
-    """Optuna's target for a plot: None (the objective) in a single-objective study; else tokens/s per GPU, the
-    first objective of every study (a pareto study's second is p99), negated where Optuna assumes lower is
-    better (PED-ANOVA)."""
+    """Optuna's target for a plot: None (the objective) in a single-objective study; else tokens/s
+    per GPU, the first objective of every study (a pareto study's second is p99), negated where
+    Optuna assumes lower is better (PED-ANOVA)."""
     if len(study.directions) == 1:
         return None
     sign = -1.0 if minimize else 1.0
@@ -153,7 +155,9 @@ def _mark_baseline(fig: Any, data: dict[str, Any]) -> None:
         )
 
 
-def _confirmation(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+def _confirmation(
+    study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None
+) -> Any:
     import plotly.graph_objects as go
 
     conf = data["confirmation"]
@@ -183,7 +187,9 @@ def _confirmation(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[s
                 showlegend=st is conf["stats"][0],
             )
         )
-    return fig.update_layout(yaxis_title=f"{TOKENS} (each point: one fresh process)", xaxis_title="candidate")
+    return fig.update_layout(
+        yaxis_title=f"{TOKENS} (each point: one fresh process)", xaxis_title="candidate"
+    )
 
 
 def _history(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
@@ -202,7 +208,9 @@ def _history(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, A
     return fig.update_layout(title=None)
 
 
-def _importance(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+def _importance(
+    study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None
+) -> Any:
     import optuna
     from optuna.visualization import plot_param_importances
 
@@ -224,9 +232,13 @@ def _parallel(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, 
 
     if len(data["searched"]) < 2 or len(_ok(data)) < 2:
         return None
-    fig = plot_parallel_coordinate(study, params=data["searched"], target=_target(study), target_name=TOKENS)
+    fig = plot_parallel_coordinate(
+        study, params=data["searched"], target=_target(study), target_name=TOKENS
+    )
     chosen = (
-        "" if c is None else f"chosen (best.yaml): trial {c['trial']}, " + _label_line(c, data["searched"])
+        ""
+        if c is None
+        else f"chosen (best.yaml): trial {c['trial']}, " + _label_line(c, data["searched"])
     )
     return fig.update_layout(title={"text": chosen, "font": {"size": 13}})
 
@@ -242,7 +254,9 @@ def _slice(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any
     if not data["searched"] or len(_ok(data)) < 2:
         return None
     fig = plot_slice(study, params=data["searched"], target=_target(study), target_name=TOKENS)
-    trial = next((t for t in study.get_trials(deepcopy=False) if c and t.number == c["trial"]), None)
+    trial = next(
+        (t for t in study.get_trials(deepcopy=False) if c and t.number == c["trial"]), None
+    )
     if (
         trial is not None and trial.values
     ):  # Optuna draws one panel a knob, in sorted order, on axes x, x2, x3, ...
@@ -251,13 +265,21 @@ def _slice(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any
             x = _slice_x(trial, knob)
             if x is not None:
                 fig.add_trace(
-                    _star(go, [x], [trial.values[0]], xaxis=f"x{axis}", yaxis=f"y{axis}", showlegend=i == 0)
+                    _star(
+                        go,
+                        [x],
+                        [trial.values[0]],
+                        xaxis=f"x{axis}",
+                        yaxis=f"y{axis}",
+                        showlegend=i == 0,
+                    )
                 )
     return fig.update_layout(title=None, legend={"orientation": "h", "y": 1.12})
 
 
 def _slice_x(trial: Any, knob: str) -> Any:
-    """The trial's value of a knob where Optuna's slice plot places it: a categorical choice by its repr."""
+    """The trial's value of a knob where Optuna's slice plot places it: a categorical choice by its
+    repr."""
     from optuna.distributions import CategoricalDistribution
 
     if knob not in trial.params:
@@ -275,7 +297,10 @@ def _pareto(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, An
     fig = plot_pareto_front(study, target_names=[TOKENS, "p99 time per output token (ms)"])
     if "p99_tpot_ms" in m["limits"]:
         fig.add_hline(
-            y=m["limits"]["p99_tpot_ms"], line_dash="dot", line_color="#d62728", annotation_text="limit"
+            y=m["limits"]["p99_tpot_ms"],
+            line_dash="dot",
+            line_color="#d62728",
+            annotation_text="limit",
         )
     row = next((r for r in data["trials"] if c and r["number"] == c["trial"]), None)
     if row is not None and row.get(Metric.TPOT_P99_MS) is not None:
@@ -284,14 +309,20 @@ def _pareto(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, An
 
 
 def _front(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
-    """Latency (p99 time per output token) where trials have it, else peak memory, with the front drawn (a
-    pareto study's latency front is Optuna's: _pareto)."""
+    """Latency (p99 time per output token) where trials have it, else peak memory, with the front
+    drawn (a pareto study's latency front is Optuna's: _pareto)."""
     from autotune.report._table import pareto
 
     latency = [
-        r for r in data["trials"] if r.get(Metric.TPOT_P99_MS) is not None and r[Metric.TOKENS_PER_GPU]
+        r
+        for r in data["trials"]
+        if r.get(Metric.TPOT_P99_MS) is not None and r[Metric.TOKENS_PER_GPU]
     ]
-    key, title, limit = Metric.TPOT_P99_MS, "p99 time per output token (ms)", m["limits"].get("p99_tpot_ms")
+    key, title, limit = (
+        Metric.TPOT_P99_MS,
+        "p99 time per output token (ms)",
+        m["limits"].get("p99_tpot_ms"),
+    )
     if latency and len(study.directions) > 1:
         return None
     points = latency
@@ -358,7 +389,10 @@ def _time(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any]
         if any(minutes):
             fig.add_trace(
                 go.Bar(
-                    x=xs, y=minutes, name=phase, hovertemplate="%{y:.2f} GPU-min<extra>" + phase + "</extra>"
+                    x=xs,
+                    y=minutes,
+                    name=phase,
+                    hovertemplate="%{y:.2f} GPU-min<extra>" + phase + "</extra>",
                 )
             )
     total = sum(p["wall_s"] for p in phases) * m["gpus"] / 60

@@ -1,5 +1,6 @@
-"""The page's static plots (matplotlib PNGs): telemetry and the check history always (Optuna draws neither),
-and, where plotly is not installed, the history, the memory front, each knob and the time by phase."""
+"""The page's static plots (matplotlib PNGs): telemetry and the check history always (Optuna draws
+neither), and, where plotly is not installed, the history, the memory front, each knob and the
+time by phase."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from autotune.report._table import pareto
 
 
 def pareto_front(points: list[tuple[float, float, int]]) -> list[int]:
-    """Trials not beaten on both axes: higher tokens/s and lower peak memory. points: (mem, tok, number)."""
+    """Trials not beaten on both axes: higher tokens/s and lower peak memory. points: (mem, tok,
+    number)."""
     return [number for _, _, number in pareto(points, up=lambda p: p[1], down=lambda p: p[0])]
 
 
@@ -23,8 +25,9 @@ def plot_data(
     chosen: int | None = None,
     telemetry: tuple[int, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """What each plot draws, computed before any drawing; phases: _measured.phases_of of each trial; chosen:
-    the chosen trial (best.yaml's), marked; telemetry: (trial, its telemetry) drawn, else the search's best's."""
+    """What each plot draws, computed before any drawing; phases: _measured.phases_of of each trial;
+    chosen: the chosen trial (best.yaml's), marked; telemetry: (trial, its telemetry) drawn, else
+    the search's best's."""
     ok = sorted((r for r in data["trials"] if r["state"] == "ok"), key=lambda r: r["number"])
     history, best_so_far, running = [], [], float("-inf")
     for r in ok:
@@ -32,7 +35,9 @@ def plot_data(
         history.append((r["number"], r[Metric.TOKENS_PER_GPU]))
         best_so_far.append((r["number"], running))
     mem = [(r["peak_mem_gib"], r[Metric.TOKENS_PER_GPU], r["number"]) for r in ok]
-    per_knob = {k: [(str(r["knobs"][k]), r[Metric.TOKENS_PER_GPU]) for r in ok] for k in data["searched"]}
+    per_knob = {
+        k: [(str(r["knobs"][k]), r[Metric.TOKENS_PER_GPU]) for r in ok] for k in data["searched"]
+    }
     best = (data["best"] or {}).get("number")
     tele_trial, tele = telemetry or (best, data.get("best_telemetry") or {})
     series = tele.get("series") or []
@@ -80,8 +85,9 @@ ALWAYS = ("telemetry.png", "checks.png")  # what Optuna's interactive plots do n
 
 
 def draw(pd: dict[str, Any], out: Path, interactive: bool) -> list[Path]:
-    """Write the PNGs; return their paths (plots without data are skipped; interactive: only those Optuna's
-    plotly plots lack). matplotlib is imported only when there is something to draw (it takes seconds)."""
+    """Write the PNGs; return their paths (plots without data are skipped; interactive: only those
+    Optuna's plotly plots lack). matplotlib is imported only when there is something to draw (it
+    takes seconds)."""
     plots = (
         ("history", _history),
         ("memory", _memory),
@@ -141,7 +147,13 @@ def _memory(plt: Any, pd: dict[str, Any]) -> Any:
 def _star(ax: Any, points: list[tuple[float, float]]) -> None:
     if points:
         ax.scatter(
-            *zip(*points), marker="*", s=220, color="#d62728", edgecolor="black", zorder=4, label="chosen"
+            *zip(*points),
+            marker="*",
+            s=220,
+            color="#d62728",
+            edgecolor="black",
+            zorder=4,
+            label="chosen",
         )
 
 
@@ -149,7 +161,9 @@ def _per_knob(plt: Any, pd: dict[str, Any]) -> Any:
     knobs = [k for k, v in pd["per_knob"].items() if v]
     fig, axes = plt.subplots(1, len(knobs), figsize=(3.2 * len(knobs), 3.6), squeeze=False)
     for ax, knob in zip(axes[0], knobs):
-        values = list(dict.fromkeys(v for v, _ in sorted(pd["per_knob"][knob], key=lambda p: _order(p[0]))))
+        values = list(
+            dict.fromkeys(v for v, _ in sorted(pd["per_knob"][knob], key=lambda p: _order(p[0])))
+        )
         xs = [values.index(v) for v, _ in pd["per_knob"][knob]]
         ax.scatter(xs, [t for _, t in pd["per_knob"][knob]], s=16)
         ax.set_xticks(range(len(values)), values)
@@ -161,7 +175,9 @@ def _telemetry(plt: Any, pd: dict[str, Any]) -> Any:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     t, power, clock = zip(*pd["telemetry"])
     ax.plot(t, power, color="C0", label="power (W)")
-    ax.set(xlabel="seconds into the measured window", ylabel="power (W)", title=pd["telemetry_title"])
+    ax.set(
+        xlabel="seconds into the measured window", ylabel="power (W)", title=pd["telemetry_title"]
+    )
     ax2 = ax.twinx()
     ax2.plot(t, clock, color="C1", label="SM clock (MHz)")
     ax2.set_ylabel("SM clock (MHz)", color="C1")
@@ -191,8 +207,8 @@ def _checks(plt: Any, pd: dict[str, Any]) -> Any:
 
 
 def _time(plt: Any, pd: dict[str, Any]) -> Any:
-    """Stacked bars, one filled step line a phase (ax.bar would make a patch per trial and phase: seconds for a
-    hundred trials); trials side by side in their order, ticked with their numbers."""
+    """Stacked bars, one filled step line a phase (ax.bar would make a patch per trial and phase:
+    seconds for a hundred trials); trials side by side in their order, ticked with their numbers."""
     fig, ax = plt.subplots(figsize=(9, 4))
     numbers = [n for n, _ in pd["time"]]
     edges = list(range(len(numbers) + 1))
@@ -207,7 +223,9 @@ def _time(plt: Any, pd: dict[str, Any]) -> Any:
     if pd["chosen_time"] is not None:
         i = numbers.index(pd["chosen_time"])
         ax.annotate("chosen", (i + 0.5, bottom[i]), ha="center", va="bottom", color="#d62728")
-    ax.set(xlabel="trial", ylabel="seconds in the trial process", title="Where each trial's time went")
+    ax.set(
+        xlabel="trial", ylabel="seconds in the trial process", title="Where each trial's time went"
+    )
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 

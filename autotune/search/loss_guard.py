@@ -1,16 +1,18 @@
-"""Training's numerics guardrail (study.loss_check): a faster configuration must not win by training worse.
+"""Training's numerics guardrail (study.loss_check): a faster configuration must not win by training
+worse.
 
-A trial whose knobs change the arithmetic (knobs.numerics: fp8 or fp16, a DDP gradient compression hook, a
-bf16 FSDP reduce-scatter) that measured `ok` has also run `steps` optimizer steps from fresh weights on a
-learnable synthetic stream (workloads/train.py, `Train.loss_check`); here its loss curve is compared with its
-reference's (knobs.reference_of: bf16, exact all-reduce, fp32 reduction; same initial weights, same data,
-same check micro-batch: at most knobs.CHECK_ROWS sequences, eager). The reference curve is measured once per
-check micro-batch, parallel layout and reference precision, in an eager trial of its own at that micro-batch
-(its timed steps cut to one: no compile), and cached in the study's loss-reference/ folder; the seconds it
-took are the trial's `reference` phase. A gap beyond study.loss_check.max_gap at any step of the second half ends the trial `invalid_config:
-loss drifts`, with both curves in its record; the knob values that changed the arithmetic are the cause, a
-rule the search learns.
-"""
+A trial whose knobs change the arithmetic (knobs.numerics: fp8 or fp16, a DDP gradient
+compression hook, a bf16 FSDP reduce-scatter) that measured `ok` has also run `steps` optimizer
+steps from fresh weights on a learnable synthetic stream (workloads/train.py,
+`Train.loss_check`); here its loss curve is compared with its reference's (knobs.reference_of:
+bf16, exact all-reduce, fp32 reduction; same initial weights, same data, same check micro-batch:
+at most knobs.CHECK_ROWS sequences, eager). The reference curve is measured once per check
+micro-batch, parallel layout and reference precision, in an eager trial of its own at that
+micro-batch (its timed steps cut to one: no compile), and cached in the study's loss-reference/
+folder; the seconds it took are the trial's `reference` phase. A gap beyond
+study.loss_check.max_gap at any step of the second half ends the trial `invalid_config: loss
+drifts`, with both curves in its record; the knob values that changed the arithmetic are the
+cause, a rule the search learns."""
 
 from __future__ import annotations
 
@@ -27,17 +29,21 @@ from autotune.protocol import write_json
 from autotune.runner import Bench, measure
 
 FLOOR = 0.1  # of the reference's first loss: the smallest scale a gap is measured against (gap())
-# What a reference curve depends on (it is shared by the trials that agree on these and on the check's rows)
+# What a reference curve depends on (it is shared by the trials that agree on these and on the
+# check's rows)
 _KEY_KNOBS = ("parallel", "precision")
 
 
 def gap(losses: list[float], reference: list[float]) -> float:
-    """The largest relative gap |loss - reference| / scale over the second half of the steps, the scale being the
-    reference's loss or a tenth of its first loss, whichever is larger: the synthetic stream is learnable to a
-    loss near zero (a 2048-wide model reaches 0.01 within 20 steps), where 0.02 against 0.01 is no drift."""
+    """The largest relative gap |loss - reference| / scale over the second half of the steps, the
+    scale being the reference's loss or a tenth of its first loss, whichever is larger: the
+    synthetic stream is learnable to a loss near zero (a 2048-wide model reaches 0.01 within 20
+    steps), where 0.02 against 0.01 is no drift."""
     half, floor = len(reference) // 2, FLOOR * abs(reference[0]) if reference else 0.0
     pairs = list(zip(losses, reference))[half:]
-    return max((abs(a - r) / max(abs(r), floor) for a, r in pairs if max(abs(r), floor)), default=0.0)
+    return max(
+        (abs(a - r) / max(abs(r), floor) for a, r in pairs if max(abs(r), floor)), default=0.0
+    )
 
 
 def _key(bench: Bench, ref: dict[str, Any], steps: int) -> str:
@@ -55,8 +61,8 @@ def _key(bench: Bench, ref: dict[str, Any], steps: int) -> str:
 
 @dataclasses.dataclass
 class Reference:
-    """The reference's loss curve (None: there is none), where it came from or why there is none, and the
-    seconds its trial took (0: read from the cache)."""
+    """The reference's loss curve (None: there is none), where it came from or why there is none,
+    and the seconds its trial took (0: read from the cache)."""
 
     losses: list[float] | None
     source: str
@@ -64,21 +70,28 @@ class Reference:
 
 
 def reference_knobs(knobs: dict[str, Any]) -> dict[str, Any]:
-    """The reference trial's knobs: reference_of(knobs), eager (compile is no numerics knob, and the check
-    runs eager in every trial) at the check's micro-batch, one micro-step: nothing to compile, a short step."""
+    """The reference trial's knobs: reference_of(knobs), eager (compile is no numerics knob, and the
+    check runs eager in every trial) at the check's micro-batch, one micro-step: nothing to
+    compile, a short step."""
     twin = reference_of(knobs)
-    twin.update(compile=False, micro_batch_size=check_rows(knobs["micro_batch_size"]), grad_accum_steps=1)
+    twin.update(
+        compile=False, micro_batch_size=check_rows(knobs["micro_batch_size"]), grad_accum_steps=1
+    )
     return twin
 
 
-def reference(bench: Bench, knobs: dict[str, Any], steps: int, run_dir: Path, **measure_kw: Any) -> Reference:
+def reference(
+    bench: Bench, knobs: dict[str, Any], steps: int, run_dir: Path, **measure_kw: Any
+) -> Reference:
     """The reference's loss curve for this configuration (cached, else measured in its own trial)."""
     twin = reference_knobs(knobs)
     path = bench.home / "loss-reference" / f"{_key(bench, twin, steps)}.json"
     if path.exists():
         try:
             doc = json.loads(path.read_text())
-            return Reference(list(doc["losses"]), f"reference {path.name} (trial dir {doc.get('run_dir')})")
+            return Reference(
+                list(doc["losses"]), f"reference {path.name} (trial dir {doc.get('run_dir')})"
+            )
         except (OSError, ValueError, KeyError, TypeError):
             pass  # damaged: measured again
     ref_bench = dataclasses.replace(
@@ -92,21 +105,34 @@ def reference(bench: Bench, knobs: dict[str, Any], steps: int, run_dir: Path, **
     losses = (record.loss_check or {}).get("losses")
     seconds = record.wall_s or 0.0
     if record.status != "ok" or not losses:
-        return Reference(None, f"the reference trial ended {record.status}: {record.reason[:200]}", seconds)
+        return Reference(
+            None, f"the reference trial ended {record.status}: {record.reason[:200]}", seconds
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, {"losses": losses, "knobs": twin, "run_dir": str(ref_dir)})
     return Reference(losses, f"reference measured in {ref_dir}", seconds)
 
 
-def apply(bench: Bench, knobs: dict[str, Any], record: TrialRecord, run_dir: Path, **measure_kw: Any) -> TrialRecord:
-    """The record, judged: unchanged unless it is an ok training trial whose knobs change the arithmetic."""
+def apply(
+    bench: Bench, knobs: dict[str, Any], record: TrialRecord, run_dir: Path, **measure_kw: Any
+) -> TrialRecord:
+    """The record, judged: unchanged unless it is an ok training trial whose knobs change the
+    arithmetic."""
     check = bench.params.get("loss_check") or {}
     mine = (record.loss_check or {}).get("losses")
     changed = numerics(knobs)
-    if not tasks.task(bench.task).loss_check or not check.get("steps") or record.status != "ok" or not changed:
+    if (
+        not tasks.task(bench.task).loss_check
+        or not check.get("steps")
+        or record.status != "ok"
+        or not changed
+    ):
         return record
     if not mine:  # a model without init_weights (an entrypoint's): nothing to compare
-        record.loss_check = {"checked": False, "why": "the model has no init_weights() to start the check from"}
+        record.loss_check = {
+            "checked": False,
+            "why": "the model has no init_weights() to start the check from",
+        }
         return record
     found_ref = reference(bench, knobs, check["steps"], run_dir, **measure_kw)
     ref, source = found_ref.losses, found_ref.source

@@ -1,5 +1,6 @@
-"""torch.compile in a training trial: whole-model or per-block compile, a dynamic batch dimension, Dynamo's
-DDP graph split, and what the compile cache served (each knob applied by its own `apply_*` step)."""
+"""torch.compile in a training trial: whole-model or per-block compile, a dynamic batch dimension,
+Dynamo's DDP graph split, and what the compile cache served (each knob applied by its own `apply_*`
+step)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from autotune.workloads.parallel import repeated_blocks
 
 
 def apply_ddp_compile(torch: Any, knobs: dict[str, Any]) -> str | None:
-    """ddp_compile: whether Dynamo's DDPOptimizer splits the compiled graph at DDP's buckets (optimize_ddp); what
-    was set, or None where nothing is compiled under DDP."""
+    """ddp_compile: whether Dynamo's DDPOptimizer splits the compiled graph at DDP's buckets
+    (optimize_ddp); what was set, or None where nothing is compiled under DDP."""
     if knobs.get("parallel") != "ddp" or not knobs["compile"] or not knobs.get("ddp_compile"):
         return None
     import torch._dynamo
@@ -21,12 +22,15 @@ def apply_ddp_compile(torch: Any, knobs: dict[str, Any]) -> str | None:
     return "split at the buckets (optimize_ddp true)" if split else "one graph (optimize_ddp false)"
 
 
-def apply_compile(torch: Any, model: Any, mode: Any, scope: str | None = "model") -> tuple[Any, str | None]:
-    """torch.compile(model, mode) (the loss is inside forward, so it is compiled too), or, with scope block,
-    each repeated block compiled in place (regional compilation, as torchtitan does: Dynamo compiles the
-    block's code once and reuses it for every layer), and the model's `head_loss` (final norm, head and
-    cross-entropy, where the model has one) as one more region, so the loss's fp32 logits are fused as
-    whole-model compilation fuses them. Returns the model to step and what was applied."""
+def apply_compile(
+    torch: Any, model: Any, mode: Any, scope: str | None = "model"
+) -> tuple[Any, str | None]:
+    """torch.compile(model, mode) (the loss is inside forward, so it is compiled too), or, with
+    scope block, each repeated block compiled in place (regional compilation, as torchtitan does:
+    Dynamo compiles the block's code once and reuses it for every layer), and the model's
+    `head_loss` (final norm, head and cross-entropy, where the model has one) as one more region,
+    so the loss's fp32 logits are fused as whole-model compilation fuses them. Returns the model
+    to step and what was applied."""
     if not mode:
         return model, None
     compile_mode = None if mode in (True, "default") else mode
@@ -46,12 +50,16 @@ def apply_compile(torch: Any, model: Any, mode: Any, scope: str | None = "model"
     if callable(getattr(model, "head_loss", None)):
         model.head_loss = torch.compile(model.head_loss, mode=compile_mode)
         head = " + head_loss"
-    return model, f"{compile_mode or 'default'}, per block ({len(blocks)} x {kind}, compiled in place){head}"
+    return (
+        model,
+        f"{compile_mode or 'default'}, per block ({len(blocks)} x {kind}, compiled in place){head}",
+    )
 
 
 def apply_compile_dynamic(torch: Any, batches: list[Any], knobs: dict[str, Any]) -> str | None:
-    """compile_dynamic batch: every input tensor's first dimension marked dynamic, so one compiled program
-    serves every micro-batch size (and the compile cache serves it to the trials of other sizes)."""
+    """compile_dynamic batch: every input tensor's first dimension marked dynamic, so one compiled
+    program serves every micro-batch size (and the compile cache serves it to the trials of other
+    sizes)."""
     if not knobs["compile"] or knobs.get("compile_dynamic") != "batch":
         return None
     tensors = [t for batch in batches for t in _tensors(batch) if t.dim() > 0]
@@ -70,8 +78,8 @@ def _tensors(batch: Any) -> list[Any]:
 
 
 def compile_cache_counts(torch: Any) -> dict[str, int]:
-    """What the compile cache served this process: Inductor's FX graph and AOTAutograd's cache hits and misses
-    (torch._dynamo's counters): a trial whose graphs were all hits compiled nothing."""
+    """What the compile cache served this process: Inductor's FX graph and AOTAutograd's cache hits
+    and misses (torch._dynamo's counters): a trial whose graphs were all hits compiled nothing."""
     from torch._dynamo.utils import counters
 
     inductor, aot = counters["inductor"], counters["aot_autograd"]

@@ -1,29 +1,29 @@
-"""Models that are not the built-in transformer: a Hugging Face config, or the user's own entrypoint.
+"""Models that are not the built-in transformer: a Hugging Face config, or the user's own
+entrypoint.
 
-Both give the trial the same thing as the built-in model: a module whose forward(inputs, targets) returns
-the mean loss, a few micro-batches made once on the device, and what MFU needs (or None: MFU n/a).
+Both give the trial the same thing as the built-in model: a module whose forward(inputs, targets)
+returns the mean loss, a few micro-batches made once on the device, and what MFU needs (or None:
+MFU n/a).
 
 The entrypoint protocol (`model.entrypoint: "package.module:function"`):
 
-    def build(knobs: dict, device: str) -> dict:
-        return {
-            "model": module,            # torch.nn.Module; forward(inputs, targets) -> scalar loss
-            "make_batch": make_batch,   # make_batch(micro_batch_size) -> (inputs, targets) on `device`
-            "tokens_per_sample": 1024,  # tokens one sample contributes to tokens/s
-            "flop_params": None,        # optional fallback: N of 6N + 12*L*d*T, used only if counting fails
-            "n_layers": None,           # optional, with d_model: the attention term 12*L*d*T
-            "d_model": None,
-        }
+def build(knobs: dict, device: str) -> dict: return { "model": module,            #
+torch.nn.Module; forward(inputs, targets) -> scalar loss "make_batch": make_batch,   #
+make_batch(micro_batch_size) -> (inputs, targets) on `device` "tokens_per_sample": 1024,  #
+tokens one sample contributes to tokens/s "flop_params": None,        # optional fallback: N of
+6N + 12*L*d*T, used only if counting fails "n_layers": None,           # optional, with d_model:
+the attention term 12*L*d*T "d_model": None, }
 
-`knobs` holds every knob of the trial (precision, micro_batch_size, attention, ...); autotune itself
-applies precision (autocast, GradScaler), compile, the SDPA backend, the optimizer and the timing.
+`knobs` holds every knob of the trial (precision, micro_batch_size, attention, ...); autotune
+itself applies precision (autocast, GradScaler), compile, the SDPA backend, the optimizer and the
+timing.
 
-MFU's FLOPs are counted, not estimated, for both kinds: torch.utils.flop_counter.FlopCounterMode over one
-forward and backward of one sample of the trial's micro-batch (FLOPs grow linearly with the batch, and one
-sample keeps the extra memory small), before activation checkpointing and compile, under the trial's autocast
-and SDPA backend. What it counts: matmuls, convolutions and attention; elementwise work (norms, activations,
-softmax) is left out, as 6N + 12LdT leaves it out.
-"""
+MFU's FLOPs are counted, not estimated, for both kinds: torch.utils.flop_counter.FlopCounterMode
+over one forward and backward of one sample of the trial's micro-batch (FLOPs grow linearly with
+the batch, and one sample keeps the extra memory small), before activation checkpointing and
+compile, under the trial's autocast and SDPA backend. What it counts: matmuls, convolutions and
+attention; elementwise work (norms, activations, softmax) is left out, as 6N + 12LdT leaves it
+out."""
 
 from __future__ import annotations
 
@@ -53,24 +53,33 @@ class Built:
     mfu_dims: dict[str, int] | None
     n_params: int
     applied: dict[str, Any] = field(default_factory=dict)
-    flops_per_token: float | None = None  # counted (count_flops); None: the formula on flop_params, or MFU n/a
+    flops_per_token: float | None = (
+        None  # counted (count_flops); None: the formula on flop_params, or MFU n/a
+    )
 
 
-COUNTED = "counted by torch.utils.flop_counter over one forward+backward"  # the record's applied.flops
+COUNTED = (
+    "counted by torch.utils.flop_counter over one forward+backward"  # the record's applied.flops
+)
 
 
 def _attention_formulas(torch: Any) -> dict[Any, Any]:
-    """SDPA's model FLOPs for FlopCounterMode: the CPU kernel, which torch's table leaves out (it would count
-    no attention on the CPU), and each backward at twice its forward, as 6N + 12LdT counts a backward (torch's
-    own formula adds the scores a fused kernel recomputes: hardware FLOPs, which MFU leaves out, PaLM app. B)."""
+    """SDPA's model FLOPs for FlopCounterMode: the CPU kernel, which torch's table leaves out (it
+    would count no attention on the CPU), and each backward at twice its forward, as 6N + 12LdT
+    counts a backward (torch's own formula adds the scores a fused kernel recomputes: hardware
+    FLOPs, which MFU leaves out, PaLM app. B)."""
     from torch.utils.flop_counter import sdpa_flop_count
 
     aten = torch.ops.aten
 
-    def forward(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    def forward(
+        query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any
+    ) -> int:
         return sdpa_flop_count(query, key, value)
 
-    def backward(grad: Any, query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kw: Any) -> int:
+    def backward(
+        grad: Any, query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kw: Any
+    ) -> int:
         return 2 * sdpa_flop_count(query, key, value)
 
     backwards = (
@@ -79,13 +88,16 @@ def _attention_formulas(torch: Any) -> dict[Any, Any]:
         aten._scaled_dot_product_efficient_attention_backward,
         aten._scaled_dot_product_cudnn_attention_backward,
     )
-    return {aten._scaled_dot_product_flash_attention_for_cpu: forward, **{op: backward for op in backwards}}
+    return {
+        aten._scaled_dot_product_flash_attention_for_cpu: forward,
+        **{op: backward for op in backwards},
+    }
 
 
 def count_flops(torch: Any, model: Any, sample: tuple[Any, Any], context: Any) -> int:
     """FLOPs of one forward and backward of `model` on one (inputs, targets) sample, counted by
-    torch.utils.flop_counter.FlopCounterMode under `context` (the trial's autocast and SDPA backend);
-    the gradients it made are dropped."""
+    torch.utils.flop_counter.FlopCounterMode under `context` (the trial's autocast and SDPA
+    backend); the gradients it made are dropped."""
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False, custom_mapping=_attention_formulas(torch))
@@ -95,20 +107,30 @@ def count_flops(torch: Any, model: Any, sample: tuple[Any, Any], context: Any) -
     return counter.get_total_flops()
 
 
-def _counted(torch: Any, model: Any, sample: tuple[Any, Any], tokens: int, context: Any) -> tuple[float | None, str]:
-    """FLOPs per token counted (count_flops) and how they were obtained; (None, why) if counting failed."""
+def _counted(
+    torch: Any, model: Any, sample: tuple[Any, Any], tokens: int, context: Any
+) -> tuple[float | None, str]:
+    """FLOPs per token counted (count_flops) and how they were obtained; (None, why) if counting
+    failed."""
     try:
         total = count_flops(torch, model, sample, context)
     except torch.OutOfMemoryError:
         raise  # one sample does not fit: neither would the trial
-    except Exception as err:  # an op the counter's dispatch mode cannot run: the formula, or MFU n/a
+    except (
+        Exception
+    ) as err:  # an op the counter's dispatch mode cannot run: the formula, or MFU n/a
         return None, f"not counted ({type(err).__name__}: {str(err).strip()[:120]})"
-    return (total / tokens, COUNTED) if total else (None, "not counted (no matmul or attention seen)")
+    return (
+        (total / tokens, COUNTED) if total else (None, "not counted (no matmul or attention seen)")
+    )
 
 
 def _reject(knobs: dict[str, Any], what: str) -> None:
     if knobs.get("pad_vocab_multiple"):
-        raise Unsupported(f"pad_vocab_multiple applies to the built-in model only, not to {what}", "pad_vocab_multiple")
+        raise Unsupported(
+            f"pad_vocab_multiple applies to the built-in model only, not to {what}",
+            "pad_vocab_multiple",
+        )
     if knobs.get("activation_checkpointing", "none") in ("selective", "selective_op"):
         raise Unsupported(
             f"activation_checkpointing {knobs['activation_checkpointing']} applies to the built-in "
@@ -116,19 +138,23 @@ def _reject(knobs: dict[str, Any], what: str) -> None:
             "activation_checkpointing",
         )
     if knobs.get("cross_entropy", "standard") != "standard":
-        raise Unsupported(f"cross_entropy chunked applies to the built-in model only, not to {what}", "cross_entropy")
+        raise Unsupported(
+            f"cross_entropy chunked applies to the built-in model only, not to {what}",
+            "cross_entropy",
+        )
 
 
 def hf_attention(knobs: dict[str, Any]) -> str:
-    """transformers' attn_implementation for the attention knob: eager, else sdpa (a forced SDPA backend is the
-    trial's context around the forward)."""
+    """transformers' attn_implementation for the attention knob: eager, else sdpa (a forced SDPA
+    backend is the trial's context around the forward)."""
     return "eager" if knobs.get("attention", "auto") == "eager" else "sdpa"
 
 
 def hf_causal_lm(m: dict[str, Any], knobs: dict[str, Any], device: Any) -> tuple[Any, Any]:
-    """AutoModelForCausalLM.from_config on the config file, built and initialised on `device` (nothing is made
-    on the CPU first; random weights, nothing downloaded); SDPA attention unless the attention knob is eager
-    (flash/efficient/cudnn/math: SDPA with that backend forced by the trial). Returns the model and config."""
+    """AutoModelForCausalLM.from_config on the config file, built and initialised on `device`
+    (nothing is made on the CPU first; random weights, nothing downloaded); SDPA attention unless
+    the attention knob is eager (flash/efficient/cudnn/math: SDPA with that backend forced by the
+    trial). Returns the model and config."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -144,8 +170,9 @@ def hf_causal_lm(m: dict[str, Any], knobs: dict[str, Any], device: Any) -> tuple
 def build_hf(
     m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: int, gen: Any, context: Any
 ) -> Built:
-    """AutoModelForCausalLM.from_config on the config file: random weights, nothing downloaded. context: the
-    trial's autocast and SDPA backend, under which the FLOPs are counted (count_flops)."""
+    """AutoModelForCausalLM.from_config on the config file: random weights, nothing downloaded.
+    context: the trial's autocast and SDPA backend, under which the FLOPs are counted
+    (count_flops)."""
     import torch
     import torch.nn.functional as F
 
@@ -199,10 +226,15 @@ def build_hf(
 
 
 def build_entrypoint(
-    m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: int, base_dir: str | None, context: Any
+    m: dict[str, Any],
+    knobs: dict[str, Any],
+    device: str,
+    n_batches: int,
+    base_dir: str | None,
+    context: Any,
 ) -> Built:
-    """Call the user's function (see the protocol above) and check what it returned; count its FLOPs on one
-    sample, make_batch(1), under context (the trial's autocast and SDPA backend)."""
+    """Call the user's function (see the protocol above) and check what it returned; count its FLOPs
+    on one sample, make_batch(1), under context (the trial's autocast and SDPA backend)."""
     import torch
 
     _reject(knobs, "entrypoint models")
@@ -212,7 +244,9 @@ def build_entrypoint(
     out = getattr(importlib.import_module(module_name), func)(dict(knobs), device)
     missing = [k for k in ("model", "make_batch", "tokens_per_sample") if k not in out]
     if missing:
-        raise TypeError(f"entrypoint {m['entrypoint']} returned no {missing[0]!r} (README: Your own model)")
+        raise TypeError(
+            f"entrypoint {m['entrypoint']} returned no {missing[0]!r} (README: Your own model)"
+        )
     model = out["model"].to(device)
     if knobs.get("activation_checkpointing", "none") == "full":
         raise Unsupported(
@@ -224,13 +258,21 @@ def build_entrypoint(
     layers, d = out.get("n_layers"), out.get("d_model")
     tokens = int(out["tokens_per_sample"])
     per_token, how = _counted(torch, model, out["make_batch"](1), tokens, context)
-    fallback = f"6N + 12LdT on the entrypoint's flop_params ({how})" if out.get("flop_params") else f"n/a ({how})"
+    fallback = (
+        f"6N + 12LdT on the entrypoint's flop_params ({how})"
+        if out.get("flop_params")
+        else f"n/a ({how})"
+    )
     return Built(
         model=model,
         batches=batches,
         tokens_per_sample=tokens,
         flop_params=out.get("flop_params"),
-        mfu_dims={"n_layers": layers or 0, "d_model": d or 0, "seq_len": int(out["tokens_per_sample"])},
+        mfu_dims={
+            "n_layers": layers or 0,
+            "d_model": d or 0,
+            "seq_len": int(out["tokens_per_sample"]),
+        },
         n_params=n_params,
         applied={
             "model": f"entrypoint {m['entrypoint']} ({type(model).__name__})",
@@ -245,8 +287,9 @@ def build_entrypoint(
 def build(
     spec: Any, dev: Any, gen: Any, n_batches: int, context: Any
 ) -> tuple[Any, list[Any], dict[str, Any], Work]:
-    """train.build_model for an hf_config or entrypoint model: the model, its micro-batches, what it applied and
-    its Work (FLOPs per token counted); a knob value it cannot apply is InvalidConfig."""
+    """train.build_model for an hf_config or entrypoint model: the model, its micro-batches, what it
+    applied and its Work (FLOPs per token counted); a knob value it cannot apply is
+    InvalidConfig."""
     m, knobs = spec.model, spec.knobs
     try:
         if m.get("hf_config"):

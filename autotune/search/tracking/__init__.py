@@ -80,7 +80,9 @@ def start(tracking: TrackingConfig, study_name: str, study_dir: Path) -> Tracker
     warnings.filterwarnings(
         "ignore", r"(MLflowCallback|WeightsAndBiasesCallback) has been deprecated", FutureWarning
     )
-    sinks = [_sink(name, tracking, study_name, study_dir) for name in NEEDS if getattr(tracking, name)]
+    sinks = [
+        _sink(name, tracking, study_name, study_dir) for name in NEEDS if getattr(tracking, name)
+    ]
     return Tracker([sink for sink in sinks if sink is not None], tracking.flush_s)
 
 
@@ -96,7 +98,9 @@ def _sink(name: str, tracking: TrackingConfig, study_name: str, study_dir: Path)
 
         return WandbSink(tracking.wandb, study_name, study_dir)
     except Exception as err:  # the library's own failure, whatever it is
-        log.warning("tracking: %s: cannot start: %s; the study goes on without it", name, one_line(err))
+        log.warning(
+            "tracking: %s: cannot start: %s; the study goes on without it", name, one_line(err)
+        )
         return None
 
 
