@@ -26,7 +26,9 @@ TRIAL_MODULE = "autotune.workloads.trial"
 PROGRESS_FILE, PRUNE_FILE = "progress.json", "prune"
 
 
-FAULT_KINDS = ("oom", "hang", "crash", "nan", "error", "slow", "drift")  # AUTOTUNE_FAULT (workloads/faults.py)
+FAULT_KINDS = (
+    "oom", "hang", "crash", "nan", "error", "slow", "drift", "frozen_layer", "small_grads", "no_grad_scaler"
+)  # AUTOTUNE_FAULT (workloads/faults.py)
 
 
 def parse_fault(text: str | None) -> tuple[str, float, str, str, str] | None:

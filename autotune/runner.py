@@ -224,8 +224,8 @@ def _measured(record: TrialRecord, res: TrialResult, outcome: Outcome, bench: Be
     record.phases_s = res.phases_s
     if task.estimates_memory and (est := memory.estimate(bench.model, record.knobs, world, bench.device)) is not None:
         record.metrics[Metric.MEMORY_ESTIMATE_GIB] = round(est.total / memory.GIB, 3)  # before calibration
-    if res.output.get("loss_check"):  # train: the precision guardrail's curve (search/loss_guard.py)
-        record.loss_check = {"losses": res.output["loss_check"]}
+    if res.output.get("loss_check"):  # train: the numerics check's curves (judged by search/loss_guard.py)
+        record.loss_check = dict(res.output["loss_check"])
     record.applied = res.applied
     record.fingerprint = fingerprint(res.env, world)
     record.telemetry = metrics.summarize_telemetry(outcome.telemetry, tuple(res.measure_window or (0, 0)))

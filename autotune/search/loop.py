@@ -222,7 +222,7 @@ class _Search:
         prev = h.seen.get(key(knobs)) or h.running.get(key(knobs))
         if prev is not None:
             self._duplicate(trial, prev.number, params, h)
-        if (known := predict.failure(h, knobs, self.memory)) is not None:
+        if (known := predict.failure(h, knobs, self.memory, self._pinned(knobs))) is not None:
             status, reason = known
             record = TrialRecord(trial.number, knobs, status, reason, predicted=True)
             store(trial, record)
@@ -230,6 +230,12 @@ class _Search:
         if (first := claim_configuration(self.study, trial, knobs)) is not None:
             self._duplicate(trial, first, None, h)
         return h.launched + 1
+
+    def _pinned(self, knobs: dict[str, Any]) -> Callable[[dict[str, Any]], bool]:
+        """Whether a numerics rule with this cause may not skip these knobs: the baseline, or a cause whose
+        every knob the user fixed in the space (a one-value space: there is no alternative to skip to)."""
+        baseline = key(knobs) == key(self.space.knobs(self.space.baseline))
+        return lambda cause: baseline or not any(k in self.space.searched for k in cause)
 
     def _duplicate(self, trial: optuna.Trial, of: int, params: dict[str, Any] | None, h: History) -> None:
         """Record a repeat without launching it; the sampler's region gets its nearest unmeasured point next."""
@@ -260,9 +266,11 @@ class _Search:
             if watch:
                 watch()
 
+        h = History.of(self.study, own=trial.number)
+        bench = loss_guard.trial_bench(self.bench, h, knobs)  # the numerics check where no verdict covers it
         try:
             record = self.measure(
-                self.bench,
+                bench,
                 knobs,
                 run_dir,
                 number=trial.number,
@@ -273,10 +281,7 @@ class _Search:
                 on_wait=self.observer.device_busy,
                 progress=bool(watch),
             )
-            if self.measure is measure:  # a replayed landscape has nothing to check
-                record = loss_guard.apply(
-                    self.bench, knobs, record, run_dir, gpus=slot, concurrent=self.n_jobs, on_poll=poll, stop=self.stop
-                )
+            record = loss_guard.apply(self.bench, knobs, record, h)
             if record.status == "pruned" and watch and watch.why:
                 steps = len(record.step_times)
                 record.reason = f"{watch.why}; it stopped after {steps} of {self.bench.run.measure_steps}"

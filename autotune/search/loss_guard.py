@@ -1,164 +1,154 @@
-"""Training's numerics guardrail (study.loss_check): a faster configuration must not win by training
-worse.
+"""Training's numerics guard (study.loss_check), the search's side: which trials run the check, and what a
+trial's check says.
 
-A trial whose knobs change the arithmetic (knobs.numerics: fp8 or fp16, a DDP gradient
-compression hook, a bf16 FSDP reduce-scatter) that measured `ok` has also run `steps` optimizer
-steps from fresh weights on a learnable synthetic stream (workloads/train.py,
-`Train.loss_check`); here its loss curve is compared with its reference's (knobs.reference_of:
-bf16, exact all-reduce, fp32 reduction; same initial weights, same data, same check micro-batch:
-at most knobs.CHECK_ROWS sequences, eager). The reference curve is measured once per check
-micro-batch, parallel layout and reference precision, in an eager trial of its own at that
-micro-batch (its timed steps cut to one: no compile), and cached in the study's loss-reference/
-folder; the seconds it took are the trial's `reference` phase. A gap beyond
-study.loss_check.max_gap at any step of the second half ends the trial `invalid_config: loss
-drifts`, with both curves in its record; the knob values that changed the arithmetic are the
-cause, a rule the search learns."""
+The check runs inside the trial, after its measured steps (workloads/numerics_check.py: the trial's model and
+its bf16 reference from the same weights on the same fresh batches, seconds, eager, the record's `check`
+phase); the verdict is autotune/numerics.py's, so it fails breakage (a loss that is not finite, learning far
+less, gradients gone, a gap that keeps growing, the user's max_gap_nats), never a lag. A verdict covers the
+arithmetic it tested (knobs.numerics: precision and recipe, a compression hook, the reduction dtype) on the
+study's layout, not the micro-batch, compile or checkpointing: once a check passed, later trials of that
+arithmetic skip it ("covered by trial N"); one that failed twice in its trial (the trial repeats a failed
+attempt from other weights and data) ends invalid_config with that arithmetic as its cause, a rule the search
+learns (search/predict.py), which never skips a configuration the user pinned. The first checked trial of a
+study also measures its noise floor (the reference against its fp32-class twin), reported beside every gap.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-from pathlib import Path
 from typing import Any
 
+import optuna
+
 from autotune import tasks
+from autotune.knobs import numerics, reference_of
+from autotune.numerics import Limits, floor_nats, judge
 from autotune.record import TrialRecord
-from autotune.knobs import check_rows, numerics, reference_of
-from autotune.protocol import write_json
-from autotune.runner import Bench, measure
-
-FLOOR = 0.1  # of the reference's first loss: the smallest scale a gap is measured against (gap())
-# What a reference curve depends on (it is shared by the trials that agree on these and on the
-# check's rows)
-_KEY_KNOBS = ("parallel", "precision")
+from autotune.runner import Bench
+from autotune.search.history import History
 
 
-def gap(losses: list[float], reference: list[float]) -> float:
-    """The largest relative gap |loss - reference| / scale over the second half of the steps, the
-    scale being the reference's loss or a tenth of its first loss, whichever is larger: the
-    synthetic stream is learnable to a loss near zero (a 2048-wide model reaches 0.01 within 20
-    steps), where 0.02 against 0.01 is no drift."""
-    half, floor = len(reference) // 2, FLOOR * abs(reference[0]) if reference else 0.0
-    pairs = list(zip(losses, reference))[half:]
-    return max(
-        (abs(a - r) / max(abs(r), floor) for a, r in pairs if max(abs(r), floor)), default=0.0
-    )
+def describe(changed: dict[str, Any]) -> str:
+    """'precision fp8, fp8_recipe tensorwise'."""
+    return ", ".join(f"{k} {v}" for k, v in changed.items())
 
 
-def _key(bench: Bench, ref: dict[str, Any], steps: int) -> str:
-    doc = {
-        "check": 3,  # 3: eager, at most CHECK_ROWS sequences a step (2: the trial's micro-batch; 1: fixed lr)
-        "model": bench.model,
-        "world_size": bench.run.world_size,
-        "seed": bench.run.seed,
-        "steps": steps,
-        "rows": check_rows(ref["micro_batch_size"]),
-        **{k: ref.get(k) for k in _KEY_KNOBS},
-    }
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+def against(knobs: dict[str, Any]) -> str:
+    """The reference's values of the knobs that changed the arithmetic ('precision bf16')."""
+    changed, ref = numerics(knobs), reference_of(knobs)
+    return describe({k: ref.get(k) for k in changed if k != "fp8_recipe"})
 
 
-@dataclasses.dataclass
-class Reference:
-    """The reference's loss curve (None: there is none), where it came from or why there is none,
-    and the seconds its trial took (0: read from the cache)."""
-
-    losses: list[float] | None
-    source: str
-    seconds: float = 0.0
+def _arithmetic(knobs: dict[str, Any]) -> tuple[Any, ...]:
+    """What a verdict covers: the values that change the arithmetic, on the study's parallel layout."""
+    return tuple(sorted(numerics(knobs).items())) + (("parallel", knobs.get("parallel")),)
 
 
-def reference_knobs(knobs: dict[str, Any]) -> dict[str, Any]:
-    """The reference trial's knobs: reference_of(knobs), eager (compile is no numerics knob, and the
-    check runs eager in every trial) at the check's micro-batch, one micro-step: nothing to
-    compile, a short step."""
-    twin = reference_of(knobs)
-    twin.update(
-        compile=False, micro_batch_size=check_rows(knobs["micro_batch_size"]), grad_accum_steps=1
-    )
-    return twin
+def _trials(h: History) -> list[optuna.trial.FrozenTrial]:
+    return sorted([*h.completed, *h.invalid], key=lambda t: t.number)
 
 
-def reference(
-    bench: Bench, knobs: dict[str, Any], steps: int, run_dir: Path, **measure_kw: Any
-) -> Reference:
-    """The reference's loss curve for this configuration (cached, else measured in its own trial)."""
-    twin = reference_knobs(knobs)
-    path = bench.home / "loss-reference" / f"{_key(bench, twin, steps)}.json"
-    if path.exists():
-        try:
-            doc = json.loads(path.read_text())
-            return Reference(
-                list(doc["losses"]), f"reference {path.name} (trial dir {doc.get('run_dir')})"
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # damaged: measured again
-    ref_bench = dataclasses.replace(
-        bench,
-        run=dataclasses.replace(bench.run, warmup_steps=1, measure_steps=1),
-        params={**bench.params, "loss_check": {**bench.params["loss_check"], "reference": True}},
-        prestart=False,
-    )
-    ref_dir = run_dir / "loss-reference"
-    record = measure(ref_bench, twin, ref_dir, **measure_kw)
-    losses = (record.loss_check or {}).get("losses")
-    seconds = record.wall_s or 0.0
-    if record.status != "ok" or not losses:
-        return Reference(
-            None, f"the reference trial ended {record.status}: {record.reason[:200]}", seconds
-        )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, {"losses": losses, "knobs": twin, "run_dir": str(ref_dir)})
-    return Reference(losses, f"reference measured in {ref_dir}", seconds)
+def covered_by(h: History, knobs: dict[str, Any]) -> optuna.trial.FrozenTrial | None:
+    """The trial whose passed check covers this configuration's arithmetic."""
+    mine = _arithmetic(knobs)
+    for t in h.completed:
+        check = t.user_attrs.get("loss_check") or {}
+        if check.get("passed") and check.get("checked") and _arithmetic(t.user_attrs["knobs"]) == mine:
+            return t
+    return None
 
 
-def apply(
-    bench: Bench, knobs: dict[str, Any], record: TrialRecord, run_dir: Path, **measure_kw: Any
-) -> TrialRecord:
-    """The record, judged: unchanged unless it is an ok training trial whose knobs change the
-    arithmetic."""
+def study_floor(h: History) -> float | None:
+    """The study's noise floor in nats (measured by its first checked trial), None before it."""
+    for t in _trials(h):
+        floor = (t.user_attrs.get("loss_check") or {}).get("floor_nats")
+        if isinstance(floor, (int, float)):
+            return float(floor)
+    return None
+
+
+def trial_bench(bench: Bench, h: History, knobs: dict[str, Any]) -> Bench:
+    """The bench one trial runs under: the check asked for only where it must run (the arithmetic changes
+    and no passed check covers it), with the noise floor while the study has none."""
+    check = bench.params.get("loss_check")
+    if not check:
+        return bench
+    if not numerics(knobs) or covered_by(h, knobs) is not None:
+        return dataclasses.replace(bench, params={k: v for k, v in bench.params.items() if k != "loss_check"})
+    asked = {**check, "floor": study_floor(h) is None}
+    return dataclasses.replace(bench, params={**bench.params, "loss_check": asked})
+
+
+def apply(bench: Bench, knobs: dict[str, Any], record: TrialRecord, h: History) -> TrialRecord:
+    """The record, judged: unchanged unless it is an ok training trial whose knobs change the arithmetic.
+    bench: the study's (its loss_check section); h: the study before this trial was recorded."""
     check = bench.params.get("loss_check") or {}
-    mine = (record.loss_check or {}).get("losses")
-    changed = numerics(knobs)
-    if (
-        not tasks.task(bench.task).loss_check
-        or not check.get("steps")
-        or record.status != "ok"
-        or not changed
-    ):
+    if not tasks.task(bench.task).loss_check or not check.get("steps") or record.status != "ok" or not numerics(knobs):
         return record
-    if not mine:  # a model without init_weights (an entrypoint's): nothing to compare
-        record.loss_check = {
-            "checked": False,
-            "why": "the model has no init_weights() to start the check from",
-        }
+    found = record.loss_check or {}
+    if not found.get("attempts"):
+        covering = covered_by(h, knobs)
+        # not asked (a passed check covers it), or a model without init_weights (an entrypoint's)
+        why = found.get("why") or "the trial ran no numerics check"
+        record.loss_check = _covered(covering) if covering is not None else {"checked": False, "why": why}
         return record
-    found_ref = reference(bench, knobs, check["steps"], run_dir, **measure_kw)
-    ref, source = found_ref.losses, found_ref.source
-    if found_ref.seconds and record.phases_s is not None:
-        record.phases_s["reference"] = round(found_ref.seconds, 3)
-    if ref is None:
-        record.loss_check = {"checked": False, "losses": mine, "why": source}
-        return record
-    found, limit = gap(mine, ref), check.get("max_gap", 0.05)
-    record.loss_check = {
-        "checked": True,
-        "losses": mine,
-        "reference": ref,
-        "gap": round(found, 4),
-        "max_gap": limit,
-        "source": source,
-    }
-    if found > limit:
-        what = ", ".join(f"{k} {v}" for k, v in changed.items())
-        twin = reference_of(knobs)
-        against = ", ".join(f"{k} {twin.get(k)}" for k in changed if k != "fp8_recipe")
+    record.loss_check = _judged(found, knobs, check, h)
+    if record.loss_check["passed"] is False:
         record.status = "invalid_config"
-        record.reason = (
-            f"loss drifts: {what} against {against} from the same weights on the same data, "
-            f"{found:.1%} apart in the second half of {check['steps']} steps (limit {limit:.0%}, "
-            f"study.loss_check); last loss {mine[-1]:.3f} against {ref[-1]:.3f}"
-        )
-        record.cause = changed
+        record.reason = _failure_reason(record.loss_check, knobs)
+        record.cause = numerics(knobs)
     return record
+
+
+def _covered(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    done = t.user_attrs["loss_check"]
+    return {
+        "checked": False,
+        "passed": True,
+        "covered_by": t.number,
+        "gap_nats": done.get("gap_nats"),
+        "floor_nats": done.get("floor_nats"),
+        "why": f"covered by trial {t.number}'s numerics check of {describe(numerics(t.user_attrs['knobs']))}",
+    }
+
+
+def _judged(found: dict[str, Any], knobs: dict[str, Any], check: dict[str, Any], h: History) -> dict[str, Any]:
+    """The check's record: its attempts re-judged here (the same function the trial used), the floor."""
+    limits = Limits(min_learned=check.get("min_learned", 0.5), max_gap_nats=check.get("max_gap_nats"))
+    mine, theirs = describe(numerics(knobs)), against(knobs)
+    verdicts = [judge(a, limits, mine, theirs) for a in found["attempts"]]
+    last = verdicts[-1]
+    doc = {k: v for k, v in found.items() if k != "floor"}
+    doc.update(checked=last.passed is not None, passed=last.passed, against=theirs, why=last.why)
+    doc.update(gap_nats=last.as_dict()["gap_nats"], learned_share=last.as_dict()["learned_share"])
+    if len(verdicts) > 1:
+        doc["first_attempt"] = verdicts[0].why
+    if found.get("floor"):
+        doc["floor"] = found["floor"]
+        doc["floor_nats"] = round(floor_nats(found["floor"]["losses"], found["attempts"][0]["reference"]), 5)
+    floor = doc.get("floor_nats", study_floor(h))
+    doc["study_floor_nats"] = floor
+    return doc
+
+
+def _failure_reason(doc: dict[str, Any], knobs: dict[str, Any]) -> str:
+    tries = len(doc.get("attempts") or [])
+    return (
+        f"numerics check failed{' twice' if tries > 1 else ''}: {doc['why']}; from the same weights on "
+        f"{doc.get('steps')} fresh batches of {doc.get('rows')} sequences, eager. The search skips "
+        f"{describe(numerics(knobs))} from now on (study.loss_check: min_learned, max_gap_nats; steps 0 turns "
+        "it off)"
+    )
+
+
+def summary(doc: dict[str, Any] | None) -> str:
+    """One line of a record's check for the views and the report ('' where none ran)."""
+    if not doc:
+        return ""
+    if doc.get("covered_by") is not None:
+        return f"numerics: covered by trial {doc['covered_by']}"
+    if doc.get("passed") is True:
+        floor = doc.get("floor_nats", doc.get("study_floor_nats"))
+        beside = f" (noise floor {floor:.3f})" if isinstance(floor, (int, float)) else ""
+        return f"numerics: {doc.get('gap_nats', 0):+.3f} nats against {doc.get('against')}{beside}"
+    return f"numerics: {doc.get('why', '')}" if doc.get("checked") is False else ""

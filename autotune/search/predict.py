@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,10 +115,16 @@ def _bound(trials: list[optuna.trial.FrozenTrial], knobs: dict[str, Any]) -> opt
     return None
 
 
-def rule_for(h: History, knobs: dict[str, Any]) -> tuple[optuna.trial.FrozenTrial, dict[str, Any]] | None:
-    """An invalid_config trial whose cause these knobs share, with that cause."""
+def rule_for(
+    h: History, knobs: dict[str, Any], pinned: Callable[[dict[str, Any]], bool] | None = None
+) -> tuple[optuna.trial.FrozenTrial, dict[str, Any]] | None:
+    """An invalid_config trial whose cause these knobs share, with that cause. pinned(cause): True where a rule
+    the numerics check taught may not skip these knobs (search/loss_guard.py: the user pinned them)."""
     for t in h.invalid:
         cause = t.user_attrs.get("cause") or {}
+        taught_by_check = (t.user_attrs.get("loss_check") or {}).get("passed") is False
+        if taught_by_check and pinned is not None and pinned(cause):
+            continue
         if cause and all(knobs.get(k) == v for k, v in cause.items()):
             return t, cause
     return None
@@ -144,16 +151,20 @@ def peak_estimate(h: History, knobs: dict[str, Any]) -> tuple[float, float, list
     return (intercept + slope * knobs[size], min(v[1] for v in by_mbs.values()), [by_mbs[m][2] for m in sizes])
 
 
-def failure(h: History, knobs: dict[str, Any], mem: Memory | None = None) -> tuple[str, str] | None:
+def failure(
+    h: History,
+    knobs: dict[str, Any],
+    mem: Memory | None = None,
+    pinned: Callable[[dict[str, Any]], bool] | None = None,
+) -> tuple[str, str] | None:
     """(status, reason) of a failure these knobs are known to meet, or None. mem: the memory estimate's
-    inputs (None: not used)."""
-    if (found := rule_for(h, knobs)) is not None:
+    inputs (None: not used); pinned: see rule_for."""
+    if (found := rule_for(h, knobs, pinned)) is not None:
         t, cause = found
         values = ", ".join(f"{k} {v}" for k, v in cause.items())
-        return (
-            "invalid_config",
-            f"predicted: {values} cannot run here (trial {t.number}: {t.user_attrs['reason'][:200]})",
-        )
+        check = t.user_attrs.get("loss_check") or {}
+        what = f"failed trial {t.number}'s numerics check" if check.get("passed") is False else "cannot run here"
+        return "invalid_config", f"predicted: {values} {what} (trial {t.number}: {t.user_attrs['reason'][:200]})"
     size = size_knob(knobs)
     if (bound := oom_bound(h, knobs)) is not None:
         return "oom", (

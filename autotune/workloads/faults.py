@@ -4,7 +4,12 @@
     oom (raise an out-of-memory error), hang (sleep forever), crash (abort the process),
     nan (make the loss NaN), error (raise a Python exception),
     drift (generate: a quantized trial's weights go through a broken 1-bit quantizer instead of torchao's;
-    train: the loss check's weights are rounded to one bit after every step, a broken precision),
+    train: the numerics check's candidate has its weights rounded to one bit after every step, a broken precision),
+    frozen_layer (train: the numerics check's candidate gets no gradient in its first repeated block),
+    small_grads (train: the numerics check's candidate and reference take their gradients 2^-16 as large as the
+    model's, the loss scaled down before backward, as a model deep in training has them: within bf16's and fp32's
+    range, below fp16's without a loss scale),
+    no_grad_scaler (train: small_grads, and the numerics check's fp16 candidate runs without its GradScaler),
     slow:PCT (make every measured step PCT percent slower: a host wait of PCT% of the step inside
     the timed region, after a device synchronisation so that CUDA events see it too).
 
@@ -59,6 +64,23 @@ class Fault:
     def in_micro_step(self, torch: Any) -> None:
         if self.kind == "oom":
             raise torch.OutOfMemoryError("AUTOTUNE_FAULT=oom: simulated out of memory")
+
+    @property
+    def drifts(self) -> bool:
+        return self.kind == "drift"
+
+    @property
+    def freezes_a_layer(self) -> bool:
+        return self.kind == "frozen_layer"
+
+    @property
+    def drops_grad_scaler(self) -> bool:
+        return self.kind == "no_grad_scaler"
+
+    @property
+    def check_grad_scale(self) -> float:
+        """The numerics check's loss multiplier before backward (small_grads, no_grad_scaler: 2^-16)."""
+        return 2.0**-16 if self.kind in ("small_grads", "no_grad_scaler") else 1.0
 
     @property
     def loss_scale(self) -> float:

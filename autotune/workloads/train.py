@@ -7,15 +7,17 @@ apply_optimizer, apply_compile, then timing.time_steps over `step`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from autotune.knobs import CE_CHUNKS, CHECKPOINT_EVERY, SDPA_BACKENDS, check_rows, numerics
+from autotune.knobs import CE_CHUNKS, CHECKPOINT_EVERY, SDPA_BACKENDS, numerics, reference_of
 from autotune.sizes import padded_vocab
 from autotune.workloads.base import InvalidConfig, Measured, NonFiniteLoss, Work, Workload
 from autotune.workloads.compiling import apply_compile, apply_compile_dynamic, apply_ddp_compile, compile_cache_counts
+from autotune.workloads import numerics_check
 from autotune.workloads.parallel import check_replicas_in_sync, parallelize
 from autotune.workloads.timing import time_steps
 
@@ -174,22 +176,6 @@ def apply_optimizer(torch: Any, model: Any, knobs: dict[str, Any]) -> Any:
     return torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, **fused)
 
 
-# The loss check's learning rate: Adam's first steps move every weight by about lr in the sign of its gradient,
-# which changes a linear's output by about lr * sqrt(fan_in) / init_std of its scale (the update is coherent over
-# the fan-in). At 3e-4 that is 1.8 for Llama-3-8B's MLP (fan-in 14,336; std 0.02) and the 8B check's bf16
-# reference itself jumped between 2 and 23 nats on the H200 (2026-12-01), so no precision could be compared with
-# it; capped at CHECK_UPDATE, 0.25 (what 3e-4 gives a fan-in of 256; CPU curves of 256- to 2048-wide models at
-# 0.16 to 0.45 fall smoothly), with a linear warm-up over the first quarter of the steps. The
-# same reasoning as muP's 1/width learning rate for Adam (Yang et al. 2021, Tensor Programs V).
-CHECK_UPDATE, INIT_STD = 0.25, 0.02
-
-
-def check_lr(torch: Any, model: Any) -> float:
-    """The loss check's peak learning rate: 3e-4, lowered for wide layers (CHECK_UPDATE above)."""
-    fan_in = max((m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)), default=1)
-    return min(3e-4, CHECK_UPDATE * INIT_STD / fan_in**0.5)
-
-
 def finite_losses(torch: Any, losses: list[Any], phase: str) -> list[float]:
     """The losses as floats (one synchronisation, after the timed region); NonFiniteLoss if any is NaN or inf."""
     values = torch.stack(losses).float().cpu().tolist() if losses else []
@@ -341,14 +327,15 @@ class Train(Workload):
             self.profile(Path(os.environ["AUTOTUNE_PROFILE"]))
         if self.ranks:
             check_replicas_in_sync(torch, self.model, self.ranks)
-        check = self.spec.params.get("loss_check") or {}
-        curve, t_check = None, time.perf_counter()
-        if check.get("steps") and (check.get("reference") or numerics(self.spec.knobs)):
-            curve = self.loss_check(int(check["steps"]))
-        check_s = time.perf_counter() - t_check
-        if self.spec.knobs["compile"]:  # the whole process's: the loss check, eager, adds nothing
+        if self.spec.knobs["compile"]:  # read before the numerics check, which compiles nothing
             self.applied["compile_cache"] = compile_cache_counts(torch)
-        return Measured(timing, losses, output={"loss_check": curve} if curve else {}, check_s=check_s)
+        check = self.spec.params.get("loss_check") or {}
+        if not (check.get("steps") and numerics(self.spec.knobs)):  # asked where no verdict covers it
+            return Measured(timing, losses)
+        t_check = time.perf_counter()
+        found = numerics_check.check(self, int(check["steps"]), check)
+        check_s = time.perf_counter() - t_check
+        return Measured(timing, losses, output={"loss_check": found}, check_s=check_s)
 
     def profile(self, folder: Path, steps: int = 2) -> None:
         """AUTOTUNE_PROFILE=DIR: after the measured steps (untimed), `steps` more under torch.profiler, written as
@@ -366,45 +353,18 @@ class Train(Workload):
         rank = self.ranks.rank if self.ranks else 0
         prof.export_chrome_trace(str(folder / f"autotune-{os.getpid()}-rank{rank}.json"))
 
-    def loss_check(self, steps: int) -> list[float] | None:
-        """`steps` optimizer steps from fresh weights on a learnable stream (each sequence repeats a random
-        8-token pattern, so the loss falls), one micro-batch of check_rows(micro_batch_size) sequences a step,
-        eager (compiled code set aside: no compile of another shape): the curve search/loss_guard.py compares
-        with bf16's, one reference for every trial of the same rows. None for a model that cannot be
-        re-initialised (no init_weights)."""
-        base = getattr(self.model, "module", self.model)  # DDP wraps; FSDP2 and per-block compile do not
-        if not callable(getattr(base, "init_weights", None)):
-            return None
-        with self.torch.compiler.set_stance("force_eager"):
-            return self._check_steps(base, steps)
+    def new_optimizer(self) -> Any:
+        """A fresh optimizer of the model, as the build makes it (the numerics check's runs)."""
+        return apply_optimizer(self.torch, self.model, self.spec.knobs)
 
-    def _check_steps(self, base: Any, steps: int) -> list[float]:
-        """The loss check's steps (see loss_check)."""
-        torch, spec = self.torch, self.spec
-        inputs, _ = self.batches[0]
-        rows = check_rows(inputs.shape[0])
-        gen = torch.Generator(device=self.dev).manual_seed(spec.run.seed + 1)  # the same stream on every rank
-        pattern = torch.randint(0, spec.model["vocab_size"], (2, rows, 8), device=self.dev, generator=gen)
-        stream = pattern.repeat(1, 1, inputs.shape[1] // 8 + 2)[..., : inputs.shape[1] + 1]
-        self.batches = [(b[:, :-1], b[:, 1:]) for b in stream]
-        torch.manual_seed(spec.run.seed)
-        with torch.no_grad():
-            base.init_weights()
-        self.optimizer = apply_optimizer(torch, self.model, spec.knobs)
-        peak, warmup = check_lr(torch, self.model), max(1, steps // 4)
-        for group in self.optimizer.param_groups:
-            group["lr"] = peak
-        schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda i: min(1.0, (i + 1) / warmup))
-        self.scaler = torch.amp.GradScaler(spec.device) if self.scaler else None
-        losses = []
-        for _ in range(steps):
-            losses.append(self.step(accum=1))
-            schedule.step()
-            if self.fault.kind == "drift" and not spec.params["loss_check"].get("reference"):
-                with torch.no_grad():  # the test-only broken precision: every weight rounded to one bit
-                    for p in self.model.parameters():
-                        p.copy_(p.sign() * p.abs().mean())
-        return finite_losses(torch, losses, "the loss check")
+    def reference_twin(self, rows: int) -> Train:
+        """The numerics check's reference, built in this process: the same model and layout with the
+        arithmetic of knobs.reference_of (bf16, the exact all-reduce, an fp32 reduction), eager, at the check's
+        micro-batch; it shares this trial's ranks and fault switch."""
+        knobs = {**reference_of(self.spec.knobs), "compile": False, "micro_batch_size": rows, "grad_accum_steps": 1}
+        twin = Train(self.torch, dataclasses.replace(self.spec, knobs=knobs, params={}), self.ranks, self.fault)
+        twin.build()
+        return twin
 
     def work(self) -> Work:
         return self._work
