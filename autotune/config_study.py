@@ -248,6 +248,20 @@ class StudyConfig(_Section):
         "this fraction of the best measured median (Optuna pruner; recorded as pruned with what it measured). "
         "0: never prune. The confirmation and `check` are never pruned.",
     )
+    staged: bool = Field(
+        default=True,
+        description="Screen cheap, compile what can win (search/stages.py): the sampler's points run with "
+        "per-block compile and a dynamic batch dimension where the space has them, and in bf16 where it has fp8 "
+        "or fp16; each leader of an arithmetic gets its fp8 (fp16, other recipe) variant; the last trials measure "
+        "the leaders' whole-model, static programs. false: the sampler alone over the whole space.",
+    )
+    patience: Optional[int] = Field(
+        default=None,
+        ge=0,
+        le=100_000,
+        description="Stop after this many launched trials in a row without a gain over 1% (the leaders' final "
+        "twins measured first). null: half the budget, at least 8; 0: never. A grid measures every point.",
+    )
     prestart: Optional[bool] = Field(
         default=None,
         description="Start each one-rank trial's process ahead, while the previous trial runs: it "

@@ -149,3 +149,15 @@ def _breakage(
             f"steps (limit {limits.max_gap_nats:g}, study.loss_check.max_gap_nats)"
         )
     return ""
+
+
+def summary(doc: dict[str, Any] | None) -> str:
+    """One line of a record's numerics check for the views ('' where none ran): its gap beside the noise
+    floor, or what covered it."""
+    if not doc or not doc.get("passed"):
+        return ""
+    if doc.get("covered_by") is not None:
+        return f"numerics: as trial {doc['covered_by']}"
+    floor = doc.get("floor_nats", doc.get("study_floor_nats"))
+    beside = f", floor {floor:.3f}" if isinstance(floor, (int, float)) else ""
+    return f"numerics: {doc.get('gap_nats') or 0:+.3f} nats vs {doc.get('against')}{beside}"

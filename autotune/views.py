@@ -10,6 +10,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from autotune import numerics
 from autotune.errors import printable
 from autotune.protocol import reason_line
 from autotune.record import Metric, TrialRecord
@@ -46,10 +47,12 @@ def trial_line(record: TrialRecord, searched: list[str] | None, which: str | Non
     knobs = fmt_knobs(record.knobs, searched)
     which = which or f"#{record.number} "
     if record.status == "ok":
+        check = numerics.summary(record.loss_check)  # the quality cost beside the speed
         return Text.assemble(
             which,
             ("ok", "green"),
             f" {fmt(record.tokens_per_gpu, 'tok')} tok/s  MFU {fmt(record.metric(Metric.MFU), 'mfu')}  {knobs}",
+            f"  {check}" if check else "",
         )
     tag = " (predicted)" if record.predicted else ""
     reason = printable(reason_line(record.reason, 120), newlines=False)

@@ -9,6 +9,7 @@
 #                                       int4-kernels memcompile compile-saved check1 (issue 24: one H200)
 #                                       hf-trainer hf-callback-cost (issue 26: one H200)
 #                                       cheap-after cheap-before cheap-ref (issue 28: one H200)
+#                                       numerics-gpu staged expert (issue 34: one H200; benchmarks/background.sh)
 # GPUS: the --gpus of the stages that take it (default 0,1; GPUS=0 on one GPU)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
@@ -209,6 +210,26 @@ yaml.safe_dump(d, open(f"/tmp/{s}.yaml", "w"), sort_keys=False)' "$stage"
       python3 benchmarks/trial_cost.py trials/$n > "$OUT/$stage-cost.md" 2>&1
       at report trials/$n --format json > "$OUT/$stage-report.json" 2>&1; cp trials/$n/best.yaml "$OUT/$stage-best.yaml" 2>/dev/null
       tar czf "$OUT/$stage-study.tgz" trials/$n/study.db* trials/$n/best.yaml 2>/dev/null ;;
+    numerics-gpu) # issue 34: the numerics check on the GPU: fp8 tensorwise and rowwise on a Llama-style 1B and a GPT-style
+      # 1.3B against bf16, and fp16 broken two ways (tests/test_gpu_numerics.py); every check's record in numerics-gpu.jsonl
+      AUTOTUNE_GPU_NUMERICS_OUT="$OUT/numerics-gpu.jsonl" python3 -m pytest -m gpu -s -v -p no:cacheprovider \
+        tests/test_gpu_numerics.py 2>&1 | tee "$OUT/numerics-gpu.log" ;;
+    staged) # issue 34: the staged search of benchmarks/spaces/staged-llama-1.2b.yaml (20 trials and the confirmation),
+      # cold compile cache, one GPU; its wall time between the two stamps is its GPU time; then where the time went
+      y=benchmarks/spaces/staged-llama-1.2b.yaml; n=staged-llama-1.2b
+      echo "{\"stage\": \"$stage\", \"start\": $(date +%s.%N)}" >> "$OUT/staged-wall.jsonl"
+      at search "$y" --gpus "${GPUS%%,*}" --fresh 2>&1 | tee -a "$OUT/staged.log"
+      echo "{\"stage\": \"$stage\", \"end\": $(date +%s.%N)}" >> "$OUT/staged-wall.jsonl"
+      python3 benchmarks/trial_cost.py trials/$n > "$OUT/staged-cost.md" 2>&1
+      at report trials/$n --format json > "$OUT/staged-report.json" 2>&1
+      at report trials/$n --format markdown > "$OUT/staged-report.md" 2>&1; cp trials/$n/best.yaml "$OUT/staged-best.yaml"
+      tar czf "$OUT/staged-study.tgz" trials/$n/study.db* trials/$n/best.yaml trials/$n/runs/*/worker.log 2>/dev/null ;;
+    expert) # issue 34: the hand-set expert configurations of the same model by a plain script (benchmarks/plain_train.py),
+      # each in its own process: EXPERTS is a list of "precision recipe micro-batch" (whole-model compile, fused AdamW)
+      for e in ${EXPERTS:-fp8:tensorwise:16 bf16:-:16}; do IFS=: read -r prec recipe mbs <<< "$e"
+        python3 benchmarks/plain_train.py --yaml benchmarks/spaces/staged-llama-1.2b.yaml --precision "$prec" \
+          --recipe "${recipe/-/tensorwise}" --mbs "$mbs" --compile --fused 2>>"$OUT/expert.err" | tee -a "$OUT/expert.jsonl"
+      done ;;
     cost)   # where each trial's time went, for every study under trials/ (benchmarks/trial_cost.py)
       python3 benchmarks/trial_cost.py $(ls -d trials/*/ | grep -v -e compile-cache -e archived) > "$OUT/cost.md" 2>&1 ;;
     gputests)

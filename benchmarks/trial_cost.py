@@ -1,5 +1,5 @@
-"""Where a study's trial time went: per launched trial, wall time, phases, and the overhead beyond the
-measured steps (wall - measure); medians over the study.
+"""Where a study's trial time went: per launched trial (a failed or timed-out one too), wall time, phases, and
+the overhead beyond the measured steps (wall - measure); medians over the study.
 
     python3 benchmarks/trial_cost.py trials/<name> [...]
 """
@@ -20,8 +20,8 @@ def rows(study_dir: str) -> list[dict]:
     out = []
     for t in study.get_trials(deepcopy=False):
         a = t.user_attrs
-        if a.get("predicted") or "wall_s" not in a or a.get("status") not in ("ok", "pruned"):
-            continue
+        if a.get("predicted") or not isinstance(a.get("wall_s"), (int, float)):
+            continue  # not launched: it cost nothing (a timeout or a failure did: it is counted)
         phases = a.get("phases_s") or {}
         out.append({"trial": t.number, "status": a["status"], "prestarted": a.get("prestarted"), "wall_s": a["wall_s"],
                     **{p: phases.get(p, 0.0) for p in PHASES},
@@ -33,7 +33,7 @@ def rows(study_dir: str) -> list[dict]:
 def main(dirs: list[str]) -> None:
     for d in dirs:
         rs = rows(d)
-        print(f"## {d}: {len(rs)} launched trials with a measurement (ok or pruned)")
+        print(f"## {d}: {len(rs)} launched trials ({sum(r['status'] in ('ok', 'pruned') for r in rs)} measured)")
         print("| trial | status | prestarted | wall s | " + " | ".join(PHASES) + " | overhead s |")
         print("|---" * (5 + len(PHASES)) + "|")
         for r in rs:

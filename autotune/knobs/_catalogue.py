@@ -80,6 +80,7 @@ CATALOGUE: tuple[Knob, ...] = (
         Literal["model", "block"],
         "model",
         only_with=("compile", Not(False)),
+        screen="block",
         help="What torch.compile compiles: model (the whole model, loss included) or block (each repeated "
         "transformer block, compiled once and reused for all: a cold compile of one block, not of every "
         "layer; plus the model's head_loss, i.e. final norm, head and loss, as one more region; the embedding runs eager).",
@@ -93,6 +94,7 @@ CATALOGUE: tuple[Knob, ...] = (
         Literal["static", "batch"],
         "static",
         only_with=("compile", Not(False)),
+        screen="batch",
         help="static: torch.compile specialises on the micro-batch size (a new size is a new compile); batch: "
         "the batch dimension is compiled dynamic, so trials of every micro-batch size share one compiled program "
         "through the compile cache (a second size loads it in seconds instead of compiling again; dynamic "

@@ -27,7 +27,7 @@ from autotune.protocol import STATUSES
 from autotune.runner import Bench, measure, preflight
 from autotune import tasks
 from autotune.record import Metric, TrialRecord
-from autotune.search import boundary, loss_guard, predict, tracking, twin
+from autotune.search import loss_guard, predict, stages, tracking
 from autotune.search.best import write_best
 from autotune.search.confirm import confirm
 from autotune.search.history import History, key, optuna_state, store
@@ -185,6 +185,7 @@ class _Search:
         self.prune_below = (
             cfg.study.prune_below if cfg.workload.world_size == 1 and cfg.study.objective != "pareto" else 0.0
         )
+        self.plan, self.patience = stages.staging(cfg.study, space, budget)
         self.rng = random.Random(cfg.study.seed)
         self.points = space.points()
         self.point_keys = [key(space.knobs(p)) for p in self.points]  # a point's identity, computed once
@@ -242,7 +243,8 @@ class _Search:
         trial.set_user_attr("status", "duplicate")
         trial.set_user_attr("duplicate_of", of)
         if params is not None:
-            left = self._unseen(h)
+            unseen = self._unseen(h)
+            left = [p for p in unseen if self.plan.is_screened(p)] or unseen  # staged: a screened point first
             if left:
                 self._enqueue([self.space.nearest(params, left, self.rng)])
             else:  # every other point is measured or being measured elsewhere: this worker is done
@@ -322,6 +324,8 @@ class _Search:
         if cfg.study.objective != "pareto":  # one objective: a recovered trial's value is its tokens/s
             recover(study, self.runs, self.bench)  # measured but never stored: recorded from its files
         study.sampler = self.sampler or make_sampler(cfg.study.sampler, cfg.study.seed, self.budget)
+        if self.plan.active:
+            study.sampler = stages.Screening(study.sampler, self.plan)
         study.pruner = BelowBest(self.prune_below) if self.prune_below else optuna.pruners.NopPruner()
         self._enqueue([self.space.baseline])
         self._enqueue_grid()
@@ -397,7 +401,19 @@ class _Search:
             self.stop_reason = "space exhausted"
             study.stop()
         elif not self.grid_order:  # the grid measures every point anyway
-            self._enqueue(boundary.steps(h, self.space, trial) + twin.specialised(h, self.space, trial))
+            self._enqueue_next(study, h, trial)
+
+    def _enqueue_next(self, study: optuna.Study, h: History, trial: optuna.trial.FrozenTrial) -> None:
+        """What the staged search measures next ahead of the sampler, or its stop (stages.ahead)."""
+        waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+        room = self.budget - h.launched - running - waiting
+        points, stop = stages.ahead(h, self.space, self.plan, trial, budget=self.budget, room=room,
+                                    waiting=waiting, patience=self.patience)
+        self._enqueue(points)
+        if stop:
+            self.stop_reason = stop
+            study.stop()
 
     def _unseen(self, h: History) -> list[dict[str, Any]]:
         """Points neither measured nor being measured by another worker."""
@@ -418,17 +434,7 @@ class _Search:
         self._enqueue(next_points)
 
     def _enqueue(self, points: list[dict[str, Any]]) -> None:
-        """Enqueue the points not yet measured and not already waiting (resume-safe, unlike skip_if_exists,
-        which would also skip a point whose trial was interrupted)."""
-        h = History.of(self.study)
-        waiting = {
-            key(t.system_attrs.get("fixed_params", {}))
-            for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-        }
-        for p in points:
-            if key(self.space.knobs(p)) not in h.seen and key(p) not in waiting:
-                self.study.enqueue_trial(p)
-                waiting.add(key(p))
+        stages.enqueue(self.study, self.space, points)
 
     def _overlapped(self, number: int) -> list[int]:
         """Trials measured at the same time as this one, on other GPUs."""

@@ -139,16 +139,3 @@ def _failure_reason(doc: dict[str, Any], knobs: dict[str, Any]) -> str:
         f"{describe(numerics(knobs))} from now on (study.loss_check: min_learned, max_gap_nats; steps 0 turns "
         "it off)"
     )
-
-
-def summary(doc: dict[str, Any] | None) -> str:
-    """One line of a record's check for the views and the report ('' where none ran)."""
-    if not doc:
-        return ""
-    if doc.get("covered_by") is not None:
-        return f"numerics: covered by trial {doc['covered_by']}"
-    if doc.get("passed") is True:
-        floor = doc.get("floor_nats", doc.get("study_floor_nats"))
-        beside = f" (noise floor {floor:.3f})" if isinstance(floor, (int, float)) else ""
-        return f"numerics: {doc.get('gap_nats', 0):+.3f} nats against {doc.get('against')}{beside}"
-    return f"numerics: {doc.get('why', '')}" if doc.get("checked") is False else ""

@@ -78,17 +78,20 @@ def _replayed_measure(landscape: Landscape, rng: random.Random) -> Callable[...,
 
 
 def replay(
-    landscape: Landscape, sampler: optuna.samplers.BaseSampler | None, seed: int, budget: int, root: Path | None = None
+    landscape: Landscape,
+    sampler: optuna.samplers.BaseSampler | None,
+    seed: int,
+    budget: int,
+    root: Path | None = None,
+    patience: int | None = 0,
 ) -> list[float | None]:
     """One search of `budget` trials over the landscape (sampler None: autotune's default); the true values
-    of the points measured, in launch order."""
+    of the points measured, in launch order. patience: study.patience (0: the whole budget, what the trials
+    to a target are counted over; None: the study's default)."""
     cfg = load_config(Path(root or ".") / landscape.yaml)
     # the sampler is the one given (a landscape recorded with sampler grid would otherwise replay its queue)
-    cfg = cfg.model_copy(
-        update={
-            "study": cfg.study.model_copy(update={"seed": seed, "confirm_top": 0, "trials": budget, "sampler": "tpe"})
-        }
-    )
+    update = {"seed": seed, "confirm_top": 0, "trials": budget, "sampler": "tpe", "patience": patience}
+    cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update=update)})
     space = resolve_space(cfg, "cuda")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(direction="maximize")
