@@ -9,7 +9,7 @@
 #                                       int4-kernels memcompile compile-saved check1 (issue 24: one H200)
 #                                       hf-trainer hf-callback-cost (issue 26: one H200)
 #                                       cheap-after cheap-before cheap-ref (issue 28: one H200)
-#                                       numerics-gpu staged expert (issue 34: one H200; benchmarks/background.sh)
+#                                       numerics-gpu staged expert expert-in-autotune (issue 34: one H200; benchmarks/background.sh)
 # GPUS: the --gpus of the stages that take it (default 0,1; GPUS=0 on one GPU)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
@@ -229,6 +229,19 @@ yaml.safe_dump(d, open(f"/tmp/{s}.yaml", "w"), sort_keys=False)' "$stage"
       for e in ${EXPERTS:-fp8:tensorwise:16 bf16:-:16}; do IFS=: read -r prec recipe mbs <<< "$e"
         python3 benchmarks/plain_train.py --yaml benchmarks/spaces/staged-llama-1.2b.yaml --precision "$prec" \
           --recipe "${recipe/-/tensorwise}" --mbs "$mbs" --compile --fused 2>>"$OUT/expert.err" | tee -a "$OUT/expert.jsonl"
+      done ;;
+    expert-in-autotune) # issue 34: the expert's fp8 configuration (tensorwise, micro-batch 16, no checkpointing, fused
+      # AdamW) as one autotune trial of each program: per block with a dynamic batch (the search's screening) and whole
+      # model, static (its final twin), no numerics check (tests/test_gpu_numerics.py checks fp8), beside plain_train.py
+      for prog in block:batch model:static; do IFS=: read -r scope dyn <<< "$prog"
+        python3 -c 'import sys, yaml; d = yaml.safe_load(open("benchmarks/spaces/staged-llama-1.2b.yaml")); s, y = sys.argv[1:]
+d["name"] = f"expert-{s}-{y}"; d["baseline"] = {}
+d["space"] = {"micro_batch_size": 16, "grad_accum_steps": "auto", "precision": "fp8", "fp8_recipe": "tensorwise",
+              "compile": True, "compile_scope": s, "compile_dynamic": y, "fused_optimizer": True}
+d["study"] = {"trials": 1, "confirm_top": 0, "trial_timeout_min": 5, "loss_check": {"steps": 0}}
+yaml.safe_dump(d, open(f"/tmp/expert-{s}.yaml", "w"), sort_keys=False)' "$scope" "$dyn"
+        at search "/tmp/expert-$scope.yaml" --gpus "${GPUS%%,*}" --fresh 2>&1 | tee -a "$OUT/expert-in-autotune.log"
+        python3 benchmarks/trial_cost.py "trials/expert-$scope-$dyn" >> "$OUT/expert-in-autotune-cost.md" 2>&1
       done ;;
     cost)   # where each trial's time went, for every study under trials/ (benchmarks/trial_cost.py)
       python3 benchmarks/trial_cost.py $(ls -d trials/*/ | grep -v -e compile-cache -e archived) > "$OUT/cost.md" 2>&1 ;;

@@ -343,3 +343,18 @@ def test_loss_check_config_refuses_the_removed_relative_gap_and_too_few_steps() 
     with pytest.raises(ValidationError, match="3 steps are too few"):
         LossCheckConfig.model_validate({"steps": 3})
     assert LossCheckConfig.model_validate({"steps": 0}).steps == 0
+
+
+def test_a_pruned_trial_runs_no_numerics_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search's pruner stopped it (a prune file before its first measured step): it cannot win, so its check
+    would be wasted (the H200 spent 31 s on one, 2026-12-02)."""
+    from autotune.protocol import PRUNE_FILE
+
+    monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
+    spec = _spec("fp16")
+    spec.run.measure_steps = 4
+    spec.report_progress = True
+    (tmp_path / PRUNE_FILE).touch()
+    result = trial.run(spec, tmp_path)
+    assert result.status == "pruned" and len(result.step_times_s) < 4
+    assert "loss_check" not in result.output and "check" not in result.phases_s

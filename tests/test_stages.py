@@ -151,3 +151,39 @@ def test_variant_left_out_where_a_measured_pair_says_it_cannot_reach_the_best() 
     h.seen = {key(leader.user_attrs["knobs"]): leader}
     (variant,) = stages.variants(h, space, plan, leader)
     assert variant["precision"] == "fp8" and variant["fp8_recipe"] == "tensorwise"
+
+
+STAGED_H200 = Path(__file__).resolve().parent / "data" / "studies" / "staged-h200" / "study.db"
+
+
+def _recorded_until(number: int) -> tuple[optuna.Study, Any]:
+    """The H200 study of 2026-12-02 (benchmarks/spaces/staged-llama-1.2b.yaml, docs/BENCHMARKS.md) as it
+    stood after trial `number`, in memory."""
+    from autotune.config_load import load_config
+
+    recorded = optuna.load_study(study_name="staged-llama-1.2b", storage=f"sqlite:///{STAGED_H200}")
+    study = optuna.create_study(direction="maximize")
+    for t in recorded.get_trials():
+        if t.number <= number:
+            study.add_trial(t)
+    root = Path(__file__).resolve().parents[1]
+    return study, resolve_space(load_config(root / "benchmarks/spaces/staged-llama-1.2b.yaml"), "cuda")
+
+
+@pytest.mark.parametrize("leader, mbs", [(8, 4), (13, 8)])
+def test_variants_of_the_recorded_bf16_leaders_are_their_fp8(leader: int, mbs: int) -> None:
+    """On the H200 the bf16 leaders without checkpointing (trials 8 and 13) got no fp8 variant: the pair
+    ratio matched the sampler's inactive fp8_recipe draw (rowwise under bf16) and read fp8 rowwise's 0.98x
+    as fp8's gain. Matched on the knobs, the pair is bf16 against fp8 tensorwise (1.17x): the variant runs."""
+    from autotune.search.history import History
+
+    study, space = _recorded_until(leader)
+    h = History.of(study)
+    trial = next(t for t in study.get_trials() if t.number == leader)
+    plan = stages.Plan.of(space)
+    (variant,) = stages.variants(h, space, plan, trial)
+    assert variant == {**trial.params, "precision": "fp8", "fp8_recipe": "tensorwise"}
+    assert variant["micro_batch_size"] == mbs and variant["activation_checkpointing"] == "none"
+    knobs = trial.user_attrs["knobs"]
+    ratio = stages._pair_ratio(h, knobs, space.knobs(variant), ("compile", *stages.PROGRAM))
+    assert ratio == pytest.approx(66871 / 57189, rel=1e-3)  # trials 3 and 2

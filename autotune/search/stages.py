@@ -177,21 +177,24 @@ def _worth(h: History, space: ResolvedSpace, trial: optuna.trial.FrozenTrial, po
     same change showed on a measured pair of the same kind of program (compile on or off, its scope and
     dynamic batch as the trial's: fp8's gain eager says little of its gain compiled); no such pair: it may."""
     best = h.best()
-    ratio = _pair_ratio(h, trial.params, point, ("compile", *PROGRAM))
+    before, after = trial.user_attrs["knobs"], space.knobs(point)
+    ratio = _pair_ratio(h, before, after, ("compile", *PROGRAM))
     if best is None or ratio is None:
         return True
     return (value_of(trial) or 0.0) * ratio >= (1 - MARGIN) * (value_of(best) or 0.0)
 
 
 def _pair_ratio(h: History, before: dict[str, Any], after: dict[str, Any], same: tuple[str, ...]) -> float | None:
-    """The best value ratio of completed pairs whose params differ as before and after do, nothing else, and
-    agree with before on the knobs `same` names."""
+    """The best value ratio of completed pairs whose knobs differ as before and after do, nothing else, and
+    agree with before on the knobs `same` names. Knobs, not params: a value the sampler drew for a knob that
+    does not act (fp8_recipe under bf16) is no difference (it is None in the knobs)."""
     changed = {k for k in after if after[k] != before.get(k)}
     by_rest: dict[Any, dict[str, float]] = {}
     for t in h.completed:
-        side = _side(t.params, before, after, changed)
-        if side is not None and all(t.params.get(k) == before.get(k) for k in same if k not in changed):
-            rest = tuple(sorted((k, v) for k, v in t.params.items() if k not in changed))
+        knobs = t.user_attrs["knobs"]
+        side = _side(knobs, before, after, changed)
+        if side is not None and all(knobs.get(k) == before.get(k) for k in same if k not in changed):
+            rest = tuple(sorted((k, v) for k, v in knobs.items() if k not in changed))
             by_rest.setdefault(rest, {})[side] = value_of(t) or 0.0
     ratios = [pair["after"] / pair["before"] for pair in by_rest.values() if len(pair) == 2 and pair["before"]]
     return max(ratios) if ratios else None

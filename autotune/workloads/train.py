@@ -330,7 +330,8 @@ class Train(Workload):
         if self.spec.knobs["compile"]:  # read before the numerics check, which compiles nothing
             self.applied["compile_cache"] = compile_cache_counts(torch)
         check = self.spec.params.get("loss_check") or {}
-        if not (check.get("steps") and numerics(self.spec.knobs)):  # asked where no verdict covers it
+        asked = check.get("steps") and numerics(self.spec.knobs)  # where no verdict covers it
+        if not asked or timing.stopped_early:  # a pruned trial cannot win: its check would be wasted
             return Measured(timing, losses)
         t_check = time.perf_counter()
         found = numerics_check.check(self, int(check["steps"]), check)
