@@ -1,16 +1,17 @@
-"""Issue 34's hand-set expert configurations: the training loop an expert writes by hand for one GPU, timed
-outside autotune, to hold autotune's chosen configuration against.
+"""Issue 34's hand-set expert configurations: the training loop an expert writes by hand for one
+GPU, timed outside autotune, to hold autotune's chosen configuration against.
 
-    python3 benchmarks/plain_train.py --yaml benchmarks/spaces/staged-llama-1.2b.yaml \
-        --precision fp8 --recipe tensorwise --mbs 16 --compile --fused
+python3 benchmarks/plain_train.py --yaml benchmarks/spaces/staged-llama-1.2b.yaml --precision fp8
+--recipe tensorwise --mbs 16 --compile --fused
 
-Only the model class comes from autotune (autotune/workloads/model.py, a plain nn.Module, so both run the same
-arithmetic) and the model section is read from the study's YAML; the precision (bf16 autocast; fp8: torchao's
-convert_to_float8_training on every linear but the head, under bf16 autocast), torch.compile of the whole model,
-AdamW (nanoGPT's settings, fused or not), activation checkpointing (none), the accumulation to the global batch
-and the timing are written out here: `--warmup` untimed optimizer steps (the first carries the compile), then
-`--steps` steps each between CUDA events. Prints one JSON line: tokens/s from the median step and from all
-tokens over all measured time, and every sample. On a machine without CUDA it runs the model on the CPU (bf16
+Only the model class comes from autotune (autotune/workloads/model.py, a plain nn.Module, so both
+run the same arithmetic) and the model section is read from the study's YAML; the precision (bf16
+autocast; fp8: torchao's convert_to_float8_training on every linear but the head, under bf16
+autocast), torch.compile of the whole model, AdamW (nanoGPT's settings, fused or not), activation
+checkpointing (none), the accumulation to the global batch and the timing are written out here:
+`--warmup` untimed optimizer steps (the first carries the compile), then `--steps` steps each
+between CUDA events. Prints one JSON line: tokens/s from the median step and from all tokens over
+all measured time, and every sample. On a machine without CUDA it runs the model on the CPU (bf16
 only; the CPU test)."""
 
 from __future__ import annotations
@@ -51,13 +52,17 @@ def build(a: argparse.Namespace, dev: torch.device) -> tuple[torch.nn.Module, in
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
         config = Float8LinearConfig.from_recipe_name(a.recipe)
-        convert_to_float8_training(model, config=config, module_filter_fn=lambda mod, fqn: fqn.split(".")[-1] != "head")
+        convert_to_float8_training(
+            model, config=config, module_filter_fn=lambda mod, fqn: fqn.split(".")[-1] != "head"
+        )
     return model, m["seq_len"]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--yaml", required=True, help="the study's YAML: its model section and global batch")
+    ap.add_argument(
+        "--yaml", required=True, help="the study's YAML: its model section and global batch"
+    )
     ap.add_argument("--precision", choices=["bf16", "fp8"], default="bf16")
     ap.add_argument("--recipe", choices=["tensorwise", "rowwise"], default="tensorwise")
     ap.add_argument("--mbs", type=int, default=16)
@@ -74,12 +79,18 @@ def main() -> None:
     accum = doc["workload"]["global_batch_size"] // a.mbs
     model, seq_len = build(a, dev)
     fused = {"fused": True} if a.fused else {}
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, **fused)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, **fused
+    )
     step_model = torch.compile(model) if a.compile else model
     gen = torch.Generator(device=dev).manual_seed(0)
     vocab = model.vocab
     data = torch.randint(0, vocab, (min(accum, 4), a.mbs, seq_len + 1), device=dev, generator=gen)
-    amp = torch.autocast(dev.type, dtype=torch.bfloat16) if cuda or a.precision == "bf16" else contextlib.nullcontext()
+    amp = (
+        torch.autocast(dev.type, dtype=torch.bfloat16)
+        if cuda or a.precision == "bf16"
+        else contextlib.nullcontext()
+    )
 
     def step() -> torch.Tensor:
         total = torch.zeros((), device=dev)

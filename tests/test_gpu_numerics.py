@@ -1,8 +1,9 @@
-"""The numerics check on the GPU (`pytest -m gpu -s tests/test_gpu_numerics.py`; skipped without CUDA): torchao's
-fp8, tensorwise and rowwise, passes against bf16 on a Llama-style and a GPT-style model of about 1B; a broken
-precision (fp16 without its GradScaler on small gradients, weights that lose their bits) is still rejected,
-with a reason a user understands. Each case is one whole trial (measured steps, then the check) in this
-process; the record's check goes to $AUTOTUNE_GPU_NUMERICS_OUT (a JSON lines file) when set."""
+"""The numerics check on the GPU (`pytest -m gpu -s tests/test_gpu_numerics.py`; skipped without
+CUDA): torchao's fp8, tensorwise and rowwise, passes against bf16 on a Llama-style and a GPT-style
+model of about 1B; a broken precision (fp16 without its GradScaler on small gradients, weights that
+lose their bits) is still rejected, with a reason a user understands. Each case is one whole trial
+(measured steps, then the check) in this process; the record's check goes to
+$AUTOTUNE_GPU_NUMERICS_OUT (a JSON lines file) when set."""
 
 from __future__ import annotations
 
@@ -18,20 +19,54 @@ from autotune.numerics import floor_nats
 from autotune.protocol import RunSettings, TrialSpec
 from autotune.workloads import trial
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
 
-LLAMA_1B = {"family": "llama", "n_layers": 16, "d_model": 2048, "n_heads": 32, "kv_heads": 8, "ffn_hidden": 8192,
-            "vocab_size": 128256, "seq_len": 2048, "rope_theta": 500000.0, "tie_embeddings": True}  # Llama-3.2-1B
-GPT_1B = {"family": "gpt", "n_layers": 24, "d_model": 2048, "n_heads": 16, "kv_heads": 16, "ffn_hidden": 8192,
-          "vocab_size": 50257, "seq_len": 2048, "tie_embeddings": False}  # issue 34's GPT-style 1.3B
+LLAMA_1B = {
+    "family": "llama",
+    "n_layers": 16,
+    "d_model": 2048,
+    "n_heads": 32,
+    "kv_heads": 8,
+    "ffn_hidden": 8192,
+    "vocab_size": 128256,
+    "seq_len": 2048,
+    "rope_theta": 500000.0,
+    "tie_embeddings": True,
+}  # Llama-3.2-1B
+GPT_1B = {
+    "family": "gpt",
+    "n_layers": 24,
+    "d_model": 2048,
+    "n_heads": 16,
+    "kv_heads": 16,
+    "ffn_hidden": 8192,
+    "vocab_size": 50257,
+    "seq_len": 2048,
+    "tie_embeddings": False,
+}  # issue 34's GPT-style 1.3B
 
 
-def _trial(model: dict[str, Any], precision: str, recipe: str = "tensorwise", floor: bool = False) -> dict[str, Any]:
-    knobs = {**knob_catalogue.defaults("train"), "precision": precision, "fp8_recipe": recipe,
-             "micro_batch_size": 4, "grad_accum_steps": 1}
-    spec = TrialSpec(task="train", device="cuda", knobs=knobs, model=dict(model),
-                     run=RunSettings(warmup_steps=1, measure_steps=2),
-                     params={"loss_check": {"steps": 30, "floor": floor}})
+def _trial(
+    model: dict[str, Any], precision: str, recipe: str = "tensorwise", floor: bool = False
+) -> dict[str, Any]:
+    knobs = {
+        **knob_catalogue.defaults("train"),
+        "precision": precision,
+        "fp8_recipe": recipe,
+        "micro_batch_size": 4,
+        "grad_accum_steps": 1,
+    }
+    spec = TrialSpec(
+        task="train",
+        device="cuda",
+        knobs=knobs,
+        model=dict(model),
+        run=RunSettings(warmup_steps=1, measure_steps=2),
+        params={"loss_check": {"steps": 30, "floor": floor}},
+    )
     result = trial.run(spec)
     assert result.status == "ok", result.reason
     found = result.output["loss_check"]
@@ -39,15 +74,27 @@ def _trial(model: dict[str, Any], precision: str, recipe: str = "tensorwise", fl
     out = os.environ.get("AUTOTUNE_GPU_NUMERICS_OUT")
     if out:
         with open(out, "a") as f:
-            f.write(json.dumps({"model": model["family"], "precision": precision, "recipe": recipe,
-                                "fault": os.environ.get("AUTOTUNE_FAULT", ""), **found}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "model": model["family"],
+                        "precision": precision,
+                        "recipe": recipe,
+                        "fault": os.environ.get("AUTOTUNE_FAULT", ""),
+                        **found,
+                    }
+                )
+                + "\n"
+            )
     torch.cuda.empty_cache()
     return found
 
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
 @pytest.mark.parametrize("model", [LLAMA_1B, GPT_1B], ids=["llama-1b", "gpt-1.3b"])
-def test_gpu_fp8_passes_the_numerics_check(model: dict[str, Any], recipe: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpu_fp8_passes_the_numerics_check(
+    model: dict[str, Any], recipe: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     found = _trial(model, "fp8", recipe, floor=recipe == "tensorwise")
     (attempt,) = found["attempts"]
@@ -55,7 +102,8 @@ def test_gpu_fp8_passes_the_numerics_check(model: dict[str, Any], recipe: str, m
     print(f"\n{model['family']} fp8 {recipe}: {verdict} check {found['check_s']:.1f} s")
     assert verdict["passed"] is True and attempt["n_stalled"] == 0
     if "floor" in found:
-        print(f"floor ({found['floor']['twin']}): {floor_nats(found['floor']['losses'], attempt['reference']):.4f} nats")
+        floor = floor_nats(found["floor"]["losses"], attempt["reference"])
+        print(f"floor ({found['floor']['twin']}): {floor:.4f} nats")
 
 
 @pytest.mark.parametrize("fault", ["no_grad_scaler", "drift"])

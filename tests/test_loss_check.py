@@ -1,7 +1,8 @@
-"""The numerics check (study.loss_check) on tiny models on the CPU, real torch: working reduced precisions
-pass (fp16, an fp8-like quantise-dequantise of the linears, two runs of one arithmetic), breakage fails (fp16
-without a GradScaler on small gradients, a frozen layer, NaN, weights that lose their bits), a failed attempt
-is repeated once, a verdict covers its arithmetic only, and a pinned configuration is never skipped."""
+"""The numerics check (study.loss_check) on tiny models on the CPU, real torch: working reduced
+precisions pass (fp16, an fp8-like quantise-dequantise of the linears, two runs of one arithmetic),
+breakage fails (fp16 without a GradScaler on small gradients, a frozen layer, NaN, weights that lose
+their bits), a failed attempt is repeated once, a verdict covers its arithmetic only, and a pinned
+configuration is never skipped."""
 
 from __future__ import annotations
 
@@ -31,7 +32,14 @@ LLAMA = {
     "rope_theta": 10000.0,
     "tie_embeddings": False,
 }
-GPT = {"family": "gpt", "n_layers": 2, "d_model": 64, "n_heads": 4, "vocab_size": 256, "seq_len": 32}
+GPT = {
+    "family": "gpt",
+    "n_layers": 2,
+    "d_model": 64,
+    "n_heads": 4,
+    "vocab_size": 256,
+    "seq_len": 32,
+}
 STEPS = 24
 
 
@@ -63,7 +71,9 @@ def _workload(precision: str, model: dict[str, Any] = LLAMA) -> Any:
     return w
 
 
-def _check(precision: str, monkeypatch: pytest.MonkeyPatch, fault: str = "", **params: Any) -> dict[str, Any]:
+def _check(
+    precision: str, monkeypatch: pytest.MonkeyPatch, fault: str = "", **params: Any
+) -> dict[str, Any]:
     """A whole trial (its measured steps, then the check) in this process."""
     monkeypatch.setenv("AUTOTUNE_FAULT", fault)
     result = trial.run(_spec(precision, **params))
@@ -72,8 +82,9 @@ def _check(precision: str, monkeypatch: pytest.MonkeyPatch, fault: str = "", **p
 
 
 class _FakeFloat8(torch.autograd.Function):
-    """An fp8-like linear on the CPU: input and weight quantised to float8 e4m3 with one scale per tensor in
-    forward, the output's gradient to e5m2 in backward (torchao's tensorwise recipe, emulated)."""
+    """An fp8-like linear on the CPU: input and weight quantised to float8 e4m3 with one scale per
+    tensor in forward, the output's gradient to e5m2 in backward (torchao's tensorwise recipe,
+    emulated)."""
 
     @staticmethod
     def _q(t: torch.Tensor, dtype: torch.dtype, largest: float) -> torch.Tensor:
@@ -82,14 +93,19 @@ class _FakeFloat8(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-        xq, wq = _FakeFloat8._q(x, torch.float8_e4m3fn, 448.0), _FakeFloat8._q(w, torch.float8_e4m3fn, 448.0)
+        xq, wq = (
+            _FakeFloat8._q(x, torch.float8_e4m3fn, 448.0),
+            _FakeFloat8._q(w, torch.float8_e4m3fn, 448.0),
+        )
         ctx.save_for_backward(xq, wq)
         ctx.dtypes, ctx.has_bias = (x.dtype, w.dtype), b is not None
         with torch.autocast("cpu", enabled=False):
             return torch.nn.functional.linear(xq, wq, None if b is None else b.to(torch.bfloat16))
 
     @staticmethod
-    def backward(ctx: Any, gy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def backward(
+        ctx: Any, gy: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         xq, wq = ctx.saved_tensors
         g = _FakeFloat8._q(gy, torch.float8_e5m2, 57344.0)
         gx = (g @ wq).to(ctx.dtypes[0])
@@ -99,18 +115,20 @@ class _FakeFloat8(torch.autograd.Function):
 
 
 def _fake_float8(model: torch.nn.Module) -> int:
-    linears = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n != "head"]
+    linears = [
+        (n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n != "head"
+    ]
     for _, m in linears:
         m.forward = lambda x, m=m: _FakeFloat8.apply(x, m.weight, m.bias)
     return len(linears)
 
 
-# --- working precisions pass ------------------------------------------------------------------------------
+# --- working precisions pass ----------------------------------------------------------------------
 
 
 def test_numerics_check_passes_fp16_and_measures_the_floor(monkeypatch: pytest.MonkeyPatch) -> None:
-    """fp16 (with its GradScaler) against bf16 from the same weights on the same fresh batches: it learns
-    what bf16 learns; the floor run (bf16 against fp32) is measured when asked for."""
+    """fp16 (with its GradScaler) against bf16 from the same weights on the same fresh batches: it
+    learns what bf16 learns; the floor run (bf16 against fp32) is measured when asked for."""
     found = _check("fp16", monkeypatch, floor=True)
     (attempt,) = found["attempts"]
     assert attempt["verdict"]["passed"] is True and attempt["n_stalled"] == 0
@@ -123,8 +141,8 @@ def test_numerics_check_passes_fp16_and_measures_the_floor(monkeypatch: pytest.M
 
 @pytest.mark.parametrize("model", [LLAMA, GPT], ids=["llama", "gpt"])
 def test_numerics_check_passes_an_fp8_like_precision(model: dict[str, Any]) -> None:
-    """Every linear but the head quantised to float8 (e4m3 forward, e5m2 gradients, one scale per tensor),
-    against the bf16 reference built in the check: a working reduced precision passes."""
+    """Every linear but the head quantised to float8 (e4m3 forward, e5m2 gradients, one scale per
+    tensor), against the bf16 reference built in the check: a working reduced precision passes."""
     w = _workload("bf16", model)
     assert _fake_float8(w.model) == 4 * model["n_layers"]  # qkv, proj, up, down of every block
     found = numerics_check.check(w, STEPS, {})
@@ -135,8 +153,9 @@ def test_numerics_check_passes_an_fp8_like_precision(model: dict[str, Any]) -> N
 
 
 def test_numerics_check_two_runs_of_one_arithmetic_agree() -> None:
-    """bf16 against its bf16 reference: the same arithmetic from the same weights gives the same curve
-    (gap 0), and so does another reduction order (two micro-batches a step) within the floor."""
+    """bf16 against its bf16 reference: the same arithmetic from the same weights gives the same
+    curve (gap 0), and so does another reduction order (two micro-batches a step) within the floor.
+    """
     w = _workload("bf16")
     found = numerics_check.check(w, STEPS, {"floor": True})
     (attempt,) = found["attempts"]
@@ -145,40 +164,52 @@ def test_numerics_check_two_runs_of_one_arithmetic_agree() -> None:
     assert found["floor"]["twin"] == "fp32"
 
 
-# --- breakage fails ----------------------------------------------------------------------------------------
+# --- breakage fails -------------------------------------------------------------------------------
 
 
 def test_numerics_check_fails_fp16_without_its_grad_scaler(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On gradients below fp16's range (the loss scaled by 2^-16 before backward, AUTOTUNE_FAULT small_grads),
-    fp16 with its GradScaler trains like bf16; without it (no_grad_scaler) the gradients flush to zero:
-    the layers stop learning, twice (the failed attempt is repeated once)."""
+    """On gradients below fp16's range (the loss scaled by 2^-16 before backward, AUTOTUNE_FAULT
+    small_grads), fp16 with its GradScaler trains like bf16; without it (no_grad_scaler) the
+    gradients flush to zero: the layers stop learning, twice (the failed attempt is repeated once).
+    """
     scaled = _check("fp16", monkeypatch, "small_grads")
     assert scaled["attempts"][0]["verdict"]["passed"] is True
     found = _check("fp16", monkeypatch, "no_grad_scaler")
     assert [a["verdict"]["passed"] for a in found["attempts"]] == [False, False]
     why = found["attempts"][-1]["verdict"]["why"]
-    assert "stopped learning in" in why and "blocks.0.attn.qkv.weight" in found["attempts"][-1]["stalled"]
+    assert (
+        "stopped learning in" in why
+        and "blocks.0.attn.qkv.weight" in found["attempts"][-1]["stalled"]
+    )
 
 
 def test_numerics_check_fails_a_layer_whose_gradients_stop(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The first block gets no gradient (AUTOTUNE_FAULT frozen_layer): the model still learns most of what
-    bf16 learns, but those parameters' gradients are gone."""
+    """The first block gets no gradient (AUTOTUNE_FAULT frozen_layer): the model still learns most
+    of what bf16 learns, but those parameters' gradients are gone."""
     found = _check("fp16", monkeypatch, "frozen_layer")
     verdict = found["attempts"][-1]["verdict"]
     assert verdict["passed"] is False and verdict["learned_share"] > 0.5
-    assert set(verdict["stalled"]) == {n for n, _ in Transformer({**LLAMA, "kv_heads": 2}).named_parameters()
-                                       if n.startswith("blocks.0.")}
+    assert set(verdict["stalled"]) == {
+        n
+        for n, _ in Transformer({**LLAMA, "kv_heads": 2}).named_parameters()
+        if n.startswith("blocks.0.")
+    }
 
 
 def test_numerics_check_fails_weights_that_lose_their_bits(monkeypatch: pytest.MonkeyPatch) -> None:
     found = _check("fp16", monkeypatch, "drift")
     verdict = found["attempts"][-1]["verdict"]
-    assert verdict["passed"] is False and "learned" in verdict["why"] and verdict["learned_share"] < 0.5
+    assert (
+        verdict["passed"] is False
+        and "learned" in verdict["why"]
+        and verdict["learned_share"] < 0.5
+    )
 
 
 def test_numerics_check_fails_nan_and_repeats_a_failed_attempt() -> None:
-    """A candidate whose loss becomes NaN in its first attempt fails it; the attempt is repeated once from
-    other weights and data, and that repeat decides (it passes here: the NaN struck once)."""
+    """A candidate whose loss becomes NaN in its first attempt fails it; the attempt is repeated
+    once from other weights and data, and that repeat decides (it passes here: the NaN struck once).
+    """
     w = _workload("bf16")
     struck = []
 
@@ -191,11 +222,14 @@ def test_numerics_check_fails_nan_and_repeats_a_failed_attempt() -> None:
     w.model.register_forward_hook(poison)
     found = numerics_check.check(w, STEPS, {})
     first, second = found["attempts"]
-    assert first["verdict"]["passed"] is False and "loss became nan at step 1" in first["verdict"]["why"]
+    assert (
+        first["verdict"]["passed"] is False
+        and "loss became nan at step 1" in first["verdict"]["why"]
+    )
     assert second["seed"] == first["seed"] + 1 and second["verdict"]["passed"] is True
 
 
-# --- the verdict's rules -----------------------------------------------------------------------------------
+# --- the verdict's rules --------------------------------------------------------------------------
 
 
 def _curve(start: float, end: float, n: int = 30, rate: float = 0.3) -> list[float]:
@@ -205,8 +239,8 @@ def _curve(start: float, end: float, n: int = 30, rate: float = 0.3) -> list[flo
 
 
 def test_verdict_passes_a_lag_that_the_old_relative_gap_rejected() -> None:
-    """Issue 34's fp8 case: a 10-nat fall, the candidate a little behind (1.143 against 0.975 at the end,
-    16% apart as a relative gap): a lag, not breakage."""
+    """Issue 34's fp8 case: a 10-nat fall, the candidate a little behind (1.143 against 0.975 at the
+    end, 16% apart as a relative gap): a lag, not breakage."""
     ref = _curve(11.0, 0.975)
     mine = [r + 0.168 * (1 - 0.5 ** (i / 3)) for i, r in enumerate(ref)]
     verdict = judge({"losses": mine, "reference": ref}, Limits())
@@ -215,8 +249,12 @@ def test_verdict_passes_a_lag_that_the_old_relative_gap_rejected() -> None:
 
 def test_verdict_fails_learning_far_less_a_growing_gap_and_the_users_limit() -> None:
     ref = _curve(5.5, 1.0)
-    assert judge({"losses": _curve(5.5, 4.5), "reference": ref}, Limits()).passed is False  # learned 22%
-    diverging = [r + 0.1 * max(0, i - 10) for i, r in enumerate(ref)]  # the gap grows 0.1 nats a step
+    assert (
+        judge({"losses": _curve(5.5, 4.5), "reference": ref}, Limits()).passed is False
+    )  # learned 22%
+    diverging = [
+        r + 0.1 * max(0, i - 10) for i, r in enumerate(ref)
+    ]  # the gap grows 0.1 nats a step
     verdict = judge({"losses": diverging, "reference": ref}, Limits())
     assert verdict.passed is False and "keeps growing" in verdict.why
     grown, t = growth(diverging, ref)
@@ -231,15 +269,28 @@ def test_verdict_cannot_judge_a_reference_that_did_not_learn() -> None:
     flat = [5.0] * 20
     assert judge({"losses": flat, "reference": flat}, Limits()).passed is None
     assert judge({"losses": [1.0] * 4, "reference": [1.0] * 4}, Limits()).passed is None
-    broke = judge({"losses": flat, "reference": flat, "reference_nonfinite": "loss became nan"}, Limits())
+    broke = judge(
+        {"losses": flat, "reference": flat, "reference_nonfinite": "loss became nan"}, Limits()
+    )
     assert broke.passed is None and "itself broke" in broke.why
 
 
 def test_check_learning_rate_follows_the_widest_fan_in() -> None:
-    assert numerics_check.check_lr(torch, Transformer({**LLAMA, "kv_heads": 2})) == 3e-4  # fan-in 128
-    with torch.device("meta"):  # Llama-3.1-8B's shape: its MLP's down projection has a fan-in of 14,336
+    assert (
+        numerics_check.check_lr(torch, Transformer({**LLAMA, "kv_heads": 2})) == 3e-4
+    )  # fan-in 128
+    with torch.device(
+        "meta"
+    ):  # Llama-3.1-8B's shape: its MLP's down projection has a fan-in of 14,336
         big = Transformer(
-            {**LLAMA, "n_layers": 1, "d_model": 4096, "n_heads": 32, "kv_heads": 8, "ffn_hidden": 14336}
+            {
+                **LLAMA,
+                "n_layers": 1,
+                "d_model": 4096,
+                "n_heads": 32,
+                "kv_heads": 8,
+                "ffn_hidden": 14336,
+            }
         )
     assert numerics_check.check_lr(torch, big) == pytest.approx(0.25 * 0.02 / 14336**0.5)  # 4.2e-5
 
@@ -254,9 +305,12 @@ def test_markov_batches_are_fresh_and_the_same_everywhere() -> None:
 
 
 @pytest.mark.slow
-def test_loss_check_of_a_compiled_trial_compiles_nothing_more(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A compiled fp16 trial at micro-batch 8: its check (4 sequences, another shape, and the reference built
-    beside it) runs eager, so torch.compile traces no graph beyond the trial's own."""
+def test_loss_check_of_a_compiled_trial_compiles_nothing_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A compiled fp16 trial at micro-batch 8: its check (4 sequences, another shape, and the
+    reference built beside it) runs eager, so torch.compile traces no graph beyond the trial's own.
+    """
     from torch._dynamo.utils import counters
 
     spec = _spec("fp16")
@@ -268,15 +322,23 @@ def test_loss_check_of_a_compiled_trial_compiles_nothing_more(monkeypatch: pytes
     assert result.status == "ok" and result.output["loss_check"]["attempts"][0]["verdict"]["passed"]
     assert counters["stats"]["unique_graphs"] == 1
     cache = result.applied["compile_cache"]
-    assert cache["fxgraph_miss"] + cache["fxgraph_hit"] == 2  # forward and backward, compiled (or loaded) once
+    assert (
+        cache["fxgraph_miss"] + cache["fxgraph_hit"] == 2
+    )  # forward and backward, compiled (or loaded) once
     assert result.phases_s["check"] > 0
 
 
-# --- the search's side ---------------------------------------------------------------------------------------
+# --- the search's side ----------------------------------------------------------------------------
 
 
-def _search(tmp_path: Path, write_yaml: Any, space: dict[str, Any], baseline: dict[str, Any], trials: int,
-            env: dict[str, str] | None = None) -> tuple[Any, list[dict[str, Any]]]:
+def _search(
+    tmp_path: Path,
+    write_yaml: Any,
+    space: dict[str, Any],
+    baseline: dict[str, Any],
+    trials: int,
+    env: dict[str, str] | None = None,
+) -> tuple[Any, list[dict[str, Any]]]:
     from conftest import load_trials, run_cli
 
     tmp_path.mkdir(parents=True)
@@ -286,12 +348,29 @@ def _search(tmp_path: Path, write_yaml: Any, space: dict[str, Any], baseline: di
             workload={"global_batch_size": 8, "warmup_steps": 1, "measure_steps": 2},
             space=space,
             baseline=baseline,
-            study={"trials": trials, "sampler": "grid", "confirm_rounds": 0, "loss_check": {"steps": STEPS}},
+            study={
+                "trials": trials,
+                "sampler": "grid",
+                "confirm_rounds": 0,
+                "loss_check": {"steps": STEPS},
+            },
         )
     )
-    proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path, env=env)
-    done = [t.user_attrs for t in load_trials(tmp_path / "out")
-            if t.user_attrs.get("status") not in ("duplicate", "skipped", None)]
+    proc = run_cli(
+        "search",
+        str(path),
+        "--out",
+        str(tmp_path / "out"),
+        "--device",
+        "cpu",
+        cwd=tmp_path,
+        env=env,
+    )
+    done = [
+        t.user_attrs
+        for t in load_trials(tmp_path / "out")
+        if t.user_attrs.get("status") not in ("duplicate", "skipped", None)
+    ]
     return proc, sorted(done, key=lambda a: (a.get("predicted", False), a.get("number", 0)))
 
 
@@ -299,9 +378,10 @@ def _search(tmp_path: Path, write_yaml: Any, space: dict[str, Any], baseline: di
 def test_search_checks_each_arithmetic_once_and_learns_only_from_two_failures(
     tmp_path: Path, write_yaml: Any
 ) -> None:
-    """Two fp16 micro-batch sizes: the first runs the check (with the study's floor), the second is covered
-    by that verdict. With weights that lose their bits, the first fp16 trial fails twice and ends
-    invalid_config with {precision: fp16} as its cause; the other fp16 point is predicted, never launched."""
+    """Two fp16 micro-batch sizes: the first runs the check (with the study's floor), the second is
+    covered by that verdict. With weights that lose their bits, the first fp16 trial fails twice and
+    ends invalid_config with {precision: fp16} as its cause; the other fp16 point is predicted,
+    never launched."""
     space = {"micro_batch_size": [4, 8], "precision": ["bf16", "fp16"]}
     base = {"micro_batch_size": 4, "precision": "bf16"}
     proc, done = _search(tmp_path / "good", write_yaml, space, base, 4)
@@ -309,10 +389,14 @@ def test_search_checks_each_arithmetic_once_and_learns_only_from_two_failures(
     assert [a["status"] for a in fp16] == ["ok", "ok"], proc.stdout + proc.stderr
     checked, covered = sorted(fp16, key=lambda a: "covered_by" in a["loss_check"])
     assert checked["loss_check"]["passed"] and checked["loss_check"]["floor_nats"] >= 0
-    assert checked["phases_s"]["check"] > 0 and "reference" not in checked["phases_s"]  # in the trial itself
+    assert (
+        checked["phases_s"]["check"] > 0 and "reference" not in checked["phases_s"]
+    )  # in the trial itself
     assert covered["loss_check"]["covered_by"] is not None and "check" not in covered["phases_s"]
 
-    proc, done = _search(tmp_path / "bad", write_yaml, space, base, 4, env={"AUTOTUNE_FAULT": "drift"})
+    proc, done = _search(
+        tmp_path / "bad", write_yaml, space, base, 4, env={"AUTOTUNE_FAULT": "drift"}
+    )
     failed = [a for a in done if a["status"] == "invalid_config" and not a.get("predicted")]
     (first,) = failed
     assert first["cause"] == {"precision": "fp16"} and len(first["loss_check"]["attempts"]) == 2
@@ -323,12 +407,23 @@ def test_search_checks_each_arithmetic_once_and_learns_only_from_two_failures(
 
 
 @pytest.mark.slow
-def test_search_never_skips_a_pinned_precision_by_a_numerics_rule(tmp_path: Path, write_yaml: Any) -> None:
-    """precision pinned to fp16 (a one-value space): each trial meets the check itself, none is predicted."""
+def test_search_never_skips_a_pinned_precision_by_a_numerics_rule(
+    tmp_path: Path, write_yaml: Any
+) -> None:
+    """precision pinned to fp16 (a one-value space): each trial meets the check itself, none is
+    predicted."""
     space = {"micro_batch_size": [4, 8], "precision": ["fp16"]}
-    proc, done = _search(tmp_path / "pinned", write_yaml, space, {"micro_batch_size": 4, "precision": "fp16"}, 2,
-                         env={"AUTOTUNE_FAULT": "drift"})
-    assert [a["status"] for a in done] == ["invalid_config", "invalid_config"], proc.stdout + proc.stderr
+    proc, done = _search(
+        tmp_path / "pinned",
+        write_yaml,
+        space,
+        {"micro_batch_size": 4, "precision": "fp16"},
+        2,
+        env={"AUTOTUNE_FAULT": "drift"},
+    )
+    assert [a["status"] for a in done] == ["invalid_config", "invalid_config"], (
+        proc.stdout + proc.stderr
+    )
     assert not any(a.get("predicted") for a in done)
     assert all(len(a["loss_check"]["attempts"]) == 2 for a in done)
 
@@ -345,9 +440,11 @@ def test_loss_check_config_refuses_the_removed_relative_gap_and_too_few_steps() 
     assert LossCheckConfig.model_validate({"steps": 0}).steps == 0
 
 
-def test_a_pruned_trial_runs_no_numerics_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The search's pruner stopped it (a prune file before its first measured step): it cannot win, so its check
-    would be wasted (the H200 spent 31 s on one, 2026-12-02)."""
+def test_a_pruned_trial_runs_no_numerics_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search's pruner stopped it (a prune file before its first measured step): it cannot win,
+    so its check would be wasted (the H200 spent 31 s on one, 2026-12-02)."""
     from autotune.protocol import PRUNE_FILE
 
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)

@@ -1,6 +1,7 @@
-"""The staged search (search/stages.py) through the real loop with the fake-measurement hook: sampled
-points are screened (per-block, dynamic-batch compile, bf16), each arithmetic leader gets its fp8 variants,
-the last trials measure the leaders' whole-model static programs, and a search that gains nothing stops."""
+"""The staged search (search/stages.py) through the real loop with the fake-measurement hook:
+sampled points are screened (per-block, dynamic-batch compile, bf16), each arithmetic leader gets
+its fp8 variants, the last trials measure the leaders' whole-model static programs, and a search
+that gains nothing stops."""
 
 from __future__ import annotations
 
@@ -41,8 +42,9 @@ def _cfg(trials: int, **study: Any) -> Any:
 
 
 def _speed(knobs: dict[str, Any]) -> float:
-    """A toy landscape (a test fixture, not a measurement): bigger micro-batches and compile pay, fp8 pays
-    15% (rowwise 12%), the whole-model static program 2% over the cheap one, checkpointing costs 20%."""
+    """A toy landscape (a test fixture, not a measurement): bigger micro-batches and compile pay,
+    fp8 pays 15% (rowwise 12%), the whole-model static program 2% over the cheap one, checkpointing
+    costs 20%."""
     value = 1000.0 * math.log2(2 * knobs["micro_batch_size"])
     if knobs["compile"]:
         value *= 1.3 * (1.01 if knobs["compile_scope"] == "model" else 1.0)
@@ -53,7 +55,9 @@ def _speed(knobs: dict[str, Any]) -> float:
 
 
 def _run(cfg: Any, speed: Any = _speed) -> tuple[optuna.Study, _Search]:
-    def measure(bench: Any, knobs: dict[str, Any], run_dir: Path, *, number: int = 0, **_: Any) -> TrialRecord:
+    def measure(
+        bench: Any, knobs: dict[str, Any], run_dir: Path, *, number: int = 0, **_: Any
+    ) -> TrialRecord:
         record = TrialRecord(number, knobs, "ok", wall_s=1.0)
         record.metrics = {Metric.TOKENS_PER_GPU: speed(knobs)}
         return record
@@ -61,7 +65,17 @@ def _run(cfg: Any, speed: Any = _speed) -> tuple[optuna.Study, _Search]:
     space = resolve_space(cfg, "cuda")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(direction="maximize")
-    search = _Search(cfg, space, study, Path("/tmp"), "cuda", None, cfg.study.trials, Observer(), measure_fn=measure)
+    search = _Search(
+        cfg,
+        space,
+        study,
+        Path("/tmp"),
+        "cuda",
+        None,
+        cfg.study.trials,
+        Observer(),
+        measure_fn=measure,
+    )
     search.optimize(math.inf, "memory")
     return study, search
 
@@ -78,12 +92,26 @@ def test_plan_holds_the_cheap_compile_and_the_reference_arithmetic() -> None:
     assert plan.costly == {"compile_scope": ["model"], "compile_dynamic": ["static"]}
     assert plan.reference == {"precision": "bf16"} and plan.deferred == {"precision": ["fp8"]}
     assert plan.dependent == ("fp8_recipe",)
-    assert plan.screened("precision", "fp8") == "bf16" and plan.screened("compile_scope", "model") == "block"
-    wider = resolve_space(parse_config(tiny(space={**SPACE, "precision": ["fp32", "bf16", "fp8"]}), Path("t")), "cuda")
-    assert stages.Plan.of(wider).screened("precision", "fp32") == "fp32"  # no arithmetic check: sampled freely
-    no_ref = resolve_space(parse_config(tiny(space={**SPACE, "precision": ["fp32", "fp8"]},
-                                             baseline={"precision": "fp32"}), Path("t")), "cuda")
-    assert stages.Plan.of(no_ref).deferred == {}  # bf16 is not in the space: fp8 is sampled as any value
+    assert (
+        plan.screened("precision", "fp8") == "bf16"
+        and plan.screened("compile_scope", "model") == "block"
+    )
+    wider = resolve_space(
+        parse_config(tiny(space={**SPACE, "precision": ["fp32", "bf16", "fp8"]}), Path("t")), "cuda"
+    )
+    assert (
+        stages.Plan.of(wider).screened("precision", "fp32") == "fp32"
+    )  # no arithmetic check: sampled freely
+    no_ref = resolve_space(
+        parse_config(
+            tiny(space={**SPACE, "precision": ["fp32", "fp8"]}, baseline={"precision": "fp32"}),
+            Path("t"),
+        ),
+        "cuda",
+    )
+    assert (
+        stages.Plan.of(no_ref).deferred == {}
+    )  # bf16 is not in the space: fp8 is sampled as any value
 
 
 def test_staged_search_screens_then_measures_variants_and_finals() -> None:
@@ -92,21 +120,42 @@ def test_staged_search_screens_then_measures_variants_and_finals() -> None:
     assert len(trials) == 20 and search.stop_reason == "budget reached"
     sampled = [t for t in trials if "fixed_params" not in t.system_attrs]
     assert sampled and all(t.params["precision"] == "bf16" for t in sampled)
-    assert all(t.params["compile_scope"] == "block" and t.params["compile_dynamic"] == "batch" for t in sampled)
+    assert all(
+        t.params["compile_scope"] == "block" and t.params["compile_dynamic"] == "batch"
+        for t in sampled
+    )
     fp8 = [t for t in trials if t.user_attrs["knobs"]["precision"] == "fp8"]
-    assert fp8 and all("fixed_params" in t.system_attrs for t in fp8)  # only as the leaders' variants
+    assert fp8 and all(
+        "fixed_params" in t.system_attrs for t in fp8
+    )  # only as the leaders' variants
     recipes = {t.user_attrs["knobs"]["fp8_recipe"] for t in fp8}
     assert recipes == {"tensorwise", "rowwise"}  # the fp8 leader's other recipe too
     costly = [t for t in trials if t.user_attrs["knobs"].get("compile_scope") == "model"]
     (final,) = costly  # the one whole-model compile of the search: the final twin of the leader
-    assert final.user_attrs["knobs"]["compile_dynamic"] == "static" and "fixed_params" in final.system_attrs
+    assert (
+        final.user_attrs["knobs"]["compile_dynamic"] == "static"
+        and "fixed_params" in final.system_attrs
+    )
     cheap = {**final.params, "compile_scope": "block", "compile_dynamic": "batch"}
-    assert any(t.params == cheap for t in trials if t.number < final.number)  # its screened twin ran first
+    assert any(
+        t.params == cheap for t in trials if t.number < final.number
+    )  # its screened twin ran first
     best = max(trials, key=lambda t: t.value)
-    optimum = max(_speed(t.user_attrs["knobs"] | {"micro_batch_size": 16, "precision": "fp8",
-                                                  "fp8_recipe": "tensorwise", "compile": True,
-                                                  "compile_scope": "model", "compile_dynamic": "static",
-                                                  "activation_checkpointing": "none"}) for t in trials)
+    optimum = max(
+        _speed(
+            t.user_attrs["knobs"]
+            | {
+                "micro_batch_size": 16,
+                "precision": "fp8",
+                "fp8_recipe": "tensorwise",
+                "compile": True,
+                "compile_scope": "model",
+                "compile_dynamic": "static",
+                "activation_checkpointing": "none",
+            }
+        )
+        for t in trials
+    )
     assert best is final and best.value == optimum
 
 
@@ -126,22 +175,32 @@ def test_search_that_gains_nothing_stops_after_its_patience() -> None:
 
 
 def test_variant_left_out_where_a_measured_pair_says_it_cannot_reach_the_best() -> None:
-    """fp8 measured 0.8x bf16 on a pair: the fp8 variant of a bf16 leader that is itself 5% under the best
-    is expected at 0.76x the best, so it is not enqueued; with no pair measured it would be."""
+    """fp8 measured 0.8x bf16 on a pair: the fp8 variant of a bf16 leader that is itself 5% under
+    the best is expected at 0.76x the best, so it is not enqueued; with no pair measured it would
+    be."""
     space = resolve_space(_cfg(20), "cuda")
     plan = stages.Plan.of(space)
 
     def trial(number: int, value: float, **params: Any) -> optuna.trial.FrozenTrial:
         full = {**space.baseline, **params}
-        dists = {k: optuna.distributions.CategoricalDistribution(v) for k, v in space.searched.items()}
-        t = optuna.trial.create_trial(value=value, params=full, distributions=dists,
-                                      user_attrs={"knobs": space.knobs(full), "status": "ok"})
+        dists = {
+            k: optuna.distributions.CategoricalDistribution(v) for k, v in space.searched.items()
+        }
+        t = optuna.trial.create_trial(
+            value=value,
+            params=full,
+            distributions=dists,
+            user_attrs={"knobs": space.knobs(full), "status": "ok"},
+        )
         t.number = number
         return t
 
     from autotune.search.history import History, key
 
-    pair = [trial(0, 100.0, micro_batch_size=2), trial(1, 80.0, micro_batch_size=2, precision="fp8")]
+    pair = [
+        trial(0, 100.0, micro_batch_size=2),
+        trial(1, 80.0, micro_batch_size=2, precision="fp8"),
+    ]
     leader = trial(2, 95.0, micro_batch_size=4)
     best = trial(3, 100.5, micro_batch_size=16, precision="fp8")
     h = History(completed=[*pair, leader, best])
@@ -157,8 +216,8 @@ STAGED_H200 = Path(__file__).resolve().parent / "data" / "studies" / "staged-h20
 
 
 def _recorded_until(number: int) -> tuple[optuna.Study, Any]:
-    """The H200 study of 2026-12-02 (benchmarks/spaces/staged-llama-1.2b.yaml, docs/BENCHMARKS.md) as it
-    stood after trial `number`, in memory."""
+    """The H200 study of 2026-12-02 (benchmarks/spaces/staged-llama-1.2b.yaml, docs/BENCHMARKS.md)
+    as it stood after trial `number`, in memory."""
     from autotune.config_load import load_config
 
     recorded = optuna.load_study(study_name="staged-llama-1.2b", storage=f"sqlite:///{STAGED_H200}")
@@ -167,14 +226,17 @@ def _recorded_until(number: int) -> tuple[optuna.Study, Any]:
         if t.number <= number:
             study.add_trial(t)
     root = Path(__file__).resolve().parents[1]
-    return study, resolve_space(load_config(root / "benchmarks/spaces/staged-llama-1.2b.yaml"), "cuda")
+    return study, resolve_space(
+        load_config(root / "benchmarks/spaces/staged-llama-1.2b.yaml"), "cuda"
+    )
 
 
 @pytest.mark.parametrize("leader, mbs", [(8, 4), (13, 8)])
 def test_variants_of_the_recorded_bf16_leaders_are_their_fp8(leader: int, mbs: int) -> None:
-    """On the H200 the bf16 leaders without checkpointing (trials 8 and 13) got no fp8 variant: the pair
-    ratio matched the sampler's inactive fp8_recipe draw (rowwise under bf16) and read fp8 rowwise's 0.98x
-    as fp8's gain. Matched on the knobs, the pair is bf16 against fp8 tensorwise (1.17x): the variant runs."""
+    """On the H200 the bf16 leaders without checkpointing (trials 8 and 13) got no fp8 variant: the
+    pair ratio matched the sampler's inactive fp8_recipe draw (rowwise under bf16) and read fp8
+    rowwise's 0.98x as fp8's gain. Matched on the knobs, the pair is bf16 against fp8 tensorwise
+    (1.17x): the variant runs."""
     from autotune.search.history import History
 
     study, space = _recorded_until(leader)

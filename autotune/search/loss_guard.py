@@ -1,17 +1,17 @@
-"""Training's numerics guard (study.loss_check), the search's side: which trials run the check, and what a
-trial's check says.
+"""Training's numerics guard (study.loss_check), the search's side: which trials run the check, and
+what a trial's check says.
 
-The check runs inside the trial, after its measured steps (workloads/numerics_check.py: the trial's model and
-its bf16 reference from the same weights on the same fresh batches, seconds, eager, the record's `check`
-phase); the verdict is autotune/numerics.py's, so it fails breakage (a loss that is not finite, learning far
-less, gradients gone, a gap that keeps growing, the user's max_gap_nats), never a lag. A verdict covers the
-arithmetic it tested (knobs.numerics: precision and recipe, a compression hook, the reduction dtype) on the
-study's layout, not the micro-batch, compile or checkpointing: once a check passed, later trials of that
-arithmetic skip it ("covered by trial N"); one that failed twice in its trial (the trial repeats a failed
-attempt from other weights and data) ends invalid_config with that arithmetic as its cause, a rule the search
-learns (search/predict.py), which never skips a configuration the user pinned. The first checked trial of a
-study also measures its noise floor (the reference against its fp32-class twin), reported beside every gap.
-"""
+The check runs inside the trial, after its measured steps (workloads/numerics_check.py: the trial's
+model and its bf16 reference from the same weights on the same fresh batches, seconds, eager, the
+record's `check` phase); the verdict is autotune/numerics.py's, so it fails breakage (a loss that is
+not finite, learning far less, gradients gone, a gap that keeps growing, the user's max_gap_nats),
+never a lag. A verdict covers the arithmetic it tested (knobs.numerics: precision and recipe, a
+compression hook, the reduction dtype) on the study's layout, not the micro-batch, compile or
+checkpointing: once a check passed, later trials of that arithmetic skip it ("covered by trial N");
+one that failed twice in its trial (the trial repeats a failed attempt from other weights and data)
+ends invalid_config with that arithmetic as its cause, a rule the search learns (search/predict.py),
+which never skips a configuration the user pinned. The first checked trial of a study also measures
+its noise floor (the reference against its fp32-class twin), reported beside every gap."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def against(knobs: dict[str, Any]) -> str:
 
 
 def _arithmetic(knobs: dict[str, Any]) -> tuple[Any, ...]:
-    """What a verdict covers: the values that change the arithmetic, on the study's parallel layout."""
+    """What a verdict covers: the values that change the arithmetic, on the study's layout."""
     return tuple(sorted(numerics(knobs).items())) + (("parallel", knobs.get("parallel")),)
 
 
@@ -53,7 +53,11 @@ def covered_by(h: History, knobs: dict[str, Any]) -> optuna.trial.FrozenTrial | 
     mine = _arithmetic(knobs)
     for t in h.completed:
         check = t.user_attrs.get("loss_check") or {}
-        if check.get("passed") and check.get("checked") and _arithmetic(t.user_attrs["knobs"]) == mine:
+        if (
+            check.get("passed")
+            and check.get("checked")
+            and _arithmetic(t.user_attrs["knobs"]) == mine
+        ):
             return t
     return None
 
@@ -68,29 +72,39 @@ def study_floor(h: History) -> float | None:
 
 
 def trial_bench(bench: Bench, h: History, knobs: dict[str, Any]) -> Bench:
-    """The bench one trial runs under: the check asked for only where it must run (the arithmetic changes
-    and no passed check covers it), with the noise floor while the study has none."""
+    """The bench one trial runs under: the check asked for only where it must run (the arithmetic
+    changes and no passed check covers it), with the noise floor while the study has none."""
     check = bench.params.get("loss_check")
     if not check:
         return bench
     if not numerics(knobs) or covered_by(h, knobs) is not None:
-        return dataclasses.replace(bench, params={k: v for k, v in bench.params.items() if k != "loss_check"})
+        return dataclasses.replace(
+            bench, params={k: v for k, v in bench.params.items() if k != "loss_check"}
+        )
     asked = {**check, "floor": study_floor(h) is None}
     return dataclasses.replace(bench, params={**bench.params, "loss_check": asked})
 
 
 def apply(bench: Bench, knobs: dict[str, Any], record: TrialRecord, h: History) -> TrialRecord:
-    """The record, judged: unchanged unless it is an ok training trial whose knobs change the arithmetic.
-    bench: the study's (its loss_check section); h: the study before this trial was recorded."""
+    """The record, judged: unchanged unless it is an ok training trial whose knobs change the
+    arithmetic. bench: the study's (its loss_check section); h: the study before this trial was
+    recorded."""
     check = bench.params.get("loss_check") or {}
-    if not tasks.task(bench.task).loss_check or not check.get("steps") or record.status != "ok" or not numerics(knobs):
+    if (
+        not tasks.task(bench.task).loss_check
+        or not check.get("steps")
+        or record.status != "ok"
+        or not numerics(knobs)
+    ):
         return record
     found = record.loss_check or {}
     if not found.get("attempts"):
         covering = covered_by(h, knobs)
         # not asked (a passed check covers it), or a model without init_weights (an entrypoint's)
         why = found.get("why") or "the trial ran no numerics check"
-        record.loss_check = _covered(covering) if covering is not None else {"checked": False, "why": why}
+        record.loss_check = (
+            _covered(covering) if covering is not None else {"checked": False, "why": why}
+        )
         return record
     record.loss_check = _judged(found, knobs, check, h)
     if record.loss_check["passed"] is False:
@@ -101,20 +115,25 @@ def apply(bench: Bench, knobs: dict[str, Any], record: TrialRecord, h: History) 
 
 
 def _covered(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
-    done = t.user_attrs["loss_check"]
+    done, knobs = t.user_attrs["loss_check"], t.user_attrs["knobs"]
     return {
         "checked": False,
         "passed": True,
         "covered_by": t.number,
         "gap_nats": done.get("gap_nats"),
         "floor_nats": done.get("floor_nats"),
-        "why": f"covered by trial {t.number}'s numerics check of {describe(numerics(t.user_attrs['knobs']))}",
+        "why": f"covered by trial {t.number}'s numerics check of {describe(numerics(knobs))}",
     }
 
 
-def _judged(found: dict[str, Any], knobs: dict[str, Any], check: dict[str, Any], h: History) -> dict[str, Any]:
-    """The check's record: its attempts re-judged here (the same function the trial used), the floor."""
-    limits = Limits(min_learned=check.get("min_learned", 0.5), max_gap_nats=check.get("max_gap_nats"))
+def _judged(
+    found: dict[str, Any], knobs: dict[str, Any], check: dict[str, Any], h: History
+) -> dict[str, Any]:
+    """The check's record: its attempts re-judged here (the same function the trial used) and the
+    noise floor."""
+    limits = Limits(
+        min_learned=check.get("min_learned", 0.5), max_gap_nats=check.get("max_gap_nats")
+    )
     mine, theirs = describe(numerics(knobs)), against(knobs)
     verdicts = [judge(a, limits, mine, theirs) for a in found["attempts"]]
     last = verdicts[-1]
@@ -125,7 +144,9 @@ def _judged(found: dict[str, Any], knobs: dict[str, Any], check: dict[str, Any],
         doc["first_attempt"] = verdicts[0].why
     if found.get("floor"):
         doc["floor"] = found["floor"]
-        doc["floor_nats"] = round(floor_nats(found["floor"]["losses"], found["attempts"][0]["reference"]), 5)
+        doc["floor_nats"] = round(
+            floor_nats(found["floor"]["losses"], found["attempts"][0]["reference"]), 5
+        )
     floor = doc.get("floor_nats", study_floor(h))
     doc["study_floor_nats"] = floor
     return doc
@@ -133,9 +154,10 @@ def _judged(found: dict[str, Any], knobs: dict[str, Any], check: dict[str, Any],
 
 def _failure_reason(doc: dict[str, Any], knobs: dict[str, Any]) -> str:
     tries = len(doc.get("attempts") or [])
+    failed = "failed twice" if tries > 1 else "failed"
     return (
-        f"numerics check failed{' twice' if tries > 1 else ''}: {doc['why']}; from the same weights on "
-        f"{doc.get('steps')} fresh batches of {doc.get('rows')} sequences, eager. The search skips "
-        f"{describe(numerics(knobs))} from now on (study.loss_check: min_learned, max_gap_nats; steps 0 turns "
-        "it off)"
+        f"numerics check {failed}: {doc['why']}; from the same weights on {doc.get('steps')} fresh "
+        f"batches of {doc.get('rows')} sequences, eager. The search skips "
+        f"{describe(numerics(knobs))} from now on (study.loss_check: min_learned, max_gap_nats; "
+        "steps 0 turns it off)"
     )

@@ -1,29 +1,30 @@
 """The staged search (study.staged): screen cheap, compile what can win.
 
-Compile time is a fixed cost per distinct program and the numerics check one per arithmetic, so a search
-should spend them on the candidates that can win. Everything stays a search of the user's space through
-Optuna, in three parts:
-- Screening: an Optuna sampler around the study's own (tpe, gp, random) measures every point it proposes
-  with the cheap value of each knob that has one (the catalogue's `screen`: per-block compile, a dynamic
-  batch dimension, so one compiled program serves every micro-batch size) and with the reference arithmetic
-  (bf16 for fp8 and fp16, the exact all-reduce, an fp32 reduction). The sampler searches the layout
-  (micro-batch, checkpointing, padding, compile or not, ...) at the price of cheap programs.
-- Variants: after a trial that leads its arithmetic (the best trial of its precision, recipe, hook), the
-  loop enqueues it with each other arithmetic of the space (fp8 for the bf16 leader, the other recipe for
-  the fp8 leader): the costlier programs and their checks are spent on layouts that lead. A variant whose
-  expected value (the leader's, times the best ratio that same change showed on a measured pair of the same
-  kind of program) falls short of the best by more than MARGIN is left out: the expected gain per second.
-- Finals: the last FINAL_SHARE of the budget (at least one trial), or the moment `patience` trials in a row
-  brought no gain over MIN_GAIN, measure the leaders with each costly value in place (whole-model, static
-  compile: the program an expert would run). Then the search stops: the budget is spent or nothing more is
-  gained.
-Variants and finals are trials of the budget, enqueued ahead of the sampler; the confirmation re-measures
-the leaders as it does any trial.
-"""
+Compile time is a fixed cost per distinct program and the numerics check one per arithmetic, so a
+search should spend them on the candidates that can win. Everything stays a search of the user's
+space through Optuna, in three parts:
+- Screening: an Optuna sampler around the study's own (tpe, gp, random) measures every point it
+  proposes with the cheap value of each knob that has one (the catalogue's `screen`: per-block
+  compile, a dynamic batch dimension, so one compiled program serves every micro-batch size) and
+  with the reference arithmetic (bf16 for fp8 and fp16, the exact all-reduce, an fp32 reduction).
+  The sampler searches the layout (micro-batch, checkpointing, padding, compile or not, ...) at the
+  price of cheap programs.
+- Variants: after a trial that leads its arithmetic (the best trial of its precision, recipe, hook),
+  the loop enqueues it with each other arithmetic of the space (fp8 for the bf16 leader, the other
+  recipe for the fp8 leader): the costlier programs and their checks are spent on layouts that lead.
+  A variant whose expected value (the leader's, times the best ratio that same change showed on a
+  measured pair of the same kind of program) falls short of the best by more than MARGIN is left
+  out: the expected gain per second.
+- Finals: the last FINAL_SHARE of the budget (at least one trial), or the moment `patience` trials
+  in a row brought no gain over MIN_GAIN, measure the leaders with each costly value in place
+  (whole-model, static compile: the program an expert would run). Then the search stops: the budget
+  is spent or nothing more is gained.
+
+Variants and finals are trials of the budget, enqueued ahead of the sampler; the confirmation
+re-measures the leaders as it does any trial."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +40,8 @@ PATIENCE_MIN = 8  # study.patience's default: half the budget, at least this man
 MARGIN = 0.02  # a variant expected this far below the best is not measured
 MIN_GAIN = 0.01  # a trial that beats the best by less brings nothing (about the step-to-step noise)
 FINAL_SHARE = 0.05  # of the budget: the leaders' costly twins
-PROGRAM = ("compile_scope", "compile_dynamic")  # with compile: the kind of program a pair's ratio was measured on
+# with compile: the kind of program a pair's ratio was measured on
+PROGRAM = ("compile_scope", "compile_dynamic")
 
 
 @dataclass(frozen=True)
@@ -47,9 +49,15 @@ class Plan:
     """Which knobs screening holds, at which values, and which values wait for the leaders."""
 
     screen: dict[str, Any] = field(default_factory=dict)  # cost knob -> its cheap value
-    costly: dict[str, list[Any]] = field(default_factory=dict)  # cost knob -> its other values (the finals')
-    reference: dict[str, Any] = field(default_factory=dict)  # arithmetic knob -> the reference value
-    deferred: dict[str, list[Any]] = field(default_factory=dict)  # arithmetic knob -> the values that wait
+    costly: dict[str, list[Any]] = field(
+        default_factory=dict
+    )  # cost knob -> its other values (the finals')
+    reference: dict[str, Any] = field(
+        default_factory=dict
+    )  # arithmetic knob -> the reference value
+    deferred: dict[str, list[Any]] = field(
+        default_factory=dict
+    )  # arithmetic knob -> the values that wait
     dependent: tuple[str, ...] = ()  # knobs that act only with a deferred value (fp8_recipe)
 
     @classmethod
@@ -91,8 +99,9 @@ class Plan:
 
 
 class Screening(optuna.samplers.BaseSampler):
-    """The study's sampler, its proposals measured with the screening values (Plan.screened). Enqueued
-    trials (the baseline, variants, finals) keep their values: Optuna serves their fixed params first."""
+    """The study's sampler, its proposals measured with the screening values (Plan.screened).
+    Enqueued trials (the baseline, variants, finals) keep their values: Optuna serves their fixed
+    params first."""
 
     def __init__(self, base: optuna.samplers.BaseSampler, plan: Plan) -> None:
         self.base, self.plan = base, plan
@@ -103,24 +112,36 @@ class Screening(optuna.samplers.BaseSampler):
     def infer_relative_search_space(self, study: optuna.Study, trial: Any) -> dict[str, Any]:
         return self.base.infer_relative_search_space(study, trial)
 
-    def sample_relative(self, study: optuna.Study, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
+    def sample_relative(
+        self, study: optuna.Study, trial: Any, search_space: dict[str, Any]
+    ) -> dict[str, Any]:
         values = self.base.sample_relative(study, trial, search_space)
         return {k: self.plan.screened(k, v) for k, v in values.items()}
 
-    def sample_independent(self, study: optuna.Study, trial: Any, name: str, distribution: Any) -> Any:
-        return self.plan.screened(name, self.base.sample_independent(study, trial, name, distribution))
+    def sample_independent(
+        self, study: optuna.Study, trial: Any, name: str, distribution: Any
+    ) -> Any:
+        return self.plan.screened(
+            name, self.base.sample_independent(study, trial, name, distribution)
+        )
 
     def before_trial(self, study: optuna.Study, trial: Any) -> None:
         self.base.before_trial(study, trial)
 
-    def after_trial(self, study: optuna.Study, trial: Any, state: Any, values: Sequence[float] | None) -> None:
+    def after_trial(
+        self, study: optuna.Study, trial: Any, state: Any, values: Sequence[float] | None
+    ) -> None:
         self.base.after_trial(study, trial, state, values)
 
 
 def stale(h: History) -> int:
     """Launched trials since the last one that beat the best before it by more than MIN_GAIN."""
     best, since = None, 0
-    launched = [t for t in h.seen.values() if not t.user_attrs.get("predicted") and "warm_start" not in t.user_attrs]
+    launched = [
+        t
+        for t in h.seen.values()
+        if not t.user_attrs.get("predicted") and "warm_start" not in t.user_attrs
+    ]
     for t in sorted(launched, key=lambda t: t.number):
         value = value_of(t) if t.state == optuna.trial.TrialState.COMPLETE else None
         gained = value is not None and (best is None or value > best * (1 + MIN_GAIN))
@@ -135,15 +156,22 @@ def finals_count(budget: int) -> int:
 
 
 def finals(h: History, space: ResolvedSpace, plan: Plan, count: int) -> list[dict[str, Any]]:
-    """The `count` best configurations measured with the cheap compile, each with every costly value in place
-    (one trial each): those not yet measured."""
+    """The `count` best configurations measured with the cheap compile, each with every costly value
+    in place (one trial each): those not yet measured."""
     cheap = [t for t in h.ranked() if all(t.params.get(k) == v for k, v in plan.screen.items())]
-    twins = [{**t.params, **{k: v[0] for k, v in plan.costly.items()}} for t in cheap[:count]] if plan.costly else []
+    twins = (
+        [{**t.params, **{k: v[0] for k, v in plan.costly.items()}} for t in cheap[:count]]
+        if plan.costly
+        else []
+    )
     return [p for p in twins if key(space.knobs(p)) not in h.seen]
 
 
-def variants(h: History, space: ResolvedSpace, plan: Plan, trial: optuna.trial.FrozenTrial) -> list[dict[str, Any]]:
-    """The trial's other arithmetic, where it leads its own and a variant can reach the best (MARGIN)."""
+def variants(
+    h: History, space: ResolvedSpace, plan: Plan, trial: optuna.trial.FrozenTrial
+) -> list[dict[str, Any]]:
+    """The trial's other arithmetic, where it leads its own and a variant can reach the best
+    (MARGIN)."""
     knobs = trial.user_attrs.get("knobs") or {}
     mine = plan.arithmetic(knobs)
     peers = [t for t in h.completed if plan.arithmetic(t.user_attrs["knobs"]) == mine]
@@ -160,22 +188,32 @@ def variants(h: History, space: ResolvedSpace, plan: Plan, trial: optuna.trial.F
     return out
 
 
-def _switched(space: ResolvedSpace, params: dict[str, Any], name: str, value: Any) -> dict[str, Any] | None:
-    """params with name at value (its dependent knobs at their defaults where they start to act); None where
-    that changes nothing the trial does."""
+def _switched(
+    space: ResolvedSpace, params: dict[str, Any], name: str, value: Any
+) -> dict[str, Any] | None:
+    """params with name at value (its dependent knobs at their defaults where they start to act);
+    None where that changes nothing the trial does."""
     if params.get(name) == value:
         return None
     point = {**params, name: value}
     for k in catalogue.CATALOGUE:
-        if k.only_with and k.only_with[0] == name and k.name in point and k.default in space.searched[k.name]:
+        if (
+            k.only_with
+            and k.only_with[0] == name
+            and k.name in point
+            and k.default in space.searched[k.name]
+        ):
             point[k.name] = k.default
     return point if key(space.knobs(point)) != key(space.knobs(params)) else None
 
 
-def _worth(h: History, space: ResolvedSpace, trial: optuna.trial.FrozenTrial, point: dict[str, Any]) -> bool:
-    """Whether the variant may reach within MARGIN of the best: the trial's value times the best ratio that
-    same change showed on a measured pair of the same kind of program (compile on or off, its scope and
-    dynamic batch as the trial's: fp8's gain eager says little of its gain compiled); no such pair: it may."""
+def _worth(
+    h: History, space: ResolvedSpace, trial: optuna.trial.FrozenTrial, point: dict[str, Any]
+) -> bool:
+    """Whether the variant may reach within MARGIN of the best: the trial's value times the best
+    ratio that same change showed on a measured pair of the same kind of program (compile on or off,
+    its scope and dynamic batch as the trial's: fp8's gain eager says little of its gain compiled);
+    no such pair: it may."""
     best = h.best()
     before, after = trial.user_attrs["knobs"], space.knobs(point)
     ratio = _pair_ratio(h, before, after, ("compile", *PROGRAM))
@@ -184,23 +222,34 @@ def _worth(h: History, space: ResolvedSpace, trial: optuna.trial.FrozenTrial, po
     return (value_of(trial) or 0.0) * ratio >= (1 - MARGIN) * (value_of(best) or 0.0)
 
 
-def _pair_ratio(h: History, before: dict[str, Any], after: dict[str, Any], same: tuple[str, ...]) -> float | None:
-    """The best value ratio of completed pairs whose knobs differ as before and after do, nothing else, and
-    agree with before on the knobs `same` names. Knobs, not params: a value the sampler drew for a knob that
-    does not act (fp8_recipe under bf16) is no difference (it is None in the knobs)."""
+def _pair_ratio(
+    h: History, before: dict[str, Any], after: dict[str, Any], same: tuple[str, ...]
+) -> float | None:
+    """The best value ratio of completed pairs whose knobs differ as before and after do, nothing
+    else, and agree with before on the knobs `same` names. Knobs, not params: a value the sampler
+    drew for a knob that does not act (fp8_recipe under bf16) is no difference (it is None in the
+    knobs)."""
     changed = {k for k in after if after[k] != before.get(k)}
     by_rest: dict[Any, dict[str, float]] = {}
     for t in h.completed:
         knobs = t.user_attrs["knobs"]
         side = _side(knobs, before, after, changed)
-        if side is not None and all(knobs.get(k) == before.get(k) for k in same if k not in changed):
+        if side is not None and all(
+            knobs.get(k) == before.get(k) for k in same if k not in changed
+        ):
             rest = tuple(sorted((k, v) for k, v in knobs.items() if k not in changed))
             by_rest.setdefault(rest, {})[side] = value_of(t) or 0.0
-    ratios = [pair["after"] / pair["before"] for pair in by_rest.values() if len(pair) == 2 and pair["before"]]
+    ratios = [
+        pair["after"] / pair["before"]
+        for pair in by_rest.values()
+        if len(pair) == 2 and pair["before"]
+    ]
     return max(ratios) if ratios else None
 
 
-def _side(params: dict[str, Any], before: dict[str, Any], after: dict[str, Any], changed: set[str]) -> str | None:
+def _side(
+    params: dict[str, Any], before: dict[str, Any], after: dict[str, Any], changed: set[str]
+) -> str | None:
     if all(params.get(k) == before.get(k) for k in changed):
         return "before"
     if all(params.get(k) == after.get(k) for k in changed):
@@ -209,8 +258,8 @@ def _side(params: dict[str, Any], before: dict[str, Any], after: dict[str, Any],
 
 
 def staging(study: Any, space: ResolvedSpace, budget: int) -> tuple[Plan, int]:
-    """The plan and the patience (0: never stop early) of a study (config.StudyConfig). The grid measures
-    every point: nothing to stage, nothing to stop early."""
+    """The plan and the patience (0: never stop early) of a study (config.StudyConfig). The grid
+    measures every point: nothing to stage, nothing to stop early."""
     if study.sampler == "grid":
         return Plan(), 0
     plan = Plan.of(space) if study.staged else Plan()
@@ -228,9 +277,9 @@ def ahead(
     waiting: int,
     patience: int,
 ) -> tuple[list[dict[str, Any]], str]:
-    """(points to enqueue ahead of the sampler, why the search stops or ''), after `trial` was told. While the
-    budget has room beyond the finals: the boundary steps and the variants; once it has not, or once
-    `patience` trials in a row brought no gain: the finals, then the stop."""
+    """(points to enqueue ahead of the sampler, why the search stops or ''), after `trial` was told.
+    While the budget has room beyond the finals: the boundary steps and the variants; once it has
+    not, or once `patience` trials in a row brought no gain: the finals, then the stop."""
     count = finals_count(budget) if plan.costly else 0
     idle = stale(h)
     tired = bool(patience) and idle >= patience
@@ -243,11 +292,14 @@ def ahead(
 
 
 def enqueue(study: optuna.Study, space: ResolvedSpace, points: list[dict[str, Any]]) -> None:
-    """Enqueue the points not yet measured and not already waiting (resume-safe, unlike skip_if_exists,
-    which would also skip a point whose trial was interrupted)."""
+    """Enqueue the points not yet measured and not already waiting (resume-safe, unlike
+    skip_if_exists, which would also skip a point whose trial was interrupted)."""
     h = History.of(study)
     states = (optuna.trial.TrialState.WAITING,)
-    waiting = {key(t.system_attrs.get("fixed_params", {})) for t in study.get_trials(deepcopy=False, states=states)}
+    waiting = {
+        key(t.system_attrs.get("fixed_params", {}))
+        for t in study.get_trials(deepcopy=False, states=states)
+    }
     for p in points:
         if key(space.knobs(p)) not in h.seen and key(p) not in waiting:
             study.enqueue_trial(p)

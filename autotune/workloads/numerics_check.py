@@ -1,18 +1,19 @@
-"""The numerics check in the trial's own process (study.loss_check; the verdict is autotune/numerics.py's).
+"""The numerics check in the trial's own process (study.loss_check; the verdict is
+autotune/numerics.py's).
 
-After its measured steps (untimed, eager: the trial's compiled code is set aside, so no other shape is
-compiled), a training trial whose knobs change the arithmetic (knobs.numerics) trains its own model from
-fresh weights for `steps` optimizer steps, and so does its reference (knobs.reference_of: bf16, the exact
-all-reduce, an fp32 reduction): a second model built in this process with those initial weights copied in,
-as torchao's float8 tests build theirs. No other process is launched.
+After its measured steps (untimed, eager: the trial's compiled code is set aside, so no other shape
+is compiled), a training trial whose knobs change the arithmetic (knobs.numerics) trains its own
+model from fresh weights for `steps` optimizer steps, and so does its reference (knobs.reference_of:
+bf16, the exact all-reduce, an fp32 reduction): a second model built in this process with those
+initial weights copied in, as torchao's float8 tests build theirs. No other process is launched.
 
-Both see the same fresh batches each step, drawn from a fixed random Markov chain: SOURCE_TOKENS tokens of
-the vocabulary, each followed by one of SUCCESSORS others, so the loss falls from ln(vocabulary) towards
-ln(SUCCESSORS) and levels off, and nothing can be memorised. Each step's loss and every parameter's gradient
-norm are kept on the device and read once a run. An attempt that fails is repeated once from other weights
-and other batches; asked to (params.loss_check.floor), the reference also runs once against its arithmetic
-twin (fp32-class arithmetic, or another reduction order): the study's noise floor.
-"""
+Both see the same fresh batches each step, drawn from a fixed random Markov chain: SOURCE_TOKENS
+tokens of the vocabulary, each followed by one of SUCCESSORS others, so the loss falls from
+ln(vocabulary) towards ln(SUCCESSORS) and levels off, and nothing can be memorised. Each step's loss
+and every parameter's gradient norm are kept on the device and read once a run. An attempt that
+fails is repeated once from other weights and other batches; asked to (params.loss_check.floor), the
+reference also runs once against its arithmetic twin (fp32-class arithmetic, or another reduction
+order): the study's noise floor."""
 
 from __future__ import annotations
 
@@ -31,25 +32,30 @@ SOURCE = (
 )
 MAX_NAMES = 20  # stalled parameters named in the record
 
-# The check's learning rate: Adam's first steps move every weight by about lr in the sign of its gradient,
-# which changes a linear's output by about lr * sqrt(fan_in) / init_std of its scale (the update is coherent over
-# the fan-in). At 3e-4 that is 1.8 for Llama-3-8B's MLP (fan-in 14,336; std 0.02) and the 8B check's bf16
-# reference itself jumped between 2 and 23 nats on the H200 (2026-12-01), so no precision could be compared with
-# it; capped at CHECK_UPDATE, 0.25 (what 3e-4 gives a fan-in of 256; CPU curves of 256- to 2048-wide models at
-# 0.16 to 0.45 fall smoothly), with a linear warm-up over the first quarter of the steps. The
-# same reasoning as muP's 1/width learning rate for Adam (Yang et al. 2021, Tensor Programs V).
+# The check's learning rate: Adam's first steps move every weight by about lr in the sign of its
+# gradient, which changes a linear's output by about lr * sqrt(fan_in) / init_std of its scale (the
+# update is coherent over the fan-in). At 3e-4 that is 1.8 for Llama-3-8B's MLP (fan-in 14,336; std
+# 0.02) and the 8B check's bf16 reference itself jumped between 2 and 23 nats on the H200
+# (2026-12-01), so no precision could be compared with it; capped at CHECK_UPDATE, 0.25 (what 3e-4
+# gives a fan-in of 256; CPU curves of 256- to 2048-wide models at 0.16 to 0.45 fall smoothly), with
+# a linear warm-up over the first quarter of the steps. The same reasoning as muP's 1/width learning
+# rate for Adam (Yang et al. 2021, Tensor Programs V).
 CHECK_UPDATE, INIT_STD = 0.25, 0.02
 
 
 def check_lr(torch: Any, model: Any) -> float:
     """The loss check's peak learning rate: 3e-4, lowered for wide layers (CHECK_UPDATE above)."""
-    fan_in = max((m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)), default=1)
+    fan_in = max(
+        (m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)), default=1
+    )
     return min(3e-4, CHECK_UPDATE * INIT_STD / fan_in**0.5)
 
 
-def markov_batches(torch: Any, vocab: int, rows: int, seq_len: int, steps: int, seed: int, dev: Any) -> list[Any]:
-    """`steps` (inputs, targets) pairs of `rows` sequences from the chain of this seed, on the device (drawn on
-    the CPU: the same on every rank and every device)."""
+def markov_batches(
+    torch: Any, vocab: int, rows: int, seq_len: int, steps: int, seed: int, dev: Any
+) -> list[Any]:
+    """`steps` (inputs, targets) pairs of `rows` sequences from the chain of this seed, on the
+    device (drawn on the CPU: the same on every rank and every device)."""
     gen = torch.Generator().manual_seed(seed)
     n = min(SOURCE_TOKENS, vocab)
     tokens = torch.randperm(vocab, generator=gen)[:n]
@@ -76,8 +82,8 @@ def fresh_weights(torch: Any, workload: Any, seed: int) -> None:
 
 
 def copy_weights(torch: Any, source: Any, target: Any) -> None:
-    """The target model takes the source's weights and buffers, name by name (fp8's converted linears keep
-    their parameters' names)."""
+    """The target model takes the source's weights and buffers, name by name (fp8's converted
+    linears keep their parameters' names)."""
     mine = dict(base_of(source.model).state_dict(keep_vars=True))
     with torch.no_grad():
         for name, value in base_of(target.model).state_dict(keep_vars=True).items():
@@ -90,7 +96,8 @@ def _local(grad: Any) -> Any:
 
 
 class Run:
-    """One run of the check's steps: the losses and the per-step gradient norms, still on the device."""
+    """One run of the check's steps: the losses and the per-step gradient norms, still on the
+    device."""
 
     def __init__(self, torch: Any) -> None:
         self.torch, self.losses, self.norms = torch, [], []
@@ -98,21 +105,28 @@ class Run:
     def add(self, loss: Any, params: list[Any]) -> None:
         torch = self.torch
         zero = torch.zeros((), device=loss.device)
-        norms = [torch.linalg.vector_norm(_local(p.grad)).float() if p.grad is not None else zero for p in params]
+        norms = [
+            torch.linalg.vector_norm(_local(p.grad)).float() if p.grad is not None else zero
+            for p in params
+        ]
         self.losses.append(loss.detach().float())
         self.norms.append(torch.stack(norms) if norms else zero.reshape(1))
 
     def read(self) -> tuple[list[float], Any]:
-        """(losses, median gradient norm of each parameter over the finite steps): one synchronisation."""
+        """(losses, median gradient norm of each parameter over the finite steps): one
+        synchronisation."""
         torch = self.torch
         losses = torch.stack(self.losses).cpu().tolist()
         norms = torch.stack(self.norms).cpu()
-        norms = torch.where(torch.isfinite(norms), norms, torch.nan)  # fp16: steps the scaler skipped
+        norms = torch.where(
+            torch.isfinite(norms), norms, torch.nan
+        )  # fp16: steps the scaler skipped
         return losses, torch.nanmedian(norms, dim=0).values
 
 
 def _optimizer(w: Any, steps: int) -> tuple[Any, Any]:
-    """The check's AdamW (the trial's settings) at check_lr's peak, warmed up over a quarter of the steps."""
+    """The check's AdamW (the trial's settings) at check_lr's peak, warmed up over a quarter of the
+    steps."""
     torch = w.torch
     opt = w.new_optimizer()
     peak, warmup = check_lr(torch, w.model), max(1, steps // 4)
@@ -122,9 +136,9 @@ def _optimizer(w: Any, steps: int) -> tuple[Any, Any]:
 
 
 def run_steps(w: Any, batches: list[Any], *, amp: Any, candidate: bool, split: int = 1) -> Run:
-    """The check's optimizer steps of one model over the batches. fp16 keeps its GradScaler (unless the fault
-    takes it away); only the candidate meets the fault's drift or frozen layer; both meet its small gradients.
-    split: micro-batches a step (another reduction order)."""
+    """The check's optimizer steps of one model over the batches. fp16 keeps its GradScaler (unless
+    the fault takes it away); only the candidate meets the fault's drift or frozen layer; both meet
+    its small gradients. split: micro-batches a step (another reduction order)."""
     torch, fault = w.torch, w.fault
     params = list(w.model.parameters())
     frozen = _first_block(w) if candidate and fault.freezes_a_layer else []
@@ -164,20 +178,25 @@ def _first_block(w: Any) -> list[Any]:
 
 
 def _round_to_one_bit(torch: Any, params: list[Any]) -> None:
-    """The test-only broken precision (fault drift): every weight rounded to one bit after each step."""
+    """The test-only broken precision (fault drift): every weight rounded to one bit after each
+    step."""
     with torch.no_grad():
         for p in params:
             p.copy_(p.sign() * p.abs().mean())
 
 
 def _forward_backward(w: Any, inputs: Any, targets: Any, amp: Any, scaler: Any, split: int) -> Any:
-    """One step's forward and backward in `split` micro-batches; returns the step's loss (unscaled)."""
+    """One step's forward and backward in `split` micro-batches; its loss (unscaled)."""
     torch = w.torch
     total = torch.zeros((), device=inputs.device)
     scale = w.fault.check_grad_scale
     parts = list(zip(inputs.chunk(split), targets.chunk(split)))
     for i, (x, y) in enumerate(parts):
-        autocast = torch.autocast(device_type=w.spec.device, dtype=amp) if amp else contextlib.nullcontext()
+        autocast = (
+            torch.autocast(device_type=w.spec.device, dtype=amp)
+            if amp
+            else contextlib.nullcontext()
+        )
         sync = w.sync(i == len(parts) - 1) if w.sync else contextlib.nullcontext()
         with sync, autocast, w.attention():
             loss = w.step_model(x, y) / len(parts)
@@ -193,10 +212,11 @@ def _nonfinite(losses: list[float]) -> str:
 
 
 def _grads(torch: Any, names: list[str], mine: Any, theirs: Any) -> dict[str, Any]:
-    """The stalled parameters (median gradient norm under STALLED of the reference's) and the ratios' spread."""
+    """The stalled parameters (median gradient norm under STALLED of the reference's) and the
+    ratios' spread."""
     live = theirs > 0
     ratio = torch.where(live, mine / torch.where(live, theirs, 1.0), torch.nan)
-    stalled = [n for n, r in zip(names, ratio.tolist()) if r == r and r < STALLED]
+    stalled = [n for n, r in zip(names, ratio.tolist()) if r < STALLED]  # NaN (no reference) is not
     finite = ratio[torch.isfinite(ratio)]
     return {
         "stalled": stalled[:MAX_NAMES],
@@ -207,10 +227,13 @@ def _grads(torch: Any, names: list[str], mine: Any, theirs: Any) -> dict[str, An
 
 
 def attempt(cand: Any, ref: Any, steps: int, seed: int, rows: int) -> dict[str, Any]:
-    """The candidate and its reference from the same initial weights (this seed's) over the same batches."""
+    """The candidate and its reference from the same initial weights (this seed's) over the same
+    batches."""
     torch = cand.torch
     seq_len = cand.batches[0][0].shape[1]
-    batches = markov_batches(torch, cand.spec.model["vocab_size"], rows, seq_len, steps, seed, cand.dev)
+    batches = markov_batches(
+        torch, cand.spec.model["vocab_size"], rows, seq_len, steps, seed, cand.dev
+    )
     fresh_weights(torch, cand, seed)
     copy_weights(torch, cand, ref)
     with torch.compiler.set_stance("force_eager"):
@@ -218,20 +241,28 @@ def attempt(cand: Any, ref: Any, steps: int, seed: int, rows: int) -> dict[str, 
     theirs = run_steps(ref, batches, amp=ref.amp_dtype, candidate=False)
     (losses, my_norms), (reference, their_norms) = mine.read(), theirs.read()
     names = [n for n, _ in base_of(cand.model).named_parameters()]
-    out = {"seed": seed, "losses": losses, "reference": reference, **_grads(torch, names, my_norms, their_norms)}
-    if (bad := _nonfinite(losses)):
+    out = {
+        "seed": seed,
+        "losses": losses,
+        "reference": reference,
+        **_grads(torch, names, my_norms, their_norms),
+    }
+    if bad := _nonfinite(losses):
         out["nonfinite"] = bad
-    if (bad := _nonfinite(reference)):
+    if bad := _nonfinite(reference):
         out["reference_nonfinite"] = bad
     return out
 
 
 def floor_run(cand: Any, ref: Any, steps: int, seed: int, rows: int) -> dict[str, Any]:
-    """The reference's arithmetic twin from the first attempt's weights and batches: fp32 (TF32 matmuls on a
-    GPU) where the reference runs reduced precision, else the same arithmetic in two micro-batches a step."""
+    """The reference's arithmetic twin from the first attempt's weights and batches: fp32 (TF32
+    matmuls on a GPU) where the reference runs reduced precision, else the same arithmetic in two
+    micro-batches a step."""
     torch = cand.torch
     seq_len = cand.batches[0][0].shape[1]
-    batches = markov_batches(torch, cand.spec.model["vocab_size"], rows, seq_len, steps, seed, cand.dev)
+    batches = markov_batches(
+        torch, cand.spec.model["vocab_size"], rows, seq_len, steps, seed, cand.dev
+    )
     fresh_weights(torch, cand, seed)
     copy_weights(torch, cand, ref)
     reduced = ref.amp_dtype is not None
@@ -241,7 +272,13 @@ def floor_run(cand: Any, ref: Any, steps: int, seed: int, rows: int) -> dict[str
     if reduced and cuda:
         torch.backends.cuda.matmul.fp32_precision = "tf32"
     try:
-        run = run_steps(ref, batches, amp=None if reduced else ref.amp_dtype, candidate=False, split=1 if reduced else 2)
+        run = run_steps(
+            ref,
+            batches,
+            amp=None if reduced else ref.amp_dtype,
+            candidate=False,
+            split=1 if reduced else 2,
+        )
     finally:
         torch.backends.cuda.matmul.fp32_precision = before
     losses, _ = run.read()
@@ -249,15 +286,23 @@ def floor_run(cand: Any, ref: Any, steps: int, seed: int, rows: int) -> dict[str
 
 
 def check(cand: Any, steps: int, params: dict[str, Any]) -> dict[str, Any]:
-    """The check of this trial (its record's loss_check): up to two attempts, the floor when asked for."""
+    """The check of this trial (its record's loss_check): up to two attempts, the floor when asked
+    for."""
     torch = cand.torch
     if not callable(getattr(base_of(cand.model), "init_weights", None)):
         return {"checked": False, "why": "the model has no init_weights() to start the check from"}
     cand.optimizer = None  # the trial's own optimizer state is freed for the check's
     rows = check_rows(cand.spec.knobs["micro_batch_size"])
     ref = cand.reference_twin(rows)
-    limits = Limits(**{k: params[k] for k in ("min_learned", "max_gap_nats") if params.get(k) is not None})
-    out: dict[str, Any] = {"steps": steps, "rows": rows, "source": SOURCE, "changed": numerics(cand.spec.knobs)}
+    limits = Limits(
+        **{k: params[k] for k in ("min_learned", "max_gap_nats") if params.get(k) is not None}
+    )
+    out: dict[str, Any] = {
+        "steps": steps,
+        "rows": rows,
+        "source": SOURCE,
+        "changed": numerics(cand.spec.knobs),
+    }
     out["lr"] = check_lr(torch, cand.model)
     out["attempts"] = []
     for seed in (cand.spec.run.seed + 1, cand.spec.run.seed + 2):
