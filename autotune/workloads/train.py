@@ -279,10 +279,10 @@ class Train(Workload):
             "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
         }
 
-    def step(self, accum: int | None = None) -> Any:
-        """One optimizer step of `accum` micro-steps (default grad_accum_steps); returns its loss as a device
-        tensor (no host synchronisation)."""
-        torch, accum = self.torch, accum or self.spec.knobs["grad_accum_steps"]
+    def step(self) -> Any:
+        """One optimizer step of grad_accum_steps micro-steps; returns its loss as a device tensor (no host
+        synchronisation)."""
+        torch, accum = self.torch, self.spec.knobs["grad_accum_steps"]
         amp = (
             (lambda: torch.autocast(device_type=self.spec.device, dtype=self.amp_dtype))
             if self.amp_dtype
