@@ -226,16 +226,21 @@ def _grads(torch: Any, names: list[str], mine: Any, theirs: Any) -> dict[str, An
     }
 
 
+def _start(cand: Any, ref: Any, steps: int, seed: int, rows: int) -> list[Any]:
+    """This seed's batches; the candidate's fresh weights, copied into the reference."""
+    seq_len = cand.batches[0][0].shape[1]
+    vocab = cand.spec.model["vocab_size"]
+    batches = markov_batches(cand.torch, vocab, rows, seq_len, steps, seed, cand.dev)
+    fresh_weights(cand.torch, cand, seed)
+    copy_weights(cand.torch, cand, ref)
+    return batches
+
+
 def attempt(cand: Any, ref: Any, steps: int, seed: int, rows: int) -> dict[str, Any]:
     """The candidate and its reference from the same initial weights (this seed's) over the same
     batches."""
     torch = cand.torch
-    seq_len = cand.batches[0][0].shape[1]
-    batches = markov_batches(
-        torch, cand.spec.model["vocab_size"], rows, seq_len, steps, seed, cand.dev
-    )
-    fresh_weights(torch, cand, seed)
-    copy_weights(torch, cand, ref)
+    batches = _start(cand, ref, steps, seed, rows)
     with torch.compiler.set_stance("force_eager"):
         mine = run_steps(cand, batches, amp=cand.amp_dtype, candidate=True)
     theirs = run_steps(ref, batches, amp=ref.amp_dtype, candidate=False)
@@ -259,12 +264,7 @@ def floor_run(cand: Any, ref: Any, steps: int, seed: int, rows: int) -> dict[str
     matmuls on a GPU) where the reference runs reduced precision, else the same arithmetic in two
     micro-batches a step."""
     torch = cand.torch
-    seq_len = cand.batches[0][0].shape[1]
-    batches = markov_batches(
-        torch, cand.spec.model["vocab_size"], rows, seq_len, steps, seed, cand.dev
-    )
-    fresh_weights(torch, cand, seed)
-    copy_weights(torch, cand, ref)
+    batches = _start(cand, ref, steps, seed, rows)
     reduced = ref.amp_dtype is not None
     cuda = cand.spec.device == "cuda"
     twin = ("fp32 with TF32 matmuls" if cuda else "fp32") if reduced else "two micro-batches a step"
