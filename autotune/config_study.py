@@ -40,16 +40,17 @@ class LimitsConfig(_Section):
 
 
 class LossCheckConfig(_Section):
-    """Training's numerics check: an fp8 or fp16 trial (or one that compresses gradients or reduces in
-    bf16) that measured well also trains `steps` optimizer steps of its own model from fresh weights, and
-    so does its bf16 reference built in the same process from the same weights, on the same fresh batches
-    of a fixed random source whose loss levels off; eager, seconds, the trial's `check` phase. It fails
-    breakage only: a loss that is not finite, learning less than `min_learned` of what the reference
-    learned, gradients gone from a layer, a gap that keeps growing, and (only if set) a mean gap above
-    `max_gap_nats`. A failed attempt is repeated once from other weights; a verdict covers the arithmetic
-    it tested (precision, recipe, hook), not the micro-batch, compile or checkpointing, so each arithmetic
-    is checked once a study. The gap in nats is recorded beside the speed-up with the study's noise floor
-    (bf16 against fp32-class arithmetic)."""
+    """Training's numerics check: an fp8 or fp16 trial (or one that compresses gradients or reduces
+    in bf16) that measured well also trains `steps` optimizer steps of its own model from fresh
+    weights, and so does its bf16 reference built in the same process from the same weights, on the
+    same fresh batches of a fixed random source whose loss levels off; eager, seconds, the trial's
+    `check` phase. It fails breakage only: a loss that is not finite, learning less than
+    `min_learned` of what the reference learned, gradients gone from a layer, a gap that keeps
+    growing, and (only if set) a mean gap above `max_gap_nats`. A failed attempt is repeated once
+    from other weights; a verdict covers the arithmetic it tested (precision, recipe, hook), not the
+    micro-batch, compile or checkpointing, so each arithmetic is checked once a study. The gap in
+    nats is recorded beside the speed-up with the study's noise floor (bf16 against fp32-class
+    arithmetic)."""
 
     steps: int = Field(
         default=30,
@@ -61,15 +62,15 @@ class LossCheckConfig(_Section):
         default=0.5,
         gt=0,
         le=1,
-        description="Fail a trial whose loss falls less than this share of what its reference's falls "
-        "(first loss to the mean of the second half).",
+        description="Fail a trial whose loss falls less than this share of what its reference's "
+        "falls (first loss to the mean of the second half).",
     )
     max_gap_nats: Optional[float] = Field(
         default=None,
         gt=0,
         le=100,
-        description="A stricter limit, off by default: fail a trial whose mean loss over the second half "
-        "is more than this many nats above its reference's.",
+        description="A stricter limit, off by default: fail a trial whose mean loss over the "
+        "second half is more than this many nats above its reference's.",
     )
 
     @model_validator(mode="before")
@@ -86,7 +87,9 @@ class LossCheckConfig(_Section):
     @classmethod
     def _enough_steps(cls, value: int) -> int:
         if 0 < value < 8:
-            raise ValueError(f"{value} steps are too few to judge a trend; use 0 (off) or at least 8")
+            raise ValueError(
+                f"{value} steps are too few to judge a trend; use 0 (off) or at least 8"
+            )
         return value
 
 
@@ -250,17 +253,19 @@ class StudyConfig(_Section):
     )
     staged: bool = Field(
         default=True,
-        description="Screen cheap, compile what can win (search/stages.py): the sampler's points run with "
-        "per-block compile and a dynamic batch dimension where the space has them, and in bf16 where it has fp8 "
-        "or fp16; each leader of an arithmetic gets its fp8 (fp16, other recipe) variant; the last trials measure "
-        "the leaders' whole-model, static programs. false: the sampler alone over the whole space.",
+        description="Screen cheap, compile what can win (search/stages.py): the sampler's points "
+        "run with per-block compile and a dynamic batch dimension where the space has them, and "
+        "in bf16 where it has fp8 or fp16; each leader of an arithmetic gets its fp8 (fp16, "
+        "other recipe) variant; the last trials measure the leaders' whole-model, static "
+        "programs. false: the sampler alone over the whole space.",
     )
     patience: Optional[int] = Field(
         default=None,
         ge=0,
         le=100_000,
-        description="Stop after this many launched trials in a row without a gain over 1% (the leaders' final "
-        "twins measured first). null: half the budget, at least 8; 0: never. A grid measures every point.",
+        description="Stop after this many launched trials in a row without a gain over 1% (the "
+        "leaders' final twins measured first). null: half the budget, at least 8; 0: never. A "
+        "grid measures every point.",
     )
     prestart: Optional[bool] = Field(
         default=None,
@@ -287,8 +292,8 @@ class StudyConfig(_Section):
     )
     loss_check: LossCheckConfig = Field(
         default_factory=LossCheckConfig,
-        description="train: the numerics check of fp8, fp16 and compressed-gradient trials against their bf16 "
-        "reference (steps, min_learned, max_gap_nats).",
+        description="train: the numerics check of fp8, fp16 and compressed-gradient trials "
+        "against their bf16 reference (steps, min_learned, max_gap_nats).",
     )
     tracking: TrackingConfig = Field(
         default_factory=TrackingConfig,

@@ -224,7 +224,7 @@ def _measured(record: TrialRecord, res: TrialResult, outcome: Outcome, bench: Be
     record.phases_s = res.phases_s
     if task.estimates_memory and (est := memory.estimate(bench.model, record.knobs, world, bench.device)) is not None:
         record.metrics[Metric.MEMORY_ESTIMATE_GIB] = round(est.total / memory.GIB, 3)  # before calibration
-    if res.output.get("loss_check"):  # train: the numerics check's curves (judged by search/loss_guard.py)
+    if res.output.get("loss_check"):  # train: the numerics check's curves (search/loss_guard.py)
         record.loss_check = dict(res.output["loss_check"])
     record.applied = res.applied
     record.fingerprint = fingerprint(res.env, world)

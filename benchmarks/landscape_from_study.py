@@ -2,9 +2,10 @@
 
     python3 benchmarks/landscape_from_study.py trials/gpt2-medium-landscape YAML "SOURCE" > LANDSCAPE.json
 
-Every measured point of the study: its knobs (the YAML's searched knobs), its status, what its trial cost
-(cost_s: the trial's wall time, its loss-check reference trial's included; none for a point predicted without
-a launch), and for a completed point the raw step times (CUDA events), which the replay draws its noise from.
+Every measured point of the study: its knobs (the YAML's searched knobs), its status, what its trial
+cost (cost_s: the trial's wall time, its loss-check reference trial's included; none for a point
+predicted without a launch), and for a completed point the raw step times (CUDA events), which the
+replay draws its noise from.
 Predicted failures are kept with their status (the search would predict them again).
 """
 
@@ -30,8 +31,9 @@ def main(study_dir: str, yaml_path: str, source: str) -> None:
     for t in sorted(h.seen.values(), key=lambda t: t.number):
         a = t.user_attrs
         point = {"knobs": {k: a["knobs"][k] for k in searched}, "status": a["status"], "trial": t.number}
-        if not a.get("predicted") and isinstance(a.get("wall_s"), (int, float)):  # what the trial cost the GPU
-            point["cost_s"] = round(a["wall_s"] + (a.get("phases_s") or {}).get("reference", 0.0), 2)
+        if not a.get("predicted") and isinstance(a.get("wall_s"), (int, float)):  # the GPU's cost
+            reference = (a.get("phases_s") or {}).get("reference", 0.0)
+            point["cost_s"] = round(a["wall_s"] + reference, 2)
         if a["status"] == "ok":
             point["step_times_s"] = a["raw"]["step_times_s"]
             tokens.add(round(a["metrics"]["tokens_per_s_per_gpu"] * statistics.median(point["step_times_s"])))

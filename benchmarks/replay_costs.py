@@ -44,9 +44,9 @@ def _costs(landscape: Landscape) -> dict[str, float]:
 
 
 def _measure(landscape: Landscape, rng: random.Random, spent: list[float]) -> Any:
-    """The replay's measurement, as search/replay.py's, with each launch's recorded cost appended to
-    spent. Written out here, not imported, so that an older checkout's loop is replayed with the same
-    costs."""
+    """The replay's measurement, as search/replay.py's, with each launch's recorded cost appended
+    to spent. Written out here, not imported, so that an older checkout's loop is replayed with the
+    same costs."""
     fallback = _costs(landscape)
 
     def measure(

@@ -1,5 +1,5 @@
-"""Where a study's trial time went: per launched trial (a failed or timed-out one too), wall time, phases, and
-the overhead beyond the measured steps (wall - measure); medians over the study.
+"""Where a study's trial time went: per launched trial (a failed or timed-out one too), wall time,
+phases, and the overhead beyond the measured steps (wall - measure); medians over the study.
 
     python3 benchmarks/trial_cost.py trials/<name> [...]
 """
@@ -33,7 +33,8 @@ def rows(study_dir: str) -> list[dict]:
 def main(dirs: list[str]) -> None:
     for d in dirs:
         rs = rows(d)
-        print(f"## {d}: {len(rs)} launched trials ({sum(r['status'] in ('ok', 'pruned') for r in rs)} measured)")
+        measured = sum(r["status"] in ("ok", "pruned") for r in rs)
+        print(f"## {d}: {len(rs)} launched trials ({measured} measured)")
         print("| trial | status | prestarted | wall s | " + " | ".join(PHASES) + " | overhead s |")
         print("|---" * (5 + len(PHASES)) + "|")
         for r in rs:

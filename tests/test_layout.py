@@ -15,7 +15,7 @@ MODULES = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removes
 SHARED = ("autotune.protocol", "autotune.knobs", "autotune.knobs._knob", "autotune.knobs._catalogue", "autotune.knobs._generate",
           "autotune.knob_notes",
           "autotune.sizes", "autotune.nccl_log",
-          "autotune.numerics",  # the numerics check's verdict: the trial judges an attempt, the search its record
+          "autotune.numerics",  # the numerics check's verdict: the trial's and the search's
           "autotune.reporting",  # the job's reporting API: the trial of task command reads what it writes
           "autotune.atomic")  # the job's reporting API: the trial of task command reads what it writes
 MAX_FUNCTION_LINES = 60

@@ -22,12 +22,16 @@ def test_replay_landscape_is_the_recorded_grid() -> None:
 
 
 def test_replay_measures_every_point_once_and_default_beats_random() -> None:
-    """Both searches staged (search/stages.py wraps either sampler: fp16 waits for the leaders' variants, which
-    made random's median to 97% 15.5 trials over these 30 seeds, 26 unstaged over 40); the default's 11."""
+    """Both searches staged (search/stages.py wraps either sampler: fp16 waits for the leaders'
+    variants, which made random's median to 97% 15.5 trials over these 30 seeds, 26 unstaged over
+    40); the default's 11."""
     landscape = Landscape.load(LANDSCAPE)
     target = 0.97 * landscape.optimum
     default = [replay(landscape, None, seed, 48, root=ROOT) for seed in range(30)]
-    random_ = [replay(landscape, optuna.samplers.RandomSampler(seed=seed), seed, 48, root=ROOT) for seed in range(30)]
+    random_ = [
+        replay(landscape, optuna.samplers.RandomSampler(seed=seed), seed, 48, root=ROOT)
+        for seed in range(30)
+    ]
     for run in default + random_:
         assert len(run) == 48 and trials_to(run, landscape.optimum) is not None  # the whole space, once each
     median_default = statistics.median(trials_to(r, target) for r in default)

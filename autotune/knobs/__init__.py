@@ -82,14 +82,14 @@ def reference_of(knobs: dict[str, Any]) -> dict[str, Any]:
     return ref
 
 
-# The numerics check's micro-batch: at most CHECK_ROWS sequences whatever the trial's (eager, untimed: the
-# check costs seconds, not a trial's micro-batch of activations)
+# The numerics check's micro-batch: at most CHECK_ROWS sequences whatever the trial's (eager,
+# untimed: the check costs seconds, not a trial's micro-batch of activations)
 CHECK_ROWS = 4
 
 
 def check_rows(micro_batch_size: int) -> int:
-    """The numerics check's sequences a step: the trial's micro-batch, capped at CHECK_ROWS (the check runs eager;
-    a micro-batch no larger than the trial's own)."""
+    """The numerics check's sequences a step: the trial's micro-batch, capped at CHECK_ROWS (the
+    check runs eager; a micro-batch no larger than the trial's own)."""
     return min(CHECK_ROWS, micro_batch_size)
 
 

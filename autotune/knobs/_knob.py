@@ -50,8 +50,8 @@ class Knob:
     sizes: bool = False  # positive integers, searched in ascending order
     climb: bool = False  # stepped toward the study's limits by the loop (search/boundary.py); sizes knobs only
     derived: bool = False  # YAML default `auto`: derived from workload.global_batch_size
-    # the value the staged search samples while it screens (cheap to compile, about as fast); the knob's other
-    # values are measured for the leader only, at the end (search/stages.py)
+    # the value the staged search samples while it screens (cheap to compile, about as fast); the
+    # knob's other values are measured for the leader only, at the end (search/stages.py)
     screen: Any = None
     check: Callable[[Any], str | None] | None = None  # the message for a value the type admits but the knob does not
     # best.yaml: how to apply these values; a mapping where a task applies the knob its own way

@@ -223,7 +223,7 @@ class _Search:
         prev = h.seen.get(key(knobs)) or h.running.get(key(knobs))
         if prev is not None:
             self._duplicate(trial, prev.number, params, h)
-        if (known := predict.failure(h, knobs, self.memory, self._pinned(knobs))) is not None:
+        if (known := predict.failure(h, knobs, self.memory, loss_guard.pinned(self.space, knobs))) is not None:
             status, reason = known
             record = TrialRecord(trial.number, knobs, status, reason, predicted=True)
             store(trial, record)
@@ -232,19 +232,14 @@ class _Search:
             self._duplicate(trial, first, None, h)
         return h.launched + 1
 
-    def _pinned(self, knobs: dict[str, Any]) -> Callable[[dict[str, Any]], bool]:
-        """Whether a numerics rule with this cause may not skip these knobs: the baseline, or a cause whose
-        every knob the user fixed in the space (a one-value space: there is no alternative to skip to)."""
-        baseline = key(knobs) == key(self.space.knobs(self.space.baseline))
-        return lambda cause: baseline or not any(k in self.space.searched for k in cause)
-
     def _duplicate(self, trial: optuna.Trial, of: int, params: dict[str, Any] | None, h: History) -> None:
         """Record a repeat without launching it; the sampler's region gets its nearest unmeasured point next."""
         trial.set_user_attr("status", "duplicate")
         trial.set_user_attr("duplicate_of", of)
         if params is not None:
             unseen = self._unseen(h)
-            left = [p for p in unseen if self.plan.is_screened(p)] or unseen  # staged: a screened point first
+            screened = [p for p in unseen if self.plan.is_screened(p)]
+            left = screened or unseen  # staged: a screened point first
             if left:
                 self._enqueue([self.space.nearest(params, left, self.rng)])
             else:  # every other point is measured or being measured elsewhere: this worker is done
@@ -269,7 +264,8 @@ class _Search:
                 watch()
 
         h = History.of(self.study, own=trial.number)
-        bench = loss_guard.trial_bench(self.bench, h, knobs)  # the numerics check where no verdict covers it
+        # the numerics check asked for where no verdict covers it
+        bench = loss_guard.trial_bench(self.bench, h, knobs)
         try:
             record = self.measure(
                 bench,
@@ -403,7 +399,9 @@ class _Search:
         elif not self.grid_order:  # the grid measures every point anyway
             self._enqueue_next(study, h, trial)
 
-    def _enqueue_next(self, study: optuna.Study, h: History, trial: optuna.trial.FrozenTrial) -> None:
+    def _enqueue_next(
+        self, study: optuna.Study, h: History, trial: optuna.trial.FrozenTrial
+    ) -> None:
         """What the staged search measures next ahead of the sampler, or its stop (stages.ahead)."""
         waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
         running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))

@@ -16,6 +16,7 @@ its noise floor (the reference against its fp32-class twin), reported beside eve
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import optuna
@@ -25,7 +26,8 @@ from autotune.knobs import numerics, reference_of
 from autotune.numerics import Limits, floor_nats, judge
 from autotune.record import TrialRecord
 from autotune.runner import Bench
-from autotune.search.history import History
+from autotune.search.history import History, key
+from autotune.space import ResolvedSpace
 
 
 def describe(changed: dict[str, Any]) -> str:
@@ -69,6 +71,14 @@ def study_floor(h: History) -> float | None:
         if isinstance(floor, (int, float)):
             return float(floor)
     return None
+
+
+def pinned(space: ResolvedSpace, knobs: dict[str, Any]) -> Callable[[dict[str, Any]], bool]:
+    """Whether a numerics rule with this cause may not skip these knobs (search/predict.py): the
+    baseline, or a cause whose every knob the user fixed in the space (a one-value space: there is no
+    alternative to skip to)."""
+    baseline = key(knobs) == key(space.knobs(space.baseline))
+    return lambda cause: baseline or not any(k in space.searched for k in cause)
 
 
 def trial_bench(bench: Bench, h: History, knobs: dict[str, Any]) -> Bench:

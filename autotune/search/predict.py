@@ -118,8 +118,9 @@ def _bound(trials: list[optuna.trial.FrozenTrial], knobs: dict[str, Any]) -> opt
 def rule_for(
     h: History, knobs: dict[str, Any], pinned: Callable[[dict[str, Any]], bool] | None = None
 ) -> tuple[optuna.trial.FrozenTrial, dict[str, Any]] | None:
-    """An invalid_config trial whose cause these knobs share, with that cause. pinned(cause): True where a rule
-    the numerics check taught may not skip these knobs (search/loss_guard.py: the user pinned them)."""
+    """An invalid_config trial whose cause these knobs share, with that cause. pinned(cause): True
+    where a rule the numerics check taught may not skip these knobs (search/loss_guard.py: the user
+    pinned them)."""
     for t in h.invalid:
         cause = t.user_attrs.get("cause") or {}
         taught_by_check = (t.user_attrs.get("loss_check") or {}).get("passed") is False
@@ -163,8 +164,10 @@ def failure(
         t, cause = found
         values = ", ".join(f"{k} {v}" for k, v in cause.items())
         check = t.user_attrs.get("loss_check") or {}
-        what = f"failed trial {t.number}'s numerics check" if check.get("passed") is False else "cannot run here"
-        return "invalid_config", f"predicted: {values} {what} (trial {t.number}: {t.user_attrs['reason'][:200]})"
+        taught = check.get("passed") is False
+        what = f"failed trial {t.number}'s numerics check" if taught else "cannot run here"
+        why = t.user_attrs["reason"][:200]
+        return "invalid_config", f"predicted: {values} {what} (trial {t.number}: {why})"
     size = size_knob(knobs)
     if (bound := oom_bound(h, knobs)) is not None:
         return "oom", (

@@ -86,11 +86,12 @@ def replay(
     patience: int | None = 0,
 ) -> list[float | None]:
     """One search of `budget` trials over the landscape (sampler None: autotune's default); the true values
-    of the points measured, in launch order. patience: study.patience (0: the whole budget, what the trials
-    to a target are counted over; None: the study's default)."""
+    of the points measured, in launch order. patience: study.patience (0: the whole budget, what the
+    trials to a target are counted over; None: the study's default)."""
     cfg = load_config(Path(root or ".") / landscape.yaml)
     # the sampler is the one given (a landscape recorded with sampler grid would otherwise replay its queue)
-    update = {"seed": seed, "confirm_top": 0, "trials": budget, "sampler": "tpe", "patience": patience}
+    update = {"seed": seed, "confirm_top": 0, "trials": budget, "sampler": "tpe"}
+    update["patience"] = patience
     cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update=update)})
     space = resolve_space(cfg, "cuda")
     optuna.logging.set_verbosity(optuna.logging.ERROR)

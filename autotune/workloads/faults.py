@@ -4,12 +4,12 @@
     oom (raise an out-of-memory error), hang (sleep forever), crash (abort the process),
     nan (make the loss NaN), error (raise a Python exception),
     drift (generate: a quantized trial's weights go through a broken 1-bit quantizer instead of torchao's;
-    train: the numerics check's candidate has its weights rounded to one bit after every step, a broken precision),
-    frozen_layer (train: the numerics check's candidate gets no gradient in its first repeated block),
-    small_grads (train: the numerics check's candidate and reference take their gradients 2^-16 as large as the
-    model's, the loss scaled down before backward, as a model deep in training has them: within bf16's and fp32's
-    range, below fp16's without a loss scale),
-    no_grad_scaler (train: small_grads, and the numerics check's fp16 candidate runs without its GradScaler),
+    train: the numerics check's candidate has its weights rounded to one bit after every step),
+    frozen_layer (train: the numerics check's candidate gets no gradient in its first block),
+    small_grads (train: the numerics check's candidate and reference take gradients 2^-16 as large
+    as the model's, the loss scaled down before backward, as a model deep in training has them:
+    within bf16's and fp32's range, below fp16's without a loss scale),
+    no_grad_scaler (train: small_grads, and the check's fp16 candidate runs without its GradScaler),
     slow:PCT (make every measured step PCT percent slower: a host wait of PCT% of the step inside
     the timed region, after a device synchronisation so that CUDA events see it too).
 
@@ -79,7 +79,8 @@ class Fault:
 
     @property
     def check_grad_scale(self) -> float:
-        """The numerics check's loss multiplier before backward (small_grads, no_grad_scaler: 2^-16)."""
+        """The numerics check's loss multiplier before backward (small_grads, no_grad_scaler:
+        2^-16)."""
         return 2.0**-16 if self.kind in ("small_grads", "no_grad_scaler") else 1.0
 
     @property

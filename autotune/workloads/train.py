@@ -280,8 +280,8 @@ class Train(Workload):
         }
 
     def step(self) -> Any:
-        """One optimizer step of grad_accum_steps micro-steps; returns its loss as a device tensor (no host
-        synchronisation)."""
+        """One optimizer step of grad_accum_steps micro-steps; returns its loss as a device tensor
+        (no host synchronisation)."""
         torch, accum = self.torch, self.spec.knobs["grad_accum_steps"]
         amp = (
             (lambda: torch.autocast(device_type=self.spec.device, dtype=self.amp_dtype))
@@ -331,7 +331,7 @@ class Train(Workload):
             self.applied["compile_cache"] = compile_cache_counts(torch)
         check = self.spec.params.get("loss_check") or {}
         asked = check.get("steps") and numerics(self.spec.knobs)  # where no verdict covers it
-        if not asked or timing.stopped_early:  # a pruned trial cannot win: its check would be wasted
+        if not asked or timing.stopped_early:  # a pruned trial cannot win: no check for it
             return Measured(timing, losses)
         t_check = time.perf_counter()
         found = numerics_check.check(self, int(check["steps"]), check)
@@ -359,11 +359,13 @@ class Train(Workload):
         return apply_optimizer(self.torch, self.model, self.spec.knobs)
 
     def reference_twin(self, rows: int) -> Train:
-        """The numerics check's reference, built in this process: the same model and layout with the
-        arithmetic of knobs.reference_of (bf16, the exact all-reduce, an fp32 reduction), eager, at the check's
-        micro-batch; it shares this trial's ranks and fault switch."""
-        knobs = {**reference_of(self.spec.knobs), "compile": False, "micro_batch_size": rows, "grad_accum_steps": 1}
-        twin = Train(self.torch, dataclasses.replace(self.spec, knobs=knobs, params={}), self.ranks, self.fault)
+        """The numerics check's reference, built in this process: the same model and layout with
+        the arithmetic of knobs.reference_of (bf16, the exact all-reduce, an fp32 reduction),
+        eager, at the check's micro-batch; it shares this trial's ranks and fault switch."""
+        knobs = {**reference_of(self.spec.knobs), "compile": False, "micro_batch_size": rows}
+        knobs["grad_accum_steps"] = 1
+        spec = dataclasses.replace(self.spec, knobs=knobs, params={})
+        twin = Train(self.torch, spec, self.ranks, self.fault)
         twin.build()
         return twin
 
