@@ -17,6 +17,7 @@ trial's folder, `{config}` the rendered config file's path and `{python}` the Py
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +79,7 @@ def render(command: dict[str, Any], knobs: dict[str, Any], run_dir: Path | None,
     """The trial's command (config.CommandConfig as a dict) with these knob values; the rendered config file
     is written into run_dir (no file is written when run_dir is None: the overrides are returned)."""
     argv, env, overrides = list(command["argv"]), dict(command.get("env") or {}), {}
+    env.update(lightning_env(command, knobs))
     for name, mapping in (command.get("knobs") or {}).items():
         value = knobs.get(name)
         if value is None:
@@ -101,7 +103,41 @@ def render(command: dict[str, Any], knobs: dict[str, Any], run_dir: Path | None,
     folder = str(run_dir) if run_dir is not None else "."
     argv = [_fill(a, folder, config_path) for a in argv]
     env = {k: _fill(v, folder, config_path) for k, v in env.items()}
+    env.update(measure_env(command.get("measure") or "report", env))
     return Rendered(argv, env, cwd, config_path, overrides)
+
+
+# measure lightning: autotune's knobs without a mapping reach the Trainer through Lightning's own
+# environment defaults (PL_TRAINER_<ARG>, read by Trainer.__init__ for an argument the script does not pass)
+LIGHTNING_ENV = {
+    "precision": ("PL_TRAINER_PRECISION", {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}),
+    "grad_accum_steps": ("PL_TRAINER_ACCUMULATE_GRAD_BATCHES", None),
+}
+
+
+def lightning_env(command: dict[str, Any], knobs: dict[str, Any]) -> dict[str, str]:
+    """The PL_TRAINER_* variables of the trial's unmapped knobs (measure lightning only)."""
+    if command.get("measure") != "lightning":
+        return {}
+    env = {}
+    for name, (variable, table) in LIGHTNING_ENV.items():
+        value = knobs.get(name)
+        if value is not None and name not in (command.get("knobs") or {}):
+            env[variable] = table[value] if table else text_of(value)
+    return env
+
+
+def measure_env(measure: str, env: dict[str, str]) -> dict[str, str]:
+    """measure hf / lightning: the job starts with autotune's callback added (callbacks/launch.py), by
+    a sitecustomize first on its PYTHONPATH; autotune's own folder follows it (a source checkout)."""
+    if measure not in ("hf", "lightning"):
+        return {}
+    from autotune.callbacks import launch
+
+    root = str(Path(launch.__file__).resolve().parents[2])
+    before = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    path = os.pathsep.join(p for p in (launch.site_dir(), root, before) if p)
+    return {"PYTHONPATH": path, launch.ENV_MEASURE: measure}
 
 
 def _fill(text: str, run_dir: str, config_path: str | None) -> str:

@@ -19,7 +19,8 @@ SCHEMA_VERSION = 2
 class Metric:
     """The names of a record's metrics (its `metrics` mapping), declared once."""
 
-    TOKENS_PER_GPU = "tokens_per_s_per_gpu"  # the objective: median tokens/s per GPU of the measured steps
+    # the objective: tokens/s per GPU, the median step's (task command: all tokens over all time)
+    TOKENS_PER_GPU = "tokens_per_s_per_gpu"
     TOKENS = "tokens_per_s"  # all GPUs together
     MFU = "mfu"  # model FLOPs utilisation against the dense BF16 peak (None: n/a, never guessed)
     FLOPS_PER_TOKEN = "flops_per_token"
@@ -34,6 +35,7 @@ class Metric:
     TPOT_P99_MS = "tpot_ms_p99"
     ROOFLINE = "roofline_share"  # generate: decode bytes / step time over the GPU's peak HBM bandwidth
     PADDING_PCT = "padding_pct"  # command: the share of the tokens computed on that were padding
+    WINDOW = "window"  # command: the measured window (warm-up cut, steps, 95% half-width, settled, said)
 
 
 class RecordError(ValueError):

@@ -1,8 +1,10 @@
 """Report your own training job's optimizer steps to autotune (task: command). Standard library only.
 
-A job that autotune launches as a trial finds three environment variables: AUTOTUNE_REPORT (the file the
-trial reads), AUTOTUNE_STEPS ("WARMUP,MEASURE": the steps it needs) and AUTOTUNE_KNOBS (the trial's knob
-values as JSON). Outside autotune none is set and every call here does nothing, so the job runs as before.
+A job that autotune launches as a trial finds these environment variables: AUTOTUNE_REPORT (the file the
+trial reads), AUTOTUNE_STEPS ("WARMUP,MEASURE": the steps it needs at least), AUTOTUNE_MAX_STEPS (the most it
+asks for), AUTOTUNE_STOP (a file that appears once the trial has what it needs: its window settled, or the
+search pruned it) and AUTOTUNE_KNOBS (the trial's knob values as JSON). Outside autotune none is set and every
+call here does nothing, so the job runs as before.
 
     from autotune import reporting
 
@@ -13,7 +15,9 @@ values as JSON). Outside autotune none is set and every call here does nothing, 
 
 `step` marks the end of an optimizer step: it waits for the device (torch.cuda.synchronize, when the job has
 imported torch and initialised CUDA) so that a step is what the GPU did, and times it from the previous
-step's end. `tokens` are the step's real tokens (padding excluded: you pay for padding, and autotune shows
+step's end, and writes it at once (the trial sees every step as it ends, and may stop the job). With each
+step goes the number of graphs torch.compile has made so far (Dynamo's counter, when the job imported it): a
+job that recompiles for every new shape is found out while it runs. `tokens` are the step's real tokens (padding excluded: you pay for padding, and autotune shows
 it); `padded_tokens` the tokens the step computed on, padding included. The HF Trainer and Lightning
 callbacks (autotune.callbacks) time steps with CUDA events instead and call `record`.
 """
@@ -28,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 ENV_REPORT, ENV_STEPS, ENV_KNOBS = "AUTOTUNE_REPORT", "AUTOTUNE_STEPS", "AUTOTUNE_KNOBS"
+ENV_STOP, ENV_MAX_STEPS = "AUTOTUNE_STOP", "AUTOTUNE_MAX_STEPS"
 
 
 def device_sync() -> None:
@@ -37,6 +42,14 @@ def device_sync() -> None:
         torch.cuda.synchronize()
 
 
+def graphs() -> int | None:
+    """Graphs torch.compile has compiled in this process so far (Dynamo's counters; None: never imported)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return None
+    return int(utils.counters["stats"]["unique_graphs"])
+
+
 def knobs() -> dict[str, Any]:
     """The trial's knob values (AUTOTUNE_KNOBS), for a job that reads them itself; {} outside autotune."""
     return json.loads(os.environ.get(ENV_KNOBS) or "{}")
@@ -44,16 +57,30 @@ def knobs() -> dict[str, Any]:
 
 class Reporter:
     """The steps of one job: each step's seconds and tokens, one JSON line each, appended to AUTOTUNE_REPORT.
-    `active` is False outside autotune (no file named): then nothing is written and no step stops the job."""
+    `active` is False outside autotune (no file named): then nothing is written and no step stops the job.
+    The job is done once the stop file exists or it gave `most` steps; without a stop file, at `needed`."""
 
-    def __init__(self, path: str | None = None, steps: str | None = None, sync: Callable[[], None] = device_sync):
+    def __init__(
+        self,
+        path: str | None = None,
+        steps: str | None = None,
+        sync: Callable[[], None] = device_sync,
+        stop: str | None = None,
+        most: int | None = None,
+    ):
         self.path = path if path is not None else os.environ.get(ENV_REPORT)
         if os.environ.get("RANK", "0") != "0":  # under torchrun the first rank reports (its own tokens)
             self.path = None
         warmup, _, measure = (steps if steps is not None else os.environ.get(ENV_STEPS, "0,0")).partition(",")
         self.needed = int(warmup or 0) + int(measure or 0)
+        self.stop = stop if stop is not None else os.environ.get(ENV_STOP)
+        most_env = os.environ.get(ENV_MAX_STEPS)
+        self.most = most if most is not None else int(most_env) if most_env else None
+        if self.most is None:
+            self.most = self.needed if not self.stop else 10**9
         self.sync = sync
         self.count = 0
+        self.closed = False
         self.last = time.perf_counter()
 
     @property
@@ -61,8 +88,10 @@ class Reporter:
         return bool(self.path)
 
     def done(self) -> bool:
-        """autotune has every step it needs: the job should stop training."""
-        return self.active and self.count >= self.needed
+        """autotune has every step it needs (its stop file, or the most steps it asks): stop training."""
+        if not self.active:
+            return False
+        return self.count >= self.most or bool(self.stop and os.path.exists(self.stop))
 
     def begin(self) -> None:
         """Mark the start of the first step (else the reporter's creation is)."""
@@ -76,20 +105,28 @@ class Reporter:
         self.sync()
         now = time.perf_counter()
         seconds, self.last = now - self.last, now
-        return self.record(seconds, tokens, padded_tokens)
+        return self.record(seconds, tokens, padded_tokens, graphs=graphs())
 
     def record(self, seconds: float, tokens: int, padded_tokens: int | None = None, **extra: Any) -> bool:
         """A step timed by the caller (CUDA events): its seconds and tokens. True: stop now."""
         if not self.active:
             return False
         self.count += 1
-        line = {"step": self.count, "s": float(seconds), "tokens": int(tokens), "at": time.time(), **extra}
+        line = {"step": self.count, "s": float(seconds), "tokens": int(tokens), "at": time.time()}
+        line.update({k: v for k, v in extra.items() if v is not None})
         if padded_tokens is not None:
             line["padded"] = int(padded_tokens)
         self._write(line)
-        if self.count == self.needed:
+        done = self.done()
+        if done:
+            self.close()
+        return done
+
+    def close(self) -> None:
+        """The job's last line: its peak memory (written once, when it stops or its training ends)."""
+        if self.active and not self.closed:
+            self.closed = True
             self._write({"done": True, **_memory()})
-        return self.done()
 
     def _write(self, line: dict[str, Any]) -> None:
         assert self.path is not None

@@ -23,7 +23,7 @@ case ${1:-} in
     tail -5 "$BG/stages.log" 2>/dev/null
     mkdir -p "${OUT:?}"
     (cd "$BG" && tar czf "$OUT/bg-out.tgz" --exclude=trials.tgz .)
-    for f in staged.log staged-cost.md expert.jsonl numerics-gpu.log; do [ -f "$BG/$f" ] && cp "$BG/$f" "$OUT/"; done
+    for f in ${KEEP:-staged.log staged-cost.md expert.jsonl numerics-gpu.log}; do [ -f "$BG/$f" ] && cp "$BG/$f" "$OUT/"; done
     tail -40 "$BG/bar.log" ;;
   *) echo "usage: background.sh start STAGE... | wait"; exit 2 ;;
 esac

@@ -10,6 +10,7 @@
 #                                       hf-trainer hf-callback-cost (issue 26: one H200)
 #                                       cheap-after cheap-before cheap-ref (issue 28: one H200)
 #                                       numerics-gpu staged expert expert-in-autotune (issue 34: one H200; benchmarks/background.sh)
+#                                       hf-smoke hf-padded hf-truth hf-variants hf-cost (issue 35: one H200)
 # GPUS: the --gpus of the stages that take it (default 0,1; GPUS=0 on one GPU)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
@@ -53,6 +54,45 @@ yaml.safe_dump(d, open("search_spaces/hf-trainer-defaults.yaml", "w"), sort_keys
         else out=$(python3 $A 2>&1); fi
         t1=$(date +%s.%N); rt=$(echo "$out" | grep -oE "'train_runtime': '?[0-9.]+" | grep -oE "[0-9.]+$" | tail -1)
         echo "{\"rep\": $i, \"callback\": $with, \"train_runtime_s\": ${rt:-null}, \"wall_s\": $(python3 -c "print(round($t1 - $t0, 3))"), \"steps_reported\": $(cat /tmp/hfcost.jsonl 2>/dev/null | grep -c '"s"')}" | tee -a "$OUT/hf-callback-cost.jsonl"
+      done; done ;;
+    hf-smoke) # issue 35: the tiny HF job on the GPU, its steps streamed by the callback (measure hf adds it)
+      rm -f /tmp/smoke.jsonl; NO_AUTOTUNE_CALLBACK=1 AUTOTUNE_MEASURE=hf PYTHONPATH=$PWD/autotune/callbacks/_site:$PYTHONPATH \
+        AUTOTUNE_REPORT=/tmp/smoke.jsonl AUTOTUNE_STEPS=2,4 AUTOTUNE_STOP=/tmp/smoke.stop AUTOTUNE_MAX_STEPS=12 \
+        python3 examples/hf_trainer/train.py --output_dir /tmp/smoke --max_steps 50 --report_to none --save_strategy no \
+        --disable_tqdm true --bf16 true --per_device_train_batch_size 8 > "$OUT/hf-smoke.log" 2>&1
+      tail -3 "$OUT/hf-smoke.log"; cat /tmp/smoke.jsonl | tee "$OUT/hf-smoke.jsonl" ;;
+    hf-padded) # issue 35: the 12-trial search of the padded 1.1B HF job (benchmarks/spaces/hf-padded-llama-1.1b.yaml)
+      t0=$(date +%s); at search benchmarks/spaces/hf-padded-llama-1.1b.yaml --gpus 0 2>&1 | tee -a "$OUT/hf-padded.log"
+      echo "search wall: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/hf-padded.log"
+      at report trials/hf-padded-llama-1.1b --format markdown > "$OUT/hf-padded-report.md" 2>&1
+      cp trials/hf-padded-llama-1.1b/best.yaml "$OUT/hf-padded-best.yaml"
+      python3 benchmarks/trial_cost.py trials/hf-padded-llama-1.1b > "$OUT/hf-padded-cost.md" 2>&1 ;;
+    hf-truth) # issue 35: the chosen configuration for 200 steps, its own count against the study's figure
+      python3 benchmarks/chosen_long_run.py trials/hf-padded-llama-1.1b --steps 200 --after 10 --out "$OUT/truth" | tee "$OUT/hf-truth.jsonl"
+      python3 benchmarks/job_truth.py "$OUT/truth/long-run-steps.jsonl" "$OUT/truth/long-run.log" --warmup 3 --measure 8 \
+        --max-steps 40 --label chosen-1.1b | tee -a "$OUT/hf-truth.jsonl" ;;
+    hf-variants) # issue 35: padded (random order), length-grouped and packed variants of a 0.3B job, 200 steps each:
+      # the trial's rule on the steps as they came against the job's own count (benchmarks/job_truth.py)
+      S="examples/hf_trainer/train.py --output_dir /tmp/var --report_to none --save_strategy no --disable_tqdm true
+         --logging_steps 1000 --d_model 1024 --n_layers 12 --n_heads 16 --n_kv_heads 4 --ffn_hidden 4096 --vocab_size 32000
+         --lengths lognormal --mean_len 700 --min_len 16 --max_len 2048 --n_samples 20000 --per_device_train_batch_size 16
+         --gradient_accumulation_steps 2 --bf16 true --tf32 true --max_steps 200 --own_count_after 10"
+      for v in "padded:--sampling random" "grouped:--sampling group_by_length" "packed:--packing true"; do
+        name=${v%%:*}; rm -f "$OUT/var-$name.jsonl"
+        AUTOTUNE_REPORT="$OUT/var-$name.jsonl" AUTOTUNE_STEPS=0,1000000 python3 $S ${v#*:} > "$OUT/var-$name.log" 2>&1
+        python3 benchmarks/job_truth.py "$OUT/var-$name.jsonl" "$OUT/var-$name.log" --warmup 3 --measure 8 --max-steps 40 \
+          --label "$name" | tee -a "$OUT/hf-variants.jsonl"
+      done ;;
+    hf-cost) # issue 35: the callback's own cost: the packed 0.3B job, 100 steps, with the callback reporting every
+      # step (never stopping) and without it, alternating HF_REPS times; the job's own count after step 10 each
+      S="examples/hf_trainer/train.py --output_dir /tmp/cost --report_to none --save_strategy no --disable_tqdm true
+         --logging_steps 1000 --d_model 1024 --n_layers 12 --n_heads 16 --n_kv_heads 4 --ffn_hidden 4096 --vocab_size 32000
+         --max_len 2048 --n_samples 8000 --per_device_train_batch_size 16 --gradient_accumulation_steps 2 --bf16 true
+         --tf32 true --packing true --max_steps 100 --own_count_after 10"
+      for i in $(seq "${HF_REPS:-3}"); do for with in 1 0; do rm -f /tmp/cost.jsonl
+        if [ $with = 1 ]; then AUTOTUNE_REPORT=/tmp/cost.jsonl AUTOTUNE_STEPS=0,1000000 python3 $S > /tmp/cost.log 2>&1
+        else NO_AUTOTUNE_CALLBACK=1 python3 $S > /tmp/cost.log 2>&1; fi
+        echo "{\"rep\": $i, \"callback\": $with, \"own\": $(grep '^own:' /tmp/cost.log | sed 's/^own: //'), \"steps_reported\": $(cat /tmp/cost.jsonl 2>/dev/null | grep -c '"s"')}" | tee -a "$OUT/hf-cost.jsonl"
       done; done ;;
     grid)   # the 48-point landscape, once each; stop launching after GRID_MIN minutes (resume finishes it)
       at search search_spaces/gpt2-small-grid.yaml --gpus 0,1 --timeout-min "${GRID_MIN:-60}" 2>&1 | tee -a "$OUT/grid.log" ;;

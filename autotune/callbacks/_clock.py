@@ -1,10 +1,22 @@
-"""The step clock both callbacks use: a CUDA event recorded at a step's end on the GPU (read once, at the end),
-time.perf_counter on the CPU (synchronous there)."""
+"""The step clock both callbacks use: a CUDA event recorded at each step's end on the GPU (time.perf_counter
+on the CPU), each step written as soon as the device has passed its end, without waiting for it.
+
+At a step's end the step's token counts (device tensors, from its batches) are copied to the host without
+blocking, and an event is recorded after the copy. At the next step's end (or the one after) the host asks
+each pending event whether the device has reached it (Event.query(), which never waits): those that have
+are written with their counts, read from the host copies, which are complete by then. So the trial sees
+every step within a step or two, its pruner can stop a slow job early, and no synchronisation is added;
+the last steps are read with one synchronisation when the training stops.
+"""
 
 from __future__ import annotations
 
 import time
 from typing import Any
+
+from autotune import reporting
+
+TokenCount = tuple[Any, int]  # (real tokens: an int or a device tensor, padded tokens)
 
 
 def mark(torch: Any, cuda: bool) -> Any:
@@ -19,3 +31,60 @@ def mark(torch: Any, cuda: bool) -> Any:
 def seconds(start: Any, end: Any, cuda: bool) -> float:
     """The time between two marks (events: after the device has passed both)."""
     return start.elapsed_time(end) / 1000 if cuda else end - start
+
+
+def _real_on_host(torch: Any, counts: list[TokenCount], cuda: bool) -> Any:
+    """The step's real tokens, summed on the device and copied to the host without waiting (else an int)."""
+    tensors = [r for r, _ in counts if isinstance(r, torch.Tensor)]
+    plain = sum(int(r) for r, _ in counts if not isinstance(r, torch.Tensor))
+    if not tensors:
+        return plain
+    total = torch.stack([t.reshape(()).to(torch.int64) for t in tensors]).sum()
+    if cuda and total.is_cuda:
+        return (total.to("cpu", non_blocking=True), plain)
+    return int(total) + plain
+
+
+class Steps:
+    """The steps of one training, written to the reporter as the device finishes them."""
+
+    def __init__(self, torch: Any, reporter: reporting.Reporter, cuda: bool) -> None:
+        self.torch, self.reporter, self.cuda = torch, reporter, cuda
+        self.last = mark(torch, cuda)  # the training's start
+        self.pending: list[tuple[Any, Any, Any, int, float, int | None]] = []
+        self.ended = 0
+        self.closed = False
+
+    def end(self, counts: list[TokenCount]) -> None:
+        """A step has ended (host side): its tokens copied, its mark recorded, finished steps written."""
+        real = _real_on_host(self.torch, counts, self.cuda)
+        padded = sum(p for _, p in counts)
+        end = mark(self.torch, self.cuda)
+        self.pending.append((self.last, end, real, padded, time.time(), reporting.graphs()))
+        self.last = end
+        self.ended += 1
+        self.drain(wait=False)
+
+    def drain(self, wait: bool) -> None:
+        """Write the pending steps the device has finished (all of them with wait: one synchronisation)."""
+        if wait and self.cuda and self.pending:
+            self.torch.cuda.synchronize()
+        while self.pending and (wait or not self.cuda or self.pending[0][1].query()):
+            start, end, real, padded, at, graphs = self.pending.pop(0)
+            tokens = int(real[0]) + real[1] if isinstance(real, tuple) else int(real)
+            self.reporter.record(seconds(start, end, self.cuda), tokens, padded, at=at, graphs=graphs)
+
+    def done(self) -> bool:
+        """The trial has what it needs (its stop file, or the most steps it asks for)."""
+        if self.reporter.done():
+            return True
+        most = self.reporter.most
+        return most is not None and self.ended >= most
+
+    def close(self) -> None:
+        """The training stops: the last steps read, the job's closing line written."""
+        if self.closed:
+            return
+        self.closed = True
+        self.drain(wait=True)
+        self.reporter.close()

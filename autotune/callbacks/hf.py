@@ -8,16 +8,16 @@ Outside autotune (no AUTOTUNE_REPORT) it does nothing. Under autotune:
 
 - a step is the time between the ends of two optimizer steps (on_step_end), read from CUDA events recorded
   there: what the GPU did, the data loading and every host stall between steps included, and no host
-  synchronisation added inside the steps (the events are read once, when the steps are done);
+  synchronisation added inside the steps: each step is written once the device has passed its end, a step
+  or two later (callbacks/_clock.py), so autotune sees the steps while the job runs;
 - its tokens are the real tokens of its micro-batches (attention_mask.sum(), else input_ids.numel(): a
   packed batch has no padding), counted on the device by a forward pre-hook of the model, padding apart;
-- once warm-up and measured steps are done it asks the Trainer to stop (control.should_training_stop); a
-  training that ends earlier reports the steps it ran (autotune then says how many were missing).
+- once autotune has its window (its stop file appears) it asks the Trainer to stop
+  (control.should_training_stop); a training that ends earlier reports the steps it ran.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
@@ -34,29 +34,24 @@ def _disable(fn: Any) -> Any:
 
 
 class AutotuneCallback(TrainerCallback):
-    """Report each optimizer step's device time and real tokens to autotune; stop once it has them."""
+    """Report each optimizer step's device time and real tokens to autotune as it ends; stop when it says."""
 
     def __init__(self, reporter: reporting.Reporter | None = None) -> None:
         self.reporter = reporter if reporter is not None else reporting.reporter()
-        self.marks: list[Any] = []  # one per step end (the first: the training's start)
-        self.at: list[float] = []  # the host's clock at each step end (the measured window, for telemetry)
-        self.steps: list[list[tuple[Any, int]]] = []  # per step: (real tokens on the device, padded) a micro-batch
-        self.pending: list[tuple[Any, int]] = []
+        self.steps: _clock.Steps | None = None
+        self.pending: list[_clock.TokenCount] = []  # the micro-batches of the step under way
         self.hook: Any = None
-        self.flushed = False
-        self.cuda = False
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if not self.reporter.active or model is None:
+        if not self.reporter.active or model is None or self.steps is not None:
             return
-        self.cuda = torch.cuda.is_available() and next(model.parameters()).is_cuda
+        cuda = torch.cuda.is_available() and next(model.parameters()).is_cuda
         self.hook = model.register_forward_pre_hook(_disable(self._count), with_kwargs=True)
-        self.marks = [self._mark()]
-
-    def _mark(self) -> Any:
-        return _clock.mark(torch, self.cuda)
+        self.steps = _clock.Steps(torch, self.reporter, cuda)
 
     def _count(self, module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        if not module.training:
+            return  # evaluation inside the training is no step's tokens
         ids = kwargs.get("input_ids", args[0] if args else None)
         mask = kwargs.get("attention_mask")
         if ids is None:
@@ -65,32 +60,21 @@ class AutotuneCallback(TrainerCallback):
         self.pending.append((real, ids.numel()))
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if not self.marks or self.flushed:
+        if self.steps is None or self.steps.closed:
             return
-        self.marks.append(self._mark())
-        self.at.append(time.time())
-        self.steps.append(self.pending)
+        self.steps.end(self.pending)
         self.pending = []
-        if len(self.steps) >= self.reporter.needed:
-            self._flush()
+        if self.steps.done():
+            self._close()
             control.should_training_stop = True
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.marks and not self.flushed:
-            self._flush()  # fewer steps than autotune needs: it says how many ran
+        if self.steps is not None:
+            self._close()  # fewer steps than autotune asked for: it says how many ran
 
-    def _flush(self) -> None:
-        """Read the events and counts (one synchronisation, here) and write the steps."""
-        self.flushed = True
+    def _close(self) -> None:
         if self.hook is not None:
             self.hook.remove()
-        if self.cuda:
-            torch.cuda.synchronize()
-        for i, micro in enumerate(self.steps):
-            seconds = self._seconds(self.marks[i], self.marks[i + 1])
-            real = sum(int(r) for r, _ in micro)
-            padded = sum(p for _, p in micro)
-            self.reporter.record(seconds, real, padded, at=self.at[i])
-
-    def _seconds(self, start: Any, end: Any) -> float:
-        return _clock.seconds(start, end, self.cuda)
+            self.hook = None
+        assert self.steps is not None
+        self.steps.close()

@@ -185,7 +185,7 @@ class _Search:
         self.prune_below = (
             cfg.study.prune_below if cfg.workload.world_size == 1 and cfg.study.objective != "pareto" else 0.0
         )
-        self.plan, self.patience = stages.staging(cfg.study, space, budget)
+        self.plan, self.patience = stages.staging(cfg.study, space, budget, tasks.task(cfg.workload.task).screen)
         self.rng = random.Random(cfg.study.seed)
         self.points = space.points()
         self.point_keys = [key(space.knobs(p)) for p in self.points]  # a point's identity, computed once
@@ -282,7 +282,7 @@ class _Search:
             record = loss_guard.apply(self.bench, knobs, record, h)
             if record.status == "pruned" and watch and watch.why:
                 steps = len(record.step_times)
-                record.reason = f"{watch.why}; it stopped after {steps} of {self.bench.run.measure_steps}"
+                record.reason = f"{watch.why}; it stopped after {steps} measured steps"
             return record
         except KeyboardInterrupt:
             self.stop.set()

@@ -61,13 +61,16 @@ class Plan:
     dependent: tuple[str, ...] = ()  # knobs that act only with a deferred value (fp8_recipe)
 
     @classmethod
-    def of(cls, space: ResolvedSpace) -> Plan:
+    def of(cls, space: ResolvedSpace, task_screen: dict[str, Any] | None = None) -> Plan:
+        """The plan of a space; task_screen: the task's own cheap values, beside the catalogue's
+        (task command: compile off, since a job's compile is all or nothing)."""
         screen, costly, reference, deferred = {}, {}, {}, {}
         for name, values in space.searched.items():
             knob = catalogue.BY_NAME.get(name)
-            if knob is not None and knob.screen is not None and knob.screen in values:
-                screen[name] = knob.screen
-                costly[name] = [v for v in values if v != knob.screen]
+            cheap = (task_screen or {}).get(name, knob.screen if knob is not None else None)
+            if cheap is not None and cheap in values:
+                screen[name] = cheap
+                costly[name] = [v for v in values if v != cheap]
             waiting = [v for v in values if catalogue.numerics({name: v})]
             ref = catalogue.reference_of({name: waiting[0]}).get(name) if waiting else None
             if waiting and ref in values:
@@ -257,12 +260,14 @@ def _side(
     return None
 
 
-def staging(study: Any, space: ResolvedSpace, budget: int) -> tuple[Plan, int]:
+def staging(
+    study: Any, space: ResolvedSpace, budget: int, task_screen: dict[str, Any] | None = None
+) -> tuple[Plan, int]:
     """The plan and the patience (0: never stop early) of a study (config.StudyConfig). The grid
     measures every point: nothing to stage, nothing to stop early."""
     if study.sampler == "grid":
         return Plan(), 0
-    plan = Plan.of(space) if study.staged else Plan()
+    plan = Plan.of(space, task_screen) if study.staged else Plan()
     return plan, max(PATIENCE_MIN, budget // 2) if study.patience is None else study.patience
 
 

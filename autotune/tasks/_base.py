@@ -30,6 +30,8 @@ class Task(ABC):
     columns: ClassVar[tuple[str, ...]] = ()
     # the YAML's model section: the model autotune builds (task command's job builds its own)
     needs_model: ClassVar[bool] = True
+    # the staged search's cheap values of this task's own (search/stages.py), beside the catalogue's
+    screen: ClassVar[dict[str, Any]] = {}
 
     def user_knobs(self, cfg: Any) -> dict[str, list[Any]]:
         """Knobs the YAML declares itself beside the catalogue's (task command's), name -> values."""

@@ -17,6 +17,9 @@ class Command(Task):
     name: ClassVar[str] = "command"
     needs_model: ClassVar[bool] = False
     columns: ClassVar[tuple[str, ...]] = ("padding",)
+    # a job compiles the whole model for each new shape: the search screens without it and measures
+    # compile on the leaders (search/stages.py's finals)
+    screen: ClassVar[dict[str, Any]] = {"compile": False}
 
     def check_config(self, cfg: Any) -> None:
         """The command's knob mappings against the catalogue and the space: a searched knob reaches the
@@ -61,11 +64,20 @@ class Command(Task):
         spec.params["rendered"] = dataclasses.asdict(rendered)
 
     def metrics(self, record: Any, result: Any, limits: dict[str, float]) -> None:
-        """Padding (the share of computed tokens that were padding) and the tokens of the measured steps; a
-        job that ignored the stop request is said in the reason."""
+        """The figure: the job's tokens over time in its measured window (workloads/window.py), not a median
+        of its steps' rates; padding (the share of computed tokens that were padding), the tokens of the
+        measured steps, how the window was measured; a job that ignored the stop request is said in the
+        reason."""
         from autotune.record import Metric
 
         out = result.output
+        window = out.get("window") or {}
+        if window.get("tokens_per_s"):
+            per_gpu = record.metrics[Metric.TOKENS_PER_GPU]
+            world = record.metrics[Metric.TOKENS] / per_gpu if per_gpu else 1
+            record.metrics[Metric.TOKENS_PER_GPU] = window["tokens_per_s"]
+            record.metrics[Metric.TOKENS] = window["tokens_per_s"] * world
+            record.metrics[Metric.WINDOW] = window
         record.metrics[Metric.PADDING_PCT] = out.get("padding_pct")
         tokens = out.get("tokens") or []
         record.metrics["tokens_per_step_median"] = statistics.median(tokens) if tokens else None
@@ -91,7 +103,7 @@ def _check_mapping(name: str, mapping: Any, mine: list[str], by_name: dict[str, 
 
 def _check_reaches(name: str, cfg: Any, knob: Any) -> None:
     """A knob of autotune's that the study varies or sets off its default must reach the command."""
-    mapped = name in cfg.command.knobs or bool(knob.env)
+    mapped = name in cfg.command.knobs or bool(knob.env) or _lightning_env(name, cfg)
     value = getattr(cfg.space, name)
     if mapped or value == "auto" or value == [knob.default]:
         if name == "grad_accum_steps" and not mapped and cfg.workload.global_batch_size is not None:
@@ -104,6 +116,24 @@ def _check_reaches(name: str, cfg: Any, knob: Any) -> None:
         f"space.{name}: {value} set, but command.knobs.{name} does not say how it reaches the command; add "
         f"e.g. command.knobs.{name}: {{flag: --{name}}}"
     )
+
+
+def _lightning_env(name: str, cfg: Any) -> bool:
+    """measure lightning: the knob reaches the Trainer as its PL_TRAINER_* variable (command_render.py);
+    a value Lightning has no name for is refused."""
+    from autotune.command_render import LIGHTNING_ENV
+
+    if cfg.command.measure != "lightning" or name not in LIGHTNING_ENV:
+        return False
+    table = LIGHTNING_ENV[name][1]
+    values = getattr(cfg.space, name)
+    missing = [v for v in values if table is not None and v not in table] if isinstance(values, list) else []
+    if missing:
+        raise ValueError(
+            f"space.{name}: {missing[0]} has no Lightning precision (PL_TRAINER_PRECISION takes "
+            f"{', '.join(table)}); map it yourself in command.knobs.{name}, or drop it"
+        )
+    return True
 
 
 def _check_map(name: str, mapping: Any, values: Any) -> None:

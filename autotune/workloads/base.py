@@ -61,6 +61,9 @@ class Measured:
     output: dict[str, Any] = field(default_factory=dict)
     # seconds of the checks run after the measured steps (train: the loss check), the record's `check` phase
     check_s: float = 0.0
+    # why the workload itself stopped before all its steps (task command: its limit, recompiling), the
+    # reason of a trial whose timing.stopped_early; '' where the search's pruner stopped it
+    stopped: str = ""
 
 
 class Workload(ABC):

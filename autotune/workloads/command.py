@@ -1,38 +1,38 @@
 """task command: the user's own training command as one trial, in its own process group, its steps read from
-what it reports (autotune.reporting, the callbacks) or from its output (a log pattern), then ended.
+what it reports (autotune.reporting, the callbacks) or from its output (a log pattern) as they end.
 
 The trial process is a launcher here: it takes the command the parent rendered with the knob values
-(tasks.Command.prepare, command_render.py), starts it, watches its report file and output, asks it to stop once warm-up and measured steps are done,
-ends its process group after command.stop_grace_s, and turns what the job said into the measured steps.
-Its failures (out of memory, NCCL refusals, an exit before its steps, no step at all, a hang) are classified
-from its exit and output, whose tail is kept in the reason.
+(tasks.Command.prepare, command_render.py), starts it and watches its steps as they come. It asks the job
+to stop (the stop file, or SIGTERM for a log job) once the window has settled (workloads/window.py: the
+figure is tokens over time), once the search's pruner says so, or once the job keeps recompiling; it ends
+the process group after command.stop_grace_s. Nothing reported is thrown away: a job that gave its steps
+is measured however it exits, and one stopped at the trial's limit keeps the steps it gave. Its failures
+(out of memory, NCCL refusals, an exit before its steps, no step at all) are classified from its exit and
+output, whose tail is kept in the reason.
 """
 
 from __future__ import annotations
 
-import collections
 import json
 import os
-import re
 import signal
 import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune import nccl_log
-from autotune.reporting import ENV_KNOBS, ENV_REPORT, ENV_STEPS
+from autotune.reporting import ENV_KNOBS, ENV_MAX_STEPS, ENV_REPORT, ENV_STEPS, ENV_STOP
+from autotune.workloads import window as windows
 from autotune.workloads.base import Failed, Measured, Work, Workload
+from autotune.workloads.command_log import Output, close_lines
 from autotune.workloads.timing import Timing
 
-TAIL_LINES = 20  # of the job's output, kept in a failure's reason
 POLL_S = 0.1
-LINE_BYTES = 64 << 10
 TERM_GRACE_S = 10.0  # after SIGTERM, before SIGKILL
-REPORT_FILE = "steps.jsonl"
+REPORT_FILE, STOP_FILE = "steps.jsonl", "stop"
+RECOMPILING_STEPS = 3  # measured steps that compiled new graphs: the job keeps recompiling
 
 
 @dataclass
@@ -44,41 +44,6 @@ class _Rendered:
     cwd: str
     config_path: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
-
-
-class _Output:
-    """The job's output, copied line by line into the trial's log; its tail kept, its pattern's samples read."""
-
-    def __init__(self, stream: Any, pattern: str | None) -> None:
-        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-        self.pattern = re.compile(pattern) if pattern else None
-        self.samples: list[dict[str, Any]] = []
-        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self.thread.start()
-
-    def _read(self, stream: Any) -> None:
-        for raw in iter(lambda: stream.readline(LINE_BYTES), b""):  # a line without end is read in pieces
-            sys.stdout.buffer.write(raw)
-            sys.stdout.flush()
-            line = raw.decode(errors="replace").rstrip()
-            self.tail.append(line)
-            if self.pattern is not None and (m := self.pattern.search(line)):
-                self.samples.append(_sample(m, time.time()))
-
-    def text(self) -> str:
-        return "\n".join(self.tail)
-
-
-def _number(text: str) -> float:
-    return float(text.replace(",", "").replace("_", ""))
-
-
-def _sample(m: re.Match[str], at: float) -> dict[str, Any]:
-    """A log line's sample: seconds and tokens of a step, or a throughput (one token in 1/tps seconds)."""
-    groups = m.groupdict()
-    if groups.get("step_time_s") is not None:
-        return {"s": _number(groups["step_time_s"]), "tokens": int(_number(groups["tokens"])), "at": at}
-    return {"s": 1.0 / _number(groups["tokens_per_s"]), "tokens": 1, "at": at}
 
 
 def read_report(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
@@ -100,6 +65,17 @@ def read_report(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None
     return steps, done
 
 
+@dataclass
+class _Watch:
+    """What the watch of a running job ended with."""
+
+    steps: list[dict[str, Any]]
+    done: dict[str, Any] | None
+    window: windows.Window | None = None  # settled, or max_steps reached
+    stopped: str = ""  # why the trial stopped the job before its window (pruned, recompiling, its limit)
+    stop: str = ""  # how the job ended once asked (record.applied.stop)
+
+
 class Command(Workload):
     task: ClassVar[str] = "command"
     touches_device: ClassVar[bool] = False
@@ -111,9 +87,18 @@ class Command(Workload):
         assert self.run_dir is not None
         self.rendered = _Rendered(**params["rendered"])  # by the parent (tasks.Command.prepare)
         self.needed = run.warmup_steps + run.measure_steps
-        self.report_path = self.run_dir / REPORT_FILE
+        self.rule = windows.Rule(
+            run.warmup_steps,
+            run.measure_steps,
+            max(self.needed, int(self.cfg.get("max_steps") or 0)),
+            float(self.cfg.get("half_width_pct", windows.Rule.half_width_pct)),
+        )
+        self.log = self.cfg.get("measure", "report") == "log"
+        self.report_path, self.stop_path = self.run_dir / REPORT_FILE, self.run_dir / STOP_FILE
         self.report_path.unlink(missing_ok=True)
+        self.stop_path.unlink(missing_ok=True)
         self.deadline_s = float(params.get("timeout_s", 3600.0))
+        self.first_step_s = min(self.deadline_s, float(self.cfg.get("first_step_s") or self.deadline_s))
         self.applied = {"command": self.rendered.argv, "env": self.rendered.env, "cwd": self.rendered.cwd}
         if self.rendered.overrides:
             self.applied["config_overrides"] = self.rendered.overrides
@@ -122,8 +107,9 @@ class Command(Workload):
         steps = f"{self.spec.run.warmup_steps},{self.spec.run.measure_steps}"
         knobs = json.dumps(self.spec.knobs)
         env = {**os.environ, **self.rendered.env, ENV_STEPS: steps, ENV_KNOBS: knobs}
-        if self.cfg.get("measure", "report") == "report":
-            env[ENV_REPORT] = str(self.report_path)
+        if not self.log:
+            env.update({ENV_REPORT: str(self.report_path), ENV_STOP: str(self.stop_path)})
+            env[ENV_MAX_STEPS] = str(self.rule.max_steps)
         return env
 
     def _start(self) -> subprocess.Popen[bytes]:
@@ -139,57 +125,109 @@ class Command(Workload):
         except OSError as err:
             raise Failed("crash", f"the command could not start: {err}; command.argv[0] is {self.rendered.argv[0]!r}")
 
-    def _steps(self, output: _Output) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-        if self.cfg.get("measure", "report") == "log":
-            return list(output.samples), None
+    def _steps(self, output: Output) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        if self.log:
+            return output.steps(), None
         return read_report(self.report_path)
 
     def run(self) -> Measured:
         t0 = time.time()
         proc = self._start()
-        output = _Output(proc.stdout, self.cfg.get("log_pattern"))
+        output = Output(proc.stdout, self.cfg.get("log_pattern"))
         try:
-            steps, done, stop = self._watch(proc, output, t0)
+            watch = self._watch(proc, output, t0)
         finally:
             _end_group(proc, 0.0)
             output.thread.join(timeout=5)
-        if len(steps) < self.needed:
-            raise self._failure(proc.returncode, steps, output)
-        return self._measured(steps[: self.needed], done or {}, stop, t0)
+        steps = watch.steps
+        if watch.window is None and not watch.stopped and len(steps) >= self.needed:
+            watch.window = windows.window(_pairs(steps), self.rule)  # it exited by itself: all it gave counts
+        if watch.window is None and not (watch.stopped and len(steps) > self.rule.warmup):
+            raise self._failure(proc.returncode, steps, output, watch.stopped)
+        return self._measured(watch, t0)
 
-    def _watch(self, proc: subprocess.Popen[bytes], output: _Output, t0: float) -> tuple[list, dict | None, str]:
-        """Wait for the job's steps, then for its exit (stop_grace_s), then end it; the trial's deadline too."""
+    def _ask_stop(self, proc: subprocess.Popen[bytes]) -> None:
+        """Ask the job to stop: its stop file (reporting, the callbacks), SIGTERM for a log job."""
+        if self.log:
+            _signal_group(proc, signal.SIGTERM)
+        else:
+            self.stop_path.touch()
+
+    def _watch(self, proc: subprocess.Popen[bytes], output: Output, t0: float) -> _Watch:
+        """Follow the job's steps until its window settles or something stops it, then let it exit
+        (stop_grace_s) and end its process group."""
         grace = float(self.cfg.get("stop_grace_s", 30.0))
-        measured_at = None
+        asked_at = None
+        watch = _Watch([], None)
         while True:
-            steps, done = self._steps(output)
-            if measured_at is None and len(steps) >= self.needed:
-                measured_at = time.monotonic()
-                if self.cfg.get("measure") == "log":  # a log job has no stop channel: SIGTERM is its request
-                    _signal_group(proc, signal.SIGTERM)
+            watch.steps, watch.done = self._steps(output)
+            if asked_at is None and (why := self._verdict(watch, output, t0)):
+                if why != "window":
+                    watch.stopped = why
+                if why.startswith("timeout"):  # the trial's limit: no grace beyond it
+                    _end_group(proc, TERM_GRACE_S)
+                    watch.steps, watch.done = self._steps(output)
+                    return watch
+                self._ask_stop(proc)
+                asked_at = time.monotonic()
             if proc.poll() is not None:
-                return steps, done, "exited by itself" if measured_at is not None else ""
-            if measured_at is not None and time.monotonic() - measured_at > grace:
+                watch.steps, watch.done = self._steps(output)
+                watch.stop = "exited by itself" if asked_at is not None else ""
+                return watch
+            if asked_at is not None and time.monotonic() - asked_at > grace:
                 _end_group(proc, TERM_GRACE_S)
-                return steps, done, f"ignored the stop request: its process group was ended {grace:.0f} s after"
-            if time.time() - t0 > self.deadline_s:
-                _end_group(proc, TERM_GRACE_S)
-                raise Failed(
-                    "timeout",
-                    f"the command reported {len(steps)} of {self.needed} steps in {self.deadline_s:.0f} s (trial "
-                    f"timeout); its process group was ended. Last output:\n{output.text()}",
-                )
+                watch.stop = f"ignored the stop request: its process group was ended {grace:.0f} s after"
+                return watch
             time.sleep(POLL_S)
 
-    def _expected(self) -> str:
-        if self.cfg.get("measure") == "log":
-            return f"output lines matching log_pattern {self.cfg.get('log_pattern')!r}"
-        return (
-            f"steps in {ENV_REPORT} (autotune.reporting.step() after each optimizer step, or the "
-            "AutotuneCallback of autotune.callbacks.hf / .lightning)"
+    def _verdict(self, watch: _Watch, output: Output, t0: float) -> str:
+        """Why the job should stop now ("window": it has what it needs), or ''."""
+        elapsed = time.time() - t0
+        if output.refused:
+            raise Failed("invalid_config", _average_said(output.refused))
+        if not watch.steps and elapsed > self.first_step_s:
+            return self._no_first_step(output)
+        if elapsed > self.deadline_s:
+            return self._timed_out(watch)
+        if (recompiling := _recompiling(watch.steps, self.rule.warmup)) is not None:
+            return recompiling
+        if self._pruned(watch.steps):
+            return "pruned"
+        watch.window = windows.decide(_pairs(watch.steps), self.rule)
+        return "window" if watch.window is not None else ""
+
+    def _pruned(self, steps: list[dict[str, Any]]) -> bool:
+        """The search's pruner (trial.Progress): each step past the warm-up, as a time at the first one's tokens."""
+        measured = steps[self.rule.warmup :]
+        if self.progress is None or not measured:
+            return False
+        self.tokens_per_step = int(measured[0]["tokens"]) or 1
+        return bool(self.progress(_at_tokens(measured, self.tokens_per_step), self.tokens_per_step))
+
+    def _timed_out(self, watch: _Watch) -> str:
+        limit = f"the trial's limit, {self.deadline_s:.0f} s (study.trial_timeout_min; raise it to measure more)"
+        if len(watch.steps) > self.rule.warmup:
+            return f"timeout after {len(watch.steps)} of {self.needed} steps: {limit}"
+        raise Failed(
+            "timeout",
+            f"the command reported {len(watch.steps)} of {self.needed} steps (its warm-up is "
+            f"{self.rule.warmup}) before {limit}; its process group was ended",
         )
 
-    def _failure(self, code: int | None, steps: list[dict[str, Any]], output: _Output) -> Failed:
+    def _no_first_step(self, output: Output) -> str:
+        close = "; ".join(close_lines(list(output.seen), self.cfg.get("log_pattern") or "")) or "none"
+        what = f"no step in {self.first_step_s:.0f} s (command.first_step_s); expected {self._expected()}"
+        raise Failed("crash", what + (f"; the lines closest to it: {close}" if self.log else ""))
+
+    def _expected(self) -> str:
+        if self.log:
+            return f"output lines matching log_pattern {self.cfg.get('log_pattern')!r}"
+        return (
+            f"steps in {ENV_REPORT} (autotune.reporting.step() after each optimizer step, the "
+            "AutotuneCallback of autotune.callbacks.hf / .lightning, or command.measure: hf / lightning)"
+        )
+
+    def _failure(self, code: int | None, steps: list[dict[str, Any]], output: Output, stopped: str) -> Failed:
         """Why the job ended before its steps: out of memory, NCCL's refusal, a crash, or an early exit."""
         tail = output.text()
         if "out of memory" in tail.lower() or "OutOfMemoryError" in tail:
@@ -198,6 +236,8 @@ class Command(Workload):
         refusal = nccl_log.refusal_of(Exception(tail))
         if refusal is not None:
             return Failed("invalid_config", refusal)
+        if stopped:
+            return Failed("crash", f"{stopped}, after {len(steps)} steps, none measured past the warm-up")
         how = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exited with code {code}"
         if code == 0 and not steps:
             return Failed("crash", f"the command exited 0 without reporting a step; expected {self._expected()}")
@@ -210,38 +250,87 @@ class Command(Workload):
             )
         return Failed("crash", f"the command {how} after {len(steps)} of {self.needed} steps:\n{tail}")
 
-    def _measured(self, steps: list[dict[str, Any]], done: dict[str, Any], stop: str, t0: float) -> Measured:
-        warm, timed = steps[: self.spec.run.warmup_steps], steps[self.spec.run.warmup_steps :]
+    def _measured(self, watch: _Watch, t0: float) -> Measured:
+        steps, done = watch.steps, watch.done or {}
+        win = watch.window or windows.window(_pairs(steps), self.rule)
+        warm, timed = steps[: win.start], steps[win.start : win.end]
         tokens = [int(s["tokens"]) for s in timed]
         padded = [int(s["padded"]) for s in timed if "padded" in s]
         self.tokens_per_step = round(sum(tokens) / len(tokens))
         start = warm[-1].get("at", t0) if warm else t0
-        window = (float(start), float(timed[-1].get("at", time.time())))
+        span = (float(start), float(timed[-1].get("at", time.time())))
         peak = done.get("peak_mem_bytes")
         kind = "cuda_max_memory_allocated" if peak is not None else "not reported by the job"
-        timing = Timing([s["s"] for s in warm], start, _at_mean_tokens(timed), [], window, peak, kind, None)
+        timing = Timing([s["s"] for s in warm], start, _at_tokens(timed, self.tokens_per_step), [], span, peak, kind, None)
         timing.reserved_bytes = done.get("peak_mem_reserved_bytes")
-        self.applied["stop"] = stop
-        job_env = {"device": self.spec.device, **{k: done[k] for k in ("device_name",) if k in done}}
-        if self.spec.device == "cuda" and "device_name" not in job_env:
-            job_env["device_name"] = _visible_gpu_name()
-        output = {"tokens": tokens, "step_s_as_reported": [s["s"] for s in timed], "job_env": job_env}
+        timing.stopped_early = bool(watch.stopped)
+        self.applied["stop"] = watch.stop
+        output = {"tokens": tokens, "step_s_as_reported": [s["s"] for s in timed], "job_env": self._job_env(done)}
+        output["window"] = {**win.summary(), "said": windows.said(win, self.rule)}
+        if any("graphs" in s for s in steps):
+            output["graphs"] = [s.get("graphs") for s in steps]
         if len(padded) == len(tokens):
             output["padded_tokens"] = padded
             output["padding_pct"] = round(100 * (1 - sum(tokens) / sum(padded)), 2) if sum(padded) else 0.0
         self.timing = timing
-        return Measured(timing, output=output)
+        stopped = _stopped_said(watch.stopped, len(steps), self.needed, win.tokens_per_s)
+        return Measured(timing, output=output, stopped=stopped)
+
+    def _job_env(self, done: dict[str, Any]) -> dict[str, Any]:
+        job_env = {"device": self.spec.device, **{k: done[k] for k in ("device_name",) if k in done}}
+        if self.spec.device == "cuda" and "device_name" not in job_env:
+            job_env["device_name"] = _visible_gpu_name()
+        return job_env
 
     def work(self) -> Work:
         return Work(tokens_per_step=getattr(self, "tokens_per_step", None))
 
 
-def _at_mean_tokens(steps: list[dict[str, Any]]) -> list[float]:
-    """Each step's time scaled to the mean tokens of a step: tokens_per_step / median of these is the median of
-    the steps' own rates. A job's steps differ in tokens (variable lengths, length-grouped batches), and a
-    median step time against the mean tokens would mix two steps; the times as reported are kept beside."""
-    mean = sum(s["tokens"] for s in steps) / len(steps)
-    return [s["s"] * mean / s["tokens"] if s["tokens"] else s["s"] for s in steps]
+def _pairs(steps: list[dict[str, Any]]) -> list[windows.Step]:
+    return [(float(s["s"]), float(s["tokens"])) for s in steps]
+
+
+def _at_tokens(steps: list[dict[str, Any]], tokens: float) -> list[float]:
+    """Each step's time scaled to `tokens` a step (the mean of the window): the steps' own rates, for the
+    pruner, the step-time statistics and the steadiness flag; the figure is tokens over time (window.py),
+    and the times as reported are kept beside."""
+    return [s["s"] * tokens / s["tokens"] if s["tokens"] else s["s"] for s in steps]
+
+
+def _recompiling(steps: list[dict[str, Any]], warmup: int) -> str | None:
+    """Why the job should stop, when RECOMPILING_STEPS steps past the warm-up compiled new graphs."""
+    graphs = [s.get("graphs") for s in steps]
+    compiled = [
+        i for i in range(max(1, warmup), len(graphs))
+        if graphs[i] is not None and graphs[i - 1] is not None and graphs[i] > graphs[i - 1]
+    ]
+    if len(compiled) < RECOMPILING_STEPS:
+        return None
+    return (
+        f"recompiling: {len(compiled)} steps past the warm-up compiled new graphs ({graphs[-1]} in all), "
+        "as torch.compile does for each new sequence length; pad to a multiple (e.g. pad_to_multiple_of) "
+        "or a fixed length, mark the length dynamic, or leave compile off"
+    )
+
+
+def _stopped_said(stopped: str, steps: int, needed: int, tokens_per_s: float) -> str:
+    """The reason of a job the trial stopped before its window (the record's), its figure so far in it."""
+    if not stopped:
+        return ""
+    if stopped == "pruned":
+        return ""  # the search's pruner says why (search/prune.py)
+    head, _, rest = stopped.partition(": ")
+    if head.startswith("timeout"):
+        return f"{head}, {tokens_per_s:,.0f} tokens/s: {rest}"
+    return f"{stopped} (after {steps} steps, {tokens_per_s:,.0f} tokens/s)"
+
+
+def _average_said(line: str) -> str:
+    return (
+        "command.log_pattern matched an average since the start, not a step's figure: "
+        f"{line!r}; use measure: hf or lightning (autotune's callback, no edit), a per-step figure, or a "
+        "running count as the group tokens_total"
+    )
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:

@@ -55,7 +55,10 @@ class Progress:
         self.path, self.prune, self.tokens = run_dir / PROGRESS_FILE, run_dir / PRUNE_FILE, tokens_per_step
         self.written, self.last = 0, float("-inf")
 
-    def __call__(self, steps: list[float]) -> bool:
+    def __call__(self, steps: list[float], tokens_per_step: int | None = None) -> bool:
+        """steps: the measured step times so far; tokens_per_step: what each of them stands for, where the
+        workload knows it only now (task command: its job's first measured step)."""
+        self.tokens = tokens_per_step or self.tokens
         if len(steps) > self.written and time.monotonic() - self.last >= self.EVERY_S:
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text(json.dumps({"step_times_s": steps, "tokens_per_step": self.tokens}))
@@ -86,7 +89,7 @@ def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
         workload.progress = Progress(run_dir, workload.work().tokens_per_step)
     measured = workload.run()
     stopped = measured.timing is not None and measured.timing.stopped_early
-    reason = (
+    reason = measured.stopped or (
         (
             f"stopped after {len(measured.timing.step_s)} of {spec.run.measure_steps} measured steps: the "
             "search's pruner found it far below the best measured"

@@ -1,7 +1,10 @@
 """A plain Hugging Face Trainer job: a Llama-shaped causal LM built from a config (random weights) trained on
 variable-length sequences of random tokens, padded per batch (or packed). Every TrainingArguments flag works
 (--per_device_train_batch_size, --bf16, --torch_compile, --gradient_checkpointing, --optim, ...), plus the
-script's own: the model's sizes, --attn_implementation, --sampling (random | group_by_length) and --packing.
+script's own: the model's sizes, --attn_implementation, --sampling (random | group_by_length), --packing, the
+lengths' distribution (--lengths loguniform | lognormal, --mean_len) and --own_count_after N: the job's own
+throughput, all real tokens over all wall time from the end of step N to the end of the training, printed as
+`own: {...}` (counted from its batches and the host's clock, synchronised at both ends: nothing of autotune).
 
 autotune tunes it as it is (search_spaces/hf-trainer-*.yaml, task command): the only line that knows of
 autotune is the callback, which does nothing when the job runs outside autotune.
@@ -15,10 +18,11 @@ import dataclasses
 import json
 import math
 import os
+import time
 from dataclasses import dataclass, field
 
 import torch
-from transformers import HfArgumentParser, LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+from transformers import HfArgumentParser, LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
 from autotune.callbacks.hf import AutotuneCallback
 
@@ -40,6 +44,9 @@ class ScriptArguments:
     sampling: str = field(default="random", metadata={"help": "random | group_by_length (less padding)"})
     packing: bool = field(default=False, metadata={"help": "concatenate and cut into max_len blocks: no padding"})
     pad_to_multiple_of: int = field(default=1, metadata={"help": "pad each batch to a multiple of this"})
+    lengths: str = field(default="loguniform", metadata={"help": "loguniform in [min, max] | lognormal"})
+    mean_len: float = field(default=700.0, metadata={"help": "lognormal: the mean length (sigma 0.8), clipped"})
+    own_count_after: int = field(default=0, metadata={"help": "print the job's own tokens/s after step N (0: no)"})
 
 
 class Sequences(torch.utils.data.Dataset):
@@ -47,7 +54,11 @@ class Sequences(torch.utils.data.Dataset):
 
     def __init__(self, a: ScriptArguments, seed: int) -> None:
         g = torch.Generator().manual_seed(seed)
-        logs = torch.empty(a.n_samples).uniform_(math.log(a.min_len), math.log(a.max_len), generator=g)
+        if a.lengths == "lognormal":  # mean exp(mu + sigma^2 / 2) = mean_len
+            mu = math.log(a.mean_len) - 0.8**2 / 2
+            logs = torch.empty(a.n_samples).normal_(mu, 0.8, generator=g)
+        else:
+            logs = torch.empty(a.n_samples).uniform_(math.log(a.min_len), math.log(a.max_len), generator=g)
         self.lengths = logs.exp().round().long().clamp(a.min_len, a.max_len).tolist()
         self.rows = [torch.randint(1, a.vocab_size, (n,), generator=g) for n in self.lengths]
 
@@ -73,10 +84,12 @@ class Packed(torch.utils.data.Dataset):
         return {"input_ids": self.blocks[i]}
 
 
-def collate(multiple: int):
-    """Pad to the batch's longest sequence (rounded up to `multiple`); labels -100 on the padding."""
+def collate(multiple: int, counted: list[int]):
+    """Pad to the batch's longest sequence (rounded up to `multiple`); labels -100 on the padding. Each
+    batch's real tokens are appended to `counted`, in the order the batches are made (the job's own count)."""
 
     def pad(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        counted.append(sum(len(r["input_ids"]) for r in rows))
         longest = max(len(r["input_ids"]) for r in rows)
         width = -(-longest // multiple) * multiple
         ids = torch.zeros(len(rows), width, dtype=torch.long)
@@ -106,6 +119,42 @@ def build_model(a: ScriptArguments) -> LlamaForCausalLM:
         return LlamaForCausalLM(config)
 
 
+class OwnCount(TrainerCallback):
+    """The job's own throughput: the real tokens of the batches its steps after `after` consumed, over the
+    wall time from that step's end to the training's end (the device synchronised at both)."""
+
+    def __init__(self, after: int, counted: list[int], accumulation: int) -> None:
+        self.after, self.counted, self.accumulation = after, counted, accumulation
+        self.t0 = self.t1 = 0.0
+        self.steps = 0
+
+    def _sync(self) -> float:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = self._sync()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.after:
+            self.t0 = self._sync()
+        self.steps = state.global_step
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.t1 = self._sync()
+        first, last = self.after * self.accumulation, self.steps * self.accumulation
+        tokens = sum(self.counted[first:last])
+        own = {
+            "steps": [self.after + 1, self.steps],
+            "tokens": tokens,
+            "seconds": round(self.t1 - self.t0, 4),
+            "tokens_per_s": tokens / (self.t1 - self.t0),
+            "all_tokens_per_s": sum(self.counted[:last]) / (self.t1 - self.start),
+        }
+        print("own:", json.dumps(own), flush=True)
+
+
 def sampling_args(a: ScriptArguments, args: TrainingArguments) -> TrainingArguments:
     """--sampling on the installed transformers (train_sampling_strategy since 5, group_by_length before)."""
     names = {f.name for f in dataclasses.fields(args)}
@@ -120,12 +169,16 @@ def main() -> None:
     print("config:", json.dumps({**dataclasses.asdict(a), **_training(args)}, sort_keys=True), flush=True)
     data = Sequences(a, args.seed)
     dataset = Packed(data, a.max_len) if a.packing else data
+    counted: list[int] = []
+    callbacks = [] if os.environ.get("NO_AUTOTUNE_CALLBACK") else [AutotuneCallback()]  # the unmodified job
+    if a.own_count_after:
+        callbacks.append(OwnCount(a.own_count_after, counted, args.gradient_accumulation_steps))
     trainer = Trainer(
         model=build_model(a),
         args=args,
         train_dataset=dataset,
-        data_collator=collate(a.pad_to_multiple_of),
-        callbacks=[AutotuneCallback()],
+        data_collator=collate(a.pad_to_multiple_of, counted),
+        callbacks=callbacks,
     )
     trainer.train()
 
