@@ -10,7 +10,7 @@
 #                                       hf-trainer hf-callback-cost (issue 26: one H200)
 #                                       cheap-after cheap-before cheap-ref (issue 28: one H200)
 #                                       numerics-gpu staged expert expert-in-autotune (issue 34: one H200; benchmarks/background.sh)
-#                                       hf-smoke hf-padded hf-truth hf-variants hf-cost (issue 35: one H200)
+#                                       hf-smoke hf-padded hf-truth hf-variants hf-live hf-cost (issue 35: one H200)
 # GPUS: the --gpus of the stages that take it (default 0,1; GPUS=0 on one GPU)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
@@ -83,12 +83,26 @@ yaml.safe_dump(d, open("search_spaces/hf-trainer-defaults.yaml", "w"), sort_keys
         python3 benchmarks/job_truth.py "$OUT/var-$name.jsonl" "$OUT/var-$name.log" --warmup 3 --measure 8 --max-steps 40 \
           --label "$name" | tee -a "$OUT/hf-variants.jsonl"
       done ;;
+    hf-live) # issue 35, after the cycle rule: the expert's setting (the search's choice) and its compile twin as one-trial
+      # studies of the padded 1.1B job, live; LIVE_STEPS: command.max_steps (two cycles of the grouped order: 103)
+      for c in chosen:false compile:default; do python3 -c 'import sys, yaml; name, comp = sys.argv[1].split(":")
+d = yaml.safe_load(open("benchmarks/spaces/hf-padded-llama-1.1b.yaml")); d["name"] = f"hf-live-{name}"
+d["space"] = {"micro_batch_size": 16, "precision": "bf16", "compile": comp != "false" and comp, "activation_checkpointing": "none"}
+for k, v in {"optim": "adamw_torch_fused", "attn_implementation": "sdpa", "sampling": "group_by_length"}.items():
+    d["command"]["knobs"][k]["values"] = [v]
+d["command"]["max_steps"] = int(sys.argv[2]); d["baseline"] = {}
+d["study"] = {"trials": 1, "confirm_top": 0, "trial_timeout_min": 1.5 if comp != "false" else 4}
+yaml.safe_dump(d, open(f"benchmarks/spaces/hf-live-{name}.yaml", "w"), sort_keys=False)' "$c" "${LIVE_STEPS:-110}"
+        at search "benchmarks/spaces/hf-live-${c%%:*}.yaml" --gpus 0 --fresh 2>&1 | tail -4 | tee -a "$OUT/hf-live.log"
+        r=trials/hf-live-${c%%:*}/runs/0000; cp $r/steps.jsonl "$OUT/live-${c%%:*}-steps.jsonl"
+        python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(json.dumps({"status": d["status"], "reason": d["reason"], "window": d["output"].get("window"), "stop": d["applied"].get("stop")}))' $r/result.json | tee -a "$OUT/hf-live.jsonl"
+      done ;;
     hf-cost) # issue 35: the callback's own cost: the packed 0.3B job, 100 steps, with the callback reporting every
       # step (never stopping) and without it, alternating HF_REPS times; the job's own count after step 10 each
       S="examples/hf_trainer/train.py --output_dir /tmp/cost --report_to none --save_strategy no --disable_tqdm true
          --logging_steps 1000 --d_model 1024 --n_layers 12 --n_heads 16 --n_kv_heads 4 --ffn_hidden 4096 --vocab_size 32000
          --max_len 2048 --n_samples 8000 --per_device_train_batch_size 16 --gradient_accumulation_steps 2 --bf16 true
-         --tf32 true --packing true --max_steps 100 --own_count_after 10"
+         --tf32 true --packing true --max_steps ${COST_STEPS:-100} --own_count_after 10"
       for i in $(seq "${HF_REPS:-3}"); do for with in 1 0; do rm -f /tmp/cost.jsonl
         if [ $with = 1 ]; then AUTOTUNE_REPORT=/tmp/cost.jsonl AUTOTUNE_STEPS=0,1000000 python3 $S > /tmp/cost.log 2>&1
         else NO_AUTOTUNE_CALLBACK=1 python3 $S > /tmp/cost.log 2>&1; fi

@@ -6,14 +6,19 @@ its time, so the figure is the ratio estimator sum(tokens) / sum(seconds) of the
 never a median of per-step rates (which describes the fast steps only: issue 35 saw 1.44x).
 
 The window is chosen as the steps arrive (standard library only):
-- warm-up: at least `warmup` steps; beyond them, the cut that MSER (White 1997, the marginal
-  standard error rule) picks: the start d that minimises the remaining steps' squared residuals
-  over (n - d)^2, at most half of what came after the minimum, so a slow start (compile, allocator,
-  a first long batch) stays out while a lasting speed stays in;
+- warm-up: at least `warmup` steps, then as long as the next step is a slow outlier (its time per
+  token over SLOW x the median of the steps after it: compile, the allocator, a first long batch);
+- the data's order: a job whose batches follow a cycle (the HF Trainer's length-grouped sampler
+  sorts each megabatch of 50 batches longest first, so tokens per step fall 30x and the rate 6x
+  within 50 steps) is measured over whole cycles: the cycle is the lag at which the tokens per step
+  repeat (within REPEAT of their mean, over at least MATCH steps). The first cycle is the first pass
+  over each shape (7% slow on an H200), so the window is the cycles after it, settled once there is
+  one. Until a cycle is seen, a window whose halves differ in tokens per step (Welch's t over TREND)
+  is not settled: its data still trend;
 - measured: at least `measure` steps, and until the 95% interval of the figure (the ratio's delta-
   method standard error, Student's t) is within `half_width_pct` and the window's two halves agree
-  within twice that (no trend left). A job that cannot get there within `max_steps` steps is
-  measured on what it gave, and the record says how wide its interval was.
+  within twice that. A job that cannot get there within `max_steps` steps is measured on what it
+  gave, and the record says how wide its interval was and why it did not settle.
 """
 
 from __future__ import annotations
@@ -21,6 +26,11 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+
+SLOW = 1.5  # a warm-up step this many times the later median time per token is still warming up
+REPEAT = 0.08  # tokens per step that repeat at a lag within this share of their mean: a cycle
+MATCH = 5  # steps of the second cycle that must agree before the cycle counts
+TREND = 3.0  # Welch's t of the halves' tokens per step past which the data trend
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,8 @@ class Window:
     half_width_pct: float | None  # None under 3 steps
     drift_pct: float | None  # second half's rate against the first's, in percent of the figure
     settled: bool
+    cycle: int | None = None  # steps of the data order's cycle, when the window is whole cycles
+    trend_t: float | None = None  # Welch's t of the halves' tokens per step (a trend past TREND)
 
     @property
     def n(self) -> int:
@@ -56,6 +68,8 @@ class Window:
             "half_width_pct": self.half_width_pct,
             "drift_pct": self.drift_pct,
             "settled": self.settled,
+            "cycle_steps": self.cycle,
+            "trend_t": self.trend_t,
         }
 
 
@@ -99,33 +113,75 @@ def drift_pct(steps: list[Step]) -> float | None:
 
 
 def warmup_cut(steps: list[Step], least: int) -> int:
-    """MSER's truncation point at or after `least`: argmin of sum(e^2) / (n - d)^2 over the steps
-    after d, d at most halfway through what follows `least`."""
-    n = len(steps)
-    last = least + (n - least) // 2
-    scores = {}
-    for d in range(least, max(least, last) + 1):
-        tail = steps[d:]
-        if len(tail) < 2:
+    """The first step at or after `least` that is no slow outlier (SLOW) against the steps after it,
+    at most halfway through what follows `least`."""
+    last = least + (len(steps) - least) // 2
+    d = least
+    while d < last:
+        later = [s / t for s, t in steps[d + 1 :] if t > 0]
+        s, t = steps[d]
+        if not later or t <= 0 or s / t <= SLOW * statistics.median(later):
             break
-        scores[d] = sum(e * e for e in _residuals(tail)) / len(tail) ** 2
-    return min(scores, key=lambda d: (scores[d], d)) if scores else least
+        d += 1
+    return d
+
+
+def trend_t(steps: list[Step]) -> float | None:
+    """Welch's t of the mean tokens per step of the second half against the first (None under 6)."""
+    if len(steps) < 6:
+        return None
+    half = len(steps) // 2
+    a, b = [t for _, t in steps[:half]], [t for _, t in steps[half:]]
+    spread = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
+    diff = statistics.fmean(b) - statistics.fmean(a)
+    if spread == 0:
+        return 0.0 if diff == 0 else math.copysign(math.inf, diff)
+    return diff / spread
+
+
+def cycle(steps: list[Step], least: int) -> int | None:
+    """The shortest lag of at least `least` steps at which the tokens per step repeat: each of the
+    MATCH or more steps after it within REPEAT of the mean of their counterparts one lag before."""
+    tokens = [t for _, t in steps]
+    mean = statistics.fmean(tokens) if tokens else 0.0
+    if mean <= 0 or max(tokens) - min(tokens) <= REPEAT * mean:
+        return None  # the same tokens every step (packed): no cycle to cover
+    for lag in range(max(2, least), len(tokens) - MATCH + 1):
+        pairs = list(zip(tokens, tokens[lag:]))
+        if statistics.fmean(abs(x - y) for x, y in pairs) <= REPEAT * mean:
+            return lag
+    return None
 
 
 def window(steps: list[Step], rule: Rule) -> Window:
     """The window the steps reported so far give (settled or not)."""
     start = warmup_cut(steps, rule.warmup) if len(steps) > rule.warmup + rule.measure else rule.warmup
     start = min(start, max(rule.warmup, len(steps) - rule.measure))
+    period = cycle(steps[start:], rule.measure)
+    if period is not None:
+        return _cycles(steps, start, period, rule)
     measured = steps[start:]
-    width, drift = half_width_pct(measured), drift_pct(measured)
+    width, drift, trend = half_width_pct(measured), drift_pct(measured), trend_t(measured)
     settled = (
         len(measured) >= rule.measure
         and width is not None
         and width <= rule.half_width_pct
         and drift is not None
         and abs(drift) <= 2 * rule.half_width_pct
+        and (trend is None or abs(trend) <= TREND)
     )
-    return Window(start, len(steps), rate(measured), width, drift, settled)
+    return Window(start, len(steps), rate(measured), width, drift, settled, None, trend)
+
+
+def _cycles(steps: list[Step], start: int, period: int, rule: Rule) -> Window:
+    """Whole cycles of the data order: the first pass over them is warm-up (every shape is new there:
+    the allocator, the kernels' choices), so with two or more the first is left out; settled then."""
+    whole = (len(steps) - start) // period
+    first = start + period if whole >= 2 else start
+    end = first + period * ((len(steps) - first) // period)
+    measured = steps[first:end]
+    settled = whole >= 2 and len(measured) >= rule.measure
+    return Window(first, end, rate(measured), None, drift_pct(measured), settled, period, None)
 
 
 def decide(steps: list[Step], rule: Rule) -> Window | None:
@@ -139,9 +195,21 @@ def decide(steps: list[Step], rule: Rule) -> Window | None:
 def said(w: Window, rule: Rule) -> str:
     """One line of how the window was measured ("settled" or why not)."""
     width = f"+-{w.half_width_pct:.1f}%" if w.half_width_pct is not None else "no interval"
+    if w.cycle is not None:
+        width = f"{w.n // w.cycle} cycle(s)"
     head = f"{w.n} steps after {w.start} of warm-up, {w.tokens_per_s:,.0f} tokens/s ({width}"
-    if w.drift_pct is not None:
+    if w.cycle is not None:
+        head += f", whole cycles of {w.cycle} steps of the data order"
+        if not w.settled:
+            return head + (
+                f"): only the first pass over the cycle (every shape new); command.max_steps "
+                f"{w.start + 2 * w.cycle} or more measures a second"
+            )
+    elif w.drift_pct is not None:
         head += f", halves {w.drift_pct:+.1f}%"
     if w.settled:
         return head + ")"
-    return head + f"): not settled to +-{rule.half_width_pct:g}% within {rule.max_steps} steps"
+    why = f"not settled to +-{rule.half_width_pct:g}% within {rule.max_steps} steps"
+    if w.cycle is None and w.trend_t is not None and abs(w.trend_t) > TREND:
+        why += " (its tokens per step still trend: a data order longer than the window; raise command.max_steps)"
+    return head + f"): {why}"
