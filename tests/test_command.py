@@ -128,12 +128,16 @@ def test_command_log_pattern_measures_a_job_that_prints_its_throughput(tmp_path:
     assert rec["metrics"]["tokens_per_s_per_gpu"] == pytest.approx(1000)
 
 
-def test_command_steps_of_different_tokens_report_the_median_of_their_rates(tmp_path: Path) -> None:
-    """Steps of 10, 10, 10 and 50 tokens at 250 tokens/s each: the mean tokens over the median step would say
-    500; the median of the steps' rates says 250."""
-    rec = _records(_search(_yaml(tmp_path, {"args": ["--mode", "vary"]}), tmp_path, trials=1))[0]
+def test_command_figure_is_what_the_job_delivers_known_by_construction(tmp_path: Path) -> None:
+    """Steps of 10, 10, 10 and 50 tokens, each 20 ms plus 2 ms a token: the job delivers 80 tokens in 0.24 s,
+    333 tokens/s; the median of the steps' rates would say 250 (0.75x), the mean tokens over the median step
+    500 (1.5x). The figure is all tokens over all time."""
+    rec = _records(_search(_yaml(tmp_path, {"args": ["--mode", "fixed"]}), tmp_path, trials=1))[0]
     assert rec["status"] == "ok", rec["reason"]
-    assert rec["metrics"]["tokens_per_s_per_gpu"] == pytest.approx(250, rel=0.25)
+    assert rec["metrics"]["tokens_per_s_per_gpu"] == pytest.approx(80 / 0.24, rel=0.12)
+    window = rec["metrics"]["window"]
+    assert window["measured_steps"] >= 4 and window["tokens_per_s"] == rec["metrics"]["tokens_per_s_per_gpu"]
+    assert "steps after" in window["said"]
 
 
 def test_command_kill_9_of_autotune_leaves_no_process_of_the_job(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from autotune.workloads.timing import Timing
 POLL_S = 0.1
 TERM_GRACE_S = 10.0  # after SIGTERM, before SIGKILL
 REPORT_FILE, STOP_FILE = "steps.jsonl", "stop"
-RECOMPILING_STEPS = 3  # measured steps that compiled new graphs: the job keeps recompiling
+RECOMPILING_STEPS = 3  # steps after the first that compiled new graphs: the job keeps recompiling
 
 
 @dataclass
@@ -174,9 +174,12 @@ class Command(Workload):
                 watch.steps, watch.done = self._steps(output)
                 watch.stop = "exited by itself" if asked_at is not None else ""
                 return watch
-            if asked_at is not None and time.monotonic() - asked_at > grace:
+            late = asked_at is not None and time.time() - t0 > self.deadline_s  # the steps are kept
+            if asked_at is not None and (time.monotonic() - asked_at > grace or late):
                 _end_group(proc, TERM_GRACE_S)
-                watch.stop = f"ignored the stop request: its process group was ended {grace:.0f} s after"
+                after = "at the trial's limit" if late else f"{grace:.0f} s after"
+                watch.stop = f"ignored the stop request: its process group was ended {after}"
+                watch.steps, watch.done = self._steps(output)
                 return watch
             time.sleep(POLL_S)
 
@@ -189,7 +192,7 @@ class Command(Workload):
             return self._no_first_step(output)
         if elapsed > self.deadline_s:
             return self._timed_out(watch)
-        if (recompiling := _recompiling(watch.steps, self.rule.warmup)) is not None:
+        if (recompiling := _recompiling(watch.steps)) is not None:
             return recompiling
         if self._pruned(watch.steps):
             return "pruned"
@@ -297,17 +300,18 @@ def _at_tokens(steps: list[dict[str, Any]], tokens: float) -> list[float]:
     return [s["s"] * tokens / s["tokens"] if s["tokens"] else s["s"] for s in steps]
 
 
-def _recompiling(steps: list[dict[str, Any]], warmup: int) -> str | None:
-    """Why the job should stop, when RECOMPILING_STEPS steps past the warm-up compiled new graphs."""
+def _recompiling(steps: list[dict[str, Any]]) -> str | None:
+    """Why the job should stop, when RECOMPILING_STEPS steps after the first compiled new graphs (the
+    first compiles the program; a dynamic recompile at the second shape is one more)."""
     graphs = [s.get("graphs") for s in steps]
     compiled = [
-        i for i in range(max(1, warmup), len(graphs))
+        i for i in range(1, len(graphs))
         if graphs[i] is not None and graphs[i - 1] is not None and graphs[i] > graphs[i - 1]
     ]
     if len(compiled) < RECOMPILING_STEPS:
         return None
     return (
-        f"recompiling: {len(compiled)} steps past the warm-up compiled new graphs ({graphs[-1]} in all), "
+        f"recompiling: {len(compiled)} steps after the first compiled new graphs ({graphs[-1]} in all), "
         "as torch.compile does for each new sequence length; pad to a multiple (e.g. pad_to_multiple_of) "
         "or a fixed length, mark the length dynamic, or leave compile off"
     )

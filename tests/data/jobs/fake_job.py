@@ -2,7 +2,12 @@
 
 --mode normal: reports steps and stops when told; ignore_stop: reports, then keeps running; silent: exits 0
 having reported nothing; early: exits 0 after 2 steps; oom: prints CUDA's out-of-memory error and exits 1;
-hang: reports one step, then sleeps; vary: steps of 10 tokens and every fourth of 50, each 4 ms a token; log: prints torchtitan-like throughput lines instead of reporting.
+hang: reports one step, then sleeps; vary: steps of 10 tokens and every fourth of 50, each 4 ms a token;
+fixed: the same tokens, each step 20 ms plus 2 ms a token (its delivered rate known by construction);
+slow: steps of 1.5 s and 10 or 50 tokens (never settled); recompile: a torch.compile'd function (backend eager) called at a new shape every step;
+log: prints torchtitan-like throughput lines instead of reporting; logsci: the same in scientific notation;
+logavg: prints the HF Trainer's average since the start; logcount: prints a running count of tokens;
+lognone: prints lines that never match.
 """
 
 from __future__ import annotations
@@ -33,7 +38,32 @@ if a.mode == "oom":
 if a.mode == "silent":
     raise SystemExit(0)
 speed = 2.0 if a.optim == "sgd" else 1.0
+if a.mode == "recompile":
+    import torch
+
+    twice = torch.compile(lambda x: x * 2, backend="eager", dynamic=False)
 for i in range(1000):
+    if a.mode == "recompile":
+        twice(torch.ones(i + 1))
+        if reporting.step(tokens=10):
+            break
+        continue
+    if a.mode in ("fixed", "slow"):
+        n = 50 if (i % 4 == 3 if a.mode == "fixed" else (i * 7919) % 3 == 0) else 10
+        time.sleep(1.5 if a.mode == "slow" else 0.02 + 0.002 * n)
+        if reporting.step(tokens=n):
+            break
+        continue
+    if a.mode.startswith("log") and a.mode != "log":
+        time.sleep(0.05)
+        text = {
+            "logsci": f"step {i} | tps: {2.2e3:.1e}",
+            "logavg": f"{{'loss': 1.0, 'train_samples_per_second': {23.3 + i}}}",
+            "logcount": f"step {i} | tokens seen: {(i + 1) * 100}",
+            "lognone": f"step {i} | loss 1.0 | speed {1000 + i} it/s",
+        }[a.mode]
+        print(text, flush=True)
+        continue
     if a.mode == "vary":
         n = 50 if i % 4 == 3 else 10
         time.sleep(0.004 * n)
