@@ -1,17 +1,20 @@
 """A command study's knob values rendered into the user's command: flags, environment variables, and
 overrides of a config file the command reads (YAML, TOML or JSON, by dotted key).
 
-One function renders (`render`): the trial that launches the command and `autotune export` both call it, so
-the exported command line is the one the trial ran. Each knob's mapping (config.KnobMapping, as a dict here):
+One function renders (`render`): the trial that launches the command and `autotune export` both call
+it, so the exported command line is the one the trial ran. Each knob's mapping (config.KnobMapping,
+as a dict here):
 
 - `flag: --per_device_train_batch_size`: the arguments `[flag, value]` (a bool as true/false);
 - `env: MY_VAR`: the variable set to the value;
-- `key: training.local_batch_size`: the dotted key of `command.config_file` set to the value (typed);
-- `map: {bf16: [--bf16, "true"], fp32: []}`: what each value renders as instead (a flag's arguments, an
-  environment variable's text, a key's value; null or [] renders nothing).
+- `key: training.local_batch_size`: the dotted key of `command.config_file` set to the value
+  (typed);
+- `map: {bf16: [--bf16, "true"], fp32: []}`: what each value renders as instead (a flag's arguments,
+  an environment variable's text, a key's value; null or [] renders nothing).
 
-A knob whose value is None (it cannot act in this trial) renders nothing. `{run_dir}` in argv or env is the
-trial's folder, `{config}` the rendered config file's path and `{python}` the Python that runs autotune.
+A knob whose value is None (it cannot act in this trial) renders nothing. `{run_dir}` in argv or env
+is the trial's folder, `{config}` the rendered config file's path and `{python}` the Python that
+runs autotune.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ CONFIG_FORMATS = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "to
 
 @dataclass
 class Rendered:
-    """The command of one trial: arguments, environment additions, working directory, the config file."""
+    """The command of one trial: arguments, environment additions, working directory, the config
+    file."""
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
@@ -43,7 +47,8 @@ def text_of(value: Any) -> str:
 
 
 def _mapped(mapping: dict[str, Any], value: Any) -> tuple[bool, Any]:
-    """(found, rendered) of `value` in the mapping's map (keys compared as text: YAML keys are strings)."""
+    """(found, rendered) of `value` in the mapping's map (keys compared as text: YAML keys are
+    strings)."""
     table = mapping.get("map") or {}
     for key, out in table.items():
         if text_of(key) == text_of(value):
@@ -76,8 +81,9 @@ def key_value(mapping: dict[str, Any], value: Any) -> tuple[bool, Any]:
 
 
 def render(command: dict[str, Any], knobs: dict[str, Any], run_dir: Path | None, base_dir: Path) -> Rendered:
-    """The trial's command (config.CommandConfig as a dict) with these knob values; the rendered config file
-    is written into run_dir (no file is written when run_dir is None: the overrides are returned)."""
+    """The trial's command (config.CommandConfig as a dict) with these knob values; the rendered
+    config file is written into run_dir (no file is written when run_dir is None: the overrides are
+    returned)."""
     argv, env, overrides = list(command["argv"]), dict(command.get("env") or {}), {}
     env.update(lightning_env(command, knobs))
     for name, mapping in (command.get("knobs") or {}).items():
@@ -108,7 +114,8 @@ def render(command: dict[str, Any], knobs: dict[str, Any], run_dir: Path | None,
 
 
 # measure lightning: autotune's knobs without a mapping reach the Trainer through Lightning's own
-# environment defaults (PL_TRAINER_<ARG>, read by Trainer.__init__ for an argument the script does not pass)
+# environment defaults (PL_TRAINER_<ARG>, read by Trainer.__init__ for an argument the script does
+# not pass)
 LIGHTNING_ENV = {
     "precision": ("PL_TRAINER_PRECISION", {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}),
     "grad_accum_steps": ("PL_TRAINER_ACCUMULATE_GRAD_BATCHES", None),
@@ -128,8 +135,10 @@ def lightning_env(command: dict[str, Any], knobs: dict[str, Any]) -> dict[str, s
 
 
 def measure_env(measure: str, env: dict[str, str]) -> dict[str, str]:
-    """measure hf / lightning: the job starts with autotune's callback added (callbacks/launch.py), by
-    a sitecustomize first on its PYTHONPATH; autotune's own folder follows it (a source checkout)."""
+    """measure hf / lightning: the job starts with autotune's callback added (callbacks/launch.py),
+    by a sitecustomize first on its PYTHONPATH; autotune's own folder follows it (a source
+    checkout).
+    """
     if measure not in ("hf", "lightning"):
         return {}
     from autotune.callbacks import launch
@@ -167,7 +176,8 @@ def read_config(path: Path) -> dict[str, Any]:
 
 
 def set_key(doc: dict[str, Any], dotted: str, value: Any) -> None:
-    """doc[a][b][c] = value for "a.b.c"; a missing table is made, a non-table on the way is an error."""
+    """doc[a][b][c] = value for "a.b.c"; a missing table is made, a non-table on the way is an
+    error."""
     *parents, last = dotted.split(".")
     node = doc
     for i, part in enumerate(parents):
@@ -198,7 +208,8 @@ def dumps(doc: dict[str, Any], suffix: str) -> str:
 
 
 def write_config(source: Path, dest: Path, overrides: dict[str, Any]) -> None:
-    """The user's config with the trial's overrides, written beside the trial (the source is never changed)."""
+    """The user's config with the trial's overrides, written beside the trial (the source is never
+    changed)."""
     doc = apply_overrides(read_config(source), overrides)
     from autotune import atomic
 

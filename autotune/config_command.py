@@ -1,5 +1,5 @@
-"""The command section of the YAML (task command): your own training command, how each knob is rendered into
-it (command_render.py), and how its steps are measured."""
+"""The command section of the YAML (task command): your own training command, how each knob is
+rendered into it (command_render.py), and how its steps are measured."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class KnobMapping(_Section):
-    """How one knob reaches the command: exactly one of flag, env or key; `map` renders chosen values
-    otherwise. A knob of your own (not one of autotune's) lists its `values` here."""
+    """How one knob reaches the command: exactly one of flag, env or key; `map` renders chosen
+    values otherwise. A knob of your own (not one of autotune's) lists its `values` here."""
 
     flag: Optional[str] = Field(default=None, description="A command-line flag: the trial passes `FLAG VALUE`.")
     env: Optional[str] = Field(default=None, description="An environment variable set to the value.")
@@ -56,7 +56,8 @@ class KnobMapping(_Section):
 
 
 class CommandConfig(_Section):
-    """task command: the study's unit is your own training command, launched once a trial with its knob values."""
+    """task command: the study's unit is your own training command, launched once a trial with its
+    knob values."""
 
     argv: list[str] = Field(
         min_length=1,
@@ -151,7 +152,8 @@ class CommandConfig(_Section):
 
 
 def _check_files(cmd: CommandConfig, base_dir: Path) -> None:
-    """The working directory exists; the config file reads, and each key mapping can be set in it."""
+    """The working directory exists; the config file reads, and each key mapping can be set in
+    it."""
     from autotune.command_render import read_config, set_key
 
     if not (base_dir / (cmd.cwd or ".")).is_dir():

@@ -1,10 +1,12 @@
-"""A trial's record: one typed, versioned class, written by the runner and read back by every reader (the loop,
-history, predict, confirm, best, warm start, replay, report, views and check), and the metric names, declared once.
+"""A trial's record: one typed, versioned class, written by the runner and read back by every reader
+(the loop, history, predict, confirm, best, warm start, replay, report, views and check), and the
+metric names, declared once.
 
-A record is stored as the Optuna trial's user attributes (`to_attrs`), as optuna's FrozenTrial keeps its own.
-`from_attrs` reads any version: a record written before records were versioned (schema 1, no `schema` key) is
-the same layout, read as it is; its knobs lack those added since, which `history.key` and the readers take
-at their defaults (identity.py). A record of a newer schema than this release knows is refused (RecordError).
+A record is stored as the Optuna trial's user attributes (`to_attrs`), as optuna's FrozenTrial keeps
+its own. `from_attrs` reads any version: a record written before records were versioned (schema 1,
+no `schema` key) is the same layout, read as it is; its knobs lack those added since, which
+`history.key` and the readers take at their defaults (identity.py). A record of a newer schema than
+this release knows is refused (RecordError).
 """
 
 from __future__ import annotations
@@ -44,9 +46,10 @@ class RecordError(ValueError):
 
 @dataclass
 class TrialRecord:
-    """What one trial measured or why it did not: its knobs, status, metrics, raw samples, what it applied,
-    where it ran. `extra` keeps the attributes the study itself sets on a trial (claimed, worker, heartbeat,
-    gpu, overlapped_with, duplicate_of, warm_start, failed_rank, ...), written and read back as they are."""
+    """What one trial measured or why it did not: its knobs, status, metrics, raw samples, what it
+    applied, where it ran. `extra` keeps the attributes the study itself sets on a trial (claimed,
+    worker, heartbeat, gpu, overlapped_with, duplicate_of, warm_start, failed_rank, ...), written
+    and read back as they are."""
 
     number: int
     knobs: dict[str, Any]
@@ -83,7 +86,8 @@ class TrialRecord:
         return list((self.raw or {}).get("step_times_s") or [])
 
     def to_attrs(self) -> dict[str, Any]:
-        """The user attributes stored for this record (number is the trial's own; None fields are left out)."""
+        """The user attributes stored for this record (number is the trial's own; None fields are
+        left out)."""
         attrs = {k: v for k, v in asdict(self).items() if k not in ("number", "extra") and v is not None}
         return {**self.extra, **attrs}
 

@@ -1,10 +1,11 @@
-"""Report your own training job's optimizer steps to autotune (task: command). Standard library only.
+"""Report your own training job's optimizer steps to autotune (task: command). Standard library
+only.
 
-A job that autotune launches as a trial finds these environment variables: AUTOTUNE_REPORT (the file the
-trial reads), AUTOTUNE_STEPS ("WARMUP,MEASURE": the steps it needs at least), AUTOTUNE_MAX_STEPS (the most it
-asks for), AUTOTUNE_STOP (a file that appears once the trial has what it needs: its window settled, or the
-search pruned it) and AUTOTUNE_KNOBS (the trial's knob values as JSON). Outside autotune none is set and every
-call here does nothing, so the job runs as before.
+A job that autotune launches as a trial finds these environment variables: AUTOTUNE_REPORT (the file
+the trial reads), AUTOTUNE_STEPS ("WARMUP,MEASURE": the steps it needs at least), AUTOTUNE_MAX_STEPS
+(the most it asks for), AUTOTUNE_STOP (a file that appears once the trial has what it needs: its
+window settled, or the search pruned it) and AUTOTUNE_KNOBS (the trial's knob values as JSON).
+Outside autotune none is set and every call here does nothing, so the job runs as before.
 
     from autotune import reporting
 
@@ -13,12 +14,13 @@ call here does nothing, so the job runs as before.
         if reporting.step(tokens=int(batch["attention_mask"].sum())):
             break                             # autotune has its steps: stop training
 
-`step` marks the end of an optimizer step: it waits for the device (torch.cuda.synchronize, when the job has
-imported torch and initialised CUDA) so that a step is what the GPU did, and times it from the previous
-step's end, and writes it at once (the trial sees every step as it ends, and may stop the job). With each
-step goes the number of graphs torch.compile has made so far (Dynamo's counter, when the job imported it): a
-job that recompiles for every new shape is found out while it runs. `tokens` are the step's real tokens (padding excluded: you pay for padding, and autotune shows
-it); `padded_tokens` the tokens the step computed on, padding included. The HF Trainer and Lightning
+`step` marks the end of an optimizer step: it waits for the device (torch.cuda.synchronize, when the
+job has imported torch and initialised CUDA) so that a step is what the GPU did, and times it from
+the previous step's end, and writes it at once (the trial sees every step as it ends, and may stop
+the job). With each step goes the number of graphs torch.compile has made so far (Dynamo's counter,
+when the job imported it): a job that recompiles for every new shape is found out while it runs.
+`tokens` are the step's real tokens (padding excluded: you pay for padding, and autotune shows it);
+`padded_tokens` the tokens the step computed on, padding included. The HF Trainer and Lightning
 callbacks (autotune.callbacks) time steps with CUDA events instead and call `record`.
 """
 
@@ -36,14 +38,16 @@ ENV_STOP, ENV_MAX_STEPS = "AUTOTUNE_STOP", "AUTOTUNE_MAX_STEPS"
 
 
 def device_sync() -> None:
-    """Wait for the GPU when the job uses one (torch imported by the job and CUDA initialised); no import here."""
+    """Wait for the GPU when the job uses one (torch imported by the job and CUDA initialised); no
+    import here."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
 
 
 def graphs() -> int | None:
-    """Graphs torch.compile has compiled in this process so far (Dynamo's counters; None: never imported)."""
+    """Graphs torch.compile has compiled in this process so far (Dynamo's counters; None: never
+    imported)."""
     utils = sys.modules.get("torch._dynamo.utils")
     if utils is None:
         return None
@@ -51,14 +55,16 @@ def graphs() -> int | None:
 
 
 def knobs() -> dict[str, Any]:
-    """The trial's knob values (AUTOTUNE_KNOBS), for a job that reads them itself; {} outside autotune."""
+    """The trial's knob values (AUTOTUNE_KNOBS), for a job that reads them itself; {} outside
+    autotune."""
     return json.loads(os.environ.get(ENV_KNOBS) or "{}")
 
 
 class Reporter:
-    """The steps of one job: each step's seconds and tokens, one JSON line each, appended to AUTOTUNE_REPORT.
-    `active` is False outside autotune (no file named): then nothing is written and no step stops the job.
-    The job is done once the stop file exists or it gave `most` steps; without a stop file, at `needed`."""
+    """The steps of one job: each step's seconds and tokens, one JSON line each, appended to
+    AUTOTUNE_REPORT. `active` is False outside autotune (no file named): then nothing is written and
+    no step stops the job. The job is done once the stop file exists or it gave `most` steps;
+    without a stop file, at `needed`."""
 
     def __init__(
         self,
@@ -88,7 +94,8 @@ class Reporter:
         return bool(self.path)
 
     def done(self) -> bool:
-        """autotune has every step it needs (its stop file, or the most steps it asks): stop training."""
+        """autotune has every step it needs (its stop file, or the most steps it asks): stop
+        training."""
         if not self.active:
             return False
         return self.count >= self.most or bool(self.stop and os.path.exists(self.stop))
@@ -99,7 +106,8 @@ class Reporter:
         self.last = time.perf_counter()
 
     def step(self, tokens: int, padded_tokens: int | None = None) -> bool:
-        """An optimizer step has ended: synchronise, time it from the previous end, write it. True: stop now."""
+        """An optimizer step has ended: synchronise, time it from the previous end, write it. True:
+        stop now."""
         if not self.active:
             return False
         self.sync()
@@ -123,7 +131,8 @@ class Reporter:
         return done
 
     def close(self) -> None:
-        """The job's last line: its peak memory (written once, when it stops or its training ends)."""
+        """The job's last line: its peak memory (written once, when it stops or its training
+        ends)."""
         if self.active and not self.closed:
             self.closed = True
             self._write({"done": True, **_memory()})
@@ -135,7 +144,8 @@ class Reporter:
 
 
 def _memory() -> dict[str, Any]:
-    """The job's peak GPU memory, when it has torch with CUDA initialised (else nothing: the trial says so)."""
+    """The job's peak GPU memory, when it has torch with CUDA initialised (else nothing: the trial
+    says so)."""
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return {}
@@ -158,7 +168,8 @@ def reporter() -> Reporter:
 
 
 def step(tokens: int, padded_tokens: int | None = None) -> bool:
-    """An optimizer step has ended (see Reporter.step). True: autotune has its steps, stop training."""
+    """An optimizer step has ended (see Reporter.step). True: autotune has its steps, stop
+    training."""
     return reporter().step(tokens, padded_tokens)
 
 

@@ -1,10 +1,12 @@
-"""Issue 35: the chosen configuration of a command study run as a long job, its own count against the study.
+"""Issue 35: the chosen configuration of a command study run as a long job, its own count against
+the study.
 
-Reads the study's best.yaml (the chosen trial and its figure: the confirmed median), takes the command that
-trial ran (runs/NNNN/spec.json: argv, env and folder as rendered), sets its step limit to --steps, asks the
-job for its own count after --after steps (examples/hf_trainer/train.py --own_count_after), runs it with
-autotune's callback reporting every step but never stopping it, and prints one JSON line: the job's own
-tokens/s, the study's figure, their ratio; the report file and the log are left in --out for job_truth.py.
+Reads the study's best.yaml (the chosen trial and its figure: the confirmed median), takes the
+command that trial ran (runs/NNNN/spec.json: argv, env and folder as rendered), sets its step limit
+to --steps, asks the job for its own count after --after steps (examples/hf_trainer/train.py
+--own_count_after), runs it with autotune's callback reporting every step but never stopping it, and
+prints one JSON line: the job's own tokens/s, the study's figure, their ratio; the report file and
+the log are left in --out for job_truth.py.
 
     python benchmarks/chosen_long_run.py trials/hf-padded-llama-1.1b --steps 200 --after 10 --out DIR
 """
@@ -20,8 +22,12 @@ from pathlib import Path
 import yaml
 
 
-def command_of(study: Path, trial: int, steps: int, after: int) -> tuple[list[str], dict[str, str], str]:
-    rendered = json.loads((study / "runs" / f"{trial:04d}" / "spec.json").read_text())["params"]["rendered"]
+def command_of(
+    study: Path, trial: int, steps: int, after: int
+) -> tuple[list[str], dict[str, str], str]:
+    rendered = json.loads((study / "runs" / f"{trial:04d}" / "spec.json").read_text())["params"][
+        "rendered"
+    ]
     argv = list(rendered["argv"])
     argv[argv.index("--max_steps") + 1] = str(steps)
     return [*argv, "--own_count_after", str(after)], rendered["env"], rendered["cwd"]
@@ -42,8 +48,12 @@ def main() -> None:
     report.unlink(missing_ok=True)
     extra = {"AUTOTUNE_REPORT": str(report), "AUTOTUNE_STEPS": "0,1000000"}
     with log.open("w") as f:
-        subprocess.run(argv, cwd=cwd, env={**os.environ, **env, **extra}, stdout=f, stderr=subprocess.STDOUT)
-    own = next(json.loads(line[4:]) for line in log.read_text().splitlines() if line.startswith("own:"))
+        subprocess.run(
+            argv, cwd=cwd, env={**os.environ, **env, **extra}, stdout=f, stderr=subprocess.STDOUT
+        )
+    own = next(
+        json.loads(line[4:]) for line in log.read_text().splitlines() if line.startswith("own:")
+    )
     row = {"trial": trial, "knobs": best["knobs"], "study_figure": figure, "own": own}
     row["study_vs_own"] = figure / own["tokens_per_s"]
     print(json.dumps(row))

@@ -1,11 +1,11 @@
 """Issue 35: a command trial's figure against the job's own long run, from one run of the job.
 
-The job (examples/hf_trainer/train.py --own_count_after N) trains its full length with autotune's callback
-reporting every step (AUTOTUNE_REPORT set, no stop file: it never stops) and prints its own count, `own:`
-(real tokens over wall time from step N on, from its batches and the host clock). Here the trial's rule
-(autotune/workloads/window.py, the code a trial runs) is applied to the steps as they came, step by step,
-to where a trial would have stopped: its figure against the job's own, beside the old figure (the median
-of the steps' rates, which issue 35 found 1.44x the job's count).
+The job (examples/hf_trainer/train.py --own_count_after N) trains its full length with autotune's
+callback reporting every step (AUTOTUNE_REPORT set, no stop file: it never stops) and prints its own
+count, `own:` (real tokens over wall time from step N on, from its batches and the host clock). Here
+the trial's rule (autotune/workloads/window.py, the code a trial runs) is applied to the steps as
+they came, step by step, to where a trial would have stopped: its figure against the job's own,
+beside the old figure (the median of the steps' rates, which issue 35 found 1.44x the job's count).
 
     python benchmarks/job_truth.py REPORT.jsonl JOB.log --warmup 3 --measure 8 --max-steps 60 [--label L]
 """
@@ -32,10 +32,16 @@ def main() -> None:
     p.add_argument("--label", default="")
     a = p.parse_args()
     steps, _ = read_report(Path(a.report))
-    own = next(json.loads(line[4:]) for line in Path(a.log).read_text().splitlines() if line.startswith("own:"))
+    own = next(
+        json.loads(line[4:])
+        for line in Path(a.log).read_text().splitlines()
+        if line.startswith("own:")
+    )
     pairs = [(float(s["s"]), float(s["tokens"])) for s in steps]
     rule = windows.Rule(a.warmup, a.measure, a.max_steps, a.half_width)
-    chosen = next((w for n in range(1, len(pairs) + 1) if (w := windows.decide(pairs[:n], rule))), None)
+    chosen = next(
+        (w for n in range(1, len(pairs) + 1) if (w := windows.decide(pairs[:n], rule))), None
+    )
     timed = pairs[a.warmup : a.warmup + a.measure]
     median_rate = statistics.median(t / s for s, t in timed)
     row = {

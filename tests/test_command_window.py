@@ -1,6 +1,7 @@
-"""task command, issue 35: the window a trial measures (workloads/window.py) on series known by construction,
-and the user's job measured as it runs: steps streamed, nothing reported thrown away, recompiling found out,
-the log read right, an unmodified HF Trainer script measured by autotune's own callback."""
+"""task command, issue 35: the window a trial measures (workloads/window.py) on series known by
+construction, and the user's job measured as it runs: steps streamed, nothing reported thrown away,
+recompiling found out, the log read right, an unmodified HF Trainer script measured by autotune's
+own callback."""
 
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ def test_window_figure_is_tokens_over_time_not_a_median_of_rates() -> None:
     steps = _steps([0.02 + 0.002 * t for t in tokens], tokens)
     w = windows.window(steps, windows.Rule(2, 8, 60))
     measured = steps[w.start : w.end]
-    assert w.tokens_per_s == pytest.approx(sum(t for _, t in measured) / sum(s for s, _ in measured))
+    assert w.tokens_per_s == pytest.approx(
+        sum(t for _, t in measured) / sum(s for s, _ in measured)
+    )
     assert w.tokens_per_s > 1.2 * sorted(t / s for s, t in measured)[len(measured) // 2]
 
 
@@ -46,12 +49,14 @@ def test_window_settles_on_steady_steps_and_not_on_noisy_ones() -> None:
     noisy = _steps([rng.uniform(0.2, 2.0) for _ in range(20)], [1000.0] * 20)
     assert windows.decide(noisy, windows.Rule(3, 8, 60)) is None  # +-3% needs more steps than these
     w = windows.decide(noisy, windows.Rule(3, 8, 20))  # at max_steps: measured, and not settled
-    assert w is not None and not w.settled and "not settled" in windows.said(w, windows.Rule(3, 8, 20))
+    assert (
+        w is not None and not w.settled and "not settled" in windows.said(w, windows.Rule(3, 8, 20))
+    )
 
 
 def _grouped(cycles: int, period: int = 12, first_slow: float = 1.1) -> list[windows.Step]:
-    """A length-grouped order: each cycle's batches longest first, short batches slower per token; the first
-    pass `first_slow` times slower (every shape new)."""
+    """A length-grouped order: each cycle's batches longest first, short batches slower per token;
+    the first pass `first_slow` times slower (every shape new)."""
     steps = []
     for c in range(cycles):
         for i in range(period):
@@ -89,8 +94,8 @@ def test_window_packed_steps_need_no_cycle() -> None:
 
 
 def test_command_steps_are_seen_as_they_end(tmp_path: Path) -> None:
-    """The job reports each step at once: the trial stops it when its window settles, long before the most
-    steps it may ask for, and the record says how the window was measured."""
+    """The job reports each step at once: the trial stops it when its window settles, long before
+    the most steps it may ask for, and the record says how the window was measured."""
     path = _yaml(tmp_path, {"args": [], "max_steps": 400})
     rec = _records(_search(path, tmp_path, trials=1))[0]
     assert rec["status"] == "ok", rec["reason"]
@@ -104,14 +109,18 @@ def test_command_trial_at_its_limit_keeps_the_steps_it_reported(tmp_path: Path) 
 
     cfg = load_config(_yaml(tmp_path, {"args": ["--mode", "slow"]}))
     cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"trial_timeout_min": 0.45})})
-    rec = _records(run_search(cfg, out_root=tmp_path / "trials", device="cpu", trials=1))[0]  # 12 s for the job
+    rec = _records(run_search(cfg, out_root=tmp_path / "trials", device="cpu", trials=1))[
+        0
+    ]  # 12 s for the job
     assert rec["status"] == "pruned", rec["reason"]
     assert rec["reason"].startswith("timeout after") and "tokens/s" in rec["reason"]
     assert "study.trial_timeout_min" in rec["reason"]
     assert 10 / 1.5 <= rec["metrics"]["tokens_per_s_per_gpu"] <= 50 / 1.5
 
 
-def test_command_job_that_gave_its_steps_and_ignores_the_stop_past_the_limit_is_measured(tmp_path: Path) -> None:
+def test_command_job_that_gave_its_steps_and_ignores_the_stop_past_the_limit_is_measured(
+    tmp_path: Path,
+) -> None:
     path = _yaml(tmp_path, {"args": ["--mode", "ignore_stop"], "stop_grace_s": 3600})
     rec = _records(_search(path, tmp_path, trials=1))[0]
     assert rec["status"] == "ok", rec["reason"]
@@ -129,11 +138,17 @@ def test_command_job_that_keeps_recompiling_is_stopped_with_the_remedy(tmp_path:
 @pytest.mark.parametrize(
     "mode,pattern,expected",
     [
-        ("logsci", r"tps: (?P<tokens_per_s>[0-9,.]+)", 2200.0),  # the README's old pattern: 2.2e+03 read whole
+        (
+            "logsci",
+            r"tps: (?P<tokens_per_s>[0-9,.]+)",
+            2200.0,
+        ),  # the README's old pattern: 2.2e+03 read whole
         ("logcount", r"tokens seen: (?P<tokens_total>\d+)", 2000.0),  # a running count, differenced
     ],
 )
-def test_command_log_reads_exponents_and_running_counts(tmp_path: Path, mode: str, pattern: str, expected: float) -> None:
+def test_command_log_reads_exponents_and_running_counts(
+    tmp_path: Path, mode: str, pattern: str, expected: float
+) -> None:
     command = {"args": ["--mode", mode], "measure": "log", "log_pattern": pattern}
     rec = _records(_search(_yaml(tmp_path, command), tmp_path, trials=1))[0]
     assert rec["status"] == "ok", rec["reason"]
@@ -148,9 +163,15 @@ def test_command_log_refuses_an_average_since_the_start(tmp_path: Path) -> None:
     assert "average since the start" in rec["reason"] and "measure: hf" in rec["reason"]
 
 
-def test_command_log_that_never_matches_fails_fast_quoting_the_closest_lines(tmp_path: Path) -> None:
-    command = {"args": ["--mode", "lognone"], "measure": "log", "first_step_s": 3,
-               "log_pattern": r"speed: (?P<tokens_per_s>[0-9.]+) tok/s"}
+def test_command_log_that_never_matches_fails_fast_quoting_the_closest_lines(
+    tmp_path: Path,
+) -> None:
+    command = {
+        "args": ["--mode", "lognone"],
+        "measure": "log",
+        "first_step_s": 3,
+        "log_pattern": r"speed: (?P<tokens_per_s>[0-9.]+) tok/s",
+    }
     rec = _records(_search(_yaml(tmp_path, command), tmp_path, trials=1))[0]
     assert rec["status"] == "crash" and len(rec["reason"].splitlines()) == 1
     assert "no step in 3 s" in rec["reason"] and "speed 10" in rec["reason"]
@@ -166,11 +187,15 @@ def test_command_measure_lightning_renders_the_trainers_own_variables() -> None:
     assert rendered.env["PYTHONPATH"].split(":")[0].endswith("_site")
 
 
-def test_command_measure_lightning_refuses_a_precision_lightning_has_no_name_for(tmp_path: Path) -> None:
+def test_command_measure_lightning_refuses_a_precision_lightning_has_no_name_for(
+    tmp_path: Path,
+) -> None:
     from autotune.config_load import load_config
     from autotune.errors import ConfigError
 
-    path = _yaml(tmp_path, {"args": [], "measure": "lightning"}, space={"precision": ["bf16", "tf32"]})
+    path = _yaml(
+        tmp_path, {"args": [], "measure": "lightning"}, space={"precision": ["bf16", "tf32"]}
+    )
     with pytest.raises(ConfigError, match="PL_TRAINER_PRECISION"):
         load_config(path)
 
@@ -182,7 +207,11 @@ def test_command_measure_hf_measures_an_unmodified_trainer_script(tmp_path: Path
     doc = yaml.safe_load((ROOT / "search_spaces" / "hf-trainer-tiny.yaml").read_text())
     doc["command"].update(cwd=str(ROOT), measure="hf")
     doc["command"]["env"]["NO_AUTOTUNE_CALLBACK"] = "1"
-    doc["space"] = {"micro_batch_size": [8], "precision": ["fp32"], "activation_checkpointing": ["none"]}
+    doc["space"] = {
+        "micro_batch_size": [8],
+        "precision": ["fp32"],
+        "activation_checkpointing": ["none"],
+    }
     doc["command"]["knobs"]["optim"]["values"] = ["adamw_torch"]
     doc["command"]["knobs"]["sampling"]["values"] = ["random"]
     doc["baseline"] = {}
@@ -195,8 +224,8 @@ def test_command_measure_hf_measures_an_unmodified_trainer_script(tmp_path: Path
 
 
 def test_command_measure_hf_hook_adds_the_callback_once(tmp_path: Path) -> None:
-    """The import hook in a fresh process: a Trainer made by the job gets one AutotuneCallback, also when the
-    job added its own."""
+    """The import hook in a fresh process: a Trainer made by the job gets one AutotuneCallback, also
+    when the job added its own."""
     pytest.importorskip("transformers")
     code = (
         "from autotune.callbacks import launch; launch.install('hf')\n"
@@ -209,17 +238,36 @@ def test_command_measure_hf_hook_adds_the_callback_once(tmp_path: Path) -> None:
         "    t = Trainer(model=model, args=args, callbacks=own)\n"
         "    print(sum(isinstance(c, AutotuneCallback) for c in t.callback_handler.callbacks))\n"
     ) % str(tmp_path)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["1", "1"]
+
+
+def test_command_measure_lightning_hook_adds_the_callback(tmp_path: Path) -> None:
+    pytest.importorskip("lightning")
+    code = (
+        "from autotune.callbacks import launch; launch.install('lightning')\n"
+        "import lightning.pytorch as pl\n"
+        "from autotune.callbacks.lightning import AutotuneCallback\n"
+        "t = pl.Trainer(default_root_dir=%r, accelerator='cpu', logger=False, enable_progress_bar=False)\n"
+        "print(sum(isinstance(c, AutotuneCallback) for c in t.callbacks))\n"
+    ) % str(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "1"
 
 
 def test_staged_command_search_screens_compile_off() -> None:
     from autotune.config_load import load_config
     from autotune.search import stages
     from autotune.space import resolve_space
-    from autotune import tasks
 
     cfg = load_config(ROOT / "benchmarks" / "spaces" / "hf-padded-llama-1.1b.yaml")
-    plan, _ = stages.staging(cfg.study, resolve_space(cfg, "cuda"), 12, tasks.task("command").screen)
+    plan, _ = stages.staging(
+        cfg.study, resolve_space(cfg, "cuda"), 12, "command"
+    )
     assert plan.screen == {"compile": False} and plan.costly == {"compile": ["default"]}

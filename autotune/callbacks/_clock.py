@@ -1,12 +1,14 @@
-"""The step clock both callbacks use: a CUDA event recorded at each step's end on the GPU (time.perf_counter
-on the CPU), each step written as soon as the device has passed its end, without waiting for it.
+"""The step clock both callbacks use: a CUDA event recorded at each step's end on the GPU
+(time.perf_counter on the CPU), each step written as soon as the device has passed its end, without
+waiting for it.
 
-At a step's end the step's token counts (device tensors, from its batches) are copied to the host without
-blocking, and an event is recorded after the copy. At the next step's end (or the one after) the host asks
-each pending event whether the device has reached it (Event.query(), which never waits): those that have
-are written with their counts, read from the host copies, which are complete by then. So the trial sees
-every step within a step or two, its pruner can stop a slow job early, and no synchronisation is added;
-the last steps are read with one synchronisation when the training stops.
+At a step's end the step's token counts (device tensors, from its batches) are copied to the host
+without blocking, and an event is recorded after the copy. At the next step's end (or the one after)
+the host asks each pending event whether the device has reached it (Event.query(), which never
+waits): those that have are written with their counts, read from the host copies, which are complete
+by then. So the trial sees every step within a step or two, its pruner can stop a slow job early,
+and no synchronisation is added; the last steps are read with one synchronisation when the training
+stops.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ def seconds(start: Any, end: Any, cuda: bool) -> float:
 
 
 def _real_on_host(torch: Any, counts: list[TokenCount], cuda: bool) -> Any:
-    """The step's real tokens, summed on the device and copied to the host without waiting (else an int)."""
+    """The step's real tokens, summed on the device and copied to the host without waiting (else an
+    int)."""
     tensors = [r for r, _ in counts if isinstance(r, torch.Tensor)]
     plain = sum(int(r) for r, _ in counts if not isinstance(r, torch.Tensor))
     if not tensors:
@@ -56,7 +59,8 @@ class Steps:
         self.closed = False
 
     def end(self, counts: list[TokenCount]) -> None:
-        """A step has ended (host side): its tokens copied, its mark recorded, finished steps written."""
+        """A step has ended (host side): its tokens copied, its mark recorded, finished steps
+        written."""
         real = _real_on_host(self.torch, counts, self.cuda)
         padded = sum(p for _, p in counts)
         end = mark(self.torch, self.cuda)
@@ -66,13 +70,16 @@ class Steps:
         self.drain(wait=False)
 
     def drain(self, wait: bool) -> None:
-        """Write the pending steps the device has finished (all of them with wait: one synchronisation)."""
+        """Write the pending steps the device has finished (all of them with wait: one
+        synchronisation)."""
         if wait and self.cuda and self.pending:
             self.torch.cuda.synchronize()
         while self.pending and (wait or not self.cuda or self.pending[0][1].query()):
             start, end, real, padded, at, graphs = self.pending.pop(0)
             tokens = int(real[0]) + real[1] if isinstance(real, tuple) else int(real)
-            self.reporter.record(seconds(start, end, self.cuda), tokens, padded, at=at, graphs=graphs)
+            self.reporter.record(
+                seconds(start, end, self.cuda), tokens, padded, at=at, graphs=graphs
+            )
 
     def done(self) -> bool:
         """The trial has what it needs (its stop file, or the most steps it asks for)."""

@@ -1,17 +1,19 @@
-"""autotune's callback for a transformers.Trainer job (task command): every optimizer step timed with CUDA
-events, its real tokens counted, the training stopped once autotune has its steps.
+"""autotune's callback for a transformers.Trainer job (task command): every optimizer step timed
+with CUDA events, its real tokens counted, the training stopped once autotune has its steps.
 
     from autotune.callbacks.hf import AutotuneCallback
     trainer = Trainer(..., callbacks=[AutotuneCallback()])
 
 Outside autotune (no AUTOTUNE_REPORT) it does nothing. Under autotune:
 
-- a step is the time between the ends of two optimizer steps (on_step_end), read from CUDA events recorded
-  there: what the GPU did, the data loading and every host stall between steps included, and no host
-  synchronisation added inside the steps: each step is written once the device has passed its end, a step
-  or two later (callbacks/_clock.py), so autotune sees the steps while the job runs;
-- its tokens are the real tokens of its micro-batches (attention_mask.sum(), else input_ids.numel(): a
-  packed batch has no padding), counted on the device by a forward pre-hook of the model, padding apart;
+- a step is the time between the ends of two optimizer steps (on_step_end), read from CUDA events
+  recorded there: what the GPU did, the data loading and every host stall between steps included,
+  and no host synchronisation added inside the steps: each step is written once the device has
+  passed its end, a step or two later (callbacks/_clock.py), so autotune sees the steps while the
+  job runs;
+- its tokens are the real tokens of its micro-batches (attention_mask.sum(), else input_ids.numel():
+  a packed batch has no padding), counted on the device by a forward pre-hook of the model, padding
+  apart;
 - once autotune has its window (its stop file appears) it asks the Trainer to stop
   (control.should_training_stop); a training that ends earlier reports the steps it ran.
 """
@@ -28,13 +30,15 @@ from autotune.callbacks import _clock
 
 
 def _disable(fn: Any) -> Any:
-    """Keep torch.compile out of the counting hook (it then runs eagerly at the top of the model's forward)."""
+    """Keep torch.compile out of the counting hook (it then runs eagerly at the top of the model's
+    forward)."""
     dynamo = getattr(torch, "_dynamo", None)
     return dynamo.disable(fn) if dynamo is not None else fn
 
 
 class AutotuneCallback(TrainerCallback):
-    """Report each optimizer step's device time and real tokens to autotune as it ends; stop when it says."""
+    """Report each optimizer step's device time and real tokens to autotune as it ends; stop when it
+    says."""
 
     def __init__(self, reporter: reporting.Reporter | None = None) -> None:
         self.reporter = reporter if reporter is not None else reporting.reporter()

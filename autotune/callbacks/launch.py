@@ -1,11 +1,13 @@
-"""command.measure hf / lightning: autotune's callback added to an unmodified HF Trainer or Lightning job.
+"""command.measure hf / lightning: autotune's callback added to an unmodified HF Trainer or
+Lightning job.
 
 The trial puts autotune/callbacks/_site first on the job's PYTHONPATH and names the framework in
-AUTOTUNE_MEASURE. Python imports that folder's sitecustomize at start-up, in every process of the job
-(`python train.py`, `python -m`, torchrun's and accelerate's workers), and it calls `install`: an import
-hook that, once the framework's Trainer module has been imported by the job, wraps Trainer.__init__ so that
-every Trainer the job makes gets an AutotuneCallback (unless it has one: an edited script is not counted
-twice). Nothing is imported before the job imports it, so the job's own start-up is unchanged.
+AUTOTUNE_MEASURE. Python imports that folder's sitecustomize at start-up, in every process of the
+job (`python train.py`, `python -m`, torchrun's and accelerate's workers), and it calls `install`:
+an import hook that, once the framework's Trainer module has been imported by the job, wraps
+Trainer.__init__ so that every Trainer the job makes gets an AutotuneCallback (unless it has one: an
+edited script is not counted twice). Nothing is imported before the job imports it, so the job's own
+start-up is unchanged.
 """
 
 from __future__ import annotations
@@ -70,8 +72,8 @@ class _Loader(importlib.abc.Loader):
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: for the framework's Trainer module, the spec the other finders give, its
-    loader wrapped."""
+    """Finds nothing itself: for the framework's Trainer module, the spec the other finders give,
+    its loader wrapped."""
 
     def __init__(self, framework: str) -> None:
         self.framework, self.target = framework, TRAINERS[framework][0]
@@ -90,7 +92,8 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 def install(framework: str | None = None) -> None:
-    """Add the callback to every Trainer of `framework` (default: AUTOTUNE_MEASURE) the process makes."""
+    """Add the callback to every Trainer of `framework` (default: AUTOTUNE_MEASURE) the process
+    makes."""
     framework = framework or os.environ.get(ENV_MEASURE, "")
     if framework not in TRAINERS:
         return

@@ -1,24 +1,26 @@
-"""autotune's callback for a Lightning job (task command): every optimizer step timed with CUDA events, its
-real tokens counted, the training stopped once autotune has its steps.
+"""autotune's callback for a Lightning job (task command): every optimizer step timed with CUDA
+events, its real tokens counted, the training stopped once autotune has its steps.
 
     from autotune.callbacks.lightning import AutotuneCallback
     trainer = Trainer(..., callbacks=[AutotuneCallback()])
 
 Outside autotune (no AUTOTUNE_REPORT) it does nothing. Under autotune (on global rank 0 only):
 
-- an optimizer step ends at the on_train_batch_end whose trainer.global_step has moved: Lightning calls that
-  hook after the batch's optimizer.step (and after the step's LR schedulers), and with accumulate_grad_batches
-  only every k-th batch (or an epoch's last) moves global_step;
-- a step is the time between the ends of two optimizer steps, read from CUDA events recorded there: what the
-  GPU did, data loading and host stalls included, no synchronisation inside the steps (each step is written
-  once the device has passed its end, a step or two later: callbacks/_clock.py). Validation run inside the
-  steps (val_check_interval) counts in the step after it: keep it out of a tuning run;
+- an optimizer step ends at the on_train_batch_end whose trainer.global_step has moved: Lightning
+  calls that hook after the batch's optimizer.step (and after the step's LR schedulers), and with
+  accumulate_grad_batches only every k-th batch (or an epoch's last) moves global_step;
+- a step is the time between the ends of two optimizer steps, read from CUDA events recorded there:
+  what the GPU did, data loading and host stalls included, no synchronisation inside the steps (each
+  step is written once the device has passed its end, a step or two later: callbacks/_clock.py).
+  Validation run inside the steps (val_check_interval) counts in the step after it: keep it out of a
+  tuning run;
 - its tokens are the real tokens of its batches, counted on the device: a dict batch counts
-  attention_mask.sum() (else input_ids.numel(): a packed batch has no padding), padded = input_ids.numel(); a
-  tensor batch is token ids and counts numel (no padding known); a tuple or list counts its first item (the
-  inputs of an (inputs, targets) pair). Another batch: pass count_tokens;
-- once autotune has its window (its stop file appears) it sets trainer.should_stop; a training that ends
-  earlier reports the steps it ran at on_train_end.
+  attention_mask.sum() (else input_ids.numel(): a packed batch has no padding), padded =
+  input_ids.numel(); a tensor batch is token ids and counts numel (no padding known); a tuple or
+  list counts its first item (the inputs of an (inputs, targets) pair). Another batch: pass
+  count_tokens;
+- once autotune has its window (its stop file appears) it sets trainer.should_stop; a training that
+  ends earlier reports the steps it ran at on_train_end.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ TokenCount = _clock.TokenCount
 
 
 def count_tokens(batch: Any) -> TokenCount:
-    """A batch's real and padded tokens (module docstring); the real ones stay on the device (no sync here)."""
+    """A batch's real and padded tokens (module docstring); the real ones stay on the device (no
+    sync here)."""
     if isinstance(batch, torch.Tensor):
         return batch.numel(), batch.numel()
     if isinstance(batch, Mapping):
@@ -61,7 +64,8 @@ def _mapping_tokens(batch: Mapping[str, Any]) -> TokenCount:
 
 
 class AutotuneCallback(Callback):
-    """Report each optimizer step's device time and real tokens to autotune as it ends; stop when it says."""
+    """Report each optimizer step's device time and real tokens to autotune as it ends; stop when it
+    says."""
 
     def __init__(
         self,
@@ -75,7 +79,8 @@ class AutotuneCallback(Callback):
         self.global_step = 0
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        # Lightning's own launcher sets no RANK (the reporter's check): ask the trainer which rank reports.
+        # Lightning's own launcher sets no RANK (the reporter's check): ask the trainer which rank
+        # reports.
         if not self.reporter.active or not trainer.is_global_zero or self.steps is not None:
             return
         self.global_step = trainer.global_step  # a resumed training starts past 0

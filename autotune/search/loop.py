@@ -185,7 +185,7 @@ class _Search:
         self.prune_below = (
             cfg.study.prune_below if cfg.workload.world_size == 1 and cfg.study.objective != "pareto" else 0.0
         )
-        self.plan, self.patience = stages.staging(cfg.study, space, budget, tasks.task(cfg.workload.task).screen)
+        self.plan, self.patience = stages.staging(cfg.study, space, budget, cfg.workload.task)
         self.rng = random.Random(cfg.study.seed)
         self.points = space.points()
         self.point_keys = [key(space.knobs(p)) for p in self.points]  # a point's identity, computed once

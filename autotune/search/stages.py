@@ -32,6 +32,7 @@ from typing import Any
 import optuna
 
 from autotune import knobs as catalogue
+from autotune import tasks
 from autotune.search import boundary, predict
 from autotune.search.history import History, key, value_of
 from autotune.space import ResolvedSpace
@@ -261,13 +262,14 @@ def _side(
 
 
 def staging(
-    study: Any, space: ResolvedSpace, budget: int, task_screen: dict[str, Any] | None = None
+    study: Any, space: ResolvedSpace, budget: int, task: str = "train"
 ) -> tuple[Plan, int]:
-    """The plan and the patience (0: never stop early) of a study (config.StudyConfig). The grid
-    measures every point: nothing to stage, nothing to stop early."""
+    """The plan and the patience (0: never stop early) of a study (config.StudyConfig) of `task`
+    (its own cheap values: Task.screen). The grid measures every point: nothing to stage, nothing
+    to stop early."""
     if study.sampler == "grid":
         return Plan(), 0
-    plan = Plan.of(space, task_screen) if study.staged else Plan()
+    plan = Plan.of(space, tasks.task(task).screen) if study.staged else Plan()
     return plan, max(PATIENCE_MIN, budget // 2) if study.patience is None else study.patience
 
 

@@ -1,4 +1,5 @@
-"""The Task interface: what one kind of study is on the parent's side, the twin of the trial's Workload."""
+"""The Task interface: what one kind of study is on the parent's side, the twin of the trial's
+Workload."""
 
 from __future__ import annotations
 
@@ -6,16 +7,19 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-# The sections a Task reads are the config's (config.WorkloadConfig, config.Config), typed Any here: the tasks
-# import nothing of autotune above them (config, space, runner and the search loop import the tasks).
+# The sections a Task reads are the config's (config.WorkloadConfig, config.Config), typed Any here:
+# the tasks
+# import nothing of autotune above them (config, space, runner and the search loop import the
+# tasks).
 Decide = Callable[[list[float], list[float], float], tuple[str, float, tuple[float, float]]]
 
 
 class Task(ABC):
-    """One kind of study (workload.task). The parent never branches on the task's name: config validation,
-    the space's batch rule, the trial's parameters, its metrics, the memory estimate, the precision guard,
-    best.yaml's notes, the report's columns and the check's extra gate ask the study's Task. A new task is this
-    plug-in, its Workload (workloads/) and its config fields; the registry is tasks.TASKS."""
+    """One kind of study (workload.task). The parent never branches on the task's name: config
+    validation, the space's batch rule, the trial's parameters, its metrics, the memory estimate,
+    the precision guard, best.yaml's notes, the report's columns and the check's extra gate ask the
+    study's Task. A new task is this plug-in, its Workload (workloads/) and its config fields; the
+    registry is tasks.TASKS."""
 
     name: ClassVar[str]
     # the workload fields only this task reads (another task's config naming them is an error)
@@ -23,7 +27,8 @@ class Task(ABC):
     # study.objective values it takes; whether study.limits (latency limits) applies
     objectives: ClassVar[tuple[str, ...]] = ("tokens_per_s",)
     latency_limits: ClassVar[bool] = False
-    # the memory estimate (autotune/memory) and its OOM prediction; the precision loss check (search/loss_guard.py)
+    # the memory estimate (autotune/memory) and its OOM prediction; the precision loss check
+    # (search/loss_guard.py)
     estimates_memory: ClassVar[bool] = False
     loss_check: ClassVar[bool] = False
     # the report's efficiency columns (report._table's column titles)
@@ -34,33 +39,38 @@ class Task(ABC):
     screen: ClassVar[dict[str, Any]] = {}
 
     def user_knobs(self, cfg: Any) -> dict[str, list[Any]]:
-        """Knobs the YAML declares itself beside the catalogue's (task command's), name -> values."""
+        """Knobs the YAML declares itself beside the catalogue's (task command's), name ->
+        values."""
         return {}
 
     def check_workload(self, wl: Any) -> None:
-        """The workload section's rules of this task, beyond its fields' own (ValueError naming the YAML path)."""
+        """The workload section's rules of this task, beyond its fields' own (ValueError naming the
+        YAML path)."""
 
     def check_config(self, cfg: Any) -> None:
-        """The task's rules across sections (ValueError naming the YAML path); the objective and limits it
-        takes are checked by tasks.check_config first."""
+        """The task's rules across sections (ValueError naming the YAML path); the objective and
+        limits it takes are checked by tasks.check_config first."""
 
     @abstractmethod
     def batch_rule(self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]) -> None:
-        """resolve_space's batch step: check or derive the batch knobs' values in place (ValueError)."""
+        """resolve_space's batch step: check or derive the batch knobs' values in place
+        (ValueError)."""
 
     def trial_params(self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None) -> dict[str, Any]:
         """The trial spec's workload-specific parameters (TrialSpec.params)."""
         return {}
 
     def prepare(self, spec: Any, run_dir: Any) -> None:
-        """Before a trial starts (protocol.TrialSpec, its folder): what the parent adds to its spec."""
+        """Before a trial starts (protocol.TrialSpec, its folder): what the parent adds to its
+        spec."""
 
     def metrics(self, record: Any, result: Any, limits: dict[str, float]) -> None:
-        """Task-specific metrics into a measured trial's record (record.TrialRecord; its status may become
-        over_limit)."""
+        """Task-specific metrics into a measured trial's record (record.TrialRecord; its status may
+        become over_limit)."""
 
     def check_gate(
         self, best: dict[str, Any], details: list[dict[str, Any]], tolerance_pct: float, decide: Decide
     ) -> dict[str, Any] | None:
-        """A second decision of `autotune check` beside tokens/s (generate: time per output token), or None."""
+        """A second decision of `autotune check` beside tokens/s (generate: time per output token),
+        or None."""
         return None

@@ -1,5 +1,5 @@
-"""task command: your own training command, its knobs rendered into it (flags, env, config keys), its real
-tokens/s read from what it reports. The trial's side is workloads/command.py."""
+"""task command: your own training command, its knobs rendered into it (flags, env, config keys),
+its real tokens/s read from what it reports. The trial's side is workloads/command.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 from autotune.tasks._base import Task
 from autotune.tasks._train import derive_accumulation
 
-# autotune's knobs a command may map; those that set environment variables reach it without a mapping
+# autotune's knobs a command may map; those that set environment variables reach it without a
+# mapping
 MAPPABLE = ("micro_batch_size", "grad_accum_steps", "precision", "compile", "activation_checkpointing")
 
 
@@ -22,8 +23,8 @@ class Command(Task):
     screen: ClassVar[dict[str, Any]] = {"compile": False}
 
     def check_config(self, cfg: Any) -> None:
-        """The command's knob mappings against the catalogue and the space: a searched knob reaches the
-        command, a knob of another task or of autotune's with values of its own is refused."""
+        """The command's knob mappings against the catalogue and the space: a searched knob reaches
+        the command, a knob of another task or of autotune's with values of its own is refused."""
         from autotune import knobs as catalogue
 
         if cfg.command is None:
@@ -44,7 +45,8 @@ class Command(Task):
         return {n: list(m.values) for n, m in cfg.command.knobs.items() if m.values is not None}
 
     def batch_rule(self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]) -> None:
-        """As task train: with global_batch_size the accumulation is derived from the micro-batch sizes."""
+        """As task train: with global_batch_size the accumulation is derived from the micro-batch
+        sizes."""
         if wl.global_batch_size is not None:
             derive_accumulation(
                 space.grad_accum_steps, wl.global_batch_size // wl.world_size, wl.global_batch_size, values, notes
@@ -53,8 +55,8 @@ class Command(Task):
             values["grad_accum_steps"] = [1] if space.grad_accum_steps == "auto" else list(space.grad_accum_steps)
 
     def prepare(self, spec: Any, run_dir: Any) -> None:
-        """The command with this trial's knob values (command_render.render), its config file written into
-        the trial's folder: the trial process only launches what it is given."""
+        """The command with this trial's knob values (command_render.render), its config file
+        written into the trial's folder: the trial process only launches what it is given."""
         import dataclasses
         from pathlib import Path
 
@@ -64,10 +66,10 @@ class Command(Task):
         spec.params["rendered"] = dataclasses.asdict(rendered)
 
     def metrics(self, record: Any, result: Any, limits: dict[str, float]) -> None:
-        """The figure: the job's tokens over time in its measured window (workloads/window.py), not a median
-        of its steps' rates; padding (the share of computed tokens that were padding), the tokens of the
-        measured steps, how the window was measured; a job that ignored the stop request is said in the
-        reason."""
+        """The figure: the job's tokens over time in its measured window (workloads/window.py), not
+        a median of its steps' rates; padding (the share of computed tokens that were padding), the
+        tokens of the measured steps, how the window was measured; a job that ignored the stop
+        request is said in the reason."""
         from autotune.record import Metric
 
         out = result.output
@@ -119,8 +121,8 @@ def _check_reaches(name: str, cfg: Any, knob: Any) -> None:
 
 
 def _lightning_env(name: str, cfg: Any) -> bool:
-    """measure lightning: the knob reaches the Trainer as its PL_TRAINER_* variable (command_render.py);
-    a value Lightning has no name for is refused."""
+    """measure lightning: the knob reaches the Trainer as its PL_TRAINER_* variable
+    (command_render.py); a value Lightning has no name for is refused."""
     from autotune.command_render import LIGHTNING_ENV
 
     if cfg.command.measure != "lightning" or name not in LIGHTNING_ENV:

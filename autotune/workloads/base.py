@@ -1,7 +1,9 @@
-"""The workload interface every kind of trial implements: build (untimed), run the measured steps, report the work.
+"""The workload interface every kind of trial implements: build (untimed), run the measured steps,
+report the work.
 
-A workload gets the trial's spec, its rank group (None for one process) and the fault switch; `trial.py`
-drives it and turns what it measured into the TrialResult. Standard library only at import.
+A workload gets the trial's spec, its rank group (None for one process) and the fault switch;
+`trial.py` drives it and turns what it measured into the TrialResult. Standard library only at
+import.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from autotune.workloads.timing import Timing
 
 
 class InvalidConfig(Exception):
-    """This combination of knobs cannot run here (the reason says why). `knobs` names the knobs whose values
-    cause it: the search learns the rule (those values cannot run here) and launches no other trial that has
-    them. No knobs: the cause is not a knob's (the trial's values teach nothing)."""
+    """This combination of knobs cannot run here (the reason says why). `knobs` names the knobs
+    whose values cause it: the search learns the rule (those values cannot run here) and launches no
+    other trial that has them. No knobs: the cause is not a knob's (the trial's values teach
+    nothing)."""
 
     def __init__(self, message: str, *knobs: str) -> None:
         super().__init__(message)
@@ -33,8 +36,9 @@ class NonFiniteLoss(Exception):
 
 
 class Failed(Exception):
-    """The trial ended as `status` (oom, crash, timeout, ...) for the reason given: a workload that sees its
-    failure itself (task command: the user's job and its output) says so instead of raising its cause."""
+    """The trial ended as `status` (oom, crash, timeout, ...) for the reason given: a workload that
+    sees its failure itself (task command: the user's job and its output) says so instead of raising
+    its cause."""
 
     def __init__(self, status: str, message: str) -> None:
         super().__init__(message)
@@ -43,7 +47,8 @@ class Failed(Exception):
 
 @dataclass
 class Work:
-    """What one measured step does, for tokens/s and MFU (None where it does not apply: MFU is then n/a)."""
+    """What one measured step does, for tokens/s and MFU (None where it does not apply: MFU is then
+    n/a)."""
 
     tokens_per_step: int | None = None
     n_params: int | None = None
@@ -54,23 +59,28 @@ class Work:
 
 @dataclass
 class Measured:
-    """What `run` measured: the timed steps (None when the workload reports its own samples in `output`)."""
+    """What `run` measured: the timed steps (None when the workload reports its own samples in
+    `output`)."""
 
     timing: Timing | None
     losses: list[float] = field(default_factory=list)
     output: dict[str, Any] = field(default_factory=dict)
-    # seconds of the checks run after the measured steps (train: the loss check), the record's `check` phase
+    # seconds of the checks run after the measured steps (train: the loss check), the record's
+    # `check` phase
     check_s: float = 0.0
-    # why the workload itself stopped before all its steps (task command: its limit, recompiling), the
+    # why the workload itself stopped before all its steps (task command: its limit, recompiling),
+    # the
     # reason of a trial whose timing.stopped_early; '' where the search's pruner stopped it
     stopped: str = ""
 
 
 class Workload(ABC):
-    """One kind of trial. `build` does everything untimed; `run` times the steps; `work` says what a step did."""
+    """One kind of trial. `build` does everything untimed; `run` times the steps; `work` says what a
+    step did."""
 
     task: ClassVar[str]
-    # False: the workload runs no torch on the device itself (task command: the user's job does), so the trial
+    # False: the workload runs no torch on the device itself (task command: the user's job does), so
+    # the trial
     # creates no CUDA context beside it
     touches_device: ClassVar[bool] = True
 

@@ -1,14 +1,15 @@
-"""task command: the user's own training command as one trial, in its own process group, its steps read from
-what it reports (autotune.reporting, the callbacks) or from its output (a log pattern) as they end.
+"""task command: the user's own training command as one trial, in its own process group, its steps
+read from what it reports (autotune.reporting, the callbacks) or from its output (a log pattern) as
+they end.
 
 The trial process is a launcher here: it takes the command the parent rendered with the knob values
-(tasks.Command.prepare, command_render.py), starts it and watches its steps as they come. It asks the job
-to stop (the stop file, or SIGTERM for a log job) once the window has settled (workloads/window.py: the
-figure is tokens over time), once the search's pruner says so, or once the job keeps recompiling; it ends
-the process group after command.stop_grace_s. Nothing reported is thrown away: a job that gave its steps
-is measured however it exits, and one stopped at the trial's limit keeps the steps it gave. Its failures
-(out of memory, NCCL refusals, an exit before its steps, no step at all) are classified from its exit and
-output, whose tail is kept in the reason.
+(tasks.Command.prepare, command_render.py), starts it and watches its steps as they come. It asks
+the job to stop (the stop file, or SIGTERM for a log job) once the window has settled
+(workloads/window.py: the figure is tokens over time), once the search's pruner says so, or once the
+job keeps recompiling; it ends the process group after command.stop_grace_s. Nothing reported is
+thrown away: a job that gave its steps is measured however it exits, and one stopped at the trial's
+limit keeps the steps it gave. Its failures (out of memory, NCCL refusals, an exit before its steps,
+no step at all) are classified from its exit and output, whose tail is kept in the reason.
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ class _Watch:
     steps: list[dict[str, Any]]
     done: dict[str, Any] | None
     window: windows.Window | None = None  # settled, or max_steps reached
-    stopped: str = ""  # why the trial stopped the job before its window (pruned, recompiling, its limit)
+    stopped: str = (
+        ""  # why the trial stopped the job before its window (pruned, recompiling, its limit)
+    )
     stop: str = ""  # how the job ended once asked (record.applied.stop)
 
 
@@ -98,8 +101,14 @@ class Command(Workload):
         self.report_path.unlink(missing_ok=True)
         self.stop_path.unlink(missing_ok=True)
         self.deadline_s = float(params.get("timeout_s", 3600.0))
-        self.first_step_s = min(self.deadline_s, float(self.cfg.get("first_step_s") or self.deadline_s))
-        self.applied = {"command": self.rendered.argv, "env": self.rendered.env, "cwd": self.rendered.cwd}
+        self.first_step_s = min(
+            self.deadline_s, float(self.cfg.get("first_step_s") or self.deadline_s)
+        )
+        self.applied = {
+            "command": self.rendered.argv,
+            "env": self.rendered.env,
+            "cwd": self.rendered.cwd,
+        }
         if self.rendered.overrides:
             self.applied["config_overrides"] = self.rendered.overrides
 
@@ -123,7 +132,10 @@ class Command(Workload):
                 start_new_session=True,  # its own process group: the trial ends all of it
             )
         except OSError as err:
-            raise Failed("crash", f"the command could not start: {err}; command.argv[0] is {self.rendered.argv[0]!r}")
+            raise Failed(
+                "crash",
+                f"the command could not start: {err}; command.argv[0] is {self.rendered.argv[0]!r}",
+            )
 
     def _steps(self, output: Output) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         if self.log:
@@ -141,7 +153,9 @@ class Command(Workload):
             output.thread.join(timeout=5)
         steps = watch.steps
         if watch.window is None and not watch.stopped and len(steps) >= self.needed:
-            watch.window = windows.window(_pairs(steps), self.rule)  # it exited by itself: all it gave counts
+            watch.window = windows.window(
+                _pairs(steps), self.rule
+            )  # it exited by itself: all it gave counts
         if watch.window is None and not (watch.stopped and len(steps) > self.rule.warmup):
             raise self._failure(proc.returncode, steps, output, watch.stopped)
         return self._measured(watch, t0)
@@ -200,7 +214,8 @@ class Command(Workload):
         return "window" if watch.window is not None else ""
 
     def _pruned(self, steps: list[dict[str, Any]]) -> bool:
-        """The search's pruner (trial.Progress): each step past the warm-up, as a time at the first one's tokens."""
+        """The search's pruner (trial.Progress): each step past the warm-up, as a time at the first
+        one's tokens."""
         measured = steps[self.rule.warmup :]
         if self.progress is None or not measured:
             return False
@@ -218,7 +233,9 @@ class Command(Workload):
         )
 
     def _no_first_step(self, output: Output) -> str:
-        close = "; ".join(close_lines(list(output.seen), self.cfg.get("log_pattern") or "")) or "none"
+        close = (
+            "; ".join(close_lines(list(output.seen), self.cfg.get("log_pattern") or "")) or "none"
+        )
         what = f"no step in {self.first_step_s:.0f} s (command.first_step_s); expected {self._expected()}"
         raise Failed("crash", what + (f"; the lines closest to it: {close}" if self.log else ""))
 
@@ -230,20 +247,36 @@ class Command(Workload):
             "AutotuneCallback of autotune.callbacks.hf / .lightning, or command.measure: hf / lightning)"
         )
 
-    def _failure(self, code: int | None, steps: list[dict[str, Any]], output: Output, stopped: str) -> Failed:
-        """Why the job ended before its steps: out of memory, NCCL's refusal, a crash, or an early exit."""
+    def _failure(
+        self, code: int | None, steps: list[dict[str, Any]], output: Output, stopped: str
+    ) -> Failed:
+        """Why the job ended before its steps: out of memory, NCCL's refusal, a crash, or an early
+        exit."""
         tail = output.text()
         if "out of memory" in tail.lower() or "OutOfMemoryError" in tail:
-            oom = [line for line in output.tail if "out of memory" in line.lower() or "OutOfMemoryError" in line]
+            oom = [
+                line
+                for line in output.tail
+                if "out of memory" in line.lower() or "OutOfMemoryError" in line
+            ]
             return Failed("oom", f"the command ran out of memory: {oom[-1].strip()[:400]}")
         refusal = nccl_log.refusal_of(Exception(tail))
         if refusal is not None:
             return Failed("invalid_config", refusal)
         if stopped:
-            return Failed("crash", f"{stopped}, after {len(steps)} steps, none measured past the warm-up")
-        how = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exited with code {code}"
+            return Failed(
+                "crash", f"{stopped}, after {len(steps)} steps, none measured past the warm-up"
+            )
+        how = (
+            f"killed by {signal.Signals(-code).name}"
+            if code is not None and code < 0
+            else f"exited with code {code}"
+        )
         if code == 0 and not steps:
-            return Failed("crash", f"the command exited 0 without reporting a step; expected {self._expected()}")
+            return Failed(
+                "crash",
+                f"the command exited 0 without reporting a step; expected {self._expected()}",
+            )
         if code == 0:
             return Failed(
                 "crash",
@@ -251,7 +284,9 @@ class Command(Workload):
                 f"({self.spec.run.warmup_steps} warm-up + {self.spec.run.measure_steps} measured): let it run at "
                 "least that many optimizer steps (its step limit, e.g. --max_steps)",
             )
-        return Failed("crash", f"the command {how} after {len(steps)} of {self.needed} steps:\n{tail}")
+        return Failed(
+            "crash", f"the command {how} after {len(steps)} of {self.needed} steps:\n{tail}"
+        )
 
     def _measured(self, watch: _Watch, t0: float) -> Measured:
         steps, done = watch.steps, watch.done or {}
@@ -264,23 +299,41 @@ class Command(Workload):
         span = (float(start), float(timed[-1].get("at", time.time())))
         peak = done.get("peak_mem_bytes")
         kind = "cuda_max_memory_allocated" if peak is not None else "not reported by the job"
-        timing = Timing([s["s"] for s in warm], start, _at_tokens(timed, self.tokens_per_step), [], span, peak, kind, None)
+        timing = Timing(
+            [s["s"] for s in warm],
+            start,
+            _at_tokens(timed, self.tokens_per_step),
+            [],
+            span,
+            peak,
+            kind,
+            None,
+        )
         timing.reserved_bytes = done.get("peak_mem_reserved_bytes")
         timing.stopped_early = bool(watch.stopped)
         self.applied["stop"] = watch.stop
-        output = {"tokens": tokens, "step_s_as_reported": [s["s"] for s in timed], "job_env": self._job_env(done)}
+        output = {
+            "tokens": tokens,
+            "step_s_as_reported": [s["s"] for s in timed],
+            "job_env": self._job_env(done),
+        }
         output["window"] = {**win.summary(), "said": windows.said(win, self.rule)}
         if any("graphs" in s for s in steps):
             output["graphs"] = [s.get("graphs") for s in steps]
         if len(padded) == len(tokens):
             output["padded_tokens"] = padded
-            output["padding_pct"] = round(100 * (1 - sum(tokens) / sum(padded)), 2) if sum(padded) else 0.0
+            output["padding_pct"] = (
+                round(100 * (1 - sum(tokens) / sum(padded)), 2) if sum(padded) else 0.0
+            )
         self.timing = timing
         stopped = _stopped_said(watch.stopped, len(steps), self.needed, win.tokens_per_s)
         return Measured(timing, output=output, stopped=stopped)
 
     def _job_env(self, done: dict[str, Any]) -> dict[str, Any]:
-        job_env = {"device": self.spec.device, **{k: done[k] for k in ("device_name",) if k in done}}
+        job_env = {
+            "device": self.spec.device,
+            **{k: done[k] for k in ("device_name",) if k in done},
+        }
         if self.spec.device == "cuda" and "device_name" not in job_env:
             job_env["device_name"] = _visible_gpu_name()
         return job_env
@@ -294,18 +347,19 @@ def _pairs(steps: list[dict[str, Any]]) -> list[windows.Step]:
 
 
 def _at_tokens(steps: list[dict[str, Any]], tokens: float) -> list[float]:
-    """Each step's time scaled to `tokens` a step (the mean of the window): the steps' own rates, for the
-    pruner, the step-time statistics and the steadiness flag; the figure is tokens over time (window.py),
-    and the times as reported are kept beside."""
+    """Each step's time scaled to `tokens` a step (the mean of the window): the steps' own rates,
+    for the pruner, the step-time statistics and the steadiness flag; the figure is tokens over time
+    (window.py), and the times as reported are kept beside."""
     return [s["s"] * tokens / s["tokens"] if s["tokens"] else s["s"] for s in steps]
 
 
 def _recompiling(steps: list[dict[str, Any]]) -> str | None:
-    """Why the job should stop, when RECOMPILING_STEPS steps after the first compiled new graphs (the
-    first compiles the program; a dynamic recompile at the second shape is one more)."""
+    """Why the job should stop, when RECOMPILING_STEPS steps after the first compiled new graphs
+    (the first compiles the program; a dynamic recompile at the second shape is one more)."""
     graphs = [s.get("graphs") for s in steps]
     compiled = [
-        i for i in range(1, len(graphs))
+        i
+        for i in range(1, len(graphs))
         if graphs[i] is not None and graphs[i - 1] is not None and graphs[i] > graphs[i - 1]
     ]
     if len(compiled) < RECOMPILING_STEPS:
@@ -318,7 +372,8 @@ def _recompiling(steps: list[dict[str, Any]]) -> str | None:
 
 
 def _stopped_said(stopped: str, steps: int, needed: int, tokens_per_s: float) -> str:
-    """The reason of a job the trial stopped before its window (the record's), its figure so far in it."""
+    """The reason of a job the trial stopped before its window (the record's), its figure so far in
+    it."""
     if not stopped:
         return ""
     if stopped == "pruned":
@@ -345,7 +400,8 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
 
 
 def _end_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    """SIGTERM the job's process group, SIGKILL it after grace_s (at once with 0: what is left of it)."""
+    """SIGTERM the job's process group, SIGKILL it after grace_s (at once with 0: what is left of
+    it)."""
     if grace_s > 0 and proc.poll() is None:
         _signal_group(proc, signal.SIGTERM)
         try:

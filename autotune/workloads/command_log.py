@@ -1,12 +1,12 @@
-"""A command job's output: copied line by line into the trial's log, its tail kept, and (measure log) its
-lines matching command.log_pattern turned into steps.
+"""A command job's output: copied line by line into the trial's log, its tail kept, and (measure
+log) its lines matching command.log_pattern turned into steps.
 
-A pattern's numbers are read whole: `2.2e+04` is 22,000 even where the pattern's group stopped at `2.2`
-(the README's old `[0-9,.]+` read the HF Trainer's figures 10,000x low). A figure that is an average since
-the start (the Trainer's `train_samples_per_second`, words such as avg, mean, overall, since start, before
-the number) is refused: it describes the run from its start, compile included, never a step. A cumulative
-count (the group tokens_total, e.g. the Trainer's num_input_tokens_seen) is turned into steps by its
-differences over the lines' arrival times.
+A pattern's numbers are read whole: `2.2e+04` is 22,000 even where the pattern's group stopped at
+`2.2` (the README's old `[0-9,.]+` read the HF Trainer's figures 10,000x low). A figure that is an
+average since the start (the Trainer's `train_samples_per_second`, words such as avg, mean, overall,
+since start, before the number) is refused: it describes the run from its start, compile included,
+never a step. A cumulative count (the group tokens_total, e.g. the Trainer's num_input_tokens_seen)
+is turned into steps by its differences over the lines' arrival times.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from typing import Any
 TAIL_LINES = 20  # of the job's output, kept in a failure's reason
 LINE_BYTES = 64 << 10
 EXPONENT = re.compile(r"[eE][+-]?\d+")
-AVERAGE = re.compile(r"(train_\w*per_second|\bavg\b|average|\bmean\b|overall|since[ _]start|cumulative)", re.I)
+AVERAGE = re.compile(
+    r"(train_\w*per_second|\bavg\b|average|\bmean\b|overall|since[ _]start|cumulative)", re.I
+)
 AVERAGE_REACH = 40  # characters before the number where such a word marks an average
 
 
@@ -48,15 +50,19 @@ def averaged(line: str, m: re.Match[str]) -> bool:
 
 
 def sample(line: str, m: re.Match[str], at: float) -> dict[str, Any]:
-    """A log line's sample: seconds and tokens of a step, a throughput (one token in 1/tps seconds), or a
-    running token count (turned into steps by `steps_of`)."""
+    """A log line's sample: seconds and tokens of a step, a throughput (one token in 1/tps seconds),
+    or a running token count (turned into steps by `steps_of`)."""
     groups = m.groupdict()
     if groups.get("tokens_total") is not None:
         return {"total": number(whole(line, m, "tokens_total")), "at": at}
     if averaged(line, m):
         raise CumulativeFigure(line.strip()[:200])
     if groups.get("step_time_s") is not None:
-        return {"s": number(whole(line, m, "step_time_s")), "tokens": int(number(whole(line, m, "tokens"))), "at": at}
+        return {
+            "s": number(whole(line, m, "step_time_s")),
+            "tokens": int(number(whole(line, m, "tokens"))),
+            "at": at,
+        }
     return {"s": 1.0 / number(whole(line, m, "tokens_per_s")), "tokens": 1, "at": at}
 
 
@@ -68,19 +74,27 @@ def steps_of(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for before, after in zip(samples, samples[1:]):
         seconds = after["at"] - before["at"]
         if seconds > 0 and after["total"] >= before["total"]:
-            out.append({"s": seconds, "tokens": int(after["total"] - before["total"]), "at": after["at"]})
+            out.append(
+                {"s": seconds, "tokens": int(after["total"] - before["total"]), "at": after["at"]}
+            )
     return out
 
 
 def close_lines(lines: list[str], pattern: str, k: int = 3) -> list[str]:
-    """The lines that look most like the pattern (its literal text), for a pattern that never matched."""
+    """The lines that look most like the pattern (its literal text), for a pattern that never
+    matched."""
     literal = re.sub(r"\(\?P<\w+>[^)]*\)|[\\^$.*+?()[\]{}|]", " ", pattern)
-    scored = [(difflib.SequenceMatcher(None, literal, line).ratio(), line) for line in lines if line.strip()]
+    scored = [
+        (difflib.SequenceMatcher(None, literal, line).ratio(), line)
+        for line in lines
+        if line.strip()
+    ]
     return [line.strip()[:160] for _, line in sorted(scored, reverse=True)[:k]]
 
 
 class Output:
-    """The job's output, copied line by line into the trial's log; its tail kept, its pattern's samples read."""
+    """The job's output, copied line by line into the trial's log; its tail kept, its pattern's
+    samples read."""
 
     def __init__(self, stream: Any, pattern: str | None) -> None:
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
@@ -92,7 +106,9 @@ class Output:
         self.thread.start()
 
     def _read(self, stream: Any) -> None:
-        for raw in iter(lambda: stream.readline(LINE_BYTES), b""):  # a line without end is read in pieces
+        for raw in iter(
+            lambda: stream.readline(LINE_BYTES), b""
+        ):  # a line without end is read in pieces
             sys.stdout.buffer.write(raw)
             sys.stdout.flush()
             line = raw.decode(errors="replace").rstrip()

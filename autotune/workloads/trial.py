@@ -1,9 +1,9 @@
 """One trial, in its own process: `python -m autotune.workloads.trial SPEC.json RESULT.json`.
 
-Needs torch only (plus the standard library). Reads the TrialSpec, runs its workload (build, then the
-measured steps), and writes the TrialResult; every way the trial can fail becomes a status and a reason.
-Under torchrun each rank runs this; rank 0 writes the result, a failing rank its own (ranks.fail_rank).
-The parent classifies and summarises.
+Needs torch only (plus the standard library). Reads the TrialSpec, runs its workload (build, then
+the measured steps), and writes the TrialResult; every way the trial can fail becomes a status and a
+reason. Under torchrun each rank runs this; rank 0 writes the result, a failing rank its own
+(ranks.fail_rank). The parent classifies and summarises.
 """
 
 from __future__ import annotations
@@ -45,9 +45,10 @@ def workload_class(task: str) -> type[Workload]:
 
 
 class Progress:
-    """The search's view of a running one-rank trial (spec.report_progress): the measured steps so far go to
-    progress.json beside the result (at most every EVERY_S, outside the timed steps), and a `prune` file there
-    asks the trial to stop measuring (Optuna's pruner decided in the parent)."""
+    """The search's view of a running one-rank trial (spec.report_progress): the measured steps so
+    far go to progress.json beside the result (at most every EVERY_S, outside the timed steps), and
+    a `prune` file there asks the trial to stop measuring (Optuna's pruner decided in the parent).
+    """
 
     EVERY_S = 0.5
 
@@ -56,8 +57,8 @@ class Progress:
         self.written, self.last = 0, float("-inf")
 
     def __call__(self, steps: list[float], tokens_per_step: int | None = None) -> bool:
-        """steps: the measured step times so far; tokens_per_step: what each of them stands for, where the
-        workload knows it only now (task command: its job's first measured step)."""
+        """steps: the measured step times so far; tokens_per_step: what each of them stands for,
+        where the workload knows it only now (task command: its job's first measured step)."""
         self.tokens = tokens_per_step or self.tokens
         if len(steps) > self.written and time.monotonic() - self.last >= self.EVERY_S:
             tmp = self.path.with_suffix(".tmp")
@@ -68,8 +69,8 @@ class Progress:
 
 
 def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
-    """Build the workload, run its measured steps, and say what was measured. run_dir: where the search
-    reads its progress (spec.report_progress)."""
+    """Build the workload, run its measured steps, and say what was measured. run_dir: where the
+    search reads its progress (spec.report_progress)."""
     import torch
 
     t_torch = time.time()
@@ -124,7 +125,8 @@ def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
 def _record_steps(
     result: TrialResult, spec: TrialSpec, workload: Workload, measured: Measured, ranks: Ranks | None, t_built: float
 ) -> None:
-    """Step times, memory and phases into the result; with several ranks each step takes its slowest rank's time."""
+    """Step times, memory and phases into the result; with several ranks each step takes its slowest
+    rank's time."""
     t = measured.timing
     assert t is not None
     steps, peak, reserved = t.step_s, t.peak_mem_bytes, t.reserved_bytes
@@ -186,8 +188,9 @@ def crash_reason(err: BaseException) -> str:
 
 
 def classify(err: Exception, ranks: int, knobs: dict[str, Any]) -> TrialResult | None:
-    """The result an exception means; None: a crash of one process, left to the parent (traceback in the log).
-    An invalid configuration names the knob values that cause it (the rule the search learns)."""
+    """The result an exception means; None: a crash of one process, left to the parent (traceback in
+    the log). An invalid configuration names the knob values that cause it (the rule the search
+    learns)."""
     if isinstance(err, Failed):
         return TrialResult(err.status, str(err))
     if isinstance(err, InvalidConfig):
@@ -207,11 +210,12 @@ def classify(err: Exception, ranks: int, knobs: dict[str, Any]) -> TrialResult |
 
 
 def _die_with_parent() -> None:
-    """Linux: if the autotune process is killed (even with -9), this trial dies too and frees the GPU.
+    """Linux: if the autotune process is killed (even with -9), this trial dies too and frees the
+    GPU.
 
-    PR_SET_PDEATHSIG acts only from the call on: a parent killed between this process's start and the call
-    has already left it to init, so a process launched by autotune directly (AUTOTUNE_PARENT_PID, not a
-    torchrun rank) that finds another parent leaves at once."""
+    PR_SET_PDEATHSIG acts only from the call on: a parent killed between this process's start and
+    the call has already left it to init, so a process launched by autotune directly
+    (AUTOTUNE_PARENT_PID, not a torchrun rank) that finds another parent leaves at once."""
     with contextlib.suppress(Exception):
         import ctypes
 
@@ -222,8 +226,9 @@ def _die_with_parent() -> None:
 
 
 def standby() -> int:
-    """Started ahead of its trial (autotune/prestart.py): import what every trial imports, then wait for the
-    trial's files on stdin (one JSON line) and run it; EOF means no trial came. The GPU is not touched."""
+    """Started ahead of its trial (autotune/prestart.py): import what every trial imports, then wait
+    for the trial's files on stdin (one JSON line) and run it; EOF means no trial came. The GPU is
+    not touched."""
     import torch  # noqa: F401
 
     with contextlib.suppress(Exception):  # torch.compile imports these on its first call (seconds)
@@ -265,9 +270,9 @@ def main(argv: list[str]) -> int:
 
 
 def exit_now(code: int) -> None:
-    """Leave at once once the result is written: Python's teardown (Inductor's compile-worker pool, CUDA's
-    context) took seconds a trial on an H200 (benchmarks/results/2026-11-30-h200-cheap), and the supervisor
-    ends whatever the trial started anyway."""
+    """Leave at once once the result is written: Python's teardown (Inductor's compile-worker pool,
+    CUDA's context) took seconds a trial on an H200 (benchmarks/results/2026-11-30-h200-cheap), and
+    the supervisor ends whatever the trial started anyway."""
     sys.stdout.flush()
     sys.stderr.flush()
     with contextlib.suppress(Exception):  # C libraries' buffered output (NCCL, Triton) too

@@ -88,7 +88,8 @@ def _residuals(steps: list[Step]) -> list[float]:
 
 
 def _t975(dof: int) -> float:
-    """Student's 97.5% quantile (Cornish-Fisher's first two terms around the normal's: 1% at 3 dof)."""
+    """Student's 97.5% quantile (Cornish-Fisher's first two terms around the normal's: 1% at 3
+    dof)."""
     z = statistics.NormalDist().inv_cdf(0.975)
     return z + (z**3 + z) / (4 * dof) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * dof**2)
 
@@ -155,7 +156,9 @@ def cycle(steps: list[Step], least: int) -> int | None:
 
 def window(steps: list[Step], rule: Rule) -> Window:
     """The window the steps reported so far give (settled or not)."""
-    start = warmup_cut(steps, rule.warmup) if len(steps) > rule.warmup + rule.measure else rule.warmup
+    start = (
+        warmup_cut(steps, rule.warmup) if len(steps) > rule.warmup + rule.measure else rule.warmup
+    )
     start = min(start, max(rule.warmup, len(steps) - rule.measure))
     period = cycle(steps[start:], rule.measure)
     if period is not None:
@@ -174,8 +177,10 @@ def window(steps: list[Step], rule: Rule) -> Window:
 
 
 def _cycles(steps: list[Step], start: int, period: int, rule: Rule) -> Window:
-    """Whole cycles of the data order: the first pass over them is warm-up (every shape is new there:
-    the allocator, the kernels' choices), so with two or more the first is left out; settled then."""
+    """Whole cycles of the data order: the first pass over them is warm-up (every shape is new
+    there: the allocator, the kernels' choices), so with two or more the first is left out; settled
+    then.
+    """
     whole = (len(steps) - start) // period
     first = start + period if whole >= 2 else start
     end = first + period * ((len(steps) - first) // period)

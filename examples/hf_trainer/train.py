@@ -1,13 +1,15 @@
-"""A plain Hugging Face Trainer job: a Llama-shaped causal LM built from a config (random weights) trained on
-variable-length sequences of random tokens, padded per batch (or packed). Every TrainingArguments flag works
-(--per_device_train_batch_size, --bf16, --torch_compile, --gradient_checkpointing, --optim, ...), plus the
-script's own: the model's sizes, --attn_implementation, --sampling (random | group_by_length), --packing, the
-lengths' distribution (--lengths loguniform | lognormal, --mean_len) and --own_count_after N: the job's own
-throughput, all real tokens over all wall time from the end of step N to the end of the training, printed as
-`own: {...}` (counted from its batches and the host's clock, synchronised at both ends: nothing of autotune).
+"""A plain Hugging Face Trainer job: a Llama-shaped causal LM built from a config (random weights)
+trained on variable-length sequences of random tokens, padded per batch (or packed). Every
+TrainingArguments flag works (--per_device_train_batch_size, --bf16, --torch_compile,
+--gradient_checkpointing, --optim, ...), plus the script's own: the model's sizes,
+--attn_implementation, --sampling (random | group_by_length), --packing, the lengths' distribution
+(--lengths loguniform | lognormal, --mean_len) and --own_count_after N: the job's own throughput,
+all real tokens over all wall time from the end of step N to the end of the training, printed as
+`own: {...}` (counted from its batches and the host's clock, synchronised at both ends: nothing of
+autotune).
 
-autotune tunes it as it is (search_spaces/hf-trainer-*.yaml, task command): the only line that knows of
-autotune is the callback, which does nothing when the job runs outside autotune.
+autotune tunes it as it is (search_spaces/hf-trainer-*.yaml, task command): the only line that knows
+of autotune is the callback, which does nothing when the job runs outside autotune.
 
     python examples/hf_trainer/train.py --output_dir /tmp/out --max_steps 20 --bf16 true
 """
@@ -22,7 +24,14 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-from transformers import HfArgumentParser, LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
+from transformers import (
+    HfArgumentParser,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
 
 from autotune.callbacks.hf import AutotuneCallback
 
@@ -50,7 +59,8 @@ class ScriptArguments:
 
 
 class Sequences(torch.utils.data.Dataset):
-    """Random token sequences of log-uniform lengths in [min_len, max_len] (seeded: every run sees the same)."""
+    """Random token sequences of log-uniform lengths in [min_len, max_len] (seeded: every run sees
+    the same)."""
 
     def __init__(self, a: ScriptArguments, seed: int) -> None:
         g = torch.Generator().manual_seed(seed)
@@ -70,7 +80,8 @@ class Sequences(torch.utils.data.Dataset):
 
 
 class Packed(torch.utils.data.Dataset):
-    """The same tokens concatenated and cut into blocks of max_len (run_clm's group_texts): no padding."""
+    """The same tokens concatenated and cut into blocks of max_len (run_clm's group_texts): no
+    padding."""
 
     def __init__(self, source: Sequences, block: int) -> None:
         flat = torch.cat(source.rows)
@@ -85,8 +96,9 @@ class Packed(torch.utils.data.Dataset):
 
 
 def collate(multiple: int, counted: list[int]):
-    """Pad to the batch's longest sequence (rounded up to `multiple`); labels -100 on the padding. Each
-    batch's real tokens are appended to `counted`, in the order the batches are made (the job's own count)."""
+    """Pad to the batch's longest sequence (rounded up to `multiple`); labels -100 on the padding.
+    Each batch's real tokens are appended to `counted`, in the order the batches are made (the job's
+    own count)."""
 
     def pad(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         counted.append(sum(len(r["input_ids"]) for r in rows))
@@ -120,8 +132,9 @@ def build_model(a: ScriptArguments) -> LlamaForCausalLM:
 
 
 class OwnCount(TrainerCallback):
-    """The job's own throughput: the real tokens of the batches its steps after `after` consumed, over the
-    wall time from that step's end to the training's end (the device synchronised at both)."""
+    """The job's own throughput: the real tokens of the batches its steps after `after` consumed,
+    over the wall time from that step's end to the training's end (the device synchronised at both).
+    """
 
     def __init__(self, after: int, counted: list[int], accumulation: int) -> None:
         self.after, self.counted, self.accumulation = after, counted, accumulation
@@ -156,7 +169,8 @@ class OwnCount(TrainerCallback):
 
 
 def sampling_args(a: ScriptArguments, args: TrainingArguments) -> TrainingArguments:
-    """--sampling on the installed transformers (train_sampling_strategy since 5, group_by_length before)."""
+    """--sampling on the installed transformers (train_sampling_strategy since 5, group_by_length
+    before)."""
     names = {f.name for f in dataclasses.fields(args)}
     if "train_sampling_strategy" in names:
         return dataclasses.replace(args, train_sampling_strategy=a.sampling)

@@ -1,6 +1,7 @@
-"""Imported by Python at the start of every process of a command job measured with command.measure hf or
-lightning (this folder is first on its PYTHONPATH): autotune's callback is added to the job's Trainer
-(autotune/callbacks/launch.py). The environment's own sitecustomize, if any, still runs after it."""
+"""Imported by Python at the start of every process of a command job measured with command.measure
+hf or lightning (this folder is first on its PYTHONPATH): autotune's callback is added to the job's
+Trainer (autotune/callbacks/launch.py). The environment's own sitecustomize, if any, still runs
+after it."""
 
 import importlib.machinery
 import importlib.util
