@@ -80,7 +80,13 @@ def key_value(mapping: dict[str, Any], value: Any) -> tuple[bool, Any]:
     return out is not None and out != [], out
 
 
-def render(command: dict[str, Any], knobs: dict[str, Any], run_dir: Path | None, base_dir: Path) -> Rendered:
+def render(
+    command: dict[str, Any],
+    knobs: dict[str, Any],
+    run_dir: Path | None,
+    base_dir: Path,
+    launcher: bool = True,
+) -> Rendered:
     """The trial's command (config.CommandConfig as a dict) with these knob values; the rendered
     config file is written into run_dir (no file is written when run_dir is None: the overrides are
     returned)."""
@@ -109,7 +115,8 @@ def render(command: dict[str, Any], knobs: dict[str, Any], run_dir: Path | None,
     folder = str(run_dir) if run_dir is not None else "."
     argv = [_fill(a, folder, config_path) for a in argv]
     env = {k: _fill(v, folder, config_path) for k, v in env.items()}
-    env.update(measure_env(command.get("measure") or "report", env))
+    if launcher:  # the trial's: autotune's callback added (measure hf / lightning); not the export's
+        env.update(measure_env(command.get("measure") or "report", env))
     return Rendered(argv, env, cwd, config_path, overrides)
 
 

@@ -32,7 +32,7 @@ def _render(w: Winner) -> tuple[command_render.Rendered, Path | None]:
     if w.command.get("config_file"):
         config = w.path.parent / f"best.config{Path(w.command['config_file']).suffix}"
     command = _with_config(w.command, config) if config is not None else w.command
-    rendered = command_render.render(command, w.knobs, None, base_dir)
+    rendered = command_render.render(command, w.knobs, None, base_dir, launcher=False)
     if config is not None and rendered.config_path is not None:
         try:
             command_render.write_config(Path(rendered.config_path), config, rendered.overrides)

@@ -202,10 +202,10 @@ class Command(Workload):
         elapsed = time.time() - t0
         if output.refused:
             raise Failed("invalid_config", _average_said(output.refused))
+        if elapsed > self.deadline_s:
+            return self._timed_out(watch, output)
         if not watch.steps and elapsed > self.first_step_s:
             return self._no_first_step(output)
-        if elapsed > self.deadline_s:
-            return self._timed_out(watch)
         if (recompiling := _recompiling(watch.steps)) is not None:
             return recompiling
         if self._pruned(watch.steps):
@@ -222,22 +222,27 @@ class Command(Workload):
         self.tokens_per_step = int(measured[0]["tokens"]) or 1
         return bool(self.progress(_at_tokens(measured, self.tokens_per_step), self.tokens_per_step))
 
-    def _timed_out(self, watch: _Watch) -> str:
+    def _timed_out(self, watch: _Watch, output: Output) -> str:
         limit = f"the trial's limit, {self.deadline_s:.0f} s (study.trial_timeout_min; raise it to measure more)"
         if len(watch.steps) > self.rule.warmup:
             return f"timeout after {len(watch.steps)} of {self.needed} steps: {limit}"
         raise Failed(
             "timeout",
             f"the command reported {len(watch.steps)} of {self.needed} steps (its warm-up is "
-            f"{self.rule.warmup}) before {limit}; its process group was ended",
+            f"{self.rule.warmup}) before {limit}; its process group was ended"
+            + (self._closest(output) if not watch.steps else ""),
         )
 
+    def _closest(self, output: Output) -> str:
+        """A log job's output lines closest to its pattern, for one that never matched ('' else)."""
+        if not self.log:
+            return ""
+        close = close_lines(list(output.seen), self.cfg.get("log_pattern") or "")
+        return f"; the lines closest to command.log_pattern: {'; '.join(close) or 'none'}"
+
     def _no_first_step(self, output: Output) -> str:
-        close = (
-            "; ".join(close_lines(list(output.seen), self.cfg.get("log_pattern") or "")) or "none"
-        )
         what = f"no step in {self.first_step_s:.0f} s (command.first_step_s); expected {self._expected()}"
-        raise Failed("crash", what + (f"; the lines closest to it: {close}" if self.log else ""))
+        raise Failed("crash", what + self._closest(output))
 
     def _expected(self) -> str:
         if self.log:
