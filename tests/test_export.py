@@ -149,7 +149,22 @@ def test_export_lightning_bf16_and_powersgd(tmp_path: Path) -> None:
     assert "matrix_approximation_rank=8" in kwargs["strategy"] and "powerSGD.powerSGD_hook" in kwargs["strategy"]
 
 
-def test_export_torchtitan_toml(tmp_path: Path) -> None:
+def _flags(text: str) -> dict[str, str]:
+    """The torchtitan form's overrides: --key value (a bare flag: "true"), the policy subcommand as ac."""
+    out = {}
+    for line in text.splitlines():
+        item = line.strip().removesuffix("\\").strip()
+        if item.startswith("--"):
+            key, _, value = item[2:].partition(" ")
+            out[key] = value or "true"
+        elif item.startswith("activation-checkpoint:"):
+            out["ac"] = item.partition(":")[2]
+    return out
+
+
+def test_export_torchtitan_flags_of_its_current_config(tmp_path: Path) -> None:
+    """torchtitan's config as of 2026-08 (Python config functions, tokens not samples): overrides after
+    --module/--config, and the float8 converter as lines of the config function."""
     best = _train_best(
         tmp_path,
         world_size=2,
@@ -164,27 +179,37 @@ def test_export_torchtitan_toml(tmp_path: Path) -> None:
         **FSDP,
     )
     form = _form(export(best, ["torchtitan"]), "torchtitan")
-    doc = tomllib.loads(form.text)
-    assert doc["training"]["local_batch_size"] == 2 and doc["training"]["global_batch_size"] == 32
-    assert doc["training"]["mixed_precision_param"] == "bfloat16"
-    assert doc["model"]["converters"] == ["quantize.linear.float8"]
-    assert doc["quantize"]["linear"]["float8"]["recipe_name"] == "rowwise"
-    assert doc["compile"] == {"enable": True, "components": ["model", "loss"]}
-    assert doc["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
-    assert doc["parallelism"]["data_parallel_shard_degree"] == 2
-    assert doc["parallelism"]["data_parallel_replicate_degree"] == 1
-    assert doc["optimizer"]["implementation"] == "foreach"
-    # autotune's default, but torchtitan does otherwise: named
+    flags = _flags(form.text)
+    seq = yaml.safe_load(best.read_text())["model"]["seq_len"]
+    assert flags["training.num_tokens_per_microbatch_per_dp_rank"] == str(2 * seq)
+    assert flags["training.num_tokens_per_train_step"] == str(2 * seq * 8 * 2)
+    assert flags["training.max_context_length"] == str(seq)
+    assert "training.local_batch_size" not in form.text and ".toml" not in form.text
+    assert flags["training.mixed_precision_param"] == "bfloat16"
+    assert flags["compile.enable"] == "true" and json.loads(flags["compile.components"].strip("'")) == ["model", "loss"]
+    assert flags["ac"] == "selective"
+    assert form.text.splitlines()[-1].startswith("#") or "activation-checkpoint:" in form.text
+    assert flags["parallelism.data_parallel_shard_degree"] == "2"
+    assert flags["optimizer.implementation"] == "foreach"
+    assert 'Float8LinearConverter.Config(recipe_name="rowwise", filter_fqns=["lm_head"])' in form.text
     assert "# no equivalent in torchtitan: fsdp_grad_sync=last (" in form.text
     assert any(m.startswith("fsdp_grad_sync=last") for m in form.missing)
 
 
 def test_export_torchtitan_ddp_fp32(tmp_path: Path) -> None:
     best = _train_best(tmp_path, world_size=2, micro_batch_size=4, grad_accum_steps=4, **{**DDP, "bucket_cap_mb": 100})
-    doc = tomllib.loads(_form(export(best, ["torchtitan"]), "torchtitan").text)
-    assert doc["parallelism"] == {"data_parallel_replicate_degree": 2, "data_parallel_shard_degree": 1}
-    assert doc["training"]["mixed_precision_param"] == "float32" and doc["activation_checkpoint"]["mode"] == "none"
-    assert "compile" not in doc
+    flags = _flags(_form(export(best, ["torchtitan"]), "torchtitan").text)
+    assert flags["parallelism.data_parallel_replicate_degree"] == "2"
+    assert flags["parallelism.data_parallel_shard_degree"] == "1"
+    assert flags["training.mixed_precision_param"] == "float32" and flags["ac"] == "none"
+    assert "compile.enable" not in flags
+
+
+def test_export_torchtitan_names_what_its_current_config_lacks(tmp_path: Path) -> None:
+    best = _train_best(tmp_path, precision="fp8", fp8_recipe="tensorwise", activation_checkpointing="selective")
+    form = _form(export(best, ["torchtitan"]), "torchtitan")
+    assert any(m.startswith("fp8_recipe=tensorwise (Float8LinearConverter's recipes") for m in form.missing)
+    assert any(m.startswith("activation_checkpointing=selective (") for m in form.missing)
 
 
 def test_export_json_parses(tmp_path: Path) -> None:

@@ -1,16 +1,20 @@
-"""The winner as a fragment of a torchtitan job TOML (merge it into your train_configs/*.toml).
+"""The winner as torchtitan's command-line overrides, and the lines of its config function for what has
+no flag.
 
-Section and key names are torchtitan's JobConfig (torchtitan/config/job_config.py, as of commit
-e347b1e5e6b6941d789d16d340145294d82dc71e, 2026-02-15: the last before its config moved from TOML to Python
-dataclasses): training.local_batch_size / global_batch_size (accumulation is derived from them) /
-mixed_precision_param ("bfloat16" | "float32") / mixed_precision_reduce ("float32" only); compile.enable /
-components; activation_checkpoint.mode ("none" | "selective" | "full") / selective_ac_option ("2": every 2nd
-layer, "op"); model.converters with "quantize.linear.float8" (components/quantization/float8.py registers that
-name) and quantize.linear.float8.recipe_name / enable_fsdp_float8_all_gather /
-precompute_float8_dynamic_scale_for_fsdp / filter_fqns; optimizer.implementation ("fused" | "foreach");
-parallelism.data_parallel_shard_degree / data_parallel_replicate_degree / fsdp_reshard_after_forward. What
-torchtitan does without a key: each transformer block compiled (models/llama3/infra/parallelize.py apply_compile),
-DDP with bucket_cap_mb=100 and optimize_ddp "ddp_optimizer" (apply_ddp).
+torchtitan's configuration is a Python function returning a Trainer.Config (its TOML files were removed on
+2026-02-23, commit 9810191), chosen with `--module M --config F` and overridden by `--section.option value`
+flags (tyro). Names as of torchtitan commit b5bcd76c66d0acb1a08b176d9639425bc55e0b2a (2026-08-21), after
+"fold batch dim" (73aed7f, 2026-08-20) replaced local_batch_size, global_batch_size and seq_len by token
+counts: training.num_tokens_per_microbatch_per_dp_rank (micro-batch x sequence length),
+training.num_tokens_per_train_step (the accumulation is derived from it), training.max_context_length,
+training.mixed_precision_param ("bfloat16" | "float32") / mixed_precision_reduce ("float32" only);
+compile.enable / components; the activation checkpointing policy as a subcommand
+(`activation-checkpoint:none | full | selective`: selective is per-op, torchtitan's default);
+optimizer.implementation ("fused" | "foreach" | ...); parallelism.data_parallel_shard_degree /
+data_parallel_replicate_degree / fsdp_reshard_after_forward ("always" | "never"). Float8 is a model
+converter (Float8LinearConverter.Config(recipe_name="rowwise" | "rowwise_with_gw_hp", filter_fqns)), set in
+the config function's model_spec, which has no flag. What torchtitan does without a flag: each transformer
+block compiled, DDP with bucket_cap_mb=100.
 """
 
 from __future__ import annotations
@@ -20,15 +24,37 @@ from typing import Any
 from autotune.export._form import Form, Out, Rule, env_block, missing_lines, no_equivalent, same, translate, unlike
 from autotune.export._winner import Winner
 
-NOT_A_KEY = "no torchtitan config key"
-FLOAT8 = "quantize.linear.float8"
+NOT_A_KEY = "no torchtitan config field"
+AC = "activation-checkpoint"  # the policy's subcommand: activation-checkpoint:<policy>
 TORCHTITAN_BUCKET_MB = 100  # apply_ddp's replicate(..., bucket_cap_mb=100)
+SNAPSHOT = "b5bcd76 (2026-08-21)"
 
 
 def _batch(value: Any, w: Winner) -> Out:
-    """torchtitan takes the global batch and derives the accumulation from it (data parallel: every rank)."""
+    """torchtitan counts a micro-batch in tokens per data-parallel rank and derives the accumulation from
+    the tokens of a training step (every rank)."""
+    if not w.seq_len:
+        return no_equivalent("torchtitan counts a batch in tokens; best.yaml names no model.seq_len")
     accum = w.knobs.get("grad_accum_steps") or 1
-    return Out({"training.local_batch_size": value, "training.global_batch_size": value * accum * w.world_size})
+    tokens = value * w.seq_len
+    return Out(
+        {
+            "training.num_tokens_per_microbatch_per_dp_rank": tokens,
+            "training.num_tokens_per_train_step": tokens * accum * w.world_size,
+            "training.max_context_length": w.seq_len,
+        }
+    )
+
+
+def _float8(recipe: str) -> list[str]:
+    """The config function's model_spec with torchtitan's float8 converter (no flag sets it)."""
+    return [
+        "from torchtitan.components.quantization.float8 import Float8LinearConverter",
+        "model_spec = model_registry(  # your flavor; the output head left out, as autotune's trial does",
+        f'    "<flavor>", converters=[Float8LinearConverter.Config(recipe_name="{recipe}", '
+        'filter_fqns=["lm_head"])]',
+        ")",
+    ]
 
 
 def _precision(value: Any, w: Winner) -> Out:
@@ -36,20 +62,21 @@ def _precision(value: Any, w: Winner) -> Out:
         return Out({"training.mixed_precision_param": "float32"})
     if value == "bf16":
         return Out({"training.mixed_precision_param": "bfloat16"})
-    if value == "fp8":  # torchao float8 linears under bf16, the output head left out as autotune's trial does
-        return Out(
-            {
-                "training.mixed_precision_param": "bfloat16",
-                "model.converters": [FLOAT8],
-                f"{FLOAT8}.filter_fqns": ["output"],
-            }
-        )
+    if value == "fp8":  # the recipe's own rule writes the converter
+        return Out({"training.mixed_precision_param": "bfloat16"})
     if value == "tf32":
         return Out(
             {"training.mixed_precision_param": "float32"},
-            none="no TF32 key; add torch.backends.cuda.matmul.fp32_precision = 'tf32'",
+            none="no TF32 field; add torch.backends.cuda.matmul.fp32_precision = 'tf32'",
         )
     return no_equivalent("mixed_precision_param takes bfloat16 or float32, not float16")
+
+
+def _fp8_recipe(value: Any, w: Winner) -> Out:
+    if value == "rowwise":
+        return Out(lines=_float8("rowwise"))
+    # named even at autotune's default: torchtitan would train bf16 without its converter
+    return unlike(f"Float8LinearConverter's recipes are rowwise and rowwise_with_gw_hp, not {value}")
 
 
 def _compile(value: Any, w: Winner) -> Out:
@@ -68,13 +95,11 @@ def _compile_scope(value: Any, w: Winner) -> Out:
 
 
 def _checkpointing(value: Any, w: Winner) -> Out:
-    mode = {"none": "none", "full": "full", "selective": "selective", "selective_op": "selective"}[value]
-    out = Out({"activation_checkpoint.mode": mode})  # explicit: torchtitan's own default is selective
+    """The policy subcommand, explicit: torchtitan's own default is selective (per-op)."""
     if value == "selective":
-        out.args["activation_checkpoint.selective_ac_option"] = "2"  # every other block, as autotune's trial
-    if value == "selective_op":
-        out.args["activation_checkpoint.selective_ac_option"] = "op"
-    return out
+        return no_equivalent("torchtitan's selective policy is per-op; it has no every-other-block one")
+    policy = {"none": "none", "full": "full", "selective_op": "selective"}[value]
+    return Out({AC: policy})
 
 
 def _parallel(value: Any, w: Winner) -> Out:
@@ -108,12 +133,8 @@ RULES: dict[str, Rule] = {
     "micro_batch_size": _batch,
     "grad_accum_steps": same,  # in global_batch_size
     "precision": _precision,
-    "fp8_recipe": lambda v, w: Out({f"{FLOAT8}.recipe_name": v}),
-    "fp8_all_gather": lambda v, w: Out(
-        {f"{FLOAT8}.enable_fsdp_float8_all_gather": True, f"{FLOAT8}.precompute_float8_dynamic_scale_for_fsdp": True}
-        if v
-        else {}
-    ),
+    "fp8_recipe": _fp8_recipe,
+    "fp8_all_gather": _when(False, "the float8 converter has no FSDP float8 all-gather field"),
     "compile": _compile,
     "compile_scope": _compile_scope,
     "activation_checkpointing": _checkpointing,
@@ -136,20 +157,38 @@ RULES: dict[str, Rule] = {
 }
 
 
-def toml(args: dict[str, Any]) -> str:
-    """{"training.local_batch_size": 8} as `[training]` then `local_batch_size = 8` (tomli-w writes it)."""
-    import tomli_w
+def flags(args: dict[str, Any]) -> list[str]:
+    """{"training.steps": 2} as `--training.steps 2` (lists as JSON, bools as bare flags); the policy
+    subcommand last, as tyro wants it."""
+    import json
 
-    from autotune.command_render import apply_overrides
-
-    return "\n" + tomli_w.dumps(apply_overrides({}, args))
+    out = []
+    for key, value in args.items():
+        if key == AC:
+            continue
+        if value is True:
+            out.append(f"--{key}")
+        elif isinstance(value, list):
+            out.append(f"--{key} '{json.dumps(value)}'")
+        else:
+            out.append(f"--{key} {value}")
+    if AC in args:
+        out.append(f"{AC}:{args[AC]}")
+    return out
 
 
 def torchtitan(w: Winner) -> Form:
     done = translate(w, RULES, NOT_A_KEY)
+    args = done.args
+    launch = ["MODULE=<your module> CONFIG=<your config function> ./run_train.sh \\"]
+    launch += [f"  {flag} \\" for flag in flags(args)]
+    launch[-1] = launch[-1].removesuffix(" \\")
     lines = [
-        "# torchtitan job config fragment: merge into your train_configs/*.toml",
-        *env_block(w.env, prefix="# "),
+        f"# torchtitan, its config as of commit {SNAPSHOT}: these overrides after --module/--config",
+        *env_block(w.env),
+        *launch,
         *missing_lines("torchtitan", done.missing),
     ]
-    return Form("torchtitan", "\n".join(lines) + "\n" + toml(done.args), done.missing)
+    if done.lines:
+        lines += ["# in your config function (no flag sets these):", *[f"#   {x}" for x in done.lines]]
+    return Form("torchtitan", "\n".join(lines) + "\n", done.missing)

@@ -33,6 +33,7 @@ class Winner:
     command: dict[str, Any] | None = None  # task command: the study's command section (config.CommandConfig)
     base_dir: str | None = None  # the study YAML's folder: a command's cwd and config_file are relative to it
     user_knobs: frozenset[str] = field(default_factory=frozenset)  # a command's own knobs, not autotune's
+    seq_len: int | None = None  # the model's sequence length (torchtitan counts a batch in tokens)
 
     def differs(self, name: str) -> bool:
         """Whether the knob's value is worth naming: not autotune's default (a knob of your own: always)."""
@@ -69,6 +70,7 @@ def _winner(path: Path, doc: dict[str, Any]) -> Winner:
         command=command,
         base_dir=doc.get("base_dir") if isinstance(doc.get("base_dir"), str) else None,
         user_knobs=frozenset(n for n in doc["knobs"] if n not in catalogue.BY_NAME),
+        seq_len=(doc.get("model") or {}).get("seq_len"),
     )
 
 
