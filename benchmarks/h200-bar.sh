@@ -70,7 +70,7 @@ yaml.safe_dump(d, open("search_spaces/hf-trainer-defaults.yaml", "w"), sort_keys
     hf-truth) # issue 35: the chosen configuration for 200 steps, its own count against the study's figure
       python3 benchmarks/chosen_long_run.py trials/hf-padded-llama-1.1b --steps 200 --after 10 --out "$OUT/truth" | tee "$OUT/hf-truth.jsonl"
       python3 benchmarks/job_truth.py "$OUT/truth/long-run-steps.jsonl" "$OUT/truth/long-run.log" --warmup 3 --measure 8 \
-        --max-steps 40 --label chosen-1.1b | tee -a "$OUT/hf-truth.jsonl" ;;
+        --max-steps 60 --label chosen-1.1b | tee -a "$OUT/hf-truth.jsonl" ;;
     hf-variants) # issue 35: padded (random order), length-grouped and packed variants of a 0.3B job, 200 steps each:
       # the trial's rule on the steps as they came against the job's own count (benchmarks/job_truth.py)
       S="examples/hf_trainer/train.py --output_dir /tmp/var --report_to none --save_strategy no --disable_tqdm true
@@ -80,7 +80,7 @@ yaml.safe_dump(d, open("search_spaces/hf-trainer-defaults.yaml", "w"), sort_keys
       for v in "padded:--sampling random" "grouped:--sampling group_by_length" "packed:--packing true"; do
         name=${v%%:*}; rm -f "$OUT/var-$name.jsonl"
         AUTOTUNE_REPORT="$OUT/var-$name.jsonl" AUTOTUNE_STEPS=0,1000000 python3 $S ${v#*:} > "$OUT/var-$name.log" 2>&1
-        python3 benchmarks/job_truth.py "$OUT/var-$name.jsonl" "$OUT/var-$name.log" --warmup 3 --measure 8 --max-steps 40 \
+        python3 benchmarks/job_truth.py "$OUT/var-$name.jsonl" "$OUT/var-$name.log" --warmup 3 --measure 8 --max-steps 60 \
           --label "$name" | tee -a "$OUT/hf-variants.jsonl"
       done ;;
     hf-live) # issue 35, after the cycle rule: the expert's setting (the search's choice) and its compile twin as one-trial
