@@ -86,6 +86,9 @@ class Command(Task):
         stop = (result.applied or {}).get("stop", "")
         if stop.startswith("ignored"):
             record.reason = f"the command {stop} its last measured step"
+        if window and not window.get("settled") and record.status == "ok":  # said where it is read
+            said = f"window {window.get('said', 'not settled')}"
+            record.reason = f"{record.reason}; {said}" if record.reason else said
 
 
 def _check_mapping(name: str, mapping: Any, mine: list[str], by_name: dict[str, Any]) -> None:
