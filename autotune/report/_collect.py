@@ -34,7 +34,7 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
     conf = current_confirmation(study, h)
     confirmation = _confirmation(conf)
     steady = _steadiness(baseline)
-    flag = f"baseline unsteady: spread {steady['spread_pct']:.0f}%" if steady and steady["unsteady"] else None
+    flag = _unsteady_flag(steady)
     for r in rows:
         r["speedup_flag"] = flag if r["speedup"] is not None else None
     chosen = chosen_summary(study, h) if conf is None or confirmation is not None else None
@@ -71,12 +71,35 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
     }
 
 
+def _unsteady_flag(steady: dict[str, Any] | None) -> str | None:
+    """What every "x baseline" carries when the baseline is unsteady (None: it is steady)."""
+    if not steady or not steady["unsteady"]:
+        return None
+    return steady.get("flag") or f"baseline unsteady: spread {steady['spread_pct']:.0f}%"
+
+
+def _window_steadiness(window: dict[str, Any]) -> dict[str, Any]:
+    """A command baseline's steadiness: whether its window settled (workloads/window.py). Its steps'
+    own spread says nothing there: a length-grouped job's rates differ 6x within a cycle, by design."""
+    return {
+        "spread_pct": window.get("half_width_pct"),
+        "limit_pct": None,
+        "rule": "a command job's window settled (command.half_width_pct, whole cycles)",
+        "unsteady": not window.get("settled"),
+        "flag": f"baseline unsteady: window {window.get('said', 'not settled')}",
+    }
+
+
 def _steadiness(baseline: optuna.trial.FrozenTrial | None) -> dict[str, Any] | None:
-    """metrics.steadiness of the baseline's raw step times; None without a baseline or readable steps."""
+    """metrics.steadiness of the baseline's raw step times (a command's: its window's); None without a
+    baseline or readable steps."""
     try:
-        steps = TrialRecord.of(baseline).step_times if baseline else []
+        record = TrialRecord.of(baseline) if baseline else None
     except RecordError:
         return None
+    if record is not None and isinstance(record.metric(Metric.WINDOW), dict):
+        return _window_steadiness(record.metric(Metric.WINDOW))
+    steps = record.step_times if record is not None else []
     numbers = [x for x in steps if isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0]
     return metrics.steadiness(numbers) if numbers else None
 
