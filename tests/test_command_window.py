@@ -271,3 +271,26 @@ def test_staged_command_search_screens_compile_off() -> None:
         cfg.study, resolve_space(cfg, "cuda"), 12, "command"
     )
     assert plan.screen == {"compile": False} and plan.costly == {"compile": ["default"]}
+
+
+def test_reporter_stops_when_the_trial_says_or_at_its_most(tmp_path: Path) -> None:
+    from autotune import reporting
+
+    stop = tmp_path / "stop"
+    r = reporting.Reporter(str(tmp_path / "r.jsonl"), "1,2", sync=lambda: None, stop=str(stop), most=5)
+    assert [r.step(tokens=10) for _ in range(3)] == [False, False, False]  # past "needed": the trial decides
+    stop.touch()
+    assert r.step(tokens=10) is True
+    lines = (tmp_path / "r.jsonl").read_text().splitlines()
+    assert len(lines) == 5 and '"done": true' in lines[-1]
+    capped = reporting.Reporter(str(tmp_path / "c.jsonl"), "1,2", sync=lambda: None, stop=str(tmp_path / "x"), most=2)
+    assert [capped.step(tokens=1) for _ in range(2)] == [False, True]
+
+
+def test_report_flags_a_command_baseline_by_its_window_not_its_spread() -> None:
+    from autotune.report._collect import _unsteady_flag, _window_steadiness
+
+    settled = {"settled": True, "said": "50 steps after 53 of warm-up (1 cycle(s))", "half_width_pct": None}
+    assert _unsteady_flag(_window_steadiness(settled)) is None
+    loose = {"settled": False, "said": "57 steps ...: not settled to +-3% within 60 steps", "half_width_pct": 5.1}
+    assert _unsteady_flag(_window_steadiness(loose)) == f"baseline unsteady: window {loose['said']}"
