@@ -115,7 +115,7 @@ def render(
     folder = str(run_dir) if run_dir is not None else "."
     argv = [_fill(a, folder, config_path) for a in argv]
     env = {k: _fill(v, folder, config_path) for k, v in env.items()}
-    if launcher:  # the trial's: autotune's callback added (measure hf / lightning); not the export's
+    if launcher:  # the trial's (measure hf / lightning: the callback added), not the export's
         env.update(measure_env(command.get("measure") or "report", env))
     return Rendered(argv, env, cwd, config_path, overrides)
 
@@ -124,7 +124,10 @@ def render(
 # environment defaults (PL_TRAINER_<ARG>, read by Trainer.__init__ for an argument the script does
 # not pass)
 LIGHTNING_ENV = {
-    "precision": ("PL_TRAINER_PRECISION", {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}),
+    "precision": (
+        "PL_TRAINER_PRECISION",
+        {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"},
+    ),
     "grad_accum_steps": ("PL_TRAINER_ACCUMULATE_GRAD_BATCHES", None),
 }
 

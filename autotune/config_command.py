@@ -75,37 +75,39 @@ class CommandConfig(_Section):
     measure: Literal["report", "hf", "lightning", "log"] = Field(
         default="report",
         description="report: the job reports its steps (autotune.reporting, or the HF Trainer / Lightning "
-        "callbacks in autotune.callbacks); hf / lightning: an unmodified HF Trainer or Lightning job, "
-        "autotune adds its callback to the job's Trainer itself (lightning: the precision and "
-        "grad_accum_steps knobs reach it as PL_TRAINER_* variables, for arguments the script does not "
-        "pass); log: lines of its output matching log_pattern.",
+        "callbacks in autotune.callbacks); hf / lightning: an unmodified HF Trainer or Lightning "
+        "job, autotune adds its callback to the job's Trainer itself (lightning: the precision and "
+        "grad_accum_steps knobs reach it as PL_TRAINER_* variables, for arguments the script does "
+        "not pass); log: lines of its output matching log_pattern.",
     )
     log_pattern: Optional[str] = Field(
         default=None,
         description="measure log: a regular expression with the named group tokens_per_s (a line a "
         "step's rate), step_time_s with tokens, or tokens_total (a running count of tokens); e.g. "
-        "'tps: (?P<tokens_per_s>[0-9][0-9,.]*(e[+-]?[0-9]+)?)'. An average since the start is refused.",
+        "'tps: (?P<tokens_per_s>[0-9][0-9,.]*(e[+-]?[0-9]+)?)'. An average since the start is "
+        "refused.",
     )
     max_steps: int = Field(
         default=60,
         ge=1,
         le=100_000,
-        description="The most optimizer steps a trial asks of the job (warm-up included): it measures "
-        "until the figure's 95% interval is within half_width_pct, or this many steps.",
+        description="The most optimizer steps a trial asks of the job (warm-up included): it "
+        "measures until the figure's 95% interval is within half_width_pct, or this many steps.",
     )
     half_width_pct: float = Field(
         default=3.0,
         gt=0,
         le=100,
-        description="The 95% interval of a trial's figure (tokens over time), in percent, that ends its "
-        "measurement early; wider after max_steps is recorded as not settled.",
+        description="The 95% interval of a trial's figure (tokens over time), in percent, that "
+        "ends its measurement early; wider after max_steps is recorded as not settled.",
     )
     first_step_s: Optional[float] = Field(
         default=None,
         gt=0,
         le=86_400,
-        description="Seconds the job may take to its first step (start, model, first compile); none by "
-        "then ends the trial, quoting the output lines closest to log_pattern. Default: the trial's limit.",
+        description="Seconds the job may take to its first step (start, model, first compile); "
+        "none by then ends the trial, quoting the output lines closest to log_pattern. Default: "
+        "the trial's limit.",
     )
     stop_grace_s: float = Field(
         default=30.0,
@@ -178,8 +180,10 @@ def _check_pattern(pattern: str) -> None:
         groups = re.compile(pattern).groupindex
     except re.error as err:
         raise ValueError(f"command.log_pattern: {excerpt(pattern)} is not a regular expression: {err}") from None
-    if not {"tokens_per_s", "tokens_total"} & set(groups) and not {"step_time_s", "tokens"} <= set(groups):
+    named = set(groups)
+    if not {"tokens_per_s", "tokens_total"} & named and not {"step_time_s", "tokens"} <= named:
         raise ValueError(
-            f"command.log_pattern: {excerpt(pattern)} has no named group tokens_per_s, tokens_total, or "
+            f"command.log_pattern: {excerpt(pattern)} has no named group tokens_per_s, "
+            "tokens_total, or "
             "step_time_s with tokens; e.g. 'tps: (?P<tokens_per_s>[0-9][0-9,.]*)'"
         )

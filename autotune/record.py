@@ -37,7 +37,7 @@ class Metric:
     TPOT_P99_MS = "tpot_ms_p99"
     ROOFLINE = "roofline_share"  # generate: decode bytes / step time over the GPU's peak HBM bandwidth
     PADDING_PCT = "padding_pct"  # command: the share of the tokens computed on that were padding
-    WINDOW = "window"  # command: the measured window (warm-up cut, steps, 95% half-width, settled, said)
+    WINDOW = "window"  # command: the measured window (warm-up, steps, half-width, settled, said)
 
 
 class RecordError(ValueError):

@@ -8,7 +8,7 @@ to --steps, asks the job for its own count after --after steps (examples/hf_trai
 prints one JSON line: the job's own tokens/s, the study's figure, their ratio; the report file and
 the log are left in --out for job_truth.py.
 
-    python benchmarks/chosen_long_run.py trials/hf-padded-llama-1.1b --steps 200 --after 10 --out DIR
+    python benchmarks/chosen_long_run.py trials/STUDY --steps 200 --after 10 --out DIR
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ the trial's rule (autotune/workloads/window.py, the code a trial runs) is applie
 they came, step by step, to where a trial would have stopped: its figure against the job's own,
 beside the old figure (the median of the steps' rates, which issue 35 found 1.44x the job's count).
 
-    python benchmarks/job_truth.py REPORT.jsonl JOB.log --warmup 3 --measure 8 --max-steps 60 [--label L]
+    python benchmarks/job_truth.py REPORT.jsonl JOB.log --warmup 3 --measure 8 --max-steps 60
 """
 
 from __future__ import annotations

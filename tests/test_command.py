@@ -1,5 +1,6 @@
-"""task command: the user's own job tuned as it is (tests/data/jobs/fake_job.py, the HF Trainer and plain
-PyTorch examples), its failures one line each, nothing of it left running, and the export round trip."""
+"""task command: the user's own job tuned as it is (tests/data/jobs/fake_job.py, the HF Trainer and
+plain PyTorch examples), its failures one line each, nothing of it left running, and the export
+round trip."""
 
 from __future__ import annotations
 
@@ -129,14 +130,15 @@ def test_command_log_pattern_measures_a_job_that_prints_its_throughput(tmp_path:
 
 
 def test_command_figure_is_what_the_job_delivers_known_by_construction(tmp_path: Path) -> None:
-    """Steps of 10, 10, 10 and 50 tokens, each 20 ms plus 2 ms a token: the job delivers 80 tokens in 0.24 s,
-    333 tokens/s; the median of the steps' rates would say 250 (0.75x), the mean tokens over the median step
-    500 (1.5x). The figure is all tokens over all time."""
+    """Steps of 10, 10, 10 and 50 tokens, each 20 ms plus 2 ms a token: the job delivers 80 tokens
+    in 0.24 s, 333 tokens/s; the median of the steps' rates would say 250 (0.75x), the mean tokens
+    over the median step 500 (1.5x). The figure is all tokens over all time."""
     rec = _records(_search(_yaml(tmp_path, {"args": ["--mode", "fixed"]}), tmp_path, trials=1))[0]
     assert rec["status"] == "ok", rec["reason"]
     assert rec["metrics"]["tokens_per_s_per_gpu"] == pytest.approx(80 / 0.24, rel=0.12)
     window = rec["metrics"]["window"]
-    assert window["measured_steps"] >= 4 and window["tokens_per_s"] == rec["metrics"]["tokens_per_s_per_gpu"]
+    assert window["measured_steps"] >= 4
+    assert window["tokens_per_s"] == rec["metrics"]["tokens_per_s_per_gpu"]
     assert "steps after" in window["said"]
 
 
@@ -257,8 +259,9 @@ def test_command_export_round_trips_to_the_trial_configuration(tmp_path: Path) -
 
 @pytest.mark.slow
 def test_command_hf_trainer_job_tuned_end_to_end(tmp_path: Path) -> None:
-    """The HF Trainer example: micro-batch and accumulation at a fixed global batch, precision, gradient
-    checkpointing and the optimizer reach the Trainer; its callback measures the real tokens."""
+    """The HF Trainer example: micro-batch and accumulation at a fixed global batch, precision,
+    gradient checkpointing and the optimizer reach the Trainer; its callback measures the real
+    tokens."""
     pytest.importorskip("accelerate")
     doc = yaml.safe_load((ROOT / "search_spaces" / "hf-trainer-tiny.yaml").read_text())
     doc["command"]["cwd"] = str(ROOT)

@@ -251,7 +251,8 @@ def test_command_measure_lightning_hook_adds_the_callback(tmp_path: Path) -> Non
         "from autotune.callbacks import launch; launch.install('lightning')\n"
         "import lightning.pytorch as pl\n"
         "from autotune.callbacks.lightning import AutotuneCallback\n"
-        "t = pl.Trainer(default_root_dir=%r, accelerator='cpu', logger=False, enable_progress_bar=False)\n"
+        "t = pl.Trainer(default_root_dir=%r, accelerator='cpu', logger=False,\n"
+        "               enable_progress_bar=False)\n"
         "print(sum(isinstance(c, AutotuneCallback) for c in t.callbacks))\n"
     ) % str(tmp_path)
     out = subprocess.run(
@@ -267,9 +268,7 @@ def test_staged_command_search_screens_compile_off() -> None:
     from autotune.space import resolve_space
 
     cfg = load_config(ROOT / "benchmarks" / "spaces" / "hf-padded-llama-1.1b.yaml")
-    plan, _ = stages.staging(
-        cfg.study, resolve_space(cfg, "cuda"), 12, "command"
-    )
+    plan, _ = stages.staging(cfg.study, resolve_space(cfg, "cuda"), 12, "command")
     assert plan.screen == {"compile": False} and plan.costly == {"compile": ["default"]}
 
 
@@ -277,20 +276,36 @@ def test_reporter_stops_when_the_trial_says_or_at_its_most(tmp_path: Path) -> No
     from autotune import reporting
 
     stop = tmp_path / "stop"
-    r = reporting.Reporter(str(tmp_path / "r.jsonl"), "1,2", sync=lambda: None, stop=str(stop), most=5)
-    assert [r.step(tokens=10) for _ in range(3)] == [False, False, False]  # past "needed": the trial decides
+    r = reporting.Reporter(
+        str(tmp_path / "r.jsonl"), "1,2", sync=lambda: None, stop=str(stop), most=5
+    )
+    assert [r.step(tokens=10) for _ in range(3)] == [
+        False,
+        False,
+        False,
+    ]  # past "needed": the trial decides
     stop.touch()
     assert r.step(tokens=10) is True
     lines = (tmp_path / "r.jsonl").read_text().splitlines()
     assert len(lines) == 5 and '"done": true' in lines[-1]
-    capped = reporting.Reporter(str(tmp_path / "c.jsonl"), "1,2", sync=lambda: None, stop=str(tmp_path / "x"), most=2)
+    capped = reporting.Reporter(
+        str(tmp_path / "c.jsonl"), "1,2", sync=lambda: None, stop=str(tmp_path / "x"), most=2
+    )
     assert [capped.step(tokens=1) for _ in range(2)] == [False, True]
 
 
 def test_report_flags_a_command_baseline_by_its_window_not_its_spread() -> None:
     from autotune.report._collect import _unsteady_flag, _window_steadiness
 
-    settled = {"settled": True, "said": "50 steps after 53 of warm-up (1 cycle(s))", "half_width_pct": None}
+    settled = {
+        "settled": True,
+        "said": "50 steps after 53 of warm-up (1 cycle(s))",
+        "half_width_pct": None,
+    }
     assert _unsteady_flag(_window_steadiness(settled)) is None
-    loose = {"settled": False, "said": "57 steps ...: not settled to +-3% within 60 steps", "half_width_pct": 5.1}
+    loose = {
+        "settled": False,
+        "said": "57 steps ...: not settled to +-3% within 60 steps",
+        "half_width_pct": 5.1,
+    }
     assert _unsteady_flag(_window_steadiness(loose)) == f"baseline unsteady: window {loose['said']}"

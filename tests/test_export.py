@@ -1,5 +1,6 @@
-"""autotune.export: best.yaml's winner in each format, from real files (a train study's best.yaml modelled on the
-fixture study's, a command study's with flag, env and key mappings); no trial is run."""
+"""autotune.export: best.yaml's winner in each format, from real files (a train study's best.yaml
+modelled on the fixture study's, a command study's with flag, env and key mappings); no trial is
+run."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ FSDP = {
 
 
 def _train_best(tmp_path: Path, world_size: int = 1, **knobs: Any) -> Path:
-    """The fixture's best.yaml with these knob values (global batch 32 kept) and world size, in a study folder."""
+    """The fixture's best.yaml with these knob values (global batch 32 kept) and world size, in a
+    study folder."""
     doc = yaml.safe_load(FIXTURE.read_text())
     doc["knobs"].update(knobs)
     doc["workload"]["world_size"] = world_size
@@ -150,7 +152,8 @@ def test_export_lightning_bf16_and_powersgd(tmp_path: Path) -> None:
 
 
 def _flags(text: str) -> dict[str, str]:
-    """The torchtitan form's overrides: --key value (a bare flag: "true"), the policy subcommand as ac."""
+    """The torchtitan form's overrides: --key value (a bare flag: "true"), the policy subcommand as
+    ac."""
     out = {}
     for line in text.splitlines():
         item = line.strip().removesuffix("\\").strip()
@@ -163,8 +166,8 @@ def _flags(text: str) -> dict[str, str]:
 
 
 def test_export_torchtitan_flags_of_its_current_config(tmp_path: Path) -> None:
-    """torchtitan's config as of 2026-08 (Python config functions, tokens not samples): overrides after
-    --module/--config, and the float8 converter as lines of the config function."""
+    """torchtitan's config as of 2026-08 (Python config functions, tokens not samples): overrides
+    after --module/--config, and the float8 converter as lines of the config function."""
     best = _train_best(
         tmp_path,
         world_size=2,
@@ -186,12 +189,14 @@ def test_export_torchtitan_flags_of_its_current_config(tmp_path: Path) -> None:
     assert flags["training.max_context_length"] == str(seq)
     assert "training.local_batch_size" not in form.text and ".toml" not in form.text
     assert flags["training.mixed_precision_param"] == "bfloat16"
-    assert flags["compile.enable"] == "true" and json.loads(flags["compile.components"].strip("'")) == ["model", "loss"]
+    assert flags["compile.enable"] == "true"
+    assert json.loads(flags["compile.components"].strip("'")) == ["model", "loss"]
     assert flags["ac"] == "selective"
     assert form.text.splitlines()[-1].startswith("#") or "activation-checkpoint:" in form.text
     assert flags["parallelism.data_parallel_shard_degree"] == "2"
     assert flags["optimizer.implementation"] == "foreach"
-    assert 'Float8LinearConverter.Config(recipe_name="rowwise", filter_fqns=["lm_head"])' in form.text
+    converter = 'Float8LinearConverter.Config(recipe_name="rowwise", filter_fqns=["lm_head"])'
+    assert converter in form.text
     assert "# no equivalent in torchtitan: fsdp_grad_sync=last (" in form.text
     assert any(m.startswith("fsdp_grad_sync=last") for m in form.missing)
 
@@ -206,9 +211,11 @@ def test_export_torchtitan_ddp_fp32(tmp_path: Path) -> None:
 
 
 def test_export_torchtitan_names_what_its_current_config_lacks(tmp_path: Path) -> None:
-    best = _train_best(tmp_path, precision="fp8", fp8_recipe="tensorwise", activation_checkpointing="selective")
+    knobs = {"precision": "fp8", "fp8_recipe": "tensorwise"}
+    best = _train_best(tmp_path, activation_checkpointing="selective", **knobs)
     form = _form(export(best, ["torchtitan"]), "torchtitan")
-    assert any(m.startswith("fp8_recipe=tensorwise (Float8LinearConverter's recipes") for m in form.missing)
+    named = "fp8_recipe=tensorwise (Float8LinearConverter has"
+    assert any(m.startswith(named) for m in form.missing)
     assert any(m.startswith("activation_checkpointing=selective (") for m in form.missing)
 
 
@@ -270,13 +277,14 @@ def test_export_run_export_is_the_library_function() -> None:
     assert autotune.run_export is export
 
 
-# --- a command study -------------------------------------------------------------------------------------------
+# --- a command study
+# -------------------------------------------------------------------------------------------
 
 
 def _command_best(tmp_path: Path, base_dir: str = "top") -> Path:
-    """A command study's best.yaml: flag, env and key mappings, a JSON config file, a knob of the user's own.
-    base_dir: "top", the study YAML's folder as write_best writes it; "command", in the command section; "none",
-    absent (best.yaml's folder is the command's)."""
+    """A command study's best.yaml: flag, env and key mappings, a JSON config file, a knob of the
+    user's own. base_dir: "top", the study YAML's folder as write_best writes it; "command", in the
+    command section; "none", absent (best.yaml's folder is the command's)."""
     project = tmp_path / "project"
     study = project / "trials" / "cmd"
     study.mkdir(parents=True)

@@ -55,7 +55,8 @@ def test_prune_search_stops_a_hopeless_trial_and_keeps_what_it_measured(tmp_path
     measured = slow.user_attrs["raw"]["step_times_s"]
     assert 2 <= len(measured) < 400  # stopped early, with the steps it had measured
     assert slow.user_attrs["metrics"]["tokens_per_s_per_gpu"] < 0.8 * ok.value
-    assert "pruned after" in slow.user_attrs["reason"] and "it stopped after" in slow.user_attrs["reason"]
+    reason = slow.user_attrs["reason"]
+    assert "pruned after" in reason and "it stopped after" in reason
     assert len(slow.intermediate_values) >= 2
     assert "pruned" in run_cli("report", str(tmp_path / "out" / "t"), cwd=tmp_path).stdout
 

@@ -1,20 +1,22 @@
-"""The winner as torchtitan's command-line overrides, and the lines of its config function for what has
-no flag.
+"""The winner as torchtitan's command-line overrides, and the lines of its config function for what
+has no flag.
 
-torchtitan's configuration is a Python function returning a Trainer.Config (its TOML files were removed on
-2026-02-23, commit 9810191), chosen with `--module M --config F` and overridden by `--section.option value`
-flags (tyro). Names as of torchtitan commit b5bcd76c66d0acb1a08b176d9639425bc55e0b2a (2026-08-21), after
-"fold batch dim" (73aed7f, 2026-08-20) replaced local_batch_size, global_batch_size and seq_len by token
-counts: training.num_tokens_per_microbatch_per_dp_rank (micro-batch x sequence length),
-training.num_tokens_per_train_step (the accumulation is derived from it), training.max_context_length,
-training.mixed_precision_param ("bfloat16" | "float32") / mixed_precision_reduce ("float32" only);
-compile.enable / components; the activation checkpointing policy as a subcommand
-(`activation-checkpoint:none | full | selective`: selective is per-op, torchtitan's default);
-optimizer.implementation ("fused" | "foreach" | ...); parallelism.data_parallel_shard_degree /
-data_parallel_replicate_degree / fsdp_reshard_after_forward ("always" | "never"). Float8 is a model
-converter (Float8LinearConverter.Config(recipe_name="rowwise" | "rowwise_with_gw_hp", filter_fqns)), set in
-the config function's model_spec, which has no flag. What torchtitan does without a flag: each transformer
-block compiled, DDP with bucket_cap_mb=100.
+torchtitan's configuration is a Python function returning a Trainer.Config (its TOML files were
+removed on 2026-02-23, commit 9810191), chosen with `--module M --config F` and overridden by
+`--section.option value` flags (tyro). Names as of torchtitan commit
+b5bcd76c66d0acb1a08b176d9639425bc55e0b2a (2026-08-21), after "fold batch dim" (73aed7f, 2026-08-20)
+replaced local_batch_size, global_batch_size and seq_len by token counts:
+training.num_tokens_per_microbatch_per_dp_rank (micro-batch x sequence length),
+training.num_tokens_per_train_step (the accumulation is derived from it),
+training.max_context_length, training.mixed_precision_param ("bfloat16" | "float32") /
+mixed_precision_reduce ("float32" only); compile.enable / components; the activation checkpointing
+policy as a subcommand (`activation-checkpoint:none | full | selective`: selective is per-op,
+torchtitan's default); optimizer.implementation ("fused" | "foreach" | ...);
+parallelism.data_parallel_shard_degree / data_parallel_replicate_degree / fsdp_reshard_after_forward
+("always" | "never"). Float8 is a model converter
+(Float8LinearConverter.Config(recipe_name="rowwise" | "rowwise_with_gw_hp", filter_fqns)), set in
+the config function's model_spec, which has no flag. What torchtitan does without a flag: each
+transformer block compiled, DDP with bucket_cap_mb=100.
 """
 
 from __future__ import annotations
@@ -31,10 +33,10 @@ SNAPSHOT = "b5bcd76 (2026-08-21)"
 
 
 def _batch(value: Any, w: Winner) -> Out:
-    """torchtitan counts a micro-batch in tokens per data-parallel rank and derives the accumulation from
-    the tokens of a training step (every rank)."""
+    """torchtitan counts a micro-batch in tokens per data-parallel rank and derives the accumulation
+    from the tokens of a training step (every rank)."""
     if not w.seq_len:
-        return no_equivalent("torchtitan counts a batch in tokens; best.yaml names no model.seq_len")
+        return no_equivalent("torchtitan counts a batch in tokens; best.yaml has no model.seq_len")
     accum = w.knobs.get("grad_accum_steps") or 1
     tokens = value * w.seq_len
     return Out(
@@ -50,7 +52,7 @@ def _float8(recipe: str) -> list[str]:
     """The config function's model_spec with torchtitan's float8 converter (no flag sets it)."""
     return [
         "from torchtitan.components.quantization.float8 import Float8LinearConverter",
-        "model_spec = model_registry(  # your flavor; the output head left out, as autotune's trial does",
+        "model_spec = model_registry(  # your flavor; the head left out, as autotune's trial does",
         f'    "<flavor>", converters=[Float8LinearConverter.Config(recipe_name="{recipe}", '
         'filter_fqns=["lm_head"])]',
         ")",
@@ -76,7 +78,7 @@ def _fp8_recipe(value: Any, w: Winner) -> Out:
     if value == "rowwise":
         return Out(lines=_float8("rowwise"))
     # named even at autotune's default: torchtitan would train bf16 without its converter
-    return unlike(f"Float8LinearConverter's recipes are rowwise and rowwise_with_gw_hp, not {value}")
+    return unlike(f"Float8LinearConverter has rowwise and rowwise_with_gw_hp, not {value}")
 
 
 def _compile(value: Any, w: Winner) -> Out:
@@ -97,7 +99,7 @@ def _compile_scope(value: Any, w: Winner) -> Out:
 def _checkpointing(value: Any, w: Winner) -> Out:
     """The policy subcommand, explicit: torchtitan's own default is selective (per-op)."""
     if value == "selective":
-        return no_equivalent("torchtitan's selective policy is per-op; it has no every-other-block one")
+        return no_equivalent("torchtitan's selective policy is per-op, never every other block")
     policy = {"none": "none", "full": "full", "selective_op": "selective"}[value]
     return Out({AC: policy})
 
@@ -158,8 +160,8 @@ RULES: dict[str, Rule] = {
 
 
 def flags(args: dict[str, Any]) -> list[str]:
-    """{"training.steps": 2} as `--training.steps 2` (lists as JSON, bools as bare flags); the policy
-    subcommand last, as tyro wants it."""
+    """{"training.steps": 2} as `--training.steps 2` (lists as JSON, bools as bare flags); the
+    policy subcommand last, as tyro wants it."""
     import json
 
     out = []
@@ -184,11 +186,12 @@ def torchtitan(w: Winner) -> Form:
     launch += [f"  {flag} \\" for flag in flags(args)]
     launch[-1] = launch[-1].removesuffix(" \\")
     lines = [
-        f"# torchtitan, its config as of commit {SNAPSHOT}: these overrides after --module/--config",
+        f"# torchtitan (its config as of {SNAPSHOT}): these overrides after --module/--config",
         *env_block(w.env),
         *launch,
         *missing_lines("torchtitan", done.missing),
     ]
     if done.lines:
-        lines += ["# in your config function (no flag sets these):", *[f"#   {x}" for x in done.lines]]
+        lines.append("# in your config function (no flag sets these):")
+        lines += [f"#   {x}" for x in done.lines]
     return Form("torchtitan", "\n".join(lines) + "\n", done.missing)

@@ -1,4 +1,5 @@
-"""What a study found, as plain data (no torch, no GPU): every renderer draws from `collect`'s result."""
+"""What a study found, as plain data (no torch, no GPU): every renderer draws from `collect`'s
+result."""
 
 from __future__ import annotations
 
@@ -80,7 +81,8 @@ def _unsteady_flag(steady: dict[str, Any] | None) -> str | None:
 
 def _window_steadiness(window: dict[str, Any]) -> dict[str, Any]:
     """A command baseline's steadiness: whether its window settled (workloads/window.py). Its steps'
-    own spread says nothing there: a length-grouped job's rates differ 6x within a cycle, by design."""
+    own spread says nothing there: a length-grouped job's rates differ 6x within a cycle, by design.
+    """
     return {
         "spread_pct": window.get("half_width_pct"),
         "limit_pct": None,
@@ -91,8 +93,8 @@ def _window_steadiness(window: dict[str, Any]) -> dict[str, Any]:
 
 
 def _steadiness(baseline: optuna.trial.FrozenTrial | None) -> dict[str, Any] | None:
-    """metrics.steadiness of the baseline's raw step times (a command's: its window's); None without a
-    baseline or readable steps."""
+    """metrics.steadiness of the baseline's raw step times (a command's: its window's); None without
+    a baseline or readable steps."""
     try:
         record = TrialRecord.of(baseline) if baseline else None
     except RecordError:
@@ -105,8 +107,9 @@ def _steadiness(baseline: optuna.trial.FrozenTrial | None) -> dict[str, Any] | N
 
 
 def _confirmation(conf: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What best.yaml chose, re-measured in fresh processes; each interval recomputed from its samples (None,
-    with why, where they bound nothing: a study confirmed before that rule printed absurd bounds)."""
+    """What best.yaml chose, re-measured in fresh processes; each interval recomputed from its
+    samples (None, with why, where they bound nothing: a study confirmed before that rule printed
+    absurd bounds)."""
     keys = ("trial", "median", "samples", "search_value", "failures")
     if not conf or not all(isinstance(st, dict) and set(keys) <= set(st) for st in conf["stats"]):
         return None
@@ -118,8 +121,9 @@ def _confirmation(conf: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def pareto_front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """generate studies: the measured trials (ok or over_limit) that no other beats on both output tokens/s
-    (higher) and p99 time per output token (lower), fastest token first; [] for training."""
+    """generate studies: the measured trials (ok or over_limit) that no other beats on both output
+    tokens/s (higher) and p99 time per output token (lower), fastest token first; [] for training.
+    """
     pts = [
         r
         for r in rows
@@ -130,8 +134,10 @@ def pareto_front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return pareto(pts, up=lambda r: r[Metric.TOKENS_PER_GPU], down=lambda r: r["tpot_ms_p99"])
 
 
-# Importance is shown where it can mean something: over IMPORTANCE_MIN_TRIALS completed trials or more, and
-# for a knob only when each of its values ran in IMPORTANCE_MIN_PER_VALUE of them or more. Computed from a
+# Importance is shown where it can mean something: over IMPORTANCE_MIN_TRIALS completed trials or
+# more, and
+# for a knob only when each of its values ran in IMPORTANCE_MIN_PER_VALUE of them or more. Computed
+# from a
 # handful of trials it said "compile 0.00" where the one eager trial ran at 0.35x (issue 29).
 IMPORTANCE_MIN_TRIALS = 5
 IMPORTANCE_MIN_PER_VALUE = 2
@@ -141,8 +147,9 @@ IMPORTANCE_RULE = (
 
 
 def _importance(study: optuna.Study, completed: list[optuna.trial.FrozenTrial], searched: list[str]) -> dict[str, Any]:
-    """Optuna's PED-ANOVA parameter importance over the completed trials (fast, needs no scikit-learn), for
-    the knobs IMPORTANCE_RULE allows; `not_meaningful` says why each other varied knob has no number yet."""
+    """Optuna's PED-ANOVA parameter importance over the completed trials (fast, needs no
+    scikit-learn), for the knobs IMPORTANCE_RULE allows; `not_meaningful` says why each other varied
+    knob has no number yet."""
     seen = {k: Counter(str(t.params[k]) for t in completed if k in t.params) for k in searched}
     varied = [k for k in searched if len(seen[k]) > 1]
     if len(completed) < IMPORTANCE_MIN_TRIALS or not varied:
@@ -203,8 +210,9 @@ def _counts(rows: list[dict[str, Any]], trials: list[optuna.trial.FrozenTrial]) 
 
 
 def _time(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Seconds in trial processes, by phase (warm-up shown without the compile estimate it contains). The loss
-    check's reference runs in a trial process of its own: its seconds count in the wall time too."""
+    """Seconds in trial processes, by phase (warm-up shown without the compile estimate it
+    contains). The loss check's reference runs in a trial process of its own: its seconds count in
+    the wall time too."""
     phases: dict[str, float] = defaultdict(float)
     wall = 0.0
     for r in rows:

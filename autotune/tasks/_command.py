@@ -132,7 +132,8 @@ def _lightning_env(name: str, cfg: Any) -> bool:
         return False
     table = LIGHTNING_ENV[name][1]
     values = getattr(cfg.space, name)
-    missing = [v for v in values if table is not None and v not in table] if isinstance(values, list) else []
+    listed = values if isinstance(values, list) and table is not None else []
+    missing = [v for v in listed if v not in table]
     if missing:
         raise ValueError(
             f"space.{name}: {missing[0]} has no Lightning precision (PL_TRAINER_PRECISION takes "

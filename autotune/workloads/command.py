@@ -223,7 +223,10 @@ class Command(Workload):
         return bool(self.progress(_at_tokens(measured, self.tokens_per_step), self.tokens_per_step))
 
     def _timed_out(self, watch: _Watch, output: Output) -> str:
-        limit = f"the trial's limit, {self.deadline_s:.0f} s (study.trial_timeout_min; raise it to measure more)"
+        limit = (
+            f"the trial's limit, {self.deadline_s:.0f} s "
+            "(study.trial_timeout_min; raise it to measure more)"
+        )
         if len(watch.steps) > self.rule.warmup:
             return f"timeout after {len(watch.steps)} of {self.needed} steps: {limit}"
         raise Failed(
@@ -241,7 +244,8 @@ class Command(Workload):
         return f"; the lines closest to command.log_pattern: {'; '.join(close) or 'none'}"
 
     def _no_first_step(self, output: Output) -> str:
-        what = f"no step in {self.first_step_s:.0f} s (command.first_step_s); expected {self._expected()}"
+        what = f"no step in {self.first_step_s:.0f} s (command.first_step_s)"
+        what += f"; expected {self._expected()}"
         raise Failed("crash", what + self._closest(output))
 
     def _expected(self) -> str:
@@ -249,7 +253,8 @@ class Command(Workload):
             return f"output lines matching log_pattern {self.cfg.get('log_pattern')!r}"
         return (
             f"steps in {ENV_REPORT} (autotune.reporting.step() after each optimizer step, the "
-            "AutotuneCallback of autotune.callbacks.hf / .lightning, or command.measure: hf / lightning)"
+            "AutotuneCallback of autotune.callbacks.hf / .lightning, or command.measure: hf / "
+            "lightning)"
         )
 
     def _failure(
@@ -370,8 +375,9 @@ def _recompiling(steps: list[dict[str, Any]]) -> str | None:
     if len(compiled) < RECOMPILING_STEPS:
         return None
     return (
-        f"recompiling: {len(compiled)} steps after the first compiled new graphs ({graphs[-1]} in all), "
-        "as torch.compile does for each new sequence length; pad to a multiple (e.g. pad_to_multiple_of) "
+        f"recompiling: {len(compiled)} steps after the first compiled new graphs ({graphs[-1]} in "
+        "all), as torch.compile does for each new sequence length; pad to a multiple (e.g. "
+        "pad_to_multiple_of) "
         "or a fixed length, mark the length dynamic, or leave compile off"
     )
 
@@ -392,7 +398,8 @@ def _stopped_said(stopped: str, steps: int, needed: int, tokens_per_s: float) ->
 def _average_said(line: str) -> str:
     return (
         "command.log_pattern matched an average since the start, not a step's figure: "
-        f"{line!r}; use measure: hf or lightning (autotune's callback, no edit), a per-step figure, or a "
+        f"{line!r}; use measure: hf or lightning (autotune's callback, no edit), a per-step "
+        "figure, or a "
         "running count as the group tokens_total"
     )
 

@@ -216,5 +216,6 @@ def said(w: Window, rule: Rule) -> str:
         return head + ")"
     why = f"not settled to +-{rule.half_width_pct:g}% within {rule.max_steps} steps"
     if w.cycle is None and w.trend_t is not None and abs(w.trend_t) > TREND:
-        why += " (its tokens per step still trend: a data order longer than the window; raise command.max_steps)"
+        why += " (its tokens per step still trend: a data order longer than the window; raise "
+        why += "command.max_steps)"
     return head + f"): {why}"

@@ -53,9 +53,9 @@ class ScriptArguments:
     sampling: str = field(default="random", metadata={"help": "random | group_by_length (less padding)"})
     packing: bool = field(default=False, metadata={"help": "concatenate and cut into max_len blocks: no padding"})
     pad_to_multiple_of: int = field(default=1, metadata={"help": "pad each batch to a multiple of this"})
-    lengths: str = field(default="loguniform", metadata={"help": "loguniform in [min, max] | lognormal"})
-    mean_len: float = field(default=700.0, metadata={"help": "lognormal: the mean length (sigma 0.8), clipped"})
-    own_count_after: int = field(default=0, metadata={"help": "print the job's own tokens/s after step N (0: no)"})
+    lengths: str = field(default="loguniform", metadata={"help": "loguniform | lognormal"})
+    mean_len: float = field(default=700.0, metadata={"help": "lognormal: mean length (sigma 0.8)"})
+    own_count_after: int = field(default=0, metadata={"help": "own tokens/s after step N"})
 
 
 class Sequences(torch.utils.data.Dataset):
@@ -68,7 +68,8 @@ class Sequences(torch.utils.data.Dataset):
             mu = math.log(a.mean_len) - 0.8**2 / 2
             logs = torch.empty(a.n_samples).normal_(mu, 0.8, generator=g)
         else:
-            logs = torch.empty(a.n_samples).uniform_(math.log(a.min_len), math.log(a.max_len), generator=g)
+            low, high = math.log(a.min_len), math.log(a.max_len)
+            logs = torch.empty(a.n_samples).uniform_(low, high, generator=g)
         self.lengths = logs.exp().round().long().clamp(a.min_len, a.max_len).tolist()
         self.rows = [torch.randint(1, a.vocab_size, (n,), generator=g) for n in self.lengths]
 
@@ -184,7 +185,8 @@ def main() -> None:
     data = Sequences(a, args.seed)
     dataset = Packed(data, a.max_len) if a.packing else data
     counted: list[int] = []
-    callbacks = [] if os.environ.get("NO_AUTOTUNE_CALLBACK") else [AutotuneCallback()]  # the unmodified job
+    unmodified = bool(os.environ.get("NO_AUTOTUNE_CALLBACK"))  # as if without the callback line
+    callbacks = [] if unmodified else [AutotuneCallback()]
     if a.own_count_after:
         callbacks.append(OwnCount(a.own_count_after, counted, args.gradient_accumulation_steps))
     trainer = Trainer(

@@ -14,7 +14,7 @@ try:
 
     launch.install()
 except ImportError as err:  # the job's Python has no autotune: say so once, run the job as it is
-    sys.stderr.write(f"autotune: command.measure needs autotune importable by the job's Python ({err})\n")
+    sys.stderr.write(f"autotune: command.measure needs autotune in the job's Python ({err})\n")
 
 _path = [p for p in sys.path if os.path.abspath(p or ".") != _here]
 _spec = importlib.machinery.PathFinder.find_spec("sitecustomize", _path)

@@ -1,12 +1,13 @@
-"""A stand-in for a user's training job (tests of task command): no torch, each way a job can behave.
+"""A stand-in for a user's training job (tests of task command): no torch, each way a job can
+behave.
 
---mode normal: reports steps and stops when told; ignore_stop: reports, then keeps running; silent: exits 0
-having reported nothing; early: exits 0 after 2 steps; oom: prints CUDA's out-of-memory error and exits 1;
-hang: reports one step, then sleeps; vary: steps of 10 tokens and every fourth of 50, each 4 ms a token;
-fixed: the same tokens, each step 20 ms plus 2 ms a token (its delivered rate known by construction);
-slow: steps of 1.5 s and 10 or 50 tokens (never settled); recompile: a torch.compile'd function
-(backend eager) called at a new shape every step;
-log: prints torchtitan-like throughput lines instead of reporting; logsci: the same in scientific notation;
+--mode normal: reports steps and stops when told; ignore_stop: reports, then keeps running; silent:
+exits 0 having reported nothing; early: exits 0 after 2 steps; oom: prints CUDA's out-of-memory
+error and exits 1; hang: reports one step, then sleeps; vary: steps of 10 tokens and every fourth of
+50, each 4 ms a token; fixed: the same tokens, each step 20 ms plus 2 ms a token (its delivered rate
+known by construction); slow: steps of 1.5 s and 10 or 50 tokens (never settled); recompile: a
+torch.compile'd function (backend eager) called at a new shape every step; log: prints
+torchtitan-like throughput lines instead of reporting; logsci: the same in scientific notation;
 logavg: prints the HF Trainer's average since the start; logcount: prints a running count of tokens;
 lognone: prints lines that never match.
 """
