@@ -12,9 +12,9 @@ The window is chosen as the steps arrive (standard library only):
   sorts each megabatch of 50 batches longest first, so tokens per step fall 30x and the rate 6x
   within 50 steps) is measured over whole cycles: the cycle is the lag at which the tokens per step
   repeat (within REPEAT of their mean, over at least MATCH steps). The first cycle is the first pass
-  over each shape (7% slow on an H200), so the window is the cycles after it, settled once there is
-  one. Until a cycle is seen, a window whose halves differ in tokens per step (Welch's t over TREND)
-  is not settled: its data still trend;
+  over each shape (2% to 21% slower than the later cycles on an H200: docs/BENCHMARKS.md), so the
+  window is the cycles after it, settled once there is one. Until a cycle is seen, a window whose
+  halves differ in tokens per step (Welch's t over TREND) is not settled: its data still trend;
 - measured: at least `measure` steps, and until the 95% interval of the figure (the ratio's delta-
   method standard error, Student's t) is within `half_width_pct` and the window's two halves agree
   within twice that. A job that cannot get there within `max_steps` steps is measured on what it
