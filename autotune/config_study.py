@@ -300,6 +300,13 @@ class StudyConfig(_Section):
         description="Experiment tracking of the trials: mlflow (tracking_uri, experiment), wandb (project, "
         "entity, mode, dir), flush_s. Off unless a tracker is named.",
     )
+    train_tokens: Optional[float] = Field(
+        default=None,
+        gt=0,
+        description="Tokens of the full training run this search tunes (e.g. 2e12): the report "
+        "projects its hours and GPU-hours at the baseline and at the chosen configuration, and "
+        "what the search cost against the saving (autotune report --train-tokens overrides it).",
+    )
     compile_cache: Optional[str] = Field(
         default=None,
         description="A folder for torch.compile's caches (Inductor, Triton) that outlives one study: a "

@@ -39,9 +39,11 @@ def test_report_finished_study_rich(finished: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "t on cpu:" in out and "best first" in out
-    assert "Failed and predicted-infeasible trials, by reason" in out and "oom" in out
-    assert "Which knobs mattered" in out and "Trials by state:" in out
-    assert "Time in trial processes:" in out and "measure" in out
+    order = [out.index(h) for h in ("Chosen (best.yaml)", "Left out of the search", "Trials")]
+    assert order == sorted(order)
+    assert "out of memory" in out and "Remedy: a smaller micro-batch" in out
+    assert "Which knobs mattered" in out and "GPU-minutes in" in out
+    assert "Trial processes by phase:" in out and "measure" in out
 
 
 @pytest.mark.slow
@@ -53,8 +55,8 @@ def test_report_json_has_everything(finished: Path) -> None:
     )
     assert data["baseline"]["number"] == 0
     assert data["searched"] == ["micro_batch_size", "precision"]
-    assert set(data["knob_effects"]["precision"]) <= {"fp32", "bf16"}
-    assert "oom" in data["failures"]
+    assert set(data["effects"]["knobs"]["precision"]["values"]) <= {"fp32", "bf16"}
+    assert "oom" in data["failures"] and any(g["kind"] == "oom" for g in data["excluded"])
     ok = [r for r in data["trials"] if r["state"] == "ok"]
     assert [r["tokens_per_s_per_gpu"] for r in ok] == sorted(
         (r["tokens_per_s_per_gpu"] for r in ok), reverse=True
@@ -197,8 +199,8 @@ def test_report_100_trials_cost_under_a_second_more_than_one(tmp_path: Path) -> 
     _synthetic_study(storage, 100)
     small = f"sqlite:///{tmp_path / 'small.db'}"
     _synthetic_study(small, 1)
-    hundred = _best_of_three(storage, "big", tmp_path, "100 trials, best first")
-    one = _best_of_three(small, "big", tmp_path, "1 trials, best first")
+    hundred = _best_of_three(storage, "big", tmp_path, "Trials, best first (100)")
+    one = _best_of_three(small, "big", tmp_path, "Trials, best first (1)")
     assert hundred - one < 1.0, f"100 trials took {hundred:.2f} s, one {one:.2f} s"
     t0 = time.monotonic()
     study = optuna.load_study(study_name="big", storage=storage)
@@ -368,7 +370,7 @@ def test_report_interval_of_too_few_samples_says_so_in_every_format() -> None:
     st = next(s for s in data["confirmation"]["stats"] if s["trial"] == 2)
     assert st["ci95"] is None and st["ci95_why"].startswith("too few samples (2;")
     assert json.loads(report.to_json(data))["chosen"]["ci95"] is None
-    assert "95% interval: too few samples (2;" in report.to_markdown(data)
+    assert "too few samples (2;" in report.to_markdown(data)
     console = Console(file=__import__("io").StringIO(), width=300)
     report.render_rich(data, console)
     shown = console.file.getvalue()
@@ -393,7 +395,7 @@ def test_metrics_interval_bounds_only_what_its_samples_bound() -> None:
 
 
 def test_report_unsteady_baseline_flags_every_ratio() -> None:
-    from autotune.report._render import chosen_line
+    from autotune.report._text import chosen_lines
 
     unsteady = [
         1.0,
@@ -411,30 +413,37 @@ def test_report_unsteady_baseline_flags_every_ratio() -> None:
     )
     spread = round(data["baseline_steadiness"]["spread_pct"])
     flag = f"293.00x (baseline unsteady: spread {spread}%)"
-    assert flag in report.to_markdown(data) and f"{flag} the baseline" in chosen_line(data)
+    assert flag in report.to_markdown(data) and f"{flag} the baseline" in chosen_lines(data)[1]
+    assert data["baseline"]["speedup_flag"] is None  # the baseline's own 1.00x carries no flag
     steady = report.collect(_study([(MBS[0], 100.0), (MBS[1], 29300.0)]))
     assert not steady["baseline_steadiness"]["unsteady"] and "unsteady" not in report.to_markdown(
         steady
     )
 
 
-def test_report_importance_not_yet_meaningful_from_a_handful_of_trials() -> None:
-    few = report.collect(_study([(MBS[0], 100.0), (MBS[1], 120.0), (MBS[3], 35.0)]))
-    assert few["importance"]["values"] is None and few["importance"]["why"].startswith(
-        "not yet meaningful"
-    )
-    assert "Importance: not yet meaningful: needs 5+ completed trials" in report.to_markdown(few)
-    # six trials, but only one eager one: compile gets no number, micro_batch_size does
+def test_report_effects_include_every_knob_and_rank_only_above_noise() -> None:
+    # compile +50% paired, micro-batch under 1%: PED-ANOVA could rank either first from five trials
     runs = [
         (MBS[0], 100.0),
-        (MBS[3], 35.0),
-        (MBS[4], 120.0),
-        (MBS[5], 150.0),
-        (MBS[4], 118.0),
-        (MBS[5], 149.0),
+        (MBS[3], 150.0),
+        (MBS[1], 100.5),
+        (MBS[4], 150.4),
+        (MBS[2], 100.3),
     ]
-    six = report.collect(_study(runs))
-    imp = six["importance"]
-    assert "compile" not in (imp["values"] or {}) and "micro_batch_size" in imp["values"]
-    assert imp["not_meaningful"]["compile"] == "compile=False ran in 1 completed trial(s), needs 2"
-    assert "Importance not yet meaningful: compile=False ran in 1" in report.to_markdown(six)
+    study = _study(runs)
+    _confirm(study, {3: [150.2, 150.9, 150.4], 1: [150.0, 151.0, 150.5]}, chosen=3)
+    data = report.collect(study)
+    eff, noise = data["effects"], data["noise"]
+    assert set(eff["knobs"]) == {"micro_batch_size", "compile"}
+    assert 0.4 < noise["pct"] < 0.7 and "fresh-process" in noise["how"]
+    assert eff["ranked"] == ["compile"]  # micro-batch's 0.3% is within the 0.5% noise
+    compile_on = eff["knobs"]["compile"]["values"]["True"]
+    assert compile_on["pairs"] == 2 and 49.0 < compile_on["paired_pct"] < 51.0
+    assert eff["knobs"]["compile"]["effect_pct"] == compile_on["paired_pct"]
+    mbs = eff["knobs"]["micro_batch_size"]  # its best at 8 (100.3, eager only) is confounded
+    assert mbs["basis"] == "paired" and mbs["effect_pct"] < 0.5
+    text = report.to_markdown(data)
+    assert "1. compile (effect 49.8%, paired)" in text and "micro_batch_size (effect" in text
+    assert "(within noise or one value)" in text
+    one = report.collect(_study([(MBS[0], 100.0), (MBS[3], 150.0)]))["effects"]
+    assert one["knobs"]["micro_batch_size"]["effect_pct"] is None  # one value ran: no effect

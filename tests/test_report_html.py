@@ -146,13 +146,16 @@ def test_html_opens_with_the_chosen_configuration_not_markdown(pages: dict[str, 
     assert f"Chosen configuration: trial {CHOSEN}" in card
     assert (
         "2,580 tokens/s per GPU" in card
-        and "95% interval 2,518 to 2,643 over 3 fresh processes" in card
+        and "median of 3 fresh processes, 95% interval 2,518 to 2,643" in card
     )  # recomputed from the samples
     assert (
-        "2.58x</b> the baseline" in card and "MFU: <b>25.8%</b>" in card
+        "Gain: 2.58x the baseline" in card and "MFU: <b>25.8%</b>" in card
     )  # 0.26 scaled by 2580 / 2600
+    assert "single search measurement" in card  # the gain's basis: the baseline was not confirmed
     assert "What it costs to apply" in card and "precision: fp32 &rarr;" in card
-    assert "GPU-minutes in 6 trial processes" in card  # two GPUs a trial, 6 processes of 30-35 s
+    assert "All its knobs: precision=" in card and "micro_batch_size=4" in card
+    # two GPUs a trial: 6 trial processes of 30-35 s and 8 confirmation samples
+    assert "GPU-minutes in 14 processes: 6 trial (195 s), 8 confirmation" in card
     assert "too few samples to bound (2 fresh processes)" in page  # trial 3's confirmation
 
 
@@ -186,7 +189,7 @@ def test_html_escapes_every_study_string_and_inlines_plotly_once(pages: dict[str
 
 def test_html_generate_draws_latency_against_its_limit_without_mfu(pages: dict[str, Path]) -> None:
     page = pages["generate"].read_text()
-    assert "<th>MFU</th>" not in page and "<th>roofline</th>" in page and "roofline: <b>" in page
+    assert ">MFU</th>" not in page and ">roofline</th>" in page and "roofline: <b>" in page
     assert '"title":{"text":"p99 time per output token (ms)"}' in page and '"text":"limit"' in page
 
 
@@ -225,11 +228,14 @@ def _chromium() -> str:
     return found
 
 
-def _load(browser: str, page: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+def _load(
+    browser: str, page: Path, tmp_path: Path, *flags: str
+) -> subprocess.CompletedProcess:
     """The page loaded in headless Chromium: its DOM after the scripts ran (stdout), console lines
     (stderr)."""
     args = [
         browser,
+        *flags,
         "--headless",
         "--no-sandbox",
         "--disable-gpu",
@@ -264,6 +270,51 @@ def test_html_in_chromium_renders_plots_without_console_errors(
         title = re.search(r"<title>(.*?)</title>", dom, re.DOTALL).group(1)
         assert title.startswith("autotune report: &lt;script&gt;"), title  # no hostile script ran
         assert "&lt;img src=x onerror=" in dom and '<img src="x"' not in dom
+
+
+# Run in the page after it loaded: the layout as a reader sees it, written into the DOM that
+# --dump-dom prints (a probe, not part of the report)
+PROBE = """<script>
+window.addEventListener("load", () => {
+  const doc = document.documentElement;
+  const seen = (el) => { const r = el.getBoundingClientRect();
+    return r.width > 0 && r.height > 0 && r.left >= 0 && r.right <= window.innerWidth + 1; };
+  const shown = (el) => getComputedStyle(el).display !== "none";
+  const reasons = [...document.querySelectorAll("tr.reason td")];
+  const cells = [...document.querySelectorAll("table td.text")].filter(shown);
+  const out = {scroll: doc.scrollWidth - doc.clientWidth, reasons: reasons.length,
+    hidden_reasons: reasons.filter((el) => !seen(el)).map((el) => el.textContent.slice(0, 60)),
+    cells: cells.length, hidden_cells: cells.filter((el) => !seen(el)).length,
+    card_knobs: seen(document.querySelector(".card .knobs"))};
+  const pre = document.createElement("pre"); pre.id = "probe";
+  pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
+});
+</script>"""
+
+
+@pytest.mark.slow
+def test_html_in_chromium_shows_every_column_reason_and_knob_without_scroll(
+    pages: dict[str, Path], tmp_path: Path
+) -> None:
+    import json
+
+    from test_report_layout import _study as many_knobs  # a command job's own knob, exclusions
+
+    browser = _chromium()
+    study = many_knobs()
+    wide = report.write_html(report.collect(study), tmp_path / "many", study=study)
+    for width, page in ((1280, pages["train"]), (800, pages["train"]), (800, wide)):
+        probed = tmp_path / f"probed-{width}.html"
+        probed.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
+        proc = _load(browser, probed, tmp_path, f"--window-size={width},900")
+        found = re.search(r'<pre id="probe">(.*?)</pre>', proc.stdout, re.DOTALL)
+        assert found, proc.stderr[-2000:]
+        out = json.loads(found.group(1).replace("&quot;", '"'))
+        assert out["scroll"] <= 0, f"{width}px: {out['scroll']} px of horizontal scroll"
+        assert out["reasons"] >= 1 and not out["hidden_reasons"], out
+        assert out["cells"] >= 12 and out["hidden_cells"] == 0, out
+        assert out["card_knobs"], out
+    assert "<svg" in wide.read_text() and "failed the numerics check" in wide.read_text()
 
 
 def test_report_html_checks_phase_is_the_loss_check_and_its_reference_trial() -> None:

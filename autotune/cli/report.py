@@ -24,8 +24,21 @@ def report(
     format: Annotated[str, typer.Option("--format", help="rich, json or markdown.")] = "rich",
     html: Annotated[Optional[Path], typer.Option(help="Write report.html and its plots to this folder.")] = None,
     no_html: Annotated[bool, typer.Option("--no-html", help="Do not write the HTML report.")] = False,
+    wide: Annotated[
+        bool,
+        typer.Option("--wide", help="The whole trials table, past the terminal's width."),
+    ] = False,
+    train_tokens: Annotated[
+        Optional[float],
+        typer.Option(
+            "--train-tokens",
+            min=1,
+            help="Tokens of the full training run: its hours and GPU-hours at the baseline and "
+            "chosen, against the search's cost (default: the YAML's study.train_tokens).",
+        ),
+    ] = None,
 ) -> None:
-    """What a study found (also while it runs): trials, failures, knob importance, time; HTML with plots."""
+    """What a study found (also while it runs): the chosen configuration, what was left out."""
     with funnel():
         from autotune import report as rep
 
@@ -35,13 +48,13 @@ def report(
         if html is not None and not no_html:
             paths.writable_dir(html, "--html")
         opened, folder = rep.load_study(study_dir, study, storage)
-        data = rep.collect(opened, folder)
+        data = rep.collect(opened, folder, train_tokens=train_tokens)
         if format == "json":
             console.out(rep.to_json(data), highlight=False)
         elif format == "markdown":
             console.out(rep.to_markdown(data), end="", highlight=False)
         else:
-            rep.render_rich(data, console)
+            rep.render_rich(data, console, wide=wide)
         default = folder / "report" if folder is not None and format == "rich" else None
         if html is None and default is not None and not os.access(default if default.exists() else folder, os.W_OK):
             default = None  # a study read from a read-only place: no HTML unless asked for with --html

@@ -5,7 +5,8 @@ The data is computed first (`collect`), then rendered: Rich tables, JSON, Markdo
 
 from autotune.report._collect import collect
 from autotune.report._html import pareto_front, write_html
-from autotune.report._render import render_rich, to_json, to_markdown
+from autotune.report._render import to_json, to_markdown
+from autotune.report._terminal import render_rich
 from autotune.report._table import fmt, rich_table, row_of
 from autotune.search.storage import load_study
 

@@ -8,62 +8,33 @@ from html import escape
 from typing import Any
 
 from autotune import knobs as catalogue
-from autotune import tasks
 from autotune.record import Metric
+from autotune.report import _text
 from autotune.report._table import fmt
 
 MIN_SAMPLES = 3  # fewer fresh processes than this bound nothing: the interval is not shown
-# The efficiency column a task reports (tasks.Task.columns) and the row's key holding it
-EFFICIENCY = {"MFU": Metric.MFU, "roofline": Metric.ROOFLINE}
 
 
 def chosen(data: dict[str, Any], phases: list[dict[str, Any]], gpus: int) -> dict[str, Any] | None:
-    """What best.yaml holds: the confirmation's choice, else the search's best (as search/best.py
-    chooses)."""
-    conf, best = data["confirmation"], data["best"]
-    if best is None:
+    """What best.yaml holds (the report's headline, report/_summary.headline) with what applying it
+    costs. phases and gpus are kept for callers; the cost is the study's (report/_summary.cost)."""
+    c = data.get("chosen")
+    if not c:
         return None
-    number = conf["chosen"] if conf else best["number"]
-    row = next((r for r in data["trials"] if r["number"] == number), best)
-    stats = next((st for st in conf["stats"] if st["trial"] == number), None) if conf else None
-    value = stats["median"] if stats and stats["median"] else row[Metric.TOKENS_PER_GPU]
-    base = data["baseline"]
-    return {
-        "trial": number,
-        "knobs": row["knobs"],
-        "value": value,
-        "stats": stats,
-        "why": conf["why"] if conf else "the search's best single measurement (not confirmed)",
-        "speedup": value / base[Metric.TOKENS_PER_GPU] if base else None,
-        "baseline": base,
-        "efficiency": _efficiency(data["task"], row, value),
-        "apply": _apply(data, row, base),
-        "cost": _cost(phases, gpus),
-    }
+    row = next((r for r in data["trials"] if r["number"] == c["trial"]), {})
+    return {**c, "apply": _apply(data, row, c)}
 
 
-def _efficiency(task: str, row: dict[str, Any], value: float) -> tuple[str, float | None] | None:
-    """The task's efficiency figure, scaled to the chosen number as best.yaml scales MFU."""
-    name = next((c for c in tasks.task(task).columns if c in EFFICIENCY), None)
-    if name is None:
-        return None
-    measured = row.get(EFFICIENCY[name])
-    search = row[Metric.TOKENS_PER_GPU]
-    return name, None if measured is None or not search else measured * value / search
-
-
-def _apply(
-    data: dict[str, Any], row: dict[str, Any], base: dict[str, Any] | None
-) -> dict[str, Any]:
+def _apply(data: dict[str, Any], row: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
     """What changes from the baseline, the environment it sets, the notes, and its one-time costs."""
-    knobs, before = row["knobs"], (base or {}).get("knobs") or {}
     device = "cuda" if data["device"] == "cuda" else "cpu"
+    base = data.get("baseline")
     return {
-        "changed": {k: (before.get(k), v) for k, v in knobs.items() if base and before.get(k) != v},
-        "env": catalogue.env_of(knobs),
-        "notes": _notes(knobs, device, data["task"]),
-        "compile_s": (row.get("phases_s") or {}).get("compile"),
-        "peak_mem_gib": (base and base.get(Metric.PEAK_MEM_GIB), row.get(Metric.PEAK_MEM_GIB)),
+        "changed": c["changed"],
+        "env": catalogue.env_of(row.get("knobs") or c["knobs"]),
+        "notes": _notes(row.get("knobs") or c["knobs"], device, data["task"]),
+        "compile_s": c["compile_s"],
+        "peak_mem_gib": (base and base.get(Metric.PEAK_MEM_GIB), c["peak_mem_gib"]),
     }
 
 
@@ -74,17 +45,6 @@ def _notes(knobs: dict[str, Any], device: str, task: str) -> list[str]:
         return catalogue.apply_notes(knobs, device, task)
     except (KeyError, TypeError, ValueError, AttributeError):
         return ["(no notes: a knob value this release does not know)"]
-
-
-def _cost(phases: list[dict[str, Any]], gpus: int) -> dict[str, Any]:
-    """The search's GPU-minutes in trial processes and the share spent measuring (issue 28's ratio)."""
-    wall = sum(p["wall_s"] for p in phases)
-    measuring = sum(p["seconds"]["measure"] for p in phases)
-    return {
-        "gpu_min": wall * gpus / 60,
-        "processes": len(phases),
-        "measure_share": measuring / wall if wall else None,
-    }
 
 
 def interval(stats: dict[str, Any] | None) -> str:
@@ -98,39 +58,34 @@ def interval(stats: dict[str, Any] | None) -> str:
     return f"95% interval {fmt(lo, 'tok')} to {fmt(hi, 'tok')} over {n} fresh processes"
 
 
-def card_html(c: dict[str, Any] | None, searched: list[str]) -> str:
-    """The card's HTML; every string from the study escaped."""
+def card_html(data: dict[str, Any], c: dict[str, Any] | None) -> str:
+    """The card's HTML, in the order of every format (report/_text): the chosen configuration and
+    all its knobs, its figure and gain, the runner-up, what applying it costs, what the search
+    cost; every string from the study escaped."""
     if c is None:
         return '<section class="card"><h2>No configuration chosen yet</h2><p>No trial has completed.</p></section>'
-    knobs = ", ".join(f"{k}={c['knobs'].get(k)}" for k in searched) or "the baseline's knobs"
+    knobs = ", ".join(f"{k}={v}" for k, v in c["knobs"].items()) or "the baseline's knobs"
+    first, gain, *_ = _text.chosen_lines(data)
     lines = [
         f'<h2>Chosen configuration: trial {c["trial"]} <span class="star">&#9733;</span></h2>',
-        f'<p class="knobs">{escape(knobs)}</p>',
-        f'<p class="headline"><b>{fmt(c["value"], "tok")} tokens/s per GPU</b> ({escape(interval(c["stats"]))})</p>',
-        f"<p>{_against_baseline(c)}{_efficiency_text(c)}</p>",
+        f'<p class="headline"><b>{fmt(c[Metric.TOKENS_PER_GPU], "tok")} tokens/s per GPU</b> '
+        f'({escape(_text.interval_text(c))})</p>',
+        f"<p>{escape(gain)}{_efficiency_text(c)}</p>",
+        f'<p class="knobs">All its knobs: {escape(knobs)}</p>',
+        f"<p>{escape(_text.runner_up(c['runner_up']))}</p>" if c.get("runner_up") else "",
         f"<p>Why chosen: {escape(str(c['why']))}</p>",
         _apply_html(c["apply"]),
-        f"<p>{_cost_text(c['cost'])}</p>",
+        *(f"<p>{escape(line)}</p>" for line in _text.projection_lines(data)),
+        f"<p>{escape(_text.cost_line(data))}</p>",
     ]
-    return '<section class="card" id="chosen">' + "\n".join(lines) + "</section>"
-
-
-def _against_baseline(c: dict[str, Any]) -> str:
-    base = c["baseline"]
-    if base is None:
-        return "No baseline was measured."
-    spread = fmt(base["step_spread_pct"], "pct")
-    return (
-        f"<b>{fmt(c['speedup'], 'x')}</b> the baseline (trial {base['number']}: "
-        f"{fmt(base[Metric.TOKENS_PER_GPU], 'tok')} tokens/s per GPU, step spread {escape(spread)})."
-    )
+    return '<section class="card" id="chosen">' + "\n".join(x for x in lines if x) + "</section>"
 
 
 def _efficiency_text(c: dict[str, Any]) -> str:
-    if c["efficiency"] is None:
+    name, key = ("MFU", "mfu") if c.get("mfu") is not None else ("roofline", "roofline")
+    if c.get(key) is None:
         return ""
-    name, value = c["efficiency"]
-    return f" {escape(name)}: <b>{fmt(value, 'mfu')}</b>."
+    return f" {name}: <b>{fmt(c[key], 'mfu')}</b>."
 
 
 def _apply_html(a: dict[str, Any]) -> str:
@@ -153,11 +108,3 @@ def _apply_html(a: dict[str, Any]) -> str:
             f"<li>Peak memory: {fmt(mem, 'gib')} GiB (baseline {fmt(base_mem, 'gib')})</li>"
         )
     return "<p>What it costs to apply:</p><ul>" + "".join(items) + "</ul>"
-
-
-def _cost_text(cost: dict[str, Any]) -> str:
-    if not cost["processes"]:
-        return "No trial process has run yet."
-    share = cost["measure_share"]
-    measuring = "" if share is None else f", {100 * share:.0f}% of it measuring steps"
-    return f"The search cost {cost['gpu_min']:,.1f} GPU-minutes in {cost['processes']} trial processes{measuring}."

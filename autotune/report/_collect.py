@@ -3,7 +3,7 @@ result."""
 
 from __future__ import annotations
 
-import warnings
+import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -12,38 +12,43 @@ import optuna
 
 from autotune import metrics, nightly
 from autotune.record import Metric, RecordError, TrialRecord
+from autotune.report import _effects, _summary
+from autotune.report._excluded import excluded
 from autotune.report._table import pareto, row_of
 from autotune.search.best import chosen_summary
 from autotune.search.history import History, current_confirmation, value_of
 from autotune.space import KNOBS
 
 
-def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any]:
-    """Everything the report shows, as plain data."""
+def collect(
+    study: optuna.Study, study_dir: Path | None = None, train_tokens: float | None = None
+) -> dict[str, Any]:
+    """Everything the report shows, as plain data. train_tokens: the full run the projection is
+    of (None: the YAML's study.train_tokens, else no projection)."""
     trials = study.get_trials(deepcopy=False)
     attrs = study.user_attrs
     config = attrs.get("config", {})
     h = History.of(study)
-    completed, baseline = h.completed, h.baseline
+    baseline = h.baseline
     base_value = value_of(baseline) if baseline else None
     rows = [row_of(t, base_value) for t in trials if t.user_attrs.get("status") != "duplicate"]
     ok = sorted((r for r in rows if r["state"] == "ok"), key=lambda r: -r[Metric.TOKENS_PER_GPU])
     others = [r for r in rows if r["state"] != "ok"]
-    searched = [k for k in KNOBS if any(k in t.params for t in trials)]
-
-    best = ok[0] if ok else None
+    searched = searched_knobs(trials)
     conf = current_confirmation(study, h)
     confirmation = _confirmation(conf)
     steady = _steadiness(baseline)
     flag = _unsteady_flag(steady)
+    base_row = next((r for r in ok if baseline and r["number"] == baseline.number), None)
     for r in rows:
-        r["speedup_flag"] = flag if r["speedup"] is not None else None
+        r["speedup_flag"] = flag if r["speedup"] is not None and r is not base_row else None
     chosen = chosen_summary(study, h) if conf is None or confirmation is not None else None
     if chosen:
         chosen["speedup_flag"] = flag if chosen["speedup_vs_baseline"] is not None else None
     spreads = sorted(r["step_spread_pct"] for r in ok if r["step_spread_pct"] is not None)
     history, skipped = nightly.read(study_dir / nightly.FILE) if study_dir is not None else ([], [])
-    return {
+    gpus = int((config.get("workload") or {}).get("world_size") or 1)
+    data = {
         "study": study.study_name,
         "device": attrs.get("device"),
         "task": (config.get("workload") or {}).get("task") or "train",
@@ -51,25 +56,50 @@ def collect(study: optuna.Study, study_dir: Path | None = None) -> dict[str, Any
         "workload": config.get("workload"),
         "searched": searched,
         "counts": _counts(rows, trials),
-        "baseline": next((r for r in ok if baseline and r["number"] == baseline.number), None),
+        "baseline": base_row,
         "baseline_steadiness": steady,
-        "best": best,
-        "mfu_flops": best and best["flops"],  # how MFU's FLOPs per token were obtained: counted, or 6N + 12LdT
+        "best": ok[0] if ok else None,
+        # MFU's FLOPs per token: counted, or 6N + 12LdT
+        "mfu_flops": ok[0]["flops"] if ok else None,
         "chosen": chosen,
         "confirmation": confirmation,
         "step_spread_pct_median": spreads[len(spreads) // 2] if spreads else None,
         "trials": ok + others,
         "failures": _failures(others),
-        "importance": _importance(study, completed, searched),
-        "knob_effects": _effects(ok, searched),
+        "excluded": excluded(study, rows),
+        "noise": _effects.noise(confirmation, ok),
         "time": _time(rows),
-        "best_telemetry": next(
-            (t.user_attrs.get("telemetry") or None for t in trials if best and t.number == best["number"]), None
-        ),
+        "best_telemetry": _telemetry(trials, ok[0]["number"] if ok else None),
         "check_history": history,
         "check_history_skipped": skipped,
         "front": pareto_front(rows),
+        "gpus": gpus,
     }
+    return _derived(data, ok, train_tokens or (config.get("study") or {}).get("train_tokens"))
+
+
+def _telemetry(trials: list[optuna.trial.FrozenTrial], number: int | None) -> Any:
+    """The search's best trial's telemetry (power, clocks), None without."""
+    return next((t.user_attrs.get("telemetry") or None for t in trials if t.number == number), None)
+
+
+def _derived(
+    data: dict[str, Any], ok: list[dict[str, Any]], tokens: float | None
+) -> dict[str, Any]:
+    """What is computed from the rows: the headline, the effects, the cost, the projection."""
+    data["chosen"] = _summary.headline(data)
+    data["effects"] = _effects.effects(ok, data["searched"], data["noise"]["pct"])
+    data["cost"] = _summary.cost(data, data["gpus"])
+    data["projection"] = _summary.projection(data["chosen"], data["cost"], tokens, data["gpus"])
+    return data
+
+
+def searched_knobs(trials: list[optuna.trial.FrozenTrial]) -> list[str]:
+    """The knobs the search varied: the catalogue's in its order, then a command job's own (its
+    command.knobs with values), in the order the study first suggested them."""
+    names = [k for k in KNOBS if any(k in t.params for t in trials)]
+    own = [p for t in trials for p in t.params if p not in KNOBS]
+    return names + list(dict.fromkeys(own))
 
 
 def _unsteady_flag(steady: dict[str, Any] | None) -> str | None:
@@ -113,11 +143,34 @@ def _confirmation(conf: dict[str, Any] | None) -> dict[str, Any] | None:
     keys = ("trial", "median", "samples", "search_value", "failures")
     if not conf or not all(isinstance(st, dict) and set(keys) <= set(st) for st in conf["stats"]):
         return None
-    stats = []
-    for st in conf["stats"]:
-        ci, why = metrics.bounded_interval(st["samples"])
-        stats.append({**{k: st[k] for k in keys}, "ci95": ci, "ci95_why": why})
-    return {"chosen": conf["chosen"], "why": conf["why"], "rounds_done": conf["rounds_done"], "stats": stats}
+    stats = [_confirmed(st, keys) for st in conf["stats"]]
+    base = conf.get("baseline")
+    return {
+        "chosen": conf["chosen"],
+        "why": conf["why"],
+        "rounds_done": conf["rounds_done"],
+        "stats": stats,
+        "baseline": _confirmed(base, ("trial", "samples", "failures")) if _sampled(base) else None,
+        "runner_up": conf.get("runner_up"),
+    }
+
+
+def _sampled(st: Any) -> bool:
+    return isinstance(st, dict) and isinstance(st.get("samples"), list) and "trial" in st
+
+
+def _confirmed(st: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """One re-measured configuration: its samples, their median and interval (recomputed), and the
+    wall time of each sample's process where the study stored it."""
+    ci, why = metrics.bounded_interval(st["samples"])
+    median = statistics.median(st["samples"]) if st["samples"] else None
+    return {
+        **{k: st.get(k) for k in keys},
+        "median": st.get("median", median),
+        "ci95": ci,
+        "ci95_why": why,
+        "walls_s": st.get("walls_s"),
+    }
 
 
 def pareto_front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -134,49 +187,6 @@ def pareto_front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return pareto(pts, up=lambda r: r[Metric.TOKENS_PER_GPU], down=lambda r: r["tpot_ms_p99"])
 
 
-# Importance is shown where it can mean something: over IMPORTANCE_MIN_TRIALS completed trials or
-# more, and
-# for a knob only when each of its values ran in IMPORTANCE_MIN_PER_VALUE of them or more. Computed
-# from a
-# handful of trials it said "compile 0.00" where the one eager trial ran at 0.35x (issue 29).
-IMPORTANCE_MIN_TRIALS = 5
-IMPORTANCE_MIN_PER_VALUE = 2
-IMPORTANCE_RULE = (
-    f"{IMPORTANCE_MIN_TRIALS}+ completed trials, each value of a knob in {IMPORTANCE_MIN_PER_VALUE}+ of them"
-)
-
-
-def _importance(study: optuna.Study, completed: list[optuna.trial.FrozenTrial], searched: list[str]) -> dict[str, Any]:
-    """Optuna's PED-ANOVA parameter importance over the completed trials (fast, needs no
-    scikit-learn), for the knobs IMPORTANCE_RULE allows; `not_meaningful` says why each other varied
-    knob has no number yet."""
-    seen = {k: Counter(str(t.params[k]) for t in completed if k in t.params) for k in searched}
-    varied = [k for k in searched if len(seen[k]) > 1]
-    if len(completed) < IMPORTANCE_MIN_TRIALS or not varied:
-        why = f"not yet meaningful: needs {IMPORTANCE_RULE} ({len(completed)} completed)"
-        return {"values": None, "why": why, "not_meaningful": {}}
-    rare = {k: _rare(k, seen[k]) for k in varied if min(seen[k].values()) < IMPORTANCE_MIN_PER_VALUE}
-    params = [k for k in varied if k not in rare]
-    if not params:
-        return {"values": None, "why": f"not yet meaningful: needs {IMPORTANCE_RULE}", "not_meaningful": rare}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            values = optuna.importance.get_param_importances(
-                study, params=params, evaluator=optuna.importance.PedAnovaImportanceEvaluator()
-            )
-    except Exception as err:  # e.g. trials with different parameter sets
-        return {"values": None, "why": f"Optuna could not compute it: {err}", "not_meaningful": rare}
-    why = f"Optuna PED-ANOVA over {len(completed)} completed trials"
-    return {"values": dict(values), "why": why, "not_meaningful": rare}
-
-
-def _rare(knob: str, counts: Counter[str]) -> str:
-    """Why a knob's importance is not yet meaningful: its rarest value and how often it ran."""
-    value, n = min(counts.items(), key=lambda kv: kv[1])
-    return f"{knob}={value} ran in {n} completed trial(s), needs {IMPORTANCE_MIN_PER_VALUE}"
-
-
 def _failures(others: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Failed and predicted trials by status: how many, which, one example reason."""
     failures: dict[str, dict[str, Any]] = {}
@@ -189,18 +199,6 @@ def _failures(others: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         entry["count"] += 1
         entry["trials"].append(r["number"])
     return failures
-
-
-def _effects(ok: list[dict[str, Any]], searched: list[str]) -> dict[str, dict[str, float]]:
-    """The best tokens/s at each value of each searched knob."""
-    effects: dict[str, dict[str, float]] = {}
-    for knob in searched:
-        best_at: dict[str, float] = {}
-        for r in ok:
-            value = str(r["knobs"].get(knob))
-            best_at[value] = max(best_at.get(value, 0.0), r[Metric.TOKENS_PER_GPU])
-        effects[knob] = best_at
-    return effects
 
 
 def _counts(rows: list[dict[str, Any]], trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:

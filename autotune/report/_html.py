@@ -15,20 +15,29 @@ from typing import Any
 
 from autotune.report import _plots
 from autotune.report._card import card_html, chosen, interval
+from autotune.report import _html_trials
+from autotune.report._curves import loss_svg
+from autotune.report._html_trials import trials_table
 from autotune.report._measured import PHASES, measured, telemetry_of
 from autotune.report._static import PLOT_FILES, draw, pareto_front, plot_data
-from autotune.report._table import cells, columns, fmt
+from autotune.report._table import fmt
+from autotune.report._text import cost_line, effects_lines, excluded_lines
 
 __all__ = ["pareto_front", "write_html"]
 
 INSTALL = "pip install 'autotune[report]'"  # the extra that brings plotly (pyproject.toml)
 STYLE = """
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1300px;padding:0 1em;color:#222}
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1300px;padding:0 1em;color:#222;
+overflow-wrap:anywhere}
 table{border-collapse:collapse;margin:1em 0}
-td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:right;white-space:nowrap}
+td,th{border:1px solid #ccc;padding:3px 6px;font-size:13px;text-align:right;overflow-wrap:normal}
+td{white-space:nowrap}
+td.text,td.long,tr.reason td{white-space:normal;overflow-wrap:anywhere}
 td.text{text-align:left}
-td.long{text-align:left;white-space:normal;min-width:20em;max-width:40em}
-.wide{overflow-x:auto}
+td.long{text-align:left}
+tr.reason td{text-align:left;color:#555;border-top:none}
+details summary{cursor:pointer}
+.curves svg{border:1px solid #ccc;margin:0.3em}
 th{background:#eee}
 tr.chosen td{background:#fff3c4;font-weight:600}
 .card{border:2px solid #d62728;border-radius:8px;padding:0.5em 1.5em;margin:1em 0;background:#fffaf0}
@@ -37,7 +46,7 @@ tr.chosen td{background:#fff3c4;font-weight:600}
 .note{background:#eef4ff;border-left:4px solid #4477cc;padding:0.5em 1em}
 figure{display:inline-block;margin:0.5em}
 img{max-width:100%}
-.plot{margin-bottom:2em}
+.plot{margin-bottom:2em;max-width:100%;overflow:hidden;position:relative}
 """
 
 
@@ -93,20 +102,21 @@ def page(
     body = [
         f"<h1>{title}</h1>",
         f"<p>{_subtitle(data)}</p>",
-        card_html(card, data["searched"]),
+        card_html(data, card),
+        _excluded_html(data["excluded"]),
         "" if _plots.available() else _no_plotly_note(),
-        _trials_table(data, chosen_number),
+        trials_table(data, chosen_number),
         _confirmation_table(data),
         *(_figure_html(heading, fig) for heading, fig in figs),
         _images(pngs, "Telemetry and check history" if figs else "Plots"),
-        _importance_table(data),
-        _failures_table(data),
+        _effects_html(data),
         _time_section(data),
     ]
     plotly_js = _plotly_js() if figs else ""
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{title}</title><style>{STYLE}</style>{plotly_js}</head>\n<body>\n"
+        f"<title>{title}</title><style>{STYLE}{_html_trials.STYLE}</style>{plotly_js}</head>\n"
+        "<body>\n"
         + "\n".join(b for b in body if b)
         + "\n</body></html>\n"
     )
@@ -174,21 +184,22 @@ def _table(
         + "</tr>"
         for row, cls in rows
     )
-    return f'<div class="wide"><table><tr>{head}</tr>\n{body}</table></div>'
+    return f"<table><tr>{head}</tr>\n{body}</table>"
 
 
-def _trials_table(data: dict[str, Any], chosen_number: int | None) -> str:
-    knobs = data["searched"]
-    header = columns(knobs, data["trials"], data["task"])
-    rows = []
-    for r in data["trials"]:
-        row = cells(r, knobs, header, 120)
-        mine = r["number"] == chosen_number
-        if mine:
-            row[0] += " \u2605 chosen"
-        rows.append((row, "chosen" if mine else ""))
-    text = tuple(c for c in header if c in (*knobs, "state", "reason"))
-    return f"<h2>Trials, best first ({len(rows)})</h2>" + _table(header, rows, text, wrap="reason")
+def _excluded_html(groups: list[dict[str, Any]]) -> str:
+    """What the search left out, each group with its reason, loss curves and remedy."""
+    if not groups:
+        return ""
+    total = sum(g["count"] for g in groups)
+    items = []
+    for g in groups:
+        first, *rest = excluded_lines(g, 2000)
+        sub = "".join(f"<li>{escape(x)}</li>" for x in rest)
+        curves = loss_svg(g["evidence"]) if g.get("evidence") else ""
+        items.append(f"<li>{escape(first)}<ul>{sub}</ul>{curves}</li>")
+    heading = f"<h2>Left out of the search: {total} trial(s)</h2>"
+    return f'{heading}<ul id="excluded">{"".join(items)}</ul>'
 
 
 def _confirmation_table(data: dict[str, Any]) -> str:
@@ -223,31 +234,11 @@ def _confirmation_table(data: dict[str, Any]) -> str:
     return f"<h2>Confirmation</h2><p>{escape(rounds)}: {escape(str(conf['why']))}</p>" + table
 
 
-def _importance_table(data: dict[str, Any]) -> str:
-    imp = data["importance"]
-    rows = []
-    for k in data["searched"]:
-        value = (imp["values"] or {}).get(k)
-        effects = ", ".join(
-            f"{a}: {fmt(b, 'tok')}" for a, b in data["knob_effects"].get(k, {}).items()
-        )
-        rows.append(([k, "-" if value is None else f"{value:.2f}", effects], ""))
-    effects = "best tokens/s/GPU at each value"
-    table = _table(["knob", "importance", effects], rows, ("knob",), wrap=effects)
-    return f"<h2>Which knobs mattered</h2><p>{escape(str(imp['why']))}</p>" + table
-
-
-def _failures_table(data: dict[str, Any]) -> str:
-    if not data["failures"]:
+def _effects_html(data: dict[str, Any]) -> str:
+    if not data["searched"]:
         return ""
-    rows = [
-        ([state, str(f["count"]), ", ".join(map(str, f["trials"])), str(f["example"])[:300]], "")
-        for state, f in data["failures"].items()
-    ]
-    header = ["state", "count", "trials", "example reason"]
-    return "<h2>Failed and predicted trials</h2>" + _table(
-        header, rows, ("state",), wrap="example reason"
-    )
+    items = "".join(f"<li>{escape(x)}</li>" for x in effects_lines(data))
+    return f"<h2>Which knobs mattered</h2><ul>{items}</ul>"
 
 
 def _time_section(data: dict[str, Any]) -> str:
@@ -264,6 +255,6 @@ def _time_section(data: dict[str, Any]) -> str:
         for p in order
         if tm["trial_wall_s"]
     ]
-    text = f"Time in trial processes: {tm['trial_wall_s']:,.0f} s in {tm['processes']} processes{ahead}."
+    text = f"{cost_line(data)} Trial processes by phase{ahead}:"
     table = _table(["phase", "seconds", "share"], rows, ("phase",)) if rows else ""
     return f"<h2>Where time went</h2><p>{escape(text)}</p>" + table

@@ -14,7 +14,8 @@ from autotune.record import Metric, RecordError, TrialRecord
 # process of its
 # own (phases_s "reference", outside the trial's wall time); "other" is the wall time no phase
 # accounts for.
-PHASES = ("start", "build", "compile", "checks", "warmup", "measure", "other")
+# "confirmation": a confirmation process, whose phases the study does not keep (its wall time only)
+PHASES = ("start", "build", "compile", "checks", "warmup", "measure", "other", "confirmation")
 SPREAD_QUANTILES = (0.1, 0.9)  # error bars: the 10th and 90th percentile of the measured steps
 
 
@@ -26,7 +27,8 @@ def measured(data: dict[str, Any], study: Any | None) -> dict[str, Any]:
         "phases": sorted(
             (p for r in data["trials"] if (p := phases_of(r)) is not None),
             key=lambda p: p["number"],
-        ),
+        )
+        + confirmation_phases(data),
         "limits": {
             k: v
             for k, v in ((config.get("study") or {}).get("limits") or {}).items()
@@ -76,11 +78,31 @@ def telemetry_of(study: Any, number: int) -> tuple[int, dict[str, Any]] | None:
     return (number, tele) if isinstance(tele, dict) and tele.get("series") else None
 
 
+def confirmation_phases(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The confirmation's processes as bars of the time chart ("c3.1": trial 3's second sample):
+    each one's stored wall time, else its trial's search process's (report/_summary.cost)."""
+    conf = data.get("confirmation") or {}
+    walls = {r["number"]: r["wall_s"] for r in data["trials"] if r.get("wall_s")}
+    out = []
+    for st in [*conf.get("stats", []), *([conf["baseline"]] if conf.get("baseline") else [])]:
+        runs = len(st.get("samples") or []) + len(st.get("failures") or [])
+        stored = st.get("walls_s") or []
+        for i in range(runs):
+            wall = stored[i] if i < len(stored) else walls.get(st["trial"], 0.0)
+            seconds = {p: 0.0 for p in PHASES}
+            seconds["confirmation"] = float(wall or 0.0)
+            label = f"c{st['trial']}.{i}"
+            out.append(
+                {"number": label, "state": "confirmation", "seconds": seconds, "wall_s": wall}
+            )
+    return out
+
+
 def phases_of(row: dict[str, Any]) -> dict[str, Any] | None:
-    """One trial's seconds by phase (warm-up without the compile it contains), None for a trial
-    never started."""
-    raw = row.get("phases_s")
-    if not raw or not row.get("wall_s"):
+    """One trial's seconds by phase (warm-up without the compile it contains; a process that kept
+    no phases, a timeout's, all "other"), None for a trial never started."""
+    raw = row.get("phases_s") or {}
+    if not row.get("wall_s"):
         return None
     seconds = {p: float(raw.get(p, 0.0)) for p in PHASES if p != "other"}
     reference = float(raw.get("reference", 0.0))

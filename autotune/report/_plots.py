@@ -395,7 +395,7 @@ def _time(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any]
                     hovertemplate="%{y:.2f} GPU-min<extra>" + phase + "</extra>",
                 )
             )
-    total = sum(p["wall_s"] for p in phases) * m["gpus"] / 60
+    total = data["cost"]["gpu_min"]  # every process the search ran (report/_summary.cost)
     return fig.update_layout(
         barmode="stack",
         xaxis_title="trial",

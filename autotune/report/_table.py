@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune import nccl_log, tasks
+import math
+import statistics
+
+from autotune import metrics, nccl_log, tasks
 from autotune.record import Metric, RecordError, TrialRecord
 from autotune.protocol import reason_line
 
@@ -51,6 +54,27 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _steps(r: TrialRecord) -> list[float]:
+    """A record's measured step times, positive numbers only (a damaged record gives none)."""
+    try:
+        steps = r.step_times
+    except (RecordError, TypeError, AttributeError):
+        return []
+    return [x for x in steps if _number(x) and x > 0]
+
+
+def _half_width(r: TrialRecord) -> float | None:
+    """The 95% half-width of a trial's figure within its process, in percent: a command window's
+    own (workloads/window.py), else 1.96 standard errors of its mean step time."""
+    window = _dict(_dict(r.metrics).get(Metric.WINDOW))
+    if _number(window.get("half_width_pct")):
+        return float(window["half_width_pct"])
+    steps = _steps(r)
+    if len(steps) < 2:
+        return None
+    return 100 * 1.96 * statistics.stdev(steps) / math.sqrt(len(steps)) / statistics.fmean(steps)
+
+
 def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
     """A trial (an Optuna FrozenTrial) as a report row: its record's knobs, metrics, state and reason. A record
     another program damaged (a field of the wrong type) shows as 'unreadable', never as a failure of the report."""
@@ -77,7 +101,8 @@ def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
         "knobs": r.knobs if knobs_ok else t.params,
         Metric.TOKENS_PER_GPU: tokens,
         "speedup": (value / base_value) if (value is not None and base_value) else None,
-        "step_spread_pct": _dict(m.get(Metric.STEP_TIME)).get("spread_pct"),
+        "step_spread_pct": metrics.middle_spread_pct(_steps(r)),
+        "half_width_pct": _half_width(r),
         "reason": str(r.reason or ""),
         "predicted": bool(r.predicted),
         "phases_s": {k: v for k, v in _dict(r.phases_s).items() if _number(v)} or None,
@@ -152,14 +177,27 @@ def cells(row: dict[str, Any], knobs: list[str], header: list[str], reason_chars
     return [values[c] for c in header]
 
 
+def varying(header: list[str], rows: list[dict[str, Any]], knobs: list[str]) -> list[str]:
+    """The header less the knob and metric columns whose value is the same in every row."""
+    keep = []
+    for col in header:
+        values = {cells(r, knobs, [col])[0] for r in rows}
+        if col == "#" or len(values) > 1 or len(rows) < 2:
+            keep.append(col)
+    return keep
+
+
 def rich_table(rows: list[dict[str, Any]], knobs: list[str], title: str, task: str = "train") -> Any:
     """The trials table as a Rich Table."""
     from rich.table import Table
 
-    header = columns(knobs, rows, task)
+    header = varying(columns(knobs, rows, task), rows, knobs)
     table = Table(title=title)
     for col in header:
-        table.add_column(col, overflow="fold", justify="left" if col in (*knobs, "state", "reason") else "right")
+        left = col in (*knobs, "state", "reason")
+        # a header wraps between words, never within one ("micro_batch_size", not "m/i/c/r/o")
+        word = max(len(w) for w in col.split())
+        table.add_column(col, overflow="fold", justify="left" if left else "right", min_width=word)
     for r in rows:
         table.add_row(*cells(r, knobs, header))
     return table

@@ -1,0 +1,113 @@
+"""Which knobs mattered, in a form that cannot mislead: for every searched knob, each value's
+best and median figure and its trials, the paired effect where two trials differ in that knob
+alone, and the measurement noise they are read against; a ranking only of knobs whose effect is
+larger than that noise.
+
+Optuna's PED-ANOVA importance is not shown: over a staged search's twenty trials it ranked
+vocabulary padding first (0.34, an effect of 0.5%, noise) and compile last (0.03, +28%), and it
+leaves out a knob whose baseline value ran once (issue 36)."""
+
+from __future__ import annotations
+
+import statistics
+from itertools import combinations
+from typing import Any
+
+from autotune.record import Metric
+
+DERIVED = ("grad_accum_steps",)  # follows the batch: never the one knob two trials differ in
+NOISE_REPEATS = (
+    "the median over the confirmed configurations of (max - min) / median of their fresh-process "
+    "samples"
+)
+NOISE_WITHIN = (
+    "the median trial's 95% half-width of its figure within one process (run-to-run noise, "
+    "unmeasured without a confirmation, is larger)"
+)
+
+
+def noise(confirmation: dict[str, Any] | None, ok: list[dict[str, Any]]) -> dict[str, Any]:
+    """The study's measurement noise in percent, and how it was obtained (named once)."""
+    spreads = [
+        100 * (max(s) - min(s)) / statistics.median(s)
+        for st in (confirmation or {}).get("stats", [])
+        if len(s := st.get("samples") or []) >= 2
+    ]
+    if spreads:
+        return {"pct": statistics.median(spreads), "how": NOISE_REPEATS}
+    widths = [r["half_width_pct"] for r in ok if r.get("half_width_pct") is not None]
+    if widths:
+        return {"pct": statistics.median(widths), "how": NOISE_WITHIN}
+    return {"pct": None, "how": "unmeasured: no repeated or multi-step measurement"}
+
+
+def effects(ok: list[dict[str, Any]], searched: list[str], noise_pct: float | None) -> dict:
+    """Per knob: each value's trials, best and median tokens/s, the paired effect against the
+    knob's most-run value, the knob's effect size (how far its worst value's best falls short of
+    its best value's, in percent) and whether
+    it is above the noise; `ranked`: the knobs above noise, largest effect first."""
+    per_knob = {k: _knob(ok, k, searched) for k in searched}
+    for entry in per_knob.values():
+        size = entry["effect_pct"]
+        entry["above_noise"] = size is not None and noise_pct is not None and size > noise_pct
+    ranked = sorted(
+        (k for k, e in per_knob.items() if e["above_noise"]),
+        key=lambda k: -per_knob[k]["effect_pct"],
+    )
+    return {"knobs": per_knob, "ranked": ranked}
+
+
+def _knob(ok: list[dict[str, Any]], knob: str, searched: list[str]) -> dict[str, Any]:
+    """One knob's values and their figures."""
+    by_value: dict[str, list[float]] = {}
+    for r in ok:
+        by_value.setdefault(str(r["knobs"].get(knob)), []).append(r[Metric.TOKENS_PER_GPU])
+    values = {
+        v: {"trials": len(xs), "best": max(xs), "median": statistics.median(xs)}
+        for v, xs in by_value.items()
+    }
+    reference = max(by_value, key=lambda v: len(by_value[v])) if by_value else None
+    for v, ratios in _paired(ok, knob, searched, reference).items():
+        values[v]["paired_pct"] = 100 * (statistics.median(ratios) - 1)
+        values[v]["pairs"] = len(ratios)
+    size, basis = _size(values)
+    return {"values": values, "reference": reference, "effect_pct": size, "basis": basis}
+
+
+def _size(values: dict[str, dict[str, Any]]) -> tuple[float | None, str | None]:
+    """A knob's effect in percent and its basis: the largest paired effect where two trials differ
+    in this knob alone (the other knobs held), else the worst value's best short of the best
+    value's (the gaps each value shows), which other knobs can confound."""
+    paired = [abs(e["paired_pct"]) for e in values.values() if e.get("pairs")]
+    if paired:
+        return max(paired), "paired"
+    bests = [e["best"] for e in values.values()]
+    if len(bests) < 2:
+        return None, None
+    return 100 * (1 - min(bests) / max(bests)), "best at each value"
+
+
+def _paired(
+    ok: list[dict[str, Any]], knob: str, searched: list[str], reference: str | None
+) -> dict[str, list[float]]:
+    """value -> the ratios of trials at that value to trials at the reference value that differ
+    from them in this knob alone."""
+    others = [k for k in searched if k != knob and k not in DERIVED]
+    out: dict[str, list[float]] = {}
+    for a, b in combinations(ok, 2):
+        va, vb = str(a["knobs"].get(knob)), str(b["knobs"].get(knob))
+        if va == vb or reference not in (va, vb):
+            continue
+        if any(a["knobs"].get(k) != b["knobs"].get(k) for k in others):
+            continue
+        at, ref = (a, b) if vb == reference else (b, a)
+        value = va if vb == reference else vb
+        out.setdefault(value, []).append(at[Metric.TOKENS_PER_GPU] / ref[Metric.TOKENS_PER_GPU])
+    return out
+
+
+def value_text(value: str, e: dict[str, Any], top: float) -> str:
+    """One value in words: its best against the knob's best value, trials, paired effect."""
+    gap = 100 * (e["best"] / top - 1)
+    paired = f", paired {e['paired_pct']:+.1f}% over {e['pairs']}" if e.get("pairs") else ""
+    return f"{value}: {gap:+.1f}% ({e['trials']} trial{'s' if e['trials'] != 1 else ''}{paired})"

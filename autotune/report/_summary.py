@@ -1,0 +1,168 @@
+"""The report's headline, defined once for every format: the chosen configuration with all its
+knobs, its figure and gain against the baseline (and on what basis), the runner-up within noise,
+what the whole search cost, and the projection of a full run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune import tasks
+from autotune.record import Metric
+
+# How a gain was obtained, named once: a ratio means something only with its basis beside it
+BASIS_CONFIRMED = "confirmed median / the baseline's confirmed median"
+BASIS_HALF = "confirmed median / the baseline's single search measurement"
+BASIS_SEARCH = "single search measurements"
+
+
+def headline(data: dict[str, Any]) -> dict[str, Any] | None:
+    """best.yaml's choice (search/best.chosen_summary) with its row's knobs, memory and compile
+    time, the baseline it is compared with and the gain's basis; None before a trial completed."""
+    c = data.get("chosen")
+    if not c:
+        return None
+    row = next((r for r in data["trials"] if r["number"] == c["trial"]), None) or {}
+    base = data.get("baseline")
+    value = c[Metric.TOKENS_PER_GPU]
+    base_value, basis = _baseline_figure(c, base, data.get("confirmation"))
+    knobs = dict(c.get("knobs") or row.get("knobs") or {})
+    return {
+        "trial": c["trial"],
+        "why": c["why"],
+        Metric.TOKENS_PER_GPU: value,
+        "confirmed": bool(c["confirmed"]),
+        "samples": c.get("samples", 0),
+        "ci95": c.get("ci95"),
+        "ci95_why": c.get("ci95_why"),
+        "search_tokens_per_s_per_gpu": c.get("search_tokens_per_s_per_gpu"),
+        "knobs": {k: v for k, v in knobs.items() if v is not None},
+        "changed": _changed(knobs, (base or {}).get("knobs") or {}) if base else {},
+        "baseline": None
+        if base is None
+        else {"trial": base["number"], Metric.TOKENS_PER_GPU: base_value},
+        "speedup_vs_baseline": value / base_value if base_value else None,
+        "speedup_basis": basis,
+        "speedup_flag": c.get("speedup_flag"),
+        **_efficiency(data["task"], row, value),
+        "compile_s": (row.get("phases_s") or {}).get("compile"),
+        "peak_mem_gib": row.get(Metric.PEAK_MEM_GIB),
+        "runner_up": c.get("runner_up"),
+    }
+
+
+def _baseline_figure(
+    c: dict[str, Any], base: dict[str, Any] | None, conf: dict[str, Any] | None
+) -> tuple[float | None, str]:
+    """The baseline's figure the gain divides by, and the gain's basis: its confirmed median where
+    the confirmation re-measured it, else its one search measurement."""
+    if base is None:
+        return None, "no baseline measured"
+    again = (conf or {}).get("baseline") or {}
+    if c["confirmed"] and again.get("trial") == base["number"] and again.get("median"):
+        return again["median"], BASIS_CONFIRMED
+    return base[Metric.TOKENS_PER_GPU], BASIS_HALF if c["confirmed"] else BASIS_SEARCH
+
+
+def _changed(knobs: dict[str, Any], before: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The knobs set differently from the baseline (grad_accum_steps follows the batch)."""
+    return {k: (before.get(k), v) for k, v in knobs.items() if before.get(k) != v}
+
+
+def _efficiency(task: str, row: dict[str, Any], value: float) -> dict[str, float | None]:
+    """The task's efficiency figure (tasks.Task.columns: MFU for training, the roofline share for
+    generation), scaled to the chosen figure; the other is None."""
+    columns = tasks.task(task).columns
+    search = row.get(Metric.TOKENS_PER_GPU)
+    return {
+        "mfu": _scaled(row.get(Metric.MFU), value, search) if "MFU" in columns else None,
+        "roofline": _scaled(row.get(Metric.ROOFLINE), value, search)
+        if "roofline" in columns
+        else None,
+    }
+
+
+def _scaled(measured: float | None, value: float, search: float | None) -> float | None:
+    """An efficiency figure of the search measurement, scaled to the chosen figure (as best.yaml
+    scales MFU): the page shows one MFU, never the search's beside the confirmed one."""
+    if measured is None or not search:
+        return None
+    return measured * value / search
+
+
+def cost(data: dict[str, Any], gpus: int) -> dict[str, Any]:
+    """Every process the search ran, by kind, and their GPU-minutes: trial processes (whatever
+    their end: timeouts and pruned ones too), the loss check's reference processes and the
+    confirmation's fresh processes."""
+    trials = [r for r in data["trials"] if r.get("wall_s")]
+    n_conf, s_conf, estimated = _confirmation_cost(data.get("confirmation"), trials)
+    kinds = {
+        "trials": (len(trials), sum(r["wall_s"] for r in trials)),
+        "references": _references(trials),
+        "confirmation": (n_conf, s_conf),
+    }
+    seconds = sum(s for _, s in kinds.values())
+    measuring = sum((r.get("phases_s") or {}).get("measure", 0.0) for r in trials)
+    return {
+        "processes": sum(n for n, _ in kinds.values()),
+        "by_kind": {k: {"processes": n, "seconds": s} for k, (n, s) in kinds.items() if n},
+        "seconds": seconds,
+        "gpu_min": seconds * gpus / 60,
+        "measure_share": measuring / seconds if seconds else None,
+        "confirmation_estimated": estimated,
+    }
+
+
+def _references(trials: list[dict[str, Any]]) -> tuple[int, float]:
+    """The loss check's reference processes (phases_s reference: a process of its own)."""
+    refs = [(r.get("phases_s") or {}).get("reference", 0.0) for r in trials]
+    return sum(1 for s in refs if s), sum(refs)
+
+
+def _confirmation_cost(
+    conf: dict[str, Any] | None, trials: list[dict[str, Any]]
+) -> tuple[int, float, bool]:
+    """The confirmation's processes and seconds: each sample's wall time where the study stored it,
+    else the trial's own search process's wall time for each (then estimated is True)."""
+    if not conf:
+        return 0, 0.0, False
+    walls = {r["number"]: r["wall_s"] for r in trials}
+    n, seconds, estimated = 0, 0.0, False
+    for st in [*conf["stats"], *([conf["baseline"]] if conf.get("baseline") else [])]:
+        runs = len(st.get("samples") or []) + len(st.get("failures") or [])
+        stored = [w for w in st.get("walls_s") or [] if isinstance(w, (int, float))]
+        n += runs
+        seconds += sum(stored) if len(stored) == runs else runs * walls.get(st["trial"], 0.0)
+        estimated = estimated or len(stored) != runs
+    return n, seconds, estimated
+
+
+def projection(
+    chosen: dict[str, Any] | None, spent: dict[str, Any], tokens: float | None, gpus: int
+) -> dict[str, Any] | None:
+    """A full run of `tokens` training tokens at the baseline's figure and at the chosen one: its
+    hours and GPU-hours, the GPU-hours saved and what the search cost against that saving."""
+    if (
+        not tokens
+        or not chosen
+        or not chosen["baseline"]
+        or not chosen["baseline"][Metric.TOKENS_PER_GPU]
+    ):
+        return None
+    at = {
+        "baseline": chosen["baseline"][Metric.TOKENS_PER_GPU],
+        "chosen": chosen[Metric.TOKENS_PER_GPU],
+    }
+    hours = {k: tokens / (v * gpus) / 3600 for k, v in at.items()}
+    gpu_h = {k: h * gpus for k, h in hours.items()}
+    saved = gpu_h["baseline"] - gpu_h["chosen"]
+    search_h = spent["gpu_min"] / 60
+    return {
+        "tokens": tokens,
+        "gpus": gpus,
+        "hours": hours,
+        "gpu_hours": gpu_h,
+        "saved_gpu_hours": saved,
+        "search_gpu_hours": search_h,
+        "net_gpu_hours": saved - search_h,
+        "basis": chosen["speedup_basis"],
+    }

@@ -1,0 +1,171 @@
+"""The report in a terminal, readable at 80 columns: the chosen configuration first, then what the
+search left out, the trials (a table without the columns that never change, or one record a trial
+where even that cannot fit; `wide`: the whole table), which knobs mattered and what it cost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.protocol import reason_line
+from autotune.report import _text
+from autotune.report._render import confirmed, interval
+from autotune.report._table import cells, columns, fmt, varying
+
+INDENT = 3
+REASON_CHARS = 40  # the reason column's width in the table; the record view shows it whole
+
+
+def render_rich(data: dict[str, Any], console: Any, wide: bool = False) -> None:
+    """The report's sections, each a heading and its wrapped lines."""
+    console.rule(f"{data['study']} on {data['device']}: {data['task']}", style="dim")
+    _section(console, "Chosen", _text.chosen_lines(data) + _text.projection_lines(data))
+    if data["excluded"]:
+        _excluded(console, data["excluded"])
+    _trials(console, data, wide)
+    if data["confirmation"]:
+        _section(console, "Confirmation", _confirmation_lines(data["confirmation"]))
+    if data["searched"]:
+        _section(console, "Which knobs mattered", _text.effects_lines(data))
+    _section(console, "Cost", [_text.cost_line(data), _phases_line(data)])
+    _checks(console, data)
+
+
+def _section(console: Any, heading: str, lines: list[str]) -> None:
+    from rich.padding import Padding
+    from rich.text import Text
+
+    console.print(Text(heading, style="bold"))
+    for line in lines:
+        if line:
+            console.print(Padding(Text(line), (0, 0, 0, INDENT), expand=False))
+
+
+def _excluded(console: Any, groups: list[dict[str, Any]]) -> None:
+    from rich.padding import Padding
+    from rich.text import Text
+
+    total = sum(g["count"] for g in groups)
+    console.print(Text(f"Left out of the search: {total} trial(s)", style="bold"))
+    for g in groups:
+        first, *rest = _text.excluded_lines(g)
+        console.print(Padding(Text("- " + first), (0, 0, 0, INDENT), expand=False))
+        for line in rest:
+            console.print(Padding(Text(line), (0, 0, 0, INDENT + 2), expand=False))
+
+
+def _trials(console: Any, data: dict[str, Any], wide: bool) -> None:
+    from rich.text import Text
+
+    rows, knobs = data["trials"], data["searched"]
+    full = columns(knobs, rows, data["task"])
+    header = full if wide else varying(full, rows, knobs)
+    dropped = [c for c in full if c not in header]
+    console.print(Text(f"Trials, best first ({len(rows)})", style="bold"))
+    if dropped:
+        same = ", ".join(f"{c}={cells(rows[0], knobs, [c])[0]}" for c in dropped)
+        console.print(Text(f"   the same in every trial: {same}"))
+    chars = None if wide else REASON_CHARS
+    if wide or _fits(header, rows, knobs, console.width):
+        _table(console, header, rows, knobs, chars, wide)
+    else:
+        _records(console, header, rows, knobs)
+    if "step spread" in header:
+        console.print(Text(f"   {_text.STEP_SPREAD}"))
+
+
+def _natural(header: list[str], rows: list[dict[str, Any]], knobs: list[str]) -> int:
+    """The table's width with no cell folded (reasons cut to REASON_CHARS), borders included."""
+    widths = [
+        max([len(c), *(len(cells(r, knobs, [c], REASON_CHARS)[0]) for r in rows)]) for c in header
+    ]
+    return sum(widths) + 3 * len(header) + 1
+
+
+def _fits(header: list[str], rows: list[dict[str, Any]], knobs: list[str], width: int) -> bool:
+    return _natural(header, rows, knobs) <= width
+
+
+def _table(
+    console: Any,
+    header: list[str],
+    rows: list[dict[str, Any]],
+    knobs: list[str],
+    chars: int | None,
+    wide: bool,
+) -> None:
+    """The trials as a table; `wide`: as wide as it needs, past the terminal's width."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table()
+    for col in header:
+        left = col in (*knobs, "state", "reason")
+        table.add_column(col, justify="left" if left else "right", overflow="fold")
+    for r in rows:
+        table.add_row(*cells(r, knobs, header, chars or 10_000))
+    if not wide:
+        console.print(table)
+        return
+    width = max(console.width, _natural(header, rows, knobs) + 200)
+    Console(file=console.file, width=width, color_system=console.color_system).print(table)
+
+
+def _records(console: Any, header: list[str], rows: list[dict[str, Any]], knobs: list[str]) -> None:
+    """One record a trial, when the table cannot fit: its outcome and figures on one line, then
+    its knobs and its reason, wrapped."""
+    from rich.padding import Padding
+    from rich.text import Text
+
+    figures = [c for c in header if c not in (*knobs, "#", "state", "reason")]
+    for r in rows:
+        values = dict(zip(header, cells(r, knobs, header, 10_000)))
+        state = values.get("state", "ok")
+        numbers = ", ".join(f"{c} {values[c]}" for c in figures if values[c] not in ("-", "n/a"))
+        head = f"#{r['number']} {state}" + (f": {numbers}" if numbers else "")
+        console.print(Padding(Text(head), (0, 0, 0, INDENT), expand=False))
+        set_knobs = ", ".join(f"{k}={values[k]}" for k in knobs if k in values)
+        if set_knobs:
+            console.print(Padding(Text(set_knobs), (0, 0, 0, INDENT + 2), expand=False))
+        if values.get("reason"):
+            console.print(
+                Padding(Text(reason_line(r["reason"], 300)), (0, 0, 0, INDENT + 2), expand=False)
+            )
+
+
+def _confirmation_lines(conf: dict[str, Any]) -> list[str]:
+    lines = [
+        f"trial {st['trial']}{' (chosen)' if st['trial'] == conf['chosen'] else ''}: "
+        f"{confirmed(st)}"
+        + (f"; failures: {'; '.join(st['failures'][:2])}" if st["failures"] else "")
+        for st in conf["stats"]
+    ]
+    base = conf.get("baseline")
+    if base and base.get("median"):
+        lines.append(
+            f"baseline, trial {base['trial']}: median {fmt(base['median'], 'tok')} tokens/s/GPU "
+            f"over {len(base['samples'])} fresh processes ({interval(base)})"
+        )
+    return [*lines, f"{conf['rounds_done']} interleaved round(s); {conf['why']}"]
+
+
+def _phases_line(data: dict[str, Any]) -> str:
+    tm = data["time"]
+    phases = ", ".join(f"{p} {s:,.0f} s" for p, s in tm["phases_s"].items())
+    ahead = f"; {tm['started_ahead']} started ahead" if tm.get("started_ahead") else ""
+    return f"Trial processes by phase: {phases or 'no phase data'}{ahead}."
+
+
+def _checks(console: Any, data: dict[str, Any]) -> None:
+    if data["check_history"]:
+        last = data["check_history"][-1]
+        _section(
+            console,
+            "Checks",
+            [
+                f"{len(data['check_history'])} check(s), last {last['checked_at']}: "
+                f"{last['status']}, ratio {last['ratio']:.3f}"
+            ],
+        )
+    if data.get("check_history_skipped"):
+        skipped = "; ".join(data["check_history_skipped"][:5])
+        _section(console, "Checks", [f"history.jsonl: skipped {skipped}"])

@@ -1,0 +1,169 @@
+"""The report's sentences, written once and drawn by every format (terminal, Markdown, HTML): the
+chosen configuration, what the search left out, which knobs mattered, what the search cost and
+the projection of a full run. Each function returns plain lines; the formats only lay them out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.protocol import reason_line
+from autotune.record import Metric
+from autotune.report import _effects
+from autotune.report._excluded import loss_summary
+from autotune.report._table import fmt, speedup
+
+STEP_SPREAD = "step spread: (p90 - p10) / median of a trial's measured step times"
+
+
+def interval_text(c: dict[str, Any]) -> str:
+    """How the chosen figure was obtained, with its 95% interval or why there is none."""
+    if not c["confirmed"]:
+        return "one search measurement, not confirmed: no interval"
+    if c.get("ci95"):
+        lo, hi = c["ci95"]
+        return (
+            f"median of {c['samples']} fresh processes, 95% interval {fmt(lo, 'tok')} to "
+            f"{fmt(hi, 'tok')}"
+        )
+    return f"median of {c['samples']} fresh processes; {c.get('ci95_why') or 'no interval'}"
+
+
+def chosen_lines(data: dict[str, Any]) -> list[str]:
+    """The chosen configuration: figure, gain and its basis, efficiency, every knob, runner-up."""
+    c = data.get("chosen")
+    if not c:
+        return ["No configuration chosen yet: no trial has completed."]
+    lines = [
+        f"Chosen (best.yaml): trial {c['trial']}, {fmt(c[Metric.TOKENS_PER_GPU], 'tok')} tokens/s/GPU "
+        f"({interval_text(c)}).",
+        _gain(c),
+        _costs_to_apply(c, data.get("mfu_flops")),
+    ]
+    if c["changed"]:
+        lines.append(
+            "Changed from the baseline: "
+            + ", ".join(f"{k} {old} -> {new}" for k, (old, new) in c["changed"].items())
+        )
+    lines.append("All its knobs: " + ", ".join(f"{k}={v}" for k, v in c["knobs"].items()))
+    if c.get("runner_up"):
+        lines.append(runner_up(c["runner_up"]))
+    lines.append(f"Why: {c['why']}")
+    return [line for line in lines if line]
+
+
+def _gain(c: dict[str, Any]) -> str:
+    base = c["baseline"]
+    if base is None:
+        return "No baseline was measured: no gain to state."
+    if c["trial"] == base["trial"]:
+        return f"It is the baseline (trial {base['trial']}): the search found nothing faster."
+    return (
+        f"Gain: {speedup(c['speedup_vs_baseline'], c.get('speedup_flag'))} the baseline (trial {base['trial']}, "
+        f"{fmt(base[Metric.TOKENS_PER_GPU], 'tok')} tokens/s/GPU; {c['speedup_basis']})."
+    )
+
+
+def _costs_to_apply(c: dict[str, Any], flops: str | None) -> str:
+    parts = []
+    if c.get("mfu") is not None:
+        parts.append(f"MFU {fmt(c['mfu'], 'mfu')}" + (f" (FLOPs: {flops})" if flops else ""))
+    elif c.get("roofline") is not None:
+        parts.append(f"roofline {fmt(c['roofline'], 'mfu')}")
+    if c.get("peak_mem_gib") is not None:
+        parts.append(f"peak memory {fmt(c['peak_mem_gib'], 'gib')} GiB")
+    if c.get("compile_s"):
+        parts.append(f"compile {c['compile_s']:,.0f} s at each start")
+    return "; ".join(parts) + "." if parts else ""
+
+
+def runner_up(r: dict[str, Any]) -> str:
+    bits = [f"{r['gap_pct']:+.2f}%"] if r.get("gap_pct") is not None else []
+    if r.get("compile_s") is not None:
+        bits.append(f"compile {r['compile_s']:,.0f} s")
+    if r.get("peak_mem_gib") is not None:
+        bits.append(f"peak {fmt(r['peak_mem_gib'], 'gib')} GiB")
+    return f"Runner-up within noise: trial {r['trial']} ({', '.join(bits)})."
+
+
+def projection_lines(data: dict[str, Any]) -> list[str]:
+    p = data.get("projection")
+    if not p:
+        return []
+    hours, gpu_h = p["hours"], p["gpu_hours"]
+    return [
+        f"A full run of {p['tokens']:,.0f} tokens on {p['gpus']} GPU(s): "
+        f"{hours['baseline']:,.1f} h ({gpu_h['baseline']:,.1f} GPU-hours) at the baseline, "
+        f"{hours['chosen']:,.1f} h ({gpu_h['chosen']:,.1f} GPU-hours) chosen; saves "
+        f"{p['saved_gpu_hours']:,.1f} GPU-hours against the search's "
+        f"{p['search_gpu_hours']:,.2f} (net {p['net_gpu_hours']:+,.1f}; {p['basis']})."
+    ]
+
+
+def excluded_lines(group: dict[str, Any], reason_chars: int = 300) -> list[str]:
+    """One group of left-out trials: title and count, the reason, evidence, remedy."""
+    trials = ", ".join(map(str, group["trials"]))
+    predicted = f", {group['predicted']} predicted without a run" if group["predicted"] else ""
+    taught = (
+        f" (the rule trial {group['taught_by']} taught)" if group["taught_by"] is not None else ""
+    )
+    lines = [f"{group['title']}{taught}: {group['count']} trial(s) ({trials}){predicted}."]
+    if group["reason"]:
+        lines.append(f"Reason: {reason_line(group['reason'], reason_chars)}")
+    if group.get("evidence"):
+        lines.append(f"Loss curves: {loss_summary(group['evidence'])}")
+    if group.get("remedy"):
+        lines.append(f"Remedy: {group['remedy']}")
+    return lines
+
+
+def effects_lines(data: dict[str, Any]) -> list[str]:
+    """Each searched knob's effect, ranked where above the noise, then those within it."""
+    eff, noise = data["effects"], data["noise"]
+    shown = f"{noise['pct']:.1f}%" if noise["pct"] is not None else "unmeasured"
+    lines = [f"Noise: {shown} ({noise['how']})."]
+    within = [k for k in data["searched"] if k not in eff["ranked"]]
+    for rank, knob in enumerate(eff["ranked"], 1):
+        lines.append(f"{rank}. {_knob_text(knob, eff['knobs'][knob])}")
+    for knob in within:
+        lines.append(f"-  {_knob_text(knob, eff['knobs'][knob])} (within noise or one value)")
+    return lines
+
+
+def _knob_text(knob: str, e: dict[str, Any]) -> str:
+    if not e["values"]:
+        return f"{knob}: no completed trial"
+    top = max(v["best"] for v in e["values"].values())
+    size = (
+        f"effect {e['effect_pct']:.1f}%, {e['basis']}"
+        if e["effect_pct"] is not None
+        else "one value ran"
+    )
+    values = "; ".join(_effects.value_text(v, x, top) for v, x in e["values"].items())
+    return f"{knob} ({size}): {values}"
+
+
+def cost_line(data: dict[str, Any]) -> str:
+    """Every process the search ran, by kind, and the share spent measuring steps."""
+    cost = data["cost"]
+    if not cost["processes"]:
+        return "No process has run yet."
+    names = {
+        "trials": "trial",
+        "references": "loss-check reference",
+        "confirmation": "confirmation",
+    }
+    kinds = ", ".join(
+        f"{k['processes']} {names[name]} ({k['seconds']:,.0f} s)"
+        for name, k in cost["by_kind"].items()
+    )
+    share = cost["measure_share"]
+    measuring = "" if share is None else f"; {100 * share:.0f}% of it measuring steps"
+    estimated = (
+        "; confirmation time estimated from each trial's search process"
+        if cost["confirmation_estimated"]
+        else ""
+    )
+    return (
+        f"The search cost {cost['gpu_min']:,.1f} GPU-minutes in {cost['processes']} processes: "
+        f"{kinds}{measuring}{estimated}."
+    )
