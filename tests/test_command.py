@@ -90,7 +90,13 @@ def test_command_flags_env_and_config_keys_reach_the_job(tmp_path: Path) -> None
     [
         ("silent", "crash", r"exited 0 without reporting a step; expected steps in AUTOTUNE_REPORT"),
         ("early", "crash", r"exited 0 after 2 of 6 steps \(2 warm-up \+ 4 measured\): let it run at least"),
-        ("oom", "oom", r"ran out of memory: torch.OutOfMemoryError: CUDA out of memory"),
+        (
+            "oom",
+            "oom",
+            r"^out of memory \(2.00 GiB more asked\); lower it with the job's micro-batch or its "
+            r"activation checkpointing \(mapped in command.knobs\); the command ran out of memory: "
+            r"torch.OutOfMemoryError: CUDA out of memory",
+        ),
     ],
 )
 def test_command_job_that_fails_its_contract_says_so_in_one_line(
@@ -118,7 +124,13 @@ def test_command_job_that_hangs_times_out_with_its_steps_named(tmp_path: Path) -
     cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"trial_timeout_min": 0.35})})
     rec = _records(run_search(cfg, out_root=tmp_path / "trials", device="cpu", trials=1))[0]
     assert rec["status"] == "timeout"
-    assert "reported 1 of 6 steps" in rec["reason"]
+    assert rec["reason"].startswith(
+        "the command reported 1 of 6 steps by the trial's limit, 6 s (study.trial_timeout_min "
+        "0.35: raise it to measure more): 0 s to its first step (start, model, first compile), "
+        "then "
+    ), rec["reason"]
+    ended = "s without a step; none measured past its 2 warm-up steps; its output ends: config:"
+    assert ended in rec["reason"]
     assert not alive(int((tmp_path / "pid").read_text()))
 
 
@@ -252,7 +264,16 @@ def test_command_export_round_trips_to_the_trial_configuration(tmp_path: Path) -
         t for t in _trials(result) if t.number == yaml.safe_load(result.best_yaml.read_text())["chosen"]["trial"]
     )
     cwd, argv, env = _export_command(result.best_yaml)
-    run = subprocess.run(argv, cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+    # the exported `cd` is relative to the study folder, its interpreter `python` on PATH
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    run = subprocess.run(
+        argv,
+        cwd=result.best_yaml.parent / cwd,
+        env={**os.environ, **env, "PATH": path},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     exported = json.loads(next(x for x in run.stdout.splitlines() if x.startswith("config:")).removeprefix("config:"))
     assert exported == _seen(chosen.user_attrs["run_dir"])
 

@@ -257,7 +257,8 @@ def test_export_bad_format_exit_2_one_line(tmp_path: Path) -> None:
     proc = run_cli("export", str(best), "-f", "xml", cwd=tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1
-    assert "--format: 'xml' is not allowed; use command, torchrun, hf, lightning, torchtitan, json" in proc.stderr
+    allowed = "use command, torchrun, hf, lightning, torchtitan, json or all"
+    assert f"--format: 'xml' is not allowed; {allowed}" in proc.stderr
     with pytest.raises(ConfigError, match=r"--format command: does not apply to this study \(task train"):
         export(best, ["command"])
 
@@ -339,16 +340,19 @@ def _command_line(form: Form) -> list[str]:
 def test_export_command_line_env_and_config(tmp_path: Path, base_dir: str) -> None:
     best = _command_best(tmp_path, base_dir)
     forms = export(best)
-    assert [f.format for f in forms] == ["command", "torchrun", "hf", "lightning", "torchtitan", "json"]
+    assert [f.format for f in forms] == ["command", "hf", "json"]  # TrainingArguments flags
     words = _command_line(_form(forms, "command"))
-    folder = best.parent if base_dir == "none" else tmp_path / "project"
-    assert words[:3] == ["cd", str(folder.resolve()), "&&"]
+    folder = "." if base_dir == "none" else "../.."  # the command's folder, from the study's
+    assert words[:3] == ["cd", folder, "&&"]
     start = words.index("python")
     env = dict(w.split("=", 1) for w in words[3:start])
-    assert env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "FOO": "bar baz", "OMP_NUM_THREADS": "4"}
+    expected = {"FOO": "bar baz", "OMP_NUM_THREADS": "4"}
+    assert env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", **expected}
     argv = words[start:]
     written = best.parent / "best.config.json"
-    assert argv[:6] == ["python", "train.py", "--config", str(written), "--out", "./log"]
+    from_cwd = "best.config.json" if base_dir == "none" else "trials/cmd/best.config.json"
+    assert argv[:6] == ["python", "train.py", "--config", from_cwd, "--out", "./log"]
+    assert (best.parent / folder / from_cwd).resolve() == written.resolve()
     assert argv[argv.index("--per_device_train_batch_size") + 1] == "4"
     assert argv[-2:] == ["--bf16", "true"]
     config = json.loads(written.read_text())
@@ -356,12 +360,14 @@ def test_export_command_line_env_and_config(tmp_path: Path, base_dir: str) -> No
     assert _form(forms, "command").missing == []
 
 
-def test_export_command_study_other_forms_name_your_knobs(tmp_path: Path) -> None:
+def test_export_command_study_hf_form_is_its_flags(tmp_path: Path) -> None:
     forms = export(_command_best(tmp_path), ["hf", "json"])
     hf = _form(forms, "hf")
-    assert _call_kwargs(hf.text, "TrainingArguments")["per_device_train_batch_size"] == 4
-    assert "# no equivalent in hf: my_lr=0.01 (a knob of your command)" in hf.text
-    assert "my_threads=4 (a knob of your command)" in hf.missing
+    kwargs = _call_kwargs(hf.text, "TrainingArguments")
+    assert kwargs == {"per_device_train_batch_size": 4, "bf16": True}  # the measured flags' fields
+    assert "--config trials/cmd/best.config.json --out ./log" in hf.text  # the script's own, kept
+    assert "training.lr=0.01" in hf.text and "export OMP_NUM_THREADS=4" in hf.text
+    assert hf.missing == [] and "no equivalent" not in hf.text
     assert json.loads(_form(forms, "json").text)["knobs"]["my_lr"] == 0.01
 
 

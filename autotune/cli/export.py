@@ -17,14 +17,18 @@ Formats = Annotated[
         "--format",
         "-f",
         metavar="FORMAT",
-        help="command, torchrun, hf, lightning, torchtitan or json; repeat for several (default: all that apply).",
+        help=(
+            "command, torchrun, hf, lightning, torchtitan, json, or all (every one that applies); "
+            "repeat for several (default: those that fit the study: a command study's command, "
+            "its framework's form and json)."
+        ),
     ),
 ]
 
 
 @app.command()
 def export(best_yaml: BestYaml, format: Formats = None) -> None:
-    """Print the winner as your command, torchrun, HF TrainingArguments, Lightning Trainer, torchtitan TOML, JSON."""
+    """Print the winner as your command, HF TrainingArguments, Lightning, torchrun, torchtitan."""
     with funnel():
         from autotune.export import export as export_winner
 

@@ -1,9 +1,11 @@
-"""`autotune export`: the winner of a study (best.yaml) ready to paste, in every format that has an equivalent.
+"""`autotune export`: the winner of a study (best.yaml) ready to paste, in the formats that fit it.
 
-One module a part: _winner (best.yaml read and checked), _form (the Form returned, the per-knob translation and
-what names a knob a format cannot express), _shell (the command study's own command, a torchrun launch), _hf
-(TrainingArguments and its flags), _lightning (Trainer), _torchtitan (a job TOML fragment). Every knob whose value
-is not autotune's default and has no equivalent in a format is named in that format's text, never dropped.
+One module a part: _winner (best.yaml read and checked), _form (the Form returned, the per-knob
+translation and what names a knob a format cannot express), _measured (a command study's measured
+command, as command_render renders it), _shell (that command, a torchrun launch), _hf
+(TrainingArguments and its flags), _hf_command (a command study's flags as TrainingArguments),
+_lightning (Trainer), _torchtitan (a job TOML fragment). Every knob whose value is not autotune's
+default and has no equivalent in a format is named in that format's text, never dropped.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from pathlib import Path
 from autotune.errors import ConfigError
 from autotune.export._form import Form
 from autotune.export._hf import hf
+from autotune.export._hf_command import reads_training_arguments
 from autotune.export._lightning import lightning
 from autotune.export._shell import command, torchrun
 from autotune.export._torchtitan import torchtitan
 from autotune.export._winner import Winner, read
 
-__all__ = ["FORMATS", "Form", "export", "formats_of"]
+__all__ = ["FORMATS", "Form", "export", "fitting", "formats_of"]
 
 
 def _json(w: Winner) -> Form:
@@ -40,6 +43,7 @@ FORMATS: dict[str, Callable[[Winner], Form]] = {
 # the task, kept here until the Task plug-in (autotune/tasks) carries it.
 _TRAINING = ("torchrun", "hf", "lightning", "torchtitan", "json")
 APPLIES: dict[str, tuple[str, ...]] = {"train": _TRAINING, "command": ("command", *_TRAINING)}
+ALL = "all"  # --format all: every format that applies, not only those that fit the study
 
 
 def formats_of(w: Winner) -> tuple[str, ...]:
@@ -48,25 +52,44 @@ def formats_of(w: Winner) -> tuple[str, ...]:
     return tuple(f for f in found if f != "command" or w.command is not None)
 
 
+def fitting(w: Winner) -> tuple[str, ...]:
+    """The formats printed when none is asked for: a study with a command, its command, the form of
+    the framework that reads its flags (hf: an HF Trainer job; lightning: measure lightning) and
+    json (a torchrun launch or a torchtitan TOML is not the job it measured); any other, all that
+    apply."""
+    if w.command is None:
+        return formats_of(w)
+    if w.command.get("measure") == "lightning":
+        framework: tuple[str, ...] = ("lightning",)
+    else:
+        framework = ("hf",) if reads_training_arguments(w.command) else ()
+    return tuple(f for f in ("command", *framework, "json") if f in formats_of(w))
+
+
 def _allowed(formats: Sequence[str]) -> list[str]:
     """The formats asked for, each once, in the order given; ConfigError naming the allowed ones."""
     for f in formats:
-        if f not in FORMATS:
-            raise ConfigError(f"--format: {f!r} is not allowed; use {', '.join(FORMATS)}")
+        if f not in FORMATS and f != ALL:
+            raise ConfigError(f"--format: {f!r} is not allowed; use {', '.join(FORMATS)} or {ALL}")
     return list(dict.fromkeys(formats))
 
 
 def export(best_path: Path, formats: Sequence[str] | None = None) -> list[Form]:
-    """best.yaml's winner in each format asked for (None: every one that applies to its study), in that order.
-    A command form writes the rendered config file beside best.yaml (best.config<suffix>) when the command reads
-    one. ConfigError (exit 2): an unknown format, one that does not apply, a missing or invalid best.yaml."""
+    """best.yaml's winner in each format asked for, in that order (None: those that fit its study,
+    `fitting`; "all": every one that applies). A command form writes the rendered config file
+    beside best.yaml (best.config<suffix>) when the command reads one. ConfigError (exit 2): an
+    unknown format, one that does not apply, a missing or invalid best.yaml."""
     asked = _allowed(formats) if formats else None
     w = read(Path(best_path))
     applies = formats_of(w)
     for f in asked or []:
-        if f not in applies:
+        if f not in (*applies, ALL):
             raise ConfigError(
                 f"--format {f}: does not apply to this study (task {w.task}"
                 f"{'' if w.command is not None else ', no command section'}); use {', '.join(applies)}"
             )
-    return [FORMATS[f](w) for f in asked or applies]
+    if asked is None:
+        asked = list(fitting(w))
+    elif ALL in asked:
+        asked = list(applies)
+    return [FORMATS[f](w) for f in asked]

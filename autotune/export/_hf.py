@@ -3,6 +3,7 @@
 The field names are TrainingArguments' (transformers/src/transformers/training_args.py): per_device_train_batch_size,
 gradient_accumulation_steps, bf16, fp16, tf32, torch_compile, torch_compile_mode, gradient_checkpointing,
 gradient_checkpointing_kwargs, optim, ddp_bucket_cap_mb. HfArgumentParser makes each a `--<name> <value>` flag.
+A command study's HF form is its measured command's own flags instead (_hf_command).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from autotune.export._form import (
     no_equivalent,
     translate,
 )
+from autotune.export._hf_command import hf_command
 from autotune.export._winner import Winner
 
 NOT_AN_ARGUMENT = "no TrainingArguments argument"
@@ -118,6 +120,10 @@ def flags(args: dict[str, Any]) -> str:
 
 
 def hf(w: Winner) -> Form:
+    """A command study: its measured command's flags (the study's own mappings rendered them);
+    otherwise autotune's knobs translated to TrainingArguments."""
+    if w.command is not None:
+        return hf_command(w)
     done = translate(w, RULES, NOT_AN_ARGUMENT)
     launch = []
     if w.world_size > 1:

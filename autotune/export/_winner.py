@@ -34,6 +34,7 @@ class Winner:
     base_dir: str | None = None  # the study YAML's folder: a command's cwd and config_file are relative to it
     user_knobs: frozenset[str] = field(default_factory=frozenset)  # a command's own knobs, not autotune's
     seq_len: int | None = None  # the model's sequence length (torchtitan counts a batch in tokens)
+    trial: int | None = None  # the chosen trial's number (chosen.trial): whose command is exported
 
     def differs(self, name: str) -> bool:
         """Whether the knob's value is worth naming: not autotune's default (a knob of your own: always)."""
@@ -71,7 +72,13 @@ def _winner(path: Path, doc: dict[str, Any]) -> Winner:
         base_dir=doc.get("base_dir") if isinstance(doc.get("base_dir"), str) else None,
         user_knobs=frozenset(n for n in doc["knobs"] if n not in catalogue.BY_NAME),
         seq_len=(doc.get("model") or {}).get("seq_len"),
+        trial=_chosen_trial(doc.get("chosen")),
     )
+
+
+def _chosen_trial(chosen: Any) -> int | None:
+    trial = chosen.get("trial") if isinstance(chosen, dict) else None
+    return trial if isinstance(trial, int) and not isinstance(trial, bool) else None
 
 
 def _check_command_study(path: Path, doc: dict[str, Any]) -> None:

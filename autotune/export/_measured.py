@@ -1,0 +1,97 @@
+"""The command a command study measured, as export writes it: command_render's own rendering of the
+chosen knobs (the trial's launcher left out), with relative paths and the shell's `python`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autotune import command_render
+from autotune.command_render import text_of
+from autotune.errors import ConfigError
+from autotune.export._winner import ENV_KNOBS, Winner
+
+# `{python}` was the trial's interpreter, autotune's own (sys.executable): a command pasted
+# elsewhere runs the shell's
+PYTHON = "python"
+RUN_DIR_NOTE = "# {run_dir} (each trial's own folder) is . here: the command's folder"
+
+
+@dataclass
+class Measured:
+    """The chosen trial's command: what it ran, where, and the config file export writes for it."""
+
+    argv: list[str]
+    env: dict[str, str]  # the environment knobs' variables, the command's env and its env mappings
+    cwd: str  # the command's folder, relative to the study's (best.yaml's folder)
+    config: Path | None  # best.config<suffix> beside best.yaml (None: the command reads no file)
+    overrides: dict[str, Any]  # the config file's dotted keys the knobs set
+    names_run_dir: bool  # the command names {run_dir}, which is `.` here
+
+
+def _filled(command: dict[str, Any], tokens: dict[str, str]) -> dict[str, Any]:
+    """The command with these placeholders already replaced, so render leaves them as given."""
+
+    def fill(text: str) -> str:
+        for token, value in tokens.items():
+            text = text.replace(token, value)
+        return text
+
+    env = {k: fill(v) for k, v in (command.get("env") or {}).items()}
+    return {**command, "argv": [fill(a) for a in command["argv"]], "env": env}
+
+
+def measured(w: Winner) -> Measured:
+    """The command the chosen trial ran, rendered by command_render.render for its knobs, with its
+    folder relative to the study's, `{config}` the exported config file's path relative to that
+    folder, `{python}` as `python`. Writes best.config<suffix> beside best.yaml when the command
+    reads a config file."""
+    assert w.command is not None
+    study = w.path.parent.resolve()
+    base_dir = Path(w.command.get("base_dir") or w.base_dir or study)  # absent: best.yaml's folder
+    # the command's folder as render resolves it; the config file's path is written relative to it
+    cwd = (base_dir / (w.command.get("cwd") or ".")).resolve()
+    config, tokens = None, {"{python}": PYTHON}
+    if w.command.get("config_file"):
+        config = study / f"best.config{Path(w.command['config_file']).suffix}"
+        tokens["{config}"] = os.path.relpath(config, cwd)
+    command = _filled(w.command, tokens)
+    rendered = command_render.render(command, w.knobs, None, base_dir, launcher=False)
+    if config is not None and rendered.config_path is not None:
+        try:
+            command_render.write_config(Path(rendered.config_path), config, rendered.overrides)
+        except (ValueError, yaml.YAMLError) as err:  # unreadable, or a key it cannot take (named)
+            raise ConfigError(f"{w.path}: command.config_file: {err}") from None
+    written = [*w.command["argv"], *(w.command.get("env") or {}).values()]
+    return Measured(
+        argv=rendered.argv,
+        env={**w.env, **rendered.env},
+        cwd=os.path.relpath(cwd, study),
+        config=config,
+        overrides=rendered.overrides,
+        names_run_dir=any("{run_dir}" in text for text in written),
+    )
+
+
+def config_lines(w: Winner, m: Measured) -> list[str]:
+    """What the config file export wrote holds: the user's file with the winner's keys set."""
+    if m.config is None:
+        return []
+    source = (w.command or {}).get("config_file")
+    keys = ", ".join(f"{key}={text_of(value)}" for key, value in m.overrides.items()) or "none"
+    return [f"# {m.config.name} (beside best.yaml): {source} with the winner's keys set: {keys}"]
+
+
+def unmapped(w: Winner) -> list[str]:
+    """autotune's knobs with a value of their own that reach the command neither through a mapping
+    nor the environment (a knob of your own always has its mapping)."""
+    mapped = set((w.command or {}).get("knobs") or {})
+    return [
+        f"{name}={text_of(value)} (not mapped onto your command: add it to command.knobs)"
+        for name, value in w.knobs.items()
+        if value is not None and name not in mapped and name not in ENV_KNOBS and w.differs(name)
+    ]
