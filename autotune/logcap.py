@@ -5,7 +5,8 @@ printed a GiB would cost autotune that much memory to read its last lines. The p
 trial anyway, keeps each log's disk use under HEAD_BYTES + TAIL_BYTES: past that it frees the middle of the
 file (fallocate's FALLOC_FL_PUNCH_HOLE: the head and the last TAIL_BYTES stay, the writer's offset is untouched,
 the middle reads as zeros), or, where the file system cannot punch holes, cuts the file back to its head (the
-writer then continues past a hole). Readers take the last bytes only (`tail`). Standard library only.
+writer then continues past a hole). Readers take the last bytes only (`tail`); a reason quotes
+the line that says what went wrong (`last_words`, protocol's). Standard library otherwise.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import ctypes
 import ctypes.util
 import os
 from pathlib import Path
+
+from autotune import protocol
 
 HEAD_BYTES = 1 << 20  # the start of a log: the trial's set-up, the first error
 TAIL_BYTES = 4 << 20  # its end: where it failed
@@ -76,3 +79,8 @@ def tail(path: Path, max_bytes: int = TAIL_READ) -> str:
     except OSError:
         return ""
     return data.replace(b"\0", b"").decode(errors="replace")
+
+
+def last_words(path: Path, limit: int = 300) -> str:
+    """The line of a log's end that says what went wrong, without library noise (protocol's)."""
+    return protocol.last_words(tail(path), limit)

@@ -2,12 +2,15 @@
 
 Both sides import this module; it needs the standard library only. The two travel as JSON files
 (`spec.json`, `result.json`), written atomically, with unknown keys refused on reading, so a change on one
-side that the other does not know fails loudly instead of being dropped.
+side that the other does not know fails loudly instead of being dropped. Both sides quote a
+process's output in a reason alike (`last_words`: what went wrong, library noise skipped).
 """
 
 from __future__ import annotations
 
+import builtins
 import json
+import logging
 import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -65,10 +68,105 @@ def parse_fault(text: str | None) -> tuple[str, float, str, str, str] | None:
 
 def reason_line(reason: str | None, limit: int = 160) -> str:
     """The one line of a failure's reason to show: the last line that names an error (a traceback's end),
-    else the first line with words in it (not a banner of '=' signs)."""
+    else the first line with words in it (not a banner of '=' signs). A library's warning that
+    names an error is not one (a reason of an older autotune quoted the output's tail as it was)."""
     lines = [line.strip() for line in (reason or "").splitlines() if re.search(r"[A-Za-z]{2}", line)]
-    named = [line for line in lines if re.search(r"(Error|Exception|error|refused|out of memory)\b", line)]
+    named = [
+        line
+        for line in lines
+        if re.search(r"(Error|Exception|error|refused|out of memory)\b", line)
+        and (_exceptional(line) or not _noise(line))
+    ]
     line = named[-1] if named else (lines[0] if lines else "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+# Python's own warning categories (the builtins that subclass Warning); a library names its own the
+# same way (torch's TracerWarning), so the suffix counts too
+WARNING_CATEGORIES = frozenset(
+    name
+    for name, value in vars(builtins).items()
+    if isinstance(value, type) and issubclass(value, Warning)
+)
+# logging's levels below ERROR: a line led by one is a notice, not the failure
+NOTICE_LEVELS = tuple(
+    name for name, level in logging.getLevelNamesMapping().items() if level < logging.ERROR
+)
+# warnings.formatwarning's layout, "FILE:LINE: CATEGORY: MESSAGE" (the source line follows,
+# indented), or a category printed alone; the first name before ": " is the category
+_WARNING = re.compile(r"^(?:.*?:\d+: )?(?:[\w.]+\.)?([A-Za-z_]\w*): ")
+_NOTICE = re.compile(r"^\W{0,3}(?:\S+\s+){0,4}?\[?(?:%s)\]?[:\s]" % "|".join(NOTICE_LEVELS))
+# glog's layout (C++ libraries such as torch's c10): "[W1202 10:00:00.1 ...]" or "[W file.cpp:12]"
+_GLOG = re.compile(r"^(?:\[[^\]]*\]:)?\[?[IW](?:\d{4} \d\d:\d\d:\d\d| [\w./-]+:\d+\])")
+_DEPRECATED = re.compile(
+    r"deprecat|will be removed|in a future (?:release|version)|future versions? of", re.I
+)
+_PROGRESS = re.compile(r"\d+%\||[\u2500-\u259f]{4}|\d+/\d+ \[\d+:\d+|\b(?:it/s|s/it)\]")
+_FRAME = re.compile(r'^File ".*", line \d+|\bwarnings\.warn\(')
+# a raised exception's line: its class, dotted or not (torch.OutOfMemoryError: ...), its message
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(Error|Exception|Exit|Interrupt)\b(:|$)")
+
+
+def _warning(line: str) -> bool:
+    m = _WARNING.match(line)
+    return bool(m) and (m[1] in WARNING_CATEGORIES or m[1].endswith("Warning"))
+
+
+def _exceptional(line: str) -> bool:
+    return bool(_EXCEPTION.match(line)) and not _warning(line)
+
+
+def _noise(line: str) -> bool:
+    """A line that says nothing of a failure: blank or a banner, a warning, a notice of a logging
+    level below ERROR, a deprecation or future notice, a progress bar, a traceback's frame."""
+    return not re.search(r"[A-Za-z]{2}", line) or any(
+        p.search(line) for p in (_NOTICE, _GLOG, _DEPRECATED, _PROGRESS, _FRAME)
+    ) or _warning(line)
+
+
+def told_lines(text: str) -> tuple[list[str], int | None]:
+    """The output's lines that are not noise, stripped, and the index among them of the last
+    traceback's exception line (None without one). A warning's source line (the indented line
+    Python prints after it), a traceback's frames and an unraisable exception's traceback
+    ("Exception ignored in", printed at teardown after the failure) are left out too."""
+    kept: list[str] = []
+    raised, in_traceback, after_warning, ignored = None, False, False, False
+    for line in text.splitlines():
+        stripped, indented = line.strip(), line[:1].isspace()
+        if stripped.startswith("Traceback (most recent call last)"):
+            in_traceback, after_warning = True, False
+            continue
+        if in_traceback and (indented or not stripped):
+            continue
+        if in_traceback:  # the first line after the frames: the exception raised
+            in_traceback = False
+            if not ignored:
+                raised = len(kept)
+                kept.append(stripped)
+            ignored = False
+            continue
+        if after_warning and indented:
+            continue
+        after_warning = _warning(stripped)
+        ignored = stripped.startswith("Exception ignored")
+        if _exceptional(stripped) or not (after_warning or ignored or _noise(stripped)):
+            kept.append(stripped)
+    return kept, raised
+
+
+def last_words(text: str, limit: int = 300) -> str:
+    """What a process's output says went wrong, in one line: the last traceback's exception (with
+    the line after it when its message goes on there), else the last exception printed alone, else
+    the last line that is not noise (told_lines); '' when there is none."""
+    kept, raised = told_lines(text)
+    if raised is None:
+        raised = next((i for i in range(len(kept) - 1, -1, -1) if _exceptional(kept[i])), None)
+    if raised is None:
+        line = kept[-1] if kept else ""
+    else:
+        line = kept[raised]
+        if line.endswith(":") and raised + 1 < len(kept):  # "... raised:" and the cause below
+            line += " " + kept[raised + 1]
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import knobs as catalogue
-from autotune import memory, metrics, nccl_log, tasks
+from autotune import memory, metrics, nccl_log, remedy, tasks
 from autotune.errors import ConfigError
 from autotune.hardware import detect, device_units, fingerprint, peak_flops
 from autotune.launch import Outcome, launch_command, run_trial  # noqa: F401  (launch_command: re-exported)
@@ -83,6 +83,7 @@ class Bench:
         params = tasks.task(workload.task).trial_params(drift, loss_check)
         if command is not None:  # the trial renders it; it ends the job itself a little before the hard limit
             params.update(command=command.model_dump(mode="json"), timeout_s=max(5.0, timeout_s - COMMAND_MARGIN_S))
+            params["trial_timeout_min"] = float(remedy.minutes(timeout_s))  # named by its timeout
         return cls(
             model_spec(model),
             run,
@@ -191,7 +192,31 @@ def measure(
     record = record_of(number, knobs, outcome, bench)
     record.run_dir = str(run_dir)
     record.device_wait_s = round(waited, 1)
+    context = _remedy_context(bench, run_dir, progress, record)
+    record.reason = remedy.explain(record, outcome.result, context)
     return record
+
+
+def _remedy_context(
+    bench: Bench, run_dir: Path, progress: bool, record: TrialRecord
+) -> remedy.Context:
+    """What a failure's remedy reads beside the record (remedy.py): the limit, the trial's folder,
+    the knobs a command maps, the memory model's peak of an OOM."""
+    estimate = None
+    if record.status == "oom" and bench.model and tasks.task(bench.task).estimates_memory:
+        est = memory.estimate(bench.model, record.knobs, bench.run.world_size, bench.device)
+        estimate = est.total / memory.GIB if est is not None else None
+    command = bench.params.get("command")
+    return remedy.Context(
+        bench.timeout_s,
+        run_dir.resolve(),
+        bench.task,
+        bench.run.world_size,
+        bench.run.measure_steps,
+        progress and bench.run.world_size == 1,  # a one-rank trial writes its steps as they run
+        dict(command.get("knobs") or {}) if command is not None else None,
+        estimate,
+    )
 
 
 def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, bench: Bench) -> TrialRecord:

@@ -114,7 +114,8 @@ def test_command_trial_at_its_limit_keeps_the_steps_it_reported(tmp_path: Path) 
     ]  # 12 s for the job
     assert rec["status"] == "pruned", rec["reason"]
     assert rec["reason"].startswith("timeout after") and "tokens/s" in rec["reason"]
-    assert "study.trial_timeout_min" in rec["reason"]
+    assert "(study.trial_timeout_min 0.45: raise it to measure more); " in rec["reason"]
+    assert " s to its first step (start, model, first compile), " in rec["reason"]
     assert 10 / 1.5 <= rec["metrics"]["tokens_per_s_per_gpu"] <= 50 / 1.5
 
 
@@ -174,7 +175,8 @@ def test_command_log_that_never_matches_fails_fast_quoting_the_closest_lines(
     }
     rec = _records(_search(_yaml(tmp_path, command), tmp_path, trials=1))[0]
     assert rec["status"] == "crash" and len(rec["reason"].splitlines()) == 1
-    assert "no step in 3 s" in rec["reason"] and "speed 10" in rec["reason"]
+    assert rec["reason"].startswith("no step in 3 s (command.first_step_s: raise it if slow)")
+    assert "speed 10" in rec["reason"]
     assert rec["wall_s"] < 30
 
 

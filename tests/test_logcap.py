@@ -63,6 +63,10 @@ def test_logcap_a_trial_that_printed_a_lot_then_failed_is_read_from_its_end(tmp_
     cfg = load_config(_job(tmp_path, BIG_THEN_FAIL, 2))
     result = run_search(cfg, out_root=tmp_path / "trials", device="cpu")
     rec = next(iter(result.history.seen.values())).user_attrs
-    assert rec["status"] == "crash" and "the error at the end" in rec["reason"]
+    assert rec["status"] == "crash"
+    assert rec["reason"] == (  # its telling line quoted, not 20 lines of its tail
+        "the command exited with code 3 after 0 of 3 steps: the error at the end; its whole "
+        f"output: {Path(rec['run_dir']).resolve() / 'worker.log'}"
+    )
     grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert grown_mib < 200, grown_mib  # 320 MB printed; autotune read its last 64 KiB

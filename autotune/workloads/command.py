@@ -9,7 +9,8 @@ the job to stop (the stop file, or SIGTERM for a log job) once the window has se
 job keeps recompiling; it ends the process group after command.stop_grace_s. Nothing reported is
 thrown away: a job that gave its steps is measured however it exits, and one stopped at the trial's
 limit keeps the steps it gave. Its failures (out of memory, NCCL refusals, an exit before its steps,
-no step at all) are classified from its exit and output, whose tail is kept in the reason.
+no step at all) are classified from its exit and output, whose telling line (protocol.last_words:
+the exception, not a library's warning) the reason quotes.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune import nccl_log
+from autotune.protocol import last_words, told_lines
 from autotune.reporting import ENV_KNOBS, ENV_MAX_STEPS, ENV_REPORT, ENV_STEPS, ENV_STOP
 from autotune.workloads import window as windows
 from autotune.workloads.base import Failed, Measured, Work, Workload
 from autotune.workloads.command_log import Output, close_lines
+from autotune.workloads.command_said import average_said, stopped_said, time_went
 from autotune.workloads.timing import Timing
 
 POLL_S = 0.1
@@ -201,9 +204,9 @@ class Command(Workload):
         """Why the job should stop now ("window": it has what it needs), or ''."""
         elapsed = time.time() - t0
         if output.refused:
-            raise Failed("invalid_config", _average_said(output.refused))
+            raise Failed("invalid_config", average_said(output.refused))
         if elapsed > self.deadline_s:
-            return self._timed_out(watch, output)
+            return self._timed_out(watch, output, t0)
         if not watch.steps and elapsed > self.first_step_s:
             return self._no_first_step(output)
         if (recompiling := _recompiling(watch.steps)) is not None:
@@ -222,18 +225,22 @@ class Command(Workload):
         self.tokens_per_step = int(measured[0]["tokens"]) or 1
         return bool(self.progress(_at_tokens(measured, self.tokens_per_step), self.tokens_per_step))
 
-    def _timed_out(self, watch: _Watch, output: Output) -> str:
-        limit = (
-            f"the trial's limit, {self.deadline_s:.0f} s "
-            "(study.trial_timeout_min; raise it to measure more)"
-        )
+    def _timed_out(self, watch: _Watch, output: Output, t0: float) -> str:
+        """The job at the trial's limit: pruned with its steps past the warm-up, else a timeout;
+        either names the limit, its setting and what ate the time."""
+        minutes = self.spec.params.get("trial_timeout_min")
+        setting = "study.trial_timeout_min" + (f" {minutes:g}" if minutes else "")
+        limit = f"the trial's limit, {self.deadline_s:.0f} s ({setting}: raise it to measure more)"
+        went = time_went(watch.steps, t0)
         if len(watch.steps) > self.rule.warmup:
-            return f"timeout after {len(watch.steps)} of {self.needed} steps: {limit}"
+            return f"timeout after {len(watch.steps)} of {self.needed} steps: {limit}; {went}"
+        said = self._closest(output) if not watch.steps else ""
+        if not said and (words := last_words(output.text(), 160)):
+            said = f"; its output ends: {words}"
         raise Failed(
             "timeout",
-            f"the command reported {len(watch.steps)} of {self.needed} steps (its warm-up is "
-            f"{self.rule.warmup}) before {limit}; its process group was ended"
-            + (self._closest(output) if not watch.steps else ""),
+            f"the command reported {len(watch.steps)} of {self.needed} steps by {limit}: {went}; "
+            f"none measured past its {self.rule.warmup} warm-up steps{said}",
         )
 
     def _closest(self, output: Output) -> str:
@@ -244,9 +251,12 @@ class Command(Workload):
         return f"; the lines closest to command.log_pattern: {'; '.join(close) or 'none'}"
 
     def _no_first_step(self, output: Output) -> str:
-        what = f"no step in {self.first_step_s:.0f} s (command.first_step_s)"
+        what = f"no step in {self.first_step_s:.0f} s (command.first_step_s: raise it if slow)"
         what += f"; expected {self._expected()}"
-        raise Failed("crash", what + self._closest(output))
+        said = self._closest(output)
+        if not said and (words := last_words(output.text(), 160)):
+            said = f"; its output ends: {words}"
+        raise Failed("crash", what + said)
 
     def _expected(self) -> str:
         if self.log:
@@ -263,13 +273,10 @@ class Command(Workload):
         """Why the job ended before its steps: out of memory, NCCL's refusal, a crash, or an early
         exit."""
         tail = output.text()
-        if "out of memory" in tail.lower() or "OutOfMemoryError" in tail:
-            oom = [
-                line
-                for line in output.tail
-                if "out of memory" in line.lower() or "OutOfMemoryError" in line
-            ]
-            return Failed("oom", f"the command ran out of memory: {oom[-1].strip()[:400]}")
+        told, _ = told_lines(tail)  # a library's warning that mentions memory is no OOM
+        oom = [x for x in told if "out of memory" in x.lower() or "OutOfMemoryError" in x]
+        if oom:
+            return Failed("oom", f"the command ran out of memory: {oom[-1][:400]}")
         refusal = nccl_log.refusal_of(Exception(tail))
         if refusal is not None:
             return Failed("invalid_config", refusal)
@@ -294,9 +301,9 @@ class Command(Workload):
                 f"({self.spec.run.warmup_steps} warm-up + {self.spec.run.measure_steps} measured): let it run at "
                 "least that many optimizer steps (its step limit, e.g. --max_steps)",
             )
-        return Failed(
-            "crash", f"the command {how} after {len(steps)} of {self.needed} steps:\n{tail}"
-        )
+        said = last_words(tail) or "no output"
+        ended = f"the command {how} after {len(steps)} of {self.needed} steps"
+        return Failed("crash", f"{ended}: {said}")
 
     def _measured(self, watch: _Watch, t0: float) -> Measured:
         steps, done = watch.steps, watch.done or {}
@@ -336,7 +343,7 @@ class Command(Workload):
                 round(100 * (1 - sum(tokens) / sum(padded)), 2) if sum(padded) else 0.0
             )
         self.timing = timing
-        stopped = _stopped_said(watch.stopped, len(steps), self.needed, win.tokens_per_s)
+        stopped = stopped_said(watch.stopped, len(steps), self.needed, win.tokens_per_s)
         return Measured(timing, output=output, stopped=stopped)
 
     def _job_env(self, done: dict[str, Any]) -> dict[str, Any]:
@@ -379,28 +386,6 @@ def _recompiling(steps: list[dict[str, Any]]) -> str | None:
         "all), as torch.compile does for each new sequence length; pad to a multiple (e.g. "
         "pad_to_multiple_of) "
         "or a fixed length, mark the length dynamic, or leave compile off"
-    )
-
-
-def _stopped_said(stopped: str, steps: int, needed: int, tokens_per_s: float) -> str:
-    """The reason of a job the trial stopped before its window (the record's), its figure so far in
-    it."""
-    if not stopped:
-        return ""
-    if stopped == "pruned":
-        return ""  # the search's pruner says why (search/prune.py)
-    head, _, rest = stopped.partition(": ")
-    if head.startswith("timeout"):
-        return f"{head}, {tokens_per_s:,.0f} tokens/s: {rest}"
-    return f"{stopped} (after {steps} steps, {tokens_per_s:,.0f} tokens/s)"
-
-
-def _average_said(line: str) -> str:
-    return (
-        "command.log_pattern matched an average since the start, not a step's figure: "
-        f"{line!r}; use measure: hf or lightning (autotune's callback, no edit), a per-step "
-        "figure, or a "
-        "running count as the group tokens_total"
     )
 
 

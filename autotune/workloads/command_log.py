@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-TAIL_LINES = 20  # of the job's output, kept in a failure's reason
+TAIL_LINES = 100  # of the job's output, read for a failure's telling line (a traceback, its noise)
 LINE_BYTES = 64 << 10
 EXPONENT = re.compile(r"[eE][+-]?\d+")
 AVERAGE = re.compile(
