@@ -69,6 +69,8 @@ def _costs_to_apply(c: dict[str, Any], flops: str | None) -> str:
         parts.append(f"MFU {fmt(c['mfu'], 'mfu')}" + (f" (FLOPs: {flops})" if flops else ""))
     elif c.get("roofline") is not None:
         parts.append(f"roofline {fmt(c['roofline'], 'mfu')}")
+    elif flops:  # no peak to divide by (a CPU): MFU is n/a, never invented; how FLOPs were had
+        parts.append(f"MFU n/a (FLOPs: {flops})")
     if c.get("peak_mem_gib") is not None:
         parts.append(f"peak memory {fmt(c['peak_mem_gib'], 'gib')} GiB")
     if c.get("compile_s"):
