@@ -309,7 +309,8 @@ def test_command_hf_trainer_job_tuned_end_to_end(tmp_path: Path) -> None:
 def test_command_plain_pytorch_script_tuned(tmp_path: Path) -> None:
     doc = yaml.safe_load((ROOT / "search_spaces" / "torchrun-script.yaml").read_text())
     doc["command"]["cwd"] = str(ROOT)
-    doc["study"].update(trials=3, confirm_top=0)
+    # every trial measured whole: the pruner's 80% cut fires on a CPU's swings (seen in CI)
+    doc["study"].update(trials=3, confirm_top=0, prune_below=0)
     path = tmp_path / "plain.yaml"
     path.write_text(yaml.safe_dump(doc))
     result = _search(path, tmp_path)
