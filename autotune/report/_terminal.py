@@ -151,7 +151,9 @@ def _confirmation_lines(conf: dict[str, Any]) -> list[str]:
 def _phases_line(data: dict[str, Any]) -> str:
     tm = data["time"]
     phases = ", ".join(f"{p} {s:,.0f} s" for p, s in tm["phases_s"].items())
-    ahead = f"; {tm['started_ahead']} started ahead" if tm.get("started_ahead") else ""
+    ahead = ""
+    if tm.get("started_ahead"):
+        ahead = f"; {tm['started_ahead']} of {tm['processes']} started ahead"
     return f"Trial processes by phase: {phases or 'no phase data'}{ahead}."
 
 
