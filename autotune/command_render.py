@@ -90,7 +90,13 @@ def render(
     """The trial's command (config.CommandConfig as a dict) with these knob values; the rendered
     config file is written into run_dir (no file is written when run_dir is None: the overrides are
     returned)."""
-    argv, env, overrides = list(command["argv"]), dict(command.get("env") or {}), {}
+    source = (base_dir / command["config_file"]).resolve() if command.get("config_file") else None
+    config_path = _config_path(source, run_dir)
+    folder = str(run_dir) if run_dir is not None else "."
+    # placeholders are the user's argv and env; a knob's value is inserted as it is
+    argv = [_fill(a, folder, config_path) for a in command["argv"]]
+    env = {k: _fill(v, folder, config_path) for k, v in (command.get("env") or {}).items()}
+    overrides: dict[str, Any] = {}
     env.update(lightning_env(command, knobs))
     for name, mapping in (command.get("knobs") or {}).items():
         value = knobs.get(name)
@@ -105,16 +111,9 @@ def render(
             setting, out = key_value(mapping, value)
             if setting:
                 overrides[mapping["key"]] = out
-    config_path = None
-    if command.get("config_file"):
-        source = (base_dir / command["config_file"]).resolve()
-        config_path = str(run_dir / f"config{source.suffix}") if run_dir is not None else str(source)
-        if run_dir is not None:
-            write_config(source, Path(config_path), overrides)
+    if source is not None and run_dir is not None and config_path is not None:
+        write_config(source, Path(config_path), overrides)
     cwd = str((base_dir / (command.get("cwd") or ".")).resolve())
-    folder = str(run_dir) if run_dir is not None else "."
-    argv = [_fill(a, folder, config_path) for a in argv]
-    env = {k: _fill(v, folder, config_path) for k, v in env.items()}
     if launcher:  # the trial's (measure hf / lightning: the callback added), not the export's
         env.update(measure_env(command.get("measure") or "report", env))
     return Rendered(argv, env, cwd, config_path, overrides)
@@ -157,6 +156,13 @@ def measure_env(measure: str, env: dict[str, str]) -> dict[str, str]:
     before = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
     path = os.pathsep.join(p for p in (launch.site_dir(), root, before) if p)
     return {"PYTHONPATH": path, launch.ENV_MEASURE: measure}
+
+
+def _config_path(source: Path | None, run_dir: Path | None) -> str | None:
+    """The config file the command names as {config}: the trial's copy, or the user's own file."""
+    if source is None:
+        return None
+    return str(run_dir / f"config{source.suffix}") if run_dir is not None else str(source)
 
 
 def _fill(text: str, run_dir: str, config_path: str | None) -> str:

@@ -127,6 +127,15 @@ class CommandConfig(_Section):
             raise ValueError("the first argument is empty; give the program, e.g. python")
         return value
 
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [name for name in value if not NAME.fullmatch(name)]
+        if bad:
+            allowed = f"a name is {NAME.pattern}"
+            raise ValueError(f"{excerpt(bad[0])} is not an environment variable name ({allowed})")
+        return value
+
     @model_validator(mode="after")
     def _measure(self) -> CommandConfig:
         if self.measure == "log" and not self.log_pattern:

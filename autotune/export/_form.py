@@ -114,7 +114,19 @@ def _out(name: str, value: Any, w: Winner, rules: dict[str, Rule], otherwise: st
 
 
 def missing_lines(fmt: str, missing: list[str]) -> list[str]:
-    return [f"# no equivalent in {fmt}: {m}" for m in missing]
+    """One comment line each: a value's newline or other control character is written escaped,
+    so that nothing a knob holds ends the comment in any format."""
+    return [f"# no equivalent in {fmt}: {one_line(m)}" for m in missing]
+
+
+def one_line(text: str) -> str:
+    """Text with every character that is not printable (newlines, carriage returns, U+2028, ...)
+    escaped."""
+    return "".join(c if c.isprintable() else _escaped(c) for c in text)
+
+
+def _escaped(c: str) -> str:
+    return c.encode("unicode_escape").decode("ascii")
 
 
 def export_lines(env: dict[str, str]) -> list[str]:

@@ -21,6 +21,7 @@ from autotune.export._form import (
     env_block,
     launcher,
     missing_lines,
+    one_line,
     no_equivalent,
     translate,
 )
@@ -127,7 +128,7 @@ def hf(w: Winner) -> Form:
     done = translate(w, RULES, NOT_AN_ARGUMENT)
     launch = []
     if w.world_size > 1:
-        launch = [f"# launch: {shlex.join(launcher(w))} your_script.py <the flags below>"]
+        launch = [one_line(f"# launch: {shlex.join(launcher(w))} your_script.py <the flags below>")]
     lines = [
         *env_block(w.env),
         *launch,

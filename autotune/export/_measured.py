@@ -83,7 +83,10 @@ def config_lines(w: Winner, m: Measured) -> list[str]:
         return []
     source = (w.command or {}).get("config_file")
     keys = ", ".join(f"{key}={text_of(value)}" for key, value in m.overrides.items()) or "none"
-    return [f"# {m.config.name} (beside best.yaml): {source} with the winner's keys set: {keys}"]
+    from autotune.export._form import one_line
+
+    line = f"# {m.config.name} (beside best.yaml): {source} with the winner's keys set: {keys}"
+    return [one_line(line)]
 
 
 def unmapped(w: Winner) -> list[str]:

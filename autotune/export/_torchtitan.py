@@ -23,7 +23,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.export._form import Form, Out, Rule, env_block, missing_lines, no_equivalent, same, translate, unlike
+from autotune.export._form import (
+    Form,
+    Out,
+    Rule,
+    env_block,
+    missing_lines,
+    no_equivalent,
+    one_line,
+    same,
+    translate,
+    unlike,
+)
 from autotune.export._winner import Winner
 
 NOT_A_KEY = "no torchtitan config field"
@@ -193,5 +204,5 @@ def torchtitan(w: Winner) -> Form:
     ]
     if done.lines:
         lines.append("# in your config function (no flag sets these):")
-        lines += [f"#   {x}" for x in done.lines]
+        lines += [one_line(f"#   {x}") for x in done.lines]
     return Form("torchtitan", "\n".join(lines) + "\n", done.missing)

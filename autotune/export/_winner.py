@@ -5,6 +5,7 @@ study's (it has a `command:` section, which read_best does not know) is checked 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from autotune import yamlio
 from autotune.errors import ConfigError, excerpt
 
 # The knobs that act through environment variables: every format sets them as environment lines (apply.env).
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a shell assigns and exports
 ENV_KNOBS = frozenset(k.name for k in catalogue.CATALOGUE if k.env)
 
 
@@ -51,6 +53,7 @@ def read(path: Path) -> Winner:
         from autotune.search.best import read_best
 
         doc = read_best(path)
+    _check_env(path, doc.get("apply"))
     return _winner(path, doc)
 
 
@@ -90,7 +93,6 @@ def _check_command_study(path: Path, doc: dict[str, Any]) -> None:
                 f"{path}: {key}: missing or not a mapping; is this a best.yaml written by autotune search?"
             )
     _check_ranks(path, doc["workload"])
-    _check_env(path, doc.get("apply"))
     _check_command(path, doc["command"])
     _check_catalogue_knobs(path, doc["knobs"])
 
@@ -108,6 +110,12 @@ def _check_env(path: Path, apply: Any) -> None:
         return
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise ConfigError(f"{path}: apply.env: {excerpt(env)} is not a mapping of variable names to strings")
+    bad = [name for name in env if not ENV_NAME.fullmatch(name)]
+    if bad:
+        allowed = f"a name is {ENV_NAME.pattern}"
+        name = excerpt(bad[0])
+        problem = f"{name} is not an environment variable name ({allowed})"
+        raise ConfigError(f"{path}: apply.env: {problem}")
 
 
 def _check_command(path: Path, command: dict[str, Any]) -> None:
