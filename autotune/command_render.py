@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,10 +171,28 @@ def _fill(text: str, run_dir: str, config_path: str | None) -> str:
     return text.replace("{config}", config_path) if config_path is not None else text
 
 
+MAX_CONFIG_BYTES = 8 << 20  # a config file larger than this is refused, never read whole
+
+
+def _bounded_text(path: Path) -> str:
+    """A regular file's text (a FIFO, device or folder is refused before it is opened), at most
+    MAX_CONFIG_BYTES."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError("not a regular file (a FIFO, device or folder is never read)")
+    if info.st_size > MAX_CONFIG_BYTES:
+        raise ValueError(f"{info.st_size:,} bytes; at most {MAX_CONFIG_BYTES:,} are read")
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read(MAX_CONFIG_BYTES + 1)
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ValueError(f"over {MAX_CONFIG_BYTES:,} characters; at most that many are read")
+    return text
+
+
 def read_config(path: Path) -> dict[str, Any]:
     """A config file as a dict, by its suffix (ValueError naming the file)."""
     kind = CONFIG_FORMATS.get(path.suffix.lower())
-    text = path.read_text()
+    text = _bounded_text(path)
     if kind == "json":
         doc = json.loads(text)
     elif kind == "toml":

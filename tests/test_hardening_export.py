@@ -94,3 +94,34 @@ def test_a_placeholder_in_a_knob_value_is_inserted_as_it_is(tmp_path: Path) -> N
     done = render(command, knobs, tmp_path, tmp_path)
     assert done.argv[3] == f"{tmp_path}/log" and done.argv[-1] == "{run_dir}{python}"
     assert done.env["OUT"] == str(tmp_path) and done.env["RUN_NAME"] == "{config}"
+
+
+def _config_file_yaml(tmp_path: Path) -> Path:
+    from test_command import _yaml
+
+    command = {
+        "args": ["--config", "{config}"],
+        "config_file": "cfg.json",
+        "knobs": {"lr": {"key": "train.lr", "values": [0.1]}},
+    }
+    return _yaml(tmp_path, command)
+
+
+def test_a_config_file_that_is_a_fifo_is_refused_without_opening_it(tmp_path: Path) -> None:
+    import os
+
+    from autotune.config_load import load_config
+
+    os.mkfifo(tmp_path / "cfg.json")  # opening it for reading would wait for a writer forever
+    with pytest.raises(ConfigError, match="cfg.json.* not a regular file"):
+        load_config(_config_file_yaml(tmp_path))
+
+
+def test_a_huge_config_file_is_refused_without_reading_it(tmp_path: Path) -> None:
+    from autotune import command_render
+    from autotune.config_load import load_config
+
+    with open(tmp_path / "cfg.json", "wb") as handle:
+        handle.truncate(command_render.MAX_CONFIG_BYTES + 1)
+    with pytest.raises(ConfigError, match="cfg.json.* bytes; at most"):
+        load_config(_config_file_yaml(tmp_path))
