@@ -89,10 +89,13 @@ def run_search(
     with the same options (--out is out_root, --warm-start warm_start_from). progress: called
     with each finished trial's TrialRecord; without it (and without an observer) one line per
     trial is written to stderr."""
-    from autotune.api_options import SEARCH, checked, observer_of
+    from autotune.api_options import SEARCH, checked, observer_of, path_of
     from autotune.config import Config
     from autotune.config_load import load_config
     from autotune.search.loop import run_search as _run
+
+    if not isinstance(model_yaml, Config):
+        model_yaml = path_of("model_yaml", model_yaml)
 
     given = {
         "out_root": out_root,
@@ -126,8 +129,10 @@ def run_check(
     """Re-measure best.yaml's configuration and decide, as `autotune check` (--model is model_yaml,
     --tolerance tolerance_pct, --max-load max_load: None is the CLI's default). on_repeat: called
     with each repeat as it ends. The verdict's exit_code is the CLI's."""
-    from autotune.api_options import CHECK, checked
+    from autotune.api_options import CHECK, checked, path_of
     from autotune.regress import check
+
+    best = path_of("best_yaml", best_yaml)
 
     given = {
         "model_yaml": model_yaml,
@@ -139,16 +144,22 @@ def run_check(
     options = checked("run_check", CHECK, given)
     if options["max_load"] is None:  # the CLI's default (regress_conditions.HOST_LOAD_LIMIT)
         del options["max_load"]
-    return check(Path(best_yaml), **options)
+    return check(best, **options)
 
 
 def read_report(
     study_dir: str | Path | None = None, *, study: str | None = None, storage: str | None = None
 ) -> dict[str, Any]:
     """What a study found, as plain data (the JSON of `autotune report --format json`)."""
+    from autotune.api_options import path_of
+    from autotune.errors import ConfigError
     from autotune.report import collect, load_study
 
-    opened, folder = load_study(Path(study_dir) if study_dir is not None else None, study, storage)
+    folder_given = path_of("study_dir", study_dir) if study_dir is not None else None
+    for name, value in (("study", study), ("storage", storage)):
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"{name}: {str(value)[:40]!r} is not a string")
+    opened, folder = load_study(folder_given, study, storage)
     return collect(opened, folder)
 
 
@@ -168,24 +179,18 @@ def run_nccl(
     bytes, default 1 MB to 1 GB doubling; gpus default: all, or two gloo ranks on the CPU).
     Writes out_dir/nccl.json and returns it."""
     from autotune import nccl
-    from autotune.api_options import parse_gpus, resolve_device
+    from autotune.api_options import nccl_options, parse_gpus, path_of, resolve_device
 
+    out = path_of("out_dir", out_dir)
+    given = {"warmup": warmup, "iters": iters, "timeout_s": timeout_s, "sizes": sizes}
+    opts = nccl_options({**given, "algos": algos, "protos": protos})
     device = resolve_device(device, "device")
     group = (
         parse_gpus("0,1" if device == "cpu" and gpus in (None, "all") else gpus or "all", "gpus")
         or []
     )
-    return nccl.sweep(
-        Path(out_dir),
-        device=device,
-        gpus=group,
-        algos=list(algos),
-        protos=list(protos),
-        sizes=list(sizes) if sizes is not None else nccl.message_sizes(1, 1024),
-        warmup=warmup,
-        iters=iters,
-        timeout_s=timeout_s,
-    )
+    sizes_of = opts.pop("sizes") or nccl.message_sizes(1, 1024)
+    return nccl.sweep(out, device=device, gpus=group, sizes=sizes_of, **opts)
 
 
 def _package_version() -> str:

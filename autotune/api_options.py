@@ -16,10 +16,16 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "repeats": (1, 1000),
     "tolerance_pct": (0.0, 100.0),
     "max_load": (0.0, 10_000.0),
+    # run_nccl, as `autotune nccl` bounds them (cli/nccl.py): sizes in bytes, 0.001 to 16,384 MB
+    "warmup": (0, 10_000),
+    "iters": (1, 10_000),
+    "timeout_s": (0.05, 10_080),
+    "size": (4, 16_384_000_000),
 }
+INTEGERS = ("trials", "repeats", "warmup", "iters", "size")
 SEARCH = ("out_root", "device", "trials", "timeout_min", "fresh", "storage", "gpus", "warm_start_from")
 CHECK = ("model_yaml", "repeats", "tolerance_pct", "junit", "update", "max_load", "on_repeat")
-PATHS = ("out_root", "warm_start_from", "model_yaml", "junit")
+PATHS = ("out_root", "warm_start_from", "model_yaml", "junit", "best_yaml", "study_dir", "out_dir")
 FLAGS = ("fresh", "update")
 
 
@@ -78,7 +84,38 @@ def _one(name: str, value: Any) -> Any:
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"storage: {str(value)[:40]!r} is not a storage URL (sqlite:///f.db, journal:PATH, ...)")
         return value
-    return _bounded(name, value, integer=name in ("trials", "repeats"))
+    return _bounded(name, value, integer=name in INTEGERS)
+
+
+def path_of(name: str, value: Any) -> Path:
+    """A path argument of the API (str or pathlib.Path) as a Path; ConfigError otherwise."""
+    if not isinstance(value, (str, Path)):
+        raise ConfigError(f"{name}: {str(value)[:40]!r} is not a path (str or pathlib.Path)")
+    return Path(value)
+
+
+def nccl_options(options: dict[str, Any]) -> dict[str, Any]:
+    """run_nccl's counts, limit, sizes, algorithms and protocols checked as `autotune nccl` checks
+    them."""
+    from autotune import nccl
+
+    counts = ("warmup", "iters", "timeout_s")
+    done = {k: _bounded(k, options[k], integer=k in INTEGERS) for k in counts}
+    for name, allowed in (("algos", nccl.ALGOS), ("protos", nccl.PROTOS)):
+        given = options[name]
+        names = isinstance(given, (list, tuple)) and all(isinstance(x, str) for x in given)
+        if not names:
+            listed = ", ".join(allowed)
+            shown = str(given)[:40]
+            raise ConfigError(f"{name}: {shown!r} is not a list of names; allowed: {listed}")
+        done[name] = nccl.parse_names(name, ",".join(given), allowed)
+    sizes = options["sizes"]
+    if sizes is not None:
+        if not isinstance(sizes, (list, tuple)) or not sizes:
+            raise ConfigError(f"sizes: {str(sizes)[:40]!r} is not a list of message sizes in bytes")
+        sizes = [_bounded("size", s, integer=True) for s in sizes]
+    done["sizes"] = sizes
+    return done
 
 
 def checked(function: str, allowed: tuple[str, ...], options: dict[str, Any]) -> dict[str, Any]:

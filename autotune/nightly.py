@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,8 @@ def read(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """The nights of history.jsonl and, for each line skipped, 'line N: why'."""
     nights, skipped = [], []
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO is never opened: it would wait
+            return nights, [f"{path}: not a regular file, not read"]
         with open(path, "rb") as f:
             lines = f.read().decode(errors="replace").splitlines()
     except FileNotFoundError:
@@ -66,8 +69,11 @@ def append(path: Path, doc: dict[str, Any]) -> None:
     """One night appended: a newline first when the file's last line was torn (so the two stay apart), one write
     of the whole line, never through a symbolic link (OSError: ELOOP)."""
     line = (json.dumps(doc, default=str) + "\n").encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    fd = os.open(path, flags, 0o644)
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file (a FIFO, device or folder)")
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             line = b"\n" + line
