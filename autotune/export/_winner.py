@@ -5,7 +5,6 @@ study's (it has a `command:` section, which read_best does not know) is checked 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-import re
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,6 @@ from autotune import yamlio
 from autotune.errors import ConfigError, excerpt
 
 # The knobs that act through environment variables: every format sets them as environment lines (apply.env).
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a shell assigns and exports
 ENV_KNOBS = frozenset(k.name for k in catalogue.CATALOGUE if k.env)
 
 
@@ -110,9 +108,11 @@ def _check_env(path: Path, apply: Any) -> None:
         return
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise ConfigError(f"{path}: apply.env: {excerpt(env)} is not a mapping of variable names to strings")
-    bad = [name for name in env if not ENV_NAME.fullmatch(name)]
+    from autotune.config_command import NAME  # what a shell assigns and exports
+
+    bad = [name for name in env if not NAME.fullmatch(name)]
     if bad:
-        allowed = f"a name is {ENV_NAME.pattern}"
+        allowed = f"a name is {NAME.pattern}"
         name = excerpt(bad[0])
         problem = f"{name} is not an environment variable name ({allowed})"
         raise ConfigError(f"{path}: apply.env: {problem}")
