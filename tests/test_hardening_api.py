@@ -72,3 +72,26 @@ def test_a_history_that_is_a_folder_is_named_not_read(tmp_path: Path) -> None:
     (tmp_path / nightly.FILE).mkdir()
     nights, skipped = nightly.read(tmp_path / nightly.FILE)
     assert nights == [] and "not a regular file" in skipped[0]
+
+
+def test_mlflow_leaves_autotune_environment_as_it_was(tmp_path: Path, monkeypatch) -> None:
+    """mlflow.set_tracking_uri writes MLFLOW_TRACKING_URI (a password in it) into os.environ;
+    the trials started after the first one logged would inherit it."""
+    from test_tracking import _mlflow_study
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    _mlflow_study(tmp_path, monkeypatch)
+    assert "MLFLOW_TRACKING_URI" not in os.environ
+
+
+def test_the_json_report_is_strict_json() -> None:
+    import json
+
+    from autotune.report._render import to_json
+
+    text = to_json({"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": -float("inf")}})
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == {
+        "a": None,
+        "b": [None, 1.5],
+        "c": {"d": None},
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from autotune.report import _text
@@ -10,7 +11,18 @@ from autotune.report._table import cells, columns, fmt, varying
 
 
 def to_json(data: dict[str, Any]) -> str:
-    return json.dumps(data, indent=1, default=str)
+    """Strict JSON: a non-finite number (NaN, an infinity) is null."""
+    return json.dumps(_finite(data), indent=1, default=str, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def confirmed(st: dict[str, Any]) -> str:

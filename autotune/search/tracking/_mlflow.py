@@ -42,6 +42,16 @@ class MlflowSink:
         return f"mlflow ({mask(self.uri)})" if self.uri else "mlflow"
 
     def __call__(self, study: Any, trial: LoggedTrial) -> None:
+        """One trial logged; autotune's environment as it was before (mlflow.set_tracking_uri
+        writes MLFLOW_TRACKING_URI, a password in it, into os.environ, which every later trial
+        would inherit)."""
+        before = _mlflow_env()
+        try:
+            self._log(study, trial)
+        finally:
+            _restore(before)
+
+    def _log(self, study: Any, trial: LoggedTrial) -> None:
         import mlflow
 
         callback = self._callback(trial)
@@ -69,3 +79,14 @@ class MlflowSink:
                 "run_name": f"trial {trial.number}",
             },
         )
+
+
+def _mlflow_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith("MLFLOW_")}
+
+
+def _restore(before: dict[str, str]) -> None:
+    """The MLFLOW_* variables as they were: those added since removed, those changed put back."""
+    for name in [k for k in os.environ if k.startswith("MLFLOW_") and k not in before]:
+        os.environ.pop(name, None)
+    os.environ.update(before)
