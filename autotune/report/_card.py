@@ -107,4 +107,6 @@ def _apply_html(a: dict[str, Any]) -> str:
         items.append(
             f"<li>Peak memory: {fmt(mem, 'gib')} GiB (baseline {fmt(base_mem, 'gib')})</li>"
         )
+    else:
+        items.append("<li>Peak memory: not reported</li>")
     return "<p>What it costs to apply:</p><ul>" + "".join(items) + "</ul>"

@@ -21,7 +21,7 @@ from autotune.report._html_trials import trials_table
 from autotune.report._measured import PHASES, measured, telemetry_of
 from autotune.report._static import PLOT_FILES, draw, pareto_front, plot_data
 from autotune.report._table import fmt
-from autotune.report._text import cost_line, effects_lines, excluded_lines
+from autotune.report._text import cost_line, effects_lines, excluded_lines, memory_axis_line
 
 __all__ = ["pareto_front", "write_html"]
 
@@ -109,6 +109,7 @@ def page(
         _confirmation_table(data),
         *(_figure_html(heading, fig) for heading, fig in figs),
         _images(pngs, "Telemetry and check history" if figs else "Plots"),
+        _note(memory_axis_line(data)),
         _effects_html(data),
         _time_section(data),
     ]
@@ -135,6 +136,11 @@ def _subtitle(data: dict[str, Any]) -> str:
     return escape("; ".join(str(p) for p in parts) + f". Trials by state: {counts}.")
 
 
+def _note(text: str) -> str:
+    """A sentence of the report set apart on the page (none for "")."""
+    return f'<p class="note">{escape(text)}</p>' if text else ""
+
+
 def _no_plotly_note() -> str:
     return (
         '<p class="note">Static plots only: the interactive plots (Optuna\'s history, importance, parallel '
@@ -151,9 +157,7 @@ def _plotly_js() -> str:
 
 
 def _figure_html(heading: str, fig: Any) -> str:
-    div = fig.to_html(
-        full_html=False, include_plotlyjs=False, config={"displaylogo": False, "responsive": True}
-    )
+    div = _plots.to_div(fig)
     return f'<section class="plot"><h2>{escape(heading)}</h2>{div}</section>'
 
 

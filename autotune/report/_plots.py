@@ -5,10 +5,12 @@ each trial's time by phase).
 
 Plotly draws text as text (never as markup) and its JSON is written with `<` escaped; strings of
 ours that plotly reads as its small HTML subset (hover text, tick labels) are escaped first as
-well."""
+well, and a tag with attributes anywhere in a figure (a knob's value in Optuna's slice plot) is
+made text when the figure is written (`to_div`): the page loads and links nothing outside itself."""
 
 from __future__ import annotations
 
+import re
 import warnings
 from html import escape
 from typing import Any
@@ -18,6 +20,16 @@ from autotune.report._measured import PHASES
 
 CHOSEN = {"symbol": "star", "size": 18, "color": "#d62728", "line": {"width": 1, "color": "black"}}
 TOKENS = "tokens/s per GPU"
+# plotly.js's options for every figure: the page works offline and sends nothing. Without them
+# the mode bar shows plotly's logo (a link to plotly.com) and, by default in plotly.js 4 (which
+# plotly 7 inlines), a "Share chart" button that posts the chart to plotlyServerURL (Plotly's
+# cloud). plotly.py leaves plotlyServerURL out of the page when showSendToCloud is off
+# (plotly/io/_html.py).
+CONFIG = {"displaylogo": False, "showSendToCloud": False, "watermark": False, "responsive": True}
+# plotly.js reads its text (hover, ticks, legend, titles) as a small HTML subset in which a tag's
+# href is a live link and its style may hold a url(): the `<` of any tag with attributes is
+# written as `&lt;`, which plotly shows as the character (our own `<br>` has none)
+ATTRIBUTED_TAG = re.compile(r"<(?=/?[^\s<>]*\s[^<>]*>)")
 
 
 def available() -> bool:
@@ -27,6 +39,31 @@ def available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def to_div(fig: Any) -> str:
+    """A figure's <div> and script for the page (plotly.js inlined once elsewhere): no link to
+    plotly, no button that sends the chart away, no tag with attributes in its strings."""
+    import plotly.io
+
+    return plotly.io.to_html(
+        _inert(fig.to_dict()),
+        full_html=False,
+        include_plotlyjs=False,
+        config=CONFIG,
+        validate=False,
+    )
+
+
+def _inert(value: Any) -> Any:
+    """The figure's data with every string's attributed tags made text (ATTRIBUTED_TAG)."""
+    if isinstance(value, str):
+        return ATTRIBUTED_TAG.sub("&lt;", value)
+    if isinstance(value, dict):
+        return {k: _inert(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_inert(v) for v in value]
+    return value
 
 
 def figures(

@@ -15,7 +15,8 @@ from autotune.report._table import pareto
 
 def pareto_front(points: list[tuple[float, float, int]]) -> list[int]:
     """Trials not beaten on both axes: higher tokens/s and lower peak memory. points: (mem, tok,
-    number)."""
+    number); a trial whose job reported no peak memory (a CPU job, a command's `measure: log`) has
+    no place on the memory axis and is left out: without any, there is no front ([])."""
     return [number for _, _, number in pareto(points, up=lambda p: p[1], down=lambda p: p[0])]
 
 
@@ -34,7 +35,11 @@ def plot_data(
         running = max(running, r[Metric.TOKENS_PER_GPU])
         history.append((r["number"], r[Metric.TOKENS_PER_GPU]))
         best_so_far.append((r["number"], running))
-    mem = [(r["peak_mem_gib"], r[Metric.TOKENS_PER_GPU], r["number"]) for r in ok]
+    mem = [
+        (r[Metric.PEAK_MEM_GIB], r[Metric.TOKENS_PER_GPU], r["number"])
+        for r in ok
+        if r[Metric.PEAK_MEM_GIB] is not None  # no memory reported: not on the memory axis
+    ]
     per_knob = {
         k: [(str(r["knobs"][k]), r[Metric.TOKENS_PER_GPU]) for r in ok] for k in data["searched"]
     }

@@ -13,13 +13,19 @@ from autotune.protocol import reason_line
 
 
 def pareto(items: list[Any], up: Any, down: Any) -> list[Any]:
-    """The items no other beats on both: up(item) higher and down(item) lower (ties on both are kept), in
-    ascending order of down. The one Pareto-front rule of the report (memory, and generate's latency)."""
+    """The items no other beats on both: up(item) higher and down(item) lower (ties on both are
+    kept), in ascending order of down. The one Pareto-front rule of the report (memory, and
+    generate's latency). An item without a number on an axis (a job that reports no peak memory)
+    cannot be placed on it: it is left out, never compared."""
+    placed = [a for a in items if _number(up(a)) and _number(down(a))]
 
     def beaten(a: Any) -> bool:
-        return any(up(b) >= up(a) and down(b) <= down(a) and (up(b), down(b)) != (up(a), down(a)) for b in items)
+        return any(
+            up(b) >= up(a) and down(b) <= down(a) and (up(b), down(b)) != (up(a), down(a))
+            for b in placed
+        )
 
-    return sorted((a for a in items if not beaten(a)), key=down)
+    return sorted((a for a in placed if not beaten(a)), key=down)
 
 
 def fmt(value: Any, kind: str) -> str:

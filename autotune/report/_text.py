@@ -13,6 +13,7 @@ from autotune.report._excluded import loss_summary
 from autotune.report._table import fmt, speedup
 
 STEP_SPREAD = "step spread: (p90 - p10) / median of a trial's measured step times"
+MAX_LISTED = 10  # trial numbers named in one sentence; the rest are "..."
 
 
 def interval_text(c: dict[str, Any]) -> str:
@@ -73,9 +74,35 @@ def _costs_to_apply(c: dict[str, Any], flops: str | None) -> str:
         parts.append(f"MFU n/a (FLOPs: {flops})")
     if c.get("peak_mem_gib") is not None:
         parts.append(f"peak memory {fmt(c['peak_mem_gib'], 'gib')} GiB")
+    else:  # a CPU job, a command job that reports none: said so, never a number
+        parts.append("peak memory not reported")
     if c.get("compile_s"):
         parts.append(f"compile {c['compile_s']:,.0f} s at each start")
-    return "; ".join(parts) + "." if parts else ""
+    line = "; ".join(parts)
+    return line[:1].upper() + line[1:] + "."
+
+
+def memory_axis_line(data: dict[str, Any]) -> str:
+    """Which completed trials have no place on the memory axis (their job reported no peak memory:
+    a CPU job, a command's `measure: log`); when none has one, the front is the fastest trial
+    alone: no trial traded memory for speed that anyone measured. "" when every trial has one."""
+    ok = [r for r in data["trials"] if r["state"] == "ok"]
+    missing = [r["number"] for r in ok if r.get(Metric.PEAK_MEM_GIB) is None]
+    if not missing:
+        return ""
+    if len(missing) < len(ok):
+        shown = ", ".join(map(str, missing[:MAX_LISTED]))
+        more = ", ..." if len(missing) > MAX_LISTED else ""
+        return (
+            f"Peak memory not reported by {len(missing)} trial(s) ({shown}{more}): left off "
+            "the memory axis."
+        )
+    best = data["best"]
+    return (
+        "Throughput against memory: not drawn, no completed trial reported its peak memory (a CPU "
+        "job, or a command job that reports none); the memory front is the fastest trial alone: "
+        f"trial {best['number']}, {fmt(best[Metric.TOKENS_PER_GPU], 'tok')} tokens/s/GPU."
+    )
 
 
 def runner_up(r: dict[str, Any]) -> str:
