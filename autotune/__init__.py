@@ -16,7 +16,12 @@ pydantic or torch."""
 from __future__ import annotations
 
 import _signal  # the C module, loaded with the interpreter: `signal` itself imports enum, tens of milliseconds
+import os as _os
 import sys as _sys
+
+# The variables this process was started with: a trial inherits these, never one a library set since
+# (mlflow.set_tracking_uri writes MLFLOW_TRACKING_URI, with its password, into os.environ): launch.py.
+INHERITED_ENV = frozenset(_os.environ)
 
 
 def _launched_as_the_cli() -> bool:

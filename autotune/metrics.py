@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -44,6 +45,30 @@ def step_stats(samples: list[float]) -> dict[str, float]:
         "spread_pct": 100.0 * (max(samples) - min(samples)) / med,
         "n": len(samples),
     }
+
+
+def impossible(step_times: list[float], tokens_per_step: float | None) -> str:
+    """Why a trial's measured steps are no measurement (none, or a time or token count that is not
+    a finite number above 0), or '': the figure divides by them (a step of 0 s made it infinite,
+    issue 38), and no such figure is recorded as measured."""
+    if not step_times:
+        return "the trial measured no step"
+    for x in step_times:
+        number = isinstance(x, (int, float)) and not isinstance(x, bool)
+        if not (number and math.isfinite(x) and x > 0):
+            return f"a measured step took {x!r} s; allowed: a finite number of seconds above 0"
+    if tokens_per_step is not None and not (math.isfinite(tokens_per_step) and tokens_per_step > 0):
+        return f"the trial's tokens per step are {tokens_per_step!r}; allowed: above 0"
+    return ""
+
+
+def impossible_figure(m: dict[str, Any]) -> str:
+    """Why a trial's figure (tokens/s, the task's own too) cannot be, or ''."""
+    for key in (Metric.TOKENS_PER_GPU, Metric.TOKENS):
+        value = m.get(key)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            return f"the trial's {key} is {value!r}; allowed: a finite number above 0"
+    return ""
 
 
 def summarize(

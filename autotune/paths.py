@@ -8,7 +8,11 @@ a looping link or a name too long for the file system) fails on its first instea
 from __future__ import annotations
 
 import os
+import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
 
 from autotune.errors import ConfigError, excerpt
 
@@ -88,3 +92,124 @@ def not_a_study_file(path: Path, study_dir: Path, option: str) -> Path:
             "write it elsewhere, e.g. --junit results.xml"
         )
     return path
+
+
+def beside(best_yaml: Path, folder: str | None) -> str | None:
+    """A folder best.yaml names (base_dir), absolute: relative to best.yaml's folder as write_best
+    stores it (a study checked out elsewhere names its own code), or absolute as older files have
+    it."""
+    if folder is None or os.path.isabs(folder):
+        return folder
+    return str((best_yaml.resolve().parent / folder).resolve())
+
+
+def relative_to(folder: str | None, home: Path) -> str | None:
+    """folder as best.yaml stores it: relative to best.yaml's folder `home` (beside reads it)."""
+    return None if folder is None else os.path.relpath(Path(folder).resolve(), home.resolve())
+
+
+# Beside a storage's file: SQLite's rollback journal and write-ahead log; the journal's lock.
+SQLITE_SIDECARS = ("-journal", "-wal", "-shm")
+JOURNAL_SIDECARS = (".lock",)
+_SQLITE_URL = re.compile(r"^sqlite(\+\w+)?:///(?P<path>[^?]+)")
+
+
+def storage_files(url: Any) -> list[Path]:
+    """The files of a journal:PATH or sqlite:///PATH storage (none for a database server or
+    :memory:); a relative PATH is the working directory's, as the search opened it."""
+    if not isinstance(url, str):
+        return []
+    if url.startswith("journal:"):
+        path = Path(url.removeprefix("journal:"))
+        return [path, *(Path(f"{path}{s}") for s in JOURNAL_SIDECARS)]
+    found = _SQLITE_URL.match(url)
+    if found is None or found["path"] == ":memory:":
+        return []
+    path = Path(unquote(found["path"]))  # sqlite_url quotes '%', '?', '#' and spaces
+    return [path, *(Path(f"{path}{s}") for s in SQLITE_SIDECARS)]
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file: one inode when both exist (links, hard links), else one
+    path."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+def not_owned(path: Path, owned: dict[Path, str], option: str) -> Path:
+    """An output path that is none of the files autotune reads or keeps (owned: each file, what it
+    is): ConfigError before anything runs, since the output would replace it."""
+    what = next((what for other, what in owned.items() if _same_file(path, other)), None)
+    if what is not None:
+        raise ConfigError(
+            f"{option}: {excerpt(str(path))} is {what}; writing there would replace it. "
+            "Write it elsewhere, e.g. --junit results.xml"
+        )
+    return path
+
+
+JUNIT_ROOTS = ("testsuite", "testsuites")  # a JUnit XML report's root element (Ant's, its wrapper)
+# A report's first element follows at most an XML declaration, a stylesheet line and comments.
+SNIFF_BYTES = 64 * 1024
+SNIFF_CHUNK = 4096  # fed piece by piece: the parser stops at the first element, not at the end
+SQLITE_MAGIC = b"SQLite format 3\x00"  # every SQLite database's first 16 bytes (its file format)
+
+
+def replaceable_report(path: Path, option: str) -> Path:
+    """A JUnit output that is new, empty or a JUnit XML report already. Any other existing file is
+    refused: it is something someone keeps (a study's journal or database, a best.yaml, a YAML, any
+    data), which the report would replace whole; a previous night's report is replaced."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return path
+    kind = _not_a_report(path)
+    if kind is not None:
+        raise ConfigError(
+            f"{option}: {excerpt(str(path))} exists and is {kind}, not a JUnit XML report "
+            "(<testsuite> or <testsuites>), which alone is replaced. Remove it or name a new file"
+        )
+    return path
+
+
+def _not_a_report(path: Path) -> str | None:
+    """What the file is when it is not a JUnit XML report (None when it is one)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(SNIFF_BYTES)
+    except OSError as err:
+        return f"unreadable ({err.strerror})"
+    if head.startswith(SQLITE_MAGIC):
+        return "an SQLite database"
+    root = _first_element(head)
+    if root in JUNIT_ROOTS:
+        return None
+    if root is not None:
+        return f"an XML document whose root is {excerpt(root, 40)}"
+    if b'"op_code"' in head[:200]:  # an Optuna journal: a JSON operation a line, op_code first
+        return "an Optuna journal"
+    return "a best.yaml" if _is_best_yaml(path) else "not XML"
+
+
+def _first_element(head: bytes) -> str | None:
+    """The name of the first element of an XML document (no namespace); None when it is not XML."""
+    parser = ET.XMLPullParser(events=("start",))
+    try:
+        for at in range(0, len(head), SNIFF_CHUNK):
+            parser.feed(head[at : at + SNIFF_CHUNK])
+            for _, element in parser.read_events():
+                return element.tag.rpartition("}")[2]
+    except ET.ParseError:
+        return None
+    return None
+
+
+def _is_best_yaml(path: Path) -> bool:
+    """A best.yaml written by autotune search, told by its content (whatever its name)."""
+    from autotune import yamlio
+
+    try:
+        doc = yamlio.read(path, "--junit")
+    except ConfigError:
+        return False
+    return isinstance(doc, dict) and "knobs" in doc and "fingerprint" in doc

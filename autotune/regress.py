@@ -8,14 +8,13 @@ import json
 import platform
 import statistics
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 
-from autotune import metrics, nightly, paths, regress_conditions, tasks
+from autotune import metrics, nightly, paths, regress_conditions, regress_junit, tasks
 from autotune.config import ModelConfig, StudyConfig, WorkloadConfig
 from autotune.config_command import CommandConfig
 from autotune.config_load import load_config
@@ -132,19 +131,21 @@ def _bench(best: dict[str, Any], best_path: Path, model_yaml: Path | None) -> Be
     trial time limit, the compile cache beside it."""
     fp = best["fingerprint"]
     limit = best["measurement"].get("trial_timeout_min") or StudyConfig.model_fields["trial_timeout_min"].default
+    base_dir = paths.beside(best_path, best.get("base_dir"))  # relative to best.yaml's folder
     if model_yaml is not None:
         cfg = load_config(model_yaml)
         dumped = cfg.model.model_dump(mode="json") if cfg.model is not None else None
-        _same_measurement(best, dumped, cfg.workload.model_dump(mode="json"), cfg.base_dir)
+        here = {**best, "base_dir": base_dir}  # best.yaml's model is where best.yaml says
+        _same_measurement(here, dumped, cfg.workload.model_dump(mode="json"), cfg.base_dir)
         model, workload, base_dir, limit = cfg.model, cfg.workload, cfg.base_dir, cfg.study.trial_timeout_min
         command = cfg.command
     else:
         model = (
-            ModelConfig.model_validate(best["model"], context={"base_dir": best.get("base_dir")})
+            ModelConfig.model_validate(best["model"], context={"base_dir": base_dir})
             if best["model"] is not None
             else None
         )
-        workload, base_dir = WorkloadConfig(**best["workload"]), best.get("base_dir")
+        workload = WorkloadConfig(**best["workload"])
         command = CommandConfig.model_validate(best["command"]) if best.get("command") else None
     # prestart off: every repeat starts cold, with nothing importing beside it, the same way every night
     return Bench.of(
@@ -157,8 +158,6 @@ def _bench(best: dict[str, Any], best_path: Path, model_yaml: Path | None) -> Be
         prestart=False,
         command=command,
     )
-
-
 
 
 def _same_measurement(
@@ -218,14 +217,30 @@ def load_best(best_path: Path) -> dict[str, Any]:
 
 def baseline_belongs(best_path: Path, best: dict[str, Any]) -> None:
     """The baseline measured what best.yaml now says (measured_digest): an edited model, workload, command or
-    knob is refused before anything runs (--reset-baseline records a baseline of the edited configuration)."""
-
+    knob is refused before anything runs (--reset-baseline records a baseline of the edited configuration).
+    A baseline without its digest is refused too (_undigested)."""
     recorded = (best.get("check_baseline") or {}).get("measured") or best.get("measured")
-    if recorded is not None and recorded != measured_digest(best):
+    if recorded is None:
+        _undigested(best_path, best)
+    elif recorded != measured_digest(best):
         raise ConfigError(
             f"{best_path}: its model, workload, command or knobs were edited after its baseline was measured; "
             "a check compares only the configuration that was measured (nothing measured). Run "
             f"autotune check {best_path} --reset-baseline to record a baseline of this configuration"
+        )
+
+
+def _undigested(best_path: Path, best: dict[str, Any]) -> None:
+    """No digest beside the baseline: nothing tells whether it measured what best.yaml says now.
+    Refused where one is always written: beside a check baseline (record_check_baseline), and
+    beside the search's numbers in a versioned best.yaml (write_best, schema 2); a best.yaml of
+    schema 1 predates digests and is checked as it was."""
+    where = "check_baseline" if best.get("check_baseline") else "the search's numbers"
+    if best.get("check_baseline") or best.get("schema_version", 1) >= 2:
+        raise ConfigError(
+            f"{best_path}: measured: missing beside {where}, so an edited model, workload, "
+            "command or knob cannot be told from what was measured (nothing measured). Run "
+            f"autotune check {best_path} --reset-baseline to record a baseline of it"
         )
 
 
@@ -254,7 +269,28 @@ def measure_best(
     on_repeat: OnRepeat | None = None,
 ) -> Repeats:
     """Measure the configuration of best.yaml (read by load_best) `repeats` times, each in a fresh process;
-    on_repeat hears of each repeat as it ends (views_check.repeat_line says it)."""
+    on_repeat hears of each repeat as it ends (views_check.repeat_line says it); UnmeasuredError
+    when every repeat failed."""
+    m = _repeat(best_path, best, model_yaml, repeats, on_repeat)
+    if not m.samples:
+        raise _unmeasured(m)
+    return m
+
+
+def _unmeasured(m: Repeats) -> UnmeasuredError:
+    """Exit 3, the first repeat's reason named (the JUnit report lists them all)."""
+    n, first = len(m.failures), m.failures[0]
+    return UnmeasuredError(f"could not measure: all {n} repeats failed; {first}")
+
+
+def _repeat(
+    best_path: Path,
+    best: dict[str, Any],
+    model_yaml: Path | None,
+    repeats: int,
+    on_repeat: OnRepeat | None,
+) -> Repeats:
+    """measure_best's repeats, each one's sample or failure kept, and the conditions around them."""
     fp = best["fingerprint"]
     here = _current_hardware(fp["device"])
     if here != fp["gpu_model"]:
@@ -272,8 +308,6 @@ def measure_best(
         if on_repeat:
             on_repeat({"repeat": i, "repeats": repeats, "conditions": m.conditions[-1], **_said(record)})
     m.conditions.append(regress_conditions.sample(fp["device"]))
-    if not m.samples:
-        raise UnmeasuredError(f"could not measure: all {repeats} repeats failed; {m.failures[0]}")
     return m
 
 
@@ -334,9 +368,14 @@ def check(
     best = load_best(best_path)
     baseline_belongs(best_path, best)
     if junit:
-        paths.writable_file(junit, "--junit")  # before the repeats, not after them
-        paths.not_a_study_file(junit, best_path.parent, "--junit")
-    m = measure_best(best_path, best, model_yaml=model_yaml, repeats=repeats, on_repeat=on_repeat)
+        regress_junit.check_target(junit, best_path, best, model_yaml)  # before any repeat
+    m = _repeat(best_path, best, model_yaml, repeats, on_repeat)
+    if not m.samples:  # CI reads the report: the repeats' reasons go in it, then exit 3 as ever
+        err, secs = _unmeasured(m), time.monotonic() - t0
+        if junit:
+            reasons = "\n".join(m.failures)
+            regress_junit.write(junit, best["name"], secs, "unmeasured", str(err), reasons)
+        raise err
     explicit = tolerance_pct or 0.0  # an explicit tolerance bounds the nightly series' steps too
     verdict = _verdict(best, m, tolerance_pct)
     verdict.disturbed = regress_conditions.disturbances(m.conditions, max_load)
@@ -350,7 +389,7 @@ def check(
         verdict.updated = True
     record_history(best_path, verdict, best["name"])
     if junit:
-        write_junit(junit, best["name"], verdict, time.monotonic() - t0)
+        regress_junit.write_verdict(junit, best["name"], verdict, time.monotonic() - t0)
     return verdict
 
 
@@ -403,28 +442,3 @@ def record_history(best_path: Path, verdict: Verdict, name: str) -> Path:
     except OSError as err:
         verdict.history_error = f"{path}: not written: {err}"
     return path
-
-
-def write_junit(path: Path, name: str, verdict: Verdict, seconds: float) -> None:
-    """One JUnit test case per checked configuration: failure on regression, error when unreliable."""
-    suite = ET.Element(
-        "testsuite",
-        name="autotune check",
-        tests="1",
-        failures="1" if verdict.status == "regression" else "0",
-        errors="1" if verdict.status == "unreliable" else "0",
-        time=f"{seconds:.1f}",
-    )
-    case = ET.SubElement(suite, "testcase", classname="autotune.check", name=name, time=f"{seconds:.1f}")
-    details = verdict.summary()
-    if verdict.version_changes:
-        details += "; changed: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in verdict.version_changes.items())
-    if verdict.status == "regression":
-        ET.SubElement(case, "failure", message=verdict.summary(), type="regression").text = details
-    if verdict.status == "unreliable":
-        ET.SubElement(case, "error", message=verdict.summary(), type="unreliable").text = details
-    ET.SubElement(case, "system-out").text = details
-    path.parent.mkdir(parents=True, exist_ok=True)
-    from autotune import atomic
-
-    atomic.write_bytes(path, ET.tostring(suite, encoding="utf-8", xml_declaration=True))  # never through a link

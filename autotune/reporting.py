@@ -35,6 +35,12 @@ from typing import Any
 
 ENV_REPORT, ENV_STEPS, ENV_KNOBS = "AUTOTUNE_REPORT", "AUTOTUNE_STEPS", "AUTOTUNE_KNOBS"
 ENV_STOP, ENV_MAX_STEPS = "AUTOTUNE_STOP", "AUTOTUNE_MAX_STEPS"
+# The report's bounds, so that a job that ignores the stop and goes on calling step() never fills
+# the disk: step lines past the most the trial asks for (AUTOTUNE_MAX_STEPS) are never read, and no
+# trial asks for more than command.max_steps (at most 100,000) and its warm-up: twice that at most
+MAX_STEP_LINES = 200_000
+# ... and bytes: 200,000 lines of about 100 bytes, 300 with the callbacks' extras.
+MAX_REPORT_BYTES = 64 << 20
 
 
 def device_sync() -> None:
@@ -64,7 +70,8 @@ class Reporter:
     """The steps of one job: each step's seconds and tokens, one JSON line each, appended to
     AUTOTUNE_REPORT. `active` is False outside autotune (no file named): then nothing is written and
     no step stops the job. The job is done once the stop file exists or it gave `most` steps;
-    without a stop file, at `needed`."""
+    without a stop file, at `needed`. A job that goes on past it writes no more than the trial reads
+    (MAX_STEP_LINES, MAX_REPORT_BYTES)."""
 
     def __init__(
         self,
@@ -87,7 +94,11 @@ class Reporter:
         self.sync = sync
         self.count = 0
         self.closed = False
+        self.written = 0  # bytes (MAX_REPORT_BYTES)
         self.last = time.perf_counter()
+        # a step's stamp (at) is read off the clock that times it, from this origin: its time and
+        # the time between its stamps agree (the trial checks they do)
+        self.origin = (time.time(), self.last)
 
     @property
     def active(self) -> bool:
@@ -113,7 +124,8 @@ class Reporter:
         self.sync()
         now = time.perf_counter()
         seconds, self.last = now - self.last, now
-        return self.record(seconds, tokens, padded_tokens, graphs=graphs())
+        at = self.origin[0] + (now - self.origin[1])
+        return self.record(seconds, tokens, padded_tokens, at=at, graphs=graphs())
 
     def record(self, seconds: float, tokens: int, padded_tokens: int | None = None, **extra: Any) -> bool:
         """A step timed by the caller (CUDA events): its seconds and tokens. True: stop now."""
@@ -124,7 +136,8 @@ class Reporter:
         line.update({k: v for k, v in extra.items() if v is not None})
         if padded_tokens is not None:
             line["padded"] = int(padded_tokens)
-        self._write(line)
+        if self.count <= min(self.most or MAX_STEP_LINES, MAX_STEP_LINES):  # past it: never read
+            self._write(line)
         done = self.done()
         if done:
             self.close()
@@ -138,9 +151,15 @@ class Reporter:
             self._write({"done": True, **_memory()})
 
     def _write(self, line: dict[str, Any]) -> None:
+        """Append one line (one short write with O_APPEND: a reader never sees half of one), within
+        MAX_REPORT_BYTES."""
         assert self.path is not None
-        with open(self.path, "a") as f:  # one short line a step: a reader never sees half of one (O_APPEND)
-            f.write(json.dumps(line) + "\n")
+        text = json.dumps(line) + "\n"
+        if self.written + len(text) > MAX_REPORT_BYTES and not line.get("done"):
+            return
+        self.written += len(text)
+        with open(self.path, "a") as f:
+            f.write(text)
 
 
 def _memory() -> dict[str, Any]:

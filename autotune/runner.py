@@ -176,12 +176,12 @@ def measure(
     waited = lock.acquire(stop, on_wait)
     try:
         spec = bench.spec(knobs, progress)
-        tasks.task(bench.task).prepare(spec, run_dir.resolve())
+        hidden = tasks.task(bench.task).prepare(spec, run_dir.resolve())  # the trial's alone, never a file
         outcome = run_trial(
             spec,
             run_dir,
             timeout_s=bench.timeout_s,
-            env=env,
+            env={**env, **hidden},
             on_poll=on_poll,
             stop=stop,
             gpu_index=int(gpus.split(",")[0]) if cuda_slot else None,
@@ -226,7 +226,11 @@ def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, bench: Bench
     )
     res, world = outcome.result, bench.run.world_size
     if outcome.status in ("ok", "pruned") and res is not None:  # a pruned trial keeps what it measured
-        _measured(record, res, outcome, bench)
+        if not (why := metrics.impossible(res.step_times_s, res.tokens_per_step)):
+            _measured(record, res, outcome, bench)
+            why = metrics.impossible_figure(record.metrics or {})
+        if why:  # a figure that cannot be is never recorded as measured (issue 38)
+            record.status, record.reason, record.metrics = "crash", why, None
     if outcome.status == "invalid_config":  # the knob values that cannot run here: a rule the search learns
         record.cause = res.cause if res is not None else nccl_log.cause(knobs) if outcome.nccl_refused else None
     record.nccl = outcome.nccl

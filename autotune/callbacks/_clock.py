@@ -54,7 +54,11 @@ class Steps:
     def __init__(self, torch: Any, reporter: reporting.Reporter, cuda: bool) -> None:
         self.torch, self.reporter, self.cuda = torch, reporter, cuda
         self.last = mark(torch, cuda)  # the training's start
-        self.pending: list[tuple[Any, Any, Any, int, float, int | None]] = []
+        # a step's stamp (at) is the start's wall clock plus the marks' time since: on the clock
+        # that times the steps, so a step's time and the time between stamps agree (the trial
+        # checks it); the host's clock at a step's end runs ahead of the device by what it queued
+        self.origin, self.origin_wall = self.last, time.time()
+        self.pending: list[tuple[Any, Any, Any, int, int | None]] = []
         self.ended = 0
         self.closed = False
 
@@ -64,7 +68,7 @@ class Steps:
         real = _real_on_host(self.torch, counts, self.cuda)
         padded = sum(p for _, p in counts)
         end = mark(self.torch, self.cuda)
-        self.pending.append((self.last, end, real, padded, time.time(), reporting.graphs()))
+        self.pending.append((self.last, end, real, padded, reporting.graphs()))
         self.last = end
         self.ended += 1
         self.drain(wait=False)
@@ -75,8 +79,9 @@ class Steps:
         if wait and self.cuda and self.pending:
             self.torch.cuda.synchronize()
         while self.pending and (wait or not self.cuda or self.pending[0][1].query()):
-            start, end, real, padded, at, graphs = self.pending.pop(0)
+            start, end, real, padded, graphs = self.pending.pop(0)
             tokens = int(real[0]) + real[1] if isinstance(real, tuple) else int(real)
+            at = self.origin_wall + seconds(self.origin, end, self.cuda)
             self.reporter.record(
                 seconds(start, end, self.cuda), tokens, padded, at=at, graphs=graphs
             )

@@ -46,7 +46,14 @@ def check(
     ] = None,
     repeats: Annotated[int, typer.Option(min=1, max=1000, help="Measurements, each in a fresh process.")] = 5,
     tolerance: Tolerance = None,
-    junit: Annotated[Optional[Path], typer.Option(help="Write a JUnit XML file with one test case.")] = None,
+    junit: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Write a JUnit XML file with one test case (an error when every repeat failed). An "
+            "existing file is replaced only if it is a JUnit report; a file autotune reads or keeps "
+            "(the study's storage, a best.yaml, MODEL_YAML) is refused before measuring."
+        ),
+    ] = None,
     update: Annotated[
         bool, typer.Option(help="On pass or faster, record this check's samples as the new baseline.")
     ] = False,

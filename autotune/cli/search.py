@@ -57,6 +57,7 @@ def search(
         device = resolve_device(device)
         cfg = with_overrides(load_config(model_yaml), mlflow=mlflow, wandb=wandb)
         space = resolve_space(cfg, device)
+        _say_notes(console, cfg)
         if dry_run:
             console.print(space_table(space.describe(), show_all))
             return
@@ -76,6 +77,24 @@ def search(
                 warm_start_from=warm_start,
             )
         _print_result(console, result, list(space.searched) or ["micro_batch_size"], cfg.workload.task)
+
+
+def _shown(cfg: Any) -> dict[str, Any]:
+    """The config as validate prints it: a command's secrets masked (redact.mask_command)."""
+    from autotune.redact import mask_command
+
+    doc = cfg.model_dump(mode="json")
+    if doc.get("command"):
+        doc["command"] = mask_command(doc["command"])
+    return doc
+
+
+def _say_notes(console: Any, cfg: Any) -> None:
+    """The task's notes on the config (a secret in a command's arguments: Task.notes)."""
+    from autotune import tasks
+
+    for note in tasks.task(cfg.workload.task).notes(cfg):
+        console.print(f"note: {note}", highlight=False)
 
 
 def _print_result(console: Any, result: Any, searched: list[str], task: str) -> None:
@@ -114,8 +133,9 @@ def validate(model_yaml: ModelYaml, show_all: ShowAll = False) -> None:
         cfg = load_config(model_yaml)
         space = resolve_space(cfg)
         described = space.describe()
-        console.print(config_yaml(cfg.model_dump(mode="json"), described, show_all), highlight=False)
+        console.print(config_yaml(_shown(cfg), described, show_all), highlight=False)
         console.print(space_table(described, show_all))
+        _say_notes(console, cfg)
         if tasks.task(cfg.workload.task).estimates_memory:
             from autotune.hardware import detect
             from autotune.runner import model_spec

@@ -14,7 +14,7 @@ from typing import Any
 from autotune import knobs as catalogue
 from autotune.errors import ConfigError
 from autotune.export._form import Form, call, env_block, missing_lines
-from autotune.export._measured import RUN_DIR_NOTE, config_lines, measured, unmapped
+from autotune.export._measured import RUN_DIR_NOTE, config_lines, measured, secret_lines, unmapped
 from autotune.export._winner import Winner
 
 NO_TRANSFORMERS = (
@@ -127,6 +127,7 @@ def hf_command(w: Winner) -> Form:
         *env_block(m.env),
         *_arguments(w, flag_groups(m.argv)),
         *config_lines(w, m),
+        *secret_lines(m),
         *([RUN_DIR_NOTE] if m.names_run_dir else []),
         *missing_lines("hf", missing),
     ]

@@ -4,6 +4,8 @@ chosen knobs (the trial's launcher left out), with relative paths and the shell'
 from __future__ import annotations
 
 import os
+import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,7 +54,8 @@ def measured(w: Winner) -> Measured:
     reads a config file."""
     assert w.command is not None
     study = w.path.parent.resolve()
-    base_dir = Path(w.command.get("base_dir") or w.base_dir or study)  # absent: best.yaml's folder
+    # absent: best.yaml's folder; relative: to that folder (read() makes it absolute already)
+    base_dir = study / (w.command.get("base_dir") or w.base_dir or ".")
     # the command's folder as render resolves it; the config file's path is written relative to it
     cwd = (base_dir / (w.command.get("cwd") or ".")).resolve()
     config, tokens = None, {"{python}": PYTHON}
@@ -75,6 +78,37 @@ def measured(w: Winner) -> Measured:
         overrides=rendered.overrides,
         names_run_dir=any("{run_dir}" in text for text in written),
     )
+
+
+def shell_word(text: str, masked: str) -> str:
+    """One argument or value as a shell word: its literal parts quoted (shlex), each `{env:NAME}` the
+    variable's expansion, a secret masked in best.yaml the expansion of `masked`, which stops the
+    pasted command with a message while unset (`${NAME:?...}`), never a literal ***."""
+    parts = re.split(r"(\{env:[A-Za-z_][A-Za-z0-9_]*\}|\*\*\*)", text)
+    words = []
+    for part in parts:
+        if not part:
+            continue
+        if part == command_render.MASK:
+            words.append(f'"${{{masked}:?a secret masked in best.yaml: export {masked}}}"')
+        elif (ref := command_render.ENV_REFERENCE.fullmatch(part)) is not None:
+            words.append(f'"${{{ref.group(1)}}}"')
+        else:
+            words.append(shlex.quote(part))
+    return "".join(words) or "''"
+
+
+def secret_lines(m: Measured) -> list[str]:
+    """What the forms say of the command's secrets: `{env:NAME}` taken from your environment, a value
+    masked in best.yaml (never stored) to be given back by hand."""
+    texts = [*m.argv, *m.env.values()]
+    refs = sorted({r.group(1) for t in texts for r in command_render.ENV_REFERENCE.finditer(t)})
+    masked = [f"command.argv[{i}] as $SECRET_ARG_{i}" for i, a in enumerate(m.argv) if command_render.MASK in a]
+    masked += [f"command.env.{k} as ${k}" for k, v in m.env.items() if command_render.MASK in v]
+    lines = [f"# from your environment: {', '.join(refs)} ({{env:NAME}} in the study's YAML)"] if refs else []
+    if masked:
+        lines.append(f"# masked in best.yaml (a secret is never stored): {', '.join(masked)}; export it first")
+    return lines
 
 
 def config_lines(w: Winner, m: Measured) -> list[str]:

@@ -7,7 +7,8 @@ import shlex
 
 from autotune.command_render import text_of
 from autotune.export._form import Form, env_block, launcher, missing_lines
-from autotune.export._measured import RUN_DIR_NOTE, config_lines, measured, unmapped
+from autotune.command_render import MASK
+from autotune.export._measured import RUN_DIR_NOTE, config_lines, measured, secret_lines, shell_word, unmapped
 from autotune.export._winner import ENV_KNOBS, Winner
 
 
@@ -15,13 +16,16 @@ def command(w: Winner) -> Form:
     """`cd <folder> && VAR=... argv`: the command the chosen trial ran (its flags, variables and
     config file), its folder relative to the study's, so it runs from beside best.yaml."""
     m = measured(w)
-    assignments = [f"{name}={shlex.quote(value)}" for name, value in m.env.items()]
-    line = " ".join(["cd", shlex.quote(m.cwd), "&&", *assignments, shlex.join(m.argv)])
+    # a masked variable is not assigned: the pasted command takes it from your environment
+    assignments = [f"{name}={shell_word(value, name)}" for name, value in m.env.items() if value != MASK]
+    words = [shell_word(a, f"SECRET_ARG_{i}") for i, a in enumerate(m.argv)]
+    line = " ".join(["cd", shlex.quote(m.cwd), "&&", *assignments, *words])
     missing = unmapped(w)
     ran = f", as trial {w.trial} ran it" if w.trial is not None else ""
     lines = [
         f"# the study's command with the winner's knob values{ran}; run it from beside best.yaml",
         *config_lines(w, m),
+        *secret_lines(m),
         *([RUN_DIR_NOTE] if m.names_run_dir else []),
         line,
         *missing_lines("command", missing),

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import knobs as catalogue
-from autotune import yamlio
+from autotune import paths, yamlio
 from autotune.errors import ConfigError, excerpt
 
 # The knobs that act through environment variables: every format sets them as environment lines (apply.env).
@@ -57,6 +57,9 @@ def read(path: Path) -> Winner:
 
 def _winner(path: Path, doc: dict[str, Any]) -> Winner:
     workload, command = doc["workload"], doc.get("command")
+    if command is not None and command.get("base_dir") is not None:  # relative to best.yaml's
+        command = {**command, "base_dir": paths.beside(path, command["base_dir"])}
+    base_dir = doc.get("base_dir") if isinstance(doc.get("base_dir"), str) else None
     env = (doc.get("apply") or {}).get("env")
     return Winner(
         path=path,
@@ -70,7 +73,7 @@ def _winner(path: Path, doc: dict[str, Any]) -> Winner:
         rdzv_endpoint=workload.get("rdzv_endpoint"),
         device=(doc.get("fingerprint") or {}).get("device", "cuda"),
         command=command,
-        base_dir=doc.get("base_dir") if isinstance(doc.get("base_dir"), str) else None,
+        base_dir=paths.beside(path, base_dir),  # relative to best.yaml's folder (write_best)
         user_knobs=frozenset(n for n in doc["knobs"] if n not in catalogue.BY_NAME),
         seq_len=(doc.get("model") or {}).get("seq_len"),
         trial=_chosen_trial(doc.get("chosen")),

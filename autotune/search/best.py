@@ -9,11 +9,12 @@ import optuna
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune import knobs as catalogue
-from autotune import metrics
+from autotune import metrics, paths
 from autotune import yamlio
 from autotune.errors import ConfigError
 from autotune.record import Metric, TrialRecord
 from autotune.search.history import History, current_confirmation, value_of
+from autotune.redact import mask_command
 from autotune.search.storage import mask_url
 
 if TYPE_CHECKING:
@@ -21,9 +22,11 @@ if TYPE_CHECKING:
 
 
 # best.yaml's layout. 1: before it was versioned (2026-12-01 and earlier; every knob of its release listed);
-# 2: schema_version and knob_set (the hash of the knob names written) added. Older files are upgraded on read
-# (read_best): the knobs added since, at their defaults.
-SCHEMA_VERSION = 2
+# 2: schema_version and knob_set (the hash of the knob names written) added; 3: base_dir relative to
+# best.yaml's folder (an absolute one, as 2 wrote, reads as before) and a command's secrets masked, so that
+# an older release refuses a file whose relative base_dir it would resolve against its working folder.
+# Older files are upgraded on read (read_best): the knobs added since, at their defaults.
+SCHEMA_VERSION = 3
 
 
 LAUNCH_ONLY = ("nnodes", "rdzv_endpoint", "launcher")  # how ranks are started may change; what they run may not
@@ -123,8 +126,8 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
         },
         "measurement": _measurement(cfg, best, record),
         "model": cfg.model.model_dump(mode="json") if cfg.model is not None else None,
-        **({"command": cfg.command.model_dump(mode="json")} if cfg.command is not None else {}),
-        "base_dir": cfg.base_dir,
+        **({"command": mask_command(cfg.command.model_dump(mode="json"))} if cfg.command is not None else {}),
+        "base_dir": paths.relative_to(cfg.base_dir, study_dir),  # moves with it (paths.beside)
         "workload": cfg.workload.model_dump(mode="json"),
         "study": {"storage": mask_url(storage), "trials_launched": h.launched, "trials_completed": len(h.completed)},
     }
@@ -316,7 +319,8 @@ def read_best(path: Path) -> dict[str, Any]:
     try:
         BestFile.model_validate(doc)
         if doc["model"] is not None:
-            ModelConfig.model_validate(doc["model"], context={"base_dir": doc.get("base_dir")})
+            base_dir = paths.beside(path, doc.get("base_dir"))  # relative to best.yaml's folder
+            ModelConfig.model_validate(doc["model"], context={"base_dir": base_dir})
         if doc.get("command") is not None:
             CommandConfig.model_validate(doc["command"])
         WorkloadConfig.model_validate(doc["workload"])

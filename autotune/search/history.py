@@ -11,6 +11,7 @@ from optuna.trial import TrialState
 from autotune import knobs as catalogue
 from autotune.protocol import CONFIG_FAILURES, STATUSES
 from autotune.record import Metric, TrialRecord
+from autotune.redact import mask_doc
 
 # Trials recorded without a launch; they never count toward the budget.
 NOT_LAUNCHED = ("duplicate", "skipped")
@@ -45,7 +46,7 @@ def optuna_state(status: str) -> TrialState:
 def store(trial: optuna.Trial, record: TrialRecord) -> None:
     """A trial's record becomes its Optuna user attributes (what report and check read back: TrialRecord.of)."""
     for k, v in record.to_attrs().items():
-        trial.set_user_attr(k, v)
+        trial.set_user_attr(k, mask_doc(v))  # a secret the job printed, quoted in a reason
 
 
 @dataclass

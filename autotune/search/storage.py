@@ -15,7 +15,7 @@ import optuna
 
 from autotune import paths
 from autotune.errors import ConfigError, StudyError, excerpt
-from autotune.redact import mask, remember
+from autotune.redact import mask, mask_command, remember
 
 if TYPE_CHECKING:
     from autotune.config import Config
@@ -172,6 +172,8 @@ def open_study(
     if "baseline_knobs" not in study.user_attrs:  # the baseline the study began with stays its baseline
         study.set_user_attr("baseline_knobs", baseline)
     config["study"]["storage"] = mask_url(url)  # credentials are never stored
+    if config.get("command"):
+        config["command"] = mask_command(config["command"])
     if (mlflow := config["study"]["tracking"]["mlflow"]) and mlflow["tracking_uri"]:
         mlflow["tracking_uri"] = mask_url(mlflow["tracking_uri"])
     study.set_user_attr("config", config)

@@ -60,9 +60,14 @@ class Task(ABC):
         """The trial spec's workload-specific parameters (TrialSpec.params)."""
         return {}
 
-    def prepare(self, spec: Any, run_dir: Any) -> None:
+    def notes(self, cfg: Any) -> list[str]:
+        """What `search` and `validate` say of the config before anything runs (one line each)."""
+        return []
+
+    def prepare(self, spec: Any, run_dir: Any) -> dict[str, str]:
         """Before a trial starts (protocol.TrialSpec, its folder): what the parent adds to its
-        spec."""
+        spec; returns environment variables for the trial process alone (never written to a file)."""
+        return {}
 
     def metrics(self, record: Any, result: Any, limits: dict[str, float]) -> None:
         """Task-specific metrics into a measured trial's record (record.TrialRecord; its status may

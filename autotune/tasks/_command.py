@@ -37,6 +37,12 @@ class Command(Task):
         for name, mapping in cfg.command.knobs.items():
             values = mapping.values if mapping.values is not None else getattr(cfg.space, name)
             _check_map(name, mapping, values)
+        _keep_secrets(cfg.command.argv, cfg.command.env)
+
+    def notes(self, cfg: Any) -> list[str]:
+        """A secret written into the command's arguments: masked where autotune writes, so check
+        cannot run it again; {env:NAME} can."""
+        return _secret_notes(cfg.command) if cfg.command is not None else []
 
     def user_knobs(self, cfg: Any) -> dict[str, list[Any]]:
         """The command's own knobs (command.knobs with values), in their order."""
@@ -54,16 +60,32 @@ class Command(Task):
         else:
             values["grad_accum_steps"] = [1] if space.grad_accum_steps == "auto" else list(space.grad_accum_steps)
 
-    def prepare(self, spec: Any, run_dir: Any) -> None:
+    def prepare(self, spec: Any, run_dir: Any) -> dict[str, str]:
         """The command with this trial's knob values (command_render.render), its config file
-        written into the trial's folder: the trial process only launches what it is given."""
+        written into the trial's folder: the trial process only launches what it is given. The spec
+        (spec.json, then the record in study.db) holds the command with its secrets masked
+        (redact.mask_command); the values masked, and those `{env:NAME}` filled, reach the trial
+        process in its environment alone (protocol.ENV_SECRETS), which puts them back."""
         import dataclasses
+        import json
+        import os
         from pathlib import Path
 
-        from autotune.command_render import render
+        from autotune import command_render, redact
+        from autotune.errors import ConfigError
+        from autotune.protocol import ENV_SECRETS
 
-        rendered = render(spec.params["command"], spec.knobs, Path(run_dir), Path(spec.base_dir or "."))
-        spec.params["rendered"] = dataclasses.asdict(rendered)
+        rendered = command_render.render(spec.params["command"], spec.knobs, Path(run_dir), Path(spec.base_dir or "."))
+        try:
+            real = command_render.resolve(rendered, os.environ)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        shown = dataclasses.replace(rendered, argv=redact.mask_argv(rendered.argv), env=redact.mask_env(rendered.env))
+        hidden = _hidden(shown, real)
+        redact.keep([*hidden["argv"].values(), *hidden["env"].values()])
+        spec.params["rendered"] = dataclasses.asdict(shown)
+        spec.params["command"] = redact.mask_command(spec.params["command"])  # a new dict: the bench's kept
+        return {ENV_SECRETS: json.dumps(hidden)} if hidden["argv"] or hidden["env"] else {}
 
     def metrics(self, record: Any, result: Any, limits: dict[str, float]) -> None:
         """The figure: the job's tokens over time in its measured window (workloads/window.py), not
@@ -89,6 +111,41 @@ class Command(Task):
         if window and not window.get("settled") and record.status == "ok":  # said where it is read
             said = f"window {window.get('said', 'not settled')}"
             record.reason = f"{record.reason}; {said}" if record.reason else said
+
+
+def _keep_secrets(argv: list[str], env: dict[str, str]) -> None:
+    """The command's secrets, noted as the YAML is read: masked in every text autotune shows from
+    then on (the resolved config of `validate` too)."""
+    from autotune import redact
+
+    masked = [*redact.masked_values(argv, redact.mask_argv(argv))]
+    masked += redact.masked_values(list(env.values()), list(redact.mask_env(env).values()))
+    redact.keep(masked)
+
+
+def _secret_notes(command: Any) -> list[str]:
+    """What `search` says of a command's secrets written into its YAML: where each argument holding
+    one is (masked in study.db and best.yaml, so `check` cannot run it), and the remedy."""
+    from autotune import redact
+
+    shown = redact.mask_argv(command.argv)
+    where = [f"command.argv[{i}]" for i, (a, b) in enumerate(zip(command.argv, shown)) if a != b]
+    if not where:
+        return []
+    return [
+        f"{', '.join(where)} {'holds a secret' if len(where) == 1 else 'hold secrets'}: masked in study.db "
+        "and best.yaml, so `autotune check` cannot run it again; write it as {env:NAME} (filled from your "
+        "environment, never stored)"
+    ]
+
+
+def _hidden(shown: Any, real: Any) -> dict[str, dict[str, str]]:
+    """What the trial process puts back into the command it was given (shown): each argument and
+    variable that differs from the command as it runs (real), by index and by name. A variable masked
+    and inherited from autotune's environment is dropped from both."""
+    argv = {str(i): a for i, (a, b) in enumerate(zip(real.argv, shown.argv)) if a != b}
+    env = {k: v for k, v in real.env.items() if shown.env.get(k) != v}
+    return {"argv": argv, "env": env}
 
 
 def _check_mapping(name: str, mapping: Any, mine: list[str], by_name: dict[str, Any]) -> None:

@@ -8,7 +8,9 @@ the job to stop (the stop file, or SIGTERM for a log job) once the window has se
 (workloads/window.py: the figure is tokens over time), once the search's pruner says so, or once the
 job keeps recompiling; it ends the process group after command.stop_grace_s. Nothing reported is
 thrown away: a job that gave its steps is measured however it exits, and one stopped at the trial's
-limit keeps the steps it gave. Its failures (out of memory, NCCL refusals, an exit before its steps,
+limit keeps the steps it gave, and one that said it is done is measured then, however slowly it
+exits. What it reports is checked as it is read (command_report.py): a figure that cannot be fails
+the trial, naming it. Its failures (out of memory, NCCL refusals, an exit before its steps,
 no step at all) are classified from its exit and output, whose telling line (protocol.last_words:
 the exception, not a library's warning) the reason quotes.
 """
@@ -21,15 +23,15 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune import nccl_log
-from autotune.protocol import last_words, told_lines
+from autotune.protocol import ENV_SECRETS, last_words, told_lines, unhide
 from autotune.reporting import ENV_KNOBS, ENV_MAX_STEPS, ENV_REPORT, ENV_STEPS, ENV_STOP
 from autotune.workloads import window as windows
 from autotune.workloads.base import Failed, Measured, Work, Workload
 from autotune.workloads.command_log import Output, close_lines
+from autotune.workloads.command_report import BadReport, Report, clock_said, figure_said
 from autotune.workloads.command_said import average_said, stopped_said, time_went
 from autotune.workloads.timing import Timing
 
@@ -50,25 +52,6 @@ class _Rendered:
     overrides: dict[str, Any] = field(default_factory=dict)
 
 
-def read_report(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """The steps a job reported so far and its `done` line (None before it)."""
-    steps, done = [], None
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return steps, done
-    for line in text.splitlines():
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue  # a line being written
-        if doc.get("done"):
-            done = doc
-        elif "s" in doc:
-            steps.append(doc)
-    return steps, done
-
-
 @dataclass
 class _Watch:
     """What the watch of a running job ended with."""
@@ -80,6 +63,7 @@ class _Watch:
         ""  # why the trial stopped the job before its window (pruned, recompiling, its limit)
     )
     stop: str = ""  # how the job ended once asked (record.applied.stop)
+    said_done: bool = False  # its done line came before its window: it ended its reports itself
 
 
 class Command(Workload):
@@ -92,6 +76,9 @@ class Command(Workload):
         self.cfg = params["command"]
         assert self.run_dir is not None
         self.rendered = _Rendered(**params["rendered"])  # by the parent (tasks.Command.prepare)
+        # its secrets masked: the values come in this process's environment alone (protocol.unhide)
+        hidden = os.environ.get(ENV_SECRETS)
+        self.real_argv, self.real_env = unhide(self.rendered.argv, self.rendered.env, hidden)
         self.needed = run.warmup_steps + run.measure_steps
         self.rule = windows.Rule(
             run.warmup_steps,
@@ -118,7 +105,8 @@ class Command(Workload):
     def _env(self) -> dict[str, str]:
         steps = f"{self.spec.run.warmup_steps},{self.spec.run.measure_steps}"
         knobs = json.dumps(self.spec.knobs)
-        env = {**os.environ, **self.rendered.env, ENV_STEPS: steps, ENV_KNOBS: knobs}
+        env = {**os.environ, **self.real_env, ENV_STEPS: steps, ENV_KNOBS: knobs}
+        env.pop(ENV_SECRETS, None)  # the hand-over is autotune's, not the job's
         if not self.log:
             env.update({ENV_REPORT: str(self.report_path), ENV_STOP: str(self.stop_path)})
             env[ENV_MAX_STEPS] = str(self.rule.max_steps)
@@ -127,7 +115,7 @@ class Command(Workload):
     def _start(self) -> subprocess.Popen[bytes]:
         try:
             return subprocess.Popen(
-                self.rendered.argv,
+                self.real_argv,
                 cwd=self.rendered.cwd,
                 env=self._env(),
                 stdout=subprocess.PIPE,
@@ -141,19 +129,25 @@ class Command(Workload):
             )
 
     def _steps(self, output: Output) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-        if self.log:
-            return output.steps(), None
-        return read_report(self.report_path)
+        """The steps so far (and the done line); a figure that cannot be fails the trial."""
+        try:
+            if output.bad:
+                raise BadReport(output.bad)
+            return (output.steps(), None) if self.log else self.report.read()
+        except BadReport as err:
+            raise Failed("crash", f"the command reported what cannot be: {err}") from None
 
     def run(self) -> Measured:
         t0 = time.time()
+        self.report = Report(self.report_path, t0, self.rule.max_steps)
         proc = self._start()
-        output = Output(proc.stdout, self.cfg.get("log_pattern"))
+        output = Output(proc.stdout, self.cfg.get("log_pattern"), self.rule.max_steps)
         try:
             watch = self._watch(proc, output, t0)
         finally:
             _end_group(proc, 0.0)
             output.thread.join(timeout=5)
+        self._steps(output)  # a figure read after the last look fails it too
         steps = watch.steps
         if watch.window is None and not watch.stopped and len(steps) >= self.needed:
             watch.window = windows.window(
@@ -194,8 +188,7 @@ class Command(Workload):
             late = asked_at is not None and time.time() - t0 > self.deadline_s  # the steps are kept
             if asked_at is not None and (time.monotonic() - asked_at > grace or late):
                 _end_group(proc, TERM_GRACE_S)
-                after = "at the trial's limit" if late else f"{grace:.0f} s after"
-                watch.stop = f"ignored the stop request: its process group was ended {after}"
+                watch.stop = _ended(watch.said_done, late, grace)
                 watch.steps, watch.done = self._steps(output)
                 return watch
             time.sleep(POLL_S)
@@ -205,6 +198,11 @@ class Command(Workload):
         elapsed = time.time() - t0
         if output.refused:
             raise Failed("invalid_config", average_said(output.refused))
+        if watch.done is not None and len(watch.steps) >= self.needed:  # it gave all it will
+            decided = windows.decide(_pairs(watch.steps), self.rule)
+            watch.window = decided or windows.window(_pairs(watch.steps), self.rule)
+            watch.said_done = decided is None  # before its window: the job ended, not the trial
+            return "window"
         if elapsed > self.deadline_s:
             return self._timed_out(watch, output, t0)
         if not watch.steps and elapsed > self.first_step_s:
@@ -308,6 +306,9 @@ class Command(Workload):
     def _measured(self, watch: _Watch, t0: float) -> Measured:
         steps, done = watch.steps, watch.done or {}
         win = watch.window or windows.window(_pairs(steps), self.rule)
+        clock = "" if self.log else clock_said(steps, win.start, win.end)  # a log's lines: no clock
+        if why := clock or figure_said(win.tokens_per_s):
+            raise Failed("crash", f"the command reported what cannot be: {why}")
         warm, timed = steps[: win.start], steps[win.start : win.end]
         tokens = [int(s["tokens"]) for s in timed]
         padded = [int(s["padded"]) for s in timed if "padded" in s]
@@ -344,6 +345,8 @@ class Command(Workload):
             )
         self.timing = timing
         stopped = stopped_said(watch.stopped, len(steps), self.needed, win.tokens_per_s)
+        if watch.stop.startswith("reported done"):  # measured: how it ended is the reason
+            stopped = f"the command {watch.stop}; its {len(steps)} steps are measured"
         return Measured(timing, output=output, stopped=stopped)
 
     def _job_env(self, done: dict[str, Any]) -> dict[str, Any]:
@@ -387,6 +390,16 @@ def _recompiling(steps: list[dict[str, Any]]) -> str | None:
         "pad_to_multiple_of) "
         "or a fixed length, mark the length dynamic, or leave compile off"
     )
+
+
+def _ended(done: bool, late: bool, grace: float) -> str:
+    """How a job asked to stop was ended (record.applied.stop): one that said it was done exits
+    slowly, one that did not ignored the stop request."""
+    if done:
+        by = "by the trial's limit" if late else f"{grace:.0f} s after the stop request"
+        return f"reported done, then had not exited {by}: its process group was ended"
+    after = "at the trial's limit" if late else f"{grace:.0f} s after"
+    return f"ignored the stop request: its process group was ended {after}"
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:

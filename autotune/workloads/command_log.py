@@ -6,7 +6,10 @@ A pattern's numbers are read whole: `2.2e+04` is 22,000 even where the pattern's
 average since the start (the Trainer's `train_samples_per_second`, words such as avg, mean, overall,
 since start, before the number) is refused: it describes the run from its start, compile included,
 never a step. A cumulative count (the group tokens_total, e.g. the Trainer's num_input_tokens_seen)
-is turned into steps by its differences over the lines' arrival times.
+is turned into steps by its differences over the lines' arrival times. Every figure read is checked
+(command_report.py): one that is no finite number in its range (`tps: 0`, `tps: -5000`,
+`tps: 1e400`) fails the trial, naming the line; the reader never dies (the job would block on its
+full pipe).
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ import threading
 import time
 from typing import Any
 
+from autotune.reporting import MAX_STEP_LINES
+from autotune.workloads import command_report as checks
+from autotune.workloads.command_report import MAX_TOKENS_PER_S, SECONDS, BadReport, excerpt
+
 TAIL_LINES = 100  # of the job's output, read for a failure's telling line (a traceback, its noise)
 LINE_BYTES = 64 << 10
 EXPONENT = re.compile(r"[eE][+-]?\d+")
@@ -26,14 +33,21 @@ AVERAGE = re.compile(
     r"(train_\w*per_second|\bavg\b|average|\bmean\b|overall|since[ _]start|cumulative)", re.I
 )
 AVERAGE_REACH = 40  # characters before the number where such a word marks an average
+RATE = f"tokens a second above 0 and at most {MAX_TOKENS_PER_S:.0e} (no hardware trains faster)"
+TOTAL = "a whole number of tokens seen so far, 0 or more"
+MAX_SAMPLES = MAX_STEP_LINES  # a log's samples kept at most (a running count may repeat)
 
 
 class CumulativeFigure(ValueError):
     """The pattern matched an average since the start: the line, for the reason."""
 
 
-def number(text: str) -> float:
-    return float(text.replace(",", "").replace("_", ""))
+def number(text: str, where: str, allowed: str) -> float:
+    """The group's text as a number (1,234 and 1_234 too), else BadReport."""
+    try:
+        return float(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        raise BadReport(f"{where} is {excerpt(text)}, not a number; allowed: {allowed}") from None
 
 
 def whole(line: str, m: re.Match[str], group: str) -> str:
@@ -49,34 +63,45 @@ def averaged(line: str, m: re.Match[str]) -> bool:
     return bool(AVERAGE.search(line[max(0, first - AVERAGE_REACH) : first]))
 
 
+def figure(line: str, m: re.Match[str], group: str, allowed: str) -> tuple[float, str]:
+    """The group's number and where it was read (for a reason), BadReport when it is none."""
+    where = f"command.log_pattern's {group} in the line {excerpt(line.strip())}"
+    return number(whole(line, m, group), where, allowed), where
+
+
 def sample(line: str, m: re.Match[str], at: float) -> dict[str, Any]:
     """A log line's sample: seconds and tokens of a step, a throughput (one token in 1/tps seconds),
-    or a running token count (turned into steps by `steps_of`)."""
+    or a running token count (turned into steps by `steps_of`); each checked (BadReport)."""
     groups = m.groupdict()
     if groups.get("tokens_total") is not None:
-        return {"total": number(whole(line, m, "tokens_total")), "at": at}
+        total, where = figure(line, m, "tokens_total", TOTAL)
+        return {"total": checks.whole(total, where, 0, 2**62, "tokens (a running count)"), "at": at}
     if averaged(line, m):
         raise CumulativeFigure(line.strip()[:200])
     if groups.get("step_time_s") is not None:
-        return {
-            "s": number(whole(line, m, "step_time_s")),
-            "tokens": int(number(whole(line, m, "tokens"))),
-            "at": at,
-        }
-    return {"s": 1.0 / number(whole(line, m, "tokens_per_s")), "tokens": 1, "at": at}
+        seconds, where = figure(line, m, "step_time_s", SECONDS)
+        step = {"s": checks.positive(seconds, where, SECONDS), "at": at}
+        tokens, where = figure(line, m, "tokens", "a whole number of tokens above 0")
+        return {**step, "tokens": checks.step_tokens(tokens, where)}
+    rate, where = figure(line, m, "tokens_per_s", RATE)
+    if checks.positive(rate, where, RATE) > MAX_TOKENS_PER_S:
+        raise BadReport(f"{where} is {excerpt(rate)}; allowed: {RATE}")
+    return {"s": 1.0 / rate, "tokens": 1, "at": at}
 
 
 def steps_of(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Steps from the samples: a running count's differences over its lines' arrival times."""
+    """Steps from the samples: a running count's differences over its lines' arrival times. A line
+    that repeats the count (a loss line, then an evaluation's) or comes at the same instant is no
+    step: its time and tokens go to the next one; a count that falls (a restart) starts over."""
     if not samples or "total" not in samples[0]:
         return list(samples)
-    out = []
-    for before, after in zip(samples, samples[1:]):
-        seconds = after["at"] - before["at"]
-        if seconds > 0 and after["total"] >= before["total"]:
-            out.append(
-                {"s": seconds, "tokens": int(after["total"] - before["total"]), "at": after["at"]}
-            )
+    out, before = [], samples[0]
+    for after in samples[1:]:
+        seconds, tokens = after["at"] - before["at"], after["total"] - before["total"]
+        if tokens > 0 and seconds > 0:
+            out.append({"s": seconds, "tokens": tokens, "at": after["at"]})
+        if tokens < 0 or (tokens > 0 and seconds > 0):
+            before = after
     return out
 
 
@@ -96,11 +121,13 @@ class Output:
     """The job's output, copied line by line into the trial's log; its tail kept, its pattern's
     samples read."""
 
-    def __init__(self, stream: Any, pattern: str | None) -> None:
+    def __init__(self, stream: Any, pattern: str | None, most: int = MAX_STEP_LINES) -> None:
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.pattern = re.compile(pattern) if pattern else None
         self.samples: list[dict[str, Any]] = []
+        self.most = most  # steps at most: the trial asks for no more
         self.refused: str | None = None  # a cumulative figure's line
+        self.bad: str | None = None  # the first figure that cannot be: the trial's reason
         self.seen: collections.deque[str] = collections.deque(maxlen=200)  # for close_lines
         self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
         self.thread.start()
@@ -114,19 +141,25 @@ class Output:
             line = raw.decode(errors="replace").rstrip()
             self.tail.append(line)
             self.seen.append(line)
-            if self.pattern is not None and (m := self.pattern.search(line)):
-                self._take(line, m)
+            if self.pattern is not None and len(self.samples) < MAX_SAMPLES:
+                self._take(line)
 
-    def _take(self, line: str, m: re.Match[str]) -> None:
+    def _take(self, line: str) -> None:
+        """The line's sample, if the pattern matches; a figure that cannot be is kept as the
+        trial's reason (never raised: the reader goes on, the job never blocks on its pipe)."""
         try:
-            self.samples.append(sample(line, m, time.time()))
+            if m := self.pattern.search(line):  # type: ignore[union-attr]
+                self.samples.append(sample(line, m, time.time()))
         except CumulativeFigure as err:
             self.refused = self.refused or str(err)
-        except (ValueError, ZeroDivisionError):
-            pass  # a figure of 0, or text the group took that is no number: no step
+        except BadReport as err:
+            self.bad = self.bad or str(err)
+        except Exception as err:  # noqa: BLE001  whatever a line holds, the reader goes on
+            where = f"command.log_pattern in the line {excerpt(line.strip())}"
+            self.bad = self.bad or f"{where}: {type(err).__name__}: {excerpt(str(err))}"
 
     def steps(self) -> list[dict[str, Any]]:
-        return steps_of(list(self.samples))
+        return steps_of(list(self.samples))[: self.most]
 
     def text(self) -> str:
         return "\n".join(self.tail)

@@ -215,6 +215,8 @@ def said(w: Window, rule: Rule) -> str:
     if w.settled:
         return head + ")"
     why = f"not settled to +-{rule.half_width_pct:g}% within {rule.max_steps} steps"
+    if w.end < rule.max_steps:  # the job ended its reports (done, exited) before max_steps
+        why = f"not settled to +-{rule.half_width_pct:g}% in the {w.end} steps the job gave"
     if w.cycle is None and w.trend_t is not None and abs(w.trend_t) > TREND:
         why += " (its tokens per step still trend: a data order longer than the window; raise "
         why += "command.max_steps)"
