@@ -11,6 +11,7 @@
 #                                       cheap-after cheap-before cheap-ref (issue 28: one H200)
 #                                       numerics-gpu staged expert expert-in-autotune (issue 34: one H200; benchmarks/background.sh)
 #                                       hf-smoke hf-padded hf-truth hf-variants hf-live hf-cost (issue 35: one H200)
+#                                       issue38 (issue 38: one H200)
 # GPUS: the --gpus of the stages that take it (default 0,1; GPUS=0 on one GPU)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
@@ -55,6 +56,19 @@ yaml.safe_dump(d, open("search_spaces/hf-trainer-defaults.yaml", "w"), sort_keys
         t1=$(date +%s.%N); rt=$(echo "$out" | grep -oE "'train_runtime': '?[0-9.]+" | grep -oE "[0-9.]+$" | tail -1)
         echo "{\"rep\": $i, \"callback\": $with, \"train_runtime_s\": ${rt:-null}, \"wall_s\": $(python3 -c "print(round($t1 - $t0, 3))"), \"steps_reported\": $(cat /tmp/hfcost.jsonl 2>/dev/null | grep -c '"s"')}" | tee -a "$OUT/hf-callback-cost.jsonl"
       done; done ;;
+    issue38) # issue 38: the GPU tests and the hardening tests on the GPU machine, then a real HF job's search (the
+      # figure's new bounds must fail no real CUDA-event job); {env:ISSUE38_TOKEN} reaches it and no file
+      python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_hardening_command.py \
+        tests/test_hardening_secrets.py 2>&1 | tail -15 | tee "$OUT/issue38-tests.log"
+      t0=$(date +%s); ISSUE38_TOKEN=issue38-not-a-real-token-0123 at search benchmarks/spaces/issue38-hf-0.3b.yaml --gpus 0 \
+        --fresh 2>&1 | tee "$OUT/issue38-search.log"
+      echo "search wall: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/issue38-search.log"
+      at report trials/issue38-hf-0.3b --format markdown > "$OUT/issue38-report.md" 2>&1
+      python3 -c 'import optuna,json; s=optuna.load_study(study_name="issue38-hf-0.3b", storage="sqlite:///trials/issue38-hf-0.3b/study.db")
+for t in s.trials: a=t.user_attrs; print(json.dumps({"n": t.number, "status": a.get("status"), "knobs": a.get("knobs"), "tps": (a.get("metrics") or {}).get("tokens_per_s_per_gpu"), "window": ((a.get("metrics") or {}).get("window") or {}).get("said"), "reason": a.get("reason")}))' \
+        | tee "$OUT/issue38-trials.jsonl"
+      echo "files holding the token: $(grep -rl issue38-not-a-real-token trials/issue38-hf-0.3b | wc -l)" | tee -a "$OUT/issue38-search.log"
+      tar czf "$OUT/issue38-trials.tgz" --exclude='*/out/*' trials/issue38-hf-0.3b ;;
     hf-smoke) # issue 35: the tiny HF job on the GPU, its steps streamed by the callback (measure hf adds it)
       rm -f /tmp/smoke.jsonl; NO_AUTOTUNE_CALLBACK=1 AUTOTUNE_MEASURE=hf PYTHONPATH=$PWD/autotune/callbacks/_site:$PYTHONPATH \
         AUTOTUNE_REPORT=/tmp/smoke.jsonl AUTOTUNE_STEPS=2,4 AUTOTUNE_STOP=/tmp/smoke.stop AUTOTUNE_MAX_STEPS=12 \
