@@ -2,11 +2,12 @@
 
 The Python API (what the CLI calls):
 
-import autotune result = autotune.run_search("search_spaces/tiny.yaml", device="cpu")   #
-SearchResult; best.yaml written verdict = autotune.run_check(result.best_yaml, repeats=5)
-# Verdict: pass | faster | regression data = autotune.read_report(result.study_dir)
-# the report as plain data table = autotune.run_nccl("trials/nccl", device="cuda", gpus=["0",
-"1"])  # all-reduce bus bandwidth
+    import autotune
+
+    result = autotune.run_search("search_spaces/tiny.yaml", device="cpu")  # SearchResult, best.yaml
+    verdict = autotune.run_check(result.best_yaml, repeats=5)  # Verdict: pass, faster, regression
+    data = autotune.read_report(result.study_dir)  # the report as plain data
+    table = autotune.run_nccl("trials/nccl", device="cuda", gpus=["0", "1"])  # bus bandwidth
 
 Errors are AutotuneError subclasses carrying a one-line message and an exit code
 (autotune.errors). Kept import-light on purpose (PEP 562 lazy names): a trial's process imports

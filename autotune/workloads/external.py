@@ -7,12 +7,15 @@ MFU n/a).
 
 The entrypoint protocol (`model.entrypoint: "package.module:function"`):
 
-def build(knobs: dict, device: str) -> dict: return { "model": module,            #
-torch.nn.Module; forward(inputs, targets) -> scalar loss "make_batch": make_batch,   #
-make_batch(micro_batch_size) -> (inputs, targets) on `device` "tokens_per_sample": 1024,  #
-tokens one sample contributes to tokens/s "flop_params": None,        # optional fallback: N of
-6N + 12*L*d*T, used only if counting fails "n_layers": None,           # optional, with d_model:
-the attention term 12*L*d*T "d_model": None, }
+    def build(knobs: dict, device: str) -> dict:
+        return {
+            "model": module,  # torch.nn.Module; forward(inputs, targets) -> scalar loss
+            "make_batch": make_batch,  # make_batch(micro_batch_size) -> (inputs, targets) on device
+            "tokens_per_sample": 1024,  # tokens one sample contributes to tokens/s
+            "flop_params": None,  # optional fallback: N of 6N + 12*L*d*T, if counting fails
+            "n_layers": None,  # optional, with d_model: the attention term 12*L*d*T
+            "d_model": None,
+        }
 
 `knobs` holds every knob of the trial (precision, micro_batch_size, attention, ...); autotune
 itself applies precision (autocast, GradScaler), compile, the SDPA backend, the optimizer and the
