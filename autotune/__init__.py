@@ -20,8 +20,9 @@ import _signal  # the C module, loaded with the interpreter: `signal` itself imp
 import os as _os
 import sys as _sys
 
-# The variables this process was started with: a trial inherits these, never one a library set since
-# (mlflow.set_tracking_uri writes MLFLOW_TRACKING_URI, with its password, into os.environ): launch.py.
+# The variables this process was started with: a trial inherits these, never one a library set
+# since (mlflow.set_tracking_uri writes MLFLOW_TRACKING_URI, with its password, into os.environ):
+# launch.inherited_env.
 INHERITED_ENV = frozenset(_os.environ)
 
 
