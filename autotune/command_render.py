@@ -179,35 +179,42 @@ ENV_REFERENCE = re.compile(r"\{env:([A-Za-z_][A-Za-z0-9_]*)\}")  # redact.ENV_RE
 
 
 def _from_environment(text: str, where: str, environ: Mapping[str, str]) -> str:
-    """`{env:NAME}` filled from autotune's environment (the secret is never written anywhere); a value
-    masked when best.yaml was written cannot run."""
+    """`{env:NAME}` filled from autotune's environment (the secret is never written anywhere); a
+    value masked when best.yaml was written cannot run."""
     if MASK in text:
         raise ValueError(
-            f"{where}: its secret was masked ({MASK}) when best.yaml was written and cannot be run; write it "
-            "in the search YAML as {env:NAME} (filled from your environment, never stored) and search again"
+            f"{where}: its secret was masked ({MASK}) when best.yaml was written and cannot be "
+            "run; write it in the search YAML as {env:NAME} (filled from your environment, never "
+            "stored) and search again"
         )
     missing = [m.group(1) for m in ENV_REFERENCE.finditer(text) if m.group(1) not in environ]
     if missing:
-        raise ValueError(f"{where}: {{env:{missing[0]}}} names a variable that is not set; export {missing[0]}")
+        raise ValueError(
+            f"{where}: {{env:{missing[0]}}} names a variable that is not set; export {missing[0]}"
+        )
     return ENV_REFERENCE.sub(lambda m: environ[m.group(1)], text)
 
 
 def _env_from_environment(name: str, value: str, environ: Mapping[str, str]) -> str | None:
-    """A masked variable is inherited from autotune's environment when set there (None: not added)."""
+    """A masked variable is inherited from autotune's environment when set there (None: not
+    added)."""
     if value == MASK and name in environ:
         return None
     if value == MASK:
         raise ValueError(
-            f"command.env.{name}: its secret was masked ({MASK}) when best.yaml was written; export {name} "
-            "in autotune's environment (the job inherits it)"
+            f"command.env.{name}: its secret was masked ({MASK}) when best.yaml was written; "
+            f"export {name} in autotune's environment (the job inherits it)"
         )
     return _from_environment(value, f"command.env.{name}", environ)
 
 
 def resolve(rendered: Rendered, environ: Mapping[str, str]) -> Rendered:
-    """The command as it runs: every `{env:NAME}` of its argv and env filled from `environ`; a value
-    masked in best.yaml taken from there too, or refused (ValueError naming where and the remedy)."""
-    argv = [_from_environment(a, f"command.argv[{i}]", environ) for i, a in enumerate(rendered.argv)]
+    """The command as it runs: every `{env:NAME}` of its argv and env filled from `environ`; a
+    value masked in best.yaml taken from there too, or refused (ValueError naming where and the
+    remedy)."""
+    argv = [
+        _from_environment(a, f"command.argv[{i}]", environ) for i, a in enumerate(rendered.argv)
+    ]
     env = {k: _env_from_environment(k, v, environ) for k, v in rendered.env.items()}
     kept = {k: v for k, v in env.items() if v is not None}
     return Rendered(argv, kept, rendered.cwd, rendered.config_path, rendered.overrides)

@@ -63,14 +63,15 @@ class CommandConfig(_Section):
         min_length=1,
         description="The command, an argument list (never a shell string): [python, train.py, --max_steps, "
         "'1000']. `{run_dir}` is the trial's folder, `{config}` the rendered config file, `{python}` "
-        "the Python that runs autotune, `{env:NAME}` the variable NAME of autotune's environment (for a "
-        "secret: never stored).",
+        "the Python that runs autotune, `{env:NAME}` the variable NAME of autotune's environment "
+        "(for a secret: never stored).",
     )
     cwd: Optional[str] = Field(default=None, description="Working directory, relative to the YAML's folder (default).")
     env: dict[str, str] = Field(
         default_factory=dict,
-        description="Environment variables added for every trial (a value may be `{env:NAME}`). A "
-        "secret (a name such as HF_TOKEN, a password in a URL) is masked in study.db and best.yaml.",
+        description="Environment variables added for every trial (a value may be `{env:NAME}`). "
+        "A secret (a name such as HF_TOKEN, a password in a URL) is masked in study.db and "
+        "best.yaml.",
     )
     config_file: Optional[str] = Field(
         default=None,

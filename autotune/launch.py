@@ -293,20 +293,26 @@ def _prepare(spec: TrialSpec, run_dir: Path) -> tuple[Path, Path, Path]:
 def _child_env(spec: TrialSpec, run_dir: Path, env: dict[str, str] | None) -> dict[str, str]:
     """The trial's environment: ours, the caller's, unbuffered output, its parent; NCCL's INFO log for a
     rank group on GPUs (unless NCCL_DEBUG is set)."""
-    child_env = {**inherited_env(), **(env or {}), "PYTHONUNBUFFERED": "1", "AUTOTUNE_PARENT_PID": str(os.getpid())}
+    child_env = {
+        **inherited_env(),
+        **(env or {}),
+        "PYTHONUNBUFFERED": "1",
+        "AUTOTUNE_PARENT_PID": str(os.getpid()),
+    }
     if spec.run.world_size > 1 and spec.device == "cuda" and "NCCL_DEBUG" not in os.environ:
         child_env.update(nccl_log.DEBUG_ENV, NCCL_DEBUG_FILE=str(run_dir / nccl_log.DEBUG_FILE))
     return child_env
 
 
-LIBRARY_PREFIXES = ("MLFLOW_", "WANDB_")  # what the tracking libraries write into os.environ as they log
+# what the tracking libraries write into os.environ as they log
+LIBRARY_PREFIXES = ("MLFLOW_", "WANDB_")
 
 
 def inherited_env() -> dict[str, str]:
-    """autotune's environment less what a library added to it since autotune started (INHERITED_ENV):
-    a tracking library's variables, and any variable holding a credential autotune knows (a storage's
-    or a tracking server's password). What the user exported, or set before calling the API, the
-    trial gets."""
+    """autotune's environment less what a library added to it since autotune started
+    (INHERITED_ENV): a tracking library's variables, and any variable holding a credential autotune
+    knows (a storage's or a tracking server's password). What the user exported, or set before
+    calling the API, the trial gets."""
     from autotune import INHERITED_ENV
     from autotune.redact import holds_known
 

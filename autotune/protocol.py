@@ -27,8 +27,9 @@ TRIAL_MODULE = "autotune.workloads.trial"
 # Beside a one-rank trial's result while the search watches it (search/prune.py): the measured steps so far,
 # written by the trial, and the file whose appearance asks it to stop.
 PROGRESS_FILE, PRUNE_FILE = "progress.json", "prune"
-# A command trial's secrets (tasks.Command.prepare): the spec holds its command masked; the values masked,
-# by argument index and variable name, reach the trial process in this variable alone (JSON), never a file.
+# A command trial's secrets (tasks.Command.prepare): the spec holds its command masked; the values
+# masked, by argument index and variable name, reach the trial process in this variable alone
+# (JSON), never a file.
 ENV_SECRETS = "AUTOTUNE_COMMAND_SECRETS"
 SECRET_MASK = "***"  # redact.MASK
 
@@ -174,10 +175,12 @@ def last_words(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def unhide(argv: list[str], env: dict[str, str], hidden: str | None) -> tuple[list[str], dict[str, str]]:
+def unhide(
+    argv: list[str], env: dict[str, str], hidden: str | None
+) -> tuple[list[str], dict[str, str]]:
     """The command as it runs, from the masked one a spec holds and ENV_SECRETS' value: each hidden
-    argument and variable put back; a variable masked and not handed over is the environment's own (the
-    job inherits it)."""
+    argument and variable put back; a variable masked and not handed over is the environment's own
+    (the job inherits it)."""
     doc = json.loads(hidden) if hidden else {}
     args, names = doc.get("argv") or {}, doc.get("env") or {}
     real_argv = [args.get(str(i), a) for i, a in enumerate(argv)]

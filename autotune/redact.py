@@ -52,7 +52,12 @@ def _forms(text: str) -> str:
     """The text with its URL passwords, password parameters and conninfo passwords masked."""
     text = _URL.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", text)
     text = _QUERY.sub(
-        lambda m: f"{m.group(1)}{m.group(2)}={MASK}" if unquote(m.group(2)).lower() in _KEYS else m.group(0), text
+        lambda m: (
+            f"{m.group(1)}{m.group(2)}={MASK}"
+            if unquote(m.group(2)).lower() in _KEYS
+            else m.group(0)
+        ),
+        text,
     )
     return _CONNINFO.sub(lambda m: m.group(1) + MASK, text)
 
@@ -61,13 +66,15 @@ MIN_KEPT = 6  # a shorter secret is masked in the records, not in every text (it
 
 
 def keep(values: list[str]) -> None:
-    """Note a command's secrets (masked in its records), so that any later text showing them is masked."""
+    """Note a command's secrets (masked in its records), so that any later text showing them is
+    masked."""
     with _lock:
         _seen.update(v for v in values if len(v) >= MIN_KEPT)
 
 
 def holds_known(text: str) -> bool:
-    """The text shows a secret autotune has seen (a storage or tracking URL's password, a command's)."""
+    """The text shows a secret autotune has seen (a storage or tracking URL's password, a
+    command's)."""
     with _lock:
         return any(secret in text for secret in _seen)
 
@@ -110,30 +117,41 @@ class MaskingWriter:
 
 
 
-# A command's own secrets (task command): a variable or a flag whose name says it holds one (after the
-# conventions of HF: HF_TOKEN, --hub_token; W&B: WANDB_API_KEY; cloud SDKs: AWS_SECRET_ACCESS_KEY,
-# AWS_SESSION_TOKEN; databases: DB_PASSWORD), a token of a well-known shape, a URL or conninfo password.
+# A command's own secrets (task command): a variable or a flag whose name says it holds one (after
+# the conventions of HF: HF_TOKEN, --hub_token; W&B: WANDB_API_KEY; cloud SDKs:
+# AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN; databases: DB_PASSWORD), a token of a well-known shape,
+# a URL or conninfo password.
 SECRET_WORDS = {"secret", "password", "passwd", "pwd", "credential", "credentials", "apikey"}
 SECRET_PAIRS = {("api", "key"), ("access", "key"), ("private", "key"), ("secret", "key")}
-SPECIAL_TOKENS = {"pad", "eos", "bos", "unk", "sep", "cls", "mask"}  # --eos_token "</s>" holds no secret
+# --eos_token "</s>" holds no secret
+SPECIAL_TOKENS = {"pad", "eos", "bos", "unk", "sep", "cls", "mask"}
 NOT_SECRETS = {"", "true", "false", "yes", "no", "none", "null", "0", "1"}  # --use_auth_token true
-# Shapes documented by their issuers: Hugging Face (hf_), OpenAI and Anthropic (sk-), GitHub (ghp_ and
-# kin), Slack (xox?-), AWS access key ids (AKIA).
+# Shapes documented by their issuers: Hugging Face (hf_), OpenAI and Anthropic (sk-), GitHub (ghp_
+# and kin), Slack (xox?-), AWS access key ids (AKIA).
 TOKEN_SHAPE = re.compile(
-    r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}"
+    r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"
+    r"|xox[abprs]-[A-Za-z0-9-]{10,}"
     r"|AKIA[0-9A-Z]{16})\b"
 )
-ENV_REFERENCE = re.compile(r"\{env:([A-Za-z_][A-Za-z0-9_]*)\}")  # filled from the environment, never stored
+# filled from the environment, never stored
+ENV_REFERENCE = re.compile(r"\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def secret_name(name: str) -> bool:
-    """A variable or flag name that says it holds a secret (hub_token, WANDB_API_KEY, DB_PASSWORD)."""
+    """A variable or flag name that says it holds a secret (hub_token, WANDB_API_KEY,
+    DB_PASSWORD)."""
     if name.upper() in ("PWD", "OLDPWD"):  # the shell's working folders
         return False
     words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
-    if any(w in SECRET_WORDS for w in words) or any(p in SECRET_PAIRS for p in zip(words, words[1:])):
+    if any(w in SECRET_WORDS for w in words) or any(
+        p in SECRET_PAIRS for p in zip(words, words[1:])
+    ):
         return True
-    return bool(words) and words[-1] == "token" and (len(words) < 2 or words[-2] not in SPECIAL_TOKENS)
+    return (
+        bool(words)
+        and words[-1] == "token"
+        and (len(words) < 2 or words[-2] not in SPECIAL_TOKENS)
+    )
 
 
 def _flag_name(arg: str) -> str | None:
@@ -144,13 +162,14 @@ def _flag_name(arg: str) -> str | None:
 
 
 def _whole(value: str) -> bool:
-    """A value named as a secret is masked whole, unless it is a switch or an {env:NAME} reference."""
+    """A value named as a secret is masked whole, unless it is a switch or an {env:NAME}
+    reference."""
     return value.lower() not in NOT_SECRETS and not ENV_REFERENCE.fullmatch(value)
 
 
 def _shaped(value: str) -> str:
-    """A value with the secrets its shape shows masked: URL and conninfo passwords, well-known tokens;
-    an {env:NAME} reference is kept."""
+    """A value with the secrets its shape shows masked: URL and conninfo passwords, well-known
+    tokens; an {env:NAME} reference is kept."""
     if ENV_REFERENCE.search(value):  # postgresql://u:{env:PW}@h: the reference is what is kept
         return TOKEN_SHAPE.sub(MASK, value)
     return TOKEN_SHAPE.sub(MASK, _forms(value))
@@ -165,12 +184,19 @@ def hide(text: str, secrets: set[str] | list[str]) -> str:
 
 def mask_argv(argv: list[str]) -> list[str]:
     """An argument list with its secrets masked: the value of a flag named like a secret
-    (`--hub_token X`, `--api-key=X`), and in every argument its URL passwords and well-known tokens."""
+    (`--hub_token X`, `--api-key=X`), and in every argument its URL passwords and well-known
+    tokens."""
     out: list[str] = []
     for i, arg in enumerate(argv):
         name = _flag_name(arg)
         before = _flag_name(argv[i - 1]) if i else None
-        if name is None and before is not None and "=" not in argv[i - 1] and secret_name(before) and _whole(arg):
+        if (
+            name is None
+            and before is not None
+            and "=" not in argv[i - 1]
+            and secret_name(before)
+            and _whole(arg)
+        ):
             out.append(MASK)
         elif name is not None and "=" in arg and secret_name(name) and _whole(arg.split("=", 1)[1]):
             out.append(arg.split("=", 1)[0] + "=" + MASK)
@@ -186,22 +212,22 @@ def mask_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def masked_values(before: list[str], after: list[str]) -> set[str]:
-    """The secrets masking took out: each changed value, whole (remembered, so that any text showing it
-    later is masked too)."""
+    """The secrets masking took out: each changed value, whole (remembered, so that any text showing
+    it later is masked too)."""
     return {b for b, a in zip(before, after) if a != b}
 
 
 def mask_command(command: dict[str, Any]) -> dict[str, Any]:
-    """A command section (config.CommandConfig as JSON) with the secrets of its argv and env masked: what
-    study.db and best.yaml keep. `{env:NAME}` references are kept: they hold no secret."""
+    """A command section (config.CommandConfig as JSON) with the secrets of its argv and env masked:
+    what study.db and best.yaml keep. `{env:NAME}` references are kept: they hold no secret."""
     argv = [str(a) for a in command.get("argv") or []]
     env = {str(k): str(v) for k, v in (command.get("env") or {}).items()}
     return {**command, "argv": mask_argv(argv), "env": mask_env(env)}
 
 
 def mask_doc(doc: Any) -> Any:
-    """A JSON-like document with mask() applied to every string in it (a record's reason quoting a job's
-    output that showed its token)."""
+    """A JSON-like document with mask() applied to every string in it (a record's reason quoting a
+    job's output that showed its token)."""
     if isinstance(doc, str):
         return mask(doc)
     if isinstance(doc, dict):

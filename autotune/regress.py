@@ -217,8 +217,8 @@ def load_best(best_path: Path) -> dict[str, Any]:
 
 def baseline_belongs(best_path: Path, best: dict[str, Any]) -> None:
     """The baseline measured what best.yaml now says (measured_digest): an edited model, workload, command or
-    knob is refused before anything runs (--reset-baseline records a baseline of the edited configuration).
-    A baseline without its digest is refused too (_undigested)."""
+    knob is refused before anything runs (--reset-baseline records a baseline of the edited
+    configuration). A baseline without its digest is refused too (_undigested)."""
     recorded = (best.get("check_baseline") or {}).get("measured") or best.get("measured")
     if recorded is None:
         _undigested(best_path, best)

@@ -176,7 +176,8 @@ def measure(
     waited = lock.acquire(stop, on_wait)
     try:
         spec = bench.spec(knobs, progress)
-        hidden = tasks.task(bench.task).prepare(spec, run_dir.resolve())  # the trial's alone, never a file
+        # the trial's alone, never a file
+        hidden = tasks.task(bench.task).prepare(spec, run_dir.resolve())
         outcome = run_trial(
             spec,
             run_dir,

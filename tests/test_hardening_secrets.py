@@ -27,7 +27,8 @@ SECRETS = (ARG_TOKEN, ENV_TOKEN, FILLED)
 JOB = """
 import json, os, sys
 from autotune import reporting
-got = {"argv": sys.argv[1:], "HF_TOKEN": os.environ.get("HF_TOKEN"), "MLFLOW": os.environ.get("MLFLOW_TRACKING_URI"),
+got = {"argv": sys.argv[1:], "HF_TOKEN": os.environ.get("HF_TOKEN"),
+       "MLFLOW": os.environ.get("MLFLOW_TRACKING_URI"),
        "secrets_var": os.environ.get("AUTOTUNE_COMMAND_SECRETS")}
 open(os.environ["SEEN_FILE"], "a").write(json.dumps(got) + "\\n")
 for _ in range(100):
@@ -73,7 +74,9 @@ def searched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Pat
     argv = ["--hub_token", ARG_TOKEN, "--password={env:MY_SECRET}", "--eos_token", "</s>"]
     path = _study(tmp_path, argv, {"HF_TOKEN": ENV_TOKEN})
     result = run_search(load_config(path), out_root=tmp_path / "trials", device="cpu")
-    assert result.history.completed, [t.user_attrs.get("reason") for t in result.history.seen.values()]
+    assert result.history.completed, [
+        t.user_attrs.get("reason") for t in result.history.seen.values()
+    ]
     return tmp_path, result.best_yaml
 
 
@@ -81,11 +84,18 @@ def test_a_commands_secrets_reach_the_job_and_no_file(searched: tuple[Path, Path
     tmp_path, best = searched
     got = _seen(tmp_path)[0]
     assert got["argv"] == ["--hub_token", ARG_TOKEN, f"--password={FILLED}", "--eos_token", "</s>"]
-    assert got["HF_TOKEN"] == ENV_TOKEN and got["secrets_var"] is None  # the hand-over stays autotune's
+    # the hand-over stays autotune's
+    assert got["HF_TOKEN"] == ENV_TOKEN and got["secrets_var"] is None
     text = _written(best.parent)
     assert not [s for s in SECRETS if s in text]
     doc = yaml.safe_load(best.read_text())
-    assert doc["command"]["argv"][2:] == ["--hub_token", "***", "--password={env:MY_SECRET}", "--eos_token", "</s>"]
+    assert doc["command"]["argv"][2:] == [
+        "--hub_token",
+        "***",
+        "--password={env:MY_SECRET}",
+        "--eos_token",
+        "</s>",
+    ]
     assert doc["command"]["env"] == {"HF_TOKEN": "***"}
 
 
@@ -99,19 +109,29 @@ def test_check_takes_a_masked_variable_from_the_environment(
     monkeypatch.setenv("HF_TOKEN", "FromTheCheckEnvironment0004")
     check(best, repeats=1, max_load=1e9)
     got = _seen(tmp_path)[-1]
-    assert got["HF_TOKEN"] == "FromTheCheckEnvironment0004" and got["argv"] == [f"--password={FILLED}"]
+    assert (
+        got["HF_TOKEN"] == "FromTheCheckEnvironment0004"
+        and got["argv"] == [f"--password={FILLED}"]
+    )
     monkeypatch.delenv("HF_TOKEN")
-    with pytest.raises(ConfigError, match=r"^command.env.HF_TOKEN: its secret was masked .*export HF_TOKEN"):
+    with pytest.raises(
+        ConfigError, match=r"^command.env.HF_TOKEN: its secret was masked .*export HF_TOKEN"
+    ):
         check(best, repeats=1, max_load=1e9)
     monkeypatch.setenv("HF_TOKEN", "x")
     monkeypatch.delenv("MY_SECRET")
-    with pytest.raises(ConfigError, match=r"^command.argv\[2\]: \{env:MY_SECRET\} names a variable that is not set"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^command.argv\[2\]: \{env:MY_SECRET\} names a variable that is not set",
+    ):
         check(best, repeats=1, max_load=1e9)
 
 
 def test_check_refuses_a_masked_argument_in_one_line(searched: tuple[Path, Path]) -> None:
     _, best = searched
-    with pytest.raises(ConfigError, match=r"command.argv\[3\]: its secret was masked .* \{env:NAME\}") as err:
+    with pytest.raises(
+        ConfigError, match=r"command.argv\[3\]: its secret was masked .* \{env:NAME\}"
+    ) as err:
         check(best, repeats=1, max_load=1e9)
     assert "\n" not in str(err.value)
 
@@ -126,10 +146,13 @@ def test_check_refuses_a_masked_argument_in_one_line(searched: tuple[Path, Path]
          ["--use_auth_token", "true", "--eos_token", "</s>", "--max_new_tokens", "8"], {}),
         ([], {"WANDB_API_KEY": "k", "TOKENIZERS_PARALLELISM": "false", "PWD": "/w"}, [],
          {"WANDB_API_KEY": "***", "TOKENIZERS_PARALLELISM": "false", "PWD": "/w"}),
-        (["--note", "sk-abcdefghijklmnopqrstuvwx"], {"X": "{env:TOKEN}"}, ["--note", "***"], {"X": "{env:TOKEN}"}),
+        (["--note", "sk-abcdefghijklmnopqrstuvwx"], {"X": "{env:TOKEN}"},
+         ["--note", "***"], {"X": "{env:TOKEN}"}),
     ],
 )
-def test_what_counts_as_a_secret(argv: list[str], env: dict, masked_argv: list[str], masked_env: dict) -> None:
+def test_what_counts_as_a_secret(
+    argv: list[str], env: dict, masked_argv: list[str], masked_env: dict
+) -> None:
     masked = redact.mask_command({"argv": argv, "env": env})
     assert masked["argv"] == masked_argv and masked["env"] == masked_env
 
@@ -152,13 +175,17 @@ def test_validate_and_search_never_print_a_secret_and_say_where_it_is(tmp_path: 
 
     from autotune.cli import app
 
-    path = _study(tmp_path, ["--hub_token", "shrt", "--db", "postgresql://u:pw@h/x"], {"HF_TOKEN": "tiny"})
+    path = _study(
+        tmp_path, ["--hub_token", "shrt", "--db", "postgresql://u:pw@h/x"], {"HF_TOKEN": "tiny"}
+    )
     shown = CliRunner().invoke(app, ["validate", str(path)])
     dry = CliRunner().invoke(app, ["search", str(path), "--dry-run", "--device", "cpu"])
     for run in (shown, dry):
         assert run.exit_code == 0, run.output
         assert "shrt" not in run.output and ":pw@" not in run.output and "tiny" not in run.output
-        assert "command.argv[3], command.argv[5] hold secrets: masked" in " ".join(run.output.split())
+        assert "command.argv[3], command.argv[5] hold secrets: masked" in " ".join(
+            run.output.split()
+        )
 
 
 def test_the_exported_command_takes_its_secrets_from_the_environment(
@@ -173,15 +200,26 @@ def test_the_exported_command_takes_its_secrets_from_the_environment(
     line = form.text.strip().splitlines()[-1]
     assert "***" not in line and not [s for s in SECRETS if s in form.text]
     assert '"${MY_SECRET}"' in line and "HF_TOKEN=" not in line
-    assert "command.argv[3] as $SECRET_ARG_3" in form.text and "command.env.HF_TOKEN as $HF_TOKEN" in form.text
+    assert (
+        "command.argv[3] as $SECRET_ARG_3" in form.text
+        and "command.env.HF_TOKEN as $HF_TOKEN" in form.text
+    )
     seen = tmp_path / "pasted.jsonl"
     env = {"PATH": os.environ["PATH"], "SEEN_FILE": str(seen), "MY_SECRET": "s1", "HF_TOKEN": "s2"}
     pasted = line.replace("python ", f"{sys.executable} ", 1)
-    failed = subprocess.run(["bash", "-c", pasted], cwd=best.parent, env=env, capture_output=True, text=True)
-    assert failed.returncode != 0 and "SECRET_ARG_3" in failed.stderr  # never runs with a literal ***
+    failed = subprocess.run(
+        ["bash", "-c", pasted], cwd=best.parent, env=env, capture_output=True, text=True
+    )
+    # never runs with a literal ***
+    assert failed.returncode != 0 and "SECRET_ARG_3" in failed.stderr
     env["SECRET_ARG_3"] = "s3"
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
-    ran = subprocess.run(["bash", "-c", pasted], cwd=best.parent, env=env, capture_output=True, text=True)
+    ran = subprocess.run(
+        ["bash", "-c", pasted], cwd=best.parent, env=env, capture_output=True, text=True
+    )
     assert ran.returncode == 0, ran.stderr
     got = json.loads(seen.read_text().splitlines()[0])
-    assert got["argv"] == ["--hub_token", "s3", "--password=s1", "--eos_token", "</s>"] and got["HF_TOKEN"] == "s2"
+    assert (
+        got["argv"] == ["--hub_token", "s3", "--password=s1", "--eos_token", "</s>"]
+        and got["HF_TOKEN"] == "s2"
+    )

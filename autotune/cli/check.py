@@ -49,9 +49,9 @@ def check(
     junit: Annotated[
         Optional[Path],
         typer.Option(
-            help="Write a JUnit XML file with one test case (an error when every repeat failed). An "
-            "existing file is replaced only if it is a JUnit report; a file autotune reads or keeps "
-            "(the study's storage, a best.yaml, MODEL_YAML) is refused before measuring."
+            help="Write a JUnit XML file with one test case (an error when every repeat failed). "
+            "An existing file is replaced only if it is a JUnit report; a file autotune reads or "
+            "keeps (the study's storage, a best.yaml, MODEL_YAML) is refused before measuring."
         ),
     ] = None,
     update: Annotated[

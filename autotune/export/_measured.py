@@ -81,9 +81,9 @@ def measured(w: Winner) -> Measured:
 
 
 def shell_word(text: str, masked: str) -> str:
-    """One argument or value as a shell word: its literal parts quoted (shlex), each `{env:NAME}` the
-    variable's expansion, a secret masked in best.yaml the expansion of `masked`, which stops the
-    pasted command with a message while unset (`${NAME:?...}`), never a literal ***."""
+    """One argument or value as a shell word: its literal parts quoted (shlex), each `{env:NAME}`
+    the variable's expansion, a secret masked in best.yaml the expansion of `masked`, which stops
+    the pasted command with a message while unset (`${NAME:?...}`), never a literal ***."""
     parts = re.split(r"(\{env:[A-Za-z_][A-Za-z0-9_]*\}|\*\*\*)", text)
     words = []
     for part in parts:
@@ -99,15 +99,26 @@ def shell_word(text: str, masked: str) -> str:
 
 
 def secret_lines(m: Measured) -> list[str]:
-    """What the forms say of the command's secrets: `{env:NAME}` taken from your environment, a value
-    masked in best.yaml (never stored) to be given back by hand."""
+    """What the forms say of the command's secrets: `{env:NAME}` taken from your environment, a
+    value masked in best.yaml (never stored) to be given back by hand."""
     texts = [*m.argv, *m.env.values()]
     refs = sorted({r.group(1) for t in texts for r in command_render.ENV_REFERENCE.finditer(t)})
-    masked = [f"command.argv[{i}] as $SECRET_ARG_{i}" for i, a in enumerate(m.argv) if command_render.MASK in a]
+    masked = [
+        f"command.argv[{i}] as $SECRET_ARG_{i}"
+        for i, a in enumerate(m.argv)
+        if command_render.MASK in a
+    ]
     masked += [f"command.env.{k} as ${k}" for k, v in m.env.items() if command_render.MASK in v]
-    lines = [f"# from your environment: {', '.join(refs)} ({{env:NAME}} in the study's YAML)"] if refs else []
+    lines = (
+        [f"# from your environment: {', '.join(refs)} ({{env:NAME}} in the study's YAML)"]
+        if refs
+        else []
+    )
     if masked:
-        lines.append(f"# masked in best.yaml (a secret is never stored): {', '.join(masked)}; export it first")
+        lines.append(
+            f"# masked in best.yaml (a secret is never stored): {', '.join(masked)}; "
+            "export it first"
+        )
     return lines
 
 

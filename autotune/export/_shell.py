@@ -8,7 +8,14 @@ import shlex
 from autotune.command_render import text_of
 from autotune.export._form import Form, env_block, launcher, missing_lines
 from autotune.command_render import MASK
-from autotune.export._measured import RUN_DIR_NOTE, config_lines, measured, secret_lines, shell_word, unmapped
+from autotune.export._measured import (
+    RUN_DIR_NOTE,
+    config_lines,
+    measured,
+    secret_lines,
+    shell_word,
+    unmapped,
+)
 from autotune.export._winner import ENV_KNOBS, Winner
 
 
@@ -17,7 +24,9 @@ def command(w: Winner) -> Form:
     config file), its folder relative to the study's, so it runs from beside best.yaml."""
     m = measured(w)
     # a masked variable is not assigned: the pasted command takes it from your environment
-    assignments = [f"{name}={shell_word(value, name)}" for name, value in m.env.items() if value != MASK]
+    assignments = [
+        f"{name}={shell_word(value, name)}" for name, value in m.env.items() if value != MASK
+    ]
     words = [shell_word(a, f"SECRET_ARG_{i}") for i, a in enumerate(m.argv)]
     line = " ".join(["cd", shlex.quote(m.cwd), "&&", *assignments, *words])
     missing = unmapped(w)

@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 
 # best.yaml's layout. 1: before it was versioned (2026-12-01 and earlier; every knob of its release listed);
 # 2: schema_version and knob_set (the hash of the knob names written) added; 3: base_dir relative to
-# best.yaml's folder (an absolute one, as 2 wrote, reads as before) and a command's secrets masked, so that
-# an older release refuses a file whose relative base_dir it would resolve against its working folder.
+# best.yaml's folder (an absolute one, as 2 wrote, reads as before) and a command's secrets masked,
+# so that an older release refuses a file whose relative base_dir it would resolve against its
+# working folder.
 # Older files are upgraded on read (read_best): the knobs added since, at their defaults.
 SCHEMA_VERSION = 3
 
@@ -126,7 +127,11 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
         },
         "measurement": _measurement(cfg, best, record),
         "model": cfg.model.model_dump(mode="json") if cfg.model is not None else None,
-        **({"command": mask_command(cfg.command.model_dump(mode="json"))} if cfg.command is not None else {}),
+        **(
+            {"command": mask_command(cfg.command.model_dump(mode="json"))}
+            if cfg.command is not None
+            else {}
+        ),
         "base_dir": paths.relative_to(cfg.base_dir, study_dir),  # moves with it (paths.beside)
         "workload": cfg.workload.model_dump(mode="json"),
         "study": {"storage": mask_url(storage), "trials_launched": h.launched, "trials_completed": len(h.completed)},

@@ -66,7 +66,8 @@ class Task(ABC):
 
     def prepare(self, spec: Any, run_dir: Any) -> dict[str, str]:
         """Before a trial starts (protocol.TrialSpec, its folder): what the parent adds to its
-        spec; returns environment variables for the trial process alone (never written to a file)."""
+        spec; returns environment variables for the trial process alone (never written to a
+        file)."""
         return {}
 
     def metrics(self, record: Any, result: Any, limits: dict[str, float]) -> None:

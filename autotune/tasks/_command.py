@@ -75,16 +75,21 @@ class Command(Task):
         from autotune.errors import ConfigError
         from autotune.protocol import ENV_SECRETS
 
-        rendered = command_render.render(spec.params["command"], spec.knobs, Path(run_dir), Path(spec.base_dir or "."))
+        rendered = command_render.render(
+            spec.params["command"], spec.knobs, Path(run_dir), Path(spec.base_dir or ".")
+        )
         try:
             real = command_render.resolve(rendered, os.environ)
         except ValueError as err:
             raise ConfigError(str(err)) from None
-        shown = dataclasses.replace(rendered, argv=redact.mask_argv(rendered.argv), env=redact.mask_env(rendered.env))
+        shown = dataclasses.replace(
+            rendered, argv=redact.mask_argv(rendered.argv), env=redact.mask_env(rendered.env)
+        )
         hidden = _hidden(shown, real)
         redact.keep([*hidden["argv"].values(), *hidden["env"].values()])
         spec.params["rendered"] = dataclasses.asdict(shown)
-        spec.params["command"] = redact.mask_command(spec.params["command"])  # a new dict: the bench's kept
+        # a new dict: the bench's kept
+        spec.params["command"] = redact.mask_command(spec.params["command"])
         return {ENV_SECRETS: json.dumps(hidden)} if hidden["argv"] or hidden["env"] else {}
 
     def metrics(self, record: Any, result: Any, limits: dict[str, float]) -> None:
@@ -133,16 +138,16 @@ def _secret_notes(command: Any) -> list[str]:
     if not where:
         return []
     return [
-        f"{', '.join(where)} {'holds a secret' if len(where) == 1 else 'hold secrets'}: masked in study.db "
-        "and best.yaml, so `autotune check` cannot run it again; write it as {env:NAME} (filled from your "
-        "environment, never stored)"
+        f"{', '.join(where)} {'holds a secret' if len(where) == 1 else 'hold secrets'}: masked in "
+        "study.db and best.yaml, so `autotune check` cannot run it again; write it as {env:NAME} "
+        "(filled from your environment, never stored)"
     ]
 
 
 def _hidden(shown: Any, real: Any) -> dict[str, dict[str, str]]:
     """What the trial process puts back into the command it was given (shown): each argument and
-    variable that differs from the command as it runs (real), by index and by name. A variable masked
-    and inherited from autotune's environment is dropped from both."""
+    variable that differs from the command as it runs (real), by index and by name. A variable
+    masked and inherited from autotune's environment is dropped from both."""
     argv = {str(i): a for i, (a, b) in enumerate(zip(real.argv, shown.argv)) if a != b}
     env = {k: v for k, v in real.env.items() if shown.env.get(k) != v}
     return {"argv": argv, "env": env}
