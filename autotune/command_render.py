@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+# MASK: a secret masked when study.db or best.yaml was written; ENV_REFERENCE: `{env:NAME}`
+from autotune.redact import ENV_REFERENCE, MASK
 
 CONFIG_FORMATS = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml"}
 
@@ -174,8 +176,6 @@ def _fill(text: str, run_dir: str, config_path: str | None) -> str:
     return text.replace("{config}", config_path) if config_path is not None else text
 
 
-MASK = "***"  # redact.MASK: a secret masked when study.db or best.yaml was written
-ENV_REFERENCE = re.compile(r"\{env:([A-Za-z_][A-Za-z0-9_]*)\}")  # redact.ENV_REFERENCE
 
 
 def _from_environment(text: str, where: str, environ: Mapping[str, str]) -> str:

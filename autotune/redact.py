@@ -116,7 +116,6 @@ class MaskingWriter:
         return getattr(self._stream, "encoding", "utf-8")
 
 
-
 # A command's own secrets (task command): a variable or a flag whose name says it holds one (after
 # the conventions of HF: HF_TOKEN, --hub_token; W&B: WANDB_API_KEY; cloud SDKs:
 # AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN; databases: DB_PASSWORD), a token of a well-known shape,
@@ -175,13 +174,6 @@ def _shaped(value: str) -> str:
     return TOKEN_SHAPE.sub(MASK, _forms(value))
 
 
-def hide(text: str, secrets: set[str] | list[str]) -> str:
-    """The text with each of these secrets (longest first) replaced by MASK."""
-    for secret in sorted(secrets, key=len, reverse=True):
-        text = text.replace(secret, MASK)
-    return text
-
-
 def mask_argv(argv: list[str]) -> list[str]:
     """An argument list with its secrets masked: the value of a flag named like a secret
     (`--hub_token X`, `--api-key=X`), and in every argument its URL passwords and well-known
@@ -211,10 +203,11 @@ def mask_env(env: dict[str, str]) -> dict[str, str]:
     return {k: MASK if secret_name(k) and _whole(v) else _shaped(v) for k, v in env.items()}
 
 
-def masked_values(before: list[str], after: list[str]) -> set[str]:
-    """The secrets masking took out: each changed value, whole (remembered, so that any text showing
-    it later is masked too)."""
-    return {b for b, a in zip(before, after) if a != b}
+def keep_command(argv: list[str], env: dict[str, str]) -> None:
+    """Note the values masking takes out of a command, whole (keep): any later text showing one,
+    the resolved config of `validate` too, is masked."""
+    pairs = [*zip(argv, mask_argv(argv)), *zip(env.values(), mask_env(env).values())]
+    keep([before for before, after in pairs if after != before])
 
 
 def mask_command(command: dict[str, Any]) -> dict[str, Any]:

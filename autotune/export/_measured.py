@@ -84,7 +84,7 @@ def shell_word(text: str, masked: str) -> str:
     """One argument or value as a shell word: its literal parts quoted (shlex), each `{env:NAME}`
     the variable's expansion, a secret masked in best.yaml the expansion of `masked`, which stops
     the pasted command with a message while unset (`${NAME:?...}`), never a literal ***."""
-    parts = re.split(r"(\{env:[A-Za-z_][A-Za-z0-9_]*\}|\*\*\*)", text)
+    parts = re.split(r"(\{env:[A-Za-z_][A-Za-z0-9_]*\}|\*\*\*)", text)  # the split keeps them
     words = []
     for part in parts:
         if not part:

@@ -37,7 +37,9 @@ class Command(Task):
         for name, mapping in cfg.command.knobs.items():
             values = mapping.values if mapping.values is not None else getattr(cfg.space, name)
             _check_map(name, mapping, values)
-        _keep_secrets(cfg.command.argv, cfg.command.env)
+        from autotune.redact import keep_command
+
+        keep_command(cfg.command.argv, cfg.command.env)  # masked in every text shown from now on
 
     def notes(self, cfg: Any) -> list[str]:
         """A secret written into the command's arguments: masked where autotune writes, so check
@@ -116,16 +118,6 @@ class Command(Task):
         if window and not window.get("settled") and record.status == "ok":  # said where it is read
             said = f"window {window.get('said', 'not settled')}"
             record.reason = f"{record.reason}; {said}" if record.reason else said
-
-
-def _keep_secrets(argv: list[str], env: dict[str, str]) -> None:
-    """The command's secrets, noted as the YAML is read: masked in every text autotune shows from
-    then on (the resolved config of `validate` too)."""
-    from autotune import redact
-
-    masked = [*redact.masked_values(argv, redact.mask_argv(argv))]
-    masked += redact.masked_values(list(env.values()), list(redact.mask_env(env).values()))
-    redact.keep(masked)
 
 
 def _secret_notes(command: Any) -> list[str]:
