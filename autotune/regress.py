@@ -25,7 +25,7 @@ from autotune.record import Metric
 from autotune.protocol import reason_line
 from autotune.runner import Bench, measure, preflight
 from autotune.regress_stats import decide, default_tolerance, series_drift  # noqa: F401  (the API)
-from autotune.search.best import LAUNCH_ONLY, measured_digest, read_best, record_check_baseline
+from autotune.documents.best_file import LAUNCH_ONLY, measured_digest, read_best, record_check_baseline
 
 # Versions listed beside the verdict when they differ: the usual causes of a change.
 VERSION_KEYS = ("driver", "cuda", "cudnn", "torch", "nccl")

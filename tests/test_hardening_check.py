@@ -16,7 +16,7 @@ from autotune import paths, regress
 from autotune.config_load import load_config
 from autotune.errors import ConfigError, UnmeasuredError
 from autotune.export._winner import read as read_winner
-from autotune.search.best import read_best
+from autotune.documents.best_file import read_best
 from autotune.search.loop import run_search
 from conftest import run_cli
 

@@ -15,7 +15,7 @@ import yaml
 
 from autotune import identity
 from autotune.config_load import parse_config
-from autotune.search.best import read_best
+from autotune.documents.best_file import read_best
 from autotune.search.history import key
 from conftest import run_cli, tiny
 

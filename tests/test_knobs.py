@@ -91,7 +91,7 @@ def test_knobs_compile_scope_acts_only_when_compile_is_on() -> None:
 def test_an_older_best_yaml_is_told_which_knobs_it_lacks() -> None:
     """check refuses a best.yaml without every knob (a damaged one must not be measured at defaults), and for
     one from an older autotune lists the knobs added since as a search would have written them."""
-    from autotune.search.best import _old_behaviour
+    from autotune.documents.best_file import _old_behaviour
 
     old = {"micro_batch_size": 64, "precision": "bf16", "grad_accum_steps": 4, "compile": True, "nccl_algo": "default"}
     missing = [k.name for k in knobs.CATALOGUE if "train" in k.tasks and k.name not in old]

@@ -102,6 +102,7 @@ def test_layout_parent_never_imports_the_trial_process() -> None:
 @pytest.mark.parametrize("reader", ["autotune.report", "autotune.report._collect", "autotune.report._render",
                                     "autotune.report._html", "autotune.report._table", "autotune.regress",
                                     "autotune.views", "autotune.views_check", "autotune.search.best",
+                                    "autotune.documents.best_file",
                                     "autotune.search.history",
                                     "autotune.search.storage"])
 def test_layout_readers_never_import_the_search_loop(reader: str) -> None:
@@ -114,6 +115,18 @@ def test_layout_readers_never_import_the_search_loop(reader: str) -> None:
         todo += [r for i in _imports(MODULES[m], top_level_only=True) if (r := _resolve(i))]
         todo += _parents(m)
     assert "autotune.search.loop" not in seen and "autotune.search.confirm" not in seen, sorted(seen)
+
+
+# The modules that read best.yaml back (check, export) and the documents themselves: they read the file's
+# typed owner (autotune/documents), never the search that wrote it, not even lazily.
+BEST_YAML_READERS = ("autotune.documents", "autotune.regress", "autotune.export", "autotune.views_check",
+                     "autotune.cli.check", "autotune.cli.export")
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith(BEST_YAML_READERS)))
+def test_layout_check_and_export_never_import_the_search(module: str) -> None:
+    found = {i for i in _imports(MODULES[module], top_level_only=False) if i.startswith("autotune.search")}
+    assert not found, f"{module} imports {sorted(found)}: read best.yaml through autotune.documents"
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

@@ -11,7 +11,7 @@ import pytest
 
 from autotune import prestart
 from autotune.runner import run_trial
-from conftest import load_trials, none_left, processes_with, run_cli, tiny, wait_until
+from conftest import alive, load_trials, none_left, processes_with, run_cli, tiny, wait_until
 from test_trial import _spec
 
 # every test here runs searches, checks or several processes: `make test-fast` leaves them out
@@ -49,6 +49,9 @@ def test_prestart_dead_standby_falls_back_to_a_cold_start(tmp_path: Path) -> Non
         pids = wait_until(lambda: processes_with(str(tmp_path / "tmp")), 30, "the standby process")
         for pid in pids:
             os.kill(int(pid), signal.SIGKILL)
+        # dead, not dying: a killed process's command line is empty before its parent can reap it, and a
+        # standby taken in that window is handed the trial and dies under it (the flake of CI stop 43)
+        wait_until(lambda: not any(alive(int(pid)) for pid in pids), 30, "the killed standbys' exit")
         none_left(str(tmp_path / "tmp"))
         after = _trial(tmp_path, "b", env)
     finally:

@@ -1,5 +1,5 @@
 """The winner of a study as export reads it from best.yaml: its knobs, environment, metrics, ranks and, for a
-command study, the command. A train or generate study's file is validated by search.best.read_best; a command
+command study, the command. A train or generate study's file is validated by documents.best_file.read_best; a command
 study's (it has a `command:` section, which read_best does not know) is checked here, section by section."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def read(path: Path) -> Winner:
     if isinstance(doc, dict) and "command" in doc:
         _check_command_study(path, doc)
     else:
-        from autotune.search.best import read_best
+        from autotune.documents.best_file import read_best
 
         doc = read_best(path)
     _check_env(path, doc.get("apply"))
