@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -14,18 +11,14 @@ from pathlib import Path
 from typing import Any
 
 
-from autotune import metrics, nightly, paths, regress_conditions, regress_junit, tasks
-from autotune.config import ModelConfig, StudyConfig, WorkloadConfig
-from autotune.config_command import CommandConfig
-from autotune.config_load import load_config
-from autotune.errors import ConfigError, ExitCode, UnmeasuredError, excerpt
-from autotune.hardware import detect, visible_gpu_index
-from autotune.probe import check_entrypoint
+from autotune import metrics, nightly, regress_conditions, regress_junit, tasks
+from autotune.errors import ConfigError, ExitCode, UnmeasuredError
 from autotune.record import Metric
 from autotune.protocol import reason_line
-from autotune.runner import Bench, measure, preflight
+from autotune.runner import measure
 from autotune.regress_stats import decide, default_tolerance, series_drift  # noqa: F401  (the API)
-from autotune.documents.best_file import LAUNCH_ONLY, measured_digest, read_best, record_check_baseline
+from autotune.documents.best_file import record_check_baseline
+from autotune.regress_bench import baseline_belongs, baseline_samples, bench_of, current_hardware, load_best
 
 # Versions listed beside the verdict when they differ: the usual causes of a change.
 VERSION_KEYS = ("driver", "cuda", "cudnn", "torch", "nccl")
@@ -102,148 +95,6 @@ def _series(best_path: Path, best: dict[str, Any], verdict: Verdict) -> list[dic
     return [n for n in [*nights, asdict(verdict)] if not n.get("disturbed")]
 
 
-def baseline_samples(best: dict[str, Any]) -> tuple[list[float], str]:
-    """The recorded per-process tokens/s of the configuration: the last --update, else the search's trial."""
-    recorded = best.get("check_baseline")
-    if recorded:
-        samples = list(recorded["tokens_per_s_samples"])
-        return samples, f"check --update of {recorded['recorded_at']} ({len(samples)} processes)"
-    chosen = next(
-        (c for c in best.get("confirmation") or [] if c["trial"] == best["chosen"]["trial"] and c["samples"]), None
-    )
-    if chosen:
-        return list(
-            chosen["samples"]
-        ), f"the search's confirmation of trial {chosen['trial']} ({len(chosen['samples'])} processes)"
-    return [best["metrics"][Metric.TOKENS_PER_GPU]], f"search trial {best['chosen']['trial']} (1 process)"
-
-
-def _current_hardware(device: str) -> str:
-    if device == "cuda":
-        gpus = detect()["gpus"]
-        index = visible_gpu_index()
-        return gpus[index]["name"] if index < len(gpus) else "no NVIDIA GPU"
-    return platform.processor() or platform.machine()
-
-
-def _bench(best: dict[str, Any], best_path: Path, model_yaml: Path | None) -> Bench:
-    """How best.yaml's configuration is measured: its model and workload (or MODEL_YAML's), its device and
-    trial time limit, the compile cache beside it."""
-    fp = best["fingerprint"]
-    limit = best["measurement"].get("trial_timeout_min") or StudyConfig.model_fields["trial_timeout_min"].default
-    base_dir = paths.beside(best_path, best.get("base_dir"))  # relative to best.yaml's folder
-    if model_yaml is not None:
-        cfg = load_config(model_yaml)
-        dumped = cfg.model.model_dump(mode="json") if cfg.model is not None else None
-        here = {**best, "base_dir": base_dir}  # best.yaml's model is where best.yaml says
-        _same_measurement(here, dumped, cfg.workload.model_dump(mode="json"), cfg.base_dir)
-        model, workload, base_dir, limit = cfg.model, cfg.workload, cfg.base_dir, cfg.study.trial_timeout_min
-        command = cfg.command
-    else:
-        model = (
-            ModelConfig.model_validate(best["model"], context={"base_dir": base_dir})
-            if best["model"] is not None
-            else None
-        )
-        workload = WorkloadConfig(**best["workload"])
-        command = CommandConfig.model_validate(best["command"]) if best.get("command") else None
-    # prestart off: every repeat starts cold, with nothing importing beside it, the same way every night
-    return Bench.of(
-        model,
-        workload,
-        device=fp["device"],
-        timeout_s=60 * limit,
-        home=best_path.parent,
-        base_dir=base_dir,
-        prestart=False,
-        command=command,
-    )
-
-
-def _same_measurement(
-    best: dict[str, Any], model: dict[str, Any] | None, workload: dict[str, Any], model_base: str | None
-) -> None:
-    """--model may move the model (another path to the same config.json or module) and how ranks are launched;
-    a different model or workload is refused, like another GPU: its numbers do not compare."""
-
-    def content(m: dict[str, Any] | None, base_dir: str | None) -> dict[str, Any] | None:
-        if m is None:  # task command: no model section
-            return None
-        if m.get("hf_config"):  # the same config.json at another path is the same model
-            try:
-                m = {**m, "hf_config": json.loads(Path(m["hf_config"]).read_text())}
-            except (OSError, ValueError):
-                pass
-        if m.get("entrypoint"):  # the same module name elsewhere may be other code: compare the file
-            module, _, func = m["entrypoint"].partition(":")
-            _, file = check_entrypoint(module, func, base_dir)
-            m = {
-                **m,
-                "entrypoint": (m["entrypoint"], hashlib.sha256(Path(file).read_bytes()).hexdigest() if file else None),
-            }
-        return m
-
-    from autotune.identity import non_default  # a field added since at its default is no difference
-
-    pairs = (
-        ("model", content(model, model_base) or {}, content(best["model"], best.get("base_dir")) or {}),
-        ("workload", workload, best["workload"]),
-    )
-    for section, mine, theirs in ((name, non_default(name, a), non_default(name, b)) for name, a, b in pairs):
-        for key in sorted(set(mine) | set(theirs)):
-            if section == "workload" and key in LAUNCH_ONLY:
-                continue
-            if key == "entrypoint" and mine.get(key) != theirs.get(key):
-                raise ConfigError(
-                    f"--model: model.entrypoint {mine[key][0]!r} in MODEL_YAML is other code than the one "
-                    f"measured (sha256 {str(mine[key][1])[:12]} against {str(theirs[key][1])[:12]}); a "
-                    "check compares only the configuration that was measured (nothing compared)"
-                )
-            if mine.get(key) != theirs.get(key):
-                raise ConfigError(
-                    f"--model: {section}.{key} is {excerpt(mine.get(key))} in MODEL_YAML but "
-                    f"{excerpt(theirs.get(key))} in best.yaml; a check compares only the configuration "
-                    "that was measured (nothing compared)"
-                )
-
-
-def load_best(best_path: Path) -> dict[str, Any]:
-    """best.yaml read and validated, and everything a check needs checked, before anything is measured."""
-    preflight()
-    best = read_best(best_path)
-    paths.writable_dir(best_path.parent, "BEST_YAML")  # history.jsonl, checks/ and the baseline go beside it
-    return best
-
-
-def baseline_belongs(best_path: Path, best: dict[str, Any]) -> None:
-    """The baseline measured what best.yaml now says (measured_digest): an edited model, workload, command or
-    knob is refused before anything runs (--reset-baseline records a baseline of the edited
-    configuration). A baseline without its digest is refused too (_undigested)."""
-    recorded = (best.get("check_baseline") or {}).get("measured") or best.get("measured")
-    if recorded is None:
-        _undigested(best_path, best)
-    elif recorded != measured_digest(best):
-        raise ConfigError(
-            f"{best_path}: its model, workload, command or knobs were edited after its baseline was measured; "
-            "a check compares only the configuration that was measured (nothing measured). Run "
-            f"autotune check {best_path} --reset-baseline to record a baseline of this configuration"
-        )
-
-
-def _undigested(best_path: Path, best: dict[str, Any]) -> None:
-    """No digest beside the baseline: nothing tells whether it measured what best.yaml says now.
-    Refused where one is always written: beside a check baseline (record_check_baseline), and
-    beside the search's numbers in a versioned best.yaml (write_best, schema 2); a best.yaml of
-    schema 1 predates digests and is checked as it was."""
-    where = "check_baseline" if best.get("check_baseline") else "the search's numbers"
-    if best.get("check_baseline") or best.get("schema_version", 1) >= 2:
-        raise ConfigError(
-            f"{best_path}: measured: missing beside {where}, so an edited model, workload, "
-            "command or knob cannot be told from what was measured (nothing measured). Run "
-            f"autotune check {best_path} --reset-baseline to record a baseline of it"
-        )
-
-
 @dataclass
 class Repeats:
     """What measure_best measured: per-process tokens/s, per-process details (telemetry means), the failed
@@ -292,13 +143,13 @@ def _repeat(
 ) -> Repeats:
     """measure_best's repeats, each one's sample or failure kept, and the conditions around them."""
     fp = best["fingerprint"]
-    here = _current_hardware(fp["device"])
+    here = current_hardware(fp["device"])
     if here != fp["gpu_model"]:
         raise ConfigError(
             f"{best_path}: fingerprint.gpu_model: measured on {fp['gpu_model']!r}, this machine has "
             f"{here!r}; a check compares only the same hardware (nothing compared)"
         )
-    bench = _bench(best, best_path, model_yaml)
+    bench = bench_of(best, best_path, model_yaml)
     runs = best_path.parent / "checks" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     m = Repeats()
     for i in range(repeats):

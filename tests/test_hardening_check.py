@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune import paths, regress
+from autotune import paths, regress, regress_bench
 from autotune.config_load import load_config
 from autotune.errors import ConfigError, UnmeasuredError
 from autotune.export._winner import read as read_winner
@@ -178,14 +178,14 @@ def test_hardening_check_reset_baseline_records_the_digest(study: Path, tmp_path
     best = _without_digest(study, tmp_path, baseline=True)
     regress.reset_baseline(best, repeats=1)
     assert read_best(best)["check_baseline"]["measured"]
-    regress.baseline_belongs(best, read_best(best))  # checks again
+    regress_bench.baseline_belongs(best, read_best(best))  # checks again
 
 
 @pytest.mark.parametrize("name", ["fixture-v0", "fixture-older"])
 def test_hardening_check_older_files_and_today_s_still_belong(study: Path, name: str) -> None:
     """schema 1 (before digests: no baseline of check's, nothing to compare) and today's files."""
     for best in (FIXTURES / name / "best.yaml", study):
-        regress.baseline_belongs(best, read_best(best))
+        regress_bench.baseline_belongs(best, read_best(best))
 
 
 def test_hardening_check_storage_files_of_a_url(tmp_path: Path) -> None:

@@ -100,7 +100,7 @@ def test_layout_parent_never_imports_the_trial_process() -> None:
 
 
 @pytest.mark.parametrize("reader", ["autotune.report", "autotune.report._collect", "autotune.report._render",
-                                    "autotune.report._html", "autotune.report._table", "autotune.regress",
+                                    "autotune.report._html", "autotune.report._table", "autotune.regress", "autotune.regress_bench",
                                     "autotune.views", "autotune.views_check", "autotune.search.best",
                                     "autotune.documents.best_file",
                                     "autotune.search.history",
