@@ -30,6 +30,7 @@ from autotune.record import Metric, TrialRecord
 from autotune.search import loss_guard, predict, stages, tracking
 from autotune.search.best import write_best
 from autotune.search.confirm import confirm
+from autotune.search.drive import Drive, Told
 from autotune.search.history import History, key, optuna_state, store
 from autotune.search.observer import Observer
 from autotune.search.prune import BelowBest, ProgressWatch
@@ -42,12 +43,10 @@ from autotune.search.workers import Heartbeat, claim_configuration, late_record,
 from autotune.space import ResolvedSpace, resolve_space
 
 
-class _NotLaunched(Exception):
-    """A trial recorded without launching (duplicate, budget taken): stored as FAIL, not counted."""
-
-
-class _TrialFailed(Exception):
-    """A launched trial ended without a measurement for a reason outside its configuration (crash, timeout)."""
+# A trial recorded without launching (duplicate, budget taken): told FAIL, not counted.
+NOT_LAUNCHED = Told(TrialState.FAIL)
+# A configuration known not to run (search/predict.py): told PRUNED, so the sampler learns from it.
+KNOWN_NOT_TO_RUN = Told(TrialState.PRUNED)
 
 
 @dataclass
@@ -138,7 +137,8 @@ def run_search(
 
 
 class _Search:
-    """One worker's part of a study: the objective is claim, launch, record; the callback decides to stop."""
+    """One worker's part of a study: the objective is claim, launch, record (each trial told how it
+    ended: drive.py); the callback decides to stop."""
 
     def __init__(
         self,
@@ -172,7 +172,6 @@ class _Search:
             limits=cfg.study.limits.model_dump() if cfg.study.limits else None,
             command=cfg.command,
         )
-        self.late: set[int] = set()  # trials reaped while this worker stalled (late_record)
         self.grace = cfg.study.worker_grace_s
         gpus = [g["memory_gib"] for g in detect()["gpus"]] if device == "cuda" else []
         self.memory = (
@@ -203,36 +202,38 @@ class _Search:
 
     # --- the objective: claim, launch, record ------------------------------------------------------------
 
-    def objective(self, trial: optuna.Trial) -> float | tuple[float, float]:
+    def objective(self, trial: optuna.Trial) -> Told:
         params = self.space.suggest(trial)
         knobs = self.space.knobs(params)
         trial.set_user_attr("knobs", knobs)
         beat = Heartbeat(trial, self.grace)
         index = self.claim(trial, params, knobs)
+        if isinstance(index, Told):
+            return index
         return self.record(trial, self.launch(trial, knobs, index, beat))
 
-    def claim(self, trial: optuna.Trial, params: dict[str, Any], knobs: dict[str, Any]) -> int:
+    def claim(self, trial: optuna.Trial, params: dict[str, Any], knobs: dict[str, Any]) -> int | Told:
         """Take this configuration, or record why not (budget taken, already measured or running, known not
-        to run: search/predict.py). Returns the trial's index in the budget."""
+        to run: search/predict.py). Returns the trial's index in the budget, or how it ended unlaunched."""
         reap_lost_workers(self.study, self.grace, own=trial.number)
         h = History.of(self.study, own=trial.number)
         if h.launched + len(h.running) >= self.budget:  # other workers are measuring the rest of the budget
-            trial.set_user_attr("status", "skipped")
-            self.study.stop()
-            raise _NotLaunched("budget taken by running trials")
+            trial.set_user_attr("status", "skipped")  # budget taken by running trials
+            self.drive.halt()
+            return NOT_LAUNCHED
         prev = h.seen.get(key(knobs)) or h.running.get(key(knobs))
         if prev is not None:
-            self._duplicate(trial, prev.number, params, h)
+            return self._duplicate(trial, prev.number, params, h)
         if (known := predict.failure(h, knobs, self.memory, loss_guard.pinned(self.space, knobs))) is not None:
             status, reason = known
             record = TrialRecord(trial.number, knobs, status, reason, predicted=True)
-            store(trial, record)
-            raise optuna.TrialPruned(reason)  # the observer hears of it once told (self.told)  # not launched, not counted; the sampler learns from it
+            store(trial, record)  # not launched, not counted; the observer hears of it once told
+            return KNOWN_NOT_TO_RUN
         if (first := claim_configuration(self.study, trial, knobs)) is not None:
-            self._duplicate(trial, first, None, h)
+            return self._duplicate(trial, first, None, h)
         return h.launched + 1
 
-    def _duplicate(self, trial: optuna.Trial, of: int, params: dict[str, Any] | None, h: History) -> None:
+    def _duplicate(self, trial: optuna.Trial, of: int, params: dict[str, Any] | None, h: History) -> Told:
         """Record a repeat without launching it; the sampler's region gets its nearest unmeasured point next."""
         trial.set_user_attr("status", "duplicate")
         trial.set_user_attr("duplicate_of", of)
@@ -243,8 +244,8 @@ class _Search:
             if left:
                 self._enqueue([self.space.nearest(params, left, self.rng)])
             else:  # every other point is measured or being measured elsewhere: this worker is done
-                self.study.stop()
-        raise _NotLaunched(f"same configuration as trial {of}")
+                self.drive.halt()
+        return NOT_LAUNCHED
 
     def launch(self, trial: optuna.Trial, knobs: dict[str, Any], index: int, beat: Heartbeat) -> TrialRecord:
         """Measure the configuration on a free GPU slot; record which trials ran beside it."""
@@ -293,21 +294,18 @@ class _Search:
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):  # reaped while it stalled
                 trial.set_user_attr("overlapped_with", self._overlapped(trial.number))
 
-    def record(self, trial: optuna.Trial, record: TrialRecord) -> float | tuple[float, float]:
+    def record(self, trial: optuna.Trial, record: TrialRecord) -> Told:
         """Store the record; configuration failures end PRUNED, machine failures FAIL (history.optuna_state)."""
         self.new_trials += 1
         if late_record(self.study, trial, record):  # this worker stalled, its trial was reaped and re-measured
-            self.late.add(trial.number)
-            raise _NotLaunched(f"trial {trial.number} was taken while this worker stalled; measurement kept")
+            return Told(TrialState.FAIL, late=True)  # its measurement is kept as a duplicate of the re-run
         store(trial, record)
         state = optuna_state(record.status)
-        if state == TrialState.PRUNED:
-            raise optuna.TrialPruned(f"{record.status}: {record.reason}")
-        if state == TrialState.FAIL:
-            raise _TrialFailed(f"{record.status}: {record.reason}")
+        if state != TrialState.COMPLETE:
+            return Told(state)
         if self.cfg.study.objective == "pareto":
-            return record.metric(Metric.TOKENS_PER_GPU), record.metric(Metric.TPOT_P99_MS)
-        return record.metric(Metric.TOKENS_PER_GPU)
+            return Told(state, (record.metric(Metric.TOKENS_PER_GPU), record.metric(Metric.TPOT_P99_MS)))
+        return Told(state, record.metric(Metric.TOKENS_PER_GPU))
 
     # --- the study around it -------------------------------------------------------------------------------
 
@@ -315,7 +313,8 @@ class _Search:
         """Enqueue the baseline (and the grid), run the objective until done; returns why it stopped.
         tracker: logs each trial this worker tells (search/tracking)."""
         cfg, study = self.cfg, self.study
-        self.callbacks = [self.told, self.stop_when_done, *([tracker] if tracker else [])]
+        callbacks = [self.told, self.stop_when_done, *([tracker] if tracker else [])]
+        self.drive = Drive(study, self.objective, callbacks, self.n_jobs, self.stop)
         reap_lost_workers(study, self.grace)
         if cfg.study.objective != "pareto":  # one objective: a recovered trial's value is its tokens/s
             recover(study, self.runs, self.bench)  # measured but never stored: recorded from its files
@@ -355,30 +354,11 @@ class _Search:
 
             previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            self._optimize(study, timeout_s, t0)
+            self.drive.run(timeout_s)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return "timeout" if (dt.datetime.now() - t0).total_seconds() >= timeout_s else self.stop_reason
-
-    def _optimize(self, study: optuna.Study, timeout_s: float, t0: dt.datetime) -> None:
-        """Optuna's loop; a trial reaped while this worker stalled cannot be told (Optuna raises): its
-        measurement is kept (late_record), and the loop goes on with the time left."""
-        while True:
-            left = timeout_s - (dt.datetime.now() - t0).total_seconds()
-            try:
-                study.optimize(
-                    self.objective,
-                    timeout=max(left, 0.0),
-                    n_jobs=self.n_jobs,
-                    catch=(_NotLaunched, _TrialFailed),
-                    callbacks=self.callbacks,
-                )
-                return
-            except ValueError as err:
-                if not self.late or "Cannot tell a" not in str(err):
-                    raise
-                self.late.clear()
 
     def told(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         """The observer hears of a recorded trial once Optuna has told its state (an Optuna callback): the
@@ -392,10 +372,10 @@ class _Search:
         self._enqueue_grid()
         if h.launched >= self.budget:
             self.stop_reason = "budget reached"
-            study.stop()
+            self.drive.halt()
         elif not self._unseen(h):
             self.stop_reason = "space exhausted"
-            study.stop()
+            self.drive.halt()
         elif not self.grid_order:  # the grid measures every point anyway
             self._enqueue_next(study, h, trial)
 
@@ -411,7 +391,7 @@ class _Search:
         self._enqueue(points)
         if stop:
             self.stop_reason = stop
-            study.stop()
+            self.drive.halt()
 
     def _unseen(self, h: History) -> list[dict[str, Any]]:
         """Points neither measured nor being measured by another worker."""
