@@ -19,7 +19,7 @@ from autotune.config_load import load_config
 from autotune.errors import ConfigError
 from autotune.protocol import RunSettings, TrialSpec
 from autotune.workloads import trial
-from autotune.workloads.generate import Decoder, full_logits
+from autotune.workloads.decoder import Decoder, full_logits
 from autotune.workloads.model import Transformer
 from conftest import run_cli
 
@@ -265,7 +265,7 @@ def test_generate_hf_config_model_decodes_with_its_own_cache(tmp_path: Path) -> 
     """An hf_config model: transformers' DynamicCache decode equals recomputing the sequence; the trial runs
     eager and compiled, quantized with the drift guard; a static cache is the built-in model's (refused)."""
     from autotune.workloads.external import hf_causal_lm
-    from autotune.workloads.generate import HFDecoder
+    from autotune.workloads.decoder import HFDecoder
 
     spec = _hf_spec(tmp_path)
     hf, _ = hf_causal_lm(spec.model, spec.knobs, "cpu")

@@ -12,126 +12,17 @@ Imported only inside a trial's process: torch (and torchao for weight_quant), no
 
 from __future__ import annotations
 
-import contextlib
-import math
 import statistics
 import time
 from typing import Any
 
 from autotune.workloads.base import InvalidConfig, Measured, Work, Workload
+from autotune.workloads.decoder import Decoder, HFDecoder, full_logits
 from autotune.workloads.quant import apply_weight_quant, capture_linears, drift, layer_errors, linear_bytes
 from autotune.workloads.timing import time_steps
 from autotune.workloads.train import apply_attention, apply_precision
 
 DRIFT_PROMPTS, DRIFT_POSITIONS = 4, 16  # sequences and last positions compared against the unquantized model
-
-
-def _cache_module(torch: Any) -> type:
-    class StaticKV(torch.nn.Module):
-        """K and V of every position a generation reaches, preallocated; written in place (index_copy_)."""
-
-        def __init__(self, b: int, heads: int, length: int, head_dim: int, dtype: Any, device: Any) -> None:
-            super().__init__()
-            shape = (b, heads, length, head_dim)
-            self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-            self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-            with contextlib.suppress(Exception):  # CUDA graphs keep them in place rather than copying them
-                torch._dynamo.mark_static_address(self.k)
-                torch._dynamo.mark_static_address(self.v)
-
-        def update(self, pos: Any, k: Any, v: Any) -> tuple[Any, Any]:
-            self.k.index_copy_(2, pos, k)
-            self.v.index_copy_(2, pos, v)
-            return self.k, self.v
-
-    return StaticKV
-
-
-class Decoder:
-    """The built-in Transformer's blocks run with a KV cache: static (buffers, a mask over the whole cache)
-    or dynamic (tensors passed in and returned, grown by torch.cat)."""
-
-    def __init__(self, torch: Any, model: Any, batch: int, length: int, dtype: Any, static: bool, eager: bool) -> None:
-        self.torch, self.model, self.static, self.eager = torch, model, static, eager
-        self.length = length
-        attn = model.blocks[0].attn
-        self.n_heads, self.n_kv, self.head_dim = attn.n_heads, attn.n_kv, attn.head_dim
-        dev = model.tok.weight.device
-        if static:
-            kv = _cache_module(torch)
-            self.caches = torch.nn.ModuleList(
-                kv(batch, self.n_kv, length, self.head_dim, dtype, dev) for _ in model.blocks
-            )
-            self.mask = torch.ones(length, length, dtype=torch.bool, device=dev).tril()
-
-    def forward(self, tokens: Any, pos: Any, caches: list[Any] | None = None) -> tuple[Any, list[Any] | None]:
-        """Logits of the last position of `tokens` (at positions `pos`), and (dynamic cache) the grown caches."""
-        torch, model = self.torch, self.model
-        b, t = tokens.shape
-        x = model.tok(tokens)
-        rope = None
-        if model.pos is not None:
-            x = x + model.pos(pos)
-        else:
-            rope = (model.rope_cos[pos], model.rope_sin[pos])
-        grown = []
-        for i, block in enumerate(model.blocks):
-            a = block.attn
-            q, k, v = a.heads(block.norm1(x), rope)
-            if self.static:
-                k, v = self.caches[i].update(pos, k, v)
-                mask = self.mask[pos][None, None]  # [1, 1, t, length]: each query sees the positions up to its own
-            else:
-                if caches is not None:
-                    k = torch.cat([caches[i][0], k], dim=2)
-                    v = torch.cat([caches[i][1], v], dim=2)
-                grown.append((k, v))
-                mask = None
-            y = self._attend(q, k, v, mask, causal=not self.static and t > 1)
-            x = x + a.proj(y.transpose(1, 2).reshape(b, t, -1))
-            x = x + block.mlp(block.norm2(x))
-        logits = model.head(model.norm(x[:, -1:]))
-        return logits[..., : model.vocab], (None if self.static else grown)
-
-    def _attend(self, q: Any, k: Any, v: Any, mask: Any, causal: bool) -> Any:
-        torch = self.torch
-        if not self.eager:
-            return torch.nn.functional.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=self.n_kv != self.n_heads
-            )
-        if k.shape[1] != q.shape[1]:
-            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-            v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-        if causal:
-            t, s = q.shape[-2], k.shape[-2]
-            mask = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)[None, None]
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
-
-
-class HFDecoder:
-    """A transformers causal LM decoded with its own DynamicCache (passed in and returned, as Decoder's
-    dynamic cache): the same interface as Decoder."""
-
-    def __init__(self, hf: Any, vocab: int) -> None:
-        cfg = hf.config
-        self.hf, self.vocab = hf, vocab
-        self.n_heads = cfg.num_attention_heads
-        self.n_kv = getattr(cfg, "num_key_value_heads", None) or self.n_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
-        self.layers = cfg.num_hidden_layers
-
-    def forward(self, tokens: Any, pos: Any, caches: Any = None) -> tuple[Any, Any]:
-        out = self.hf(input_ids=tokens, past_key_values=caches, use_cache=True)
-        return out.logits[:, -1:, : self.vocab], out.past_key_values
-
-
-def full_logits(torch: Any, model: Any, tokens: Any, last: int) -> Any:
-    """Logits (float32) of the last `last` positions, from the model's own training forward (no cache)."""
-    x = model.hidden(tokens)
-    return model.head(model.norm(x[:, -last:]))[..., : model.vocab].float()
 
 
 class Generate(Workload):
