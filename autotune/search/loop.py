@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import datetime as dt
 import queue
-import random
 import signal
 import sys
 import threading
@@ -38,6 +37,7 @@ from autotune.search.sampler import make_sampler
 from autotune.search.storage import mask_url, open_study
 from autotune.search import warm
 from autotune.search.recover import recover
+from autotune.search.schedule import Schedule
 from autotune.search.slots import gpu_groups
 from autotune.search.workers import Heartbeat, claim_configuration, late_record, reap_lost_workers
 from autotune.space import ResolvedSpace, resolve_space
@@ -184,17 +184,14 @@ class _Search:
         self.prune_below = (
             cfg.study.prune_below if cfg.workload.world_size == 1 and cfg.study.objective != "pareto" else 0.0
         )
-        self.plan, self.patience = stages.staging(cfg.study, space, budget, cfg.workload.task)
-        self.rng = random.Random(cfg.study.seed)
-        self.points = space.points()
-        self.point_keys = [key(space.knobs(p)) for p in self.points]  # a point's identity, computed once
-        # grid: every point in a seeded random order, enqueued a few at a time (a large space is never
-        # enqueued whole: each enqueue is a write to the storage)
-        self.grid_order = self.rng.sample(self.points, len(self.points)) if cfg.study.sampler == "grid" else []
         self.slots: queue.Queue[str | None] = queue.Queue()
         for slot in groups or [None]:
             self.slots.put(slot)
         self.n_jobs = len(groups) if groups else 1
+        staging = stages.staging(cfg.study, space, budget, cfg.workload.task)
+        grid = cfg.study.sampler == "grid"
+        self.schedule = Schedule(study, space, staging, budget, self.n_jobs, cfg.study.seed, grid)
+        self.plan = self.schedule.plan
         self.stop = threading.Event()
         self.spans: dict[int, list[float | None]] = {}  # trial -> [start, end]: which trials overlapped which
         self.spans_lock = threading.Lock()
@@ -237,14 +234,8 @@ class _Search:
         """Record a repeat without launching it; the sampler's region gets its nearest unmeasured point next."""
         trial.set_user_attr("status", "duplicate")
         trial.set_user_attr("duplicate_of", of)
-        if params is not None:
-            unseen = self._unseen(h)
-            screened = [p for p in unseen if self.plan.is_screened(p)]
-            left = screened or unseen  # staged: a screened point first
-            if left:
-                self._enqueue([self.space.nearest(params, left, self.rng)])
-            else:  # every other point is measured or being measured elsewhere: this worker is done
-                self.drive.halt()
+        if params is not None and not self.schedule.nearest(params, h):
+            self.drive.halt()  # every other point is measured or being measured elsewhere
         return NOT_LAUNCHED
 
     def launch(self, trial: optuna.Trial, knobs: dict[str, Any], index: int, beat: Heartbeat) -> TrialRecord:
@@ -322,8 +313,7 @@ class _Search:
         if self.plan.active:
             study.sampler = stages.Screening(study.sampler, self.plan)
         study.pruner = BelowBest(self.prune_below) if self.prune_below else optuna.pruners.NopPruner()
-        self._enqueue([self.space.baseline])
-        self._enqueue_grid()
+        self.schedule.start()
         h = History.of(study)
         self.observer.started(
             {
@@ -342,7 +332,7 @@ class _Search:
         )
         if h.launched >= self.budget:
             return "budget already reached"
-        if not self._unseen(h):
+        if not self.schedule.unseen(h):
             return "space exhausted"
         t0 = dt.datetime.now()
         previous = {}
@@ -368,51 +358,11 @@ class _Search:
             self.observer.trial_finished(TrialRecord.of(trial), History.of(study))
 
     def stop_when_done(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        h = History.of(study)
-        self._enqueue_grid()
-        if h.launched >= self.budget:
-            self.stop_reason = "budget reached"
+        """After each told trial: what is measured next, and whether the study stops (schedule.py)."""
+        why = self.schedule.after(study, trial)
+        if why is not None:
+            self.stop_reason = why
             self.drive.halt()
-        elif not self._unseen(h):
-            self.stop_reason = "space exhausted"
-            self.drive.halt()
-        elif not self.grid_order:  # the grid measures every point anyway
-            self._enqueue_next(study, h, trial)
-
-    def _enqueue_next(
-        self, study: optuna.Study, h: History, trial: optuna.trial.FrozenTrial
-    ) -> None:
-        """What the staged search measures next ahead of the sampler, or its stop (stages.ahead)."""
-        waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-        running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
-        room = self.budget - h.launched - running - waiting
-        points, stop = stages.ahead(h, self.space, self.plan, trial, budget=self.budget, room=room,
-                                    waiting=waiting, patience=self.patience)
-        self._enqueue(points)
-        if stop:
-            self.stop_reason = stop
-            self.drive.halt()
-
-    def _unseen(self, h: History) -> list[dict[str, Any]]:
-        """Points neither measured nor being measured by another worker."""
-        return [p for p, k in zip(self.points, self.point_keys) if k not in h.seen and k not in h.running]
-
-    def _enqueue_grid(self) -> None:
-        """Keep the next unmeasured grid points waiting, one more than trials run at once."""
-        if not self.grid_order:
-            return
-        h = History.of(self.study)
-        waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-        wanted = self.n_jobs + 1 - len(waiting)
-        next_points = []
-        while wanted > len(next_points) and self.grid_order:
-            p = self.grid_order.pop(0)
-            if key(self.space.knobs(p)) not in h.seen:
-                next_points.append(p)
-        self._enqueue(next_points)
-
-    def _enqueue(self, points: list[dict[str, Any]]) -> None:
-        stages.enqueue(self.study, self.space, points)
 
     def _overlapped(self, number: int) -> list[int]:
         """Trials measured at the same time as this one, on other GPUs."""

@@ -1,0 +1,109 @@
+"""What a search measures next, ahead of its sampler, and why it stops: the baseline first; a grid
+enqueued a few points at a time; a repeat's region given its nearest unmeasured point; the staged
+search's variants and finals (stages.ahead); the end of the budget or of the space."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.search import stages
+from autotune.search.history import History, key
+from autotune.space import ResolvedSpace
+
+
+class Schedule:
+    """One worker's view of what is measured next (the study is shared; each call reads it anew)."""
+
+    def __init__(
+        self,
+        study: optuna.Study,
+        space: ResolvedSpace,
+        staging: tuple[stages.Plan, int],
+        budget: int,
+        n_jobs: int,
+        seed: int | None,
+        grid: bool,
+    ) -> None:
+        self.study, self.space, self.budget, self.n_jobs = study, space, budget, n_jobs
+        self.plan, self.patience = staging
+        self.rng = random.Random(seed)
+        self.points = space.points()
+        # a point's identity, computed once
+        self.point_keys = [key(space.knobs(p)) for p in self.points]
+        # grid: every point in a seeded random order, enqueued a few at a time (a large space is
+        # never enqueued whole: each enqueue is a write to the storage)
+        self.grid_order = self.rng.sample(self.points, len(self.points)) if grid else []
+
+    def start(self) -> None:
+        """The baseline first, then the grid's first points."""
+        self.enqueue([self.space.baseline])
+        self.enqueue_grid()
+
+    def unseen(self, h: History) -> list[dict[str, Any]]:
+        """Points neither measured nor being measured by another worker."""
+        pairs = zip(self.points, self.point_keys)
+        return [p for p, k in pairs if k not in h.seen and k not in h.running]
+
+    def nearest(self, params: dict[str, Any], h: History) -> bool:
+        """A repeat of `params`: its nearest unmeasured point (a screened one first, when staged) is
+        measured next. False when every other point is measured or being measured elsewhere."""
+        unseen = self.unseen(h)
+        screened = [p for p in unseen if self.plan.is_screened(p)]
+        left = screened or unseen
+        if left:
+            self.enqueue([self.space.nearest(params, left, self.rng)])
+        return bool(left)
+
+    def after(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> str | None:
+        """After each told trial: the grid topped up, the staged search's next points; returns why
+        the study stops, or None."""
+        h = History.of(study)
+        self.enqueue_grid()
+        if h.launched >= self.budget:
+            return "budget reached"
+        if not self.unseen(h):
+            return "space exhausted"
+        if self.grid_order:  # the grid measures every point anyway
+            return None
+        return self._ahead(study, h, trial)
+
+    def _ahead(
+        self, study: optuna.Study, h: History, trial: optuna.trial.FrozenTrial
+    ) -> str | None:
+        """What the staged search measures next ahead of the sampler, or its stop (stages.ahead)."""
+        waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+        room = self.budget - h.launched - running - waiting
+        points, stop = stages.ahead(
+            h,
+            self.space,
+            self.plan,
+            trial,
+            budget=self.budget,
+            room=room,
+            waiting=waiting,
+            patience=self.patience,
+        )
+        self.enqueue(points)
+        return stop or None
+
+    def enqueue_grid(self) -> None:
+        """Keep the next unmeasured grid points waiting, one more than trials run at once."""
+        if not self.grid_order:
+            return
+        h = History.of(self.study)
+        waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        wanted = self.n_jobs + 1 - len(waiting)
+        next_points = []
+        while wanted > len(next_points) and self.grid_order:
+            p = self.grid_order.pop(0)
+            if key(self.space.knobs(p)) not in h.seen:
+                next_points.append(p)
+        self.enqueue(next_points)
+
+    def enqueue(self, points: list[dict[str, Any]]) -> None:
+        stages.enqueue(self.study, self.space, points)
