@@ -113,11 +113,11 @@ def test_config_llama_1b_shape() -> None:
 
 
 def test_config_every_field_documented() -> None:
-    from autotune import config_study
+    from autotune import config_space, config_study
 
-    models = [v for mod in (config_mod, config_study) for v in vars(mod).values() if isinstance(v, type)
-              and issubclass(v, BaseModel) and v.__module__ == mod.__name__
-              and v not in (config_mod._Section, config_mod._SpaceBase)]
+    models = [v for mod in (config_mod, config_space, config_study) for v in vars(mod).values()
+              if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == mod.__name__
+              and v not in (config_mod._Section, config_space._SpaceBase)]
     assert len(models) >= 6
     for model in models:
         assert model.model_config.get("extra") == "forbid", model

@@ -215,7 +215,7 @@ def user_knobs(doc: dict[str, Any]) -> dict[str, list[Any]]:
 def _check_knobs(path: Path, knobs: dict[str, Any], task: str, own: dict[str, list[Any]]) -> None:
     """Every knob of the workload's task (and of the command's own), each value one its knob accepts (None:
     not acting in this trial)."""
-    from autotune.config import SpaceConfig
+    from autotune.config_space import SpaceConfig
     from autotune.config_load import describe_error
 
     names = {k.name for k in catalogue.CATALOGUE if task in k.tasks} | set(own)

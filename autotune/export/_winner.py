@@ -142,7 +142,7 @@ def _check_catalogue_knobs(path: Path, knobs: dict[str, Any]) -> None:
     """autotune's knobs among them, each value one its knob accepts (None: not acting), as read_best checks."""
     from pydantic import ValidationError
 
-    from autotune.config import SpaceConfig
+    from autotune.config_space import SpaceConfig
     from autotune.config_load import describe_error
 
     given = {k: [v] for k, v in knobs.items() if k in catalogue.BY_NAME and v is not None}

@@ -1,6 +1,6 @@
 """The knob catalogue: every knob declared once (values, default, where it acts, how a trial applies it).
 
-Everything else reads this table: the YAML schema (`config.SpaceConfig` is built from it), space resolution
+Everything else reads this table: the YAML schema (`config_space.SpaceConfig` is built from it), space resolution
 (`space.py`), the trial's defaults (`protocol.TrialSpec.knobs`), best.yaml's apply notes and environment,
 and README's knob table (`markdown_table`, pinned by a test). Adding a knob is one entry here plus the
 code in the trial that applies it.
