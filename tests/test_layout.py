@@ -13,6 +13,7 @@ MODULES = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removes
            for p in sorted(PACKAGE.rglob("*.py"))}
 # What a trial process may import of autotune: the shared protocol modules (standard library only) and itself.
 SHARED = ("autotune.protocol", "autotune.knobs", "autotune.knobs._knob", "autotune.knobs._catalogue", "autotune.knobs._generate",
+          "autotune.knobs._ranks",
           "autotune.knob_notes",
           "autotune.sizes", "autotune.nccl_log",
           "autotune.numerics",  # the numerics check's verdict: the trial's and the search's
