@@ -77,12 +77,23 @@ def _parents(module: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in MODULES]
 
 
+def _body_lines(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """A function's code: from its first statement after the docstring to its end. The signature (a
+    Typer command's options, one a line at 100 columns) and the docstring are declarations, not logic."""
+    body = function.body
+    first = body[0]
+    docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+    if docstring and isinstance(first.value.value, str) and len(body) > 1:
+        first = body[1]
+    return function.end_lineno - first.lineno + 1
+
+
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_layout_functions_are_short(module: str) -> None:
     tree = ast.parse(MODULES[module].read_text())
-    long = [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(tree)
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES]
-    assert not long, f"{module}: functions over {MAX_FUNCTION_LINES} lines: {long}"
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    long = [(n.name, _body_lines(n)) for n in functions if _body_lines(n) > MAX_FUNCTION_LINES]
+    assert not long, f"{module}: functions of over {MAX_FUNCTION_LINES} lines of code: {long}"
 
 
 def test_layout_trial_process_imports_only_the_shared_protocol() -> None:

@@ -195,16 +195,8 @@ class Train(Workload):
     def build(self) -> None:
         torch, spec, knobs = self.torch, self.spec, self.spec.knobs
         device = spec.device
-        self.amp_dtype = apply_precision(torch, knobs["precision"], device)
-        torch.manual_seed(spec.run.seed)  # the same initial weights on every rank
-        rank = self.ranks.rank if self.ranks else 0
-        self.dev = (
-            torch.device(device, self.ranks.local_rank) if self.ranks and device == "cuda" else torch.device(device)
-        )
-        self.attention = apply_attention(torch, knobs["attention"], device, self.amp_dtype)
-        gen = torch.Generator(device=self.dev).manual_seed(spec.run.seed + rank)  # each rank its own data
-        m = spec.model
-        sharded_build = self._sharded_build(m)
+        gen = self._device()
+        sharded_build = self._sharded_build(spec.model)
         lap = _laps(torch, device)
         model, self.batches, applied, self._work = build_model(
             torch,
@@ -232,15 +224,7 @@ class Train(Workload):
             model = materialize_model(model, self.dev)
             parallel_applied["parallel"]["build"] = "meta device, sharded, then each rank's shards materialised"
         lap("materialize")
-        self.model = model
-        self.fp8_scales = None
-        if knobs.get("fp8_all_gather") and fp8_linears:
-            from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
-
-            self.fp8_scales = lambda: precompute_float8_dynamic_scale_for_fsdp(model)
-        self.optimizer = apply_optimizer(torch, model, knobs)
-        self.scaler = torch.amp.GradScaler(device) if knobs["precision"] == "fp16" else None
-        self.step_model = model
+        self._train_state(model, fp8_linears)
         if not regional:
             self.step_model, compile_mode = apply_compile(torch, model, knobs["compile"])
         lap("optimizer")
@@ -251,6 +235,32 @@ class Train(Workload):
             "compile_dynamic": dynamic,
             "build_s": lap.parts,
         }  # where the build's seconds went (issue 15: an 8B build under 10 s)
+
+    def _device(self) -> Any:
+        """Precision, the device of this rank, the attention backend; returns the rank's data generator
+        (the same initial weights on every rank, each rank its own data)."""
+        torch, spec, knobs = self.torch, self.spec, self.spec.knobs
+        device = spec.device
+        self.amp_dtype = apply_precision(torch, knobs["precision"], device)
+        torch.manual_seed(spec.run.seed)
+        rank = self.ranks.rank if self.ranks else 0
+        local = self.ranks and device == "cuda"
+        self.dev = torch.device(device, self.ranks.local_rank) if local else torch.device(device)
+        self.attention = apply_attention(torch, knobs["attention"], device, self.amp_dtype)
+        return torch.Generator(device=self.dev).manual_seed(spec.run.seed + rank)
+
+    def _train_state(self, model: Any, fp8_linears: int) -> None:
+        """The model a step trains, its optimizer and loss scaler, fp8's scale refresh (fp8_all_gather)."""
+        torch, knobs = self.torch, self.spec.knobs
+        self.model = self.step_model = model
+        self.fp8_scales = None
+        if knobs.get("fp8_all_gather") and fp8_linears:
+            from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+            self.fp8_scales = lambda: precompute_float8_dynamic_scale_for_fsdp(model)
+        self.optimizer = apply_optimizer(torch, model, knobs)
+        fp16 = knobs["precision"] == "fp16"
+        self.scaler = torch.amp.GradScaler(self.spec.device) if fp16 else None
 
     def _count_context(self) -> Any:
         """The trial's autocast and SDPA backend as one context, for counting a model's FLOPs in the build."""
