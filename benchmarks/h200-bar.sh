@@ -12,6 +12,7 @@
 #                                       numerics-gpu staged expert expert-in-autotune (issue 34: one H200; benchmarks/background.sh)
 #                                       hf-smoke hf-padded hf-truth hf-variants hf-live hf-cost (issue 35: one H200)
 #                                       issue38 (issue 38: one H200)
+#                                       issue37 (issue 37: one H200)
 # GPUS: the --gpus of the stages that take it (default 0,1; GPUS=0 on one GPU)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
@@ -56,6 +57,15 @@ yaml.safe_dump(d, open("search_spaces/hf-trainer-defaults.yaml", "w"), sort_keys
         t1=$(date +%s.%N); rt=$(echo "$out" | grep -oE "'train_runtime': '?[0-9.]+" | grep -oE "[0-9.]+$" | tail -1)
         echo "{\"rep\": $i, \"callback\": $with, \"train_runtime_s\": ${rt:-null}, \"wall_s\": $(python3 -c "print(round($t1 - $t0, 3))"), \"steps_reported\": $(cat /tmp/hfcost.jsonl 2>/dev/null | grep -c '"s"')}" | tee -a "$OUT/hf-callback-cost.jsonl"
       done; done ;;
+    issue37) # issue 37: the GPU tests after the refactor (ask-and-tell, schedule, decoder, documents,
+      # the formatting pass), then a real search on the GPU through the new loop, and check of its best.yaml
+      python3 -m pytest -q -p no:cacheprovider --durations=15 tests/test_gpu.py tests/test_gpu_numerics.py \
+        2>&1 | tail -30 | tee "$OUT/issue37-tests.log"
+      t0=$(date +%s); at search search_spaces/tiny.yaml --fresh 2>&1 | tail -25 | tee "$OUT/issue37-search.log"
+      echo "search wall: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/issue37-search.log"
+      at check trials/tiny/best.yaml --repeats 2 2>&1 | tail -15 | tee "$OUT/issue37-check.log"
+      at report trials/tiny --format markdown > "$OUT/issue37-report.md" 2>&1
+      tar czf "$OUT/issue37-trials.tgz" trials/tiny ;;
     issue38) # issue 38: the GPU tests and the hardening tests on the GPU machine, then a real HF job's search (the
       # figure's new bounds must fail no real CUDA-event job); {env:ISSUE38_TOKEN} reaches it and no file
       python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_hardening_command.py \
