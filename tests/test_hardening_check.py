@@ -181,7 +181,7 @@ def test_hardening_check_reset_baseline_records_the_digest(study: Path, tmp_path
     regress_bench.baseline_belongs(best, read_best(best))  # checks again
 
 
-@pytest.mark.parametrize("name", ["fixture-v0", "fixture-older"])
+@pytest.mark.parametrize("name", ["fixture-v0", "fixture-older", "fixture-v3"])
 def test_hardening_check_older_files_and_today_s_still_belong(study: Path, name: str) -> None:
     """schema 1 (before digests: no baseline of check's, nothing to compare) and today's files."""
     for best in (FIXTURES / name / "best.yaml", study):

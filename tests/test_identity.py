@@ -2,7 +2,9 @@
 
 The fixtures under tests/data/studies/ were made by autotune before identities existed (2026-12-01):
 fixture-v0 by that release, fixture-older by it with the knob fsdp_backward_prefetch taken out of the catalogue
-(make_older.py), as a release from before that knob would have. Both must resume, warm-start and check.
+(make_older.py), as a release from before that knob would have; fixture-v3 by the release of 2026-12-03
+(9320a0d: best.yaml schema 3, base_dir relative), before best.yaml's reader moved to documents/ and the
+loop to ask-and-tell. Each must resume, warm-start and check.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def _copy(tmp_path: Path, name: str) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["fixture-v0", "fixture-older"])
+@pytest.mark.parametrize("name", ["fixture-v0", "fixture-older", "fixture-v3"])
 def test_identity_a_study_from_before_resumes(tmp_path: Path, name: str) -> None:
     _copy(tmp_path, name)
     proc = run_cli("search", f"{name}.yaml", "--trials", "4", "--device", "cpu", cwd=tmp_path)
