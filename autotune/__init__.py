@@ -98,7 +98,8 @@ def run_search(
     trial is written to stderr."""
     from autotune.api_options import SEARCH, checked, observer_of, path_of
     from autotune.config import Config
-    from autotune.config_load import load_config
+    from autotune.config_load import load
+    from autotune.hardware import default_device
     from autotune.search.loop import run_search as _run
 
     if not isinstance(model_yaml, Config):
@@ -118,8 +119,11 @@ def run_search(
         "run_search", SEARCH, given
     )  # as the CLI checks them, the same one-line errors
     watcher = observer_of(progress, observer)
-    cfg = model_yaml if isinstance(model_yaml, Config) else load_config(model_yaml)
-    return _run(cfg, observer=watcher, **options)
+    if isinstance(model_yaml, Config):
+        return _run(model_yaml, observer=watcher, **options)
+    options["device"] = options["device"] or default_device()
+    cfg, space = load(model_yaml, options["device"])  # the space resolved once, handed on
+    return _run(cfg, observer=watcher, space=space, **options)
 
 
 def run_check(

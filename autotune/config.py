@@ -20,7 +20,6 @@ from autotune.config_command import CommandConfig
 from autotune.config_space import SpaceConfig
 from autotune.config_study import SEED_MAX, StudyConfig, _Section
 from autotune.errors import excerpt
-from autotune.space import resolve_space
 
 MAX_NAME = 200  # a study name names folders, OUT/<name>.archived-<time> too (NAME_MAX is 255)
 
@@ -94,6 +93,7 @@ class ModelConfig(_Section):
         missing = [k for k in (*sizes, "seq_len") if getattr(self, k) is None]
         if missing:
             raise ValueError(f"model.{missing[0]}: required for the built-in model (family {self.family})")
+        assert self.d_model is not None and self.n_heads is not None  # none missing (above)
         if self.d_model % self.n_heads:
             raise ValueError(
                 f"model.d_model: {self.d_model} is not divisible by model.n_heads ({self.n_heads}); "
@@ -125,6 +125,7 @@ class ModelConfig(_Section):
             return None
         if self.ffn_hidden is not None:
             return self.ffn_hidden
+        assert self.d_model is not None  # the built-in model's sizes are required (_check_shapes)
         return sizes.default_ffn(self.family, self.d_model)
 
 
@@ -166,7 +167,7 @@ def _check_external(model: ModelConfig, base_dir: Path | None) -> None:
 class WorkloadConfig(_Section):
     """What one trial does."""
 
-    task: Literal[catalogue.TASKS] = Field(
+    task: catalogue.TaskName = Field(
         default="train",
         description="train: optimizer steps on synthetic tokens; "
         "generate: prefill a batch of prompts, then decode gen_len tokens each "
@@ -284,6 +285,5 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:
-        tasks.check_config(self)
-        resolve_space(self)  # the space rules live in one place; raises ValueError naming the YAML path
+        tasks.check_config(self)  # the space's rules are config_load.validate's one pass
         return self

@@ -14,6 +14,7 @@ from autotune import knobs as catalogue
 from autotune import yamlio
 from autotune.config import Config
 from autotune.errors import ConfigError, did_you_mean, excerpt
+from autotune.space import ResolvedSpace, resolve_space
 
 
 def _section_type(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
@@ -80,20 +81,50 @@ def describe_error(err: ValidationError, section: str | None = None) -> str:
 
 
 def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = None) -> Config:
-    """Validate an already-loaded mapping; ConfigError with a one-line message on any problem."""
+    """Validate an already-loaded mapping: its schema, then the space's rules (validate);
+    ConfigError with a one-line message on any problem."""
+    cfg = _schema(data, source, base_dir)
+    validate(cfg, None, source)
+    return cfg
+
+
+def _schema(data: Any, source: str, base_dir: Path | None) -> Config:
+    """The mapping as the schema (config.py) reads it; nothing resolved yet."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the file must hold a mapping of keys (name, model, space, ...)")
     try:
         cfg = Config.model_validate(data, context={"base_dir": base_dir})
-        cfg._base_dir = str(base_dir) if base_dir is not None else None
-        return cfg
     except ValidationError as err:
         raise ConfigError(f"{source}: {describe_error(err)}") from None
+    cfg._base_dir = str(base_dir) if base_dir is not None else None
+    return cfg
+
+
+def validate(cfg: Config, device: str | None = None, source: str = "<config>") -> ResolvedSpace:
+    """The one pass over the rules beyond the schema: the space resolved for `device` (the batch
+    rule, each knob's own rules, the size limit, the baseline); ConfigError naming the YAML path.
+    A search resolves its space here once and hands it on (load, run_search's `space`)."""
+    try:
+        return resolve_space(cfg, device)
+    except ValueError as err:
+        raise ConfigError(f"{source}: {err}") from None
+
+
+def load(path: str | Path, device: str | None = None) -> tuple[Config, ResolvedSpace]:
+    """MODEL_YAML read, its schema checked and its space resolved once for `device`."""
+    data = _read(Path(path))
+    cfg = _schema(data, str(path), Path(path).parent.resolve())
+    return cfg, validate(cfg, device, str(path))
 
 
 def load_config(path: str | Path) -> Config:
-    """Read MODEL_YAML; a `space:` given as a path (a .yaml file) is read relative to the file, then to the cwd."""
-    path = Path(path)
+    """Read MODEL_YAML and check it whole (load); the space resolved is not kept."""
+    return load(path)[0]
+
+
+def _read(path: Path) -> Any:
+    """MODEL_YAML's mapping; a `space:` given as a path (a .yaml file) is read relative to the file, then
+    to the cwd; an hf_config path is made absolute (beside the YAML first, then the cwd)."""
     data = yamlio.read(path, "MODEL_YAML")
     if isinstance(data, dict) and isinstance(data.get("space"), str):
         data = {**data, "space": _read_space(path, data["space"])}
@@ -103,7 +134,7 @@ def load_config(path: str | Path) -> Config:
         if not ref.is_absolute():  # beside the YAML first, then the cwd; stored absolute for the trials
             ref = next((c for c in (path.parent / ref, Path.cwd() / ref) if c.is_file()), path.parent / ref)
         data = {**data, "model": {**model, "hf_config": str(ref.resolve())}}
-    return parse_config(data, str(path), base_dir=path.parent.resolve())
+    return data
 
 
 def _read_space(path: Path, given: str) -> dict[str, Any]:

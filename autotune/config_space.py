@@ -4,7 +4,8 @@ documented there; a list is searched, one value is fixed, {multiple_of, min, max
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Union
+import types
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 from pydantic import Field, ValidationInfo, create_model, field_validator, model_validator
 
@@ -49,6 +50,7 @@ class _SpaceBase(_Section):
     @classmethod
     def _as_list(cls, value: Any, info: ValidationInfo) -> Any:
         """One value is a fixed knob: a one-element list; {multiple_of, min, max} lists a range."""
+        assert info.field_name is not None  # a field validator's: always named
         knob = catalogue.BY_NAME[info.field_name]
         if knob.derived and value == "auto":
             return value
@@ -66,6 +68,7 @@ class _SpaceBase(_Section):
     @classmethod
     def _values(cls, value: Any, info: ValidationInfo) -> Any:
         """The knob's own rule for each value; sizes sorted, every list without repeats."""
+        assert info.field_name is not None  # a field validator's: always named
         knob = catalogue.BY_NAME[info.field_name]
         if not isinstance(value, list):
             return value
@@ -76,12 +79,19 @@ class _SpaceBase(_Section):
 
 
 def _space_field(knob: catalogue.Knob) -> tuple[Any, Any]:
+    listed = types.GenericAlias(list, knob.type)  # list[knob.type]: a type known at run time
     if knob.derived:
-        return Union[Literal["auto"], list[knob.type]], Field(default="auto", description=knob.help)
-    return list[knob.type], Field(default=[knob.default], description=knob.help)
+        return Union[Literal["auto"], listed], Field(default="auto", description=knob.help)
+    return listed, Field(default=[knob.default], description=knob.help)
 
 
-# One field per knob of the catalogue (knobs.py), typed and documented there.
-SpaceConfig = create_model(
-    "SpaceConfig", __base__=_SpaceBase, __module__=__name__, **{k.name: _space_field(k) for k in catalogue.CATALOGUE}
-)
+def _space_model() -> type[_SpaceBase]:
+    """One field per knob of the catalogue (knobs.py), typed and documented there."""
+    fields: dict[str, Any] = {k.name: _space_field(k) for k in catalogue.CATALOGUE}
+    return create_model("SpaceConfig", __base__=_SpaceBase, __module__=__name__, **fields)
+
+
+if TYPE_CHECKING:
+    SpaceConfig = _SpaceBase  # its fields are made at run time, read by name (getattr)
+else:
+    SpaceConfig = _space_model()

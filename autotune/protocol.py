@@ -14,9 +14,14 @@ import logging
 import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 from autotune import knobs as catalogue
+
+if TYPE_CHECKING:
+    from dataclasses import Field
+
+    from _typeshed import DataclassInstance
 
 # How a trial can end. Failures never stop the study.
 STATUSES = ("ok", "pruned", "over_limit", "oom", "timeout", "nonfinite_loss", "invalid_config", "crash")
@@ -114,7 +119,7 @@ _EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(Error|Exception|Exit|
 
 def _warning(line: str) -> bool:
     m = _WARNING.match(line)
-    return bool(m) and (m[1] in WARNING_CATEGORIES or m[1].endswith("Warning"))
+    return m is not None and (m[1] in WARNING_CATEGORIES or m[1].endswith("Warning"))
 
 
 def _exceptional(line: str) -> bool:
@@ -195,7 +200,10 @@ def write_json(path: str | Path, doc: dict[str, Any]) -> None:
     atomic.write_text(path, json.dumps(doc, indent=1))
 
 
-def _from_dict(cls: type, doc: dict[str, Any], what: str) -> Any:
+_D = TypeVar("_D", bound="DataclassInstance")
+
+
+def _from_dict(cls: type[_D], doc: dict[str, Any], what: str) -> _D:
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(doc) - known)
     if unknown:
@@ -207,16 +215,18 @@ class _Document:
     """A dataclass that travels as a JSON file; reading refuses keys it does not know."""
 
     _what = "document"
+    if TYPE_CHECKING:  # every subclass is a dataclass
+        __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)  # type: ignore[call-overload]
+        return asdict(self)
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> Any:
+    def from_json(cls, doc: dict[str, Any]) -> Self:
         return _from_dict(cls, doc, cls._what)
 
     @classmethod
-    def read(cls, path: str | Path) -> Any:
+    def read(cls, path: str | Path) -> Self:
         return cls.from_json(json.loads(Path(path).read_text()))
 
     def write(self, path: str | Path) -> None:

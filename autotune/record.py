@@ -79,7 +79,8 @@ class TrialRecord:
 
     @property
     def tokens_per_gpu(self) -> float | None:
-        return self.metric(Metric.TOKENS_PER_GPU)
+        value: float | None = self.metric(Metric.TOKENS_PER_GPU)
+        return value
 
     @property
     def step_times(self) -> list[float]:

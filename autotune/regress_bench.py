@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from autotune import paths
-from autotune.config import ModelConfig, StudyConfig, WorkloadConfig
+from autotune.config import ModelConfig, WorkloadConfig
 from autotune.config_command import CommandConfig
 from autotune.config_load import load_config
+from autotune.config_study import StudyConfig
 from autotune.documents.best_file import LAUNCH_ONLY, measured_digest, read_best
 from autotune.errors import ConfigError, excerpt
 from autotune.hardware import detect, visible_gpu_index

@@ -48,15 +48,14 @@ def search(
 ) -> None:
     """Search the space with real, short benchmark trials; write OUT/<name>/best.yaml."""
     with funnel():
-        from autotune.config_load import load_config
-        from autotune.space import resolve_space
+        from autotune.config_load import load
         from autotune.search.tracking import with_overrides
         from autotune.views import LiveProgress, space_table
 
         console = out_console()
         device = resolve_device(device)
-        cfg = with_overrides(load_config(model_yaml), mlflow=mlflow, wandb=wandb)
-        space = resolve_space(cfg, device)
+        cfg, space = load(model_yaml, device)  # the space resolved once, handed on to the search
+        cfg = with_overrides(cfg, mlflow=mlflow, wandb=wandb)
         _say_notes(console, cfg)
         if dry_run:
             console.print(space_table(space.describe(), show_all))
@@ -75,6 +74,7 @@ def search(
                 gpus=parse_gpus(gpus),
                 observer=view,
                 warm_start_from=warm_start,
+                space=space,
             )
         _print_result(console, result, list(space.searched) or ["micro_batch_size"], cfg.workload.task)
 
@@ -125,13 +125,11 @@ def validate(model_yaml: ModelYaml, show_all: ShowAll = False) -> None:
     """Check MODEL_YAML and print the resolved config and space (the knobs that can act here; --all: every one)."""
     with funnel():
         from autotune import tasks
-        from autotune.config_load import load_config
-        from autotune.space import resolve_space
+        from autotune.config_load import load
         from autotune.views import config_yaml, space_table
 
         console = out_console()
-        cfg = load_config(model_yaml)
-        space = resolve_space(cfg)
+        cfg, space = load(model_yaml)
         described = space.describe()
         console.print(config_yaml(_shown(cfg), described, show_all), highlight=False)
         console.print(space_table(described, show_all))

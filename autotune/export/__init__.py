@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from autotune import tasks
 from autotune.errors import ConfigError
 from autotune.export._form import Form
 from autotune.export._hf import hf
@@ -39,16 +40,12 @@ FORMATS: dict[str, Callable[[Winner], Form]] = {
     "torchtitan": torchtitan,
     "json": _json,
 }
-# The formats that translate a training configuration, by workload.task (any other task: json only). A property of
-# the task, kept here until the Task plug-in (autotune/tasks) carries it.
-_TRAINING = ("torchrun", "hf", "lightning", "torchtitan", "json")
-APPLIES: dict[str, tuple[str, ...]] = {"train": _TRAINING, "command": ("command", *_TRAINING)}
 ALL = "all"  # --format all: every format that applies, not only those that fit the study
 
 
 def formats_of(w: Winner) -> tuple[str, ...]:
     """The formats that apply to this winner; the command form needs best.yaml's command section."""
-    found = APPLIES.get(w.task, ("json",))
+    found = tasks.task(w.task).exports  # the Task plug-in's forms (autotune/tasks)
     return tuple(f for f in found if f != "command" or w.command is not None)
 
 

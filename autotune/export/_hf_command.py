@@ -81,7 +81,8 @@ def typed(w: Winner, groups: list[list[str]], names: list[str]) -> dict[str, Any
     TrainingArguments itself, whose checks want the job's GPU: --tf32 true needs an Ampere)."""
     from transformers import HfArgumentParser, TrainingArguments
 
-    parser = HfArgumentParser(TrainingArguments, exit_on_error=False)
+    # transformers types its parameter NewType("DataClassType", Any), which no class is
+    parser = HfArgumentParser(TrainingArguments, exit_on_error=False)  # type: ignore[arg-type]
     tokens = [t for g in groups for t in g]
     try:
         parsed, _ = parser.parse_known_args(tokens)

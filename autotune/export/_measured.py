@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from autotune import command_render
+from autotune import command_render, redact
 from autotune.command_render import text_of
 from autotune.errors import ConfigError
 from autotune.export._winner import ENV_KNOBS, Winner
@@ -89,9 +89,9 @@ def shell_word(text: str, masked: str) -> str:
     for part in parts:
         if not part:
             continue
-        if part == command_render.MASK:
+        if part == redact.MASK:
             words.append(f'"${{{masked}:?a secret masked in best.yaml: export {masked}}}"')
-        elif (ref := command_render.ENV_REFERENCE.fullmatch(part)) is not None:
+        elif (ref := redact.ENV_REFERENCE.fullmatch(part)) is not None:
             words.append(f'"${{{ref.group(1)}}}"')
         else:
             words.append(shlex.quote(part))
@@ -102,13 +102,13 @@ def secret_lines(m: Measured) -> list[str]:
     """What the forms say of the command's secrets: `{env:NAME}` taken from your environment, a
     value masked in best.yaml (never stored) to be given back by hand."""
     texts = [*m.argv, *m.env.values()]
-    refs = sorted({r.group(1) for t in texts for r in command_render.ENV_REFERENCE.finditer(t)})
+    refs = sorted({r.group(1) for t in texts for r in redact.ENV_REFERENCE.finditer(t)})
     masked = [
         f"command.argv[{i}] as $SECRET_ARG_{i}"
         for i, a in enumerate(m.argv)
-        if command_render.MASK in a
+        if redact.MASK in a
     ]
-    masked += [f"command.env.{k} as ${k}" for k, v in m.env.items() if command_render.MASK in v]
+    masked += [f"command.env.{k} as ${k}" for k, v in m.env.items() if redact.MASK in v]
     lines = (
         [f"# from your environment: {', '.join(refs)} ({{env:NAME}} in the study's YAML)"]
         if refs

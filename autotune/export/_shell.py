@@ -7,7 +7,7 @@ import shlex
 
 from autotune.command_render import text_of
 from autotune.export._form import Form, env_block, launcher, missing_lines
-from autotune.command_render import MASK
+from autotune.redact import MASK
 from autotune.export._measured import (
     RUN_DIR_NOTE,
     config_lines,

@@ -25,6 +25,7 @@ from autotune.knobs._knob import (
     Knob,
     Not,
     Note,
+    TaskName,
 )
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "Knob",
     "Not",
     "Note",
+    "TaskName",
     "apply_notes",
     "check_rows",
     "defaults",

@@ -13,7 +13,9 @@ CE_CHUNKS = 8  # cross_entropy chunked: the tokens' slices, each with its own lo
 POWERSGD_START = 2  # ddp_comm_hook powersgd compresses from this step on (PowerSGD's minimum with error feedback)
 
 
-TASKS = ("train", "generate", "command")  # workload.task values; each knob says which of them it acts in
+# workload.task values; each knob says which of them it acts in
+TaskName = Literal["train", "generate", "command"]
+TASKS: tuple[TaskName, ...] = get_args(TaskName)
 BOTH = ("train", "generate")
 TRAIN_AND_COMMAND = ("train", "command")
 ALL = TASKS  # command: a knob the user maps onto their own command (task command)
@@ -61,7 +63,8 @@ class Knob:
         """Whether this knob acts when its only_with knob has `value`."""
         assert self.only_with is not None
         want = self.only_with[1]
-        return value != want.value if isinstance(want, Not) else value == want
+        acts: bool = value != want.value if isinstance(want, Not) else value == want
+        return acts
 
     def choices(self) -> tuple[Any, ...]:
         """The closed set of values (a Literal type), else ()."""

@@ -19,7 +19,7 @@ from autotune.documents.best_file import (
 )
 from autotune.record import Metric, TrialRecord
 from autotune.redact import mask_command
-from autotune.search.history import History, current_confirmation, value_of
+from autotune.search.history import History, completed_value, current_confirmation, value_of
 from autotune.search.storage import mask_url
 
 if TYPE_CHECKING:
@@ -40,9 +40,10 @@ def _chosen(study: optuna.Study, h: History) -> tuple[optuna.trial.FrozenTrial, 
                 f"{len(conf['candidates'])}): {conf['why']}"
             ),
         )
-    best = h.best()
-    assert best is not None
-    return best, None, f"highest median tokens/s per GPU of {len(h.completed)} completed trials (not confirmed)"
+    top = h.best()
+    assert top is not None
+    why = f"highest median tokens/s per GPU of {len(h.completed)} completed trials (not confirmed)"
+    return top, None, why
 
 
 def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, storage: str) -> Path:
@@ -58,7 +59,7 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
         "name": cfg.name,
         "chosen": {"trial": best.number, "why": why},
         "knobs": knobs,
-        "metrics": _metrics(record, value, value_of(best), value_of(base) if base else None),
+        "metrics": _metrics(record, value, completed_value(best), value_of(base) if base else None),
         "confirmation": None
         if not conf
         else [
@@ -76,7 +77,7 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
         "baseline": {
             "trial": base.number if base else None,
             "knobs": base.user_attrs["knobs"] if base else None,
-            Metric.TOKENS_PER_GPU: round(value_of(base), 1) if base else None,
+            Metric.TOKENS_PER_GPU: round(completed_value(base), 1) if base else None,
         },
         "fingerprint": fp,
         **_front(study),
@@ -108,7 +109,7 @@ def _value(best: optuna.trial.FrozenTrial, stats: dict[str, Any] | None) -> floa
     processes); the search's single measurement of the winner is kept beside it (the best of many, so
     optimistic)."""
     confirmed = stats["median"] if stats else None
-    return confirmed or value_of(best)
+    return confirmed or completed_value(best)
 
 
 def _interval(samples: list[float]) -> dict[str, Any]:

@@ -43,7 +43,7 @@ def confirm(
     numbers = [t.number for t in candidates]
     samples: dict[int, list[float]] = {n: [] for n in numbers}
     failures: dict[int, list[str]] = {n: [] for n in numbers}
-    previous = study.user_attrs.get("confirmation")
+    previous: dict[str, Any] | None = study.user_attrs.get("confirmation")
     if previous and previous["candidates"] == numbers:  # an interrupted confirmation of the same top: go on from it
         if previous["rounds_done"] >= rounds:
             return previous
@@ -68,6 +68,7 @@ def confirm(
             value = None
             if record.status == "ok":
                 value = record.tokens_per_gpu
+                assert value is not None  # an ok record has its metrics (runner.record_of)
                 samples[t.number].append(value)
             else:
                 failures[t.number].append(f"{record.status}: {reason_line(record.reason)}")

@@ -104,17 +104,24 @@ class History:
         return h
 
     def best(self) -> optuna.trial.FrozenTrial | None:
-        return max(self.completed, key=value_of, default=None)
+        return max(self.completed, key=completed_value, default=None)
 
     def ranked(self) -> list[optuna.trial.FrozenTrial]:
         """Completed trials, best first."""
-        return sorted(self.completed, key=value_of, reverse=True)
+        return sorted(self.completed, key=completed_value, reverse=True)
 
 
 def value_of(t: optuna.trial.FrozenTrial) -> float | None:
     """A trial's tokens/s per GPU: its value, the first of a pareto study's two (the second: p99 time per output
     token). Optuna's FrozenTrial.value refuses multi-objective trials, so everything reads it through here."""
     return t.values[0] if t.values else None
+
+
+def completed_value(t: optuna.trial.FrozenTrial) -> float:
+    """value_of a trial of History.completed, which has a value (_readable)."""
+    value = value_of(t)
+    assert value is not None
+    return value
 
 
 def _readable(t: optuna.trial.FrozenTrial) -> bool:

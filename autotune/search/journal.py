@@ -17,7 +17,7 @@ from autotune.errors import StudyError
 
 def repair(path: Path) -> str | None:
     """Cut a torn last record off the journal (None: nothing to do); StudyError for damage before the end."""
-    import optuna
+    import optuna.storages.journal
 
     if not path.is_file() or path.stat().st_size == 0:
         return None

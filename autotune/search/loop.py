@@ -70,7 +70,8 @@ class SearchResult:
     @property
     def chosen_number(self) -> int | None:
         if self.confirmation:
-            return self.confirmation["chosen"]
+            chosen: int = self.confirmation["chosen"]
+            return chosen
         return self.best.number if self.best else None
 
 
@@ -86,13 +87,15 @@ def run_search(
     gpus: list[str] | None = None,
     observer: Observer | None = None,
     warm_start_from: Path | None = None,
+    space: ResolvedSpace | None = None,
 ) -> SearchResult:
     """Run (or resume) the study until `trials` trials were launched, the timeout, or the space is exhausted;
     then confirm the top configurations and write best.yaml (also when interrupted).
 
     gpus: run one trial per listed GPU at once (each pinned with CUDA_VISIBLE_DEVICES); on the CPU the
     list only sets how many trials run at once. warm_start_from: another study's folder whose measured
-    trials of this model start the study (search/warm.py).
+    trials of this model start the study (search/warm.py). space: cfg's space as config_load.validate
+    resolved it for `device` (resolved here when not given).
     """
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our own view reports trials
     if storage is not None:
@@ -100,7 +103,7 @@ def run_search(
     preflight()
     tracker = tracking.start(cfg.study.tracking, cfg.name, out_root / cfg.name)  # before the study is made
     device = device or default_device()
-    space = resolve_space(cfg, device)
+    space = space if space is not None else resolve_space(cfg, device)
     groups = gpu_groups(cfg, device, gpus)
     if cfg.study.compile_cache:
         paths.writable_dir(Path(cfg.study.compile_cache), "study.compile_cache")
@@ -151,7 +154,7 @@ class _Search:
         budget: int,
         observer: Observer,
         sampler: optuna.samplers.BaseSampler | None = None,
-        measure_fn: Callable[..., dict[str, Any]] = measure,
+        measure_fn: Callable[..., TrialRecord] = measure,
     ) -> None:
         """sampler and measure_fn: the study's sampler and the measurement, replaced only by the replay of a
         recorded landscape (search/replay.py), which runs this same loop without a GPU."""
@@ -176,7 +179,7 @@ class _Search:
         gpus = [g["memory_gib"] for g in detect()["gpus"]] if device == "cuda" else []
         self.memory = (
             predict.Memory(self.bench.model, cfg.workload.world_size, min(gpus) if gpus else None)
-            if tasks.task(cfg.workload.task).estimates_memory
+            if tasks.task(cfg.workload.task).estimates_memory and self.bench.model is not None
             else None
         )
         # one-rank trials report their steps and may be pruned; ranks would have to agree on where to stop
@@ -185,7 +188,8 @@ class _Search:
             cfg.study.prune_below if cfg.workload.world_size == 1 and cfg.study.objective != "pareto" else 0.0
         )
         self.slots: queue.Queue[str | None] = queue.Queue()
-        for slot in groups or [None]:
+        slots: list[str | None] = [*groups] if groups else [None]
+        for slot in slots:
             self.slots.put(slot)
         self.n_jobs = len(groups) if groups else 1
         staging = stages.staging(cfg.study, space, budget, cfg.workload.task)
@@ -193,7 +197,8 @@ class _Search:
         self.schedule = Schedule(study, space, staging, budget, self.n_jobs, cfg.study.seed, grid)
         self.plan = self.schedule.plan
         self.stop = threading.Event()
-        self.spans: dict[int, list[float | None]] = {}  # trial -> [start, end]: which trials overlapped which
+        # trial -> (start, end): which trials overlapped which
+        self.spans: dict[int, tuple[float, float | None]] = {}
         self.spans_lock = threading.Lock()
         self.new_trials, self.stop_reason = 0, "budget reached"
 
@@ -244,7 +249,7 @@ class _Search:
         self.observer.trial_started(trial.number, index, knobs)
         trial.set_user_attr("gpu", slot)
         with self.spans_lock:
-            self.spans[trial.number] = [time.time(), None]
+            self.spans[trial.number] = (time.time(), None)
 
         run_dir = self.runs / f"{trial.number:04d}"
         watch = ProgressWatch(trial, run_dir, self.prune_below) if self.prune_below else None
@@ -304,7 +309,11 @@ class _Search:
         """Enqueue the baseline (and the grid), run the objective until done; returns why it stopped.
         tracker: logs each trial this worker tells (search/tracking)."""
         cfg, study = self.cfg, self.study
-        callbacks = [self.told, self.stop_when_done, *([tracker] if tracker else [])]
+        callbacks: list[Callable[[optuna.Study, optuna.trial.FrozenTrial], None]] = [
+            self.told,
+            self.stop_when_done,
+            *([tracker] if tracker else []),
+        ]
         self.drive = Drive(study, self.objective, callbacks, self.n_jobs, self.stop)
         reap_lost_workers(study, self.grace)
         if cfg.study.objective != "pareto":  # one objective: a recovered trial's value is its tokens/s
@@ -367,8 +376,8 @@ class _Search:
     def _overlapped(self, number: int) -> list[int]:
         """Trials measured at the same time as this one, on other GPUs."""
         with self.spans_lock:
-            self.spans[number][1] = time.time()
-            start, end = self.spans[number]
+            start, end = self.spans[number][0], time.time()
+            self.spans[number] = (start, end)
             return sorted(
                 n for n, (s0, e0) in self.spans.items() if n != number and s0 < end and (e0 is None or e0 > start)
             )

@@ -186,8 +186,8 @@ def failure(
             f"predicted: peak memory {peak:.1f} GiB (a line in {size} through trials "
             f"{', '.join(map(str, numbers))}) is above the GPU's {capacity:.1f} GiB"
         )
-    if (bound := memory_bound(h, knobs, mem)) is not None:
-        peak, capacity, n = bound
+    if (mem_bound := memory_bound(h, knobs, mem)) is not None:
+        peak, capacity, n = mem_bound
         how = f"calibrated on {n} measured peak(s)" if n else f"uncalibrated, over {UNCALIBRATED_MARGIN:.2f}x"
         return "oom", f"predicted: the memory estimate {peak:.1f} GiB ({how}) is above the GPU's {capacity:.1f} GiB"
     return None

@@ -56,11 +56,12 @@ class Landscape:
 
     @property
     def optimum(self) -> float:
-        return max(
+        best: float = max(
             self.tokens_per_step / statistics.median(p["step_times_s"])
             for p in self.points.values()
             if p["status"] == "ok"
         )
+        return best
 
 
 def _replayed_measure(landscape: Landscape, rng: random.Random) -> Callable[..., TrialRecord]:

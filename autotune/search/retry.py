@@ -43,7 +43,7 @@ def _limit() -> float:
         return RETRY_S
 
 
-def _call(method: Any, name: str, args: tuple, kwargs: dict) -> Any:
+def _call(method: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     deadline, pause, tried = time.monotonic() + _limit(), 0.5, False
     while True:
         try:
@@ -75,6 +75,27 @@ class RetryingStorage(optuna.storages.BaseStorage):
 
     def __init__(self, inner: optuna.storages.BaseStorage) -> None:
         self._inner = inner
+
+    # BaseStorage's abstract methods, named here so that type checkers see a concrete class; the
+    # loop below wraps every public method alike
+    create_new_study = _retried("create_new_study")
+    delete_study = _retried("delete_study")
+    set_study_user_attr = _retried("set_study_user_attr")
+    set_study_system_attr = _retried("set_study_system_attr")
+    get_study_id_from_name = _retried("get_study_id_from_name")
+    get_study_name_from_id = _retried("get_study_name_from_id")
+    get_study_directions = _retried("get_study_directions")
+    get_study_user_attrs = _retried("get_study_user_attrs")
+    get_study_system_attrs = _retried("get_study_system_attrs")
+    get_all_studies = _retried("get_all_studies")
+    create_new_trial = _retried("create_new_trial")
+    set_trial_param = _retried("set_trial_param")
+    set_trial_state_values = _retried("set_trial_state_values")
+    set_trial_intermediate_value = _retried("set_trial_intermediate_value")
+    set_trial_user_attr = _retried("set_trial_user_attr")
+    set_trial_system_attr = _retried("set_trial_system_attr")
+    get_trial = _retried("get_trial")
+    get_all_trials = _retried("get_all_trials")
 
     def __getattr__(self, name: str) -> Any:  # what BaseStorage does not declare (the RDB engine, ...)
         return getattr(self._inner, name)

@@ -98,7 +98,7 @@ class Schedule:
         h = History.of(self.study)
         waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
         wanted = self.n_jobs + 1 - len(waiting)
-        next_points = []
+        next_points: list[dict[str, Any]] = []
         while wanted > len(next_points) and self.grid_order:
             p = self.grid_order.pop(0)
             if key(self.space.knobs(p)) not in h.seen:

@@ -34,7 +34,7 @@ import optuna
 from autotune import knobs as catalogue
 from autotune import tasks
 from autotune.search import boundary, predict
-from autotune.search.history import History, key, value_of
+from autotune.search.history import History, completed_value, key, value_of
 from autotune.space import ResolvedSpace
 
 PATIENCE_MIN = 8  # study.patience's default: half the budget, at least this many trials
@@ -179,7 +179,7 @@ def variants(
     knobs = trial.user_attrs.get("knobs") or {}
     mine = plan.arithmetic(knobs)
     peers = [t for t in h.completed if plan.arithmetic(t.user_attrs["knobs"]) == mine]
-    if not peers or max(peers, key=value_of).number != trial.number:
+    if not peers or max(peers, key=completed_value).number != trial.number:
         return []
     out = []
     for name in (*plan.deferred, *plan.dependent):

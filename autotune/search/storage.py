@@ -8,10 +8,11 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 import optuna
+import optuna.storages.journal
 
 from autotune import paths
 from autotune.errors import ConfigError, StudyError, excerpt
@@ -153,7 +154,9 @@ def open_study(
     if not fresh:
         _refuse_other_config(cfg.name, storage, url, config, device, study_dir if default_storage else None)
     study_dir.mkdir(parents=True, exist_ok=True)
-    directions = ["maximize", "minimize"] if cfg.study.objective == "pareto" else ["maximize"]
+    directions: list[Literal["maximize", "minimize"]] = (
+        ["maximize", "minimize"] if cfg.study.objective == "pareto" else ["maximize"]
+    )
     try:
         study = optuna.create_study(study_name=cfg.name, storage=storage, directions=directions, load_if_exists=True)
     except ValueError as err:  # Optuna refuses to load a study under other directions

@@ -90,7 +90,11 @@ def copy_trials(study: optuna.Study, space: ResolvedSpace, source: optuna.Study)
             continue  # measured under another objective (tokens/s alone against the pareto pair)
         copies.append(
             optuna.trial.create_trial(
-                params=params, distributions=dists, values=t.values, state=t.state, user_attrs=attrs
+                params=params,
+                distributions=dict(dists),  # a dict of BaseDistribution, as Optuna types it
+                values=t.values,
+                state=t.state,
+                user_attrs=attrs,
             )
         )
     study.add_trials(copies)

@@ -37,6 +37,8 @@ class Task(ABC):
     needs_model: ClassVar[bool] = True
     # the staged search's cheap values of this task's own (search/stages.py), beside the catalogue's
     screen: ClassVar[dict[str, Any]] = {}
+    # autotune export's forms of the winner (export.FORMATS' names); json reads any task's
+    exports: ClassVar[tuple[str, ...]] = ("json",)
 
     def user_knobs(self, cfg: Any) -> dict[str, list[Any]]:
         """Knobs the YAML declares itself beside the catalogue's (task command's), name ->

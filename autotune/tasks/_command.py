@@ -7,7 +7,7 @@ import statistics
 from typing import Any, ClassVar
 
 from autotune.tasks._base import Task
-from autotune.tasks._train import derive_accumulation
+from autotune.tasks._train import TRAINING_EXPORTS, derive_accumulation
 
 # autotune's knobs a command may map; those that set environment variables reach it without a
 # mapping
@@ -18,6 +18,8 @@ class Command(Task):
     name: ClassVar[str] = "command"
     needs_model: ClassVar[bool] = False
     columns: ClassVar[tuple[str, ...]] = ("padding",)
+    # your command as measured first, then the training forms
+    exports: ClassVar[tuple[str, ...]] = ("command", *TRAINING_EXPORTS)
     # a job compiles the whole model for each new shape: the search screens without it and measures
     # compile on the leaders (search/stages.py's finals)
     screen: ClassVar[dict[str, Any]] = {"compile": False}
@@ -186,8 +188,9 @@ def _lightning_env(name: str, cfg: Any) -> bool:
         return False
     table = LIGHTNING_ENV[name][1]
     values = getattr(cfg.space, name)
-    listed = values if isinstance(values, list) and table is not None else []
-    missing = [v for v in listed if v not in table]
+    if table is None or not isinstance(values, list):
+        return True
+    missing = [v for v in values if v not in table]
     if missing:
         raise ValueError(
             f"space.{name}: {missing[0]} has no Lightning precision (PL_TRAINER_PRECISION takes "

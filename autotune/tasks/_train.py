@@ -7,11 +7,16 @@ from typing import Any, ClassVar
 from autotune.tasks._base import Task
 
 
+# A training configuration translated into each framework's form (autotune export)
+TRAINING_EXPORTS = ("torchrun", "hf", "lightning", "torchtitan", "json")
+
+
 class Train(Task):
     name: ClassVar[str] = "train"
     estimates_memory: ClassVar[bool] = True
     loss_check: ClassVar[bool] = True
     columns: ClassVar[tuple[str, ...]] = ("MFU",)
+    exports: ClassVar[tuple[str, ...]] = TRAINING_EXPORTS
 
     def batch_rule(self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]) -> None:
         """With global_batch_size, the micro-batch sizes that divide it, the accumulation derived from them;

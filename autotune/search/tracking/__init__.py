@@ -93,9 +93,11 @@ def _sink(name: str, tracking: TrackingConfig, study_name: str, study_dir: Path)
         if name == "mlflow":
             from autotune.search.tracking._mlflow import MlflowSink
 
+            assert tracking.mlflow is not None  # a sink is started for a section given only
             return MlflowSink(tracking.mlflow, study_name)
         from autotune.search.tracking._wandb import WandbSink
 
+        assert tracking.wandb is not None
         return WandbSink(tracking.wandb, study_name, study_dir)
     except Exception as err:  # the library's own failure, whatever it is
         log.warning(
@@ -137,8 +139,8 @@ def with_overrides(cfg: Config, *, mlflow: str | None = None, wandb: str | None 
             update={"tracking_uri": _validated(MlflowConfig, "tracking_uri", mlflow)}
         )
     if wandb is not None:
-        section = tracking.wandb or WandbConfig()
-        update["wandb"] = section.model_copy(
+        wandb_section = tracking.wandb or WandbConfig()
+        update["wandb"] = wandb_section.model_copy(
             update={"project": _validated(WandbConfig, "project", wandb)}
         )
     if not update:
@@ -147,12 +149,13 @@ def with_overrides(cfg: Config, *, mlflow: str | None = None, wandb: str | None 
     return cfg.model_copy(update={"study": study})
 
 
-def _validated(model: type, field: str, value: str) -> str:
+def _validated(model: type[MlflowConfig] | type[WandbConfig], field: str, value: str) -> str:
     """The value as the YAML's field takes it (--mlflow '' fails as study.tracking.mlflow would)."""
     from pydantic import ValidationError
 
     try:
-        return getattr(model.model_validate({field: value}), field)
+        validated: str = getattr(model.model_validate({field: value}), field)
+        return validated
     except ValidationError as err:
         flag = "--mlflow" if field == "tracking_uri" else "--wandb"
         raise ConfigError(

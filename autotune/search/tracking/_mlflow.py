@@ -59,6 +59,7 @@ class MlflowSink:
         status = RUN_STATUS[trial.state.name]
         if status != "FINISHED":
             run = mlflow.last_active_run()  # the run the callback just ended (this thread's)
+            assert run is not None
             mlflow.MlflowClient().set_terminated(run.info.run_id, status)
 
     def _callback(self, trial: LoggedTrial) -> Any:
