@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 HAS_TORCH := $(shell $(PYTHON) -c 'import torch' 2>/dev/null && echo yes)
 VENV_FLAGS := $(if $(HAS_TORCH),--system-site-packages,)
 
-.PHONY: setup demo test test-fast clean
+.PHONY: setup demo lint test test-fast clean
 
 setup: $(VENV)/.done
 
@@ -21,12 +21,27 @@ $(VENV)/.done: pyproject.toml
 demo: setup
 	$(BIN)/autotune search search_spaces/tiny.yaml --fresh
 
+# Two pytest-xdist workers, not -n auto: a test's trials are processes of their own (torch with its
+# own threads, two ranks for torchrun), so on CI's 2 cores a third worker only queues, and on a
+# 16-core GPU node -n auto would start 16 at once. TEST_WORKERS=4 make test where cores are many.
+# worksteal: an idle worker takes tests queued for the other (a test lasts 0.01 s to minutes). The
+# GPU tests take turns on a lock the workers share (tests/conftest.py): never two on one GPU.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+
+# One formatting rule, enforced (STYLE.md): ruff format and ruff check at 100 columns over the whole
+# repository ([tool.ruff]), strict mypy on the core folders ([tool.mypy]). .ci/run runs it first.
+lint: setup
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
 test: setup
-	$(BIN)/python -m pytest -q tests
+	$(PYTEST) tests
 
 # the inner loop: every test but the real searches, checks and multi-process runs (marked slow)
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow" tests
+	$(PYTEST) -m "not slow" tests
 
 clean:
 	rm -rf $(VENV) trials/tiny trials/tiny.archived-*

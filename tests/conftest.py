@@ -1,37 +1,96 @@
-"""Shared fixtures and helpers: a tiny model YAML, the real CLI in a subprocess, polling with a deadline."""
+"""Shared fixtures and helpers: a tiny model YAML, the real CLI in a subprocess, polling with a
+deadline."""
 
 from __future__ import annotations
 
 import copy
+import fcntl
+import itertools
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-# Device locks of this test session apart from any other autotune process on the machine (locks.py): a test
-# never waits on a real search, and a search never waits on the tests. setdefault: a session may choose its own.
+# Device locks of this test session apart from any other autotune process on the machine (locks.py):
+# a test never waits on a real search, and a search never waits on the tests. setdefault: a session
+# may choose its own.
 os.environ.setdefault("AUTOTUNE_LOCK_NAMESPACE", f"tests-{os.getpid()}")
+
+# The mark of the running test in the environment of every process it starts (SCOPE=<pid>.<n>). An
+# environment is inherited through every fork and exec: into a session of its own (autotune starts
+# each trial, probe and standby in one: launch.py, probe.py, prestart.py) and after the parent died
+# (kill -9: the orphans are init's), where neither a session id nor the parent chain finds them.
+# Leftover checks look for this mark, so two tests, or two xdist workers, never see each other's.
+SCOPE = "AUTOTUNE_TEST_SCOPE"
+_scopes = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def _one_gpu_test_at_a_time(request, tmp_path_factory) -> Iterator[None]:
+    """A GPU test (marked gpu) holds a lock that the run's pytest-xdist workers share (`make test`
+    starts two): never two measure on one GPU at once. A lock, not xdist_group: --dist loadgroup
+    silently stops grouping with pytest 9.2 (pytest-xdist issue 1386)."""
+    if not (request.node.get_closest_marker("gpu") and os.environ.get("PYTEST_XDIST_WORKER")):
+        yield
+        return
+    # each worker's base folder is <the run's>/popen-gwN: the parent is the run's, shared
+    with open(tmp_path_factory.getbasetemp().parent / "gpu.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield  # the lock ends with the file's close
+
+
+@pytest.fixture(autouse=True)
+def _own_processes(monkeypatch) -> None:
+    """This test's mark (SCOPE), for the processes it starts."""
+    monkeypatch.setenv(SCOPE, f"{os.getpid()}.{next(_scopes)}")
+
 
 TINY: dict[str, Any] = {
     "name": "t",
-    "model": {"family": "gpt", "n_layers": 1, "d_model": 32, "n_heads": 2, "vocab_size": 128, "seq_len": 16},
-    "workload": {"task": "train", "global_batch_size": 8, "world_size": 1, "warmup_steps": 1, "measure_steps": 2},
-    "space": {"micro_batch_size": [2, 4, 8], "precision": ["fp32", "bf16"], "grad_accum_steps": "auto",
-              "compile": False},
-    "study": {"trials": 3, "timeout_min": 5, "sampler": "tpe", "seed": 0, "trial_timeout_min": 2, "confirm_rounds": 0},
+    "model": {
+        "family": "gpt",
+        "n_layers": 1,
+        "d_model": 32,
+        "n_heads": 2,
+        "vocab_size": 128,
+        "seq_len": 16,
+    },
+    "workload": {
+        "task": "train",
+        "global_batch_size": 8,
+        "world_size": 1,
+        "warmup_steps": 1,
+        "measure_steps": 2,
+    },
+    "space": {
+        "micro_batch_size": [2, 4, 8],
+        "precision": ["fp32", "bf16"],
+        "grad_accum_steps": "auto",
+        "compile": False,
+    },
+    "study": {
+        "trials": 3,
+        "timeout_min": 5,
+        "sampler": "tpe",
+        "seed": 0,
+        "trial_timeout_min": 2,
+        "confirm_rounds": 0,
+    },
     "baseline": {"micro_batch_size": 2, "precision": "fp32"},
 }
 
 
 def tiny(**overrides: Any) -> dict[str, Any]:
-    """The tiny config with sections merged from overrides (section=dict) or top-level keys replaced."""
+    """The tiny config with sections merged from overrides (section=dict) or top-level keys
+    replaced."""
     data = copy.deepcopy(TINY)
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):
@@ -58,19 +117,38 @@ def _env(env: dict[str, str] | None) -> dict[str, str]:
     return {**full, **(env or {})}
 
 
-def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """The real `autotune` command in a subprocess (exit codes, signals and files are real)."""
-    return subprocess.run([sys.executable, "-m", "autotune.cli", *args], cwd=cwd, env=_env(env),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "autotune.cli", *args],
+        cwd=cwd,
+        env=_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def start_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """The real `autotune` command, started in the background (to be interrupted or killed)."""
-    return subprocess.Popen([sys.executable, "-m", "autotune.cli", *args], cwd=cwd, env=_env(env),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # its own session: a signal meant for the test run (a terminal's Ctrl-C) never reaches it; only
+    # the test signals it
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune.cli", *args],
+        cwd=cwd,
+        env=_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
-def wait_until(condition: Callable[[], Any], seconds: float = 120, what: str = "the condition") -> Any:
+def wait_until(
+    condition: Callable[[], Any], seconds: float = 120, what: str = "the condition"
+) -> Any:
     """Poll until condition() is true (returns its value); fail the test after `seconds`."""
     deadline = time.monotonic() + seconds
     while True:
@@ -92,29 +170,74 @@ def alive(pid: int) -> bool:
     return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def ours(pid: int | str) -> bool:
+    """Whether process pid is this test's: its mark (SCOPE) in the process's environment."""
+    mark = f"{SCOPE}={os.environ[SCOPE]}".encode()
+    try:
+        return mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:  # gone, or not ours to read
+        return False
+
+
 def processes_with(needle: str) -> list[str]:
-    """Pids of processes whose command line contains needle (found through /proc)."""
+    """Pids of this test's processes (ours) whose command line contains needle, found through
+    /proc. A process that is exiting may already show neither: where a test relies on one being
+    reaped, it waits for `not alive(pid)`."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if needle in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode():
-                found.append(pid)
-        except OSError:
-            pass
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:  # gone
+            continue
+        if needle in cmdline and ours(pid):
+            found.append(pid)
     return found
 
 
 def none_left(needle: str, seconds: float = 15) -> None:
-    """Assert that no process naming needle is left (they may take a moment to exit)."""
-    wait_until(lambda: not processes_with(needle), seconds, f"the end of every process naming {needle}")
+    """Assert that none of this test's processes naming needle is left (they may take a moment to
+    exit)."""
+    wait_until(
+        lambda: not processes_with(needle), seconds, f"the end of every process naming {needle}"
+    )
 
 
-def interrupt_when_running(proc: subprocess.Popen, spec_files: Callable[[], list[Path]], count: int = 1,
-                           sig: int = signal.SIGINT) -> tuple[str, str]:
-    """Send `sig` once `count` trial processes have started training (their spec files exist and the trial
+def finishes(work: Callable[[], Any], seconds: float = 300, what: str = "the call") -> Any:
+    """work()'s value (or its exception), run in a thread: a hang guard for an in-process call, as a
+    subprocess's timeout= is for a child. Fails the test when work() has not returned after
+    `seconds`, a bound far above its cost (it stands for "never", not for a speed)."""
+    done: list[Any] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(work())
+        except BaseException as err:  # handed to the test's thread
+            failed.append(err)
+
+    thread = threading.Thread(target=run, name="finishes", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise AssertionError(f"{what} did not return within {seconds} s (a hang guard)")
+    if failed:
+        raise failed[0]
+    return done[0]
+
+
+def interrupt_when_running(
+    proc: subprocess.Popen,
+    spec_files: Callable[[], list[Path]],
+    count: int = 1,
+    sig: int = signal.SIGINT,
+) -> tuple[str, str]:
+    """Send `sig` once `count` trial processes have started training (their spec files exist and the
+    trial
     process has got past its start), then wait for the command to end; returns its output."""
-    specs = wait_until(lambda: (lambda found: found if len(found) >= count else None)(spec_files()),
-                       what=f"{count} trial(s) starting")
+    specs = wait_until(
+        lambda: (lambda found: found if len(found) >= count else None)(spec_files()),
+        what=f"{count} trial(s) starting",
+    )
     wait_until(lambda: all(processes_with(str(s)) for s in specs), 30, "the trial processes")
     proc.send_signal(sig)
     return proc.communicate(timeout=60)
@@ -124,4 +247,6 @@ def load_trials(out: Path, name: str = "t") -> list[Any]:
     """The trials of study `name` in OUT/<name>/study.db."""
     import optuna
 
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{out / name / 'study.db'}").get_trials()
+    return optuna.load_study(
+        study_name=name, storage=f"sqlite:///{out / name / 'study.db'}"
+    ).get_trials()

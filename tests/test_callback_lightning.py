@@ -1,5 +1,7 @@
-"""autotune.callbacks.lightning: a real tiny Lightning training on CPU reports its optimizer steps (two batches
-each: accumulate_grad_batches=2) with their real tokens, stops once autotune has them, and does nothing
+"""autotune.callbacks.lightning: a real tiny Lightning training on CPU reports its optimizer steps
+(two batches
+each: accumulate_grad_batches=2) with their real tokens, stops once autotune has them, and does
+nothing
 outside autotune."""
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ class TinyLM(pl.LightningModule):
 
 
 def _batches(n: int) -> list[dict[str, torch.Tensor]]:
-    """n dict batches of random tokens, each row right-padded to SEQ after a random length (1..SEQ)."""
+    """n dict batches of random tokens, each row right-padded to SEQ after a random length
+    (1..SEQ)."""
     gen = torch.Generator().manual_seed(0)
     batches = []
     for _ in range(n):
@@ -49,7 +52,9 @@ def _batches(n: int) -> list[dict[str, torch.Tensor]]:
     return batches
 
 
-def _fit(callback: AutotuneCallback, batches: list[dict[str, torch.Tensor]], max_steps: int) -> pl.Trainer:
+def _fit(
+    callback: AutotuneCallback, batches: list[dict[str, torch.Tensor]], max_steps: int
+) -> pl.Trainer:
     trainer = pl.Trainer(
         accelerator="cpu",
         max_steps=max_steps,
@@ -60,7 +65,8 @@ def _fit(callback: AutotuneCallback, batches: list[dict[str, torch.Tensor]], max
         enable_model_summary=False,
         callbacks=[callback],
     )
-    trainer.fit(TinyLM(), DataLoader(batches, batch_size=None))  # batch_size=None: each item is one batch
+    # batch_size=None: each item is one batch
+    trainer.fit(TinyLM(), DataLoader(batches, batch_size=None))
     return trainer
 
 
@@ -82,7 +88,9 @@ def _expected(batches: list[dict[str, torch.Tensor]], steps: int) -> list[tuple[
     return [(sum(r for r, _ in g), sum(p for _, p in g)) for g in groups]
 
 
-def test_callback_lightning_reports_optimizer_steps_and_stops(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_callback_lightning_reports_optimizer_steps_and_stops(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     path = tmp_path / "report.jsonl"
     reporter = _reporter(monkeypatch, path)
     batches = _batches(100)
@@ -91,12 +99,16 @@ def test_callback_lightning_reports_optimizer_steps_and_stops(monkeypatch: pytes
     lines = _lines(path)
     steps = [line for line in lines if "step" in line]
     assert [(s["tokens"], s["padded"]) for s in steps] == _expected(batches, 5)
-    assert all(s["tokens"] < s["padded"] for s in steps)  # the batches have padding, and it is left out
+    # the batches have padding, and it is left out
+    assert all(s["tokens"] < s["padded"] for s in steps)
     assert all(s["s"] > 0 for s in steps)
     assert lines[-1]["done"] is True and len(lines) == 6
 
 
-def test_callback_lightning_does_nothing_outside_autotune(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_callback_lightning_does_nothing_outside_autotune(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv(reporting.ENV_REPORT, raising=False)
     monkeypatch.setenv(reporting.ENV_STEPS, "2,3")
     monkeypatch.chdir(tmp_path)

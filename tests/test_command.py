@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import alive
 
 from autotune.config_load import load_config
 from autotune.errors import ConfigError
 from autotune.search.loop import run_search
-from conftest import alive
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "tests" / "data" / "jobs" / "fake_job.py"
@@ -60,6 +60,7 @@ def _seen(run_dir: str) -> dict:
 BATCH = {"micro_batch_size": {"flag": "--bs"}, "grad_accum_steps": {"flag": "--accum"}}
 
 
+@pytest.mark.slow
 def test_command_flags_env_and_config_keys_reach_the_job(tmp_path: Path) -> None:
     (tmp_path / "cfg.json").write_text(json.dumps({"train": {"lr": 1.0, "other": "kept"}}))
     knobs = {
@@ -81,21 +82,34 @@ def test_command_flags_env_and_config_keys_reach_the_job(tmp_path: Path) -> None
         assert seen["bs"] == knobs_of["micro_batch_size"] and seen["optim"] == knobs_of["optim"]
         assert seen["config"] == {"train": {"lr": knobs_of["lr"], "other": "kept"}}
         assert seen["env_lr"] == knobs_of["lr_env"]
-        assert rec["metrics"]["padding_pct"] == pytest.approx(100 / 6, abs=0.01)  # 10 of 12 tokens real
-    assert json.loads((tmp_path / "cfg.json").read_text())["train"]["lr"] == 1.0  # the user's file untouched
+        # 10 of 12 tokens real
+        assert rec["metrics"]["padding_pct"] == pytest.approx(100 / 6, abs=0.01)
+    # the user's file untouched
+    assert json.loads((tmp_path / "cfg.json").read_text())["train"]["lr"] == 1.0
 
 
 @pytest.mark.parametrize(
     ("mode", "status", "reason"),
     [
-        ("silent", "crash", r"exited 0 without reporting a step; expected steps in AUTOTUNE_REPORT"),
-        ("early", "crash", r"exited 0 after 2 of 6 steps \(2 warm-up \+ 4 measured\): let it run at least"),
+        # one real job in `make test-fast`: the task's process boundary, a few seconds
         (
+            "silent",
+            "crash",
+            r"exited 0 without reporting a step; expected steps in AUTOTUNE_REPORT",
+        ),
+        pytest.param(
+            "early",
+            "crash",
+            r"exited 0 after 2 of 6 steps \(2 warm-up \+ 4 measured\): let it run at least",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
             "oom",
             "oom",
             r"^out of memory \(2.00 GiB more asked\); lower it with the job's micro-batch or its "
             r"activation checkpointing \(mapped in command.knobs\); the command ran out of memory: "
             r"torch.OutOfMemoryError: CUDA out of memory",
+            marks=pytest.mark.slow,
         ),
     ],
 )
@@ -109,15 +123,20 @@ def test_command_job_that_fails_its_contract_says_so_in_one_line(
     assert __import__("re").search(reason, rec["reason"]), rec["reason"]
 
 
+@pytest.mark.slow
 def test_command_job_that_ignores_the_stop_is_ended_and_measured(tmp_path: Path) -> None:
-    path = _yaml(tmp_path, {"args": ["--mode", "ignore_stop", "--pidfile", str(tmp_path / "pid")], "stop_grace_s": 1})
-    t0 = time.monotonic()
+    path = _yaml(
+        tmp_path,
+        {"args": ["--mode", "ignore_stop", "--pidfile", str(tmp_path / "pid")], "stop_grace_s": 1},
+    )
     rec = _records(_search(path, tmp_path, trials=1))[0]
-    assert rec["status"] == "ok" and time.monotonic() - t0 < 40
-    assert "ignored the stop request" in rec["reason"]
+    assert rec["status"] == "ok", rec["reason"]
+    # ended by stop_grace_s (1 s), not left to the trial's limit (1 min)
+    assert "ignored the stop request: its process group was ended 1 s after" in rec["reason"]
     assert not alive(int((tmp_path / "pid").read_text()))
 
 
+@pytest.mark.slow
 def test_command_job_that_hangs_times_out_with_its_steps_named(tmp_path: Path) -> None:
     path = _yaml(tmp_path, {"args": ["--mode", "hang", "--pidfile", str(tmp_path / "pid")]})
     cfg = load_config(path)
@@ -134,13 +153,19 @@ def test_command_job_that_hangs_times_out_with_its_steps_named(tmp_path: Path) -
     assert not alive(int((tmp_path / "pid").read_text()))
 
 
+@pytest.mark.slow
 def test_command_log_pattern_measures_a_job_that_prints_its_throughput(tmp_path: Path) -> None:
-    command = {"args": ["--mode", "log"], "measure": "log", "log_pattern": r"tps: (?P<tokens_per_s>[0-9,.]+)"}
+    command = {
+        "args": ["--mode", "log"],
+        "measure": "log",
+        "log_pattern": r"tps: (?P<tokens_per_s>[0-9,.]+)",
+    }
     rec = _records(_search(_yaml(tmp_path, command), tmp_path, trials=1))[0]
     assert rec["status"] == "ok", rec["reason"]
     assert rec["metrics"]["tokens_per_s_per_gpu"] == pytest.approx(1000)
 
 
+@pytest.mark.slow
 def test_command_figure_is_what_the_job_delivers_known_by_construction(tmp_path: Path) -> None:
     """Steps of 10, 10, 10 and 50 tokens, each 20 ms plus 2 ms a token: the job delivers 80 tokens
     in 0.24 s, 333 tokens/s; the median of the steps' rates would say 250 (0.75x), the mean tokens
@@ -154,6 +179,7 @@ def test_command_figure_is_what_the_job_delivers_known_by_construction(tmp_path:
     assert "steps after" in window["said"]
 
 
+@pytest.mark.slow
 def test_command_kill_9_of_autotune_leaves_no_process_of_the_job(tmp_path: Path) -> None:
     path = _yaml(tmp_path, {"args": ["--mode", "hang", "--pidfile", str(tmp_path / "pid")]})
     proc = subprocess.Popen(
@@ -184,7 +210,10 @@ BAD = [
         {"knobs": {"micro_batch_size": {"flag": "--bs", "env": "BS"}}},
         r"give exactly one of flag, env or key \(got flag, env\)",
     ),
-    ({"knobs": {"optim": {"flag": "--optim"}}}, r"command.knobs.optim.values: a knob of your own lists its values"),
+    (
+        {"knobs": {"optim": {"flag": "--optim"}}},
+        r"command.knobs.optim.values: a knob of your own lists its values",
+    ),
     (
         {"knobs": {"precision": {"flag": "--p", "values": ["bf16"]}}},
         r"command.knobs.precision.values: precision is autotune's knob",
@@ -193,8 +222,14 @@ BAD = [
         {"knobs": {"attention": {"flag": "--a", "values": ["x"]}}},
         r"command.knobs.attention: attention is a knob of task train, generate",
     ),
-    ({"knobs": {"lr": {"key": "a.b", "values": [1]}}}, r"command.knobs.lr: a key mapping needs command.config_file"),
-    ({"knobs": {"precision": {"flag": "--p", "map": {"fp32": []}}}}, r"command.knobs.precision.map: no entry for bf16"),
+    (
+        {"knobs": {"lr": {"key": "a.b", "values": [1]}}},
+        r"command.knobs.lr: a key mapping needs command.config_file",
+    ),
+    (
+        {"knobs": {"precision": {"flag": "--p", "map": {"fp32": []}}}},
+        r"command.knobs.precision.map: no entry for bf16",
+    ),
     ({"measure": "log"}, r"command.log_pattern: needed with measure log"),
     ({"measure": "log", "log_pattern": "tps: ([0-9]+)"}, r"has no named group tokens_per_s"),
     ({"cwd": "nowhere"}, r"command.cwd: no such folder: 'nowhere'"),
@@ -202,7 +237,9 @@ BAD = [
 
 
 @pytest.mark.parametrize(("command", "message"), BAD)
-def test_command_bad_mapping_is_one_line_naming_the_yaml_path(tmp_path: Path, command: dict, message: str) -> None:
+def test_command_bad_mapping_is_one_line_naming_the_yaml_path(
+    tmp_path: Path, command: dict, message: str
+) -> None:
     path = _yaml(tmp_path, dict(command), {"precision": ["fp32", "bf16"]})
     doc = yaml.safe_load(path.read_text())
     if "precision" not in str(command):
@@ -215,19 +252,34 @@ def test_command_bad_mapping_is_one_line_naming_the_yaml_path(tmp_path: Path, co
 
 def test_command_searched_knob_without_a_mapping_is_refused(tmp_path: Path) -> None:
     path = _yaml(tmp_path, {}, {"micro_batch_size": [2, 4]})
-    with pytest.raises(ConfigError, match=r"space.micro_batch_size: \[2, 4\] set, but command.knobs.micro_batch_size"):
+    with pytest.raises(
+        ConfigError,
+        match=r"space.micro_batch_size: \[2, 4\] set, but command.knobs.micro_batch_size",
+    ):
         load_config(path)
     path = _yaml(
-        tmp_path, {"knobs": {"micro_batch_size": {"flag": "--bs"}}}, {"micro_batch_size": [2, 4]}, global_batch_size=8
+        tmp_path,
+        {"knobs": {"micro_batch_size": {"flag": "--bs"}}},
+        {"micro_batch_size": [2, 4]},
+        global_batch_size=8,
     )
-    with pytest.raises(ConfigError, match=r"command.knobs.grad_accum_steps: needed with workload.global_batch_size"):
+    with pytest.raises(
+        ConfigError, match=r"command.knobs.grad_accum_steps: needed with workload.global_batch_size"
+    ):
         load_config(path)
 
 
 def test_command_sections_belong_to_their_tasks(tmp_path: Path) -> None:
     path = _yaml(tmp_path, {})
     doc = yaml.safe_load(path.read_text())
-    doc["model"] = {"family": "gpt", "n_layers": 1, "d_model": 8, "n_heads": 1, "vocab_size": 16, "seq_len": 8}
+    doc["model"] = {
+        "family": "gpt",
+        "n_layers": 1,
+        "d_model": 8,
+        "n_heads": 1,
+        "vocab_size": 16,
+        "seq_len": 8,
+    }
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(ConfigError, match=r"model: not used with task command"):
         load_config(path)
@@ -252,6 +304,7 @@ def _export_command(best: Path) -> tuple[str, list[str], dict[str, str]]:
     return cwd, argv, env
 
 
+@pytest.mark.slow
 def test_command_export_round_trips_to_the_trial_configuration(tmp_path: Path) -> None:
     knobs = {
         **BATCH,
@@ -261,7 +314,9 @@ def test_command_export_round_trips_to_the_trial_configuration(tmp_path: Path) -
     path = _yaml(tmp_path, {"knobs": knobs}, {"micro_batch_size": [2, 4]}, global_batch_size=8)
     result = _search(path, tmp_path, trials=3)
     chosen = next(
-        t for t in _trials(result) if t.number == yaml.safe_load(result.best_yaml.read_text())["chosen"]["trial"]
+        t
+        for t in _trials(result)
+        if t.number == yaml.safe_load(result.best_yaml.read_text())["chosen"]["trial"]
     )
     cwd, argv, env = _export_command(result.best_yaml)
     # the exported `cd` is relative to the study folder, its interpreter `python` on PATH
@@ -274,7 +329,9 @@ def test_command_export_round_trips_to_the_trial_configuration(tmp_path: Path) -
         text=True,
         timeout=60,
     )
-    exported = json.loads(next(x for x in run.stdout.splitlines() if x.startswith("config:")).removeprefix("config:"))
+    exported = json.loads(
+        next(x for x in run.stdout.splitlines() if x.startswith("config:")).removeprefix("config:")
+    )
     assert exported == _seen(chosen.user_attrs["run_dir"])
 
 
@@ -293,16 +350,21 @@ def test_command_hf_trainer_job_tuned_end_to_end(tmp_path: Path) -> None:
     result = _search(path, tmp_path)
     done = result.history.completed
     assert len(done) >= 4, [t.user_attrs["reason"] for t in _trials(result)]
-    assert {t.user_attrs["knobs"]["precision"] for t in done} == {"fp32", "bf16"}  # bf16 runs on the CPU too
+    # bf16 runs on the CPU too
+    assert {t.user_attrs["knobs"]["precision"] for t in done} == {"fp32", "bf16"}
     assert len({t.user_attrs["knobs"]["optim"] for t in done}) == 2
     for trial in done:
         knobs, seen = trial.user_attrs["knobs"], _seen(trial.user_attrs["run_dir"])
-        assert int(seen["per_device_train_batch_size"]) * int(seen["gradient_accumulation_steps"]) == 16
+        assert (
+            int(seen["per_device_train_batch_size"]) * int(seen["gradient_accumulation_steps"])
+            == 16
+        )
         assert seen["bf16"] == str(knobs["precision"] == "bf16")
         assert seen["gradient_checkpointing"] == str(knobs["activation_checkpointing"] == "full")
         assert seen["optim"].lower().endswith(knobs["optim"].upper().lower())
         assert seen["sampling"] == knobs["sampling"]
-        assert 0 < trial.user_attrs["metrics"]["padding_pct"] < 100  # padded batches of variable lengths
+        # padded batches of variable lengths
+        assert 0 < trial.user_attrs["metrics"]["padding_pct"] < 100
 
 
 @pytest.mark.slow
@@ -318,4 +380,5 @@ def test_command_plain_pytorch_script_tuned(tmp_path: Path) -> None:
     for trial in result.history.completed:
         seen, knobs = _seen(trial.user_attrs["run_dir"]), trial.user_attrs["knobs"]
         assert seen["batch_size"] * seen["accum"] == 16 and seen["optimizer"] == knobs["optimizer"]
-        assert trial.user_attrs["metrics"]["padding_pct"] is None  # the script reports no padded count
+        # the script reports no padded count
+        assert trial.user_attrs["metrics"]["padding_pct"] is None

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_command import _records, _search, _yaml
 
 from autotune.command_render import render
 from autotune.workloads import window as windows
-from test_command import JOB, _records, _search, _yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -93,6 +93,7 @@ def test_window_packed_steps_need_no_cycle() -> None:
     assert w is not None and w.settled and w.cycle is None and w.n == 8
 
 
+@pytest.mark.slow
 def test_command_steps_are_seen_as_they_end(tmp_path: Path) -> None:
     """The job reports each step at once: the trial stops it when its window settles, long before
     the most steps it may ask for, and the record says how the window was measured."""
@@ -103,6 +104,7 @@ def test_command_steps_are_seen_as_they_end(tmp_path: Path) -> None:
     assert window["settled"] and window["warmup_steps"] + window["measured_steps"] < 400
 
 
+@pytest.mark.slow
 def test_command_trial_at_its_limit_keeps_the_steps_it_reported(tmp_path: Path) -> None:
     from autotune.config_load import load_config
     from autotune.search.loop import run_search
@@ -119,6 +121,7 @@ def test_command_trial_at_its_limit_keeps_the_steps_it_reported(tmp_path: Path) 
     assert 10 / 1.5 <= rec["metrics"]["tokens_per_s_per_gpu"] <= 50 / 1.5
 
 
+@pytest.mark.slow
 def test_command_job_that_gave_its_steps_and_ignores_the_stop_past_the_limit_is_measured(
     tmp_path: Path,
 ) -> None:
@@ -128,6 +131,7 @@ def test_command_job_that_gave_its_steps_and_ignores_the_stop_past_the_limit_is_
     assert "at the trial's limit" in rec["reason"]
 
 
+@pytest.mark.slow
 def test_command_job_that_keeps_recompiling_is_stopped_with_the_remedy(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     path = _yaml(tmp_path, {"args": ["--mode", "recompile"]})
@@ -136,6 +140,7 @@ def test_command_job_that_keeps_recompiling_is_stopped_with_the_remedy(tmp_path:
     assert rec["reason"].startswith("recompiling") and "pad to a multiple" in rec["reason"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "mode,pattern,expected",
     [
@@ -156,6 +161,7 @@ def test_command_log_reads_exponents_and_running_counts(
     assert rec["metrics"]["tokens_per_s_per_gpu"] == pytest.approx(expected, rel=0.25)
 
 
+@pytest.mark.slow
 def test_command_log_refuses_an_average_since_the_start(tmp_path: Path) -> None:
     pattern = r"per_second': (?P<tokens_per_s>[0-9.]+)"
     command = {"args": ["--mode", "logavg"], "measure": "log", "log_pattern": pattern}
@@ -164,6 +170,7 @@ def test_command_log_refuses_an_average_since_the_start(tmp_path: Path) -> None:
     assert "average since the start" in rec["reason"] and "measure: hf" in rec["reason"]
 
 
+@pytest.mark.slow
 def test_command_log_that_never_matches_fails_fast_quoting_the_closest_lines(
     tmp_path: Path,
 ) -> None:
@@ -175,9 +182,9 @@ def test_command_log_that_never_matches_fails_fast_quoting_the_closest_lines(
     }
     rec = _records(_search(_yaml(tmp_path, command), tmp_path, trials=1))[0]
     assert rec["status"] == "crash" and len(rec["reason"].splitlines()) == 1
+    # ended by first_step_s (3 s), not by the trial's limit (1 min: that would be a timeout)
     assert rec["reason"].startswith("no step in 3 s (command.first_step_s: raise it if slow)")
     assert "speed 10" in rec["reason"]
-    assert rec["wall_s"] < 30
 
 
 def test_command_measure_lightning_renders_the_trainers_own_variables() -> None:
@@ -225,6 +232,7 @@ def test_command_measure_hf_measures_an_unmodified_trainer_script(tmp_path: Path
     assert rec["metrics"]["window"]["measured_steps"] >= 4 and rec["metrics"]["padding_pct"] > 0
 
 
+@pytest.mark.slow
 def test_command_measure_hf_hook_adds_the_callback_once(tmp_path: Path) -> None:
     """The import hook in a fresh process: a Trainer made by the job gets one AutotuneCallback, also
     when the job added its own."""
@@ -247,6 +255,7 @@ def test_command_measure_hf_hook_adds_the_callback_once(tmp_path: Path) -> None:
     assert out.stdout.split() == ["1", "1"]
 
 
+@pytest.mark.slow
 def test_command_measure_lightning_hook_adds_the_callback(tmp_path: Path) -> None:
     pytest.importorskip("lightning")
     code = (

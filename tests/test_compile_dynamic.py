@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import tiny
 
 from autotune.config_load import parse_config
 from autotune.runner import Bench, run_trial
 from autotune.space import resolve_space
-from conftest import tiny
 
 pytestmark = pytest.mark.slow
 

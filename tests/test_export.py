@@ -8,7 +8,6 @@ import ast
 import copy
 import json
 import shlex
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +65,9 @@ def _call_kwargs(text: str, name: str) -> dict[str, Any]:
     start = next(i for i, line in enumerate(lines) if line.endswith(f"{name}("))
     end = next(i for i in range(start, len(lines)) if lines[i] == ")")
     source = (
-        "\n".join(lines[start : end + 1]).split("=", 1)[1] if name == "Trainer" else "\n".join(lines[start : end + 1])
+        "\n".join(lines[start : end + 1]).split("=", 1)[1]
+        if name == "Trainer"
+        else "\n".join(lines[start : end + 1])
     )
     call = ast.parse(source.strip()).body[0].value
     return {
@@ -101,17 +102,27 @@ def test_export_hf_kwargs_and_flags(tmp_path: Path) -> None:
     flags = shlex.split(flag_line)
     assert dict(zip(flags[::2], flags[1::2]))["--per_device_train_batch_size"] == "4"
     assert (
-        flags[flags.index("--bf16") + 1] == "True" and flags[flags.index("--torch_compile_mode") + 1] == "max-autotune"
+        flags[flags.index("--bf16") + 1] == "True"
+        and flags[flags.index("--torch_compile_mode") + 1] == "max-autotune"
     )
     assert hf.missing == []
 
 
 def test_export_hf_precision_and_compile_defaults(tmp_path: Path) -> None:
     kwargs = _call_kwargs(
-        _form(export(_train_best(tmp_path, precision="tf32", compile=True, compile_scope="model"), ["hf"]), "hf").text,
+        _form(
+            export(
+                _train_best(tmp_path, precision="tf32", compile=True, compile_scope="model"), ["hf"]
+            ),
+            "hf",
+        ).text,
         "TrainingArguments",
     )
-    assert kwargs["tf32"] is True and kwargs["torch_compile"] is True and "torch_compile_mode" not in kwargs
+    assert (
+        kwargs["tf32"] is True
+        and kwargs["torch_compile"] is True
+        and "torch_compile_mode" not in kwargs
+    )
     assert "bf16" not in kwargs and "gradient_checkpointing" not in kwargs
 
 
@@ -129,8 +140,15 @@ def test_export_lightning_trainer_and_lines(tmp_path: Path) -> None:
     )
     form = _form(export(best, ["lightning"]), "lightning")
     kwargs = _call_kwargs(form.text, "Trainer")
-    assert kwargs["devices"] == 2 and kwargs["accumulate_grad_batches"] == 4 and kwargs["precision"] == "32-true"
-    assert kwargs["strategy"] == "DDPStrategy(bucket_cap_mb=50, gradient_as_bucket_view=False, static_graph=False)"
+    assert (
+        kwargs["devices"] == 2
+        and kwargs["accumulate_grad_batches"] == 4
+        and kwargs["precision"] == "32-true"
+    )
+    assert (
+        kwargs["strategy"]
+        == "DDPStrategy(bucket_cap_mb=50, gradient_as_bucket_view=False, static_graph=False)"
+    )
     assert 'torch.set_float32_matmul_precision("high")' in form.text
     assert "DataLoader(..., batch_size=4)" in form.text
     assert 'model = torch.compile(model, mode="reduce-overhead")' in form.text
@@ -148,7 +166,10 @@ def test_export_lightning_bf16_and_powersgd(tmp_path: Path) -> None:
     )
     kwargs = _call_kwargs(_form(export(best, ["lightning"]), "lightning").text, "Trainer")
     assert kwargs["precision"] == "bf16-mixed"
-    assert "matrix_approximation_rank=8" in kwargs["strategy"] and "powerSGD.powerSGD_hook" in kwargs["strategy"]
+    assert (
+        "matrix_approximation_rank=8" in kwargs["strategy"]
+        and "powerSGD.powerSGD_hook" in kwargs["strategy"]
+    )
 
 
 def _flags(text: str) -> dict[str, str]:
@@ -202,7 +223,13 @@ def test_export_torchtitan_flags_of_its_current_config(tmp_path: Path) -> None:
 
 
 def test_export_torchtitan_ddp_fp32(tmp_path: Path) -> None:
-    best = _train_best(tmp_path, world_size=2, micro_batch_size=4, grad_accum_steps=4, **{**DDP, "bucket_cap_mb": 100})
+    best = _train_best(
+        tmp_path,
+        world_size=2,
+        micro_batch_size=4,
+        grad_accum_steps=4,
+        **{**DDP, "bucket_cap_mb": 100},
+    )
     flags = _flags(_form(export(best, ["torchtitan"]), "torchtitan").text)
     assert flags["parallelism.data_parallel_replicate_degree"] == "2"
     assert flags["parallelism.data_parallel_shard_degree"] == "1"
@@ -220,7 +247,9 @@ def test_export_torchtitan_names_what_its_current_config_lacks(tmp_path: Path) -
 
 
 def test_export_json_parses(tmp_path: Path) -> None:
-    best = _train_best(tmp_path, world_size=2, micro_batch_size=4, grad_accum_steps=4, nccl_algo="Tree", **DDP)
+    best = _train_best(
+        tmp_path, world_size=2, micro_batch_size=4, grad_accum_steps=4, nccl_algo="Tree", **DDP
+    )
     doc = json.loads(_form(export(best, ["json"]), "json").text)
     assert doc["knobs"]["nccl_algo"] == "Tree" and doc["env"] == {"NCCL_ALGO": "Tree"}
     assert doc["metrics"]["tokens_per_s_per_gpu"] == 13605.0
@@ -233,7 +262,8 @@ def test_export_names_knob_without_equivalent(tmp_path: Path) -> None:
         form = _form(forms, name)
         assert f"# no equivalent in {name}: attention=flash (" in form.text
         assert any(m.startswith("pad_vocab_multiple=64 (") for m in form.missing)
-    quiet = export(_train_best(tmp_path / "b"), ["hf"])[0]  # every knob at its default: nothing to name
+    # every knob at its default: nothing to name
+    quiet = export(_train_best(tmp_path / "b"), ["hf"])[0]
     assert quiet.missing == [] and "no equivalent" not in quiet.text
 
 
@@ -259,7 +289,9 @@ def test_export_bad_format_exit_2_one_line(tmp_path: Path) -> None:
     assert proc.stderr.count("\n") == 1
     allowed = "use command, torchrun, hf, lightning, torchtitan, json or all"
     assert f"--format: 'xml' is not allowed; {allowed}" in proc.stderr
-    with pytest.raises(ConfigError, match=r"--format command: does not apply to this study \(task train"):
+    with pytest.raises(
+        ConfigError, match=r"--format command: does not apply to this study \(task train"
+    ):
         export(best, ["command"])
 
 
@@ -267,9 +299,14 @@ def test_export_cli_prints_forms_and_missing_file(tmp_path: Path) -> None:
     best = _train_best(tmp_path, precision="bf16")
     result = CliRunner().invoke(app, ["export", str(best), "-f", "hf", "-f", "json"])
     assert result.exit_code == 0, result.output
-    assert "# ==== hf ====" in result.output and "bf16=True" in result.output and '"knobs"' in result.output
+    assert (
+        "# ==== hf ====" in result.output
+        and "bf16=True" in result.output
+        and '"knobs"' in result.output
+    )
     single = CliRunner().invoke(app, ["export", str(best), "--format", "json"])
-    assert json.loads(single.output)["knobs"]["precision"] == "bf16"  # one form: its text alone, ready to pipe
+    # one form: its text alone, ready to pipe
+    assert json.loads(single.output)["knobs"]["precision"] == "bf16"
     missing = CliRunner().invoke(app, ["export", str(tmp_path / "absent.yaml")])
     assert missing.exit_code == 2 and "BEST_YAML: no such file" in missing.output
 
@@ -356,7 +393,10 @@ def test_export_command_line_env_and_config(tmp_path: Path, base_dir: str) -> No
     assert argv[argv.index("--per_device_train_batch_size") + 1] == "4"
     assert argv[-2:] == ["--bf16", "true"]
     config = json.loads(written.read_text())
-    assert config == {"training": {"lr": 0.01, "steps": 100, "grad_accum": 8}, "model": {"name": "x"}}
+    assert config == {
+        "training": {"lr": 0.01, "steps": 100, "grad_accum": 8},
+        "model": {"name": "x"},
+    }
     assert _form(forms, "command").missing == []
 
 
@@ -376,7 +416,10 @@ def test_export_command_section_checked(tmp_path: Path) -> None:
     doc = yaml.safe_load(best.read_text())
     doc["command"]["knobs"]["my_lr"] = {"key": "training.lr", "flag": "--lr"}
     best.write_text(yaml.safe_dump(doc))
-    with pytest.raises(ConfigError, match=r"best\.yaml: command\.knobs\.my_lr: give exactly one of flag, env or key"):
+    with pytest.raises(
+        ConfigError,
+        match=r"best\.yaml: command\.knobs\.my_lr: give exactly one of flag, env or key",
+    ):
         export(best)
     doc["command"] = "python train.py"
     best.write_text(yaml.safe_dump(doc))
@@ -388,7 +431,11 @@ def test_export_formats_of_a_task_without_training_forms(tmp_path: Path) -> None
     from autotune.export import formats_of
     from autotune.export._winner import Winner
 
-    generate = Winner(path=tmp_path / "best.yaml", name="g", task="generate", knobs={}, env={}, metrics={})
+    generate = Winner(
+        path=tmp_path / "best.yaml", name="g", task="generate", knobs={}, env={}, metrics={}
+    )
     assert formats_of(generate) == ("json",)
-    command = Winner(path=tmp_path / "best.yaml", name="c", task="command", knobs={}, env={}, metrics={})
+    command = Winner(
+        path=tmp_path / "best.yaml", name="c", task="command", knobs={}, env={}, metrics={}
+    )
     assert "command" not in formats_of(command)  # no command section: nothing to render

@@ -171,6 +171,7 @@ def _words(forms: list[Form]) -> list[str]:
     return [w for f in forms for w in re.findall(r"[^\s'\"()\[\],]+", f.text)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("study", ["hf", "config"])
 def test_export_no_absolute_path_nor_the_exporters_python(tmp_path: Path, study: str) -> None:
     best = _hf_best(tmp_path)[0] if study == "hf" else _command_best(tmp_path)
@@ -269,8 +270,12 @@ def _job_study(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     argv = ["{python}", "job.py", "--config", "{config}"]
     doc = {
         "name": "job",
-        "workload": {"task": "command", "warmup_steps": 2, "measure_steps": 4,
-                     "global_batch_size": 2},
+        "workload": {
+            "task": "command",
+            "warmup_steps": 2,
+            "measure_steps": 4,
+            "global_batch_size": 2,
+        },
         "command": {"argv": argv, "config_file": "cfg.json", "knobs": knobs},
         "space": {"micro_batch_size": [1, 2]},
         "study": {"trials": 2, "seed": 0, "confirm_top": 0, "trial_timeout_min": 1},
@@ -303,6 +308,7 @@ def _first_config_line(line: str, folder: Path) -> str:
         proc.wait()
 
 
+@pytest.mark.slow
 def test_export_command_form_is_what_the_chosen_trial_ran(tmp_path: Path) -> None:
     """The command form is the chosen trial's record (its argv, environment and config file),
     only its interpreter, trial folder and config path written for the study's folder; run from

@@ -74,6 +74,7 @@ def test_a_history_that_is_a_folder_is_named_not_read(tmp_path: Path) -> None:
     assert nights == [] and "not a regular file" in skipped[0]
 
 
+@pytest.mark.slow
 def test_mlflow_leaves_autotune_environment_as_it_was(tmp_path: Path, monkeypatch) -> None:
     """mlflow.set_tracking_uri writes MLFLOW_TRACKING_URI (a password in it) into os.environ;
     the trials started after the first one logged would inherit it."""

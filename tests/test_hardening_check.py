@@ -11,16 +11,19 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import run_cli
 
 from autotune import paths, regress, regress_bench
 from autotune.config_load import load_config
+from autotune.documents.best_file import read_best
 from autotune.errors import ConfigError, UnmeasuredError
 from autotune.export._winner import read as read_winner
-from autotune.documents.best_file import read_best
 from autotune.search.loop import run_search
-from conftest import run_cli
 
 FIXTURES = Path(__file__).parent / "data" / "studies"
+# real searches and checks (a module-wide study, the CLI): `make test-fast` leaves them out
+pytestmark = pytest.mark.slow
+
 FAIL = "HARDENING_CHECK_JOB_FAILS"  # set: the job exits 3 before its first step
 
 # The user's job: marks its own folder as run, fails when FAIL is set, else reports 10 ms steps.
@@ -47,8 +50,13 @@ def _project(folder: Path, journal: Path) -> Path:
         "workload": {"task": "command", "warmup_steps": 2, "measure_steps": 4},
         "command": {"argv": ["{python}", "job.py"]},
         "space": {},
-        "study": {"trials": 1, "seed": 0, "confirm_top": 0, "trial_timeout_min": 1,
-                  "storage": f"journal:{journal}"},
+        "study": {
+            "trials": 1,
+            "seed": 0,
+            "confirm_top": 0,
+            "trial_timeout_min": 1,
+            "storage": f"journal:{journal}",
+        },
     }
     (folder / "job.yaml").write_text(yaml.safe_dump(doc))
     run_search(load_config(folder / "job.yaml"), out_root=folder / "trials", device="cpu")
@@ -76,12 +84,21 @@ def test_hardening_check_junit_onto_a_file_autotune_reads_or_anyones_is_refused(
     other.parent.mkdir()
     other.write_bytes(study.read_bytes())
     (tmp_path / "notes.txt").write_text("a file someone keeps\n")
-    junit = {"journal": journal, "other_best": other,
-             "model_yaml": model, "itself": nightly, "notes": tmp_path / "notes.txt"}[target]
+    junit = {
+        "journal": journal,
+        "other_best": other,
+        "model_yaml": model,
+        "itself": nightly,
+        "notes": tmp_path / "notes.txt",
+    }[target]
     before = _untouched(study, journal, junit)
-    needle = {"journal": "is the study's storage", "other_best": "is a best.yaml",
-              "model_yaml": "is the --model YAML", "itself": "is the best.yaml being checked",
-              "notes": "exists and is not XML, not a JUnit XML report"}[target]
+    needle = {
+        "journal": "is the study's storage",
+        "other_best": "is a best.yaml",
+        "model_yaml": "is the --model YAML",
+        "itself": "is the best.yaml being checked",
+        "notes": "exists and is not XML, not a JUnit XML report",
+    }[target]
     with pytest.raises(ConfigError, match=needle):
         regress.check(nightly, model_yaml=model, repeats=1, junit=junit)
     assert _untouched(study, journal, junit) == before  # nothing written
@@ -101,8 +118,11 @@ def test_hardening_check_junit_onto_the_journal_is_one_line_exit_2(study: Path) 
 def test_hardening_check_junit_replaces_a_report_or_an_empty_file(tmp_path: Path) -> None:
     """A previous night's report (any JUnit root, namespaced or not) and an empty file are replaced;
     an SQLite database or another XML document are not."""
-    for name, text in [("a.xml", '<?xml version="1.0"?>\n<!-- night 3 -->\n<testsuite tests="1"/>'),
-                       ("b.xml", "<testsuites><testsuite/></testsuites>"), ("c.xml", "")]:
+    for name, text in [
+        ("a.xml", '<?xml version="1.0"?>\n<!-- night 3 -->\n<testsuite tests="1"/>'),
+        ("b.xml", "<testsuites><testsuite/></testsuites>"),
+        ("c.xml", ""),
+    ]:
         (tmp_path / name).write_text(text)
         assert paths.replaceable_report(tmp_path / name, "--junit") == tmp_path / name
     (tmp_path / "d.xml").write_bytes(paths.SQLITE_MAGIC + b"\0" * 100)

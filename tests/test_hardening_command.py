@@ -102,6 +102,7 @@ IMPOSSIBLE_STEPS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("body", "reason"), IMPOSSIBLE_STEPS)
 def test_command_step_that_cannot_be_fails_the_trial_naming_it(
     tmp_path: Path, body: str, reason: str
@@ -110,6 +111,7 @@ def test_command_step_that_cannot_be_fails_the_trial_naming_it(
     _failed(rec, r"^the command reported what cannot be: steps.jsonl line 1: " + reason)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
@@ -134,6 +136,7 @@ def test_command_steps_far_shorter_than_the_wall_clock_fail_the_trial(
     assert not rec.get("metrics")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("done", "reason"),
     [
@@ -161,6 +164,7 @@ def test_command_done_line_that_cannot_be_fails_the_trial(
     _failed(_record(tmp_path, body), reason)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("line", "reason"),
     [
@@ -177,6 +181,7 @@ def test_command_malformed_report_line_fails_in_one_line(
     _failed(_record(tmp_path, body + "    reporting.step(tokens=10)\n"), reason)
 
 
+@pytest.mark.slow
 def test_command_report_line_being_written_waits_for_its_end(tmp_path: Path) -> None:
     """A line without its end yet is no line; a long one being written (no end in sight) is none."""
     body = HEAD + "f = open(os.environ['AUTOTUNE_REPORT'], 'a')\nfor i in range(4):\n"
@@ -194,6 +199,7 @@ def test_command_report_line_being_written_waits_for_its_end(tmp_path: Path) -> 
     _failed(_record(tmp_path / "endless", endless), r"steps.jsonl line 1 is over 65,536 bytes")
 
 
+@pytest.mark.slow
 def test_command_report_that_is_no_regular_file_fails_at_once(tmp_path: Path) -> None:
     """A FIFO put in the report's place: read, it would block the trial until its limit."""
     body = HEAD + "os.mkfifo(os.environ['AUTOTUNE_REPORT'])\ntime.sleep(60)\n"
@@ -204,6 +210,7 @@ LOG = "import time\nfor i in range(60):\n    time.sleep(0.02)\n"
 LOG += "    print(f'step {i} | tps: %s', flush=True)\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("figure", "shown"),
     [
@@ -225,6 +232,7 @@ def test_command_log_figure_that_cannot_be_fails_the_trial(
     _failed(rec, reason + r"; allowed: tokens a second above 0 and at most 1e\+10")
 
 
+@pytest.mark.slow
 def test_command_log_running_count_that_repeats_keeps_its_time(tmp_path: Path) -> None:
     """A count printed twice (a loss line, then an evaluation's) is no step of 0 tokens: its time
     goes to the next step, and the figure stays the count over the time."""
@@ -236,6 +244,7 @@ def test_command_log_running_count_that_repeats_keeps_its_time(tmp_path: Path) -
     assert 100 / 0.04 / 2 < rec["metrics"]["tokens_per_s_per_gpu"] < 100 / 0.04 * 2
 
 
+@pytest.mark.slow
 def test_command_job_that_reported_done_but_exits_slowly_is_measured(tmp_path: Path) -> None:
     """All its steps and its done line, then a minute more (a checkpoint saved): measured, and how
     it ended said, not a timeout."""

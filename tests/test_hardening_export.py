@@ -68,7 +68,9 @@ def test_a_command_env_name_is_refused(tmp_path: Path, name: str) -> None:
 def test_env_values_are_quoted_in_the_command_form(tmp_path: Path) -> None:
     value = "$(touch PWNED)`touch PWNED`"
     best = _with(_command_best(tmp_path), lambda doc: doc["command"]["env"].update({"FOO": value}))
-    line = [x for x in _form(export(best, ["command"]), "command").text.splitlines() if "&&" in x][0]
+    line = [x for x in _form(export(best, ["command"]), "command").text.splitlines() if "&&" in x][
+        0
+    ]
     assert "FOO=" + "'" + value + "'" in line
 
 

@@ -13,11 +13,11 @@ from typing import Any
 import optuna
 import pytest
 import yaml
+from conftest import run_cli
 
 from autotune import report
 from autotune.report import _plots
 from autotune.report._static import plot_data
-from conftest import run_cli
 
 # A job of the user's: its own knob's values hold a link and a plain URL (text the user wrote)
 LINK = '<a href="https://example.invalid/link">click</a>'
@@ -75,6 +75,7 @@ def _load(study_dir: Path) -> optuna.Study:
     return optuna.load_study(study_name="nomem", storage=f"sqlite:///{study_dir / 'study.db'}")
 
 
+@pytest.mark.slow
 def test_report_of_a_study_without_peak_memory_in_every_format(
     study_dir: Path, tmp_path: Path
 ) -> None:
@@ -96,6 +97,7 @@ def test_report_of_a_study_without_peak_memory_in_every_format(
     assert "Peak memory not reported." in md.stdout
 
 
+@pytest.mark.slow
 def test_report_memory_front_leaves_out_a_trial_without_memory(study_dir: Path) -> None:
     """Some trials with a peak memory (a job on a GPU), one without: it is off the memory axis, and
     the front is of the others."""
@@ -135,6 +137,7 @@ def _with_memory(t: optuna.trial.FrozenTrial, gib: float | None) -> optuna.trial
     )
 
 
+@pytest.mark.slow
 def test_report_static_page_of_a_study_without_memory_draws_no_memory_plot(
     study_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -145,6 +148,7 @@ def test_report_static_page_of_a_study_without_memory_draws_no_memory_plot(
     assert not (tmp_path / "pareto.png").exists() and (tmp_path / "history.png").exists()
 
 
+@pytest.mark.slow
 def test_report_html_links_and_loads_nothing_outside_the_page(
     study_dir: Path, tmp_path: Path
 ) -> None:

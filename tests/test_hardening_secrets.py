@@ -80,6 +80,7 @@ def searched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Pat
     return tmp_path, result.best_yaml
 
 
+@pytest.mark.slow
 def test_a_commands_secrets_reach_the_job_and_no_file(searched: tuple[Path, Path]) -> None:
     tmp_path, best = searched
     got = _seen(tmp_path)[0]
@@ -99,6 +100,7 @@ def test_a_commands_secrets_reach_the_job_and_no_file(searched: tuple[Path, Path
     assert doc["command"]["env"] == {"HF_TOKEN": "***"}
 
 
+@pytest.mark.slow
 def test_check_takes_a_masked_variable_from_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -109,10 +111,9 @@ def test_check_takes_a_masked_variable_from_the_environment(
     monkeypatch.setenv("HF_TOKEN", "FromTheCheckEnvironment0004")
     check(best, repeats=1, max_load=1e9)
     got = _seen(tmp_path)[-1]
-    assert (
-        got["HF_TOKEN"] == "FromTheCheckEnvironment0004"
-        and got["argv"] == [f"--password={FILLED}"]
-    )
+    assert got["HF_TOKEN"] == "FromTheCheckEnvironment0004" and got["argv"] == [
+        f"--password={FILLED}"
+    ]
     monkeypatch.delenv("HF_TOKEN")
     with pytest.raises(
         ConfigError, match=r"^command.env.HF_TOKEN: its secret was masked .*export HF_TOKEN"
@@ -127,6 +128,7 @@ def test_check_takes_a_masked_variable_from_the_environment(
         check(best, repeats=1, max_load=1e9)
 
 
+@pytest.mark.slow
 def test_check_refuses_a_masked_argument_in_one_line(searched: tuple[Path, Path]) -> None:
     _, best = searched
     with pytest.raises(
@@ -142,12 +144,24 @@ def test_check_refuses_a_masked_argument_in_one_line(searched: tuple[Path, Path]
         (["--hub-token", "abcdefgh"], {}, ["--hub-token", "***"], {}),
         (["--api_key=abcdefgh"], {}, ["--api_key=***"], {}),
         (["--db", "postgresql://u:pa55w0rd@h/x"], {}, ["--db", "postgresql://u:***@h/x"], {}),
-        (["--use_auth_token", "true", "--eos_token", "</s>", "--max_new_tokens", "8"], {},
-         ["--use_auth_token", "true", "--eos_token", "</s>", "--max_new_tokens", "8"], {}),
-        ([], {"WANDB_API_KEY": "k", "TOKENIZERS_PARALLELISM": "false", "PWD": "/w"}, [],
-         {"WANDB_API_KEY": "***", "TOKENIZERS_PARALLELISM": "false", "PWD": "/w"}),
-        (["--note", "sk-abcdefghijklmnopqrstuvwx"], {"X": "{env:TOKEN}"},
-         ["--note", "***"], {"X": "{env:TOKEN}"}),
+        (
+            ["--use_auth_token", "true", "--eos_token", "</s>", "--max_new_tokens", "8"],
+            {},
+            ["--use_auth_token", "true", "--eos_token", "</s>", "--max_new_tokens", "8"],
+            {},
+        ),
+        (
+            [],
+            {"WANDB_API_KEY": "k", "TOKENIZERS_PARALLELISM": "false", "PWD": "/w"},
+            [],
+            {"WANDB_API_KEY": "***", "TOKENIZERS_PARALLELISM": "false", "PWD": "/w"},
+        ),
+        (
+            ["--note", "sk-abcdefghijklmnopqrstuvwx"],
+            {"X": "{env:TOKEN}"},
+            ["--note", "***"],
+            {"X": "{env:TOKEN}"},
+        ),
     ],
 )
 def test_what_counts_as_a_secret(
@@ -188,6 +202,7 @@ def test_validate_and_search_never_print_a_secret_and_say_where_it_is(tmp_path: 
         )
 
 
+@pytest.mark.slow
 def test_the_exported_command_takes_its_secrets_from_the_environment(
     searched: tuple[Path, Path], tmp_path: Path
 ) -> None:

@@ -1,9 +1,13 @@
-"""identity.py: a study is named by what differs from the defaults, so an upgrade that adds a knob costs nothing.
+"""identity.py: a study is named by what differs from the defaults, so an upgrade that adds a knob
+costs nothing.
 
 The fixtures under tests/data/studies/ were made by autotune before identities existed (2026-12-01):
-fixture-v0 by that release, fixture-older by it with the knob fsdp_backward_prefetch taken out of the catalogue
-(make_older.py), as a release from before that knob would have; fixture-v3 by the release of 2026-12-03
-(9320a0d: best.yaml schema 3, base_dir relative), before best.yaml's reader moved to documents/ and the
+fixture-v0 by that release, fixture-older by it with the knob fsdp_backward_prefetch taken out of
+the catalogue
+(make_older.py), as a release from before that knob would have; fixture-v3 by the release of
+2026-12-03
+(9320a0d: best.yaml schema 3, base_dir relative), before best.yaml's reader moved to documents/ and
+the
 loop to ask-and-tell. Each must resume, warm-start and check.
 """
 
@@ -14,39 +18,55 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import run_cli, tiny
 
 from autotune import identity
 from autotune.config_load import parse_config
 from autotune.documents.best_file import read_best
 from autotune.search.history import key
-from conftest import run_cli, tiny
 
 FIXTURES = Path(__file__).parent / "data" / "studies"
 
 
 def test_identity_leaves_out_what_is_at_its_default() -> None:
     plain = parse_config(tiny()).model_dump(mode="json")
-    spelled = parse_config(tiny(space={"activation_checkpointing": "none", "fused_optimizer": [False]},
-                                workload={"seed": 0})).model_dump(mode="json")
+    spelled = parse_config(
+        tiny(
+            space={"activation_checkpointing": "none", "fused_optimizer": [False]},
+            workload={"seed": 0},
+        )
+    ).model_dump(mode="json")
     assert identity.digest(plain) == identity.digest(spelled)
     assert identity.difference(plain, spelled) is None
-    older = {**plain, "space": {k: v for k, v in plain["space"].items() if k != "fsdp_backward_prefetch"}}
-    assert identity.digest(older) == identity.digest(plain)  # a release without that knob: the same study
+    older = {
+        **plain,
+        "space": {k: v for k, v in plain["space"].items() if k != "fsdp_backward_prefetch"},
+    }
+    # a release without that knob: the same study
+    assert identity.digest(older) == identity.digest(plain)
 
 
 def test_identity_names_the_first_factor_that_differs() -> None:
     a = parse_config(tiny()).model_dump(mode="json")
     b = parse_config(tiny(space={"precision": ["fp32", "fp16"]})).model_dump(mode="json")
-    assert identity.difference(a, b) == 'space.precision: ["fp32", "bf16"] there, ["fp32", "fp16"] here'
+    assert (
+        identity.difference(a, b)
+        == 'space.precision: ["fp32", "bf16"] there, ["fp32", "fp16"] here'
+    )
     c = parse_config(tiny(model={"n_layers": 2})).model_dump(mode="json")
     assert identity.difference(a, c).startswith("model.n_layers: ")
-    assert identity.digest(a) == identity.digest(parse_config(tiny(study={"trials": 99})).model_dump(mode="json"))
+    assert identity.digest(a) == identity.digest(
+        parse_config(tiny(study={"trials": 99})).model_dump(mode="json")
+    )
 
 
 def test_identity_of_a_trial_leaves_out_knobs_at_their_defaults() -> None:
-    assert key({"micro_batch_size": 8, "fsdp_backward_prefetch": 1, "parallel": None}) == key({"micro_batch_size": 8})
+    assert key({"micro_batch_size": 8, "fsdp_backward_prefetch": 1, "parallel": None}) == key(
+        {"micro_batch_size": 8}
+    )
     assert key({"micro_batch_size": 8, "fsdp_backward_prefetch": 2}) != key({"micro_batch_size": 8})
-    assert key({"compile": 0}) != key({"compile": False})  # a value of another type is not the default
+    # a value of another type is not the default
+    assert key({"compile": 0}) != key({"compile": False})
 
 
 def _copy(tmp_path: Path, name: str) -> Path:
@@ -77,13 +97,16 @@ def _widened(tmp_path: Path) -> None:
     (tmp_path / "fixture-older.yaml").write_text(yaml.safe_dump(doc))
 
 
+@pytest.mark.slow
 def test_identity_a_widened_space_is_refused_naming_the_warm_start(tmp_path: Path) -> None:
     _copy(tmp_path, "fixture-older")
     _widened(tmp_path)
     proc = run_cli("search", "fixture-older.yaml", "--device", "cpu", cwd=tmp_path)
     assert proc.returncode == 2
-    assert ("run with --fresh --warm-start trials/fixture-older to start anew from its 4 trials"
-            in " ".join(proc.stderr.split())), proc.stderr
+    assert (
+        "run with --fresh --warm-start trials/fixture-older to start anew from its 4 trials"
+        in " ".join(proc.stderr.split())
+    ), proc.stderr
 
 
 @pytest.mark.slow
@@ -91,21 +114,34 @@ def test_identity_fresh_warm_start_from_the_study_it_archives(tmp_path: Path) ->
     # the remedy the refusal names, from a study made before a knob existed: the same name, widened
     _copy(tmp_path, "fixture-older")
     _widened(tmp_path)
-    proc = run_cli("search", "fixture-older.yaml", "--fresh", "--warm-start", "trials/fixture-older",
-                   "--device", "cpu", cwd=tmp_path)
+    proc = run_cli(
+        "search",
+        "fixture-older.yaml",
+        "--fresh",
+        "--warm-start",
+        "trials/fixture-older",
+        "--device",
+        "cpu",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "3 imported by --warm-start" in proc.stdout.replace("\n", " "), proc.stdout
-    assert [p.name.startswith("fixture-older.archived-") for p in (tmp_path / "trials").iterdir()].count(True) == 1
+    assert [
+        p.name.startswith("fixture-older.archived-") for p in (tmp_path / "trials").iterdir()
+    ].count(True) == 1
 
 
 def test_identity_an_older_best_yaml_is_upgraded_on_read(tmp_path: Path) -> None:
     study = _copy(tmp_path, "fixture-older")
     doc = read_best(study / "best.yaml")
-    added = {"fsdp_backward_prefetch": None, "compile_dynamic": None}  # neither acts: one rank, compile off
+    # neither acts: one rank, compile off
+    added = {"fsdp_backward_prefetch": None, "compile_dynamic": None}
     assert doc["upgraded"] == {"from_schema": 1, "knobs_added": added}
-    assert doc["knobs"]["fsdp_backward_prefetch"] is None  # one rank: the knob cannot act, as a search writes it
+    # one rank: the knob cannot act, as a search writes it
+    assert doc["knobs"]["fsdp_backward_prefetch"] is None
     edited = yaml.safe_load((study / "best.yaml").read_text())
-    edited.update(schema_version=2, knob_set="000000000000")  # a current file whose knob list was edited
+    # a current file whose knob list was edited
+    edited.update(schema_version=2, knob_set="000000000000")
     del edited["knobs"]["compile"]
     (study / "best.yaml").write_text(yaml.safe_dump(edited))
     with pytest.raises(Exception, match="knobs: compile is missing"):
@@ -115,6 +151,12 @@ def test_identity_an_older_best_yaml_is_upgraded_on_read(tmp_path: Path) -> None
 @pytest.mark.slow
 def test_identity_check_of_an_older_best_yaml_measures_it(tmp_path: Path) -> None:
     study = _copy(tmp_path, "fixture-older")
-    proc = run_cli("check", str(study / "best.yaml"), "--repeats", "2", "--max-load", "0", cwd=tmp_path)
-    assert proc.returncode in (0, 1), proc.stderr  # measured and decided (the CPU's speed is not the question)
-    assert "best.yaml from an older autotune" in proc.stdout and "fsdp_backward_prefetch: None" in proc.stdout
+    proc = run_cli(
+        "check", str(study / "best.yaml"), "--repeats", "2", "--max-load", "0", cwd=tmp_path
+    )
+    # measured and decided (the CPU's speed is not the question)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert (
+        "best.yaml from an older autotune" in proc.stdout
+        and "fsdp_backward_prefetch: None" in proc.stdout
+    )

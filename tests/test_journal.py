@@ -1,15 +1,17 @@
-"""A journal-file study with a torn last record (a write cut short by a full disk or a killed worker) resumes
-without damage: the torn end is cut off and kept, the completed trials stay readable (search/journal.py)."""
+"""A journal-file study with a torn last record (a write cut short by a full disk or a killed
+worker) resumes
+without damage: the torn end is cut off and kept, the completed trials stay readable
+(search/journal.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from conftest import run_cli, tiny
 
 from autotune.errors import StudyError
 from autotune.search.journal import repair
-from conftest import run_cli, tiny
 
 
 def test_journal_torn_end_is_cut_off_and_kept(tmp_path: Path) -> None:
@@ -32,17 +34,38 @@ def test_journal_damage_before_the_end_is_refused_untouched(tmp_path: Path) -> N
     assert path.read_bytes() == data
 
 
+@pytest.mark.slow
 def test_journal_resume_after_a_torn_record_keeps_every_trial(write_yaml, tmp_path: Path) -> None:
     journal = tmp_path / "study.log"
-    path = write_yaml(tiny(space={"micro_batch_size": [2, 4, 8], "precision": "fp32"}, study={"trials": 1}))
-    args = ("search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", "--storage", f"journal:{journal}")
+    path = write_yaml(
+        tiny(space={"micro_batch_size": [2, 4, 8], "precision": "fp32"}, study={"trials": 1})
+    )
+    args = (
+        "search",
+        str(path),
+        "--out",
+        str(tmp_path / "out"),
+        "--device",
+        "cpu",
+        "--storage",
+        f"journal:{journal}",
+    )
     assert run_cli(*args, cwd=tmp_path).returncode == 0
     with open(journal, "ab") as f:
         f.write(b'{"op_code": 5, "worker_id": "x", "trial_id": 0, "us')  # a worker died mid-append
     second = run_cli(*args, "--trials", "2", cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     assert "its last record was torn" in second.stderr
-    report = run_cli("report", "--study", "t", "--storage", f"journal:{journal}", "--format", "json", cwd=tmp_path)
+    report = run_cli(
+        "report",
+        "--study",
+        "t",
+        "--storage",
+        f"journal:{journal}",
+        "--format",
+        "json",
+        cwd=tmp_path,
+    )
     assert report.returncode == 0, report.stderr
     import json
 
@@ -51,7 +74,8 @@ def test_journal_resume_after_a_torn_record_keeps_every_trial(write_yaml, tmp_pa
 
 
 def test_journal_full_disk_is_named_not_an_internal_error() -> None:
-    """A full disk behind whatever raised (SQLAlchemy wraps SQLite's, Optuna its storage's) is said as such, exit 2."""
+    """A full disk behind whatever raised (SQLAlchemy wraps SQLite's, Optuna its storage's) is said
+    as such, exit 2."""
     import errno
     import sqlite3
 

@@ -1,16 +1,18 @@
-"""The knob catalogue: declared once, and everything else follows from it (schema, defaults, notes, README)."""
+"""The knob catalogue: declared once, and everything else follows from it (schema, defaults, notes,
+README)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+from conftest import tiny
+
 from autotune import knobs
 from autotune.config import SpaceConfig
 from autotune.config_load import parse_config
 from autotune.errors import exit_codes_markdown
 from autotune.protocol import TrialSpec
-from conftest import tiny
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
@@ -22,7 +24,8 @@ def _section(begin: str, end: str) -> str:
 
 
 def test_knobs_readme_table_is_the_catalogues() -> None:
-    # Regenerate with: python -c "from autotune.knobs import markdown_table; print(markdown_table(), end='')"
+    # Regenerate with: python -c "from autotune.knobs import markdown_table; print(markdown_table(),
+    # end='')"
     assert _section("<!-- knobs:begin -->", "<!-- knobs:end -->") == knobs.markdown_table()
 
 
@@ -41,14 +44,23 @@ def test_knobs_schema_has_one_documented_field_per_knob() -> None:
 def test_knobs_trial_defaults_come_from_the_catalogue() -> None:
     spec = TrialSpec(task="train", device="cpu", knobs={"precision": "bf16"})
     assert spec.knobs == {**knobs.defaults("train"), "precision": "bf16"}
-    assert TrialSpec(task="allreduce", device="cpu").knobs == {}  # the all-reduce workload has no knobs
+    # the all-reduce workload has no knobs
+    assert TrialSpec(task="allreduce", device="cpu").knobs == {}
 
 
 def test_knobs_only_with_and_multi_rank_rules_resolve_from_the_catalogue() -> None:
     from autotune.space import resolve_space
 
-    cfg = parse_config(tiny(workload={"world_size": 2}, space={"parallel": ["ddp", "fsdp"], "bucket_cap_mb": [25, 50],
-                                                              "reshard_after_forward": [True, False]}))
+    cfg = parse_config(
+        tiny(
+            workload={"world_size": 2},
+            space={
+                "parallel": ["ddp", "fsdp"],
+                "bucket_cap_mb": [25, 50],
+                "reshard_after_forward": [True, False],
+            },
+        )
+    )
     space = resolve_space(cfg, "cuda")
     fsdp = space.knobs({**space.baseline, "parallel": "fsdp"})
     ddp = space.knobs({**space.baseline, "parallel": "ddp"})
@@ -57,14 +69,25 @@ def test_knobs_only_with_and_multi_rank_rules_resolve_from_the_catalogue() -> No
 
 
 def test_knobs_apply_notes_and_env() -> None:
-    k = {**knobs.defaults(), "precision": "fp8", "fp8_recipe": "rowwise", "compile": "max-autotune", "attention": "cudnn",
-         "cuda_alloc_conf": "expandable_segments:True", "nccl_nchannels": 8, "parallel": None}
+    k = {
+        **knobs.defaults(),
+        "precision": "fp8",
+        "fp8_recipe": "rowwise",
+        "compile": "max-autotune",
+        "attention": "cudnn",
+        "cuda_alloc_conf": "expandable_segments:True",
+        "nccl_nchannels": 8,
+        "parallel": None,
+    }
     notes = knobs.apply_notes(k, "cuda")
     assert "from_recipe_name('rowwise')" in notes[0]
     assert "model = torch.compile(model, mode='max-autotune')" in notes
     assert "with torch.nn.attention.sdpa_kernel(SDPBackend.CUDNN_ATTENTION): forward" in notes
-    assert knobs.env_of(k) == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "NCCL_MIN_NCHANNELS": "8",
-                               "NCCL_MAX_NCHANNELS": "8"}
+    assert knobs.env_of(k) == {
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "NCCL_MIN_NCHANNELS": "8",
+        "NCCL_MAX_NCHANNELS": "8",
+    }
 
 
 def test_knobs_choices_from_the_types() -> None:
@@ -79,9 +102,17 @@ def test_knobs_compile_scope_acts_only_when_compile_is_on() -> None:
 
     cfg = parse_config(tiny(space={"compile": [False, True], "compile_scope": ["model", "block"]}))
     space = resolve_space(cfg, "cpu")
-    assert space.knobs({**space.baseline, "compile": False, "compile_scope": "block"})["compile_scope"] is None
-    assert space.knobs({**space.baseline, "compile": True, "compile_scope": "block"})["compile_scope"] == "block"
-    off = resolve_space(parse_config(tiny(space={"compile": [False], "compile_scope": ["model", "block"]})), "cpu")
+    assert (
+        space.knobs({**space.baseline, "compile": False, "compile_scope": "block"})["compile_scope"]
+        is None
+    )
+    assert (
+        space.knobs({**space.baseline, "compile": True, "compile_scope": "block"})["compile_scope"]
+        == "block"
+    )
+    off = resolve_space(
+        parse_config(tiny(space={"compile": [False], "compile_scope": ["model", "block"]})), "cpu"
+    )
     assert "compile_scope" not in off.searched
     assert "not searched: compile is always false" in off.notes["compile_scope"]
     notes = knobs.apply_notes({"compile": True, "compile_scope": "block"}, "cuda")
@@ -89,17 +120,29 @@ def test_knobs_compile_scope_acts_only_when_compile_is_on() -> None:
 
 
 def test_an_older_best_yaml_is_told_which_knobs_it_lacks() -> None:
-    """check refuses a best.yaml without every knob (a damaged one must not be measured at defaults), and for
+    """check refuses a best.yaml without every knob (a damaged one must not be measured at
+    defaults), and for
     one from an older autotune lists the knobs added since as a search would have written them."""
     from autotune.documents.best_file import _old_behaviour
 
-    old = {"micro_batch_size": 64, "precision": "bf16", "grad_accum_steps": 4, "compile": True, "nccl_algo": "default"}
+    old = {
+        "micro_batch_size": 64,
+        "precision": "bf16",
+        "grad_accum_steps": 4,
+        "compile": True,
+        "nccl_algo": "default",
+    }
     missing = [k.name for k in knobs.CATALOGUE if "train" in k.tasks and k.name not in old]
     one = _old_behaviour(old, missing, 1)
     assert one["compile_scope"] == "model" and one["activation_checkpointing"] == "none"
-    assert one["parallel"] is None and one["bucket_cap_mb"] is None and one["fp8_recipe"] is None  # cannot act
+    # cannot act
+    assert one["parallel"] is None and one["bucket_cap_mb"] is None and one["fp8_recipe"] is None
     two = _old_behaviour(old, missing, 2)
-    assert two["parallel"] == "ddp" and two["bucket_cap_mb"] == 25 and two["reshard_after_forward"] is None
+    assert (
+        two["parallel"] == "ddp"
+        and two["bucket_cap_mb"] == 25
+        and two["reshard_after_forward"] is None
+    )
 
 
 NEW_KNOB = """
@@ -122,26 +165,40 @@ print(json.dumps({"field": "demo_knob" in SpaceConfig.model_fields, "searched": 
                   "fixed": resolve_space(plain).fixed.get("demo_knob"), "table": "`demo_knob`" in k.markdown_table(),
                   "defaults": k.defaults("train").get("demo_knob"),
                   "identity": identity.digest(plain.model_dump(mode="json"))}))
-"""
+"""  # noqa: E501
 
 
 def test_a_new_knob_is_its_catalogue_entry_alone_on_the_parent_side() -> None:
-    """Adding a knob is its catalogue entry (knobs.py) plus its apply step in the trial (workloads/): the YAML
-    schema, the resolved space, the defaults the trial assumes and README's table follow from the entry, and a
+    """Adding a knob is its catalogue entry (knobs.py) plus its apply step in the trial
+    (workloads/): the YAML
+    schema, the resolved space, the defaults the trial assumes and README's table follow from the
+    entry, and a
     study that never names it keeps its identity."""
     import json
     import subprocess
     import sys
     from pathlib import Path
 
-    from autotune import identity
-    from autotune.config_load import parse_config
     from conftest import tiny
 
+    from autotune import identity
+    from autotune.config_load import parse_config
+
     root = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, "-c", NEW_KNOB, json.dumps(tiny())], capture_output=True, text=True,
-                          timeout=120, cwd=root)
+    proc = subprocess.run(
+        [sys.executable, "-c", NEW_KNOB, json.dumps(tiny())],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out == {"field": True, "searched": ["off", "on"], "fixed": "off", "table": True, "defaults": "off",
-                   "identity": identity.digest(parse_config(tiny()).model_dump(mode="json"))}
+    assert out == {
+        "field": True,
+        "searched": ["off", "on"],
+        "fixed": "off",
+        "table": True,
+        "defaults": "off",
+        "identity": identity.digest(parse_config(tiny()).model_dump(mode="json")),
+    }

@@ -1,36 +1,51 @@
-"""A worker stalled past its grace (SIGSTOP) has its trial reaped and measured again by another worker; on
-waking it keeps its own measurement as a duplicate of that trial, and tells Optuna nothing of the reaped
+"""A worker stalled past its grace (SIGSTOP) has its trial reaped and measured again by another
+worker; on
+waking it keeps its own measurement as a duplicate of that trial, and tells Optuna nothing of the
+reaped
 trial (search/workers.py late_record, search/drive.py)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
 
 import optuna
+import pytest
 import yaml
-
 from conftest import run_cli, start_cli, tiny, wait_until
 
 
+@pytest.mark.slow
 def test_late_worker_keeps_its_measurement_as_a_duplicate(tmp_path: Path) -> None:
-    doc = tiny(space={"micro_batch_size": [2, 4], "precision": "fp32"}, study={"trials": 1, "worker_grace_s": 3,
-                                                                                 "confirm_top": 0})
+    doc = tiny(
+        space={"micro_batch_size": [2, 4], "precision": "fp32"},
+        study={"trials": 1, "worker_grace_s": 3, "confirm_top": 0},
+    )
     path = tmp_path / "t.yaml"
     path.write_text(yaml.safe_dump(doc))
     out = tmp_path / "out"
     args = ("search", str(path), "--out", str(out), "--device", "cpu")
-    first = start_cli(*args, cwd=tmp_path, env={"AUTOTUNE_LOCK_NAMESPACE": "a", "AUTOTUNE_FAULT": "slow:300"})
-    wait_until(lambda: (out / "t" / "runs" / "0000" / "spec.json").exists(), what="the first trial's start")
+    # two lock namespaces of this test's own (the stopped worker keeps its device locked)
+    first = start_cli(
+        *args,
+        cwd=tmp_path,
+        env={"AUTOTUNE_LOCK_NAMESPACE": f"late-{os.getpid()}-a", "AUTOTUNE_FAULT": "slow:300"},
+    )
+    wait_until(
+        lambda: (out / "t" / "runs" / "0000" / "spec.json").exists(), what="the first trial's start"
+    )
     first.send_signal(signal.SIGSTOP)  # the worker stalls; its trial process goes on and finishes
     time.sleep(5)
-    second = run_cli(*args, cwd=tmp_path, env={"AUTOTUNE_LOCK_NAMESPACE": "b"})
+    second = run_cli(*args, cwd=tmp_path, env={"AUTOTUNE_LOCK_NAMESPACE": f"late-{os.getpid()}-b"})
     assert second.returncode == 0, second.stderr
     first.send_signal(signal.SIGCONT)
     _, err = first.communicate(timeout=240)
     assert first.returncode == 0, err
-    trials = optuna.load_study(study_name="t", storage=f"sqlite:///{out / 't' / 'study.db'}").get_trials()
+    trials = optuna.load_study(
+        study_name="t", storage=f"sqlite:///{out / 't' / 'study.db'}"
+    ).get_trials()
     attrs = {t.number: t.user_attrs for t in trials}
     assert attrs[0]["status"] == "worker_lost"
     late = [a for a in attrs.values() if a.get("late")]
@@ -38,15 +53,22 @@ def test_late_worker_keeps_its_measurement_as_a_duplicate(tmp_path: Path) -> Non
     assert late[0]["late"] == "ok" and late[0]["metrics"]["tokens_per_s_per_gpu"] > 0
 
 
+@pytest.mark.slow
 def test_late_worker_fresh_is_refused_while_another_search_measures(tmp_path: Path) -> None:
-    doc = tiny(space={"micro_batch_size": [2, 4], "precision": "fp32"}, study={"trials": 1, "confirm_top": 0})
+    doc = tiny(
+        space={"micro_batch_size": [2, 4], "precision": "fp32"},
+        study={"trials": 1, "confirm_top": 0},
+    )
     path = tmp_path / "t.yaml"
     path.write_text(yaml.safe_dump(doc))
     out = tmp_path / "out"
     args = ("search", str(path), "--out", str(out), "--device", "cpu")
     first = start_cli(*args, cwd=tmp_path, env={"AUTOTUNE_FAULT": "hang"})
     try:
-        wait_until(lambda: (out / "t" / "runs" / "0000" / "spec.json").exists(), what="the first trial's start")
+        wait_until(
+            lambda: (out / "t" / "runs" / "0000" / "spec.json").exists(),
+            what="the first trial's start",
+        )
         fresh = run_cli(*args, "--fresh", cwd=tmp_path)
         assert fresh.returncode == 2 and "is being searched by pid" in fresh.stderr, fresh.stderr
         assert not list(out.glob("t.archived-*")) and (out / "t" / "study.db").exists()

@@ -1,4 +1,5 @@
-"""The architecture, pinned: no import cycle, short functions, the parent/child split, report and check apart
+"""The architecture, pinned: no import cycle, short functions, the parent/child split, report and
+check apart
 from the search loop. Read from the source with ast (nothing is imported)."""
 
 from __future__ import annotations
@@ -9,22 +10,35 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "autotune"
-MODULES = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): p
-           for p in sorted(PACKAGE.rglob("*.py"))}
-# What a trial process may import of autotune: the shared protocol modules (standard library only) and itself.
-SHARED = ("autotune.protocol", "autotune.knobs", "autotune.knobs._knob", "autotune.knobs._catalogue", "autotune.knobs._generate",
-          "autotune.knobs._ranks",
-          "autotune.knob_notes",
-          "autotune.sizes", "autotune.nccl_log",
-          "autotune.numerics",  # the numerics check's verdict: the trial's and the search's
-          "autotune.reporting",  # the job's reporting API: the trial of task command reads what it writes
-          "autotune.atomic")  # the job's reporting API: the trial of task command reads what it writes
+MODULES = {
+    ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): p
+    for p in sorted(PACKAGE.rglob("*.py"))
+}
+# What a trial process may import of autotune: the shared protocol modules (standard library only)
+# and itself.
+SHARED = (
+    "autotune.protocol",
+    "autotune.knobs",
+    "autotune.knobs._knob",
+    "autotune.knobs._catalogue",
+    "autotune.knobs._generate",
+    "autotune.knobs._ranks",
+    "autotune.knob_notes",
+    "autotune.sizes",
+    "autotune.nccl_log",
+    "autotune.numerics",  # the numerics check's verdict: the trial's and the search's
+    # the job's reporting API: the trial of task command reads what it writes
+    "autotune.reporting",
+    # the job's reporting API: the trial of task command reads what it writes
+    "autotune.atomic",
+)
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 450
 
 
 def _imports(path: Path, top_level_only: bool) -> set[str]:
-    """autotune modules imported by a file; top_level_only: module-level imports outside TYPE_CHECKING. `from
+    """autotune modules imported by a file; top_level_only: module-level imports outside
+    TYPE_CHECKING. `from
     a import b` is module a.b where b is one (the package a runs first: _parents), else a."""
     tree = ast.parse(path.read_text())
     nodes = tree.body if top_level_only else list(ast.walk(tree))
@@ -33,7 +47,11 @@ def _imports(path: Path, top_level_only: bool) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            modules = {f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in MODULES}
+            modules = {
+                f"{node.module}.{a.name}"
+                for a in node.names
+                if f"{node.module}.{a.name}" in MODULES
+            }
             found |= modules
             if len(modules) < len(node.names):
                 found.add(node.module)
@@ -47,14 +65,23 @@ def _resolve(name: str) -> str | None:
 
 
 def test_layout_no_import_cycle() -> None:
-    """Every import counted: module-level, inside functions (lazy) and under TYPE_CHECKING. The root package's
-    lazy API (autotune/__init__.py: run_search, run_check, ...) is the one exception: importing autotune.x runs
+    """Every import counted: module-level, inside functions (lazy) and under TYPE_CHECKING. The root
+    package's
+    lazy API (autotune/__init__.py: run_search, run_check, ...) is the one exception: importing
+    autotune.x runs
     it, but it imports nothing until called, and it stands above every module by design."""
-    graph = {m: {r for i in _imports(p, top_level_only=False) if (r := _resolve(i)) and r != m}
-             for m, p in MODULES.items()}
-    for m in graph:  # importing a.b runs a/__init__ first (except from inside package a, which is loading it)
-        graph[m] |= {parent for dep in list(graph[m]) for parent in _parents(dep)
-                     if parent != "autotune" and not m.startswith(parent + ".")} - {m}
+    graph = {
+        m: {r for i in _imports(p, top_level_only=False) if (r := _resolve(i)) and r != m}
+        for m, p in MODULES.items()
+    }
+    # importing a.b runs a/__init__ first (except from inside package a, which is loading it)
+    for m in graph:
+        graph[m] |= {
+            parent
+            for dep in list(graph[m])
+            for parent in _parents(dep)
+            if parent != "autotune" and not m.startswith(parent + ".")
+        } - {m}
     graph = {m: deps - {"autotune"} for m, deps in graph.items()}
     state: dict[str, int] = {}
 
@@ -62,7 +89,9 @@ def test_layout_no_import_cycle() -> None:
         state[m] = 1
         for dep in sorted(graph[m]):
             if state.get(dep) == 1:
-                raise AssertionError("import cycle: " + " -> ".join([*path[path.index(dep):], dep]))
+                raise AssertionError(
+                    "import cycle: " + " -> ".join([*path[path.index(dep) :], dep])
+                )
             if dep not in state:
                 visit(dep, [*path, dep])
         state[m] = 2
@@ -79,7 +108,8 @@ def _parents(module: str) -> list[str]:
 
 def _body_lines(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     """A function's code: from its first statement after the docstring to its end. The signature (a
-    Typer command's options, one a line at 100 columns) and the docstring are declarations, not logic."""
+    Typer command's options, one a line at 100 columns) and the docstring are declarations, not
+    logic."""
     body = function.body
     first = body[0]
     docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
@@ -91,7 +121,9 @@ def _body_lines(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_layout_functions_are_short(module: str) -> None:
     tree = ast.parse(MODULES[module].read_text())
-    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    functions = [
+        n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
     long = [(n.name, _body_lines(n)) for n in functions if _body_lines(n) > MAX_FUNCTION_LINES]
     assert not long, f"{module}: functions of over {MAX_FUNCTION_LINES} lines of code: {long}"
 
@@ -99,24 +131,45 @@ def test_layout_functions_are_short(module: str) -> None:
 def test_layout_trial_process_imports_only_the_shared_protocol() -> None:
     for module, path in MODULES.items():
         if module.startswith("autotune.workloads"):
-            outside = {i for i in _imports(path, top_level_only=False)
-                       if not i.startswith("autotune.workloads") and i not in SHARED and i != "autotune"}
+            outside = {
+                i
+                for i in _imports(path, top_level_only=False)
+                if not i.startswith("autotune.workloads") and i not in SHARED and i != "autotune"
+            }
             assert not outside, f"{module} (runs in the trial process) imports {outside}"
 
 
 def test_layout_parent_never_imports_the_trial_process() -> None:
     for module, path in MODULES.items():
         if not module.startswith("autotune.workloads"):
-            inside = {i for i in _imports(path, top_level_only=False) if i.startswith("autotune.workloads")}
-            assert not inside, f"{module} imports the trial's modules {inside}; it launches them by name"
+            inside = {
+                i
+                for i in _imports(path, top_level_only=False)
+                if i.startswith("autotune.workloads")
+            }
+            assert not inside, (
+                f"{module} imports the trial's modules {inside}; it launches them by name"
+            )
 
 
-@pytest.mark.parametrize("reader", ["autotune.report", "autotune.report._collect", "autotune.report._render",
-                                    "autotune.report._html", "autotune.report._table", "autotune.regress", "autotune.regress_bench",
-                                    "autotune.views", "autotune.views_check", "autotune.search.best",
-                                    "autotune.documents.best_file",
-                                    "autotune.search.history",
-                                    "autotune.search.storage"])
+@pytest.mark.parametrize(
+    "reader",
+    [
+        "autotune.report",
+        "autotune.report._collect",
+        "autotune.report._render",
+        "autotune.report._html",
+        "autotune.report._table",
+        "autotune.regress",
+        "autotune.regress_bench",
+        "autotune.views",
+        "autotune.views_check",
+        "autotune.search.best",
+        "autotune.documents.best_file",
+        "autotune.search.history",
+        "autotune.search.storage",
+    ],
+)
 def test_layout_readers_never_import_the_search_loop(reader: str) -> None:
     seen, todo = set(), [reader]
     while todo:  # everything the reader loads at import time, transitively
@@ -126,52 +179,85 @@ def test_layout_readers_never_import_the_search_loop(reader: str) -> None:
         seen.add(m)
         todo += [r for i in _imports(MODULES[m], top_level_only=True) if (r := _resolve(i))]
         todo += _parents(m)
-    assert "autotune.search.loop" not in seen and "autotune.search.confirm" not in seen, sorted(seen)
+    assert "autotune.search.loop" not in seen and "autotune.search.confirm" not in seen, sorted(
+        seen
+    )
 
 
-# The modules that read best.yaml back (check, export) and the documents themselves: they read the file's
-# typed owner (autotune/documents), never the search that wrote it, not even lazily.
-BEST_YAML_READERS = ("autotune.documents", "autotune.regress", "autotune.export", "autotune.views_check",
-                     "autotune.cli.check", "autotune.cli.export")
+# The modules that read best.yaml back (check, export) and the documents themselves: they read the
+# file's typed owner (autotune/documents), never the search that wrote it, not even lazily.
+BEST_YAML_READERS = (
+    "autotune.documents",
+    "autotune.regress",
+    "autotune.export",
+    "autotune.views_check",
+    "autotune.cli.check",
+    "autotune.cli.export",
+)
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith(BEST_YAML_READERS)))
 def test_layout_check_and_export_never_import_the_search(module: str) -> None:
-    found = {i for i in _imports(MODULES[module], top_level_only=False) if i.startswith("autotune.search")}
+    found = {
+        i
+        for i in _imports(MODULES[module], top_level_only=False)
+        if i.startswith("autotune.search")
+    }
     assert not found, f"{module} imports {sorted(found)}: read best.yaml through autotune.documents"
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_layout_modules_are_short(module: str) -> None:
     lines = len(MODULES[module].read_text().splitlines())
-    assert lines <= MAX_MODULE_LINES, f"{module}: {lines} lines, over {MAX_MODULE_LINES}: split it by concern"
+    assert lines <= MAX_MODULE_LINES, (
+        f"{module}: {lines} lines, over {MAX_MODULE_LINES}: split it by concern"
+    )
 
 
 def _task_branches(tree: ast.AST) -> list[int]:
-    """Lines comparing a task (`x.task`, `task`) with a task's name: `== "generate"`, `!= "train"`, `in (...)`."""
+    """Lines comparing a task (`x.task`, `task`) with a task's name: `== "generate"`, `!= "train"`,
+    `in (...)`."""
     names = {"train", "generate"}
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Compare):
             continue
         sides = [node.left, *node.comparators]
-        named = any(isinstance(x, ast.Name) and x.id == "task" or isinstance(x, ast.Attribute) and x.attr == "task"
-                    for x in sides)
-        consts = {c.value for x in sides for c in ([x] if isinstance(x, ast.Constant) else getattr(x, "elts", []))
-                  if isinstance(c, ast.Constant)}
-        if named and consts & names or any(isinstance(x, ast.Constant) and x.value == "kv_cache" for x in sides):
+        named = any(
+            isinstance(x, ast.Name)
+            and x.id == "task"
+            or isinstance(x, ast.Attribute)
+            and x.attr == "task"
+            for x in sides
+        )
+        consts = {
+            c.value
+            for x in sides
+            for c in ([x] if isinstance(x, ast.Constant) else getattr(x, "elts", []))
+            if isinstance(c, ast.Constant)
+        }
+        if (
+            named
+            and consts & names
+            or any(isinstance(x, ast.Constant) and x.value == "kv_cache" for x in sides)
+        ):
             found.append(node.lineno)
     return found
 
 
 def test_layout_the_parent_never_branches_on_the_task() -> None:
-    """Each task is one plug-in on each side of the process boundary (tasks/, workloads/): elsewhere no code
-    compares a task with a task's name, nor detects a task by a knob of it (`"kv_cache" in knobs`)."""
+    """Each task is one plug-in on each side of the process boundary (tasks/, workloads/): elsewhere
+    no code
+    compares a task with a task's name, nor detects a task by a knob of it (`"kv_cache" in
+    knobs`)."""
     for module, path in MODULES.items():
         if module.startswith(("autotune.tasks", "autotune.workloads")):
             continue
         lines = _task_branches(ast.parse(path.read_text()))
-        assert not lines, f"{module} branches on the task at line(s) {lines}: ask the Task plug-in (autotune/tasks)"
+        assert not lines, (
+            f"{module} branches on the task at line(s) {lines}: ask the Task plug-in "
+            "(autotune/tasks)"
+        )
 
 
 def test_layout_the_task_registries_agree() -> None:
@@ -180,7 +266,12 @@ def test_layout_the_task_registries_agree() -> None:
     from autotune import knobs, tasks
 
     tree = ast.parse((PACKAGE / "workloads" / "trial.py").read_text())
-    workloads = next(node.value for node in tree.body if isinstance(node, ast.Assign)
-                     and any(isinstance(t, ast.Name) and t.id == "WORKLOADS" for t in node.targets))
-    child = {k.value for k in workloads.keys} - {"allreduce"}  # the NCCL benchmark's workload is no study task
+    workloads = next(
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "WORKLOADS" for t in node.targets)
+    )
+    # the NCCL benchmark's workload is no study task
+    child = {k.value for k in workloads.keys} - {"allreduce"}
     assert set(tasks.TASKS) == set(knobs.TASKS) == child

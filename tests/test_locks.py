@@ -1,4 +1,5 @@
-"""locks.py: one measurement per device across autotune processes, and namespaces that keep them apart."""
+"""locks.py: one measurement per device across autotune processes, and namespaces that keep them
+apart."""
 
 from __future__ import annotations
 
@@ -10,19 +11,27 @@ import pytest
 
 from autotune.locks import DeviceLock
 
-HOLD = "import sys, time; from autotune.locks import DeviceLock; l = DeviceLock([sys.argv[1]]); l.acquire(); " \
-       "print('held', flush=True); time.sleep(60)"
+HOLD = (
+    "import sys, time; from autotune.locks import DeviceLock; l = DeviceLock([sys.argv[1]]); "
+    "l.acquire(); print('held', flush=True); time.sleep(60)"
+)
 
 
 def _holder(unit: str, namespace: str) -> subprocess.Popen:
     """Another process holding unit in namespace (a real search, or another test session)."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, unit], stdout=subprocess.PIPE, text=True,
-                            env={**__import__("os").environ, "AUTOTUNE_LOCK_NAMESPACE": namespace})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, unit],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**__import__("os").environ, "AUTOTUNE_LOCK_NAMESPACE": namespace},
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
     return proc
 
 
-def test_locks_another_process_of_the_namespace_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_locks_another_process_of_the_namespace_is_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("AUTOTUNE_LOCK_NAMESPACE", "locks-test-a")
     proc = _holder("gpu-x", "locks-test-a")
     try:

@@ -1,14 +1,13 @@
-"""A trial's log stays bounded on disk while it prints without end, and its last lines are read from the end
+"""A trial's log stays bounded on disk while it prints without end, and its last lines are read from
+the end
 (logcap.py), whatever the trial prints."""
 
 from __future__ import annotations
 
 import resource
-import subprocess
-import sys
-import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from autotune import logcap
@@ -49,6 +48,7 @@ def _job(tmp_path: Path, code: str, timeout_min: float) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_logcap_a_trial_that_prints_forever_cannot_fill_the_disk(tmp_path: Path) -> None:
     cfg = load_config(_job(tmp_path, PRINTER, 0.3))
     result = run_search(cfg, out_root=tmp_path / "trials", device="cpu")
@@ -58,6 +58,7 @@ def test_logcap_a_trial_that_prints_forever_cannot_fill_the_disk(tmp_path: Path)
     assert logcap.used_bytes(log) < 64 << 20  # printed for 18 s at full speed: bounded all the same
 
 
+@pytest.mark.slow
 def test_logcap_a_trial_that_printed_a_lot_then_failed_is_read_from_its_end(tmp_path: Path) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     cfg = load_config(_job(tmp_path, BIG_THEN_FAIL, 2))

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import tiny
 
 from autotune import knobs as knob_catalogue
 from autotune.numerics import Limits, fall, floor_nats, growth, judge
@@ -18,7 +19,6 @@ from autotune.protocol import RunSettings, TrialSpec
 from autotune.workloads import numerics_check, trial
 from autotune.workloads.faults import Fault
 from autotune.workloads.model import Transformer
-from conftest import tiny
 
 LLAMA = {
     "family": "llama",
@@ -126,6 +126,7 @@ def _fake_float8(model: torch.nn.Module) -> int:
 # --- working precisions pass ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_numerics_check_passes_fp16_and_measures_the_floor(monkeypatch: pytest.MonkeyPatch) -> None:
     """fp16 (with its GradScaler) against bf16 from the same weights on the same fresh batches: it
     learns what bf16 learns; the floor run (bf16 against fp32) is measured when asked for."""
@@ -139,6 +140,7 @@ def test_numerics_check_passes_fp16_and_measures_the_floor(monkeypatch: pytest.M
     assert 0 <= floor_nats(found["floor"]["losses"], attempt["reference"]) < 0.05
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", [LLAMA, GPT], ids=["llama", "gpt"])
 def test_numerics_check_passes_an_fp8_like_precision(model: dict[str, Any]) -> None:
     """Every linear but the head quantised to float8 (e4m3 forward, e5m2 gradients, one scale per
@@ -152,6 +154,7 @@ def test_numerics_check_passes_an_fp8_like_precision(model: dict[str, Any]) -> N
     assert attempt["losses"] != attempt["reference"]  # quantised: not the same arithmetic
 
 
+@pytest.mark.slow
 def test_numerics_check_two_runs_of_one_arithmetic_agree() -> None:
     """bf16 against its bf16 reference: the same arithmetic from the same weights gives the same
     curve (gap 0), and so does another reduction order (two micro-batches a step) within the floor.
@@ -167,6 +170,7 @@ def test_numerics_check_two_runs_of_one_arithmetic_agree() -> None:
 # --- breakage fails -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_numerics_check_fails_fp16_without_its_grad_scaler(monkeypatch: pytest.MonkeyPatch) -> None:
     """On gradients below fp16's range (the loss scaled by 2^-16 before backward, AUTOTUNE_FAULT
     small_grads), fp16 with its GradScaler trains like bf16; without it (no_grad_scaler) the
@@ -183,6 +187,7 @@ def test_numerics_check_fails_fp16_without_its_grad_scaler(monkeypatch: pytest.M
     )
 
 
+@pytest.mark.slow
 def test_numerics_check_fails_a_layer_whose_gradients_stop(monkeypatch: pytest.MonkeyPatch) -> None:
     """The first block gets no gradient (AUTOTUNE_FAULT frozen_layer): the model still learns most
     of what bf16 learns, but those parameters' gradients are gone."""
@@ -196,6 +201,7 @@ def test_numerics_check_fails_a_layer_whose_gradients_stop(monkeypatch: pytest.M
     }
 
 
+@pytest.mark.slow
 def test_numerics_check_fails_weights_that_lose_their_bits(monkeypatch: pytest.MonkeyPatch) -> None:
     found = _check("fp16", monkeypatch, "drift")
     verdict = found["attempts"][-1]["verdict"]
@@ -206,6 +212,7 @@ def test_numerics_check_fails_weights_that_lose_their_bits(monkeypatch: pytest.M
     )
 
 
+@pytest.mark.slow
 def test_numerics_check_fails_nan_and_repeats_a_failed_attempt() -> None:
     """A candidate whose loss becomes NaN in its first attempt fails it; the attempt is repeated
     once from other weights and data, and that repeat decides (it passes here: the NaN struck once).

@@ -1,5 +1,7 @@
-"""history.jsonl (nightly.py): a torn or hand-edited line is skipped and named, a torn end never glues onto the
-next night's line, no write follows a planted link; check prints its verdict and keeps its exit code."""
+"""history.jsonl (nightly.py): a torn or hand-edited line is skipped and named, a torn end never
+glues onto the
+next night's line, no write follows a planted link; check prints its verdict and keeps its exit
+code."""
 
 from __future__ import annotations
 
@@ -9,9 +11,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from autotune import nightly
-from conftest import run_cli
 
 FIXTURES = Path(__file__).parent / "data" / "studies"
 NIGHT = {
@@ -28,7 +30,9 @@ NIGHT = {
 def test_nightly_bad_lines_are_skipped_and_named(tmp_path: Path) -> None:
     path = tmp_path / nightly.FILE
     edited = {**NIGHT, "ratio": "fast"}
-    path.write_text(json.dumps(NIGHT) + "\n" + '{"name": "x", "sta' + "\n" + json.dumps(edited) + "\n[1, 2]\n")
+    path.write_text(
+        json.dumps(NIGHT) + "\n" + '{"name": "x", "sta' + "\n" + json.dumps(edited) + "\n[1, 2]\n"
+    )
     nights, skipped = nightly.read(path)
     assert nights == [NIGHT]
     assert skipped == [
@@ -40,7 +44,8 @@ def test_nightly_bad_lines_are_skipped_and_named(tmp_path: Path) -> None:
 
 def test_nightly_append_after_a_torn_line_does_not_glue(tmp_path: Path) -> None:
     path = tmp_path / nightly.FILE
-    path.write_text(json.dumps(NIGHT) + "\n" + '{"name": "x", "status": "pa')  # the disk filled mid-line
+    # the disk filled mid-line
+    path.write_text(json.dumps(NIGHT) + "\n" + '{"name": "x", "status": "pa')
     nightly.append(path, NIGHT)
     nights, skipped = nightly.read(path)
     assert nights == [NIGHT, NIGHT] and skipped == ["line 2: not JSON (torn or edited)"]
@@ -65,7 +70,9 @@ def _study(tmp_path: Path) -> Path:
 
 def test_nightly_report_names_bad_lines_instead_of_failing(tmp_path: Path) -> None:
     study = _study(tmp_path)
-    (study / nightly.FILE).write_text(json.dumps({**NIGHT, "name": "fixture-v0"}) + "\n" + "{torn\n")
+    (study / nightly.FILE).write_text(
+        json.dumps({**NIGHT, "name": "fixture-v0"}) + "\n" + "{torn\n"
+    )
     proc = run_cli("report", str(study), "--no-html", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "history.jsonl: skipped line 2: not JSON" in proc.stdout
@@ -74,9 +81,18 @@ def test_nightly_report_names_bad_lines_instead_of_failing(tmp_path: Path) -> No
 @pytest.mark.slow
 def test_nightly_check_with_a_torn_history_prints_its_verdict(tmp_path: Path) -> None:
     study = _study(tmp_path)
-    (study / nightly.FILE).write_text('{"name": "fixture-v0", "status": "pass", "ratio": "x"}\n{"torn')
-    proc = run_cli("check", str(study / "best.yaml"), "--repeats", "2", "--max-load", "0", cwd=tmp_path)
-    assert proc.returncode in (0, 1), proc.stderr  # decided: pass or regression, never an internal error
-    assert "ratio" in proc.stdout and "history.jsonl: skipped line 1: check_median is not a positive number" in proc.stdout
+    (study / nightly.FILE).write_text(
+        '{"name": "fixture-v0", "status": "pass", "ratio": "x"}\n{"torn'
+    )
+    proc = run_cli(
+        "check", str(study / "best.yaml"), "--repeats", "2", "--max-load", "0", cwd=tmp_path
+    )
+    # decided: pass or regression, never an internal error
+    assert proc.returncode in (0, 1), proc.stderr
+    assert (
+        "ratio" in proc.stdout
+        and "history.jsonl: skipped line 1: check_median is not a positive number" in proc.stdout
+    )
     nights, skipped = nightly.read(study / nightly.FILE)
-    assert len(nights) == 1 and len(skipped) == 2  # this night's line stands alone after the torn one
+    # this night's line stands alone after the torn one
+    assert len(nights) == 1 and len(skipped) == 2

@@ -1,4 +1,5 @@
-"""What a study knows will not run: rules learned from configuration failures, the OOM bound, the memory model."""
+"""What a study knows will not run: rules learned from configuration failures, the OOM bound, the
+memory model."""
 
 from __future__ import annotations
 
@@ -6,26 +7,35 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import optuna
+import pytest
+from conftest import load_trials, tiny
 
 from autotune import memory
 from autotune.config_load import parse_config
 from autotune.search import predict, run_search
 from autotune.search.history import History
-from conftest import load_trials, tiny
 
 
-def _trial(number: int, knobs: dict, status: str = "ok", peak: float | None = None, cause: dict | None = None,
-           memory: float = 80.0) -> optuna.trial.FrozenTrial:
+def _trial(
+    number: int,
+    knobs: dict,
+    status: str = "ok",
+    peak: float | None = None,
+    cause: dict | None = None,
+    memory: float = 80.0,
+) -> optuna.trial.FrozenTrial:
     attrs = {"knobs": knobs, "status": status, "reason": "r", "predicted": False}
     if status == "ok":
-        attrs.update(metrics={"peak_mem_gib": peak}, fingerprint={"device": "cuda", "gpu_memory_gib": memory})
+        attrs.update(
+            metrics={"peak_mem_gib": peak}, fingerprint={"device": "cuda", "gpu_memory_gib": memory}
+        )
     if cause:
         attrs["cause"] = cause
     state = optuna.trial.TrialState.COMPLETE if status == "ok" else optuna.trial.TrialState.PRUNED
-    t = optuna.trial.create_trial(value=1.0 if status == "ok" else None, state=state, user_attrs=attrs)
+    t = optuna.trial.create_trial(
+        value=1.0 if status == "ok" else None, state=state, user_attrs=attrs
+    )
     t.number = number
     return t
 
@@ -43,43 +53,74 @@ def _history(*trials: optuna.trial.FrozenTrial) -> History:
 
 
 def test_predict_rule_from_an_invalid_configuration() -> None:
-    h = _history(_trial(3, {"attention": "cudnn", "precision": "tf32", "micro_batch_size": 8}, "invalid_config",
-                        cause={"attention": "cudnn", "precision": "tf32"}))
-    status, reason = predict.failure(h, {"attention": "cudnn", "precision": "tf32", "micro_batch_size": 64})
-    assert status == "invalid_config" and reason.startswith("predicted: attention cudnn, precision tf32 cannot run here (trial 3")
-    assert predict.failure(h, {"attention": "cudnn", "precision": "bf16", "micro_batch_size": 8}) is None
+    h = _history(
+        _trial(
+            3,
+            {"attention": "cudnn", "precision": "tf32", "micro_batch_size": 8},
+            "invalid_config",
+            cause={"attention": "cudnn", "precision": "tf32"},
+        )
+    )
+    status, reason = predict.failure(
+        h, {"attention": "cudnn", "precision": "tf32", "micro_batch_size": 64}
+    )
+    assert status == "invalid_config" and reason.startswith(
+        "predicted: attention cudnn, precision tf32 cannot run here (trial 3"
+    )
+    assert (
+        predict.failure(h, {"attention": "cudnn", "precision": "bf16", "micro_batch_size": 8})
+        is None
+    )
 
 
 def test_predict_memory_model_from_measured_peaks() -> None:
     base = {"precision": "bf16", "compile": True, "grad_accum_steps": 1}
-    h = _history(_trial(0, {**base, "micro_batch_size": 8}, peak=12.0), _trial(1, {**base, "micro_batch_size": 16}, peak=20.0))
-    assert predict.failure(h, {**base, "micro_batch_size": 64}) is None  # 12 + 1/GiB per sequence: 68 GiB fits in 80
+    h = _history(
+        _trial(0, {**base, "micro_batch_size": 8}, peak=12.0),
+        _trial(1, {**base, "micro_batch_size": 16}, peak=20.0),
+    )
+    # 12 + 1/GiB per sequence: 68 GiB fits in 80
+    assert predict.failure(h, {**base, "micro_batch_size": 64}) is None
     status, reason = predict.failure(h, {**base, "micro_batch_size": 128})  # 132 GiB does not
-    assert status == "oom" and "peak memory 132.0 GiB" in reason and "above the GPU's 80.0 GiB" in reason
-    other = {**base, "compile": False, "micro_batch_size": 128}  # another configuration: nothing is known
+    assert (
+        status == "oom"
+        and "peak memory 132.0 GiB" in reason
+        and "above the GPU's 80.0 GiB" in reason
+    )
+    # another configuration: nothing is known
+    other = {**base, "compile": False, "micro_batch_size": 128}
     assert predict.failure(h, other) is None
 
 
 @pytest.mark.slow
 def test_predict_one_failed_precision_is_not_launched_again(tmp_path: Path, monkeypatch) -> None:
-    """tf32 cannot run on the CPU: the first tf32 trial fails and names the cause; the other tf32 points are
+    """tf32 cannot run on the CPU: the first tf32 trial fails and names the cause; the other tf32
+    points are
     recorded as predicted, never launched and not counted."""
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
-    cfg = parse_config(tiny(space={"micro_batch_size": [2, 4, 8], "precision": ["fp32", "tf32"]},
-                            study={"trials": 6, "sampler": "grid"}))
+    cfg = parse_config(
+        tiny(
+            space={"micro_batch_size": [2, 4, 8], "precision": ["fp32", "tf32"]},
+            study={"trials": 6, "sampler": "grid"},
+        )
+    )
     result = run_search(cfg, out_root=tmp_path, device="cpu")
     tf32 = [t for t in load_trials(tmp_path) if t.params.get("precision") == "tf32"]
     launched = [t for t in tf32 if not t.user_attrs["predicted"]]
     assert len(launched) == 1 and launched[0].user_attrs["cause"] == {"precision": "tf32"}
     predicted = [t for t in tf32 if t.user_attrs["predicted"]]
-    assert len(predicted) == 2 and all(t.user_attrs["status"] == "invalid_config" for t in predicted)
+    assert len(predicted) == 2 and all(
+        t.user_attrs["status"] == "invalid_config" for t in predicted
+    )
     assert not any((tmp_path / "t" / "runs" / f"{t.number:04d}").exists() for t in predicted)
     assert result.history.launched == 4  # 3 fp32 and the one tf32 that taught the rule
 
 
 def _recorded_trials(headroom: float, rule: Any) -> tuple[int, int]:
-    """(trials predicted out of memory, trials) over the recorded H200 trials, each study replayed in order, each
-    trial judged with the estimates and peaks of the trials before it, on a GPU of headroom x its own peak."""
+    """(trials predicted out of memory, trials) over the recorded H200 trials, each study replayed
+    in order, each
+    trial judged with the estimates and peaks of the trials before it, on a GPU of headroom x its
+    own peak."""
     data = json.loads((Path(__file__).parent / "data" / "h200-memory-peaks.json").read_text())
     wrong = total = 0
     for rows in data["studies"].values():
@@ -93,8 +134,9 @@ def _recorded_trials(headroom: float, rule: Any) -> tuple[int, int]:
     return wrong, total
 
 
-def _calibrated_only(est: memory.Estimate, measured: list[tuple[memory.Estimate, float]],
-                     capacity_gib: float) -> tuple[float, float, int] | None:
+def _calibrated_only(
+    est: memory.Estimate, measured: list[tuple[memory.Estimate, float]], capacity_gib: float
+) -> tuple[float, float, int] | None:
     """The rule before issue 24: the calibrated estimate alone against 98% of the GPU."""
     cal = memory.calibrate(measured)
     peak = (cal.peak(est) if cal.n else est.total) / memory.GIB
@@ -103,8 +145,10 @@ def _calibrated_only(est: memory.Estimate, measured: list[tuple[memory.Estimate,
 
 
 def test_predict_memory_never_skips_a_recorded_trial_that_ran() -> None:
-    """Issue 24: the calibrated estimate never predicts oom for a trial that fits. Replayed over 197 trials that
-    ran on H200s (13 studies): none is predicted out of memory on its own GPU, nor on a GPU of only 1.1 times
+    """Issue 24: the calibrated estimate never predicts oom for a trial that fits. Replayed over 197
+    trials that
+    ran on H200s (13 studies): none is predicted out of memory on its own GPU, nor on a GPU of only
+    1.1 times
     its peak (where the calibrated estimate alone, the rule before, skipped 7)."""
     data = json.loads((Path(__file__).parent / "data" / "h200-memory-peaks.json").read_text())
     gpu = data["gpu_bytes"] / memory.GIB
@@ -121,12 +165,27 @@ def test_predict_memory_never_skips_a_recorded_trial_that_ran() -> None:
 
 
 def test_predict_memory_still_skips_what_cannot_fit() -> None:
-    """The safer rule still predicts oom where the estimate is far above the GPU: Llama-3.1-8B without
+    """The safer rule still predicts oom where the estimate is far above the GPU: Llama-3.1-8B
+    without
     checkpointing on one 141 GB GPU, calibrated or not."""
-    model = {"family": "llama", "n_layers": 32, "d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "ffn_hidden": 14336,
-             "vocab_size": 128256, "seq_len": 8192, "tie_embeddings": False}
-    big = memory.estimate(model, {"micro_batch_size": 2, "precision": "bf16", "grad_accum_steps": 8})
-    small = memory.estimate({**model, "n_layers": 2}, {"micro_batch_size": 1, "precision": "bf16", "grad_accum_steps": 16})
+    model = {
+        "family": "llama",
+        "n_layers": 32,
+        "d_model": 4096,
+        "n_heads": 32,
+        "n_kv_heads": 8,
+        "ffn_hidden": 14336,
+        "vocab_size": 128256,
+        "seq_len": 8192,
+        "tie_embeddings": False,
+    }
+    big = memory.estimate(
+        model, {"micro_batch_size": 2, "precision": "bf16", "grad_accum_steps": 8}
+    )
+    small = memory.estimate(
+        {**model, "n_layers": 2},
+        {"micro_batch_size": 1, "precision": "bf16", "grad_accum_steps": 16},
+    )
     assert big is not None and small is not None
     assert predict.over_capacity(big, [], 140.4) is not None
     assert predict.over_capacity(big, [(small, 1.02 * small.total)], 140.4) is not None

@@ -1,5 +1,7 @@
-"""Trial processes started ahead (prestart.py): a trial takes the waiting process of its environment, still one
-fresh process per trial; anything else starts cold; nothing waits on after autotune is done (real processes)."""
+"""Trial processes started ahead (prestart.py): a trial takes the waiting process of its
+environment, still one
+fresh process per trial; anything else starts cold; nothing waits on after autotune is done (real
+processes)."""
 
 from __future__ import annotations
 
@@ -8,20 +10,24 @@ import signal
 from pathlib import Path
 
 import pytest
+from conftest import alive, load_trials, none_left, processes_with, run_cli, tiny, wait_until
+from test_trial import _spec
 
 from autotune import prestart
 from autotune.runner import run_trial
-from conftest import alive, load_trials, none_left, processes_with, run_cli, tiny, wait_until
-from test_trial import _spec
 
 # every test here runs searches, checks or several processes: `make test-fast` leaves them out
 pytestmark = pytest.mark.slow
 
 
-
 def _trial(tmp_path: Path, name: str, env: dict[str, str], **knobs):
-    return run_trial(_spec(**knobs), tmp_path / name, timeout_s=120, env={"TMPDIR": str(tmp_path / "tmp"), **env},
-                     ahead=True)
+    return run_trial(
+        _spec(**knobs),
+        tmp_path / name,
+        timeout_s=120,
+        env={"TMPDIR": str(tmp_path / "tmp"), **env},
+        ahead=True,
+    )
 
 
 def test_prestart_takes_the_process_of_the_same_environment_only(tmp_path: Path) -> None:
@@ -29,17 +35,26 @@ def test_prestart_takes_the_process_of_the_same_environment_only(tmp_path: Path)
         first = _trial(tmp_path, "a", {"AUTOTUNE_TEST_ENV": "1"})
         same = _trial(tmp_path, "b", {"AUTOTUNE_TEST_ENV": "1"}, micro_batch_size=1)
         other = _trial(tmp_path, "c", {"AUTOTUNE_TEST_ENV": "2"})
-        # the slot's processes of the old environment were ended: DEPTH wait (each a supervisor and its trial)
-        wait_until(lambda: len(processes_with(str(tmp_path / "tmp"))) == 2 * prestart.DEPTH, 30, "the old ones ending")
+        # the slot's processes of the old environment were ended: DEPTH wait (each a supervisor and
+        # its trial)
+        wait_until(
+            lambda: len(processes_with(str(tmp_path / "tmp"))) == 2 * prestart.DEPTH,
+            30,
+            "the old ones ending",
+        )
     finally:
         prestart.dismiss_all()
-    assert [o.status for o in (first, same, other)] == ["ok"] * 3, [o.reason for o in (first, same, other)]
+    assert [o.status for o in (first, same, other)] == ["ok"] * 3, [
+        o.reason for o in (first, same, other)
+    ]
     assert (first.prestarted, same.prestarted, other.prestarted) == (False, True, False)
     # the process started ahead ran the second trial: its own configuration, its own log and pid
-    assert (first.result.tokens_per_step, same.result.tokens_per_step) == (64, 32)  # micro-batch 2, then 1
+    # micro-batch 2, then 1
+    assert (first.result.tokens_per_step, same.result.tokens_per_step) == (64, 32)
     assert (tmp_path / "b" / "worker.log").is_file()
     none_left(str(tmp_path / "tmp"))
-    assert not list((tmp_path / "tmp").glob("standby-*.log"))  # the waiting processes' logs are removed
+    # the waiting processes' logs are removed
+    assert not list((tmp_path / "tmp").glob("standby-*.log"))
 
 
 def test_prestart_dead_standby_falls_back_to_a_cold_start(tmp_path: Path) -> None:
@@ -49,9 +64,12 @@ def test_prestart_dead_standby_falls_back_to_a_cold_start(tmp_path: Path) -> Non
         pids = wait_until(lambda: processes_with(str(tmp_path / "tmp")), 30, "the standby process")
         for pid in pids:
             os.kill(int(pid), signal.SIGKILL)
-        # dead, not dying: a killed process's command line is empty before its parent can reap it, and a
-        # standby taken in that window is handed the trial and dies under it (the flake of CI stop 43)
-        wait_until(lambda: not any(alive(int(pid)) for pid in pids), 30, "the killed standbys' exit")
+        # dead, not dying: a killed process's command line is empty before its parent can reap it,
+        # and a standby taken in that window is handed the trial and dies under it (the flake of CI
+        # stop 43)
+        wait_until(
+            lambda: not any(alive(int(pid)) for pid in pids), 30, "the killed standbys' exit"
+        )
         none_left(str(tmp_path / "tmp"))
         after = _trial(tmp_path, "b", env)
     finally:
@@ -60,9 +78,13 @@ def test_prestart_dead_standby_falls_back_to_a_cold_start(tmp_path: Path) -> Non
     assert after.prestarted is False
 
 
-def test_prestart_search_runs_trials_from_started_processes_and_leaves_none(tmp_path: Path, write_yaml) -> None:
-    cfg = tiny(space={"micro_batch_size": [2, 4, 8], "precision": ["fp32"]},
-               study={"trials": 3, "sampler": "grid", "prestart": True, "confirm_top": 0})
+def test_prestart_search_runs_trials_from_started_processes_and_leaves_none(
+    tmp_path: Path, write_yaml
+) -> None:
+    cfg = tiny(
+        space={"micro_batch_size": [2, 4, 8], "precision": ["fp32"]},
+        study={"trials": 3, "sampler": "grid", "prestart": True, "confirm_top": 0},
+    )
     proc = run_cli("search", str(write_yaml(cfg)), "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     records = [t.user_attrs for t in sorted(load_trials(tmp_path / "out"), key=lambda t: t.number)]
@@ -79,20 +101,31 @@ def test_prestart_standby_without_a_trial_exits_on_eof(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "autotune.workloads.trial", prestart.STANDBY_FLAG],
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune.workloads.trial", prestart.STANDBY_FLAG],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
 def test_prestart_kill_9_of_autotune_leaves_no_waiting_process(tmp_path: Path, write_yaml) -> None:
     from conftest import start_cli
 
-    cfg = tiny(space={"micro_batch_size": [2, 4, 8], "precision": ["fp32"]},
-               study={"trials": 3, "sampler": "grid", "prestart": True, "confirm_top": 0},
-               workload={"measure_steps": 200})
+    cfg = tiny(
+        space={"micro_batch_size": [2, 4, 8], "precision": ["fp32"]},
+        study={"trials": 3, "sampler": "grid", "prestart": True, "confirm_top": 0},
+        workload={"measure_steps": 200},
+    )
     proc = start_cli("search", str(write_yaml(cfg)), "--out", str(tmp_path / "out"), cwd=tmp_path)
     try:
-        wait_until(lambda: processes_with(f"{tmp_path / 'out'}/t/tmp/standby-"), 120, "a process started ahead")
+        wait_until(
+            lambda: processes_with(f"{tmp_path / 'out'}/t/tmp/standby-"),
+            120,
+            "a process started ahead",
+        )
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)

@@ -11,8 +11,15 @@ from autotune.protocol import RunSettings, TrialResult, TrialSpec
 
 
 def test_protocol_spec_round_trips_through_json() -> None:
-    spec = TrialSpec(task="train", device="cpu", knobs={"micro_batch_size": 4}, model={"family": "gpt"},
-                     run=RunSettings(warmup_steps=2, world_size=2), base_dir="/x", launched_at=1.5)
+    spec = TrialSpec(
+        task="train",
+        device="cpu",
+        knobs={"micro_batch_size": 4},
+        model={"family": "gpt"},
+        run=RunSettings(warmup_steps=2, world_size=2),
+        base_dir="/x",
+        launched_at=1.5,
+    )
     again = TrialSpec.from_json(json.loads(json.dumps(spec.to_json())))
     assert again == spec and isinstance(again.run, RunSettings) and again.run.world_size == 2
 

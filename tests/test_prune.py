@@ -1,12 +1,13 @@
-"""Hopeless trials stop early through Optuna's pruner interface (search/prune.py); real trials on the CPU."""
+"""Hopeless trials stop early through Optuna's pruner interface (search/prune.py); real trials on
+the CPU."""
 
 from __future__ import annotations
 
 import optuna
 import pytest
+from conftest import load_trials, run_cli, tiny
 
 from autotune.search.prune import BelowBest
-from conftest import load_trials, run_cli, tiny
 
 
 def _study_with_best(value: float) -> optuna.Study:
@@ -16,9 +17,13 @@ def _study_with_best(value: float) -> optuna.Study:
     return study
 
 
-@pytest.mark.parametrize("steps,pruned", [([70.0], False), ([70.0, 79.0], True), ([70.0, 81.0], False),
-                                          ([200.0, 50.0], False)])
-def test_prune_below_best_only_when_even_the_fastest_step_cannot_reach(steps: list[float], pruned: bool) -> None:
+@pytest.mark.parametrize(
+    "steps,pruned",
+    [([70.0], False), ([70.0, 79.0], True), ([70.0, 81.0], False), ([200.0, 50.0], False)],
+)
+def test_prune_below_best_only_when_even_the_fastest_step_cannot_reach(
+    steps: list[float], pruned: bool
+) -> None:
     study = _study_with_best(100.0)
     trial = study.ask()
     for i, v in enumerate(steps):
@@ -41,12 +46,23 @@ def test_prune_bad_settings_named(below: float, steps: int) -> None:
 
 
 @pytest.mark.slow
-def test_prune_search_stops_a_hopeless_trial_and_keeps_what_it_measured(tmp_path, write_yaml) -> None:
-    cfg = tiny(space={"micro_batch_size": [4], "precision": ["fp32", "bf16"]},
-               workload={"measure_steps": 400, "warmup_steps": 1},
-               study={"trials": 2, "sampler": "grid", "confirm_top": 0}, baseline={"precision": "fp32", "micro_batch_size": 4})
-    proc = run_cli("search", str(write_yaml(cfg)), "--out", str(tmp_path / "out"), cwd=tmp_path,
-                   env={"AUTOTUNE_FAULT": "slow:900@precision=bf16"})  # bf16 steps 10x slower
+def test_prune_search_stops_a_hopeless_trial_and_keeps_what_it_measured(
+    tmp_path, write_yaml
+) -> None:
+    cfg = tiny(
+        space={"micro_batch_size": [4], "precision": ["fp32", "bf16"]},
+        workload={"measure_steps": 400, "warmup_steps": 1},
+        study={"trials": 2, "sampler": "grid", "confirm_top": 0},
+        baseline={"precision": "fp32", "micro_batch_size": 4},
+    )
+    proc = run_cli(
+        "search",
+        str(write_yaml(cfg)),
+        "--out",
+        str(tmp_path / "out"),
+        cwd=tmp_path,
+        env={"AUTOTUNE_FAULT": "slow:900@precision=bf16"},
+    )  # bf16 steps 10x slower
     assert proc.returncode == 0, proc.stderr
     trials = {t.user_attrs["knobs"]["precision"]: t for t in load_trials(tmp_path / "out")}
     ok, slow = trials["fp32"], trials["bf16"]
@@ -70,5 +86,7 @@ def test_prune_timing_stops_only_before_the_last_step(stop_at, steps: int, stopp
     def progress(done: list[float]) -> bool:
         return stop_at is not None and len(done) >= stop_at
 
-    t = time_steps(torch, lambda: torch.ones(8).sum(), warmup=1, measure=3, device="cpu", progress=progress)
+    t = time_steps(
+        torch, lambda: torch.ones(8).sum(), warmup=1, measure=3, device="cpu", progress=progress
+    )
     assert (len(t.step_s), t.stopped_early) == (steps, stopped)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import tiny
 
 from autotune import remedy
 from autotune.config_load import load_config, parse_config
@@ -17,7 +18,6 @@ from autotune.record import TrialRecord
 from autotune.runner import Bench, measure
 from autotune.search.loop import run_search
 from autotune.space import resolve_space
-from conftest import tiny
 
 # What torchao 0.x printed on import under Python 3.12 before a trial failed (issue 36)
 TORCHAO = (
@@ -225,6 +225,7 @@ BOOM = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("body", "reason"), [NO_MODULE, BOOM], ids=["no_module", "warned_memory"])
 def test_reasons_a_job_that_warns_then_fails_is_quoted_by_its_error(
     tmp_path: Path, body: str, reason: str
@@ -264,6 +265,7 @@ def _bench(tmp_path: Path, timeout_s: float = 120) -> tuple[Bench, dict]:
     return bench, space.knobs(space.baseline)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("fault", "status", "reason"),
     [

@@ -1,5 +1,7 @@
-"""A measurement that finished but was never stored (autotune stopped, then killed, after its trial wrote its
-result) is recorded on resume from the trial's files, not lost nor measured again (search/recover.py)."""
+"""A measurement that finished but was never stored (autotune stopped, then killed, after its trial
+wrote its
+result) is recorded on resume from the trial's files, not lost nor measured again
+(search/recover.py)."""
 
 from __future__ import annotations
 
@@ -7,13 +9,17 @@ import signal
 from pathlib import Path
 
 import optuna
+import pytest
 import yaml
-
 from conftest import run_cli, start_cli, tiny, wait_until
 
 
+@pytest.mark.slow
 def test_recover_a_finished_trial_that_was_never_stored(tmp_path: Path) -> None:
-    doc = tiny(space={"micro_batch_size": [2, 4], "precision": "fp32"}, study={"trials": 1, "confirm_top": 0})
+    doc = tiny(
+        space={"micro_batch_size": [2, 4], "precision": "fp32"},
+        study={"trials": 1, "confirm_top": 0},
+    )
     path = tmp_path / "t.yaml"
     path.write_text(yaml.safe_dump(doc))
     out = tmp_path / "out"
@@ -27,8 +33,11 @@ def test_recover_a_finished_trial_that_was_never_stored(tmp_path: Path) -> None:
     first.communicate()
     again = run_cli(*args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    trials = optuna.load_study(study_name="t", storage=f"sqlite:///{out / 't' / 'study.db'}").get_trials()
+    trials = optuna.load_study(
+        study_name="t", storage=f"sqlite:///{out / 't' / 'study.db'}"
+    ).get_trials()
     recovered = [t for t in trials if t.user_attrs.get("recovered_from") == 0]
     assert len(recovered) == 1 and recovered[0].state.name == "COMPLETE" and recovered[0].value > 0
     assert recovered[0].user_attrs["run_dir"].endswith("runs/0000")
-    assert len([t for t in trials if t.state.name == "COMPLETE"]) == 1  # not measured again (budget 1)
+    # not measured again (budget 1)
+    assert len([t for t in trials if t.state.name == "COMPLETE"]) == 1

@@ -1,4 +1,5 @@
-"""autotune check: the noise-aware decision, exit codes, JUnit, history, --update (real CPU trials)."""
+"""autotune check: the noise-aware decision, exit codes, JUnit, history, --update (real CPU
+trials)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import run_cli
 
 from autotune.regress import decide
-from conftest import run_cli
 
 # This CPU VM's process-to-process noise is large and bimodal (per-process medians of one config:
 # 40k to 72k
@@ -217,6 +218,7 @@ def test_regress_unmeasurable_exit_3(searched: Path) -> None:
     assert "could not measure: all 2 repeats failed; repeat 0: crash" in proc.stderr
 
 
+@pytest.mark.slow
 def test_regress_bad_inputs_exit_2(searched: Path, tmp_path: Path) -> None:
     assert run_cli("check", str(tmp_path / "none.yaml"), cwd=searched).returncode == 2
     (tmp_path / "other.yaml").write_text("name: x\n")

@@ -228,9 +228,7 @@ def _chromium() -> str:
     return found
 
 
-def _load(
-    browser: str, page: Path, tmp_path: Path, *flags: str
-) -> subprocess.CompletedProcess:
+def _load(browser: str, page: Path, tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
     """The page loaded in headless Chromium: its DOM after the scripts ran (stdout), console lines
     (stderr)."""
     args = [

@@ -1,4 +1,5 @@
-"""The search on real CPU trials: resume, no repeats, predicted OOM, failures, refusal, --fresh, confirmation."""
+"""The search on real CPU trials: resume, no repeats, predicted OOM, failures, refusal, --fresh,
+confirmation."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from conftest import load_trials as _trials
+from conftest import tiny
 
 from autotune.config_load import parse_config
 from autotune.errors import ConfigError, StudyError
@@ -17,8 +20,6 @@ from autotune.search.confirm import choose
 from autotune.search.history import History, optuna_state
 from autotune.search.sampler import make_sampler
 from autotune.search.storage import open_study
-from conftest import load_trials as _trials
-from conftest import tiny
 
 
 def _cfg(**overrides):
@@ -31,13 +32,16 @@ def test_study_baseline_first_no_repeats_and_resume(tmp_path: Path, monkeypatch)
     cfg = _cfg(study={"trials": 6})  # the whole 3 x 2 space
     result = run_search(cfg, out_root=tmp_path, device="cpu")
     trials = _trials(tmp_path)
-    assert trials[0].params == {"micro_batch_size": 2, "precision": "fp32"}  # the baseline is trial 0
+    # the baseline is trial 0
+    assert trials[0].params == {"micro_batch_size": 2, "precision": "fp32"}
     launched = [t for t in trials if t.user_attrs.get("status") == "ok"]
     assert len(launched) == 6
-    assert len({tuple(sorted(t.params.items())) for t in launched}) == 6  # no configuration measured twice
+    # no configuration measured twice
+    assert len({tuple(sorted(t.params.items())) for t in launched}) == 6
     assert result.stop_reason in ("budget reached", "space exhausted")
     best = yaml.safe_load(result.best_yaml.read_text())
-    assert best["knobs"]["micro_batch_size"] * best["knobs"]["grad_accum_steps"] == 8  # global batch kept
+    # global batch kept
+    assert best["knobs"]["micro_batch_size"] * best["knobs"]["grad_accum_steps"] == 8
     # The same command again resumes: the completed trials count, nothing is re-run.
     again = run_search(cfg, out_root=tmp_path, device="cpu")
     assert again.new_trials == 0 and again.history.launched == 6
@@ -60,13 +64,17 @@ def test_study_failures_recorded_and_oom_predicted(tmp_path: Path, monkeypatch) 
     monkeypatch.setenv("AUTOTUNE_FAULT", "oom@micro_batch_size>=4")
     cfg = _cfg(space={"precision": ["fp32"]}, study={"trials": 3, "sampler": "grid"})
     result = run_search(cfg, out_root=tmp_path, device="cpu")
-    by_mbs = {t.params["micro_batch_size"]: t for t in _trials(tmp_path) if "status" in t.user_attrs
-              and t.user_attrs["status"] != "duplicate"}
+    by_mbs = {
+        t.params["micro_batch_size"]: t
+        for t in _trials(tmp_path)
+        if "status" in t.user_attrs and t.user_attrs["status"] != "duplicate"
+    }
     assert by_mbs[2].user_attrs["status"] == "ok"
     assert by_mbs[4].user_attrs["status"] == "oom" and not by_mbs[4].user_attrs["predicted"]
     assert by_mbs[8].user_attrs["status"] == "oom" and by_mbs[8].user_attrs["predicted"]
     assert "predicted: needs at least the memory of trial" in by_mbs[8].user_attrs["reason"]
-    assert by_mbs[4].state == by_mbs[8].state == optuna.trial.TrialState.PRUNED  # the sampler learns from both
+    # the sampler learns from both
+    assert by_mbs[4].state == by_mbs[8].state == optuna.trial.TrialState.PRUNED
     assert not (tmp_path / "t" / "runs" / f"{by_mbs[8].number:04d}").exists()  # never launched
     assert result.history.launched == 2 and result.best.params["micro_batch_size"] == 2
 
@@ -75,10 +83,17 @@ def test_study_failures_recorded_and_oom_predicted(tmp_path: Path, monkeypatch) 
 def test_study_failed_trial_never_stops_study(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("AUTOTUNE_FAULT", "nan@precision=bf16")
     result = run_search(_cfg(study={"trials": 6}), out_root=tmp_path, device="cpu")
-    statuses = sorted(t.user_attrs["status"] for t in _trials(tmp_path) if t.user_attrs.get("status") != "duplicate")
+    statuses = sorted(
+        t.user_attrs["status"]
+        for t in _trials(tmp_path)
+        if t.user_attrs.get("status") != "duplicate"
+    )
     assert statuses == ["nonfinite_loss"] * 3 + ["ok"] * 3
-    assert all(t.state == optuna.trial.TrialState.PRUNED for t in _trials(tmp_path)
-               if t.user_attrs.get("status") == "nonfinite_loss")
+    assert all(
+        t.state == optuna.trial.TrialState.PRUNED
+        for t in _trials(tmp_path)
+        if t.user_attrs.get("status") == "nonfinite_loss"
+    )
     assert result.best.params["precision"] == "fp32"
 
 
@@ -89,7 +104,13 @@ def test_study_refuses_changed_space_and_nothing_written(tmp_path: Path, monkeyp
     db = tmp_path / "t" / "study.db"
     before = db.read_bytes()
     changed = _cfg(space={"micro_batch_size": [2, 4]}, study={"trials": 1})
-    with pytest.raises(StudyError, match=r"name: study 't' exists with a different model, workload or space \(.*\); run with --fresh --warm-start "):
+    with pytest.raises(
+        StudyError,
+        match=(
+            r"name: study 't' exists with a different model, workload or space \(.*\); run with "
+            r"--fresh --warm-start "
+        ),
+    ):
         run_search(changed, out_root=tmp_path, device="cpu")
     assert db.read_bytes() == before
     with pytest.raises(StudyError, match=r"different device \(cpu\)"):
@@ -98,7 +119,12 @@ def test_study_refuses_changed_space_and_nothing_written(tmp_path: Path, monkeyp
     assert fresh.history.launched == 1
     archived = [p for p in tmp_path.iterdir() if p.name.startswith("t.archived-")]
     assert len(archived) == 1 and (archived[0] / "study.db").exists()  # nothing lost
-    assert History.of(optuna.load_study(study_name="t", storage=f"sqlite:///{archived[0] / 'study.db'}")).launched == 1
+    assert (
+        History.of(
+            optuna.load_study(study_name="t", storage=f"sqlite:///{archived[0] / 'study.db'}")
+        ).launched
+        == 1
+    )
 
 
 def _device_check(out: Path) -> None:
@@ -113,9 +139,12 @@ def _frozen(number: int, value: float, knobs: dict) -> optuna.trial.FrozenTrial:
 
 def test_study_choose_prefers_fewer_changed_knobs_within_noise() -> None:
     base = {"micro_batch_size": 8, "precision": "fp32", "compile": False}
-    a = _frozen(5, 540.0, {"micro_batch_size": 64, "precision": "bf16", "compile": True})  # 3 knobs changed
-    b = _frozen(7, 530.0, {"micro_batch_size": 8, "precision": "bf16", "compile": True})  # 2 knobs changed
-    c = _frozen(9, 300.0, {"micro_batch_size": 8, "precision": "bf16", "compile": False})  # far slower
+    # 3 knobs changed
+    a = _frozen(5, 540.0, {"micro_batch_size": 64, "precision": "bf16", "compile": True})
+    # 2 knobs changed
+    b = _frozen(7, 530.0, {"micro_batch_size": 8, "precision": "bf16", "compile": True})
+    # far slower
+    c = _frozen(9, 300.0, {"micro_batch_size": 8, "precision": "bf16", "compile": False})
     samples = {5: [538.0, 545.0, 530.0], 7: [536.0, 528.0, 541.0], 9: [301.0, 299.0, 300.0]}
     result = choose([a, b, c], samples, {5: [], 7: [], 9: []}, base, 3)
     assert result["chosen"] == 7  # within the noise of trial 5, one knob fewer
@@ -128,7 +157,8 @@ def test_study_choose_prefers_fewer_changed_knobs_within_noise() -> None:
 
 
 def test_study_choose_one_sample_each_takes_the_higher_median() -> None:
-    """One sample has no interval (its noise is unknown): the fewer-knobs rule must not pick a slower one."""
+    """One sample has no interval (its noise is unknown): the fewer-knobs rule must not pick a
+    slower one."""
     base = {"micro_batch_size": 8, "precision": "fp32", "compile": False}
     fast = _frozen(5, 540.0, {"micro_batch_size": 64, "precision": "bf16", "compile": True})
     plain = _frozen(7, 300.0, {"micro_batch_size": 8, "precision": "bf16", "compile": False})
@@ -137,14 +167,18 @@ def test_study_choose_one_sample_each_takes_the_higher_median() -> None:
 
 
 def test_study_choose_two_samples_bound_nothing_so_the_higher_median_decides() -> None:
-    """Two samples have no interval worth the name (Student's t of 1 degree of freedom is 12.7): stored as
+    """Two samples have no interval worth the name (Student's t of 1 degree of freedom is 12.7):
+    stored as
     None with why, and never "within noise" of another candidate."""
     base = {"micro_batch_size": 8, "precision": "fp32", "compile": False}
     fast = _frozen(5, 540.0, {"micro_batch_size": 64, "precision": "bf16", "compile": True})
     plain = _frozen(7, 530.0, {"micro_batch_size": 8, "precision": "bf16", "compile": False})
     result = choose([fast, plain], {5: [538.0, 545.0], 7: [536.0, 528.0]}, {5: [], 7: []}, base, 2)
     assert result["chosen"] == 5 and "within" not in result["why"]
-    assert all(st["ci95"] is None and st["ci95_why"].startswith("too few samples (2;") for st in result["stats"])
+    assert all(
+        st["ci95"] is None and st["ci95_why"].startswith("too few samples (2;")
+        for st in result["stats"]
+    )
 
 
 @pytest.mark.slow
@@ -155,21 +189,32 @@ def test_study_confirmation_interleaved_fresh_processes(tmp_path: Path, monkeypa
     conf = result.confirmation
     assert conf["rounds_done"] == 2 and len(conf["candidates"]) == 2
     assert all(len(st["samples"]) == 2 for st in conf["stats"])
-    runs = sorted(p.name for p in (tmp_path / "t" / "runs").iterdir() if p.name.startswith("confirm-"))
+    runs = sorted(
+        p.name for p in (tmp_path / "t" / "runs").iterdir() if p.name.startswith("confirm-")
+    )
     assert len(runs) == 4  # 2 candidates x 2 rounds, each its own process and folder
     best = yaml.safe_load(result.best_yaml.read_text())
-    assert best["chosen"]["trial"] == conf["chosen"] and best["chosen"]["why"].startswith("confirmation (2 interleaved")
+    assert best["chosen"]["trial"] == conf["chosen"] and best["chosen"]["why"].startswith(
+        "confirmation (2 interleaved"
+    )
     chosen = next(c for c in best["confirmation"] if c["trial"] == conf["chosen"])
     assert best["metrics"]["tokens_per_s_per_gpu"] == round(chosen["median"], 1)
-    # The report shows the confirmed choice of best.yaml, not only the search's single best measurement.
-    data = collect(optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't' / 'study.db'}"))
-    assert data["confirmation"]["chosen"] == conf["chosen"] and len(data["confirmation"]["stats"]) == 2
+    # The report shows the confirmed choice of best.yaml, not only the search's single best
+    # measurement.
+    data = collect(
+        optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't' / 'study.db'}")
+    )
+    assert (
+        data["confirmation"]["chosen"] == conf["chosen"] and len(data["confirmation"]["stats"]) == 2
+    )
     shown = to_markdown(data)
     assert f"**Chosen (best.yaml): trial {conf['chosen']}, " in shown and "fresh processes" in shown
     # Resuming with nothing new does not confirm again.
     again = run_search(cfg, out_root=tmp_path, device="cpu")
     assert again.confirmation == conf
-    assert len([p for p in (tmp_path / "t" / "runs").iterdir() if p.name.startswith("confirm-")]) == 4
+    assert (
+        len([p for p in (tmp_path / "t" / "runs").iterdir() if p.name.startswith("confirm-")]) == 4
+    )
 
 
 class _CtrlCAfter(Observer):
@@ -188,7 +233,9 @@ class _CtrlCAfter(Observer):
 
 
 @pytest.mark.slow
-def test_study_interrupted_confirmation_goes_on_from_its_samples(tmp_path: Path, monkeypatch) -> None:
+def test_study_interrupted_confirmation_goes_on_from_its_samples(
+    tmp_path: Path, monkeypatch
+) -> None:
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     cfg = _cfg(study={"trials": 3, "confirm_top": 2, "confirm_rounds": 2})
     with pytest.raises(KeyboardInterrupt):  # Ctrl-C in round 2, after its first sample
@@ -196,33 +243,51 @@ def test_study_interrupted_confirmation_goes_on_from_its_samples(tmp_path: Path,
     study = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't' / 'study.db'}")
     stored = study.user_attrs["confirmation"]
     kept = {st["trial"]: st["samples"] for st in stored["stats"]}
-    assert stored["rounds_done"] == 1 and sorted(map(len, kept.values())) == [1, 2]  # 3 samples kept
-    assert (tmp_path / "t" / "best.yaml").exists()  # written on the way out, as for any interruption
+    # 3 samples kept
+    assert stored["rounds_done"] == 1 and sorted(map(len, kept.values())) == [1, 2]
+    # written on the way out, as for any interruption
+    assert (tmp_path / "t" / "best.yaml").exists()
     watch = _CtrlCAfter(0)
     again = run_search(cfg, out_root=tmp_path, device="cpu", observer=watch)
     assert watch.kept == 3 and watch.seen == 1  # only the missing sample was measured
     conf = again.confirmation
     assert conf["rounds_done"] == 2 and all(len(st["samples"]) == 2 for st in conf["stats"])
     for st in conf["stats"]:
-        assert st["samples"][:len(kept[st["trial"]])] == kept[st["trial"]]  # nothing measured was lost
-    runs = sorted(p.name for p in (tmp_path / "t" / "runs").iterdir() if p.name.startswith("confirm-"))
+        # nothing measured was lost
+        assert st["samples"][: len(kept[st["trial"]])] == kept[st["trial"]]
+    runs = sorted(
+        p.name for p in (tmp_path / "t" / "runs").iterdir() if p.name.startswith("confirm-")
+    )
     assert len(runs) == 4
 
 
 def test_search_stores_each_status_in_the_state_the_sampler_learns_from() -> None:
     assert {s: optuna_state(s).name for s in STATUSES} == {
-        "ok": "COMPLETE", "pruned": "PRUNED", "over_limit": "PRUNED", "oom": "PRUNED", "invalid_config": "PRUNED", "nonfinite_loss": "PRUNED",
-        "timeout": "FAIL", "crash": "FAIL"}
+        "ok": "COMPLETE",
+        "pruned": "PRUNED",
+        "over_limit": "PRUNED",
+        "oom": "PRUNED",
+        "invalid_config": "PRUNED",
+        "nonfinite_loss": "PRUNED",
+        "timeout": "FAIL",
+        "crash": "FAIL",
+    }
     assert set(CONFIG_FAILURES) == {"oom", "invalid_config", "nonfinite_loss"}
 
 
 def test_search_sampler_steers_away_from_a_configuration_that_cannot_run() -> None:
-    """Our sampler, fed trials as our search stores them (a refused value PRUNED, as NCCL_ALGO=Tree was refused
-    on 2x H200), proposes the refused value in at most 30% of the trials after its start-up trials."""
+    """Our sampler, fed trials as our search stores them (a refused value PRUNED, as NCCL_ALGO=Tree
+    was refused
+    on 2x H200), proposes the refused value in at most 30% of the trials after its start-up
+    trials."""
     from optuna.distributions import CategoricalDistribution as Cat
 
-    dists = {"micro_batch_size": Cat([32, 64]), "nccl_algo": Cat(["default", "Ring", "Tree"]),
-             "bucket_cap_mb": Cat([25, 100]), "nccl_proto": Cat(["default", "Simple", "LL", "LL128"])}
+    dists = {
+        "micro_batch_size": Cat([32, 64]),
+        "nccl_algo": Cat(["default", "Ring", "Tree"]),
+        "bucket_cap_mb": Cat([25, 100]),
+        "nccl_proto": Cat(["default", "Simple", "LL", "LL128"]),
+    }
     picks = 0
     for seed in range(4):
         study = optuna.create_study(direction="maximize", sampler=make_sampler("tpe", seed, 16))
@@ -239,32 +304,58 @@ def test_search_sampler_steers_away_from_a_configuration_that_cannot_run() -> No
 @pytest.mark.slow
 def test_study_warm_start_measures_only_what_is_new(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
-    first = _cfg(name="a", space={"micro_batch_size": [2, 4], "precision": "fp32"}, baseline={}, study={"trials": 2})
+    first = _cfg(
+        name="a",
+        space={"micro_batch_size": [2, 4], "precision": "fp32"},
+        baseline={},
+        study={"trials": 2},
+    )
     run_search(first, out_root=tmp_path, device="cpu")
-    wider = _cfg(name="b", space={"micro_batch_size": [2, 4, 8], "precision": "fp32"}, baseline={}, study={"trials": 1})
+    wider = _cfg(
+        name="b",
+        space={"micro_batch_size": [2, 4, 8], "precision": "fp32"},
+        baseline={},
+        study={"trials": 1},
+    )
     result = run_search(wider, out_root=tmp_path, device="cpu", warm_start_from=tmp_path / "a")
     trials = _trials(tmp_path, "b")
     copied = [t for t in trials if "warm_start" in t.user_attrs]
     assert sorted(t.params["micro_batch_size"] for t in copied) == [2, 4]
-    assert [t.params["micro_batch_size"] for t in trials if t.user_attrs.get("status") == "ok"
-            and "warm_start" not in t.user_attrs] == [8]  # only the new point was measured
+    assert [
+        t.params["micro_batch_size"]
+        for t in trials
+        if t.user_attrs.get("status") == "ok" and "warm_start" not in t.user_attrs
+    ] == [8]  # only the new point was measured
     assert result.history.launched == 1 and len(result.history.completed) == 3
-    other_model = _cfg(name="c", model={"n_layers": 2}, space={"micro_batch_size": [2, 4], "precision": "fp32"},
-                       baseline={}, study={"trials": 1})
-    with pytest.raises(ConfigError, match=r"--warm-start: .* measured another model \(model\.n_layers: 1 there, 2 here\)"):
+    other_model = _cfg(
+        name="c",
+        model={"n_layers": 2},
+        space={"micro_batch_size": [2, 4], "precision": "fp32"},
+        baseline={},
+        study={"trials": 1},
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"--warm-start: .* measured another model \(model\.n_layers: 1 there, 2 here\)",
+    ):
         run_search(other_model, out_root=tmp_path, device="cpu", warm_start_from=tmp_path / "a")
     assert not (tmp_path / "c").exists()  # refused before anything was written
 
 
 @pytest.mark.slow
 def test_study_compile_cache_outlives_the_study(tmp_path: Path, monkeypatch) -> None:
-    """study.compile_cache: compiled programs go to one folder a second study finds (a subfolder per device and
+    """study.compile_cache: compiled programs go to one folder a second study finds (a subfolder per
+    device and
     torch version), not into the study."""
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     shared = tmp_path / "cache"
     for name in ("a", "b"):
-        cfg = _cfg(name=name, space={"micro_batch_size": [2], "precision": "fp32", "compile": True}, baseline={},
-                   study={"trials": 1, "compile_cache": str(shared)})
+        cfg = _cfg(
+            name=name,
+            space={"micro_batch_size": [2], "precision": "fp32", "compile": True},
+            baseline={},
+            study={"trials": 1, "compile_cache": str(shared)},
+        )
         assert run_search(cfg, out_root=tmp_path / "out", device="cpu").history.completed
     (key,) = [p.name for p in shared.iterdir()]
     assert key.startswith("cpu-torch2.") and any((shared / key).rglob("*"))

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import optuna
 import pytest
+from conftest import tiny
 
+from autotune import knobs as catalogue
 from autotune.config_load import parse_config
 from autotune.errors import ConfigError
 from autotune.knobs import env_of
-from autotune import knobs as catalogue
 from autotune.space import KNOBS, resolve_space
-from conftest import tiny
 
 
 def test_space_global_batch_rule_keeps_batch_exact() -> None:
-    cfg = parse_config(tiny(workload={"global_batch_size": 24},
-                            space={"micro_batch_size": [2, 4, 5, 8, 16], "precision": ["fp32"]},
-                            baseline={"micro_batch_size": 2}))
+    cfg = parse_config(
+        tiny(
+            workload={"global_batch_size": 24},
+            space={"micro_batch_size": [2, 4, 5, 8, 16], "precision": ["fp32"]},
+            baseline={"micro_batch_size": 2},
+        )
+    )
     space = resolve_space(cfg)
     assert space.searched["micro_batch_size"] == [2, 4, 8]  # 5 and 16 do not divide 24
     assert "dropped [5, 16]" in space.notes["micro_batch_size"]
@@ -50,12 +54,16 @@ def test_space_nccl_not_searched_on_one_gpu() -> None:
 
 
 def test_space_baseline_defaults_and_fixed() -> None:
-    space = resolve_space(parse_config(tiny(space={"compile": [False, True]}, baseline={"micro_batch_size": 4})))
+    space = resolve_space(
+        parse_config(tiny(space={"compile": [False, True]}, baseline={"micro_batch_size": 4}))
+    )
     assert space.baseline == {"micro_batch_size": 4, "precision": "fp32", "compile": False}
 
 
 def test_space_baseline_must_match_a_fixed_knob() -> None:
-    with pytest.raises(ConfigError, match=r"baseline\.compile: True is outside the space; allowed: \[False\]"):
+    with pytest.raises(
+        ConfigError, match=r"baseline\.compile: True is outside the space; allowed: \[False\]"
+    ):
         parse_config(tiny(baseline={"compile": True}))
 
 
@@ -65,14 +73,20 @@ def test_space_suggest_covers_searched_knobs() -> None:
     trial = study.ask()
     params = space.suggest(trial)
     assert set(params) == {"micro_batch_size", "precision"}
-    assert tuple(space.knobs(params)) == tuple(k for k in KNOBS if "train" in catalogue.BY_NAME[k].tasks)  # the task's knobs
+    assert tuple(space.knobs(params)) == tuple(
+        k for k in KNOBS if "train" in catalogue.BY_NAME[k].tasks
+    )  # the task's knobs
 
 
 def test_space_nearest_unmeasured_neighbour() -> None:
     import random
 
-    cfg = parse_config(tiny(space={"micro_batch_size": [1, 2, 4, 8], "compile": [False, True]},
-                            baseline={"micro_batch_size": 1}))
+    cfg = parse_config(
+        tiny(
+            space={"micro_batch_size": [1, 2, 4, 8], "compile": [False, True]},
+            baseline={"micro_batch_size": 1},
+        )
+    )
     space = resolve_space(cfg)
     proposed = {"micro_batch_size": 4, "precision": "bf16", "compile": True}
     far = {"micro_batch_size": 1, "precision": "fp32", "compile": False}
@@ -80,17 +94,40 @@ def test_space_nearest_unmeasured_neighbour() -> None:
     other_knob = {"micro_batch_size": 4, "precision": "fp32", "compile": True}
     assert space.distance(proposed, far) == 2 + 1 + 1
     assert space.distance(proposed, one_step) == 1
-    picks = {tuple(space.nearest(proposed, [far, one_step, other_knob], random.Random(s)).values()) for s in range(20)}
-    assert picks == {tuple(one_step.values()), tuple(other_knob.values())}  # both at distance 1, never the far one
+    picks = {
+        tuple(space.nearest(proposed, [far, one_step, other_knob], random.Random(s)).values())
+        for s in range(20)
+    }
+    # both at distance 1, never the far one
+    assert picks == {tuple(one_step.values()), tuple(other_knob.values())}
 
 
 def test_space_inert_knobs_are_those_that_cannot_act_here() -> None:
     one = resolve_space(parse_config(tiny()), "cpu")
-    assert {"parallel", "bucket_cap_mb", "fsdp_reduce_dtype", "powersgd_rank", "nccl_algo", "fp8_recipe",
-            "compile_scope"} <= set(one.inert)  # one rank: no DDP/FSDP/NCCL; fp32/bf16: no fp8; eager: no scope
+    assert {
+        "parallel",
+        "bucket_cap_mb",
+        "fsdp_reduce_dtype",
+        "powersgd_rank",
+        "nccl_algo",
+        "fp8_recipe",
+        # one rank: no DDP/FSDP/NCCL; fp32/bf16: no fp8; eager: no scope
+        "compile_scope",
+    } <= set(one.inert)
     assert not {"micro_batch_size", "precision", "attention", "compile"} & set(one.inert)
-    two = resolve_space(parse_config(tiny(workload={"world_size": 2}, space={"micro_batch_size": [2, 4]})), "cuda")
-    assert "parallel" not in two.inert and "bucket_cap_mb" not in two.inert and "nccl_algo" not in two.inert
+    two = resolve_space(
+        parse_config(tiny(workload={"world_size": 2}, space={"micro_batch_size": [2, 4]})), "cuda"
+    )
+    assert (
+        "parallel" not in two.inert
+        and "bucket_cap_mb" not in two.inert
+        and "nccl_algo" not in two.inert
+    )
     assert "fsdp_reduce_dtype" in two.inert  # parallel is always ddp, so FSDP's knobs cannot act
-    assert "nccl_algo" in resolve_space(parse_config(tiny(workload={"world_size": 2},
-                                                          space={"micro_batch_size": [2, 4]})), "cpu").inert
+    assert (
+        "nccl_algo"
+        in resolve_space(
+            parse_config(tiny(workload={"world_size": 2}, space={"micro_batch_size": [2, 4]})),
+            "cpu",
+        ).inert
+    )

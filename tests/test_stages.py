@@ -11,6 +11,7 @@ from typing import Any
 
 import optuna
 import pytest
+from conftest import tiny
 
 from autotune.config_load import parse_config
 from autotune.record import Metric, TrialRecord
@@ -18,7 +19,6 @@ from autotune.search import stages
 from autotune.search.loop import _Search
 from autotune.search.observer import Observer
 from autotune.space import resolve_space
-from conftest import tiny
 
 SPACE = {
     "micro_batch_size": [2, 4, 8, 16],

@@ -1,4 +1,5 @@
-"""The trial process on real tiny models (CPU): the training workload's knobs, precisions, families, compile,
+"""The trial process on real tiny models (CPU): the training workload's knobs, precisions, families,
+compile,
 the fault switch. Specs leave knobs out on purpose: the trial takes the catalogue's defaults."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ import math
 
 import pytest
 import torch
+from conftest import tiny
 
 from autotune.config_load import parse_config
 from autotune.protocol import RunSettings, TrialSpec
@@ -16,16 +18,27 @@ from autotune.workloads import trial as worker
 from autotune.workloads.base import InvalidConfig, NonFiniteLoss
 from autotune.workloads.faults import fault_for
 from autotune.workloads.model import Transformer
-from conftest import tiny
 
 
 def _spec(family: str = "gpt", **knobs) -> TrialSpec:
-    model = {"family": family, "n_layers": 1, "d_model": 32, "n_heads": 4, "vocab_size": 128, "seq_len": 16}
+    model = {
+        "family": family,
+        "n_layers": 1,
+        "d_model": 32,
+        "n_heads": 4,
+        "vocab_size": 128,
+        "seq_len": 16,
+    }
     if family == "llama":
         model["n_kv_heads"] = 2
     cfg = parse_config(tiny(model=model, baseline={}))
-    return TrialSpec(task="train", device="cpu", knobs={"micro_batch_size": 2, "grad_accum_steps": 2, **knobs},
-                     model=model_spec(cfg.model), run=RunSettings(warmup_steps=1, measure_steps=3))
+    return TrialSpec(
+        task="train",
+        device="cpu",
+        knobs={"micro_batch_size": 2, "grad_accum_steps": 2, **knobs},
+        model=model_spec(cfg.model),
+        run=RunSettings(warmup_steps=1, measure_steps=3),
+    )
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
@@ -46,17 +59,22 @@ def test_worker_loss_goes_down_with_training() -> None:
     assert losses[-1] < losses[0]  # the optimizer really steps (same few batches, memorised)
 
 
+@pytest.mark.slow
 def test_worker_compile_is_real_and_timed_apart() -> None:
     result = worker.run(_spec(compile=True))
     assert result.status == "ok"
     assert result.phases_s["compile"] > 0  # the first step carried the compilation
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["gpt", "llama"])
 def test_worker_compile_scope_block_compiles_each_block_in_place(family: str) -> None:
     result = worker.run(_spec(family, compile=True, compile_scope="block"))
     assert result.status == "ok" and all(math.isfinite(x) for x in result.losses)
-    assert result.applied["compile_mode"] == "default, per block (1 x Block, compiled in place) + head_loss"
+    assert (
+        result.applied["compile_mode"]
+        == "default, per block (1 x Block, compiled in place) + head_loss"
+    )
     assert result.phases_s["compile"] > 0
 
 
@@ -68,9 +86,12 @@ def test_worker_compile_scope_block_needs_repeated_blocks() -> None:
 
     flat = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
     assert repeated_blocks(torch, flat) == []
-    with pytest.raises(InvalidConfig, match="compile_scope block: this model has no list of repeated blocks"):
+    with pytest.raises(
+        InvalidConfig, match="compile_scope block: this model has no list of repeated blocks"
+    ):
         apply_compile(torch, flat, True, "block")
-    model, applied = apply_compile(torch, flat, False, "block")  # compile off: the scope does nothing
+    # compile off: the scope does nothing
+    model, applied = apply_compile(torch, flat, False, "block")
     assert model is flat and applied is None
 
 
@@ -117,7 +138,8 @@ def test_worker_spec_from_resolved_space() -> None:
     assert knobs["grad_accum_steps"] == 2  # 8 / 4
 
 
-# --- the Hopper knobs: each one's effect is real and shows in the trial record ---------------------
+# --- the Hopper knobs: each one's effect is real and shows in the trial record
+# ---------------------
 
 
 @pytest.mark.parametrize("attention", ["math", "flash", "eager"])
@@ -129,7 +151,9 @@ def test_worker_attention_backends_run_on_cpu(attention: str) -> None:
 
 @pytest.mark.parametrize("attention", ["efficient", "cudnn"])
 def test_worker_unavailable_attention_is_invalid_config(attention: str) -> None:
-    with pytest.raises(InvalidConfig, match=f"attention {attention}: the SDPA backend is not available here"):
+    with pytest.raises(
+        InvalidConfig, match=f"attention {attention}: the SDPA backend is not available here"
+    ):
         worker.run(_spec(attention=attention))
 
 
@@ -140,8 +164,13 @@ def test_worker_eager_attention_matches_sdpa(family: str) -> None:
     torch.manual_seed(0)
     q = torch.randn(2, 4, 16, 8, dtype=torch.float64)
     kv_heads = 2 if family == "llama" else 4
-    k, v = torch.randn(2, kv_heads, 16, 8, dtype=torch.float64), torch.randn(2, kv_heads, 16, 8, dtype=torch.float64)
-    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv_heads != 4)
+    k, v = (
+        torch.randn(2, kv_heads, 16, 8, dtype=torch.float64),
+        torch.randn(2, kv_heads, 16, 8, dtype=torch.float64),
+    )
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=kv_heads != 4
+    )
     assert torch.allclose(eager_attention(q, k, v), ref, atol=1e-10)
 
 
@@ -169,7 +198,9 @@ def test_worker_pad_vocab_loss_ignores_padded_logits() -> None:
     for block in model.blocks:
         x = block(x, None)
     logits = model.head(model.norm(x))[..., :100]
-    assert torch.allclose(loss, torch.nn.functional.cross_entropy(logits.reshape(-1, 100), tokens[:, 1:].reshape(-1)))
+    assert torch.allclose(
+        loss, torch.nn.functional.cross_entropy(logits.reshape(-1, 100), tokens[:, 1:].reshape(-1))
+    )
 
 
 @pytest.mark.parametrize("mode,blocks", [("full", 2), ("selective", 1)])
@@ -181,7 +212,9 @@ def test_worker_activation_checkpointing_same_gradients(mode: str, blocks: int) 
     for every in (0, {"full": 1, "selective": 2}[mode]):
         torch.manual_seed(0)
         model = Transformer({**m, "checkpoint_every": every})
-        tokens = torch.randint(0, m["vocab_size"], (2, 17), generator=torch.Generator().manual_seed(1))
+        tokens = torch.randint(
+            0, m["vocab_size"], (2, 17), generator=torch.Generator().manual_seed(1)
+        )
         model(tokens[:, :-1], tokens[:, 1:]).backward()
         grads[every] = torch.cat([p.grad.flatten() for p in model.parameters()])
         if every:
@@ -214,7 +247,8 @@ def test_worker_fp8_on_gpu_converts_linears(recipe: str) -> None:
     spec.device = "cuda"
     spec.model.update(d_model=64, n_heads=4)
     result = worker.run(spec)
-    assert result.status == "ok" and result.applied["fp8_linears"] == 4  # qkv, proj, up, down; head kept
+    # qkv, proj, up, down; head kept
+    assert result.status == "ok" and result.applied["fp8_linears"] == 4
 
 
 @pytest.mark.gpu

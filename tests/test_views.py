@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from conftest import tiny
 from rich.console import Console
 
 from autotune.config_load import load_config
@@ -15,7 +16,6 @@ from autotune.search.history import History
 from autotune.search.loop import _Search
 from autotune.space import resolve_space
 from autotune.views import LiveProgress
-from conftest import tiny
 
 # tokens/s by micro-batch size and precision: each trial beats the one before, so a lagging "best"
 # shows
@@ -110,7 +110,6 @@ def test_views_repeat_line_says_the_sample_and_what_ran_beside_it() -> None:
             "failure": "crash: exit code -9",
         }
     )
-    assert (
-        str(failed)
-        == "repeat 2 of 5: failed crash: exit code -9 (load 1.2 on 16 CPUs; GPU: 1 other process(es))"
+    assert str(failed) == (
+        "repeat 2 of 5: failed crash: exit code -9 (load 1.2 on 16 CPUs; GPU: 1 other process(es))"
     )

@@ -1,4 +1,5 @@
-"""A hostile trial (tests of orphans.py): starts a daemon in a session of its own, writes its pid, then kills
+"""A hostile trial (tests of orphans.py): starts a daemon in a session of its own, writes its pid,
+then kills
 (--how kill) or stops (--how stop) its own supervisor, and waits."""
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ p = argparse.ArgumentParser()
 p.add_argument("--how", choices=["kill", "stop"])
 p.add_argument("--pidfile")
 a = p.parse_args()
-daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True)
+daemon = subprocess.Popen(
+    [sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True
+)
 Path(a.pidfile).write_text(str(daemon.pid))
 pid = os.getpid()
 while pid > 1:  # up the tree to the trial's supervisor
