@@ -16,7 +16,8 @@ pydantic or torch."""
 
 from __future__ import annotations
 
-import _signal  # the C module, loaded with the interpreter: `signal` itself imports enum, tens of milliseconds
+# the C module, loaded with the interpreter: `signal` itself imports enum, tens of milliseconds
+import _signal
 import os as _os
 import sys as _sys
 
@@ -60,9 +61,9 @@ if TYPE_CHECKING:
 
     from autotune.config import Config
     from autotune.record import TrialRecord
-    from autotune.search.observer import Observer
     from autotune.regress import Verdict
     from autotune.search.loop import SearchResult
+    from autotune.search.observer import Observer
 
 __all__ = [
     "__version__",

@@ -1,5 +1,7 @@
-"""The options of run_search and run_check checked as the CLI checks them, with the same one-line errors
-(ConfigError, exit 2): the Python API and the command line take the same values. Paths may be str or Path."""
+"""The options of run_search and run_check checked as the CLI checks them, with the same one-line
+errors
+(ConfigError, exit 2): the Python API and the command line take the same values. Paths may be str or
+Path."""
 
 from __future__ import annotations
 
@@ -23,7 +25,16 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "size": (4, 16_384_000_000),
 }
 INTEGERS = ("trials", "repeats", "warmup", "iters", "size")
-SEARCH = ("out_root", "device", "trials", "timeout_min", "fresh", "storage", "gpus", "warm_start_from")
+SEARCH = (
+    "out_root",
+    "device",
+    "trials",
+    "timeout_min",
+    "fresh",
+    "storage",
+    "gpus",
+    "warm_start_from",
+)
 CHECK = ("model_yaml", "repeats", "tolerance_pct", "junit", "update", "max_load", "on_repeat")
 PATHS = ("out_root", "warm_start_from", "model_yaml", "junit", "best_yaml", "study_dir", "out_dir")
 FLAGS = ("fresh", "update")
@@ -47,21 +58,41 @@ def parse_gpus(gpus: str | list[Any] | None, name: str = "--gpus") -> list[str] 
 
         found = [str(g["index"]) for g in detect()["gpus"]]
         if not found:
-            raise ConfigError(f"{name}: all, but pynvml sees no NVIDIA GPU; list CPU workers as {name} 0,1")
+            raise ConfigError(
+                f"{name}: all, but pynvml sees no NVIDIA GPU; list CPU workers as {name} 0,1"
+            )
         return found
-    listed = [str(g).strip() for g in (gpus.split(",") if isinstance(gpus, str) else gpus) if str(g).strip()]
-    if not listed or not all(g.isascii() and g.isdigit() for g in listed) or len(set(listed)) != len(listed):
-        raise ConfigError(f"{name}: {str(gpus)[:80]!r} is not allowed; use distinct GPU indices such as 0,1,2,3, or all")
+    listed = [
+        str(g).strip()
+        for g in (gpus.split(",") if isinstance(gpus, str) else gpus)
+        if str(g).strip()
+    ]
+    if (
+        not listed
+        or not all(g.isascii() and g.isdigit() for g in listed)
+        or len(set(listed)) != len(listed)
+    ):
+        raise ConfigError(
+            f"{name}: {str(gpus)[:80]!r} is not allowed; use distinct GPU indices such as "
+            "0,1,2,3, or all"
+        )
     return [str(int(g)) for g in listed]
 
 
 def _bounded(name: str, value: Any, integer: bool) -> Any:
     lo, hi = BOUNDS[name]
     kind = int if integer else (int, float)
-    ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value) and lo <= value <= hi
+    ok = (
+        isinstance(value, kind)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and lo <= value <= hi
+    )
     if not ok:
         what = "an integer" if integer else "a finite number"
-        raise ConfigError(f"{name}: {str(value)[:40]!r} is not allowed; use {what} from {lo:g} to {hi:g}")
+        raise ConfigError(
+            f"{name}: {str(value)[:40]!r} is not allowed; use {what} from {lo:g} to {hi:g}"
+        )
     return value
 
 
@@ -82,7 +113,10 @@ def _one(name: str, value: Any) -> Any:
         return parse_gpus(value, "gpus")
     if name == "storage":
         if not isinstance(value, str) or not value.strip():
-            raise ConfigError(f"storage: {str(value)[:40]!r} is not a storage URL (sqlite:///f.db, journal:PATH, ...)")
+            raise ConfigError(
+                f"storage: {str(value)[:40]!r} is not a storage URL (sqlite:///f.db, "
+                "journal:PATH, ...)"
+            )
         return value
     return _bounded(name, value, integer=name in INTEGERS)
 
@@ -119,24 +153,33 @@ def nccl_options(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def checked(function: str, allowed: tuple[str, ...], options: dict[str, Any]) -> dict[str, Any]:
-    """The options of `function` checked and normalised (paths made Path); ConfigError on the first bad one."""
+    """The options of `function` checked and normalised (paths made Path); ConfigError on the first
+    bad one."""
     unknown = [k for k in options if k not in allowed]
     if unknown:
         hint = did_you_mean(unknown[0], allowed)
-        raise ConfigError(f"{function}: unknown option {unknown[0]!r}; {hint}allowed: {', '.join(allowed)}")
+        raise ConfigError(
+            f"{function}: unknown option {unknown[0]!r}; {hint}allowed: {', '.join(allowed)}"
+        )
     return {k: _one(k, v) for k, v in options.items()}
 
 
 def observer_of(progress: Any, observer: Any) -> Any:
-    """What run_search reports to: the observer given, progress(record) after each trial, or by default one
+    """What run_search reports to: the observer given, progress(record) after each trial, or by
+    default one
     plain line per trial on stderr (views.TrialLog)."""
     if progress is not None and observer is not None:
-        raise ConfigError("progress: give progress (a function of each trial's record) or observer, not both")
+        raise ConfigError(
+            "progress: give progress (a function of each trial's record) or observer, not both"
+        )
     if observer is not None:
         return observer
     if progress is not None:
         if not callable(progress):
-            raise ConfigError(f"progress: {str(progress)[:40]!r} is not callable; give a function of a TrialRecord")
+            raise ConfigError(
+                f"progress: {str(progress)[:40]!r} is not callable; give a function of a "
+                "TrialRecord"
+            )
         from autotune.search.observer import Progress
 
         return Progress(progress)

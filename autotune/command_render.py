@@ -43,7 +43,8 @@ class Rendered:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     cwd: str = "."
-    config_path: str | None = None  # the rendered config file (written by `render` when the command has one)
+    # the rendered config file (written by `render` when the command has one)
+    config_path: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)  # dotted key -> value set in it
 
 
@@ -176,8 +177,6 @@ def _fill(text: str, run_dir: str, config_path: str | None) -> str:
     return text.replace("{config}", config_path) if config_path is not None else text
 
 
-
-
 def _from_environment(text: str, where: str, environ: Mapping[str, str]) -> str:
     """`{env:NAME}` filled from autotune's environment (the secret is never written anywhere); a
     value masked when best.yaml was written cannot run."""
@@ -267,7 +266,9 @@ def set_key(doc: dict[str, Any], dotted: str, value: Any) -> None:
     for i, part in enumerate(parents):
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise ValueError(f"{'.'.join(parents[: i + 1])} is a value, not a table, so {dotted} cannot be set")
+            raise ValueError(
+                f"{'.'.join(parents[: i + 1])} is a value, not a table, so {dotted} cannot be set"
+            )
     node[last] = value
 
 

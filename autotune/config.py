@@ -25,27 +25,43 @@ MAX_NAME = 200  # a study name names folders, OUT/<name>.archived-<time> too (NA
 
 
 class ModelConfig(_Section):
-    """The model: the built-in transformer (family + sizes), a Hugging Face config, or your own entrypoint."""
+    """The model: the built-in transformer (family + sizes), a Hugging Face config, or your own
+    entrypoint."""
 
     family: Optional[Literal["gpt", "llama"]] = Field(
         default=None,
-        description="Built-in model. gpt: LayerNorm, GELU MLP, learned positions. llama: RMSNorm, SwiGLU, RoPE, GQA.",
+        description=(
+            "Built-in model. gpt: LayerNorm, GELU MLP, learned positions. llama: RMSNorm, SwiGLU, "
+            "RoPE, GQA."
+        ),
     )
     hf_config: Optional[str] = Field(
         default=None,
-        description="Path to a Hugging Face config.json: a transformers causal LM built with "
-        "AutoModelForCausalLM.from_config (random weights, nothing downloaded). Needs autotune[hf].",
+        description=(
+            "Path to a Hugging Face config.json: a transformers causal LM built with "
+            "AutoModelForCausalLM.from_config (random weights, nothing downloaded). Needs "
+            "autotune[hf]."
+        ),
     )
     entrypoint: Optional[str] = Field(
         default=None,
-        description="'package.module:function' returning your model and batch maker (README: Your own model). "
-        "Runs your code, by design.",
+        description=(
+            "'package.module:function' returning your model and batch maker (README: Your own "
+            "model). Runs your code, by design."
+        ),
     )
-    n_layers: Optional[int] = Field(default=None, ge=1, le=1024, description="Transformer blocks (built-in model).")
+    n_layers: Optional[int] = Field(
+        default=None, ge=1, le=1024, description="Transformer blocks (built-in model)."
+    )
     d_model: Optional[int] = Field(
-        default=None, ge=1, le=65536, description="Hidden size; a multiple of n_heads (built-in model)."
+        default=None,
+        ge=1,
+        le=65536,
+        description="Hidden size; a multiple of n_heads (built-in model).",
     )
-    n_heads: Optional[int] = Field(default=None, ge=1, le=1024, description="Attention (query) heads (built-in model).")
+    n_heads: Optional[int] = Field(
+        default=None, ge=1, le=1024, description="Attention (query) heads (built-in model)."
+    )
     n_kv_heads: int | None = Field(
         default=None,
         ge=1,
@@ -59,16 +75,22 @@ class ModelConfig(_Section):
         description="Vocabulary size (built-in model; synthetic tokens are drawn from it).",
     )
     seq_len: Optional[int] = Field(
-        default=None, ge=1, le=2**20, description="Tokens per sequence (built-in and hf_config models; required there)."
+        default=None,
+        ge=1,
+        le=2**20,
+        description="Tokens per sequence (built-in and hf_config models; required there).",
     )
     ffn_hidden: int | None = Field(
         default=None,
         ge=1,
         le=2**20,
-        description="MLP hidden size. Default: 4*d_model for gpt; 8/3*d_model rounded up to 256 for llama.",
+        description=(
+            "MLP hidden size. Default: 4*d_model for gpt; 8/3*d_model rounded up to 256 for llama."
+        ),
     )
     tie_embeddings: bool = Field(
-        default=True, description="Share the token embedding with the output head (GPT-2, Llama-3.2-1B do)."
+        default=True,
+        description="Share the token embedding with the output head (GPT-2, Llama-3.2-1B do).",
     )
     rope_theta: float = Field(
         default=500000.0, gt=0, le=1e12, description="RoPE base; llama only (Llama 3 uses 500000)."
@@ -79,39 +101,53 @@ class ModelConfig(_Section):
         sources = [k for k in ("family", "hf_config", "entrypoint") if getattr(self, k) is not None]
         if len(sources) != 1:
             raise ValueError(
-                f"model: give exactly one of family (built-in), hf_config or entrypoint (got {sources or 'none'})"
+                "model: give exactly one of family (built-in), hf_config or entrypoint (got "
+                f"{sources or 'none'})"
             )
         sizes = ("n_layers", "d_model", "n_heads", "vocab_size")
         if self.family is None:
-            extra = [k for k in (*sizes, "n_kv_heads", "ffn_hidden") if getattr(self, k) is not None]
+            extra = [
+                k for k in (*sizes, "n_kv_heads", "ffn_hidden") if getattr(self, k) is not None
+            ]
             if extra:
-                raise ValueError(f"model.{extra[0]}: not used with {sources[0]}; the sizes come from the model itself")
+                raise ValueError(
+                    f"model.{extra[0]}: not used with {sources[0]}; the sizes come from the model "
+                    "itself"
+                )
             if self.hf_config is not None and self.seq_len is None:
-                raise ValueError("model.seq_len: required with hf_config (tokens per synthetic sequence)")
+                raise ValueError(
+                    "model.seq_len: required with hf_config (tokens per synthetic sequence)"
+                )
             _check_external(self, (info.context or {}).get("base_dir"))
             return self
         missing = [k for k in (*sizes, "seq_len") if getattr(self, k) is None]
         if missing:
-            raise ValueError(f"model.{missing[0]}: required for the built-in model (family {self.family})")
+            raise ValueError(
+                f"model.{missing[0]}: required for the built-in model (family {self.family})"
+            )
         assert self.d_model is not None and self.n_heads is not None  # none missing (above)
         if self.d_model % self.n_heads:
             raise ValueError(
-                f"model.d_model: {self.d_model} is not divisible by model.n_heads ({self.n_heads}); "
+                f"model.d_model: {self.d_model} is not divisible by model.n_heads "
+                f"({self.n_heads}); "
                 "use a d_model that is a multiple of n_heads"
             )
         if self.n_kv_heads is not None:
             if self.family != "llama":
                 raise ValueError(
-                    f"model.n_kv_heads: {self.n_kv_heads} is only for family llama (family is {self.family}); remove it"
+                    f"model.n_kv_heads: {self.n_kv_heads} is only for family llama (family is "
+                    f"{self.family}); remove it"
                 )
             if self.n_heads % self.n_kv_heads:
                 raise ValueError(
-                    f"model.n_heads: {self.n_heads} is not divisible by model.n_kv_heads ({self.n_kv_heads}); "
+                    f"model.n_heads: {self.n_heads} is not divisible by model.n_kv_heads "
+                    f"({self.n_kv_heads}); "
                     "use an n_kv_heads that divides n_heads"
                 )
         if self.family == "llama" and (self.d_model // self.n_heads) % 2:
             raise ValueError(
-                f"model.d_model: head size {self.d_model // self.n_heads} is odd; RoPE needs an even head size"
+                f"model.d_model: head size {self.d_model // self.n_heads} is odd; RoPE needs an "
+                "even head size"
             )
         return self
 
@@ -130,7 +166,8 @@ class ModelConfig(_Section):
 
 
 def _check_external(model: ModelConfig, base_dir: Path | None) -> None:
-    """hf_config and entrypoint fail here, before any trial: missing file, bad JSON, import errors. The
+    """hf_config and entrypoint fail here, before any trial: missing file, bad JSON, import errors.
+    The
     entrypoint is imported in a throwaway process (probe.py): the parent never runs user code."""
     import importlib.util
     import json
@@ -146,20 +183,30 @@ def _check_external(model: ModelConfig, base_dir: Path | None) -> None:
                 raise ValueError(f"{path.stat().st_size:,} bytes; a config.json is a few kB")
             data = json.loads(path.read_text())
         except (OSError, ValueError, RecursionError) as err:
-            raise ValueError(f"model.hf_config: {model.hf_config!r} is not valid JSON: {err}") from None
+            raise ValueError(
+                f"model.hf_config: {model.hf_config!r} is not valid JSON: {err}"
+            ) from None
         if not isinstance(data, dict) or "model_type" not in data:
             raise ValueError(
-                f"model.hf_config: {model.hf_config!r} has no model_type; is it a transformers config.json?"
+                f"model.hf_config: {model.hf_config!r} has no model_type; is it a transformers "
+                "config.json?"
             )
         if importlib.util.find_spec("transformers") is None:
-            raise ValueError("model.hf_config: needs transformers, which is not installed; pip install 'autotune[hf]'")
+            raise ValueError(
+                "model.hf_config: needs transformers, which is not installed; pip install "
+                "'autotune[hf]'"
+            )
         if (problem := check_hf_config(str(path))) is not None:
             raise ValueError(f"model.hf_config: {model.hf_config!r}: {problem}")
         return
     module_name, sep, func = (model.entrypoint or "").partition(":")
     if not sep or not module_name or not func.isidentifier():
-        raise ValueError(f"model.entrypoint: {model.entrypoint!r} is not of the form 'package.module:function'")
-    problem, _ = check_entrypoint(module_name, func, str(base_dir) if base_dir is not None else None)
+        raise ValueError(
+            f"model.entrypoint: {model.entrypoint!r} is not of the form 'package.module:function'"
+        )
+    problem, _ = check_entrypoint(
+        module_name, func, str(base_dir) if base_dir is not None else None
+    )
     if problem:
         raise ValueError(f"model.entrypoint: {problem}")
 
@@ -174,24 +221,36 @@ class WorkloadConfig(_Section):
         "with a KV cache (inference); command: your own training command (the command section).",
     )
     prompt_len: Optional[int] = Field(
-        default=None, ge=1, le=2**20, description="generate: prompt tokens per sequence (prefilled at once)."
+        default=None,
+        ge=1,
+        le=2**20,
+        description="generate: prompt tokens per sequence (prefilled at once).",
     )
     gen_len: Optional[int] = Field(
-        default=None, ge=1, le=2**20, description="generate: tokens decoded per sequence, one step each."
+        default=None,
+        ge=1,
+        le=2**20,
+        description="generate: tokens decoded per sequence, one step each.",
     )
     global_batch_size: int | None = Field(
         default=None,
         ge=1,
         le=2**24,
-        description="Sequences per optimizer step, kept exactly by every trial: "
-        "micro_batch_size x grad_accum_steps x world_size. Absent: grad_accum_steps is searched instead.",
+        description=(
+            "Sequences per optimizer step, kept exactly by every trial: "
+            "micro_batch_size x grad_accum_steps x world_size. Absent: grad_accum_steps is "
+            "searched instead."
+        ),
     )
     world_size: int = Field(
         default=1,
         ge=1,
         le=4096,
-        description="GPUs (ranks) per trial, over all nodes. Above 1 a trial is launched with torchrun "
-        "(--standalone on one node) as one data-parallel training step; the slowest rank's step time counts.",
+        description=(
+            "GPUs (ranks) per trial, over all nodes. Above 1 a trial is launched with torchrun "
+            "(--standalone on one node) as one data-parallel training step; the slowest rank's "
+            "step time counts."
+        ),
     )
     nnodes: int = Field(
         default=1,
@@ -219,7 +278,12 @@ class WorkloadConfig(_Section):
     measure_steps: int = Field(
         default=10, ge=2, le=100_000, description="Timed optimizer steps; the median is reported."
     )
-    seed: int = Field(default=0, ge=0, le=SEED_MAX, description="Seed of the model's weights and the synthetic tokens.")
+    seed: int = Field(
+        default=0,
+        ge=0,
+        le=SEED_MAX,
+        description="Seed of the model's weights and the synthetic tokens.",
+    )
 
     @model_validator(mode="after")
     def _check_task(self) -> WorkloadConfig:
@@ -238,10 +302,16 @@ class WorkloadConfig(_Section):
                 f"workload.rdzv_endpoint: needed with nnodes {self.nnodes}; give host:port of the "
                 "rendezvous (a port free on the first node)"
             )
-        if self.rdzv_endpoint is not None and not re.fullmatch(r"[\w.\-\[\]:]+:\d+", self.rdzv_endpoint):
+        if self.rdzv_endpoint is not None and not re.fullmatch(
+            r"[\w.\-\[\]:]+:\d+", self.rdzv_endpoint
+        ):
             raise ValueError(f"workload.rdzv_endpoint: {self.rdzv_endpoint!r} is not host:port")
-        if self.launcher is not None and (not self.launcher or not all(a.strip() for a in self.launcher)):
-            raise ValueError("workload.launcher: give a non-empty list of arguments, e.g. [srun, --nodes=2]")
+        if self.launcher is not None and (
+            not self.launcher or not all(a.strip() for a in self.launcher)
+        ):
+            raise ValueError(
+                "workload.launcher: give a non-empty list of arguments, e.g. [srun, --nodes=2]"
+            )
         if self.global_batch_size is not None and self.global_batch_size % self.world_size:
             raise ValueError(
                 f"workload.global_batch_size: {self.global_batch_size} is not divisible by "
@@ -255,19 +325,27 @@ class Config(_Section):
 
     name: str = Field(description="Study name; results go to trials/<name>/.")
     model: Optional[ModelConfig] = Field(
-        default=None, description="The model to train (tasks train and generate; a command builds its own)."
+        default=None,
+        description="The model to train (tasks train and generate; a command builds its own).",
     )
-    workload: WorkloadConfig = Field(default_factory=WorkloadConfig, description="What one trial does.")
+    workload: WorkloadConfig = Field(
+        default_factory=WorkloadConfig, description="What one trial does."
+    )
     space: SpaceConfig = Field(description="The search space (inline, or a path to a YAML file).")
     study: StudyConfig = Field(default_factory=StudyConfig, description="Optuna study settings.")
     command: Optional[CommandConfig] = Field(
-        default=None, description="task command: your own training command and how each knob reaches it."
+        default=None,
+        description="task command: your own training command and how each knob reaches it.",
     )
     baseline: dict[str, Any] = Field(
         default_factory=dict,
-        description="Knob values measured first as the reference (trial 0); absent knobs take their defaults.",
+        description=(
+            "Knob values measured first as the reference (trial 0); absent knobs take their "
+            "defaults."
+        ),
     )
-    _base_dir: Optional[str] = PrivateAttr(default=None)  # the YAML's folder: where an entrypoint module is found
+    # the YAML's folder: where an entrypoint module is found
+    _base_dir: Optional[str] = PrivateAttr(default=None)
 
     @property
     def base_dir(self) -> Optional[str]:
@@ -278,8 +356,8 @@ class Config(_Section):
     def _name(cls, value: str) -> str:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value) or len(value) > MAX_NAME:
             raise ValueError(
-                f"{excerpt(value)} is not a valid study name; use at most {MAX_NAME} letters, digits, "
-                "'.', '_' and '-' (it names a folder)"
+                f"{excerpt(value)} is not a valid study name; use at most {MAX_NAME} letters, "
+                "digits, '.', '_' and '-' (it names a folder)"
             )
         return value
 

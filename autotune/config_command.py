@@ -21,33 +21,51 @@ class KnobMapping(_Section):
     """How one knob reaches the command: exactly one of flag, env or key; `map` renders chosen
     values otherwise. A knob of your own (not one of autotune's) lists its `values` here."""
 
-    flag: Optional[str] = Field(default=None, description="A command-line flag: the trial passes `FLAG VALUE`.")
-    env: Optional[str] = Field(default=None, description="An environment variable set to the value.")
+    flag: Optional[str] = Field(
+        default=None, description="A command-line flag: the trial passes `FLAG VALUE`."
+    )
+    env: Optional[str] = Field(
+        default=None, description="An environment variable set to the value."
+    )
     key: Optional[str] = Field(
-        default=None, description="A dotted key (training.local_batch_size) of command.config_file set to the value."
+        default=None,
+        description=(
+            "A dotted key (training.local_batch_size) of command.config_file set to the value."
+        ),
     )
     map: Optional[dict[Any, Any]] = Field(
         default=None,
-        description="What a value renders as instead: a flag's arguments (a list; [] or null: none), a "
-        "variable's text, a key's value (null: the key as the file has it).",
+        description=(
+            "What a value renders as instead: a flag's arguments (a list; [] or null: none), a "
+            "variable's text, a key's value (null: the key as the file has it)."
+        ),
     )
     values: Optional[list[Scalar]] = Field(
         default=None,
-        description="A knob of your own: its values (two or more are searched, the first is its default). "
-        "Absent for autotune's knobs, whose values come from the space section.",
+        description=(
+            "A knob of your own: its values (two or more are searched, the first is its default). "
+            "Absent for autotune's knobs, whose values come from the space section."
+        ),
     )
 
     @model_validator(mode="after")
     def _one_target(self) -> KnobMapping:
         given = [k for k in ("flag", "env", "key") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of flag, env or key (got {', '.join(given) or 'none'})")
+            raise ValueError(
+                f"give exactly one of flag, env or key (got {', '.join(given) or 'none'})"
+            )
         if self.flag is not None and not self.flag.startswith("-"):
-            raise ValueError(f"flag {excerpt(self.flag)} does not start with '-'; e.g. --per_device_train_batch_size")
+            raise ValueError(
+                f"flag {excerpt(self.flag)} does not start with '-'; e.g. "
+                "--per_device_train_batch_size"
+            )
         if self.env is not None and not NAME.fullmatch(self.env):
             raise ValueError(f"env {excerpt(self.env)} is not an environment variable name")
         if self.key is not None and not all(NAME.fullmatch(p) for p in self.key.split(".")):
-            raise ValueError(f"key {excerpt(self.key)} is not a dotted key such as training.local_batch_size")
+            raise ValueError(
+                f"key {excerpt(self.key)} is not a dotted key such as training.local_batch_size"
+            )
         if self.values is not None and not 1 <= len(self.values) <= MAX_USER_VALUES:
             raise ValueError(f"values: give 1 to {MAX_USER_VALUES} values (got {len(self.values)})")
         if self.values is not None and len({repr(v) for v in self.values}) != len(self.values):
@@ -61,12 +79,17 @@ class CommandConfig(_Section):
 
     argv: list[str] = Field(
         min_length=1,
-        description="The command, an argument list (never a shell string): [python, train.py, --max_steps, "
-        "'1000']. `{run_dir}` is the trial's folder, `{config}` the rendered config file, `{python}` "
-        "the Python that runs autotune, `{env:NAME}` the variable NAME of autotune's environment "
-        "(for a secret: never stored).",
+        description=(
+            "The command, an argument list (never a shell string): [python, train.py, "
+            "--max_steps, '1000']. `{run_dir}` is the trial's folder, `{config}` the rendered "
+            "config file, `{python}` "
+            "the Python that runs autotune, `{env:NAME}` the variable NAME of autotune's "
+            "environment (for a secret: never stored)."
+        ),
     )
-    cwd: Optional[str] = Field(default=None, description="Working directory, relative to the YAML's folder (default).")
+    cwd: Optional[str] = Field(
+        default=None, description="Working directory, relative to the YAML's folder (default)."
+    )
     env: dict[str, str] = Field(
         default_factory=dict,
         description="Environment variables added for every trial (a value may be `{env:NAME}`). "
@@ -75,16 +98,20 @@ class CommandConfig(_Section):
     )
     config_file: Optional[str] = Field(
         default=None,
-        description="A YAML, TOML or JSON file the command reads; each trial gets a copy with its `key` "
-        "mappings set, named in argv as {config}. Relative to the YAML's folder.",
+        description=(
+            "A YAML, TOML or JSON file the command reads; each trial gets a copy with its `key` "
+            "mappings set, named in argv as {config}. Relative to the YAML's folder."
+        ),
     )
     measure: Literal["report", "hf", "lightning", "log"] = Field(
         default="report",
-        description="report: the job reports its steps (autotune.reporting, or the HF Trainer / Lightning "
-        "callbacks in autotune.callbacks); hf / lightning: an unmodified HF Trainer or Lightning "
-        "job, autotune adds its callback to the job's Trainer itself (lightning: the precision and "
-        "grad_accum_steps knobs reach it as PL_TRAINER_* variables, for arguments the script does "
-        "not pass); log: lines of its output matching log_pattern.",
+        description=(
+            "report: the job reports its steps (autotune.reporting, or the HF Trainer / Lightning "
+            "callbacks in autotune.callbacks); hf / lightning: an unmodified HF Trainer or "
+            "Lightning job, autotune adds its callback to the job's Trainer itself (lightning: "
+            "the precision and grad_accum_steps knobs reach it as PL_TRAINER_* variables, for "
+            "arguments the script does not pass); log: lines of its output matching log_pattern."
+        ),
     )
     log_pattern: Optional[str] = Field(
         default=None,
@@ -119,11 +146,14 @@ class CommandConfig(_Section):
         default=30.0,
         ge=0,
         le=3600,
-        description="Seconds the job has to exit once its steps are measured (it was asked to stop); then "
-        "its process group is ended.",
+        description=(
+            "Seconds the job has to exit once its steps are measured (it was asked to stop); then "
+            "its process group is ended."
+        ),
     )
     knobs: dict[str, KnobMapping] = Field(
-        default_factory=dict, description="Knob name -> how it reaches the command (flag, env or key)."
+        default_factory=dict,
+        description="Knob name -> how it reaches the command (flag, env or key).",
     )
 
     @field_validator("argv")
@@ -145,19 +175,32 @@ class CommandConfig(_Section):
     @model_validator(mode="after")
     def _measure(self) -> CommandConfig:
         if self.measure == "log" and not self.log_pattern:
-            raise ValueError("command.log_pattern: needed with measure log (a regex with a named group tokens_per_s)")
+            raise ValueError(
+                "command.log_pattern: needed with measure log (a regex with a named group "
+                "tokens_per_s)"
+            )
         if self.measure != "log" and self.log_pattern:
-            raise ValueError("command.log_pattern: only with measure log; remove it or set measure: log")
+            raise ValueError(
+                "command.log_pattern: only with measure log; remove it or set measure: log"
+            )
         if self.log_pattern:
             _check_pattern(self.log_pattern)
         keyed = [n for n, m in self.knobs.items() if m.key is not None]
         if keyed and not self.config_file:
-            raise ValueError(f"command.knobs.{keyed[0]}: a key mapping needs command.config_file (the file it sets)")
+            raise ValueError(
+                f"command.knobs.{keyed[0]}: a key mapping needs command.config_file (the file it "
+                "sets)"
+            )
         if self.config_file and "{config}" not in " ".join(self.argv):
-            raise ValueError("command.argv: name the rendered config file as {config}, e.g. [--config, '{config}']")
+            raise ValueError(
+                "command.argv: name the rendered config file as {config}, e.g. [--config, "
+                "'{config}']"
+            )
         bad = next((n for n in self.knobs if not NAME.fullmatch(n)), None)
         if bad is not None:
-            raise ValueError(f"command.knobs: {excerpt(bad)} is not a knob name (letters, digits, _)")
+            raise ValueError(
+                f"command.knobs: {excerpt(bad)} is not a knob name (letters, digits, _)"
+            )
         return self
 
     @model_validator(mode="after")
@@ -174,14 +217,19 @@ def _check_files(cmd: CommandConfig, base_dir: Path) -> None:
     from autotune.command_render import read_config, set_key
 
     if not (base_dir / (cmd.cwd or ".")).is_dir():
-        raise ValueError(f"command.cwd: no such folder: {excerpt(cmd.cwd)} (relative to the YAML's folder {base_dir})")
+        raise ValueError(
+            f"command.cwd: no such folder: {excerpt(cmd.cwd)} (relative to the YAML's folder "
+            f"{base_dir})"
+        )
     if not cmd.config_file:
         return
     path = base_dir / cmd.config_file
     try:
         doc = read_config(path)
     except (OSError, ValueError) as err:
-        raise ValueError(f"command.config_file: {excerpt(cmd.config_file)} cannot be read: {err}") from None
+        raise ValueError(
+            f"command.config_file: {excerpt(cmd.config_file)} cannot be read: {err}"
+        ) from None
     for name, mapping in cmd.knobs.items():
         if mapping.key is not None:
             try:
@@ -194,7 +242,9 @@ def _check_pattern(pattern: str) -> None:
     try:
         groups = re.compile(pattern).groupindex
     except re.error as err:
-        raise ValueError(f"command.log_pattern: {excerpt(pattern)} is not a regular expression: {err}") from None
+        raise ValueError(
+            f"command.log_pattern: {excerpt(pattern)} is not a regular expression: {err}"
+        ) from None
     named = set(groups)
     if not {"tokens_per_s", "tokens_total"} & named and not {"step_time_s", "tokens"} <= named:
         raise ValueError(

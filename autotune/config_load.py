@@ -1,4 +1,5 @@
-"""Reading a config: YAML to a validated Config (config.py's models), and any validation error as one line
+"""Reading a config: YAML to a validated Config (config.py's models), and any validation error as
+one line
 naming the YAML path, the bad value and what is allowed."""
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from autotune.space import ResolvedSpace, resolve_space
 
 
 def _section_type(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
-    """The section model an annotation holds (Optional[X], dict[str, X] or X), and whether a key comes first."""
+    """The section model an annotation holds (Optional[X], dict[str, X] or X), and whether a key
+    comes first."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation, False
     args = typing.get_args(annotation)
@@ -28,13 +30,18 @@ def _section_type(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
 
 
 def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
-    """The keys of the section at `loc` (e.g. ('model',) -> family, n_layers, ...; ('command', 'knobs', 'x')
+    """The keys of the section at `loc` (e.g. ('model',) -> family, n_layers, ...; ('command',
+    'knobs', 'x')
     -> flag, env, key, ...)."""
     model: type[BaseModel] = Config
     parts = list(loc)
     while parts:
         part = str(parts.pop(0))
-        inner, keyed = _section_type(model.model_fields[part].annotation) if part in model.model_fields else (None, False)
+        inner, keyed = (
+            _section_type(model.model_fields[part].annotation)
+            if part in model.model_fields
+            else (None, False)
+        )
         if inner is None or (keyed and not parts):
             break
         if keyed:
@@ -44,7 +51,8 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
 
 
 def _path(loc: tuple[Any, ...]) -> str:
-    """The YAML path of an error, without pydantic's union branch names (`bool`, `literal['a']`, `int`)."""
+    """The YAML path of an error, without pydantic's union branch names (`bool`, `literal['a']`,
+    `int`)."""
     return (
         ".".join(
             str(p)
@@ -58,7 +66,8 @@ def _path(loc: tuple[Any, ...]) -> str:
 
 
 def describe_error(err: ValidationError, section: str | None = None) -> str:
-    """One line: the YAML path (under `section` when the model validated one section), the bad value (a
+    """One line: the YAML path (under `section` when the model validated one section), the bad value
+    (a
     bounded excerpt), what is allowed."""
     first = err.errors(include_url=False)[0]
     if section:
@@ -67,14 +76,24 @@ def describe_error(err: ValidationError, section: str | None = None) -> str:
     loc = _path(first["loc"])
     if first["type"] == "extra_forbidden":
         allowed = _allowed_keys(first["loc"][:-1])
-        return f"{loc}: unknown key; {did_you_mean(first['loc'][-1], allowed)}allowed here: {', '.join(allowed)}"
-    if re.match(r"^(model|workload|space|study|baseline)[.:]", msg):  # our own validators name the path
+        return (
+            f"{loc}: unknown key; {did_you_mean(first['loc'][-1], allowed)}allowed here: "
+            f"{', '.join(allowed)}"
+        )
+    # our own validators name the path
+    if re.match(r"^(model|workload|space|study|baseline)[.:]", msg):
         return msg
     got = first.get("input")
-    knob = catalogue.BY_NAME.get(str(first["loc"][1])) if len(first["loc"]) > 2 and first["loc"][0] == "space" else None
-    if knob is not None and first["type"] not in ("value_error", "missing"):  # a knob value of the wrong kind
+    knob = (
+        catalogue.BY_NAME.get(str(first["loc"][1]))
+        if len(first["loc"]) > 2 and first["loc"][0] == "space"
+        else None
+    )
+    # a knob value of the wrong kind
+    if knob is not None and first["type"] not in ("value_error", "missing"):
         return (
-            f"space.{knob.name}: {excerpt(got)} is not allowed; allowed: {catalogue.values_text(knob).replace('`', '')}"
+            f"space.{knob.name}: {excerpt(got)} is not allowed; allowed: "
+            f"{catalogue.values_text(knob).replace('`', '')}"
         )
     shown = "" if first["type"] == "missing" or isinstance(got, dict) else f" (got {excerpt(got)})"
     return f"{loc}: {msg}{shown}"
@@ -91,7 +110,9 @@ def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = No
 def _schema(data: Any, source: str, base_dir: Path | None) -> Config:
     """The mapping as the schema (config.py) reads it; nothing resolved yet."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: the file must hold a mapping of keys (name, model, space, ...)")
+        raise ConfigError(
+            f"{source}: the file must hold a mapping of keys (name, model, space, ...)"
+        )
     try:
         cfg = Config.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as err:
@@ -123,7 +144,8 @@ def load_config(path: str | Path) -> Config:
 
 
 def _read(path: Path) -> Any:
-    """MODEL_YAML's mapping; a `space:` given as a path (a .yaml file) is read relative to the file, then
+    """MODEL_YAML's mapping; a `space:` given as a path (a .yaml file) is read relative to the file,
+    then
     to the cwd; an hf_config path is made absolute (beside the YAML first, then the cwd)."""
     data = yamlio.read(path, "MODEL_YAML")
     if isinstance(data, dict) and isinstance(data.get("space"), str):
@@ -131,23 +153,30 @@ def _read(path: Path) -> Any:
     model = data.get("model") if isinstance(data, dict) else None
     if isinstance(model, dict) and isinstance(model.get("hf_config"), str):
         ref = Path(model["hf_config"])
-        if not ref.is_absolute():  # beside the YAML first, then the cwd; stored absolute for the trials
-            ref = next((c for c in (path.parent / ref, Path.cwd() / ref) if c.is_file()), path.parent / ref)
+        # beside the YAML first, then the cwd; stored absolute for the trials
+        if not ref.is_absolute():
+            ref = next(
+                (c for c in (path.parent / ref, Path.cwd() / ref) if c.is_file()), path.parent / ref
+            )
         data = {**data, "model": {**model, "hf_config": str(ref.resolve())}}
     return data
 
 
 def _read_space(path: Path, given: str) -> dict[str, Any]:
-    """The space file named in MODEL_YAML; its content is never quoted in a message (it may be any file)."""
+    """The space file named in MODEL_YAML; its content is never quoted in a message (it may be any
+    file)."""
     ref = Path(given)
     if ref.suffix not in (".yaml", ".yml"):
         raise ConfigError(
-            f"{path}: space: {excerpt(given)} is not a .yaml file; give the space inline or as a .yaml path"
+            f"{path}: space: {excerpt(given)} is not a .yaml file; give the space inline or as a "
+            ".yaml path"
         )
     candidates = [ref] if ref.is_absolute() else [path.parent / ref, Path.cwd() / ref]
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
-        raise ConfigError(f"{path}: space: no such file: {excerpt(given)} (looked beside the YAML and in the cwd)")
+        raise ConfigError(
+            f"{path}: space: no such file: {excerpt(given)} (looked beside the YAML and in the cwd)"
+        )
     space = yamlio.read(found, f"{path}: space")
     if not isinstance(space, dict):
         raise ConfigError(f"{path}: space: {found} holds no mapping of knobs (knob: values)")

@@ -31,20 +31,26 @@ class IntRange(_Section):
             raise ValueError(f"no multiple of {self.multiple_of} lies in [{self.min}, {self.max}]")
         if count > MAX_KNOB_VALUES:
             raise ValueError(
-                f"{{min: {self.min}, max: {self.max}, multiple_of: {self.multiple_of}}} gives {count:,} "
+                f"{{min: {self.min}, max: {self.max}, multiple_of: {self.multiple_of}}} gives "
+                f"{count:,} "
                 f"values; at most {MAX_KNOB_VALUES} a knob: raise multiple_of or narrow the range"
             )
         return self
 
     def _range(self) -> range:
-        return range(math.ceil(self.min / self.multiple_of) * self.multiple_of, self.max + 1, self.multiple_of)
+        return range(
+            math.ceil(self.min / self.multiple_of) * self.multiple_of,
+            self.max + 1,
+            self.multiple_of,
+        )
 
     def values(self) -> list[int]:
         return list(self._range())
 
 
 class _SpaceBase(_Section):
-    """The knobs to search. A list is searched; one value is fixed; an absent knob takes its default."""
+    """The knobs to search. A list is searched; one value is fixed; an absent knob takes its
+    default."""
 
     @field_validator("*", mode="before")
     @classmethod

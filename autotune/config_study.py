@@ -106,8 +106,8 @@ class DriftConfig(_Section):
         ge=0,
         le=100,
         description="Largest relative output error ||W_q x - W x|| / ||W x|| of any "
-        "quantized linear on the prompts' activations (measured: int8 about 0.008, int4 group 128 about 0.10, a broken "
-        "1-bit quantizer about 0.63). null: off.",
+        "quantized linear on the prompts' activations (measured: int8 about 0.008, int4 group "
+        "128 about 0.10, a broken 1-bit quantizer about 0.63). null: off.",
     )
     max_kl_nats: Optional[float] = Field(
         default=None,
@@ -120,12 +120,16 @@ class DriftConfig(_Section):
         default=None,
         ge=0,
         le=1,
-        description="Smallest share of positions whose greedy next token is the unquantized model's. null: off.",
+        description=(
+            "Smallest share of positions whose greedy next token is the unquantized model's. "
+            "null: off."
+        ),
     )
 
 
 class MlflowConfig(_Section):
-    """MLflow: one run per trial (optuna_integration.MLflowCallback), in one experiment per study."""
+    """MLflow: one run per trial (optuna_integration.MLflowCallback), in one experiment per
+    study."""
 
     tracking_uri: Optional[str] = Field(
         default=None,
@@ -161,8 +165,10 @@ class WandbConfig(_Section):
     )
     mode: Optional[Literal["online", "offline", "disabled"]] = Field(
         default=None,
-        description="online | offline (written under dir, `wandb sync` later) | disabled. Default: W&B's own "
-        "(WANDB_MODE, else online).",
+        description=(
+            "online | offline (written under dir, `wandb sync` later) | disabled. Default: W&B's "
+            "own (WANDB_MODE, else online)."
+        ),
     )
     dir: Optional[str] = Field(
         default=None,
@@ -183,14 +189,16 @@ class TrackingConfig(_Section):
     )
     wandb: Optional[WandbConfig] = Field(
         default=None,
-        description="Log to Weights & Biases (project, entity, mode, dir); needs `autotune[wandb]`.",
+        description=(
+            "Log to Weights & Biases (project, entity, mode, dir); needs `autotune[wandb]`."
+        ),
     )
     flush_s: float = Field(
         default=10.0,
         ge=0,
         le=3600,
-        description="At the study's end, wait at most this many seconds for the trials still being logged; "
-        "past it they are counted as not logged and the search ends.",
+        description="At the study's end, wait at most this many seconds for the trials still being "
+        "logged; past it they are counted as not logged and the search ends.",
     )
 
 
@@ -215,8 +223,8 @@ class StudyConfig(_Section):
     seed: int = Field(default=0, ge=0, le=SEED_MAX, description="Sampler seed (0 to 2^32 - 1).")
     storage: str | None = Field(
         default=None,
-        description="Optuna storage: an RDB URL (sqlite:///..., postgresql://user@host/db) or journal:PATH "
-        "(JournalStorage on a shared file system). Default: sqlite:///<out>/<name>/study.db.",
+        description="Optuna storage: an RDB URL (sqlite:///..., postgresql://user@host/db) or "
+        "journal:PATH (JournalStorage on a shared file system). Default: sqlite:///<out>/<name>/study.db.",
     )
     worker_grace_s: float = Field(
         default=60.0,
@@ -229,7 +237,10 @@ class StudyConfig(_Section):
         default=10.0,
         gt=0,
         le=10_080,
-        description="Hard limit for one trial's process; past it the trial ends as timeout (at most a week).",
+        description=(
+            "Hard limit for one trial's process; past it the trial ends as timeout (at most a "
+            "week)."
+        ),
     )
     confirm_top: int = Field(
         default=3,
@@ -241,15 +252,17 @@ class StudyConfig(_Section):
         default=3,
         ge=0,
         le=100,
-        description="Interleaved rounds of the confirmation (A B C A B C ...), each a fresh process.",
+        description=(
+            "Interleaved rounds of the confirmation (A B C A B C ...), each a fresh process."
+        ),
     )
     prune_below: float = Field(
         default=0.8,
         ge=0,
         lt=1,
         description="Stop a one-rank trial once its fastest measured step so far is below "
-        "this fraction of the best measured median (Optuna pruner; recorded as pruned with what it measured). "
-        "0: never prune. The confirmation and `check` are never pruned.",
+        "this fraction of the best measured median (Optuna pruner; recorded as pruned with "
+        "what it measured). 0: never prune. The confirmation and `check` are never pruned.",
     )
     staged: bool = Field(
         default=True,
@@ -270,20 +283,25 @@ class StudyConfig(_Section):
     prestart: Optional[bool] = Field(
         default=None,
         description="Start each one-rank trial's process ahead, while the previous trial runs: it "
-        "imports torch and torch.compile's stack, then waits for its configuration (still a fresh process per "
-        "trial). Default: on with --device cuda; off on the CPU, where that import would share the cores with "
-        "the trial being measured.",
+        "imports torch and torch.compile's stack, then waits for its configuration (still a "
+        "fresh process per trial). Default: on with --device cuda; off on the CPU, where that "
+        "import would share the cores with the trial being measured.",
     )
     objective: Literal["tokens_per_s", "pareto"] = Field(
         default="tokens_per_s",
-        description="tokens_per_s: maximise tokens/s per GPU. pareto (task generate): an "
-        "Optuna multi-objective study, tokens/s (maximised) against p99 time per output token (minimised); best.yaml "
-        "keeps the fastest configuration within study.limits and lists the front.",
+        description=(
+            "tokens_per_s: maximise tokens/s per GPU. pareto (task generate): an "
+            "Optuna multi-objective study, tokens/s (maximised) against p99 time per output token "
+            "(minimised); best.yaml keeps the fastest configuration within study.limits and lists "
+            "the front."
+        ),
     )
     limits: Optional[LimitsConfig] = Field(
         default=None,
-        description="generate: latency limits (p99_tpot_ms, median_tpot_ms, ttft_ms); a trial past one "
-        "is recorded over_limit with its numbers and never chosen.",
+        description=(
+            "generate: latency limits (p99_tpot_ms, median_tpot_ms, ttft_ms); a trial past one "
+            "is recorded over_limit with its numbers and never chosen."
+        ),
     )
     drift: DriftConfig = Field(
         default_factory=DriftConfig,
@@ -297,8 +315,8 @@ class StudyConfig(_Section):
     )
     tracking: TrackingConfig = Field(
         default_factory=TrackingConfig,
-        description="Experiment tracking of the trials: mlflow (tracking_uri, experiment), wandb (project, "
-        "entity, mode, dir), flush_s. Off unless a tracker is named.",
+        description="Experiment tracking of the trials: mlflow (tracking_uri, experiment), wandb "
+        "(project, entity, mode, dir), flush_s. Off unless a tracker is named.",
     )
     train_tokens: Optional[float] = Field(
         default=None,
@@ -309,9 +327,11 @@ class StudyConfig(_Section):
     )
     compile_cache: Optional[str] = Field(
         default=None,
-        description="A folder for torch.compile's caches (Inductor, Triton) that outlives one study: a "
-        "second study of the same model on the same GPU starts warm. Each GPU model and torch version gets its own "
-        "subfolder. Default: the study's own inductor-cache/.",
+        description=(
+            "A folder for torch.compile's caches (Inductor, Triton) that outlives one study: a "
+            "second study of the same model on the same GPU starts warm. Each GPU model and torch "
+            "version gets its own subfolder. Default: the study's own inductor-cache/."
+        ),
     )
 
     @field_validator("storage")

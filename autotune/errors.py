@@ -1,4 +1,5 @@
-"""The error family and every exit code: each failure the user can cause ends here as one line and a code."""
+"""The error family and every exit code: each failure the user can cause ends here as one line and a
+code."""
 
 from __future__ import annotations
 
@@ -22,14 +23,22 @@ class ExitCode(IntEnum):
 EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.OK: "done; `check`: pass (or faster)",
     ExitCode.FAILED: "`search`: no trial succeeded; `check`: regression; `nccl`: no setting ran",
-    ExitCode.BAD_INPUT: "bad input: usage, missing file, invalid YAML, schema error, a study made from another YAML; "
-    "`check`: another GPU model than the baseline's; also what the machine refused: a full disk, a storage that "
-    "cannot be reached",
-    ExitCode.UNMEASURED: "`check`: could not measure (every repeat failed; the reason is shown), or unreliable: a "
-    "regression measured while other processes ran on the GPU or the host's load per core was past `--max-load` "
-    "(named)",
-    ExitCode.INTERNAL: "an error inside autotune (a bug): one line naming it; `--debug` shows the traceback",
-    ExitCode.HANGUP: "hung up (SIGHUP: the terminal closed): handled as Ctrl-C; the study is kept and resumable",
+    ExitCode.BAD_INPUT: (
+        "bad input: usage, missing file, invalid YAML, schema error, a study made from another "
+        "YAML; `check`: another GPU model than the baseline's; also what the machine refused: a "
+        "full disk, a storage that cannot be reached"
+    ),
+    ExitCode.UNMEASURED: (
+        "`check`: could not measure (every repeat failed; the reason is shown), or unreliable: a "
+        "regression measured while other processes ran on the GPU or the host's load per core was "
+        "past `--max-load` (named)"
+    ),
+    ExitCode.INTERNAL: (
+        "an error inside autotune (a bug): one line naming it; `--debug` shows the traceback"
+    ),
+    ExitCode.HANGUP: (
+        "hung up (SIGHUP: the terminal closed): handled as Ctrl-C; the study is kept and resumable"
+    ),
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C); the study is kept and resumable",
     ExitCode.TERMINATED: "terminated (SIGTERM): handled as Ctrl-C; the study is kept and resumable",
 }
@@ -37,7 +46,9 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
 
 def exit_codes_markdown() -> str:
     """README's exit-code table."""
-    rows = ["| code | meaning |", "|---|---|"] + [f"| {int(c)} | {m} |" for c, m in EXIT_MEANINGS.items()]
+    rows = ["| code | meaning |", "|---|---|"] + [
+        f"| {int(c)} | {m} |" for c, m in EXIT_MEANINGS.items()
+    ]
     return "\n".join(rows) + "\n"
 
 
@@ -57,12 +68,21 @@ def exit_codes_help() -> str:
 
 
 def excerpt(value: object, limit: int = 80) -> str:
-    """A bounded repr of a user's value for a message: never the whole of a huge or deeply nested value
+    """A bounded repr of a user's value for a message: never the whole of a huge or deeply nested
+    value
     (a YAML alias bomb expands to gigabytes), so building it costs little too."""
     import reprlib
 
     r = reprlib.Repr()
-    r.maxstring, r.maxother, r.maxlist, r.maxdict, r.maxtuple, r.maxset, r.maxlevel = limit, limit, 6, 4, 6, 6, 3
+    r.maxstring, r.maxother, r.maxlist, r.maxdict, r.maxtuple, r.maxset, r.maxlevel = (
+        limit,
+        limit,
+        6,
+        4,
+        6,
+        6,
+        3,
+    )
     text = r.repr(value)
     return text if len(text) <= limit + 20 else text[:limit] + "..."
 
@@ -79,7 +99,8 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def printable(text: str, newlines: bool = True) -> str:
-    """User text made safe to print: control characters (an ESC that would recolour the terminal, a NUL) shown
+    """User text made safe to print: control characters (an ESC that would recolour the terminal, a
+    NUL) shown
     as \\xNN escapes; newlines too when newlines is False (a one-line message)."""
     text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
     return text if newlines else text.replace("\n", "\\n").replace("\t", " ")

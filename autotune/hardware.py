@@ -1,4 +1,5 @@
-"""The GPU side: peak-FLOPs table (with datasheet sources), pynvml detection, telemetry, fingerprint."""
+"""The GPU side: peak-FLOPs table (with datasheet sources), pynvml detection, telemetry,
+fingerprint."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ class GpuPeak:
 
 
 # Datasheets quote tensor rates "with sparsity"; the dense rates below are those halved.
-# MFU is always taken against the dense BF16 rate, for every precision, so trials compare on one scale.
+# MFU is always taken against the dense BF16 rate, for every precision, so trials compare on one
+# scale.
 PEAKS: tuple[GpuPeak, ...] = (
     GpuPeak(
         "H200 NVL",
@@ -79,15 +81,19 @@ PEAKS: tuple[GpuPeak, ...] = (
 
 MFU_PRECISION = "bf16"
 
-# Peak HBM (or GDDR) bandwidth in GB/s, for the decode roofline of generate trials: (pattern, GB/s, source).
-# More specific patterns first (the A100 40GB parts before the 80GB row).
+# Peak HBM (or GDDR) bandwidth in GB/s, for the decode roofline of generate trials: (pattern, GB/s,
+# source). More specific patterns first (the A100 40GB parts before the 80GB row).
 HBM: tuple[tuple[str, float, str], ...] = (
     (r"H200", 4800, "https://www.nvidia.com/en-us/data-center/h200/ (4.8 TB/s, SXM and NVL)"),
     (r"H100 NVL", 3900, "https://www.nvidia.com/en-us/data-center/h100/ (H100 NVL: 3.9 TB/s)"),
     (r"H100 PCIe", 2000, "https://www.nvidia.com/en-us/data-center/h100/ (H100 PCIe: 2 TB/s)"),
     (r"H100", 3350, "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM: 3.35 TB/s)"),
     (r"A100.*40GB", 1555, "https://www.nvidia.com/en-us/data-center/a100/ (A100 40GB: 1,555 GB/s)"),
-    (r"A100.*PCIE.*80GB", 1935, "https://www.nvidia.com/en-us/data-center/a100/ (A100 80GB PCIe: 1,935 GB/s)"),
+    (
+        r"A100.*PCIE.*80GB",
+        1935,
+        "https://www.nvidia.com/en-us/data-center/a100/ (A100 80GB PCIe: 1,935 GB/s)",
+    ),
     (r"A100", 2039, "https://www.nvidia.com/en-us/data-center/a100/ (A100 80GB SXM: 2,039 GB/s)"),
     (r"L40S", 864, "https://www.nvidia.com/en-us/data-center/l40s/ (864 GB/s GDDR6)"),
     (r"B200", 8000, "https://www.nvidia.com/en-us/data-center/hgx/ (HGX B200: 8 TB/s per GPU)"),
@@ -95,7 +101,8 @@ HBM: tuple[tuple[str, float, str], ...] = (
 
 
 def hbm_bandwidth(device_name: str | None) -> float | None:
-    """Peak memory bandwidth in bytes/s of a GPU (datasheet, table above), or None (CPU, unlisted GPU)."""
+    """Peak memory bandwidth in bytes/s of a GPU (datasheet, table above), or None (CPU, unlisted
+    GPU)."""
     if not device_name:
         return None
     row = next((r for r in HBM if re.search(r[0], device_name, re.I)), None)
@@ -131,7 +138,8 @@ def _str(value: Any) -> str:
 
 
 def detect() -> dict[str, Any]:
-    """Visible GPUs and driver versions from pynvml (no torch import); empty lists where there are none."""
+    """Visible GPUs and driver versions from pynvml (no torch import); empty lists where there are
+    none."""
     nv = _nvml()
     info: dict[str, Any] = {"gpus": [], "driver": None, "cuda_driver": None}
     if nv is None:
@@ -158,13 +166,15 @@ def default_device() -> str:
 
 
 def fingerprint(child_env: dict[str, Any], world_size: int) -> dict[str, Any]:
-    """Where a number was measured: the trial's torch/CUDA/NCCL plus driver, GPU and host from pynvml."""
+    """Where a number was measured: the trial's torch/CUDA/NCCL plus driver, GPU and host from
+    pynvml."""
     hw = detect()
     device = child_env.get("device", "cpu")
     gpu = child_env.get("device_name") if device == "cuda" else None
     return {
         "device": device,
-        "gpu_model": gpu or (platform.processor() or platform.machine() if device == "cpu" else None),
+        "gpu_model": gpu
+        or (platform.processor() or platform.machine() if device == "cpu" else None),
         "gpu_count": world_size if device == "cuda" else 0,
         "gpu_memory_gib": round(child_env["device_memory_bytes"] / 2**30, 2)
         if child_env.get("device_memory_bytes")
@@ -221,7 +231,8 @@ class Telemetry:
     def _loop(self) -> None:
         nv, h = self._nv, self._handle
         reasons_fn = (
-            getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+            getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or nv.nvmlDeviceGetCurrentClocksThrottleReasons
         )
         while not self._stop.is_set():
             with contextlib.suppress(Exception):
@@ -240,7 +251,8 @@ class Telemetry:
 
 
 def _energy_mj(nv: Any, handle: Any) -> int | None:
-    """NVML's total energy counter of the GPU in millijoules since the driver loaded (Volta and newer), or None."""
+    """NVML's total energy counter of the GPU in millijoules since the driver loaded (Volta and
+    newer), or None."""
     try:
         return int(nv.nvmlDeviceGetTotalEnergyConsumption(handle))
     except Exception:
@@ -248,16 +260,21 @@ def _energy_mj(nv: Any, handle: Any) -> int | None:
 
 
 def device_units(device: str, gpus: str | None, ranks: int) -> list[str]:
-    """The device units a trial occupies, named for locks.DeviceLock: its GPUs by NVML UUID (the index when
+    """The device units a trial occupies, named for locks.DeviceLock: its GPUs by NVML UUID (the
+    index when
     NVML cannot tell), or on the CPU its slot (the --gpus entry; 0 without --gpus)."""
     if device != "cuda":
         return [f"cpu-{gpus or 0}"]
     if gpus is not None:
         indices: list[int | str] = [int(g) for g in gpus.split(",")]
-    else:  # the GPUs this process sees: CUDA_VISIBLE_DEVICES may name them by index, UUID (GPU-...) or MIG-...
+    # the GPUs this process sees: CUDA_VISIBLE_DEVICES may name them by index, UUID (GPU-...) or
+    # MIG-...
+    else:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         listed = [v.strip() for v in visible.split(",") if v.strip()] if visible else []
-        indices = [int(v) if v.isascii() and v.isdigit() else v for v in listed][:ranks] or list(range(ranks))
+        indices = [int(v) if v.isascii() and v.isdigit() else v for v in listed][:ranks] or list(
+            range(ranks)
+        )
     nv = _nvml()
     units = []
     for i in indices:
@@ -265,33 +282,38 @@ def device_units(device: str, gpus: str | None, ranks: int) -> list[str]:
             units.append(i if i.upper().startswith(("GPU-", "MIG-")) else f"gpu-{i}")
             continue
         try:
-            units.append(_str(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i))))  # GPU-..., as CUDA names it
+            # GPU-..., as CUDA names it
+            units.append(_str(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i))))
         except Exception:
             units.append(f"gpu-{i}")
     return units
 
 
 def visible_gpu_index() -> int:
-    """NVML index of the GPU a trial's cuda:0 is (first entry of CUDA_VISIBLE_DEVICES when it is a number)."""
+    """NVML index of the GPU a trial's cuda:0 is (first entry of CUDA_VISIBLE_DEVICES when it is a
+    number)."""
     first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
     return int(first) if first.isdigit() else 0
 
 
 def software_versions() -> str:
-    """autotune, Python, torch, CUDA, NCCL and host, in one line (imports torch: only `autotune hw` asks)."""
+    """autotune, Python, torch, CUDA, NCCL and host, in one line (imports torch: only `autotune hw`
+    asks)."""
     import torch
 
     import autotune
 
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "n/a"
     return (
-        f"autotune {autotune.__version__}, python {platform.python_version()}, torch {torch.__version__}, "
+        f"autotune {autotune.__version__}, python {platform.python_version()}, torch "
+        f"{torch.__version__}, "
         f"CUDA {torch.version.cuda}, NCCL {nccl}, host {platform.node()}"
     )
 
 
 def compute_processes(index: int) -> list[dict[str, Any]] | None:
-    """The processes NVML sees computing on GPU `index` (pid, name, MiB used); None where NVML cannot say
+    """The processes NVML sees computing on GPU `index` (pid, name, MiB used); None where NVML
+    cannot say
     (no NVIDIA driver, no such GPU, a driver that does not list processes)."""
     nv = _nvml()
     if nv is None:
@@ -300,7 +322,10 @@ def compute_processes(index: int) -> list[dict[str, Any]] | None:
         running = nv.nvmlDeviceGetComputeRunningProcesses(nv.nvmlDeviceGetHandleByIndex(index))
     except Exception:
         return None
-    return [{"pid": p.pid, "name": _process_name(p.pid), "used_mib": _mib(p.usedGpuMemory)} for p in running]
+    return [
+        {"pid": p.pid, "name": _process_name(p.pid), "used_mib": _mib(p.usedGpuMemory)}
+        for p in running
+    ]
 
 
 def _process_name(pid: int) -> str:

@@ -1,9 +1,14 @@
-"""What a study measures, named by what differs from the defaults (as vLLM's config hash names its factors).
+"""What a study measures, named by what differs from the defaults (as vLLM's config hash names its
+factors).
 
-A study's identity is its model, workload and space sections with every field or knob left at its default
-taken out, so a release that adds a field or a knob at its default changes no stored identity: a study made
-before it resumes, warm-starts and checks as it did. A trial's identity is history.key (its knobs less those at
-their defaults). Both compare the stored config (every study keeps its `config` user attribute) read by the
+A study's identity is its model, workload and space sections with every field or knob left at its
+default
+taken out, so a release that adds a field or a knob at its default changes no stored identity: a
+study made
+before it resumes, warm-starts and checks as it did. A trial's identity is history.key (its knobs
+less those at
+their defaults). Both compare the stored config (every study keeps its `config` user attribute) read
+by the
 current code, so studies made before identities existed are judged the same way.
 """
 
@@ -23,7 +28,8 @@ def _json(value: Any) -> str:
 
 
 def _field_defaults(section: str) -> dict[str, Any]:
-    """The defaults of a config section's optional fields, as JSON (model_dump(mode="json") shape)."""
+    """The defaults of a config section's optional fields, as JSON (model_dump(mode="json")
+    shape)."""
     from autotune.config import ModelConfig, WorkloadConfig
 
     model = {"model": ModelConfig, "workload": WorkloadConfig}[section]
@@ -41,14 +47,17 @@ def non_default(section: str, doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _space_factors(space: dict[str, Any], task: str) -> dict[str, Any]:
-    """The knobs of the task given a value other than their default (absent, the default, or a one-value list
+    """The knobs of the task given a value other than their default (absent, the default, or a
+    one-value list
     of it all resolve to the default)."""
     out = {}
     for name, value in sorted(space.items()):
         knob = catalogue.BY_NAME.get(name)
         if knob is not None and task not in knob.tasks:
             continue
-        if value is None or (knob is not None and _json(value) in (_json(knob.default), _json([knob.default]))):
+        if value is None or (
+            knob is not None and _json(value) in (_json(knob.default), _json([knob.default]))
+        ):
             continue
         out[name] = value
     return out
@@ -71,7 +80,8 @@ def digest(config: dict[str, Any]) -> str:
 
 
 def difference(old: dict[str, Any], new: dict[str, Any]) -> str | None:
-    """The first factor that differs between two configs' identities ('space.precision: [fp32] there, [fp32, bf16]
+    """The first factor that differs between two configs' identities ('space.precision: [fp32]
+    there, [fp32, bf16]
     here'), or None when they are the same."""
     a, b = factors(old), factors(new)
     for section in SECTIONS:

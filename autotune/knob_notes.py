@@ -1,6 +1,8 @@
-"""How to apply each knob's value in your own script: the lines of best.yaml's apply.notes, knob by knob.
+"""How to apply each knob's value in your own script: the lines of best.yaml's apply.notes, knob by
+knob.
 
-Standard library only: shared by the parent (best.yaml) and the trial process (autotune.knobs imports it). A knob that a
+Standard library only: shared by the parent (best.yaml) and the trial process (autotune.knobs
+imports it). A knob that a
 task applies its own way has one function per task (knobs.Knob.note maps the task to it).
 """
 
@@ -43,9 +45,15 @@ def precision(k: dict[str, Any], device: str) -> list[str]:
             "fp32": "torch.backends.cuda.matmul.fp32_precision = 'ieee' (no TF32)",
             "tf32": "torch.backends.cuda.matmul.fp32_precision = 'tf32'",
             "bf16": f"with torch.autocast({device!r}, dtype=torch.bfloat16): forward and loss",
-            "fp16": f"with torch.autocast({device!r}, dtype=torch.float16): forward and loss; torch.amp.GradScaler({device!r})",
-            "fp8": "torchao.float8.convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("
-            f"{k.get('fp8_recipe')!r}), module_filter_fn=lambda m, fqn: fqn != 'head'); bf16 autocast",
+            "fp16": (
+                f"with torch.autocast({device!r}, dtype=torch.float16): forward and loss; "
+                f"torch.amp.GradScaler({device!r})"
+            ),
+            "fp8": (
+                "torchao.float8.convert_to_float8_training(model, "
+                f"config=Float8LinearConfig.from_recipe_name({k.get('fp8_recipe')!r}), "
+                "module_filter_fn=lambda m, fqn: fqn != 'head'); bf16 autocast"
+            ),
         }[k["precision"]]
     ]
 
@@ -63,7 +71,11 @@ def compile_generate(k: dict[str, Any], device: str) -> list[str]:
     return [
         f"decode_one_token = torch.compile(decode_one_token{', ' + args if args else ''})"
         + (", dynamic=True" if k.get("kv_cache") == "dynamic" else "")
-        + ("; prefill compiled separately (without CUDA graphs)" if k.get("compile_prefill") else "; prefill eager")
+        + (
+            "; prefill compiled separately (without CUDA graphs)"
+            if k.get("compile_prefill")
+            else "; prefill eager"
+        )
     ]
 
 
@@ -74,10 +86,10 @@ def compile_train(k: dict[str, Any], device: str) -> list[str]:
     args = _compile_args(k)
     if k.get("compile_scope") == "block":
         return [
-            f"for block in model.blocks (the repeated transformer blocks): block.compile({args}), in place, "
-            "before wrapping; then model.head_loss = torch.compile(model.head_loss"
-            f"{', ' + args if args else ''}) (final norm, head and loss, where the model has head_loss); "
-            "the embedding runs eager"
+            f"for block in model.blocks (the repeated transformer blocks): block.compile({args}), "
+            "in place, before wrapping; then model.head_loss = torch.compile(model.head_loss"
+            f"{', ' + args if args else ''}) (final norm, head and loss, where the model has "
+            "head_loss); the embedding runs eager"
         ]
     return [f"model = torch.compile(model{', ' + args if args else ''})"]
 
@@ -87,36 +99,48 @@ def attention(k: dict[str, Any], device: str) -> list[str]:
     if attention == "eager":
         return ["attention as softmax(QK^T)V, materialised"]
     if attention in SDPA_BACKENDS:
-        return [f"with torch.nn.attention.sdpa_kernel(SDPBackend.{SDPA_BACKENDS[attention]}): forward"]
+        return [
+            f"with torch.nn.attention.sdpa_kernel(SDPBackend.{SDPA_BACKENDS[attention]}): forward"
+        ]
     return []
 
 
 def parallel(k: dict[str, Any], device: str) -> list[str]:
     if k.get("parallel") == "ddp":
         how = (
-            f"DistributedDataParallel(model, bucket_cap_mb={k['bucket_cap_mb']}, gradient_as_bucket_view="
-            f"{k['gradient_as_bucket_view']}, static_graph={k['static_graph']}); no_sync() on all but the "
+            f"DistributedDataParallel(model, bucket_cap_mb={k['bucket_cap_mb']}, "
+            f"gradient_as_bucket_view={k['gradient_as_bucket_view']}, "
+            f"static_graph={k['static_graph']}); no_sync() on all but the "
             "last micro-batch of a step"
         )
     elif k.get("parallel") == "fsdp":
         reduce = "bfloat16" if k.get("fsdp_reduce_dtype") == "bf16" else "float32"
         how = (
-            f"fully_shard(block, reshard_after_forward={k['reshard_after_forward']}) on every block, then on "
-            f"the model, MixedPrecisionPolicy(param_dtype=<precision>, reduce_dtype={reduce}); "
-            + (
-                "set_requires_gradient_sync(False) on all but the last micro-batch"
-                if k.get("fsdp_grad_sync", "last") == "last"
-                else "gradients reduce-scattered every micro-batch"
-            )
+            f"fully_shard(block, reshard_after_forward={k['reshard_after_forward']}) on every "
+            "block, then on the model, MixedPrecisionPolicy(param_dtype=<precision>, "
+            f"reduce_dtype={reduce}); "
+        ) + (
+            "set_requires_gradient_sync(False) on all but the last micro-batch"
+            if k.get("fsdp_grad_sync", "last") == "last"
+            else "gradients reduce-scattered every micro-batch"
         )
-        fwd, bwd = int(k.get("fsdp_forward_prefetch") or 0), int(k.get("fsdp_backward_prefetch") or 1)
+        fwd, bwd = (
+            int(k.get("fsdp_forward_prefetch") or 0),
+            int(k.get("fsdp_backward_prefetch") or 1),
+        )
         if fwd:
             how += f"; blocks[i].set_modules_to_forward_prefetch(blocks[i+1:i+{fwd + 1}])"
         if bwd > 1:
-            how += f"; blocks[i].set_modules_to_backward_prefetch([blocks[i-1], ..., blocks[i-{bwd}]])"
+            how += (
+                f"; blocks[i].set_modules_to_backward_prefetch([blocks[i-1], ..., blocks[i-{bwd}]])"
+            )
     else:
         return []
-    return [how, "launch: torchrun --nproc-per-node <GPUs> your_script.py, with apply.env set for every rank"]
+    return [
+        how,
+        "launch: torchrun --nproc-per-node <GPUs> your_script.py, with apply.env set for every "
+        "rank",
+    ]
 
 
 def quant(k: dict[str, Any], device: str) -> list[str]:
@@ -125,9 +149,11 @@ def quant(k: dict[str, Any], device: str) -> list[str]:
         return []
     if quant == "int4_weight_only" and k.get("int4_kernel") == "gemlite":
         return [
-            "from torchao.quantization import quantize_; from torchao.prototype.quantization.quant_api import "
-            f"UIntxWeightOnlyConfig; quantize_(model, UIntxWeightOnlyConfig(group_size={k['int4_group_size']}, "
-            "bit_width=4)) after the model is in its dtype on the GPU (needs gemlite<0.6 with torchao 0.18)"
+            "from torchao.quantization import quantize_; from "
+            "torchao.prototype.quantization.quant_api import UIntxWeightOnlyConfig; "
+            f"quantize_(model, UIntxWeightOnlyConfig(group_size={k['int4_group_size']}, "
+            "bit_width=4)) after the model is in its dtype on the GPU (needs gemlite<0.6 with "
+            "torchao 0.18)"
         ]
     args = (
         f"group_size={k['int4_group_size']}, int4_packing_format='tile_packed_to_4d'"
@@ -136,11 +162,15 @@ def quant(k: dict[str, Any], device: str) -> list[str]:
     )
     return [
         f"from torchao.quantization import quantize_, {QUANT_CONFIGS[quant]}; "
-        f"quantize_(model, {QUANT_CONFIGS[quant]}({args})) after the model is in its dtype on the GPU"
+        f"quantize_(model, {QUANT_CONFIGS[quant]}({args})) after the model is in its dtype on the "
+        "GPU"
     ]
 
 
 def kv_cache(k: dict[str, Any], device: str) -> list[str]:
     if k.get("kv_cache") == "dynamic":
         return ["KV cache grown with torch.cat each token (dynamic shapes)"]
-    return ["KV cache preallocated for prompt_len + gen_len positions (static shapes), written with index_copy_"]
+    return [
+        "KV cache preallocated for prompt_len + gen_len positions (static shapes), written with "
+        "index_copy_"
+    ]

@@ -1,5 +1,7 @@
-"""Launching one trial: a fresh, supervised process (or rank group through torchrun) on a spec, waited for with
-a time limit and telemetry, its end classified (ok, oom, invalid_config, crash, timeout, ...) into an Outcome.
+"""Launching one trial: a fresh, supervised process (or rank group through torchrun) on a spec,
+waited for with
+a time limit and telemetry, its end classified (ok, oom, invalid_config, crash, timeout, ...) into
+an Outcome.
 runner.measure is the one function that measures; it calls run_trial."""
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from autotune.hardware import Telemetry, visible_gpu_index
 from autotune.protocol import PROGRESS_FILE, PRUNE_FILE, TRIAL_MODULE, TrialResult, TrialSpec
 
 LOG_TAIL_LINES = 15
-SUPERVISOR = "autotune.workloads.supervise"  # every trial runs under it: nothing outlives the trial or autotune
+# every trial runs under it: nothing outlives the trial or autotune
+SUPERVISOR = "autotune.workloads.supervise"
 
 
 @dataclass
 class Outcome:
-    """A finished trial process: its status, the reason when it failed, the trial's result (if it wrote one)."""
+    """A finished trial process: its status, the reason when it failed, the trial's result (if it
+    wrote one)."""
 
     status: str
     reason: str = ""
@@ -34,17 +38,27 @@ class Outcome:
     wall_s: float = 0.0
     nccl: dict[str, Any] | None = None  # NCCL's own account (rank groups on GPUs)
     nccl_refused: bool = False  # NCCL's log, not the trial, says it refused a setting
-    prestarted: bool = False  # its process was started ahead (prestart.py): the start phase is the hand-over
+    # its process was started ahead (prestart.py): the start phase is the hand-over
+    prestarted: bool = False
 
 
-def launch_command(spec: TrialSpec, spec_path: Path, result_path: Path, module: str = TRIAL_MODULE) -> list[str]:
-    """The trial's command: the trial module itself, or torchrun starting world_size of them (one a rank)."""
+def launch_command(
+    spec: TrialSpec, spec_path: Path, result_path: Path, module: str = TRIAL_MODULE
+) -> list[str]:
+    """The trial's command: the trial module itself, or torchrun starting world_size of them (one a
+    rank)."""
     trial = ["-m", module, str(spec_path), str(result_path)]
     run = spec.run
     if run.world_size == 1:
         return [sys.executable, *trial]
     nnodes = run.nnodes or 1
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(run.world_size // nnodes)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(run.world_size // nnodes),
+    ]
     if nnodes == 1 and not run.rdzv_endpoint:
         cmd += ["--standalone"]
     else:
@@ -75,36 +89,56 @@ def run_trial(
 ) -> Outcome:
     """Run the trial on `spec` in a fresh process (own process group) and wait for it.
 
-    KeyboardInterrupt, or `stop` being set (Ctrl-C seen by another thread), ends the process group and
-    raises KeyboardInterrupt. gpu_index: the NVML index of the trial's GPU, for telemetry. module: the
-    trial's Python module (tests replace it with a fake rank). ahead: a one-rank trial takes the process
+    KeyboardInterrupt, or `stop` being set (Ctrl-C seen by another thread), ends the process group
+    and
+    raises KeyboardInterrupt. gpu_index: the NVML index of the trial's GPU, for telemetry. module:
+    the
+    trial's Python module (tests replace it with a fake rank). ahead: a one-rank trial takes the
+    process
     started ahead with its environment (prestart.py), if there is one, and starts the next one.
     """
     run_dir = run_dir.resolve()  # absolute: the straggler sweep matches this trial's spec path only
     spec_path, result_path, log_path = _prepare(spec, run_dir)
     child_env = _child_env(spec, run_dir, env)
     distributed = spec.run.world_size > 1
-    telemetry = Telemetry(visible_gpu_index() if gpu_index is None else gpu_index) if spec.device == "cuda" else None
+    telemetry = (
+        Telemetry(visible_gpu_index() if gpu_index is None else gpu_index)
+        if spec.device == "cuda"
+        else None
+    )
     t0 = time.monotonic()
     supervised = [sys.executable, "-m", SUPERVISOR]
     ahead = ahead and not distributed
     standby = prestart.take(child_env) if ahead else None
     proc = standby.activate(spec_path, result_path, log_path) if standby else None
     if proc is None:
-        proc = _start([*supervised, *launch_command(spec, spec_path, result_path, module)], log_path, child_env)
+        proc = _start(
+            [*supervised, *launch_command(spec, spec_path, result_path, module)],
+            log_path,
+            child_env,
+        )
     try:
         if ahead:  # the next trials' processes import while this one runs
             prestart.fill(
-                [*supervised, sys.executable, "-m", module], child_env, Path(child_env.get("TMPDIR", run_dir))
+                [*supervised, sys.executable, "-m", module],
+                child_env,
+                Path(child_env.get("TMPDIR", run_dir)),
             )
         timed_out = _wait(
-            proc, timeout_s, telemetry, on_poll, stop, str(spec_path) if distributed else None, log_path
+            proc,
+            timeout_s,
+            telemetry,
+            on_poll,
+            stop,
+            str(spec_path) if distributed else None,
+            log_path,
         )
     except BaseException:
         _kill_group(proc, grace_s=2.0)  # nothing of the trial outlives an interruption here
         raise
     finally:
-        if standby is not None and (early := standby.output()):  # what it printed while it waited (imports)
+        # what it printed while it waited (imports)
+        if standby is not None and (early := standby.output()):
             atomic.write_text(run_dir / "standby.log", early)
     outcome = _classify(
         run_dir,
@@ -124,7 +158,9 @@ def _start(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Po
     orphans.become_subreaper()
     with open(log_path, "wb") as log:
         return orphans.start(
-            lambda: subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            lambda: subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
         )
 
 
@@ -160,7 +196,8 @@ def _wait(
     finally:
         if telemetry:
             telemetry.__exit__()
-        if proc.poll() is None:  # the trial has left; reap stragglers of its group (compile workers)
+        # the trial has left; reap stragglers of its group (compile workers)
+        if proc.poll() is None:
             _kill_group(proc)
         else:
             try:
@@ -171,7 +208,8 @@ def _wait(
             _kill_stragglers(straggler_needle)
         if proc.poll() is not None:
             orphans.done(proc.pid)
-        orphans.sweep()  # what escaped the trial's supervisor (a daemon that killed it) is ours now: ended
+        # what escaped the trial's supervisor (a daemon that killed it) is ours now: ended
+        orphans.sweep()
     return proc.returncode
 
 
@@ -190,7 +228,8 @@ def _classify(
     failed = rank_failure(run_dir) if distributed else None  # a rank's own reason, when one failed
     if code is None:
         reason = f"no result after {timeout_s:.0f} s (trial timeout); process group killed"
-        if failed is not None:  # a rank had failed, and the others then waited for it until the timeout
+        # a rank had failed, and the others then waited for it until the timeout
+        if failed is not None:
             reason += f"; before that {failed.reason}"
         if report and report["warnings"]:
             reason += "; NCCL warned: " + "; ".join(report["warnings"][:2])
@@ -201,14 +240,16 @@ def _classify(
         return Outcome(res.status, res.reason, res, telemetry, wall, report)
     if failed is not None:  # one rank's own reason; torchrun ended the others
         reason = failed.reason
-        if report and failed.status == "invalid_config":  # NCCL's warnings the rank's message does not repeat
+        # NCCL's warnings the rank's message does not repeat
+        if report and failed.status == "invalid_config":
             flat = " ".join(reason.split())
             extra = [w for w in report["warnings"] if " ".join(w.split())[:120] not in flat]
             if extra:
                 reason += " | NCCL: " + "; ".join(extra[:2])
         return Outcome(failed.status, reason, failed, telemetry, wall, report)
     refused = [w for w in (report or {}).get("warnings", []) if nccl_log.is_refusal(w)]
-    if refused:  # NCCL aborted the ranks (its watchdog) before Python saw an error: its log says why
+    # NCCL aborted the ranks (its watchdog) before Python saw an error: its log says why
+    if refused:
         return Outcome(
             "invalid_config",
             "NCCL refused this setting: " + refused[0],
@@ -229,7 +270,8 @@ def _classify(
 
 
 def rank_failure(run_dir: Path) -> TrialResult | None:
-    """The first rank's own failure (earliest written), or None: later ranks usually fail because it did."""
+    """The first rank's own failure (earliest written), or None: later ranks usually fail because it
+    did."""
     found = []
     for path in run_dir.glob("result.rank*.json"):
         try:
@@ -255,12 +297,17 @@ def _kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
 
 
 def _kill_stragglers(needle: str) -> None:
-    """SIGKILL every process whose command line names this trial's spec file: ranks that torchrun started in
+    """SIGKILL every process whose command line names this trial's spec file: ranks that torchrun
+    started in
     sessions of their own are outside the trial's process group, and none may outlive the trial."""
     me = os.getpid()
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if int(entry) != me and needle in Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode():
+            if (
+                int(entry) != me
+                and needle
+                in Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            ):
                 os.kill(int(entry), signal.SIGKILL)
         except (OSError, ValueError):
             pass
@@ -273,9 +320,14 @@ def _tail(path: Path) -> str:
 
 
 def _prepare(spec: TrialSpec, run_dir: Path) -> tuple[Path, Path, Path]:
-    """The run folder emptied of an earlier attempt's outputs, the spec written: (spec, result, log) paths."""
+    """The run folder emptied of an earlier attempt's outputs, the spec written: (spec, result, log)
+    paths."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    spec_path, result_path, log_path = run_dir / "spec.json", run_dir / "result.json", run_dir / "worker.log"
+    spec_path, result_path, log_path = (
+        run_dir / "spec.json",
+        run_dir / "result.json",
+        run_dir / "worker.log",
+    )
     for old in (
         result_path,
         run_dir / PROGRESS_FILE,
@@ -291,7 +343,8 @@ def _prepare(spec: TrialSpec, run_dir: Path) -> tuple[Path, Path, Path]:
 
 
 def _child_env(spec: TrialSpec, run_dir: Path, env: dict[str, str] | None) -> dict[str, str]:
-    """The trial's environment: ours, the caller's, unbuffered output, its parent; NCCL's INFO log for a
+    """The trial's environment: ours, the caller's, unbuffered output, its parent; NCCL's INFO log
+    for a
     rank group on GPUs (unless NCCL_DEBUG is set)."""
     child_env = {
         **inherited_env(),

@@ -2,8 +2,10 @@
 
 Two searches (or a search and a check) measuring on the same GPU disturb each other's numbers; so a
 measurement holds its device units while it runs, and another waits for them (the wait is recorded).
-The locks are abstract Unix sockets (Linux): nothing is written to disk, and a process that dies, even by
-kill -9, releases its locks at once. AUTOTUNE_LOCK_NAMESPACE, when set, prefixes every lock's name: processes
+The locks are abstract Unix sockets (Linux): nothing is written to disk, and a process that dies,
+even by
+kill -9, releases its locks at once. AUTOTUNE_LOCK_NAMESPACE, when set, prefixes every lock's name:
+processes
 of another namespace (a test session beside a real search) never wait on each other.
 """
 
@@ -18,7 +20,8 @@ _POLL_S = 0.5
 
 
 def _namespace() -> str:
-    """AUTOTUNE_LOCK_NAMESPACE and a dash, or nothing (the machine-wide namespace every search shares)."""
+    """AUTOTUNE_LOCK_NAMESPACE and a dash, or nothing (the machine-wide namespace every search
+    shares)."""
     import os
 
     name = os.environ.get("AUTOTUNE_LOCK_NAMESPACE", "")
@@ -41,7 +44,9 @@ class DeviceLock:
             sock.close()
             return None
 
-    def acquire(self, stop: threading.Event | None = None, on_wait: Callable[[str], None] | None = None) -> float:
+    def acquire(
+        self, stop: threading.Event | None = None, on_wait: Callable[[str], None] | None = None
+    ) -> float:
         """Hold every unit, waiting while another process holds one; returns the seconds waited.
         KeyboardInterrupt (or `stop` set) ends the wait."""
         t0 = time.monotonic()

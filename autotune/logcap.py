@@ -1,10 +1,15 @@
 """A trial's log kept bounded while the trial writes it, and read from its end.
 
-A trial that prints without end would fill the file system through its log within its timeout, and one that
-printed a GiB would cost autotune that much memory to read its last lines. The parent, which polls every running
-trial anyway, keeps each log's disk use under HEAD_BYTES + TAIL_BYTES: past that it frees the middle of the
-file (fallocate's FALLOC_FL_PUNCH_HOLE: the head and the last TAIL_BYTES stay, the writer's offset is untouched,
-the middle reads as zeros), or, where the file system cannot punch holes, cuts the file back to its head (the
+A trial that prints without end would fill the file system through its log within its timeout, and
+one that
+printed a GiB would cost autotune that much memory to read its last lines. The parent, which polls
+every running
+trial anyway, keeps each log's disk use under HEAD_BYTES + TAIL_BYTES: past that it frees the middle
+of the
+file (fallocate's FALLOC_FL_PUNCH_HOLE: the head and the last TAIL_BYTES stay, the writer's offset
+is untouched,
+the middle reads as zeros), or, where the file system cannot punch holes, cuts the file back to its
+head (the
 writer then continues past a hole). Readers take the last bytes only (`tail`); a reason quotes
 the line that says what went wrong (`last_words`, protocol's). Standard library otherwise.
 """
@@ -41,7 +46,8 @@ def used_bytes(path: Path) -> int:
 
 
 def cap(path: Path, head: int = HEAD_BYTES, tail: int = TAIL_BYTES) -> bool:
-    """Free the middle of `path` when it takes more than head + tail bytes of disk; True when it did."""
+    """Free the middle of `path` when it takes more than head + tail bytes of disk; True when it
+    did."""
     try:
         if used_bytes(path) <= head + tail + BLOCK:
             return False
@@ -53,7 +59,8 @@ def cap(path: Path, head: int = HEAD_BYTES, tail: int = TAIL_BYTES) -> bool:
     if end <= start:
         return False
     if not _punch(path, start, end - start):
-        os.truncate(path, start)  # no hole punching here: keep the head, the writer goes on past a hole
+        # no hole punching here: keep the head, the writer goes on past a hole
+        os.truncate(path, start)
     return True
 
 
@@ -69,7 +76,8 @@ def _punch(path: Path, offset: int, length: int) -> bool:
 
 
 def tail(path: Path, max_bytes: int = TAIL_READ) -> str:
-    """The last max_bytes of a log as text (a freed middle's zeros dropped); '' when there is none."""
+    """The last max_bytes of a log as text (a freed middle's zeros dropped); '' when there is
+    none."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)

@@ -131,7 +131,8 @@ def over_limits(m: dict[str, Any], limits: dict[str, float]) -> list[str]:
         value = m.get(key)
         if value is not None and value > limit:
             over.append(
-                f"{what} {value:.1f} ms > limit {limit:g} ms ({name}; {100 * (value / limit - 1):.0f}% over)"
+                f"{what} {value:.1f} ms > limit {limit:g} ms ({name}; "
+                f"{100 * (value / limit - 1):.0f}% over)"
             )
     return over
 
@@ -210,7 +211,10 @@ def unbounded(center: float, ci: tuple[float, float] | list[float], n: int) -> s
     factor = MAX_INTERVAL_FACTOR
     if lo > 0 and math.isfinite(hi) and center / lo <= factor and hi / center <= factor:
         return None
-    return f"too few samples to bound ({n}; the 95% interval reaches past 1/{factor:g} or {factor:g}x the median)"
+    return (
+        f"too few samples to bound ({n}; the 95% interval reaches past 1/{factor:g} or "
+        f"{factor:g}x the median)"
+    )
 
 
 def bounded_interval(samples: list[float]) -> tuple[list[float] | None, str | None]:

@@ -1,8 +1,12 @@
-"""`autotune nccl`: all-reduce bus bandwidth on this node for each NCCL algorithm and protocol, 1 MB to 1 GB.
+"""`autotune nccl`: all-reduce bus bandwidth on this node for each NCCL algorithm and protocol, 1 MB
+to 1 GB.
 
-Like nccl-tests' all_reduce_perf, but through PyTorch's process group (what training uses) and once per
-NCCL_ALGO x NCCL_PROTO setting, each in a fresh torchrun group (NCCL reads them when a communicator is made)
-running the all-reduce workload (workloads/allreduce.py). A setting NCCL refuses is reported with NCCL's
+Like nccl-tests' all_reduce_perf, but through PyTorch's process group (what training uses) and once
+per
+NCCL_ALGO x NCCL_PROTO setting, each in a fresh torchrun group (NCCL reads them when a communicator
+is made)
+running the all-reduce workload (workloads/allreduce.py). A setting NCCL refuses is reported with
+NCCL's
 own message; NCCL's INFO log says what it actually used. NVLS is not in the default list, and
 NCCL_NVLS_ENABLE is never set or cleared here.
 """
@@ -25,16 +29,20 @@ PROTOS = catalogue.BY_NAME["nccl_proto"].choices()
 
 
 def parse_names(option: str, given: str, allowed: tuple[str, ...]) -> list[str]:
-    """A comma-separated list of allowed names, each once (ConfigError naming the option otherwise)."""
+    """A comma-separated list of allowed names, each once (ConfigError naming the option
+    otherwise)."""
     names = [n.strip() for n in given.split(",") if n.strip()]
     bad = [n for n in names if n not in allowed]
     if not names or bad:
-        raise ConfigError(f"{option}: {bad[0] if bad else given!r} is not allowed; allowed: {', '.join(allowed)}")
+        raise ConfigError(
+            f"{option}: {bad[0] if bad else given!r} is not allowed; allowed: {', '.join(allowed)}"
+        )
     return list(dict.fromkeys(names))
 
 
 def message_sizes(min_mb: float, max_mb: float) -> list[int]:
-    """Doubling sizes (bytes, multiples of 4) from min to max; both included when max is min x a power of two."""
+    """Doubling sizes (bytes, multiples of 4) from min to max; both included when max is min x a
+    power of two."""
     if min_mb > max_mb:
         raise ConfigError(f"--min-mb: {min_mb} is above --max-mb {max_mb}; swap them")
     min_bytes, max_bytes = int(min_mb * 1e6), int(max_mb * 1e6)
@@ -58,11 +66,13 @@ def sweep(
     timeout_s: float,
     on_cell: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Run every setting; write out_dir/nccl.json; return it. On the CPU (gloo) there is one setting: gloo.
+    """Run every setting; write out_dir/nccl.json; return it. On the CPU (gloo) there is one
+    setting: gloo.
     gpus: the group's GPUs (on the CPU, one gloo rank per entry)."""
     if len(gpus) < 2:
         raise ConfigError(
-            f"--gpus: {','.join(gpus) or 'none'} gives {len(gpus)} rank(s); an all-reduce needs at least 2"
+            f"--gpus: {','.join(gpus) or 'none'} gives {len(gpus)} rank(s); an all-reduce needs "
+            "at least 2"
         )
     paths.writable_dir(out_dir, "--out")
     preflight()
@@ -70,7 +80,17 @@ def sweep(
     cells = []
     for i, (algo, proto) in enumerate(combos):
         cells.append(
-            _cell(out_dir / f"{i:02d}-{algo}-{proto}", device, gpus, algo, proto, sizes, warmup, iters, timeout_s)
+            _cell(
+                out_dir / f"{i:02d}-{algo}-{proto}",
+                device,
+                gpus,
+                algo,
+                proto,
+                sizes,
+                warmup,
+                iters,
+                timeout_s,
+            )
         )
         if on_cell:
             on_cell(cells[-1])

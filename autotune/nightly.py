@@ -1,5 +1,7 @@
-"""history.jsonl, the nightly series of `autotune check` beside best.yaml: read line by line, a bad line skipped
-and named (torn by a full disk, edited by hand), appended so that a torn line never glues onto the next night's,
+"""history.jsonl, the nightly series of `autotune check` beside best.yaml: read line by line, a bad
+line skipped
+and named (torn by a full disk, edited by hand), appended so that a torn line never glues onto the
+next night's,
 never through a link planted in the study's folder."""
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 FILE = "history.jsonl"
-STATUSES = ("pass", "faster", "regression", "unreliable")  # unreliable: disturbed (regress_conditions)
+# unreliable: disturbed (regress_conditions)
+STATUSES = ("pass", "faster", "regression", "unreliable")
 
 
 def _positive(x: Any) -> bool:
@@ -20,7 +23,8 @@ def _positive(x: Any) -> bool:
 
 
 def problem(doc: Any) -> str | None:
-    """Why a line is not a night (None: it is): what the series, the report and the plots read of it."""
+    """Why a line is not a night (None: it is): what the series, the report and the plots read of
+    it."""
     if not isinstance(doc, dict):
         return "not a JSON object"
     if doc.get("status") not in STATUSES:
@@ -66,7 +70,8 @@ def read(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def append(path: Path, doc: dict[str, Any]) -> None:
-    """One night appended: a newline first when the file's last line was torn (so the two stay apart), one write
+    """One night appended: a newline first when the file's last line was torn (so the two stay
+    apart), one write
     of the whole line, never through a symbolic link (OSError: ELOOP)."""
     line = (json.dumps(doc, default=str) + "\n").encode()
     flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK

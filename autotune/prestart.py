@@ -1,9 +1,13 @@
-"""Trial processes started ahead: the next trial's process imports torch and torch.compile's stack while the
-current trial runs, then waits for its spec on stdin. Still one fresh process per trial (a crash, an OOM or
+"""Trial processes started ahead: the next trial's process imports torch and torch.compile's stack
+while the
+current trial runs, then waits for its spec on stdin. Still one fresh process per trial (a crash, an
+OOM or
 a hang loses nothing); only its start-up moves out of the trial's time.
 
-Standbys are kept per environment (the GPU slot is part of it: CUDA_VISIBLE_DEVICES), DEPTH of them, so a
-trial takes one only when it would have started with exactly that environment; anything else starts cold. Nothing touches
+Standbys are kept per environment (the GPU slot is part of it: CUDA_VISIBLE_DEVICES), DEPTH of them,
+so a
+trial takes one only when it would have started with exactly that environment; anything else starts
+cold. Nothing touches
 the GPU before the spec arrives: CUDA is initialised by the trial, never by a waiting process.
 """
 
@@ -27,13 +31,17 @@ STANDBY_FLAG = "--standby"
 
 @dataclass
 class Standby:
-    """A started trial process (under its supervisor) waiting for the spec of the trial it will run."""
+    """A started trial process (under its supervisor) waiting for the spec of the trial it will
+    run."""
 
     proc: subprocess.Popen[bytes]
     log_path: Path  # its output until it is given a trial (then it writes the trial's own log)
 
-    def activate(self, spec_path: Path, result_path: Path, log_path: Path) -> subprocess.Popen[bytes] | None:
-        """Hand it its trial; None when it is no longer alive to take one (the caller starts one cold)."""
+    def activate(
+        self, spec_path: Path, result_path: Path, log_path: Path
+    ) -> subprocess.Popen[bytes] | None:
+        """Hand it its trial; None when it is no longer alive to take one (the caller starts one
+        cold)."""
         if self.proc.poll() is not None or self.proc.stdin is None:
             self.dismiss()
             return None
@@ -59,7 +67,8 @@ class Standby:
         self.log_path.unlink(missing_ok=True)
 
     def output(self) -> str:
-        """What it printed before it was given its trial (normally nothing), then its log is removed."""
+        """What it printed before it was given its trial (normally nothing), then its log is
+        removed."""
         text = logcap.tail(self.log_path)
         self.log_path.unlink(missing_ok=True)
         return text
@@ -71,7 +80,8 @@ _LOCK = threading.Lock()
 
 
 def take(env: dict[str, str]) -> Standby | None:
-    """The oldest process started with exactly this environment that is still alive (it leaves the pool)."""
+    """The oldest process started with exactly this environment that is still alive (it leaves the
+    pool)."""
     with _LOCK:
         waiting = _POOL.get(frozenset(env.items()), [])
         while waiting:
@@ -83,8 +93,10 @@ def take(env: dict[str, str]) -> Standby | None:
 
 
 def fill(cmd: list[str], env: dict[str, str], log_dir: Path, depth: int = DEPTH) -> None:
-    """Start processes with this environment until `depth` wait (cmd: the trial module without a spec).
-    Processes of the same GPU slot with another environment (other knob variables) are ended: the trials
+    """Start processes with this environment until `depth` wait (cmd: the trial module without a
+    spec).
+    Processes of the same GPU slot with another environment (other knob variables) are ended: the
+    trials
     of a slot go on with the environment of the latest one."""
     key, slot = frozenset(env.items()), env.get("CUDA_VISIBLE_DEVICES")
     with _LOCK:
@@ -119,7 +131,8 @@ def _spawn(cmd: list[str], env: dict[str, str], log_dir: Path) -> Standby:
 
 
 # Every standby is started from this one thread, which lives as long as autotune: the supervisor's
-# PR_SET_PDEATHSIG fires when the *thread* that started it ends, and a search's worker threads end with it.
+# PR_SET_PDEATHSIG fires when the *thread* that started it ends, and a search's worker threads end
+# with it.
 _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-prestart")
 
 

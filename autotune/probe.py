@@ -1,10 +1,14 @@
 """Check user code and user configs in a throwaway process: the parent never imports them.
 
-A module that calls sys.exit or os._exit, raises KeyboardInterrupt, loops forever, floods its output or
-leaves a daemon behind at import would end, hang or exhaust autotune itself; in a child process it only
+A module that calls sys.exit or os._exit, raises KeyboardInterrupt, loops forever, floods its output
+or
+leaves a daemon behind at import would end, hang or exhaust autotune itself; in a child process it
+only
 fails the check, with what it did, within a time limit. The child runs under the trial supervisor
-(workloads/supervise.py), so nothing it starts outlives it or autotune; its output is discarded and its
-answer comes back on a pipe of its own (a module cannot forge it by printing); it writes no bytecode.
+(workloads/supervise.py), so nothing it starts outlives it or autotune; its output is discarded and
+its
+answer comes back on a pipe of its own (a module cannot forge it by printing); it writes no
+bytecode.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ try:
     reply({"found": callable(getattr(module, func, None)), "file": getattr(module, "__file__", None)})
 except BaseException as err:  # SystemExit and KeyboardInterrupt too: all are the module's doing
     reply({"error": f"{type(err).__name__}: {err}"[:300]})
-"""
+"""  # noqa: E501
 )
 _HF_CONFIG = (
     _PRELUDE
@@ -60,7 +64,7 @@ try:
     reply({"found": True})
 except BaseException as err:
     reply({"error": f"{type(err).__name__}: {err}"[:300]})
-"""
+"""  # noqa: E501
 )
 
 
@@ -72,7 +76,9 @@ def timeout_s() -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or not 0 < value <= 3600:
-        raise ConfigError(f"{TIMEOUT_ENV}: {given[:40]!r} is not a number of seconds from 0 to 3600")
+        raise ConfigError(
+            f"{TIMEOUT_ENV}: {given[:40]!r} is not a number of seconds from 0 to 3600"
+        )
     return value
 
 
@@ -110,7 +116,8 @@ def _run(code: str, args: list[str], what: str) -> dict[str, object] | str:
         if proc.poll() is None:
             return f"{what} did not finish within {limit:g} s ({TIMEOUT_ENV})"
         while select.select([read], [], [], 0)[0] and (chunk := os.read(read, _MAX_ANSWER)):
-            chunks.append(chunk)  # what it wrote before it ended; a daemon holding the pipe is not waited for
+            # what it wrote before it ended; a daemon holding the pipe is not waited for
+            chunks.append(chunk)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)  # the supervisor ends everything below it
@@ -128,7 +135,8 @@ def _run(code: str, args: list[str], what: str) -> dict[str, object] | str:
 
 
 def check_entrypoint(module: str, func: str, base_dir: str | None) -> tuple[str | None, str | None]:
-    """(problem, the module's file): problem None when `module` imports and has a callable `func`."""
+    """(problem, the module's file): problem None when `module` imports and has a callable
+    `func`."""
     answer = _run(_ENTRYPOINT, [module, func, base_dir or ""], f"importing {module!r}")
     if isinstance(answer, str):
         return answer, None
@@ -139,7 +147,8 @@ def check_entrypoint(module: str, func: str, base_dir: str | None) -> tuple[str 
 
 
 def check_hf_config(path: str) -> str | None:
-    """None when transformers builds a config from the file with finite, non-negative sizes; else why not."""
+    """None when transformers builds a config from the file with finite, non-negative sizes; else
+    why not."""
     answer = _run(_HF_CONFIG, [path], f"reading {path!r} with transformers")
     if isinstance(answer, str):
         return answer

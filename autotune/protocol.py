@@ -1,7 +1,9 @@
-"""The trial protocol: what the parent hands a trial process (TrialSpec) and what it gets back (TrialResult).
+"""The trial protocol: what the parent hands a trial process (TrialSpec) and what it gets back
+(TrialResult).
 
 Both sides import this module; it needs the standard library only. The two travel as JSON files
-(`spec.json`, `result.json`), written atomically, with unknown keys refused on reading, so a change on one
+(`spec.json`, `result.json`), written atomically, with unknown keys refused on reading, so a change
+on one
 side that the other does not know fails loudly instead of being dropped. Both sides quote a
 process's output in a reason alike (`last_words`: what went wrong, library noise skipped).
 """
@@ -24,13 +26,23 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 # How a trial can end. Failures never stop the study.
-STATUSES = ("ok", "pruned", "over_limit", "oom", "timeout", "nonfinite_loss", "invalid_config", "crash")
+STATUSES = (
+    "ok",
+    "pruned",
+    "over_limit",
+    "oom",
+    "timeout",
+    "nonfinite_loss",
+    "invalid_config",
+    "crash",
+)
 # Outcomes that say the configuration itself cannot run here (not the machine).
 CONFIG_FAILURES = ("oom", "invalid_config", "nonfinite_loss")
-# The Python module a trial process runs: `python -m autotune.workloads.trial SPEC.json RESULT.json`.
+# The Python module a trial process runs: `python -m autotune.workloads.trial SPEC.json
+# RESULT.json`.
 TRIAL_MODULE = "autotune.workloads.trial"
-# Beside a one-rank trial's result while the search watches it (search/prune.py): the measured steps so far,
-# written by the trial, and the file whose appearance asks it to stop.
+# Beside a one-rank trial's result while the search watches it (search/prune.py): the measured steps
+# so far, written by the trial, and the file whose appearance asks it to stop.
 PROGRESS_FILE, PRUNE_FILE = "progress.json", "prune"
 # A command trial's secrets (tasks.Command.prepare): the spec holds its command masked; the values
 # masked, by argument index and variable name, reach the trial process in this variable alone
@@ -47,13 +59,16 @@ FAULT_KINDS = (
 
 
 def parse_fault(text: str | None) -> tuple[str, float, str, str, str] | None:
-    """AUTOTUNE_FAULT as (kind, slow percent, knob, op, value), None when unset; ValueError naming the variable
+    """AUTOTUNE_FAULT as (kind, slow percent, knob, op, value), None when unset; ValueError naming
+    the variable
     when it is not KIND[:PCT][@KNOB=VALUE | @KNOB>=NUMBER]."""
     if not text or not text.strip():
         return None
     spec, _, cond = text.strip().partition("@")
     kind, _, pct = spec.strip().partition(":")
-    allowed = f"use KIND[@KNOB=VALUE|@KNOB>=NUMBER], KIND one of {', '.join(FAULT_KINDS)} (slow:PCT)"
+    allowed = (
+        f"use KIND[@KNOB=VALUE|@KNOB>=NUMBER], KIND one of {', '.join(FAULT_KINDS)} (slow:PCT)"
+    )
     if kind not in FAULT_KINDS or bool(pct) != (kind == "slow"):
         raise ValueError(f"AUTOTUNE_FAULT: {text[:80]!r} is not a fault; {allowed}")
     try:
@@ -61,13 +76,17 @@ def parse_fault(text: str | None) -> tuple[str, float, str, str, str] | None:
     except ValueError:
         slow = -1.0
     if not 0 <= slow <= 1e6:  # also NaN
-        raise ValueError(f"AUTOTUNE_FAULT: slow:{pct[:20]!r} needs a percentage from 0 to 1000000, e.g. slow:20")
+        raise ValueError(
+            f"AUTOTUNE_FAULT: slow:{pct[:20]!r} needs a percentage from 0 to 1000000, e.g. slow:20"
+        )
     if not cond:
         return kind, slow, "", "", ""
     op = ">=" if ">=" in cond else "="
     knob, _, want = (part.strip() for part in cond.partition(op))
     if knob not in (*catalogue.NAMES, "rank") or not want:
-        raise ValueError(f"AUTOTUNE_FAULT: condition {cond[:80]!r} names no knob (or rank) and value; {allowed}")
+        raise ValueError(
+            f"AUTOTUNE_FAULT: condition {cond[:80]!r} names no knob (or rank) and value; {allowed}"
+        )
     if op == ">=":
         try:
             float(want)
@@ -77,10 +96,13 @@ def parse_fault(text: str | None) -> tuple[str, float, str, str, str] | None:
 
 
 def reason_line(reason: str | None, limit: int = 160) -> str:
-    """The one line of a failure's reason to show: the last line that names an error (a traceback's end),
+    """The one line of a failure's reason to show: the last line that names an error (a traceback's
+    end),
     else the first line with words in it (not a banner of '=' signs). A library's warning that
     names an error is not one (a reason of an older autotune quoted the output's tail as it was)."""
-    lines = [line.strip() for line in (reason or "").splitlines() if re.search(r"[A-Za-z]{2}", line)]
+    lines = [
+        line.strip() for line in (reason or "").splitlines() if re.search(r"[A-Za-z]{2}", line)
+    ]
     named = [
         line
         for line in lines
@@ -129,9 +151,11 @@ def _exceptional(line: str) -> bool:
 def _noise(line: str) -> bool:
     """A line that says nothing of a failure: blank or a banner, a warning, a notice of a logging
     level below ERROR, a deprecation or future notice, a progress bar, a traceback's frame."""
-    return not re.search(r"[A-Za-z]{2}", line) or any(
-        p.search(line) for p in (_NOTICE, _GLOG, _DEPRECATED, _PROGRESS, _FRAME)
-    ) or _warning(line)
+    return (
+        not re.search(r"[A-Za-z]{2}", line)
+        or any(p.search(line) for p in (_NOTICE, _GLOG, _DEPRECATED, _PROGRESS, _FRAME))
+        or _warning(line)
+    )
 
 
 def told_lines(text: str) -> tuple[list[str], int | None]:
@@ -207,7 +231,9 @@ def _from_dict(cls: type[_D], doc: dict[str, Any], what: str) -> _D:
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(doc) - known)
     if unknown:
-        raise ValueError(f"{what}: unknown key {unknown[0]!r}; this autotune knows {', '.join(sorted(known))}")
+        raise ValueError(
+            f"{what}: unknown key {unknown[0]!r}; this autotune knows {', '.join(sorted(known))}"
+        )
     return cls(**doc)
 
 
@@ -259,12 +285,16 @@ class TrialSpec(_Document):
     knobs: dict[str, Any] = field(
         default_factory=dict
     )  # every knob of the task; absent ones take the catalogue's default
-    model: dict[str, Any] | None = None  # the model section, derived sizes filled in (None: the workload has no model)
+    # the model section, derived sizes filled in (None: the workload has no model)
+    model: dict[str, Any] | None = None
     run: RunSettings = field(default_factory=RunSettings)
     base_dir: str | None = None  # where an entrypoint module is found
-    params: dict[str, Any] = field(default_factory=dict)  # workload-specific settings (allreduce: sizes, iters)
-    launched_at: float | None = None  # the parent's clock when it started the process: the start phase
-    report_progress: bool = False  # a one-rank trial writes its measured steps so far and stops when asked
+    # workload-specific settings (allreduce: sizes, iters)
+    params: dict[str, Any] = field(default_factory=dict)
+    # the parent's clock when it started the process: the start phase
+    launched_at: float | None = None
+    # a one-rank trial writes its measured steps so far and stops when asked
+    report_progress: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.run, dict):
@@ -281,26 +311,31 @@ class TrialResult(_Document):
 
     status: str  # one of STATUSES
     reason: str = ""  # why it failed; empty when ok
-    cause: dict[str, Any] | None = None  # invalid_config: the knob values that cannot run here (a rule to learn)
+    # invalid_config: the knob values that cannot run here (a rule to learn)
+    cause: dict[str, Any] | None = None
     rank: int = 0  # the rank that wrote it
     at_ns: int | None = None  # when a failing rank wrote it: the earliest failure is the cause
-    step_times_s: list[float] = field(default_factory=list)  # measured steps, each the slowest rank's
+    # measured steps, each the slowest rank's
+    step_times_s: list[float] = field(default_factory=list)
     warmup_step_times_s: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)  # of the measured steps
     tokens_per_step: int | None = None
     n_params: int | None = None
     flop_params: int | None = None  # N of 6N (None: MFU n/a)
     mfu_dims: dict[str, int] | None = None  # n_layers, d_model, seq_len of the attention term
-    flops_per_token: float | None = None  # counted in the trial (torch.utils.flop_counter); else the formula
+    # counted in the trial (torch.utils.flop_counter); else the formula
+    flops_per_token: float | None = None
     peak_mem_bytes: int | None = None
     peak_mem_kind: str | None = None  # cuda_max_memory_allocated or cpu_max_rss
     peak_mem_reserved_bytes: int | None = None
     measure_window: list[float] | None = None  # wall-clock start and end of the measured steps
-    phases_s: dict[str, float] = field(default_factory=dict)  # start, build, warmup, compile, measure, check
+    # start, build, warmup, compile, measure, check
+    phases_s: dict[str, float] = field(default_factory=dict)
     env: dict[str, Any] = field(default_factory=dict)  # torch, CUDA, cuDNN, NCCL, device name
     applied: dict[str, Any] = field(default_factory=dict)  # what the trial really did for each knob
     ranks: list[dict[str, Any]] | None = None  # every rank's own step times and peak memory
-    output: dict[str, Any] = field(default_factory=dict)  # workload-specific results (allreduce: rows)
+    # workload-specific results (allreduce: rows)
+    output: dict[str, Any] = field(default_factory=dict)
     nccl: dict[str, Any] | None = None  # NCCL's own account, read from its logs by the parent
 
     def __post_init__(self) -> None:

@@ -30,12 +30,14 @@ class Metric:
     PEAK_MEM_GIB = "peak_mem_gib"
     PEAK_MEM_KIND = "peak_mem_kind"  # cuda_max_memory_allocated | cpu_max_rss
     N_PARAMS = "n_params"
-    MEMORY_ESTIMATE_GIB = "memory_estimate_gib"  # autotune.memory's estimate before launch (uncalibrated)
+    # autotune.memory's estimate before launch (uncalibrated)
+    MEMORY_ESTIMATE_GIB = "memory_estimate_gib"
     TOKENS_PER_JOULE = "tokens_per_joule"
     TTFT_MS = "ttft_ms"  # generate: time to first token (the batch's prefill)
     TPOT_MEDIAN_MS = "tpot_ms_median"  # generate: time per output token
     TPOT_P99_MS = "tpot_ms_p99"
-    ROOFLINE = "roofline_share"  # generate: decode bytes / step time over the GPU's peak HBM bandwidth
+    # generate: decode bytes / step time over the GPU's peak HBM bandwidth
+    ROOFLINE = "roofline_share"
     PADDING_PCT = "padding_pct"  # command: the share of the tokens computed on that were padding
     WINDOW = "window"  # command: the measured window (warm-up, steps, half-width, settled, said)
 
@@ -55,7 +57,8 @@ class TrialRecord:
     knobs: dict[str, Any]
     status: str
     reason: str = ""
-    predicted: bool = False  # recorded from what the study knows, never launched (search/predict.py)
+    # recorded from what the study knows, never launched (search/predict.py)
+    predicted: bool = False
     wall_s: float | None = None
     prestarted: bool = False
     metrics: dict[str, Any] | None = None
@@ -89,7 +92,9 @@ class TrialRecord:
     def to_attrs(self) -> dict[str, Any]:
         """The user attributes stored for this record (number is the trial's own; None fields are
         left out)."""
-        attrs = {k: v for k, v in asdict(self).items() if k not in ("number", "extra") and v is not None}
+        attrs = {
+            k: v for k, v in asdict(self).items() if k not in ("number", "extra") and v is not None
+        }
         return {**self.extra, **attrs}
 
     @classmethod

@@ -1,14 +1,20 @@
-"""Credentials are never shown: storage URLs masked in every form SQLAlchemy and libpq accept, and every
+"""Credentials are never shown: storage URLs masked in every form SQLAlchemy and libpq accept, and
+every
 password autotune has seen replaced in any text it prints or writes (console, errors, files).
 
 Forms masked:
-- `scheme://user:PASSWORD@host/db`, the password being everything from the first ':' after the user to the
-  last '@' on the line: it may hold '@', ':', '/', '#', '?', quotes and spaces (SQLAlchemy accepts them
+- `scheme://user:PASSWORD@host/db`, the password being everything from the first ':' after the user
+  to the
+  last '@' on the line: it may hold '@', ':', '/', '#', '?', quotes and spaces (SQLAlchemy accepts
+  them
   unencoded). `scheme:/...` (a URL a path turned into) alike;
-- query parameters `password=`, `passwd=`, `pwd=`, `sslpassword=`, also when the key is percent-encoded;
-- libpq key=value strings (`host=h password=secret`, quoted `password='a b'`), also percent-encoded inside
+- query parameters `password=`, `passwd=`, `pwd=`, `sslpassword=`, also when the key is
+  percent-encoded;
+- libpq key=value strings (`host=h password=secret`, quoted `password='a b'`), also percent-encoded
+  inside
   another parameter (`?dsn=host%3Dh%20password%3Dsecret`);
-- every password seen once (in any of these forms, as written, decoded and encoded), wherever it appears.
+- every password seen once (in any of these forms, as written, decoded and encoded), wherever it
+  appears.
 """
 
 from __future__ import annotations
@@ -22,21 +28,30 @@ MASK = "***"
 _KEYS = {"password", "passwd", "pwd", "sslpassword"}
 _URL = re.compile(r"\b([A-Za-z][\w+.\-]*:/{1,2})([^:/@\s'\"]*):([^\n]*)@")
 _QUERY = re.compile(r"([?&;])([^=&;#\s]+)=([^&;#\s'\"]*)")
-_CONNINFO = re.compile(r"(?i)(?<![?&;\w%])((?:password|passwd|pwd|sslpassword)\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s'\"&;]+)")
+_CONNINFO = re.compile(
+    r"(?i)(?<![?&;\w%])((?:password|passwd|pwd|sslpassword)\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s'\"&;]+)"
+)
 _seen: set[str] = set()
 _lock = threading.Lock()
 
 
 def _variants(secret: str) -> set[str]:
-    return {s for s in (secret, unquote(secret), quote(secret, safe=""), quote(secret)) if len(s) >= 2}
+    return {
+        s for s in (secret, unquote(secret), quote(secret, safe=""), quote(secret)) if len(s) >= 2
+    }
 
 
 def secrets_in(text: str) -> list[str]:
-    """The passwords a text (a URL, a conninfo string, either percent-encoded) carries, in every spelling."""
+    """The passwords a text (a URL, a conninfo string, either percent-encoded) carries, in every
+    spelling."""
     found: set[str] = set()
     for form in {text, unquote(text), unquote(unquote(text))}:
         found |= {m.group(3) for m in _URL.finditer(form) if m.group(3)}
-        found |= {m.group(3) for m in _QUERY.finditer(form) if unquote(m.group(2)).lower() in _KEYS and m.group(3)}
+        found |= {
+            m.group(3)
+            for m in _QUERY.finditer(form)
+            if unquote(m.group(2)).lower() in _KEYS and m.group(3)
+        }
         found |= {m.group(2).strip("'") for m in _CONNINFO.finditer(form)}
     return sorted({v for s in found for v in _variants(s)}, key=len, reverse=True)
 
@@ -80,10 +95,12 @@ def holds_known(text: str) -> bool:
 
 
 def mask(text: str) -> str:
-    """The text with every credential masked: URL passwords, password parameters, and remembered secrets."""
+    """The text with every credential masked: URL passwords, password parameters, and remembered
+    secrets."""
     if not text:
         return text
-    own = secrets_in(text)  # found before the forms below are rewritten (e.g. a percent-encoded conninfo)
+    # found before the forms below are rewritten (e.g. a percent-encoded conninfo)
+    own = secrets_in(text)
     text = _forms(text)
     with _lock:
         known = sorted(_seen | set(own), key=len, reverse=True)
@@ -93,7 +110,8 @@ def mask(text: str) -> str:
 
 
 class MaskingWriter:
-    """A text stream that masks credentials in everything written through it (the CLI's consoles)."""
+    """A text stream that masks credentials in everything written through it (the CLI's
+    consoles)."""
 
     def __init__(self, stream: object) -> None:
         self._stream = stream
@@ -147,9 +165,7 @@ def secret_name(name: str) -> bool:
     ):
         return True
     return (
-        bool(words)
-        and words[-1] == "token"
-        and (len(words) < 2 or words[-2] not in SPECIAL_TOKENS)
+        bool(words) and words[-1] == "token" and (len(words) < 2 or words[-2] not in SPECIAL_TOKENS)
     )
 
 

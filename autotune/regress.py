@@ -1,4 +1,5 @@
-"""autotune check: re-measure a chosen configuration and decide, with its noise, whether it regressed."""
+"""autotune check: re-measure a chosen configuration and decide, with its noise, whether it
+regressed."""
 
 from __future__ import annotations
 
@@ -10,15 +11,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from autotune import metrics, nightly, regress_conditions, regress_junit, tasks
-from autotune.errors import ConfigError, ExitCode, UnmeasuredError
-from autotune.record import Metric
-from autotune.protocol import reason_line
-from autotune.runner import measure
-from autotune.regress_stats import decide, default_tolerance, series_drift  # noqa: F401  (the API)
 from autotune.documents.best_file import record_check_baseline
-from autotune.regress_bench import baseline_belongs, baseline_samples, bench_of, current_hardware, load_best
+from autotune.errors import ConfigError, ExitCode, UnmeasuredError
+from autotune.protocol import reason_line
+from autotune.record import Metric
+from autotune.regress_bench import (
+    baseline_belongs,
+    baseline_samples,
+    bench_of,
+    current_hardware,
+    load_best,
+)
+from autotune.regress_stats import decide, default_tolerance, series_drift  # noqa: F401  (the API)
+from autotune.runner import measure
 
 # Versions listed beside the verdict when they differ: the usual causes of a change.
 VERSION_KEYS = ("driver", "cuda", "cudnn", "torch", "nccl")
@@ -41,16 +47,24 @@ class Verdict:
     failed_repeats: list[str] = field(default_factory=list)
     fingerprint: dict[str, Any] = field(default_factory=dict)
     checked_at: str = ""
-    repeats: list[dict[str, Any]] = field(default_factory=list)  # per process: tokens/s, clock, power
+    # per process: tokens/s, clock, power
+    repeats: list[dict[str, Any]] = field(default_factory=list)
     updated: bool = False  # --update recorded these samples as the new baseline
-    tpot: dict[str, Any] | None = None  # generate: the same decision on the median time per output token
+    # generate: the same decision on the median time per output token
+    tpot: dict[str, Any] | None = None
     tolerance_source: str = ""  # how the tolerance was set (--tolerance, or the baseline's noise)
-    series: dict[str, Any] | None = None  # a step down across nights (series_drift), None when there is none
-    upgraded: dict[str, Any] | None = None  # best.yaml of an older release: the knobs added since (best._upgrade)
-    history_skipped: list[str] = field(default_factory=list)  # history.jsonl's lines that are not nights, and why
-    history_error: str = ""  # history.jsonl could not be appended to (a full disk): the verdict stands
-    conditions: list[dict[str, Any]] = field(default_factory=list)  # host load, GPU processes: beside each repeat
-    disturbed: list[str] = field(default_factory=list)  # what disturbed the repeats (regress_conditions)
+    # a step down across nights (series_drift), None when there is none
+    series: dict[str, Any] | None = None
+    # best.yaml of an older release: the knobs added since (best._upgrade)
+    upgraded: dict[str, Any] | None = None
+    # history.jsonl's lines that are not nights, and why
+    history_skipped: list[str] = field(default_factory=list)
+    # history.jsonl could not be appended to (a full disk): the verdict stands
+    history_error: str = ""
+    # host load, GPU processes: beside each repeat
+    conditions: list[dict[str, Any]] = field(default_factory=list)
+    # what disturbed the repeats (regress_conditions)
+    disturbed: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -60,8 +74,9 @@ class Verdict:
     def summary(self) -> str:
         n = len(self.check_samples) + len(self.baseline_samples)
         line = (
-            f"{self.status}: {self.check_median:,.0f} vs baseline {self.baseline_median:,.0f} tokens/s/GPU, "
-            f"ratio {self.ratio:.3f} ({_ci_text(self.ratio, self.ci, n)}), tolerance {self.tolerance_pct:g}%"
+            f"{self.status}: {self.check_median:,.0f} vs baseline {self.baseline_median:,.0f} "
+            f"tokens/s/GPU, ratio {self.ratio:.3f} ({_ci_text(self.ratio, self.ci, n)}), "
+            f"tolerance {self.tolerance_pct:g}%"
         )
         if self.disturbed:
             line += "; disturbed: " + "; ".join(self.disturbed)
@@ -73,7 +88,8 @@ class Verdict:
         if self.tpot:
             t = self.tpot
             line += (
-                f"; time per output token {t['check_median_ms']:.3f} vs baseline {t['baseline_median_ms']:.3f} ms, "
+                f"; time per output token {t['check_median_ms']:.3f} vs baseline "
+                f"{t['baseline_median_ms']:.3f} ms, "
                 f"speed ratio {t['ratio']:.3f} ({_ci_text(t['ratio'], t['ci'], n)}): {t['status']}"
             )
         return line
@@ -86,7 +102,8 @@ def _ci_text(ratio: float, ci: tuple[float, float], n: int) -> str:
 
 
 def _series(best_path: Path, best: dict[str, Any], verdict: Verdict) -> list[dict[str, Any]]:
-    """This configuration's nights since the last --reset-baseline: history.jsonl's verdicts, then this one."""
+    """This configuration's nights since the last --reset-baseline: history.jsonl's verdicts, then
+    this one."""
     since = (best.get("check_baseline") or {}).get("series_from") or ""
     read, skipped = nightly.read(best_path.parent / nightly.FILE)
     verdict.history_skipped = skipped  # named beside the verdict; the other nights still count
@@ -97,8 +114,10 @@ def _series(best_path: Path, best: dict[str, Any], verdict: Verdict) -> list[dic
 
 @dataclass
 class Repeats:
-    """What measure_best measured: per-process tokens/s, per-process details (telemetry means), the failed
-    repeats, the fingerprint, and the conditions beside the repeats (regress_conditions.sample: before each
+    """What measure_best measured: per-process tokens/s, per-process details (telemetry means), the
+    failed
+    repeats, the fingerprint, and the conditions beside the repeats (regress_conditions.sample:
+    before each
     repeat, then after the last)."""
 
     samples: list[float] = field(default_factory=list)
@@ -119,7 +138,8 @@ def measure_best(
     repeats: int = 5,
     on_repeat: OnRepeat | None = None,
 ) -> Repeats:
-    """Measure the configuration of best.yaml (read by load_best) `repeats` times, each in a fresh process;
+    """Measure the configuration of best.yaml (read by load_best) `repeats` times, each in a fresh
+    process;
     on_repeat hears of each repeat as it ends (views_check.repeat_line says it); UnmeasuredError
     when every repeat failed."""
     m = _repeat(best_path, best, model_yaml, repeats, on_repeat)
@@ -146,18 +166,22 @@ def _repeat(
     here = current_hardware(fp["device"])
     if here != fp["gpu_model"]:
         raise ConfigError(
-            f"{best_path}: fingerprint.gpu_model: measured on {fp['gpu_model']!r}, this machine has "
-            f"{here!r}; a check compares only the same hardware (nothing compared)"
+            f"{best_path}: fingerprint.gpu_model: measured on {fp['gpu_model']!r}, this machine "
+            f"has {here!r}; a check compares only the same hardware (nothing compared)"
         )
     bench = bench_of(best, best_path, model_yaml)
     runs = best_path.parent / "checks" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     m = Repeats()
     for i in range(repeats):
         m.conditions.append(regress_conditions.sample(fp["device"]))
-        record = measure(bench, best["knobs"], runs / f"{i:02d}", number=i, env=best.get("apply", {}).get("env"))
+        record = measure(
+            bench, best["knobs"], runs / f"{i:02d}", number=i, env=best.get("apply", {}).get("env")
+        )
         _keep(m, i, record)
         if on_repeat:
-            on_repeat({"repeat": i, "repeats": repeats, "conditions": m.conditions[-1], **_said(record)})
+            on_repeat(
+                {"repeat": i, "repeats": repeats, "conditions": m.conditions[-1], **_said(record)}
+            )
     m.conditions.append(regress_conditions.sample(fp["device"]))
     return m
 
@@ -174,7 +198,15 @@ def _keep(m: Repeats, i: int, record: Any) -> None:
             Metric.TOKENS_PER_GPU: m.samples[-1],
             "step_times_s": record.step_times,
             Metric.TPOT_MEDIAN_MS: record.metric(Metric.TPOT_MEDIAN_MS),
-            **{k: tele.get(k) for k in ("sm_clock_mhz_mean", "power_w_mean", "temperature_c_max", "throttle_reasons")},
+            **{
+                k: tele.get(k)
+                for k in (
+                    "sm_clock_mhz_mean",
+                    "power_w_mean",
+                    "temperature_c_max",
+                    "throttle_reasons",
+                )
+            },
             "conditions": m.conditions[-1],
         }
     )
@@ -185,17 +217,27 @@ def _said(record: Any) -> dict[str, Any]:
     """What on_repeat hears of a repeat: its tokens/s, or its failure."""
     if record.status == "ok":
         return {Metric.TOKENS_PER_GPU: record.tokens_per_gpu, "failure": None}
-    return {Metric.TOKENS_PER_GPU: None, "failure": f"{record.status}: {reason_line(record.reason)}"}
+    return {
+        Metric.TOKENS_PER_GPU: None,
+        "failure": f"{record.status}: {reason_line(record.reason)}",
+    }
 
 
 def reset_baseline(
-    best_path: Path, *, model_yaml: Path | None = None, repeats: int = 5, on_repeat: OnRepeat | None = None
+    best_path: Path,
+    *,
+    model_yaml: Path | None = None,
+    repeats: int = 5,
+    on_repeat: OnRepeat | None = None,
 ) -> tuple[list[float], list[str]]:
-    """Measure and record the samples as best.yaml's check baseline; compare nothing. Returns samples, failures."""
+    """Measure and record the samples as best.yaml's check baseline; compare nothing. Returns
+    samples, failures."""
     best = load_best(best_path)
     m = measure_best(best_path, best, model_yaml=model_yaml, repeats=repeats, on_repeat=on_repeat)
     now = dt.datetime.now(dt.timezone.utc).isoformat()
-    record_check_baseline(best_path, best, m.samples, now, m.fingerprint, _tpots(m.details), reset=True)
+    record_check_baseline(
+        best_path, best, m.samples, now, m.fingerprint, _tpots(m.details), reset=True
+    )
     return m.samples, m.failures
 
 
@@ -210,10 +252,14 @@ def check(
     max_load: float = regress_conditions.HOST_LOAD_LIMIT,
     on_repeat: OnRepeat | None = None,
 ) -> Verdict:
-    """Measure the configuration of best.yaml `repeats` times and decide against its recorded baseline (the
-    tolerance: given, else default_tolerance of the baseline) and the nightly series (series_drift); a
-    regression measured while the machine was disturbed (regress_conditions.disturbances, max_load) is
-    "unreliable" instead. Append the verdict to history.jsonl, write JUnit if asked, and with `update` record
+    """Measure the configuration of best.yaml `repeats` times and decide against its recorded
+    baseline (the
+    tolerance: given, else default_tolerance of the baseline) and the nightly series (series_drift);
+    a
+    regression measured while the machine was disturbed (regress_conditions.disturbances, max_load)
+    is
+    "unreliable" instead. Append the verdict to history.jsonl, write JUnit if asked, and with
+    `update` record
     an undisturbed pass or faster as the new baseline."""
     t0 = time.monotonic()
     best = load_best(best_path)
@@ -232,11 +278,15 @@ def check(
     verdict.disturbed = regress_conditions.disturbances(m.conditions, max_load)
     verdict.series = series_drift(_series(best_path, best, verdict), min_shift_pct=explicit)
     if verdict.series:
-        verdict.status = "regression"  # a lasting step down across nights fails the gate as one night's would
+        # a lasting step down across nights fails the gate as one night's would
+        verdict.status = "regression"
     if verdict.disturbed and verdict.status == "regression":
-        verdict.status = "unreliable"  # measured beside other work: no regression can be told from it
+        # measured beside other work: no regression can be told from it
+        verdict.status = "unreliable"
     if update and verdict.status != "regression" and not verdict.disturbed:
-        record_check_baseline(best_path, best, m.samples, verdict.checked_at, m.fingerprint, _tpots(m.details))
+        record_check_baseline(
+            best_path, best, m.samples, verdict.checked_at, m.fingerprint, _tpots(m.details)
+        )
         verdict.updated = True
     record_history(best_path, verdict, best["name"])
     if junit:
@@ -245,17 +295,24 @@ def check(
 
 
 def _verdict(best: dict[str, Any], m: Repeats, tolerance_pct: float | None) -> Verdict:
-    """The decision on the repeats against the recorded baseline (the tolerance given, else from its noise)."""
+    """The decision on the repeats against the recorded baseline (the tolerance given, else from its
+    noise)."""
     base, source = baseline_samples(best)
     how = f"{tolerance_pct:g}% (--tolerance)" if tolerance_pct is not None else ""
     if tolerance_pct is None:
         tolerance_pct, how = default_tolerance(base)
     status, ratio, ci = decide(base, m.samples, tolerance_pct)
-    tpot = tasks.task(best["workload"].get("task", "train")).check_gate(best, m.details, tolerance_pct, decide)
+    tpot = tasks.task(best["workload"].get("task", "train")).check_gate(
+        best, m.details, tolerance_pct, decide
+    )
     if tpot and tpot["status"] == "regression":
         status = "regression"  # generate: slower tokens, or slower per token, fails the check
     fp = best["fingerprint"]
-    changes = {k: (fp.get(k), m.fingerprint.get(k)) for k in VERSION_KEYS if fp.get(k) != m.fingerprint.get(k)}
+    changes = {
+        k: (fp.get(k), m.fingerprint.get(k))
+        for k in VERSION_KEYS
+        if fp.get(k) != m.fingerprint.get(k)
+    }
     verdict = Verdict(
         status,
         ratio,
@@ -284,8 +341,10 @@ def _tpots(details: list[dict[str, Any]]) -> list[float]:
 
 
 def record_history(best_path: Path, verdict: Verdict, name: str) -> Path:
-    """Append the verdict to history.jsonl beside best.yaml (nightly.append: one line, never glued, never
-    through a link). A failed write (a full disk) is said on the verdict, which is still printed and decides
+    """Append the verdict to history.jsonl beside best.yaml (nightly.append: one line, never glued,
+    never
+    through a link). A failed write (a full disk) is said on the verdict, which is still printed and
+    decides
     the exit code."""
     path = best_path.parent / nightly.FILE
     try:

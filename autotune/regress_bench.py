@@ -24,19 +24,29 @@ from autotune.runner import Bench, preflight
 
 
 def baseline_samples(best: dict[str, Any]) -> tuple[list[float], str]:
-    """The recorded per-process tokens/s of the configuration: the last --update, else the search's trial."""
+    """The recorded per-process tokens/s of the configuration: the last --update, else the search's
+    trial."""
     recorded = best.get("check_baseline")
     if recorded:
         samples = list(recorded["tokens_per_s_samples"])
         return samples, f"check --update of {recorded['recorded_at']} ({len(samples)} processes)"
     chosen = next(
-        (c for c in best.get("confirmation") or [] if c["trial"] == best["chosen"]["trial"] and c["samples"]), None
+        (
+            c
+            for c in best.get("confirmation") or []
+            if c["trial"] == best["chosen"]["trial"] and c["samples"]
+        ),
+        None,
     )
     if chosen:
-        return list(
-            chosen["samples"]
-        ), f"the search's confirmation of trial {chosen['trial']} ({len(chosen['samples'])} processes)"
-    return [best["metrics"][Metric.TOKENS_PER_GPU]], f"search trial {best['chosen']['trial']} (1 process)"
+        return (
+            list(chosen["samples"]),
+            f"the search's confirmation of trial {chosen['trial']} ({len(chosen['samples'])} "
+            "processes)",
+        )
+    return [
+        best["metrics"][Metric.TOKENS_PER_GPU]
+    ], f"search trial {best['chosen']['trial']} (1 process)"
 
 
 def current_hardware(device: str) -> str:
@@ -48,17 +58,26 @@ def current_hardware(device: str) -> str:
 
 
 def bench_of(best: dict[str, Any], best_path: Path, model_yaml: Path | None) -> Bench:
-    """How best.yaml's configuration is measured: its model and workload (or MODEL_YAML's), its device and
+    """How best.yaml's configuration is measured: its model and workload (or MODEL_YAML's), its
+    device and
     trial time limit, the compile cache beside it."""
     fp = best["fingerprint"]
-    limit = best["measurement"].get("trial_timeout_min") or StudyConfig.model_fields["trial_timeout_min"].default
+    limit = (
+        best["measurement"].get("trial_timeout_min")
+        or StudyConfig.model_fields["trial_timeout_min"].default
+    )
     base_dir = paths.beside(best_path, best.get("base_dir"))  # relative to best.yaml's folder
     if model_yaml is not None:
         cfg = load_config(model_yaml)
         dumped = cfg.model.model_dump(mode="json") if cfg.model is not None else None
         here = {**best, "base_dir": base_dir}  # best.yaml's model is where best.yaml says
         _same_measurement(here, dumped, cfg.workload.model_dump(mode="json"), cfg.base_dir)
-        model, workload, base_dir, limit = cfg.model, cfg.workload, cfg.base_dir, cfg.study.trial_timeout_min
+        model, workload, base_dir, limit = (
+            cfg.model,
+            cfg.workload,
+            cfg.base_dir,
+            cfg.study.trial_timeout_min,
+        )
         command = cfg.command
     else:
         model = (
@@ -68,7 +87,8 @@ def bench_of(best: dict[str, Any], best_path: Path, model_yaml: Path | None) -> 
         )
         workload = WorkloadConfig(**best["workload"])
         command = CommandConfig.model_validate(best["command"]) if best.get("command") else None
-    # prestart off: every repeat starts cold, with nothing importing beside it, the same way every night
+    # prestart off: every repeat starts cold, with nothing importing beside it, the same way every
+    # night
     return Bench.of(
         model,
         workload,
@@ -82,9 +102,13 @@ def bench_of(best: dict[str, Any], best_path: Path, model_yaml: Path | None) -> 
 
 
 def _same_measurement(
-    best: dict[str, Any], model: dict[str, Any] | None, workload: dict[str, Any], model_base: str | None
+    best: dict[str, Any],
+    model: dict[str, Any] | None,
+    workload: dict[str, Any],
+    model_base: str | None,
 ) -> None:
-    """--model may move the model (another path to the same config.json or module) and how ranks are launched;
+    """--model may move the model (another path to the same config.json or module) and how ranks are
+    launched;
     a different model or workload is refused, like another GPU: its numbers do not compare."""
 
     def content(m: dict[str, Any] | None, base_dir: str | None) -> dict[str, Any] | None:
@@ -95,49 +119,63 @@ def _same_measurement(
                 m = {**m, "hf_config": json.loads(Path(m["hf_config"]).read_text())}
             except (OSError, ValueError):
                 pass
-        if m.get("entrypoint"):  # the same module name elsewhere may be other code: compare the file
+        # the same module name elsewhere may be other code: compare the file
+        if m.get("entrypoint"):
             module, _, func = m["entrypoint"].partition(":")
             _, file = check_entrypoint(module, func, base_dir)
             m = {
                 **m,
-                "entrypoint": (m["entrypoint"], hashlib.sha256(Path(file).read_bytes()).hexdigest() if file else None),
+                "entrypoint": (
+                    m["entrypoint"],
+                    hashlib.sha256(Path(file).read_bytes()).hexdigest() if file else None,
+                ),
             }
         return m
 
     from autotune.identity import non_default  # a field added since at its default is no difference
 
     pairs = (
-        ("model", content(model, model_base) or {}, content(best["model"], best.get("base_dir")) or {}),
+        (
+            "model",
+            content(model, model_base) or {},
+            content(best["model"], best.get("base_dir")) or {},
+        ),
         ("workload", workload, best["workload"]),
     )
-    for section, mine, theirs in ((name, non_default(name, a), non_default(name, b)) for name, a, b in pairs):
+    for section, mine, theirs in (
+        (name, non_default(name, a), non_default(name, b)) for name, a, b in pairs
+    ):
         for key in sorted(set(mine) | set(theirs)):
             if section == "workload" and key in LAUNCH_ONLY:
                 continue
             if key == "entrypoint" and mine.get(key) != theirs.get(key):
                 raise ConfigError(
-                    f"--model: model.entrypoint {mine[key][0]!r} in MODEL_YAML is other code than the one "
-                    f"measured (sha256 {str(mine[key][1])[:12]} against {str(theirs[key][1])[:12]}); a "
+                    f"--model: model.entrypoint {mine[key][0]!r} in MODEL_YAML is other code than "
+                    f"the one measured (sha256 {str(mine[key][1])[:12]} against "
+                    f"{str(theirs[key][1])[:12]}); a "
                     "check compares only the configuration that was measured (nothing compared)"
                 )
             if mine.get(key) != theirs.get(key):
                 raise ConfigError(
                     f"--model: {section}.{key} is {excerpt(mine.get(key))} in MODEL_YAML but "
-                    f"{excerpt(theirs.get(key))} in best.yaml; a check compares only the configuration "
-                    "that was measured (nothing compared)"
+                    f"{excerpt(theirs.get(key))} in best.yaml; a check compares only the "
+                    "configuration that was measured (nothing compared)"
                 )
 
 
 def load_best(best_path: Path) -> dict[str, Any]:
-    """best.yaml read and validated, and everything a check needs checked, before anything is measured."""
+    """best.yaml read and validated, and everything a check needs checked, before anything is
+    measured."""
     preflight()
     best = read_best(best_path)
-    paths.writable_dir(best_path.parent, "BEST_YAML")  # history.jsonl, checks/ and the baseline go beside it
+    # history.jsonl, checks/ and the baseline go beside it
+    paths.writable_dir(best_path.parent, "BEST_YAML")
     return best
 
 
 def baseline_belongs(best_path: Path, best: dict[str, Any]) -> None:
-    """The baseline measured what best.yaml now says (measured_digest): an edited model, workload, command or
+    """The baseline measured what best.yaml now says (measured_digest): an edited model, workload,
+    command or
     knob is refused before anything runs (--reset-baseline records a baseline of the edited
     configuration). A baseline without its digest is refused too (_undigested)."""
     recorded = (best.get("check_baseline") or {}).get("measured") or best.get("measured")
@@ -145,9 +183,10 @@ def baseline_belongs(best_path: Path, best: dict[str, Any]) -> None:
         _undigested(best_path, best)
     elif recorded != measured_digest(best):
         raise ConfigError(
-            f"{best_path}: its model, workload, command or knobs were edited after its baseline was measured; "
-            "a check compares only the configuration that was measured (nothing measured). Run "
-            f"autotune check {best_path} --reset-baseline to record a baseline of this configuration"
+            f"{best_path}: its model, workload, command or knobs were edited after its baseline "
+            "was measured; a check compares only the configuration that was measured (nothing "
+            f"measured). Run autotune check {best_path} --reset-baseline to record a baseline of "
+            "this configuration"
         )
 
 

@@ -1,5 +1,7 @@
-"""The statistics of `autotune check`: the verdict on per-process samples (decide), the default tolerance from
-the baseline's noise, and the step in the nightly series (series_drift). Numbers in, a decision out."""
+"""The statistics of `autotune check`: the verdict on per-process samples (decide), the default
+tolerance from
+the baseline's noise, and the step in the nightly series (series_drift). Numbers in, a decision
+out."""
 
 from __future__ import annotations
 
@@ -8,33 +10,44 @@ import statistics
 from typing import Any
 
 # The default tolerance follows the baseline's noise: the larger of a floor and a multiple of its
-# process-to-process spread (the standard deviation of log tokens/s); with one baseline sample the spread is
-# unknown and the old fixed 5% stands. On an H200 the spread was 0.1-0.3% (issue 16), so 2% decides; on a CPU
-# swinging 20% it is wide by itself.
+# process-to-process spread (the standard deviation of log tokens/s); with one baseline sample the
+# spread is unknown and the old fixed 5% stands. On an H200 the spread was 0.1-0.3% (issue 16), so
+# 2% decides; on a CPU swinging 20% it is wide by itself.
 TOLERANCE_FLOOR_PCT = 2.0
 NOISE_MULTIPLE = 3.0
 FALLBACK_TOLERANCE_PCT = 5.0
-# The nightly series (history.jsonl): a step down of at least SERIES_FLOOR_PCT, found by ruptures' binary
-# segmentation on log tokens/s with a BIC-like penalty of SERIES_PENALTY x (a night's noise) x log(nights).
+# The nightly series (history.jsonl): a step down of at least SERIES_FLOOR_PCT, found by ruptures'
+# binary segmentation on log tokens/s with a BIC-like penalty of SERIES_PENALTY x (a night's noise)
+# x log(nights).
 SERIES_FLOOR_PCT = 1.0
 SERIES_PENALTY = 4.0
 SERIES_NOISE_MULTIPLE = 4.0  # ... and a step must exceed this many night-to-night spreads
 
 
-def decide(baseline: list[float], check: list[float], tolerance_pct: float) -> tuple[str, float, tuple[float, float]]:
-    """Regression only when the slowdown exceeds the tolerance AND the 95% interval of the ratio lies below 1.
+def decide(
+    baseline: list[float], check: list[float], tolerance_pct: float
+) -> tuple[str, float, tuple[float, float]]:
+    """Regression only when the slowdown exceeds the tolerance AND the 95% interval of the ratio
+    lies below 1.
 
     Samples are per-process medians of tokens/s (process-to-process noise is what a re-measurement
-    meets). ratio = median(check) / median(baseline); its interval is ratio x exp(+-t * s * sqrt(1/n_c + 1/n_b)),
-    s the pooled standard deviation of log(tokens/s) within the two sets, t Student's 97.5% quantile with
-    n_c + n_b - 2 degrees of freedom. With one sample on each side the noise is unknown: the interval is
+    meets). ratio = median(check) / median(baseline); its interval is ratio x exp(+-t * s *
+    sqrt(1/n_c + 1/n_b)),
+    s the pooled standard deviation of log(tokens/s) within the two sets, t Student's 97.5% quantile
+    with
+    n_c + n_b - 2 degrees of freedom. With one sample on each side the noise is unknown: the
+    interval is
     unbounded and the check cannot fail.
     """
     ratio = statistics.median(check) / statistics.median(baseline)
     df = len(check) + len(baseline) - 2
     if df < 1:
         return "pass", ratio, (0.0, math.inf)
-    ss = sum((math.log(x) - statistics.fmean(map(math.log, group))) ** 2 for group in (check, baseline) for x in group)
+    ss = sum(
+        (math.log(x) - statistics.fmean(map(math.log, group))) ** 2
+        for group in (check, baseline)
+        for x in group
+    )
     s = math.sqrt(ss / df)
     from scipy.stats import t as student_t
 
@@ -51,7 +64,10 @@ def decide(baseline: list[float], check: list[float], tolerance_pct: float) -> t
 def default_tolerance(baseline: list[float]) -> tuple[float, str]:
     """The tolerance when --tolerance is not given, and how it was set (module constants)."""
     if len(baseline) < 2:
-        return FALLBACK_TOLERANCE_PCT, f"{FALLBACK_TOLERANCE_PCT:g}% (one baseline sample: its noise is unknown)"
+        return (
+            FALLBACK_TOLERANCE_PCT,
+            f"{FALLBACK_TOLERANCE_PCT:g}% (one baseline sample: its noise is unknown)",
+        )
     spread = 100 * statistics.stdev(math.log(x) for x in baseline)
     pct = round(max(TOLERANCE_FLOOR_PCT, NOISE_MULTIPLE * spread), 2)
     return pct, (
@@ -61,15 +77,23 @@ def default_tolerance(baseline: list[float]) -> tuple[float, str]:
 
 
 def series_drift(nights: list[dict[str, Any]], min_shift_pct: float = 0.0) -> dict[str, Any] | None:
-    """A lasting step down in the nightly series (each night: check_median, check_samples, checked_at), which
-    nightly --update can absorb one tolerated step at a time: ruptures' binary segmentation on log tokens/s,
-    its penalty scaled by a night's noise (the larger of the within-night variance of the median and the
-    robust night-to-night variance), and a step must exceed 4 night-to-night spreads and 3 process-to-process
+    """A lasting step down in the nightly series (each night: check_median, check_samples,
+    checked_at), which
+    nightly --update can absorb one tolerated step at a time: ruptures' binary segmentation on log
+    tokens/s,
+    its penalty scaled by a night's noise (the larger of the within-night variance of the median and
+    the
+    robust night-to-night variance), and a step must exceed 4 night-to-night spreads and 3
+    process-to-process
     spreads too; the
-    earliest change after which the level stays at least SERIES_FLOOR_PCT below the level before it. None with
-    fewer than 3 nights or no such change. min_shift_pct: a step smaller than this is not flagged either (check
-    passes --tolerance: a tolerance the user chose bounds what matters across nights as within one; on a CPU
-    whose speed changed by 25% between checks an explicit 50% tolerance had still failed on the series)."""
+    earliest change after which the level stays at least SERIES_FLOOR_PCT below the level before it.
+    None with
+    fewer than 3 nights or no such change. min_shift_pct: a step smaller than this is not flagged
+    either (check
+    passes --tolerance: a tolerance the user chose bounds what matters across nights as within one;
+    on a CPU
+    whose speed changed by 25% between checks an explicit 50% tolerance had still failed on the
+    series)."""
     values = [math.log(n["check_median"]) for n in nights if n.get("check_median")]
     if len(values) < 3:
         return None
@@ -77,14 +101,17 @@ def series_drift(nights: list[dict[str, Any]], min_shift_pct: float = 0.0) -> di
     import ruptures
 
     repeated = [n["check_samples"] for n in nights if len(n.get("check_samples") or []) >= 2]
-    spreads = [statistics.variance([math.log(x) for x in s]) for s in repeated]  # one process's, each night
+    # one process's, each night
+    spreads = [statistics.variance([math.log(x) for x in s]) for s in repeated]
     within = [v / len(s) for v, s in zip(spreads, repeated)]  # each night's median's
-    # nights also differ by more than their own repeats say (a CPU's state, a GPU's clocks): the night-to-night
-    # variance from second differences (robustly: median |x[i+1] - 2 x[i] + x[i-1]| / 0.6745, squared, / 6),
-    # which a steady drift does not move at all and one step moves in two terms only
+    # nights also differ by more than their own repeats say (a CPU's state, a GPU's clocks): the
+    # night-to-night variance from second differences (robustly: median |x[i+1] - 2 x[i] + x[i-1]| /
+    # 0.6745, squared, / 6), which a steady drift does not move at all and one step moves in two
+    # terms only
     second = [abs(c - 2 * b + a) for a, b, c in zip(values, values[1:], values[2:])]
     between = (statistics.median(second) / 0.6745) ** 2 / 6
-    sigma2 = max(statistics.median(within) if within else 0.0, between, 0.001**2)  # 0.1%: never a zero penalty
+    # 0.1%: never a zero penalty
+    sigma2 = max(statistics.median(within) if within else 0.0, between, 0.001**2)
     signal = np.array(values).reshape(-1, 1)
     breaks = (
         ruptures.Binseg(model="l2", min_size=1, jump=1)
@@ -92,9 +119,9 @@ def series_drift(nights: list[dict[str, Any]], min_shift_pct: float = 0.0) -> di
         .predict(pen=SERIES_PENALTY * sigma2 * math.log(len(values)))
     )
     edges = [0, *breaks]
-    # a step must also stand out of the noise: of the night-to-night spread, and, as the check's own tolerance,
-    # of 3 process-to-process spreads (with few nights the first is barely estimated): a machine whose speed
-    # wanders (a shared CPU) is not flagged for wandering
+    # a step must also stand out of the noise: of the night-to-night spread, and, as the check's own
+    # tolerance, of 3 process-to-process spreads (with few nights the first is barely estimated): a
+    # machine whose speed wanders (a shared CPU) is not flagged for wandering
     process = math.sqrt(statistics.median(spreads)) if spreads else 0.0
     floor = max(
         SERIES_FLOOR_PCT / 100,

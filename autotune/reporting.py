@@ -82,9 +82,12 @@ class Reporter:
         most: int | None = None,
     ):
         self.path = path if path is not None else os.environ.get(ENV_REPORT)
-        if os.environ.get("RANK", "0") != "0":  # under torchrun the first rank reports (its own tokens)
+        # under torchrun the first rank reports (its own tokens)
+        if os.environ.get("RANK", "0") != "0":
             self.path = None
-        warmup, _, measure = (steps if steps is not None else os.environ.get(ENV_STEPS, "0,0")).partition(",")
+        warmup, _, measure = (
+            steps if steps is not None else os.environ.get(ENV_STEPS, "0,0")
+        ).partition(",")
         self.needed = int(warmup or 0) + int(measure or 0)
         self.stop = stop if stop is not None else os.environ.get(ENV_STOP)
         most_env = os.environ.get(ENV_MAX_STEPS)
@@ -127,7 +130,9 @@ class Reporter:
         at = self.origin[0] + (now - self.origin[1])
         return self.record(seconds, tokens, padded_tokens, at=at, graphs=graphs())
 
-    def record(self, seconds: float, tokens: int, padded_tokens: int | None = None, **extra: Any) -> bool:
+    def record(
+        self, seconds: float, tokens: int, padded_tokens: int | None = None, **extra: Any
+    ) -> bool:
         """A step timed by the caller (CUDA events): its seconds and tokens. True: stop now."""
         if not self.active:
             return False

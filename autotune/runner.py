@@ -1,7 +1,10 @@
-"""Measure one configuration: launch its trial process (or torchrun rank group), classify how it ended, keep the record.
+"""Measure one configuration: launch its trial process (or torchrun rank group), classify how it
+ended, keep the record.
 
-`measure` is the one function that measures a configuration: the search, the confirmation and `check`
-all call it. The process side (`run_trial`) needs nothing of the study: a TrialSpec in, an Outcome out.
+`measure` is the one function that measures a configuration: the search, the confirmation and
+`check`
+all call it. The process side (`run_trial`) needs nothing of the study: a TrialSpec in, an Outcome
+out.
 """
 
 from __future__ import annotations
@@ -20,23 +23,26 @@ from autotune.errors import ConfigError
 from autotune.hardware import detect, device_units, fingerprint, peak_flops
 from autotune.launch import Outcome, launch_command, run_trial  # noqa: F401  (launch_command: re-exported)
 from autotune.locks import DeviceLock
-from autotune.record import Metric, TrialRecord
 from autotune.protocol import RunSettings, TrialResult, TrialSpec, parse_fault
+from autotune.record import Metric, TrialRecord
 
 if TYPE_CHECKING:
     from autotune.config import ModelConfig, WorkloadConfig
 
 
-COMMAND_MARGIN_S = 15.0  # task command: the trial ends a job past its deadline this long before autotune would
+# task command: the trial ends a job past its deadline this long before autotune would
+COMMAND_MARGIN_S = 15.0
 
 
 def preflight() -> None:
-    """What must hold before anything is written: the test-only AUTOTUNE_FAULT, if set, is well formed."""
+    """What must hold before anything is written: the test-only AUTOTUNE_FAULT, if set, is well
+    formed."""
     try:
         parse_fault(os.environ.get("AUTOTUNE_FAULT"))
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    if os.environ.get("AUTOTUNE_PROFILE"):  # torch.profiler's traces go there after the measured steps
+    # torch.profiler's traces go there after the measured steps
+    if os.environ.get("AUTOTUNE_PROFILE"):
         from autotune import paths
 
         paths.writable_dir(Path(os.environ["AUTOTUNE_PROFILE"]), "AUTOTUNE_PROFILE")
@@ -44,19 +50,24 @@ def preflight() -> None:
 
 @dataclass(frozen=True)
 class Bench:
-    """Everything a measurement needs besides the knobs: shared by a study's trials, its confirmation and `check`."""
+    """Everything a measurement needs besides the knobs: shared by a study's trials, its
+    confirmation and `check`."""
 
-    model: dict[str, Any] | None  # the model section as the trial reads it (derived sizes); None: task command
+    # the model section as the trial reads it (derived sizes); None: task command
+    model: dict[str, Any] | None
     run: RunSettings
     device: str
     timeout_s: float  # hard limit of one trial's process
     home: Path  # the study's folder: compile caches and temporary files of the trials go under it
     base_dir: str | None = None  # where an entrypoint module is found
     task: str = "train"
-    compile_cache: Path | None = None  # torch.compile's caches shared across studies (a folder the user chose)
+    # torch.compile's caches shared across studies (a folder the user chose)
+    compile_cache: Path | None = None
     prestart: bool = False  # one-rank trials take a process started ahead (prestart.py)
-    params: dict[str, Any] = field(default_factory=dict)  # the trial's spec.params (generate: drift limits)
-    limits: dict[str, float] = field(default_factory=dict)  # generate: latency limits (study.limits), set ones only
+    # the trial's spec.params (generate: drift limits)
+    params: dict[str, Any] = field(default_factory=dict)
+    # generate: latency limits (study.limits), set ones only
+    limits: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -75,14 +86,19 @@ class Bench:
         loss_check: dict[str, Any] | None = None,
         command: Any = None,
     ) -> Bench:
-        """prestart None: on for CUDA trials, off on the CPU (the import would share the measured cores).
+        """prestart None: on for CUDA trials, off on the CPU (the import would share the measured
+        cores).
         command: the command section (config.CommandConfig) of task command."""
         run = RunSettings(**{k: getattr(workload, k) for k in RunSettings.__dataclass_fields__})
         shared = Path(compile_cache).resolve() / compile_key(device) if compile_cache else None
         ahead = device == "cuda" if prestart is None else prestart
         params = tasks.task(workload.task).trial_params(drift, loss_check)
-        if command is not None:  # the trial renders it; it ends the job itself a little before the hard limit
-            params.update(command=command.model_dump(mode="json"), timeout_s=max(5.0, timeout_s - COMMAND_MARGIN_S))
+        # the trial renders it; it ends the job itself a little before the hard limit
+        if command is not None:
+            params.update(
+                command=command.model_dump(mode="json"),
+                timeout_s=max(5.0, timeout_s - COMMAND_MARGIN_S),
+            )
             params["trial_timeout_min"] = float(remedy.minutes(timeout_s))  # named by its timeout
         return cls(
             model_spec(model),
@@ -99,8 +115,10 @@ class Bench:
         )
 
     def env(self) -> dict[str, str]:
-        """Where a trial's compilers and libraries write: under the study (they default to /tmp and ~/.cache),
-        or the compile cache the user chose. The cache is shared by the trials (a shape compiled once is
+        """Where a trial's compilers and libraries write: under the study (they default to /tmp and
+        ~/.cache),
+        or the compile cache the user chose. The cache is shared by the trials (a shape compiled
+        once is
         loaded after) and, with study.compile_cache, by studies."""
         cache = self.compile_cache or self.home / "inductor-cache"
         return {
@@ -126,7 +144,8 @@ class Bench:
 
 
 def compile_key(device: str) -> str:
-    """The compile cache's subfolder: what a compiled program depends on (GPU model, torch with its CUDA)."""
+    """The compile cache's subfolder: what a compiled program depends on (GPU model, torch with its
+    CUDA)."""
     from importlib import metadata
 
     gpu = next((g["name"] for g in detect()["gpus"]), "gpu") if device == "cuda" else "cpu"
@@ -134,7 +153,8 @@ def compile_key(device: str) -> str:
 
 
 def model_spec(model: ModelConfig | None) -> dict[str, Any] | None:
-    """The model section as the trial reads it (derived sizes filled in); None: the task builds no model."""
+    """The model section as the trial reads it (derived sizes filled in); None: the task builds no
+    model."""
     if model is None:
         return None
     m = model.model_dump()
@@ -158,16 +178,26 @@ def measure(
 ) -> TrialRecord:
     """Measure one configuration in a fresh process (or rank group) and return its record.
 
-    gpus: the GPUs of this trial ("0" or "2,3"; None: as visible; on the CPU a slot number); concurrent:
+    gpus: the GPUs of this trial ("0" or "2,3"; None: as visible; on the CPU a slot number);
+    concurrent:
     trials side by side (they share the host's cores); env: more environment variables (check passes
-    best.yaml's apply.env, which a user may have added to); progress: a one-rank trial writes its measured
-    steps to run_dir/progress.json and stops early when run_dir/prune appears (the search's pruner, in
-    on_poll). The trial's devices are held for it (locks.py): a measurement by another autotune process on
-    them is waited for, and the wait recorded. KeyboardInterrupt, or `stop` set, ends the trial's processes
+    best.yaml's apply.env, which a user may have added to); progress: a one-rank trial writes its
+    measured
+    steps to run_dir/progress.json and stops early when run_dir/prune appears (the search's pruner,
+    in
+    on_poll). The trial's devices are held for it (locks.py): a measurement by another autotune
+    process on
+    them is waited for, and the wait recorded. KeyboardInterrupt, or `stop` set, ends the trial's
+    processes
     and propagates.
     """
     local_ranks = bench.run.world_size // bench.run.nnodes
-    env = {**bench.env(), **catalogue.env_of(knobs), **(env or {}), **omp_env(concurrent * local_ranks)}
+    env = {
+        **bench.env(),
+        **catalogue.env_of(knobs),
+        **(env or {}),
+        **omp_env(concurrent * local_ranks),
+    }
     cuda_slot = gpus is not None and bench.device == "cuda"
     if cuda_slot:
         env["CUDA_VISIBLE_DEVICES"] = gpus
@@ -223,17 +253,30 @@ def _remedy_context(
 def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, bench: Bench) -> TrialRecord:
     """The trial's record: status, metrics, raw samples, phases, telemetry (record.py)."""
     record = TrialRecord(
-        number, knobs, outcome.status, outcome.reason, wall_s=outcome.wall_s, prestarted=outcome.prestarted
+        number,
+        knobs,
+        outcome.status,
+        outcome.reason,
+        wall_s=outcome.wall_s,
+        prestarted=outcome.prestarted,
     )
     res, world = outcome.result, bench.run.world_size
-    if outcome.status in ("ok", "pruned") and res is not None:  # a pruned trial keeps what it measured
+    # a pruned trial keeps what it measured
+    if outcome.status in ("ok", "pruned") and res is not None:
         if not (why := metrics.impossible(res.step_times_s, res.tokens_per_step)):
             _measured(record, res, outcome, bench)
             why = metrics.impossible_figure(record.metrics or {})
         if why:  # a figure that cannot be is never recorded as measured (issue 38)
             record.status, record.reason, record.metrics = "crash", why, None
-    if outcome.status == "invalid_config":  # the knob values that cannot run here: a rule the search learns
-        record.cause = res.cause if res is not None else nccl_log.cause(knobs) if outcome.nccl_refused else None
+    # the knob values that cannot run here: a rule the search learns
+    if outcome.status == "invalid_config":
+        record.cause = (
+            res.cause
+            if res is not None
+            else nccl_log.cause(knobs)
+            if outcome.nccl_refused
+            else None
+        )
     record.nccl = outcome.nccl
     if outcome.status != "ok" and res is not None and world > 1:
         record.extra["failed_rank"] = res.rank
@@ -241,10 +284,14 @@ def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, bench: Bench
 
 
 def _measured(record: TrialRecord, res: TrialResult, outcome: Outcome, bench: Bench) -> None:
-    """What a trial that measured steps records: metrics (the task's too), raw samples, phases, the memory
-    estimate beside the peak, the loss check's curve, what it applied, where it ran, telemetry and energy."""
+    """What a trial that measured steps records: metrics (the task's too), raw samples, phases, the
+    memory
+    estimate beside the peak, the loss check's curve, what it applied, where it ran, telemetry and
+    energy."""
     world, task = bench.run.world_size, tasks.task(bench.task)
-    record.metrics = metrics.summarize(res, bench.model, world, peak_flops(res.env.get("device_name")))
+    record.metrics = metrics.summarize(
+        res, bench.model, world, peak_flops(res.env.get("device_name"))
+    )
     task.metrics(record, res, bench.limits)
     record.raw = {
         "step_times_s": res.step_times_s,
@@ -252,24 +299,35 @@ def _measured(record: TrialRecord, res: TrialResult, outcome: Outcome, bench: Be
         "losses": res.losses,
     }
     record.phases_s = res.phases_s
-    if task.estimates_memory and (est := memory.estimate(bench.model, record.knobs, world, bench.device)) is not None:
-        record.metrics[Metric.MEMORY_ESTIMATE_GIB] = round(est.total / memory.GIB, 3)  # before calibration
+    if (
+        task.estimates_memory
+        and (est := memory.estimate(bench.model, record.knobs, world, bench.device)) is not None
+    ):
+        # before calibration
+        record.metrics[Metric.MEMORY_ESTIMATE_GIB] = round(est.total / memory.GIB, 3)
     if res.output.get("loss_check"):  # train: the numerics check's curves (search/loss_guard.py)
         record.loss_check = dict(res.output["loss_check"])
     record.applied = res.applied
     record.fingerprint = fingerprint(res.env, world)
-    record.telemetry = metrics.summarize_telemetry(outcome.telemetry, tuple(res.measure_window or (0, 0)))
-    # tokens per joule of one GPU (the trial's first, whose NVML counter the telemetry reads): n/a without it
+    record.telemetry = metrics.summarize_telemetry(
+        outcome.telemetry, tuple(res.measure_window or (0, 0))
+    )
+    # tokens per joule of one GPU (the trial's first, whose NVML counter the telemetry reads): n/a
+    # without it
     joules = (record.telemetry or {}).get("energy_j")
     record.metrics[Metric.TOKENS_PER_JOULE] = (
-        res.tokens_per_step * len(res.step_times_s) / world / joules if joules and res.tokens_per_step else None
+        res.tokens_per_step * len(res.step_times_s) / world / joules
+        if joules and res.tokens_per_step
+        else None
     )
     record.ranks = res.ranks or None
 
 
 def omp_env(processes: int) -> dict[str, str]:
-    """OMP_NUM_THREADS for `processes` trial processes or ranks side by side, unless the user set it: they
-    share the host's cores, and oversubscribed intra-op threads spin and slow everything down (by 100x seen
+    """OMP_NUM_THREADS for `processes` trial processes or ranks side by side, unless the user set
+    it: they
+    share the host's cores, and oversubscribed intra-op threads spin and slow everything down (by
+    100x seen
     on 2 cores), so each gets its share, as torchrun does."""
     if processes <= 1 or "OMP_NUM_THREADS" in os.environ:
         return {}

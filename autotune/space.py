@@ -1,7 +1,10 @@
-"""The resolved search space: which knobs are searched or fixed, the batch rule, and Optuna suggestions.
+"""The resolved search space: which knobs are searched or fixed, the batch rule, and Optuna
+suggestions.
 
-The rules come from the knob catalogue (autotune/knobs): a knob that acts only under another knob's value, only
-across ranks, or only on NCCL is fixed (and says why) where it cannot matter. Imports no config module:
+The rules come from the knob catalogue (autotune/knobs): a knob that acts only under another knob's
+value, only
+across ranks, or only on NCCL is fixed (and says why) where it cannot matter. Imports no config
+module:
 config.py calls resolve_space to cross-check a file.
 """
 
@@ -21,7 +24,8 @@ if TYPE_CHECKING:
 
 
 class Sections(Protocol):
-    """What resolve_space reads of a config (config.Config): the space, the workload and the baseline."""
+    """What resolve_space reads of a config (config.Config): the space, the workload and the
+    baseline."""
 
     space: Any
     workload: Any
@@ -29,8 +33,9 @@ class Sections(Protocol):
 
 
 KNOBS = catalogue.NAMES  # in the order they are shown and suggested
-# The most points a space may have: each trial scans the unmeasured points, and a grid enqueues them all.
-# A space of more points than a study could ever measure is a mistake to be told about, not a search.
+# The most points a space may have: each trial scans the unmeasured points, and a grid enqueues them
+# all. A space of more points than a study could ever measure is a mistake to be told about, not a
+# search.
 MAX_POINTS = 100_000
 
 
@@ -44,8 +49,10 @@ class ResolvedSpace:
     global_batch_size: int | None = None
     world_size: int = 1
     baseline: dict[str, Any] = field(default_factory=dict)
-    custom: tuple[str, ...] = ()  # the knobs the YAML declares itself (task command), after the catalogue's
-    inert: tuple[str, ...] = ()  # fixed knobs that cannot act in any trial here (validate and --dry-run hide them)
+    # the knobs the YAML declares itself (task command), after the catalogue's
+    custom: tuple[str, ...] = ()
+    # fixed knobs that cannot act in any trial here (validate and --dry-run hide them)
+    inert: tuple[str, ...] = ()
 
     @property
     def size(self) -> int:
@@ -55,11 +62,14 @@ class ResolvedSpace:
         return n
 
     def knobs(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Every knob's value for a trial with these searched params (derived knobs filled in; a knob that
+        """Every knob's value for a trial with these searched params (derived knobs filled in; a
+        knob that
         cannot act in this trial is None, so points that differ only there are one measurement)."""
         knobs = {**self.fixed, **params}
         if self.global_batch_size is not None:
-            knobs["grad_accum_steps"] = self.global_batch_size // (knobs["micro_batch_size"] * self.world_size)
+            knobs["grad_accum_steps"] = self.global_batch_size // (
+                knobs["micro_batch_size"] * self.world_size
+            )
         if self.world_size == 1 and "parallel" in knobs:
             knobs["parallel"] = None  # one rank: no data parallelism to choose
         for k in catalogue.CATALOGUE:
@@ -73,7 +83,8 @@ class ResolvedSpace:
         return [dict(zip(names, combo)) for combo in itertools.product(*self.searched.values())]
 
     def distance(self, a: dict[str, Any], b: dict[str, Any]) -> int:
-        """Steps between two points: index distance on numeric knobs (ordered), 0/1 on the others."""
+        """Steps between two points: index distance on numeric knobs (ordered), 0/1 on the
+        others."""
         d = 0
         for name, values in self.searched.items():
             if a[name] == b[name]:
@@ -82,14 +93,19 @@ class ResolvedSpace:
             d += abs(values.index(a[name]) - values.index(b[name])) if numeric else 1
         return d
 
-    def nearest(self, params: dict[str, Any], candidates: list[dict[str, Any]], rng: Any) -> dict[str, Any]:
-        """The candidate closest to params (ties broken by rng): where the sampler wanted to look."""
+    def nearest(
+        self, params: dict[str, Any], candidates: list[dict[str, Any]], rng: Any
+    ) -> dict[str, Any]:
+        """The candidate closest to params (ties broken by rng): where the sampler wanted to
+        look."""
         best = min(self.distance(params, c) for c in candidates)
         return rng.choice([c for c in candidates if self.distance(params, c) == best])
 
     def suggest(self, trial: optuna.trial.Trial) -> dict[str, Any]:
         """Ask Optuna for a value of each searched knob (all knobs are categorical)."""
-        return {name: trial.suggest_categorical(name, values) for name, values in self.searched.items()}
+        return {
+            name: trial.suggest_categorical(name, values) for name, values in self.searched.items()
+        }
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -105,7 +121,8 @@ class ResolvedSpace:
 def resolve_space(cfg: Sections, device: str | None = None) -> ResolvedSpace:
     """Apply the global-batch rule and the knobs' own rules; raise ValueError naming the YAML path.
 
-    device "cpu" with world_size > 1 runs the gloo backend: the NCCL knobs are then fixed at default, noted
+    device "cpu" with world_size > 1 runs the gloo backend: the NCCL knobs are then fixed at
+    default, noted
     as not applicable (their values were validated all the same)."""
     space, wl = cfg.space, cfg.workload
     task = wl.task
@@ -117,7 +134,9 @@ def resolve_space(cfg: Sections, device: str | None = None) -> ResolvedSpace:
                 f"space.{k.name}: a knob of task {', '.join(k.tasks)}, not of {task}; task {task} "
                 f"searches {', '.join(mine)}"
             )
-    values: dict[str, list[Any]] = {k: list(getattr(space, k)) for k in mine if k != "grad_accum_steps"}
+    values: dict[str, list[Any]] = {
+        k: list(getattr(space, k)) for k in mine if k != "grad_accum_steps"
+    }
     notes: dict[str, str] = {}
     tasks.task(task).batch_rule(space, wl, values, notes)
     custom = tasks.task(task).user_knobs(cfg)
@@ -130,8 +149,9 @@ def resolve_space(cfg: Sections, device: str | None = None) -> ResolvedSpace:
     if size > MAX_POINTS:
         biggest = sorted(searched, key=lambda k: -len(searched[k]))[:3]
         raise ValueError(
-            f"space: {size:,} points; at most {MAX_POINTS:,} (a study measures tens): fix knobs or list "
-            "fewer values, e.g. of " + ", ".join(f"{k} ({len(searched[k])})" for k in biggest)
+            f"space: {size:,} points; at most {MAX_POINTS:,} (a study measures tens): fix "
+            "knobs or list fewer values, e.g. of "
+            + ", ".join(f"{k} ({len(searched[k])})" for k in biggest)
         )
     return ResolvedSpace(
         searched=searched,
@@ -146,8 +166,10 @@ def resolve_space(cfg: Sections, device: str | None = None) -> ResolvedSpace:
 
 
 def _inert(values: dict[str, list[Any]], world_size: int, device: str | None) -> tuple[str, ...]:
-    """The knobs of one value that act in no trial of this space, as the catalogue declares them: across ranks
-    only (world_size 1), NCCL only (device cpu), or only with another knob's value that the space never takes
+    """The knobs of one value that act in no trial of this space, as the catalogue declares them:
+    across ranks
+    only (world_size 1), NCCL only (device cpu), or only with another knob's value that the space
+    never takes
     (parallel is inert on one rank, so its DDP and FSDP knobs are too)."""
     inert: list[str] = []
     for k in catalogue.CATALOGUE:  # owners are declared before the knobs that act only with them
@@ -155,15 +177,22 @@ def _inert(values: dict[str, list[Any]], world_size: int, device: str | None) ->
             continue
         if (k.multi_rank and world_size == 1) or (k.nccl and device == "cpu"):
             inert.append(k.name)
-        elif k.only_with and (k.only_with[0] in inert or not any(map(k.acts_with, values.get(k.only_with[0], [])))):
+        elif k.only_with and (
+            k.only_with[0] in inert or not any(map(k.acts_with, values.get(k.only_with[0], [])))
+        ):
             inert.append(k.name)
     return tuple(inert)
 
 
 def _fix_where_it_cannot_act(
-    k: catalogue.Knob, values: dict[str, list[Any]], notes: dict[str, str], world_size: int, device: str | None
+    k: catalogue.Knob,
+    values: dict[str, list[Any]],
+    notes: dict[str, str],
+    world_size: int,
+    device: str | None,
 ) -> None:
-    """A knob that cannot matter here is fixed (at its default, or its first value) with the reason."""
+    """A knob that cannot matter here is fixed (at its default, or its first value) with the
+    reason."""
     if k.name not in values:
         return
     if k.multi_rank and world_size == 1:
@@ -172,7 +201,9 @@ def _fix_where_it_cannot_act(
         values[k.name] = [k.default]
     elif k.nccl and device == "cpu":
         if values[k.name] != [k.default]:
-            notes[k.name] = f"not applicable to gloo (device cpu has no NCCL): {values[k.name]} not searched"
+            notes[k.name] = (
+                f"not applicable to gloo (device cpu has no NCCL): {values[k.name]} not searched"
+            )
         values[k.name] = [k.default]
     if k.only_with:
         owner, value = k.only_with
@@ -187,29 +218,41 @@ def _fix_where_it_cannot_act(
 
 
 def _resolve_baseline(given: dict[str, Any], values: dict[str, list[Any]]) -> dict[str, Any]:
-    """The baseline's searched params; an absent knob takes its default if in the space, else the first value."""
+    """The baseline's searched params; an absent knob takes its default if in the space, else the
+    first value."""
     for key, value in given.items():
         if key not in KNOBS and key not in values:
             allowed = list(dict.fromkeys((*values, *KNOBS)))  # this task's knobs first, each once
             hint = did_you_mean(key, allowed)
-            raise ValueError(f"baseline.{str(key)[:40]}: unknown knob; {hint}allowed: {', '.join(allowed)}")
+            raise ValueError(
+                f"baseline.{str(key)[:40]}: unknown knob; {hint}allowed: {', '.join(allowed)}"
+            )
         if (
             key not in values
             and key != "grad_accum_steps"
             or key == "grad_accum_steps"
             and "micro_batch_size" not in values
         ):
-            raise ValueError(f"baseline.{key}: not a knob of this task; allowed: {', '.join(values)}")
+            raise ValueError(
+                f"baseline.{key}: not a knob of this task; allowed: {', '.join(values)}"
+            )
         if key == "grad_accum_steps" and key not in values:
             raise ValueError(
-                f"baseline.grad_accum_steps: {excerpt(value)} is derived from global_batch_size; remove it"
+                f"baseline.grad_accum_steps: {excerpt(value)} is derived from global_batch_size; "
+                "remove it"
             )
         if not any(v == value and type(v) is type(value) for v in values[key]):
-            raise ValueError(f"baseline.{key}: {excerpt(value)} is outside the space; allowed: {excerpt(values[key])}")
+            raise ValueError(
+                f"baseline.{key}: {excerpt(value)} is outside the space; allowed: "
+                f"{excerpt(values[key])}"
+            )
     baseline = {}
     for key, allowed in values.items():
         if len(allowed) < 2:
             continue
-        default = catalogue.BY_NAME[key].default if key in catalogue.BY_NAME else allowed[0]  # yours: the first
-        baseline[key] = given[key] if key in given else default if default in allowed else allowed[0]
+        # yours: the first
+        default = catalogue.BY_NAME[key].default if key in catalogue.BY_NAME else allowed[0]
+        baseline[key] = (
+            given[key] if key in given else default if default in allowed else allowed[0]
+        )
     return baseline

@@ -35,8 +35,8 @@ def header_line(info: dict[str, Any]) -> Text:
     return Text.assemble(
         ("autotune search", "bold"),
         f" {info['name']} on {info['device']}: space of {info['space_size']} points, "
-        f"sampler {info['sampler']}, budget {info['budget']} trials ({info['done']} already measured"
-        f"{_imported(info)}), "
+        f"sampler {info['sampler']}, budget {info['budget']} trials ({info['done']} already "
+        f"measured{_imported(info)}), "
         f"storage {printable(info['storage'], newlines=False)}",
     )
 
@@ -51,7 +51,8 @@ def trial_line(record: TrialRecord, searched: list[str] | None, which: str | Non
         return Text.assemble(
             which,
             ("ok", "green"),
-            f" {fmt(record.tokens_per_gpu, 'tok')} tok/s  MFU {fmt(record.metric(Metric.MFU), 'mfu')}  {knobs}",
+            f" {fmt(record.tokens_per_gpu, 'tok')} tok/s  MFU "
+            f"{fmt(record.metric(Metric.MFU), 'mfu')}  {knobs}",
             f"  {check}" if check else "",
         )
     tag = " (predicted)" if record.predicted else ""
@@ -158,7 +159,8 @@ class LiveProgress(Observer):
         for number, (index, knobs, since) in sorted(self.current.items()):
             rows.append(
                 Text.assemble(
-                    f"trial {index} of {self.info.get('budget', '?')} (#{number}): {fmt_knobs(knobs, self.searched)}  ",
+                    f"trial {index} of {self.info.get('budget', '?')} (#{number}): "
+                    f"{fmt_knobs(knobs, self.searched)}  ",
                     (f"running {_hms(time.monotonic() - since)}", "dim"),
                 )
             )
@@ -214,7 +216,8 @@ def config_yaml(dumped: dict[str, Any], described: dict[str, Any], show_all: boo
 
 
 def _task_fields(workload: dict[str, Any]) -> dict[str, Any]:
-    """The workload section without the unset fields only another task reads (prompt_len for train)."""
+    """The workload section without the unset fields only another task reads (prompt_len for
+    train)."""
     from autotune import tasks
 
     mine = tasks.task(workload["task"]).fields
@@ -386,7 +389,9 @@ def hw_tables(info: dict[str, Any]) -> list[Table]:
     from autotune.hardware import MFU_PRECISION, PEAKS, find_peak
 
     table = Table(
-        title=f"GPUs (driver {info['driver'] or 'none'}, CUDA driver {info['cuda_driver'] or 'none'})"
+        title=(
+            f"GPUs (driver {info['driver'] or 'none'}, CUDA driver {info['cuda_driver'] or 'none'})"
+        )
     )
     for col in ("index", "name", "memory GiB", f"peak {MFU_PRECISION} TFLOP/s (MFU)", "source"):
         table.add_column(col)

@@ -49,7 +49,8 @@ def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> l
     lines: list[Text | str] = [
         Text(verdict.summary(), style=color),
         printable(
-            f"baseline: {verdict.baseline_source}; check: {len(verdict.check_samples)} of {repeats} repeats measured"
+            f"baseline: {verdict.baseline_source}; check: {len(verdict.check_samples)} of "
+            f"{repeats} repeats measured"
         ),
         printable(f"tolerance: {verdict.tolerance_source}"),
     ]
@@ -103,7 +104,8 @@ def _recorded(verdict: Any, best_yaml: Any, update: bool) -> list[str]:
     """What --update recorded, or why not; a faster check without it says how to record."""
     if update and verdict.updated:
         return [
-            f"--update: recorded {len(verdict.check_samples)} samples as the new baseline in {best_yaml}"
+            f"--update: recorded {len(verdict.check_samples)} samples as the new baseline in "
+            f"{best_yaml}"
         ]
     if update:
         why = "the check was disturbed" if verdict.disturbed else "the check found a regression"

@@ -1,7 +1,10 @@
-"""YAML in and out: reading with limits (size, nesting, expanded values, duplicate keys), writing atomically.
+"""YAML in and out: reading with limits (size, nesting, expanded values, duplicate keys), writing
+atomically.
 
-A hostile file must cost a one-line error, never memory or time: yaml.safe_load builds aliases as shared
-references (an alias bomb is small in memory but huge once walked), so the loaded value is measured with
+A hostile file must cost a one-line error, never memory or time: yaml.safe_load builds aliases as
+shared
+references (an alias bomb is small in memory but huge once walked), so the loaded value is measured
+with
 an explicit, bounded walk before anything else touches it.
 """
 
@@ -14,7 +17,8 @@ import yaml
 
 from autotune.errors import ConfigError, excerpt
 
-MAX_BYTES = 1 << 20  # a model YAML, a space or best.yaml is a few kB; 1 MiB is far beyond any real one
+# a model YAML, a space or best.yaml is a few kB; 1 MiB is far beyond any real one
+MAX_BYTES = 1 << 20
 MAX_VALUES = 100_000  # values in the loaded document, aliases counted each time they are used
 MAX_DEPTH = 32  # nesting of mappings and lists
 
@@ -31,7 +35,11 @@ def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) 
             if key in seen:
                 mark = key_node.start_mark
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {str(key)[:80]!r} (first at line {seen[key].start_mark.line + 1})", mark
+                    None,
+                    None,
+                    f"duplicate key {str(key)[:80]!r} (first at line "
+                    f"{seen[key].start_mark.line + 1})",
+                    mark,
                 )
             seen[key] = key_node
         except TypeError:  # an unhashable key: let PyYAML say so
@@ -43,7 +51,8 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _m
 
 
 def _check_size(value: Any, where: str) -> None:
-    """Refuse a document that expands to too many values or nests too deeply (walk stops at the limit)."""
+    """Refuse a document that expands to too many values or nests too deeply (walk stops at the
+    limit)."""
     stack, count = [(value, 1)], 0
     while stack:
         item, depth = stack.pop()
@@ -68,7 +77,9 @@ def read(path: Path, what: str) -> Any:
     try:
         size = path.stat().st_size
         if size > MAX_BYTES:
-            raise ConfigError(f"{path}: {size:,} bytes; a YAML file here may hold at most {MAX_BYTES:,}")
+            raise ConfigError(
+                f"{path}: {size:,} bytes; a YAML file here may hold at most {MAX_BYTES:,}"
+            )
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read: {err}") from None
@@ -81,7 +92,8 @@ def read(path: Path, what: str) -> Any:
         raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from None
     except RecursionError:
         raise ConfigError(f"{path}: nested more than {MAX_DEPTH} levels deep") from None
-    except ValueError as err:  # e.g. an integer of more digits than Python converts (sys.get_int_max_str_digits)
+    # e.g. an integer of more digits than Python converts (sys.get_int_max_str_digits)
+    except ValueError as err:
         raise ConfigError(f"{path}: a value cannot be read: {excerpt(str(err), 120)}") from None
     _check_size(data, str(path))
     return data

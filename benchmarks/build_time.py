@@ -1,9 +1,12 @@
-"""Time the trial's model build (meta device, then to_empty and init_weights on the GPU) for three shapes.
+"""Time the trial's model build (meta device, then to_empty and init_weights on the GPU) for three
+shapes.
 
     python3 benchmarks/build_time.py [--old]
 
-Each shape is built in a fresh process through the trial's own code (workloads.train.build_model), timed
-from the call to a device synchronisation; --old times the previous build (construct on the CPU, then
+Each shape is built in a fresh process through the trial's own code (workloads.train.build_model),
+timed
+from the call to a device synchronisation; --old times the previous build (construct on the CPU,
+then
 .to(device)) for comparison. Prints one JSON line a shape.
 """
 
@@ -16,14 +19,39 @@ import time
 
 SHAPES = {
     # GPT-2 medium (355M): 24 layers, d_model 1024, 16 heads, vocab 50257, seq 1024
-    "gpt2-medium-355M": {"family": "gpt", "n_layers": 24, "d_model": 1024, "n_heads": 16, "vocab_size": 50257,
-                         "seq_len": 1024, "tie_embeddings": True},
+    "gpt2-medium-355M": {
+        "family": "gpt",
+        "n_layers": 24,
+        "d_model": 1024,
+        "n_heads": 16,
+        "vocab_size": 50257,
+        "seq_len": 1024,
+        "tie_embeddings": True,
+    },
     # Llama-3.2-1B
-    "llama-1B": {"family": "llama", "n_layers": 16, "d_model": 2048, "n_heads": 32, "n_kv_heads": 8,
-                 "vocab_size": 128256, "seq_len": 2048, "ffn_hidden": 8192, "tie_embeddings": True},
+    "llama-1B": {
+        "family": "llama",
+        "n_layers": 16,
+        "d_model": 2048,
+        "n_heads": 32,
+        "n_kv_heads": 8,
+        "vocab_size": 128256,
+        "seq_len": 2048,
+        "ffn_hidden": 8192,
+        "tie_embeddings": True,
+    },
     # Llama-3.1-8B
-    "llama-8B": {"family": "llama", "n_layers": 32, "d_model": 4096, "n_heads": 32, "n_kv_heads": 8,
-                 "vocab_size": 128256, "seq_len": 8192, "ffn_hidden": 14336, "tie_embeddings": False},
+    "llama-8B": {
+        "family": "llama",
+        "n_layers": 32,
+        "d_model": 4096,
+        "n_heads": 32,
+        "n_kv_heads": 8,
+        "vocab_size": 128256,
+        "seq_len": 8192,
+        "ffn_hidden": 14336,
+        "tie_embeddings": False,
+    },
 }
 
 CHILD = """
@@ -53,18 +81,34 @@ build = time.perf_counter() - t1
 n = sum(p.numel() for p in model.parameters())
 print(json.dumps({"params": n, "build_s": round(build, 3), "import_s": round(t_import - t0, 2),
                   "cuda_context_s": round(t_ctx - t_import, 2)}))
-"""
+"""  # noqa: E501
 
 
 def main() -> None:
     old = "--old" in sys.argv
     for name, m in SHAPES.items():
         t0 = time.time()
-        out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(m), "old" if old else "new"], capture_output=True,
-                             text=True)
-        line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr.strip().splitlines()[-1]
-        print(json.dumps({"shape": name, "build": "old" if old else "meta", "process_s": round(time.time() - t0, 1),
-                          **(json.loads(line) if line.startswith("{") else {"error": line[:300]})}), flush=True)
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, json.dumps(m), "old" if old else "new"],
+            capture_output=True,
+            text=True,
+        )
+        line = (
+            out.stdout.strip().splitlines()[-1]
+            if out.stdout.strip()
+            else out.stderr.strip().splitlines()[-1]
+        )
+        print(
+            json.dumps(
+                {
+                    "shape": name,
+                    "build": "old" if old else "meta",
+                    "process_s": round(time.time() - t0, 1),
+                    **(json.loads(line) if line.startswith("{") else {"error": line[:300]}),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
-"""Real tokens/s of task command trials from their raw samples (result.json: each measured step's seconds as the
-job reported them and its real tokens), three ways: the median of the steps' own rates (what autotune reports
-since issue 26's GPU run), the mean tokens over the median step (what that run's trials recorded), and all
+"""Real tokens/s of task command trials from their raw samples (result.json: each measured step's
+seconds as the
+job reported them and its real tokens), three ways: the median of the steps' own rates (what
+autotune reports
+since issue 26's GPU run), the mean tokens over the median step (what that run's trials recorded),
+and all
 tokens over all time.
 
     python3 benchmarks/command_rates.py trials/hf-trainer-llama-1b trials/hf-trainer-defaults
@@ -33,7 +36,12 @@ def main(folders: list[str]) -> None:
             result = json.loads(path.read_text())
             row = {"study": Path(folder).name, "run": path.parent.name, "status": result["status"]}
             if result["status"] == "ok":
-                row.update({k: round(v, 3) if isinstance(v, float) else v for k, v in rates(result).items()})
+                row.update(
+                    {
+                        k: round(v, 3) if isinstance(v, float) else v
+                        for k, v in rates(result).items()
+                    }
+                )
             print(json.dumps(row))
 
 

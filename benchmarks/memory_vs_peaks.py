@@ -1,6 +1,9 @@
-"""The memory estimate against the measured peak of every completed trial of a study (issue 15's 10% target):
-the raw estimate (autotune.memory.estimate, as `autotune validate` prints it) and the estimate calibrated on the
-trials measured before it (memory.calibrate, what the search's OOM prediction uses), from each trial's
+"""The memory estimate against the measured peak of every completed trial of a study (issue 15's 10%
+target):
+the raw estimate (autotune.memory.estimate, as `autotune validate` prints it) and the estimate
+calibrated on the
+trials measured before it (memory.calibrate, what the search's OOM prediction uses), from each
+trial's
 spec.json and result.json under STUDY/runs/.
 
     python3 benchmarks/memory_vs_peaks.py trials/llama3-8b-fsdp
@@ -33,16 +36,22 @@ def main(study: Path) -> None:
         rows.append((run.name, knobs, peak, est.total, calibrated, len(seen)))
         seen.append((est, float(peak)))
     g = memory.GIB
-    print("| trial | mbs | precision | compile | checkpointing | loss | reshard | grad sync | peak GiB | estimate GiB "
-          "| error | calibrated on earlier trials | error |")
+    print(
+        "| trial | mbs | precision | compile | checkpointing | loss | reshard | grad sync | peak "
+        "GiB | estimate GiB | error | calibrated on earlier trials | error |"
+    )
     print("|---|---:|---|---|---|---|---|---|---:|---:|---:|---:|---:|")
     for name, k, peak, raw, cal, n in rows:
         compiled = f"{k.get('compile')} ({k.get('compile_scope')})" if k.get("compile") else "false"
-        print(f"| {name} | {k.get('micro_batch_size')} | {k.get('precision')} | {compiled} | "
-              f"{k.get('activation_checkpointing')} | "
-              f"{k.get('cross_entropy')} | {k.get('reshard_after_forward')} | {k.get('fsdp_grad_sync')} | "
-              f"{peak / g:.2f} | {raw / g:.2f} | {100 * (raw / peak - 1):+.1f}% | {cal / g:.2f} (n={n}) | "
-              f"{100 * (cal / peak - 1):+.1f}% |")
+        print(
+            f"| {name} | {k.get('micro_batch_size')} | {k.get('precision')} | {compiled} | "
+            f"{k.get('activation_checkpointing')} | "
+            f"{k.get('cross_entropy')} | {k.get('reshard_after_forward')} | "
+            f"{k.get('fsdp_grad_sync')} | "
+            f"{peak / g:.2f} | {raw / g:.2f} | {100 * (raw / peak - 1):+.1f}% | {cal / g:.2f} "
+            f"(n={n}) | "
+            f"{100 * (cal / peak - 1):+.1f}% |"
+        )
 
 
 if __name__ == "__main__":

@@ -1,11 +1,17 @@
-"""A plain hand-written generation loop (gpt-fast's recipe), to stand beside autotune's generate trials.
+"""A plain hand-written generation loop (gpt-fast's recipe), to stand beside autotune's generate
+trials.
 
-    python3 benchmarks/plain_generate.py [--quant none|int8|int4] [--compile] [--batch 1] [--prompt 512] [--gen 256]
+    python3 benchmarks/plain_generate.py [--quant none|int8|int4] [--compile] [--batch 1] [--prompt
+    512] [--gen 256]
 
-Llama-3.1-8B shape (32 layers, d 4096, 32 heads, 8 KV heads, ffn 14336, vocab 128256), random bf16 weights,
-static KV cache, greedy decoding; with --compile the decode step is torch.compile(mode="reduce-overhead",
-fullgraph=True) (CUDA graphs); the prefill runs eager (--compile-prefill: compiled, without graphs). Shares no code with autotune.
-Times 3 generations after 2 warm-up ones (CUDA events around each), prints one JSON line: output tokens/s
+Llama-3.1-8B shape (32 layers, d 4096, 32 heads, 8 KV heads, ffn 14336, vocab 128256), random bf16
+weights,
+static KV cache, greedy decoding; with --compile the decode step is
+torch.compile(mode="reduce-overhead",
+fullgraph=True) (CUDA graphs); the prefill runs eager (--compile-prefill: compiled, without graphs).
+Shares no code with autotune.
+Times 3 generations after 2 warm-up ones (CUDA events around each), prints one JSON line: output
+tokens/s
 (batch x gen / generation time), median time per output token, time to first token.
 """
 
@@ -39,7 +45,14 @@ class Layer(nn.Module):
         self.register_buffer("k", torch.zeros(b, KV, n, HD))
         self.register_buffer("v", torch.zeros(b, KV, n, HD))
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor):
+    def forward(
+        self,
+        x: torch.Tensor,
+        pos: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor,
+    ):
         b, t, _ = x.shape
         q, k, v = self.wqkv(self.n1(x)).split([H * HD, KV * HD, KV * HD], -1)
         q = rope(q.view(b, t, H, HD).transpose(1, 2), cos, sin)
@@ -79,7 +92,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quant", default="none", choices=["none", "int8", "int4"])
     ap.add_argument("--compile", action="store_true")
-    ap.add_argument("--compile-prefill", action="store_true", help="also compile the prefill (default: eager)")
+    ap.add_argument(
+        "--compile-prefill", action="store_true", help="also compile the prefill (default: eager)"
+    )
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--gen", type=int, default=256)
@@ -103,8 +118,12 @@ def main() -> None:
     if a.quant != "none":
         from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig, quantize_
 
-        quantize_(model, Int8WeightOnlyConfig() if a.quant == "int8" else Int4WeightOnlyConfig(group_size=128,
-                                                                                     int4_packing_format="tile_packed_to_4d"))
+        quantize_(
+            model,
+            Int8WeightOnlyConfig()
+            if a.quant == "int8"
+            else Int4WeightOnlyConfig(group_size=128, int4_packing_format="tile_packed_to_4d"),
+        )
     prefill, decode = model.forward, model.forward
     if a.compile:
         if a.compile_prefill:
@@ -131,10 +150,24 @@ def main() -> None:
     runs = [generate() for _ in range(3)]
     total = statistics.median(r[0] for r in runs)
     tpot = statistics.median(g for r in runs for g in r[1])
-    print(json.dumps({"script": "plain_generate", "quant": a.quant, "compile": a.compile, "compile_prefill": a.compile_prefill, "batch": a.batch,
-                      "prompt": a.prompt, "gen": a.gen, "tokens_per_s": a.batch * a.gen / (total / 1000),
-                      "tpot_ms_median": tpot, "ttft_ms": statistics.median(r[2] for r in runs),
-                      "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}))
+    print(
+        json.dumps(
+            {
+                "script": "plain_generate",
+                "quant": a.quant,
+                "compile": a.compile,
+                "compile_prefill": a.compile_prefill,
+                "batch": a.batch,
+                "prompt": a.prompt,
+                "gen": a.gen,
+                "tokens_per_s": a.batch * a.gen / (total / 1000),
+                "tpot_ms_median": tpot,
+                "ttft_ms": statistics.median(r[2] for r in runs),
+                "torch": torch.__version__,
+                "gpu": torch.cuda.get_device_name(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from autotune.search.storage import load_study
 
-PHASES = ("start", "build", "warmup", "compile", "check", "reference", "measure")  # reference: its own trial
+# reference: its own trial
+PHASES = ("start", "build", "warmup", "compile", "check", "reference", "measure")
 
 
 def rows(study_dir: str) -> list[dict]:
@@ -23,10 +24,19 @@ def rows(study_dir: str) -> list[dict]:
         if a.get("predicted") or not isinstance(a.get("wall_s"), (int, float)):
             continue  # not launched: it cost nothing (a timeout or a failure did: it is counted)
         phases = a.get("phases_s") or {}
-        out.append({"trial": t.number, "status": a["status"], "prestarted": a.get("prestarted"), "wall_s": a["wall_s"],
-                    **{p: phases.get(p, 0.0) for p in PHASES},
-                    "overhead_s": a["wall_s"] + phases.get("reference", 0.0) - phases.get("measure", 0.0),
-                    "knobs": a["knobs"]})
+        out.append(
+            {
+                "trial": t.number,
+                "status": a["status"],
+                "prestarted": a.get("prestarted"),
+                "wall_s": a["wall_s"],
+                **{p: phases.get(p, 0.0) for p in PHASES},
+                "overhead_s": a["wall_s"]
+                + phases.get("reference", 0.0)
+                - phases.get("measure", 0.0),
+                "knobs": a["knobs"],
+            }
+        )
     return out
 
 
@@ -38,14 +48,23 @@ def main(dirs: list[str]) -> None:
         print("| trial | status | prestarted | wall s | " + " | ".join(PHASES) + " | overhead s |")
         print("|---" * (5 + len(PHASES)) + "|")
         for r in rs:
-            print(f"| {r['trial']} | {r['status']} | {r['prestarted']} | {r['wall_s']:.1f} | "
-                  + " | ".join(f"{r[p]:.1f}" for p in PHASES) + f" | {r['overhead_s']:.1f} |")
+            print(
+                f"| {r['trial']} | {r['status']} | {r['prestarted']} | {r['wall_s']:.1f} | "
+                + " | ".join(f"{r[p]:.1f}" for p in PHASES)
+                + f" | {r['overhead_s']:.1f} |"
+            )
         med = {k: statistics.median(r[k] for r in rs) for k in ("wall_s", *PHASES, "overhead_s")}
-        print("| median | | | " + " | ".join(f"{med[k]:.1f}" for k in ("wall_s", *PHASES, "overhead_s")) + " |")
+        print(
+            "| median | | | "
+            + " | ".join(f"{med[k]:.1f}" for k in ("wall_s", *PHASES, "overhead_s"))
+            + " |"
+        )
         total = sum(r["wall_s"] + r["reference"] for r in rs)
         measured = sum(r["measure"] for r in rs)
-        print(f"total trial time {total:.0f} s (references included), measured {measured:.0f} s "
-              f"({100 * measured / total:.1f}%)\n")
+        print(
+            f"total trial time {total:.0f} s (references included), measured {measured:.0f} s "
+            f"({100 * measured / total:.1f}%)\n"
+        )
 
 
 if __name__ == "__main__":

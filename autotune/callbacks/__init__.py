@@ -1,1 +1,2 @@
-"""Ready callbacks that report a training job's optimizer steps to autotune (task command): hf (transformers.Trainer), lightning."""
+"""Ready callbacks that report a training job's optimizer steps to autotune (task command): hf
+(transformers.Trainer), lightning."""

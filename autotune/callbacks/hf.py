@@ -46,7 +46,9 @@ class AutotuneCallback(TrainerCallback):
         self.pending: list[_clock.TokenCount] = []  # the micro-batches of the step under way
         self.hook: Any = None
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+    def on_train_begin(
+        self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any
+    ) -> None:
         if not self.reporter.active or model is None or self.steps is not None:
             return
         cuda = torch.cuda.is_available() and next(model.parameters()).is_cuda

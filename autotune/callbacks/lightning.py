@@ -47,9 +47,9 @@ def count_tokens(batch: Any) -> TokenCount:
     if isinstance(batch, (tuple, list)) and batch:
         return count_tokens(batch[0])
     raise TypeError(
-        f"AutotuneCallback cannot count the tokens of a {type(batch).__name__} batch: give it a dict with"
-        " input_ids/attention_mask, a tensor of token ids or a tuple whose first item is one, or pass"
-        " AutotuneCallback(count_tokens=fn), fn(batch) -> (real tokens, padded tokens)"
+        f"AutotuneCallback cannot count the tokens of a {type(batch).__name__} batch: give it a "
+        "dict with input_ids/attention_mask, a tensor of token ids or a tuple whose first item is "
+        "one, or pass AutotuneCallback(count_tokens=fn), fn(batch) -> (real tokens, padded tokens)"
     )
 
 
@@ -57,7 +57,10 @@ def _mapping_tokens(batch: Mapping[str, Any]) -> TokenCount:
     ids = batch.get("input_ids")
     mask = batch.get("attention_mask")
     if ids is None and mask is None:
-        raise TypeError(f"AutotuneCallback: a dict batch needs input_ids or attention_mask, got keys {sorted(batch)}")
+        raise TypeError(
+            "AutotuneCallback: a dict batch needs input_ids or attention_mask, got keys "
+            f"{sorted(batch)}"
+        )
     padded = (ids if ids is not None else mask).numel()
     real = mask.sum() if mask is not None else padded
     return real, padded
@@ -86,7 +89,9 @@ class AutotuneCallback(Callback):
         self.global_step = trainer.global_step  # a resumed training starts past 0
         self.steps = _clock.Steps(torch, self.reporter, pl_module.device.type == "cuda")
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self.steps is None or self.steps.closed:
             return
         self.pending.append(self.count_tokens(batch))

@@ -1,7 +1,10 @@
-"""The `autotune` command line: a thin Typer shell over the library, one module a command, one error funnel.
+"""The `autotune` command line: a thin Typer shell over the library, one module a command, one error
+funnel.
 
-Exit codes are defined once, in autotune.errors (ExitCode, EXIT_MEANINGS). Importing this package loads
-nothing else: `main` sets Ctrl-C handling up before Typer, Rich and the commands are imported, so an early
+Exit codes are defined once, in autotune.errors (ExitCode, EXIT_MEANINGS). Importing this package
+loads
+nothing else: `main` sets Ctrl-C handling up before Typer, Rich and the commands are imported, so an
+early
 Ctrl-C is a one-line exit 130 too.
 """
 
@@ -28,7 +31,8 @@ def __getattr__(name: str) -> Any:
 
 
 def _interrupted(signum: int, frame: object) -> None:
-    """Ctrl-C before a command's funnel runs: nothing is under way yet, so leave at once (a SystemExit raised
+    """Ctrl-C before a command's funnel runs: nothing is under way yet, so leave at once (a
+    SystemExit raised
     from a signal handler can land where Python only reports it and carries on)."""
     import os
 
@@ -38,9 +42,12 @@ def _interrupted(signum: int, frame: object) -> None:
 
 
 def _leave(code: int) -> None:
-    """Exit with the command's code: a Ctrl-C that comes once the result is decided changes nothing. After an
-    interruption the exit skips the interpreter's teardown: CPython would otherwise kill itself with SIGINT
-    when a C extension printed the KeyboardInterrupt on its way (numpy at import does), and exit -2."""
+    """Exit with the command's code: a Ctrl-C that comes once the result is decided changes nothing.
+    After an
+    interruption the exit skips the interpreter's teardown: CPython would otherwise kill itself with
+    SIGINT
+    when a C extension printed the KeyboardInterrupt on its way (numpy at import does), and exit
+    -2."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if code in (130, 143):
         import os
@@ -52,10 +59,11 @@ def _leave(code: int) -> None:
 
 
 def main() -> None:
-    """The `autotune` command: usage errors (an unknown option, a value out of range) are one line too."""
-    # Until a command's funnel takes over (it makes Ctrl-C a KeyboardInterrupt that ends trials and keeps the
-    # study), Ctrl-C is one line and exit 130: while importing, and while Typer parses. An ignored SIGINT (a
-    # background job) stays ignored.
+    """The `autotune` command: usage errors (an unknown option, a value out of range) are one line
+    too."""
+    # Until a command's funnel takes over (it makes Ctrl-C a KeyboardInterrupt that ends trials and
+    # keeps the study), Ctrl-C is one line and exit 130: while importing, and while Typer parses. An
+    # ignored SIGINT (a background job) stays ignored.
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _interrupted)
     import typer
@@ -71,13 +79,16 @@ def main() -> None:
         sys.stderr.write("interrupted\n")
         _leave(130)
     except Exception as e:
-        if not hasattr(e, "format_message") or not hasattr(e, "exit_code"):  # not one of click's usage errors
+        # not one of click's usage errors
+        if not hasattr(e, "format_message") or not hasattr(e, "exit_code"):
             raise
         if type(e).__name__ == "NoArgsIsHelpError":  # `autotune` alone: the help
             e.show()  # type: ignore[attr-defined]
         else:
             ctx = getattr(e, "ctx", None)
             where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
-            sys.stderr.write(f"error: {printable(' '.join(e.format_message().split()), newlines=False)}{where}\n")
+            sys.stderr.write(
+                f"error: {printable(' '.join(e.format_message().split()), newlines=False)}{where}\n"
+            )
         _leave(e.exit_code)
     _leave(code if isinstance(code, int) else 0)

@@ -19,7 +19,8 @@ state = {"debug": False}
 
 
 def _show_version(value: bool) -> None:
-    """--version: the installed package's version, then exit (eager: before any command is looked for)."""
+    """--version: the installed package's version, then exit (eager: before any command is looked
+    for)."""
     if value:
         import autotune
 
@@ -31,7 +32,13 @@ def _show_version(value: bool) -> None:
 def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
     version: Annotated[
-        bool, typer.Option("--version", is_eager=True, callback=_show_version, help="Show autotune's version and exit.")
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_show_version,
+            help="Show autotune's version and exit.",
+        ),
     ] = False,
 ) -> None:
     state["debug"] = debug

@@ -1,4 +1,5 @@
-"""The CLI's consoles: user text is printed as text (no Rich markup, no emoji codes), credentials masked."""
+"""The CLI's consoles: user text is printed as text (no Rich markup, no emoji codes), credentials
+masked."""
 
 from __future__ import annotations
 
@@ -8,21 +9,26 @@ from typing import Any
 from rich.console import Console
 
 from autotune.errors import printable
-
 from autotune.redact import MaskingWriter
 
 
 class _TextConsole(Console):
-    """Every string it renders (print arguments, table cells) has its control characters escaped first."""
+    """Every string it renders (print arguments, table cells) has its control characters escaped
+    first."""
 
     def render_str(self, text: str, **kwargs: Any) -> Any:
         return super().render_str(printable(text), **kwargs)
 
 
 def console(stderr: bool = False) -> Console:
-    """A Rich console that never reads markup or emoji codes in what it prints (a '[/x]' in a path is
-    printed as it is), escapes control characters in it (an ESC in a file name does not reach the terminal)
+    """A Rich console that never reads markup or emoji codes in what it prints (a '[/x]' in a path
+    is
+    printed as it is), escapes control characters in it (an ESC in a file name does not reach the
+    terminal)
     and masks every credential it writes (redact.mask)."""
     return _TextConsole(
-        file=MaskingWriter(sys.stderr if stderr else sys.stdout), markup=False, emoji=False, highlight=False
+        file=MaskingWriter(sys.stderr if stderr else sys.stdout),
+        markup=False,
+        emoji=False,
+        highlight=False,
     )

@@ -1,4 +1,5 @@
-"""The one error funnel: every error becomes one line on stderr and a documented exit code (errors.ExitCode);
+"""The one error funnel: every error becomes one line on stderr and a documented exit code
+(errors.ExitCode);
 tracebacks only with --debug. SIGTERM ends a command as Ctrl-C does (exit 143 instead of 130)."""
 
 from __future__ import annotations
@@ -36,14 +37,17 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _line(message: str) -> str:
-    """One line of bounded length, user text in it made printable (a newline in a path shown as \\n)."""
+    """One line of bounded length, user text in it made printable (a newline in a path shown as
+    \\n)."""
     flat = printable(str(message).strip(), newlines=False)
     return flat if len(flat) <= MAX_MESSAGE else flat[: MAX_MESSAGE - 3] + "..."
 
 
 def _interruption(e: BaseException) -> BaseException:
-    """The Ctrl-C or SIGTERM behind an error, if one caused it, else the error itself. A signal is what
-    decides: libraries turn the KeyboardInterrupt it raised into other errors (Python wraps one raised while
+    """The Ctrl-C or SIGTERM behind an error, if one caused it, else the error itself. A signal is
+    what
+    decides: libraries turn the KeyboardInterrupt it raised into other errors (Python wraps one
+    raised while
     a class is made in a RuntimeError; a C extension interrupted at import raises ImportError)."""
     if _signalled["by"] is not None:
         return _signalled["by"]
@@ -59,14 +63,19 @@ NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 def disk_full(e: BaseException) -> str | None:
-    """The full disk (or quota) behind an error, anywhere in its chain (SQLAlchemy wraps SQLite's), said as such."""
+    """The full disk (or quota) behind an error, anywhere in its chain (SQLAlchemy wraps SQLite's),
+    said as such."""
     seen: BaseException | None = e
     while seen is not None:
         where = f" ({seen.filename})" if isinstance(seen, OSError) and seen.filename else ""
-        if isinstance(seen, OSError) and seen.errno in NO_SPACE or "database or disk is full" in str(seen):
+        if (
+            isinstance(seen, OSError)
+            and seen.errno in NO_SPACE
+            or "database or disk is full" in str(seen)
+        ):
             return (
-                f"the disk is full{where}: no space left to write; the completed trials are stored and kept: "
-                "free space and run the same command again to resume"
+                f"the disk is full{where}: no space left to write; the completed trials are "
+                "stored and kept: free space and run the same command again to resume"
             )
         seen = seen.__cause__ or seen.__context__
     return None
@@ -76,11 +85,20 @@ def _classify(e: BaseException) -> tuple[str, int]:
     """The message and exit code of an error that reached the funnel."""
     e = _interruption(e)
     if isinstance(e, HungUp):
-        return "hung up (SIGHUP): the study is kept; run the same command again to resume", ExitCode.HANGUP
+        return (
+            "hung up (SIGHUP): the study is kept; run the same command again to resume",
+            ExitCode.HANGUP,
+        )
     if isinstance(e, Terminated):
-        return "terminated (SIGTERM): the study is kept; run the same command again to resume", ExitCode.TERMINATED
+        return (
+            "terminated (SIGTERM): the study is kept; run the same command again to resume",
+            ExitCode.TERMINATED,
+        )
     if isinstance(e, KeyboardInterrupt):
-        return "interrupted: the study is kept; run the same command again to resume", ExitCode.INTERRUPTED
+        return (
+            "interrupted: the study is kept; run the same command again to resume",
+            ExitCode.INTERRUPTED,
+        )
     if isinstance(e, AutotuneError):
         return str(e), e.exit_code
     if (full := disk_full(e)) is not None:
@@ -91,10 +109,13 @@ def _classify(e: BaseException) -> tuple[str, int]:
     if isinstance(e, (MemoryError, RecursionError)):
         return f"input too large or too deeply nested ({type(e).__name__})", ExitCode.BAD_INPUT
     while type(e).__name__ == "StorageInternalError" and e.__cause__ is not None:
-        e = e.__cause__  # Optuna's "invalid data in the commit" hides the database's own reason: show that
-    if type(e).__module__.startswith("sqlalchemy"):  # a study's database refused (damaged, unreachable, read-only)
+        # Optuna's "invalid data in the commit" hides the database's own reason: show that
+        e = e.__cause__
+    # a study's database refused (damaged, unreachable, read-only)
+    if type(e).__module__.startswith("sqlalchemy"):
         return (
-            f"storage: {type(e).__name__}: {excerpt(str(e).splitlines()[0] if str(e) else '', 300)}",
+            f"storage: {type(e).__name__}: "
+            f"{excerpt(str(e).splitlines()[0] if str(e) else '', 300)}",
             ExitCode.BAD_INPUT,
         )
     return (
@@ -105,11 +126,15 @@ def _classify(e: BaseException) -> tuple[str, int]:
 
 
 def _quiet(hook: Any) -> Any:
-    """sys.unraisablehook that says nothing of our own Ctrl-C/SIGTERM: raised where Python can only report it (an
-    import lock's weakref callback, seen in CI at 0.2 s), it printed a traceback; funnel acts on it instead."""
+    """sys.unraisablehook that says nothing of our own Ctrl-C/SIGTERM: raised where Python can only
+    report it (an
+    import lock's weakref callback, seen in CI at 0.2 s), it printed a traceback; funnel acts on it
+    instead."""
 
     def quiet(unraisable: Any) -> None:
-        if _signalled["by"] is not None and isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated)):
+        if _signalled["by"] is not None and isinstance(
+            unraisable.exc_value, (KeyboardInterrupt, Terminated)
+        ):
             return
         hook(unraisable)
 
@@ -123,12 +148,17 @@ def funnel() -> Iterator[None]:
     sys.unraisablehook = _quiet(previous_hook)
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
-        previous_hup = signal.signal(signal.SIGHUP, _terminate) if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN else None
+        previous_hup = (
+            signal.signal(signal.SIGHUP, _terminate)
+            if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN
+            else None
+        )
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             previous_int = signal.signal(signal.SIGINT, _interrupt)
     try:
         yield
-        if _signalled["by"] is not None:  # a signal whose exception Python swallowed (above): never lost
+        # a signal whose exception Python swallowed (above): never lost
+        if _signalled["by"] is not None:
             raise _signalled["by"]
     except (click.exceptions.Exit, click.ClickException, click.Abort):
         raise
@@ -137,7 +167,10 @@ def funnel() -> Iterator[None]:
             raise
         message, code = _classify(e)
         console(stderr=True).print(
-            Text.assemble(("error: ", "red") if code not in (129, 130, 143) else "", _line(message)), soft_wrap=True
+            Text.assemble(
+                ("error: ", "red") if code not in (129, 130, 143) else "", _line(message)
+            ),
+            soft_wrap=True,
         )
         raise typer.Exit(code) from None
     finally:

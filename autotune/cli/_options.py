@@ -10,25 +10,40 @@ import typer
 
 from autotune.api_options import parse_gpus, resolve_device  # noqa: F401  (the commands' import)
 
-ModelYaml = Annotated[Path, typer.Argument(help="The YAML file: model, workload, space, study, baseline.")]
-BestYaml = Annotated[Path, typer.Argument(help="trials/<name>/best.yaml written by autotune search.")]
-Device = Annotated[Optional[str], typer.Option(help="cuda or cpu; default cuda when a GPU is visible, else cpu.")]
+ModelYaml = Annotated[
+    Path, typer.Argument(help="The YAML file: model, workload, space, study, baseline.")
+]
+BestYaml = Annotated[
+    Path, typer.Argument(help="trials/<name>/best.yaml written by autotune search.")
+]
+Device = Annotated[
+    Optional[str], typer.Option(help="cuda or cpu; default cuda when a GPU is visible, else cpu.")
+]
 Storage = Annotated[
     Optional[str],
     typer.Option(
-        help="Optuna storage: sqlite:///f.db, postgresql://user@host/db, journal:PATH (search: overrides study.storage; "
-        "the same command on several nodes makes them workers of one study)."
+        help=(
+            "Optuna storage: sqlite:///f.db, postgresql://user@host/db, journal:PATH (search: "
+            "overrides study.storage; the same command on several nodes makes them workers of one "
+            "study)."
+        )
     ),
 ]
 Gpus = Annotated[
     Optional[str],
     typer.Option(
-        help="GPUs: 0,1,2,3 or all. search: one trial per GPU (or group of world_size) at once; nccl: the group "
-        "(default all). On the CPU: search runs that many trials at once, nccl that many gloo ranks (default 2)."
+        help=(
+            "GPUs: 0,1,2,3 or all. search: one trial per GPU (or group of world_size) at once; "
+            "nccl: the group (default all). On the CPU: search runs that many trials at once, "
+            "nccl that many gloo ranks (default 2)."
+        )
     ),
 ]
 Out = Annotated[
-    Path, typer.Option(help="Output folder: search writes OUT/<name>/, nccl writes OUT/nccl.json and logs.")
+    Path,
+    typer.Option(
+        help="Output folder: search writes OUT/<name>/, nccl writes OUT/nccl.json and logs."
+    ),
 ]
 
 
@@ -40,7 +55,10 @@ def finite(value: float | None) -> float | None:
 
 
 # search's options (declared once, as the others above)
-Trials = Annotated[Optional[int], typer.Option(min=1, max=100_000, help="Trials to measure (overrides study.trials).")]
+Trials = Annotated[
+    Optional[int],
+    typer.Option(min=1, max=100_000, help="Trials to measure (overrides study.trials)."),
+]
 TimeoutMin = Annotated[
     Optional[float],
     typer.Option(
@@ -55,16 +73,18 @@ ShowAll = Annotated[
     bool,
     typer.Option(
         "--all",
-        help="validate, --dry-run: show every knob, also those that cannot act in this task and world size "
-        "(FSDP on one GPU).",
+        help="validate, --dry-run: show every knob, also those that cannot act in this task and "
+        "world size (FSDP on one GPU).",
     ),
 ]
-DryRun = Annotated[bool, typer.Option(help="Print the resolved space, its size and the baseline; run nothing.")]
+DryRun = Annotated[
+    bool, typer.Option(help="Print the resolved space, its size and the baseline; run nothing.")
+]
 WarmStart = Annotated[
     Optional[Path],
     typer.Option(
-        help="Begin with the measured trials of the study in this folder (same model, workload, GPU and "
-        "torch) that lie in this space; they are not measured again and count no budget."
+        help="Begin with the measured trials of the study in this folder (same model, workload, "
+        "GPU and torch) that lie in this space; they are not measured again and count no budget."
     ),
 ]
 Mlflow = Annotated[
@@ -72,8 +92,8 @@ Mlflow = Annotated[
     typer.Option(
         "--mlflow",
         metavar="TRACKING_URI",
-        help="Log each trial to MLflow at this tracking URI (overrides study.tracking.mlflow.tracking_uri; "
-        "needs the mlflow extra).",
+        help="Log each trial to MLflow at this tracking URI (overrides "
+        "study.tracking.mlflow.tracking_uri; needs the mlflow extra).",
     ),
 ]
 Wandb = Annotated[
@@ -81,7 +101,10 @@ Wandb = Annotated[
     typer.Option(
         "--wandb",
         metavar="PROJECT",
-        help="Log each trial to this Weights & Biases project (overrides study.tracking.wandb.project; "
-        "needs the wandb extra; WANDB_MODE=offline writes it locally).",
+        help=(
+            "Log each trial to this Weights & Biases project (overrides "
+            "study.tracking.wandb.project; needs the wandb extra; WANDB_MODE=offline writes it "
+            "locally)."
+        ),
     ),
 ]

@@ -13,7 +13,6 @@ from autotune.cli._errors import funnel
 from autotune.cli._options import BestYaml, finite
 from autotune.regress_conditions import HOST_LOAD_LIMIT
 
-
 # The slowdown tolerated and the host's load judged (regress_conditions), declared once here.
 Tolerance = Annotated[
     Optional[float],
@@ -21,9 +20,9 @@ Tolerance = Annotated[
         min=0.0,
         max=100.0,
         callback=finite,
-        help="Slowdown in percent tolerated before failing (default: the larger of 2% and 3x the baseline's "
-        "process-to-process spread; 5% with a one-sample baseline). Given, a step in the nightly series "
-        "smaller than it is not flagged either.",
+        help="Slowdown in percent tolerated before failing (default: the larger of 2% and 3x the "
+        "baseline's process-to-process spread; 5% with a one-sample baseline). Given, a step "
+        "in the nightly series smaller than it is not flagged either.",
     ),
 ]
 MaxLoad = Annotated[
@@ -32,8 +31,11 @@ MaxLoad = Annotated[
         min=0.0,
         max=10_000.0,
         callback=finite,
-        help="Host load per CPU core (1-minute load average / CPUs) past which a regression is called "
-        "unreliable (exit 3), as another process on the GPU makes it; 0: the load is not judged.",
+        help=(
+            "Host load per CPU core (1-minute load average / CPUs) past which a regression is "
+            "called unreliable (exit 3), as another process on the GPU makes it; 0: the load is "
+            "not judged."
+        ),
     ),
 ]
 
@@ -42,9 +44,12 @@ MaxLoad = Annotated[
 def check(
     best_yaml: BestYaml,
     model: Annotated[
-        Optional[Path], typer.Option(help="MODEL_YAML whose model and workload replace best.yaml's.")
+        Optional[Path],
+        typer.Option(help="MODEL_YAML whose model and workload replace best.yaml's."),
     ] = None,
-    repeats: Annotated[int, typer.Option(min=1, max=1000, help="Measurements, each in a fresh process.")] = 5,
+    repeats: Annotated[
+        int, typer.Option(min=1, max=1000, help="Measurements, each in a fresh process.")
+    ] = 5,
     tolerance: Tolerance = None,
     junit: Annotated[
         Optional[Path],
@@ -55,17 +60,22 @@ def check(
         ),
     ] = None,
     update: Annotated[
-        bool, typer.Option(help="On pass or faster, record this check's samples as the new baseline.")
+        bool,
+        typer.Option(help="On pass or faster, record this check's samples as the new baseline."),
     ] = False,
     max_load: MaxLoad = HOST_LOAD_LIMIT,
     reset_baseline: Annotated[
         bool,
         typer.Option(
-            help="Measure and record the samples as the baseline, compare nothing (do this once on the CI machine)."
+            help=(
+                "Measure and record the samples as the baseline, compare nothing (do this once on "
+                "the CI machine)."
+            )
         ),
     ] = False,
 ) -> None:
-    """Re-measure the chosen configuration; exit 1 on a regression beyond tolerance and noise, 3 if unmeasurable
+    """Re-measure the chosen configuration; exit 1 on a regression beyond tolerance and noise, 3 if
+    unmeasurable
     or disturbed."""
     with funnel():
         from autotune import regress
@@ -73,7 +83,8 @@ def check(
 
         console, progress = out_console(), out_console(stderr=True)
 
-        def on_repeat(event: dict) -> None:  # each repeat as it ends, on stderr: stdout's first line is the verdict
+        # each repeat as it ends, on stderr: stdout's first line is the verdict
+        def on_repeat(event: dict) -> None:
             progress.print(repeat_line(event), highlight=False)
 
         if reset_baseline:

@@ -18,26 +18,44 @@ from autotune.errors import NoSuccessError
 def nccl(
     gpus: Gpus = None,
     algos: Annotated[
-        str, typer.Option(help="NCCL_ALGO values, comma-separated (default sets nothing; NVLS only if you list it).")
+        str,
+        typer.Option(
+            help=(
+                "NCCL_ALGO values, comma-separated (default sets nothing; NVLS only if you list "
+                "it)."
+            )
+        ),
     ] = "default,Ring,Tree,CollnetDirect,CollnetChain,PAT",
-    protos: Annotated[str, typer.Option(help="NCCL_PROTO values, comma-separated.")] = "default,Simple,LL,LL128",
+    protos: Annotated[
+        str, typer.Option(help="NCCL_PROTO values, comma-separated.")
+    ] = "default,Simple,LL,LL128",
     min_mb: Annotated[
-        float, typer.Option(min=0.001, max=16384, callback=finite, help="Smallest message, MB (10^6 bytes).")
+        float,
+        typer.Option(
+            min=0.001, max=16384, callback=finite, help="Smallest message, MB (10^6 bytes)."
+        ),
     ] = 1.0,
     max_mb: Annotated[
         float,
         typer.Option(
-            min=0.001, max=16384, callback=finite, help="Largest message, MB; sizes double from the smallest."
+            min=0.001,
+            max=16384,
+            callback=finite,
+            help="Largest message, MB; sizes double from the smallest.",
         ),
     ] = 1024.0,
     warmup: Annotated[int, typer.Option(min=0, max=10_000, help="Untimed samples per size.")] = 3,
     iters: Annotated[
-        int, typer.Option(min=1, max=10_000, help="Timed samples per size (median of the slowest rank's).")
+        int,
+        typer.Option(
+            min=1, max=10_000, help="Timed samples per size (median of the slowest rank's)."
+        ),
     ] = 10,
     device: Device = None,
     out: Out = Path("trials/nccl"),
     timeout_min: Annotated[
-        float, typer.Option(min=0.05, max=10_080, callback=finite, help="Limit for one setting's run.")
+        float,
+        typer.Option(min=0.05, max=10_080, callback=finite, help="Limit for one setting's run."),
     ] = 3.0,
 ) -> None:
     """All-reduce bus bandwidth by NCCL algorithm and protocol, 1 MB to 1 GB, like nccl-tests."""
@@ -49,10 +67,15 @@ def nccl(
         device = resolve_device(device)
         algo_list = sweep.parse_names("--algos", algos, sweep.ALGOS)
         proto_list = sweep.parse_names("--protos", protos, sweep.PROTOS)
-        gpu_list = parse_gpus("0,1" if device == "cpu" and gpus in (None, "all") else gpus or "all") or []
+        gpu_list = (
+            parse_gpus("0,1" if device == "cpu" and gpus in (None, "all") else gpus or "all") or []
+        )
         sizes = sweep.message_sizes(min_mb, max_mb)
         if device == "cpu":
-            console.print("device cpu: the gloo backend has no NCCL; --algos and --protos do not apply, one gloo run")
+            console.print(
+                "device cpu: the gloo backend has no NCCL; --algos and --protos do not apply, one "
+                "gloo run"
+            )
         doc = sweep.sweep(
             out,
             device=device,
@@ -69,4 +92,6 @@ def nccl(
             console.print(table)
         console.print(f"written to {out / 'nccl.json'}")
         if not any(c["status"] == "ok" for c in doc["cells"]):
-            raise NoSuccessError("no setting ran; see the reasons above and the logs under " + str(out))
+            raise NoSuccessError(
+                "no setting ran; see the reasons above and the logs under " + str(out)
+            )

@@ -8,22 +8,28 @@ from typing import Annotated, Optional
 
 import typer
 
+from autotune import paths
 from autotune.cli._app import app
 from autotune.cli._console import console as out_console
 from autotune.cli._errors import funnel
 from autotune.cli._options import Storage
-from autotune import paths
 from autotune.errors import ConfigError
 
 
 @app.command()
 def report(
-    study_dir: Annotated[Optional[Path], typer.Argument(help="trials/<name> (holds study.db).")] = None,
+    study_dir: Annotated[
+        Optional[Path], typer.Argument(help="trials/<name> (holds study.db).")
+    ] = None,
     study: Annotated[Optional[str], typer.Option(help="Study name in --storage.")] = None,
     storage: Storage = None,
     format: Annotated[str, typer.Option("--format", help="rich, json or markdown.")] = "rich",
-    html: Annotated[Optional[Path], typer.Option(help="Write report.html and its plots to this folder.")] = None,
-    no_html: Annotated[bool, typer.Option("--no-html", help="Do not write the HTML report.")] = False,
+    html: Annotated[
+        Optional[Path], typer.Option(help="Write report.html and its plots to this folder.")
+    ] = None,
+    no_html: Annotated[
+        bool, typer.Option("--no-html", help="Do not write the HTML report.")
+    ] = False,
     wide: Annotated[
         bool,
         typer.Option("--wide", help="The whole trials table, past the terminal's width."),
@@ -56,8 +62,13 @@ def report(
         else:
             rep.render_rich(data, console, wide=wide)
         default = folder / "report" if folder is not None and format == "rich" else None
-        if html is None and default is not None and not os.access(default if default.exists() else folder, os.W_OK):
-            default = None  # a study read from a read-only place: no HTML unless asked for with --html
+        if (
+            html is None
+            and default is not None
+            and not os.access(default if default.exists() else folder, os.W_OK)
+        ):
+            # a study read from a read-only place: no HTML unless asked for with --html
+            default = None
         target = html or default
         if target is not None and not no_html:
             path = rep.write_html(data, target, study=opened)

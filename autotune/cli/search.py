@@ -76,7 +76,9 @@ def search(
                 warm_start_from=warm_start,
                 space=space,
             )
-        _print_result(console, result, list(space.searched) or ["micro_batch_size"], cfg.workload.task)
+        _print_result(
+            console, result, list(space.searched) or ["micro_batch_size"], cfg.workload.task
+        )
 
 
 def _shown(cfg: Any) -> dict[str, Any]:
@@ -98,31 +100,39 @@ def _say_notes(console: Any, cfg: Any) -> None:
 
 
 def _print_result(console: Any, result: Any, searched: list[str], task: str) -> None:
-    """The search's end: the top trials, the confirmation, what was chosen and where it was written."""
+    """The search's end: the top trials, the confirmation, what was chosen and where it was
+    written."""
     from autotune.views import confirmation_table, top_trials_table
 
     if result.best is None and result.history.launched == 0:
         raise NoSuccessError(
-            f"no trial was launched ({result.stop_reason}): every point tried was known not to run here or "
-            "taken by another worker, or the time ran out first; nothing was measured, so runs/ holds no log"
+            f"no trial was launched ({result.stop_reason}): every point tried was known not to "
+            "run here or taken by another worker, or the time ran out first; nothing was "
+            "measured, so runs/ holds no log"
         )
     if result.best is None:
         raise NoSuccessError(
-            f"no trial succeeded ({result.history.launched} launched); see {result.study_dir}/runs/*/worker.log"
+            f"no trial succeeded ({result.history.launched} launched); see "
+            f"{result.study_dir}/runs/*/worker.log"
         )
     console.print(top_trials_table(result.history, searched, task))
     if result.confirmation:
         console.print(confirmation_table(result.confirmation))
-        console.print(f"chosen: trial {result.confirmation['chosen']}: {result.confirmation['why']}", highlight=False)
+        console.print(
+            f"chosen: trial {result.confirmation['chosen']}: {result.confirmation['why']}",
+            highlight=False,
+        )
     console.print(
-        f"{result.stop_reason}; {result.new_trials} new trial(s). Best: trial {result.chosen_number}, "
+        f"{result.stop_reason}; {result.new_trials} new trial(s). Best: trial "
+        f"{result.chosen_number}, "
         f"written to {result.best_yaml}"
     )
 
 
 @app.command()
 def validate(model_yaml: ModelYaml, show_all: ShowAll = False) -> None:
-    """Check MODEL_YAML and print the resolved config and space (the knobs that can act here; --all: every one)."""
+    """Check MODEL_YAML and print the resolved config and space (the knobs that can act here; --all:
+    every one)."""
     with funnel():
         from autotune import tasks
         from autotune.config_load import load
@@ -140,7 +150,9 @@ def validate(model_yaml: ModelYaml, show_all: ShowAll = False) -> None:
             from autotune.views import memory_table
 
             gpus = [g["memory_gib"] for g in detect()["gpus"]]
-            table = memory_table(model_spec(cfg.model), space, cfg.workload.world_size, min(gpus) if gpus else None)
+            table = memory_table(
+                model_spec(cfg.model), space, cfg.workload.world_size, min(gpus) if gpus else None
+            )
             if table is not None:
                 console.print(table)
         console.print(Text.assemble(("ok", "green"), f": {printable(str(model_yaml))} is valid"))

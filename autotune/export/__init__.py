@@ -83,7 +83,8 @@ def export(best_path: Path, formats: Sequence[str] | None = None) -> list[Form]:
         if f not in (*applies, ALL):
             raise ConfigError(
                 f"--format {f}: does not apply to this study (task {w.task}"
-                f"{'' if w.command is not None else ', no command section'}); use {', '.join(applies)}"
+                f"{'' if w.command is not None else ', no command section'}); use "
+                f"{', '.join(applies)}"
             )
     if asked is None:
         asked = list(fitting(w))

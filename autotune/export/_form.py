@@ -1,5 +1,7 @@
-"""What every format shares: the Form it returns, a knob's translation (Out, Rule), the loop that names what a
-format cannot express (translate), the knobs only the model's code holds, torchrun's launch, and the text helpers
+"""What every format shares: the Form it returns, a knob's translation (Out, Rule), the loop that
+names what a
+format cannot express (translate), the knobs only the model's code holds, torchrun's launch, and the
+text helpers
 (environment lines, Python literals and calls)."""
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from autotune.export._winner import ENV_KNOBS, Winner
 
 @dataclass
 class Form:
-    """The winner in one format: the text to paste, and the knobs it cannot express ("knob=value (why)"), which the
+    """The winner in one format: the text to paste, and the knobs it cannot express ("knob=value
+    (why)"), which the
     text names too, as `# no equivalent in <format>: ...` lines."""
 
     format: str
@@ -26,8 +29,10 @@ class Form:
 
 @dataclass
 class Out:
-    """What one knob value becomes in a format: arguments (keyword arguments, or a config's dotted keys), lines of
-    code to add, or `none`: why it has no equivalent (named when the value is not autotune's default, or always
+    """What one knob value becomes in a format: arguments (keyword arguments, or a config's dotted
+    keys), lines of
+    code to add, or `none`: why it has no equivalent (named when the value is not autotune's
+    default, or always
     when `always`: the framework does otherwise even then)."""
 
     args: dict[str, Any] = field(default_factory=dict)
@@ -62,26 +67,42 @@ def _attention_code(value: Any) -> str:
     )
 
 
-# The knobs that change the model's own code: no framework's configuration holds them (why, by value).
+# The knobs that change the model's own code: no framework's configuration holds them (why, by
+# value).
 MODEL_CODE: dict[str, Callable[[Any], str]] = {
     "attention": _attention_code,
-    "pad_vocab_multiple": lambda v: "a change to the model: embedding and head padded, logits cut before the loss",
-    "cross_entropy": lambda v: "autotune's chunked loss: head and cross-entropy over token slices, each checkpointed",
+    "pad_vocab_multiple": lambda v: (
+        "a change to the model: embedding and head padded, logits cut before the loss"
+    ),
+    "cross_entropy": lambda v: (
+        "autotune's chunked loss: head and cross-entropy over token slices, each checkpointed"
+    ),
 }
 
 
 def launcher(w: Winner) -> list[str]:
-    """torchrun's arguments: --standalone on one node, a c10d rendezvous on several (run it on every node)."""
+    """torchrun's arguments: --standalone on one node, a c10d rendezvous on several (run it on every
+    node)."""
     per_node = ["--nproc-per-node", str(w.world_size // w.nnodes)]
     if w.nnodes == 1:
         return ["torchrun", "--standalone", *per_node]
     endpoint = w.rdzv_endpoint or "HOST:PORT"
-    return ["torchrun", "--nnodes", str(w.nnodes), *per_node, "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint]
+    return [
+        "torchrun",
+        "--nnodes",
+        str(w.nnodes),
+        *per_node,
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        endpoint,
+    ]
 
 
 @dataclass
 class Translation:
-    """A format's reading of the winner's knobs: the arguments and lines, in knob order, and what is missing."""
+    """A format's reading of the winner's knobs: the arguments and lines, in knob order, and what is
+    missing."""
 
     args: dict[str, Any] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)
@@ -89,8 +110,10 @@ class Translation:
 
 
 def translate(w: Winner, rules: dict[str, Rule], otherwise: str) -> Translation:
-    """Each knob of the winner through the format's rules. An environment knob is the environment lines'; a knob of
-    your command (task command) is yours; a knob without a rule has no equivalent, `otherwise` says why."""
+    """Each knob of the winner through the format's rules. An environment knob is the environment
+    lines'; a knob of
+    your command (task command) is yours; a knob without a rule has no equivalent, `otherwise` says
+    why."""
     done = Translation()
     for name, value in w.knobs.items():
         if value is None or name in ENV_KNOBS:
@@ -135,10 +158,14 @@ def export_lines(env: dict[str, str]) -> list[str]:
 
 
 def env_block(env: dict[str, str], prefix: str = "") -> list[str]:
-    """The environment section of a form (empty when nothing is set); `prefix` comments it out (TOML)."""
+    """The environment section of a form (empty when nothing is set); `prefix` comments it out
+    (TOML)."""
     if not env:
         return []
-    return ["# environment of every rank, set before launching", *[prefix + line for line in export_lines(env)]]
+    return [
+        "# environment of every rank, set before launching",
+        *[prefix + line for line in export_lines(env)],
+    ]
 
 
 class Code(str):

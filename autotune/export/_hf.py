@@ -1,8 +1,12 @@
-"""The winner as Hugging Face `TrainingArguments(...)` keyword arguments and the same as command-line flags.
+"""The winner as Hugging Face `TrainingArguments(...)` keyword arguments and the same as
+command-line flags.
 
-The field names are TrainingArguments' (transformers/src/transformers/training_args.py): per_device_train_batch_size,
-gradient_accumulation_steps, bf16, fp16, tf32, torch_compile, torch_compile_mode, gradient_checkpointing,
-gradient_checkpointing_kwargs, optim, ddp_bucket_cap_mb. HfArgumentParser makes each a `--<name> <value>` flag.
+The field names are TrainingArguments' (transformers/src/transformers/training_args.py):
+per_device_train_batch_size,
+gradient_accumulation_steps, bf16, fp16, tf32, torch_compile, torch_compile_mode,
+gradient_checkpointing,
+gradient_checkpointing_kwargs, optim, ddp_bucket_cap_mb. HfArgumentParser makes each a `--<name>
+<value>` flag.
 A command study's HF form is its measured command's own flags instead (_hf_command).
 """
 
@@ -21,8 +25,8 @@ from autotune.export._form import (
     env_block,
     launcher,
     missing_lines,
-    one_line,
     no_equivalent,
+    one_line,
     translate,
 )
 from autotune.export._hf_command import hf_command
@@ -35,7 +39,9 @@ def _precision(value: Any, w: Winner) -> Out:
     if value == "fp32":  # TF32 off: PyTorch's default, which TrainingArguments' tf32=None leaves
         return Out()
     if value == "fp8":
-        return no_equivalent("torchao float8 training of the linear layers: no TrainingArguments argument")
+        return no_equivalent(
+            "torchao float8 training of the linear layers: no TrainingArguments argument"
+        )
     return Out({value: True})
 
 
@@ -57,7 +63,9 @@ def _attention(value: Any, w: Winner) -> Out:
     if value == "auto":
         return Out()
     if value == "eager":  # an argument of the model's loading, not of TrainingArguments
-        return Out(lines=['model = AutoModelForCausalLM.from_pretrained(..., attn_implementation="eager")'])
+        return Out(
+            lines=['model = AutoModelForCausalLM.from_pretrained(..., attn_implementation="eager")']
+        )
     return no_equivalent(MODEL_CODE["attention"](value))
 
 
@@ -65,14 +73,23 @@ def _checkpointing(value: Any, w: Winner) -> Out:
     if value == "none":
         return Out()
     if value == "full":  # every layer, non-reentrant, as autotune's trial
-        return Out({"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": False}})
-    return no_equivalent(f"{value} checkpointing; gradient_checkpointing checkpoints every layer whole")
+        return Out(
+            {
+                "gradient_checkpointing": True,
+                "gradient_checkpointing_kwargs": {"use_reentrant": False},
+            }
+        )
+    return no_equivalent(
+        f"{value} checkpointing; gradient_checkpointing checkpoints every layer whole"
+    )
 
 
 def _ddp_option(default: Any) -> Rule:
     def rule(value: Any, w: Winner) -> Out:
         return (
-            Out() if value == default else no_equivalent("a DistributedDataParallel option no TrainingArguments sets")
+            Out()
+            if value == default
+            else no_equivalent("a DistributedDataParallel option no TrainingArguments sets")
         )
 
     return rule
@@ -85,10 +102,12 @@ def _ddp_compile(value: Any, w: Winner) -> Out:
 
 
 def _parallel(value: Any, w: Winner) -> Out:
-    if value == "ddp":  # the Trainer wraps the model in DistributedDataParallel when launched with torchrun
+    # the Trainer wraps the model in DistributedDataParallel when launched with torchrun
+    if value == "ddp":
         return Out()
     return no_equivalent(
-        "FSDP2 fully_shard of every block and the root; TrainingArguments' fsdp configures Accelerate's FSDP plug-in"
+        "FSDP2 fully_shard of every block and the root; TrainingArguments' fsdp configures "
+        "Accelerate's FSDP plug-in"
     )
 
 
@@ -117,7 +136,9 @@ def _flag_value(value: Any) -> str:
 
 def flags(args: dict[str, Any]) -> str:
     """The arguments as HfArgumentParser's flags, quoted for a shell."""
-    return shlex.join([part for key, value in args.items() for part in (f"--{key}", _flag_value(value))])
+    return shlex.join(
+        [part for key, value in args.items() for part in (f"--{key}", _flag_value(value))]
+    )
 
 
 def hf(w: Winner) -> Form:

@@ -104,9 +104,7 @@ def secret_lines(m: Measured) -> list[str]:
     texts = [*m.argv, *m.env.values()]
     refs = sorted({r.group(1) for t in texts for r in redact.ENV_REFERENCE.finditer(t)})
     masked = [
-        f"command.argv[{i}] as $SECRET_ARG_{i}"
-        for i, a in enumerate(m.argv)
-        if redact.MASK in a
+        f"command.argv[{i}] as $SECRET_ARG_{i}" for i, a in enumerate(m.argv) if redact.MASK in a
     ]
     masked += [f"command.env.{k} as ${k}" for k, v in m.env.items() if redact.MASK in v]
     lines = (

@@ -7,7 +7,6 @@ import shlex
 
 from autotune.command_render import text_of
 from autotune.export._form import Form, env_block, launcher, missing_lines
-from autotune.redact import MASK
 from autotune.export._measured import (
     RUN_DIR_NOTE,
     config_lines,
@@ -17,6 +16,7 @@ from autotune.export._measured import (
     unmapped,
 )
 from autotune.export._winner import ENV_KNOBS, Winner
+from autotune.redact import MASK
 
 
 def command(w: Winner) -> Form:
@@ -43,7 +43,8 @@ def command(w: Winner) -> Form:
 
 
 def torchrun(w: Winner) -> Form:
-    """torchrun's prefix and the environment; every other knob is a setting of your script, named."""
+    """torchrun's prefix and the environment; every other knob is a setting of your script,
+    named."""
     missing = [
         f"{name}={text_of(value)} (a setting of your script: torchrun only launches it)"
         for name, value in w.knobs.items()

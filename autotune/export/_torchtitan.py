@@ -118,10 +118,16 @@ def _checkpointing(value: Any, w: Winner) -> Out:
 def _parallel(value: Any, w: Winner) -> Out:
     if value == "fsdp":
         return Out(
-            {"parallelism.data_parallel_shard_degree": w.world_size, "parallelism.data_parallel_replicate_degree": 1}
+            {
+                "parallelism.data_parallel_shard_degree": w.world_size,
+                "parallelism.data_parallel_replicate_degree": 1,
+            }
         )
     return Out(
-        {"parallelism.data_parallel_replicate_degree": w.world_size, "parallelism.data_parallel_shard_degree": 1}
+        {
+            "parallelism.data_parallel_replicate_degree": w.world_size,
+            "parallelism.data_parallel_shard_degree": 1,
+        }
     )
 
 
@@ -158,7 +164,9 @@ RULES: dict[str, Rule] = {
     "ddp_compile": _when("split", 'torchtitan sets optimize_ddp = "ddp_optimizer" (split)'),
     "gradient_as_bucket_view": _when(False, "not a torchtitan config key"),
     "static_graph": _when(False, "not a torchtitan config key"),
-    "reshard_after_forward": lambda v, w: Out({"parallelism.fsdp_reshard_after_forward": "always" if v else "never"}),
+    "reshard_after_forward": lambda v, w: Out(
+        {"parallelism.fsdp_reshard_after_forward": "always" if v else "never"}
+    ),
     "fsdp_reduce_dtype": lambda v, w: (
         Out({"training.mixed_precision_reduce": "float32"})
         if v == "fp32"
@@ -166,7 +174,9 @@ RULES: dict[str, Rule] = {
     ),
     "fsdp_forward_prefetch": _when(0, "torchtitan sets no explicit forward prefetch"),
     "fsdp_backward_prefetch": _when(1, "torchtitan sets no explicit backward prefetch"),
-    "fsdp_grad_sync": _when("every", "torchtitan reduce-scatters the gradients after every micro-batch", always=True),
+    "fsdp_grad_sync": _when(
+        "every", "torchtitan reduce-scatters the gradients after every micro-batch", always=True
+    ),
 }
 
 

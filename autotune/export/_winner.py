@@ -1,6 +1,9 @@
-"""The winner of a study as export reads it from best.yaml: its knobs, environment, metrics, ranks and, for a
-command study, the command. A train or generate study's file is validated by documents.best_file.read_best; a command
-study's (it has a `command:` section, which read_best does not know) is checked here, section by section."""
+"""The winner of a study as export reads it from best.yaml: its knobs, environment, metrics, ranks
+and, for a
+command study, the command. A train or generate study's file is validated by
+documents.best_file.read_best; a command
+study's (it has a `command:` section, which read_best does not know) is checked here, section by
+section."""
 
 from __future__ import annotations
 
@@ -12,7 +15,8 @@ from autotune import knobs as catalogue
 from autotune import paths, yamlio
 from autotune.errors import ConfigError, excerpt
 
-# The knobs that act through environment variables: every format sets them as environment lines (apply.env).
+# The knobs that act through environment variables: every format sets them as environment lines
+# (apply.env).
 ENV_KNOBS = frozenset(k.name for k in catalogue.CATALOGUE if k.env)
 
 
@@ -30,14 +34,18 @@ class Winner:
     nnodes: int = 1
     rdzv_endpoint: str | None = None
     device: str = "cuda"
-    command: dict[str, Any] | None = None  # task command: the study's command section (config.CommandConfig)
-    base_dir: str | None = None  # the study YAML's folder: a command's cwd and config_file are relative to it
-    user_knobs: frozenset[str] = field(default_factory=frozenset)  # a command's own knobs, not autotune's
+    # task command: the study's command section (config.CommandConfig)
+    command: dict[str, Any] | None = None
+    # the study YAML's folder: a command's cwd and config_file are relative to it
+    base_dir: str | None = None
+    # a command's own knobs, not autotune's
+    user_knobs: frozenset[str] = field(default_factory=frozenset)
     seq_len: int | None = None  # the model's sequence length (torchtitan counts a batch in tokens)
     trial: int | None = None  # the chosen trial's number (chosen.trial): whose command is exported
 
     def differs(self, name: str) -> bool:
-        """Whether the knob's value is worth naming: not autotune's default (a knob of your own: always)."""
+        """Whether the knob's value is worth naming: not autotune's default (a knob of your own:
+        always)."""
         knob = catalogue.BY_NAME.get(name)
         return knob is None or self.knobs[name] != knob.default
 
@@ -86,12 +94,14 @@ def _chosen_trial(chosen: Any) -> int | None:
 
 
 def _check_command_study(path: Path, doc: dict[str, Any]) -> None:
-    """A command study's best.yaml: the sections export reads, each of the right kind; the command as the YAML
+    """A command study's best.yaml: the sections export reads, each of the right kind; the command
+    as the YAML
     schema says (config.CommandConfig); autotune's knobs as the catalogue says."""
     for key in ("knobs", "workload", "command"):
         if not isinstance(doc.get(key), dict):
             raise ConfigError(
-                f"{path}: {key}: missing or not a mapping; is this a best.yaml written by autotune search?"
+                f"{path}: {key}: missing or not a mapping; is this a best.yaml written by "
+                "autotune search?"
             )
     _check_ranks(path, doc["workload"])
     _check_command(path, doc["command"])
@@ -109,8 +119,12 @@ def _check_env(path: Path, apply: Any) -> None:
     env = apply.get("env") if isinstance(apply, dict) else None
     if apply is None or env is None:
         return
-    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        raise ConfigError(f"{path}: apply.env: {excerpt(env)} is not a mapping of variable names to strings")
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise ConfigError(
+            f"{path}: apply.env: {excerpt(env)} is not a mapping of variable names to strings"
+        )
     from autotune.config_command import NAME  # what a shell assigns and exports
 
     bad = [name for name in env if not NAME.fullmatch(name)]
@@ -139,14 +153,17 @@ def _check_command(path: Path, command: dict[str, Any]) -> None:
 
 
 def _check_catalogue_knobs(path: Path, knobs: dict[str, Any]) -> None:
-    """autotune's knobs among them, each value one its knob accepts (None: not acting), as read_best checks."""
+    """autotune's knobs among them, each value one its knob accepts (None: not acting), as read_best
+    checks."""
     from pydantic import ValidationError
 
-    from autotune.config_space import SpaceConfig
     from autotune.config_load import describe_error
+    from autotune.config_space import SpaceConfig
 
     given = {k: [v] for k, v in knobs.items() if k in catalogue.BY_NAME and v is not None}
     try:
         SpaceConfig.model_validate(given)
     except ValidationError as err:
-        raise ConfigError(f"{path}: knobs.{describe_error(err, 'space').removeprefix('space.')}") from None
+        raise ConfigError(
+            f"{path}: knobs.{describe_error(err, 'space').removeprefix('space.')}"
+        ) from None

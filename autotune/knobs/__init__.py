@@ -1,8 +1,12 @@
-"""The knob catalogue: every knob declared once (values, default, where it acts, how a trial applies it).
+"""The knob catalogue: every knob declared once (values, default, where it acts, how a trial applies
+it).
 
-Everything else reads this table: the YAML schema (`config_space.SpaceConfig` is built from it), space resolution
-(`space.py`), the trial's defaults (`protocol.TrialSpec.knobs`), best.yaml's apply notes and environment,
-and README's knob table (`markdown_table`, pinned by a test). Adding a knob is one entry here plus the
+Everything else reads this table: the YAML schema (`config_space.SpaceConfig` is built from it),
+space resolution
+(`space.py`), the trial's defaults (`protocol.TrialSpec.knobs`), best.yaml's apply notes and
+environment,
+and README's knob table (`markdown_table`, pinned by a test). Adding a knob is one entry here plus
+the
 code in the trial that applies it.
 
 Standard library only: the trial's process imports it too.
@@ -58,8 +62,10 @@ __all__ = [
 
 
 def numerics(knobs: dict[str, Any]) -> dict[str, Any]:
-    """The knob values of a training trial that change its arithmetic against the reference (bf16, exact
-    gradient all-reduce, fp32 reduction): what study.loss_check compares and, past its limit, the cause."""
+    """The knob values of a training trial that change its arithmetic against the reference (bf16,
+    exact
+    gradient all-reduce, fp32 reduction): what study.loss_check compares and, past its limit, the
+    cause."""
     out: dict[str, Any] = {}
     if knobs.get("precision") in ("fp8", "fp16"):
         out["precision"] = knobs["precision"]
@@ -73,7 +79,8 @@ def numerics(knobs: dict[str, Any]) -> dict[str, Any]:
 
 
 def reference_of(knobs: dict[str, Any]) -> dict[str, Any]:
-    """The same trial without what `numerics` names: bf16 for fp8/fp16, no comm hook, fp32 reduction."""
+    """The same trial without what `numerics` names: bf16 for fp8/fp16, no comm hook, fp32
+    reduction."""
     ref = {**knobs}
     if knobs.get("precision") in ("fp8", "fp16"):
         ref.update(precision="bf16", fp8_recipe=None, fp8_all_gather=None)
@@ -100,12 +107,14 @@ NAMES: tuple[str, ...] = tuple(BY_NAME)
 
 
 def defaults(task: str = "train") -> dict[str, Any]:
-    """Every knob of the task at its default: what a trial assumes for a knob its spec leaves out."""
+    """Every knob of the task at its default: what a trial assumes for a knob its spec leaves
+    out."""
     return {k.name: k.default for k in CATALOGUE if task in k.tasks}
 
 
 def env_of(knobs: dict[str, Any]) -> dict[str, str]:
-    """Environment variables that apply these knob values (best.yaml's apply.env); "default" sets nothing."""
+    """Environment variables that apply these knob values (best.yaml's apply.env); "default" sets
+    nothing."""
     return {
         var: str(knobs[k.name])
         for k in CATALOGUE
@@ -115,7 +124,8 @@ def env_of(knobs: dict[str, Any]) -> dict[str, str]:
 
 
 def apply_notes(knobs: dict[str, Any], device: str, task: str = "train") -> list[str]:
-    """How to reproduce these knob values in a script of the task (best.yaml's apply.notes), knob by knob."""
+    """How to reproduce these knob values in a script of the task (best.yaml's apply.notes), knob by
+    knob."""
     lines = []
     for k in CATALOGUE:
         note = k.note.get(task) if isinstance(k.note, dict) else k.note
@@ -146,7 +156,8 @@ def _default_text(knob: Knob) -> str:
 def markdown_table() -> str:
     """README's knob table, made from the catalogue (a test fails when README's copy differs)."""
     rows = [
-        "| knob | values | default when absent | applies to | effect in the trial (recorded in the trial's `applied`) |",
+        "| knob | values | default when absent | applies to | effect in the trial (recorded in "
+        "the trial's `applied`) |",
         "|---|---|---|---|---|",
     ]
     for k in CATALOGUE:
@@ -160,5 +171,7 @@ def markdown_table() -> str:
             )
         if k.multi_rank:
             where += ", world_size > 1" + (" on GPUs" if k.nccl else "")
-        rows.append(f"| `{k.name}` | {values_text(k)} | {_default_text(k)} | {where} | {k.effect} |")
+        rows.append(
+            f"| `{k.name}` | {values_text(k)} | {_default_text(k)} | {where} | {k.effect} |"
+        )
     return "\n".join(rows) + "\n"

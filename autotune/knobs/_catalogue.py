@@ -6,20 +6,20 @@ from typing import Literal, Optional
 
 from autotune import knob_notes as notes
 from autotune.knobs._generate import GENERATE
-from autotune.knobs._ranks import RANKS
 from autotune.knobs._knob import (
     ALL,
     BOTH,
     CE_CHUNKS,
+    TRAIN_AND_COMMAND,
     CompileMode,
     Knob,
     Not,
     Precision,
-    TRAIN_AND_COMMAND,
     _env_value,
     _pad,
     _positive,
 )
+from autotune.knobs._ranks import RANKS
 
 CATALOGUE: tuple[Knob, ...] = (
     Knob(
@@ -40,12 +40,19 @@ CATALOGUE: tuple[Knob, ...] = (
         "fp32",
         note={"train": notes.precision, "generate": notes.generate_precision},
         tasks=ALL,
-        help="fp32 (TF32 off), tf32 (TF32 matmuls), bf16 (autocast), fp16 (autocast + GradScaler), "
-        "fp8 (torchao float8 training of the linear layers, head in bf16; needs torchao and an sm89+ GPU).",
-        effect='fp32: TF32 off; tf32: TF32 matmuls (`fp32_precision="tf32"`); bf16: `torch.autocast` bf16; fp16: '
-        "autocast fp16 + `GradScaler` (dynamic loss scaling); fp8: torchao `convert_to_float8_training` on "
-        "every linear but the output head, under bf16 autocast (needs torchao, `pip install "
-        "'autotune[fp8]'`, and an sm89+ GPU; else the trial ends `invalid_config` saying so)",
+        help=(
+            "fp32 (TF32 off), tf32 (TF32 matmuls), bf16 (autocast), fp16 (autocast + GradScaler), "
+            "fp8 (torchao float8 training of the linear layers, head in bf16; needs torchao and "
+            "an sm89+ GPU)."
+        ),
+        effect=(
+            'fp32: TF32 off; tf32: TF32 matmuls (`fp32_precision="tf32"`); bf16: `torch.autocast` '
+            "bf16; fp16: "
+            "autocast fp16 + `GradScaler` (dynamic loss scaling); fp8: torchao "
+            "`convert_to_float8_training` on every linear but the output head, under bf16 "
+            "autocast (needs torchao, `pip install 'autotune[fp8]'`, and an sm89+ GPU; else the "
+            "trial ends `invalid_config` saying so)"
+        ),
     ),
     Knob(
         "grad_accum_steps",
@@ -68,7 +75,10 @@ CATALOGUE: tuple[Knob, ...] = (
         tasks=ALL,
         help="torch.compile: false, true (= default), or a mode: max-autotune-no-cudagraphs, "
         "reduce-overhead, max-autotune.",
-        values="`false`, `true`/`default`, `max-autotune-no-cudagraphs`, `reduce-overhead`, `max-autotune`",
+        values=(
+            "`false`, `true`/`default`, `max-autotune-no-cudagraphs`, `reduce-overhead`, "
+            "`max-autotune`"
+        ),
         effect="`torch.compile(model, mode=...)` (loss included)",
     ),
     Knob(
@@ -77,13 +87,19 @@ CATALOGUE: tuple[Knob, ...] = (
         "model",
         only_with=("compile", Not(False)),
         screen="block",
-        help="What torch.compile compiles: model (the whole model, loss included) or block (each repeated "
-        "transformer block, compiled once and reused for all: a cold compile of one block, not of every "
-        "layer; plus the model's head_loss, i.e. final norm, head and loss, as one more region; the embedding runs eager).",
-        effect="model: `torch.compile(model)`; block: `block.compile()` on every block of the model's list of "
-        "repeated blocks (built-in model: `blocks`; others: the largest `ModuleList` of one block class; "
-        "none: `invalid_config`), then `model.head_loss = torch.compile(model.head_loss)` where the model has one (the "
-        "built-in model and hf_config models)",
+        help=(
+            "What torch.compile compiles: model (the whole model, loss included) or block (each "
+            "repeated transformer block, compiled once and reused for all: a cold compile of one "
+            "block, not of every layer; plus the model's head_loss, i.e. final norm, head and "
+            "loss, as one more region; the embedding runs eager)."
+        ),
+        effect=(
+            "model: `torch.compile(model)`; block: `block.compile()` on every block of the "
+            "model's list of repeated blocks (built-in model: `blocks`; others: the largest "
+            "`ModuleList` of one block class; none: `invalid_config`), then `model.head_loss = "
+            "torch.compile(model.head_loss)` where the model has one (the built-in model and "
+            "hf_config models)"
+        ),
     ),
     Knob(
         "compile_dynamic",
@@ -91,12 +107,15 @@ CATALOGUE: tuple[Knob, ...] = (
         "static",
         only_with=("compile", Not(False)),
         screen="batch",
-        help="static: torch.compile specialises on the micro-batch size (a new size is a new compile); batch: "
-        "the batch dimension is compiled dynamic, so trials of every micro-batch size share one compiled program "
-        "through the compile cache (a second size loads it in seconds instead of compiling again; dynamic "
-        "shapes may cost step time: the search measures it).",
-        effect="batch: `torch._dynamo.maybe_mark_dynamic(t, 0)` on every input tensor of the micro-batches "
-        "(a micro-batch of 1 stays specialised)",
+        help=(
+            "static: torch.compile specialises on the micro-batch size (a new size is a new "
+            "compile); batch: the batch dimension is compiled dynamic, so trials of every "
+            "micro-batch size share one compiled program through the compile cache (a second size "
+            "loads it in seconds instead of compiling again; dynamic shapes may cost step time: "
+            "the search measures it)."
+        ),
+        effect="batch: `torch._dynamo.maybe_mark_dynamic(t, 0)` on every input tensor of the "
+        "micro-batches (a micro-batch of 1 stays specialised)",
     ),
     Knob(
         "attention",
@@ -104,11 +123,14 @@ CATALOGUE: tuple[Knob, ...] = (
         "auto",
         note=notes.attention,
         tasks=BOTH,
-        help="auto (PyTorch picks the SDPA kernel), an SDPA backend forced with sdpa_kernel "
-        "(flash, efficient, cudnn, math), or eager (softmax(QK^T)V materialised, the slow reference).",
-        effect="auto: PyTorch's SDPA choice; flash/efficient/cudnn/math: that SDPA backend forced with "
-        "`sdpa_kernel` (unavailable here: `invalid_config` with PyTorch's reason); eager: softmax(QK^T)V "
-        "materialised",
+        help=(
+            "auto (PyTorch picks the SDPA kernel), an SDPA backend forced with sdpa_kernel "
+            "(flash, efficient, cudnn, math), or eager (softmax(QK^T)V materialised, the slow "
+            "reference)."
+        ),
+        effect="auto: PyTorch's SDPA choice; flash/efficient/cudnn/math: that SDPA backend forced "
+        "with `sdpa_kernel` (unavailable here: `invalid_config` with PyTorch's reason); "
+        "eager: softmax(QK^T)V materialised",
     ),
     Knob(
         "pad_vocab_multiple",
@@ -117,8 +139,8 @@ CATALOGUE: tuple[Knob, ...] = (
         check=_pad,
         note=lambda k, d: (
             [
-                f"pad embedding and head to a multiple of {k['pad_vocab_multiple']}; cut logits to the "
-                "vocab before the loss"
+                f"pad embedding and head to a multiple of {k['pad_vocab_multiple']}; cut logits "
+                "to the vocab before the loss"
             ]
             if k.get("pad_vocab_multiple")
             else []
@@ -126,8 +148,8 @@ CATALOGUE: tuple[Knob, ...] = (
         help="Pad the embedding and head to a multiple of this (null: no padding); the padded "
         "logits are cut off before the loss, so the model is the same.",
         values="`null`, or an integer such as 64, 128",
-        effect="embedding and head padded (50257 -> 50304 with 64); the padded logits are cut off before the loss, "
-        "so the model is the same; MFU counts the unpadded model",
+        effect="embedding and head padded (50257 -> 50304 with 64); the padded logits are cut off "
+        "before the loss, so the model is the same; MFU counts the unpadded model",
     ),
     Knob(
         "activation_checkpointing",
@@ -141,16 +163,27 @@ CATALOGUE: tuple[Knob, ...] = (
                 + (
                     ", context_fn=<torchtitan's op policy>) on every block"
                     if k["activation_checkpointing"] == "selective_op"
-                    else ") on " + ("every block" if k["activation_checkpointing"] == "full" else "every other block")
+                    else ") on "
+                    + (
+                        "every block"
+                        if k["activation_checkpointing"] == "full"
+                        else "every other block"
+                    )
                 )
             ]
         ),
-        help="Recompute activations in the backward pass: none, full (every block), selective (every other "
-        "block), selective_op (every block, but the outputs of its matmuls, all but every second one, "
-        "and of attention are saved: torchtitan's per-op selective checkpointing).",
-        effect="`torch.utils.checkpoint` (non-reentrant) on every block, or every other block; selective_op: "
-        "every block with `context_fn=create_selective_checkpoint_contexts(policy)`, the policy saving "
-        "`aten.mm`/`addmm` outputs (every second one recomputed) and the SDPA kernels' outputs",
+        help=(
+            "Recompute activations in the backward pass: none, full (every block), selective "
+            "(every other block), selective_op (every block, but the outputs of its matmuls, all "
+            "but every second one, and of attention are saved: torchtitan's per-op selective "
+            "checkpointing)."
+        ),
+        effect=(
+            "`torch.utils.checkpoint` (non-reentrant) on every block, or every other block; "
+            "selective_op: every block with "
+            "`context_fn=create_selective_checkpoint_contexts(policy)`, the policy saving "
+            "`aten.mm`/`addmm` outputs (every second one recomputed) and the SDPA kernels' outputs"
+        ),
         tasks=TRAIN_AND_COMMAND,
     ),
     Knob(
@@ -165,16 +198,21 @@ CATALOGUE: tuple[Knob, ...] = (
                 "torch.utils.checkpoint (logits recomputed in backward)"
             ]
         ),
-        help=f"The loss: standard (the whole batch's logits at once) or chunked ({CE_CHUNKS} slices of the "
-        "tokens, each recomputed in backward, so one slice's fp32 logits are alive at a time: less memory "
-        "for large vocabularies, one more head matmul).",
-        effect=f"chunked: head + cross-entropy over {CE_CHUNKS} token slices, each checkpointed; built-in model only",
+        help=f"The loss: standard (the whole batch's logits at once) or chunked ({CE_CHUNKS} "
+        "slices of the tokens, each recomputed in backward, so one slice's fp32 logits are "
+        "alive at a time: less memory for large vocabularies, one more head matmul).",
+        effect=(
+            f"chunked: head + cross-entropy over {CE_CHUNKS} token slices, each checkpointed; "
+            "built-in model only"
+        ),
     ),
     Knob(
         "fused_optimizer",
         bool,
         False,
-        note=lambda k, d: ["torch.optim.AdamW(..., fused=True)"] if k.get("fused_optimizer") else [],
+        note=lambda k, d: (
+            ["torch.optim.AdamW(..., fused=True)"] if k.get("fused_optimizer") else []
+        ),
         help="AdamW(fused=True) instead of foreach.",
         effect="`AdamW(fused=True)` instead of the foreach implementation",
     ),
@@ -200,8 +238,8 @@ CATALOGUE: tuple[Knob, ...] = (
             if k.get("fp8_all_gather")
             else []
         ),
-        help="fp8 with fsdp: all-gather the sharded weights in float8 instead of bf16 (half the bytes); "
-        "tensorwise recipe only.",
+        help="fp8 with fsdp: all-gather the sharded weights in float8 instead of bf16 (half the "
+        "bytes); tensorwise recipe only.",
         effect="`Float8LinearConfig(enable_fsdp_float8_all_gather=True)` and "
         "`precompute_float8_dynamic_scale_for_fsdp` after each optimizer step (fsdp, tensorwise); "
         "otherwise `invalid_config`",
@@ -213,7 +251,10 @@ CATALOGUE: tuple[Knob, ...] = (
         env=("PYTORCH_CUDA_ALLOC_CONF",),
         check=_env_value,
         tasks=ALL,
-        help="PYTORCH_CUDA_ALLOC_CONF of the trial process, e.g. expandable_segments:True (default sets nothing).",
+        help=(
+            "PYTORCH_CUDA_ALLOC_CONF of the trial process, e.g. expandable_segments:True (default "
+            "sets nothing)."
+        ),
         values="strings, e.g. `default`, `expandable_segments:True`",
         effect="`PYTORCH_CUDA_ALLOC_CONF` of the trial process (`default` sets nothing)",
     ),

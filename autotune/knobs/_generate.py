@@ -1,4 +1,5 @@
-"""The knobs of task generate only (the catalogue ends with them: README's table keeps their order)."""
+"""The knobs of task generate only (the catalogue ends with them: README's table keeps their
+order)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ GENERATE: tuple[Knob, ...] = (
         check=_positive,
         tasks=("generate",),
         note=lambda k, d: [f"{k['batch_size']} sequences decoded together"],
-        help="Concurrent sequences of a generation (prefilled and decoded together): a list, one value, or "
-        "{multiple_of, min, max}.",
+        help="Concurrent sequences of a generation (prefilled and decoded together): a list, one "
+        "value, or {multiple_of, min, max}.",
         values="list, one value, or `{multiple_of, min, max}`",
         effect="sequences prefilled and decoded together",
     ),
@@ -29,12 +30,18 @@ GENERATE: tuple[Knob, ...] = (
         "none",
         tasks=("generate",),
         note=notes.quant,
-        help="Weights of every linear layer through torchao quantize_: none, int8_weight_only, int4_weight_only "
-        "(group size: int4_group_size), float8_weight_only, float8_dynamic (weights and activations, sm89+). "
-        "Each quantized trial checks its outputs against the unquantized model (study.drift).",
-        effect="`torchao.quantization.quantize_(model, <Config>())` on every `nn.Linear` (head included); each layer's output error, the "
-        "greedy tokens and the KL divergence against the unquantized model are recorded, and a trial past "
-        "`study.drift` ends `invalid_config: outputs drift`",
+        help=(
+            "Weights of every linear layer through torchao quantize_: none, int8_weight_only, "
+            "int4_weight_only (group size: int4_group_size), float8_weight_only, float8_dynamic "
+            "(weights and activations, sm89+). Each quantized trial checks its outputs against "
+            "the unquantized model (study.drift)."
+        ),
+        effect=(
+            "`torchao.quantization.quantize_(model, <Config>())` on every `nn.Linear` (head "
+            "included); each layer's output error, the greedy tokens and the KL divergence "
+            "against the unquantized model are recorded, and a trial past `study.drift` ends "
+            "`invalid_config: outputs drift`"
+        ),
     ),
     Knob(
         "int4_group_size",
@@ -52,13 +59,19 @@ GENERATE: tuple[Knob, ...] = (
         "tinygemm",
         tasks=("generate",),
         only_with=("weight_quant", "int4_weight_only"),
-        help="The int4 kernel (int4_weight_only only): tinygemm, torch's own (tile-packed layout); gemlite, "
-        "Triton kernels through torchao's prototype UIntxWeightOnlyConfig (needs `pip install 'autotune[gemlite]'`: "
-        "gemlite<0.6 with torchao 0.18). On an H200 both decode batch 1 at 1.6x bf16 over the linears "
-        "(docs/BENCHMARKS.md); gemlite 0.5.1's prefill kernel rejects bf16 (invalid_config).",
+        help=(
+            "The int4 kernel (int4_weight_only only): tinygemm, torch's own (tile-packed layout); "
+            "gemlite, Triton kernels through torchao's prototype UIntxWeightOnlyConfig (needs "
+            "`pip install 'autotune[gemlite]'`: gemlite<0.6 with torchao 0.18). On an H200 both "
+            "decode batch 1 at 1.6x bf16 over the linears (docs/BENCHMARKS.md); gemlite 0.5.1's "
+            "prefill kernel rejects bf16 (invalid_config)."
+        ),
         values="`tinygemm`, `gemlite`",
-        effect="tinygemm: `Int4WeightOnlyConfig(group_size, int4_packing_format='tile_packed_to_4d')`; gemlite: "
-        "`UIntxWeightOnlyConfig(group_size, bit_width=4)`",
+        effect=(
+            "tinygemm: `Int4WeightOnlyConfig(group_size, "
+            "int4_packing_format='tile_packed_to_4d')`; gemlite: "
+            "`UIntxWeightOnlyConfig(group_size, bit_width=4)`"
+        ),
     ),
     Knob(
         "compile_prefill",
@@ -66,11 +79,14 @@ GENERATE: tuple[Knob, ...] = (
         False,
         tasks=("generate",),
         only_with=("compile", Not(False)),
-        help="Also compile the prefill (without CUDA graphs); false runs it eager, as gpt-fast does by default. "
-        "Compiled prefill can be slower than eager with quantized weights (on an H200, int8 weight-only: "
-        "7.9 s against 38 ms for 512 tokens) and costs compile time.",
-        effect="`prefill = torch.compile(prefill)` (mode `default` or `max-autotune`, never CUDA graphs); false: "
-        "the prefill runs eager",
+        help=(
+            "Also compile the prefill (without CUDA graphs); false runs it eager, as gpt-fast "
+            "does by default. Compiled prefill can be slower than eager with quantized weights "
+            "(on an H200, int8 weight-only: 7.9 s against 38 ms for 512 tokens) and costs compile "
+            "time."
+        ),
+        effect="`prefill = torch.compile(prefill)` (mode `default` or `max-autotune`, never CUDA "
+        "graphs); false: the prefill runs eager",
     ),
     Knob(
         "kv_cache",
@@ -78,9 +94,12 @@ GENERATE: tuple[Knob, ...] = (
         "static",
         tasks=("generate",),
         note=notes.kv_cache,
-        help="static: K/V of prompt_len + gen_len positions preallocated, decode at fixed shapes (what CUDA graphs "
-        "need); dynamic: the cache grows by concatenation every token.",
-        effect="static: preallocated K/V, written in place with `index_copy_`, attention over the whole cache with a "
-        "mask; dynamic: `torch.cat` per token (compiled with `dynamic=True`; `reduce-overhead` needs static)",
+        help="static: K/V of prompt_len + gen_len positions preallocated, decode at fixed shapes "
+        "(what CUDA graphs need); dynamic: the cache grows by concatenation every token.",
+        effect=(
+            "static: preallocated K/V, written in place with `index_copy_`, attention over the "
+            "whole cache with a mask; dynamic: `torch.cat` per token (compiled with "
+            "`dynamic=True`; `reduce-overhead` needs static)"
+        ),
     ),
 )

@@ -1,4 +1,5 @@
-"""A knob's declaration (Knob) and the value checks the catalogue's entries use. Standard library only."""
+"""A knob's declaration (Knob) and the value checks the catalogue's entries use. Standard library
+only."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from typing import Any, Literal, Optional, Union, get_args, get_origin  # noqa: 
 
 Note = Callable[[dict[str, Any], str], list[str]]
 
-CHECKPOINT_EVERY = {"none": 0, "full": 1, "selective": 2, "selective_op": 1}  # checkpoint every k-th block
-CE_CHUNKS = 8  # cross_entropy chunked: the tokens' slices, each with its own logits, recomputed in backward
-POWERSGD_START = 2  # ddp_comm_hook powersgd compresses from this step on (PowerSGD's minimum with error feedback)
+# checkpoint every k-th block
+CHECKPOINT_EVERY = {"none": 0, "full": 1, "selective": 2, "selective_op": 1}
+# cross_entropy chunked: the tokens' slices, each with its own logits, recomputed in backward
+CE_CHUNKS = 8
+# ddp_comm_hook powersgd compresses from this step on (PowerSGD's minimum with error feedback)
+POWERSGD_START = 2
 
 
 # workload.task values; each knob says which of them it acts in
@@ -23,7 +27,8 @@ ALL = TASKS  # command: a knob the user maps onto their own command (task comman
 
 @dataclass(frozen=True)
 class Not:
-    """only_with's value for "any value but this one" (compile_scope acts whenever compile is not false)."""
+    """only_with's value for "any value but this one" (compile_scope acts whenever compile is not
+    false)."""
 
     value: Any
 
@@ -47,15 +52,18 @@ class Knob:
     )
     multi_rank: bool = False  # acts only across ranks: not searched with world_size 1
     nccl: bool = False  # an NCCL setting: meaningless on gloo (CPU)
-    env: tuple[str, ...] = ()  # environment variables of the trial's processes it sets ("default" sets none)
+    # environment variables of the trial's processes it sets ("default" sets none)
+    env: tuple[str, ...] = ()
     ranged: bool = False  # also accepts {multiple_of, min, max}
     sizes: bool = False  # positive integers, searched in ascending order
-    climb: bool = False  # stepped toward the study's limits by the loop (search/boundary.py); sizes knobs only
+    # stepped toward the study's limits by the loop (search/boundary.py); sizes knobs only
+    climb: bool = False
     derived: bool = False  # YAML default `auto`: derived from workload.global_batch_size
     # the value the staged search samples while it screens (cheap to compile, about as fast); the
     # knob's other values are measured for the leader only, at the end (search/stages.py)
     screen: Any = None
-    check: Callable[[Any], str | None] | None = None  # the message for a value the type admits but the knob does not
+    # the message for a value the type admits but the knob does not
+    check: Callable[[Any], str | None] | None = None
     # best.yaml: how to apply these values; a mapping where a task applies the knob its own way
     note: Note | dict[str, Note] | None = None
 
@@ -72,7 +80,8 @@ class Knob:
         return tuple(v for k in kinds if get_origin(k) is Literal for v in get_args(k))
 
 
-MAX_SIZE = 65536  # the largest micro-batch, accumulation, bucket (MiB) or padding multiple a knob accepts
+# the largest micro-batch, accumulation, bucket (MiB) or padding multiple a knob accepts
+MAX_SIZE = 65536
 
 
 def _positive(value: Any) -> str | None:
@@ -97,19 +106,26 @@ def _prefetch(low: int) -> Callable[[Any], str | None]:
     def check(value: Any) -> str | None:
         if low <= value <= MAX_PREFETCH:
             return None
-        return f"{value} is not a prefetch depth; use an integer from {low} to {MAX_PREFETCH} (blocks ahead)"
+        return (
+            f"{value} is not a prefetch depth; use an integer from {low} to {MAX_PREFETCH} "
+            "(blocks ahead)"
+        )
 
     return check
 
 
-MAX_PREFETCH = 8  # each block prefetched holds its gathered weights: deeper costs memory and no more overlap
+# each block prefetched holds its gathered weights: deeper costs memory and no more overlap
+MAX_PREFETCH = 8
 
 
 def _env_value(value: Any) -> str | None:
     """A value that becomes an environment variable: printable, one line, of a sane length."""
     if len(value) > 1024 or not value.isprintable():
         return (
-            f"{value[:40]!r}... is not a setting ({len(value)} characters; at most 1024, printable, one line)"
+            (
+                f"{value[:40]!r}... is not a setting ({len(value)} characters; at most 1024, "
+                "printable, one line)"
+            )
             if len(value) > 40
             else f"{value!r} is not a setting (printable characters, one line)"
         )
@@ -117,12 +133,20 @@ def _env_value(value: Any) -> str | None:
 
 
 def _channels(value: Any) -> str | None:
-    ok = value == "default" or (not isinstance(value, bool) and isinstance(value, int) and 1 <= value <= 64)
-    return None if ok else f"{value!r} is not a channel count; use default or an integer from 1 to 64"
+    ok = value == "default" or (
+        not isinstance(value, bool) and isinstance(value, int) and 1 <= value <= 64
+    )
+    return (
+        None if ok else f"{value!r} is not a channel count; use default or an integer from 1 to 64"
+    )
 
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
-CompileMode = Union[bool, Literal["default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune"]]
+CompileMode = Union[
+    bool, Literal["default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune"]
+]
 NcclAlgo = Literal["default", "Ring", "Tree", "CollnetDirect", "CollnetChain", "PAT", "NVLS"]
 NcclProto = Literal["default", "Simple", "LL", "LL128"]
-WeightQuant = Literal["none", "int8_weight_only", "int4_weight_only", "float8_weight_only", "float8_dynamic"]
+WeightQuant = Literal[
+    "none", "int8_weight_only", "int4_weight_only", "float8_weight_only", "float8_dynamic"
+]

@@ -10,7 +10,8 @@ from autotune import sizes
 
 @dataclass(frozen=True)
 class Shape:
-    """The built-in model's sizes as model.py builds it (derived sizes resolved as config.py resolves them)."""
+    """The built-in model's sizes as model.py builds it (derived sizes resolved as config.py
+    resolves them)."""
 
     family: str
     n_layers: int
@@ -29,8 +30,10 @@ class Shape:
 
 
 def shape(model: dict[str, Any], knobs: dict[str, Any] | None = None) -> Shape | None:
-    """The sizes of the built-in model (None for hf_config and entrypoint models): n_kv_heads defaults to
-    n_heads; ffn_hidden to 4*d_model (gpt) or 8/3*d_model rounded up to 256 (llama), as config.ModelConfig.ffn;
+    """The sizes of the built-in model (None for hf_config and entrypoint models): n_kv_heads
+    defaults to
+    n_heads; ffn_hidden to 4*d_model (gpt) or 8/3*d_model rounded up to 256 (llama), as
+    config.ModelConfig.ffn;
     the vocabulary padded to knobs' pad_vocab_multiple as train.build_model pads it."""
     if model.get("hf_config") or model.get("entrypoint") or not model.get("family"):
         return None
@@ -54,7 +57,8 @@ def shape(model: dict[str, Any], knobs: dict[str, Any] | None = None) -> Shape |
 
 @dataclass(frozen=True)
 class Param:
-    """One parameter tensor: rows (dim 0, what FSDP2 shards) x cols; linear: a weight or bias of an nn.Linear."""
+    """One parameter tensor: rows (dim 0, what FSDP2 shards) x cols; linear: a weight or bias of an
+    nn.Linear."""
 
     name: str
     rows: int
@@ -66,7 +70,8 @@ class Param:
         return self.rows * self.cols
 
     def shard(self, world: int) -> int:
-        """Elements one rank holds under FSDP2: dim 0 split into world_size chunks, padded to equal size."""
+        """Elements one rank holds under FSDP2: dim 0 split into world_size chunks, padded to equal
+        size."""
         return -(-self.rows // world) * self.cols
 
 
@@ -95,7 +100,8 @@ def block_params(s: Shape) -> list[Param]:
 
 
 def root_params(s: Shape) -> list[Param]:
-    """The parameters outside the blocks: token embedding, positions (gpt), final norm, head (once when tied)."""
+    """The parameters outside the blocks: token embedding, positions (gpt), final norm, head (once
+    when tied)."""
     d = s.d_model
     ps = [Param("tok.weight", s.padded_vocab, d)]
     if s.family == "gpt":
@@ -108,5 +114,6 @@ def root_params(s: Shape) -> list[Param]:
 
 
 def n_params(s: Shape) -> int:
-    """Parameters of the model, as sum(p.numel() for p in Transformer(m).parameters()) counts them."""
+    """Parameters of the model, as sum(p.numel() for p in Transformer(m).parameters()) counts
+    them."""
     return s.n_layers * sum(p.numel for p in block_params(s)) + sum(p.numel for p in root_params(s))

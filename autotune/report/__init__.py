@@ -1,13 +1,14 @@
 """autotune report: what a study found, read from its Optuna storage (no torch, no GPU).
 
-The data is computed first (`collect`), then rendered: Rich tables, JSON, Markdown, or HTML with plots.
+The data is computed first (`collect`), then rendered: Rich tables, JSON, Markdown, or HTML with
+plots.
 """
 
 from autotune.report._collect import collect
 from autotune.report._html import pareto_front, write_html
 from autotune.report._render import to_json, to_markdown
-from autotune.report._terminal import render_rich
 from autotune.report._table import fmt, rich_table, row_of
+from autotune.report._terminal import render_rich
 from autotune.search.storage import load_study
 
 __all__ = [

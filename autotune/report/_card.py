@@ -26,7 +26,8 @@ def chosen(data: dict[str, Any], phases: list[dict[str, Any]], gpus: int) -> dic
 
 
 def _apply(data: dict[str, Any], row: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
-    """What changes from the baseline, the environment it sets, the notes, and its one-time costs."""
+    """What changes from the baseline, the environment it sets, the notes, and its one-time
+    costs."""
     device = "cuda" if data["device"] == "cuda" else "cpu"
     base = data.get("baseline")
     return {
@@ -63,13 +64,16 @@ def card_html(data: dict[str, Any], c: dict[str, Any] | None) -> str:
     all its knobs, its figure and gain, the runner-up, what applying it costs, what the search
     cost; every string from the study escaped."""
     if c is None:
-        return '<section class="card"><h2>No configuration chosen yet</h2><p>No trial has completed.</p></section>'
+        return (
+            '<section class="card"><h2>No configuration chosen yet</h2><p>No trial has '
+            "completed.</p></section>"
+        )
     knobs = ", ".join(f"{k}={v}" for k, v in c["knobs"].items()) or "the baseline's knobs"
     first, gain, *_ = _text.chosen_lines(data)
     lines = [
         f'<h2>Chosen configuration: trial {c["trial"]} <span class="star">&#9733;</span></h2>',
         f'<p class="headline"><b>{fmt(c[Metric.TOKENS_PER_GPU], "tok")} tokens/s per GPU</b> '
-        f'({escape(_text.interval_text(c))})</p>',
+        f"({escape(_text.interval_text(c))})</p>",
         f"<p>{escape(gain)}{_efficiency_text(c)}</p>",
         f'<p class="knobs">All its knobs: {escape(knobs)}</p>',
         f"<p>{escape(_text.runner_up(c['runner_up']))}</p>" if c.get("runner_up") else "",

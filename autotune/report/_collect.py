@@ -132,7 +132,9 @@ def _steadiness(baseline: optuna.trial.FrozenTrial | None) -> dict[str, Any] | N
     if record is not None and isinstance(record.metric(Metric.WINDOW), dict):
         return _window_steadiness(record.metric(Metric.WINDOW))
     steps = record.step_times if record is not None else []
-    numbers = [x for x in steps if isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0]
+    numbers = [
+        x for x in steps if isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+    ]
     return metrics.steadiness(numbers) if numbers else None
 
 
@@ -194,7 +196,8 @@ def _failures(others: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         if r["state"] in ("running", "waiting"):
             continue
         entry = failures.setdefault(
-            r["state"] + (" (predicted)" if r["predicted"] else ""), {"count": 0, "trials": [], "example": r["reason"]}
+            r["state"] + (" (predicted)" if r["predicted"] else ""),
+            {"count": 0, "trials": [], "example": r["reason"]},
         )
         entry["count"] += 1
         entry["trials"].append(r["number"])
@@ -203,7 +206,9 @@ def _failures(others: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def _counts(rows: list[dict[str, Any]], trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
     counts = Counter(r["state"] + (" (predicted)" if r["predicted"] else "") for r in rows)
-    counts["duplicate (not launched)"] = sum(1 for t in trials if t.user_attrs.get("status") == "duplicate")
+    counts["duplicate (not launched)"] = sum(
+        1 for t in trials if t.user_attrs.get("status") == "duplicate"
+    )
     return dict(sorted((k, v) for k, v in counts.items() if v))
 
 
@@ -219,7 +224,9 @@ def _time(rows: list[dict[str, Any]]) -> dict[str, Any]:
             phases[k] += v
     if phases:
         phases["warmup"] -= phases.get("compile", 0.0)
-        timed = sum((r["wall_s"] or 0) + r["phases_s"].get("reference", 0.0) for r in rows if r["phases_s"])
+        timed = sum(
+            (r["wall_s"] or 0) + r["phases_s"].get("reference", 0.0) for r in rows if r["phases_s"]
+        )
         phases["other"] = max(0.0, timed - sum(phases.values()))
     started = [r for r in rows if r["wall_s"]]
     return {

@@ -21,7 +21,9 @@ REMEDIES = {
     "rule": "remove these values from the space, or run where they are supported",
     "oom": "a smaller micro-batch, activation checkpointing or sharding lowers the peak",
     "over_limit": "the study's limits (study.limits) exclude it; relax them to measure it",
-    "timeout": "raise study.trial_timeout_min, or take what ate the time (compile) out of the space",
+    "timeout": (
+        "raise study.trial_timeout_min, or take what ate the time (compile) out of the space"
+    ),
     "pruned": "none needed: it was slower than the best after its first measured steps "
     "(study.prune_below sets the threshold)",
 }

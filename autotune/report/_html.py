@@ -13,9 +13,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from autotune.report import _plots
+from autotune.report import _html_trials, _plots
 from autotune.report._card import card_html, chosen, interval
-from autotune.report import _html_trials
 from autotune.report._curves import loss_svg
 from autotune.report._html_trials import trials_table
 from autotune.report._measured import PHASES, measured, telemetry_of
@@ -47,7 +46,7 @@ tr.chosen td{background:#fff3c4;font-weight:600}
 figure{display:inline-block;margin:0.5em}
 img{max-width:100%}
 .plot{margin-bottom:2em;max-width:100%;overflow:hidden;position:relative}
-"""
+"""  # noqa: E501
 
 
 def write_html(data: dict[str, Any], out: Path, study: Any | None = None) -> Path:
@@ -117,9 +116,7 @@ def page(
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{title}</title><style>{STYLE}{_html_trials.STYLE}</style>{plotly_js}</head>\n"
-        "<body>\n"
-        + "\n".join(b for b in body if b)
-        + "\n</body></html>\n"
+        "<body>\n" + "\n".join(b for b in body if b) + "\n</body></html>\n"
     )
 
 
@@ -143,7 +140,8 @@ def _note(text: str) -> str:
 
 def _no_plotly_note() -> str:
     return (
-        '<p class="note">Static plots only: the interactive plots (Optuna\'s history, importance, parallel '
+        '<p class="note">Static plots only: the interactive plots (Optuna\'s history, importance, '
+        "parallel "
         f"coordinates, slice, Pareto front) need plotly: <code>{escape(INSTALL)}</code>, then run "
         "<code>autotune report</code> again.</p>"
     )

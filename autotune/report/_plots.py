@@ -89,7 +89,8 @@ def figures(
             try:
                 fig = make(study, data, m, c)
             except (ValueError, RuntimeError, KeyError, TypeError, ZeroDivisionError):
-                fig = None  # a plot Optuna cannot draw for this study (too few trials, one value): left out
+                # a plot Optuna cannot draw for this study (too few trials, one value): left out
+                fig = None
         if fig is not None:
             fig.update_layout(template="plotly_white", margin={"t": 40, "b": 40}, height=420)
             out.append((heading, fig))

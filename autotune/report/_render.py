@@ -36,7 +36,8 @@ def confirmed(st: dict[str, Any]) -> str:
 
 
 def interval(st: dict[str, Any]) -> str:
-    """'95% interval LO to HI', or why there is none ('95% interval: too few samples ...', metrics.unbounded)."""
+    """'95% interval LO to HI', or why there is none ('95% interval: too few samples ...',
+    metrics.unbounded)."""
     if st["ci95"] is None:
         return f"95% interval: {st.get('ci95_why') or 'none'}"
     lo, hi = st["ci95"]
@@ -95,5 +96,6 @@ def _trials_markdown(data: dict[str, Any], top: int) -> list[str]:
 def _front_point(r: dict[str, Any]) -> str:
     over = " (over limit)" if r["state"] == "over_limit" else ""
     return (
-        f"trial {r['number']}: {fmt(r['tpot_ms_p99'], 'ms')} ms, {fmt(r['tokens_per_s_per_gpu'], 'tok')} tokens/s{over}"
+        f"trial {r['number']}: {fmt(r['tpot_ms_p99'], 'ms')} ms, "
+        f"{fmt(r['tokens_per_s_per_gpu'], 'tok')} tokens/s{over}"
     )

@@ -1,15 +1,15 @@
-"""The trials table, defined once: its columns and formatted cells, drawn by Rich, Markdown, HTML and the search."""
+"""The trials table, defined once: its columns and formatted cells, drawn by Rich, Markdown, HTML
+and the search."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import math
 import statistics
+from typing import Any
 
 from autotune import metrics, nccl_log, tasks
-from autotune.record import Metric, RecordError, TrialRecord
 from autotune.protocol import reason_line
+from autotune.record import Metric, RecordError, TrialRecord
 
 
 def pareto(items: list[Any], up: Any, down: Any) -> list[Any]:
@@ -29,7 +29,8 @@ def pareto(items: list[Any], up: Any, down: Any) -> list[Any]:
 
 
 def fmt(value: Any, kind: str) -> str:
-    """One cell: tok (tokens/s), mfu, x (ratio), gib, pct; None is '-' (MFU: 'n/a', never invented)."""
+    """One cell: tok (tokens/s), mfu, x (ratio), gib, pct; None is '-' (MFU: 'n/a', never
+    invented)."""
     if value is None:
         return "n/a" if kind == "mfu" else "-"
     if not _number(value):
@@ -46,7 +47,8 @@ def fmt(value: Any, kind: str) -> str:
 
 
 def speedup(value: float | None, flag: str | None) -> str:
-    """An "x baseline" ratio, with the flag of an unsteady baseline beside it ("293.00x (baseline unsteady:
+    """An "x baseline" ratio, with the flag of an unsteady baseline beside it ("293.00x (baseline
+    unsteady:
     spread 120%)"): a ratio to a baseline that was not steady is no speed-up to trust."""
     shown = fmt(value, "x")
     return f"{shown} ({flag})" if flag and value is not None else shown
@@ -82,8 +84,10 @@ def _half_width(r: TrialRecord) -> float | None:
 
 
 def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
-    """A trial (an Optuna FrozenTrial) as a report row: its record's knobs, metrics, state and reason. A record
-    another program damaged (a field of the wrong type) shows as 'unreadable', never as a failure of the report."""
+    """A trial (an Optuna FrozenTrial) as a report row: its record's knobs, metrics, state and
+    reason. A record
+    another program damaged (a field of the wrong type) shows as 'unreadable', never as a failure of
+    the report."""
     from optuna.trial import TrialState
 
     try:
@@ -91,14 +95,18 @@ def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
     except RecordError:
         r = TrialRecord(t.number, {}, "unreadable")
     m = _dict(r.metrics)
-    state = {TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}.get(t.state, r.status or "failed")
+    state = {TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}.get(
+        t.state, r.status or "failed"
+    )
     if t.state == TrialState.FAIL and "status" not in t.user_attrs:
-        state = "worker_lost"  # failed outside autotune's objective (e.g. Optuna's own stale-trial handling)
+        # failed outside autotune's objective (e.g. Optuna's own stale-trial handling)
+        state = "worker_lost"
     tokens = m.get(Metric.TOKENS_PER_GPU) if _number(m.get(Metric.TOKENS_PER_GPU)) else None
     knobs_ok = isinstance(t.user_attrs.get("knobs"), dict)
     if not isinstance(state, str) or (state == "ok" and (tokens is None or not knobs_ok)):
         state, tokens = "unreadable", None
-    # a pruned trial's Optuna value is its last step's (Optuna's tell): the median of its steps is the number
+    # a pruned trial's Optuna value is its last step's (Optuna's tell): the median of its steps is
+    # the number
     first = t.values[0] if t.values else None  # tokens/s; a pareto study's second value is p99 TPOT
     value = (first if _number(first) else None) if t.state == TrialState.COMPLETE else tokens
     return {
@@ -117,7 +125,9 @@ def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
         "fingerprint": r.fingerprint,
         "failed_rank": r.extra.get("failed_rank"),
         "nccl_used": nccl_log.used(_dict(r.nccl)),
-        "flops": _dict(r.applied).get("flops") if isinstance(_dict(r.applied).get("flops"), str) else None,
+        "flops": _dict(r.applied).get("flops")
+        if isinstance(_dict(r.applied).get("flops"), str)
+        else None,
         # the numbers each column shows (generate's latency and roofline: metrics.generation)
         **{
             k: m.get(k) if _number(m.get(k)) else None
@@ -137,8 +147,10 @@ def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
 
 
 def columns(knobs: list[str], rows: list[dict[str, Any]], task: str = "train") -> list[str]:
-    """The table's header: the searched knobs, the metrics (the task's efficiency columns: tasks.Task.columns),
-    NCCL's choice (only where NCCL said), and the outcome (only where a trial did not simply succeed)."""
+    """The table's header: the searched knobs, the metrics (the task's efficiency columns:
+    tasks.Task.columns),
+    NCCL's choice (only where NCCL said), and the outcome (only where a trial did not simply
+    succeed)."""
     nccl = ["NCCL used"] if any(r.get("nccl_used") for r in rows) else []
     outcome = ["state", "reason"] if any(r["state"] != "ok" or r["reason"] for r in rows) else []
     efficiency = list(tasks.task(task).columns)
@@ -159,7 +171,9 @@ def columns(knobs: list[str], rows: list[dict[str, Any]], task: str = "train") -
     ]
 
 
-def cells(row: dict[str, Any], knobs: list[str], header: list[str], reason_chars: int = 60) -> list[str]:
+def cells(
+    row: dict[str, Any], knobs: list[str], header: list[str], reason_chars: int = 60
+) -> list[str]:
     """One row's formatted cells, in the order of `header`."""
     values = {
         "#": str(row["number"]),
@@ -193,7 +207,9 @@ def varying(header: list[str], rows: list[dict[str, Any]], knobs: list[str]) -> 
     return keep
 
 
-def rich_table(rows: list[dict[str, Any]], knobs: list[str], title: str, task: str = "train") -> Any:
+def rich_table(
+    rows: list[dict[str, Any]], knobs: list[str], title: str, task: str = "train"
+) -> Any:
     """The trials table as a Rich Table."""
     from rich.table import Table
 

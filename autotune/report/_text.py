@@ -35,8 +35,8 @@ def chosen_lines(data: dict[str, Any]) -> list[str]:
     if not c:
         return ["No configuration chosen yet: no trial has completed."]
     lines = [
-        f"Chosen (best.yaml): trial {c['trial']}, {fmt(c[Metric.TOKENS_PER_GPU], 'tok')} tokens/s/GPU "
-        f"({interval_text(c)}).",
+        f"Chosen (best.yaml): trial {c['trial']}, {fmt(c[Metric.TOKENS_PER_GPU], 'tok')} "
+        f"tokens/s/GPU ({interval_text(c)}).",
         _gain(c),
         _costs_to_apply(c, data.get("mfu_flops")),
     ]
@@ -59,7 +59,8 @@ def _gain(c: dict[str, Any]) -> str:
     if c["trial"] == base["trial"]:
         return f"It is the baseline (trial {base['trial']}): the search found nothing faster."
     return (
-        f"Gain: {speedup(c['speedup_vs_baseline'], c.get('speedup_flag'))} the baseline (trial {base['trial']}, "
+        f"Gain: {speedup(c['speedup_vs_baseline'], c.get('speedup_flag'))} the baseline (trial "
+        f"{base['trial']}, "
         f"{fmt(base[Metric.TOKENS_PER_GPU], 'tok')} tokens/s/GPU; {c['speedup_basis']})."
     )
 

@@ -1,6 +1,8 @@
-"""The search engine, split as optuna splits its study: the loop, storage, history, workers, confirmation, best.yaml.
+"""The search engine, split as optuna splits its study: the loop, storage, history, workers,
+confirmation, best.yaml.
 
-`report`, `regress` and the views import storage, history and best; only the CLI and the API import the
+`report`, `regress` and the views import storage, history and best; only the CLI and the API import
+the
 loop, and importing this package does not load it (PEP 562 lazy names).
 """
 

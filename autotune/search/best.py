@@ -1,5 +1,7 @@
-"""best.yaml written from a study: the chosen configuration, its metrics, where and how it was measured,
-how to apply it. The file's schema and reader are documents/best_file.py (what check and export read)."""
+"""best.yaml written from a study: the chosen configuration, its metrics, where and how it was
+measured,
+how to apply it. The file's schema and reader are documents/best_file.py (what check and export
+read)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,9 @@ if TYPE_CHECKING:
     from autotune.config import Config
 
 
-def _chosen(study: optuna.Study, h: History) -> tuple[optuna.trial.FrozenTrial, dict[str, Any] | None, str]:
+def _chosen(
+    study: optuna.Study, h: History
+) -> tuple[optuna.trial.FrozenTrial, dict[str, Any] | None, str]:
     """The chosen trial, its confirmation statistics (None: not confirmed) and why it was chosen."""
     conf = current_confirmation(study, h)
     if conf:
@@ -47,7 +51,8 @@ def _chosen(study: optuna.Study, h: History) -> tuple[optuna.trial.FrozenTrial, 
 
 
 def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, storage: str) -> Path:
-    """trials/<name>/best.yaml: the best measured configuration, its metrics, where and how it was measured."""
+    """trials/<name>/best.yaml: the best measured configuration, its metrics, where and how it was
+    measured."""
     best, chosen_stats, why = _chosen(study, h)
     base, conf = h.baseline, current_confirmation(study, h)
     record = TrialRecord.of(best)
@@ -95,7 +100,11 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
         ),
         "base_dir": paths.relative_to(cfg.base_dir, study_dir),  # moves with it (paths.beside)
         "workload": cfg.workload.model_dump(mode="json"),
-        "study": {"storage": mask_url(storage), "trials_launched": h.launched, "trials_completed": len(h.completed)},
+        "study": {
+            "storage": mask_url(storage),
+            "trials_launched": h.launched,
+            "trials_completed": len(h.completed),
+        },
     }
     doc["measured"] = measured_digest(doc)
     BestFile.model_validate(doc)  # what is written is what check will read
@@ -105,8 +114,10 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
 
 
 def _value(best: optuna.trial.FrozenTrial, stats: dict[str, Any] | None) -> float:
-    """The chosen configuration's tokens/s per GPU. With a confirmation, the confirmed median (several fresh
-    processes); the search's single measurement of the winner is kept beside it (the best of many, so
+    """The chosen configuration's tokens/s per GPU. With a confirmation, the confirmed median
+    (several fresh
+    processes); the search's single measurement of the winner is kept beside it (the best of many,
+    so
     optimistic)."""
     confirmed = stats["median"] if stats else None
     return confirmed or completed_value(best)
@@ -119,8 +130,10 @@ def _interval(samples: list[float]) -> dict[str, Any]:
 
 
 def chosen_summary(study: optuna.Study, h: History) -> dict[str, Any] | None:
-    """What best.yaml says of the chosen configuration (the report's `chosen`): its trial, why, knobs, the
-    confirmed median (else the search's value), its 95% interval, samples, x the baseline. None before any
+    """What best.yaml says of the chosen configuration (the report's `chosen`): its trial, why,
+    knobs, the
+    confirmed median (else the search's value), its 95% interval, samples, x the baseline. None
+    before any
     trial completed. A script deploys this, not the search's single best measurement."""
     if not h.completed:
         return None
@@ -140,20 +153,26 @@ def chosen_summary(study: optuna.Study, h: History) -> dict[str, Any] | None:
     }
 
 
-def _metrics(record: TrialRecord, value: float, searched: float, base: float | None) -> dict[str, Any]:
-    """best.yaml's metrics: the chosen value (confirmed median, else the search's), the others scaled to it."""
+def _metrics(
+    record: TrialRecord, value: float, searched: float, base: float | None
+) -> dict[str, Any]:
+    """best.yaml's metrics: the chosen value (confirmed median, else the search's), the others
+    scaled to it."""
     m, scale = record.metrics or {}, value / searched
     return {
         Metric.TOKENS_PER_GPU: round(value, 1),
         Metric.TOKENS: round(m[Metric.TOKENS] * scale, 1),
         "search_tokens_per_s_per_gpu": round(searched, 1),
         Metric.MFU: None if m[Metric.MFU] is None else round(m[Metric.MFU] * scale, 4),
-        Metric.PEAK_MEM_GIB: None if m[Metric.PEAK_MEM_GIB] is None else round(m[Metric.PEAK_MEM_GIB], 3),
+        Metric.PEAK_MEM_GIB: None
+        if m[Metric.PEAK_MEM_GIB] is None
+        else round(m[Metric.PEAK_MEM_GIB], 3),
         Metric.PEAK_MEM_KIND: m[Metric.PEAK_MEM_KIND],
         "step_time_median_s": m[Metric.STEP_TIME]["median_s"],
         "step_time_spread_pct": round(m[Metric.STEP_TIME]["spread_pct"], 2),
         "speedup_vs_baseline": round(value / base, 3) if base else None,
-        # generate: latency and roofline of the chosen trial's search measurement; any workload: tokens/J
+        # generate: latency and roofline of the chosen trial's search measurement; any workload:
+        # tokens/J
         **{
             k: m[k]
             for k in (
@@ -170,7 +189,8 @@ def _metrics(record: TrialRecord, value: float, searched: float, base: float | N
 
 
 def _front(study: optuna.Study) -> dict[str, Any]:
-    """objective pareto: Optuna's front of the completed trials (tokens/s up, p99 time per output token down)."""
+    """objective pareto: Optuna's front of the completed trials (tokens/s up, p99 time per output
+    token down)."""
     if len(study.directions) < 2:
         return {}
     return {
@@ -186,7 +206,9 @@ def _front(study: optuna.Study) -> dict[str, Any]:
     }
 
 
-def _measurement(cfg: Config, best: optuna.trial.FrozenTrial, record: TrialRecord) -> dict[str, Any]:
+def _measurement(
+    cfg: Config, best: optuna.trial.FrozenTrial, record: TrialRecord
+) -> dict[str, Any]:
     """How the chosen trial was measured: steps, limit, its raw step times, the timer, when."""
     cuda = (record.fingerprint or {}).get("device") == "cuda"
     return {
@@ -194,8 +216,8 @@ def _measurement(cfg: Config, best: optuna.trial.FrozenTrial, record: TrialRecor
         "measure_steps": cfg.workload.measure_steps,
         "trial_timeout_min": cfg.study.trial_timeout_min,
         "step_times_s": record.step_times,
-        "timing": "CUDA events around each optimizer step" if cuda else "time.perf_counter around each optimizer step",
+        "timing": "CUDA events around each optimizer step"
+        if cuda
+        else "time.perf_counter around each optimizer step",
         "measured_at": best.datetime_complete.isoformat() if best.datetime_complete else None,
     }
-
-

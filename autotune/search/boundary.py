@@ -1,16 +1,25 @@
 """Steps along a size knob toward the study's limits (knobs with `climb`: generate's batch_size).
 
-Decode throughput grows with the batch until a latency limit (study.limits) or the GPU's memory stops it,
-so the fastest configuration within the limits sits at that boundary. The samplers see every knob as an
-unordered category and reach it slowly: on an H200 (Llama-3.1-8B shape, docs/BENCHMARKS.md) a 16-trial TPE
-study kept to eager decoding at batch 16 (1,171 tokens/s) while compiled decoding at batch 64 measured 6,365
+Decode throughput grows with the batch until a latency limit (study.limits) or the GPU's memory
+stops it,
+so the fastest configuration within the limits sits at that boundary. The samplers see every knob as
+an
+unordered category and reach it slowly: on an H200 (Llama-3.1-8B shape, docs/BENCHMARKS.md) a
+16-trial TPE
+study kept to eager decoding at batch 16 (1,171 tokens/s) while compiled decoding at batch 64
+measured 6,365
 tokens/s, 84% over the time-to-first-token limit, and no batch between them was tried. So after each
-measured trial the loop enqueues, ahead of the sampler, with the other knobs unchanged (a bisection by index
+measured trial the loop enqueues, ahead of the sampler, with the other knobs unchanged (a bisection
+by index
 in the list of sizes):
-- the best trial's size halfway up to the smallest size known over a limit or out of memory for those knobs,
-  or past the largest (a size beyond a measured bound is recorded as predicted, without a launch: predict.py);
-- an over-limit trial's size halfway down to the largest size known within the limits for those knobs.
-Each is one trial of the budget, at most two per measured trial. Training's micro_batch_size does not
+- the best trial's size halfway up to the smallest size known over a limit or out of memory for
+  those knobs,
+  or past the largest (a size beyond a measured bound is recorded as predicted, without a launch:
+  predict.py);
+- an over-limit trial's size halfway down to the largest size known within the limits for those
+  knobs.
+Each is one trial of the budget, at most two per measured trial. Training's micro_batch_size does
+not
 climb: its best size is often inside the range (the recorded landscapes), not at a boundary.
 """
 
@@ -30,17 +39,23 @@ def _others(knobs: dict[str, Any], name: str) -> Key:
     return key({k: v for k, v in knobs.items() if k != name})
 
 
-def _bisect(t: optuna.trial.FrozenTrial, name: str, sizes: list[Any], h: History, up: bool) -> dict[str, Any] | None:
-    """t's params with `name` halfway (by index) to the nearest known size beyond it, the other knobs alike:
-    up from a trial within the limits toward the smallest size over them (or out of memory, or past the
-    largest size); down from an over-limit trial toward the largest size within them (or below the smallest)."""
+def _bisect(
+    t: optuna.trial.FrozenTrial, name: str, sizes: list[Any], h: History, up: bool
+) -> dict[str, Any] | None:
+    """t's params with `name` halfway (by index) to the nearest known size beyond it, the other
+    knobs alike:
+    up from a trial within the limits toward the smallest size over them (or out of memory, or past
+    the
+    largest size); down from an over-limit trial toward the largest size within them (or below the
+    smallest)."""
     if t.params.get(name) not in sizes:
         return None
     i, others = sizes.index(t.params[name]), _others(t.user_attrs["knobs"], name)
     alike = [
         sizes.index(u.user_attrs["knobs"][name])
         for u in (h.over_limit + h.ooms if up else h.completed)
-        if _others(u.user_attrs["knobs"], name) == others and u.user_attrs["knobs"].get(name) in sizes
+        if _others(u.user_attrs["knobs"], name) == others
+        and u.user_attrs["knobs"].get(name) in sizes
     ]
     if up:
         j = (i + min([k for k in alike if k > i], default=len(sizes))) // 2
@@ -49,8 +64,11 @@ def _bisect(t: optuna.trial.FrozenTrial, name: str, sizes: list[Any], h: History
     return {**t.params, name: sizes[j]} if j != i and 0 <= j < len(sizes) else None
 
 
-def steps(h: History, space: ResolvedSpace, finished: optuna.trial.FrozenTrial) -> list[dict[str, Any]]:
-    """Points (searched params) to measure next: not measured, not known to fail, best's step up first."""
+def steps(
+    h: History, space: ResolvedSpace, finished: optuna.trial.FrozenTrial
+) -> list[dict[str, Any]]:
+    """Points (searched params) to measure next: not measured, not known to fail, best's step up
+    first."""
     names = [n for n in space.searched if n in catalogue.BY_NAME and catalogue.BY_NAME[n].climb]
     points = []
     for name in names:

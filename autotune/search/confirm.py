@@ -1,4 +1,5 @@
-"""The confirmation: re-measure the top configurations interleaved in fresh processes, then choose within noise."""
+"""The confirmation: re-measure the top configurations interleaved in fresh processes, then choose
+within noise."""
 
 from __future__ import annotations
 
@@ -30,11 +31,15 @@ def confirm(
     runs: Path,
     observer: Observer,
 ) -> dict[str, Any] | None:
-    """Re-measure the top configurations interleaved (A B C A B C ...), each in a fresh process, and choose.
+    """Re-measure the top configurations interleaved (A B C A B C ...), each in a fresh process, and
+    choose.
 
-    The choice is the best median of the confirmation samples; among configurations whose 95% intervals
-    overlap the top one's, the one that changes fewest knobs from the baseline wins. Stored in the study
-    (user attribute `confirmation`) after every sample: a resumed study does not confirm the same candidates
+    The choice is the best median of the confirmation samples; among configurations whose 95%
+    intervals
+    overlap the top one's, the one that changes fewest knobs from the baseline wins. Stored in the
+    study
+    (user attribute `confirmation`) after every sample: a resumed study does not confirm the same
+    candidates
     again, and an interrupted confirmation goes on from the samples it kept.
     """
     candidates = History.of(study).ranked()[:top]
@@ -44,7 +49,8 @@ def confirm(
     samples: dict[int, list[float]] = {n: [] for n in numbers}
     failures: dict[int, list[str]] = {n: [] for n in numbers}
     previous: dict[str, Any] | None = study.user_attrs.get("confirmation")
-    if previous and previous["candidates"] == numbers:  # an interrupted confirmation of the same top: go on from it
+    # an interrupted confirmation of the same top: go on from it
+    if previous and previous["candidates"] == numbers:
         if previous["rounds_done"] >= rounds:
             return previous
         for st in previous["stats"]:
@@ -72,9 +78,11 @@ def confirm(
                 samples[t.number].append(value)
             else:
                 failures[t.number].append(f"{record.status}: {reason_line(record.reason)}")
-            # after every sample: an interruption keeps what was measured, and a resume goes on from there
+            # after every sample: an interruption keeps what was measured, and a resume goes on from
+            # there
             study.set_user_attr(
-                "confirmation", choose(candidates, samples, failures, base_knobs, min(taken(n) for n in numbers))
+                "confirmation",
+                choose(candidates, samples, failures, base_knobs, min(taken(n) for n in numbers)),
             )
             observer.confirm_sample(t.number, r, value, record.status)
     return study.user_attrs.get("confirmation")
@@ -87,7 +95,8 @@ def choose(
     base_knobs: dict[str, Any],
     rounds_done: int,
 ) -> dict[str, Any]:
-    """The confirmed choice: best median; within its noise, the fewest knobs changed from the baseline."""
+    """The confirmed choice: best median; within its noise, the fewest knobs changed from the
+    baseline."""
     stats = {}
     for t in candidates:
         s = samples[t.number]
@@ -100,9 +109,14 @@ def choose(
             "failures": failures[t.number],
             "median": statistics.median(s) if s else None,
         }
-        # None where the samples bound nothing (metrics.unbounded), and why: never "0 to 1,108,731,079,831"
+        # None where the samples bound nothing (metrics.unbounded), and why: never "0 to
+        # 1,108,731,079,831"
         stats[t.number]["ci95"], stats[t.number]["ci95_why"] = metrics.bounded_interval(s)
-    doc = {"candidates": [t.number for t in candidates], "rounds_done": rounds_done, "stats": list(stats.values())}
+    doc = {
+        "candidates": [t.number for t in candidates],
+        "rounds_done": rounds_done,
+        "stats": list(stats.values()),
+    }
     measured = [st for st in stats.values() if st["median"] is not None]
     if not measured:
         return {
@@ -111,23 +125,29 @@ def choose(
             "why": "no confirmation sample succeeded; the search's best is kept",
         }
     top = max(measured, key=lambda st: st["median"])
-    # within noise: intervals that overlap the top one's; samples that bound nothing (fewer than 3, or spread
-    # far apart: metrics.unbounded) have no interval, so they are never "within noise" of anything, and the higher
-    # median decides
+    # within noise: intervals that overlap the top one's; samples that bound nothing (fewer than 3,
+    # or spread far apart: metrics.unbounded) have no interval, so they are never "within noise" of
+    # anything, and the higher median decides
     close = [st for st in measured if st is top or _overlap(st, top)]
     chosen = min(close, key=lambda st: (len(st["changed_knobs"]), -st["median"]))
     if chosen is top:
-        why = f"highest confirmed median ({top['median']:,.0f} tokens/s/GPU over {len(top['samples'])} processes)"
+        why = (
+            f"highest confirmed median ({top['median']:,.0f} tokens/s/GPU over "
+            f"{len(top['samples'])} processes)"
+        )
         if len(close) > 1:
             why += (
-                f"; within noise of trial(s) {', '.join(str(st['trial']) for st in close if st is not top)}, "
+                "; within noise of trial(s) "
+                f"{', '.join(str(st['trial']) for st in close if st is not top)}, "
                 "and it changes no more knobs from the baseline"
             )
     else:
         why = (
-            f"within the measured noise of trial {top['trial']} (confirmed median {top['median']:,.0f}, "
-            f"95% interval {top['ci95'][0]:,.0f} to {top['ci95'][1]:,.0f}) and changes fewer knobs from the "
-            f"baseline ({len(chosen['changed_knobs'])} against {len(top['changed_knobs'])})"
+            f"within the measured noise of trial {top['trial']} (confirmed median "
+            f"{top['median']:,.0f}, "
+            f"95% interval {top['ci95'][0]:,.0f} to {top['ci95'][1]:,.0f}) and changes fewer "
+            f"knobs from the baseline ({len(chosen['changed_knobs'])} against "
+            f"{len(top['changed_knobs'])})"
         )
     return {**doc, "chosen": chosen["trial"], "why": why}
 

@@ -1,4 +1,5 @@
-"""What a study's storage says was measured: read fresh before each decision, and by report, check and views."""
+"""What a study's storage says was measured: read fresh before each decision, and by report, check
+and views."""
 
 from __future__ import annotations
 
@@ -20,10 +21,14 @@ Key = tuple[tuple[str, Any], ...]
 
 
 def key(knobs: dict[str, Any]) -> Key:
-    """A configuration's identity: its knob values less those at their catalogue default or not acting (None),
-    so that a record made before a knob existed (it lacks the knob, which then acts at its default) and one made
+    """A configuration's identity: its knob values less those at their catalogue default or not
+    acting (None),
+    so that a record made before a knob existed (it lacks the knob, which then acts at its default)
+    and one made
     after (the knob at its default) are the same configuration (identity.py)."""
-    return tuple(sorted((k, v) for k, v in knobs.items() if v is not None and not _is_default(k, v)))
+    return tuple(
+        sorted((k, v) for k, v in knobs.items() if v is not None and not _is_default(k, v))
+    )
 
 
 def _is_default(name: str, value: Any) -> bool:
@@ -32,19 +37,27 @@ def _is_default(name: str, value: Any) -> bool:
 
 
 def optuna_state(status: str) -> TrialState:
-    """How a launched trial's status is stored. Configuration failures (oom, invalid_config, nonfinite_loss)
-    end PRUNED, which Optuna's TPE counts among the bad trials and steers away from; it ignores FAIL trials
-    (seen on 2x H200: with NCCL refusing NCCL_ALGO=Tree, 6 of 16 DDP trials went to Tree while refusals
+    """How a launched trial's status is stored. Configuration failures (oom, invalid_config,
+    nonfinite_loss)
+    end PRUNED, which Optuna's TPE counts among the bad trials and steers away from; it ignores FAIL
+    trials
+    (seen on 2x H200: with NCCL refusing NCCL_ALGO=Tree, 6 of 16 DDP trials went to Tree while
+    refusals
     were FAIL). A trial the pruner stopped (status pruned) and one past the study's latency limits
     (over_limit) are PRUNED too. Failures of the machine (crash,
     timeout) are FAIL."""
     if status == "ok":
         return TrialState.COMPLETE
-    return TrialState.PRUNED if status in CONFIG_FAILURES or status in ("pruned", "over_limit") else TrialState.FAIL
+    return (
+        TrialState.PRUNED
+        if status in CONFIG_FAILURES or status in ("pruned", "over_limit")
+        else TrialState.FAIL
+    )
 
 
 def store(trial: optuna.Trial, record: TrialRecord) -> None:
-    """A trial's record becomes its Optuna user attributes (what report and check read back: TrialRecord.of)."""
+    """A trial's record becomes its Optuna user attributes (what report and check read back:
+    TrialRecord.of)."""
     for k, v in record.to_attrs().items():
         trial.set_user_attr(k, mask_doc(v))  # a secret the job printed, quoted in a reason
 
@@ -55,8 +68,10 @@ class History:
 
     seen: dict[Key, optuna.trial.FrozenTrial] = field(default_factory=dict)
     ooms: list[optuna.trial.FrozenTrial] = field(default_factory=list)
-    invalid: list[optuna.trial.FrozenTrial] = field(default_factory=list)  # invalid_config trials with a cause
-    over_limit: list[optuna.trial.FrozenTrial] = field(default_factory=list)  # measured past study.limits
+    # invalid_config trials with a cause
+    invalid: list[optuna.trial.FrozenTrial] = field(default_factory=list)
+    # measured past study.limits
+    over_limit: list[optuna.trial.FrozenTrial] = field(default_factory=list)
     launched: int = 0
     completed: list[optuna.trial.FrozenTrial] = field(default_factory=list)
     running: dict[Key, optuna.trial.FrozenTrial] = field(default_factory=dict)
@@ -65,7 +80,8 @@ class History:
     @classmethod
     def of(cls, study: optuna.Study, own: int | None = None) -> History:
         """own: this worker's trial. `running` holds other workers' trials that have claimed their
-        configuration (passed this check) or were asked before this one: either way this one yields."""
+        configuration (passed this check) or were asked before this one: either way this one
+        yields."""
         h = cls()
         trials = study.get_trials(deepcopy=False)
         if own is not None:
@@ -81,14 +97,18 @@ class History:
                     h.running.setdefault(key(a["knobs"]), t)
         for t in trials:
             status = t.user_attrs.get("status")
-            if t.state not in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED) or status not in STATUSES:
+            if (
+                t.state not in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+                or status not in STATUSES
+            ):
                 continue  # running, duplicates, interrupted, lost workers: nothing measured
             if not _readable(t):
                 continue  # a record another program damaged: it teaches nothing
             h.seen.setdefault(key(t.user_attrs.get("knobs") or t.params), t)
             if t.user_attrs.get("predicted"):
                 continue
-            h.launched += "warm_start" not in t.user_attrs  # trials copied from another study count no budget
+            # trials copied from another study count no budget
+            h.launched += "warm_start" not in t.user_attrs
             if status == "oom":
                 h.ooms.append(t)
             if status == "over_limit":
@@ -99,7 +119,12 @@ class History:
                 h.completed.append(t)
         base = baseline_knobs(study, trials)
         h.baseline = next(
-            (t for t in h.completed if base is not None and key(t.user_attrs["knobs"]) == key(base)), None
+            (
+                t
+                for t in h.completed
+                if base is not None and key(t.user_attrs["knobs"]) == key(base)
+            ),
+            None,
         )
         return h
 
@@ -112,8 +137,10 @@ class History:
 
 
 def value_of(t: optuna.trial.FrozenTrial) -> float | None:
-    """A trial's tokens/s per GPU: its value, the first of a pareto study's two (the second: p99 time per output
-    token). Optuna's FrozenTrial.value refuses multi-objective trials, so everything reads it through here."""
+    """A trial's tokens/s per GPU: its value, the first of a pareto study's two (the second: p99
+    time per output
+    token). Optuna's FrozenTrial.value refuses multi-objective trials, so everything reads it
+    through here."""
     return t.values[0] if t.values else None
 
 
@@ -125,30 +152,44 @@ def completed_value(t: optuna.trial.FrozenTrial) -> float:
 
 
 def _readable(t: optuna.trial.FrozenTrial) -> bool:
-    """A trial record as autotune writes it: knobs a mapping; a completed one with numeric metrics."""
+    """A trial record as autotune writes it: knobs a mapping; a completed one with numeric
+    metrics."""
     a = t.user_attrs
     if not isinstance(a.get("knobs"), dict):
         return False
     if t.state == TrialState.COMPLETE:
         m = a.get("metrics")
         return (
-            isinstance(m, dict) and isinstance(m.get(Metric.TOKENS_PER_GPU), (int, float)) and value_of(t) is not None
+            isinstance(m, dict)
+            and isinstance(m.get(Metric.TOKENS_PER_GPU), (int, float))
+            and value_of(t) is not None
         )
     return True
 
 
-def baseline_knobs(study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) -> dict[str, Any] | None:
-    """The baseline's knobs as the study stored them; in studies older than that, the first recorded trial's
+def baseline_knobs(
+    study: optuna.Study, trials: list[optuna.trial.FrozenTrial]
+) -> dict[str, Any] | None:
+    """The baseline's knobs as the study stored them; in studies older than that, the first recorded
+    trial's
     (the baseline is enqueued first)."""
     stored = study.user_attrs.get("baseline_knobs")
     if isinstance(stored, dict):
         return stored
-    first = next((t for t in trials if t.user_attrs.get("status") != "duplicate" and "knobs" in t.user_attrs), None)
+    first = next(
+        (
+            t
+            for t in trials
+            if t.user_attrs.get("status") != "duplicate" and "knobs" in t.user_attrs
+        ),
+        None,
+    )
     return first.user_attrs["knobs"] if first else None
 
 
 def current_confirmation(study: optuna.Study, h: History) -> dict[str, Any] | None:
-    """The study's stored confirmation, or None when trials measured since then changed the top it confirmed."""
+    """The study's stored confirmation, or None when trials measured since then changed the top it
+    confirmed."""
     conf = study.user_attrs.get("confirmation")
     if (
         not isinstance(conf, dict)

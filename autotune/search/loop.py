@@ -1,4 +1,5 @@
-"""The search loop: each Optuna trial claims a configuration, launches it, records it; the study stops when done."""
+"""The search loop: each Optuna trial claims a configuration, launches it, records it; the study
+stops when done."""
 
 from __future__ import annotations
 
@@ -18,30 +19,27 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune import paths, prestart
+from autotune import paths, prestart, tasks
 from autotune.config import Config
-from autotune.hardware import default_device, detect
 from autotune.errors import Terminated
+from autotune.hardware import default_device, detect
 from autotune.protocol import STATUSES
-from autotune.runner import Bench, measure, preflight
-from autotune import tasks
 from autotune.record import Metric, TrialRecord
-from autotune.search import loss_guard, predict, stages, tracking
+from autotune.runner import Bench, measure, preflight
+from autotune.search import loss_guard, predict, stages, tracking, warm
 from autotune.search.best import write_best
 from autotune.search.confirm import confirm
 from autotune.search.drive import Drive, Told
 from autotune.search.history import History, key, optuna_state, store
 from autotune.search.observer import Observer
 from autotune.search.prune import BelowBest, ProgressWatch
-from autotune.search.sampler import make_sampler
-from autotune.search.storage import mask_url, open_study
-from autotune.search import warm
 from autotune.search.recover import recover
+from autotune.search.sampler import make_sampler
 from autotune.search.schedule import Schedule
 from autotune.search.slots import gpu_groups
+from autotune.search.storage import mask_url, open_study
 from autotune.search.workers import Heartbeat, claim_configuration, late_record, reap_lost_workers
 from autotune.space import ResolvedSpace, resolve_space
-
 
 # A trial recorded without launching (duplicate, budget taken): told FAIL, not counted.
 NOT_LAUNCHED = Told(TrialState.FAIL)
@@ -89,31 +87,47 @@ def run_search(
     warm_start_from: Path | None = None,
     space: ResolvedSpace | None = None,
 ) -> SearchResult:
-    """Run (or resume) the study until `trials` trials were launched, the timeout, or the space is exhausted;
+    """Run (or resume) the study until `trials` trials were launched, the timeout, or the space is
+    exhausted;
     then confirm the top configurations and write best.yaml (also when interrupted).
 
-    gpus: run one trial per listed GPU at once (each pinned with CUDA_VISIBLE_DEVICES); on the CPU the
-    list only sets how many trials run at once. warm_start_from: another study's folder whose measured
-    trials of this model start the study (search/warm.py). space: cfg's space as config_load.validate
+    gpus: run one trial per listed GPU at once (each pinned with CUDA_VISIBLE_DEVICES); on the CPU
+    the
+    list only sets how many trials run at once. warm_start_from: another study's folder whose
+    measured
+    trials of this model start the study (search/warm.py). space: cfg's space as
+    config_load.validate
     resolved it for `device` (resolved here when not given).
     """
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our own view reports trials
     if storage is not None:
         cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"storage": storage})})
     preflight()
-    tracker = tracking.start(cfg.study.tracking, cfg.name, out_root / cfg.name)  # before the study is made
+    # before the study is made
+    tracker = tracking.start(cfg.study.tracking, cfg.name, out_root / cfg.name)
     device = device or default_device()
     space = space if space is not None else resolve_space(cfg, device)
     groups = gpu_groups(cfg, device, gpus)
     if cfg.study.compile_cache:
         paths.writable_dir(Path(cfg.study.compile_cache), "study.compile_cache")
-    source = warm.source_study(cfg, warm_start_from, device) if warm_start_from is not None else None
+    source = (
+        warm.source_study(cfg, warm_start_from, device) if warm_start_from is not None else None
+    )
     study, study_dir, url = open_study(
         cfg, out_root=out_root, device=device, fresh=fresh, baseline=space.knobs(space.baseline)
     )
     if source is not None:
         warm.copy_trials(study, space, source)
-    search = _Search(cfg, space, study, study_dir, device, groups, trials or cfg.study.trials, observer or Observer())
+    search = _Search(
+        cfg,
+        space,
+        study,
+        study_dir,
+        device,
+        groups,
+        trials or cfg.study.trials,
+        observer or Observer(),
+    )
     try:
         stop_reason = search.optimize(60.0 * (timeout_min or cfg.study.timeout_min), url, tracker)
         # the confirmation re-measures speed only: the loss check was made once, in the search
@@ -133,9 +147,16 @@ def run_search(
         prestart.dismiss_all()
         h = History.of(study)
         best_yaml = write_best(cfg, study, h, study_dir, url) if h.completed else None
-        tracker.close(wait=not isinstance(sys.exc_info()[1], KeyboardInterrupt))  # Ctrl-C, SIGTERM: no wait
+        # Ctrl-C, SIGTERM: no wait
+        tracker.close(wait=not isinstance(sys.exc_info()[1], KeyboardInterrupt))
     return SearchResult(
-        study_dir, url, h, best_yaml, search.new_trials, stop_reason, study.user_attrs.get("confirmation")
+        study_dir,
+        url,
+        h,
+        best_yaml,
+        search.new_trials,
+        stop_reason,
+        study.user_attrs.get("confirmation"),
     )
 
 
@@ -156,9 +177,16 @@ class _Search:
         sampler: optuna.samplers.BaseSampler | None = None,
         measure_fn: Callable[..., TrialRecord] = measure,
     ) -> None:
-        """sampler and measure_fn: the study's sampler and the measurement, replaced only by the replay of a
+        """sampler and measure_fn: the study's sampler and the measurement, replaced only by the
+        replay of a
         recorded landscape (search/replay.py), which runs this same loop without a GPU."""
-        self.cfg, self.space, self.study, self.budget, self.observer = cfg, space, study, budget, observer
+        self.cfg, self.space, self.study, self.budget, self.observer = (
+            cfg,
+            space,
+            study,
+            budget,
+            observer,
+        )
         self.sampler, self.measure = sampler, measure_fn
         self.runs = study_dir / "runs"
         self.bench = Bench.of(
@@ -182,10 +210,13 @@ class _Search:
             if tasks.task(cfg.workload.task).estimates_memory and self.bench.model is not None
             else None
         )
-        # one-rank trials report their steps and may be pruned; ranks would have to agree on where to stop
-        # (Optuna's pruners do not take multi-objective trials: a pareto study prunes nothing)
+        # one-rank trials report their steps and may be pruned; ranks would have to agree on where
+        # to stop (Optuna's pruners do not take multi-objective trials: a pareto study prunes
+        # nothing)
         self.prune_below = (
-            cfg.study.prune_below if cfg.workload.world_size == 1 and cfg.study.objective != "pareto" else 0.0
+            cfg.study.prune_below
+            if cfg.workload.world_size == 1 and cfg.study.objective != "pareto"
+            else 0.0
         )
         self.slots: queue.Queue[str | None] = queue.Queue()
         slots: list[str | None] = [*groups] if groups else [None]
@@ -202,7 +233,8 @@ class _Search:
         self.spans_lock = threading.Lock()
         self.new_trials, self.stop_reason = 0, "budget reached"
 
-    # --- the objective: claim, launch, record ------------------------------------------------------------
+    # --- the objective: claim, launch, record
+    # ------------------------------------------------------------
 
     def objective(self, trial: optuna.Trial) -> Told:
         params = self.space.suggest(trial)
@@ -214,19 +246,26 @@ class _Search:
             return index
         return self.record(trial, self.launch(trial, knobs, index, beat))
 
-    def claim(self, trial: optuna.Trial, params: dict[str, Any], knobs: dict[str, Any]) -> int | Told:
-        """Take this configuration, or record why not (budget taken, already measured or running, known not
-        to run: search/predict.py). Returns the trial's index in the budget, or how it ended unlaunched."""
+    def claim(
+        self, trial: optuna.Trial, params: dict[str, Any], knobs: dict[str, Any]
+    ) -> int | Told:
+        """Take this configuration, or record why not (budget taken, already measured or running,
+        known not
+        to run: search/predict.py). Returns the trial's index in the budget, or how it ended
+        unlaunched."""
         reap_lost_workers(self.study, self.grace, own=trial.number)
         h = History.of(self.study, own=trial.number)
-        if h.launched + len(h.running) >= self.budget:  # other workers are measuring the rest of the budget
+        # other workers are measuring the rest of the budget
+        if h.launched + len(h.running) >= self.budget:
             trial.set_user_attr("status", "skipped")  # budget taken by running trials
             self.drive.halt()
             return NOT_LAUNCHED
         prev = h.seen.get(key(knobs)) or h.running.get(key(knobs))
         if prev is not None:
             return self._duplicate(trial, prev.number, params, h)
-        if (known := predict.failure(h, knobs, self.memory, loss_guard.pinned(self.space, knobs))) is not None:
+        if (
+            known := predict.failure(h, knobs, self.memory, loss_guard.pinned(self.space, knobs))
+        ) is not None:
             status, reason = known
             record = TrialRecord(trial.number, knobs, status, reason, predicted=True)
             store(trial, record)  # not launched, not counted; the observer hears of it once told
@@ -235,15 +274,20 @@ class _Search:
             return self._duplicate(trial, first, None, h)
         return h.launched + 1
 
-    def _duplicate(self, trial: optuna.Trial, of: int, params: dict[str, Any] | None, h: History) -> Told:
-        """Record a repeat without launching it; the sampler's region gets its nearest unmeasured point next."""
+    def _duplicate(
+        self, trial: optuna.Trial, of: int, params: dict[str, Any] | None, h: History
+    ) -> Told:
+        """Record a repeat without launching it; the sampler's region gets its nearest unmeasured
+        point next."""
         trial.set_user_attr("status", "duplicate")
         trial.set_user_attr("duplicate_of", of)
         if params is not None and not self.schedule.nearest(params, h):
             self.drive.halt()  # every other point is measured or being measured elsewhere
         return NOT_LAUNCHED
 
-    def launch(self, trial: optuna.Trial, knobs: dict[str, Any], index: int, beat: Heartbeat) -> TrialRecord:
+    def launch(
+        self, trial: optuna.Trial, knobs: dict[str, Any], index: int, beat: Heartbeat
+    ) -> TrialRecord:
         """Measure the configuration on a free GPU slot; record which trials ran beside it."""
         slot = self.slots.get()  # a GPU list such as "0" or "2,3" (None: no --gpus)
         self.observer.trial_started(trial.number, index, knobs)
@@ -287,26 +331,34 @@ class _Search:
             raise
         finally:
             self.slots.put(slot)
-            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):  # reaped while it stalled
+            # reaped while it stalled
+            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
                 trial.set_user_attr("overlapped_with", self._overlapped(trial.number))
 
     def record(self, trial: optuna.Trial, record: TrialRecord) -> Told:
-        """Store the record; configuration failures end PRUNED, machine failures FAIL (history.optuna_state)."""
+        """Store the record; configuration failures end PRUNED, machine failures FAIL
+        (history.optuna_state)."""
         self.new_trials += 1
-        if late_record(self.study, trial, record):  # this worker stalled, its trial was reaped and re-measured
-            return Told(TrialState.FAIL, late=True)  # its measurement is kept as a duplicate of the re-run
+        # this worker stalled, its trial was reaped and re-measured
+        if late_record(self.study, trial, record):
+            # its measurement is kept as a duplicate of the re-run
+            return Told(TrialState.FAIL, late=True)
         store(trial, record)
         state = optuna_state(record.status)
         if state != TrialState.COMPLETE:
             return Told(state)
         if self.cfg.study.objective == "pareto":
-            return Told(state, (record.metric(Metric.TOKENS_PER_GPU), record.metric(Metric.TPOT_P99_MS)))
+            return Told(
+                state, (record.metric(Metric.TOKENS_PER_GPU), record.metric(Metric.TPOT_P99_MS))
+            )
         return Told(state, record.metric(Metric.TOKENS_PER_GPU))
 
-    # --- the study around it -------------------------------------------------------------------------------
+    # --- the study around it
+    # -------------------------------------------------------------------------------
 
     def optimize(self, timeout_s: float, url: str, tracker: tracking.Tracker | None = None) -> str:
-        """Enqueue the baseline (and the grid), run the objective until done; returns why it stopped.
+        """Enqueue the baseline (and the grid), run the objective until done; returns why it
+        stopped.
         tracker: logs each trial this worker tells (search/tracking)."""
         cfg, study = self.cfg, self.study
         callbacks: list[Callable[[optuna.Study, optuna.trial.FrozenTrial], None]] = [
@@ -316,12 +368,16 @@ class _Search:
         ]
         self.drive = Drive(study, self.objective, callbacks, self.n_jobs, self.stop)
         reap_lost_workers(study, self.grace)
-        if cfg.study.objective != "pareto":  # one objective: a recovered trial's value is its tokens/s
-            recover(study, self.runs, self.bench)  # measured but never stored: recorded from its files
+        # one objective: a recovered trial's value is its tokens/s
+        if cfg.study.objective != "pareto":
+            # measured but never stored: recorded from its files
+            recover(study, self.runs, self.bench)
         study.sampler = self.sampler or make_sampler(cfg.study.sampler, cfg.study.seed, self.budget)
         if self.plan.active:
             study.sampler = stages.Screening(study.sampler, self.plan)
-        study.pruner = BelowBest(self.prune_below) if self.prune_below else optuna.pruners.NopPruner()
+        study.pruner = (
+            BelowBest(self.prune_below) if self.prune_below else optuna.pruners.NopPruner()
+        )
         self.schedule.start()
         h = History.of(study)
         self.observer.started(
@@ -336,7 +392,9 @@ class _Search:
                 "timeout_s": timeout_s,
                 "storage": mask_url(url),
                 "baseline": self.space.baseline,
-                "imported": sum(1 for t in study.get_trials(deepcopy=False) if "warm_start" in t.user_attrs),
+                "imported": sum(
+                    1 for t in study.get_trials(deepcopy=False) if "warm_start" in t.user_attrs
+                ),
             }
         )
         if h.launched >= self.budget:
@@ -351,23 +409,30 @@ class _Search:
                 self.stop.set()  # every thread ends its trial's process group, then the study stops
                 raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
-            previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+            previous = {
+                sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
+            }
         try:
             self.drive.run(timeout_s)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        return "timeout" if (dt.datetime.now() - t0).total_seconds() >= timeout_s else self.stop_reason
+        return (
+            "timeout" if (dt.datetime.now() - t0).total_seconds() >= timeout_s else self.stop_reason
+        )
 
     def told(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        """The observer hears of a recorded trial once Optuna has told its state (an Optuna callback): the
-        History it gets then counts this trial. Called from the objective, before the tell, the live view's
+        """The observer hears of a recorded trial once Optuna has told its state (an Optuna
+        callback): the
+        History it gets then counts this trial. Called from the objective, before the tell, the live
+        view's
         "best" lagged one trial behind the results it printed."""
         if trial.user_attrs.get("status") in STATUSES:
             self.observer.trial_finished(TrialRecord.of(trial), History.of(study))
 
     def stop_when_done(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        """After each told trial: what is measured next, and whether the study stops (schedule.py)."""
+        """After each told trial: what is measured next, and whether the study stops
+        (schedule.py)."""
         why = self.schedule.after(study, trial)
         if why is not None:
             self.stop_reason = why
@@ -379,5 +444,7 @@ class _Search:
             start, end = self.spans[number][0], time.time()
             self.spans[number] = (start, end)
             return sorted(
-                n for n, (s0, e0) in self.spans.items() if n != number and s0 < end and (e0 is None or e0 > start)
+                n
+                for n, (s0, e0) in self.spans.items()
+                if n != number and s0 < end and (e0 is None or e0 > start)
             )

@@ -1,4 +1,5 @@
-"""What a search reports while it runs: the interface the CLI's live view (views.LiveProgress) implements."""
+"""What a search reports while it runs: the interface the CLI's live view (views.LiveProgress)
+implements."""
 
 from __future__ import annotations
 
@@ -24,11 +25,14 @@ class Observer:
 
     def confirm_started(self, candidates: list[int], rounds: int, kept: int = 0) -> None: ...
 
-    def confirm_sample(self, number: int, round_: int, value: float | None, status: str) -> None: ...
+    def confirm_sample(
+        self, number: int, round_: int, value: float | None, status: str
+    ) -> None: ...
 
 
 class Progress(Observer):
-    """The Python API's progress callback: `callback(record)` with each finished trial's TrialRecord."""
+    """The Python API's progress callback: `callback(record)` with each finished trial's
+    TrialRecord."""
 
     def __init__(self, callback: Callable[[TrialRecord], Any]) -> None:
         self.callback = callback

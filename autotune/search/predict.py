@@ -1,18 +1,30 @@
 """What a study already knows will not run, so it is recorded as predicted and never launched.
 
-- A configuration failure teaches a rule: an `invalid_config` trial names the knob values that caused it
-  (its `cause`, e.g. {attention: cudnn, precision: tf32}); any later configuration with those values fails
+- A configuration failure teaches a rule: an `invalid_config` trial names the knob values that
+  caused it
+  (its `cause`, e.g. {attention: cudnn, precision: tf32}); any later configuration with those values
+  fails
   the same way.
-- A micro-batch (generate: a batch) that ran out of memory bounds the larger ones with the same other knobs.
-- A generate batch over a latency limit (study.limits: time to first token, time per output token) bounds the
-  larger batches with the same other knobs: a larger batch does more work in every prefill and decode step.
-- A memory model: with two or more completed trials that differ only in micro_batch_size, the peak memory
-  is fitted as a line in micro_batch_size (activations grow with it; parameters, gradients and optimizer
-  state do not) and a micro-batch whose fitted peak exceeds the GPU's memory is predicted to run out.
-- The memory estimate (autotune/memory; built-in training models): parameters, gradients, optimizer state per
-  shard and activations per micro-batch under each checkpointing choice, calibrated by the peaks the study
-  has measured; a configuration whose calibrated estimate exceeds the GPU's memory is predicted to run out
-  before any trial like it ran. Uncalibrated (no measured peak yet) it must exceed it by UNCALIBRATED_MARGIN.
+- A micro-batch (generate: a batch) that ran out of memory bounds the larger ones with the same
+  other knobs.
+- A generate batch over a latency limit (study.limits: time to first token, time per output token)
+  bounds the
+  larger batches with the same other knobs: a larger batch does more work in every prefill and
+  decode step.
+- A memory model: with two or more completed trials that differ only in micro_batch_size, the peak
+  memory
+  is fitted as a line in micro_batch_size (activations grow with it; parameters, gradients and
+  optimizer
+  state do not) and a micro-batch whose fitted peak exceeds the GPU's memory is predicted to run
+  out.
+- The memory estimate (autotune/memory; built-in training models): parameters, gradients, optimizer
+  state per
+  shard and activations per micro-batch under each checkpointing choice, calibrated by the peaks the
+  study
+  has measured; a configuration whose calibrated estimate exceeds the GPU's memory is predicted to
+  run out
+  before any trial like it ran. Uncalibrated (no measured peak yet) it must exceed it by
+  UNCALIBRATED_MARGIN.
 """
 
 from __future__ import annotations
@@ -30,16 +42,18 @@ from autotune.search.history import History
 
 # Knobs a batch rule ranges over: the others must match for one trial to speak for another.
 _BATCH = ("micro_batch_size", "grad_accum_steps", "batch_size")
-# The fitted peak may use this share of the GPU's memory: the allocator's own overhead (reserved above
-# allocated, the CUDA context) needs the rest.
+# The fitted peak may use this share of the GPU's memory: the allocator's own overhead (reserved
+# above allocated, the CUDA context) needs the rest.
 USABLE_SHARE = 0.98
-# Before any peak was measured the estimate alone predicts an OOM only this far above the GPU's memory.
+# Before any peak was measured the estimate alone predicts an OOM only this far above the GPU's
+# memory.
 UNCALIBRATED_MARGIN = 1.15
 
 
 @dataclass(frozen=True)
 class Memory:
-    """What the memory estimate needs besides the knobs: the model section, the ranks, the GPU's memory."""
+    """What the memory estimate needs besides the knobs: the model section, the ranks, the GPU's
+    memory."""
 
     model: dict[str, Any]
     world_size: int
@@ -49,12 +63,17 @@ class Memory:
         return memory.estimate(self.model, knobs, self.world_size)
 
     def measured(self, h: History) -> list[tuple[memory.Estimate, float]]:
-        """(estimate, measured peak bytes) of the completed GPU trials (max_memory_allocated, the slowest rank's)."""
+        """(estimate, measured peak bytes) of the completed GPU trials (max_memory_allocated, the
+        slowest rank's)."""
         pairs = []
         for t in h.completed:
             r = TrialRecord.of(t)
             cuda = (r.fingerprint or {}).get("device") == "cuda"
-            if cuda and r.metric(Metric.PEAK_MEM_KIND) == "cuda_max_memory_allocated" and r.metric(Metric.PEAK_MEM_GIB):
+            if (
+                cuda
+                and r.metric(Metric.PEAK_MEM_KIND) == "cuda_max_memory_allocated"
+                and r.metric(Metric.PEAK_MEM_GIB)
+            ):
                 est = self.estimate(r.knobs)
                 if est is not None:
                     pairs.append((est, r.metric(Metric.PEAK_MEM_GIB) * memory.GIB))
@@ -65,13 +84,20 @@ class Memory:
         return memory.calibrate(self.measured(h))
 
 
-def memory_bound(h: History, knobs: dict[str, Any], mem: Memory | None) -> tuple[float, float, int] | None:
-    """(predicted peak GiB, the GPU's GiB, trials calibrated on) when the estimate says these knobs do not fit.
+def memory_bound(
+    h: History, knobs: dict[str, Any], mem: Memory | None
+) -> tuple[float, float, int] | None:
+    """(predicted peak GiB, the GPU's GiB, trials calibrated on) when the estimate says these knobs
+    do not fit.
 
-    Never for knobs estimated no larger than a trial of this study that ran. Calibrated, the prediction is the
-    smaller of the calibrated and the raw estimate: a calibration fitted on trials that ran other than
-    estimated can over-predict one that the raw estimate has right (seen: +16.9% on an H200). Replayed over
-    197 recorded H200 trials (tests/test_predict.py), no trial is predicted out of memory while the GPU holds
+    Never for knobs estimated no larger than a trial of this study that ran. Calibrated, the
+    prediction is the
+    smaller of the calibrated and the raw estimate: a calibration fitted on trials that ran other
+    than
+    estimated can over-predict one that the raw estimate has right (seen: +16.9% on an H200).
+    Replayed over
+    197 recorded H200 trials (tests/test_predict.py), no trial is predicted out of memory while the
+    GPU holds
     1.1 times its peak (the calibrated estimate alone: 7 of them)."""
     if mem is None or not mem.capacity_gib or (est := mem.estimate(knobs)) is None:
         return None
@@ -81,7 +107,8 @@ def memory_bound(h: History, knobs: dict[str, Any], mem: Memory | None) -> tuple
 def over_capacity(
     est: memory.Estimate, measured: list[tuple[memory.Estimate, float]], capacity_gib: float
 ) -> tuple[float, float, int] | None:
-    """memory_bound's rule for one estimate, given the (estimate, peak bytes) of the trials that ran."""
+    """memory_bound's rule for one estimate, given the (estimate, peak bytes) of the trials that
+    ran."""
     if any(est.total <= ran.total for ran, _ in measured):
         return None
     cal = memory.calibrate(measured)
@@ -101,7 +128,9 @@ def size_knob(knobs: dict[str, Any]) -> str:
     return "micro_batch_size" if "micro_batch_size" in knobs else "batch_size"
 
 
-def _bound(trials: list[optuna.trial.FrozenTrial], knobs: dict[str, Any]) -> optuna.trial.FrozenTrial | None:
+def _bound(
+    trials: list[optuna.trial.FrozenTrial], knobs: dict[str, Any]
+) -> optuna.trial.FrozenTrial | None:
     """A trial with the same other knobs and a batch no larger than this one's."""
     size = size_knob(knobs)
     for t in trials:
@@ -137,19 +166,32 @@ def oom_bound(h: History, knobs: dict[str, Any]) -> optuna.trial.FrozenTrial | N
 
 
 def peak_estimate(h: History, knobs: dict[str, Any]) -> tuple[float, float, list[int]] | None:
-    """(fitted peak GiB at this batch, the GPU's memory GiB, the trials fitted) from completed GPU trials
+    """(fitted peak GiB at this batch, the GPU's memory GiB, the trials fitted) from completed GPU
+    trials
     with the same other knobs at two or more batch sizes; None when there are not enough."""
     size = size_knob(knobs)
     by_mbs: dict[int, tuple[float, float, int]] = {}
     for t in h.completed:
         other, fp = t.user_attrs["knobs"], t.user_attrs.get("fingerprint") or {}
-        if fp.get("device") == "cuda" and fp.get("gpu_memory_gib") and _same_but_batch(other, knobs):
-            by_mbs[other[size]] = (t.user_attrs["metrics"]["peak_mem_gib"], fp["gpu_memory_gib"], t.number)
+        if (
+            fp.get("device") == "cuda"
+            and fp.get("gpu_memory_gib")
+            and _same_but_batch(other, knobs)
+        ):
+            by_mbs[other[size]] = (
+                t.user_attrs["metrics"]["peak_mem_gib"],
+                fp["gpu_memory_gib"],
+                t.number,
+            )
     if len(by_mbs) < 2:
         return None
     sizes = sorted(by_mbs)
     slope, intercept = statistics.linear_regression(sizes, [by_mbs[m][0] for m in sizes])
-    return (intercept + slope * knobs[size], min(v[1] for v in by_mbs.values()), [by_mbs[m][2] for m in sizes])
+    return (
+        intercept + slope * knobs[size],
+        min(v[1] for v in by_mbs.values()),
+        [by_mbs[m][2] for m in sizes],
+    )
 
 
 def failure(
@@ -158,7 +200,8 @@ def failure(
     mem: Memory | None = None,
     pinned: Callable[[dict[str, Any]], bool] | None = None,
 ) -> tuple[str, str] | None:
-    """(status, reason) of a failure these knobs are known to meet, or None. mem: the memory estimate's
+    """(status, reason) of a failure these knobs are known to meet, or None. mem: the memory
+    estimate's
     inputs (None: not used); pinned: see rule_for."""
     if (found := rule_for(h, knobs, pinned)) is not None:
         t, cause = found
@@ -188,6 +231,14 @@ def failure(
         )
     if (mem_bound := memory_bound(h, knobs, mem)) is not None:
         peak, capacity, n = mem_bound
-        how = f"calibrated on {n} measured peak(s)" if n else f"uncalibrated, over {UNCALIBRATED_MARGIN:.2f}x"
-        return "oom", f"predicted: the memory estimate {peak:.1f} GiB ({how}) is above the GPU's {capacity:.1f} GiB"
+        how = (
+            f"calibrated on {n} measured peak(s)"
+            if n
+            else f"uncalibrated, over {UNCALIBRATED_MARGIN:.2f}x"
+        )
+        return (
+            "oom",
+            f"predicted: the memory estimate {peak:.1f} GiB ({how}) is above the GPU's "
+            f"{capacity:.1f} GiB",
+        )
     return None

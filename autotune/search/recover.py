@@ -1,10 +1,15 @@
-"""A measurement that finished but was never stored (the storage failed, or autotune was killed, between the
+"""A measurement that finished but was never stored (the storage failed, or autotune was killed,
+between the
 trial's result and the study's write) is recorded on resume from the trial's own files.
 
-The trial wrote runs/NNNN/result.json before it exited; its Optuna trial was left RUNNING and has since been
-reaped as worker_lost. On resume each such trial whose folder holds an ok result of its own launch is added
-to the study as the completed trial it was (recovered_from names the lost one), so it is neither lost nor
-measured again. A trial whose numerics the loss check would have compared (fp8, fp16, compressed gradients)
+The trial wrote runs/NNNN/result.json before it exited; its Optuna trial was left RUNNING and has
+since been
+reaped as worker_lost. On resume each such trial whose folder holds an ok result of its own launch
+is added
+to the study as the completed trial it was (recovered_from names the lost one), so it is neither
+lost nor
+measured again. A trial whose numerics the loss check would have compared (fp8, fp16, compressed
+gradients)
 is left to be measured again: its check never ran."""
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from autotune.runner import record_of
 
 
 def _result_of_its_launch(run_dir: Path, trial: optuna.trial.FrozenTrial) -> TrialResult | None:
-    """The ok result the trial's own launch wrote (not an earlier attempt's: launched after the trial began)."""
+    """The ok result the trial's own launch wrote (not an earlier attempt's: launched after the
+    trial began)."""
     try:
         spec = TrialSpec.read(run_dir / "spec.json")
         result = TrialResult.read(run_dir / "result.json")
@@ -36,12 +42,18 @@ def _result_of_its_launch(run_dir: Path, trial: optuna.trial.FrozenTrial) -> Tri
 
 
 def recover(study: optuna.Study, runs: Path, bench: Any) -> list[int]:
-    """Add the stored-never measurements of lost trials as completed trials; the numbers recovered."""
+    """Add the stored-never measurements of lost trials as completed trials; the numbers
+    recovered."""
     taken = {t.user_attrs.get("recovered_from") for t in study.get_trials(deepcopy=False)}
     recovered = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
         knobs = t.user_attrs.get("knobs")
-        if t.user_attrs.get("status") != "worker_lost" or t.number in taken or not knobs or catalogue.numerics(knobs):
+        if (
+            t.user_attrs.get("status") != "worker_lost"
+            or t.number in taken
+            or not knobs
+            or catalogue.numerics(knobs)
+        ):
             continue
         run_dir = runs / f"{t.number:04d}"
         result = _result_of_its_launch(run_dir, t)

@@ -1,10 +1,15 @@
 """Replay a recorded landscape through the search loop: samplers compared without a GPU.
 
-A landscape (benchmarks/landscapes/*.json) holds every point of a space as measured on a GPU: its knobs and
-its raw step times. The replay runs the real loop (`loop._Search`: claims, duplicates answered by the
-nearest unmeasured point, configuration failures PRUNED) with the measurement replaced by a draw from the
-point's recorded samples (a bootstrap resample of its step times, their median), so a sampler meets the
-same noise the GPU showed. What a run is judged by is the true value (the recorded median) of the points it
+A landscape (benchmarks/landscapes/*.json) holds every point of a space as measured on a GPU: its
+knobs and
+its raw step times. The replay runs the real loop (`loop._Search`: claims, duplicates answered by
+the
+nearest unmeasured point, configuration failures PRUNED) with the measurement replaced by a draw
+from the
+point's recorded samples (a bootstrap resample of its step times, their median), so a sampler meets
+the
+same noise the GPU showed. What a run is judged by is the true value (the recorded median) of the
+points it
 measured: trials until one within 97% (99%) of the landscape's optimum was measured.
 """
 
@@ -52,7 +57,11 @@ class Landscape:
 
     def true_value(self, knobs: dict[str, Any]) -> float | None:
         p = self.point(knobs)
-        return self.tokens_per_step / statistics.median(p["step_times_s"]) if p["status"] == "ok" else None
+        return (
+            self.tokens_per_step / statistics.median(p["step_times_s"])
+            if p["status"] == "ok"
+            else None
+        )
 
     @property
     def optimum(self) -> float:
@@ -65,10 +74,13 @@ class Landscape:
 
 
 def _replayed_measure(landscape: Landscape, rng: random.Random) -> Callable[..., TrialRecord]:
-    def measure(bench: Any, knobs: dict[str, Any], run_dir: Path, *, number: int = 0, **_: Any) -> TrialRecord:
+    def measure(
+        bench: Any, knobs: dict[str, Any], run_dir: Path, *, number: int = 0, **_: Any
+    ) -> TrialRecord:
         p = landscape.point(knobs)
         record = TrialRecord(number, knobs, p["status"], p.get("reason", ""), wall_s=0.0)
-        record.cause = p.get("cause")  # the knob values that caused the failure: the rule the search learns
+        # the knob values that caused the failure: the rule the search learns
+        record.cause = p.get("cause")
         if p["status"] == "ok":
             steps = p["step_times_s"]
             drawn = statistics.median(rng.choice(steps) for _ in steps)
@@ -86,11 +98,13 @@ def replay(
     root: Path | None = None,
     patience: int | None = 0,
 ) -> list[float | None]:
-    """One search of `budget` trials over the landscape (sampler None: autotune's default); the true values
+    """One search of `budget` trials over the landscape (sampler None: autotune's default); the true
+    values
     of the points measured, in launch order. patience: study.patience (0: the whole budget, what the
     trials to a target are counted over; None: the study's default)."""
     cfg = load_config(Path(root or ".") / landscape.yaml)
-    # the sampler is the one given (a landscape recorded with sampler grid would otherwise replay its queue)
+    # the sampler is the one given (a landscape recorded with sampler grid would otherwise replay
+    # its queue)
     update = {"seed": seed, "confirm_top": 0, "trials": budget, "sampler": "tpe"}
     update["patience"] = patience
     cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update=update)})
@@ -115,7 +129,8 @@ def replay(
         (
             t
             for t in study.get_trials(deepcopy=False)
-            if t.user_attrs.get("status") not in (None, "duplicate", "skipped") and not t.user_attrs.get("predicted")
+            if t.user_attrs.get("status") not in (None, "duplicate", "skipped")
+            and not t.user_attrs.get("predicted")
         ),
         key=lambda t: t.number,
     )
@@ -123,5 +138,6 @@ def replay(
 
 
 def trials_to(values: list[float | None], target: float) -> int | None:
-    """The 1-based trial at which a point of true value >= target was first measured (None: never)."""
+    """The 1-based trial at which a point of true value >= target was first measured (None:
+    never)."""
     return next((i + 1 for i, v in enumerate(values) if v is not None and v >= target), None)

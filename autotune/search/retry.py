@@ -1,8 +1,13 @@
-"""A study's storage that waits out a transient outage: a database server restarted, a connection dropped, an
-SQLite file locked. Each storage call that fails for such a reason is retried, with growing pauses, for up to
-RETRY_S seconds (AUTOTUNE_STORAGE_RETRY_S), saying so on stderr; then the outage is one line, exit 2. A
-refusal that waiting cannot mend (a wrong password, a missing database) is not retried. Optuna has no retry
-of its own; its RDB storage turns every SQLAlchemy error into StorageInternalError ("invalid data in the
+"""A study's storage that waits out a transient outage: a database server restarted, a connection
+dropped, an
+SQLite file locked. Each storage call that fails for such a reason is retried, with growing pauses,
+for up to
+RETRY_S seconds (AUTOTUNE_STORAGE_RETRY_S), saying so on stderr; then the outage is one line, exit
+2. A
+refusal that waiting cannot mend (a wrong password, a missing database) is not retried. Optuna has
+no retry
+of its own; its RDB storage turns every SQLAlchemy error into StorageInternalError ("invalid data in
+the
 commit"), whose cause says what really happened."""
 
 from __future__ import annotations
@@ -15,7 +20,13 @@ from typing import Any
 import optuna
 
 RETRY_S = 120.0
-PERMANENT = ("authentication failed", "does not exist", "permission denied", "no password supplied", "no such table")
+PERMANENT = (
+    "authentication failed",
+    "does not exist",
+    "permission denied",
+    "no password supplied",
+    "no such table",
+)
 
 
 def cause_of(err: BaseException) -> BaseException:
@@ -57,7 +68,11 @@ def _call(method: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any])
                 raise
             reason = " ".join(str(cause_of(err)).split())[:200]
             left = deadline - time.monotonic()
-            print(f"storage unreachable ({reason}); retrying for up to {left:.0f} s", file=sys.stderr, flush=True)
+            print(
+                f"storage unreachable ({reason}); retrying for up to {left:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
             time.sleep(pause)
             pause, tried = min(pause * 2, 8.0), True
 
@@ -97,7 +112,8 @@ class RetryingStorage(optuna.storages.BaseStorage):
     get_trial = _retried("get_trial")
     get_all_trials = _retried("get_all_trials")
 
-    def __getattr__(self, name: str) -> Any:  # what BaseStorage does not declare (the RDB engine, ...)
+    # what BaseStorage does not declare (the RDB engine, ...)
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
 

@@ -261,9 +261,7 @@ def _side(
     return None
 
 
-def staging(
-    study: Any, space: ResolvedSpace, budget: int, task: str = "train"
-) -> tuple[Plan, int]:
+def staging(study: Any, space: ResolvedSpace, budget: int, task: str = "train") -> tuple[Plan, int]:
     """The plan and the patience (0: never stop early) of a study (config.StudyConfig) of `task`
     (its own cheap values: Task.screen). The grid measures every point: nothing to stage, nothing
     to stop early."""

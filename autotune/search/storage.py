@@ -1,4 +1,5 @@
-"""Where a study lives: Optuna storages from a URL, credentials masked, create or resume, --fresh archiving."""
+"""Where a study lives: Optuna storages from a URL, credentials masked, create or resume, --fresh
+archiving."""
 
 from __future__ import annotations
 
@@ -23,18 +24,21 @@ if TYPE_CHECKING:
 
 
 def mask_url(url: str) -> str:
-    """A storage URL with its password hidden (postgresql://user:***@host/db), in any form (redact.mask)."""
+    """A storage URL with its password hidden (postgresql://user:***@host/db), in any form
+    (redact.mask)."""
     return mask(url)
 
 
 def sqlite_url(path: Path) -> str:
-    """The SQLAlchemy URL of a SQLite file at any path: '%', '?', '#' and spaces in it are quoted, or SQLAlchemy
+    """The SQLAlchemy URL of a SQLite file at any path: '%', '?', '#' and spaces in it are quoted,
+    or SQLAlchemy
     would read them as escapes, a query or a fragment and put the database elsewhere."""
     return "sqlite:///" + quote(str(path.resolve()), safe="/")
 
 
 def _journal_file(url: str) -> Path:
-    """journal:PATH's file: an existing regular file, or a new one in a writable folder (not a FIFO or a device,
+    """journal:PATH's file: an existing regular file, or a new one in a writable folder (not a FIFO
+    or a device,
     which would hang or fail mid-study)."""
     path = Path(url.removeprefix("journal:"))
     if path.exists() and not path.is_file():
@@ -44,7 +48,8 @@ def _journal_file(url: str) -> Path:
 
 
 def storage_of(url: str) -> optuna.storages.BaseStorage:
-    """An Optuna storage from a URL; journal:PATH is Optuna's JournalStorage on a file (shared file systems)."""
+    """An Optuna storage from a URL; journal:PATH is Optuna's JournalStorage on a file (shared file
+    systems)."""
     remember(url)
     if url.startswith("journal:"):
         from autotune.search.journal import repair
@@ -57,23 +62,31 @@ def storage_of(url: str) -> optuna.storages.BaseStorage:
     sqlite = url.startswith("sqlite")
     for attempt in range(5):  # workers started together race to create the schema of a new database
         try:
-            # a server restarted under a pooled connection: pre-ping replaces it instead of failing the query
+            # a server restarted under a pooled connection: pre-ping replaces it instead of failing
+            # the query
             storage = optuna.storages.RDBStorage(
-                # SQLite's own wait for a lock stays short: past it the retry says so, then waits on (search/retry.py)
-                url, engine_kwargs={"connect_args": {"timeout": 15}} if sqlite else {"pool_pre_ping": True}
+                # SQLite's own wait for a lock stays short: past it the retry says so, then waits on
+                # (search/retry.py)
+                url,
+                engine_kwargs={"connect_args": {"timeout": 15}}
+                if sqlite
+                else {"pool_pre_ping": True},
             )
             if sqlite:
                 _serialize_sqlite(storage)
             return _retrying(storage)
         except Exception as err:
-            if attempt == 4 or not any(w in str(err) for w in ("UNIQUE", "unique", "already exists", "locked")):
+            if attempt == 4 or not any(
+                w in str(err) for w in ("UNIQUE", "unique", "already exists", "locked")
+            ):
                 raise
             time.sleep(0.5 + random.random())
     raise AssertionError("unreachable")
 
 
 def _retrying(storage: optuna.storages.RDBStorage) -> optuna.storages.BaseStorage:
-    """Optuna's cache in front of the database (as optuna.storages.get_storage builds it), and a transient
+    """Optuna's cache in front of the database (as optuna.storages.get_storage builds it), and a
+    transient
     outage waited out in front of both (search/retry.py)."""
     from optuna.storages._cached_storage import _CachedStorage
 
@@ -85,7 +98,8 @@ def _retrying(storage: optuna.storages.RDBStorage) -> optuna.storages.BaseStorag
 def _serialize_sqlite(storage: optuna.storages.RDBStorage) -> None:
     """Make every SQLite transaction BEGIN IMMEDIATE (SQLAlchemy's pysqlite recipe).
 
-    pysqlite's deferred transactions let two workers (threads or processes) both read a WAITING trial
+    pysqlite's deferred transactions let two workers (threads or processes) both read a WAITING
+    trial
     before either writes, so both run it; taking the write lock at BEGIN makes the pop atomic.
     """
     from sqlalchemy import event
@@ -110,7 +124,10 @@ def _archive(study_dir: Path, storage: Any, name: str, default_storage: bool) ->
     if not default_storage:
         try:
             optuna.copy_study(
-                from_study_name=name, from_storage=storage, to_storage=storage, to_study_name=f"{name}.archived-{stamp}"
+                from_study_name=name,
+                from_storage=storage,
+                to_storage=storage,
+                to_study_name=f"{name}.archived-{stamp}",
             )
             optuna.delete_study(study_name=name, storage=storage)
         except KeyError:
@@ -124,10 +141,11 @@ def _archive(study_dir: Path, storage: Any, name: str, default_storage: bool) ->
 def open_study(
     cfg: Config, *, out_root: Path, device: str, fresh: bool, baseline: dict[str, Any]
 ) -> tuple[optuna.Study, Path, str]:
-    """Create or resume the study; refuse one made from a different model, workload, space or device.
+    """Create or resume the study; refuse one made from a different model, workload, space or
+    device.
 
-    baseline: the baseline trial's knobs, stored with the study: report, check and the live view find the
-    baseline trial by them (history.History.baseline)."""
+    baseline: the baseline trial's knobs, stored with the study: report, check and the live view
+    find the baseline trial by them (history.History.baseline)."""
     from autotune import identity
 
     default_storage = cfg.study.storage is None
@@ -138,7 +156,9 @@ def open_study(
     if url.startswith("journal:"):
         _journal_file(url)  # checked before anything is written
     if fresh:
-        _refuse_live_fresh(cfg.name, url if not default_storage or (study_dir / "study.db").exists() else None, cfg)
+        _refuse_live_fresh(
+            cfg.name, url if not default_storage or (study_dir / "study.db").exists() else None, cfg
+        )
     if fresh and default_storage:
         _archive(study_dir, None, cfg.name, default_storage)  # moves study.db aside with the folder
     if default_storage:
@@ -148,43 +168,63 @@ def open_study(
     except Exception as err:
         raise StudyError(f"study.storage: cannot open {mask_url(url)}: {err}") from None
     if fresh and not default_storage:
-        _archive(study_dir, storage, cfg.name, default_storage)  # copies the study aside in its storage
+        # copies the study aside in its storage
+        _archive(study_dir, storage, cfg.name, default_storage)
     config = cfg.model_dump(mode="json")
     want = {"config_identity": identity.digest(config), "device": device}
     if not fresh:
-        _refuse_other_config(cfg.name, storage, url, config, device, study_dir if default_storage else None)
+        _refuse_other_config(
+            cfg.name, storage, url, config, device, study_dir if default_storage else None
+        )
     study_dir.mkdir(parents=True, exist_ok=True)
+    study = _create(cfg, storage, url)
+    for key, value in want.items():
+        study.set_user_attr(key, value)
+    # the baseline the study began with stays its baseline
+    if "baseline_knobs" not in study.user_attrs:
+        study.set_user_attr("baseline_knobs", baseline)
+    study.set_user_attr("config", _masked(config, url))
+    return study, study_dir, url
+
+
+def _create(cfg: Config, storage: Any, url: str) -> optuna.Study:
+    """The study created or loaded under its objective's directions; one made under others is
+    refused (StudyError naming study.objective)."""
     directions: list[Literal["maximize", "minimize"]] = (
         ["maximize", "minimize"] if cfg.study.objective == "pareto" else ["maximize"]
     )
     try:
-        study = optuna.create_study(study_name=cfg.name, storage=storage, directions=directions, load_if_exists=True)
+        study = optuna.create_study(
+            study_name=cfg.name, storage=storage, directions=directions, load_if_exists=True
+        )
     except ValueError as err:  # Optuna refuses to load a study under other directions
         raise StudyError(
-            f"study.objective: {cfg.study.objective} does not match the study {cfg.name!r} already in "
-            f"{mask_url(url)} ({err}); use --fresh to start over or the objective it was made with"
+            f"study.objective: {cfg.study.objective} does not match the study {cfg.name!r} "
+            f"already in {mask_url(url)} ({err}); use --fresh to start over or the objective it "
+            "was made with"
         ) from None
     if [d.name.lower() for d in study.directions] != directions:
         raise StudyError(
-            f"study.objective: {cfg.study.objective} does not match the study {cfg.name!r} already in "
-            f"{mask_url(url)} ({len(study.directions)} objective(s)); use --fresh to start over or the "
-            "objective it was made with"
+            f"study.objective: {cfg.study.objective} does not match the study {cfg.name!r} "
+            f"already in {mask_url(url)} ({len(study.directions)} objective(s)); use --fresh to "
+            "start over or the objective it was made with"
         )
-    for key, value in want.items():
-        study.set_user_attr(key, value)
-    if "baseline_knobs" not in study.user_attrs:  # the baseline the study began with stays its baseline
-        study.set_user_attr("baseline_knobs", baseline)
-    config["study"]["storage"] = mask_url(url)  # credentials are never stored
+    return study
+
+
+def _masked(config: dict[str, Any], url: str) -> dict[str, Any]:
+    """The config as the study stores it: credentials never stored (storage, command, MLflow)."""
+    config["study"]["storage"] = mask_url(url)
     if config.get("command"):
         config["command"] = mask_command(config["command"])
     if (mlflow := config["study"]["tracking"]["mlflow"]) and mlflow["tracking_uri"]:
         mlflow["tracking_uri"] = mask_url(mlflow["tracking_uri"])
-    study.set_user_attr("config", config)
-    return study, study_dir, url
+    return config
 
 
 def _refuse_live_fresh(name: str, url: str | None, cfg: Config) -> None:
-    """--fresh never archives a study another search is measuring in (its trial's heartbeat is recent)."""
+    """--fresh never archives a study another search is measuring in (its trial's heartbeat is
+    recent)."""
     from autotune.search.workers import live_worker
 
     if url is None:
@@ -197,12 +237,13 @@ def _refuse_live_fresh(name: str, url: str | None, cfg: Config) -> None:
         raise StudyError(f"study.storage: cannot open {mask_url(url)}: {err}") from None
     if (who := live_worker(study, cfg.study.worker_grace_s)) is not None:
         raise StudyError(
-            f"--fresh: study {name} is being searched by {who}; stop that search first (or let it end), then "
-            "run --fresh again; nothing was archived"
+            f"--fresh: study {name} is being searched by {who}; stop that search first (or let it "
+            "end), then run --fresh again; nothing was archived"
         )
 
 
-SQLITE_MAX_PATHLEN = 512  # SQLite's unix VFS: longer database paths cannot be opened (os_unix.c MAX_PATHNAME)
+# SQLite's unix VFS: longer database paths cannot be opened (os_unix.c MAX_PATHNAME)
+SQLITE_MAX_PATHLEN = 512
 
 
 def _check_sqlite_path(db: Path) -> None:
@@ -210,22 +251,26 @@ def _check_sqlite_path(db: Path) -> None:
     length = len(str(db.absolute()).encode())
     if length > SQLITE_MAX_PATHLEN:
         raise ConfigError(
-            f"--out: the study's database would be {length} bytes of path ({excerpt(str(db), 60)}); SQLite opens "
-            f"at most {SQLITE_MAX_PATHLEN}: choose a shorter --out or study name (nothing was created)"
+            f"--out: the study's database would be {length} bytes of path "
+            f"({excerpt(str(db), 60)}); SQLite opens "
+            f"at most {SQLITE_MAX_PATHLEN}: choose a shorter --out or study name (nothing was "
+            "created)"
         )
 
 
 def _check_study_dir(out_root: Path, name: str, fresh: bool) -> Path:
-    """OUT/<name>, checked before anything is written: a writable folder that is empty or autotune's."""
+    """OUT/<name>, checked before anything is written: a writable folder that is empty or
+    autotune's."""
     paths.writable_dir(out_root, "--out")
     study_dir = out_root / name
-    paths.writable_dir(study_dir, "--out")  # the names in it too: nothing is made before all of it fits
+    # the names in it too: nothing is made before all of it fits
+    paths.writable_dir(study_dir, "--out")
     if study_dir.exists():
         if not paths.is_study_dir(study_dir) and any(study_dir.iterdir()):
             what = "--fresh" if fresh else "--out"
             raise StudyError(
-                f"{what}: {study_dir} exists and holds no autotune study (no study.db, best.yaml or runs/); "
-                "not touching it: choose another name or --out"
+                f"{what}: {study_dir} exists and holds no autotune study (no study.db, best.yaml "
+                "or runs/); not touching it: choose another name or --out"
             )
     return study_dir
 
@@ -233,8 +278,10 @@ def _check_study_dir(out_root: Path, name: str, fresh: bool) -> Path:
 def _refuse_other_config(
     name: str, storage: Any, url: str, config: dict[str, Any], device: str, study_dir: Path | None
 ) -> None:
-    """A study of this name that measured another model, workload, space (identity.difference: a field or
-    knob added since at its default is no difference) or device is refused. study_dir: where its study.db is
+    """A study of this name that measured another model, workload, space (identity.difference: a
+    field or
+    knob added since at its default is no difference) or device is refused. study_dir: where its
+    study.db is
     (default storage), named in the remedy: --fresh --warm-start from it keeps what it measured."""
     from autotune import identity
 
@@ -247,14 +294,19 @@ def _refuse_other_config(
     if not old.get_trials(deepcopy=False):
         return
     stored = old.user_attrs.get("config")
-    differs = identity.difference(stored, config) if isinstance(stored, dict) else "its config is not stored"
+    differs = (
+        identity.difference(stored, config)
+        if isinstance(stored, dict)
+        else "its config is not stored"
+    )
     if differs:
         source = f" {study_dir}" if study_dir is not None else " DIR"
         raise StudyError(
             f"name: study {name!r} exists with a different model, workload or space ({differs}); "
-            f"run with --fresh --warm-start{source} to start anew from its {len(old.get_trials(deepcopy=False))} "
-            "trials (those in the new space are not measured again; the old study is archived, not deleted), "
-            "with --fresh alone, or choose another name"
+            f"run with --fresh --warm-start{source} to start anew from its "
+            f"{len(old.get_trials(deepcopy=False))} "
+            "trials (those in the new space are not measured again; the old study is archived, "
+            "not deleted), with --fresh alone, or choose another name"
         )
     have = old.user_attrs.get("device")
     if have != device:
@@ -264,36 +316,53 @@ def _refuse_other_config(
         )
 
 
-def load_study(path: Path | None, study_name: str | None, storage: str | None) -> tuple[optuna.Study, Path | None]:
-    """An existing study to read: the one of trials/<name> (its study.db), or --study NAME --storage URL.
+def load_study(
+    path: Path | None, study_name: str | None, storage: str | None
+) -> tuple[optuna.Study, Path | None]:
+    """An existing study to read: the one of trials/<name> (its study.db), or --study NAME --storage
+    URL.
 
-    Reading never writes: a SQLite file is opened read-only and must already hold Optuna's tables (a new
-    path or a foreign database is refused, not created or extended); a journal file must exist. A damaged
+    Reading never writes: a SQLite file is opened read-only and must already hold Optuna's tables (a
+    new
+    path or a foreign database is refused, not created or extended); a journal file must exist. A
+    damaged
     or unreachable storage is a one-line ConfigError."""
-    what = "--storage" if storage is not None else "STUDY_DIR"  # the option the user gave, never another
+    # the option the user gave, never another
+    what = "--storage" if storage is not None else "STUDY_DIR"
     if storage is None:
         if path is None:
             raise ConfigError("STUDY_DIR: give trials/<name>, or --study NAME --storage URL")
         db = path / "study.db"
         if not db.is_file():
-            raise ConfigError(f"STUDY_DIR: no study.db in {path}; give trials/<name> or --storage URL")
+            raise ConfigError(
+                f"STUDY_DIR: no study.db in {path}; give trials/<name> or --storage URL"
+            )
         storage = sqlite_url(db)
     remember(storage)
     try:
         opened = _reader(storage, what)
-        names = [s.study_name for s in optuna.get_all_study_summaries(opened, include_best_trial=False)]
+        names = [
+            s.study_name for s in optuna.get_all_study_summaries(opened, include_best_trial=False)
+        ]
     except ConfigError:
         raise
     except Exception as err:  # SQLAlchemy, a damaged file, a server that refuses
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        locked = "; another process holds it locked (a search writing to it?): try again" if "locked" in first else ""
-        raise ConfigError(f"{what}: cannot read a study from {mask_url(storage)}: {first[:300]}{locked}") from None
+        locked = (
+            "; another process holds it locked (a search writing to it?): try again"
+            if "locked" in first
+            else ""
+        )
+        raise ConfigError(
+            f"{what}: cannot read a study from {mask_url(storage)}: {first[:300]}{locked}"
+        ) from None
     name = study_name or (path.name if path is not None and path.name in names else None)
     if name is None and len(names) == 1:
         name = names[0]
     if name not in names:
         raise ConfigError(
-            f"--study: {name!r} is not in {mask_url(storage)}; studies there: {', '.join(names) or 'none'}"
+            f"--study: {name!r} is not in {mask_url(storage)}; studies there: "
+            f"{', '.join(names) or 'none'}"
         )
     return optuna.load_study(study_name=name, storage=opened), path
 
@@ -308,13 +377,15 @@ def _reader(url: str, what: str = "--storage") -> optuna.storages.BaseStorage:
     from sqlalchemy.engine import make_url
 
     parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":  # sqlite://, sqlite+pysqlite://, ...: a file to open read-only
+    # sqlite://, sqlite+pysqlite://, ...: a file to open read-only
+    if parsed.get_backend_name() == "sqlite":
         path = Path(parsed.database or "")
         if not parsed.database or not path.is_file():
             raise ConfigError(f"{what}: no such SQLite file: {parsed.database or '(none)'}")
         _check_optuna_sqlite(path, what)
-        # SQLite itself refuses any write (mode=ro); the path is quoted for SQLite's URI, then for SQLAlchemy
-        url = f"{parsed.drivername}:///file:{quote(quote(str(path.resolve()), safe='/'), safe='/')}?mode=ro&uri=true"
+        # SQLite itself refuses any write (mode=ro); the path is quoted for SQLite's URI, then for
+        # SQLAlchemy
+        url = f"{parsed.drivername}:///file:{quote(quote(str(path.resolve()), safe='/'), safe='/')}?mode=ro&uri=true"  # noqa: E501
     return optuna.storages.RDBStorage(url, skip_table_creation=True)
 
 
@@ -326,9 +397,19 @@ def _check_optuna_sqlite(path: Path, what: str = "--storage") -> None:
         with contextlib.closing(
             sqlite3.connect(f"file:{quote(str(path.resolve()), safe='/')}?mode=ro", uri=True)
         ) as conn:
-            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            tables = {
+                row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
     except sqlite3.DatabaseError as err:
-        locked = "; another process holds it locked (a search writing to it?): try again" if "locked" in str(err) else ""
-        raise ConfigError(f"{what}: {path} is not a readable SQLite database: {err}{locked}") from None
+        locked = (
+            "; another process holds it locked (a search writing to it?): try again"
+            if "locked" in str(err)
+            else ""
+        )
+        raise ConfigError(
+            f"{what}: {path} is not a readable SQLite database: {err}{locked}"
+        ) from None
     if not {"studies", "trials", "version_info"} <= tables:
-        raise ConfigError(f"{what}: {path} holds no Optuna study (no studies/trials tables); nothing was changed")
+        raise ConfigError(
+            f"{what}: {path} holds no Optuna study (no studies/trials tables); nothing was changed"
+        )

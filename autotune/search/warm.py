@@ -1,8 +1,11 @@
-"""Warm start: a new study begins with another study's measured trials of the same model and workload,
+"""Warm start: a new study begins with another study's measured trials of the same model and
+workload,
 measured on the same hardware and software, so re-tuning after a small change costs a few trials.
 
-Only trials whose configuration lies in the new space are copied; each keeps its record (metrics, raw
-samples, fingerprint) and notes where it came from (`warm_start`). Copied trials count as measured (never
+Only trials whose configuration lies in the new space are copied; each keeps its record (metrics,
+raw
+samples, fingerprint) and notes where it came from (`warm_start`). Copied trials count as measured
+(never
 launched again, and the sampler learns from them) but not toward the new study's budget.
 """
 
@@ -30,15 +33,16 @@ def _check_same(cfg: Config, source: optuna.Study, where: str, device: str) -> N
     """The source measured the same model and workload on this device kind, GPU model and torch."""
     stored = source.user_attrs.get("config") or {}
     mine = cfg.model_dump(mode="json")
-    # the model and workload must be the same (a field added since at its default is no difference); the space
-    # may differ: only the trials that lie in this one are copied
+    # the model and workload must be the same (a field added since at its default is no difference);
+    # the space may differ: only the trials that lie in this one are copied
     differs = identity.difference({**stored, "space": {}}, {**mine, "space": {}})
     if differs:
         section = differs.split(".")[0]
         raise ConfigError(f"--warm-start: {where} measured another {section} ({differs})")
     if source.user_attrs.get("device") != device:
         raise ConfigError(
-            f"--warm-start: {where} was measured on {source.user_attrs.get('device')}, this study runs on {device}"
+            f"--warm-start: {where} was measured on {source.user_attrs.get('device')}, this study "
+            f"runs on {device}"
         )
     here_gpu = next((g["name"] for g in detect()["gpus"]), None) if device == "cuda" else None
     here_torch = metadata.version("torch")
@@ -46,18 +50,22 @@ def _check_same(cfg: Config, source: optuna.Study, where: str, device: str) -> N
         fp = t.user_attrs.get("fingerprint") or {}
         if fp.get("torch") != here_torch or (here_gpu and fp.get("gpu_model") != here_gpu):
             raise ConfigError(
-                f"--warm-start: {where} trial {t.number} was measured on {fp.get('gpu_model')} with torch "
-                f"{fp.get('torch')}; here: {here_gpu or device} with torch {here_torch}"
+                f"--warm-start: {where} trial {t.number} was measured on {fp.get('gpu_model')} "
+                f"with torch {fp.get('torch')}; here: {here_gpu or device} with torch {here_torch}"
             )
 
 
 def source_study(cfg: Config, source_dir: Path, device: str) -> optuna.Study:
-    """The study to start from, opened read-only and checked (ConfigError before anything is written), and
-    copied into memory: `--fresh --warm-start trials/<name>` then archives the very study it starts from."""
+    """The study to start from, opened read-only and checked (ConfigError before anything is
+    written), and
+    copied into memory: `--fresh --warm-start trials/<name>` then archives the very study it starts
+    from."""
     source, _ = load_study(source_dir, None, None)
     _check_same(cfg, source, str(source_dir), device)
     copy = optuna.create_study(
-        storage=optuna.storages.InMemoryStorage(), study_name=source.study_name, directions=source.directions
+        storage=optuna.storages.InMemoryStorage(),
+        study_name=source.study_name,
+        directions=source.directions,
     )
     for name, value in source.user_attrs.items():
         copy.set_user_attr(name, value)
@@ -66,7 +74,8 @@ def source_study(cfg: Config, source_dir: Path, device: str) -> optuna.Study:
 
 
 def copy_trials(study: optuna.Study, space: ResolvedSpace, source: optuna.Study) -> int:
-    """Copy the source's measured trials that lie in this space into the (new) study; returns how many."""
+    """Copy the source's measured trials that lie in this space into the (new) study; returns how
+    many."""
     if any("warm_start" in t.user_attrs for t in study.get_trials(deepcopy=False)):
         return 0  # copied when this study began; a resume does not copy again
     dists = {name: CategoricalDistribution(values) for name, values in space.searched.items()}
@@ -78,11 +87,14 @@ def copy_trials(study: optuna.Study, space: ResolvedSpace, source: optuna.Study)
         params = {k: knobs.get(k) for k in space.searched}
         if record.status in ("", "duplicate", "skipped") or record.predicted:
             continue
-        if any(params[k] not in dists[k].choices for k in params) or key(space.knobs(params)) != key(knobs):
+        if any(params[k] not in dists[k].choices for k in params) or key(
+            space.knobs(params)
+        ) != key(knobs):
             continue  # outside the new space (or a knob fixed at another value)
         if key(knobs) in seen:
             continue
-        # the record upgraded to this release's knobs (one made before a knob existed lacks it: at its default)
+        # the record upgraded to this release's knobs (one made before a knob existed lacks it: at
+        # its default)
         record.knobs = space.knobs(params)
         record.extra["warm_start"] = f"{source.study_name}#{t.number}"
         attrs = record.to_attrs()

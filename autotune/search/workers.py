@@ -1,6 +1,8 @@
-"""Several workers on one study: who runs a trial, heartbeats, lost workers reaped, configurations claimed.
+"""Several workers on one study: who runs a trial, heartbeats, lost workers reaped, configurations
+claimed.
 
-Written here rather than using Optuna's heartbeat because JournalStorage has none; this works the same on
+Written here rather than using Optuna's heartbeat because JournalStorage has none; this works the
+same on
 SQLite, PostgreSQL and journal files.
 """
 
@@ -26,7 +28,8 @@ def heartbeat_interval(grace_s: float) -> float:
 
 
 class Heartbeat:
-    """Called while a trial runs: stores a heartbeat in the trial every heartbeat_interval(grace) seconds."""
+    """Called while a trial runs: stores a heartbeat in the trial every heartbeat_interval(grace)
+    seconds."""
 
     def __init__(self, trial: optuna.Trial, grace_s: float) -> None:
         self.trial, self.interval, self.last = trial, heartbeat_interval(grace_s), time.time()
@@ -39,11 +42,14 @@ class Heartbeat:
             try:
                 self.trial.set_user_attr("heartbeat", self.last)
             except optuna.exceptions.UpdateFinishedTrialError:
-                pass  # reaped while this worker stalled: the measurement goes on, and is kept (late_record)
+                # reaped while this worker stalled: the measurement goes on, and is kept
+                # (late_record)
+                pass
 
 
 def reap_lost_workers(study: optuna.Study, grace_s: float, own: int | None = None) -> list[int]:
-    """Fail RUNNING trials whose worker stopped sending heartbeats (kill -9, node loss) as worker_lost.
+    """Fail RUNNING trials whose worker stopped sending heartbeats (kill -9, node loss) as
+    worker_lost.
 
     A lost trial's configuration is measured again."""
     now = time.time()
@@ -51,7 +57,9 @@ def reap_lost_workers(study: optuna.Study, grace_s: float, own: int | None = Non
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if t.number == own:
             continue
-        beat = t.user_attrs.get("heartbeat") or (t.datetime_start.timestamp() if t.datetime_start else now)
+        beat = t.user_attrs.get("heartbeat") or (
+            t.datetime_start.timestamp() if t.datetime_start else now
+        )
         if now - beat > grace_s or _dead_here(t.user_attrs.get("worker")):
             try:
                 optuna.trial.Trial(study, t._trial_id).set_user_attr("status", "worker_lost")
@@ -63,7 +71,8 @@ def reap_lost_workers(study: optuna.Study, grace_s: float, own: int | None = Non
 
 
 def _dead_here(worker: dict[str, Any] | None) -> bool:
-    """A worker on this host whose process is gone (found at once, no need to wait for the grace)."""
+    """A worker on this host whose process is gone (found at once, no need to wait for the
+    grace)."""
     if not worker or worker.get("host") != socket.gethostname() or worker.get("pid") == os.getpid():
         return False
     try:
@@ -75,8 +84,11 @@ def _dead_here(worker: dict[str, Any] | None) -> bool:
     return False
 
 
-def claim_configuration(study: optuna.Study, trial: optuna.Trial, knobs: dict[str, Any]) -> int | None:
-    """Claim the configuration for this trial: other workers now leave it to this one. Returns the number of
+def claim_configuration(
+    study: optuna.Study, trial: optuna.Trial, knobs: dict[str, Any]
+) -> int | None:
+    """Claim the configuration for this trial: other workers now leave it to this one. Returns the
+    number of
     a running trial that claimed it first (a race: the lower number keeps it), or None."""
     trial.set_user_attr("claimed", True)
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -90,23 +102,34 @@ def claim_configuration(study: optuna.Study, trial: optuna.Trial, knobs: dict[st
 
 
 def late_record(study: optuna.Study, trial: optuna.Trial, record: Any) -> bool:
-    """A worker that stalled past its grace finds its trial reaped (worker_lost) and measured again elsewhere:
-    its measurement is added to the study as a duplicate of that trial (kept, not counted) instead of being
+    """A worker that stalled past its grace finds its trial reaped (worker_lost) and measured again
+    elsewhere:
+    its measurement is added to the study as a duplicate of that trial (kept, not counted) instead
+    of being
     dropped. False while the trial is still this worker's."""
     frozen = next((t for t in study.get_trials(deepcopy=False) if t.number == trial.number), None)
     if frozen is None or frozen.state == TrialState.RUNNING:
         return False
-    attrs = {**record.to_attrs(), "status": "duplicate", "duplicate_of": trial.number, "late": record.status}
+    attrs = {
+        **record.to_attrs(),
+        "status": "duplicate",
+        "duplicate_of": trial.number,
+        "late": record.status,
+    }
     study.add_trial(
         optuna.trial.create_trial(
-            state=TrialState.FAIL, params=trial.params, distributions=trial.distributions, user_attrs=attrs
+            state=TrialState.FAIL,
+            params=trial.params,
+            distributions=trial.distributions,
+            user_attrs=attrs,
         )
     )
     return True
 
 
 def live_worker(study: optuna.Study, grace_s: float) -> str | None:
-    """A worker still measuring a trial of this study (a heartbeat within the grace, or its process alive on
+    """A worker still measuring a trial of this study (a heartbeat within the grace, or its process
+    alive on
     this host), said for a message; None when no trial is running."""
     now = time.time()
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -114,8 +137,15 @@ def live_worker(study: optuna.Study, grace_s: float) -> str | None:
         beat = t.user_attrs.get("heartbeat")
         if worker.get("pid") == os.getpid() and worker.get("host") == socket.gethostname():
             continue
-        alive_here = worker.get("host") == socket.gethostname() and not _dead_here(worker) and bool(worker.get("pid"))
+        alive_here = (
+            worker.get("host") == socket.gethostname()
+            and not _dead_here(worker)
+            and bool(worker.get("pid"))
+        )
         if alive_here or (beat is not None and now - beat <= grace_s):
             ago = f"{now - beat:.0f} s ago" if beat is not None else "none yet"
-            return f"pid {worker.get('pid')} on {worker.get('host')} (trial {t.number}, heartbeat {ago})"
+            return (
+                f"pid {worker.get('pid')} on {worker.get('host')} (trial {t.number}, heartbeat "
+                f"{ago})"
+            )
     return None

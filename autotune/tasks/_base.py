@@ -54,11 +54,15 @@ class Task(ABC):
         limits it takes are checked by tasks.check_config first."""
 
     @abstractmethod
-    def batch_rule(self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]) -> None:
+    def batch_rule(
+        self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]
+    ) -> None:
         """resolve_space's batch step: check or derive the batch knobs' values in place
         (ValueError)."""
 
-    def trial_params(self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None) -> dict[str, Any]:
+    def trial_params(
+        self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None
+    ) -> dict[str, Any]:
         """The trial spec's workload-specific parameters (TrialSpec.params)."""
         return {}
 
@@ -77,7 +81,11 @@ class Task(ABC):
         become over_limit)."""
 
     def check_gate(
-        self, best: dict[str, Any], details: list[dict[str, Any]], tolerance_pct: float, decide: Decide
+        self,
+        best: dict[str, Any],
+        details: list[dict[str, Any]],
+        tolerance_pct: float,
+        decide: Decide,
     ) -> dict[str, Any] | None:
         """A second decision of `autotune check` beside tokens/s (generate: time per output token),
         or None."""

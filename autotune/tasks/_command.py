@@ -11,7 +11,13 @@ from autotune.tasks._train import TRAINING_EXPORTS, derive_accumulation
 
 # autotune's knobs a command may map; those that set environment variables reach it without a
 # mapping
-MAPPABLE = ("micro_batch_size", "grad_accum_steps", "precision", "compile", "activation_checkpointing")
+MAPPABLE = (
+    "micro_batch_size",
+    "grad_accum_steps",
+    "precision",
+    "compile",
+    "activation_checkpointing",
+)
 
 
 class Command(Task):
@@ -30,7 +36,9 @@ class Command(Task):
         from autotune import knobs as catalogue
 
         if cfg.command is None:
-            raise ValueError("command: required with task command (argv, and how each knob reaches it)")
+            raise ValueError(
+                "command: required with task command (argv, and how each knob reaches it)"
+            )
         mine = [k.name for k in catalogue.CATALOGUE if self.name in k.tasks]
         for name, mapping in cfg.command.knobs.items():
             _check_mapping(name, mapping, mine, catalogue.BY_NAME)
@@ -54,15 +62,23 @@ class Command(Task):
             return {}
         return {n: list(m.values) for n, m in cfg.command.knobs.items() if m.values is not None}
 
-    def batch_rule(self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]) -> None:
+    def batch_rule(
+        self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]
+    ) -> None:
         """As task train: with global_batch_size the accumulation is derived from the micro-batch
         sizes."""
         if wl.global_batch_size is not None:
             derive_accumulation(
-                space.grad_accum_steps, wl.global_batch_size // wl.world_size, wl.global_batch_size, values, notes
+                space.grad_accum_steps,
+                wl.global_batch_size // wl.world_size,
+                wl.global_batch_size,
+                values,
+                notes,
             )
         else:
-            values["grad_accum_steps"] = [1] if space.grad_accum_steps == "auto" else list(space.grad_accum_steps)
+            values["grad_accum_steps"] = (
+                [1] if space.grad_accum_steps == "auto" else list(space.grad_accum_steps)
+            )
 
     def prepare(self, spec: Any, run_dir: Any) -> dict[str, str]:
         """The command with this trial's knob values (command_render.render), its config file
@@ -151,15 +167,20 @@ def _check_mapping(name: str, mapping: Any, mine: list[str], by_name: dict[str, 
     where = f"command.knobs.{name}"
     if name in by_name and name not in mine:
         raise ValueError(
-            f"{where}: {name} is a knob of task {', '.join(by_name[name].tasks)}, not of command; give your "
-            f"own knob another name (autotune's for a command: {', '.join(mine)})"
+            f"{where}: {name} is a knob of task {', '.join(by_name[name].tasks)}, not of command; "
+            f"give your own knob another name (autotune's for a command: {', '.join(mine)})"
         )
     if name in mine and mapping.values is not None:
-        raise ValueError(f"{where}.values: {name} is autotune's knob; its values come from space.{name}")
+        raise ValueError(
+            f"{where}.values: {name} is autotune's knob; its values come from space.{name}"
+        )
     if name in mine and name not in MAPPABLE:
         raise ValueError(f"{where}: {name} sets environment variables itself; remove its mapping")
     if name not in mine and mapping.values is None:
-        raise ValueError(f"{where}.values: a knob of your own lists its values, e.g. values: [adamw_torch, adafactor]")
+        raise ValueError(
+            f"{where}.values: a knob of your own lists its values, e.g. values: [adamw_torch, "
+            "adafactor]"
+        )
 
 
 def _check_reaches(name: str, cfg: Any, knob: Any) -> None:
@@ -169,13 +190,14 @@ def _check_reaches(name: str, cfg: Any, knob: Any) -> None:
     if mapped or value == "auto" or value == [knob.default]:
         if name == "grad_accum_steps" and not mapped and cfg.workload.global_batch_size is not None:
             raise ValueError(
-                "command.knobs.grad_accum_steps: needed with workload.global_batch_size (the accumulation is "
-                "derived from the micro-batch and must reach the command), e.g. {flag: --gradient_accumulation_steps}"
+                "command.knobs.grad_accum_steps: needed with workload.global_batch_size (the "
+                "accumulation is derived from the micro-batch and must reach the command), e.g. "
+                "{flag: --gradient_accumulation_steps}"
             )
         return
     raise ValueError(
-        f"space.{name}: {value} set, but command.knobs.{name} does not say how it reaches the command; add "
-        f"e.g. command.knobs.{name}: {{flag: --{name}}}"
+        f"space.{name}: {value} set, but command.knobs.{name} does not say how it reaches the "
+        f"command; add e.g. command.knobs.{name}: {{flag: --{name}}}"
     )
 
 
@@ -210,6 +232,7 @@ def _check_map(name: str, mapping: Any, values: Any) -> None:
     missing = [v for v in values if text_of(v) not in keys]
     if missing:
         raise ValueError(
-            f"command.knobs.{name}.map: no entry for {text_of(missing[0])} (a value the study gives {name}); "
+            f"command.knobs.{name}.map: no entry for {text_of(missing[0])} (a value the study "
+            f"gives {name}); "
             f"add {text_of(missing[0])}: [...] or drop it from the values"
         )

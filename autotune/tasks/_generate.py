@@ -1,4 +1,5 @@
-"""task generate: prefill and greedy decode with a KV cache; latency limits, the decode roofline, TPOT's gate."""
+"""task generate: prefill and greedy decode with a KV cache; latency limits, the decode roofline,
+TPOT's gate."""
 
 from __future__ import annotations
 
@@ -20,17 +21,24 @@ class Generate(Task):
     def check_workload(self, wl: Any) -> None:
         missing = [k for k in self.fields if getattr(wl, k) is None]
         if missing:
-            raise ValueError(f"workload.{missing[0]}: required with task generate (a positive integer)")
+            raise ValueError(
+                f"workload.{missing[0]}: required with task generate (a positive integer)"
+            )
         if wl.global_batch_size is not None:
-            raise ValueError("workload.global_batch_size: not used with task generate; search space.batch_size")
+            raise ValueError(
+                "workload.global_batch_size: not used with task generate; search space.batch_size"
+            )
         if wl.world_size != 1:
-            raise ValueError(f"workload.world_size: {wl.world_size}; task generate runs on one GPU (1)")
+            raise ValueError(
+                f"workload.world_size: {wl.world_size}; task generate runs on one GPU (1)"
+            )
 
     def check_config(self, cfg: Any) -> None:
         wl, m = cfg.workload, cfg.model
         if cfg.study.objective == "pareto" and (wl.gen_len or 0) < 2:
             raise ValueError(
-                f"study.objective: pareto needs decode steps to time: workload.gen_len >= 2 (is {wl.gen_len})"
+                "study.objective: pareto needs decode steps to time: workload.gen_len >= 2 (is "
+                f"{wl.gen_len})"
             )
         if m.entrypoint is not None:
             raise ValueError(
@@ -44,43 +52,60 @@ class Generate(Task):
                 f"{wl.prompt_len + wl.gen_len}"
             )
 
-    def batch_rule(self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]) -> None:
+    def batch_rule(
+        self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]
+    ) -> None:
         """batch_size is searched as listed; the precisions are the model's dtypes."""
         bad = [p for p in values["precision"] if p not in PRECISIONS]
         if bad:
             raise ValueError(
                 f"space.precision: {bad[0]} is not a precision of task generate; allowed: "
-                f"{', '.join(PRECISIONS)} (fp8 weights: weight_quant float8_weight_only or float8_dynamic)"
+                f"{', '.join(PRECISIONS)} (fp8 weights: weight_quant float8_weight_only or "
+                "float8_dynamic)"
             )
 
-    def trial_params(self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None) -> dict[str, Any]:
+    def trial_params(
+        self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None
+    ) -> dict[str, Any]:
         return {"drift": drift} if drift else {}
 
     def metrics(self, record: Any, result: Any, limits: dict[str, float]) -> None:
-        """TTFT, time per output token and the decode roofline; a trial past study.limits is over_limit."""
+        """TTFT, time per output token and the decode roofline; a trial past study.limits is
+        over_limit."""
         from autotune import metrics
         from autotune.hardware import hbm_bandwidth
 
-        record.metrics.update(metrics.generation(result.output, hbm_bandwidth(result.env.get("device_name"))))
+        record.metrics.update(
+            metrics.generation(result.output, hbm_bandwidth(result.env.get("device_name")))
+        )
         over = metrics.over_limits(record.metrics, limits)
         if over and record.status == "ok":
             record.status, record.reason = "over_limit", "; ".join(over)
 
     def check_gate(
-        self, best: dict[str, Any], details: list[dict[str, Any]], tolerance_pct: float, decide: Decide
+        self,
+        best: dict[str, Any],
+        details: list[dict[str, Any]],
+        tolerance_pct: float,
+        decide: Decide,
     ) -> dict[str, Any] | None:
-        """`decide` on decode speed (1 / median time per output token, per process) against the recorded
+        """`decide` on decode speed (1 / median time per output token, per process) against the
+        recorded
         baseline (check --update's samples, else the search's trial); None without numbers."""
         check_ms = [d["tpot_ms_median"] for d in details if d.get("tpot_ms_median")]
         recorded = (best.get("check_baseline") or {}).get("tpot_ms_samples")
         base_ms = (
             list(recorded)
             if recorded
-            else ([best["metrics"]["tpot_ms_median"]] if best["metrics"].get("tpot_ms_median") else [])
+            else (
+                [best["metrics"]["tpot_ms_median"]] if best["metrics"].get("tpot_ms_median") else []
+            )
         )
         if not base_ms or not check_ms:
             return None
-        status, ratio, ci = decide([1 / x for x in base_ms], [1 / x for x in check_ms], tolerance_pct)
+        status, ratio, ci = decide(
+            [1 / x for x in base_ms], [1 / x for x in check_ms], tolerance_pct
+        )
         return {
             "status": status,
             "ratio": ratio,

@@ -1,11 +1,11 @@
-"""task train: optimizer steps at a fixed global batch; the memory estimate and the precision loss check."""
+"""task train: optimizer steps at a fixed global batch; the memory estimate and the precision loss
+check."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
 from autotune.tasks._base import Task
-
 
 # A training configuration translated into each framework's form (autotune export)
 TRAINING_EXPORTS = ("torchrun", "hf", "lightning", "torchtitan", "json")
@@ -18,24 +18,40 @@ class Train(Task):
     columns: ClassVar[tuple[str, ...]] = ("MFU",)
     exports: ClassVar[tuple[str, ...]] = TRAINING_EXPORTS
 
-    def batch_rule(self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]) -> None:
-        """With global_batch_size, the micro-batch sizes that divide it, the accumulation derived from them;
+    def batch_rule(
+        self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]
+    ) -> None:
+        """With global_batch_size, the micro-batch sizes that divide it, the accumulation derived
+        from them;
         without, grad_accum_steps as listed (auto: 1)."""
         if wl.global_batch_size is not None:
             derive_accumulation(
-                space.grad_accum_steps, wl.global_batch_size // wl.world_size, wl.global_batch_size, values, notes
+                space.grad_accum_steps,
+                wl.global_batch_size // wl.world_size,
+                wl.global_batch_size,
+                values,
+                notes,
             )
         else:
-            values["grad_accum_steps"] = [1] if space.grad_accum_steps == "auto" else list(space.grad_accum_steps)
+            values["grad_accum_steps"] = (
+                [1] if space.grad_accum_steps == "auto" else list(space.grad_accum_steps)
+            )
 
-    def trial_params(self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None) -> dict[str, Any]:
+    def trial_params(
+        self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None
+    ) -> dict[str, Any]:
         return {"loss_check": dict(loss_check)} if loss_check and loss_check.get("steps") else {}
 
 
 def derive_accumulation(
-    accum: Any, per_rank: int, global_batch: int, values: dict[str, list[Any]], notes: dict[str, str]
+    accum: Any,
+    per_rank: int,
+    global_batch: int,
+    values: dict[str, list[Any]],
+    notes: dict[str, str],
 ) -> None:
-    """global_batch_size set: keep the micro-batch sizes that divide it; grad_accum_steps follows from them."""
+    """global_batch_size set: keep the micro-batch sizes that divide it; grad_accum_steps follows
+    from them."""
     if accum != "auto":
         raise ValueError(
             f"space.grad_accum_steps: {accum} cannot be set when workload.global_batch_size "
@@ -49,6 +65,8 @@ def derive_accumulation(
             f"global_batch_size / world_size = {per_rank}; use divisors of {per_rank}"
         )
     if dropped:
-        notes["micro_batch_size"] = f"dropped {dropped}: they do not divide {per_rank} sequences per rank"
+        notes["micro_batch_size"] = (
+            f"dropped {dropped}: they do not divide {per_rank} sequences per rank"
+        )
     values["micro_batch_size"] = fits
     notes["grad_accum_steps"] = f"derived: {per_rank} / micro_batch_size"

@@ -1,1 +1,2 @@
-"""What runs inside a trial's process: the model, the synthetic data, the knobs and the timing (torch only)."""
+"""What runs inside a trial's process: the model, the synthetic data, the knobs and the timing
+(torch only)."""

@@ -1,8 +1,10 @@
 """The all-reduce workload (`autotune nccl`): bus bandwidth of one rank group for each message size.
 
-Every rank all-reduces float32 tensors of each size in spec.params["sizes"] (bytes): `warmup` untimed
+Every rank all-reduces float32 tensors of each size in spec.params["sizes"] (bytes): `warmup`
+untimed
 samples, then `iters` samples, each `inner` back-to-back calls after an untimed barrier, timed by
-timing.time_steps (CUDA events on GPUs). The time of a size is the median over the samples of the slowest
+timing.time_steps (CUDA events on GPUs). The time of a size is the median over the samples of the
+slowest
 rank's; bandwidths as nccl-tests reports them: algbw = bytes / time, busbw = algbw x 2 (n - 1) / n.
 """
 
@@ -20,9 +22,13 @@ class AllReduce(Workload):
 
     def build(self) -> None:
         if self.ranks is None:
-            raise InvalidConfig("the all-reduce workload needs a rank group of at least 2 (workload.world_size)")
+            raise InvalidConfig(
+                "the all-reduce workload needs a rank group of at least 2 (workload.world_size)"
+            )
         cuda = self.ranks.backend == "nccl"
-        self.dev = self.torch.device("cuda", self.ranks.local_rank) if cuda else self.torch.device("cpu")
+        self.dev = (
+            self.torch.device("cuda", self.ranks.local_rank) if cuda else self.torch.device("cpu")
+        )
         self.applied = {
             "world_size": self.ranks.world,
             "backend": self.ranks.backend,
@@ -35,8 +41,8 @@ class AllReduce(Workload):
         cuda = ranks.backend == "nccl"
 
         def line_up() -> None:
-            # Line the ranks up first (untimed), then time `inner` back-to-back calls, as nccl-tests does:
-            # one call alone would measure the other rank's launch delay at small sizes.
+            # Line the ranks up first (untimed), then time `inner` back-to-back calls, as nccl-tests
+            # does: one call alone would measure the other rank's launch delay at small sizes.
             if cuda:
                 torch.cuda.synchronize()
             ranks.barrier()
@@ -50,7 +56,12 @@ class AllReduce(Workload):
                     ranks.dist.all_reduce(x)
 
             timing = time_steps(
-                torch, calls, warmup=p["warmup"], measure=p["iters"], device=self.spec.device, before_each=line_up
+                torch,
+                calls,
+                warmup=p["warmup"],
+                measure=p["iters"],
+                device=self.spec.device,
+                before_each=line_up,
             )
             slowest = [max(per_rank) / inner for per_rank in zip(*ranks.gather(timing.step_s))]
             t = statistics.median(slowest)

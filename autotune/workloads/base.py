@@ -9,8 +9,8 @@ import.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -54,7 +54,8 @@ class Work:
     n_params: int | None = None
     flop_params: int | None = None  # N of the 6N + 12 L d T training FLOPs per token
     mfu_dims: dict[str, int] | None = None  # n_layers, d_model, seq_len of the attention term
-    flops_per_token: float | None = None  # counted by torch.utils.flop_counter (replaces the formula)
+    # counted by torch.utils.flop_counter (replaces the formula)
+    flops_per_token: float | None = None
 
 
 @dataclass
@@ -86,7 +87,8 @@ class Workload(ABC):
 
     def __init__(self, torch: Any, spec: TrialSpec, ranks: Ranks | None, fault: Fault) -> None:
         self.torch, self.spec, self.ranks, self.fault = torch, spec, ranks, fault
-        self.applied: dict[str, Any] = {}  # what the trial really did for each knob (the record's `applied`)
+        # what the trial really did for each knob (the record's `applied`)
+        self.applied: dict[str, Any] = {}
         # set by the trial when the search may prune it: pass to time_steps(progress=...)
         self.progress: Callable[[list[float]], bool] | None = None
         self.run_dir: Path | None = None  # the trial's folder (set by the trial before build)

@@ -296,8 +296,9 @@ class Command(Workload):
             return Failed(
                 "crash",
                 f"the command exited 0 after {len(steps)} of {self.needed} steps "
-                f"({self.spec.run.warmup_steps} warm-up + {self.spec.run.measure_steps} measured): let it run at "
-                "least that many optimizer steps (its step limit, e.g. --max_steps)",
+                f"({self.spec.run.warmup_steps} warm-up + {self.spec.run.measure_steps} "
+                "measured): let it run at least that many optimizer steps (its step limit, e.g. "
+                "--max_steps)",
             )
         said = last_words(tail) or "no output"
         ended = f"the command {how} after {len(steps)} of {self.needed} steps"

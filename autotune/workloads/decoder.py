@@ -1,5 +1,7 @@
-"""The models a generate trial decodes with: the built-in GPT with a static or dynamic KV cache of its
-own (Decoder, gpt-fast's layout), and a Hugging Face model through its own cache (HFDecoder); full_logits
+"""The models a generate trial decodes with: the built-in GPT with a static or dynamic KV cache of
+its
+own (Decoder, gpt-fast's layout), and a Hugging Face model through its own cache (HFDecoder);
+full_logits
 is the cache-free reference the drift guard and the tests compare with.
 
 Imported only inside a trial's process: torch, nothing else.
@@ -11,16 +13,25 @@ import contextlib
 import math
 from typing import Any
 
+
 def _cache_module(torch: Any) -> type:
     class StaticKV(torch.nn.Module):
-        """K and V of every position a generation reaches, preallocated; written in place (index_copy_)."""
+        """K and V of every position a generation reaches, preallocated; written in place
+        (index_copy_)."""
 
-        def __init__(self, b: int, heads: int, length: int, head_dim: int, dtype: Any, device: Any) -> None:
+        def __init__(
+            self, b: int, heads: int, length: int, head_dim: int, dtype: Any, device: Any
+        ) -> None:
             super().__init__()
             shape = (b, heads, length, head_dim)
-            self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-            self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-            with contextlib.suppress(Exception):  # CUDA graphs keep them in place rather than copying them
+            self.register_buffer(
+                "k", torch.zeros(shape, dtype=dtype, device=device), persistent=False
+            )
+            self.register_buffer(
+                "v", torch.zeros(shape, dtype=dtype, device=device), persistent=False
+            )
+            # CUDA graphs keep them in place rather than copying them
+            with contextlib.suppress(Exception):
                 torch._dynamo.mark_static_address(self.k)
                 torch._dynamo.mark_static_address(self.v)
 
@@ -33,10 +44,13 @@ def _cache_module(torch: Any) -> type:
 
 
 class Decoder:
-    """The built-in Transformer's blocks run with a KV cache: static (buffers, a mask over the whole cache)
+    """The built-in Transformer's blocks run with a KV cache: static (buffers, a mask over the whole
+    cache)
     or dynamic (tensors passed in and returned, grown by torch.cat)."""
 
-    def __init__(self, torch: Any, model: Any, batch: int, length: int, dtype: Any, static: bool, eager: bool) -> None:
+    def __init__(
+        self, torch: Any, model: Any, batch: int, length: int, dtype: Any, static: bool, eager: bool
+    ) -> None:
         self.torch, self.model, self.static, self.eager = torch, model, static, eager
         self.length = length
         attn = model.blocks[0].attn
@@ -49,8 +63,11 @@ class Decoder:
             )
             self.mask = torch.ones(length, length, dtype=torch.bool, device=dev).tril()
 
-    def forward(self, tokens: Any, pos: Any, caches: list[Any] | None = None) -> tuple[Any, list[Any] | None]:
-        """Logits of the last position of `tokens` (at positions `pos`), and (dynamic cache) the grown caches."""
+    def forward(
+        self, tokens: Any, pos: Any, caches: list[Any] | None = None
+    ) -> tuple[Any, list[Any] | None]:
+        """Logits of the last position of `tokens` (at positions `pos`), and (dynamic cache) the
+        grown caches."""
         torch, model = self.torch, self.model
         b, t = tokens.shape
         x = model.tok(tokens)
@@ -65,7 +82,8 @@ class Decoder:
             q, k, v = a.heads(block.norm1(x), rope)
             if self.static:
                 k, v = self.caches[i].update(pos, k, v)
-                mask = self.mask[pos][None, None]  # [1, 1, t, length]: each query sees the positions up to its own
+                # [1, 1, t, length]: each query sees the positions up to its own
+                mask = self.mask[pos][None, None]
             else:
                 if caches is not None:
                     k = torch.cat([caches[i][0], k], dim=2)
@@ -97,7 +115,8 @@ class Decoder:
 
 
 class HFDecoder:
-    """A transformers causal LM decoded with its own DynamicCache (passed in and returned, as Decoder's
+    """A transformers causal LM decoded with its own DynamicCache (passed in and returned, as
+    Decoder's
     dynamic cache): the same interface as Decoder."""
 
     def __init__(self, hf: Any, vocab: int) -> None:
@@ -114,6 +133,7 @@ class HFDecoder:
 
 
 def full_logits(torch: Any, model: Any, tokens: Any, last: int) -> Any:
-    """Logits (float32) of the last `last` positions, from the model's own training forward (no cache)."""
+    """Logits (float32) of the last `last` positions, from the model's own training forward (no
+    cache)."""
     x = model.hidden(tokens)
     return model.head(model.norm(x[:, -last:]))[..., : model.vocab].float()

@@ -253,7 +253,8 @@ def build_entrypoint(
     model = out["model"].to(device)
     if knobs.get("activation_checkpointing", "none") == "full":
         raise Unsupported(
-            "activation_checkpointing applies to built-in and hf_config models; do it in your entrypoint",
+            "activation_checkpointing applies to built-in and hf_config models; do it in your "
+            "entrypoint",
             "activation_checkpointing",
         )
     batches = [out["make_batch"](knobs["micro_batch_size"]) for _ in range(n_batches)]

@@ -1,9 +1,11 @@
-"""The test-only fault switch, AUTOTUNE_FAULT: makes a trial fail on purpose, so failure paths are tested for real.
+"""The test-only fault switch, AUTOTUNE_FAULT: makes a trial fail on purpose, so failure paths are
+tested for real.
 
     KIND or KIND@KNOB>=VALUE or KIND@KNOB=VALUE, KIND one of
     oom (raise an out-of-memory error), hang (sleep forever), crash (abort the process),
     nan (make the loss NaN), error (raise a Python exception),
-    drift (generate: a quantized trial's weights go through a broken 1-bit quantizer instead of torchao's;
+    drift (generate: a quantized trial's weights go through a broken 1-bit quantizer instead of
+    torchao's;
     train: the numerics check's candidate has its weights rounded to one bit after every step),
     frozen_layer (train: the numerics check's candidate gets no gradient in its first block),
     small_grads (train: the numerics check's candidate and reference take gradients 2^-16 as large
@@ -13,8 +15,10 @@
     slow:PCT (make every measured step PCT percent slower: a host wait of PCT% of the step inside
     the timed region, after a device synchronisation so that CUDA events see it too).
 
-The @ condition limits the fault to trials whose knob matches, e.g. oom@micro_batch_size>=16, or to one
-rank of a rank group, e.g. error@rank=1. Never set it outside tests. Nothing here is imported by the timing
+The @ condition limits the fault to trials whose knob matches, e.g. oom@micro_batch_size>=16, or to
+one
+rank of a rank group, e.g. error@rank=1. Never set it outside tests. Nothing here is imported by the
+timing
 code: a workload applies the fault to its own step.
 """
 
@@ -30,7 +34,8 @@ from autotune.protocol import parse_fault
 
 
 def fault_for(knobs: dict[str, Any]) -> str | None:
-    """The fault kind AUTOTUNE_FAULT asks for in a trial with these knobs, or None (protocol.parse_fault)."""
+    """The fault kind AUTOTUNE_FAULT asks for in a trial with these knobs, or None
+    (protocol.parse_fault)."""
     parsed = parse_fault(os.environ.get("AUTOTUNE_FAULT"))
     if parsed is None:
         return None
@@ -89,7 +94,8 @@ class Fault:
         return float("nan") if self.kind == "nan" else 1.0
 
     def slowed(self, step: Callable[[], Any], synchronize: Callable[[], None]) -> Callable[[], Any]:
-        """slow:PCT: the step followed by a wait of PCT% of its own time, after a device synchronisation (so
+        """slow:PCT: the step followed by a wait of PCT% of its own time, after a device
+        synchronisation (so
         that CUDA events around the step see it too); any other kind: the step itself."""
         if not (self.kind and self.kind.startswith("slow:")):
             return step

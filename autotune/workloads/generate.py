@@ -1,11 +1,17 @@
-"""Text generation (`task: generate`): prefill a batch of prompts, then decode `gen_len` tokens each, greedy,
-with a KV cache, on synthetic token ids (gpt-fast's loop: static cache, CUDA graphs through torch.compile's
+"""Text generation (`task: generate`): prefill a batch of prompts, then decode `gen_len` tokens
+each, greedy,
+with a KV cache, on synthetic token ids (gpt-fast's loop: static cache, CUDA graphs through
+torch.compile's
 reduce-overhead mode, torchao weight quantization).
 
-One measured "step" is one whole generation of the batch; inside it every decode step has its own pair of
-CUDA events (no host synchronisation), so the trial reports time to first token (the prefill of the batch),
-time per output token (median and p99 over the decode steps) and output tokens/s. A quantized trial first
-compares its logits with the unquantized model's on the same prompts (greedy agreement, KL divergence).
+One measured "step" is one whole generation of the batch; inside it every decode step has its own
+pair of
+CUDA events (no host synchronisation), so the trial reports time to first token (the prefill of the
+batch),
+time per output token (median and p99 over the decode steps) and output tokens/s. A quantized trial
+first
+compares its logits with the unquantized model's on the same prompts (greedy agreement, KL
+divergence).
 
 Imported only inside a trial's process: torch (and torchao for weight_quant), nothing else.
 """
@@ -18,11 +24,18 @@ from typing import Any
 
 from autotune.workloads.base import InvalidConfig, Measured, Work, Workload
 from autotune.workloads.decoder import Decoder, HFDecoder, full_logits
-from autotune.workloads.quant import apply_weight_quant, capture_linears, drift, layer_errors, linear_bytes
+from autotune.workloads.quant import (
+    apply_weight_quant,
+    capture_linears,
+    drift,
+    layer_errors,
+    linear_bytes,
+)
 from autotune.workloads.timing import time_steps
 from autotune.workloads.train import apply_attention, apply_precision
 
-DRIFT_PROMPTS, DRIFT_POSITIONS = 4, 16  # sequences and last positions compared against the unquantized model
+# sequences and last positions compared against the unquantized model
+DRIFT_PROMPTS, DRIFT_POSITIONS = 4, 16
 
 
 class Generate(Workload):
@@ -35,7 +48,8 @@ class Generate(Workload):
         m, run = spec.model, spec.run
         if not m or not (m.get("family") or m.get("hf_config")):
             raise InvalidConfig(
-                "task generate runs the built-in model (model.family gpt or llama) or an hf_config model"
+                "task generate runs the built-in model (model.family gpt or llama) or an "
+                "hf_config model"
             )
         self.prompt_len, self.gen_len, self.batch = run.prompt_len, run.gen_len, knobs["batch_size"]
         self.dtype = apply_precision(torch, knobs["precision"], spec.device) or torch.float32
@@ -43,18 +57,26 @@ class Generate(Workload):
         self.attention = apply_attention(torch, knobs["attention"], spec.device, self.dtype)
         torch.manual_seed(run.seed)
         static = knobs["kv_cache"] == "static"
-        model, vocab, d_model = self._hf_model(static) if m.get("hf_config") else self._builtin_model()
+        model, vocab, d_model = (
+            self._hf_model(static) if m.get("hf_config") else self._builtin_model()
+        )
         gen = torch.Generator(device=self.dev).manual_seed(run.seed)
-        self.prompts = torch.randint(0, vocab, (self.batch, self.prompt_len), device=self.dev, generator=gen)
+        self.prompts = torch.randint(
+            0, vocab, (self.batch, self.prompt_len), device=self.dev, generator=gen
+        )
         n_params = sum(p.numel() for p in model.parameters())
         quant = knobs["weight_quant"]
-        how, drift_checked = self._quantize(model, vocab) if quant not in (None, "none") else (None, None)
+        how, drift_checked = (
+            self._quantize(model, vocab) if quant not in (None, "none") else (None, None)
+        )
         self.model = model
         length = self.prompt_len + self.gen_len
         self.decoder = (
             HFDecoder(model, vocab)
             if m.get("hf_config")
-            else Decoder(torch, model, self.batch, length, self.dtype, static, knobs["attention"] == "eager")
+            else Decoder(
+                torch, model, self.batch, length, self.dtype, static, knobs["attention"] == "eager"
+            )
         )
         mode = knobs["compile"]
         if mode and not static and mode == "reduce-overhead":
@@ -64,13 +86,17 @@ class Generate(Workload):
                 "compile",
                 "kv_cache",
             )
-        self.prefill_fn, self.decode_fn = self._compile(mode, static, knobs.get("compile_prefill", False))
+        self.prefill_fn, self.decode_fn = self._compile(
+            mode, static, knobs.get("compile_prefill", False)
+        )
         self.bytes_per_decode_step = self._decode_bytes(model, quant, d_model)
         self._work = Work(tokens_per_step=self.batch * self.gen_len, n_params=n_params)
         self.applied = {
             "precision": str(self.dtype).replace("torch.", ""),
             "weight_quant": how,
-            "kv_cache": f"{knobs['kv_cache']} ({length} positions)" if static else "dynamic (torch.cat)",
+            "kv_cache": f"{knobs['kv_cache']} ({length} positions)"
+            if static
+            else "dynamic (torch.cat)",
             "compile_mode": (None if not mode else ("default" if mode is True else mode)),
             "compile_prefill": bool(mode and knobs.get("compile_prefill")),
             "attention": knobs["attention"],
@@ -78,7 +104,8 @@ class Generate(Workload):
         }
 
     def _hf_model(self, static: bool) -> tuple[Any, int, int]:
-        """An hf_config model in its dtype, decoded with transformers' own cache: (model, vocab, d_model)."""
+        """An hf_config model in its dtype, decoded with transformers' own cache: (model, vocab,
+        d_model)."""
         if static:
             raise InvalidConfig(
                 "kv_cache static is the built-in model's (a cache preallocated and written in "
@@ -95,12 +122,18 @@ class Generate(Workload):
         return model, vocab, config.hidden_size
 
     def _builtin_model(self) -> tuple[Any, int, int]:
-        """The built-in model built on the meta device in its dtype, materialised where it runs (an 8B model
+        """The built-in model built on the meta device in its dtype, materialised where it runs (an
+        8B model
         never exists in fp32): (model, vocab, d_model)."""
         from autotune.workloads.model import Transformer
 
         torch, m = self.torch, self.spec.model
-        cfg = {**m, "attention": self.spec.knobs["attention"], "padded_vocab": m["vocab_size"], "checkpoint_every": 0}
+        cfg = {
+            **m,
+            "attention": self.spec.knobs["attention"],
+            "padded_vocab": m["vocab_size"],
+            "checkpoint_every": 0,
+        }
         with torch.device("meta"):
             model = Transformer(cfg).to(self.dtype)
         model = model.to_empty(device=self.dev)
@@ -110,25 +143,35 @@ class Generate(Workload):
         return model, m["vocab_size"], m["d_model"]
 
     def _decode_bytes(self, model: Any, quant: str | None, d_model: int) -> int:
-        """Bytes one decode step must read (the roofline's numerator): the linears' weights as stored, the
+        """Bytes one decode step must read (the roofline's numerator): the linears' weights as
+        stored, the
         norms, the KV cache of the positions attended to on average, the batch's hidden states."""
         torch, knobs = self.torch, self.spec.knobs
         layers = self.decoder.layers if self.spec.model.get("hf_config") else len(model.blocks)
         cached = 2 * layers * self.batch * self.decoder.n_kv * self.decoder.head_dim
-        mean_pos = self.prompt_len + (self.gen_len - 1) / 2  # positions a decode step attends to, on average
+        # positions a decode step attends to, on average
+        mean_pos = self.prompt_len + (self.gen_len - 1) / 2
         dtype_bytes = torch.finfo(self.dtype).bits // 8
         weights = linear_bytes(model, torch, quant, knobs.get("int4_group_size") or 128)
         norms = (torch.nn.LayerNorm, torch.nn.RMSNorm)
         other = sum(
-            p.numel() * p.element_size() for mod in model.modules() if isinstance(mod, norms) for p in mod.parameters()
+            p.numel() * p.element_size()
+            for mod in model.modules()
+            if isinstance(mod, norms)
+            for p in mod.parameters()
         )
-        return int(weights + other + cached * mean_pos * dtype_bytes + self.batch * d_model * dtype_bytes)
+        return int(
+            weights + other + cached * mean_pos * dtype_bytes + self.batch * d_model * dtype_bytes
+        )
 
     def _quantize(self, model: Any, vocab: int) -> tuple[str | None, dict[str, Any]]:
-        """weight_quant applied, with the drift guard: every linear's input and output recorded on a probe
-        before, each layer's error and the whole model's logits compared after; invalid_config past study.drift."""
+        """weight_quant applied, with the drift guard: every linear's input and output recorded on a
+        probe
+        before, each layer's error and the whole model's logits compared after; invalid_config past
+        study.drift."""
         torch, knobs, run = self.torch, self.spec.knobs, self.spec.run
-        # the same probe whatever the batch size: drift is the quantization's, so one rule covers all batches
+        # the same probe whatever the batch size: drift is the quantization's, so one rule covers
+        # all batches
         probe = torch.randint(
             0,
             vocab,
@@ -158,16 +201,26 @@ class Generate(Workload):
         self._check_drift(knobs["weight_quant"], checked, self.spec.params.get("drift") or {})
         return how, checked
 
-    def _quantized_outputs(self, model: Any, seen: Any, probe: Any, last: int) -> tuple[list[float], Any]:
-        """Each quantized layer's output error and the model's logits; a kernel that cannot run these inputs
-        here is invalid_config, its knobs the cause (seen on an H200: gemlite 0.5.1's GEMM kernel, a prompt's
-        many rows, rejected bf16 activations, 'Both operands must be same dtype. Got bf16 and fp16')."""
+    def _quantized_outputs(
+        self, model: Any, seen: Any, probe: Any, last: int
+    ) -> tuple[list[float], Any]:
+        """Each quantized layer's output error and the model's logits; a kernel that cannot run
+        these inputs
+        here is invalid_config, its knobs the cause (seen on an H200: gemlite 0.5.1's GEMM kernel, a
+        prompt's
+        many rows, rejected bf16 activations, 'Both operands must be same dtype. Got bf16 and
+        fp16')."""
         knobs = self.spec.knobs
         try:
             return layer_errors(self.torch, model, seen), self.logits(probe, last)
-        except Exception as err:  # the kernel library's own reason (Triton, torchao), whatever its type
+        # the kernel library's own reason (Triton, torchao), whatever its type
+        except Exception as err:
             first = (str(err).strip().splitlines() or [type(err).__name__])[-1][:300]
-            kernel = f" ({knobs.get('int4_kernel')})" if knobs["weight_quant"] == "int4_weight_only" else ""
+            kernel = (
+                f" ({knobs.get('int4_kernel')})"
+                if knobs["weight_quant"] == "int4_weight_only"
+                else ""
+            )
             raise InvalidConfig(
                 f"weight_quant {knobs['weight_quant']}{kernel}: the quantized layers fail on a "
                 f"{self.prompt_len}-token prompt in {knobs['precision']}: {type(err).__name__}: "
@@ -179,17 +232,32 @@ class Generate(Workload):
 
     @staticmethod
     def _check_drift(quant: str, d: dict[str, Any], limit: dict[str, Any]) -> None:
-        """invalid_config: outputs drift, past any limit of study.drift (None: that limit is off)."""
+        """invalid_config: outputs drift, past any limit of study.drift (None: that limit is
+        off)."""
         missed = []
-        if limit.get("max_layer_error") is not None and d["layer_error_max"] > limit["max_layer_error"]:
-            missed.append(f"largest per-layer output error {d['layer_error_max']:.3f} > {limit['max_layer_error']}")
+        if (
+            limit.get("max_layer_error") is not None
+            and d["layer_error_max"] > limit["max_layer_error"]
+        ):
+            missed.append(
+                f"largest per-layer output error {d['layer_error_max']:.3f} > "
+                f"{limit['max_layer_error']}"
+            )
         if limit.get("max_kl_nats") is not None and d["kl_nats"] > limit["max_kl_nats"]:
             missed.append(f"KL {d['kl_nats']:.4f} nats > {limit['max_kl_nats']}")
-        if limit.get("min_greedy_agreement") is not None and d["greedy_agreement"] < limit["min_greedy_agreement"]:
-            missed.append(f"greedy agreement {d['greedy_agreement']:.3f} < {limit['min_greedy_agreement']}")
+        if (
+            limit.get("min_greedy_agreement") is not None
+            and d["greedy_agreement"] < limit["min_greedy_agreement"]
+        ):
+            missed.append(
+                f"greedy agreement {d['greedy_agreement']:.3f} < {limit['min_greedy_agreement']}"
+            )
         if missed:
             raise InvalidConfig(
-                f"outputs drift: {quant} against the unquantized model (same weights, same prompts): "
+                (
+                    f"outputs drift: {quant} against the unquantized model (same weights, same "
+                    "prompts): "
+                )
                 + "; ".join(missed)
                 + " (study.drift)",
                 "weight_quant",
@@ -211,18 +279,27 @@ class Generate(Workload):
             return prefill, decode
         mode_arg = None if mode in (True, "default") else mode
         decode_c = torch.compile(decode, mode=mode_arg, dynamic=not static)
-        if not prefill_too:  # eager by default: compiled prefill with quantized weights can be far slower
+        # eager by default: compiled prefill with quantized weights can be far slower
+        if not prefill_too:
             return prefill, decode_c
-        # the prefill runs once per generation: compiled without CUDA graphs (gpt-fast does the same)
+        # the prefill runs once per generation: compiled without CUDA graphs (gpt-fast does the
+        # same)
         prefill_mode = None if mode_arg == "reduce-overhead" else mode_arg
-        return torch.compile(prefill, mode=prefill_mode, dynamic=False if static else None), decode_c
+        return torch.compile(
+            prefill, mode=prefill_mode, dynamic=False if static else None
+        ), decode_c
 
     def generate(self, events: list[Any] | None) -> Any:
-        """One generation of the batch; `events` (CUDA) get one event after the prefill and after each decode step."""
+        """One generation of the batch; `events` (CUDA) get one event after the prefill and after
+        each decode step."""
         torch = self.torch
         cuda = self.dev.type == "cuda"
         stamps = events if events is not None else []
-        mark = (lambda: stamps.append(_event(torch))) if cuda else (lambda: stamps.append(time.perf_counter()))
+        mark = (
+            (lambda: stamps.append(_event(torch)))
+            if cuda
+            else (lambda: stamps.append(time.perf_counter()))
+        )
         mark()
         with torch.no_grad(), self.attention():
             pos = torch.arange(self.prompt_len, device=self.dev)
@@ -233,7 +310,9 @@ class Generate(Workload):
                 p = self.prompt_len + i
                 if cuda and self.spec.knobs["compile"] == "reduce-overhead":
                     torch.compiler.cudagraph_mark_step_begin()
-                token, caches = self.decode_fn(token, torch.arange(p, p + 1, device=self.dev), caches)
+                token, caches = self.decode_fn(
+                    token, torch.arange(p, p + 1, device=self.dev), caches
+                )
                 token = token.clone()
                 mark()
         return token
@@ -258,10 +337,12 @@ class Generate(Workload):
             )
         except RuntimeError as err:
             text = str(err)
-            if "No available kernel" in text:  # SDPA's refusal of the forced backend with a mask or cache
+            # SDPA's refusal of the forced backend with a mask or cache
+            if "No available kernel" in text:
                 first = text.strip().splitlines()[0][:300]
                 raise InvalidConfig(
-                    f"attention {self.spec.knobs['attention']} with kv_cache {self.spec.knobs['kv_cache']}: {first}",
+                    f"attention {self.spec.knobs['attention']} with kv_cache "
+                    f"{self.spec.knobs['kv_cache']}: {first}",
                     "attention",
                     "kv_cache",
                 ) from None
@@ -300,7 +381,8 @@ def _event(torch: Any) -> Any:
 
 
 def _quantile(values: list[float], q: float) -> float:
-    """The q-quantile (q in hundredths) with linear interpolation between samples, as numpy's default."""
+    """The q-quantile (q in hundredths) with linear interpolation between samples, as numpy's
+    default."""
     if len(values) < 2:
         return values[0]
     return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]

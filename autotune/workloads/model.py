@@ -1,4 +1,5 @@
-"""The built-in decoder-only transformer: gpt (LayerNorm, GELU, learned positions) or llama (RMSNorm, SwiGLU, RoPE, GQA).
+"""The built-in decoder-only transformer: gpt (LayerNorm, GELU, learned positions) or llama
+(RMSNorm, SwiGLU, RoPE, GQA).
 
 Imported only inside a trial's process: needs torch and nothing else from autotune.
 """
@@ -14,8 +15,9 @@ import torch.utils.checkpoint
 from torch import nn
 
 
-# torchtitan's per-op selective activation checkpointing: inside each block, the outputs of these ops are saved
-# (every matmul's but every second one, the attention kernels'), everything else is recomputed in backward.
+# torchtitan's per-op selective activation checkpointing: inside each block, the outputs of these
+# ops are saved (every matmul's but every second one, the attention kernels'), everything else is
+# recomputed in backward.
 def _op_policy() -> Any:
     from collections import defaultdict
 
@@ -46,8 +48,10 @@ def _op_policy() -> Any:
 
 
 def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """softmax(QK^T / sqrt(d)) V with the causal mask, the score matrix materialised (the slow reference)."""
-    if k.shape[1] != q.shape[1]:  # grouped-query attention: share each K/V head among its query heads
+    """softmax(QK^T / sqrt(d)) V with the causal mask, the score matrix materialised (the slow
+    reference)."""
+    # grouped-query attention: share each K/V head among its query heads
+    if k.shape[1] != q.shape[1]:
         k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
         v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
     t = q.shape[-2]
@@ -63,15 +67,21 @@ class Attention(nn.Module):
         self.n_heads, self.n_kv = m["n_heads"], m["kv_heads"]
         self.head_dim = m["d_model"] // m["n_heads"]
         bias = m["family"] == "gpt"  # GPT-2 has biases, Llama has none
-        self.qkv = nn.Linear(m["d_model"], (self.n_heads + 2 * self.n_kv) * self.head_dim, bias=bias)
+        self.qkv = nn.Linear(
+            m["d_model"], (self.n_heads + 2 * self.n_kv) * self.head_dim, bias=bias
+        )
         self.proj = nn.Linear(m["d_model"], m["d_model"], bias=bias)
 
-    def heads(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, ...]:
-        """Q, K, V as [batch, heads, tokens, head_dim], RoPE applied (llama); the generate workload's cache
+    def heads(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> tuple[torch.Tensor, ...]:
+        """Q, K, V as [batch, heads, tokens, head_dim], RoPE applied (llama); the generate
+        workload's cache
         decoder calls this too."""
         b, t, _ = x.shape
         q, k, v = self.qkv(x).split(
-            [self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.n_kv * self.head_dim], dim=-1
+            [self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.n_kv * self.head_dim],
+            dim=-1,
         )
         q = q.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
         k = k.view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
@@ -80,18 +90,26 @@ class Attention(nn.Module):
             q, k = _apply_rope(q, *rope), _apply_rope(k, *rope)
         return q, k, v
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> torch.Tensor:
         b, t, _ = x.shape
         q, k, v = self.heads(x, rope)
         if self.eager:
             y = eager_attention(q, k, v)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv != self.n_heads)
+            y = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, enable_gqa=self.n_kv != self.n_heads
+            )
         return self.proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
-def _rope_tables(seq_len: int, head_dim: int, theta: float, device: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim)
+def _rope_tables(
+    seq_len: int, head_dim: int, theta: float, device: Any = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = 1.0 / theta ** (
+        torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim
+    )
     angles = torch.outer(torch.arange(seq_len, dtype=torch.float32, device=device), inv_freq)
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos(), angles.sin()
@@ -109,7 +127,8 @@ class MLP(nn.Module):
         self.swiglu = m["family"] == "llama"
         d, h = m["d_model"], m["ffn_hidden"]
         bias = not self.swiglu
-        self.up = nn.Linear(d, 2 * h if self.swiglu else h, bias=bias)  # SwiGLU: gate and up in one matmul
+        # SwiGLU: gate and up in one matmul
+        self.up = nn.Linear(d, 2 * h if self.swiglu else h, bias=bias)
         self.down = nn.Linear(h, d, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -128,33 +147,48 @@ class Block(nn.Module):
             else (lambda: nn.LayerNorm(m["d_model"]))
         )
         self.norm1, self.attn, self.norm2, self.mlp = norm(), Attention(m), norm(), MLP(m)
-        self.checkpointed, self.checkpoint_ops = False, False  # set by Transformer (m["checkpoint_every"])
+        # set by Transformer (m["checkpoint_every"])
+        self.checkpointed, self.checkpoint_ops = False, False
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
-        """The checkpoint is taken here, inside the block (torchtitan's checkpoint_wrapper sits inside
-        fully_shard and torch.compile the same way): a block compiled in place then compiles the checkpoint
-        with it, and Inductor's partitioner honours the per-op policy. Taken around a compiled block instead,
-        the policy never sees the compiled ops, saves nothing, and selective_op becomes full recomputation
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> torch.Tensor:
+        """The checkpoint is taken here, inside the block (torchtitan's checkpoint_wrapper sits
+        inside
+        fully_shard and torch.compile the same way): a block compiled in place then compiles the
+        checkpoint
+        with it, and Inductor's partitioner honours the per-op policy. Taken around a compiled block
+        instead,
+        the policy never sees the compiled ops, saves nothing, and selective_op becomes full
+        recomputation
         (seen on the H200: the same peak memory and speed as full)."""
         if not self.checkpointed:
             return self._forward(x, rope)
         ops = {"context_fn": _op_policy} if self.checkpoint_ops else {}
         return torch.utils.checkpoint.checkpoint(self._forward, x, rope, use_reentrant=False, **ops)
 
-    def _forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def _forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> torch.Tensor:
         x = x + self.attn(self.norm1(x), rope)
         return x + self.mlp(self.norm2(x))
 
 
 class Transformer(nn.Module):
-    """forward(tokens, targets) returns the mean cross-entropy loss, so torch.compile covers the loss too.
+    """forward(tokens, targets) returns the mean cross-entropy loss, so torch.compile covers the
+    loss too.
 
-    m["padded_vocab"] (>= vocab_size) sizes the embedding and head; logits past vocab_size are cut off
-    before the loss, so padding changes the matmul shapes and nothing else. m["checkpoint_every"]: 0 (no
-    activation checkpointing), 1 (every block) or 2 (every other block); m["checkpoint_ops"]: inside each
+    m["padded_vocab"] (>= vocab_size) sizes the embedding and head; logits past vocab_size are cut
+    off
+    before the loss, so padding changes the matmul shapes and nothing else. m["checkpoint_every"]: 0
+    (no
+    activation checkpointing), 1 (every block) or 2 (every other block); m["checkpoint_ops"]: inside
+    each
     checkpointed block keep the matmul and attention outputs (torchtitan's per-op selective policy).
-    m["ce_chunks"] > 1: the head and cross-entropy run over that many slices of the tokens, each recomputed in
-    backward, so only one slice's logits are ever alive (the 128k-vocabulary logits dominate Llama-3's memory).
+    m["ce_chunks"] > 1: the head and cross-entropy run over that many slices of the tokens, each
+    recomputed in
+    backward, so only one slice's logits are ever alive (the 128k-vocabulary logits dominate
+    Llama-3's memory).
 
     Built as torchtitan builds: construct under `torch.device("meta")` (no memory, no work), then
     `to_empty(device=...)` and `init_weights()` there: an 8B model never exists on the CPU.
@@ -174,7 +208,11 @@ class Transformer(nn.Module):
         for i, block in enumerate(self.blocks):
             block.checkpointed = bool(self.checkpoint_every) and i % self.checkpoint_every == 0
             block.checkpoint_ops = self.checkpoint_ops
-        self.norm = nn.RMSNorm(m["d_model"], eps=1e-5) if m["family"] == "llama" else nn.LayerNorm(m["d_model"])
+        self.norm = (
+            nn.RMSNorm(m["d_model"], eps=1e-5)
+            if m["family"] == "llama"
+            else nn.LayerNorm(m["d_model"])
+        )
         self.head = nn.Linear(m["d_model"], self.padded_vocab, bias=False)
         if m["family"] == "llama":
             cos, sin = _rope_tables(m["seq_len"], m["d_model"] // m["n_heads"], m["rope_theta"])
@@ -184,8 +222,10 @@ class Transformer(nn.Module):
 
     @torch.no_grad()
     def init_weights(self) -> None:
-        """Initialise every parameter and buffer on the device the model lives on (after to_empty too):
-        normal(0, 0.02) weights, GPT-2's scaled residual projections, unit norms, the RoPE tables; the head
+        """Initialise every parameter and buffer on the device the model lives on (after to_empty
+        too):
+        normal(0, 0.02) weights, GPT-2's scaled residual projections, unit norms, the RoPE tables;
+        the head
         tied to the embedding again (to_empty from the meta device unties shared parameters)."""
         m = self.cfg
         if m["tie_embeddings"]:
@@ -196,7 +236,10 @@ class Transformer(nn.Module):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * m["n_layers"]))
         if m["family"] == "llama":
             self.rope_cos, self.rope_sin = _rope_tables(
-                m["seq_len"], m["d_model"] // m["n_heads"], m["rope_theta"], device=self.tok.weight.device
+                m["seq_len"],
+                m["d_model"] // m["n_heads"],
+                m["rope_theta"],
+                device=self.tok.weight.device,
             )
 
     @staticmethod
@@ -212,8 +255,10 @@ class Transformer(nn.Module):
         return self.head_loss(self.hidden(tokens), targets)
 
     def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
-        """The last block's output for every position (embedding, positions or RoPE, the blocks; activation
-        checkpointing as configured): what the loss, or the generate workload's drift check, reads."""
+        """The last block's output for every position (embedding, positions or RoPE, the blocks;
+        activation
+        checkpointing as configured): what the loss, or the generate workload's drift check,
+        reads."""
         t = tokens.shape[1]
         x = self.tok(tokens)
         rope = None
@@ -226,12 +271,17 @@ class Transformer(nn.Module):
         return x
 
     def head_loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Final norm, output head and cross-entropy: what follows the blocks (compile_scope block compiles it
+        """Final norm, output head and cross-entropy: what follows the blocks (compile_scope block
+        compiles it
         as one more region, so the fp32 logits of the loss are fused rather than materialised)."""
         if self.ce_chunks > 1:
-            xs, ts = x.reshape(-1, x.shape[-1]).chunk(self.ce_chunks), targets.reshape(-1).chunk(self.ce_chunks)
+            xs, ts = (
+                x.reshape(-1, x.shape[-1]).chunk(self.ce_chunks),
+                targets.reshape(-1).chunk(self.ce_chunks),
+            )
             total = sum(
-                torch.utils.checkpoint.checkpoint(self._loss_sum, xc, tc, use_reentrant=False) for xc, tc in zip(xs, ts)
+                torch.utils.checkpoint.checkpoint(self._loss_sum, xc, tc, use_reentrant=False)
+                for xc, tc in zip(xs, ts)
             )
             return total / targets.numel()
         return self._loss_sum(x, targets) / targets.numel()
@@ -241,10 +291,13 @@ class Transformer(nn.Module):
         if self.padded_vocab != self.vocab:
             logits = logits[..., : self.vocab]
         # autocast runs the cross-entropy in fp32
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum")
+        return F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
+        )
 
     def flop_params(self) -> int:
-        """Parameters counted in 6N (PaLM appendix B): all of them, once, except position embeddings and
+        """Parameters counted in 6N (PaLM appendix B): all of them, once, except position embeddings
+        and
         vocabulary padding (the model's FLOPs, not the padded matmul's)."""
         n = sum(p.numel() for p in self.parameters())
         pad_rows = (self.padded_vocab - self.vocab) * self.cfg["d_model"]
@@ -252,5 +305,6 @@ class Transformer(nn.Module):
         return n - (self.pos.weight.numel() if self.pos is not None else 0)
 
     def checkpointed_blocks(self) -> int:
-        """How many blocks recompute in backward (all of their activations, or all but the saved ops')."""
+        """How many blocks recompute in backward (all of their activations, or all but the saved
+        ops')."""
         return sum(1 for block in self.blocks if block.checkpointed)

@@ -1,4 +1,5 @@
-"""Data parallelism of a training trial over its rank group: DDP or FSDP2, and the check that DDP synchronised."""
+"""Data parallelism of a training trial over its rank group: DDP or FSDP2, and the check that DDP
+synchronised."""
 
 from __future__ import annotations
 
@@ -11,14 +12,20 @@ from autotune.knobs import POWERSGD_START
 from autotune.workloads.base import InvalidConfig
 from autotune.workloads.ranks import Ranks
 
-Sync = Callable[[bool], Any]  # sync(last_micro_step) -> context: gradients cross ranks on the last micro-step only
+# sync(last_micro_step) -> context: gradients cross ranks on the last micro-step only
+Sync = Callable[[bool], Any]
 
 
 def parallelize(
     torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any, ranks: Ranks
 ) -> tuple[Any, dict[str, Any], Sync]:
-    """Wrap the model for knobs["parallel"]; return it, what was applied, and the gradient-sync context."""
-    applied: dict[str, Any] = {"world_size": ranks.world, "backend": ranks.backend, "nccl_env": ranks.nccl_env()}
+    """Wrap the model for knobs["parallel"]; return it, what was applied, and the gradient-sync
+    context."""
+    applied: dict[str, Any] = {
+        "world_size": ranks.world,
+        "backend": ranks.backend,
+        "nccl_env": ranks.nccl_env(),
+    }
     if knobs["parallel"] == "fsdp":
         model, how, sync = apply_fsdp(torch, model, knobs, amp_dtype)
     else:
@@ -26,8 +33,11 @@ def parallelize(
     return model, {**applied, "parallel": how}, sync
 
 
-def apply_ddp(torch: Any, model: Any, knobs: dict[str, Any], ranks: Ranks) -> tuple[Any, dict[str, Any], Sync]:
-    """DistributedDataParallel with the ddp knobs; no_sync() on all but the last micro-batch of a step."""
+def apply_ddp(
+    torch: Any, model: Any, knobs: dict[str, Any], ranks: Ranks
+) -> tuple[Any, dict[str, Any], Sync]:
+    """DistributedDataParallel with the ddp knobs; no_sync() on all but the last micro-batch of a
+    step."""
     from torch.nn.parallel import DistributedDataParallel
 
     opts = {
@@ -45,7 +55,9 @@ def apply_ddp(torch: Any, model: Any, knobs: dict[str, Any], ranks: Ranks) -> tu
             "static_graph",
             "grad_accum_steps",
         )
-    ddp = DistributedDataParallel(model, device_ids=[ranks.local_rank] if ranks.device == "cuda" else None, **opts)
+    ddp = DistributedDataParallel(
+        model, device_ids=[ranks.local_rank] if ranks.device == "cuda" else None, **opts
+    )
     hook = apply_comm_hook(ddp, knobs)
     return (
         ddp,
@@ -55,7 +67,8 @@ def apply_ddp(torch: Any, model: Any, knobs: dict[str, Any], ranks: Ranks) -> tu
 
 
 def apply_comm_hook(ddp: Any, knobs: dict[str, Any]) -> str | None:
-    """ddp_comm_hook: torch's gradient compression hooks; what torch refuses here ends invalid_config."""
+    """ddp_comm_hook: torch's gradient compression hooks; what torch refuses here ends
+    invalid_config."""
     hook = knobs.get("ddp_comm_hook") or "none"
     if hook == "none":
         return None
@@ -64,7 +77,9 @@ def apply_comm_hook(ddp: Any, knobs: dict[str, Any]) -> str | None:
     try:
         if hook == "powersgd":
             state = powerSGD_hook.PowerSGDState(
-                process_group=None, matrix_approximation_rank=knobs["powersgd_rank"], start_powerSGD_iter=POWERSGD_START
+                process_group=None,
+                matrix_approximation_rank=knobs["powersgd_rank"],
+                start_powerSGD_iter=POWERSGD_START,
             )
             ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
             return f"powerSGD_hook(rank {knobs['powersgd_rank']}, from step {POWERSGD_START})"
@@ -72,16 +87,22 @@ def apply_comm_hook(ddp: Any, knobs: dict[str, Any]) -> str | None:
         return f"default_hooks.{hook}_hook"
     except (TypeError, RuntimeError, ValueError) as err:
         first = (str(err).strip().splitlines() or [""])[0][:200]
-        raise InvalidConfig(f"ddp_comm_hook {hook}: {type(err).__name__}: {first}", "ddp_comm_hook") from None
+        raise InvalidConfig(
+            f"ddp_comm_hook {hook}: {type(err).__name__}: {first}", "ddp_comm_hook"
+        ) from None
 
 
-def apply_fsdp(torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any) -> tuple[Any, dict[str, Any], Sync]:
-    """FSDP2 fully_shard on every block, then the root; mixed precision follows the precision knob."""
+def apply_fsdp(
+    torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any
+) -> tuple[Any, dict[str, Any], Sync]:
+    """FSDP2 fully_shard on every block, then the root; mixed precision follows the precision
+    knob."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     if knobs["precision"] == "fp16":
         raise InvalidConfig(
-            "fsdp with fp16 needs a sharded gradient scaler, which autotune does not run; use bf16 with fsdp",
+            "fsdp with fp16 needs a sharded gradient scaler, which autotune does not run; use "
+            "bf16 with fsdp",
             "parallel",
             "precision",
         )
@@ -93,10 +114,11 @@ def apply_fsdp(torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any) ->
         else MixedPrecisionPolicy(reduce_dtype=reduce if reduce == torch.bfloat16 else None)
     )
     blocks = repeated_blocks(torch, model)
-    # the blocks keep their inputs' dtypes (torchtitan's RoPE tables stay fp32 the same way, as complex numbers):
-    # FSDP2 casts a module's inputs in its forward but not when a checkpointed block is recomputed in backward,
-    # so with the cast the recomputed fp32 RoPE tables met the saved bf16 ones and every checkpointed FSDP trial
-    # on the H200 (torch 2.11) ended in a CheckpointError; the residual stream is already bf16 from the embedding
+    # the blocks keep their inputs' dtypes (torchtitan's RoPE tables stay fp32 the same way, as
+    # complex numbers): FSDP2 casts a module's inputs in its forward but not when a checkpointed
+    # block is recomputed in backward, so with the cast the recomputed fp32 RoPE tables met the
+    # saved bf16 ones and every checkpointed FSDP trial on the H200 (torch 2.11) ended in a
+    # CheckpointError; the residual stream is already bf16 from the embedding
     block_policy = dataclasses.replace(policy, cast_forward_inputs=False)
     for block in blocks:
         fully_shard(block, mp_policy=block_policy, reshard_after_forward=reshard)
@@ -121,25 +143,35 @@ def apply_fsdp(torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any) ->
 
 
 def apply_fsdp_prefetch(blocks: Any, knobs: dict[str, Any]) -> dict[str, str]:
-    """fsdp_forward_prefetch / fsdp_backward_prefetch: explicit all-gather prefetching of the next blocks
-    (pytorch/examples' FSDP2 example); FSDP2's own prefetching where they are at their defaults (0 and 1)."""
-    fwd, bwd = int(knobs.get("fsdp_forward_prefetch") or 0), int(knobs.get("fsdp_backward_prefetch") or 1)
+    """fsdp_forward_prefetch / fsdp_backward_prefetch: explicit all-gather prefetching of the next
+    blocks
+    (pytorch/examples' FSDP2 example); FSDP2's own prefetching where they are at their defaults (0
+    and 1)."""
+    fwd, bwd = (
+        int(knobs.get("fsdp_forward_prefetch") or 0),
+        int(knobs.get("fsdp_backward_prefetch") or 1),
+    )
     blocks = list(blocks)
     if fwd:
         for i, block in enumerate(blocks[:-1]):
             block.set_modules_to_forward_prefetch(blocks[i + 1 : i + 1 + fwd])
     if bwd > 1:
         for i, block in enumerate(blocks[1:], start=1):
-            block.set_modules_to_backward_prefetch(blocks[max(0, i - bwd) : i][::-1])  # nearest first
+            # nearest first
+            block.set_modules_to_backward_prefetch(blocks[max(0, i - bwd) : i][::-1])
     return {
         "forward": f"explicit, {fwd} block(s) ahead" if fwd else "FSDP2's implicit",
-        "backward": f"explicit, {bwd} blocks ahead" if bwd > 1 else "FSDP2's default (one block ahead)",
+        "backward": f"explicit, {bwd} blocks ahead"
+        if bwd > 1
+        else "FSDP2's default (one block ahead)",
     }
 
 
 def repeated_blocks(torch: Any, model: Any) -> list[Any]:
-    """The model's transformer blocks, found one way for FSDP2's sharding and per-block compile: the largest
-    nn.ModuleList whose modules are all of one class (the built-in model's `blocks`, a Hugging Face model's
+    """The model's transformer blocks, found one way for FSDP2's sharding and per-block compile: the
+    largest
+    nn.ModuleList whose modules are all of one class (the built-in model's `blocks`, a Hugging Face
+    model's
     `layers`), through DDP/FSDP wrappers."""
     lists = [
         m
@@ -150,7 +182,8 @@ def repeated_blocks(torch: Any, model: Any) -> list[Any]:
 
 
 def check_replicas_in_sync(torch: Any, model: Any, ranks: Ranks) -> None:
-    """DDP keeps every rank's weights identical; if they differ after the measured steps, gradients were
+    """DDP keeps every rank's weights identical; if they differ after the measured steps, gradients
+    were
     not synchronised and the throughput is not that of data-parallel training: fail the trial."""
     if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
         return  # FSDP: each rank holds its own shard

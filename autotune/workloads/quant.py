@@ -1,5 +1,7 @@
-"""Weight quantization of a generate trial (torchao's quantize_, gemlite's int4 kernels) and the drift guard's
-measurements: every linear's input and output recorded before, each layer's error and the logits after.
+"""Weight quantization of a generate trial (torchao's quantize_, gemlite's int4 kernels) and the
+drift guard's
+measurements: every linear's input and output recorded before, each layer's error and the logits
+after.
 
 Imported only inside a trial's process: torch and torchao.
 """
@@ -12,11 +14,17 @@ from autotune.knobs import QUANT_CONFIGS
 from autotune.workloads.base import InvalidConfig
 
 # bytes one stored weight takes, per weight_quant (plus the scales: quant_bytes)
-WEIGHT_BITS = {"int8_weight_only": 8, "int4_weight_only": 4, "float8_weight_only": 8, "float8_dynamic": 8}
+WEIGHT_BITS = {
+    "int8_weight_only": 8,
+    "int4_weight_only": 4,
+    "float8_weight_only": 8,
+    "float8_dynamic": 8,
+}
 
 
 def capture_linears(torch: Any, model: Any, run: Any, last: int) -> dict[str, tuple[Any, Any]]:
-    """Each nn.Linear's input and output on the last `last` positions while `run()` runs: the per-layer
+    """Each nn.Linear's input and output on the last `last` positions while `run()` runs: the
+    per-layer
     reference a quantized copy of the same weights is compared with."""
     seen: dict[str, tuple[Any, Any]] = {}
     hooks = []
@@ -36,7 +44,8 @@ def capture_linears(torch: Any, model: Any, run: Any, last: int) -> dict[str, tu
 
 
 def layer_errors(torch: Any, model: Any, seen: dict[str, tuple[Any, Any]]) -> list[float]:
-    """Relative output error ||W_q x - W x|| / ||W x|| of every quantized linear, on its recorded input."""
+    """Relative output error ||W_q x - W x|| / ||W x|| of every quantized linear, on its recorded
+    input."""
     mods = dict(model.named_modules())
     errs = []
     for name, (x, ref) in seen.items():
@@ -53,8 +62,11 @@ def drift(torch: Any, ref: Any, new: Any) -> dict[str, float]:
     return {"greedy_agreement": agree, "kl_nats": kl}
 
 
-def apply_weight_quant(torch: Any, model: Any, knobs: dict[str, Any], broken: bool = False) -> str | None:
-    """torchao quantize_ with the weight_quant's config on every nn.Linear; the call as applied, or None.
+def apply_weight_quant(
+    torch: Any, model: Any, knobs: dict[str, Any], broken: bool = False
+) -> str | None:
+    """torchao quantize_ with the weight_quant's config on every nn.Linear; the call as applied, or
+    None.
     broken (the test-only drift fault): a 1-bit sign quantizer instead, which must be caught."""
     quant = knobs["weight_quant"]
     if quant in (None, "none"):
@@ -69,11 +81,13 @@ def apply_weight_quant(torch: Any, model: Any, knobs: dict[str, Any], broken: bo
         import torchao.quantization as tq
     except Exception as err:
         raise InvalidConfig(
-            f"weight_quant {quant} needs torchao (pip install 'autotune[generate]'): {err}", "weight_quant"
+            f"weight_quant {quant} needs torchao (pip install 'autotune[generate]'): {err}",
+            "weight_quant",
         ) from None
     name, config = QUANT_CONFIGS[quant], None
-    # int4: torch's own tinygemm kernel (tile-packed layout), as torchao's published Llama numbers use; the
-    # plain layout needs fbgemm/mslk kernels that a stock torch lacks; or gemlite's Triton kernels
+    # int4: torch's own tinygemm kernel (tile-packed layout), as torchao's published Llama numbers
+    # use; the plain layout needs fbgemm/mslk kernels that a stock torch lacks; or gemlite's Triton
+    # kernels
     kwargs = (
         {"group_size": knobs["int4_group_size"], "int4_packing_format": "tile_packed_to_4d"}
         if quant == "int4_weight_only"
@@ -81,21 +95,27 @@ def apply_weight_quant(torch: Any, model: Any, knobs: dict[str, Any], broken: bo
     )
     if quant == "int4_weight_only" and knobs.get("int4_kernel") == "gemlite":
         config = gemlite_config(knobs["int4_group_size"], next(model.parameters()).device.type)
-        name, kwargs = "UIntxWeightOnlyConfig", {"group_size": knobs["int4_group_size"], "bit_width": 4}
+        name, kwargs = (
+            "UIntxWeightOnlyConfig",
+            {"group_size": knobs["int4_group_size"], "bit_width": 4},
+        )
     try:
         tq.quantize_(model, config or getattr(tq, name)(**kwargs))
-    except Exception as err:  # torchao's own reason: kernel missing on this GPU, dtype not supported, ...
+    # torchao's own reason: kernel missing on this GPU, dtype not supported, ...
+    except Exception as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
         raise InvalidConfig(
             f"weight_quant {quant}: torchao cannot apply it here: {type(err).__name__}: {first}",
             "weight_quant",
             "precision",
         ) from None
-    # torchao's configs default to set_inductor_config=True: its recommended Inductor flags (coordinate-descent
-    # tuning among them) are set for every quantized trial, never for bf16's: said where the trial says what ran
+    # torchao's configs default to set_inductor_config=True: its recommended Inductor flags
+    # (coordinate-descent tuning among them) are set for every quantized trial, never for bf16's:
+    # said where the trial says what ran
     return (
-        f"quantize_(model, {name}({', '.join(f'{k}={v}' for k, v in kwargs.items())})); torchao set its "
-        "recommended Inductor flags (set_inductor_config=True: coordinate_descent_tuning and others)"
+        f"quantize_(model, {name}({', '.join(f'{k}={v}' for k, v in kwargs.items())})); torchao "
+        "set its recommended Inductor flags (set_inductor_config=True: coordinate_descent_tuning "
+        "and others)"
     )
 
 
@@ -103,7 +123,8 @@ def gemlite_config(group: int, device: str) -> Any:
     """torchao's gemlite int4 config; InvalidConfig off the GPU or where gemlite is missing."""
     if device != "cuda":
         raise InvalidConfig(
-            f"int4_kernel gemlite runs Triton kernels on NVIDIA GPUs only, not on {device}", "int4_kernel"
+            f"int4_kernel gemlite runs Triton kernels on NVIDIA GPUs only, not on {device}",
+            "int4_kernel",
         )
     try:
         import gemlite
@@ -128,20 +149,25 @@ def _release(version: str) -> tuple[int, ...]:
 
 
 def gemlite_mismatch(gemlite_version: str, torchao_version: str) -> str | None:
-    """Why these two versions cannot quantize together, or None. torchao 0.18's UIntxBitPackedTensor.from_hp
-    unpacks three tensors (`qdata, scale, zero_point = gemlite_linear.get_tensor_args()`); gemlite 0.6 added a
-    fourth (meta_scale, for NVFP4), so every layer failed with 'too many values to unpack (expected 3)' (seen
+    """Why these two versions cannot quantize together, or None. torchao 0.18's
+    UIntxBitPackedTensor.from_hp
+    unpacks three tensors (`qdata, scale, zero_point = gemlite_linear.get_tensor_args()`); gemlite
+    0.6 added a
+    fourth (meta_scale, for NVFP4), so every layer failed with 'too many values to unpack (expected
+    3)' (seen
     on an H200 with gemlite 0.6.0.post2; gemlite 0.5.1.post1 returns the three)."""
     if _release(gemlite_version) >= (0, 6) and _release(torchao_version) <= (0, 18):
         return (
-            f"int4_kernel gemlite: gemlite {gemlite_version} returns four tensors from get_tensor_args where "
-            f"torchao {torchao_version} unpacks three; install gemlite<0.6 (0.5.1.post1 runs with torchao 0.18)"
+            f"int4_kernel gemlite: gemlite {gemlite_version} returns four tensors from "
+            f"get_tensor_args where torchao {torchao_version} unpacks three; install gemlite<0.6 "
+            "(0.5.1.post1 runs with torchao 0.18)"
         )
     return None
 
 
 def linear_bytes(model: Any, torch: Any, quant: str | None, group: int) -> int:
-    """Bytes a decode step reads for the linear layers' weights as stored: the quantized weights and their
+    """Bytes a decode step reads for the linear layers' weights as stored: the quantized weights and
+    their
     scales (int4: a bf16 scale and zero point per group; int8/float8: a scale per output row)."""
     total = 0
     for mod in model.modules():

@@ -1,4 +1,5 @@
-"""This trial process as one rank of a torchrun group: the process group, autotune's own gloo side group,
+"""This trial process as one rank of a torchrun group: the process group, autotune's own gloo side
+group,
 gathering, and how a failing rank reports and leaves."""
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from autotune.protocol import TrialResult
 
 
 class Ranks:
-    """The rank group of a trial: process group (NCCL on GPUs, gloo on the CPU) and a gloo side group."""
+    """The rank group of a trial: process group (NCCL on GPUs, gloo on the CPU) and a gloo side
+    group."""
 
     def __init__(self, torch: Any, device: str) -> None:
         import torch.distributed as dist
@@ -27,8 +29,9 @@ class Ranks:
         if device == "cuda":
             torch.cuda.set_device(self.local_rank)
             dist.init_process_group("nccl", device_id=torch.device("cuda", self.local_rank))
-            # autotune's own bookkeeping (barrier, gathering timings) goes over gloo: an NCCL_ALGO that NCCL
-            # refuses for AllGather (Tree on NCCL 2.28) then fails the training's collectives, not ours.
+            # autotune's own bookkeeping (barrier, gathering timings) goes over gloo: an NCCL_ALGO
+            # that NCCL refuses for AllGather (Tree on NCCL 2.28) then fails the training's
+            # collectives, not ours.
             self.side = dist.new_group(backend="gloo")
         else:
             dist.init_process_group("gloo")
@@ -41,7 +44,11 @@ class Ranks:
 
     def nccl_env(self) -> dict[str, str | None] | str:
         """The NCCL environment this rank ran with (NCCL_NVLS_ENABLE only read, never set)."""
-        return {k: os.environ.get(k) for k in nccl_log.ENV} if self.backend == "nccl" else "not applicable to gloo"
+        return (
+            {k: os.environ.get(k) for k in nccl_log.ENV}
+            if self.backend == "nccl"
+            else "not applicable to gloo"
+        )
 
     def barrier(self) -> None:
         self.dist.barrier(group=self.side)
@@ -61,8 +68,10 @@ def env_rank() -> tuple[int, int]:
 
 
 def fail_rank(result_path: str, result: TrialResult) -> None:
-    """A failing rank of a torchrun group: write its reason beside the result (result.rankR.json), then exit 1
-    at once, so that torchrun ends the other ranks (a normal shutdown can block in the process group's
+    """A failing rank of a torchrun group: write its reason beside the result (result.rankR.json),
+    then exit 1
+    at once, so that torchrun ends the other ranks (a normal shutdown can block in the process
+    group's
     teardown with collectives in flight)."""
     result.reason = f"rank {result.rank}: {result.reason}"
     result.at_ns = time.time_ns()

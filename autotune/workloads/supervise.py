@@ -1,16 +1,20 @@
 """The trial's supervisor: `python -m autotune.workloads.supervise CMD...` (standard library only).
 
-autotune starts every trial through it, in a session of its own. It runs CMD (the trial, or torchrun with
+autotune starts every trial through it, in a session of its own. It runs CMD (the trial, or torchrun
+with
 its ranks) as its child and makes sure nothing of the trial outlives the trial or autotune:
 
 - PR_SET_PDEATHSIG: when autotune dies, even by kill -9, the supervisor gets SIGTERM at once;
-- autotune gone before that was armed (a kill within milliseconds of the start): getppid() is no longer
+- autotune gone before that was armed (a kill within milliseconds of the start): getppid() is no
+  longer
   AUTOTUNE_PARENT_PID, so it leaves before starting anything;
-- PR_SET_CHILD_SUBREAPER: processes the trial leaves behind (Inductor's compile workers, ranks that torchrun
+- PR_SET_CHILD_SUBREAPER: processes the trial leaves behind (Inductor's compile workers, ranks that
+  torchrun
   put in sessions of their own) become the supervisor's children instead of init's;
 - on SIGTERM, SIGINT or SIGHUP, and when CMD ends: every descendant is killed (SIGKILL) and reaped.
 
-Its exit status is CMD's; a CMD killed by a signal is reported by the supervisor dying of the same signal.
+Its exit status is CMD's; a CMD killed by a signal is reported by the supervisor dying of the same
+signal.
 """
 
 from __future__ import annotations
@@ -32,17 +36,22 @@ def descendants(root: int) -> list[int]:
     for entry in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError, ValueError, IndexError):
             stat = Path(f"/proc/{entry}/stat").read_text()
-            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the (command)
+            # the field after the (command)
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
     found, frontier = [], [root]
     while frontier:
-        frontier = [pid for pid, parent in parents.items() if parent in frontier and pid not in found]
+        frontier = [
+            pid for pid, parent in parents.items() if parent in frontier and pid not in found
+        ]
         found += frontier
     return found
 
 
 def end_all(within_s: float = 10.0) -> None:
-    """Stop, then kill, every descendant, again and again until none is left (a process that keeps forking
-    is frozen by SIGSTOP before it can fork once more), then reap them: as subreaper they are ours by now."""
+    """Stop, then kill, every descendant, again and again until none is left (a process that keeps
+    forking
+    is frozen by SIGSTOP before it can fork once more), then reap them: as subreaper they are ours
+    by now."""
     deadline = time.monotonic() + within_s
     while (pids := descendants(os.getpid())) and time.monotonic() < deadline:
         for sig in (signal.SIGSTOP, signal.SIGKILL):
@@ -63,7 +72,8 @@ def _on_signal(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str]) -> int:
-    with contextlib.suppress(Exception):  # Linux only; elsewhere the parent's own sweep is what remains
+    # Linux only; elsewhere the parent's own sweep is what remains
+    with contextlib.suppress(Exception):
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -74,8 +84,11 @@ def main(argv: list[str]) -> int:
         return 1  # autotune died before the death signal was armed: start nothing
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _on_signal)
-    # close_fds=False: a descriptor the parent passed on purpose (the probe's answer pipe) reaches the child
-    child = subprocess.Popen(argv, env={**os.environ, "AUTOTUNE_PARENT_PID": str(os.getpid())}, close_fds=False)
+    # close_fds=False: a descriptor the parent passed on purpose (the probe's answer pipe) reaches
+    # the child
+    child = subprocess.Popen(
+        argv, env={**os.environ, "AUTOTUNE_PARENT_PID": str(os.getpid())}, close_fds=False
+    )
     code = child.wait()
     end_all()
     if code < 0:  # die of the same signal, so the parent sees how the trial ended

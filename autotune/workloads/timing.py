@@ -1,10 +1,16 @@
-"""The one function that times a workload's steps in a trial: warm-up apart, then CUDA events per step.
+"""The one function that times a workload's steps in a trial: warm-up apart, then CUDA events per
+step.
 
-As nanoGPT's bench.py (burn-in, then measure, synchronise around the timed loop) and triton's do_bench (an
-event pair per repetition, the raw samples kept): the samples are the device's time of each step, between
-its events. No host synchronisation inside the timed loop on the GPU, except when the search watches the
-progress (to prune): then the host waits for step i - AHEAD before it launches step i, which keeps a step
-queued on the device (it never idles for the host) and lets the steps be seen as they finish. On the CPU,
+As nanoGPT's bench.py (burn-in, then measure, synchronise around the timed loop) and triton's
+do_bench (an
+event pair per repetition, the raw samples kept): the samples are the device's time of each step,
+between
+its events. No host synchronisation inside the timed loop on the GPU, except when the search watches
+the
+progress (to prune): then the host waits for step i - AHEAD before it launches step i, which keeps a
+step
+queued on the device (it never idles for the host) and lets the steps be seen as they finish. On the
+CPU,
 time.perf_counter around each step.
 """
 
@@ -21,17 +27,20 @@ AHEAD = 2  # steps the host may launch in front of the device while the search w
 
 @dataclass
 class Timing:
-    """Raw samples of one timed run: warm-up step wall times, measured step times, their outputs, memory."""
+    """Raw samples of one timed run: warm-up step wall times, measured step times, their outputs,
+    memory."""
 
     warmup_s: list[float]
     warmup_end: float  # wall clock when the warm-up ended (before the ranks' barrier)
     step_s: list[float]
     outputs: list[Any]
-    window: tuple[float, float]  # wall clock (time.time) around the measured steps: NVML telemetry is cut to it
+    # wall clock (time.time) around the measured steps: NVML telemetry is cut to it
+    window: tuple[float, float]
     peak_mem_bytes: int
     peak_mem_kind: str  # cuda_max_memory_allocated or cpu_max_rss
     reserved_bytes: int | None
-    stopped_early: bool = False  # `progress` asked to stop before all measured steps ran (the search pruned it)
+    # `progress` asked to stop before all measured steps ran (the search pruned it)
+    stopped_early: bool = False
 
 
 def time_steps(
@@ -46,11 +55,16 @@ def time_steps(
     before_each: Callable[[], None] | None = None,
     progress: Callable[[list[float]], bool] | None = None,
 ) -> Timing:
-    """Run `warmup` untimed steps (each synchronised, its wall time kept: the first carries torch.compile),
-    then `measure` timed steps. after_warmup_step: called with each warm-up step's output (a check that may
-    raise: a broken configuration fails before it is measured); before_window: untimed, once before the
-    measured steps (a barrier of the ranks); before_each: untimed, before every measured step; progress:
-    called after each step is launched with the times of the steps the device has finished (read from their
+    """Run `warmup` untimed steps (each synchronised, its wall time kept: the first carries
+    torch.compile),
+    then `measure` timed steps. after_warmup_step: called with each warm-up step's output (a check
+    that may
+    raise: a broken configuration fails before it is measured); before_window: untimed, once before
+    the
+    measured steps (a barrier of the ranks); before_each: untimed, before every measured step;
+    progress:
+    called after each step is launched with the times of the steps the device has finished (read
+    from their
     events without waiting for them); True stops the measurement there."""
     cuda = device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -70,12 +84,29 @@ def time_steps(
         )
     else:
         outputs, step_s, stopped = _measure_host(step, measure, before_each, progress)
-        peak, kind, reserved = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_max_rss", None
-    return Timing(warmup_s, warmup_end, step_s, outputs, (start_wall, time.time()), peak, kind, reserved, stopped)
+        peak, kind, reserved = (
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "cpu_max_rss",
+            None,
+        )
+    return Timing(
+        warmup_s,
+        warmup_end,
+        step_s,
+        outputs,
+        (start_wall, time.time()),
+        peak,
+        kind,
+        reserved,
+        stopped,
+    )
 
 
 def _warm_up(
-    step: Callable[[], Any], warmup: int, sync: Callable[[], Any], after_warmup_step: Callable[[Any], None] | None
+    step: Callable[[], Any],
+    warmup: int,
+    sync: Callable[[], Any],
+    after_warmup_step: Callable[[Any], None] | None,
 ) -> list[float]:
     """The untimed steps, each synchronised; their wall times (the first carries torch.compile)."""
     warmup_s = []
@@ -97,16 +128,21 @@ def _measure_cuda(
     before_each: Callable[[], None] | None,
     progress: Callable[[list[float]], bool] | None,
 ) -> tuple[list[Any], list[float], bool]:
-    """The timed steps on the GPU, a pair of CUDA events around each: (outputs, seconds a step, stopped)."""
+    """The timed steps on the GPU, a pair of CUDA events around each: (outputs, seconds a step,
+    stopped)."""
     outputs: list[Any] = []
     step_s: list[float] = []
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(measure)]
+    events = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(measure)
+    ]
     launched = 0
     for start, end in events:
         if progress is not None and launched >= AHEAD:
-            # the host may run AHEAD steps in front of the device, not the whole measurement (seen on an
-            # H200: all 4 steps launched before the first ended, so a pruner could stop nothing); the
-            # device still has AHEAD - 1 steps queued, so it never waits for the host here
+            # the host may run AHEAD steps in front of the device, not the whole measurement (seen
+            # on an H200: all 4 steps launched before the first ended, so a pruner could stop
+            # nothing); the device still has AHEAD - 1 steps queued, so it never waits for the host
+            # here
             events[launched - AHEAD][1].synchronize()
         if before_each:
             before_each()
@@ -114,9 +150,14 @@ def _measure_cuda(
         outputs.append(step())
         end.record()
         launched += 1
-        if progress is not None and launched < measure and _finished_says_stop(events, launched, step_s, progress):
+        if (
+            progress is not None
+            and launched < measure
+            and _finished_says_stop(events, launched, step_s, progress)
+        ):
             break
-    torch.cuda.synchronize()  # after the last step (watched by a pruner, the host also waited for step i - AHEAD)
+    # after the last step (watched by a pruner, the host also waited for step i - AHEAD)
+    torch.cuda.synchronize()
     step_s = [start.elapsed_time(end) / 1000.0 for start, end in events[:launched]]
     return outputs, step_s, launched < measure
 
@@ -124,7 +165,8 @@ def _measure_cuda(
 def _finished_says_stop(
     events: list[Any], launched: int, step_s: list[float], progress: Callable[[list[float]], bool]
 ) -> bool:
-    """Read the steps the device has finished (no waiting) into step_s; whether progress asks to stop."""
+    """Read the steps the device has finished (no waiting) into step_s; whether progress asks to
+    stop."""
     while len(step_s) < launched and events[len(step_s)][1].query():
         first, last = events[len(step_s)]
         step_s.append(first.elapsed_time(last) / 1000.0)
@@ -137,7 +179,8 @@ def _measure_host(
     before_each: Callable[[], None] | None,
     progress: Callable[[list[float]], bool] | None,
 ) -> tuple[list[Any], list[float], bool]:
-    """The timed steps on the CPU, time.perf_counter around each: (outputs, seconds a step, stopped)."""
+    """The timed steps on the CPU, time.perf_counter around each: (outputs, seconds a step,
+    stopped)."""
     outputs: list[Any] = []
     step_s: list[float] = []
     for _ in range(measure):

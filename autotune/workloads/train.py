@@ -1,6 +1,8 @@
-"""The training workload: optimizer steps on synthetic tokens, each knob applied by its own `apply_*` step.
+"""The training workload: optimizer steps on synthetic tokens, each knob applied by its own
+`apply_*` step.
 
-The trial reads like torchtitan's: apply_precision, apply_attention, build_model, apply_fp8, parallelize,
+The trial reads like torchtitan's: apply_precision, apply_attention, build_model, apply_fp8,
+parallelize,
 apply_optimizer, apply_compile, then timing.time_steps over `step`.
 """
 
@@ -15,9 +17,14 @@ from typing import Any
 
 from autotune.knobs import CE_CHUNKS, CHECKPOINT_EVERY, SDPA_BACKENDS, numerics, reference_of
 from autotune.sizes import padded_vocab
-from autotune.workloads.base import InvalidConfig, Measured, NonFiniteLoss, Work, Workload
-from autotune.workloads.compiling import apply_compile, apply_compile_dynamic, apply_ddp_compile, compile_cache_counts
 from autotune.workloads import numerics_check
+from autotune.workloads.base import InvalidConfig, Measured, NonFiniteLoss, Work, Workload
+from autotune.workloads.compiling import (
+    apply_compile,
+    apply_compile_dynamic,
+    apply_ddp_compile,
+    compile_cache_counts,
+)
 from autotune.workloads.parallel import check_replicas_in_sync, parallelize
 from autotune.workloads.timing import time_steps
 
@@ -41,20 +48,30 @@ def _laps(torch: Any, device: str) -> Any:
 
 
 def apply_precision(torch: Any, precision: str, device: str) -> Any:
-    """Set matmul precision; return the autocast dtype (None for fp32/tf32). fp8 runs under bf16 autocast."""
+    """Set matmul precision; return the autocast dtype (None for fp32/tf32). fp8 runs under bf16
+    autocast."""
     if device == "cuda" and precision in ("bf16", "fp8") and not torch.cuda.is_bf16_supported():
         raise InvalidConfig(f"{precision} needs bf16, which this GPU does not support", "precision")
     if precision == "fp8":
-        if device != "cuda" or torch.cuda.get_device_capability(torch.cuda.current_device()) < (8, 9):
+        if device != "cuda" or torch.cuda.get_device_capability(torch.cuda.current_device()) < (
+            8,
+            9,
+        ):
             raise InvalidConfig(
-                "fp8 needs an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell)", "precision"
+                "fp8 needs an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, "
+                "Blackwell)",
+                "precision",
             )
         try:
             import torchao.float8  # noqa: F401
         except Exception as err:
-            raise InvalidConfig(f"fp8 needs torchao (pip install 'autotune[fp8]'): {err}", "precision") from None
+            raise InvalidConfig(
+                f"fp8 needs torchao (pip install 'autotune[fp8]'): {err}", "precision"
+            ) from None
     if device == "cpu" and precision == "tf32":
-        raise InvalidConfig("tf32 needs an NVIDIA GPU (Ampere or newer); on the CPU it is fp32", "precision")
+        raise InvalidConfig(
+            "tf32 needs an NVIDIA GPU (Ampere or newer); on the CPU it is fp32", "precision"
+        )
     mode = "tf32" if precision == "tf32" else "ieee"  # fp32 means true fp32: TF32 off
     torch.backends.cuda.matmul.fp32_precision = mode
     torch.backends.cudnn.conv.fp32_precision = mode
@@ -76,7 +93,9 @@ def apply_attention(torch: Any, attention: str, device: str, dtype: Any) -> Any:
         first = str(err).strip().splitlines()[0][:200]
         # the probe runs in the precision's dtype: cudnn, for one, needs fp16 or bf16
         raise InvalidConfig(
-            f"attention {attention}: the SDPA backend is not available here: {first}", "attention", "precision"
+            f"attention {attention}: the SDPA backend is not available here: {first}",
+            "attention",
+            "precision",
         ) from None
     return lambda: sdpa_kernel([backend])
 
@@ -90,10 +109,13 @@ def build_model(
     materialize: bool = True,
     context: Any = contextlib.nullcontext,
 ) -> tuple[Any, list[Any], dict[str, Any], Work]:
-    """The model and a few micro-batches made once on the device (no data loading is timed). materialize
-    False (the built-in model under FSDP2) leaves the model on the meta device: it is sharded first and
+    """The model and a few micro-batches made once on the device (no data loading is timed).
+    materialize
+    False (the built-in model under FSDP2) leaves the model on the meta device: it is sharded first
+    and
     each rank then allocates and initialises only its shards (`materialize`), as torchtitan builds.
-    context: the trial's autocast and SDPA backend, under which an hf_config or entrypoint model's FLOPs are
+    context: the trial's autocast and SDPA backend, under which an hf_config or entrypoint model's
+    FLOPs are
     counted; the built-in model's are the formula (its shapes are known: model.flop_params)."""
     m, knobs = spec.model, spec.knobs
     if m.get("hf_config") or m.get("entrypoint"):
@@ -116,7 +138,9 @@ def build_model(
         model = Transformer(m)
     if materialize:
         model = materialize_model(model, dev)
-    pool = torch.randint(0, m["vocab_size"], (n_batches, mbs, m["seq_len"] + 1), device=dev, generator=gen)
+    pool = torch.randint(
+        0, m["vocab_size"], (n_batches, mbs, m["seq_len"] + 1), device=dev, generator=gen
+    )
     work = Work(
         m["seq_len"] * mbs * knobs["grad_accum_steps"],
         sum(p.numel() for p in model.parameters()),
@@ -134,14 +158,16 @@ def build_model(
 
 
 def materialize_model(model: Any, dev: Any) -> Any:
-    """Allocate a meta-device model's parameters (after sharding: only this rank's shards) and initialise them."""
+    """Allocate a meta-device model's parameters (after sharding: only this rank's shards) and
+    initialise them."""
     model = model.to_empty(device=dev)
     model.init_weights()
     return model
 
 
 def apply_fp8(torch: Any, model: Any, knobs: dict[str, Any]) -> int:
-    """torchao float8 training of every linear but the output head; returns how many linears were converted.
+    """torchao float8 training of every linear but the output head; returns how many linears were
+    converted.
     fp8_all_gather: FSDP2 all-gathers the weights in float8 (tensorwise recipe and fsdp only)."""
     if knobs["precision"] != "fp8":
         return 0
@@ -166,18 +192,23 @@ def apply_fp8(torch: Any, model: Any, knobs: dict[str, Any]) -> int:
             )
         config = dataclasses.replace(config, enable_fsdp_float8_all_gather=True)
     keep = ("head", "lm_head")  # the output head stays in bf16: its logits feed the loss
-    convert_to_float8_training(model, config=config, module_filter_fn=lambda mod, fqn: fqn.split(".")[-1] not in keep)
+    convert_to_float8_training(
+        model, config=config, module_filter_fn=lambda mod, fqn: fqn.split(".")[-1] not in keep
+    )
     return sum(1 for mod in model.modules() if type(mod).__name__ == "Float8Linear")
 
 
 def apply_optimizer(torch: Any, model: Any, knobs: dict[str, Any]) -> Any:
     """AdamW with nanoGPT's settings; fused=True when the knob says so."""
     fused = {"fused": True} if knobs["fused_optimizer"] else {}
-    return torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, **fused)
+    return torch.optim.AdamW(
+        model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, **fused
+    )
 
 
 def finite_losses(torch: Any, losses: list[Any], phase: str) -> list[float]:
-    """The losses as floats (one synchronisation, after the timed region); NonFiniteLoss if any is NaN or inf."""
+    """The losses as floats (one synchronisation, after the timed region); NonFiniteLoss if any is
+    NaN or inf."""
     values = torch.stack(losses).float().cpu().tolist() if losses else []
     if not all(x == x and abs(x) != float("inf") for x in values):
         raise NonFiniteLoss(
@@ -188,7 +219,8 @@ def finite_losses(torch: Any, losses: list[Any], phase: str) -> list[float]:
 
 
 class Train(Workload):
-    """Optimizer steps: grad_accum_steps micro-steps of forward and backward, then optimizer.step()."""
+    """Optimizer steps: grad_accum_steps micro-steps of forward and backward, then
+    optimizer.step()."""
 
     task = "train"
 
@@ -213,16 +245,22 @@ class Train(Workload):
         lap("fp8")
         regional = knobs.get("compile_scope") == "block"
         ddp_graph = apply_ddp_compile(torch, knobs) if self.ranks else None
-        if regional:  # blocks compiled in place before wrapping, as torchtitan orders it (FSDP's hooks stay outside)
+        # blocks compiled in place before wrapping, as torchtitan orders it (FSDP's hooks stay
+        # outside)
+        if regional:
             _, compile_mode = apply_compile(torch, model, knobs["compile"], "block")
         lap("compile_wrap")
         self.sync, parallel_applied = None, {}
         if self.ranks:
-            model, parallel_applied, self.sync = parallelize(torch, model, knobs, self.amp_dtype, self.ranks)
+            model, parallel_applied, self.sync = parallelize(
+                torch, model, knobs, self.amp_dtype, self.ranks
+            )
         lap("parallel")
         if sharded_build:
             model = materialize_model(model, self.dev)
-            parallel_applied["parallel"]["build"] = "meta device, sharded, then each rank's shards materialised"
+            parallel_applied["parallel"]["build"] = (
+                "meta device, sharded, then each rank's shards materialised"
+            )
         lap("materialize")
         self._train_state(model, fp8_linears)
         if not regional:
@@ -237,7 +275,8 @@ class Train(Workload):
         }  # where the build's seconds went (issue 15: an 8B build under 10 s)
 
     def _device(self) -> Any:
-        """Precision, the device of this rank, the attention backend; returns the rank's data generator
+        """Precision, the device of this rank, the attention backend; returns the rank's data
+        generator
         (the same initial weights on every rank, each rank its own data)."""
         torch, spec, knobs = self.torch, self.spec, self.spec.knobs
         device = spec.device
@@ -250,7 +289,8 @@ class Train(Workload):
         return torch.Generator(device=self.dev).manual_seed(spec.run.seed + rank)
 
     def _train_state(self, model: Any, fp8_linears: int) -> None:
-        """The model a step trains, its optimizer and loss scaler, fp8's scale refresh (fp8_all_gather)."""
+        """The model a step trains, its optimizer and loss scaler, fp8's scale refresh
+        (fp8_all_gather)."""
         torch, knobs = self.torch, self.spec.knobs
         self.model = self.step_model = model
         self.fp8_scales = None
@@ -263,21 +303,27 @@ class Train(Workload):
         self.scaler = torch.amp.GradScaler(self.spec.device) if fp16 else None
 
     def _count_context(self) -> Any:
-        """The trial's autocast and SDPA backend as one context, for counting a model's FLOPs in the build."""
+        """The trial's autocast and SDPA backend as one context, for counting a model's FLOPs in the
+        build."""
         stack = contextlib.ExitStack()
         if self.amp_dtype:
-            stack.enter_context(self.torch.autocast(device_type=self.spec.device, dtype=self.amp_dtype))
+            stack.enter_context(
+                self.torch.autocast(device_type=self.spec.device, dtype=self.amp_dtype)
+            )
         stack.enter_context(self.attention())
         return stack
 
     def _sharded_build(self, m: dict[str, Any]) -> bool:
-        """FSDP2 with the built-in model: sharded on the meta device, then each rank materialises its shards
-        only (a tied head would be untied by to_empty after sharding, so tied models are built whole first)."""
+        """FSDP2 with the built-in model: sharded on the meta device, then each rank materialises
+        its shards
+        only (a tied head would be untied by to_empty after sharding, so tied models are built whole
+        first)."""
         external = m.get("hf_config") or m.get("entrypoint") or m.get("tie_embeddings")
         return bool(self.ranks) and self.spec.knobs.get("parallel") == "fsdp" and not external
 
     def _applied(self, compile_mode: Any, ddp_graph: Any, fp8_linears: int) -> dict[str, Any]:
-        """What the build applied, for the trial's record (the model's own and the parallel layout's join it)."""
+        """What the build applied, for the trial's record (the model's own and the parallel layout's
+        join it)."""
         attention = self.spec.knobs["attention"]
         sdpa = attention in SDPA_BACKENDS or attention == "eager"
         return {
@@ -349,12 +395,16 @@ class Train(Workload):
         return Measured(timing, losses, output={"loss_check": found}, check_s=check_s)
 
     def profile(self, folder: Path, steps: int = 2) -> None:
-        """AUTOTUNE_PROFILE=DIR: after the measured steps (untimed), `steps` more under torch.profiler, written as
-        a chrome trace per rank (DIR/autotune-<pid>-rank<r>.json): what a step spends, beside a plain script's."""
+        """AUTOTUNE_PROFILE=DIR: after the measured steps (untimed), `steps` more under
+        torch.profiler, written as
+        a chrome trace per rank (DIR/autotune-<pid>-rank<r>.json): what a step spends, beside a
+        plain script's."""
         torch = self.torch
         from torch.profiler import ProfilerActivity, profile
 
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.spec.device == "cuda" else [])
+        acts = [ProfilerActivity.CPU] + (
+            [ProfilerActivity.CUDA] if self.spec.device == "cuda" else []
+        )
         with profile(activities=acts) as prof:
             for _ in range(steps):
                 self.step()

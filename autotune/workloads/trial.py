@@ -53,7 +53,11 @@ class Progress:
     EVERY_S = 0.5
 
     def __init__(self, run_dir: Path, tokens_per_step: int | None) -> None:
-        self.path, self.prune, self.tokens = run_dir / PROGRESS_FILE, run_dir / PRUNE_FILE, tokens_per_step
+        self.path, self.prune, self.tokens = (
+            run_dir / PROGRESS_FILE,
+            run_dir / PRUNE_FILE,
+            tokens_per_step,
+        )
         self.written, self.last = 0, float("-inf")
 
     def __call__(self, steps: list[float], tokens_per_step: int | None = None) -> bool:
@@ -92,8 +96,8 @@ def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
     stopped = measured.timing is not None and measured.timing.stopped_early
     reason = measured.stopped or (
         (
-            f"stopped after {len(measured.timing.step_s)} of {spec.run.measure_steps} measured steps: the "
-            "search's pruner found it far below the best measured"
+            f"stopped after {len(measured.timing.step_s)} of {spec.run.measure_steps} measured "
+            "steps: the search's pruner found it far below the best measured"
         )
         if stopped
         else ""
@@ -107,10 +111,17 @@ def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
         output=measured.output,
         rank=ranks.rank if ranks else 0,
     )
-    result.env.update(measured.output.pop("job_env", {}))  # task command: the device the job itself reported
-    result.phases_s = {"start": t_torch - (spec.launched_at or _T_ENTER), "build": t_built - t_torch}
+    # task command: the device the job itself reported
+    result.env.update(measured.output.pop("job_env", {}))
+    result.phases_s = {
+        "start": t_torch - (spec.launched_at or _T_ENTER),
+        "build": t_built - t_torch,
+    }
     if isinstance(result.applied.get("build_s"), dict):  # the build's parts, the ranks' start first
-        result.applied["build_s"] = {"ranks": round(t_ranks - t_torch, 3), **result.applied["build_s"]}
+        result.applied["build_s"] = {
+            "ranks": round(t_ranks - t_torch, 3),
+            **result.applied["build_s"],
+        }
     if measured.timing is not None:
         _record_steps(result, spec, workload, measured, ranks, t_built)
     else:
@@ -123,7 +134,12 @@ def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
 
 
 def _record_steps(
-    result: TrialResult, spec: TrialSpec, workload: Workload, measured: Measured, ranks: Ranks | None, t_built: float
+    result: TrialResult,
+    spec: TrialSpec,
+    workload: Workload,
+    measured: Measured,
+    ranks: Ranks | None,
+    t_built: float,
 ) -> None:
     """Step times, memory and phases into the result; with several ranks each step takes its slowest
     rank's time."""
@@ -131,7 +147,9 @@ def _record_steps(
     assert t is not None
     steps, peak, reserved = t.step_s, t.peak_mem_bytes, t.reserved_bytes
     if ranks:  # one trial, one result
-        gathered = ranks.gather({"step_times_s": steps, "peak_mem_bytes": peak, "reserved": reserved})
+        gathered = ranks.gather(
+            {"step_times_s": steps, "peak_mem_bytes": peak, "reserved": reserved}
+        )
         steps = [max(per_rank) for per_rank in zip(*(r["step_times_s"] for r in gathered))]
         peak = max(r["peak_mem_bytes"] for r in gathered)
         reserved = max(r["reserved"] or 0 for r in gathered) or None
@@ -148,7 +166,11 @@ def _record_steps(
         work.mfu_dims,
     )
     result.flops_per_token = work.flops_per_token
-    result.peak_mem_bytes, result.peak_mem_kind, result.peak_mem_reserved_bytes = peak, t.peak_mem_kind, reserved
+    result.peak_mem_bytes, result.peak_mem_kind, result.peak_mem_reserved_bytes = (
+        peak,
+        t.peak_mem_kind,
+        reserved,
+    )
     result.measure_window = list(t.window)
     result.phases_s.update(
         {
@@ -166,7 +188,9 @@ def _env(torch: Any, device: str) -> dict[str, Any]:
     env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": device}
     if device == "cuda":
         env["device_name"] = torch.cuda.get_device_name(torch.cuda.current_device())
-        env["device_memory_bytes"] = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        env["device_memory_bytes"] = torch.cuda.get_device_properties(
+            torch.cuda.current_device()
+        ).total_memory
         env["cudnn"] = torch.backends.cudnn.version()
         with contextlib.suppress(Exception):
             env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
@@ -194,7 +218,9 @@ def classify(err: Exception, ranks: int, knobs: dict[str, Any]) -> TrialResult |
     if isinstance(err, Failed):
         return TrialResult(err.status, str(err))
     if isinstance(err, InvalidConfig):
-        return TrialResult("invalid_config", str(err), cause={k: knobs.get(k) for k in err.knobs} or None)
+        return TrialResult(
+            "invalid_config", str(err), cause={k: knobs.get(k) for k in err.knobs} or None
+        )
     if isinstance(err, NonFiniteLoss):
         return TrialResult("nonfinite_loss", str(err))
     if _is_oom(err):

@@ -49,10 +49,18 @@ class ScriptArguments:
     min_len: int = field(default=8, metadata={"help": "shortest sequence"})
     max_len: int = field(default=64, metadata={"help": "longest sequence (and the packed length)"})
     n_samples: int = field(default=4096, metadata={"help": "sequences in the dataset"})
-    attn_implementation: str = field(default="sdpa", metadata={"help": "sdpa | eager | flash_attention_2"})
-    sampling: str = field(default="random", metadata={"help": "random | group_by_length (less padding)"})
-    packing: bool = field(default=False, metadata={"help": "concatenate and cut into max_len blocks: no padding"})
-    pad_to_multiple_of: int = field(default=1, metadata={"help": "pad each batch to a multiple of this"})
+    attn_implementation: str = field(
+        default="sdpa", metadata={"help": "sdpa | eager | flash_attention_2"}
+    )
+    sampling: str = field(
+        default="random", metadata={"help": "random | group_by_length (less padding)"}
+    )
+    packing: bool = field(
+        default=False, metadata={"help": "concatenate and cut into max_len blocks: no padding"}
+    )
+    pad_to_multiple_of: int = field(
+        default=1, metadata={"help": "pad each batch to a multiple of this"}
+    )
     lengths: str = field(default="loguniform", metadata={"help": "loguniform | lognormal"})
     mean_len: float = field(default=700.0, metadata={"help": "lognormal: mean length (sigma 0.8)"})
     own_count_after: int = field(default=0, metadata={"help": "own tokens/s after step N"})
@@ -181,7 +189,11 @@ def sampling_args(a: ScriptArguments, args: TrainingArguments) -> TrainingArgume
 def main() -> None:
     a, args = HfArgumentParser((ScriptArguments, TrainingArguments)).parse_args_into_dataclasses()
     args = sampling_args(a, args)
-    print("config:", json.dumps({**dataclasses.asdict(a), **_training(args)}, sort_keys=True), flush=True)
+    print(
+        "config:",
+        json.dumps({**dataclasses.asdict(a), **_training(args)}, sort_keys=True),
+        flush=True,
+    )
     data = Sequences(a, args.seed)
     dataset = Packed(data, a.max_len) if a.packing else data
     counted: list[int] = []

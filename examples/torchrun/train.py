@@ -1,4 +1,5 @@
-"""A plain PyTorch training script (no framework) that reports its steps to autotune with two lines: a small
+"""A plain PyTorch training script (no framework) that reports its steps to autotune with two lines:
+a small
 causal LM on random tokens, data-parallel when launched with torchrun. Its knobs are its own flags.
 
     python examples/torchrun/train.py --batch_size 8 --accum 2 --precision bf16 --steps 50
@@ -35,11 +36,13 @@ def parse() -> argparse.Namespace:
 
 
 def model_of(a: argparse.Namespace, device: str) -> torch.nn.Module:
-    layer = torch.nn.TransformerEncoderLayer(a.d_model, 4, 4 * a.d_model, batch_first=True, norm_first=True)
-    body = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
-    return torch.nn.Sequential(torch.nn.Embedding(a.vocab, a.d_model), body, torch.nn.Linear(a.d_model, a.vocab)).to(
-        device
+    layer = torch.nn.TransformerEncoderLayer(
+        a.d_model, 4, 4 * a.d_model, batch_first=True, norm_first=True
     )
+    body = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+    return torch.nn.Sequential(
+        torch.nn.Embedding(a.vocab, a.d_model), body, torch.nn.Linear(a.d_model, a.vocab)
+    ).to(device)
 
 
 def optimizer_of(a: argparse.Namespace, params) -> torch.optim.Optimizer:
@@ -68,7 +71,9 @@ def main() -> None:
     reporting.begin()
     for _ in range(a.steps):
         for _ in range(a.accum):
-            tokens = torch.randint(0, a.vocab, (a.batch_size, a.seq_len + 1), generator=g).to(device)
+            tokens = torch.randint(0, a.vocab, (a.batch_size, a.seq_len + 1), generator=g).to(
+                device
+            )
             with autocast:
                 logits = step_fn(tokens[:, :-1])
             loss = F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten()) / a.accum

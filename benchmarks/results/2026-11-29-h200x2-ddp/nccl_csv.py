@@ -1,5 +1,7 @@
-"""nccl.json (autotune nccl) -> nccl-busbw.csv: one row per message size, one column per NCCL_ALGO/NCCL_PROTO setting.
+"""nccl.json (autotune nccl) -> nccl-busbw.csv: one row per message size, one column per
+NCCL_ALGO/NCCL_PROTO setting.
 Run here: python3 nccl_csv.py nccl.json > nccl-busbw.csv"""
+
 import csv
 import json
 import sys
