@@ -28,6 +28,9 @@ demo: setup
 # GPU tests take turns on a lock the workers share (tests/conftest.py): never two on one GPU.
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+# tests marked serial judge measured speed (check's verdicts) or device turns: beside another
+# worker's trials their numbers would be the other test's load, so they run after, alone
+SERIAL := $(BIN)/python -m pytest -q -p no:cacheprovider
 
 # One formatting rule, enforced (STYLE.md): ruff format and ruff check at 100 columns over the whole
 # repository ([tool.ruff]), strict mypy on the core folders ([tool.mypy]). .ci/run runs it first.
@@ -37,11 +40,13 @@ lint: setup
 	$(BIN)/mypy
 
 test: setup
-	$(PYTEST) tests
+	$(PYTEST) -m "not serial" tests
+	$(SERIAL) -m serial tests
 
 # the inner loop: every test but the real searches, checks and multi-process runs (marked slow)
 test-fast: setup
-	$(PYTEST) -m "not slow" tests
+	$(PYTEST) -m "not slow and not serial" tests
+	$(SERIAL) -m "serial and not slow" tests
 
 clean:
 	rm -rf $(VENV) trials/tiny trials/tiny.archived-*

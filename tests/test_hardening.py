@@ -722,6 +722,7 @@ def test_hardening_compiled_trial_writes_only_under_the_study(write_yaml, tmp_pa
 # ------------------------------------
 
 
+@pytest.mark.serial  # who waits, and how long, is timed: another worker's load would be in it
 def test_hardening_two_searches_on_one_device_take_turns(write_yaml, tmp_path: Path) -> None:
     slow = write_yaml(tiny(name="a", space=ONE, baseline={}, study={"trials": 1}), name="a.yaml")
     other = write_yaml(tiny(name="b", space=ONE, baseline={}, study={"trials": 1}), name="b.yaml")
