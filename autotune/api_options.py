@@ -1,7 +1,6 @@
 """The options of run_search and run_check checked as the CLI checks them, with the same one-line
-errors
-(ConfigError, exit 2): the Python API and the command line take the same values. Paths may be str or
-Path."""
+errors (ConfigError, exit 2): the Python API and the command line take the same values. Paths may be
+str or Path."""
 
 from __future__ import annotations
 
@@ -166,8 +165,7 @@ def checked(function: str, allowed: tuple[str, ...], options: dict[str, Any]) ->
 
 def observer_of(progress: Any, observer: Any) -> Any:
     """What run_search reports to: the observer given, progress(record) after each trial, or by
-    default one
-    plain line per trial on stderr (views.TrialLog)."""
+    default one plain line per trial on stderr (views.TrialLog)."""
     if progress is not None and observer is not None:
         raise ConfigError(
             "progress: give progress (a function of each trial's record) or observer, not both"

@@ -1,9 +1,7 @@
 """Files written whole or not at all, never through a link: a temporary file of a fresh random name
-beside the
-target (tempfile.mkstemp: O_CREAT | O_EXCL, so a link planted there is never opened), then renamed
-over it (a
-link at the target is replaced, not written through). Standard library only: the trial uses it
-too."""
+beside the target (tempfile.mkstemp: O_CREAT | O_EXCL, so a link planted there is never opened),
+then renamed over it (a link at the target is replaced, not written through). Standard library only:
+the trial uses it too."""
 
 from __future__ import annotations
 

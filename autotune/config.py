@@ -167,8 +167,8 @@ class ModelConfig(_Section):
 
 def _check_external(model: ModelConfig, base_dir: Path | None) -> None:
     """hf_config and entrypoint fail here, before any trial: missing file, bad JSON, import errors.
-    The
-    entrypoint is imported in a throwaway process (probe.py): the parent never runs user code."""
+    The entrypoint is imported in a throwaway process (probe.py): the parent never runs user
+    code."""
     import importlib.util
     import json
 

@@ -1,6 +1,5 @@
 """Reading a config: YAML to a validated Config (config.py's models), and any validation error as
-one line
-naming the YAML path, the bad value and what is allowed."""
+one line naming the YAML path, the bad value and what is allowed."""
 
 from __future__ import annotations
 
@@ -31,8 +30,7 @@ def _section_type(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
 
 def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     """The keys of the section at `loc` (e.g. ('model',) -> family, n_layers, ...; ('command',
-    'knobs', 'x')
-    -> flag, env, key, ...)."""
+    'knobs', 'x') -> flag, env, key, ...)."""
     model: type[BaseModel] = Config
     parts = list(loc)
     while parts:
@@ -67,8 +65,7 @@ def _path(loc: tuple[Any, ...]) -> str:
 
 def describe_error(err: ValidationError, section: str | None = None) -> str:
     """One line: the YAML path (under `section` when the model validated one section), the bad value
-    (a
-    bounded excerpt), what is allowed."""
+    (a bounded excerpt), what is allowed."""
     first = err.errors(include_url=False)[0]
     if section:
         first = {**first, "loc": (section, *first["loc"])}
@@ -145,8 +142,7 @@ def load_config(path: str | Path) -> Config:
 
 def _read(path: Path) -> Any:
     """MODEL_YAML's mapping; a `space:` given as a path (a .yaml file) is read relative to the file,
-    then
-    to the cwd; an hf_config path is made absolute (beside the YAML first, then the cwd)."""
+    then to the cwd; an hf_config path is made absolute (beside the YAML first, then the cwd)."""
     data = yamlio.read(path, "MODEL_YAML")
     if isinstance(data, dict) and isinstance(data.get("space"), str):
         data = {**data, "space": _read_space(path, data["space"])}

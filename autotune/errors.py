@@ -69,8 +69,7 @@ def exit_codes_help() -> str:
 
 def excerpt(value: object, limit: int = 80) -> str:
     """A bounded repr of a user's value for a message: never the whole of a huge or deeply nested
-    value
-    (a YAML alias bomb expands to gigabytes), so building it costs little too."""
+    value (a YAML alias bomb expands to gigabytes), so building it costs little too."""
     import reprlib
 
     r = reprlib.Repr()
@@ -100,8 +99,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 def printable(text: str, newlines: bool = True) -> str:
     """User text made safe to print: control characters (an ESC that would recolour the terminal, a
-    NUL) shown
-    as \\xNN escapes; newlines too when newlines is False (a one-line message)."""
+    NUL) shown as \\xNN escapes; newlines too when newlines is False (a one-line message)."""
     text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
     return text if newlines else text.replace("\n", "\\n").replace("\t", " ")
 

@@ -261,8 +261,7 @@ def _energy_mj(nv: Any, handle: Any) -> int | None:
 
 def device_units(device: str, gpus: str | None, ranks: int) -> list[str]:
     """The device units a trial occupies, named for locks.DeviceLock: its GPUs by NVML UUID (the
-    index when
-    NVML cannot tell), or on the CPU its slot (the --gpus entry; 0 without --gpus)."""
+    index when NVML cannot tell), or on the CPU its slot (the --gpus entry; 0 without --gpus)."""
     if device != "cuda":
         return [f"cpu-{gpus or 0}"]
     if gpus is not None:
@@ -313,8 +312,7 @@ def software_versions() -> str:
 
 def compute_processes(index: int) -> list[dict[str, Any]] | None:
     """The processes NVML sees computing on GPU `index` (pid, name, MiB used); None where NVML
-    cannot say
-    (no NVIDIA driver, no such GPU, a driver that does not list processes)."""
+    cannot say (no NVIDIA driver, no such GPU, a driver that does not list processes)."""
     nv = _nvml()
     if nv is None:
         return None

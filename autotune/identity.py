@@ -2,14 +2,11 @@
 factors).
 
 A study's identity is its model, workload and space sections with every field or knob left at its
-default
-taken out, so a release that adds a field or a knob at its default changes no stored identity: a
-study made
-before it resumes, warm-starts and checks as it did. A trial's identity is history.key (its knobs
-less those at
-their defaults). Both compare the stored config (every study keeps its `config` user attribute) read
-by the
-current code, so studies made before identities existed are judged the same way.
+default taken out, so a release that adds a field or a knob at its default changes no stored
+identity: a study made before it resumes, warm-starts and checks as it did. A trial's identity is
+history.key (its knobs less those at their defaults). Both compare the stored config (every study
+keeps its `config` user attribute) read by the current code, so studies made before identities
+existed are judged the same way.
 """
 
 from __future__ import annotations
@@ -48,8 +45,7 @@ def non_default(section: str, doc: dict[str, Any]) -> dict[str, Any]:
 
 def _space_factors(space: dict[str, Any], task: str) -> dict[str, Any]:
     """The knobs of the task given a value other than their default (absent, the default, or a
-    one-value list
-    of it all resolve to the default)."""
+    one-value list of it all resolve to the default)."""
     out = {}
     for name, value in sorted(space.items()):
         knob = catalogue.BY_NAME.get(name)
@@ -81,8 +77,7 @@ def digest(config: dict[str, Any]) -> str:
 
 def difference(old: dict[str, Any], new: dict[str, Any]) -> str | None:
     """The first factor that differs between two configs' identities ('space.precision: [fp32]
-    there, [fp32, bf16]
-    here'), or None when they are the same."""
+    there, [fp32, bf16] here'), or None when they are the same."""
     a, b = factors(old), factors(new)
     for section in SECTIONS:
         for key in sorted(set(a[section]) | set(b[section])):

@@ -2,8 +2,8 @@
 knob.
 
 Standard library only: shared by the parent (best.yaml) and the trial process (autotune.knobs
-imports it). A knob that a
-task applies its own way has one function per task (knobs.Knob.note maps the task to it).
+imports it). A knob that a task applies its own way has one function per task (knobs.Knob.note maps
+the task to it).
 """
 
 from __future__ import annotations

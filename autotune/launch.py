@@ -1,8 +1,7 @@
 """Launching one trial: a fresh, supervised process (or rank group through torchrun) on a spec,
-waited for with
-a time limit and telemetry, its end classified (ok, oom, invalid_config, crash, timeout, ...) into
-an Outcome.
-runner.measure is the one function that measures; it calls run_trial."""
+waited for with a time limit and telemetry, its end classified (ok, oom, invalid_config, crash,
+timeout, ...) into an Outcome. runner.measure is the one function that measures; it calls
+run_trial."""
 
 from __future__ import annotations
 
@@ -90,12 +89,11 @@ def run_trial(
     """Run the trial on `spec` in a fresh process (own process group) and wait for it.
 
     KeyboardInterrupt, or `stop` being set (Ctrl-C seen by another thread), ends the process group
-    and
-    raises KeyboardInterrupt. gpu_index: the NVML index of the trial's GPU, for telemetry. module:
-    the
-    trial's Python module (tests replace it with a fake rank). ahead: a one-rank trial takes the
-    process
-    started ahead with its environment (prestart.py), if there is one, and starts the next one.
+    and raises KeyboardInterrupt. gpu_index: the NVML index of the trial's GPU, for telemetry.
+    module:
+    the trial's Python module (tests replace it with a fake rank). ahead: a one-rank trial takes the
+    process started ahead with its environment (prestart.py), if there is one, and starts the next
+    one.
     """
     run_dir = run_dir.resolve()  # absolute: the straggler sweep matches this trial's spec path only
     spec_path, result_path, log_path = _prepare(spec, run_dir)
@@ -298,8 +296,8 @@ def _kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
 
 def _kill_stragglers(needle: str) -> None:
     """SIGKILL every process whose command line names this trial's spec file: ranks that torchrun
-    started in
-    sessions of their own are outside the trial's process group, and none may outlive the trial."""
+    started in sessions of their own are outside the trial's process group, and none may outlive the
+    trial."""
     me = os.getpid()
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -344,8 +342,7 @@ def _prepare(spec: TrialSpec, run_dir: Path) -> tuple[Path, Path, Path]:
 
 def _child_env(spec: TrialSpec, run_dir: Path, env: dict[str, str] | None) -> dict[str, str]:
     """The trial's environment: ours, the caller's, unbuffered output, its parent; NCCL's INFO log
-    for a
-    rank group on GPUs (unless NCCL_DEBUG is set)."""
+    for a rank group on GPUs (unless NCCL_DEBUG is set)."""
     child_env = {
         **inherited_env(),
         **(env or {}),

@@ -3,10 +3,9 @@
 Two searches (or a search and a check) measuring on the same GPU disturb each other's numbers; so a
 measurement holds its device units while it runs, and another waits for them (the wait is recorded).
 The locks are abstract Unix sockets (Linux): nothing is written to disk, and a process that dies,
-even by
-kill -9, releases its locks at once. AUTOTUNE_LOCK_NAMESPACE, when set, prefixes every lock's name:
-processes
-of another namespace (a test session beside a real search) never wait on each other.
+even by kill -9, releases its locks at once. AUTOTUNE_LOCK_NAMESPACE, when set, prefixes every
+lock's name:
+processes of another namespace (a test session beside a real search) never wait on each other.
 """
 
 from __future__ import annotations

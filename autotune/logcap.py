@@ -1,17 +1,13 @@
 """A trial's log kept bounded while the trial writes it, and read from its end.
 
 A trial that prints without end would fill the file system through its log within its timeout, and
-one that
-printed a GiB would cost autotune that much memory to read its last lines. The parent, which polls
-every running
-trial anyway, keeps each log's disk use under HEAD_BYTES + TAIL_BYTES: past that it frees the middle
-of the
-file (fallocate's FALLOC_FL_PUNCH_HOLE: the head and the last TAIL_BYTES stay, the writer's offset
-is untouched,
-the middle reads as zeros), or, where the file system cannot punch holes, cuts the file back to its
-head (the
-writer then continues past a hole). Readers take the last bytes only (`tail`); a reason quotes
-the line that says what went wrong (`last_words`, protocol's). Standard library otherwise.
+one that printed a GiB would cost autotune that much memory to read its last lines. The parent,
+which polls every running trial anyway, keeps each log's disk use under HEAD_BYTES + TAIL_BYTES:
+past that it frees the middle of the file (fallocate's FALLOC_FL_PUNCH_HOLE: the head and the last
+TAIL_BYTES stay, the writer's offset is untouched, the middle reads as zeros), or, where the file
+system cannot punch holes, cuts the file back to its head (the writer then continues past a hole).
+Readers take the last bytes only (`tail`); a reason quotes the line that says what went wrong
+(`last_words`, protocol's). Standard library otherwise.
 """
 
 from __future__ import annotations

@@ -189,13 +189,10 @@ def window_energy_j(samples: list[dict[str, Any]], window: tuple[float, float]) 
 
 
 # An interval is printed only where it bounds something: from at least MIN_INTERVAL_SAMPLES samples,
-# both ends
-# finite, positive and within MAX_INTERVAL_FACTOR of the centre. Wider says "anywhere from half to
-# twice", no
-# bound at all. Two samples never do: Student's t of 1 degree of freedom is 12.7, so two samples 10%
-# apart span
-# 573 to 1,924 around 1,050, and a confirmation of 2 printed "95% interval 0 to 1,108,731,079,831"
-# (issue 29).
+# both ends finite, positive and within MAX_INTERVAL_FACTOR of the centre. Wider says "anywhere from
+# half to twice", no bound at all. Two samples never do: Student's t of 1 degree of freedom is 12.7,
+# so two samples 10% apart span 573 to 1,924 around 1,050, and a confirmation of 2 printed "95%
+# interval 0 to 1,108,731,079,831" (issue 29).
 MIN_INTERVAL_SAMPLES = 3
 MAX_INTERVAL_FACTOR = 2.0
 
@@ -229,10 +226,8 @@ def bounded_interval(samples: list[float]) -> tuple[list[float] | None, str | No
 
 # A baseline is unsteady when its measured steps spread past UNSTEADY_SPREAD_PCT, the spread being
 # (p90 - p10) / median of its raw step times: the middle 80%, so one slow step does not flag it and
-# a machine
-# swinging between two speeds does. Every "x baseline" is then flagged: one baseline measured at
-# 120% made every
-# trial read "293x baseline" (issue 29).
+# a machine swinging between two speeds does. Every "x baseline" is then flagged: one baseline
+# measured at 120% made every trial read "293x baseline" (issue 29).
 UNSTEADY_SPREAD_PCT = 50.0
 UNSTEADY_RULE = "(p90 - p10) / median of the baseline's measured step times"
 

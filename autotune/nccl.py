@@ -2,13 +2,10 @@
 to 1 GB.
 
 Like nccl-tests' all_reduce_perf, but through PyTorch's process group (what training uses) and once
-per
-NCCL_ALGO x NCCL_PROTO setting, each in a fresh torchrun group (NCCL reads them when a communicator
-is made)
-running the all-reduce workload (workloads/allreduce.py). A setting NCCL refuses is reported with
-NCCL's
-own message; NCCL's INFO log says what it actually used. NVLS is not in the default list, and
-NCCL_NVLS_ENABLE is never set or cleared here.
+per NCCL_ALGO x NCCL_PROTO setting, each in a fresh torchrun group (NCCL reads them when a
+communicator is made) running the all-reduce workload (workloads/allreduce.py). A setting NCCL
+refuses is reported with NCCL's own message; NCCL's INFO log says what it actually used. NVLS is not
+in the default list, and NCCL_NVLS_ENABLE is never set or cleared here.
 """
 
 from __future__ import annotations
@@ -67,8 +64,7 @@ def sweep(
     on_cell: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run every setting; write out_dir/nccl.json; return it. On the CPU (gloo) there is one
-    setting: gloo.
-    gpus: the group's GPUs (on the CPU, one gloo rank per entry)."""
+    setting: gloo. gpus: the group's GPUs (on the CPU, one gloo rank per entry)."""
     if len(gpus) < 2:
         raise ConfigError(
             f"--gpus: {','.join(gpus) or 'none'} gives {len(gpus)} rank(s); an all-reduce needs "

@@ -59,8 +59,8 @@ def refusal_of(err: BaseException) -> str | None:
 
 def report(run_dir: Path) -> dict[str, Any] | None:
     """What NCCL says it did (its NCCL_DEBUG=INFO files of the ranks): the algorithm/protocol chosen
-    per
-    collective, counted, and its warnings. None when no NCCL log was written (gloo, one rank)."""
+    per collective, counted, and its warnings. None when no NCCL log was written (gloo, one
+    rank)."""
     files = sorted(run_dir.glob("nccl.*.log"))
     if not files:
         return None

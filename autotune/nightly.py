@@ -1,8 +1,6 @@
 """history.jsonl, the nightly series of `autotune check` beside best.yaml: read line by line, a bad
-line skipped
-and named (torn by a full disk, edited by hand), appended so that a torn line never glues onto the
-next night's,
-never through a link planted in the study's folder."""
+line skipped and named (torn by a full disk, edited by hand), appended so that a torn line never
+glues onto the next night's, never through a link planted in the study's folder."""
 
 from __future__ import annotations
 
@@ -71,8 +69,7 @@ def read(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 def append(path: Path, doc: dict[str, Any]) -> None:
     """One night appended: a newline first when the file's last line was torn (so the two stay
-    apart), one write
-    of the whole line, never through a symbolic link (OSError: ELOOP)."""
+    apart), one write of the whole line, never through a symbolic link (OSError: ELOOP)."""
     line = (json.dumps(doc, default=str) + "\n").encode()
     flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
     fd = os.open(path, flags, 0o644)

@@ -1,15 +1,11 @@
 """Nothing a trial starts outlives it, whatever it does to its supervisor.
 
 Each trial runs under a supervisor (workloads/supervise.py) that reaps and kills what the trial
-leaves. A trial
-can still start a daemon in a session of its own and then kill (or stop) its supervisor: the daemon
-would be
-left to init. So autotune itself is a child subreaper (PR_SET_CHILD_SUBREAPER, Linux): such a
-process becomes
-autotune's child instead of init's, and after every trial `sweep` kills every child of autotune's
-that autotune
-did not start itself (its supervisors and prestarted processes, registered by `ours`), with all
-below it."""
+leaves. A trial can still start a daemon in a session of its own and then kill (or stop) its
+supervisor: the daemon would be left to init. So autotune itself is a child subreaper
+(PR_SET_CHILD_SUBREAPER, Linux): such a process becomes autotune's child instead of init's, and
+after every trial `sweep` kills every child of autotune's that autotune did not start itself (its
+supervisors and prestarted processes, registered by `ours`), with all below it."""
 
 from __future__ import annotations
 
@@ -50,8 +46,8 @@ def start(make: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes
 
 def keep_started(start: Callable[[], Any]) -> Any:
     """Run start(), a library's call that starts a helper process of its own (W&B's service), and
-    count the
-    children it started as ours, so that no sweep ends them. Returns what start() returned."""
+    count the children it started as ours, so that no sweep ends them. Returns what start()
+    returned."""
     with _LOCK:  # a sweep lists strangers under this lock: it sees the helper either absent or ours
         before = _children()
         result = start()
@@ -89,8 +85,7 @@ def _tree(root: int, parents: dict[int, int]) -> list[int]:
 
 def sweep() -> list[int]:
     """Stop, then kill, every child autotune did not start (a trial's escaped daemon) and everything
-    below it;
-    reap them. Returns the pids ended."""
+    below it; reap them. Returns the pids ended."""
     if not _armed["done"] or not os.path.isdir("/proc"):
         return []
     me, ended = os.getpid(), []

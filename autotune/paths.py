@@ -2,10 +2,8 @@
 study folder.
 
 A command that would fail on its last line (a --junit that is a folder, an --out that is a file,
-read-only,
-a looping link or a name too long for the file system) fails on its first instead, with one line and
-exit
-2, having written nothing.
+read-only, a looping link or a name too long for the file system) fails on its first instead, with
+one line and exit 2, having written nothing.
 """
 
 from __future__ import annotations
@@ -66,8 +64,7 @@ def writable_dir(path: Path, option: str) -> Path:
 
 def writable_file(path: Path, option: str) -> Path:
     """A regular file autotune may create or replace (not a folder, a FIFO or a device); its folder
-    is
-    checked as writable_dir."""
+    is checked as writable_dir."""
     _names(path, option)
     _existing_ancestor(path, option)
     if path.is_dir():
@@ -102,8 +99,7 @@ STUDY_FOLDERS = ("runs", "checks", "inductor-cache", "tmp", "loss-reference")
 
 def not_a_study_file(path: Path, study_dir: Path, option: str) -> Path:
     """An output path (--junit) that is not one of the study's own files (it would be overwritten
-    after the
-    measurement): ConfigError before anything runs."""
+    after the measurement): ConfigError before anything runs."""
     target, home = path.resolve(), study_dir.resolve()
     inside = target.parent == home and target.name in STUDY_FILES
     below = any(

@@ -1,14 +1,11 @@
 """Trial processes started ahead: the next trial's process imports torch and torch.compile's stack
-while the
-current trial runs, then waits for its spec on stdin. Still one fresh process per trial (a crash, an
-OOM or
-a hang loses nothing); only its start-up moves out of the trial's time.
+while the current trial runs, then waits for its spec on stdin. Still one fresh process per trial (a
+crash, an OOM or a hang loses nothing); only its start-up moves out of the trial's time.
 
 Standbys are kept per environment (the GPU slot is part of it: CUDA_VISIBLE_DEVICES), DEPTH of them,
-so a
-trial takes one only when it would have started with exactly that environment; anything else starts
-cold. Nothing touches
-the GPU before the spec arrives: CUDA is initialised by the trial, never by a waiting process.
+so a trial takes one only when it would have started with exactly that environment; anything else
+starts cold. Nothing touches the GPU before the spec arrives: CUDA is initialised by the trial,
+never by a waiting process.
 """
 
 from __future__ import annotations
@@ -96,8 +93,7 @@ def fill(cmd: list[str], env: dict[str, str], log_dir: Path, depth: int = DEPTH)
     """Start processes with this environment until `depth` wait (cmd: the trial module without a
     spec).
     Processes of the same GPU slot with another environment (other knob variables) are ended: the
-    trials
-    of a slot go on with the environment of the latest one."""
+    trials of a slot go on with the environment of the latest one."""
     key, slot = frozenset(env.items()), env.get("CUDA_VISIBLE_DEVICES")
     with _LOCK:
         stale = [k for k in _POOL if k != key and dict(k).get("CUDA_VISIBLE_DEVICES") == slot]

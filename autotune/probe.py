@@ -1,14 +1,11 @@
 """Check user code and user configs in a throwaway process: the parent never imports them.
 
 A module that calls sys.exit or os._exit, raises KeyboardInterrupt, loops forever, floods its output
-or
-leaves a daemon behind at import would end, hang or exhaust autotune itself; in a child process it
-only
-fails the check, with what it did, within a time limit. The child runs under the trial supervisor
-(workloads/supervise.py), so nothing it starts outlives it or autotune; its output is discarded and
-its
-answer comes back on a pipe of its own (a module cannot forge it by printing); it writes no
-bytecode.
+or leaves a daemon behind at import would end, hang or exhaust autotune itself; in a child process
+it only fails the check, with what it did, within a time limit. The child runs under the trial
+supervisor (workloads/supervise.py), so nothing it starts outlives it or autotune; its output is
+discarded and its answer comes back on a pipe of its own (a module cannot forge it by printing); it
+writes no bytecode.
 """
 
 from __future__ import annotations

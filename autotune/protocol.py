@@ -3,8 +3,7 @@
 
 Both sides import this module; it needs the standard library only. The two travel as JSON files
 (`spec.json`, `result.json`), written atomically, with unknown keys refused on reading, so a change
-on one
-side that the other does not know fails loudly instead of being dropped. Both sides quote a
+on one side that the other does not know fails loudly instead of being dropped. Both sides quote a
 process's output in a reason alike (`last_words`: what went wrong, library noise skipped).
 """
 
@@ -60,8 +59,7 @@ FAULT_KINDS = (
 
 def parse_fault(text: str | None) -> tuple[str, float, str, str, str] | None:
     """AUTOTUNE_FAULT as (kind, slow percent, knob, op, value), None when unset; ValueError naming
-    the variable
-    when it is not KIND[:PCT][@KNOB=VALUE | @KNOB>=NUMBER]."""
+    the variable when it is not KIND[:PCT][@KNOB=VALUE | @KNOB>=NUMBER]."""
     if not text or not text.strip():
         return None
     spec, _, cond = text.strip().partition("@")
@@ -97,8 +95,7 @@ def parse_fault(text: str | None) -> tuple[str, float, str, str, str] | None:
 
 def reason_line(reason: str | None, limit: int = 160) -> str:
     """The one line of a failure's reason to show: the last line that names an error (a traceback's
-    end),
-    else the first line with words in it (not a banner of '=' signs). A library's warning that
+    end), else the first line with words in it (not a banner of '=' signs). A library's warning that
     names an error is not one (a reason of an older autotune quoted the output's tail as it was)."""
     lines = [
         line.strip() for line in (reason or "").splitlines() if re.search(r"[A-Za-z]{2}", line)

@@ -1,18 +1,14 @@
 """Credentials are never shown: storage URLs masked in every form SQLAlchemy and libpq accept, and
-every
-password autotune has seen replaced in any text it prints or writes (console, errors, files).
+every password autotune has seen replaced in any text it prints or writes (console, errors, files).
 
 Forms masked:
 - `scheme://user:PASSWORD@host/db`, the password being everything from the first ':' after the user
-  to the
-  last '@' on the line: it may hold '@', ':', '/', '#', '?', quotes and spaces (SQLAlchemy accepts
-  them
-  unencoded). `scheme:/...` (a URL a path turned into) alike;
+  to the last '@' on the line: it may hold '@', ':', '/', '#', '?', quotes and spaces (SQLAlchemy
+  accepts them unencoded). `scheme:/...` (a URL a path turned into) alike;
 - query parameters `password=`, `passwd=`, `pwd=`, `sslpassword=`, also when the key is
   percent-encoded;
 - libpq key=value strings (`host=h password=secret`, quoted `password='a b'`), also percent-encoded
-  inside
-  another parameter (`?dsn=host%3Dh%20password%3Dsecret`);
+  inside another parameter (`?dsn=host%3Dh%20password%3Dsecret`);
 - every password seen once (in any of these forms, as written, decoded and encoded), wherever it
   appears.
 """

@@ -115,10 +115,9 @@ def _series(best_path: Path, best: dict[str, Any], verdict: Verdict) -> list[dic
 @dataclass
 class Repeats:
     """What measure_best measured: per-process tokens/s, per-process details (telemetry means), the
-    failed
-    repeats, the fingerprint, and the conditions beside the repeats (regress_conditions.sample:
-    before each
-    repeat, then after the last)."""
+    failed repeats, the fingerprint, and the conditions beside the repeats
+    (regress_conditions.sample:
+    before each repeat, then after the last)."""
 
     samples: list[float] = field(default_factory=list)
     details: list[dict[str, Any]] = field(default_factory=list)
@@ -139,9 +138,8 @@ def measure_best(
     on_repeat: OnRepeat | None = None,
 ) -> Repeats:
     """Measure the configuration of best.yaml (read by load_best) `repeats` times, each in a fresh
-    process;
-    on_repeat hears of each repeat as it ends (views_check.repeat_line says it); UnmeasuredError
-    when every repeat failed."""
+    process; on_repeat hears of each repeat as it ends (views_check.repeat_line says it);
+    UnmeasuredError when every repeat failed."""
     m = _repeat(best_path, best, model_yaml, repeats, on_repeat)
     if not m.samples:
         raise _unmeasured(m)
@@ -253,14 +251,11 @@ def check(
     on_repeat: OnRepeat | None = None,
 ) -> Verdict:
     """Measure the configuration of best.yaml `repeats` times and decide against its recorded
-    baseline (the
-    tolerance: given, else default_tolerance of the baseline) and the nightly series (series_drift);
-    a
-    regression measured while the machine was disturbed (regress_conditions.disturbances, max_load)
-    is
-    "unreliable" instead. Append the verdict to history.jsonl, write JUnit if asked, and with
-    `update` record
-    an undisturbed pass or faster as the new baseline."""
+    baseline (the tolerance: given, else default_tolerance of the baseline) and the nightly series
+    (series_drift); a regression measured while the machine was disturbed
+    (regress_conditions.disturbances, max_load) is "unreliable" instead. Append the verdict to
+    history.jsonl, write JUnit if asked, and with `update` record an undisturbed pass or faster as
+    the new baseline."""
     t0 = time.monotonic()
     best = load_best(best_path)
     baseline_belongs(best_path, best)
@@ -342,10 +337,8 @@ def _tpots(details: list[dict[str, Any]]) -> list[float]:
 
 def record_history(best_path: Path, verdict: Verdict, name: str) -> Path:
     """Append the verdict to history.jsonl beside best.yaml (nightly.append: one line, never glued,
-    never
-    through a link). A failed write (a full disk) is said on the verdict, which is still printed and
-    decides
-    the exit code."""
+    never through a link). A failed write (a full disk) is said on the verdict, which is still
+    printed and decides the exit code."""
     path = best_path.parent / nightly.FILE
     try:
         nightly.append(path, {"name": name, **asdict(verdict)})

@@ -59,8 +59,7 @@ def current_hardware(device: str) -> str:
 
 def bench_of(best: dict[str, Any], best_path: Path, model_yaml: Path | None) -> Bench:
     """How best.yaml's configuration is measured: its model and workload (or MODEL_YAML's), its
-    device and
-    trial time limit, the compile cache beside it."""
+    device and trial time limit, the compile cache beside it."""
     fp = best["fingerprint"]
     limit = (
         best["measurement"].get("trial_timeout_min")
@@ -108,8 +107,8 @@ def _same_measurement(
     model_base: str | None,
 ) -> None:
     """--model may move the model (another path to the same config.json or module) and how ranks are
-    launched;
-    a different model or workload is refused, like another GPU: its numbers do not compare."""
+    launched; a different model or workload is refused, like another GPU: its numbers do not
+    compare."""
 
     def content(m: dict[str, Any] | None, base_dir: str | None) -> dict[str, Any] | None:
         if m is None:  # task command: no model section
@@ -175,9 +174,8 @@ def load_best(best_path: Path) -> dict[str, Any]:
 
 def baseline_belongs(best_path: Path, best: dict[str, Any]) -> None:
     """The baseline measured what best.yaml now says (measured_digest): an edited model, workload,
-    command or
-    knob is refused before anything runs (--reset-baseline records a baseline of the edited
-    configuration). A baseline without its digest is refused too (_undigested)."""
+    command or knob is refused before anything runs (--reset-baseline records a baseline of the
+    edited configuration). A baseline without its digest is refused too (_undigested)."""
     recorded = (best.get("check_baseline") or {}).get("measured") or best.get("measured")
     if recorded is None:
         _undigested(best_path, best)

@@ -11,8 +11,8 @@ from typing import Any
 from autotune import hardware
 
 # Past 2 runnable threads per CPU core (the 1-minute load average over os.cpu_count()) others took
-# the
-# machine: a CPU trial's own torch threads account for about 1 per core, a GPU trial's for far less.
+# the machine: a CPU trial's own torch threads account for about 1 per core, a GPU trial's for far
+# less.
 HOST_LOAD_LIMIT = 2.0
 
 

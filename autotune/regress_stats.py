@@ -1,7 +1,6 @@
 """The statistics of `autotune check`: the verdict on per-process samples (decide), the default
-tolerance from
-the baseline's noise, and the step in the nightly series (series_drift). Numbers in, a decision
-out."""
+tolerance from the baseline's noise, and the step in the nightly series (series_drift). Numbers in,
+a decision out."""
 
 from __future__ import annotations
 
@@ -32,12 +31,9 @@ def decide(
 
     Samples are per-process medians of tokens/s (process-to-process noise is what a re-measurement
     meets). ratio = median(check) / median(baseline); its interval is ratio x exp(+-t * s *
-    sqrt(1/n_c + 1/n_b)),
-    s the pooled standard deviation of log(tokens/s) within the two sets, t Student's 97.5% quantile
-    with
-    n_c + n_b - 2 degrees of freedom. With one sample on each side the noise is unknown: the
-    interval is
-    unbounded and the check cannot fail.
+    sqrt(1/n_c + 1/n_b)), s the pooled standard deviation of log(tokens/s) within the two sets, t
+    Student's 97.5% quantile with n_c + n_b - 2 degrees of freedom. With one sample on each side the
+    noise is unknown: the interval is unbounded and the check cannot fail.
     """
     ratio = statistics.median(check) / statistics.median(baseline)
     df = len(check) + len(baseline) - 2
@@ -78,22 +74,15 @@ def default_tolerance(baseline: list[float]) -> tuple[float, str]:
 
 def series_drift(nights: list[dict[str, Any]], min_shift_pct: float = 0.0) -> dict[str, Any] | None:
     """A lasting step down in the nightly series (each night: check_median, check_samples,
-    checked_at), which
-    nightly --update can absorb one tolerated step at a time: ruptures' binary segmentation on log
-    tokens/s,
-    its penalty scaled by a night's noise (the larger of the within-night variance of the median and
-    the
-    robust night-to-night variance), and a step must exceed 4 night-to-night spreads and 3
-    process-to-process
-    spreads too; the
-    earliest change after which the level stays at least SERIES_FLOOR_PCT below the level before it.
-    None with
-    fewer than 3 nights or no such change. min_shift_pct: a step smaller than this is not flagged
-    either (check
-    passes --tolerance: a tolerance the user chose bounds what matters across nights as within one;
-    on a CPU
-    whose speed changed by 25% between checks an explicit 50% tolerance had still failed on the
-    series)."""
+    checked_at), which nightly --update can absorb one tolerated step at a time: ruptures' binary
+    segmentation on log tokens/s, its penalty scaled by a night's noise (the larger of the
+    within-night variance of the median and the robust night-to-night variance), and a step must
+    exceed 4 night-to-night spreads and 3 process-to-process spreads too; the earliest change after
+    which the level stays at least SERIES_FLOOR_PCT below the level before it.
+    None with fewer than 3 nights or no such change. min_shift_pct: a step smaller than this is not
+    flagged either (check passes --tolerance: a tolerance the user chose bounds what matters across
+    nights as within one; on a CPU whose speed changed by 25% between checks an explicit 50%
+    tolerance had still failed on the series)."""
     values = [math.log(n["check_median"]) for n in nights if n.get("check_median")]
     if len(values) < 3:
         return None

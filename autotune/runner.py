@@ -2,9 +2,8 @@
 ended, keep the record.
 
 `measure` is the one function that measures a configuration: the search, the confirmation and
-`check`
-all call it. The process side (`run_trial`) needs nothing of the study: a TrialSpec in, an Outcome
-out.
+`check` all call it. The process side (`run_trial`) needs nothing of the study: a TrialSpec in, an
+Outcome out.
 """
 
 from __future__ import annotations
@@ -87,8 +86,7 @@ class Bench:
         command: Any = None,
     ) -> Bench:
         """prestart None: on for CUDA trials, off on the CPU (the import would share the measured
-        cores).
-        command: the command section (config.CommandConfig) of task command."""
+        cores). command: the command section (config.CommandConfig) of task command."""
         run = RunSettings(**{k: getattr(workload, k) for k in RunSettings.__dataclass_fields__})
         shared = Path(compile_cache).resolve() / compile_key(device) if compile_cache else None
         ahead = device == "cuda" if prestart is None else prestart
@@ -116,10 +114,8 @@ class Bench:
 
     def env(self) -> dict[str, str]:
         """Where a trial's compilers and libraries write: under the study (they default to /tmp and
-        ~/.cache),
-        or the compile cache the user chose. The cache is shared by the trials (a shape compiled
-        once is
-        loaded after) and, with study.compile_cache, by studies."""
+        ~/.cache), or the compile cache the user chose. The cache is shared by the trials (a shape
+        compiled once is loaded after) and, with study.compile_cache, by studies."""
         cache = self.compile_cache or self.home / "inductor-cache"
         return {
             "TORCHINDUCTOR_CACHE_DIR": str(cache),
@@ -182,14 +178,10 @@ def measure(
     concurrent:
     trials side by side (they share the host's cores); env: more environment variables (check passes
     best.yaml's apply.env, which a user may have added to); progress: a one-rank trial writes its
-    measured
-    steps to run_dir/progress.json and stops early when run_dir/prune appears (the search's pruner,
-    in
-    on_poll). The trial's devices are held for it (locks.py): a measurement by another autotune
-    process on
-    them is waited for, and the wait recorded. KeyboardInterrupt, or `stop` set, ends the trial's
-    processes
-    and propagates.
+    measured steps to run_dir/progress.json and stops early when run_dir/prune appears (the search's
+    pruner, in on_poll). The trial's devices are held for it (locks.py): a measurement by another
+    autotune process on them is waited for, and the wait recorded. KeyboardInterrupt, or `stop` set,
+    ends the trial's processes and propagates.
     """
     local_ranks = bench.run.world_size // bench.run.nnodes
     env = {
@@ -285,9 +277,8 @@ def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, bench: Bench
 
 def _measured(record: TrialRecord, res: TrialResult, outcome: Outcome, bench: Bench) -> None:
     """What a trial that measured steps records: metrics (the task's too), raw samples, phases, the
-    memory
-    estimate beside the peak, the loss check's curve, what it applied, where it ran, telemetry and
-    energy."""
+    memory estimate beside the peak, the loss check's curve, what it applied, where it ran,
+    telemetry and energy."""
     world, task = bench.run.world_size, tasks.task(bench.task)
     record.metrics = metrics.summarize(
         res, bench.model, world, peak_flops(res.env.get("device_name"))
@@ -325,10 +316,8 @@ def _measured(record: TrialRecord, res: TrialResult, outcome: Outcome, bench: Be
 
 def omp_env(processes: int) -> dict[str, str]:
     """OMP_NUM_THREADS for `processes` trial processes or ranks side by side, unless the user set
-    it: they
-    share the host's cores, and oversubscribed intra-op threads spin and slow everything down (by
-    100x seen
-    on 2 cores), so each gets its share, as torchrun does."""
+    it: they share the host's cores, and oversubscribed intra-op threads spin and slow everything
+    down (by 100x seen on 2 cores), so each gets its share, as torchrun does."""
     if processes <= 1 or "OMP_NUM_THREADS" in os.environ:
         return {}
     return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // processes))}

@@ -11,8 +11,8 @@ import math
 
 def default_ffn(family: str, d_model: int) -> int:
     """The MLP's hidden width when model.ffn_hidden is absent: 4 x d_model (GPT-2), or 8/3 x d_model
-    rounded up
-    to a multiple of 256 (Llama's SwiGLU with multiple_of=256, Meta's reference model.py)."""
+    rounded up to a multiple of 256 (Llama's SwiGLU with multiple_of=256, Meta's reference
+    model.py)."""
     return 4 * d_model if family == "gpt" else 256 * math.ceil(8 * d_model / 3 / 256)
 
 

@@ -2,9 +2,8 @@
 suggestions.
 
 The rules come from the knob catalogue (autotune/knobs): a knob that acts only under another knob's
-value, only
-across ranks, or only on NCCL is fixed (and says why) where it cannot matter. Imports no config
-module:
+value, only across ranks, or only on NCCL is fixed (and says why) where it cannot matter. Imports no
+config module:
 config.py calls resolve_space to cross-check a file.
 """
 
@@ -63,8 +62,8 @@ class ResolvedSpace:
 
     def knobs(self, params: dict[str, Any]) -> dict[str, Any]:
         """Every knob's value for a trial with these searched params (derived knobs filled in; a
-        knob that
-        cannot act in this trial is None, so points that differ only there are one measurement)."""
+        knob that cannot act in this trial is None, so points that differ only there are one
+        measurement)."""
         knobs = {**self.fixed, **params}
         if self.global_batch_size is not None:
             knobs["grad_accum_steps"] = self.global_batch_size // (
@@ -122,8 +121,7 @@ def resolve_space(cfg: Sections, device: str | None = None) -> ResolvedSpace:
     """Apply the global-batch rule and the knobs' own rules; raise ValueError naming the YAML path.
 
     device "cpu" with world_size > 1 runs the gloo backend: the NCCL knobs are then fixed at
-    default, noted
-    as not applicable (their values were validated all the same)."""
+    default, noted as not applicable (their values were validated all the same)."""
     space, wl = cfg.space, cfg.workload
     task = wl.task
     mine = [k.name for k in catalogue.CATALOGUE if task in k.tasks]
@@ -167,10 +165,8 @@ def resolve_space(cfg: Sections, device: str | None = None) -> ResolvedSpace:
 
 def _inert(values: dict[str, list[Any]], world_size: int, device: str | None) -> tuple[str, ...]:
     """The knobs of one value that act in no trial of this space, as the catalogue declares them:
-    across ranks
-    only (world_size 1), NCCL only (device cpu), or only with another knob's value that the space
-    never takes
-    (parallel is inert on one rank, so its DDP and FSDP knobs are too)."""
+    across ranks only (world_size 1), NCCL only (device cpu), or only with another knob's value that
+    the space never takes (parallel is inert on one rank, so its DDP and FSDP knobs are too)."""
     inert: list[str] = []
     for k in catalogue.CATALOGUE:  # owners are declared before the knobs that act only with them
         if len(values.get(k.name, ())) != 1:

@@ -2,10 +2,8 @@
 atomically.
 
 A hostile file must cost a one-line error, never memory or time: yaml.safe_load builds aliases as
-shared
-references (an alias bomb is small in memory but huge once walked), so the loaded value is measured
-with
-an explicit, bounded walk before anything else touches it.
+shared references (an alias bomb is small in memory but huge once walked), so the loaded value is
+measured with an explicit, bounded walk before anything else touches it.
 """
 
 from __future__ import annotations

@@ -4,10 +4,8 @@ shapes.
     python3 benchmarks/build_time.py [--old]
 
 Each shape is built in a fresh process through the trial's own code (workloads.train.build_model),
-timed
-from the call to a device synchronisation; --old times the previous build (construct on the CPU,
-then
-.to(device)) for comparison. Prints one JSON line a shape.
+timed from the call to a device synchronisation; --old times the previous build (construct on the
+CPU, then .to(device)) for comparison. Prints one JSON line a shape.
 """
 
 from __future__ import annotations

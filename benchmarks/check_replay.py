@@ -7,22 +7,16 @@ per-process samples.
                          benchmarks/results/2026-11-30-h200-refactor/ab-old-history.jsonl
 
 A pool is every per-process tokens/s a sitting recorded for one configuration (the `check_samples`
-of each
-line of the history files given after NAME=, same configuration, same lease). Each draw takes a
-baseline of
---baseline processes and a check of --check processes, distinct samples, and decides with autotune's
-own
-rules (autotune.regress.default_tolerance, then decide): unchanged, and with every check sample
-slowed by
-each --slow percent (a multiplicative slowdown: what AUTOTUNE_FAULT=slow:PCT injects, ideally).
-Within a pool: both
-from the same sitting (what a check against a baseline recorded on that machine meets); across
-pools: the
-baseline from the first, the check from another (a check on another lease: machine-to-machine
-differences).
+of each line of the history files given after NAME=, same configuration, same lease). Each draw
+takes a baseline of --baseline processes and a check of --check processes, distinct samples, and
+decides with autotune's own rules (autotune.regress.default_tolerance, then decide): unchanged, and
+with every check sample slowed by each --slow percent (a multiplicative slowdown: what
+AUTOTUNE_FAULT=slow:PCT injects, ideally).
+Within a pool: both from the same sitting (what a check against a baseline recorded on that machine
+meets); across pools: the baseline from the first, the check from another (a check on another lease:
+machine-to-machine differences).
 Prints a markdown table: false alarms (unchanged but regression) and misses (slowed but not
-regression), each
-with its 95% Clopper-Pearson interval (scipy.stats.binomtest)."""
+regression), each with its 95% Clopper-Pearson interval (scipy.stats.binomtest)."""
 
 from __future__ import annotations
 
@@ -71,8 +65,7 @@ def replay(
     rng: random.Random,
 ) -> dict[str, object]:
     """False alarms and misses (at each slowdown) over `draws` draws (check_pool None: both from
-    base_pool,
-    disjoint)."""
+    base_pool, disjoint)."""
     alarms, misses = 0, dict.fromkeys(slow, 0)
     tolerances = []
     for _ in range(draws):

@@ -1,8 +1,6 @@
 """Issue 16, part 2: when would gradient compression (DDP) or a bf16 reduce-scatter (FSDP2) pay? An
-estimate
-from a measured all-reduce table (`autotune nccl`'s JSON) and a measured step, for the measured link
-and for
-slower ones, so users on other fabrics know whether to search those knobs.
+estimate from a measured all-reduce table (`autotune nccl`'s JSON) and a measured step, for the
+measured link and for slower ones, so users on other fabrics know whether to search those knobs.
 
     python3 benchmarks/comm_model.py --nccl benchmarks/results/2026-11-29-h200x2-ddp/nccl.json \\
         --yaml search_spaces/gpt2-small-ddp.yaml --step-s 0.486 --accum 4 --world 2   # GPT-2 small
@@ -11,18 +9,15 @@ slower ones, so users on other fabrics know whether to search those knobs.
     --accum 4 ...
 
 The model (an upper bound on what compression can save: no overlap with compute assumed; DDP and
-FSDP2 hide
-part of it behind the backward):
+FSDP2 hide part of it behind the backward):
 - DDP: one all-reduce of the gradients a step (no_sync on the other micro-batches), in buckets of
   --bucket-mb. Bytes: 4 a parameter (fp32), 2 with fp16/bf16 compression, PowerSGD rank r: r(m + n)
-  floats a
-  matrix m x n (every 2-D gradient, embeddings too, as torch's powerSGD_hook compresses them;
-  vectors stay fp32).
+  floats a matrix m x n (every 2-D gradient, embeddings too, as torch's powerSGD_hook compresses
+  them; vectors stay fp32).
   The parameters are the model of --yaml, built on the meta device with autotune's model.
 - FSDP2: per micro-batch the parameters are all-gathered (bf16, twice with reshard_after_forward)
-  and once a
-  step (fsdp_grad_sync last) or per micro-batch (every) the gradients reduce-scattered (fp32, or
-  bf16).
+  and once a step (fsdp_grad_sync last) or per micro-batch (every) the gradients reduce-scattered
+  (fp32, or bf16).
 - Time of a collective of B bytes at bus bandwidth W (NCCL's busbw, for all-reduce 2(n-1)/n x
   algbw):
   all-reduce 2(n-1)/n x B / W; all-gather and reduce-scatter (n-1)/n x B / W. W is read from the
@@ -31,8 +26,8 @@ part of it behind the backward):
   default
   algorithm and protocol; for the other links, 80% of their nominal bandwidth.
 Prints a markdown table: per link, the communication time a step, its share of the step, and what
-each
-option saves in % of the step. Written by hand: no library models NCCL's cost from a measured table.
+each option saves in % of the step. Written by hand: no library models NCCL's cost from a measured
+table.
 """
 
 from __future__ import annotations

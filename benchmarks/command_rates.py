@@ -1,10 +1,7 @@
 """Real tokens/s of task command trials from their raw samples (result.json: each measured step's
-seconds as the
-job reported them and its real tokens), three ways: the median of the steps' own rates (what
-autotune reports
-since issue 26's GPU run), the mean tokens over the median step (what that run's trials recorded),
-and all
-tokens over all time.
+seconds as the job reported them and its real tokens), three ways: the median of the steps' own
+rates (what autotune reports since issue 26's GPU run), the mean tokens over the median step (what
+that run's trials recorded), and all tokens over all time.
 
     python3 benchmarks/command_rates.py trials/hf-trainer-llama-1b trials/hf-trainer-defaults
 """

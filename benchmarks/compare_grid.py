@@ -5,10 +5,8 @@ configuration.
     [benchmarks/results/2026-11-29-h200-bar/grid.csv]
 
 Prints one row per completed trial (its tokens/s, the grid's for the same knobs, the ratio) and the
-median and
-range of the ratios; writes the rows as CSV beside the study (compare-grid.csv). Reads the study
-with the
-report's own reader (autotune.read_report), so nothing is re-derived here.
+median and range of the ratios; writes the rows as CSV beside the study (compare-grid.csv). Reads
+the study with the report's own reader (autotune.read_report), so nothing is re-derived here.
 """
 
 from __future__ import annotations

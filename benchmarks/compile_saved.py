@@ -1,24 +1,16 @@
 """What autograd saves for backward, tensor by tensor, in one micro-step of a training trial: eager
-against
-torch.compile, bf16 against fp8, for each activation-checkpointing choice (issue 24 part 3: the
-memory estimate's
-compiled terms are read from these lists).
+against torch.compile, bf16 against fp8, for each activation-checkpointing choice (issue 24 part 3:
+the memory estimate's compiled terms are read from these lists).
 
     python3 benchmarks/compile_saved.py [--out FILE] [--families llama gpt] [--precisions bf16 fp8]
 
 Each case builds the model exactly as a trial does (autotune.workloads.train.Train.build: meta
-device, fp8
-conversion, compile), then runs one forward under the trial's autocast inside saved_tensors_hooks
-and the
-backward. Every storage packed for backward that is not a parameter, a buffer or the input tokens is
-recorded
-with its shape, dtype and bytes (views of one storage count once); so are the outputs selective_op's
-policy
-caches in eager mode (they bypass the hooks). Each case runs at 1 and 2 layers: the difference is
-one block. Compiled
-cases compile per block (the second layer count reuses the compiled block) and, without
-checkpointing, the whole
-model too.
+device, fp8 conversion, compile), then runs one forward under the trial's autocast inside
+saved_tensors_hooks and the backward. Every storage packed for backward that is not a parameter, a
+buffer or the input tokens is recorded with its shape, dtype and bytes (views of one storage count
+once); so are the outputs selective_op's policy caches in eager mode (they bypass the hooks). Each
+case runs at 1 and 2 layers: the difference is one block. Compiled cases compile per block (the
+second layer count reuses the compiled block) and, without checkpointing, the whole model too.
 One JSON line per case; the last lines print bytes a token of one block and of the rest.
 """
 
@@ -85,8 +77,7 @@ def build(family: str, layers: int, knobs: dict[str, Any], device: str) -> Train
 
 def saved_tensors(work: Train) -> list[tuple[list[int], str, int]]:
     """(shape, dtype, bytes) of each distinct storage saved for backward in one micro-step,
-    selective_op's cache
-    included, less parameters, buffers and the tokens."""
+    selective_op's cache included, less parameters, buffers and the tokens."""
     model, (inputs, targets) = work.model, work.batches[0]
     skip = {
         t.untyped_storage().data_ptr()

@@ -1,10 +1,8 @@
 """Issue 16, part 1: how many graphs does torch.compile make of a model under DDP? Compiled outside
-DDP
-(torch.compile(DDP(model)), autotune's order) or inside (DDP(torch.compile(model)), nanoGPT's), with
-Dynamo's
-DDPOptimizer on (torch._dynamo.config.optimize_ddp, PyTorch's default) or off. Prints the number of
-subgraphs
-the DDPOptimizer cut (from its `ddp_graphs` log), on gloo, a 4-layer GPT with 1 MB buckets:
+DDP (torch.compile(DDP(model)), autotune's order) or inside (DDP(torch.compile(model)), nanoGPT's),
+with Dynamo's DDPOptimizer on (torch._dynamo.config.optimize_ddp, PyTorch's default) or off. Prints
+the number of subgraphs the DDPOptimizer cut (from its `ddp_graphs` log), on gloo, a 4-layer GPT
+with 1 MB buckets:
 
     for order in outer inner; do for opt in true false; do
       TORCH_LOGS=ddp_graphs torchrun --standalone --nproc-per-node 2 benchmarks/ddp_graphs.py $order

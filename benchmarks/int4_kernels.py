@@ -1,21 +1,19 @@
 """One decode step's linear layers at batch 1, kernel by kernel: bf16 against int4 (torch's tinygemm
-through
-torchao, gemlite's Triton kernels through torchao), each as a share of the H200's memory bandwidth
-(issue 24 part 1:
+through torchao, gemlite's Triton kernels through torchao), each as a share of the H200's memory
+bandwidth (issue 24 part 1:
 why int4 does or does not reach 1.8x bf16 per output token).
 
     python3 benchmarks/int4_kernels.py [--group 128] [--out FILE]
 
 Shapes: Llama-3.1-8B's (qkv 4096->6144, proj 4096->4096, gate|up 4096->28672, down 14336->4096, head
 4096->128256). Each is timed over several copies of its weights (at least 256 MB of them, more than
-the 60 MB L2
-holds, so every call reads its weights from HBM), the calls captured in one CUDA graph and replayed
-(triton.testing.do_bench_cudagraph: median of the replays); bytes are the weights as stored (int4:
-half a byte a
-weight plus a bf16 scale and zero point per group), the activation being negligible at batch 1.
-Prints one JSON
-line per kernel and shape, then a table; the bandwidth ceiling is measured first (a device-to-device
-copy).
+the 60 MB L2 holds, so every call reads its weights from HBM), the calls captured in one CUDA graph
+and replayed (triton.testing.do_bench_cudagraph: median of the replays); bytes are the weights as
+stored (int4:
+half a byte a weight plus a bf16 scale and zero point per group), the activation being negligible at
+batch 1.
+Prints one JSON line per kernel and shape, then a table; the bandwidth ceiling is measured first (a
+device-to-device copy).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The memory estimate against the measured peak of every completed trial of a study (issue 15's 10%
 target):
 the raw estimate (autotune.memory.estimate, as `autotune validate` prints it) and the estimate
-calibrated on the
-trials measured before it (memory.calibrate, what the search's OOM prediction uses), from each
-trial's
-spec.json and result.json under STUDY/runs/.
+calibrated on the trials measured before it (memory.calibrate, what the search's OOM prediction
+uses), from each trial's spec.json and result.json under STUDY/runs/.
 
     python3 benchmarks/memory_vs_peaks.py trials/llama3-8b-fsdp
 """

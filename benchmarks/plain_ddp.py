@@ -1,8 +1,7 @@
 """Issue 16's plain DDP reference: the training loop a user would write by hand, timed as the
-issue's script was
-(each optimizer step between a barrier and a synchronise), for the same configuration an autotune
-DDP trial runs,
-so the two can be measured side by side on one machine, one after the other.
+issue's script was (each optimizer step between a barrier and a synchronise), for the same
+configuration an autotune DDP trial runs, so the two can be measured side by side on one machine,
+one after the other.
 
     torchrun --nproc-per-node 2 benchmarks/plain_ddp.py --mbs 64 --accum 4 --bucket-mb 25 --compile
     split
@@ -10,23 +9,18 @@ so the two can be measured side by side on one machine, one after the other.
     scaling
 
 Only the model class comes from autotune (autotune/workloads/model.py, a plain nn.Module, so both
-run the same
-arithmetic); the loop, the DDP wrapping, the timing and the data are written out here. --compile:
-how compile
-meets DDP, one question the issue raises: torch.compile(DDP(model)) with Dynamo's DDPOptimizer
-(`split`: the
-graph cut at the bucket boundaries so the all-reduce overlaps the backward; PyTorch's default, and
-what
-DDP(torch.compile(model)), nanoGPT's order, also gets: checked on gloo, 14 subgraphs either way) or
-without it
-(`whole`: torch._dynamo.config.optimize_ddp = False, one graph); `none`: eager. autotune's knob
-ddp_compile is
-the same switch. --profile DIR writes a torch.profiler trace of two measured steps per rank (chrome
-trace
-JSON) for the comparison of both harnesses.
+run the same arithmetic); the loop, the DDP wrapping, the timing and the data are written out here.
+--compile:
+how compile meets DDP, one question the issue raises: torch.compile(DDP(model)) with Dynamo's
+DDPOptimizer (`split`: the graph cut at the bucket boundaries so the all-reduce overlaps the
+backward; PyTorch's default, and what DDP(torch.compile(model)), nanoGPT's order, also gets: checked
+on gloo, 14 subgraphs either way) or without it (`whole`: torch._dynamo.config.optimize_ddp = False,
+one graph); `none`: eager. autotune's knob ddp_compile is the same switch. --profile DIR writes a
+torch.profiler trace of two measured steps per rank (chrome trace JSON) for the comparison of both
+harnesses.
 Prints one JSON line (rank 0): per-GPU tokens/s from the median step (barrier to synchronise) and
-from CUDA
-events, and every sample. On a machine without CUDA it runs on gloo with --tiny (the CPU test)."""
+from CUDA events, and every sample. On a machine without CUDA it runs on gloo with --tiny (the CPU
+test)."""
 
 from __future__ import annotations
 

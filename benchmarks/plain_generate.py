@@ -5,14 +5,12 @@ trials.
     512] [--gen 256]
 
 Llama-3.1-8B shape (32 layers, d 4096, 32 heads, 8 KV heads, ffn 14336, vocab 128256), random bf16
-weights,
-static KV cache, greedy decoding; with --compile the decode step is
-torch.compile(mode="reduce-overhead",
-fullgraph=True) (CUDA graphs); the prefill runs eager (--compile-prefill: compiled, without graphs).
+weights, static KV cache, greedy decoding; with --compile the decode step is
+torch.compile(mode="reduce-overhead", fullgraph=True) (CUDA graphs); the prefill runs eager
+(--compile-prefill: compiled, without graphs).
 Shares no code with autotune.
 Times 3 generations after 2 warm-up ones (CUDA events around each), prints one JSON line: output
-tokens/s
-(batch x gen / generation time), median time per output token, time to first token.
+tokens/s (batch x gen / generation time), median time per output token, time to first token.
 """
 
 from __future__ import annotations

@@ -4,8 +4,7 @@ GPT.
     python3 benchmarks/regional_compile_cpu.py model 8      # then: block 8, model 1, block 1
 
 Each call is one fresh process with empty compile caches of its own (a warm Inductor cache would
-hide the
-compile); prints the trial's compile phase and how many distinct graphs Dynamo compiled.
+hide the compile); prints the trial's compile phase and how many distinct graphs Dynamo compiled.
 """
 
 from __future__ import annotations

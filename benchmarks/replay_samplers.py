@@ -5,12 +5,9 @@ needed.
     [LANDSCAPE.json ...]
 
 Every sampler runs autotune's own search loop (search/replay.py) over each landscape once per seed,
-with
-the noise of the recorded step times; the budget is the whole space, so every run reaches the
-optimum and
-the trials it took are defined. Prints and writes (replay.md, replay.csv) the trials to reach 97%
-and 99%
-of the optimum: median and 90th percentile over the seeds.
+with the noise of the recorded step times; the budget is the whole space, so every run reaches the
+optimum and the trials it took are defined. Prints and writes (replay.md, replay.csv) the trials to
+reach 97% and 99% of the optimum: median and 90th percentile over the seeds.
 """
 
 from __future__ import annotations

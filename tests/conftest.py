@@ -232,8 +232,7 @@ def interrupt_when_running(
     sig: int = signal.SIGINT,
 ) -> tuple[str, str]:
     """Send `sig` once `count` trial processes have started training (their spec files exist and the
-    trial
-    process has got past its start), then wait for the command to end; returns its output."""
+    trial process has got past its start), then wait for the command to end; returns its output."""
     specs = wait_until(
         lambda: (lambda found: found if len(found) >= count else None)(spec_files()),
         what=f"{count} trial(s) starting",

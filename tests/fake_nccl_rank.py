@@ -1,14 +1,11 @@
 """Test helper run by torchrun as a trial module.
 
 Default: each rank writes an NCCL WARN line into an NCCL debug file (the Tree refusal's wording, as
-NCCL
-2.28.9 logged it on 2x H200), then aborts as NCCL's watchdog does (no Python error; not seen on the
-H200,
-where the refusal came as a Python error: the replay below).
+NCCL 2.28.9 logged it on 2x H200), then aborts as NCCL's watchdog does (no Python error; not seen on
+the H200, where the refusal came as a Python error: the replay below).
 With FAKE_NCCL_REPLAY=<folder>: each rank copies the NCCL logs and rank failure files captured there
-(on
-2x H200, NCCL 2.28.9: tests/data/h200x2-nccl-2.28.9/) into the trial folder and exits 1, as those
-ranks did.
+(on 2x H200, NCCL 2.28.9: tests/data/h200x2-nccl-2.28.9/) into the trial folder and exits 1, as
+those ranks did.
 """
 
 import os

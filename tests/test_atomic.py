@@ -1,6 +1,5 @@
 """No write follows a link planted in a study's folder, and an output path that is one of the
-study's own files
-is refused before anything is measured (atomic.py, paths.not_a_study_file)."""
+study's own files is refused before anything is measured (atomic.py, paths.not_a_study_file)."""
 
 from __future__ import annotations
 

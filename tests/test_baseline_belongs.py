@@ -1,7 +1,6 @@
 """A best.yaml edited after its baseline was measured (another model, world size or knob, each still
-valid) is
-refused by check, not measured against the old numbers; --reset-baseline records a baseline of
-it."""
+valid) is refused by check, not measured against the old numbers; --reset-baseline records a
+baseline of it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The batch boundary of a generate study: a size over a latency limit bounds the larger ones
-(predict.py),
-and the loop steps the best trial's batch up and an over-limit trial's batch down
+(predict.py), and the loop steps the best trial's batch up and an over-limit trial's batch down
 (search/boundary.py)."""
 
 from __future__ import annotations
@@ -108,12 +107,10 @@ def _search(tmp_path: Path, seed: int, budget: int) -> optuna.Study:
 @pytest.mark.slow
 def test_loop_climbs_to_the_largest_batch_within_the_limits(tmp_path: Path) -> None:
     """The fastest point within 500 ms is compiled at batch 32 (tokens/s grows with the batch; batch
-    64's
-    prefill takes 960 ms). 64 points, 8 trials: every seed measures it, and no batch past a measured
-    over-limit one is launched. (With a 16-trial budget and seeds 0-19, TPE alone first measured it
-    at a
-    median trial 7.5, within 8 trials for 11 seeds, never for 2; with the boundary steps at 5, 19
-    seeds.)"""
+    64's prefill takes 960 ms). 64 points, 8 trials: every seed measures it, and no batch past a
+    measured over-limit one is launched. (With a 16-trial budget and seeds 0-19, TPE alone first
+    measured it at a median trial 7.5, within 8 trials for 11 seeds, never for 2; with the boundary
+    steps at 5, 19 seeds.)"""
     for seed in range(10):
         study = _search(tmp_path / str(seed), seed, 8)
         launched = [
@@ -140,8 +137,7 @@ def test_loop_climbs_to_the_largest_batch_within_the_limits(tmp_path: Path) -> N
 
 def test_bisect_steps_between_known_sizes() -> None:
     """Up from the best toward the smallest size over the limits; down from an over-limit size
-    toward the
-    largest within them; nothing once they are neighbours."""
+    toward the largest within them; nothing once they are neighbours."""
     from autotune.search import boundary
 
     sizes = [1, 2, 4, 8, 16, 32, 64, 128]

@@ -1,8 +1,6 @@
 """autotune.callbacks.lightning: a real tiny Lightning training on CPU reports its optimizer steps
-(two batches
-each: accumulate_grad_batches=2) with their real tokens, stops once autotune has them, and does
-nothing
-outside autotune."""
+(two batches each: accumulate_grad_batches=2) with their real tokens, stops once autotune has them,
+and does nothing outside autotune."""
 
 from __future__ import annotations
 

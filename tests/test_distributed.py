@@ -1,6 +1,6 @@
 """Multi-rank trials on the CPU: torchrun with world_size 2 on gloo, DDP and FSDP2, a failing rank,
-a hung
-rank, the NCCL knobs (validated, not applicable to gloo), the launcher prefix for multi-node."""
+a hung rank, the NCCL knobs (validated, not applicable to gloo), the launcher prefix for
+multi-node."""
 
 from __future__ import annotations
 
@@ -320,8 +320,7 @@ def test_distributed_fsdp_shards_the_layers_of_an_hf_model(tmp_path: Path, write
 
 def test_distributed_nccl_report_reads_both_log_formats(tmp_path: Path) -> None:
     """A synthetic log in the two TUNING line formats of NCCL's source (named, and numeric ids of
-    older
-    releases); not captured from a GPU run."""
+    older releases); not captured from a GPU run."""
     (tmp_path / "nccl.h.1.log").write_text(
         "h:1:1 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\n"
         "h:1:1 [0] NCCL INFO AllReduce: 26214400 Bytes -> Algo RING proto SIMPLE "
@@ -449,9 +448,8 @@ def test_distributed_block_compile_before_wrapping(tmp_path: Path, parallel: str
 
 def test_ddp_compile_whole_and_split_graphs_train_the_same(tmp_path: Path) -> None:
     """ddp_compile: Dynamo's DDPOptimizer on (split) or off (whole), applied as said, from the same
-    loss (same
-    weights, same data). Issue 16: whether the split costs fusion is measured on the GPU (stage
-    ddp-truth)."""
+    loss (same weights, same data). Issue 16: whether the split costs fusion is measured on the GPU
+    (stage ddp-truth)."""
     losses = {}
     for order in ("whole", "split"):
         cfg = parse_config(

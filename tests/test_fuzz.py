@@ -1,12 +1,11 @@
 """Fuzz `autotune validate` with mutations of the shipped YAML files: it must only ever exit 0, or
-exit 2 with
-one line of bounded length on stderr; never a traceback, never another code, never a hang.
+exit 2 with one line of bounded length on stderr; never a traceback, never another code, never a
+hang.
 
 The mutations are seeded (reproducible): values replaced by other types, huge and negative numbers,
 non-finite floats, markup and emoji codes, unicode (right-to-left marks, NUL), deep nesting, keys
-removed
-or added, lists emptied or blown up, and raw-text damage (truncation, stray characters, a line
-repeated).
+removed or added, lists emptied or blown up, and raw-text damage (truncation, stray characters, a
+line repeated).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """task: generate on the CPU with real torch on tiny llama/gpt models: the KV cache against a full
-recompute,
-the trial's latency numbers, the drift guard (a broken quantizer must be caught), the latency
-limits, a
-search end to end, and bad input."""
+recompute, the trial's latency numbers, the drift guard (a broken quantizer must be caught), the
+latency limits, a search end to end, and bad input."""
 
 from __future__ import annotations
 
@@ -232,9 +230,8 @@ def test_generate_latency_limits_and_roofline_arithmetic() -> None:
 @pytest.mark.slow
 def test_generate_search_end_to_end_with_limits(tmp_path: Path) -> None:
     """A tiny generate search: every trial over a 1 microsecond limit is over_limit with its numbers
-    (PRUNED
-    for Optuna, never chosen); with a reachable limit the search writes best.yaml and the report's
-    columns."""
+    (PRUNED for Optuna, never chosen); with a reachable limit the search writes best.yaml and the
+    report's columns."""
     data = copy.deepcopy(GEN)
     data["space"] = {"batch_size": [1, 4], "kv_cache": ["static", "dynamic"]}
     data["baseline"] = {"batch_size": 1, "kv_cache": "static"}
@@ -349,8 +346,7 @@ def test_generate_knobs_and_limits_refused_in_training(tmp_path: Path) -> None:
 
 def test_generate_validate_and_identity_of_training_unchanged(tmp_path: Path) -> None:
     """A training study made before generate existed keeps its identity: generate's knobs and
-    workload fields,
-    absent, are no factor of it (identity.factors)."""
+    workload fields, absent, are no factor of it (identity.factors)."""
     from conftest import tiny
 
     from autotune import identity
@@ -431,9 +427,8 @@ def _hf_spec(tmp_path: Path, **knobs: Any) -> TrialSpec:
 )
 def test_generate_hf_config_model_decodes_with_its_own_cache(tmp_path: Path) -> None:
     """An hf_config model: transformers' DynamicCache decode equals recomputing the sequence; the
-    trial runs
-    eager and compiled, quantized with the drift guard; a static cache is the built-in model's
-    (refused)."""
+    trial runs eager and compiled, quantized with the drift guard; a static cache is the built-in
+    model's (refused)."""
     from autotune.workloads.decoder import HFDecoder
     from autotune.workloads.external import hf_causal_lm
 
@@ -469,10 +464,9 @@ def test_generate_hf_config_model_decodes_with_its_own_cache(tmp_path: Path) -> 
 @pytest.mark.slow
 def test_generate_pareto_objective_is_an_optuna_multi_objective_study(tmp_path: Path) -> None:
     """objective pareto: Optuna gets (tokens/s, p99 TPOT) to maximise and minimise; best.yaml keeps
-    the fastest
-    configuration and lists Optuna's front (no front trial beaten on both by another completed one);
-    resuming
-    the study under the single objective is refused (exit 2), nothing written."""
+    the fastest configuration and lists Optuna's front (no front trial beaten on both by another
+    completed one); resuming the study under the single objective is refused (exit 2), nothing
+    written."""
     import optuna
 
     data = copy.deepcopy(GEN)

@@ -177,9 +177,8 @@ def test_gpu_kill_9_leaves_no_process_on_gpu_and_resume_finishes(
 
 def test_gpu_prestarted_trials_and_block_compile(tmp_path: Path, write_yaml) -> None:
     """Issue 13 on CUDA: trials after the first run in processes started ahead (prestart is on by
-    default with
-    CUDA), whose build is no longer the imports; compile_scope block compiles each block in
-    place."""
+    default with CUDA), whose build is no longer the imports; compile_scope block compiles each
+    block in place."""
     path = write_yaml(
         tiny(
             model=SMALL,

@@ -1,9 +1,7 @@
 """What a hostile user tries, class by class: every error is one line with exit 2 (4 for autotune's
-own bugs),
-nothing is half-written, user text is printed as text, credentials never shown, reading never
-writes, no
-process outlives autotune, nothing is written outside the study, one measurement per device at a
-time."""
+own bugs), nothing is half-written, user text is printed as text, credentials never shown, reading
+never writes, no process outlives autotune, nothing is written outside the study, one measurement
+per device at a time."""
 
 from __future__ import annotations
 
@@ -52,8 +50,7 @@ def bad_input(proc: subprocess.CompletedProcess, *needles: str) -> None:
 @contextlib.contextmanager
 def read_only(path: Path, populate: Callable[[Path], None]) -> Iterator[Path]:
     """A folder that cannot be written, even by root: a tmpfs mounted read-only (skipped where mount
-    is refused;
-    without root, a folder without write permission)."""
+    is refused; without root, a folder without write permission)."""
     path.mkdir(parents=True)
     if os.geteuid() != 0:
         populate(path)
@@ -1119,8 +1116,7 @@ def test_hardening_report_shows_damaged_records_as_unreadable(study: Path, tmp_p
 
 def test_hardening_grid_of_a_large_space_starts_at_once(write_yaml, tmp_path: Path) -> None:
     """A grid is enqueued a few points at a time: a 99,328-point space measures its first trial
-    without first
-    writing 99,328 queued trials."""
+    without first writing 99,328 queued trials."""
     data = tiny(
         space={
             "micro_batch_size": {"min": 1, "max": 97},

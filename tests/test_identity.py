@@ -3,12 +3,9 @@ costs nothing.
 
 The fixtures under tests/data/studies/ were made by autotune before identities existed (2026-12-01):
 fixture-v0 by that release, fixture-older by it with the knob fsdp_backward_prefetch taken out of
-the catalogue
-(make_older.py), as a release from before that knob would have; fixture-v3 by the release of
-2026-12-03
-(9320a0d: best.yaml schema 3, base_dir relative), before best.yaml's reader moved to documents/ and
-the
-loop to ask-and-tell. Each must resume, warm-start and check.
+the catalogue (make_older.py), as a release from before that knob would have; fixture-v3 by the
+release of 2026-12-03 (9320a0d: best.yaml schema 3, base_dir relative), before best.yaml's reader
+moved to documents/ and the loop to ask-and-tell. Each must resume, warm-start and check.
 """
 
 from __future__ import annotations

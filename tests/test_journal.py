@@ -1,6 +1,5 @@
 """A journal-file study with a torn last record (a write cut short by a full disk or a killed
-worker) resumes
-without damage: the torn end is cut off and kept, the completed trials stay readable
+worker) resumes without damage: the torn end is cut off and kept, the completed trials stay readable
 (search/journal.py)."""
 
 from __future__ import annotations

@@ -121,8 +121,8 @@ def test_knobs_compile_scope_acts_only_when_compile_is_on() -> None:
 
 def test_an_older_best_yaml_is_told_which_knobs_it_lacks() -> None:
     """check refuses a best.yaml without every knob (a damaged one must not be measured at
-    defaults), and for
-    one from an older autotune lists the knobs added since as a search would have written them."""
+    defaults), and for one from an older autotune lists the knobs added since as a search would have
+    written them."""
     from autotune.documents.best_file import _old_behaviour
 
     old = {
@@ -170,10 +170,8 @@ print(json.dumps({"field": "demo_knob" in SpaceConfig.model_fields, "searched": 
 
 def test_a_new_knob_is_its_catalogue_entry_alone_on_the_parent_side() -> None:
     """Adding a knob is its catalogue entry (knobs.py) plus its apply step in the trial
-    (workloads/): the YAML
-    schema, the resolved space, the defaults the trial assumes and README's table follow from the
-    entry, and a
-    study that never names it keeps its identity."""
+    (workloads/): the YAML schema, the resolved space, the defaults the trial assumes and README's
+    table follow from the entry, and a study that never names it keeps its identity."""
     import json
     import subprocess
     import sys

@@ -1,8 +1,7 @@
 """What an 8B model needs, on tiny models on the CPU: the loss in token slices and per-op selective
-activation
-checkpointing compute what the plain model computes; FSDP2 trials of the built-in model are built on
-the meta
-device, sharded, and each rank materialises only its shards (gloo, 2 ranks)."""
+activation checkpointing compute what the plain model computes; FSDP2 trials of the built-in model
+are built on the meta device, sharded, and each rank materialises only its shards (gloo, 2
+ranks)."""
 
 from __future__ import annotations
 
@@ -128,10 +127,9 @@ def _saved_by_compiled_blocks(extra: dict[str, Any]) -> int:
 
 def test_per_op_checkpointing_survives_compiling_each_block() -> None:
     """The checkpoint is taken inside the compiled block, so the compiled graph keeps what the
-    per-op policy
-    saves. Taken around the compiled block (as before), the policy saw no op, selective_op saved
-    only the
-    block inputs like full, and on the H200 it ran at full's speed and peak memory."""
+    per-op policy saves. Taken around the compiled block (as before), the policy saw no op,
+    selective_op saved only the block inputs like full, and on the H200 it ran at full's speed and
+    peak memory."""
     none, full = _saved_by_compiled_blocks({}), _saved_by_compiled_blocks({"checkpoint_every": 1})
     op = _saved_by_compiled_blocks({"checkpoint_every": 1, "checkpoint_ops": True})
     assert full < op < none, (full, op, none)
@@ -195,8 +193,8 @@ def test_fsdp_trial_builds_sharded_from_the_meta_device(tmp_path: Path) -> None:
 
 def test_fsdp_explicit_prefetch_is_applied_and_trains_the_same(tmp_path: Path) -> None:
     """fsdp_forward_prefetch / fsdp_backward_prefetch (issue 16 part 2) reorder all-gathers only:
-    the same losses
-    as FSDP2's own prefetching, from the same weights and data (gloo, 2 ranks, 4 blocks)."""
+    the same losses as FSDP2's own prefetching, from the same weights and data (gloo, 2 ranks, 4
+    blocks)."""
     model = {**LLAMA, "n_layers": 4}
     losses, applied = {}, {}
     for depth in (0, 2):
@@ -269,8 +267,7 @@ print(json.dumps(out))
 
 def test_fsdp_prefetch_lists_are_the_next_blocks() -> None:
     """apply_fsdp_prefetch sets FSDP2's explicit lists (forward: the next n blocks; backward: the n
-    before,
-    nearest first); at the defaults it sets none, leaving FSDP2's own prefetching."""
+    before, nearest first); at the defaults it sets none, leaving FSDP2's own prefetching."""
     import json
     import subprocess
     import sys

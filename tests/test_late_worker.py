@@ -1,8 +1,6 @@
 """A worker stalled past its grace (SIGSTOP) has its trial reaped and measured again by another
-worker; on
-waking it keeps its own measurement as a duplicate of that trial, and tells Optuna nothing of the
-reaped
-trial (search/workers.py late_record, search/drive.py)."""
+worker; on waking it keeps its own measurement as a duplicate of that trial, and tells Optuna
+nothing of the reaped trial (search/workers.py late_record, search/drive.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The architecture, pinned: no import cycle, short functions, the parent/child split, report and
-check apart
-from the search loop. Read from the source with ast (nothing is imported)."""
+check apart from the search loop. Read from the source with ast (nothing is imported)."""
 
 from __future__ import annotations
 
@@ -38,8 +37,8 @@ MAX_MODULE_LINES = 450
 
 def _imports(path: Path, top_level_only: bool) -> set[str]:
     """autotune modules imported by a file; top_level_only: module-level imports outside
-    TYPE_CHECKING. `from
-    a import b` is module a.b where b is one (the package a runs first: _parents), else a."""
+    TYPE_CHECKING. `from a import b` is module a.b where b is one (the package a runs first:
+    _parents), else a."""
     tree = ast.parse(path.read_text())
     nodes = tree.body if top_level_only else list(ast.walk(tree))
     found = set()
@@ -66,10 +65,9 @@ def _resolve(name: str) -> str | None:
 
 def test_layout_no_import_cycle() -> None:
     """Every import counted: module-level, inside functions (lazy) and under TYPE_CHECKING. The root
-    package's
-    lazy API (autotune/__init__.py: run_search, run_check, ...) is the one exception: importing
-    autotune.x runs
-    it, but it imports nothing until called, and it stands above every module by design."""
+    package's lazy API (autotune/__init__.py: run_search, run_check, ...) is the one exception:
+    importing autotune.x runs it, but it imports nothing until called, and it stands above every
+    module by design."""
     graph = {
         m: {r for i in _imports(p, top_level_only=False) if (r := _resolve(i)) and r != m}
         for m, p in MODULES.items()
@@ -247,8 +245,7 @@ def _task_branches(tree: ast.AST) -> list[int]:
 
 def test_layout_the_parent_never_branches_on_the_task() -> None:
     """Each task is one plug-in on each side of the process boundary (tasks/, workloads/): elsewhere
-    no code
-    compares a task with a task's name, nor detects a task by a knob of it (`"kv_cache" in
+    no code compares a task with a task's name, nor detects a task by a knob of it (`"kv_cache" in
     knobs`)."""
     for module, path in MODULES.items():
         if module.startswith(("autotune.tasks", "autotune.workloads")):

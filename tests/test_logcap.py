@@ -1,6 +1,5 @@
 """A trial's log stays bounded on disk while it prints without end, and its last lines are read from
-the end
-(logcap.py), whatever the trial prints."""
+the end (logcap.py), whatever the trial prints."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """The memory estimate (autotune/memory.py) against the real model: parameters counted by torch, the
-bytes
-autograd saves in a real forward on the CPU, the peak of real optimizer steps on the CPU (torch's
-MemTracker),
-the sharding arithmetic, Llama-3.1-8B's shape, calibration; and, on a GPU, the estimate against
-max_memory_allocated of real trials (`pytest -m gpu tests/test_memory.py`)."""
+bytes autograd saves in a real forward on the CPU, the peak of real optimizer steps on the CPU
+(torch's MemTracker), the sharding arithmetic, Llama-3.1-8B's shape, calibration; and, on a GPU, the
+estimate against max_memory_allocated of real trials (`pytest -m gpu tests/test_memory.py`)."""
 
 from __future__ import annotations
 
@@ -36,8 +34,7 @@ H200_BYTES = 141e9  # one H200's HBM3e (datasheet: 141 GB)
 
 def _trial_model(section: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any]:
     """The dict model.Transformer gets in a trial: the validated section with derived sizes filled
-    in
-    (runner.model_spec), then train.build_model's padding and checkpointing."""
+    in (runner.model_spec), then train.build_model's padding and checkpointing."""
     cfg = ModelConfig.model_validate(section)
     pad, vocab = knobs.get("pad_vocab_multiple"), section["vocab_size"]
     ac = knobs.get("activation_checkpointing", "none")
@@ -95,10 +92,9 @@ def _saved_bytes(
     section: dict[str, Any], knobs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> tuple[int, int]:
     """(activation bytes, autocast weight-cast bytes) autograd holds after a real forward under CPU
-    bf16 autocast
-    with fp32 parameters: every distinct storage packed by saved_tensors_hooks (checkpointed blocks'
-    inputs too),
-    plus what selective_op's policy cached, less parameters, buffers and the input tokens."""
+    bf16 autocast with fp32 parameters: every distinct storage packed by saved_tensors_hooks
+    (checkpointed blocks' inputs too), plus what selective_op's policy cached, less parameters,
+    buffers and the input tokens."""
     contexts: list[Any] = []
     real = torch.utils.checkpoint.create_selective_checkpoint_contexts
 
@@ -139,8 +135,7 @@ def _saved_bytes(
 
 def _flash() -> Any:
     """The CPU's flash attention (out + logsumexp saved, like the GPU's flash/cuDNN kernels; math
-    would save
-    the seq x seq probabilities)."""
+    would save the seq x seq probabilities)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
@@ -148,9 +143,8 @@ def _flash() -> Any:
 
 def _composite_rms_norm_bytes(section: dict[str, Any], knobs: dict[str, Any]) -> int:
     """What the CPU saves beyond the estimate: without a fused kernel (CUDA's _fused_rms_norm),
-    RMSNorm is
-    composite and also saves its normalised fp32 tensor (4 bytes x d_model a token) at every saving
-    norm."""
+    RMSNorm is composite and also saves its normalised fp32 tensor (4 bytes x d_model a token) at
+    every saving norm."""
     if section["family"] != "llama" or torch._C._dispatch_has_kernel_for_dispatch_key(
         "aten::_fused_rms_norm", "CPU"
     ):
@@ -247,12 +241,10 @@ def test_memory_variants_match_what_autograd_saves(
     variant: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """fp32 (no autocast: the norms' fp32 outputs are the linears' inputs; attention flash, which
-    the CPU runs
-    in fp32, where a GPU's auto would take math for grouped-query heads), chunked cross-entropy (the
-    loss is
-    recomputed, so only the final hidden state is kept) and eager attention (the seq x seq
-    probabilities; fp32,
-    since the CPU's autocast keeps softmax in bf16 where CUDA's runs it in fp32)."""
+    the CPU runs in fp32, where a GPU's auto would take math for grouped-query heads), chunked
+    cross-entropy (the loss is recomputed, so only the final hidden state is kept) and eager
+    attention (the seq x seq probabilities; fp32, since the CPU's autocast keeps softmax in bf16
+    where CUDA's runs it in fp32)."""
     knobs = {"micro_batch_size": 2, "precision": "bf16", **variant}
     for section in (SMALL, GPT):
         counted, _ = _saved_bytes(section, knobs, monkeypatch)
@@ -268,10 +260,9 @@ def test_memory_variants_match_what_autograd_saves(
 
 def _cpu_step_peak(section: dict[str, Any], knobs: dict[str, Any]) -> int:
     """The peak bytes of a real training step on the CPU (forward under bf16 autocast, backward,
-    AdamW as the
-    trial configures it, zero_grad), after one step made the optimizer's state: torch's MemTracker
-    follows
-    every tensor's storage, as the caching allocator's max_memory_allocated does on a GPU."""
+    AdamW as the trial configures it, zero_grad), after one step made the optimizer's state: torch's
+    MemTracker follows every tensor's storage, as the caching allocator's max_memory_allocated does
+    on a GPU."""
     mem_tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
     torch.manual_seed(0)
     net = Transformer(_trial_model(section, knobs))
@@ -321,12 +312,9 @@ STEP_CASES = [
 )
 def test_memory_peak_matches_a_cpu_training_step(knobs: dict[str, Any], phase: str) -> None:
     """The whole peak, every moment of it (the end of forward with autocast's cache, the loss's
-    backward with
-    its 12 bytes a token and vocabulary entry, the head's gradient, the blocks' backward, foreach
-    AdamW's
-    temporary), against a real optimizer step of gpt (whose CPU autocast saves what CUDA's does;
-    llama's
-    composite RMSNorm on the CPU would not)."""
+    backward with its 12 bytes a token and vocabulary entry, the head's gradient, the blocks'
+    backward, foreach AdamW's temporary), against a real optimizer step of gpt (whose CPU autocast
+    saves what CUDA's does; llama's composite RMSNorm on the CPU would not)."""
     knobs = {"precision": "bf16", **knobs}
     measured = _cpu_step_peak(GPT, knobs)
     est = memory.estimate(GPT, knobs, device="cpu")
@@ -376,10 +364,9 @@ def test_memory_fsdp_accumulation_keeps_unsharded_gradients_unless_synced_every_
 
 def _loss_peak_per_logit(cuda_policy: bool) -> float:
     """Bytes a logit the loss's forward and backward add at their peak on the CPU (MemTracker), its
-    ops in the
-    order an autocast runs them: CUDA's (cross_entropy passes log_softmax its bf16 dtype, which
-    CUDA's autocast
-    keeps; nll_loss casts to fp32) or the CPU's own (log_softmax's input cast to fp32)."""
+    ops in the order an autocast runs them: CUDA's (cross_entropy passes log_softmax its bf16 dtype,
+    which CUDA's autocast keeps; nll_loss casts to fp32) or the CPU's own (log_softmax's input cast
+    to fp32)."""
     mem_tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
     n, v = 1024, 3000
     h = torch.randn(n, 64, dtype=torch.bfloat16, requires_grad=True)
@@ -407,10 +394,9 @@ def _loss_peak_per_logit(cuda_policy: bool) -> float:
 
 def test_memory_loss_peak_follows_the_autocast_of_the_device() -> None:
     """The loss's peak is 10 bytes a logit with CUDA's autocast ops, 12 with the CPU's (measured
-    here with the
-    ops in each order; on an H200 the estimate with 12 was 1.8-1.9 bytes a logit high in every bf16
-    case of
-    tests/test_memory.py -m gpu, 2026-12-01), as loss_bytes says for each device."""
+    here with the ops in each order; on an H200 the estimate with 12 was 1.8-1.9 bytes a logit high
+    in every bf16 case of tests/test_memory.py -m gpu, 2026-12-01), as loss_bytes says for each
+    device."""
     k = memory._knobs({"micro_batch_size": 1, "precision": "bf16"}, 1)
     # the 128k vocabulary: the loss's own peak is the larger moment
     shape = memory.shape(LLAMA_8B, k)
@@ -428,9 +414,8 @@ def test_memory_loss_peak_follows_the_autocast_of_the_device() -> None:
 
 def test_memory_fsdp_explicit_prefetch_holds_more_gathered_blocks() -> None:
     """fsdp_forward_prefetch n gathers n more blocks in forward, fsdp_backward_prefetch n holds n -
-    1 more than
-    FSDP2's default in backward; without resharding every block is gathered anyway, so neither
-    adds."""
+    1 more than FSDP2's default in backward; without resharding every block is gathered anyway, so
+    neither adds."""
     knobs = {
         "micro_batch_size": 1,
         "precision": "bf16",
@@ -474,10 +459,9 @@ def test_memory_chunked_cross_entropy_shrinks_the_loss() -> None:
 
 def test_memory_llama_3_1_8b_is_sane() -> None:
     """Llama-3.1-8B (untied, 128k vocabulary) at micro-batch 1, bf16, FSDP on 2 ranks: its parameter
-    count,
-    and full checkpointing's large saving. A sanity check, not a fitted number: no checkpointing
-    needs over
-    100 GiB a rank (far beyond an 80 GB H100) and full checkpointing fits an H200 with room."""
+    count, and full checkpointing's large saving. A sanity check, not a fitted number: no
+    checkpointing needs over 100 GiB a rank (far beyond an 80 GB H100) and full checkpointing fits
+    an H200 with room."""
     s = memory.shape(LLAMA_8B)
     assert s is not None and memory.n_params(s) == 8_030_261_248
     knobs = {"micro_batch_size": 1, "precision": "bf16", "parallel": "fsdp"}
@@ -642,8 +626,8 @@ def test_memory_estimate_within_ten_percent_of_a_real_trial(
 @pytest.mark.parametrize("fused", [False, True])
 def test_memory_adamw_state_is_what_torch_keeps(fused: bool) -> None:
     """The optimizer term is AdamW's own per-parameter state (memory.ADAMW_STATE, each tensor the
-    parameter's
-    size in fp32), read from a real AdamW after one step, fused or foreach (the CPU runs both)."""
+    parameter's size in fp32), read from a real AdamW after one step, fused or foreach (the CPU runs
+    both)."""
     net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 8))
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3, fused=fused)
     net(torch.randn(4, 16)).sum().backward()

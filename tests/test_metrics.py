@@ -73,10 +73,8 @@ def test_metrics_telemetry_only_inside_window() -> None:
 
 def test_metrics_energy_from_the_nvml_counter_interpolated_at_the_window() -> None:
     """NVML's total-energy counter (mJ) read with each sample: the window's joules are the counter's
-    rise
-    between its start and end, interpolated between the samples around them; n/a without the counter
-    or
-    without a sample on both sides."""
+    rise between its start and end, interpolated between the samples around them; n/a without the
+    counter or without a sample on both sides."""
     samples = [
         {
             "t": t,
@@ -127,8 +125,7 @@ def test_hardware_peak_table_lookup() -> None:
 
 def test_metrics_record_has_tokens_per_joule_when_the_counter_is_there(tmp_path) -> None:
     """A trial's record: tokens per joule of its GPU over the measured steps (2 x 1000 tokens in a
-    window the
-    counter says drew 400 J: 5 tokens/J), n/a without the counter (the CPU)."""
+    window the counter says drew 400 J: 5 tokens/J), n/a without the counter (the CPU)."""
     from autotune.protocol import RunSettings, TrialResult
     from autotune.runner import Bench, Outcome, record_of
 

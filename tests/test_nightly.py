@@ -1,7 +1,6 @@
 """history.jsonl (nightly.py): a torn or hand-edited line is skipped and named, a torn end never
-glues onto the
-next night's line, no write follows a planted link; check prints its verdict and keeps its exit
-code."""
+glues onto the next night's line, no write follows a planted link; check prints its verdict and
+keeps its exit code."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Nothing a trial starts outlives it, even a daemon in its own session whose trial killed or
-stopped its own
-supervisor (orphans.py: autotune is the subreaper, and sweeps the strangers among its children)."""
+stopped its own supervisor (orphans.py: autotune is the subreaper, and sweeps the strangers among
+its children)."""
 
 from __future__ import annotations
 

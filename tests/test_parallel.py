@@ -38,8 +38,7 @@ print(json.dumps(out))
 @pytest.mark.slow
 def test_parallel_reduce_dtype_and_powersgd_rank_reach_torch() -> None:
     """fsdp_reduce_dtype sets every FSDP2 group's MixedPrecisionPolicy.reduce_dtype; powersgd_rank
-    the
-    PowerSGDState DDP calls its hook with."""
+    the PowerSGDState DDP calls its hook with."""
     proc = subprocess.run(
         [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120, cwd=ROOT
     )
@@ -60,9 +59,8 @@ def test_parallel_reduce_dtype_and_powersgd_rank_reach_torch() -> None:
 )
 def test_parallel_fp8_all_gather_configures_torchao_and_needs_fsdp_tensorwise() -> None:
     """fp8_all_gather: torchao's Float8LinearConfig with enable_fsdp_float8_all_gather on every
-    converted
-    linear (not the head); refused (invalid_config, its cause) without fsdp or with the rowwise
-    recipe."""
+    converted linear (not the head); refused (invalid_config, its cause) without fsdp or with the
+    rowwise recipe."""
     import torch
 
     from autotune.workloads.base import InvalidConfig

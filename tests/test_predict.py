@@ -95,8 +95,7 @@ def test_predict_memory_model_from_measured_peaks() -> None:
 @pytest.mark.slow
 def test_predict_one_failed_precision_is_not_launched_again(tmp_path: Path, monkeypatch) -> None:
     """tf32 cannot run on the CPU: the first tf32 trial fails and names the cause; the other tf32
-    points are
-    recorded as predicted, never launched and not counted."""
+    points are recorded as predicted, never launched and not counted."""
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     cfg = parse_config(
         tiny(
@@ -118,9 +117,8 @@ def test_predict_one_failed_precision_is_not_launched_again(tmp_path: Path, monk
 
 def _recorded_trials(headroom: float, rule: Any) -> tuple[int, int]:
     """(trials predicted out of memory, trials) over the recorded H200 trials, each study replayed
-    in order, each
-    trial judged with the estimates and peaks of the trials before it, on a GPU of headroom x its
-    own peak."""
+    in order, each trial judged with the estimates and peaks of the trials before it, on a GPU of
+    headroom x its own peak."""
     data = json.loads((Path(__file__).parent / "data" / "h200-memory-peaks.json").read_text())
     wrong = total = 0
     for rows in data["studies"].values():
@@ -146,10 +144,9 @@ def _calibrated_only(
 
 def test_predict_memory_never_skips_a_recorded_trial_that_ran() -> None:
     """Issue 24: the calibrated estimate never predicts oom for a trial that fits. Replayed over 197
-    trials that
-    ran on H200s (13 studies): none is predicted out of memory on its own GPU, nor on a GPU of only
-    1.1 times
-    its peak (where the calibrated estimate alone, the rule before, skipped 7)."""
+    trials that ran on H200s (13 studies): none is predicted out of memory on its own GPU, nor on a
+    GPU of only 1.1 times its peak (where the calibrated estimate alone, the rule before, skipped
+    7)."""
     data = json.loads((Path(__file__).parent / "data" / "h200-memory-peaks.json").read_text())
     gpu = data["gpu_bytes"] / memory.GIB
     for rows in data["studies"].values():
@@ -166,8 +163,7 @@ def test_predict_memory_never_skips_a_recorded_trial_that_ran() -> None:
 
 def test_predict_memory_still_skips_what_cannot_fit() -> None:
     """The safer rule still predicts oom where the estimate is far above the GPU: Llama-3.1-8B
-    without
-    checkpointing on one 141 GB GPU, calibrated or not."""
+    without checkpointing on one 141 GB GPU, calibrated or not."""
     model = {
         "family": "llama",
         "n_layers": 32,

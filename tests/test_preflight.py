@@ -1,6 +1,5 @@
 """What is checked before anything is written (issue 27's smaller breaks): an --out too long for
-SQLite, a bad
-AUTOTUNE_PROFILE, the README's postgresql:// URL with the shipped extra."""
+SQLite, a bad AUTOTUNE_PROFILE, the README's postgresql:// URL with the shipped extra."""
 
 from __future__ import annotations
 

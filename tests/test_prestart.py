@@ -1,7 +1,6 @@
 """Trial processes started ahead (prestart.py): a trial takes the waiting process of its
-environment, still one
-fresh process per trial; anything else starts cold; nothing waits on after autotune is done (real
-processes)."""
+environment, still one fresh process per trial; anything else starts cold; nothing waits on after
+autotune is done (real processes)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """A measurement that finished but was never stored (autotune stopped, then killed, after its trial
-wrote its
-result) is recorded on resume from the trial's files, not lost nor measured again
+wrote its result) is recorded on resume from the trial's files, not lost nor measured again
 (search/recover.py)."""
 
 from __future__ import annotations

@@ -19,25 +19,18 @@ from autotune.regress import decide
 pytestmark = pytest.mark.serial
 
 # This CPU VM's process-to-process noise is large and bimodal (per-process medians of one config:
-# 40k to 72k
-# tokens/s in 35 processes, while a step lies a median 2-3% from its own process's median step), and
-# its speed
-# drifts: one CI run recorded a baseline median of 67,580 and then ten checks at 50-52k (ratio
-# 0.75-0.77), one
-# of which crossed a 40% tolerance. Resampling the 35 medians with the check's own decide() and that
-# 0.75
-# drift, a check of 5 repeats at 50% fails with p = 0.0003 (6 in 20,000 draws; 0.003 for ten
-# checks), at 40%
-# and 3 repeats with p = 0.04 (0.31 for ten). So the real-trial tests use 50% and the default 5
-# repeats, and a
-# slowdown (5x) far beyond it; the decision rule itself is pinned with synthetic samples below, and
-# its 5% GPU
-# behaviour in BENCHMARKS.md.
+# 40k to 72k tokens/s in 35 processes, while a step lies a median 2-3% from its own process's median
+# step), and its speed drifts: one CI run recorded a baseline median of 67,580 and then ten checks
+# at 50-52k (ratio 0.75-0.77), one of which crossed a 40% tolerance. Resampling the 35 medians with
+# the check's own decide() and that 0.75 drift, a check of 5 repeats at 50% fails with p = 0.0003 (6
+# in 20,000 draws; 0.003 for ten checks), at 40% and 3 repeats with p = 0.04 (0.31 for ten). So the
+# real-trial tests use 50% and the default 5 repeats, and a slowdown (5x) far beyond it; the
+# decision rule itself is pinned with synthetic samples below, and its 5% GPU behaviour in
+# BENCHMARKS.md.
 CPU_TOLERANCE = "50"
 # The tests of the decision leave the host's load unjudged (--max-load 0): this 2-core machine is
-# shared with other
-# test runs, whose load would otherwise make a regression "unreliable" (regress_conditions; tested
-# below).
+# shared with other test runs, whose load would otherwise make a regression "unreliable"
+# (regress_conditions; tested below).
 UNJUDGED = ("--max-load", "0")
 
 ONE_POINT = {

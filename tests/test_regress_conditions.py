@@ -10,11 +10,9 @@ from autotune.regress import Verdict
 from autotune.regress_conditions import HOST_LOAD_LIMIT, disturbances, sample
 
 # Read from /proc/loadavg on this 2-core machine on 2026-12-01: 3.54 while other engineers' tests
-# ran (1.77 a
-# core: under the limit), 5.26 minutes later with more of them (2.63 a core: past it). The GPU
-# conditions are
-# in the shape sample() records them on a 16-core GPU host: none, and another process holding 20
-# GiB.
+# ran (1.77 a core: under the limit), 5.26 minutes later with more of them (2.63 a core: past it).
+# The GPU conditions are in the shape sample() records them on a 16-core GPU host: none, and another
+# process holding 20 GiB.
 BUSY_CPU = {"load_1min": 3.54, "cpus": 2, "gpu_processes": None}
 SHARED_CPU = {"load_1min": 5.26, "cpus": 2, "gpu_processes": None}
 GPU_ALONE = {"load_1min": 1.12, "cpus": 16, "gpu_processes": []}

@@ -168,8 +168,7 @@ def test_study_choose_one_sample_each_takes_the_higher_median() -> None:
 
 def test_study_choose_two_samples_bound_nothing_so_the_higher_median_decides() -> None:
     """Two samples have no interval worth the name (Student's t of 1 degree of freedom is 12.7):
-    stored as
-    None with why, and never "within noise" of another candidate."""
+    stored as None with why, and never "within noise" of another candidate."""
     base = {"micro_batch_size": 8, "precision": "fp32", "compile": False}
     fast = _frozen(5, 540.0, {"micro_batch_size": 64, "precision": "bf16", "compile": True})
     plain = _frozen(7, 530.0, {"micro_batch_size": 8, "precision": "bf16", "compile": False})
@@ -277,9 +276,8 @@ def test_search_stores_each_status_in_the_state_the_sampler_learns_from() -> Non
 
 def test_search_sampler_steers_away_from_a_configuration_that_cannot_run() -> None:
     """Our sampler, fed trials as our search stores them (a refused value PRUNED, as NCCL_ALGO=Tree
-    was refused
-    on 2x H200), proposes the refused value in at most 30% of the trials after its start-up
-    trials."""
+    was refused on 2x H200), proposes the refused value in at most 30% of the trials after its
+    start-up trials."""
     from optuna.distributions import CategoricalDistribution as Cat
 
     dists = {
@@ -345,8 +343,7 @@ def test_study_warm_start_measures_only_what_is_new(tmp_path: Path, monkeypatch)
 @pytest.mark.slow
 def test_study_compile_cache_outlives_the_study(tmp_path: Path, monkeypatch) -> None:
     """study.compile_cache: compiled programs go to one folder a second study finds (a subfolder per
-    device and
-    torch version), not into the study."""
+    device and torch version), not into the study."""
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     shared = tmp_path / "cache"
     for name in ("a", "b"):

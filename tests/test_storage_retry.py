@@ -1,7 +1,6 @@
 """A PostgreSQL server restarted in the middle of a search: the storage calls wait it out
-(search/retry.py),
-saying so, and every trial is stored; a refusal that waiting cannot mend is the server's own reason,
-exit 2.
+(search/retry.py), saying so, and every trial is stored; a refusal that waiting cannot mend is the
+server's own reason, exit 2.
 The server is a real one (pgserver's PostgreSQL binaries), on a unix socket of its own."""
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ def server(tmp_path: Path):
 
 def _restart(srv, down_s: float) -> None:
     """Stop the server (pg_ctl's fast shutdown: sessions dropped), wait, start it again with the
-    options it ran
-    with (PostgreSQL's own postmaster.opts, as `pg_ctl restart` reads them)."""
+    options it ran with (PostgreSQL's own postmaster.opts, as `pg_ctl restart` reads them)."""
     opts = shlex.split((Path(srv.pgdata) / "postmaster.opts").read_text())[1:]
     opts = [o for i, o in enumerate(opts) if o != "-D" and (i == 0 or opts[i - 1] != "-D")]
     pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=srv.pgdata, user=srv.system_user)

@@ -1,6 +1,6 @@
 """The trial process on real tiny models (CPU): the training workload's knobs, precisions, families,
-compile,
-the fault switch. Specs leave knobs out on purpose: the trial takes the catalogue's defaults."""
+compile, the fault switch. Specs leave knobs out on purpose: the trial takes the catalogue's
+defaults."""
 
 from __future__ import annotations
 

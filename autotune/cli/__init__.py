@@ -2,10 +2,8 @@
 funnel.
 
 Exit codes are defined once, in autotune.errors (ExitCode, EXIT_MEANINGS). Importing this package
-loads
-nothing else: `main` sets Ctrl-C handling up before Typer, Rich and the commands are imported, so an
-early
-Ctrl-C is a one-line exit 130 too.
+loads nothing else: `main` sets Ctrl-C handling up before Typer, Rich and the commands are imported,
+so an early Ctrl-C is a one-line exit 130 too.
 """
 
 from __future__ import annotations
@@ -32,8 +30,8 @@ def __getattr__(name: str) -> Any:
 
 def _interrupted(signum: int, frame: object) -> None:
     """Ctrl-C before a command's funnel runs: nothing is under way yet, so leave at once (a
-    SystemExit raised
-    from a signal handler can land where Python only reports it and carries on)."""
+    SystemExit raised from a signal handler can land where Python only reports it and carries
+    on)."""
     import os
 
     sys.stderr.write("interrupted\n")
@@ -43,11 +41,9 @@ def _interrupted(signum: int, frame: object) -> None:
 
 def _leave(code: int) -> None:
     """Exit with the command's code: a Ctrl-C that comes once the result is decided changes nothing.
-    After an
-    interruption the exit skips the interpreter's teardown: CPython would otherwise kill itself with
-    SIGINT
-    when a C extension printed the KeyboardInterrupt on its way (numpy at import does), and exit
-    -2."""
+    After an interruption the exit skips the interpreter's teardown: CPython would otherwise kill
+    itself with SIGINT when a C extension printed the KeyboardInterrupt on its way (numpy at import
+    does), and exit -2."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if code in (130, 143):
         import os

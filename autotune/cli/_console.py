@@ -22,10 +22,8 @@ class _TextConsole(Console):
 
 def console(stderr: bool = False) -> Console:
     """A Rich console that never reads markup or emoji codes in what it prints (a '[/x]' in a path
-    is
-    printed as it is), escapes control characters in it (an ESC in a file name does not reach the
-    terminal)
-    and masks every credential it writes (redact.mask)."""
+    is printed as it is), escapes control characters in it (an ESC in a file name does not reach the
+    terminal) and masks every credential it writes (redact.mask)."""
     return _TextConsole(
         file=MaskingWriter(sys.stderr if stderr else sys.stdout),
         markup=False,

@@ -1,6 +1,6 @@
 """The one error funnel: every error becomes one line on stderr and a documented exit code
-(errors.ExitCode);
-tracebacks only with --debug. SIGTERM ends a command as Ctrl-C does (exit 143 instead of 130)."""
+(errors.ExitCode); tracebacks only with --debug. SIGTERM ends a command as Ctrl-C does (exit 143
+instead of 130)."""
 
 from __future__ import annotations
 
@@ -45,10 +45,9 @@ def _line(message: str) -> str:
 
 def _interruption(e: BaseException) -> BaseException:
     """The Ctrl-C or SIGTERM behind an error, if one caused it, else the error itself. A signal is
-    what
-    decides: libraries turn the KeyboardInterrupt it raised into other errors (Python wraps one
-    raised while
-    a class is made in a RuntimeError; a C extension interrupted at import raises ImportError)."""
+    what decides: libraries turn the KeyboardInterrupt it raised into other errors (Python wraps one
+    raised while a class is made in a RuntimeError; a C extension interrupted at import raises
+    ImportError)."""
     if _signalled["by"] is not None:
         return _signalled["by"]
     seen = e
@@ -127,9 +126,8 @@ def _classify(e: BaseException) -> tuple[str, int]:
 
 def _quiet(hook: Any) -> Any:
     """sys.unraisablehook that says nothing of our own Ctrl-C/SIGTERM: raised where Python can only
-    report it (an
-    import lock's weakref callback, seen in CI at 0.2 s), it printed a traceback; funnel acts on it
-    instead."""
+    report it (an import lock's weakref callback, seen in CI at 0.2 s), it printed a traceback;
+    funnel acts on it instead."""
 
     def quiet(unraisable: Any) -> None:
         if _signalled["by"] is not None and isinstance(

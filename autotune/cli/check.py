@@ -75,8 +75,7 @@ def check(
     ] = False,
 ) -> None:
     """Re-measure the chosen configuration; exit 1 on a regression beyond tolerance and noise, 3 if
-    unmeasurable
-    or disturbed."""
+    unmeasurable or disturbed."""
     with funnel():
         from autotune import regress
         from autotune.views_check import baseline_recorded, repeat_line, verdict_lines

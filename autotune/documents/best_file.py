@@ -1,8 +1,7 @@
 """best.yaml, the file users keep: its schema (BestFile), its reader (read_best: validated, older
-layouts
-upgraded) and the check's write-back (record_check_baseline). check and export read it from here;
-the search
-writes it (search/best.py). Nothing here imports the search, Optuna or user code at import time."""
+layouts upgraded) and the check's write-back (record_check_baseline). check and export read it from
+here; the search writes it (search/best.py). Nothing here imports the search, Optuna or user code at
+import time."""
 
 from __future__ import annotations
 
@@ -30,12 +29,9 @@ LAUNCH_ONLY = ("nnodes", "rdzv_endpoint", "launcher")
 
 def measured_digest(doc: dict[str, Any]) -> str:
     """A short hash of what best.yaml's numbers measured: its model, workload (but how ranks are
-    launched), the
-    command (task command) and the knobs off their defaults. Recorded beside each baseline: a
-    baseline is
-    compared only with the configuration it measured, so a hand-edited best.yaml is not set against
-    another
-    model's numbers."""
+    launched), the command (task command) and the knobs off their defaults. Recorded beside each
+    baseline: a baseline is compared only with the configuration it measured, so a hand-edited
+    best.yaml is not set against another model's numbers."""
     import hashlib
     import json
 
@@ -61,8 +57,7 @@ def measured_digest(doc: dict[str, Any]) -> str:
 
 def knob_set(knobs: dict[str, Any]) -> str:
     """A short hash of the knob names a release writes: on read, the same hash says that the knobs a
-    file lacks
-    were added since (upgraded), another says the list was edited (refused)."""
+    file lacks were added since (upgraded), another says the list was edited (refused)."""
     import hashlib
 
     return hashlib.sha256(",".join(sorted(knobs)).encode()).hexdigest()[:12]
@@ -125,9 +120,8 @@ class _Apply(_Part):
 
 class BestFile(_Part):
     """best.yaml, section by section: write_best validates what it writes with it, and `autotune
-    check`
-    what it reads (read_best), before anything is measured. Sections not listed are kept as they
-    are."""
+    check` what it reads (read_best), before anything is measured. Sections not listed are kept as
+    they are."""
 
     schema_version: int = Field(default=1, ge=1)  # 1: written before best.yaml was versioned
     knob_set: Optional[str] = None  # the hash of the knob names written (knob_set)
@@ -154,9 +148,8 @@ class BestFile(_Part):
 
 def read_best(path: Path) -> dict[str, Any]:
     """A best.yaml written by `autotune search`, every part check uses validated (the model and
-    workload as
-    the YAML schema says, each knob as its catalogue entry says); ConfigError (exit 2) naming the
-    bad part."""
+    workload as the YAML schema says, each knob as its catalogue entry says); ConfigError (exit 2)
+    naming the bad part."""
     from autotune.config import ModelConfig, WorkloadConfig
     from autotune.config_command import CommandConfig
     from autotune.config_load import describe_error
@@ -200,9 +193,8 @@ def _check_batch(path: Path, knobs: dict[str, Any], workload: dict[str, Any]) ->
 
 def _old_behaviour(knobs: dict[str, Any], missing: list[str], world: int) -> dict[str, Any]:
     """The missing knobs' values a search would have written: the default, or None where the knob
-    cannot act
-    (one rank: no parallel; an only_with knob whose owner has another value), as Space.knobs
-    decides."""
+    cannot act (one rank: no parallel; an only_with knob whose owner has another value), as
+    Space.knobs decides."""
     full = {**{n: catalogue.BY_NAME[n].default for n in missing}, **knobs}
     if world == 1 and "parallel" in missing:
         full["parallel"] = None
@@ -218,10 +210,8 @@ def _old_behaviour(knobs: dict[str, Any], missing: list[str], world: int) -> dic
 
 def _upgrade(path: Path, doc: dict[str, Any]) -> None:
     """A best.yaml of an older release, read as this one: the knobs added since are filled in as a
-    search would
-    have written them (_old_behaviour), and doc["upgraded"] says which (check prints it). A knob
-    this release
-    does not know is left for _check_knobs to refuse."""
+    search would have written them (_old_behaviour), and doc["upgraded"] says which (check prints
+    it). A knob this release does not know is left for _check_knobs to refuse."""
     version = doc.get("schema_version", 1)
     if not isinstance(version, int) or version > SCHEMA_VERSION:
         raise ConfigError(
@@ -293,10 +283,9 @@ def record_check_baseline(
     reset: bool = False,
 ) -> None:
     """check --update / --reset-baseline: these samples become the recorded baseline in best.yaml
-    (atomically);
-    doc is best.yaml as read_best read it. reset: the nightly series starts again from here (an
-    --update keeps
-    the series: a slow drift absorbed by nightly updates is what the series is read for)."""
+    (atomically); doc is best.yaml as read_best read it. reset: the nightly series starts again from
+    here (an --update keeps the series: a slow drift absorbed by nightly updates is what the series
+    is read for)."""
     since = recorded_at if reset else (doc.get("check_baseline") or {}).get("series_from")
     # written back in this release's layout (an upgraded file keeps its filled-in knobs, not the
     # note)

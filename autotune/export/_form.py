@@ -1,8 +1,6 @@
 """What every format shares: the Form it returns, a knob's translation (Out, Rule), the loop that
-names what a
-format cannot express (translate), the knobs only the model's code holds, torchrun's launch, and the
-text helpers
-(environment lines, Python literals and calls)."""
+names what a format cannot express (translate), the knobs only the model's code holds, torchrun's
+launch, and the text helpers (environment lines, Python literals and calls)."""
 
 from __future__ import annotations
 
@@ -19,8 +17,7 @@ from autotune.export._winner import ENV_KNOBS, Winner
 @dataclass
 class Form:
     """The winner in one format: the text to paste, and the knobs it cannot express ("knob=value
-    (why)"), which the
-    text names too, as `# no equivalent in <format>: ...` lines."""
+    (why)"), which the text names too, as `# no equivalent in <format>: ...` lines."""
 
     format: str
     text: str
@@ -30,10 +27,8 @@ class Form:
 @dataclass
 class Out:
     """What one knob value becomes in a format: arguments (keyword arguments, or a config's dotted
-    keys), lines of
-    code to add, or `none`: why it has no equivalent (named when the value is not autotune's
-    default, or always
-    when `always`: the framework does otherwise even then)."""
+    keys), lines of code to add, or `none`: why it has no equivalent (named when the value is not
+    autotune's default, or always when `always`: the framework does otherwise even then)."""
 
     args: dict[str, Any] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)
@@ -111,9 +106,8 @@ class Translation:
 
 def translate(w: Winner, rules: dict[str, Rule], otherwise: str) -> Translation:
     """Each knob of the winner through the format's rules. An environment knob is the environment
-    lines'; a knob of
-    your command (task command) is yours; a knob without a rule has no equivalent, `otherwise` says
-    why."""
+    lines'; a knob of your command (task command) is yours; a knob without a rule has no equivalent,
+    `otherwise` says why."""
     done = Translation()
     for name, value in w.knobs.items():
         if value is None or name in ENV_KNOBS:

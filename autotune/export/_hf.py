@@ -2,11 +2,9 @@
 command-line flags.
 
 The field names are TrainingArguments' (transformers/src/transformers/training_args.py):
-per_device_train_batch_size,
-gradient_accumulation_steps, bf16, fp16, tf32, torch_compile, torch_compile_mode,
-gradient_checkpointing,
-gradient_checkpointing_kwargs, optim, ddp_bucket_cap_mb. HfArgumentParser makes each a `--<name>
-<value>` flag.
+per_device_train_batch_size, gradient_accumulation_steps, bf16, fp16, tf32, torch_compile,
+torch_compile_mode, gradient_checkpointing, gradient_checkpointing_kwargs, optim, ddp_bucket_cap_mb.
+HfArgumentParser makes each a `--<name> <value>` flag.
 A command study's HF form is its measured command's own flags instead (_hf_command).
 """
 

@@ -1,11 +1,9 @@
 """The winner as Lightning `Trainer(...)` arguments, and the lines of your LightningModule or script
-for the
-knobs that are no Trainer argument (the batch size is the DataLoader's, torch.compile and TF32 are
-torch's).
+for the knobs that are no Trainer argument (the batch size is the DataLoader's, torch.compile and
+TF32 are torch's).
 
 Trainer's precision names are Lightning 2's ("32-true", "16-mixed", "bf16-mixed"); DDPStrategy
-passes its keyword
-arguments on to DistributedDataParallel and takes ddp_comm_hook / ddp_comm_state.
+passes its keyword arguments on to DistributedDataParallel and takes ddp_comm_hook / ddp_comm_state.
 """
 
 from __future__ import annotations

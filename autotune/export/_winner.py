@@ -1,9 +1,7 @@
 """The winner of a study as export reads it from best.yaml: its knobs, environment, metrics, ranks
-and, for a
-command study, the command. A train or generate study's file is validated by
-documents.best_file.read_best; a command
-study's (it has a `command:` section, which read_best does not know) is checked here, section by
-section."""
+and, for a command study, the command. A train or generate study's file is validated by
+documents.best_file.read_best; a command study's (it has a `command:` section, which read_best does
+not know) is checked here, section by section."""
 
 from __future__ import annotations
 
@@ -95,8 +93,7 @@ def _chosen_trial(chosen: Any) -> int | None:
 
 def _check_command_study(path: Path, doc: dict[str, Any]) -> None:
     """A command study's best.yaml: the sections export reads, each of the right kind; the command
-    as the YAML
-    schema says (config.CommandConfig); autotune's knobs as the catalogue says."""
+    as the YAML schema says (config.CommandConfig); autotune's knobs as the catalogue says."""
     for key in ("knobs", "workload", "command"):
         if not isinstance(doc.get(key), dict):
             raise ConfigError(

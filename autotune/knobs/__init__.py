@@ -2,12 +2,9 @@
 it).
 
 Everything else reads this table: the YAML schema (`config_space.SpaceConfig` is built from it),
-space resolution
-(`space.py`), the trial's defaults (`protocol.TrialSpec.knobs`), best.yaml's apply notes and
-environment,
-and README's knob table (`markdown_table`, pinned by a test). Adding a knob is one entry here plus
-the
-code in the trial that applies it.
+space resolution (`space.py`), the trial's defaults (`protocol.TrialSpec.knobs`), best.yaml's apply
+notes and environment, and README's knob table (`markdown_table`, pinned by a test). Adding a knob
+is one entry here plus the code in the trial that applies it.
 
 Standard library only: the trial's process imports it too.
 """
@@ -63,9 +60,8 @@ __all__ = [
 
 def numerics(knobs: dict[str, Any]) -> dict[str, Any]:
     """The knob values of a training trial that change its arithmetic against the reference (bf16,
-    exact
-    gradient all-reduce, fp32 reduction): what study.loss_check compares and, past its limit, the
-    cause."""
+    exact gradient all-reduce, fp32 reduction): what study.loss_check compares and, past its limit,
+    the cause."""
     out: dict[str, Any] = {}
     if knobs.get("precision") in ("fp8", "fp16"):
         out["precision"] = knobs["precision"]

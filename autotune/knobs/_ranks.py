@@ -1,7 +1,6 @@
 """The knobs of multi-rank training: NCCL's algorithm, protocol and channels, DDP's buckets, hooks
-and
-compile, FSDP2's resharding, prefetch and reduce dtype (they act with world_size > 1; the catalogue
-lists them after the one-rank knobs, in this order)."""
+and compile, FSDP2's resharding, prefetch and reduce dtype (they act with world_size > 1; the
+catalogue lists them after the one-rank knobs, in this order)."""
 
 from __future__ import annotations
 

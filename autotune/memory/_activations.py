@@ -1,6 +1,6 @@
 """What a step saves for backward: each block's activations under each checkpointing choice, eager
-and compiled,
-and the loss's logits (memory/__init__.py says what is counted and how it was checked)."""
+and compiled, and the loss's logits (memory/__init__.py says what is counted and how it was
+checked)."""
 
 from __future__ import annotations
 
@@ -25,18 +25,16 @@ def compute_bytes(precision: str) -> int:
 
 def residual_bytes(k: dict[str, Any]) -> int:
     """Bytes of the residual stream between blocks: fp32 (the embedding's fp32 output plus bf16
-    outputs), but
-    bf16 under FSDP with autocast, whose MixedPrecisionPolicy casts every block's inputs to its
-    param_dtype.
+    outputs), but bf16 under FSDP with autocast, whose MixedPrecisionPolicy casts every block's
+    inputs to its param_dtype.
     Inside a block the norms save an fp32 copy either way (CUDA autocast runs them in fp32)."""
     return 2 if k["parallel"] == "fsdp" and compute_bytes(k["precision"]) == 2 else 4
 
 
 def attention_kind(s: Shape, c: int, attention: str) -> str:
     """'flash' (flash, cuDNN or memory-efficient SDPA: output and logsumexp saved), 'math' or
-    'eager'. auto in
-    fp32 with grouped-query heads falls to math: flash needs bf16/fp16 and memory-efficient has no
-    GQA."""
+    'eager'. auto in fp32 with grouped-query heads falls to math: flash needs bf16/fp16 and
+    memory-efficient has no GQA."""
     if attention == "eager":
         return "eager"
     if attention == "math" or (attention == "auto" and c == 4 and s.kv_heads != s.n_heads):
@@ -46,13 +44,12 @@ def attention_kind(s: Shape, c: int, attention: str) -> str:
 
 def block_activations(s: Shape, c: int, attention: str) -> tuple[int, int, int]:
     """Bytes one block saves for backward, read op by op from model.Block under CUDA autocast: (per
-    token, per
-    sequence, per micro-batch; the last two are the seq x seq attention terms of math and eager). c:
+    token, per sequence, per micro-batch; the last two are the seq x seq attention terms of math and
+    eager). c:
     compute_bytes.
 
     RMSNorm saves its fp32 input and rstd (CUDA's fused _fused_rms_norm; the CPU's composite also
-    saves the
-    normalised fp32 tensor), LayerNorm its input, mean and rstd."""
+    saves the normalised fp32 tensor), LayerNorm its input, mean and rstd."""
     d, h, kvd, f, t = s.d_model, s.n_heads, s.kv_heads * s.head_dim, s.ffn_hidden, s.seq_len
     gpt, kind = s.family == "gpt", attention_kind(s, c, attention)
     # fp32 residual input + LayerNorm's mean and rstd, or RMSNorm's rstd
@@ -82,24 +79,20 @@ def block_activations(s: Shape, c: int, attention: str) -> tuple[int, int, int]:
 
 def compiled_block_activations(s: Shape, c: int, fp8: bool, scope: str) -> int:
     """Bytes a token one block saves for backward under torch.compile with flash-type attention,
-    tensor by
-    tensor as Inductor's min-cut partitioner chose on an H200 (benchmarks/compile_saved.py,
-    2026-12-01: exact
-    for llama and gpt blocks, bf16 and fp8, per block and whole-model compile). Against eager
-    (block_activations):
+    tensor by tensor as Inductor's min-cut partitioner chose on an H200
+    (benchmarks/compile_saved.py, 2026-12-01: exact for llama and gpt blocks, bf16 and fp8, per
+    block and whole-model compile). Against eager (block_activations):
 
     * per block (compile_scope block), the block's fp32 input is its only saved residual (the second
-      norm's
-      input is recomputed) and the attention output is saved twice (SDPA's and the contiguous copy
-      the output
-      projection reads); whole-model compile keeps both residuals and the one copy of eager mode;
+      norm's input is recomputed) and the attention output is saved twice (SDPA's and the contiguous
+      copy the output projection reads); whole-model compile keeps both residuals and the one copy
+      of eager mode;
     * SwiGLU's SiLU output is recomputed (the product and the gate|up output are saved); GELU keeps
       both;
     * fp8 (torchao's float8 linears): the inputs Inductor can recompute cheaply are recomputed and
-      cast again
-      in backward: both norms' outputs (the qkv and MLP-up inputs) and the MLP's down input
-      (SwiGLU's product,
-      GELU's output). The attention's inputs and output, the qkv and MLP-up outputs stay.
+      cast again in backward: both norms' outputs (the qkv and MLP-up inputs) and the MLP's down
+      input (SwiGLU's product, GELU's output). The attention's inputs and output, the qkv and MLP-up
+      outputs stay.
     """
     d, h, kvd, f = s.d_model, s.n_heads, s.kv_heads * s.head_dim, s.ffn_hidden
     gpt = s.family == "gpt"
@@ -128,9 +121,8 @@ def checkpointed_blocks(s: Shape, k: dict[str, Any]) -> int:
 
 def op_saved(s: Shape, c: int, attention: str) -> int:
     """Bytes per token selective_op keeps of a block besides its input: qkv's and MLP up's matmul
-    outputs (the
-    first and third mm; proj and down, the second and fourth, are recomputed) and the attention
-    kernel's."""
+    outputs (the first and third mm; proj and down, the second and fourth, are recomputed) and the
+    attention kernel's."""
     d, h, kvd, f = s.d_model, s.n_heads, s.kv_heads * s.head_dim, s.ffn_hidden
     up = c * (f if s.family == "gpt" else 2 * f)
     return (
@@ -142,12 +134,10 @@ def op_saved(s: Shape, c: int, attention: str) -> int:
 
 def activation_bytes(s: Shape, k: dict[str, Any]) -> tuple[int, int]:
     """(bytes the blocks save for one micro-batch at the end of forward, bytes of the one block
-    recomputed at a
-    time in backward) under the checkpointing knob: none saves every block's activations; full,
-    every block's
-    input only; selective, every other block's (blocks 0, 2, ...); selective_op, every block's input
-    and the ops
-    op_saved names. compile: COMPILE_ACTIVATIONS of a block's."""
+    recomputed at a time in backward) under the checkpointing knob: none saves every block's
+    activations; full, every block's input only; selective, every other block's (blocks 0, 2, ...);
+    selective_op, every block's input and the ops op_saved names. compile: COMPILE_ACTIVATIONS of a
+    block's."""
     c, mbs, n = compute_bytes(k["precision"]), int(k["micro_batch_size"]), s.n_layers
     tokens = mbs * s.seq_len
     per_token, per_seq, per_batch = block_activations(s, c, k.get("attention", "auto"))
@@ -170,38 +160,26 @@ def activation_bytes(s: Shape, k: dict[str, Any]) -> tuple[int, int]:
 
 def loss_bytes(s: Shape, k: dict[str, Any], device: str = "cuda") -> dict[str, int]:
     """For one micro-batch: what the final norm and head save (head), what the loss saves (saved),
-    the loss's
-    peak in forward (forward) and in backward (peak).
+    the loss's peak in forward (forward) and in backward (peak).
 
     Eager, the two autocasts differ. cross_entropy calls log_softmax(logits, dim, dtype=<the logits'
-    dtype>);
-    CUDA's autocast (log_softmax is an fp32_set_opt_dtype op: a dtype given is kept) runs it in bf16
-    and saves
-    its c-byte output, and nll_loss (an fp32 op) copies that to fp32 and saves the copy; in backward
-    the NLL
-    gradient (fp32) joins both: 6 bytes saved, 10 the peak (measured on an H200: the estimate with
-    12 was
-    1.8-1.9 bytes a logit high in all three bf16 cases of tests/test_memory.py -m gpu). The CPU's
-    autocast casts
-    log_softmax's input to fp32 instead and saves its fp32 output; the NLL gradient and the
-    log-softmax
-    gradient join it: 4 saved, 12 the peak (measured by the CPU tests). Without autocast (fp32), 12
-    on both.
+    dtype>); CUDA's autocast (log_softmax is an fp32_set_opt_dtype op: a dtype given is kept) runs
+    it in bf16 and saves its c-byte output, and nll_loss (an fp32 op) copies that to fp32 and saves
+    the copy; in backward the NLL gradient (fp32) joins both: 6 bytes saved, 10 the peak (measured
+    on an H200: the estimate with 12 was 1.8-1.9 bytes a logit high in all three bf16 cases of
+    tests/test_memory.py -m gpu). The CPU's autocast casts log_softmax's input to fp32 instead and
+    saves its fp32 output; the NLL gradient and the log-softmax gradient join it: 4 saved, 12 the
+    peak (measured by the CPU tests). Without autocast (fp32), 12 on both.
     Compiled (head_loss is always compiled with the model), the loss is fused: the c-byte logits and
-    two
-    fp32 numbers a token are saved, and the logits' gradient is written into the saved logits'
-    buffer once the
-    compiled backward has read them (Inductor frees a backward input after its last use and reuses
-    the buffer):
+    two fp32 numbers a token are saved, and the logits' gradient is written into the saved logits'
+    buffer once the compiled backward has read them (Inductor frees a backward input after its last
+    use and reuses the buffer):
     c bytes a logit at the peak, not 2c (on an H200 the estimate with 2c was 7.8 GiB high, a third
-    of a compiled
-    0.6B trial with full checkpointing, benchmarks/memory_vs_peaks.py). Then the head's weight
-    gradient
-    is made: the loss's remains, a c-byte gradient and (one rank, DDP) its fp32 copy; that moment
-    can be the
-    larger for short sequences. Chunked: each of CE_CHUNKS slices of the tokens is recomputed in
-    backward, so
-    one slice's loss is alive at a time, beside the head's gradient summed so far."""
+    of a compiled 0.6B trial with full checkpointing, benchmarks/memory_vs_peaks.py). Then the
+    head's weight gradient is made: the loss's remains, a c-byte gradient and (one rank, DDP) its
+    fp32 copy; that moment can be the larger for short sequences. Chunked: each of CE_CHUNKS slices
+    of the tokens is recomputed in backward, so one slice's loss is alive at a time, beside the
+    head's gradient summed so far."""
     c, d, v, padded = compute_bytes(k["precision"]), s.d_model, s.vocab, s.padded_vocab
     tokens, fsdp = int(k["micro_batch_size"]) * s.seq_len, k["parallel"] == "fsdp"
     # final norm's fp32 input and stats, the head's input

@@ -16,12 +16,10 @@ class Calibration:
     """measured peak ~ static + a * (activations + logits) + b, fitted from completed trials.
 
     static (Estimate.static) is taken as estimated; a scales the part that grows with the
-    micro-batch (the
-    activation model's error is mostly proportional: a missed or extra saved tensor) and b absorbs a
-    constant
-    (what the allocator holds that the model misses: cuBLAS workspaces, NCCL's buffers, the data).
-    The identity
-    (a = 1, b = 0) is the uncalibrated estimate."""
+    micro-batch (the activation model's error is mostly proportional: a missed or extra saved
+    tensor) and b absorbs a constant (what the allocator holds that the model misses: cuBLAS
+    workspaces, NCCL's buffers, the data).
+    The identity (a = 1, b = 0) is the uncalibrated estimate."""
 
     a: float = 1.0
     b: float = 0.0
@@ -34,19 +32,13 @@ class Calibration:
 
 def calibrate(pairs: list[tuple[Estimate, float]]) -> Calibration:
     """Fit a Calibration from (estimate, measured peak allocated bytes) of completed trials,
-    robustly: with
-    at least three distinct activation sizes, Theil-Sen (a: the median of the pairwise slopes of
-    measured -
-    static on activations + logits, within SCALE_RANGE; b: the median residual); with fewer, the
-    constant only
-    (a = 1, b: the median of measured - estimated), since one or two points cannot tell a scale from
-    a constant
-    (a 4 GiB constant missed on a trial with 4 GiB of activations would read as a scale of 2 and
-    over-predict a
-    40 GiB trial by 36 GiB, skipping it as out of memory). Least squares, before, put an 8B trial on
-    2x H200
-    56% low after one trial whose checkpointing ran other than estimated
-    (benchmarks/memory_vs_peaks.py)."""
+    robustly: with at least three distinct activation sizes, Theil-Sen (a: the median of the
+    pairwise slopes of measured - static on activations + logits, within SCALE_RANGE; b: the median
+    residual); with fewer, the constant only (a = 1, b: the median of measured - estimated), since
+    one or two points cannot tell a scale from a constant (a 4 GiB constant missed on a trial with 4
+    GiB of activations would read as a scale of 2 and over-predict a 40 GiB trial by 36 GiB,
+    skipping it as out of memory). Least squares, before, put an 8B trial on 2x H200 56% low after
+    one trial whose checkpointing ran other than estimated (benchmarks/memory_vs_peaks.py)."""
     if not pairs:
         return Calibration()
     xs = [float(e.activations + e.logits) for e, _ in pairs]

@@ -1,6 +1,5 @@
 """The estimate itself: the built-in model's shapes, each part of a step's memory, and the peak
-(memory/__init__.py
-says what is counted and how it was checked)."""
+(memory/__init__.py says what is counted and how it was checked)."""
 
 from __future__ import annotations
 
@@ -29,9 +28,8 @@ ADAMW_STATE = ("exp_avg", "exp_avg_sq")
 @dataclass(frozen=True)
 class Estimate:
     """Bytes per rank of one training trial. The six parts are each at its own largest; `total` is
-    the peak,
-    the larger of `backward` and `step` (module docstring), since the parts are not all alive at
-    once."""
+    the peak, the larger of `backward` and `step` (module docstring), since the parts are not all
+    alive at once."""
 
     params: int  # fp32 master parameters this rank holds (1/world_size of them with FSDP)
     grads: int  # fp32 gradients this rank holds after backward (same sharding)
@@ -56,8 +54,7 @@ class Estimate:
     @property
     def total(self) -> int:
         """The estimated peak of max_memory_allocated, plus overhead (every part at once for an
-        Estimate whose
-        backward and step were not computed)."""
+        Estimate whose backward and step were not computed)."""
         if not (self.backward or self.step):
             return (
                 self.params
@@ -98,16 +95,12 @@ def _knobs(knobs: dict[str, Any], world_size: int) -> dict[str, Any]:
 
 def weight_bytes(s: Shape, k: dict[str, Any], world: int) -> dict[str, int]:
     """What the weights cost this rank: params, grads, optimizer; weight copies alive during the
-    loss's backward
-    (copies, before a block is recomputed) and during a block's (block_copies, the block being run);
-    autocast's
-    bf16 casts (cast_block, a block's; cast_head), cached for the whole forward but kept after it
-    only where a
-    linear saved them (checkpointed blocks' are made again in their recompute); gradients that exist
-    before
-    backward starts (first_grads) and during the blocks' backward (block_grads); a block's gradients
-    as its
-    backward makes them (grad_block); step_extra (module docstring)."""
+    loss's backward (copies, before a block is recomputed) and during a block's (block_copies, the
+    block being run); autocast's bf16 casts (cast_block, a block's; cast_head), cached for the whole
+    forward but kept after it only where a linear saved them (checkpointed blocks' are made again in
+    their recompute); gradients that exist before backward starts (first_grads) and during the
+    blocks' backward (block_grads); a block's gradients as its backward makes them (grad_block);
+    step_extra (module docstring)."""
     blocks, roots, n = block_params(s), root_params(s), s.n_layers
     total, vd = n_params(s), s.padded_vocab * s.d_model
     fsdp, c, accum = (
@@ -201,15 +194,11 @@ def _moments(
     s: Shape, k: dict[str, Any], w: dict[str, int], saved: int, recompute: int, loss: dict[str, int]
 ) -> tuple[int, int, int]:
     """(gathered, backward's peak, the step's peak). Backward's peak is the largest of: the end of
-    forward
-    (autocast's cache still holds every cast; the loss's forward), the loss's backward (every
-    activation, the
-    loss's peak, gradients only where they already exist), the last block's and the first block's
-    backward
-    (the head's gradient, FSDP's gathered block and gradient buffers, the block being recomputed
-    with its
-    casts; by the first block the others' activations and casts are freed and their gradients
-    made)."""
+    forward (autocast's cache still holds every cast; the loss's forward), the loss's backward
+    (every activation, the loss's peak, gradients only where they already exist), the last block's
+    and the first block's backward (the head's gradient, FSDP's gathered block and gradient buffers,
+    the block being recomputed with its casts; by the first block the others' activations and casts
+    are freed and their gradients made)."""
     n, checkpointed = s.n_layers, checkpointed_blocks(s, k)
     kept = (n - checkpointed) * w["cast_block"] + w["cast_head"]  # casts a linear saved
     held = w["params"] + w["optimizer"] + saved + loss["head"]
@@ -241,12 +230,10 @@ def estimate(
     model: dict[str, Any], knobs: dict[str, Any], world_size: int = 1, device: str = "cuda"
 ) -> Estimate | None:
     """Per-rank bytes of a training trial of the built-in model with these knob values (absent knobs
-    at their
-    defaults), before it is launched; None for hf_config and entrypoint models, whose layers are not
-    known here.
-    model: the YAML model section as a dict (Config.model.model_dump(mode="json"), or
-    runner.model_spec's);
-    device: "cuda" or "cpu", whose autocast the loss follows (loss_bytes)."""
+    at their defaults), before it is launched; None for hf_config and entrypoint models, whose
+    layers are not known here. model: the YAML model section as a dict
+    (Config.model.model_dump(mode="json"), or runner.model_spec's); device: "cuda" or "cpu", whose
+    autocast the loss follows (loss_bytes)."""
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1 but got {world_size}")
     k = _knobs(knobs, world_size)

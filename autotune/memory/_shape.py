@@ -31,10 +31,9 @@ class Shape:
 
 def shape(model: dict[str, Any], knobs: dict[str, Any] | None = None) -> Shape | None:
     """The sizes of the built-in model (None for hf_config and entrypoint models): n_kv_heads
-    defaults to
-    n_heads; ffn_hidden to 4*d_model (gpt) or 8/3*d_model rounded up to 256 (llama), as
-    config.ModelConfig.ffn;
-    the vocabulary padded to knobs' pad_vocab_multiple as train.build_model pads it."""
+    defaults to n_heads; ffn_hidden to 4*d_model (gpt) or 8/3*d_model rounded up to 256 (llama), as
+    config.ModelConfig.ffn; the vocabulary padded to knobs' pad_vocab_multiple as train.build_model
+    pads it."""
     if model.get("hf_config") or model.get("entrypoint") or not model.get("family"):
         return None
     d, family = int(model["d_model"]), model["family"]

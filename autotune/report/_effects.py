@@ -42,10 +42,10 @@ def noise(confirmation: dict[str, Any] | None, ok: list[dict[str, Any]]) -> dict
 
 
 def effects(ok: list[dict[str, Any]], searched: list[str], noise_pct: float | None) -> dict:
-    """Per knob: each value's trials, best and median tokens/s, the paired effect against the
-    knob's most-run value, the knob's effect size (how far its worst value's best falls short of
-    its best value's, in percent) and whether
-    it is above the noise; `ranked`: the knobs above noise, largest effect first."""
+    """Per knob: each value's trials, best and median tokens/s, the paired effect against the knob's
+    most-run value, the knob's effect size (how far its worst value's best falls short of its best
+    value's, in percent) and whether it is above the noise; `ranked`: the knobs above noise, largest
+    effect first."""
     per_knob = {k: _knob(ok, k, searched) for k in searched}
     for entry in per_knob.values():
         size = entry["effect_pct"]

@@ -9,12 +9,10 @@ from typing import Any
 from autotune.record import Metric, RecordError, TrialRecord
 
 # The phases of a trial process, in the order they happen (workloads/trial.py phases_s); "checks" is
-# the
-# numerics guard's: the loss check in the trial (phases_s "check") and its reference trial, a
-# process of its
-# own (phases_s "reference", outside the trial's wall time); "other" is the wall time no phase
-# accounts for.
-# "confirmation": a confirmation process, whose phases the study does not keep (its wall time only)
+# the numerics guard's: the loss check in the trial (phases_s "check") and its reference trial, a
+# process of its own (phases_s "reference", outside the trial's wall time); "other" is the wall time
+# no phase accounts for. "confirmation": a confirmation process, whose phases the study does not
+# keep (its wall time only)
 PHASES = ("start", "build", "compile", "checks", "warmup", "measure", "other", "confirmation")
 SPREAD_QUANTILES = (0.1, 0.9)  # error bars: the 10th and 90th percentile of the measured steps
 

@@ -85,9 +85,8 @@ def _half_width(r: TrialRecord) -> float | None:
 
 def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
     """A trial (an Optuna FrozenTrial) as a report row: its record's knobs, metrics, state and
-    reason. A record
-    another program damaged (a field of the wrong type) shows as 'unreadable', never as a failure of
-    the report."""
+    reason. A record another program damaged (a field of the wrong type) shows as 'unreadable',
+    never as a failure of the report."""
     from optuna.trial import TrialState
 
     try:
@@ -148,9 +147,8 @@ def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
 
 def columns(knobs: list[str], rows: list[dict[str, Any]], task: str = "train") -> list[str]:
     """The table's header: the searched knobs, the metrics (the task's efficiency columns:
-    tasks.Task.columns),
-    NCCL's choice (only where NCCL said), and the outcome (only where a trial did not simply
-    succeed)."""
+    tasks.Task.columns), NCCL's choice (only where NCCL said), and the outcome (only where a trial
+    did not simply succeed)."""
     nccl = ["NCCL used"] if any(r.get("nccl_used") for r in rows) else []
     outcome = ["state", "reason"] if any(r["state"] != "ok" or r["reason"] for r in rows) else []
     efficiency = list(tasks.task(task).columns)

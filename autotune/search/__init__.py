@@ -2,8 +2,7 @@
 confirmation, best.yaml.
 
 `report`, `regress` and the views import storage, history and best; only the CLI and the API import
-the
-loop, and importing this package does not load it (PEP 562 lazy names).
+the loop, and importing this package does not load it (PEP 562 lazy names).
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """best.yaml written from a study: the chosen configuration, its metrics, where and how it was
-measured,
-how to apply it. The file's schema and reader are documents/best_file.py (what check and export
-read)."""
+measured, how to apply it. The file's schema and reader are documents/best_file.py (what check and
+export read)."""
 
 from __future__ import annotations
 
@@ -115,10 +114,8 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
 
 def _value(best: optuna.trial.FrozenTrial, stats: dict[str, Any] | None) -> float:
     """The chosen configuration's tokens/s per GPU. With a confirmation, the confirmed median
-    (several fresh
-    processes); the search's single measurement of the winner is kept beside it (the best of many,
-    so
-    optimistic)."""
+    (several fresh processes); the search's single measurement of the winner is kept beside it (the
+    best of many, so optimistic)."""
     confirmed = stats["median"] if stats else None
     return confirmed or completed_value(best)
 
@@ -131,10 +128,9 @@ def _interval(samples: list[float]) -> dict[str, Any]:
 
 def chosen_summary(study: optuna.Study, h: History) -> dict[str, Any] | None:
     """What best.yaml says of the chosen configuration (the report's `chosen`): its trial, why,
-    knobs, the
-    confirmed median (else the search's value), its 95% interval, samples, x the baseline. None
-    before any
-    trial completed. A script deploys this, not the search's single best measurement."""
+    knobs, the confirmed median (else the search's value), its 95% interval, samples, x the
+    baseline. None before any trial completed. A script deploys this, not the search's single best
+    measurement."""
     if not h.completed:
         return None
     best, stats, why = _chosen(study, h)

@@ -1,26 +1,20 @@
 """Steps along a size knob toward the study's limits (knobs with `climb`: generate's batch_size).
 
 Decode throughput grows with the batch until a latency limit (study.limits) or the GPU's memory
-stops it,
-so the fastest configuration within the limits sits at that boundary. The samplers see every knob as
-an
-unordered category and reach it slowly: on an H200 (Llama-3.1-8B shape, docs/BENCHMARKS.md) a
-16-trial TPE
-study kept to eager decoding at batch 16 (1,171 tokens/s) while compiled decoding at batch 64
-measured 6,365
-tokens/s, 84% over the time-to-first-token limit, and no batch between them was tried. So after each
-measured trial the loop enqueues, ahead of the sampler, with the other knobs unchanged (a bisection
-by index
-in the list of sizes):
+stops it, so the fastest configuration within the limits sits at that boundary. The samplers see
+every knob as an unordered category and reach it slowly: on an H200 (Llama-3.1-8B shape,
+docs/BENCHMARKS.md) a 16-trial TPE study kept to eager decoding at batch 16 (1,171 tokens/s) while
+compiled decoding at batch 64 measured 6,365 tokens/s, 84% over the time-to-first-token limit, and
+no batch between them was tried. So after each measured trial the loop enqueues, ahead of the
+sampler, with the other knobs unchanged (a bisection by index in the list of sizes):
 - the best trial's size halfway up to the smallest size known over a limit or out of memory for
-  those knobs,
-  or past the largest (a size beyond a measured bound is recorded as predicted, without a launch:
+  those knobs, or past the largest (a size beyond a measured bound is recorded as predicted, without
+  a launch:
   predict.py);
 - an over-limit trial's size halfway down to the largest size known within the limits for those
   knobs.
 Each is one trial of the budget, at most two per measured trial. Training's micro_batch_size does
-not
-climb: its best size is often inside the range (the recorded landscapes), not at a boundary.
+not climb: its best size is often inside the range (the recorded landscapes), not at a boundary.
 """
 
 from __future__ import annotations
@@ -45,9 +39,8 @@ def _bisect(
     """t's params with `name` halfway (by index) to the nearest known size beyond it, the other
     knobs alike:
     up from a trial within the limits toward the smallest size over them (or out of memory, or past
-    the
-    largest size); down from an over-limit trial toward the largest size within them (or below the
-    smallest)."""
+    the largest size); down from an over-limit trial toward the largest size within them (or below
+    the smallest)."""
     if t.params.get(name) not in sizes:
         return None
     i, others = sizes.index(t.params[name]), _others(t.user_attrs["knobs"], name)

@@ -35,12 +35,10 @@ def confirm(
     choose.
 
     The choice is the best median of the confirmation samples; among configurations whose 95%
-    intervals
-    overlap the top one's, the one that changes fewest knobs from the baseline wins. Stored in the
-    study
-    (user attribute `confirmation`) after every sample: a resumed study does not confirm the same
-    candidates
-    again, and an interrupted confirmation goes on from the samples it kept.
+    intervals overlap the top one's, the one that changes fewest knobs from the baseline wins.
+    Stored in the study (user attribute `confirmation`) after every sample: a resumed study does not
+    confirm the same candidates again, and an interrupted confirmation goes on from the samples it
+    kept.
     """
     candidates = History.of(study).ranked()[:top]
     if len(candidates) < 2 or rounds < 1:

@@ -22,10 +22,9 @@ Key = tuple[tuple[str, Any], ...]
 
 def key(knobs: dict[str, Any]) -> Key:
     """A configuration's identity: its knob values less those at their catalogue default or not
-    acting (None),
-    so that a record made before a knob existed (it lacks the knob, which then acts at its default)
-    and one made
-    after (the knob at its default) are the same configuration (identity.py)."""
+    acting (None), so that a record made before a knob existed (it lacks the knob, which then acts
+    at its default) and one made after (the knob at its default) are the same configuration
+    (identity.py)."""
     return tuple(
         sorted((k, v) for k, v in knobs.items() if v is not None and not _is_default(k, v))
     )
@@ -38,14 +37,11 @@ def _is_default(name: str, value: Any) -> bool:
 
 def optuna_state(status: str) -> TrialState:
     """How a launched trial's status is stored. Configuration failures (oom, invalid_config,
-    nonfinite_loss)
-    end PRUNED, which Optuna's TPE counts among the bad trials and steers away from; it ignores FAIL
-    trials
-    (seen on 2x H200: with NCCL refusing NCCL_ALGO=Tree, 6 of 16 DDP trials went to Tree while
-    refusals
-    were FAIL). A trial the pruner stopped (status pruned) and one past the study's latency limits
-    (over_limit) are PRUNED too. Failures of the machine (crash,
-    timeout) are FAIL."""
+    nonfinite_loss) end PRUNED, which Optuna's TPE counts among the bad trials and steers away from;
+    it ignores FAIL trials (seen on 2x H200: with NCCL refusing NCCL_ALGO=Tree, 6 of 16 DDP trials
+    went to Tree while refusals were FAIL). A trial the pruner stopped (status pruned) and one past
+    the study's latency limits (over_limit) are PRUNED too. Failures of the machine (crash, timeout)
+    are FAIL."""
     if status == "ok":
         return TrialState.COMPLETE
     return (
@@ -138,9 +134,8 @@ class History:
 
 def value_of(t: optuna.trial.FrozenTrial) -> float | None:
     """A trial's tokens/s per GPU: its value, the first of a pareto study's two (the second: p99
-    time per output
-    token). Optuna's FrozenTrial.value refuses multi-objective trials, so everything reads it
-    through here."""
+    time per output token). Optuna's FrozenTrial.value refuses multi-objective trials, so everything
+    reads it through here."""
     return t.values[0] if t.values else None
 
 
@@ -171,8 +166,7 @@ def baseline_knobs(
     study: optuna.Study, trials: list[optuna.trial.FrozenTrial]
 ) -> dict[str, Any] | None:
     """The baseline's knobs as the study stored them; in studies older than that, the first recorded
-    trial's
-    (the baseline is enqueued first)."""
+    trial's (the baseline is enqueued first)."""
     stored = study.user_attrs.get("baseline_knobs")
     if isinstance(stored, dict):
         return stored

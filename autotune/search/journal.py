@@ -2,14 +2,12 @@
 disk.
 
 Optuna's JournalFileBackend appends one JSON line per operation. A writer that died mid-append (the
-disk filled,
-the worker was killed) leaves a last line without its newline: Optuna's reader skips it, but the
-next append
-glues onto it, and from then on the file cannot be read at all (a decode error before later lines).
-Before a
-search writes to a journal, `repair` cuts such a torn end off under Optuna's own lock, keeping the
-cut bytes
-in a file beside it; a damaged line before the end is refused, never written after."""
+disk filled, the worker was killed) leaves a last line without its newline: Optuna's reader skips
+it, but the next append glues onto it, and from then on the file cannot be read at all (a decode
+error before later lines).
+Before a search writes to a journal, `repair` cuts such a torn end off under Optuna's own lock,
+keeping the cut bytes in a file beside it; a damaged line before the end is refused, never written
+after."""
 
 from __future__ import annotations
 

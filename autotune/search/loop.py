@@ -88,16 +88,12 @@ def run_search(
     space: ResolvedSpace | None = None,
 ) -> SearchResult:
     """Run (or resume) the study until `trials` trials were launched, the timeout, or the space is
-    exhausted;
-    then confirm the top configurations and write best.yaml (also when interrupted).
+    exhausted; then confirm the top configurations and write best.yaml (also when interrupted).
 
     gpus: run one trial per listed GPU at once (each pinned with CUDA_VISIBLE_DEVICES); on the CPU
-    the
-    list only sets how many trials run at once. warm_start_from: another study's folder whose
-    measured
-    trials of this model start the study (search/warm.py). space: cfg's space as
-    config_load.validate
-    resolved it for `device` (resolved here when not given).
+    the list only sets how many trials run at once. warm_start_from: another study's folder whose
+    measured trials of this model start the study (search/warm.py). space: cfg's space as
+    config_load.validate resolved it for `device` (resolved here when not given).
     """
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our own view reports trials
     if storage is not None:
@@ -178,8 +174,8 @@ class _Search:
         measure_fn: Callable[..., TrialRecord] = measure,
     ) -> None:
         """sampler and measure_fn: the study's sampler and the measurement, replaced only by the
-        replay of a
-        recorded landscape (search/replay.py), which runs this same loop without a GPU."""
+        replay of a recorded landscape (search/replay.py), which runs this same loop without a
+        GPU."""
         self.cfg, self.space, self.study, self.budget, self.observer = (
             cfg,
             space,
@@ -250,9 +246,8 @@ class _Search:
         self, trial: optuna.Trial, params: dict[str, Any], knobs: dict[str, Any]
     ) -> int | Told:
         """Take this configuration, or record why not (budget taken, already measured or running,
-        known not
-        to run: search/predict.py). Returns the trial's index in the budget, or how it ended
-        unlaunched."""
+        known not to run: search/predict.py). Returns the trial's index in the budget, or how it
+        ended unlaunched."""
         reap_lost_workers(self.study, self.grace, own=trial.number)
         h = History.of(self.study, own=trial.number)
         # other workers are measuring the rest of the budget
@@ -358,8 +353,7 @@ class _Search:
 
     def optimize(self, timeout_s: float, url: str, tracker: tracking.Tracker | None = None) -> str:
         """Enqueue the baseline (and the grid), run the objective until done; returns why it
-        stopped.
-        tracker: logs each trial this worker tells (search/tracking)."""
+        stopped. tracker: logs each trial this worker tells (search/tracking)."""
         cfg, study = self.cfg, self.study
         callbacks: list[Callable[[optuna.Study, optuna.trial.FrozenTrial], None]] = [
             self.told,
@@ -423,10 +417,8 @@ class _Search:
 
     def told(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         """The observer hears of a recorded trial once Optuna has told its state (an Optuna
-        callback): the
-        History it gets then counts this trial. Called from the objective, before the tell, the live
-        view's
-        "best" lagged one trial behind the results it printed."""
+        callback): the History it gets then counts this trial. Called from the objective, before the
+        tell, the live view's "best" lagged one trial behind the results it printed."""
         if trial.user_attrs.get("status") in STATUSES:
             self.observer.trial_finished(TrialRecord.of(trial), History.of(study))
 

@@ -76,8 +76,7 @@ def study_floor(h: History) -> float | None:
 def pinned(space: ResolvedSpace, knobs: dict[str, Any]) -> Callable[[dict[str, Any]], bool]:
     """Whether a numerics rule with this cause may not skip these knobs (search/predict.py): the
     baseline, or a cause whose every knob the user fixed in the space (a one-value space: there is
-    no
-    alternative to skip to)."""
+    no alternative to skip to)."""
     baseline = key(knobs) == key(space.knobs(space.baseline))
     return lambda cause: baseline or not any(k in space.searched for k in cause)
 

@@ -1,30 +1,22 @@
 """What a study already knows will not run, so it is recorded as predicted and never launched.
 
 - A configuration failure teaches a rule: an `invalid_config` trial names the knob values that
-  caused it
-  (its `cause`, e.g. {attention: cudnn, precision: tf32}); any later configuration with those values
-  fails
-  the same way.
+  caused it (its `cause`, e.g. {attention: cudnn, precision: tf32}); any later configuration with
+  those values fails the same way.
 - A micro-batch (generate: a batch) that ran out of memory bounds the larger ones with the same
   other knobs.
 - A generate batch over a latency limit (study.limits: time to first token, time per output token)
-  bounds the
-  larger batches with the same other knobs: a larger batch does more work in every prefill and
-  decode step.
+  bounds the larger batches with the same other knobs: a larger batch does more work in every
+  prefill and decode step.
 - A memory model: with two or more completed trials that differ only in micro_batch_size, the peak
-  memory
-  is fitted as a line in micro_batch_size (activations grow with it; parameters, gradients and
-  optimizer
-  state do not) and a micro-batch whose fitted peak exceeds the GPU's memory is predicted to run
-  out.
+  memory is fitted as a line in micro_batch_size (activations grow with it; parameters, gradients
+  and optimizer state do not) and a micro-batch whose fitted peak exceeds the GPU's memory is
+  predicted to run out.
 - The memory estimate (autotune/memory; built-in training models): parameters, gradients, optimizer
-  state per
-  shard and activations per micro-batch under each checkpointing choice, calibrated by the peaks the
-  study
-  has measured; a configuration whose calibrated estimate exceeds the GPU's memory is predicted to
-  run out
-  before any trial like it ran. Uncalibrated (no measured peak yet) it must exceed it by
-  UNCALIBRATED_MARGIN.
+  state per shard and activations per micro-batch under each checkpointing choice, calibrated by the
+  peaks the study has measured; a configuration whose calibrated estimate exceeds the GPU's memory
+  is predicted to run out before any trial like it ran. Uncalibrated (no measured peak yet) it must
+  exceed it by UNCALIBRATED_MARGIN.
 """
 
 from __future__ import annotations
@@ -91,14 +83,11 @@ def memory_bound(
     do not fit.
 
     Never for knobs estimated no larger than a trial of this study that ran. Calibrated, the
-    prediction is the
-    smaller of the calibrated and the raw estimate: a calibration fitted on trials that ran other
-    than
-    estimated can over-predict one that the raw estimate has right (seen: +16.9% on an H200).
-    Replayed over
-    197 recorded H200 trials (tests/test_predict.py), no trial is predicted out of memory while the
-    GPU holds
-    1.1 times its peak (the calibrated estimate alone: 7 of them)."""
+    prediction is the smaller of the calibrated and the raw estimate: a calibration fitted on trials
+    that ran other than estimated can over-predict one that the raw estimate has right (seen: +16.9%
+    on an H200).
+    Replayed over 197 recorded H200 trials (tests/test_predict.py), no trial is predicted out of
+    memory while the GPU holds 1.1 times its peak (the calibrated estimate alone: 7 of them)."""
     if mem is None or not mem.capacity_gib or (est := mem.estimate(knobs)) is None:
         return None
     return over_capacity(est, mem.measured(h), mem.capacity_gib)
@@ -167,8 +156,7 @@ def oom_bound(h: History, knobs: dict[str, Any]) -> optuna.trial.FrozenTrial | N
 
 def peak_estimate(h: History, knobs: dict[str, Any]) -> tuple[float, float, list[int]] | None:
     """(fitted peak GiB at this batch, the GPU's memory GiB, the trials fitted) from completed GPU
-    trials
-    with the same other knobs at two or more batch sizes; None when there are not enough."""
+    trials with the same other knobs at two or more batch sizes; None when there are not enough."""
     size = size_knob(knobs)
     by_mbs: dict[int, tuple[float, float, int]] = {}
     for t in h.completed:
@@ -201,8 +189,7 @@ def failure(
     pinned: Callable[[dict[str, Any]], bool] | None = None,
 ) -> tuple[str, str] | None:
     """(status, reason) of a failure these knobs are known to meet, or None. mem: the memory
-    estimate's
-    inputs (None: not used); pinned: see rule_for."""
+    estimate's inputs (None: not used); pinned: see rule_for."""
     if (found := rule_for(h, knobs, pinned)) is not None:
         t, cause = found
         values = ", ".join(f"{k} {v}" for k, v in cause.items())

@@ -1,16 +1,12 @@
 """Stopping hopeless trials: Optuna's pruner interface, fed with each measured step's throughput.
 
 A one-rank trial writes its measured steps so far (workloads/trial.py: Progress); `ProgressWatch`,
-called
-while the search waits for the trial, reports each new step's tokens/s per GPU as an intermediate
-value and
-asks the study's pruner. `BelowBest` prunes only a trial whose *fastest* step so far is below
-`below` times
-the best measured median: a step-to-step spread of a few percent (BENCHMARKS.md) cannot lift it to
-the top,
-so no trial that could still win within the noise is stopped. Optuna's own pruners compare a trial
-with the
-others at the same step (median, percentile) and would stop a trial that is merely worse than most.
+called while the search waits for the trial, reports each new step's tokens/s per GPU as an
+intermediate value and asks the study's pruner. `BelowBest` prunes only a trial whose *fastest* step
+so far is below `below` times the best measured median: a step-to-step spread of a few percent
+(BENCHMARKS.md) cannot lift it to the top, so no trial that could still win within the noise is
+stopped. Optuna's own pruners compare a trial with the others at the same step (median, percentile)
+and would stop a trial that is merely worse than most.
 """
 
 from __future__ import annotations
@@ -57,8 +53,8 @@ def best_value(study: optuna.Study) -> float | None:
 
 class ProgressWatch:
     """Called while a trial runs: new measured steps become intermediate values; when the study's
-    pruner says
-    so, a `prune` file asks the trial to stop, and `why` says what it had measured against what."""
+    pruner says so, a `prune` file asks the trial to stop, and `why` says what it had measured
+    against what."""
 
     def __init__(self, trial: optuna.Trial, run_dir: Path, below: float) -> None:
         self.trial, self.path, self.stop_file, self.below = (

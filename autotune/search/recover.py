@@ -1,16 +1,11 @@
 """A measurement that finished but was never stored (the storage failed, or autotune was killed,
-between the
-trial's result and the study's write) is recorded on resume from the trial's own files.
+between the trial's result and the study's write) is recorded on resume from the trial's own files.
 
 The trial wrote runs/NNNN/result.json before it exited; its Optuna trial was left RUNNING and has
-since been
-reaped as worker_lost. On resume each such trial whose folder holds an ok result of its own launch
-is added
-to the study as the completed trial it was (recovered_from names the lost one), so it is neither
-lost nor
-measured again. A trial whose numerics the loss check would have compared (fp8, fp16, compressed
-gradients)
-is left to be measured again: its check never ran."""
+since been reaped as worker_lost. On resume each such trial whose folder holds an ok result of its
+own launch is added to the study as the completed trial it was (recovered_from names the lost one),
+so it is neither lost nor measured again. A trial whose numerics the loss check would have compared
+(fp8, fp16, compressed gradients) is left to be measured again: its check never ran."""
 
 from __future__ import annotations
 

@@ -1,16 +1,12 @@
 """Replay a recorded landscape through the search loop: samplers compared without a GPU.
 
 A landscape (benchmarks/landscapes/*.json) holds every point of a space as measured on a GPU: its
-knobs and
-its raw step times. The replay runs the real loop (`loop._Search`: claims, duplicates answered by
-the
-nearest unmeasured point, configuration failures PRUNED) with the measurement replaced by a draw
-from the
-point's recorded samples (a bootstrap resample of its step times, their median), so a sampler meets
-the
-same noise the GPU showed. What a run is judged by is the true value (the recorded median) of the
-points it
-measured: trials until one within 97% (99%) of the landscape's optimum was measured.
+knobs and its raw step times. The replay runs the real loop (`loop._Search`: claims, duplicates
+answered by the nearest unmeasured point, configuration failures PRUNED) with the measurement
+replaced by a draw from the point's recorded samples (a bootstrap resample of its step times, their
+median), so a sampler meets the same noise the GPU showed. What a run is judged by is the true value
+(the recorded median) of the points it measured: trials until one within 97% (99%) of the
+landscape's optimum was measured.
 """
 
 from __future__ import annotations
@@ -99,9 +95,8 @@ def replay(
     patience: int | None = 0,
 ) -> list[float | None]:
     """One search of `budget` trials over the landscape (sampler None: autotune's default); the true
-    values
-    of the points measured, in launch order. patience: study.patience (0: the whole budget, what the
-    trials to a target are counted over; None: the study's default)."""
+    values of the points measured, in launch order. patience: study.patience (0: the whole budget,
+    what the trials to a target are counted over; None: the study's default)."""
     cfg = load_config(Path(root or ".") / landscape.yaml)
     # the sampler is the one given (a landscape recorded with sampler grid would otherwise replay
     # its queue)

@@ -1,14 +1,11 @@
 """A study's storage that waits out a transient outage: a database server restarted, a connection
-dropped, an
-SQLite file locked. Each storage call that fails for such a reason is retried, with growing pauses,
-for up to
-RETRY_S seconds (AUTOTUNE_STORAGE_RETRY_S), saying so on stderr; then the outage is one line, exit
+dropped, an SQLite file locked. Each storage call that fails for such a reason is retried, with
+growing pauses, for up to RETRY_S seconds (AUTOTUNE_STORAGE_RETRY_S), saying so on stderr; then the
+outage is one line, exit
 2. A
 refusal that waiting cannot mend (a wrong password, a missing database) is not retried. Optuna has
-no retry
-of its own; its RDB storage turns every SQLAlchemy error into StorageInternalError ("invalid data in
-the
-commit"), whose cause says what really happened."""
+no retry of its own; its RDB storage turns every SQLAlchemy error into StorageInternalError
+("invalid data in the commit"), whose cause says what really happened."""
 
 from __future__ import annotations
 

@@ -12,8 +12,7 @@ def make_sampler(name: str, seed: int, budget: int) -> optuna.samplers.BaseSampl
     points (loop.py).
 
     grid: every point is enqueued and drawn in a seeded random order; Optuna's GridSampler is not
-    used
-    because it does not account for enqueued trials (the baseline).
+    used because it does not account for enqueued trials (the baseline).
     """
     # Random exploration first (the baseline counts), then the sampler's model. Few random trials
     # pay: replaying the recorded H200 landscapes (benchmarks/replay_samplers.py,

@@ -31,15 +31,14 @@ def mask_url(url: str) -> str:
 
 def sqlite_url(path: Path) -> str:
     """The SQLAlchemy URL of a SQLite file at any path: '%', '?', '#' and spaces in it are quoted,
-    or SQLAlchemy
-    would read them as escapes, a query or a fragment and put the database elsewhere."""
+    or SQLAlchemy would read them as escapes, a query or a fragment and put the database
+    elsewhere."""
     return "sqlite:///" + quote(str(path.resolve()), safe="/")
 
 
 def _journal_file(url: str) -> Path:
     """journal:PATH's file: an existing regular file, or a new one in a writable folder (not a FIFO
-    or a device,
-    which would hang or fail mid-study)."""
+    or a device, which would hang or fail mid-study)."""
     path = Path(url.removeprefix("journal:"))
     if path.exists() and not path.is_file():
         raise ConfigError(f"study.storage: journal:{path} is not a regular file")
@@ -86,8 +85,7 @@ def storage_of(url: str) -> optuna.storages.BaseStorage:
 
 def _retrying(storage: optuna.storages.RDBStorage) -> optuna.storages.BaseStorage:
     """Optuna's cache in front of the database (as optuna.storages.get_storage builds it), and a
-    transient
-    outage waited out in front of both (search/retry.py)."""
+    transient outage waited out in front of both (search/retry.py)."""
     from optuna.storages._cached_storage import _CachedStorage
 
     from autotune.search.retry import RetryingStorage
@@ -99,8 +97,7 @@ def _serialize_sqlite(storage: optuna.storages.RDBStorage) -> None:
     """Make every SQLite transaction BEGIN IMMEDIATE (SQLAlchemy's pysqlite recipe).
 
     pysqlite's deferred transactions let two workers (threads or processes) both read a WAITING
-    trial
-    before either writes, so both run it; taking the write lock at BEGIN makes the pop atomic.
+    trial before either writes, so both run it; taking the write lock at BEGIN makes the pop atomic.
     """
     from sqlalchemy import event
 
@@ -279,10 +276,9 @@ def _refuse_other_config(
     name: str, storage: Any, url: str, config: dict[str, Any], device: str, study_dir: Path | None
 ) -> None:
     """A study of this name that measured another model, workload, space (identity.difference: a
-    field or
-    knob added since at its default is no difference) or device is refused. study_dir: where its
-    study.db is
-    (default storage), named in the remedy: --fresh --warm-start from it keeps what it measured."""
+    field or knob added since at its default is no difference) or device is refused. study_dir:
+    where its study.db is (default storage), named in the remedy: --fresh --warm-start from it keeps
+    what it measured."""
     from autotune import identity
 
     try:
@@ -323,10 +319,8 @@ def load_study(
     URL.
 
     Reading never writes: a SQLite file is opened read-only and must already hold Optuna's tables (a
-    new
-    path or a foreign database is refused, not created or extended); a journal file must exist. A
-    damaged
-    or unreachable storage is a one-line ConfigError."""
+    new path or a foreign database is refused, not created or extended); a journal file must exist.
+    A damaged or unreachable storage is a one-line ConfigError."""
     # the option the user gave, never another
     what = "--storage" if storage is not None else "STUDY_DIR"
     if storage is None:

@@ -1,12 +1,11 @@
 """Warm start: a new study begins with another study's measured trials of the same model and
-workload,
-measured on the same hardware and software, so re-tuning after a small change costs a few trials.
+workload, measured on the same hardware and software, so re-tuning after a small change costs a few
+trials.
 
 Only trials whose configuration lies in the new space are copied; each keeps its record (metrics,
-raw
-samples, fingerprint) and notes where it came from (`warm_start`). Copied trials count as measured
-(never
-launched again, and the sampler learns from them) but not toward the new study's budget.
+raw samples, fingerprint) and notes where it came from (`warm_start`). Copied trials count as
+measured (never launched again, and the sampler learns from them) but not toward the new study's
+budget.
 """
 
 from __future__ import annotations
@@ -57,9 +56,8 @@ def _check_same(cfg: Config, source: optuna.Study, where: str, device: str) -> N
 
 def source_study(cfg: Config, source_dir: Path, device: str) -> optuna.Study:
     """The study to start from, opened read-only and checked (ConfigError before anything is
-    written), and
-    copied into memory: `--fresh --warm-start trials/<name>` then archives the very study it starts
-    from."""
+    written), and copied into memory: `--fresh --warm-start trials/<name>` then archives the very
+    study it starts from."""
     source, _ = load_study(source_dir, None, None)
     _check_same(cfg, source, str(source_dir), device)
     copy = optuna.create_study(

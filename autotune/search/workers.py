@@ -2,8 +2,7 @@
 claimed.
 
 Written here rather than using Optuna's heartbeat because JournalStorage has none; this works the
-same on
-SQLite, PostgreSQL and journal files.
+same on SQLite, PostgreSQL and journal files.
 """
 
 from __future__ import annotations
@@ -88,8 +87,7 @@ def claim_configuration(
     study: optuna.Study, trial: optuna.Trial, knobs: dict[str, Any]
 ) -> int | None:
     """Claim the configuration for this trial: other workers now leave it to this one. Returns the
-    number of
-    a running trial that claimed it first (a race: the lower number keeps it), or None."""
+    number of a running trial that claimed it first (a race: the lower number keeps it), or None."""
     trial.set_user_attr("claimed", True)
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if (
@@ -105,8 +103,7 @@ def late_record(study: optuna.Study, trial: optuna.Trial, record: Any) -> bool:
     """A worker that stalled past its grace finds its trial reaped (worker_lost) and measured again
     elsewhere:
     its measurement is added to the study as a duplicate of that trial (kept, not counted) instead
-    of being
-    dropped. False while the trial is still this worker's."""
+    of being dropped. False while the trial is still this worker's."""
     frozen = next((t for t in study.get_trials(deepcopy=False) if t.number == trial.number), None)
     if frozen is None or frozen.state == TrialState.RUNNING:
         return False
@@ -129,8 +126,7 @@ def late_record(study: optuna.Study, trial: optuna.Trial, record: Any) -> bool:
 
 def live_worker(study: optuna.Study, grace_s: float) -> str | None:
     """A worker still measuring a trial of this study (a heartbeat within the grace, or its process
-    alive on
-    this host), said for a message; None when no trial is running."""
+    alive on this host), said for a message; None when no trial is running."""
     now = time.time()
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         worker = t.user_attrs.get("worker") or {}

@@ -27,8 +27,7 @@ def task(name: str) -> Task:
 
 def check_workload(wl: Any) -> None:
     """The workload section (config.WorkloadConfig) against its task: another task's fields are
-    refused, then
-    the task's own rules (ValueError naming the YAML path)."""
+    refused, then the task's own rules (ValueError naming the YAML path)."""
     mine = TASKS[wl.task]
     for other in TASKS.values():
         given = [
@@ -43,8 +42,7 @@ def check_workload(wl: Any) -> None:
 
 def check_config(cfg: Any) -> None:
     """The config (config.Config) against its task: the objective and latency limits it takes, then
-    the task's
-    own rules across sections (ValueError naming the YAML path)."""
+    the task's own rules across sections (ValueError naming the YAML path)."""
     mine, objective = TASKS[cfg.workload.task], cfg.study.objective
     if objective not in mine.objectives:
         takers = ", ".join(t.name for t in TASKS.values() if objective in t.objectives)

@@ -8,9 +8,8 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 # The sections a Task reads are the config's (config.WorkloadConfig, config.Config), typed Any here:
-# the tasks
-# import nothing of autotune above them (config, space, runner and the search loop import the
-# tasks).
+# the tasks import nothing of autotune above them (config, space, runner and the search loop import
+# the tasks).
 Decide = Callable[[list[float], list[float], float], tuple[str, float, tuple[float, float]]]
 
 

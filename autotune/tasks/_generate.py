@@ -90,8 +90,8 @@ class Generate(Task):
         decide: Decide,
     ) -> dict[str, Any] | None:
         """`decide` on decode speed (1 / median time per output token, per process) against the
-        recorded
-        baseline (check --update's samples, else the search's trial); None without numbers."""
+        recorded baseline (check --update's samples, else the search's trial); None without
+        numbers."""
         check_ms = [d["tpot_ms_median"] for d in details if d.get("tpot_ms_median")]
         recorded = (best.get("check_baseline") or {}).get("tpot_ms_samples")
         base_ms = (

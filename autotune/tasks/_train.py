@@ -22,8 +22,7 @@ class Train(Task):
         self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]
     ) -> None:
         """With global_batch_size, the micro-batch sizes that divide it, the accumulation derived
-        from them;
-        without, grad_accum_steps as listed (auto: 1)."""
+        from them; without, grad_accum_steps as listed (auto: 1)."""
         if wl.global_batch_size is not None:
             derive_accumulation(
                 space.grad_accum_steps,

@@ -1,11 +1,10 @@
 """The all-reduce workload (`autotune nccl`): bus bandwidth of one rank group for each message size.
 
 Every rank all-reduces float32 tensors of each size in spec.params["sizes"] (bytes): `warmup`
-untimed
-samples, then `iters` samples, each `inner` back-to-back calls after an untimed barrier, timed by
-timing.time_steps (CUDA events on GPUs). The time of a size is the median over the samples of the
-slowest
-rank's; bandwidths as nccl-tests reports them: algbw = bytes / time, busbw = algbw x 2 (n - 1) / n.
+untimed samples, then `iters` samples, each `inner` back-to-back calls after an untimed barrier,
+timed by timing.time_steps (CUDA events on GPUs). The time of a size is the median over the samples
+of the slowest rank's; bandwidths as nccl-tests reports them: algbw = bytes / time, busbw = algbw x
+2 (n - 1) / n.
 """
 
 from __future__ import annotations

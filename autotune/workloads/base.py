@@ -70,8 +70,7 @@ class Measured:
     # `check` phase
     check_s: float = 0.0
     # why the workload itself stopped before all its steps (task command: its limit, recompiling),
-    # the
-    # reason of a trial whose timing.stopped_early; '' where the search's pruner stopped it
+    # the reason of a trial whose timing.stopped_early; '' where the search's pruner stopped it
     stopped: str = ""
 
 
@@ -81,8 +80,7 @@ class Workload(ABC):
 
     task: ClassVar[str]
     # False: the workload runs no torch on the device itself (task command: the user's job does), so
-    # the trial
-    # creates no CUDA context beside it
+    # the trial creates no CUDA context beside it
     touches_device: ClassVar[bool] = True
 
     def __init__(self, torch: Any, spec: TrialSpec, ranks: Ranks | None, fault: Fault) -> None:

@@ -1,8 +1,6 @@
 """The models a generate trial decodes with: the built-in GPT with a static or dynamic KV cache of
-its
-own (Decoder, gpt-fast's layout), and a Hugging Face model through its own cache (HFDecoder);
-full_logits
-is the cache-free reference the drift guard and the tests compare with.
+its own (Decoder, gpt-fast's layout), and a Hugging Face model through its own cache (HFDecoder);
+full_logits is the cache-free reference the drift guard and the tests compare with.
 
 Imported only inside a trial's process: torch, nothing else.
 """
@@ -45,8 +43,7 @@ def _cache_module(torch: Any) -> type:
 
 class Decoder:
     """The built-in Transformer's blocks run with a KV cache: static (buffers, a mask over the whole
-    cache)
-    or dynamic (tensors passed in and returned, grown by torch.cat)."""
+    cache) or dynamic (tensors passed in and returned, grown by torch.cat)."""
 
     def __init__(
         self, torch: Any, model: Any, batch: int, length: int, dtype: Any, static: bool, eager: bool
@@ -116,8 +113,7 @@ class Decoder:
 
 class HFDecoder:
     """A transformers causal LM decoded with its own DynamicCache (passed in and returned, as
-    Decoder's
-    dynamic cache): the same interface as Decoder."""
+    Decoder's dynamic cache): the same interface as Decoder."""
 
     def __init__(self, hf: Any, vocab: int) -> None:
         cfg = hf.config

@@ -16,10 +16,8 @@ tested for real.
     the timed region, after a device synchronisation so that CUDA events see it too).
 
 The @ condition limits the fault to trials whose knob matches, e.g. oom@micro_batch_size>=16, or to
-one
-rank of a rank group, e.g. error@rank=1. Never set it outside tests. Nothing here is imported by the
-timing
-code: a workload applies the fault to its own step.
+one rank of a rank group, e.g. error@rank=1. Never set it outside tests. Nothing here is imported by
+the timing code: a workload applies the fault to its own step.
 """
 
 from __future__ import annotations
@@ -95,8 +93,8 @@ class Fault:
 
     def slowed(self, step: Callable[[], Any], synchronize: Callable[[], None]) -> Callable[[], Any]:
         """slow:PCT: the step followed by a wait of PCT% of its own time, after a device
-        synchronisation (so
-        that CUDA events around the step see it too); any other kind: the step itself."""
+        synchronisation (so that CUDA events around the step see it too); any other kind: the step
+        itself."""
         if not (self.kind and self.kind.startswith("slow:")):
             return step
         slow = float(self.kind.partition(":")[2]) / 100

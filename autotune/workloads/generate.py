@@ -1,17 +1,12 @@
 """Text generation (`task: generate`): prefill a batch of prompts, then decode `gen_len` tokens
-each, greedy,
-with a KV cache, on synthetic token ids (gpt-fast's loop: static cache, CUDA graphs through
-torch.compile's
-reduce-overhead mode, torchao weight quantization).
+each, greedy, with a KV cache, on synthetic token ids (gpt-fast's loop: static cache, CUDA graphs
+through torch.compile's reduce-overhead mode, torchao weight quantization).
 
 One measured "step" is one whole generation of the batch; inside it every decode step has its own
-pair of
-CUDA events (no host synchronisation), so the trial reports time to first token (the prefill of the
-batch),
-time per output token (median and p99 over the decode steps) and output tokens/s. A quantized trial
-first
-compares its logits with the unquantized model's on the same prompts (greedy agreement, KL
-divergence).
+pair of CUDA events (no host synchronisation), so the trial reports time to first token (the prefill
+of the batch), time per output token (median and p99 over the decode steps) and output tokens/s. A
+quantized trial first compares its logits with the unquantized model's on the same prompts (greedy
+agreement, KL divergence).
 
 Imported only inside a trial's process: torch (and torchao for weight_quant), nothing else.
 """
@@ -123,8 +118,7 @@ class Generate(Workload):
 
     def _builtin_model(self) -> tuple[Any, int, int]:
         """The built-in model built on the meta device in its dtype, materialised where it runs (an
-        8B model
-        never exists in fp32): (model, vocab, d_model)."""
+        8B model never exists in fp32): (model, vocab, d_model)."""
         from autotune.workloads.model import Transformer
 
         torch, m = self.torch, self.spec.model
@@ -144,8 +138,8 @@ class Generate(Workload):
 
     def _decode_bytes(self, model: Any, quant: str | None, d_model: int) -> int:
         """Bytes one decode step must read (the roofline's numerator): the linears' weights as
-        stored, the
-        norms, the KV cache of the positions attended to on average, the batch's hidden states."""
+        stored, the norms, the KV cache of the positions attended to on average, the batch's hidden
+        states."""
         torch, knobs = self.torch, self.spec.knobs
         layers = self.decoder.layers if self.spec.model.get("hf_config") else len(model.blocks)
         cached = 2 * layers * self.batch * self.decoder.n_kv * self.decoder.head_dim
@@ -166,9 +160,8 @@ class Generate(Workload):
 
     def _quantize(self, model: Any, vocab: int) -> tuple[str | None, dict[str, Any]]:
         """weight_quant applied, with the drift guard: every linear's input and output recorded on a
-        probe
-        before, each layer's error and the whole model's logits compared after; invalid_config past
-        study.drift."""
+        probe before, each layer's error and the whole model's logits compared after; invalid_config
+        past study.drift."""
         torch, knobs, run = self.torch, self.spec.knobs, self.spec.run
         # the same probe whatever the batch size: drift is the quantization's, so one rule covers
         # all batches
@@ -205,11 +198,9 @@ class Generate(Workload):
         self, model: Any, seen: Any, probe: Any, last: int
     ) -> tuple[list[float], Any]:
         """Each quantized layer's output error and the model's logits; a kernel that cannot run
-        these inputs
-        here is invalid_config, its knobs the cause (seen on an H200: gemlite 0.5.1's GEMM kernel, a
-        prompt's
-        many rows, rejected bf16 activations, 'Both operands must be same dtype. Got bf16 and
-        fp16')."""
+        these inputs here is invalid_config, its knobs the cause (seen on an H200: gemlite 0.5.1's
+        GEMM kernel, a prompt's many rows, rejected bf16 activations, 'Both operands must be same
+        dtype. Got bf16 and fp16')."""
         knobs = self.spec.knobs
         try:
             return layer_errors(self.torch, model, seen), self.logits(probe, last)

@@ -76,8 +76,7 @@ class Attention(nn.Module):
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None
     ) -> tuple[torch.Tensor, ...]:
         """Q, K, V as [batch, heads, tokens, head_dim], RoPE applied (llama); the generate
-        workload's cache
-        decoder calls this too."""
+        workload's cache decoder calls this too."""
         b, t, _ = x.shape
         q, k, v = self.qkv(x).split(
             [self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.n_kv * self.head_dim],
@@ -154,14 +153,11 @@ class Block(nn.Module):
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None
     ) -> torch.Tensor:
         """The checkpoint is taken here, inside the block (torchtitan's checkpoint_wrapper sits
-        inside
-        fully_shard and torch.compile the same way): a block compiled in place then compiles the
-        checkpoint
-        with it, and Inductor's partitioner honours the per-op policy. Taken around a compiled block
-        instead,
-        the policy never sees the compiled ops, saves nothing, and selective_op becomes full
-        recomputation
-        (seen on the H200: the same peak memory and speed as full)."""
+        inside fully_shard and torch.compile the same way): a block compiled in place then compiles
+        the checkpoint with it, and Inductor's partitioner honours the per-op policy. Taken around a
+        compiled block instead, the policy never sees the compiled ops, saves nothing, and
+        selective_op becomes full recomputation (seen on the H200: the same peak memory and speed as
+        full)."""
         if not self.checkpointed:
             return self._forward(x, rope)
         ops = {"context_fn": _op_policy} if self.checkpoint_ops else {}
@@ -179,16 +175,12 @@ class Transformer(nn.Module):
     loss too.
 
     m["padded_vocab"] (>= vocab_size) sizes the embedding and head; logits past vocab_size are cut
-    off
-    before the loss, so padding changes the matmul shapes and nothing else. m["checkpoint_every"]: 0
-    (no
-    activation checkpointing), 1 (every block) or 2 (every other block); m["checkpoint_ops"]: inside
-    each
-    checkpointed block keep the matmul and attention outputs (torchtitan's per-op selective policy).
-    m["ce_chunks"] > 1: the head and cross-entropy run over that many slices of the tokens, each
-    recomputed in
-    backward, so only one slice's logits are ever alive (the 128k-vocabulary logits dominate
-    Llama-3's memory).
+    off before the loss, so padding changes the matmul shapes and nothing else.
+    m["checkpoint_every"]: 0 (no activation checkpointing), 1 (every block) or 2 (every other
+    block); m["checkpoint_ops"]: inside each checkpointed block keep the matmul and attention
+    outputs (torchtitan's per-op selective policy). m["ce_chunks"] > 1: the head and cross-entropy
+    run over that many slices of the tokens, each recomputed in backward, so only one slice's logits
+    are ever alive (the 128k-vocabulary logits dominate Llama-3's memory).
 
     Built as torchtitan builds: construct under `torch.device("meta")` (no memory, no work), then
     `to_empty(device=...)` and `init_weights()` there: an 8B model never exists on the CPU.
@@ -225,8 +217,8 @@ class Transformer(nn.Module):
         """Initialise every parameter and buffer on the device the model lives on (after to_empty
         too):
         normal(0, 0.02) weights, GPT-2's scaled residual projections, unit norms, the RoPE tables;
-        the head
-        tied to the embedding again (to_empty from the meta device unties shared parameters)."""
+        the head tied to the embedding again (to_empty from the meta device unties shared
+        parameters)."""
         m = self.cfg
         if m["tie_embeddings"]:
             self.head.weight = self.tok.weight
@@ -256,9 +248,8 @@ class Transformer(nn.Module):
 
     def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
         """The last block's output for every position (embedding, positions or RoPE, the blocks;
-        activation
-        checkpointing as configured): what the loss, or the generate workload's drift check,
-        reads."""
+        activation checkpointing as configured): what the loss, or the generate workload's drift
+        check, reads."""
         t = tokens.shape[1]
         x = self.tok(tokens)
         rope = None
@@ -272,8 +263,8 @@ class Transformer(nn.Module):
 
     def head_loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Final norm, output head and cross-entropy: what follows the blocks (compile_scope block
-        compiles it
-        as one more region, so the fp32 logits of the loss are fused rather than materialised)."""
+        compiles it as one more region, so the fp32 logits of the loss are fused rather than
+        materialised)."""
         if self.ce_chunks > 1:
             xs, ts = (
                 x.reshape(-1, x.shape[-1]).chunk(self.ce_chunks),
@@ -297,8 +288,7 @@ class Transformer(nn.Module):
 
     def flop_params(self) -> int:
         """Parameters counted in 6N (PaLM appendix B): all of them, once, except position embeddings
-        and
-        vocabulary padding (the model's FLOPs, not the padded matmul's)."""
+        and vocabulary padding (the model's FLOPs, not the padded matmul's)."""
         n = sum(p.numel() for p in self.parameters())
         pad_rows = (self.padded_vocab - self.vocab) * self.cfg["d_model"]
         n -= pad_rows if self.cfg["tie_embeddings"] else 2 * pad_rows

@@ -144,9 +144,8 @@ def apply_fsdp(
 
 def apply_fsdp_prefetch(blocks: Any, knobs: dict[str, Any]) -> dict[str, str]:
     """fsdp_forward_prefetch / fsdp_backward_prefetch: explicit all-gather prefetching of the next
-    blocks
-    (pytorch/examples' FSDP2 example); FSDP2's own prefetching where they are at their defaults (0
-    and 1)."""
+    blocks (pytorch/examples' FSDP2 example); FSDP2's own prefetching where they are at their
+    defaults (0 and 1)."""
     fwd, bwd = (
         int(knobs.get("fsdp_forward_prefetch") or 0),
         int(knobs.get("fsdp_backward_prefetch") or 1),
@@ -169,10 +168,8 @@ def apply_fsdp_prefetch(blocks: Any, knobs: dict[str, Any]) -> dict[str, str]:
 
 def repeated_blocks(torch: Any, model: Any) -> list[Any]:
     """The model's transformer blocks, found one way for FSDP2's sharding and per-block compile: the
-    largest
-    nn.ModuleList whose modules are all of one class (the built-in model's `blocks`, a Hugging Face
-    model's
-    `layers`), through DDP/FSDP wrappers."""
+    largest nn.ModuleList whose modules are all of one class (the built-in model's `blocks`, a
+    Hugging Face model's `layers`), through DDP/FSDP wrappers."""
     lists = [
         m
         for m in model.modules()
@@ -183,8 +180,8 @@ def repeated_blocks(torch: Any, model: Any) -> list[Any]:
 
 def check_replicas_in_sync(torch: Any, model: Any, ranks: Ranks) -> None:
     """DDP keeps every rank's weights identical; if they differ after the measured steps, gradients
-    were
-    not synchronised and the throughput is not that of data-parallel training: fail the trial."""
+    were not synchronised and the throughput is not that of data-parallel training: fail the
+    trial."""
     if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
         return  # FSDP: each rank holds its own shard
     with torch.no_grad():

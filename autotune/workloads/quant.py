@@ -1,7 +1,6 @@
 """Weight quantization of a generate trial (torchao's quantize_, gemlite's int4 kernels) and the
-drift guard's
-measurements: every linear's input and output recorded before, each layer's error and the logits
-after.
+drift guard's measurements: every linear's input and output recorded before, each layer's error and
+the logits after.
 
 Imported only inside a trial's process: torch and torchao.
 """
@@ -24,8 +23,7 @@ WEIGHT_BITS = {
 
 def capture_linears(torch: Any, model: Any, run: Any, last: int) -> dict[str, tuple[Any, Any]]:
     """Each nn.Linear's input and output on the last `last` positions while `run()` runs: the
-    per-layer
-    reference a quantized copy of the same weights is compared with."""
+    per-layer reference a quantized copy of the same weights is compared with."""
     seen: dict[str, tuple[Any, Any]] = {}
     hooks = []
     for name, mod in model.named_modules():
@@ -66,8 +64,8 @@ def apply_weight_quant(
     torch: Any, model: Any, knobs: dict[str, Any], broken: bool = False
 ) -> str | None:
     """torchao quantize_ with the weight_quant's config on every nn.Linear; the call as applied, or
-    None.
-    broken (the test-only drift fault): a 1-bit sign quantizer instead, which must be caught."""
+    None. broken (the test-only drift fault): a 1-bit sign quantizer instead, which must be
+    caught."""
     quant = knobs["weight_quant"]
     if quant in (None, "none"):
         return None
@@ -150,12 +148,10 @@ def _release(version: str) -> tuple[int, ...]:
 
 def gemlite_mismatch(gemlite_version: str, torchao_version: str) -> str | None:
     """Why these two versions cannot quantize together, or None. torchao 0.18's
-    UIntxBitPackedTensor.from_hp
-    unpacks three tensors (`qdata, scale, zero_point = gemlite_linear.get_tensor_args()`); gemlite
-    0.6 added a
-    fourth (meta_scale, for NVFP4), so every layer failed with 'too many values to unpack (expected
-    3)' (seen
-    on an H200 with gemlite 0.6.0.post2; gemlite 0.5.1.post1 returns the three)."""
+    UIntxBitPackedTensor.from_hp unpacks three tensors (`qdata, scale, zero_point =
+    gemlite_linear.get_tensor_args()`); gemlite 0.6 added a fourth (meta_scale, for NVFP4), so every
+    layer failed with 'too many values to unpack (expected 3)' (seen on an H200 with gemlite
+    0.6.0.post2; gemlite 0.5.1.post1 returns the three)."""
     if _release(gemlite_version) >= (0, 6) and _release(torchao_version) <= (0, 18):
         return (
             f"int4_kernel gemlite: gemlite {gemlite_version} returns four tensors from "
@@ -167,8 +163,8 @@ def gemlite_mismatch(gemlite_version: str, torchao_version: str) -> str | None:
 
 def linear_bytes(model: Any, torch: Any, quant: str | None, group: int) -> int:
     """Bytes a decode step reads for the linear layers' weights as stored: the quantized weights and
-    their
-    scales (int4: a bf16 scale and zero point per group; int8/float8: a scale per output row)."""
+    their scales (int4: a bf16 scale and zero point per group; int8/float8: a scale per output
+    row)."""
     total = 0
     for mod in model.modules():
         if isinstance(mod, torch.nn.Linear):

@@ -1,6 +1,5 @@
 """This trial process as one rank of a torchrun group: the process group, autotune's own gloo side
-group,
-gathering, and how a failing rank reports and leaves."""
+group, gathering, and how a failing rank reports and leaves."""
 
 from __future__ import annotations
 
@@ -69,10 +68,8 @@ def env_rank() -> tuple[int, int]:
 
 def fail_rank(result_path: str, result: TrialResult) -> None:
     """A failing rank of a torchrun group: write its reason beside the result (result.rankR.json),
-    then exit 1
-    at once, so that torchrun ends the other ranks (a normal shutdown can block in the process
-    group's
-    teardown with collectives in flight)."""
+    then exit 1 at once, so that torchrun ends the other ranks (a normal shutdown can block in the
+    process group's teardown with collectives in flight)."""
     result.reason = f"rank {result.rank}: {result.reason}"
     result.at_ns = time.time_ns()
     result.write(Path(result_path).with_name(f"result.rank{result.rank}.json"))

@@ -1,16 +1,13 @@
 """The trial's supervisor: `python -m autotune.workloads.supervise CMD...` (standard library only).
 
 autotune starts every trial through it, in a session of its own. It runs CMD (the trial, or torchrun
-with
-its ranks) as its child and makes sure nothing of the trial outlives the trial or autotune:
+with its ranks) as its child and makes sure nothing of the trial outlives the trial or autotune:
 
 - PR_SET_PDEATHSIG: when autotune dies, even by kill -9, the supervisor gets SIGTERM at once;
 - autotune gone before that was armed (a kill within milliseconds of the start): getppid() is no
-  longer
-  AUTOTUNE_PARENT_PID, so it leaves before starting anything;
+  longer AUTOTUNE_PARENT_PID, so it leaves before starting anything;
 - PR_SET_CHILD_SUBREAPER: processes the trial leaves behind (Inductor's compile workers, ranks that
-  torchrun
-  put in sessions of their own) become the supervisor's children instead of init's;
+  torchrun put in sessions of their own) become the supervisor's children instead of init's;
 - on SIGTERM, SIGINT or SIGHUP, and when CMD ends: every descendant is killed (SIGKILL) and reaped.
 
 Its exit status is CMD's; a CMD killed by a signal is reported by the supervisor dying of the same
@@ -49,9 +46,8 @@ def descendants(root: int) -> list[int]:
 
 def end_all(within_s: float = 10.0) -> None:
     """Stop, then kill, every descendant, again and again until none is left (a process that keeps
-    forking
-    is frozen by SIGSTOP before it can fork once more), then reap them: as subreaper they are ours
-    by now."""
+    forking is frozen by SIGSTOP before it can fork once more), then reap them: as subreaper they
+    are ours by now."""
     deadline = time.monotonic() + within_s
     while (pids := descendants(os.getpid())) and time.monotonic() < deadline:
         for sig in (signal.SIGSTOP, signal.SIGKILL):

@@ -2,16 +2,11 @@
 step.
 
 As nanoGPT's bench.py (burn-in, then measure, synchronise around the timed loop) and triton's
-do_bench (an
-event pair per repetition, the raw samples kept): the samples are the device's time of each step,
-between
-its events. No host synchronisation inside the timed loop on the GPU, except when the search watches
-the
-progress (to prune): then the host waits for step i - AHEAD before it launches step i, which keeps a
-step
-queued on the device (it never idles for the host) and lets the steps be seen as they finish. On the
-CPU,
-time.perf_counter around each step.
+do_bench (an event pair per repetition, the raw samples kept): the samples are the device's time of
+each step, between its events. No host synchronisation inside the timed loop on the GPU, except when
+the search watches the progress (to prune): then the host waits for step i - AHEAD before it
+launches step i, which keeps a step queued on the device (it never idles for the host) and lets the
+steps be seen as they finish. On the CPU, time.perf_counter around each step.
 """
 
 from __future__ import annotations
@@ -56,16 +51,12 @@ def time_steps(
     progress: Callable[[list[float]], bool] | None = None,
 ) -> Timing:
     """Run `warmup` untimed steps (each synchronised, its wall time kept: the first carries
-    torch.compile),
-    then `measure` timed steps. after_warmup_step: called with each warm-up step's output (a check
-    that may
-    raise: a broken configuration fails before it is measured); before_window: untimed, once before
-    the
-    measured steps (a barrier of the ranks); before_each: untimed, before every measured step;
-    progress:
+    torch.compile), then `measure` timed steps. after_warmup_step: called with each warm-up step's
+    output (a check that may raise: a broken configuration fails before it is measured);
+    before_window: untimed, once before the measured steps (a barrier of the ranks); before_each:
+    untimed, before every measured step; progress:
     called after each step is launched with the times of the steps the device has finished (read
-    from their
-    events without waiting for them); True stops the measurement there."""
+    from their events without waiting for them); True stops the measurement there."""
     cuda = device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     warmup_s = _warm_up(step, warmup, sync, after_warmup_step)

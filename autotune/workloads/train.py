@@ -2,8 +2,7 @@
 `apply_*` step.
 
 The trial reads like torchtitan's: apply_precision, apply_attention, build_model, apply_fp8,
-parallelize,
-apply_optimizer, apply_compile, then timing.time_steps over `step`.
+parallelize, apply_optimizer, apply_compile, then timing.time_steps over `step`.
 """
 
 from __future__ import annotations
@@ -110,13 +109,11 @@ def build_model(
     context: Any = contextlib.nullcontext,
 ) -> tuple[Any, list[Any], dict[str, Any], Work]:
     """The model and a few micro-batches made once on the device (no data loading is timed).
-    materialize
-    False (the built-in model under FSDP2) leaves the model on the meta device: it is sharded first
-    and
-    each rank then allocates and initialises only its shards (`materialize`), as torchtitan builds.
-    context: the trial's autocast and SDPA backend, under which an hf_config or entrypoint model's
-    FLOPs are
-    counted; the built-in model's are the formula (its shapes are known: model.flop_params)."""
+    materialize False (the built-in model under FSDP2) leaves the model on the meta device: it is
+    sharded first and each rank then allocates and initialises only its shards (`materialize`), as
+    torchtitan builds. context: the trial's autocast and SDPA backend, under which an hf_config or
+    entrypoint model's FLOPs are counted; the built-in model's are the formula (its shapes are
+    known: model.flop_params)."""
     m, knobs = spec.model, spec.knobs
     if m.get("hf_config") or m.get("entrypoint"):
         from autotune.workloads import external
@@ -167,8 +164,8 @@ def materialize_model(model: Any, dev: Any) -> Any:
 
 def apply_fp8(torch: Any, model: Any, knobs: dict[str, Any]) -> int:
     """torchao float8 training of every linear but the output head; returns how many linears were
-    converted.
-    fp8_all_gather: FSDP2 all-gathers the weights in float8 (tensorwise recipe and fsdp only)."""
+    converted. fp8_all_gather: FSDP2 all-gathers the weights in float8 (tensorwise recipe and fsdp
+    only)."""
     if knobs["precision"] != "fp8":
         return 0
     import dataclasses
@@ -276,8 +273,7 @@ class Train(Workload):
 
     def _device(self) -> Any:
         """Precision, the device of this rank, the attention backend; returns the rank's data
-        generator
-        (the same initial weights on every rank, each rank its own data)."""
+        generator (the same initial weights on every rank, each rank its own data)."""
         torch, spec, knobs = self.torch, self.spec, self.spec.knobs
         device = spec.device
         self.amp_dtype = apply_precision(torch, knobs["precision"], device)
@@ -315,9 +311,8 @@ class Train(Workload):
 
     def _sharded_build(self, m: dict[str, Any]) -> bool:
         """FSDP2 with the built-in model: sharded on the meta device, then each rank materialises
-        its shards
-        only (a tied head would be untied by to_empty after sharding, so tied models are built whole
-        first)."""
+        its shards only (a tied head would be untied by to_empty after sharding, so tied models are
+        built whole first)."""
         external = m.get("hf_config") or m.get("entrypoint") or m.get("tie_embeddings")
         return bool(self.ranks) and self.spec.knobs.get("parallel") == "fsdp" and not external
 
@@ -396,9 +391,8 @@ class Train(Workload):
 
     def profile(self, folder: Path, steps: int = 2) -> None:
         """AUTOTUNE_PROFILE=DIR: after the measured steps (untimed), `steps` more under
-        torch.profiler, written as
-        a chrome trace per rank (DIR/autotune-<pid>-rank<r>.json): what a step spends, beside a
-        plain script's."""
+        torch.profiler, written as a chrome trace per rank (DIR/autotune-<pid>-rank<r>.json): what a
+        step spends, beside a plain script's."""
         torch = self.torch
         from torch.profiler import ProfilerActivity, profile
 

@@ -1,6 +1,6 @@
 """A plain PyTorch training script (no framework) that reports its steps to autotune with two lines:
-a small
-causal LM on random tokens, data-parallel when launched with torchrun. Its knobs are its own flags.
+a small causal LM on random tokens, data-parallel when launched with torchrun. Its knobs are its own
+flags.
 
     python examples/torchrun/train.py --batch_size 8 --accum 2 --precision bf16 --steps 50
     torchrun --standalone --nproc-per-node 2 examples/torchrun/train.py ...
