@@ -7,6 +7,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from autotune.tasks import ObjectiveName
+
 SamplerName = Literal["tpe", "random", "grid", "gp"]
 SEED_MAX = 2**32 - 1  # numpy's and Optuna's seeds are 32-bit
 
@@ -287,7 +289,7 @@ class StudyConfig(_Section):
         "fresh process per trial). Default: on with --device cuda; off on the CPU, where that "
         "import would share the cores with the trial being measured.",
     )
-    objective: Literal["tokens_per_s", "pareto"] = Field(
+    objective: ObjectiveName = Field(
         default="tokens_per_s",
         description=(
             "tokens_per_s: maximise tokens/s per GPU. pareto (task generate): an "

@@ -1,5 +1,5 @@
-"""The resolved search space: which knobs are searched or fixed, the batch rule, and Optuna
-suggestions.
+"""The resolved search space: which knobs are searched or fixed, the task's batch rule applied, and
+Optuna suggestions.
 
 The rules come from the knob catalogue (autotune/knobs): a knob that acts only under another knob's
 value, only across ranks, or only on NCCL is fixed (and says why) where it cannot matter. Imports no
@@ -44,6 +44,7 @@ class ResolvedSpace:
 
     searched: dict[str, list[Any]]
     fixed: dict[str, Any]
+    task: tasks.Task  # its batch rule derives knobs (grad_accum_steps) from each point's values
     notes: dict[str, str] = field(default_factory=dict)
     global_batch_size: int | None = None
     world_size: int = 1
@@ -65,10 +66,7 @@ class ResolvedSpace:
         knob that cannot act in this trial is None, so points that differ only there are one
         measurement)."""
         knobs = {**self.fixed, **params}
-        if self.global_batch_size is not None:
-            knobs["grad_accum_steps"] = self.global_batch_size // (
-                knobs["micro_batch_size"] * self.world_size
-            )
+        knobs.update(self.task.derived_knobs(knobs, self.global_batch_size, self.world_size))
         if self.world_size == 1 and "parallel" in knobs:
             knobs["parallel"] = None  # one rank: no data parallelism to choose
         for k in catalogue.CATALOGUE:
@@ -123,7 +121,7 @@ def resolve_space(cfg: Sections, device: str | None = None) -> ResolvedSpace:
     device "cpu" with world_size > 1 runs the gloo backend: the NCCL knobs are then fixed at
     default, noted as not applicable (their values were validated all the same)."""
     space, wl = cfg.space, cfg.workload
-    task = wl.task
+    task, plugin = wl.task, tasks.task(wl.task)
     mine = [k.name for k in catalogue.CATALOGUE if task in k.tasks]
     for k in catalogue.CATALOGUE:  # a knob of another task, set: a mistake to be told about
         value = getattr(space, k.name)
@@ -136,8 +134,8 @@ def resolve_space(cfg: Sections, device: str | None = None) -> ResolvedSpace:
         k: list(getattr(space, k)) for k in mine if k != "grad_accum_steps"
     }
     notes: dict[str, str] = {}
-    tasks.task(task).batch_rule(space, wl, values, notes)
-    custom = tasks.task(task).user_knobs(cfg)
+    plugin.batch_rule(space, wl, values, notes)
+    custom = plugin.user_knobs(cfg)
     values.update(custom)
     for k in catalogue.CATALOGUE:
         _fix_where_it_cannot_act(k, values, notes, wl.world_size, device)
@@ -154,6 +152,7 @@ def resolve_space(cfg: Sections, device: str | None = None) -> ResolvedSpace:
     return ResolvedSpace(
         searched=searched,
         fixed=fixed,
+        task=plugin,
         notes=notes,
         global_batch_size=wl.global_batch_size,
         world_size=wl.world_size,

@@ -12,6 +12,7 @@ import optuna
 import pytest
 import yaml
 
+from autotune import tasks
 from autotune.config_load import load_config
 from autotune.record import Metric, TrialRecord
 from autotune.search import predict
@@ -34,13 +35,15 @@ def test_over_limit_bounds_the_larger_batches_only() -> None:
     t = optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, user_attrs=attrs)
     t.number = 4
     h = History(over_limit=[t])
-    status, reason = predict.failure(h, {**knobs, "batch_size": 32})
+    generate = tasks.task("generate")
+    status, reason = predict.failure(h, {**knobs, "batch_size": 32}, generate)
     assert status == "over_limit" and reason.startswith(
         "predicted: batch_size 16 was already over the limits (trial 4"
     )
-    assert predict.failure(h, {**knobs, "batch_size": 8}) is None  # smaller: may meet the limits
+    # smaller: may meet the limits
+    assert predict.failure(h, {**knobs, "batch_size": 8}, generate) is None
     # another configuration
-    assert predict.failure(h, {**knobs, "batch_size": 32, "compile": False}) is None
+    assert predict.failure(h, {**knobs, "batch_size": 32, "compile": False}, generate) is None
 
 
 def _landscape(knobs: dict[str, Any]) -> tuple[float, float]:

@@ -11,10 +11,12 @@ import optuna
 import pytest
 from conftest import load_trials, tiny
 
-from autotune import memory
+from autotune import memory, tasks
 from autotune.config_load import parse_config
 from autotune.search import predict, run_search
 from autotune.search.history import History
+
+TRAIN = tasks.task("train")
 
 
 def _trial(
@@ -62,13 +64,15 @@ def test_predict_rule_from_an_invalid_configuration() -> None:
         )
     )
     status, reason = predict.failure(
-        h, {"attention": "cudnn", "precision": "tf32", "micro_batch_size": 64}
+        h, {"attention": "cudnn", "precision": "tf32", "micro_batch_size": 64}, TRAIN
     )
     assert status == "invalid_config" and reason.startswith(
         "predicted: attention cudnn, precision tf32 cannot run here (trial 3"
     )
     assert (
-        predict.failure(h, {"attention": "cudnn", "precision": "bf16", "micro_batch_size": 8})
+        predict.failure(
+            h, {"attention": "cudnn", "precision": "bf16", "micro_batch_size": 8}, TRAIN
+        )
         is None
     )
 
@@ -80,8 +84,9 @@ def test_predict_memory_model_from_measured_peaks() -> None:
         _trial(1, {**base, "micro_batch_size": 16}, peak=20.0),
     )
     # 12 + 1/GiB per sequence: 68 GiB fits in 80
-    assert predict.failure(h, {**base, "micro_batch_size": 64}) is None
-    status, reason = predict.failure(h, {**base, "micro_batch_size": 128})  # 132 GiB does not
+    assert predict.failure(h, {**base, "micro_batch_size": 64}, TRAIN) is None
+    # 132 GiB does not
+    status, reason = predict.failure(h, {**base, "micro_batch_size": 128}, TRAIN)
     assert (
         status == "oom"
         and "peak memory 132.0 GiB" in reason
@@ -89,7 +94,22 @@ def test_predict_memory_model_from_measured_peaks() -> None:
     )
     # another configuration: nothing is known
     other = {**base, "compile": False, "micro_batch_size": 128}
-    assert predict.failure(h, other) is None
+    assert predict.failure(h, other, TRAIN) is None
+
+
+def test_predict_size_knob_is_the_tasks() -> None:
+    """The batch the bounds range over is each task's declared size knob (a command's micro-batch,
+    generate's batch), not guessed from the knobs."""
+    assert {t.name: t.size_knob for t in tasks.TASKS.values()} == {
+        "train": "micro_batch_size",
+        "command": "micro_batch_size",
+        "generate": "batch_size",
+    }
+    knobs = {"batch_size": 8, "compile": False, "weight_quant": "none"}
+    h = _history(_trial(2, knobs, "oom"))
+    status, reason = predict.failure(h, {**knobs, "batch_size": 16}, tasks.task("generate"))
+    assert status == "oom" and "(batch_size 8 ran out of memory)" in reason
+    assert predict.failure(h, {**knobs, "batch_size": 4}, tasks.task("generate")) is None
 
 
 @pytest.mark.slow

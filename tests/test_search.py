@@ -11,6 +11,7 @@ import yaml
 from conftest import load_trials as _trials
 from conftest import tiny
 
+from autotune import tasks
 from autotune.config_load import parse_config
 from autotune.errors import ConfigError, StudyError
 from autotune.protocol import CONFIG_FAILURES, STATUSES
@@ -272,6 +273,31 @@ def test_search_stores_each_status_in_the_state_the_sampler_learns_from() -> Non
         "crash": "FAIL",
     }
     assert set(CONFIG_FAILURES) == {"oom", "invalid_config", "nonfinite_loss"}
+
+
+def test_search_objective_declares_directions_and_values() -> None:
+    """Each study.objective is one typed Objective: Optuna's directions, whether trials may be
+    pruned, the values a completed trial is told; the config takes exactly these names."""
+    from typing import get_args
+
+    from autotune.record import Metric, TrialRecord
+    from autotune.tasks._objective import Value
+
+    assert set(get_args(tasks.ObjectiveName)) == set(tasks.OBJECTIVES)
+    speed, pareto = tasks.objective("tokens_per_s"), tasks.objective("pareto")
+    assert (speed.directions, speed.single) == (["maximize"], True)
+    assert (pareto.directions, pareto.single) == (["maximize", "minimize"], False)
+    record = TrialRecord(
+        0, {}, "ok", metrics={Metric.TOKENS_PER_GPU: 10.0, Metric.TPOT_P99_MS: 2.5}
+    )
+    assert (speed.of(record), pareto.of(record)) == (10.0, (10.0, 2.5))
+    assert pareto.named([1234.56, 2.34567]) == {
+        Metric.TOKENS_PER_GPU: 1234.6,
+        Metric.TPOT_P99_MS: 2.346,
+    }
+    assert [o.name for o in tasks.task("generate").objectives] == ["tokens_per_s", "pareto"]
+    with pytest.raises(ValueError, match=r"objective ttft: its first value must be tokens_per_s"):
+        tasks.Objective("ttft", "", (Value(Metric.TTFT_MS, "minimize", "TTFT", 1),))
 
 
 def test_search_sampler_steers_away_from_a_configuration_that_cannot_run() -> None:

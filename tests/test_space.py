@@ -7,6 +7,7 @@ import pytest
 from conftest import tiny
 
 from autotune import knobs as catalogue
+from autotune import tasks
 from autotune.config_load import parse_config
 from autotune.errors import ConfigError
 from autotune.knobs import env_of
@@ -27,6 +28,19 @@ def test_space_global_batch_rule_keeps_batch_exact() -> None:
     for point in space.points():
         knobs = space.knobs(point)
         assert knobs["micro_batch_size"] * knobs["grad_accum_steps"] * cfg.workload.world_size == 24
+
+
+def test_space_derived_knobs_are_the_tasks_rule() -> None:
+    """The space asks its task for the knobs a point decides: training's accumulation from the
+    global batch, nothing for generate."""
+    space = resolve_space(parse_config(tiny(workload={"global_batch_size": 32})))
+    assert space.task is tasks.task("train")
+    assert space.knobs({"micro_batch_size": 4, "precision": "fp32"})["grad_accum_steps"] == 8
+    assert tasks.task("command").derived_knobs({"micro_batch_size": 2}, 16, 2) == {
+        "grad_accum_steps": 4
+    }
+    assert tasks.task("train").derived_knobs({"micro_batch_size": 2}, None, 1) == {}
+    assert tasks.task("generate").derived_knobs({"batch_size": 2}, None, 1) == {}
 
 
 def test_space_accum_searched_without_global_batch() -> None:

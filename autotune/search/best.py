@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from autotune import knobs as catalogue
-from autotune import metrics, paths
+from autotune import metrics, paths, tasks
 from autotune.documents.best_file import (
     SCHEMA_VERSION,
     BestFile,
@@ -84,7 +84,7 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
             Metric.TOKENS_PER_GPU: round(completed_value(base), 1) if base else None,
         },
         "fingerprint": fp,
-        **_front(study),
+        **_front(study, tasks.objective(cfg.study.objective)),
         "apply": {
             "env": catalogue.env_of(knobs),
             "knobs": knobs,
@@ -184,19 +184,14 @@ def _metrics(
     }
 
 
-def _front(study: optuna.Study) -> dict[str, Any]:
-    """objective pareto: Optuna's front of the completed trials (tokens/s up, p99 time per output
-    token down)."""
-    if len(study.directions) < 2:
+def _front(study: optuna.Study, objective: tasks.Objective) -> dict[str, Any]:
+    """An objective of several values (pareto): Optuna's front of the completed trials, each with
+    its values by metric, the lowest second value first (pareto: p99 time per output token)."""
+    if objective.single:
         return {}
     return {
         "front": [
-            {
-                "trial": t.number,
-                Metric.TOKENS_PER_GPU: round(t.values[0], 1),
-                Metric.TPOT_P99_MS: round(t.values[1], 3),
-                "knobs": t.user_attrs["knobs"],
-            }
+            {"trial": t.number, **objective.named(t.values), "knobs": t.user_attrs["knobs"]}
             for t in sorted(study.best_trials, key=lambda t: t.values[1])
         ]
     }

@@ -77,6 +77,10 @@ def steps(
         if p is None or set(p) != set(space.searched):
             continue
         knobs = space.knobs(p)
-        if key(knobs) not in h.seen and predict.failure(h, knobs) is None and p not in out:
+        if (
+            key(knobs) not in h.seen
+            and predict.failure(h, knobs, space.task) is None
+            and p not in out
+        ):
             out.append(p)
     return out

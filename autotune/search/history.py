@@ -133,9 +133,9 @@ class History:
 
 
 def value_of(t: optuna.trial.FrozenTrial) -> float | None:
-    """A trial's tokens/s per GPU: its value, the first of a pareto study's two (the second: p99
-    time per output token). Optuna's FrozenTrial.value refuses multi-objective trials, so everything
-    reads it through here."""
+    """A trial's tokens/s per GPU: its first value, whatever the objective (tasks.Objective declares
+    it first; pareto's second is p99 time per output token). Optuna's FrozenTrial.value refuses
+    multi-objective trials, so everything reads it through here."""
     return t.values[0] if t.values else None
 
 

@@ -24,7 +24,7 @@ from autotune.config import Config
 from autotune.errors import Terminated
 from autotune.hardware import default_device, detect
 from autotune.protocol import STATUSES
-from autotune.record import Metric, TrialRecord
+from autotune.record import TrialRecord
 from autotune.runner import Bench, measure, preflight
 from autotune.search import loss_guard, predict, stages, tracking, warm
 from autotune.search.best import write_best
@@ -200,6 +200,7 @@ class _Search:
             command=cfg.command,
         )
         self.grace = cfg.study.worker_grace_s
+        self.goal = tasks.objective(cfg.study.objective)  # what Optuna is told of each trial
         gpus = [g["memory_gib"] for g in detect()["gpus"]] if device == "cuda" else []
         self.memory = (
             predict.Memory(self.bench.model, cfg.workload.world_size, min(gpus) if gpus else None)
@@ -210,9 +211,7 @@ class _Search:
         # to stop (Optuna's pruners do not take multi-objective trials: a pareto study prunes
         # nothing)
         self.prune_below = (
-            cfg.study.prune_below
-            if cfg.workload.world_size == 1 and cfg.study.objective != "pareto"
-            else 0.0
+            cfg.study.prune_below if cfg.workload.world_size == 1 and self.goal.single else 0.0
         )
         self.slots: queue.Queue[str | None] = queue.Queue()
         slots: list[str | None] = [*groups] if groups else [None]
@@ -259,7 +258,9 @@ class _Search:
         if prev is not None:
             return self._duplicate(trial, prev.number, params, h)
         if (
-            known := predict.failure(h, knobs, self.memory, loss_guard.pinned(self.space, knobs))
+            known := predict.failure(
+                h, knobs, self.space.task, self.memory, loss_guard.pinned(self.space, knobs)
+            )
         ) is not None:
             status, reason = known
             record = TrialRecord(trial.number, knobs, status, reason, predicted=True)
@@ -342,11 +343,7 @@ class _Search:
         state = optuna_state(record.status)
         if state != TrialState.COMPLETE:
             return Told(state)
-        if self.cfg.study.objective == "pareto":
-            return Told(
-                state, (record.metric(Metric.TOKENS_PER_GPU), record.metric(Metric.TPOT_P99_MS))
-            )
-        return Told(state, record.metric(Metric.TOKENS_PER_GPU))
+        return Told(state, self.goal.of(record))
 
     # --- the study around it
     # -------------------------------------------------------------------------------
@@ -363,7 +360,7 @@ class _Search:
         self.drive = Drive(study, self.objective, callbacks, self.n_jobs, self.stop)
         reap_lost_workers(study, self.grace)
         # one objective: a recovered trial's value is its tokens/s
-        if cfg.study.objective != "pareto":
+        if self.goal.single:
             # measured but never stored: recorded from its files
             recover(study, self.runs, self.bench)
         study.sampler = self.sampler or make_sampler(cfg.study.sampler, cfg.study.seed, self.budget)

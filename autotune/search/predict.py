@@ -3,15 +3,14 @@
 - A configuration failure teaches a rule: an `invalid_config` trial names the knob values that
   caused it (its `cause`, e.g. {attention: cudnn, precision: tf32}); any later configuration with
   those values fails the same way.
-- A micro-batch (generate: a batch) that ran out of memory bounds the larger ones with the same
-  other knobs.
+- A batch (the task's size knob, Task.size_knob: train's micro-batch, generate's batch) that ran
+  out of memory bounds the larger ones with the same other knobs.
 - A generate batch over a latency limit (study.limits: time to first token, time per output token)
   bounds the larger batches with the same other knobs: a larger batch does more work in every
   prefill and decode step.
-- A memory model: with two or more completed trials that differ only in micro_batch_size, the peak
-  memory is fitted as a line in micro_batch_size (activations grow with it; parameters, gradients
-  and optimizer state do not) and a micro-batch whose fitted peak exceeds the GPU's memory is
-  predicted to run out.
+- A memory model: with two or more completed trials that differ only in the size knob, the peak
+  memory is fitted as a line in it (activations grow with it; parameters, gradients and optimizer
+  state do not) and a batch whose fitted peak exceeds the GPU's memory is predicted to run out.
 - The memory estimate (autotune/memory; built-in training models): parameters, gradients, optimizer
   state per shard and activations per micro-batch under each checkpointing choice, calibrated by the
   peaks the study has measured; a configuration whose calibrated estimate exceeds the GPU's memory
@@ -31,9 +30,8 @@ import optuna
 from autotune import memory
 from autotune.record import Metric, TrialRecord
 from autotune.search.history import History
+from autotune.tasks import Task
 
-# Knobs a batch rule ranges over: the others must match for one trial to speak for another.
-_BATCH = ("micro_batch_size", "grad_accum_steps", "batch_size")
 # The fitted peak may use this share of the GPU's memory: the allocator's own overhead (reserved
 # above allocated, the CUDA context) needs the rest.
 USABLE_SHARE = 0.98
@@ -108,24 +106,20 @@ def over_capacity(
     return (peak, capacity_gib, cal.n) if peak > limit else None
 
 
-def _same_but_batch(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return all(a.get(k) == v for k, v in b.items() if k not in _BATCH)
-
-
-def size_knob(knobs: dict[str, Any]) -> str:
-    """The knob a batch rule ranges over: micro_batch_size in training, batch_size in generate."""
-    return "micro_batch_size" if "micro_batch_size" in knobs else "batch_size"
+def _same_but_batch(a: dict[str, Any], b: dict[str, Any], task: Task) -> bool:
+    """Alike outside the knobs the task's batch rule ranges over."""
+    return all(a.get(k) == v for k, v in b.items() if k not in task.batch_knobs)
 
 
 def _bound(
-    trials: list[optuna.trial.FrozenTrial], knobs: dict[str, Any]
+    trials: list[optuna.trial.FrozenTrial], knobs: dict[str, Any], task: Task
 ) -> optuna.trial.FrozenTrial | None:
     """A trial with the same other knobs and a batch no larger than this one's."""
-    size = size_knob(knobs)
+    size = task.size_knob
     for t in trials:
         other = t.user_attrs["knobs"]
         if (
-            _same_but_batch(other, knobs)
+            _same_but_batch(other, knobs, task)
             and None not in (other.get(size), knobs.get(size))
             and knobs[size] >= other[size]
         ):
@@ -149,22 +143,24 @@ def rule_for(
     return None
 
 
-def oom_bound(h: History, knobs: dict[str, Any]) -> optuna.trial.FrozenTrial | None:
+def oom_bound(h: History, knobs: dict[str, Any], task: Task) -> optuna.trial.FrozenTrial | None:
     """A trial that ran out of memory with the same knobs and a batch no larger than this one's."""
-    return _bound(h.ooms, knobs)
+    return _bound(h.ooms, knobs, task)
 
 
-def peak_estimate(h: History, knobs: dict[str, Any]) -> tuple[float, float, list[int]] | None:
+def peak_estimate(
+    h: History, knobs: dict[str, Any], task: Task
+) -> tuple[float, float, list[int]] | None:
     """(fitted peak GiB at this batch, the GPU's memory GiB, the trials fitted) from completed GPU
     trials with the same other knobs at two or more batch sizes; None when there are not enough."""
-    size = size_knob(knobs)
+    size = task.size_knob
     by_mbs: dict[int, tuple[float, float, int]] = {}
     for t in h.completed:
         other, fp = t.user_attrs["knobs"], t.user_attrs.get("fingerprint") or {}
         if (
             fp.get("device") == "cuda"
             and fp.get("gpu_memory_gib")
-            and _same_but_batch(other, knobs)
+            and _same_but_batch(other, knobs, task)
         ):
             by_mbs[other[size]] = (
                 t.user_attrs["metrics"]["peak_mem_gib"],
@@ -185,11 +181,12 @@ def peak_estimate(h: History, knobs: dict[str, Any]) -> tuple[float, float, list
 def failure(
     h: History,
     knobs: dict[str, Any],
+    task: Task,
     mem: Memory | None = None,
     pinned: Callable[[dict[str, Any]], bool] | None = None,
 ) -> tuple[str, str] | None:
-    """(status, reason) of a failure these knobs are known to meet, or None. mem: the memory
-    estimate's inputs (None: not used); pinned: see rule_for."""
+    """(status, reason) of a failure these knobs (of the study's task) are known to meet, or None.
+    mem: the memory estimate's inputs (None: not used); pinned: see rule_for."""
     if (found := rule_for(h, knobs, pinned)) is not None:
         t, cause = found
         values = ", ".join(f"{k} {v}" for k, v in cause.items())
@@ -198,18 +195,18 @@ def failure(
         what = f"failed trial {t.number}'s numerics check" if taught else "cannot run here"
         why = t.user_attrs["reason"][:200]
         return "invalid_config", f"predicted: {values} {what} (trial {t.number}: {why})"
-    size = size_knob(knobs)
-    if (bound := oom_bound(h, knobs)) is not None:
+    size = task.size_knob
+    if (bound := oom_bound(h, knobs, task)) is not None:
         return "oom", (
             f"predicted: needs at least the memory of trial {bound.number} "
             f"({size} {bound.user_attrs['knobs'][size]} ran out of memory)"
         )
-    if (bound := _bound(h.over_limit, knobs)) is not None:
+    if (bound := _bound(h.over_limit, knobs, task)) is not None:
         return "over_limit", (
             f"predicted: {size} {bound.user_attrs['knobs'][size]} was already over the limits "
             f"(trial {bound.number}: {bound.user_attrs['reason'][:200]})"
         )
-    estimate = peak_estimate(h, knobs)
+    estimate = peak_estimate(h, knobs, task)
     if estimate is not None and estimate[0] > USABLE_SHARE * estimate[1]:
         peak, capacity, numbers = estimate
         return "oom", (

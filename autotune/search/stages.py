@@ -187,7 +187,8 @@ def variants(
             point = _switched(space, trial.params, name, value)
             if point is None or key(space.knobs(point)) in h.seen or point in out:
                 continue
-            if predict.failure(h, space.knobs(point)) is None and _worth(h, space, trial, point):
+            known = predict.failure(h, space.knobs(point), space.task)
+            if known is None and _worth(h, space, trial, point):
                 out.append(point)
     return out
 

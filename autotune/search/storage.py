@@ -9,13 +9,13 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import optuna
 import optuna.storages.journal
 
-from autotune import paths
+from autotune import paths, tasks
 from autotune.errors import ConfigError, StudyError, excerpt
 from autotune.redact import mask, mask_command, remember
 
@@ -187,9 +187,7 @@ def open_study(
 def _create(cfg: Config, storage: Any, url: str) -> optuna.Study:
     """The study created or loaded under its objective's directions; one made under others is
     refused (StudyError naming study.objective)."""
-    directions: list[Literal["maximize", "minimize"]] = (
-        ["maximize", "minimize"] if cfg.study.objective == "pareto" else ["maximize"]
-    )
+    directions = tasks.objective(cfg.study.objective).directions
     try:
         study = optuna.create_study(
             study_name=cfg.name, storage=storage, directions=directions, load_if_exists=True

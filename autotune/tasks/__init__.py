@@ -1,4 +1,5 @@
-"""The parent's task plug-ins, one per workload.task: `TASKS[name]` (see Task). The trial's side is
+"""The parent's task plug-ins, one per workload.task: `TASKS[name]` (see Task), and what each
+study.objective optimises: `OBJECTIVES[name]` (see Objective). The trial's side is
 workloads.WORKLOADS; knobs.TASKS names both (a test holds the three registries equal)."""
 
 from __future__ import annotations
@@ -8,21 +9,32 @@ from typing import Any
 from autotune.tasks._base import Task
 from autotune.tasks._command import Command
 from autotune.tasks._generate import Generate
+from autotune.tasks._objective import OBJECTIVES, Objective, ObjectiveName
 from autotune.tasks._train import Train
 
 TASKS: dict[str, Task] = {t.name: t for t in (Train(), Generate(), Command())}
 
-__all__ = ["TASKS", "Task", "check_config", "check_workload", "task"]
-# What each study.objective optimises, for the message naming the tasks that take it
-OBJECTIVES = {
-    "tokens_per_s": "tokens/s per GPU",
-    "pareto": "tokens/s against p99 time per output token",
-}
+__all__ = [
+    "OBJECTIVES",
+    "TASKS",
+    "Objective",
+    "ObjectiveName",
+    "Task",
+    "check_config",
+    "check_workload",
+    "objective",
+    "task",
+]
 
 
 def task(name: str) -> Task:
     """The plug-in of workload.task `name`."""
     return TASKS[name]
+
+
+def objective(name: str) -> Objective:
+    """What study.objective `name` optimises."""
+    return OBJECTIVES[name]
 
 
 def check_workload(wl: Any) -> None:
@@ -43,12 +55,12 @@ def check_workload(wl: Any) -> None:
 def check_config(cfg: Any) -> None:
     """The config (config.Config) against its task: the objective and latency limits it takes, then
     the task's own rules across sections (ValueError naming the YAML path)."""
-    mine, objective = TASKS[cfg.workload.task], cfg.study.objective
-    if objective not in mine.objectives:
-        takers = ", ".join(t.name for t in TASKS.values() if objective in t.objectives)
+    mine, wanted = TASKS[cfg.workload.task], OBJECTIVES[cfg.study.objective]
+    if wanted not in mine.objectives:
+        takers = ", ".join(t.name for t in TASKS.values() if wanted in t.objectives)
         raise ValueError(
-            f"study.objective: {objective} ({OBJECTIVES.get(objective, objective)}) is for task "
-            f"{takers} (task is {mine.name}); use {' or '.join(mine.objectives)}"
+            f"study.objective: {wanted.name} ({wanted.description}) is for task {takers} (task is "
+            f"{mine.name}); use {' or '.join(o.name for o in mine.objectives)}"
         )
     _check_sections(cfg, mine)
     if cfg.study.limits is not None and not mine.latency_limits:

@@ -7,6 +7,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from autotune.tasks._objective import TOKENS_PER_S, Objective
+
 # The sections a Task reads are the config's (config.WorkloadConfig, config.Config), typed Any here:
 # the tasks import nothing of autotune above them (config, space, runner and the search loop import
 # the tasks).
@@ -15,16 +17,20 @@ Decide = Callable[[list[float], list[float], float], tuple[str, float, tuple[flo
 
 class Task(ABC):
     """One kind of study (workload.task). The parent never branches on the task's name: config
-    validation, the space's batch rule, the trial's parameters, its metrics, the memory estimate,
-    the precision guard, best.yaml's notes, the report's columns and the check's extra gate ask the
-    study's Task. A new task is this plug-in, its Workload (workloads/) and its config fields; the
-    registry is tasks.TASKS."""
+    validation, the space's batch rule and derived knobs, the size knob of the predicted bounds, the
+    trial's parameters, its metrics, the memory estimate, the precision guard, best.yaml's notes,
+    the report's columns and the check's extra gate ask the study's Task. A new task is this
+    plug-in, its Workload (workloads/) and its config fields; the registry is tasks.TASKS."""
 
     name: ClassVar[str]
     # the workload fields only this task reads (another task's config naming them is an error)
     fields: ClassVar[tuple[str, ...]] = ()
+    # the knob its batch rule sizes (sequences per pass), and every knob that rule ranges over: one
+    # trial speaks for another whose knobs outside these are the same (search/predict.py's bounds)
+    size_knob: ClassVar[str]
+    batch_knobs: ClassVar[tuple[str, ...]]
     # study.objective values it takes; whether study.limits (latency limits) applies
-    objectives: ClassVar[tuple[str, ...]] = ("tokens_per_s",)
+    objectives: ClassVar[tuple[Objective, ...]] = (TOKENS_PER_S,)
     latency_limits: ClassVar[bool] = False
     # the memory estimate (autotune/memory) and its OOM prediction; the precision loss check
     # (search/loss_guard.py)
@@ -58,6 +64,13 @@ class Task(ABC):
     ) -> None:
         """resolve_space's batch step: check or derive the batch knobs' values in place
         (ValueError)."""
+
+    def derived_knobs(
+        self, knobs: dict[str, Any], global_batch_size: int | None, world_size: int
+    ) -> dict[str, Any]:
+        """The knobs a point's values decide, filled in by space.ResolvedSpace.knobs: batch_rule's
+        part for one point (train: grad_accum_steps); none by default."""
+        return {}
 
     def trial_params(
         self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None

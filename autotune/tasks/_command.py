@@ -6,8 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, ClassVar
 
-from autotune.tasks._base import Task
-from autotune.tasks._train import TRAINING_EXPORTS, derive_accumulation
+from autotune.tasks._train import TRAINING_EXPORTS, Training
 
 # autotune's knobs a command may map; those that set environment variables reach it without a
 # mapping
@@ -20,7 +19,7 @@ MAPPABLE = (
 )
 
 
-class Command(Task):
+class Command(Training):
     name: ClassVar[str] = "command"
     needs_model: ClassVar[bool] = False
     columns: ClassVar[tuple[str, ...]] = ("padding",)
@@ -61,24 +60,6 @@ class Command(Task):
         if getattr(cfg, "command", None) is None:
             return {}
         return {n: list(m.values) for n, m in cfg.command.knobs.items() if m.values is not None}
-
-    def batch_rule(
-        self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]
-    ) -> None:
-        """As task train: with global_batch_size the accumulation is derived from the micro-batch
-        sizes."""
-        if wl.global_batch_size is not None:
-            derive_accumulation(
-                space.grad_accum_steps,
-                wl.global_batch_size // wl.world_size,
-                wl.global_batch_size,
-                values,
-                notes,
-            )
-        else:
-            values["grad_accum_steps"] = (
-                [1] if space.grad_accum_steps == "auto" else list(space.grad_accum_steps)
-            )
 
     def prepare(self, spec: Any, run_dir: Any) -> dict[str, str]:
         """The command with this trial's knob values (command_render.render), its config file

@@ -7,6 +7,7 @@ import statistics
 from typing import Any, ClassVar
 
 from autotune.tasks._base import Decide, Task
+from autotune.tasks._objective import PARETO, TOKENS_PER_S, Objective
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # fp8 weights are weight_quant's
 
@@ -14,7 +15,9 @@ PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # fp8 weights are weight_quant's
 class Generate(Task):
     name: ClassVar[str] = "generate"
     fields: ClassVar[tuple[str, ...]] = ("prompt_len", "gen_len")
-    objectives: ClassVar[tuple[str, ...]] = ("tokens_per_s", "pareto")
+    size_knob: ClassVar[str] = "batch_size"
+    batch_knobs: ClassVar[tuple[str, ...]] = ("batch_size",)
+    objectives: ClassVar[tuple[Objective, ...]] = (TOKENS_PER_S, PARETO)
     latency_limits: ClassVar[bool] = True
     columns: ClassVar[tuple[str, ...]] = ("TTFT ms", "TPOT ms", "TPOT p99 ms", "roofline")
 
@@ -35,7 +38,7 @@ class Generate(Task):
 
     def check_config(self, cfg: Any) -> None:
         wl, m = cfg.workload, cfg.model
-        if cfg.study.objective == "pareto" and (wl.gen_len or 0) < 2:
+        if cfg.study.objective == PARETO.name and (wl.gen_len or 0) < 2:
             raise ValueError(
                 "study.objective: pareto needs decode steps to time: workload.gen_len >= 2 (is "
                 f"{wl.gen_len})"

@@ -11,12 +11,12 @@ from autotune.tasks._base import Task
 TRAINING_EXPORTS = ("torchrun", "hf", "lightning", "torchtitan", "json")
 
 
-class Train(Task):
-    name: ClassVar[str] = "train"
-    estimates_memory: ClassVar[bool] = True
-    loss_check: ClassVar[bool] = True
-    columns: ClassVar[tuple[str, ...]] = ("MFU",)
-    exports: ClassVar[tuple[str, ...]] = TRAINING_EXPORTS
+class Training(Task):
+    """The batch of the training tasks (train, command): micro-batches, accumulated to a fixed
+    global batch when workload.global_batch_size is set."""
+
+    size_knob: ClassVar[str] = "micro_batch_size"
+    batch_knobs: ClassVar[tuple[str, ...]] = ("micro_batch_size", "grad_accum_steps")
 
     def batch_rule(
         self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]
@@ -35,6 +35,23 @@ class Train(Task):
             values["grad_accum_steps"] = (
                 [1] if space.grad_accum_steps == "auto" else list(space.grad_accum_steps)
             )
+
+    def derived_knobs(
+        self, knobs: dict[str, Any], global_batch_size: int | None, world_size: int
+    ) -> dict[str, Any]:
+        """With global_batch_size, grad_accum_steps = global_batch_size / (micro_batch_size x
+        world_size); without, nothing (it is searched as listed)."""
+        if global_batch_size is None:
+            return {}
+        return {"grad_accum_steps": global_batch_size // (knobs["micro_batch_size"] * world_size)}
+
+
+class Train(Training):
+    name: ClassVar[str] = "train"
+    estimates_memory: ClassVar[bool] = True
+    loss_check: ClassVar[bool] = True
+    columns: ClassVar[tuple[str, ...]] = ("MFU",)
+    exports: ClassVar[tuple[str, ...]] = TRAINING_EXPORTS
 
     def trial_params(
         self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None
