@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import (
+    cli_here,
     interrupt_when_running,
     load_trials,
     none_left,
@@ -78,27 +79,28 @@ def test_hardening_output_paths_that_cannot_be_written(write_yaml, tmp_path: Pat
     path = write_yaml(tiny(space=ONE, baseline={}, study={"trials": 1}))
     (tmp_path / "afile").write_text("x")
     bad_input(
-        run_cli("search", str(path), "--out", str(tmp_path / "afile"), cwd=tmp_path),
+        cli_here("search", str(path), "--out", str(tmp_path / "afile"), cwd=tmp_path),
         "--out:",
         "is a file",
     )
     bad_input(
-        run_cli("search", str(path), "--out", str(tmp_path / "afile" / "sub"), cwd=tmp_path),
+        cli_here("search", str(path), "--out", str(tmp_path / "afile" / "sub"), cwd=tmp_path),
         "--out:",
     )
     bad_input(
-        run_cli("nccl", "--device", "cpu", "--out", str(tmp_path / "afile"), cwd=tmp_path), "--out:"
+        cli_here("nccl", "--device", "cpu", "--out", str(tmp_path / "afile"), cwd=tmp_path),
+        "--out:",
     )
-    bad_input(run_cli("validate", str(tmp_path), cwd=tmp_path), "MODEL_YAML")
+    bad_input(cli_here("validate", str(tmp_path), cwd=tmp_path), "MODEL_YAML")
     (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00garbage")
-    bad_input(run_cli("validate", str(tmp_path / "binary.yaml"), cwd=tmp_path), "binary.yaml")
-    bad_input(run_cli("report", str(tmp_path / "afile"), cwd=tmp_path), "STUDY_DIR")
+    bad_input(cli_here("validate", str(tmp_path / "binary.yaml"), cwd=tmp_path), "binary.yaml")
+    bad_input(cli_here("report", str(tmp_path / "afile"), cwd=tmp_path), "STUDY_DIR")
     with read_only(tmp_path / "ro", lambda p: None) as ro:
         bad_input(
-            run_cli("search", str(path), "--out", str(ro), cwd=tmp_path), "--out:", "not writable"
+            cli_here("search", str(path), "--out", str(ro), cwd=tmp_path), "--out:", "not writable"
         )
         bad_input(
-            run_cli("nccl", "--device", "cpu", "--out", str(ro / "n"), cwd=tmp_path), "--out:"
+            cli_here("nccl", "--device", "cpu", "--out", str(ro / "n"), cwd=tmp_path), "--out:"
         )
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "afile",
@@ -109,7 +111,7 @@ def test_hardening_output_paths_that_cannot_be_written(write_yaml, tmp_path: Pat
 
 
 def test_hardening_name_too_long_for_the_file_system(write_yaml, tmp_path: Path) -> None:
-    proc = run_cli(
+    proc = cli_here(
         "search",
         str(write_yaml(tiny(name="n" * 250, space=ONE, baseline={}))),
         "--out",
@@ -128,7 +130,7 @@ def test_hardening_folder_that_is_not_a_study_is_never_used_or_archived(
     (tmp_path / "out" / "t" / "thesis.tex").write_text("years of work")
     for extra in ((), ("--fresh",)):
         bad_input(
-            run_cli("search", str(path), "--out", str(tmp_path / "out"), *extra, cwd=tmp_path),
+            cli_here("search", str(path), "--out", str(tmp_path / "out"), *extra, cwd=tmp_path),
             "holds no autotune study",
         )
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["t"]
@@ -140,7 +142,7 @@ def study(tmp_path_factory) -> Path:
     """A finished one-trial study (CPU)."""
     root = tmp_path_factory.mktemp("hard")
     (root / "m.yaml").write_text(yaml.safe_dump(tiny(space=ONE, baseline={}, study={"trials": 1})))
-    proc = run_cli("search", "m.yaml", "--out", "out", "--device", "cpu", cwd=root)
+    proc = cli_here("search", "m.yaml", "--out", "out", "--device", "cpu", cwd=root)
     assert proc.returncode == 0, proc.stderr
     return root / "out" / "t"
 
@@ -148,33 +150,33 @@ def study(tmp_path_factory) -> Path:
 def test_hardening_report_and_check_paths(study: Path, tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x")
     bad_input(
-        run_cli("report", str(study), "--html", str(tmp_path / "afile"), cwd=tmp_path),
+        cli_here("report", str(study), "--html", str(tmp_path / "afile"), cwd=tmp_path),
         "--html:",
         "is a file",
     )
     best = tmp_path / "best.yaml"
     shutil.copy(study / "best.yaml", best)
     bad_input(
-        run_cli("check", str(best), "--junit", str(tmp_path), "--repeats", "1", cwd=tmp_path),
+        cli_here("check", str(best), "--junit", str(tmp_path), "--repeats", "1", cwd=tmp_path),
         "--junit:",
         "is a folder",
     )
     assert not (tmp_path / "checks").exists()  # refused before any repeat ran
-    bad_input(run_cli("check", str(tmp_path / "none.yaml"), cwd=tmp_path), "no such file")
+    bad_input(cli_here("check", str(tmp_path / "none.yaml"), cwd=tmp_path), "no such file")
 
 
 def test_hardening_finished_study_on_a_read_only_mount(study: Path, tmp_path: Path) -> None:
     with read_only(tmp_path / "ro", lambda p: shutil.copytree(study, p / "t")) as ro:
-        proc = run_cli("report", str(ro / "t"), cwd=tmp_path)
+        proc = cli_here("report", str(ro / "t"), cwd=tmp_path)
         # reading works, and writes nothing (no report/ made)
         assert proc.returncode == 0, proc.stderr
         assert not (ro / "t" / "report").exists() and "HTML report" not in proc.stdout
         bad_input(
-            run_cli("search", str(study.parent.parent / "m.yaml"), "--out", str(ro), cwd=tmp_path),
+            cli_here("search", str(study.parent.parent / "m.yaml"), "--out", str(ro), cwd=tmp_path),
             "not writable",
         )
         bad_input(
-            run_cli("check", str(ro / "t" / "best.yaml"), "--repeats", "1", cwd=tmp_path),
+            cli_here("check", str(ro / "t" / "best.yaml"), "--repeats", "1", cwd=tmp_path),
             "BEST_YAML:",
             "not writable",
         )
@@ -199,21 +201,21 @@ def test_hardening_markup_in_values_and_paths_is_printed_literally(
             )
         )
     )
-    proc = run_cli("validate", str(path), cwd=tmp_path)
+    proc = cli_here("validate", str(path), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (
         "[red]r[/] :smile:" in proc.stdout
         and "d[/y]/m.yaml" in proc.stdout
         and "😄" not in proc.stdout
     )
-    proc = run_cli(
+    proc = cli_here(
         "search", str(path), "--out", str(tmp_path / odd), "--device", "cpu", cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stderr
     assert " ".join(f"written to {tmp_path / odd}".split()) in " ".join(proc.stdout.split())
     assert (tmp_path / odd / "t" / "best.yaml").is_file()
     bad = write_yaml(tiny(model={"n_layer": 2}), name="[bold]z:x:.yaml")
-    bad_input(run_cli("validate", str(bad), cwd=tmp_path), "[bold]z:x:.yaml")
+    bad_input(cli_here("validate", str(bad), cwd=tmp_path), "[bold]z:x:.yaml")
 
 
 # --- 3. numbers out of range, booleans as numbers
@@ -242,7 +244,7 @@ def test_hardening_markup_in_values_and_paths_is_printed_literally(
 def test_hardening_out_of_range_numbers_are_bad_input(
     write_yaml, tmp_path: Path, override: dict, needle: str
 ) -> None:
-    proc = run_cli(
+    proc = cli_here(
         "search",
         str(write_yaml(tiny(**override))),
         "--out",
@@ -272,7 +274,7 @@ def test_hardening_out_of_range_options_are_usage_errors(
     write_yaml, tmp_path: Path, args: tuple[str, ...]
 ) -> None:
     path = str(write_yaml(tiny(space=ONE, baseline={})))
-    proc = run_cli(*[path if a == "M" else a for a in args], cwd=tmp_path, timeout=60)
+    proc = cli_here(*[path if a == "M" else a for a in args], cwd=tmp_path, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / "trials").exists()
 
@@ -285,7 +287,7 @@ def test_hardening_huge_ranges_and_spaces_are_refused_quickly(write_yaml, tmp_pa
     # refused by counting, before anything is enumerated: 10**9 values listed would outlast the
     # subprocess's timeout (a hang guard)
     bad_input(
-        run_cli(
+        cli_here(
             "validate",
             str(write_yaml(tiny(space={"micro_batch_size": {"min": 1, "max": 10**9}}))),
             cwd=tmp_path,
@@ -304,7 +306,7 @@ def test_hardening_huge_ranges_and_spaces_are_refused_quickly(write_yaml, tmp_pa
     }
     del_gbs = tiny(space=big, baseline={})
     del del_gbs["workload"]["global_batch_size"]
-    proc = run_cli("validate", str(write_yaml(del_gbs)), cwd=tmp_path, timeout=60)
+    proc = cli_here("validate", str(write_yaml(del_gbs)), cwd=tmp_path, timeout=60)
     bad_input(proc, "points; at most 100,000")
     assert len(proc.stdout) < 10_000
 
@@ -332,7 +334,7 @@ def _bomb(levels: int) -> str:
 )
 def test_hardening_hostile_yaml(write_yaml, tmp_path: Path, text: str, needle: str) -> None:
     # refused while read: a bomb expanded (9**10 values) would outlast the timeout (a hang guard)
-    bad_input(run_cli("validate", str(write_yaml(text)), cwd=tmp_path, timeout=60), needle)
+    bad_input(cli_here("validate", str(write_yaml(text)), cwd=tmp_path, timeout=60), needle)
 
 
 def test_hardening_space_file_content_is_never_echoed(write_yaml, tmp_path: Path) -> None:
@@ -343,7 +345,7 @@ def test_hardening_space_file_content_is_never_echoed(write_yaml, tmp_path: Path
         ("secret.txt", "is not a .yaml file"),
         ("secret.yaml", "holds no mapping of knobs"),
     ):
-        proc = run_cli("validate", str(write_yaml(tiny(space=ref))), cwd=tmp_path)
+        proc = cli_here("validate", str(write_yaml(tiny(space=ref))), cwd=tmp_path)
         bad_input(proc, needle)
         assert "SECRET" not in proc.stderr and "root:" not in proc.stderr
 
@@ -370,7 +372,7 @@ def test_hardening_entrypoint_that_exits_or_hangs_at_import(
     for cmd in (("validate",), ("search", "--out", str(tmp_path / "out"))):
         # a parent held by the import would outlast the timeout (a hang guard); the hang's needle
         # says the import's own limit (2 s) ended it
-        proc = run_cli(
+        proc = cli_here(
             *cmd[:1],
             str(write_yaml(data)),
             *cmd[1:],
@@ -411,11 +413,11 @@ def test_hardening_validate_and_errors_never_show_the_password(write_yaml, tmp_p
         "postgresql://tuner:s3cret@[bad",
     ):
         path = write_yaml(tiny(study={"storage": url}))
-        proc = run_cli("validate", str(path), cwd=tmp_path)
-        search = run_cli(
+        proc = cli_here("validate", str(path), cwd=tmp_path)
+        search = cli_here(
             "search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path
         )
-        report = run_cli("report", "--study", "t", "--storage", url, cwd=tmp_path)
+        report = cli_here("report", "--study", "t", "--storage", url, cwd=tmp_path)
         for text in (
             proc.stdout,
             proc.stderr,
@@ -436,7 +438,7 @@ def test_hardening_report_never_writes_and_refuses_damaged_storage(
     study: Path, tmp_path: Path
 ) -> None:
     bad_input(
-        run_cli(
+        cli_here(
             "report", "--study", "t", "--storage", f"sqlite:///{tmp_path / 'new.db'}", cwd=tmp_path
         ),
         "no such SQLite file",
@@ -450,23 +452,23 @@ def test_hardening_report_never_writes_and_refuses_damaged_storage(
         conn.commit()
     before = foreign.read_bytes()
     bad_input(
-        run_cli("report", "--study", "t", "--storage", f"sqlite:///{foreign}", cwd=tmp_path),
+        cli_here("report", "--study", "t", "--storage", f"sqlite:///{foreign}", cwd=tmp_path),
         "holds no Optuna study",
     )
     assert foreign.read_bytes() == before
     (tmp_path / "trunc").mkdir()
     (tmp_path / "trunc" / "study.db").write_bytes((study / "study.db").read_bytes()[:5000])
     bad_input(
-        run_cli("report", str(tmp_path / "trunc"), cwd=tmp_path), "not a readable SQLite database"
+        cli_here("report", str(tmp_path / "trunc"), cwd=tmp_path), "not a readable SQLite database"
     )
     bad_input(
-        run_cli(
+        cli_here(
             "report", "--study", "t", "--storage", "postgresql://u:pw@127.0.0.1:1/x", cwd=tmp_path
         ),
         "cannot read a study from postgresql://u:***@127.0.0.1:1/x",
     )
     bad_input(
-        run_cli(
+        cli_here(
             "report", "--study", "t", "--storage", f"journal:{tmp_path / 'none.log'}", cwd=tmp_path
         ),
         "no such journal file",
@@ -474,7 +476,7 @@ def test_hardening_report_never_writes_and_refuses_damaged_storage(
     assert not (tmp_path / "none.log").exists()
     db = study / "study.db"
     stamp = (db.read_bytes(), db.stat().st_mtime_ns)
-    assert run_cli("report", str(study), "--no-html", cwd=tmp_path).returncode == 0
+    assert cli_here("report", str(study), "--no-html", cwd=tmp_path).returncode == 0
     assert (db.read_bytes(), db.stat().st_mtime_ns) == stamp
 
 
@@ -516,7 +518,9 @@ def test_hardening_check_damaged_best_yaml_is_bad_input(
     doc = yaml.safe_load((study / "best.yaml").read_text())
     damage(doc)
     (tmp_path / "best.yaml").write_text(yaml.safe_dump(doc))
-    bad_input(run_cli("check", str(tmp_path / "best.yaml"), "--repeats", "1", cwd=tmp_path), needle)
+    bad_input(
+        cli_here("check", str(tmp_path / "best.yaml"), "--repeats", "1", cwd=tmp_path), needle
+    )
     assert not (tmp_path / "checks").exists() and not (tmp_path / "history.jsonl").exists()
     assert not (tmp_path / "tmp").exists()
 
@@ -527,7 +531,7 @@ def test_hardening_check_of_another_model_is_refused(
     shutil.copy(study / "best.yaml", tmp_path / "best.yaml")
     other = write_yaml(tiny(model={"n_layers": 3}, space=ONE, baseline={}), name="other.yaml")
     bad_input(
-        run_cli(
+        cli_here(
             "check",
             str(tmp_path / "best.yaml"),
             "--model",
@@ -543,7 +547,7 @@ def test_hardening_check_of_another_model_is_refused(
         tiny(workload={"measure_steps": 9}, space=ONE, baseline={}), name="longer.yaml"
     )
     bad_input(
-        run_cli(
+        cli_here(
             "check",
             str(tmp_path / "best.yaml"),
             "--model",
@@ -696,6 +700,7 @@ def test_hardening_compiled_trial_writes_only_under_the_study(write_yaml, tmp_pa
     tmp.mkdir()
     home.mkdir()
     path = write_yaml(tiny(space={**ONE, "compile": True}, baseline={}, study={"trials": 1}))
+    # a process of its own: what its trials inherit (TMPDIR, HOME) is what is tested
     proc = run_cli(
         "search",
         str(path),
@@ -737,7 +742,7 @@ def test_hardening_two_searches_on_one_device_take_turns(write_yaml, tmp_path: P
     deadline = time.monotonic() + 60
     while not processes_with(str(spec)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    second = run_cli(
+    second = cli_here(
         "search", str(other), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path
     )
     assert first.wait(timeout=300) == 0 and second.returncode == 0, second.stderr
@@ -785,7 +790,7 @@ def test_hardening_sigterm_ends_like_ctrl_c(
 def test_hardening_malformed_fault_switch_names_the_variable(
     write_yaml, tmp_path: Path, fault: str
 ) -> None:
-    proc = run_cli(
+    proc = cli_here(
         "search",
         str(write_yaml(tiny(space=ONE, baseline={}))),
         "--out",
@@ -847,7 +852,7 @@ def test_hardening_every_path_option_against_odd_paths(
     }
     before = sorted(p.name for p in tmp_path.iterdir())
     extra = ["--repeats", "1"] if args[0] == "check" else []
-    proc = run_cli(*[a.format(**values) for a in args], *extra, cwd=tmp_path, timeout=120)
+    proc = cli_here(*[a.format(**values) for a in args], *extra, cwd=tmp_path, timeout=120)
     bad_input(proc, needle)
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
 
@@ -872,7 +877,7 @@ def test_hardening_credentials_in_odd_forms_are_masked(url: str, secret: str) ->
 
 def test_hardening_storage_password_with_a_slash_is_never_shown(write_yaml, tmp_path: Path) -> None:
     path = write_yaml(tiny(space=ONE, baseline={}))
-    proc = run_cli(
+    proc = cli_here(
         "search",
         str(path),
         "--storage",
@@ -885,7 +890,7 @@ def test_hardening_storage_password_with_a_slash_is_never_shown(write_yaml, tmp_
     )
     assert "pa/ss" not in proc.stdout + proc.stderr and proc.returncode == 2
     # forgot --storage
-    report = run_cli("report", "postgresql+psycopg2://tuner:s3cret@db.example/x", cwd=tmp_path)
+    report = cli_here("report", "postgresql+psycopg2://tuner:s3cret@db.example/x", cwd=tmp_path)
     assert "s3cret" not in report.stdout + report.stderr and report.returncode == 2
 
 
@@ -896,12 +901,12 @@ def test_hardening_study_db_stays_in_the_study_whatever_the_folder_name(
     # another study's folder the unquoted URL would point to
     (tmp_path / "aAb" / "t").mkdir(parents=True)
     path = write_yaml(tiny(space=ONE, baseline={}, study={"trials": 1}))
-    proc = run_cli("search", str(path), "--out", out, "--device", "cpu", cwd=tmp_path)
+    proc = cli_here("search", str(path), "--out", out, "--device", "cpu", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / out / "t" / "study.db").is_file() and not any(
         (tmp_path / "aAb" / "t").iterdir()
     )
-    assert run_cli("report", str(tmp_path / out / "t"), "--no-html", cwd=tmp_path).returncode == 0
+    assert cli_here("report", str(tmp_path / out / "t"), "--no-html", cwd=tmp_path).returncode == 0
 
 
 @pytest.mark.parametrize(
@@ -921,7 +926,7 @@ def test_hardening_entrypoint_floods_daemons_and_forgeries(
     data = tiny(baseline={"micro_batch_size": 2})
     data["model"] = {"entrypoint": "mod:build"}
     # a parent that waited for the flood's end or the daemon's (600 s) would outlast the timeout
-    proc = run_cli(
+    proc = cli_here(
         "validate",
         str(write_yaml(data)),
         cwd=tmp_path,
@@ -945,7 +950,7 @@ def test_hardening_import_timeout_variable_is_checked(
     data = tiny(baseline={"micro_batch_size": 2})
     data["model"] = {"entrypoint": "mod:build"}
     bad_input(
-        run_cli(
+        cli_here(
             "validate",
             str(write_yaml(data)),
             cwd=tmp_path,
@@ -993,7 +998,7 @@ def test_hardening_check_model_with_other_code_under_the_same_name(
         data = tiny(space=ONE, baseline={}, study={"trials": 1})
         data["model"] = {"entrypoint": "mymodel:build"}
         (tmp_path / folder / "m.yaml").write_text(yaml.safe_dump(data))
-    proc = run_cli(
+    proc = cli_here(
         "search",
         str(tmp_path / "one" / "m.yaml"),
         "--out",
@@ -1004,7 +1009,7 @@ def test_hardening_check_model_with_other_code_under_the_same_name(
     )
     assert proc.returncode == 0, proc.stderr
     bad_input(
-        run_cli(
+        cli_here(
             "check",
             str(tmp_path / "out" / "t" / "best.yaml"),
             "--model",
@@ -1023,7 +1028,7 @@ def test_hardening_junit_refused_before_measuring(study: Path, tmp_path: Path, j
     os.symlink("loop.xml", tmp_path / "loop.xml")
     os.mkfifo(tmp_path / "fifo.xml")
     bad_input(
-        run_cli(
+        cli_here(
             "check",
             str(tmp_path / "best.yaml"),
             "--junit",
@@ -1058,7 +1063,7 @@ def test_hardening_values_that_were_internal_errors_are_bad_input(
         else write_yaml(tiny(space={**ONE, "cuda_alloc_conf": ["default", "a\x00b"]}))
     )
     bad_input(
-        run_cli(
+        cli_here(
             "search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path
         ),
         needle,
@@ -1075,11 +1080,11 @@ def test_hardening_storage_and_out_paths_that_are_not_files(write_yaml, tmp_path
         (("--storage", "journal:/dev/null"), "not a regular file"),
         (("--out", str(tmp_path / "loop1")), "looping symbolic link"),
     ):
-        proc = run_cli("search", str(path), *args, "--device", "cpu", cwd=tmp_path, timeout=60)
+        proc = cli_here("search", str(path), *args, "--device", "cpu", cwd=tmp_path, timeout=60)
         bad_input(proc, needle)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "loop1", "model.yaml"]
     bad_input(
-        run_cli(
+        cli_here(
             "report",
             "--study",
             "t",
@@ -1110,7 +1115,7 @@ def test_hardening_report_shows_damaged_records_as_unreadable(study: Path, tmp_p
         )
     engine.dispose()
     for fmt in ("rich", "json", "markdown"):
-        proc = run_cli("report", str(tmp_path / "t"), "--format", fmt, "--no-html", cwd=tmp_path)
+        proc = cli_here("report", str(tmp_path / "t"), "--format", fmt, "--no-html", cwd=tmp_path)
         assert proc.returncode == 0 and "unreadable" in proc.stdout, proc.stderr
 
 
@@ -1127,7 +1132,7 @@ def test_hardening_grid_of_a_large_space_starts_at_once(write_yaml, tmp_path: Pa
         study={"trials": 1, "sampler": "grid"},
     )
     del data["workload"]["global_batch_size"]
-    proc = run_cli(
+    proc = cli_here(
         "search",
         str(write_yaml(data)),
         "--out",
@@ -1143,11 +1148,11 @@ def test_hardening_grid_of_a_large_space_starts_at_once(write_yaml, tmp_path: Pa
 
 def test_hardening_control_characters_are_shown_escaped(write_yaml, tmp_path: Path) -> None:
     path = write_yaml(tiny(space=ONE, baseline={}), name="\x1b[31mred.yaml")
-    proc = run_cli("validate", str(path), cwd=tmp_path)
+    proc = cli_here("validate", str(path), cwd=tmp_path)
     assert proc.returncode == 0 and "\x1b" not in proc.stdout and "\\x1b[31mred.yaml" in proc.stdout
-    bad_input(run_cli("validate", str(tmp_path / "no\x1b[2Jne.yaml"), cwd=tmp_path), "\\x1b[2J")
+    bad_input(cli_here("validate", str(tmp_path / "no\x1b[2Jne.yaml"), cwd=tmp_path), "\\x1b[2J")
     bad_input(
-        run_cli("validate", str(tmp_path / "two\nlines.yaml"), cwd=tmp_path), "two\\nlines.yaml"
+        cli_here("validate", str(tmp_path / "two\nlines.yaml"), cwd=tmp_path), "two\\nlines.yaml"
     )
 
 
