@@ -109,12 +109,12 @@ def run_trial(
     ahead = ahead and not distributed
     standby = prestart.take(child_env) if ahead else None
     proc = standby.activate(spec_path, result_path, log_path) if standby else None
-    if proc is None:
-        proc = _start(
-            [*supervised, *launch_command(spec, spec_path, result_path, module)],
-            log_path,
-            child_env,
-        )
+
+    def cold() -> subprocess.Popen[bytes]:
+        cmd = [*supervised, *launch_command(spec, spec_path, result_path, module)]
+        return _start(cmd, log_path, child_env)
+
+    proc = proc or cold()
     try:
         if ahead:  # the next trials' processes import while this one runs
             prestart.fill(
@@ -122,15 +122,14 @@ def run_trial(
                 child_env,
                 Path(child_env.get("TMPDIR", run_dir)),
             )
-        timed_out = _wait(
-            proc,
-            timeout_s,
-            telemetry,
-            on_poll,
-            stop,
-            str(spec_path) if distributed else None,
-            log_path,
-        )
+        needle = str(spec_path) if distributed else None
+        timed_out = _wait(proc, timeout_s, telemetry, on_poll, stop, needle, log_path)
+        taken = standby is not None and proc is standby.proc
+        if taken and timed_out is not None and not log_path.exists():
+            # it ended after it was handed the trial but before it read it (killed while it
+            # waited: the trial's log is the first thing a standby opens): the trial starts cold
+            proc = cold()
+            timed_out = _wait(proc, timeout_s, telemetry, on_poll, stop, needle, log_path)
     except BaseException:
         _kill_group(proc, grace_s=2.0)  # nothing of the trial outlives an interruption here
         raise
@@ -328,6 +327,7 @@ def _prepare(spec: TrialSpec, run_dir: Path) -> tuple[Path, Path, Path]:
     )
     for old in (
         result_path,
+        log_path,  # an earlier attempt's: a standby that never opens it never took the trial
         run_dir / PROGRESS_FILE,
         run_dir / PRUNE_FILE,
         run_dir / "standby.log",

@@ -77,6 +77,32 @@ def test_prestart_dead_standby_falls_back_to_a_cold_start(tmp_path: Path) -> Non
     assert after.prestarted is False
 
 
+def test_prestart_standby_ended_before_it_read_its_trial_falls_back_to_a_cold_start(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A standby alive when taken but ended after it was handed its trial, before it read it (the
+    OOM killer at that instant), is not the trial's crash: the trial starts cold and runs. Made
+    exact with signals: stopped before the hand-over (alive, not reading), killed after it."""
+    real = prestart.Standby.activate
+
+    def ended_unread(self, spec_path, result_path, log_path):
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+        proc = real(self, spec_path, result_path, log_path)
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        return proc
+
+    env = {"AUTOTUNE_TEST_ENV": "unread"}
+    try:
+        assert _trial(tmp_path, "a", env).status == "ok"
+        monkeypatch.setattr(prestart.Standby, "activate", ended_unread)
+        after = _trial(tmp_path, "b", env)
+    finally:
+        prestart.dismiss_all()
+    assert after.status == "ok", after.reason
+    assert after.prestarted is False
+    none_left(str(tmp_path / "tmp"))
+
+
 def test_prestart_search_runs_trials_from_started_processes_and_leaves_none(
     tmp_path: Path, write_yaml
 ) -> None:
