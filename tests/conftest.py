@@ -26,6 +26,14 @@ import yaml
 # may choose its own.
 os.environ.setdefault("AUTOTUNE_LOCK_NAMESPACE", f"tests-{os.getpid()}")
 
+# Two xdist workers on CI's 2 cores: each trial's torch threads over its worker's share of the
+# cores, as autotune sizes trials side by side (runner.omp_env), not over all of them each
+# (oversubscribed: every process slower). A value already set wins; the serial pass, one process,
+# keeps torch's own.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+
 # The mark of the running test in the environment of every process it starts (SCOPE=<pid>.<n>). An
 # environment is inherited through every fork and exec: into a session of its own (autotune starts
 # each trial, probe and standby in one: launch.py, probe.py, prestart.py) and after the parent died
