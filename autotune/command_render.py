@@ -25,27 +25,16 @@ import os
 import stat
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+# Rendered: the hand-over's own class (the trial process reads it back from the spec)
+from autotune.protocol import Rendered
 
 # MASK: a secret masked when study.db or best.yaml was written; ENV_REFERENCE: `{env:NAME}`
 from autotune.redact import ENV_REFERENCE, MASK
 
 CONFIG_FORMATS = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml"}
-
-
-@dataclass
-class Rendered:
-    """The command of one trial: arguments, environment additions, working directory, the config
-    file."""
-
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-    cwd: str = "."
-    # the rendered config file (written by `render` when the command has one)
-    config_path: str | None = None
-    overrides: dict[str, Any] = field(default_factory=dict)  # dotted key -> value set in it
 
 
 def text_of(value: Any) -> str:

@@ -257,6 +257,20 @@ class _Document:
 
 
 @dataclass
+class Rendered:
+    """The command of one trial (task command): arguments, environment additions, working
+    directory, the config file. Rendered by the parent (command_render.render), handed to the trial
+    through its spec's params["rendered"] and read back there (workloads/command.py)."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str = "."
+    # the rendered config file (written by `render` when the command has one)
+    config_path: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)  # dotted key -> value set in it
+
+
+@dataclass
 class RunSettings:
     """How long a trial runs and on how many ranks (the workload section's trial-side part)."""
 

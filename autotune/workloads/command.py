@@ -22,11 +22,11 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from autotune import nccl_log
-from autotune.protocol import ENV_SECRETS, last_words, told_lines, unhide
+from autotune.protocol import ENV_SECRETS, Rendered, last_words, told_lines, unhide
 from autotune.reporting import ENV_KNOBS, ENV_MAX_STEPS, ENV_REPORT, ENV_STEPS, ENV_STOP
 from autotune.workloads import window as windows
 from autotune.workloads.base import Failed, Measured, Work, Workload
@@ -39,17 +39,6 @@ POLL_S = 0.1
 TERM_GRACE_S = 10.0  # after SIGTERM, before SIGKILL
 REPORT_FILE, STOP_FILE = "steps.jsonl", "stop"
 RECOMPILING_STEPS = 3  # steps after the first that compiled new graphs: the job keeps recompiling
-
-
-@dataclass
-class _Rendered:
-    """The trial's command as the parent rendered it (command_render.Rendered, through the spec)."""
-
-    argv: list[str]
-    env: dict[str, str]
-    cwd: str
-    config_path: str | None = None
-    overrides: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -75,7 +64,7 @@ class Command(Workload):
         params, run = self.spec.params, self.spec.run
         self.cfg = params["command"]
         assert self.run_dir is not None
-        self.rendered = _Rendered(**params["rendered"])  # by the parent (tasks.Command.prepare)
+        self.rendered = Rendered(**params["rendered"])  # by the parent (tasks.Command.prepare)
         # its secrets masked: the values come in this process's environment alone (protocol.unhide)
         hidden = os.environ.get(ENV_SECRETS)
         self.real_argv, self.real_env = unhide(self.rendered.argv, self.rendered.env, hidden)
