@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import metrics, nightly, regress_conditions, regress_junit, tasks
-from autotune.documents.best_file import record_check_baseline
+from autotune.documents.best_file import Best, record_check_baseline
 from autotune.errors import ConfigError, ExitCode, UnmeasuredError
 from autotune.protocol import reason_line
 from autotune.record import Metric
@@ -101,13 +101,14 @@ def _ci_text(ratio: float, ci: tuple[float, float], n: int) -> str:
     return f"95% CI: {why}" if why else f"95% CI {ci[0]:.3f} to {ci[1]:.3f}"
 
 
-def _series(best_path: Path, best: dict[str, Any], verdict: Verdict) -> list[dict[str, Any]]:
+def _series(best_path: Path, best: Best, verdict: Verdict) -> list[dict[str, Any]]:
     """This configuration's nights since the last --reset-baseline: history.jsonl's verdicts, then
     this one."""
-    since = (best.get("check_baseline") or {}).get("series_from") or ""
+    recorded, name = best.doc.check_baseline, best.doc.name
+    since = (recorded.series_from if recorded else None) or ""
     read, skipped = nightly.read(best_path.parent / nightly.FILE)
     verdict.history_skipped = skipped  # named beside the verdict; the other nights still count
-    nights = [doc for doc in read if doc.get("name") == best["name"] and doc["checked_at"] >= since]
+    nights = [doc for doc in read if doc.get("name") == name and doc["checked_at"] >= since]
     # a night measured beside other work (regress_conditions) is no level of the series
     return [n for n in [*nights, asdict(verdict)] if not n.get("disturbed")]
 
@@ -131,7 +132,7 @@ OnRepeat = Callable[[dict[str, Any]], None]
 
 def measure_best(
     best_path: Path,
-    best: dict[str, Any],
+    best: Best,
     *,
     model_yaml: Path | None = None,
     repeats: int = 5,
@@ -154,33 +155,32 @@ def _unmeasured(m: Repeats) -> UnmeasuredError:
 
 def _repeat(
     best_path: Path,
-    best: dict[str, Any],
+    best: Best,
     model_yaml: Path | None,
     repeats: int,
     on_repeat: OnRepeat | None,
 ) -> Repeats:
     """measure_best's repeats, each one's sample or failure kept, and the conditions around them."""
-    fp = best["fingerprint"]
-    here = current_hardware(fp["device"])
-    if here != fp["gpu_model"]:
+    fp, apply = best.doc.fingerprint, best.doc.apply
+    here = current_hardware(fp.device)
+    if here != fp.gpu_model:
         raise ConfigError(
-            f"{best_path}: fingerprint.gpu_model: measured on {fp['gpu_model']!r}, this machine "
+            f"{best_path}: fingerprint.gpu_model: measured on {fp.gpu_model!r}, this machine "
             f"has {here!r}; a check compares only the same hardware (nothing compared)"
         )
     bench = bench_of(best, best_path, model_yaml)
     runs = best_path.parent / "checks" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    env = apply.env if apply else None
     m = Repeats()
     for i in range(repeats):
-        m.conditions.append(regress_conditions.sample(fp["device"]))
-        record = measure(
-            bench, best["knobs"], runs / f"{i:02d}", number=i, env=best.get("apply", {}).get("env")
-        )
+        m.conditions.append(regress_conditions.sample(fp.device))
+        record = measure(bench, best.doc.knobs, runs / f"{i:02d}", number=i, env=env)
         _keep(m, i, record)
         if on_repeat:
             on_repeat(
                 {"repeat": i, "repeats": repeats, "conditions": m.conditions[-1], **_said(record)}
             )
-    m.conditions.append(regress_conditions.sample(fp["device"]))
+    m.conditions.append(regress_conditions.sample(fp.device))
     return m
 
 
@@ -234,7 +234,7 @@ def reset_baseline(
     m = measure_best(best_path, best, model_yaml=model_yaml, repeats=repeats, on_repeat=on_repeat)
     now = dt.datetime.now(dt.timezone.utc).isoformat()
     record_check_baseline(
-        best_path, best, m.samples, now, m.fingerprint, _tpots(m.details), reset=True
+        best_path, best.doc, m.samples, now, m.fingerprint, _tpots(m.details), reset=True
     )
     return m.samples, m.failures
 
@@ -260,13 +260,13 @@ def check(
     best = load_best(best_path)
     baseline_belongs(best_path, best)
     if junit:
-        regress_junit.check_target(junit, best_path, best, model_yaml)  # before any repeat
+        regress_junit.check_target(junit, best_path, best.doc, model_yaml)  # before any repeat
     m = _repeat(best_path, best, model_yaml, repeats, on_repeat)
     if not m.samples:  # CI reads the report: the repeats' reasons go in it, then exit 3 as ever
         err, secs = _unmeasured(m), time.monotonic() - t0
         if junit:
             reasons = "\n".join(m.failures)
-            regress_junit.write(junit, best["name"], secs, "unmeasured", str(err), reasons)
+            regress_junit.write(junit, best.doc.name, secs, "unmeasured", str(err), reasons)
         raise err
     explicit = tolerance_pct or 0.0  # an explicit tolerance bounds the nightly series' steps too
     verdict = _verdict(best, m, tolerance_pct)
@@ -280,29 +280,29 @@ def check(
         verdict.status = "unreliable"
     if update and verdict.status != "regression" and not verdict.disturbed:
         record_check_baseline(
-            best_path, best, m.samples, verdict.checked_at, m.fingerprint, _tpots(m.details)
+            best_path, best.doc, m.samples, verdict.checked_at, m.fingerprint, _tpots(m.details)
         )
         verdict.updated = True
-    record_history(best_path, verdict, best["name"])
+    record_history(best_path, verdict, best.doc.name)
     if junit:
-        regress_junit.write_verdict(junit, best["name"], verdict, time.monotonic() - t0)
+        regress_junit.write_verdict(junit, best.doc.name, verdict, time.monotonic() - t0)
     return verdict
 
 
-def _verdict(best: dict[str, Any], m: Repeats, tolerance_pct: float | None) -> Verdict:
+def _verdict(best: Best, m: Repeats, tolerance_pct: float | None) -> Verdict:
     """The decision on the repeats against the recorded baseline (the tolerance given, else from its
     noise)."""
-    base, source = baseline_samples(best)
+    base, source = baseline_samples(best.doc)
     how = f"{tolerance_pct:g}% (--tolerance)" if tolerance_pct is not None else ""
     if tolerance_pct is None:
         tolerance_pct, how = default_tolerance(base)
     status, ratio, ci = decide(base, m.samples, tolerance_pct)
-    tpot = tasks.task(best["workload"].get("task", "train")).check_gate(
-        best, m.details, tolerance_pct, decide
-    )
+    # the Task plug-ins read best.yaml as it is written (a mapping)
+    written = best.doc.model_dump(exclude_unset=True)
+    tpot = tasks.task(best.workload.task).check_gate(written, m.details, tolerance_pct, decide)
     if tpot and tpot["status"] == "regression":
         status = "regression"  # generate: slower tokens, or slower per token, fails the check
-    fp = best["fingerprint"]
+    fp = best.doc.fingerprint.model_dump()  # the versions beside the numbers: as the library says
     changes = {
         k: (fp.get(k), m.fingerprint.get(k))
         for k in VERSION_KEYS
@@ -327,7 +327,8 @@ def _verdict(best: dict[str, Any], m: Repeats, tolerance_pct: float | None) -> V
         tolerance_source=how,
         conditions=m.conditions,
     )
-    verdict.upgraded = (best.get("upgraded") or {}).get("knobs_added")
+    upgraded = best.doc.upgraded
+    verdict.upgraded = upgraded.knobs_added if upgraded else None
     return verdict
 
 

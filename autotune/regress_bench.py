@@ -11,42 +11,30 @@ from pathlib import Path
 from typing import Any
 
 from autotune import paths
-from autotune.config import ModelConfig, WorkloadConfig
-from autotune.config_command import CommandConfig
 from autotune.config_load import load_config
 from autotune.config_study import StudyConfig
-from autotune.documents.best_file import LAUNCH_ONLY, measured_digest, read_best
+from autotune.documents.best_file import LAUNCH_ONLY, Best, BestFile, read_best
 from autotune.errors import ConfigError, excerpt
 from autotune.hardware import detect, visible_gpu_index
 from autotune.probe import check_entrypoint
-from autotune.record import Metric
 from autotune.runner import Bench, preflight
 
 
-def baseline_samples(best: dict[str, Any]) -> tuple[list[float], str]:
+def baseline_samples(doc: BestFile) -> tuple[list[float], str]:
     """The recorded per-process tokens/s of the configuration: the last --update, else the search's
-    trial."""
-    recorded = best.get("check_baseline")
+    confirmation of it, else its trial."""
+    recorded = doc.check_baseline
     if recorded:
-        samples = list(recorded["tokens_per_s_samples"])
-        return samples, f"check --update of {recorded['recorded_at']} ({len(samples)} processes)"
-    chosen = next(
-        (
-            c
-            for c in best.get("confirmation") or []
-            if c["trial"] == best["chosen"]["trial"] and c["samples"]
-        ),
-        None,
-    )
+        samples = list(recorded.tokens_per_s_samples)
+        return samples, f"check --update of {recorded.recorded_at} ({len(samples)} processes)"
+    trial = doc.chosen.trial
+    chosen = next((c for c in doc.confirmation or [] if c.trial == trial and c.samples), None)
     if chosen:
         return (
-            list(chosen["samples"]),
-            f"the search's confirmation of trial {chosen['trial']} ({len(chosen['samples'])} "
-            "processes)",
+            list(chosen.samples),
+            f"the search's confirmation of trial {trial} ({len(chosen.samples)} processes)",
         )
-    return [
-        best["metrics"][Metric.TOKENS_PER_GPU]
-    ], f"search trial {best['chosen']['trial']} (1 process)"
+    return [doc.metrics.tokens_per_s_per_gpu], f"search trial {trial} (1 process)"
 
 
 def current_hardware(device: str) -> str:
@@ -57,41 +45,26 @@ def current_hardware(device: str) -> str:
     return platform.processor() or platform.machine()
 
 
-def bench_of(best: dict[str, Any], best_path: Path, model_yaml: Path | None) -> Bench:
+def bench_of(best: Best, best_path: Path, model_yaml: Path | None) -> Bench:
     """How best.yaml's configuration is measured: its model and workload (or MODEL_YAML's), its
     device and trial time limit, the compile cache beside it."""
-    fp = best["fingerprint"]
     limit = (
-        best["measurement"].get("trial_timeout_min")
+        best.doc.measurement.trial_timeout_min
         or StudyConfig.model_fields["trial_timeout_min"].default
     )
-    base_dir = paths.beside(best_path, best.get("base_dir"))  # relative to best.yaml's folder
+    model, workload, command, base_dir = best.model, best.workload, best.command, best.base_dir
     if model_yaml is not None:
         cfg = load_config(model_yaml)
         dumped = cfg.model.model_dump(mode="json") if cfg.model is not None else None
-        here = {**best, "base_dir": base_dir}  # best.yaml's model is where best.yaml says
-        _same_measurement(here, dumped, cfg.workload.model_dump(mode="json"), cfg.base_dir)
-        model, workload, base_dir, limit = (
-            cfg.model,
-            cfg.workload,
-            cfg.base_dir,
-            cfg.study.trial_timeout_min,
-        )
-        command = cfg.command
-    else:
-        model = (
-            ModelConfig.model_validate(best["model"], context={"base_dir": base_dir})
-            if best["model"] is not None
-            else None
-        )
-        workload = WorkloadConfig(**best["workload"])
-        command = CommandConfig.model_validate(best["command"]) if best.get("command") else None
+        _same_measurement(best, dumped, cfg.workload.model_dump(mode="json"), cfg.base_dir)
+        model, workload, command = cfg.model, cfg.workload, cfg.command
+        base_dir, limit = cfg.base_dir, cfg.study.trial_timeout_min
     # prestart off: every repeat starts cold, with nothing importing beside it, the same way every
     # night
     return Bench.of(
         model,
         workload,
-        device=fp["device"],
+        device=best.doc.fingerprint.device,
         timeout_s=60 * limit,
         home=best_path.parent,
         base_dir=base_dir,
@@ -101,7 +74,7 @@ def bench_of(best: dict[str, Any], best_path: Path, model_yaml: Path | None) -> 
 
 
 def _same_measurement(
-    best: dict[str, Any],
+    best: Best,
     model: dict[str, Any] | None,
     workload: dict[str, Any],
     model_base: str | None,
@@ -137,9 +110,9 @@ def _same_measurement(
         (
             "model",
             content(model, model_base) or {},
-            content(best["model"], best.get("base_dir")) or {},
+            content(best.doc.model, best.base_dir) or {},
         ),
-        ("workload", workload, best["workload"]),
+        ("workload", workload, best.doc.workload),
     )
     for section, mine, theirs in (
         (name, non_default(name, a), non_default(name, b)) for name, a, b in pairs
@@ -162,7 +135,7 @@ def _same_measurement(
                 )
 
 
-def load_best(best_path: Path) -> dict[str, Any]:
+def load_best(best_path: Path) -> Best:
     """best.yaml read and validated, and everything a check needs checked, before anything is
     measured."""
     preflight()
@@ -172,14 +145,15 @@ def load_best(best_path: Path) -> dict[str, Any]:
     return best
 
 
-def baseline_belongs(best_path: Path, best: dict[str, Any]) -> None:
+def baseline_belongs(best_path: Path, best: Best) -> None:
     """The baseline measured what best.yaml now says (measured_digest): an edited model, workload,
     command or knob is refused before anything runs (--reset-baseline records a baseline of the
     edited configuration). A baseline without its digest is refused too (_undigested)."""
-    recorded = (best.get("check_baseline") or {}).get("measured") or best.get("measured")
+    doc, baseline = best.doc, best.doc.check_baseline
+    recorded = (baseline.measured if baseline else None) or doc.measured
     if recorded is None:
-        _undigested(best_path, best)
-    elif recorded != measured_digest(best):
+        _undigested(best_path, doc)
+    elif recorded != doc.digest():
         raise ConfigError(
             f"{best_path}: its model, workload, command or knobs were edited after its baseline "
             "was measured; a check compares only the configuration that was measured (nothing "
@@ -188,13 +162,13 @@ def baseline_belongs(best_path: Path, best: dict[str, Any]) -> None:
         )
 
 
-def _undigested(best_path: Path, best: dict[str, Any]) -> None:
+def _undigested(best_path: Path, doc: BestFile) -> None:
     """No digest beside the baseline: nothing tells whether it measured what best.yaml says now.
     Refused where one is always written: beside a check baseline (record_check_baseline), and
     beside the search's numbers in a versioned best.yaml (write_best, schema 2); a best.yaml of
     schema 1 predates digests and is checked as it was."""
-    where = "check_baseline" if best.get("check_baseline") else "the search's numbers"
-    if best.get("check_baseline") or best.get("schema_version", 1) >= 2:
+    where = "check_baseline" if doc.check_baseline else "the search's numbers"
+    if doc.check_baseline or doc.schema_version >= 2:
         raise ConfigError(
             f"{best_path}: measured: missing beside {where}, so an edited model, workload, "
             "command or knob cannot be told from what was measured (nothing measured). Run "

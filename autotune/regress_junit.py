@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune import atomic, paths
 from autotune.errors import excerpt
+
+if TYPE_CHECKING:
+    from autotune.documents.best_file import BestFile
 
 OPTION = "--junit"
 ERRORS = ("unreliable", "unmeasured")  # a check that decided nothing: an error for CI, no failure
 
 
-def check_target(
-    junit: Path, best_path: Path, best: dict[str, Any], model_yaml: Path | None
-) -> None:
+def check_target(junit: Path, best_path: Path, best: BestFile, model_yaml: Path | None) -> None:
     """--junit names a file autotune may replace, before anything is measured: a writable regular
     file, none of the study's own files, nothing check reads or the study keeps (wherever it is),
     and if it exists a JUnit report (paths.replaceable_report: anything else is someone's file)."""
@@ -25,10 +26,10 @@ def check_target(
     paths.replaceable_report(junit, OPTION)
 
 
-def _owned(best_path: Path, best: dict[str, Any], model_yaml: Path | None) -> dict[Path, str]:
+def _owned(best_path: Path, best: BestFile, model_yaml: Path | None) -> dict[Path, str]:
     """The files check reads and the study's storage (a journal or an SQLite file and the files
     beside it, outside the study's folder too), each with what it is."""
-    storage = (best.get("study") or {}).get("storage")
+    storage = best.study.storage if best.study else None
     files = paths.storage_files(storage)
     owned = {f: f"a file of the study's storage {excerpt(storage)}" for f in files[1:]}
     owned.update({f: f"the study's storage {excerpt(storage)}" for f in files[:1]})

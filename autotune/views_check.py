@@ -3,7 +3,8 @@ on."""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
@@ -11,13 +12,16 @@ from autotune.errors import printable
 from autotune.record import Metric
 from autotune.report import fmt
 
+if TYPE_CHECKING:
+    from autotune.regress import Verdict
+
 
 def _tagged(tag: str, style: str, text: str) -> Text:
     """A styled tag, then the text as it is (never read as markup)."""
     return Text.assemble((tag, style), " ", printable(text, newlines=False))
 
 
-def _disturbed(verdict: Any) -> list[Text]:
+def _disturbed(verdict: Verdict) -> list[Text]:
     """What disturbed the repeats (regress_conditions), and what that means for the verdict."""
     if not verdict.disturbed:
         return []
@@ -30,7 +34,7 @@ def _disturbed(verdict: Any) -> list[Text]:
 
 
 def baseline_recorded(
-    best_yaml: Any, samples: list[float], failures: list[str]
+    best_yaml: Path, samples: list[float], failures: list[str]
 ) -> list[Text | str]:
     """What `check --reset-baseline` says."""
     lines = [
@@ -40,7 +44,9 @@ def baseline_recorded(
     return lines + [_tagged("failed:", "yellow", failure) for failure in failures]
 
 
-def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> list[Text | str]:
+def verdict_lines(
+    verdict: Verdict, best_yaml: Path, repeats: int, update: bool
+) -> list[Text | str]:
     """What `check` says: the verdict, where its baseline came from, what changed, what failed, what
     was recorded."""
     color = {"pass": "green", "faster": "cyan", "regression": "red", "unreliable": "yellow"}[
@@ -100,7 +106,7 @@ def verdict_lines(verdict: Any, best_yaml: Any, repeats: int, update: bool) -> l
     return lines + _recorded(verdict, best_yaml, update)
 
 
-def _recorded(verdict: Any, best_yaml: Any, update: bool) -> list[str]:
+def _recorded(verdict: Verdict, best_yaml: Path, update: bool) -> list[str]:
     """What --update recorded, or why not; a faster check without it says how to record."""
     if update and verdict.updated:
         return [

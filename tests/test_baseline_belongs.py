@@ -4,11 +4,16 @@ baseline of it."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import run_cli, tiny
+
+from autotune.documents.best_file import measured_digest, read_best, record_check_baseline
+
+FIXTURES = Path(__file__).parent / "data" / "studies"
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +72,45 @@ def test_baseline_belongs_a_reset_baseline_records_one_for_the_edit(
     # the load: not judged
     proc = run_cli("check", str(best), "--repeats", "2", "--max-load", "0", cwd=tmp_path)
     assert proc.returncode in (0, 1), proc.stderr  # measured and decided against its own baseline
+
+
+@pytest.mark.parametrize("name", ["fixture-v0", "fixture-older", "fixture-v3"])
+def test_baseline_belongs_digest_of_the_typed_file_is_the_recorded_one(name: str) -> None:
+    """The digest users' baselines carry: fixture-v3's recorded one, from its typed document as from
+    the mapping search/best.py digests; the older layouts (upgraded on read) measured the same."""
+    path = FIXTURES / name / "best.yaml"
+    written = yaml.safe_load((FIXTURES / "fixture-v3" / "best.yaml").read_text())["measured"]
+    assert written == "65fece6f9493d17b"
+    assert read_best(path).doc.digest() == written
+    if name == "fixture-v3":
+        assert measured_digest(yaml.safe_load(path.read_text())) == written
+
+
+def test_baseline_belongs_a_recorded_baseline_keeps_the_file_as_read(tmp_path: Path) -> None:
+    """record_check_baseline writes the typed document back as it was read: every key in its place
+    (an unknown section too), check_baseline added at the end; a second record replaces it in
+    place and keeps its series."""
+    text = (FIXTURES / "fixture-v3" / "best.yaml").read_text()
+    mine = "my_notes:\n  kept: true\n"
+    text = text.replace("study:\n", mine + "study:\n")  # someone's own section, mid-file
+    path = tmp_path / "trials" / "fixture-v3" / "best.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    fingerprint = {"device": "cpu", "gpu_model": "x86_64"}
+    first = "2026-12-05T10:00:00+00:00"
+    record_check_baseline(
+        path, read_best(path).doc, [1000.5, 999.0], first, fingerprint, reset=True
+    )
+    assert path.read_text() == text + (
+        "check_baseline:\n  tokens_per_s_samples:\n  - 1000.5\n  - 999.0\n"
+        f"  recorded_at: '{first}'\n  fingerprint:\n    device: cpu\n    gpu_model: x86_64\n"
+        f"  measured: 65fece6f9493d17b\n  series_from: '{first}'\n"
+    )
+    shutil.copy(path, tmp_path / "first.yaml")
+    record_check_baseline(path, read_best(path).doc, [1001.0], "2026-12-06", fingerprint)
+    again = yaml.safe_load(path.read_text())
+    assert list(again) == list(yaml.safe_load((tmp_path / "first.yaml").read_text()))
+    recorded = read_best(path).doc.check_baseline
+    assert recorded is not None and recorded.tokens_per_s_samples == [1001.0]
+    assert (recorded.series_from, recorded.measured) == (first, "65fece6f9493d17b")
+    assert again["my_notes"] == {"kept": True}

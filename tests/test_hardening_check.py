@@ -197,7 +197,8 @@ def test_hardening_check_a_baseline_without_its_digest_is_refused(
 def test_hardening_check_reset_baseline_records_the_digest(study: Path, tmp_path: Path) -> None:
     best = _without_digest(study, tmp_path, baseline=True)
     regress.reset_baseline(best, repeats=1)
-    assert read_best(best)["check_baseline"]["measured"]
+    recorded = read_best(best).doc.check_baseline
+    assert recorded is not None and recorded.measured
     regress_bench.baseline_belongs(best, read_best(best))  # checks again
 
 

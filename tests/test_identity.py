@@ -19,7 +19,7 @@ from conftest import run_cli, tiny
 
 from autotune import identity
 from autotune.config_load import parse_config
-from autotune.documents.best_file import read_best
+from autotune.documents.best_file import Upgraded, read_best
 from autotune.search.history import key
 
 FIXTURES = Path(__file__).parent / "data" / "studies"
@@ -130,12 +130,12 @@ def test_identity_fresh_warm_start_from_the_study_it_archives(tmp_path: Path) ->
 
 def test_identity_an_older_best_yaml_is_upgraded_on_read(tmp_path: Path) -> None:
     study = _copy(tmp_path, "fixture-older")
-    doc = read_best(study / "best.yaml")
+    doc = read_best(study / "best.yaml").doc
     # neither acts: one rank, compile off
     added = {"fsdp_backward_prefetch": None, "compile_dynamic": None}
-    assert doc["upgraded"] == {"from_schema": 1, "knobs_added": added}
+    assert doc.upgraded == Upgraded(from_schema=1, knobs_added=added)
     # one rank: the knob cannot act, as a search writes it
-    assert doc["knobs"]["fsdp_backward_prefetch"] is None
+    assert doc.knobs["fsdp_backward_prefetch"] is None
     edited = yaml.safe_load((study / "best.yaml").read_text())
     # a current file whose knob list was edited
     edited.update(schema_version=2, knob_set="000000000000")
@@ -143,6 +143,25 @@ def test_identity_an_older_best_yaml_is_upgraded_on_read(tmp_path: Path) -> None
     (study / "best.yaml").write_text(yaml.safe_dump(edited))
     with pytest.raises(Exception, match="knobs: compile is missing"):
         read_best(study / "best.yaml")
+
+
+@pytest.mark.parametrize("name", ["fixture-v0", "fixture-older", "fixture-v3"])
+def test_identity_every_layout_reads_as_the_typed_document(name: str) -> None:
+    """schema 1 (fixture-v0, fixture-older) and 3 (fixture-v3) read as one typed document: each
+    section an attribute, the model, workload and command as config.py types them."""
+    best = read_best(FIXTURES / name / "best.yaml")
+    doc = best.doc
+    assert (doc.name, doc.chosen.trial, doc.fingerprint.device) == (name, 1, "cpu")
+    assert doc.metrics.tokens_per_s_per_gpu > 0 and doc.metrics.tpot_ms_median is None
+    assert (doc.measurement.warmup_steps, doc.measurement.measure_steps) == (1, 3)
+    assert doc.apply is not None and doc.apply.env == {} and doc.check_baseline is None
+    assert doc.study is not None and doc.study.trials_completed == 3
+    assert best.workload.task == "train" and best.workload.global_batch_size == 32
+    assert best.model is not None and best.model.family == "gpt" and best.command is None
+    assert best.base_dir is not None and Path(best.base_dir).is_absolute()
+    assert doc.knobs["micro_batch_size"] * doc.knobs["grad_accum_steps"] == 32
+    # the knobs added since schema 1, filled in as its search would have written them
+    assert (doc.upgraded is None) == (name == "fixture-v3")
 
 
 @pytest.mark.slow

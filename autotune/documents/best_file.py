@@ -1,18 +1,33 @@
-"""best.yaml, the file users keep: its schema (BestFile), its reader (read_best: validated, older
-layouts upgraded) and the check's write-back (record_check_baseline). check and export read it from
-here; the search writes it (search/best.py). Nothing here imports the search, Optuna or user code at
-import time."""
+"""best.yaml, the file users keep: its schema (BestFile, a typed class a section), its reader
+(read_best: validated, older layouts upgraded, returned typed as Best) and the check's write-back
+(record_check_baseline). check and export read it from here; the search writes it (search/best.py).
+Nothing here imports the search, Optuna or user code at import time."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from autotune import knobs as catalogue
 from autotune import paths, yamlio
 from autotune.errors import ConfigError
+
+if TYPE_CHECKING:
+    from autotune.config import ModelConfig, WorkloadConfig
+    from autotune.config_command import CommandConfig, Scalar
 
 # best.yaml's layout. 1: before it was versioned (2026-12-01 and earlier; every knob of its release
 # listed); 2: schema_version and knob_set (the hash of the knob names written) added; 3: base_dir
@@ -31,7 +46,19 @@ def measured_digest(doc: dict[str, Any]) -> str:
     """A short hash of what best.yaml's numbers measured: its model, workload (but how ranks are
     launched), the command (task command) and the knobs off their defaults. Recorded beside each
     baseline: a baseline is compared only with the configuration it measured, so a hand-edited
-    best.yaml is not set against another model's numbers."""
+    best.yaml is not set against another model's numbers. doc: best.yaml as search/best.py writes
+    it (a read one: BestFile.digest)."""
+    return _digest(doc.get("model"), doc["workload"], doc.get("command"), doc["knobs"])
+
+
+def _digest(
+    model: dict[str, Any] | None,
+    workload: dict[str, Any],
+    command: dict[str, Any] | None,
+    knobs: dict[str, Any],
+) -> str:
+    """measured_digest of these sections, as best.yaml has them (not as config.py would type them:
+    a digest recorded by an earlier release must still match)."""
     import hashlib
     import json
 
@@ -39,16 +66,14 @@ def measured_digest(doc: dict[str, Any]) -> str:
 
     defaults = {k.name: k.default for k in catalogue.CATALOGUE}
     what = {
-        "model": non_default("model", doc.get("model") or {}) if doc.get("model") else None,
+        "model": non_default("model", model) if model else None,
         "workload": {
-            k: v
-            for k, v in non_default("workload", doc["workload"]).items()
-            if k not in LAUNCH_ONLY
+            k: v for k, v in non_default("workload", workload).items() if k not in LAUNCH_ONLY
         },
-        "command": doc.get("command"),
+        "command": command,
         "knobs": {
             k: v
-            for k, v in doc["knobs"].items()
+            for k, v in knobs.items()
             if v is not None and (k not in defaults or v != defaults[k])
         },
     }
@@ -69,39 +94,73 @@ def write_yaml(path: Path, doc: dict[str, Any]) -> None:
 
 
 class _Part(BaseModel):
-    """A section of best.yaml check relies on: checked, other keys kept."""
+    """A section of best.yaml: the keys its readers rely on checked and typed, the others kept.
+    Dumped (model_dump(exclude_unset=True)) it is the section as read: its keys in their order, then
+    those given since."""
 
     model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
+    _order: tuple[str, ...] = PrivateAttr(default=())
 
-class _Chosen(_Part):
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_order(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        part = handler(data)
+        if isinstance(data, dict):
+            part._order = tuple(data)
+        return part
+
+    @model_serializer(mode="wrap")
+    def _in_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        read = [k for k in self._order if k in dumped]
+        return {k: dumped[k] for k in [*read, *(k for k in dumped if k not in self._order)]}
+
+
+class Chosen(_Part):
+    """The chosen trial, and why (confirmation, else the highest search value)."""
+
     trial: int = Field(ge=0)
+    why: Optional[str] = None
 
 
-class _Metrics(_Part):
+class Metrics(_Part):
+    """The chosen configuration's numbers (the others, MFU, memory, step time: kept untyped)."""
+
     tokens_per_s_per_gpu: float = Field(gt=0)
     tpot_ms_median: Optional[float] = Field(default=None, gt=0)  # generate: the check gates it too
 
 
-class _Fingerprint(_Part):
+class Fingerprint(_Part):
+    """Where the numbers were measured (hardware.fingerprint); the versions beside them (driver,
+    cuda, cudnn, torch, nccl: a string or a number as the library says it) are kept untyped."""
+
     device: Literal["cuda", "cpu"]
     gpu_model: str = Field(min_length=1)
 
 
-class _Measurement(_Part):
+class Measurement(_Part):
+    """How the chosen trial was measured: steps, time limit (raw step times, timer: kept)."""
+
     warmup_steps: int = Field(ge=1)
     measure_steps: int = Field(ge=2)
     trial_timeout_min: Optional[float] = Field(default=None, gt=0, le=10_080)
 
 
-class _Candidate(_Part):
+class Candidate(_Part):
+    """One configuration of the search's confirmation: its trial and per-process tokens/s."""
+
     trial: int = Field(ge=0)
     samples: list[Annotated[float, Field(gt=0)]]
 
 
-class _CheckBaseline(_Part):
+class CheckBaseline(_Part):
+    """What check --update / --reset-baseline recorded (record_check_baseline)."""
+
     tokens_per_s_samples: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
     recorded_at: str
+    fingerprint: Optional[dict[str, Any]] = None  # where (hardware.fingerprint of the repeats)
+    measured: Optional[str] = None  # measured_digest of what these samples measured
     # generate: per-process median TPOT
     tpot_ms_samples: Optional[list[Annotated[float, Field(gt=0)]]] = None
     # the last --reset-baseline: the nightly series is read from then on
@@ -111,78 +170,131 @@ class _CheckBaseline(_Part):
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
-class _Apply(_Part):
-    env: dict[
-        Annotated[str, Field(pattern=_ENV_NAME, max_length=256)],
-        Annotated[str, Field(max_length=4096, pattern=r"^[^\x00]*$")],
-    ] = Field(default_factory=dict)
+class Apply(_Part):
+    """How to apply the configuration: its environment (knobs and notes kept untyped)."""
+
+    # None: not given (export sets the environment knobs' variables, catalogue.env_of)
+    env: Optional[
+        dict[
+            Annotated[str, Field(pattern=_ENV_NAME, max_length=256)],
+            Annotated[str, Field(max_length=4096, pattern=r"^[^\x00]*$")],
+        ]
+    ] = None
+
+
+class StudyRun(_Part):
+    """The search behind the file: its storage (masked, search/storage.mask_url), its trials."""
+
+    storage: Optional[str] = None
+    trials_launched: Optional[int] = None
+    trials_completed: Optional[int] = None
+
+
+class Upgraded(BaseModel):
+    """What read_best filled in of an older release's best.yaml (_upgrade; check prints it): never
+    written back."""
+
+    from_schema: int
+    knobs_added: dict[str, Any]
 
 
 class BestFile(_Part):
     """best.yaml, section by section: write_best validates what it writes with it, and `autotune
     check` what it reads (read_best), before anything is measured. Sections not listed are kept as
-    they are."""
+    they are; record_check_baseline writes it back in the order read."""
 
     schema_version: int = Field(default=1, ge=1)  # 1: written before best.yaml was versioned
     knob_set: Optional[str] = None  # the hash of the knob names written (knob_set)
     name: str = Field(min_length=1)
-    chosen: _Chosen
+    chosen: Chosen
+    # every knob of the task, and a command's own: a value's type is its knob's (read_best checks
+    # each against its catalogue entry or its values; None: not acting in this trial)
     knobs: dict[str, Any]
-    metrics: _Metrics
-    fingerprint: _Fingerprint
+    metrics: Metrics
+    fingerprint: Fingerprint
+    # The YAML's own sections, kept as written (measured_digest hashes them so): read_best types
+    # them as config.py does (Best.model, Best.workload, Best.command).
     model: Optional[dict[str, Any]]  # None: task command (the command builds its model)
     # task command: the command section (config.CommandConfig)
     command: Optional[dict[str, Any]] = None
     workload: dict[str, Any]
-    measurement: _Measurement
-    confirmation: Optional[list[_Candidate]] = None
-    check_baseline: Optional[_CheckBaseline] = None
-    base_dir: Optional[str] = None
-    apply: Optional[_Apply] = None
+    measurement: Measurement
+    confirmation: Optional[list[Candidate]] = None
+    check_baseline: Optional[CheckBaseline] = None
+    base_dir: Optional[str] = None  # relative to best.yaml's folder (absolute: Best.base_dir)
+    apply: Optional[Apply] = None
     baseline: Optional[dict[str, Any]] = None  # the baseline trial: number, knobs, tokens/s
-    # objective pareto: the front of the completed trials
+    # an objective of several values: the front of the completed trials (its keys the objective's)
     front: Optional[list[dict[str, Any]]] = None
     measured: Optional[str] = None  # measured_digest of what the search's numbers measured
-    study: Optional[dict[str, Any]] = None  # the storage (masked), trials launched and completed
+    study: Optional[StudyRun] = None
+    # said by read_best (_upgrade), never read from the file nor written to it
+    upgraded: Optional[Upgraded] = Field(default=None, exclude=True)
+
+    def digest(self) -> str:
+        """measured_digest of the configuration as this file says it now."""
+        return _digest(self.model, self.workload, self.command, self.knobs)
 
 
-def read_best(path: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Best:
+    """best.yaml as read_best read it: the document, each section typed (doc; an older layout
+    upgraded), and its model, workload and command as the YAML schema types them (config.py), the
+    model's code found from base_dir."""
+
+    doc: BestFile
+    model: ModelConfig | None  # None: task command (the command builds its model)
+    workload: WorkloadConfig
+    command: CommandConfig | None  # task command: the command section
+    base_dir: str | None  # the study YAML's folder, absolute (paths.beside)
+
+
+def read_best(path: Path) -> Best:
     """A best.yaml written by `autotune search`, every part check uses validated (the model and
-    workload as the YAML schema says, each knob as its catalogue entry says); ConfigError (exit 2)
-    naming the bad part."""
+    workload as the YAML schema says, each knob as its catalogue entry says) and typed; ConfigError
+    (exit 2) naming the bad part."""
+    raw = yamlio.read(path, "BEST_YAML")
+    if not isinstance(raw, dict) or "knobs" not in raw or "fingerprint" not in raw:
+        raise ConfigError(
+            f"{path}: knobs, fingerprint: missing; is this a best.yaml written by autotune search?"
+        )
+    best = _validated(path, raw)
+    _upgrade(path, best)
+    knobs = best.doc.knobs
+    _check_knobs(path, knobs, best.workload.task, user_knobs(best.command))
+    if "micro_batch_size" in knobs:
+        _check_batch(path, knobs, best.workload)
+    return best
+
+
+def _validated(path: Path, raw: dict[str, Any]) -> Best:
+    """The document (BestFile) and its YAML sections (config.py's classes, the model's code found
+    from base_dir) validated; ConfigError naming the first bad part."""
     from autotune.config import ModelConfig, WorkloadConfig
     from autotune.config_command import CommandConfig
     from autotune.config_load import describe_error
 
-    doc = yamlio.read(path, "BEST_YAML")
-    if not isinstance(doc, dict) or "knobs" not in doc or "fingerprint" not in doc:
-        raise ConfigError(
-            f"{path}: knobs, fingerprint: missing; is this a best.yaml written by autotune search?"
-        )
     try:
-        BestFile.model_validate(doc)
-        if doc["model"] is not None:
-            base_dir = paths.beside(path, doc.get("base_dir"))  # relative to best.yaml's folder
-            ModelConfig.model_validate(doc["model"], context={"base_dir": base_dir})
-        if doc.get("command") is not None:
-            CommandConfig.model_validate(doc["command"])
-        WorkloadConfig.model_validate(doc["workload"])
+        # upgraded: said by this read, never by the file
+        doc = BestFile.model_validate({k: v for k, v in raw.items() if k != "upgraded"})
+        base_dir = paths.beside(path, doc.base_dir)  # relative to best.yaml's folder
+        model = None
+        if doc.model is not None:
+            model = ModelConfig.model_validate(doc.model, context={"base_dir": base_dir})
+        command = None if doc.command is None else CommandConfig.model_validate(doc.command)
+        workload = WorkloadConfig.model_validate(doc.workload)
     except ValidationError as err:
         section = next(
             (k for k in ("model", "workload") if err.title == f"{k.capitalize()}Config"), None
         )
         raise ConfigError(f"{path}: {describe_error(err, section)}") from None
-    _upgrade(path, doc)
-    _check_knobs(path, doc["knobs"], doc["workload"].get("task", "train"), user_knobs(doc))
-    if "micro_batch_size" in doc["knobs"]:
-        _check_batch(path, doc["knobs"], doc["workload"])
-    return doc
+    return Best(doc, model, workload, command, base_dir)
 
 
-def _check_batch(path: Path, knobs: dict[str, Any], workload: dict[str, Any]) -> None:
+def _check_batch(path: Path, knobs: dict[str, Any], workload: WorkloadConfig) -> None:
     """The knobs keep the workload's global batch (micro-batch x accumulation x ranks), as the
     search did."""
-    gbs, world = workload.get("global_batch_size"), workload.get("world_size", 1)
+    gbs, world = workload.global_batch_size, workload.world_size
     if gbs is not None and knobs["micro_batch_size"] * knobs["grad_accum_steps"] * world != gbs:
         raise ConfigError(
             f"{path}: knobs: micro_batch_size {knobs['micro_batch_size']} x grad_accum_steps "
@@ -208,38 +320,38 @@ def _old_behaviour(knobs: dict[str, Any], missing: list[str], world: int) -> dic
     return {n: full[n] for n in missing}
 
 
-def _upgrade(path: Path, doc: dict[str, Any]) -> None:
+def _upgrade(path: Path, best: Best) -> None:
     """A best.yaml of an older release, read as this one: the knobs added since are filled in as a
-    search would have written them (_old_behaviour), and doc["upgraded"] says which (check prints
-    it). A knob this release does not know is left for _check_knobs to refuse."""
-    version = doc.get("schema_version", 1)
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
+    search would have written them (_old_behaviour), and doc.upgraded says which (check prints it).
+    A knob this release does not know is left for _check_knobs to refuse."""
+    doc, version = best.doc, best.doc.schema_version
+    if version > SCHEMA_VERSION:
         raise ConfigError(
             f"{path}: schema_version: {version!r} is newer than this autotune reads (up to "
             f"{SCHEMA_VERSION}); upgrade autotune"
         )
-    task, world = doc["workload"].get("task", "train"), doc["workload"].get("world_size", 1)
-    knobs = doc["knobs"]
-    names = [k.name for k in catalogue.CATALOGUE if task in k.tasks] + list(user_knobs(doc))
+    task, knobs = best.workload.task, doc.knobs
+    names = [k.name for k in catalogue.CATALOGUE if task in k.tasks] + list(
+        user_knobs(best.command)
+    )
     missing = [n for n in names if n not in knobs]
-    intact = version == 1 or doc.get("knob_set") == knob_set(knobs)  # version 1 wrote no knob_set
+    intact = version == 1 or doc.knob_set == knob_set(knobs)  # version 1 wrote no knob_set
     if missing and intact and not set(knobs) - set(names):
-        added = _old_behaviour(knobs, missing, world)
-        doc["knobs"] = {n: {**knobs, **added}[n] for n in names}
-        doc["upgraded"] = {"from_schema": version, "knobs_added": added}
+        added = _old_behaviour(knobs, missing, best.workload.world_size)
+        doc.knobs = {n: {**knobs, **added}[n] for n in names}
+        doc.upgraded = Upgraded(from_schema=version, knobs_added=added)
 
 
-def user_knobs(doc: dict[str, Any]) -> dict[str, list[Any]]:
+def user_knobs(command: CommandConfig | None) -> dict[str, list[Scalar]]:
     """A command study's own knobs (its command section's knobs with values), name -> values."""
-    mappings = (doc.get("command") or {}).get("knobs") or {}
-    return {
-        n: m["values"]
-        for n, m in mappings.items()
-        if isinstance(m, dict) and m.get("values") is not None
-    }
+    if command is None:
+        return {}
+    return {n: m.values for n, m in command.knobs.items() if m.values is not None}
 
 
-def _check_knobs(path: Path, knobs: dict[str, Any], task: str, own: dict[str, list[Any]]) -> None:
+def _check_knobs(
+    path: Path, knobs: dict[str, Any], task: str, own: dict[str, list[Scalar]]
+) -> None:
     """Every knob of the workload's task (and of the command's own), each value one its knob accepts
     (None:
     not acting in this trial)."""
@@ -267,15 +379,9 @@ def _check_knobs(path: Path, knobs: dict[str, Any], task: str, own: dict[str, li
         ) from None
 
 
-def _yaml_value(value: Any) -> str:
-    return (
-        "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-    )
-
-
 def record_check_baseline(
     path: Path,
-    doc: dict[str, Any],
+    doc: BestFile,
     samples: list[float],
     recorded_at: str,
     fingerprint: dict[str, Any],
@@ -283,23 +389,22 @@ def record_check_baseline(
     reset: bool = False,
 ) -> None:
     """check --update / --reset-baseline: these samples become the recorded baseline in best.yaml
-    (atomically); doc is best.yaml as read_best read it. reset: the nightly series starts again from
-    here (an --update keeps the series: a slow drift absorbed by nightly updates is what the series
-    is read for)."""
-    since = recorded_at if reset else (doc.get("check_baseline") or {}).get("series_from")
-    # written back in this release's layout (an upgraded file keeps its filled-in knobs, not the
-    # note)
-    doc = {k: v for k, v in doc.items() if k != "upgraded"}
-    doc.update(schema_version=SCHEMA_VERSION, knob_set=knob_set(doc["knobs"]))
-    doc = {
-        **doc,
-        "check_baseline": {
+    (atomically); doc is best.yaml as read_best read it, written back as read (its keys in their
+    order, the unknown ones too) in this release's layout: an upgraded file keeps its filled-in
+    knobs, not the note. reset: the nightly series starts again from here (an --update keeps the
+    series: a slow drift absorbed by nightly updates is what the series is read for)."""
+    recorded = doc.check_baseline
+    since = recorded_at if reset else recorded.series_from if recorded else None
+    baseline = CheckBaseline.model_validate(
+        {
             "tokens_per_s_samples": samples,
             "recorded_at": recorded_at,
             "fingerprint": fingerprint,
-            "measured": measured_digest(doc),
+            "measured": doc.digest(),
             **({"tpot_ms_samples": tpot_ms} if tpot_ms else {}),
             **({"series_from": since} if since else {}),
-        },
-    }
-    write_yaml(path, doc)
+        }
+    )
+    update = {"schema_version": SCHEMA_VERSION, "knob_set": knob_set(doc.knobs)}
+    written = doc.model_copy(update={**update, "check_baseline": baseline})
+    write_yaml(path, written.model_dump(exclude_unset=True))

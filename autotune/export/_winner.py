@@ -1,17 +1,21 @@
 """The winner of a study as export reads it from best.yaml: its knobs, environment, metrics, ranks
-and, for a command study, the command. A train or generate study's file is validated by
-documents.best_file.read_best; a command study's (it has a `command:` section, which read_best does
-not know) is checked here, section by section."""
+and, for a command study, the command. A train or generate study's file is read, validated and typed
+by documents.best_file.read_best; a command study's (it has a `command:` section) is checked here,
+section by section: export also takes one written by hand, without the sections check needs
+(chosen, fingerprint, measurement) or with the command's base_dir in its command section."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune import knobs as catalogue
 from autotune import paths, yamlio
 from autotune.errors import ConfigError, excerpt
+
+if TYPE_CHECKING:
+    from autotune.documents.best_file import Best
 
 # The knobs that act through environment variables: every format sets them as environment lines
 # (apply.env).
@@ -53,17 +57,39 @@ def read(path: Path) -> Winner:
     doc = yamlio.read(path, "BEST_YAML")
     if isinstance(doc, dict) and "command" in doc:
         _check_command_study(path, doc)
-    else:
-        from autotune.documents.best_file import read_best
+        _check_env(path, doc.get("apply"))
+        return _command_winner(path, doc)
+    from autotune.documents.best_file import read_best
 
-        doc = read_best(path)
-    _check_env(path, doc.get("apply"))
-    return _winner(path, doc)
+    return _winner(path, read_best(path))
 
 
-def _winner(path: Path, doc: dict[str, Any]) -> Winner:
-    workload, command = doc["workload"], doc.get("command")
-    if command is not None and command.get("base_dir") is not None:  # relative to best.yaml's
+def _winner(path: Path, best: Best) -> Winner:
+    """A train or generate study's winner, from best.yaml as read_best typed it."""
+    doc, workload = best.doc, best.workload
+    env = doc.apply.env if doc.apply else None
+    return Winner(
+        path=path,
+        name=doc.name,
+        task=workload.task,
+        knobs=dict(doc.knobs),
+        env=dict(env) if env is not None else catalogue.env_of(doc.knobs),
+        metrics=doc.metrics.model_dump(exclude_unset=True),  # as written
+        world_size=workload.world_size,
+        nnodes=workload.nnodes,
+        rdzv_endpoint=workload.rdzv_endpoint,
+        device=doc.fingerprint.device,
+        base_dir=best.base_dir,  # relative to best.yaml's folder in the file (write_best)
+        user_knobs=frozenset(n for n in doc.knobs if n not in catalogue.BY_NAME),
+        seq_len=best.model.seq_len if best.model else None,
+        trial=doc.chosen.trial,
+    )
+
+
+def _command_winner(path: Path, doc: dict[str, Any]) -> Winner:
+    """A command study's winner, from best.yaml as _check_command_study checked it."""
+    workload, command = doc["workload"], doc["command"]
+    if command.get("base_dir") is not None:  # relative to best.yaml's folder
         command = {**command, "base_dir": paths.beside(path, command["base_dir"])}
     base_dir = doc.get("base_dir") if isinstance(doc.get("base_dir"), str) else None
     env = (doc.get("apply") or {}).get("env")
