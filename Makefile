@@ -43,10 +43,10 @@ test: setup
 	$(PYTEST) -m "not serial" tests
 	$(SERIAL) -m serial tests
 
-# the inner loop: every test but the real searches, checks and multi-process runs (marked slow)
+# the inner loop: every test but the real searches, checks and multi-process runs (marked slow; a
+# serial test is slow too: tests/conftest.py)
 test-fast: setup
-	$(PYTEST) -m "not slow and not serial" tests
-	$(SERIAL) -m "serial and not slow" tests
+	$(PYTEST) -m "not slow" tests
 
 clean:
 	rm -rf $(VENV) trials/tiny trials/tiny.archived-*

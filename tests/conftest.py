@@ -43,6 +43,15 @@ SCOPE = "AUTOTUNE_TEST_SCOPE"
 _scopes = itertools.count()
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A serial test measures real speed, alone, after the parallel pass (make test): it is slow
+    too, so `make test-fast` (not slow) leaves it out without a pass of its own."""
+    for item in items:
+        if item.get_closest_marker("serial"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _one_gpu_test_at_a_time(request, tmp_path_factory) -> Iterator[None]:
     """A GPU test (marked gpu) holds a lock that the run's pytest-xdist workers share (`make test`
