@@ -12,7 +12,7 @@
 #                                       numerics-gpu staged expert expert-in-autotune (issue 34: one H200; benchmarks/background.sh)
 #                                       hf-smoke hf-padded hf-truth hf-variants hf-live hf-cost (issue 35: one H200)
 #                                       issue38 (issue 38: one H200)
-#                                       issue37 (issue 37: one H200)
+#                                       issue37 issue37b (issue 37: one H200)
 # GPUS: the --gpus of the stages that take it (default 0,1; GPUS=0 on one GPU)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
@@ -66,6 +66,22 @@ yaml.safe_dump(d, open("search_spaces/hf-trainer-defaults.yaml", "w"), sort_keys
       at check trials/tiny/best.yaml --repeats 2 2>&1 | tail -15 | tee "$OUT/issue37-check.log"
       at report trials/tiny --format markdown > "$OUT/issue37-report.md" 2>&1
       tar czf "$OUT/issue37-trials.tgz" trials/tiny ;;
+    issue37b) # issue 37, second session: the GPU tests after the typed best.yaml (Best), the task's Objective
+      # and size knob, the prestart cold fallback and the refilled docstrings; a real training search, its check
+      # (the typed reader and write-back), and a pareto generate search (the Objective's two directions) on the GPU
+      python3 -m pytest -q -p no:cacheprovider --durations=15 tests/test_gpu.py tests/test_gpu_numerics.py \
+        2>&1 | tail -30 | tee "$OUT/issue37b-tests.log"
+      t0=$(date +%s); at search search_spaces/tiny.yaml --fresh 2>&1 | tail -25 | tee "$OUT/issue37b-search.log"
+      echo "search wall: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/issue37b-search.log"
+      at check trials/tiny/best.yaml --repeats 3 --update 2>&1 | tail -15 | tee "$OUT/issue37b-check.log"
+      at check trials/tiny/best.yaml --repeats 3 2>&1 | tail -15 | tee -a "$OUT/issue37b-check.log"
+      python3 -c 'import yaml; d = yaml.safe_load(open("search_spaces/tiny-generate.yaml")); d["name"] = "tiny-pareto"
+d["study"].update(objective="pareto", trials=4, confirm_top=0); d["study"].pop("limits", None)
+yaml.safe_dump(d, open("search_spaces/tiny-pareto.yaml", "w"), sort_keys=False)'
+      at search search_spaces/tiny-pareto.yaml --fresh 2>&1 | tail -20 | tee "$OUT/issue37b-pareto.log"
+      for s in tiny tiny-pareto; do at report trials/$s --format markdown > "$OUT/issue37b-$s-report.md" 2>&1
+        cp trials/$s/best.yaml "$OUT/issue37b-$s-best.yaml"; done
+      tar czf "$OUT/issue37b-trials.tgz" trials/tiny trials/tiny-pareto ;;
     issue38) # issue 38: the GPU tests and the hardening tests on the GPU machine, then a real HF job's search (the
       # figure's new bounds must fail no real CUDA-event job); {env:ISSUE38_TOKEN} reaches it and no file
       python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_hardening_command.py \
