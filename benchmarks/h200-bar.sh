@@ -12,7 +12,7 @@
 #                                       numerics-gpu staged expert expert-in-autotune (issue 34: one H200; benchmarks/background.sh)
 #                                       hf-smoke hf-padded hf-truth hf-variants hf-live hf-cost (issue 35: one H200)
 #                                       issue38 (issue 38: one H200)
-#                                       issue37 issue37b (issue 37: one H200)
+#                                       issue37 issue37b-tests issue37b (issue 37: one H200)
 # GPUS: the --gpus of the stages that take it (default 0,1; GPUS=0 on one GPU)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
@@ -66,11 +66,13 @@ yaml.safe_dump(d, open("search_spaces/hf-trainer-defaults.yaml", "w"), sort_keys
       at check trials/tiny/best.yaml --repeats 2 2>&1 | tail -15 | tee "$OUT/issue37-check.log"
       at report trials/tiny --format markdown > "$OUT/issue37-report.md" 2>&1
       tar czf "$OUT/issue37-trials.tgz" trials/tiny ;;
+    issue37b-tests)
+      python3 -m pytest -q -p no:cacheprovider --durations=15 tests/test_gpu.py tests/test_gpu_numerics.py \
+        2>&1 | tail -30 | tee "$OUT/issue37b-tests.log" ;;
     issue37b) # issue 37, second session: the GPU tests after the typed best.yaml (Best), the task's Objective
       # and size knob, the prestart cold fallback and the refilled docstrings; a real training search, its check
-      # (the typed reader and write-back), and a pareto generate search (the Objective's two directions) on the GPU
-      python3 -m pytest -q -p no:cacheprovider --durations=15 tests/test_gpu.py tests/test_gpu_numerics.py \
-        2>&1 | tail -30 | tee "$OUT/issue37b-tests.log"
+      # (the typed reader and write-back), and a pareto generate search (the Objective's two directions) on the GPU;
+      # issue37b-tests first (a call of its own: the device's 10-minute limit a command)
       t0=$(date +%s); at search search_spaces/tiny.yaml --fresh 2>&1 | tail -25 | tee "$OUT/issue37b-search.log"
       echo "search wall: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/issue37b-search.log"
       at check trials/tiny/best.yaml --repeats 3 --update 2>&1 | tail -15 | tee "$OUT/issue37b-check.log"
