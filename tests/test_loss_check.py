@@ -2,7 +2,9 @@
 precisions pass (fp16, an fp8-like quantise-dequantise of the linears, two runs of one arithmetic),
 breakage fails (fp16 without a GradScaler on small gradients, a frozen layer, NaN, weights that lose
 their bits), a failed attempt is repeated once, a verdict covers its arithmetic only, and a pinned
-configuration is never skipped."""
+configuration is never skipped. The search's side runs on the fake measurement
+(tests/fake_measure.py), but for one real trial process that runs the check the search asked of
+it."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 from conftest import tiny
+from fake_measure import FakeMeasure
 
 from autotune import knobs as knob_catalogue
 from autotune.numerics import Limits, fall, floor_nats, growth, judge
@@ -338,18 +341,10 @@ def test_loss_check_of_a_compiled_trial_compiles_nothing_more(
 # --- the search's side ----------------------------------------------------------------------------
 
 
-def _search(
-    tmp_path: Path,
-    write_yaml: Any,
-    space: dict[str, Any],
-    baseline: dict[str, Any],
-    trials: int,
-    env: dict[str, str] | None = None,
-) -> tuple[Any, list[dict[str, Any]]]:
-    from conftest import load_trials, run_cli
+def _cfg(space: dict[str, Any], baseline: dict[str, Any], trials: int) -> Any:
+    from autotune.config_load import parse_config
 
-    tmp_path.mkdir(parents=True)
-    path = write_yaml(
+    return parse_config(
         tiny(
             model=LLAMA,
             workload={"global_batch_size": 8, "warmup_steps": 1, "measure_steps": 2},
@@ -363,47 +358,65 @@ def _search(
             },
         )
     )
-    proc = run_cli(
-        "search",
-        str(path),
-        "--out",
-        str(tmp_path / "out"),
-        "--device",
-        "cpu",
-        cwd=tmp_path,
-        env=env,
+
+
+def _search(
+    tmp_path: Path,
+    space: dict[str, Any],
+    baseline: dict[str, Any],
+    trials: int,
+    fake: FakeMeasure,
+) -> list[dict[str, Any]]:
+    """The whole search on the fake measurement (tests/fake_measure.py: its check's candidate
+    breaks where AUTOTUNE_FAULT breaks the real one; the verdict is the same function); the records
+    of the trials measured or predicted, the predicted last."""
+    from conftest import load_trials
+
+    from autotune.search.loop import run_search
+
+    run_search(
+        _cfg(space, baseline, trials), out_root=tmp_path / "out", device="cpu", measure_fn=fake
     )
     done = [
         t.user_attrs
         for t in load_trials(tmp_path / "out")
         if t.user_attrs.get("status") not in ("duplicate", "skipped", None)
     ]
-    return proc, sorted(done, key=lambda a: (a.get("predicted", False), a.get("number", 0)))
+    return sorted(done, key=lambda a: a.get("predicted", False))
 
 
-@pytest.mark.slow
+def _at(knobs: dict[str, Any]) -> tuple[Any, Any]:
+    """A point of these searches' spaces."""
+    return knobs["micro_batch_size"], knobs["precision"]
+
+
 def test_search_checks_each_arithmetic_once_and_learns_only_from_two_failures(
-    tmp_path: Path, write_yaml: Any
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two fp16 micro-batch sizes: the first runs the check (with the study's floor), the second is
     covered by that verdict. With weights that lose their bits, the first fp16 trial fails twice and
     ends invalid_config with {precision: fp16} as its cause; the other fp16 point is predicted,
-    never launched."""
+    never launched. (The check's real curves: the tests above; run by a trial process of its own:
+    test_loss_check_asked_of_a_real_trial_process_reaches_its_record.)"""
     space = {"micro_batch_size": [4, 8], "precision": ["bf16", "fp16"]}
     base = {"micro_batch_size": 4, "precision": "bf16"}
-    proc, done = _search(tmp_path / "good", write_yaml, space, base, 4)
+    monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
+    fake = FakeMeasure()
+    done = _search(tmp_path / "good", space, base, 4, fake)
     fp16 = [a for a in done if a["knobs"]["precision"] == "fp16"]
-    assert [a["status"] for a in fp16] == ["ok", "ok"], proc.stdout + proc.stderr
+    assert [a["status"] for a in fp16] == ["ok", "ok"], done
     checked, covered = sorted(fp16, key=lambda a: "covered_by" in a["loss_check"])
     assert checked["loss_check"]["passed"] and checked["loss_check"]["floor_nats"] >= 0
-    assert (
-        checked["phases_s"]["check"] > 0 and "reference" not in checked["phases_s"]
-    )  # in the trial itself
+    assert checked["phases_s"]["check"] > 0  # the trial's own phase, kept in its record
     assert covered["loss_check"]["covered_by"] is not None and "check" not in covered["phases_s"]
+    # what each trial was asked: the check and the floor of the first, none of the covered one
+    asked = {_at(c.knobs): c.params for c in fake.calls}
+    assert asked[_at(checked["knobs"])]["loss_check"]["floor"] is True
+    assert "loss_check" not in asked[_at(covered["knobs"])]
 
-    proc, done = _search(
-        tmp_path / "bad", write_yaml, space, base, 4, env={"AUTOTUNE_FAULT": "drift"}
-    )
+    monkeypatch.setenv("AUTOTUNE_FAULT", "drift")
+    fake = FakeMeasure()
+    done = _search(tmp_path / "bad", space, base, 4, fake)
     failed = [a for a in done if a["status"] == "invalid_config" and not a.get("predicted")]
     (first,) = failed
     assert first["cause"] == {"precision": "fp16"} and len(first["loss_check"]["attempts"]) == 2
@@ -411,28 +424,58 @@ def test_search_checks_each_arithmetic_once_and_learns_only_from_two_failures(
     assert first["metrics"]["tokens_per_s_per_gpu"] > 0  # what it measured is kept
     (skipped,) = [a for a in done if a.get("predicted")]
     assert "failed trial" in skipped["reason"] and "numerics check" in skipped["reason"]
+    assert _at(skipped["knobs"]) not in {_at(c.knobs) for c in fake.calls}  # never launched
 
 
-@pytest.mark.slow
 def test_search_never_skips_a_pinned_precision_by_a_numerics_rule(
-    tmp_path: Path, write_yaml: Any
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """precision pinned to fp16 (a one-value space): each trial meets the check itself, none is
     predicted."""
     space = {"micro_batch_size": [4, 8], "precision": ["fp16"]}
-    proc, done = _search(
-        tmp_path / "pinned",
-        write_yaml,
-        space,
-        {"micro_batch_size": 4, "precision": "fp16"},
-        2,
-        env={"AUTOTUNE_FAULT": "drift"},
+    monkeypatch.setenv("AUTOTUNE_FAULT", "drift")
+    fake = FakeMeasure()
+    done = _search(
+        tmp_path / "pinned", space, {"micro_batch_size": 4, "precision": "fp16"}, 2, fake
     )
-    assert [a["status"] for a in done] == ["invalid_config", "invalid_config"], (
-        proc.stdout + proc.stderr
-    )
+    assert [a["status"] for a in done] == ["invalid_config", "invalid_config"], done
     assert not any(a.get("predicted") for a in done)
     assert all(len(a["loss_check"]["attempts"]) == 2 for a in done)
+    assert [c.params["loss_check"]["steps"] for c in fake.calls] == [STEPS, STEPS]  # both checked
+
+
+@pytest.mark.slow
+def test_loss_check_asked_of_a_real_trial_process_reaches_its_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process boundary of the search's check: the bench the search gives the study's first
+    fp16 trial (loss_guard.trial_bench: the check and its floor) launches a trial process that runs
+    the check after its measured steps, in a phase of its own (the reference is built in the trial:
+    no phase or process of its own), and its curves reach the record the search judges."""
+    from autotune.runner import Bench, measure
+    from autotune.search import loss_guard
+    from autotune.search.history import History
+
+    monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
+    point = {"micro_batch_size": 4, "precision": "fp16"}
+    cfg = _cfg({k: [v] for k, v in point.items()}, point, 1)
+    bench = Bench.of(
+        cfg.model,
+        cfg.workload,
+        device="cpu",
+        timeout_s=120,
+        home=tmp_path,
+        base_dir=None,
+        loss_check=cfg.study.loss_check.model_dump(),
+    )
+    knobs = {**knob_catalogue.defaults("train"), **point, "grad_accum_steps": 2}
+    asked = loss_guard.trial_bench(bench, History(), knobs)
+    record = loss_guard.apply(bench, knobs, measure(asked, knobs, tmp_path / "run"), History())
+    assert record.status == "ok", record.reason
+    check = record.loss_check or {}
+    assert check["checked"] and check["passed"] and check["floor_nats"] >= 0
+    assert len(check["attempts"][0]["losses"]) == STEPS
+    assert record.phases_s and record.phases_s["check"] > 0 and "reference" not in record.phases_s
 
 
 def test_loss_check_config_refuses_the_removed_relative_gap_and_too_few_steps() -> None:

@@ -1,5 +1,7 @@
-"""The search on real CPU trials: resume, no repeats, predicted OOM, failures, refusal, --fresh,
-confirmation."""
+"""The search loop: resume, no repeats, predicted OOM, failures, refusal, --fresh, warm start,
+confirmation. The loop's logic runs in this process on a fake measurement (tests/fake_measure.py:
+a deterministic landscape, the runner's own records); real CPU trial processes where the process is
+what is tested: one whole search and its confirmation, and the compile cache on disk."""
 
 from __future__ import annotations
 
@@ -10,13 +12,15 @@ import pytest
 import yaml
 from conftest import load_trials as _trials
 from conftest import tiny
+from fake_measure import FakeMeasure
 
 from autotune import tasks
 from autotune.config_load import parse_config
 from autotune.errors import ConfigError, StudyError
-from autotune.protocol import CONFIG_FAILURES, STATUSES
+from autotune.protocol import CONFIG_FAILURES, STATUSES, TrialResult
+from autotune.record import TrialRecord
 from autotune.report import collect, to_markdown
-from autotune.search import Observer, run_search
+from autotune.search import Observer, SearchResult, run_search
 from autotune.search.confirm import choose
 from autotune.search.history import History, optuna_state
 from autotune.search.sampler import make_sampler
@@ -27,44 +31,55 @@ def _cfg(**overrides):
     return parse_config(tiny(**overrides))
 
 
-@pytest.mark.slow
+def _search(cfg, out: Path, fake: FakeMeasure | None = None, **options) -> SearchResult:
+    """The whole search (run_search: study, loop, confirmation, best.yaml) on the fake measurement,
+    in this process."""
+    return run_search(cfg, out_root=out, device="cpu", measure_fn=fake or FakeMeasure(), **options)
+
+
 def test_study_baseline_first_no_repeats_and_resume(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     cfg = _cfg(study={"trials": 6})  # the whole 3 x 2 space
-    result = run_search(cfg, out_root=tmp_path, device="cpu")
+    fake = FakeMeasure()
+    result = _search(cfg, tmp_path, fake)
     trials = _trials(tmp_path)
-    # the baseline is trial 0
+    # the baseline is trial 0, and measured first
     assert trials[0].params == {"micro_batch_size": 2, "precision": "fp32"}
+    assert fake.calls[0].number == 0
     launched = [t for t in trials if t.user_attrs.get("status") == "ok"]
     assert len(launched) == 6
     # no configuration measured twice
     assert len({tuple(sorted(t.params.items())) for t in launched}) == 6
+    assert len(fake.calls) == 6
     assert result.stop_reason in ("budget reached", "space exhausted")
     best = yaml.safe_load(result.best_yaml.read_text())
     # global batch kept
     assert best["knobs"]["micro_batch_size"] * best["knobs"]["grad_accum_steps"] == 8
     # The same command again resumes: the completed trials count, nothing is re-run.
-    again = run_search(cfg, out_root=tmp_path, device="cpu")
-    assert again.new_trials == 0 and again.history.launched == 6
+    again = FakeMeasure()
+    resumed = _search(cfg, tmp_path, again)
+    assert resumed.new_trials == 0 and resumed.history.launched == 6 and again.calls == []
     assert len(_trials(tmp_path)) == len(trials)
 
 
-@pytest.mark.slow
 def test_study_resume_continues_to_budget(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     cfg = _cfg(study={"trials": 2})
-    run_search(cfg, out_root=tmp_path, device="cpu")
-    more = run_search(cfg, out_root=tmp_path, device="cpu", trials=4)
-    assert more.new_trials == 2 and more.history.launched == 4
+    _search(cfg, tmp_path)
+    fake = FakeMeasure()
+    more = _search(cfg, tmp_path, fake, trials=4)
+    assert more.new_trials == 2 and more.history.launched == 4 and len(fake.calls) == 2
     ok = [t for t in _trials(tmp_path) if t.user_attrs.get("status") == "ok"]
     assert len({tuple(sorted(t.params.items())) for t in ok}) == 4
 
 
-@pytest.mark.slow
 def test_study_failures_recorded_and_oom_predicted(tmp_path: Path, monkeypatch) -> None:
+    """The trial's OOM itself is classified in a real process by test_runner.py
+    (test_runner_classifies_failures); here the loop records it and predicts the larger size."""
     monkeypatch.setenv("AUTOTUNE_FAULT", "oom@micro_batch_size>=4")
     cfg = _cfg(space={"precision": ["fp32"]}, study={"trials": 3, "sampler": "grid"})
-    result = run_search(cfg, out_root=tmp_path, device="cpu")
+    fake = FakeMeasure()
+    result = _search(cfg, tmp_path, fake)
     by_mbs = {
         t.params["micro_batch_size"]: t
         for t in _trials(tmp_path)
@@ -76,14 +91,17 @@ def test_study_failures_recorded_and_oom_predicted(tmp_path: Path, monkeypatch) 
     assert "predicted: needs at least the memory of trial" in by_mbs[8].user_attrs["reason"]
     # the sampler learns from both
     assert by_mbs[4].state == by_mbs[8].state == optuna.trial.TrialState.PRUNED
-    assert not (tmp_path / "t" / "runs" / f"{by_mbs[8].number:04d}").exists()  # never launched
+    # never launched: neither measured nor given a folder
+    assert [c.knobs["micro_batch_size"] for c in fake.calls] == [2, 4]
+    assert not (tmp_path / "t" / "runs" / f"{by_mbs[8].number:04d}").exists()
     assert result.history.launched == 2 and result.best.params["micro_batch_size"] == 2
 
 
-@pytest.mark.slow
 def test_study_failed_trial_never_stops_study(tmp_path: Path, monkeypatch) -> None:
+    """A NaN loss (classified in a real trial process by test_runner_classifies_failures) ends its
+    trial PRUNED; the study goes on to its budget."""
     monkeypatch.setenv("AUTOTUNE_FAULT", "nan@precision=bf16")
-    result = run_search(_cfg(study={"trials": 6}), out_root=tmp_path, device="cpu")
+    result = _search(_cfg(study={"trials": 6}), tmp_path)
     statuses = sorted(
         t.user_attrs["status"]
         for t in _trials(tmp_path)
@@ -98,13 +116,13 @@ def test_study_failed_trial_never_stops_study(tmp_path: Path, monkeypatch) -> No
     assert result.best.params["precision"] == "fp32"
 
 
-@pytest.mark.slow
 def test_study_refuses_changed_space_and_nothing_written(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
-    run_search(_cfg(study={"trials": 1}), out_root=tmp_path, device="cpu")
+    _search(_cfg(study={"trials": 1}), tmp_path)
     db = tmp_path / "t" / "study.db"
     before = db.read_bytes()
     changed = _cfg(space={"micro_batch_size": [2, 4]}, study={"trials": 1})
+    refused = FakeMeasure()
     with pytest.raises(
         StudyError,
         match=(
@@ -112,11 +130,11 @@ def test_study_refuses_changed_space_and_nothing_written(tmp_path: Path, monkeyp
             r"--fresh --warm-start "
         ),
     ):
-        run_search(changed, out_root=tmp_path, device="cpu")
-    assert db.read_bytes() == before
+        _search(changed, tmp_path, refused)
+    assert db.read_bytes() == before and refused.calls == []
     with pytest.raises(StudyError, match=r"different device \(cpu\)"):
         _device_check(tmp_path)
-    fresh = run_search(changed, out_root=tmp_path, device="cpu", fresh=True)
+    fresh = _search(changed, tmp_path, fresh=True)
     assert fresh.history.launched == 1
     archived = [p for p in tmp_path.iterdir() if p.name.startswith("t.archived-")]
     assert len(archived) == 1 and (archived[0] / "study.db").exists()  # nothing lost
@@ -181,18 +199,34 @@ def test_study_choose_two_samples_bound_nothing_so_the_higher_median_decides() -
     )
 
 
-@pytest.mark.slow
-def test_study_confirmation_interleaved_fresh_processes(tmp_path: Path, monkeypatch) -> None:
+def test_study_confirmation_interleaved_one_measurement_a_sample(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The top 2 re-measured in 2 interleaved rounds (A B A B), each sample a measurement of its own
+    in its own folder (on the real measurement a fresh process: the test on real trials below),
+    speed only; the confirmed choice goes to best.yaml and the report; a resume confirms nothing
+    again."""
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     cfg = _cfg(study={"trials": 3, "confirm_top": 2, "confirm_rounds": 2})
-    result = run_search(cfg, out_root=tmp_path, device="cpu")
+    fake = FakeMeasure()
+    result = _search(cfg, tmp_path, fake)
     conf = result.confirmation
     assert conf["rounds_done"] == 2 and len(conf["candidates"]) == 2
     assert all(len(st["samples"]) == 2 for st in conf["stats"])
+    a, b = conf["candidates"]
+    samples = fake.calls[3:]  # after the search's 3 trials
+    assert [(c.number, c.run_dir.name) for c in samples] == [
+        (a, f"confirm-{a:04d}-0"),
+        (b, f"confirm-{b:04d}-0"),
+        (a, f"confirm-{a:04d}-1"),
+        (b, f"confirm-{b:04d}-1"),
+    ]
+    # the numerics check was made once, in the search
+    assert not any("loss_check" in c.params for c in samples)
     runs = sorted(
         p.name for p in (tmp_path / "t" / "runs").iterdir() if p.name.startswith("confirm-")
     )
-    assert len(runs) == 4  # 2 candidates x 2 rounds, each its own process and folder
+    assert len(runs) == 4  # 2 candidates x 2 rounds, each its own folder
     best = yaml.safe_load(result.best_yaml.read_text())
     assert best["chosen"]["trial"] == conf["chosen"] and best["chosen"]["why"].startswith(
         "confirmation (2 interleaved"
@@ -210,11 +244,45 @@ def test_study_confirmation_interleaved_fresh_processes(tmp_path: Path, monkeypa
     shown = to_markdown(data)
     assert f"**Chosen (best.yaml): trial {conf['chosen']}, " in shown and "fresh processes" in shown
     # Resuming with nothing new does not confirm again.
-    again = run_search(cfg, out_root=tmp_path, device="cpu")
-    assert again.confirmation == conf
+    again = FakeMeasure()
+    assert _search(cfg, tmp_path, again).confirmation == conf and again.calls == []
     assert (
         len([p for p in (tmp_path / "t" / "runs").iterdir() if p.name.startswith("confirm-")]) == 4
     )
+
+
+@pytest.mark.slow
+def test_study_on_real_trials_each_trial_and_sample_a_fresh_process(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """run_search's own measurement (no measure_fn) is the real one, for the search and its
+    confirmation alike: 2 trials and 2 confirmation samples, each a trial process of its own that
+    wrote its spec, result and log in its own folder; the records and best.yaml hold what they
+    measured."""
+    monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
+    cfg = _cfg(study={"trials": 2, "confirm_top": 2, "confirm_rounds": 1})
+    result = run_search(cfg, out_root=tmp_path, device="cpu")
+    ok = [t for t in _trials(tmp_path) if t.user_attrs.get("status") == "ok"]
+    assert [t.number for t in ok] == [0, 1]
+    assert ok[0].params == {"micro_batch_size": 2, "precision": "fp32"}  # the baseline first
+    conf = result.confirmation
+    assert conf["rounds_done"] == 1 and sorted(conf["candidates"]) == [0, 1]
+    runs = tmp_path / "t" / "runs"
+    folders = sorted(p.name for p in runs.iterdir())
+    assert folders == ["0000", "0001", "confirm-0000-0", "confirm-0001-0"]
+    for name in folders:
+        assert {"spec.json", "result.json", "worker.log"} <= {
+            p.name for p in (runs / name).iterdir()
+        }
+        measured = TrialResult.read(runs / name / "result.json")
+        assert measured.status == "ok" and measured.phases_s["start"] > 0
+    for t in ok:
+        record = TrialRecord.of(t)
+        assert len(record.step_times) == 2 and record.tokens_per_gpu > 0
+        assert record.fingerprint["torch"].startswith("2.")
+    best = yaml.safe_load(result.best_yaml.read_text())
+    assert best["chosen"]["why"].startswith("confirmation (1 interleaved")
+    assert all(len(c["samples"]) == 1 and c["samples"][0] > 0 for c in best["confirmation"])
 
 
 class _CtrlCAfter(Observer):
@@ -232,14 +300,13 @@ class _CtrlCAfter(Observer):
             raise KeyboardInterrupt
 
 
-@pytest.mark.slow
 def test_study_interrupted_confirmation_goes_on_from_its_samples(
     tmp_path: Path, monkeypatch
 ) -> None:
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     cfg = _cfg(study={"trials": 3, "confirm_top": 2, "confirm_rounds": 2})
     with pytest.raises(KeyboardInterrupt):  # Ctrl-C in round 2, after its first sample
-        run_search(cfg, out_root=tmp_path, device="cpu", observer=_CtrlCAfter(3))
+        _search(cfg, tmp_path, observer=_CtrlCAfter(3))
     study = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't' / 'study.db'}")
     stored = study.user_attrs["confirmation"]
     kept = {st["trial"]: st["samples"] for st in stored["stats"]}
@@ -247,9 +314,13 @@ def test_study_interrupted_confirmation_goes_on_from_its_samples(
     assert stored["rounds_done"] == 1 and sorted(map(len, kept.values())) == [1, 2]
     # written on the way out, as for any interruption
     assert (tmp_path / "t" / "best.yaml").exists()
-    watch = _CtrlCAfter(0)
-    again = run_search(cfg, out_root=tmp_path, device="cpu", observer=watch)
+    watch, fake = _CtrlCAfter(0), FakeMeasure()
+    again = _search(cfg, tmp_path, fake, observer=watch)
     assert watch.kept == 3 and watch.seen == 1  # only the missing sample was measured
+    (missing,) = [n for n, s in kept.items() if len(s) == 1]
+    assert [(c.number, c.run_dir.name) for c in fake.calls] == [
+        (missing, f"confirm-{missing:04d}-1")
+    ]
     conf = again.confirmation
     assert conf["rounds_done"] == 2 and all(len(st["samples"]) == 2 for st in conf["stats"])
     for st in conf["stats"]:
@@ -280,7 +351,7 @@ def test_search_objective_declares_directions_and_values() -> None:
     pruned, the values a completed trial is told; the config takes exactly these names."""
     from typing import get_args
 
-    from autotune.record import Metric, TrialRecord
+    from autotune.record import Metric
     from autotune.tasks._objective import Value
 
     assert set(get_args(tasks.ObjectiveName)) == set(tasks.OBJECTIVES)
@@ -325,7 +396,6 @@ def test_search_sampler_steers_away_from_a_configuration_that_cannot_run() -> No
     assert picks <= 0.3 * 25 * 4, picks
 
 
-@pytest.mark.slow
 def test_study_warm_start_measures_only_what_is_new(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     first = _cfg(
@@ -334,14 +404,15 @@ def test_study_warm_start_measures_only_what_is_new(tmp_path: Path, monkeypatch)
         baseline={},
         study={"trials": 2},
     )
-    run_search(first, out_root=tmp_path, device="cpu")
+    _search(first, tmp_path)
     wider = _cfg(
         name="b",
         space={"micro_batch_size": [2, 4, 8], "precision": "fp32"},
         baseline={},
         study={"trials": 1},
     )
-    result = run_search(wider, out_root=tmp_path, device="cpu", warm_start_from=tmp_path / "a")
+    fake = FakeMeasure()
+    result = _search(wider, tmp_path, fake, warm_start_from=tmp_path / "a")
     trials = _trials(tmp_path, "b")
     copied = [t for t in trials if "warm_start" in t.user_attrs]
     assert sorted(t.params["micro_batch_size"] for t in copied) == [2, 4]
@@ -350,6 +421,7 @@ def test_study_warm_start_measures_only_what_is_new(tmp_path: Path, monkeypatch)
         for t in trials
         if t.user_attrs.get("status") == "ok" and "warm_start" not in t.user_attrs
     ] == [8]  # only the new point was measured
+    assert [c.knobs["micro_batch_size"] for c in fake.calls] == [8]
     assert result.history.launched == 1 and len(result.history.completed) == 3
     other_model = _cfg(
         name="c",
@@ -362,7 +434,7 @@ def test_study_warm_start_measures_only_what_is_new(tmp_path: Path, monkeypatch)
         ConfigError,
         match=r"--warm-start: .* measured another model \(model\.n_layers: 1 there, 2 here\)",
     ):
-        run_search(other_model, out_root=tmp_path, device="cpu", warm_start_from=tmp_path / "a")
+        _search(other_model, tmp_path, warm_start_from=tmp_path / "a")
     assert not (tmp_path / "c").exists()  # refused before anything was written
 
 

@@ -3,7 +3,9 @@ within noise."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ import optuna
 
 from autotune import metrics
 from autotune.protocol import reason_line
+from autotune.record import TrialRecord
 from autotune.runner import Bench, measure
 from autotune.search.history import History, value_of
 from autotune.search.observer import Observer
@@ -30,6 +33,7 @@ def confirm(
     base_knobs: dict[str, Any],
     runs: Path,
     observer: Observer,
+    measure_fn: Callable[..., TrialRecord] = measure,
 ) -> dict[str, Any] | None:
     """Re-measure the top configurations interleaved (A B C A B C ...), each in a fresh process, and
     choose.
@@ -38,11 +42,16 @@ def confirm(
     intervals overlap the top one's, the one that changes fewest knobs from the baseline wins.
     Stored in the study (user attribute `confirmation`) after every sample: a resumed study does not
     confirm the same candidates again, and an interrupted confirmation goes on from the samples it
-    kept.
+    kept. bench: the search's; the confirmation re-measures speed only (the numerics check was made
+    once, in the search). measure_fn: measures one sample, the search's own measurement
+    (run_search's; default runner.measure, a fresh process a sample).
     """
     candidates = History.of(study).ranked()[:top]
     if len(candidates) < 2 or rounds < 1:
         return None
+    bench = dataclasses.replace(
+        bench, params={k: v for k, v in bench.params.items() if k != "loss_check"}
+    )
     numbers = [t.number for t in candidates]
     samples: dict[int, list[float]] = {n: [] for n in numbers}
     failures: dict[int, list[str]] = {n: [] for n in numbers}
@@ -62,7 +71,7 @@ def confirm(
         for t in candidates:
             if taken(t.number) > r:  # measured in this round before the interruption
                 continue
-            record = measure(
+            record = measure_fn(
                 bench,
                 t.user_attrs["knobs"],
                 runs / f"confirm-{t.number:04d}-{r}",

@@ -4,7 +4,6 @@ stops when done."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import queue
 import signal
@@ -86,6 +85,7 @@ def run_search(
     observer: Observer | None = None,
     warm_start_from: Path | None = None,
     space: ResolvedSpace | None = None,
+    measure_fn: Callable[..., TrialRecord] = measure,
 ) -> SearchResult:
     """Run (or resume) the study until `trials` trials were launched, the timeout, or the space is
     exhausted; then confirm the top configurations and write best.yaml (also when interrupted).
@@ -93,7 +93,10 @@ def run_search(
     gpus: run one trial per listed GPU at once (each pinned with CUDA_VISIBLE_DEVICES); on the CPU
     the list only sets how many trials run at once. warm_start_from: another study's folder whose
     measured trials of this model start the study (search/warm.py). space: cfg's space as
-    config_load.validate resolved it for `device` (resolved here when not given).
+    config_load.validate resolved it for `device` (resolved here when not given). measure_fn: how
+    one configuration is measured, by the search and its confirmation alike (runner.measure's
+    signature and TrialRecord; default runner.measure, a fresh process a trial); tests put a fake
+    landscape there to run the whole loop in their own process.
     """
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our own view reports trials
     if storage is not None:
@@ -123,21 +126,19 @@ def run_search(
         groups,
         trials or cfg.study.trials,
         observer or Observer(),
+        measure_fn=measure_fn,
     )
     try:
         stop_reason = search.optimize(60.0 * (timeout_min or cfg.study.timeout_min), url, tracker)
-        # the confirmation re-measures speed only: the loss check was made once, in the search
-        timing_only = dataclasses.replace(
-            search.bench, params={k: v for k, v in search.bench.params.items() if k != "loss_check"}
-        )
         confirm(
             study,
-            timing_only,
+            search.bench,
             top=cfg.study.confirm_top,
             rounds=cfg.study.confirm_rounds,
             base_knobs=space.knobs(space.baseline),
             runs=search.runs,
             observer=search.observer,
+            measure_fn=search.measure,
         )
     finally:  # also on Ctrl-C: what was measured is written out
         prestart.dismiss_all()
@@ -173,9 +174,9 @@ class _Search:
         sampler: optuna.samplers.BaseSampler | None = None,
         measure_fn: Callable[..., TrialRecord] = measure,
     ) -> None:
-        """sampler and measure_fn: the study's sampler and the measurement, replaced only by the
-        replay of a recorded landscape (search/replay.py), which runs this same loop without a
-        GPU."""
+        """sampler and measure_fn: the study's sampler and the measurement, replaced by the replay
+        of a recorded landscape (search/replay.py), which runs this same loop without a GPU, and
+        (measure_fn) by run_search's caller."""
         self.cfg, self.space, self.study, self.budget, self.observer = (
             cfg,
             space,
