@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import interrupt_when_running, load_trials, none_left, run_cli, start_cli, tiny
+from conftest import (
+    cli_here,
+    interrupt_when_running,
+    load_trials,
+    none_left,
+    run_cli,
+    start_cli,
+    tiny,
+)
 
 import autotune
 from autotune import knobs as catalogue
@@ -17,12 +25,13 @@ from autotune.space import KNOBS
 
 @pytest.mark.slow
 def test_cli_search_writes_best_yaml(write_yaml, tmp_path: Path) -> None:
-    path = write_yaml(tiny(study={"trials": 3}))
-    proc = run_cli(
+    # two trials: the baseline and one against it (the speed-up compares them)
+    path = write_yaml(tiny(study={"trials": 2}))
+    proc = cli_here(
         "search", str(path), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stderr
-    assert "Top 5 of 3 completed trials" in proc.stdout
+    assert "Top 5 of 2 completed trials" in proc.stdout
     best = yaml.safe_load((tmp_path / "out" / "t" / "best.yaml").read_text())
     assert tuple(best["knobs"]) == tuple(
         k for k in KNOBS if "train" in catalogue.BY_NAME[k].tasks
@@ -60,7 +69,8 @@ def test_cli_ctrl_c_keeps_study_and_resumes(write_yaml, tmp_path: Path) -> None:
     assert [t.user_attrs.get("status") for t in load_trials(out)] == ["ok", "interrupted"]
     assert (out / "t" / "best.yaml").exists()  # what was measured is written out
 
-    again = run_cli("search", str(path), "--out", str(out), "--device", "cpu", cwd=tmp_path)
+    # the resumed search in this process: the Ctrl-C above was the real process's
+    again = cli_here("search", str(path), "--out", str(out), "--device", "cpu", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     trials = load_trials(out)
     assert (
@@ -77,7 +87,8 @@ def test_cli_no_trial_succeeded_exit_1(write_yaml, tmp_path: Path) -> None:
     path = write_yaml(
         tiny(space={"micro_batch_size": [2, 4], "precision": "fp32"}, study={"trials": 2})
     )
-    proc = run_cli(
+    # the fault reaches the trials through the environment cli_here sets, as run_cli's would
+    proc = cli_here(
         "search",
         str(path),
         "--out",
@@ -98,32 +109,30 @@ def test_cli_changed_space_refused_exit_2(write_yaml, tmp_path: Path) -> None:
         tiny(space={"micro_batch_size": [2], "precision": "fp32"}, baseline={}, study={"trials": 1})
     )
     assert (
-        run_cli("search", str(path), "--out", out, "--device", "cpu", cwd=tmp_path).returncode == 0
+        cli_here("search", str(path), "--out", out, "--device", "cpu", cwd=tmp_path).returncode == 0
     )
     path = write_yaml(
         tiny(space={"micro_batch_size": [2, 4], "precision": "fp32"}, study={"trials": 1})
     )
-    proc = run_cli("search", str(path), "--out", out, "--device", "cpu", cwd=tmp_path)
+    proc = cli_here("search", str(path), "--out", out, "--device", "cpu", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1  # one line
     assert "exists with a different model, workload or space (" in proc.stderr
 
 
-@pytest.mark.slow
 def test_cli_dry_run_writes_nothing(write_yaml, tmp_path: Path) -> None:
     path = write_yaml(tiny())
-    proc = run_cli("search", str(path), "--out", str(tmp_path / "out"), "--dry-run", cwd=tmp_path)
+    proc = cli_here("search", str(path), "--out", str(tmp_path / "out"), "--dry-run", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "Resolved space: 6 points" in proc.stdout
     assert "baseline 2" in proc.stdout
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.slow
 def test_cli_validate_and_hw(write_yaml, tmp_path: Path) -> None:
-    proc = run_cli("validate", str(write_yaml(tiny())), cwd=tmp_path)
+    proc = cli_here("validate", str(write_yaml(tiny())), cwd=tmp_path)
     assert proc.returncode == 0 and "is valid" in proc.stdout
-    hw = run_cli("hw", cwd=tmp_path)
+    hw = cli_here("hw", cwd=tmp_path)
     assert hw.returncode == 0, hw.stderr
     assert "H200 SXM" in hw.stdout and "989.5" in hw.stdout
     assert "torch 2." in hw.stdout
@@ -131,9 +140,9 @@ def test_cli_validate_and_hw(write_yaml, tmp_path: Path) -> None:
 
 
 def test_cli_bad_device_and_usage(write_yaml, tmp_path: Path) -> None:
-    proc = run_cli("search", str(write_yaml(tiny())), "--device", "tpu", cwd=tmp_path)
+    proc = cli_here("search", str(write_yaml(tiny())), "--device", "tpu", cwd=tmp_path)
     assert proc.returncode == 2 and "--device: 'tpu' is not allowed; use cuda or cpu" in proc.stderr
-    assert run_cli("search", cwd=tmp_path).returncode == 2  # missing argument: usage error
+    assert cli_here("search", cwd=tmp_path).returncode == 2  # missing argument: usage error
     assert "Traceback" not in proc.stderr
 
 
@@ -193,12 +202,15 @@ def test_cli_trial_worker_needs_torch_only() -> None:
 
 @pytest.mark.slow
 def test_cli_search_hf_config_and_entrypoint_examples(tmp_path: Path) -> None:
+    """Each shipped example searched as shipped, one trial (its baseline): the model its YAML names
+    is built in the trial, its FLOPs counted there, and the report says how. One trial leaves no
+    top to confirm (search/confirm.py), so each example runs one trial process."""
     root = Path(__file__).resolve().parents[1]
     for name, model in (
         ("hf-tiny-llama", "transformers LlamaForCausalLM"),
         ("entrypoint-example", "entrypoint custom_model:build"),
     ):
-        proc = run_cli(
+        proc = cli_here(
             "search",
             str(root / "search_spaces" / f"{name}.yaml"),
             "--out",
@@ -206,7 +218,7 @@ def test_cli_search_hf_config_and_entrypoint_examples(tmp_path: Path) -> None:
             "--device",
             "cpu",
             "--trials",
-            "2",
+            "1",
             cwd=tmp_path,
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -221,7 +233,7 @@ def test_cli_search_hf_config_and_entrypoint_examples(tmp_path: Path) -> None:
         assert (
             trial.user_attrs["metrics"]["flops_per_token"] > 0
         )  # MFU's FLOPs, counted in the trial
-        report = run_cli(
+        report = cli_here(
             "report",
             str(tmp_path / "out" / name),
             "--format",
@@ -237,7 +249,7 @@ def test_cli_search_hf_config_and_entrypoint_examples(tmp_path: Path) -> None:
 def test_cli_version_is_the_installed_package(tmp_path: Path) -> None:
     from importlib import metadata
 
-    proc = run_cli("--version", cwd=tmp_path)
+    proc = cli_here("--version", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"autotune {metadata.version('autotune')}"
 

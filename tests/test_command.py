@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import alive
+from conftest import alive, cli_here, finishes
 
 from autotune.config_load import load_config
 from autotune.errors import ConfigError
@@ -40,6 +40,21 @@ def _yaml(tmp_path: Path, command: dict, space: dict | None = None, **workload) 
 
 def _search(path: Path, tmp_path: Path, trials: int | None = None):
     return run_search(load_config(path), out_root=tmp_path / "trials", device="cpu", trials=trials)
+
+
+def _at_each(doc: dict, points: list[dict], tmp_path: Path) -> list:
+    """The completed trials of one one-trial search of `doc` per point, the point its baseline
+    (trial 0): chosen points take the values a test needs covered, where a sampler's draws would
+    leave them to chance. Each point's trial must complete."""
+    done = []
+    for i, point in enumerate(points):
+        one = {**doc, "baseline": point, "study": {**doc["study"], "trials": 1}}
+        path = tmp_path / f"point{i}.yaml"
+        path.write_text(yaml.safe_dump(one))
+        result = _search(path, tmp_path / f"point{i}")
+        assert len(result.history.completed) == 1, [t.user_attrs["reason"] for t in _trials(result)]
+        done += result.history.completed
+    return done
 
 
 def _trials(result) -> list:
@@ -71,9 +86,14 @@ def test_command_flags_env_and_config_keys_reach_the_job(tmp_path: Path) -> None
     }
     command = {"args": ["--config", "{config}"], "config_file": "cfg.json", "knobs": knobs}
     path = _yaml(tmp_path, command, {"micro_batch_size": [2, 4]}, global_batch_size=8)
-    result = _search(path, tmp_path, trials=3)
-    done = [r for r in result.history.completed]
-    assert len(done) >= 2
+    # one trial (the baseline) with every knob at its last value, none the job's own default (bs 1,
+    # accum 1, adamw, lr 1.0, no MY_LR): a mapping that did not reach the job would show
+    doc = yaml.safe_load(path.read_text())
+    doc["baseline"] = {"micro_batch_size": 4, "optim": "sgd", "lr": 0.01, "lr_env": "b"}
+    path.write_text(yaml.safe_dump(doc))
+    result = _search(path, tmp_path, trials=1)
+    done = result.history.completed
+    assert len(done) == 1, [t.user_attrs["reason"] for t in _trials(result)]
     for trial in done:
         rec = trial.user_attrs
         knobs_of = rec["knobs"]
@@ -290,12 +310,9 @@ def test_command_sections_belong_to_their_tasks(tmp_path: Path) -> None:
 
 
 def _export_command(best: Path) -> tuple[str, list[str], dict[str, str]]:
-    out = subprocess.run(
-        [sys.executable, "-m", "autotune.cli", "export", str(best), "-f", "command"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    proc = cli_here("export", str(best), "-f", "command", cwd=best.parent)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
     line = next(x for x in out.splitlines() if x.startswith("cd "))
     cwd, _, rest = line.removeprefix("cd ").partition(" && ")
     words = shlex.split(rest)
@@ -312,7 +329,12 @@ def test_command_export_round_trips_to_the_trial_configuration(tmp_path: Path) -
         "lr_env": {"env": "MY_LR", "values": ["a", "b"]},
     }
     path = _yaml(tmp_path, {"knobs": knobs}, {"micro_batch_size": [2, 4]}, global_batch_size=8)
-    result = _search(path, tmp_path, trials=3)
+    # one trial, chosen: the baseline, every knob at a value other than the job's own default, so
+    # each must reach the exported command for the job to see the same
+    doc = yaml.safe_load(path.read_text())
+    doc["baseline"] = {"micro_batch_size": 4, "optim": "sgd", "lr_env": "b"}
+    path.write_text(yaml.safe_dump(doc))
+    result = _search(path, tmp_path, trials=1)
     chosen = next(
         t
         for t in _trials(result)
@@ -321,35 +343,57 @@ def test_command_export_round_trips_to_the_trial_configuration(tmp_path: Path) -
     cwd, argv, env = _export_command(result.best_yaml)
     # the exported `cd` is relative to the study folder, its interpreter `python` on PATH
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    run = subprocess.run(
+    job = subprocess.Popen(
         argv,
         cwd=result.best_yaml.parent / cwd,
         env={**os.environ, **env, "PATH": path},
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         text=True,
-        timeout=60,
     )
-    exported = json.loads(
-        next(x for x in run.stdout.splitlines() if x.startswith("config:")).removeprefix("config:")
-    )
-    assert exported == _seen(chosen.user_attrs["run_dir"])
+    try:
+        # its first line, what it was given; outside autotune it then trains 1,000 steps (16 s)
+        first = finishes(job.stdout.readline, 60, "the exported command's first line")
+    finally:
+        job.kill()
+        job.wait()
+    assert first.startswith("config:"), first
+    assert json.loads(first.removeprefix("config:")) == _seen(chosen.user_attrs["run_dir"])
+
+
+# The HF example's two points that between them take both values of every knob it maps: the
+# YAML's baseline (the Trainer's defaults) and its opposite.
+HF_POINTS = [
+    {
+        "micro_batch_size": 8,
+        "precision": "fp32",
+        "activation_checkpointing": "none",
+        "optim": "adamw_torch_fused",
+        "sampling": "random",
+    },
+    {
+        "micro_batch_size": 4,
+        "precision": "bf16",
+        "activation_checkpointing": "full",
+        "optim": "adamw_torch",
+        "sampling": "group_by_length",
+    },
+]
 
 
 @pytest.mark.slow
 def test_command_hf_trainer_job_tuned_end_to_end(tmp_path: Path) -> None:
     """The HF Trainer example: micro-batch and accumulation at a fixed global batch, precision,
     gradient checkpointing and the optimizer reach the Trainer; its callback measures the real
-    tokens."""
+    tokens. Both values of each knob, at two chosen points (HF_POINTS); at most 4 steps a trial
+    (what reaches the Trainer and the tokens counted need no settled figure)."""
     pytest.importorskip("accelerate")
     doc = yaml.safe_load((ROOT / "search_spaces" / "hf-trainer-tiny.yaml").read_text())
-    doc["command"]["cwd"] = str(ROOT)
-    doc["study"].update(trials=5, confirm_top=0, prune_below=0)  # every trial measured whole
+    doc["command"].update(cwd=str(ROOT), max_steps=4)
+    doc["workload"].update(warmup_steps=1, measure_steps=2)
+    doc["study"].update(confirm_top=0, prune_below=0)  # every trial measured whole
     doc["space"].update(micro_batch_size=[4, 8])
-    path = tmp_path / "hf.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    result = _search(path, tmp_path)
-    done = result.history.completed
-    assert len(done) >= 4, [t.user_attrs["reason"] for t in _trials(result)]
+    done = _at_each(doc, HF_POINTS, tmp_path)
     # bf16 runs on the CPU too
     assert {t.user_attrs["knobs"]["precision"] for t in done} == {"fp32", "bf16"}
     assert len({t.user_attrs["knobs"]["optim"] for t in done}) == 2
@@ -369,16 +413,21 @@ def test_command_hf_trainer_job_tuned_end_to_end(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_command_plain_pytorch_script_tuned(tmp_path: Path) -> None:
+    """The plain PyTorch example: micro-batch and accumulation at a fixed global batch and the
+    script's own optimizer flag reach it, at its defaults and at a point off every one of them; at
+    most 4 steps a trial (what reaches the script needs no settled figure)."""
     doc = yaml.safe_load((ROOT / "search_spaces" / "torchrun-script.yaml").read_text())
-    doc["command"]["cwd"] = str(ROOT)
+    doc["command"].update(cwd=str(ROOT), max_steps=4)
+    doc["workload"].update(warmup_steps=1, measure_steps=2)
     # every trial measured whole: the pruner's 80% cut fires on a CPU's swings (seen in CI)
-    doc["study"].update(trials=3, confirm_top=0, prune_below=0)
-    path = tmp_path / "plain.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    result = _search(path, tmp_path)
-    assert len(result.history.completed) == 3, [t.user_attrs["reason"] for t in _trials(result)]
-    for trial in result.history.completed:
+    doc["study"].update(confirm_top=0, prune_below=0)
+    points = [
+        {"micro_batch_size": 4, "precision": "fp32", "optimizer": "adamw"},
+        {"micro_batch_size": 16, "precision": "bf16", "optimizer": "sgd"},
+    ]
+    for trial in _at_each(doc, points, tmp_path):
         seen, knobs = _seen(trial.user_attrs["run_dir"]), trial.user_attrs["knobs"]
         assert seen["batch_size"] * seen["accum"] == 16 and seen["optimizer"] == knobs["optimizer"]
+        assert seen["precision"] == knobs["precision"]
         # the script reports no padded count
         assert trial.user_attrs["metrics"]["padding_pct"] is None

@@ -125,8 +125,14 @@ def test_command_trial_at_its_limit_keeps_the_steps_it_reported(tmp_path: Path) 
 def test_command_job_that_gave_its_steps_and_ignores_the_stop_past_the_limit_is_measured(
     tmp_path: Path,
 ) -> None:
+    from autotune.config_load import load_config
+    from autotune.search.loop import run_search
+
     path = _yaml(tmp_path, {"args": ["--mode", "ignore_stop"], "stop_grace_s": 3600})
-    rec = _records(_search(path, tmp_path, trials=1))[0]
+    cfg = load_config(path)
+    # a limit of 15 s, not 1 min: the job gives its steps in its first second
+    cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"trial_timeout_min": 0.25})})
+    rec = _records(run_search(cfg, out_root=tmp_path / "trials", device="cpu", trials=1))[0]
     assert rec["status"] == "ok", rec["reason"]
     assert "at the trial's limit" in rec["reason"]
 
@@ -211,10 +217,11 @@ def test_command_measure_lightning_refuses_a_precision_lightning_has_no_name_for
 
 @pytest.mark.slow
 def test_command_measure_hf_measures_an_unmodified_trainer_script(tmp_path: Path) -> None:
-    """The HF example without its callback line (NO_AUTOTUNE_CALLBACK): autotune adds its own."""
+    """The HF example without its callback line (NO_AUTOTUNE_CALLBACK): autotune adds its own. At
+    most 8 steps (2 warm-up, 4 measured at least): the callback's steps, not a settled figure."""
     pytest.importorskip("accelerate")
     doc = yaml.safe_load((ROOT / "search_spaces" / "hf-trainer-tiny.yaml").read_text())
-    doc["command"].update(cwd=str(ROOT), measure="hf")
+    doc["command"].update(cwd=str(ROOT), measure="hf", max_steps=8)
     doc["command"]["env"]["NO_AUTOTUNE_CALLBACK"] = "1"
     doc["space"] = {
         "micro_batch_size": [8],

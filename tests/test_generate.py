@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from conftest import run_cli
+from conftest import cli_here
 
 from autotune import metrics
 from autotune.config_load import load_config
@@ -231,13 +231,14 @@ def test_generate_latency_limits_and_roofline_arithmetic() -> None:
 def test_generate_search_end_to_end_with_limits(tmp_path: Path) -> None:
     """A tiny generate search: every trial over a 1 microsecond limit is over_limit with its numbers
     (PRUNED for Optuna, never chosen); with a reachable limit the search writes best.yaml and the
-    report's columns."""
+    report's columns (one trial: its front needs one), and check records and compares time per
+    output token."""
     data = copy.deepcopy(GEN)
     data["space"] = {"batch_size": [1, 4], "kv_cache": ["static", "dynamic"]}
     data["baseline"] = {"batch_size": 1, "kv_cache": "static"}
-    data["study"].update(trials=3, confirm_top=0, limits={"p99_tpot_ms": 0.001})
+    data["study"].update(trials=2, confirm_top=0, limits={"p99_tpot_ms": 0.001})
     (tmp_path / "gen.yaml").write_text(yaml.safe_dump(data))
-    run = run_cli("search", "gen.yaml", "--out", "out", cwd=tmp_path)
+    run = cli_here("search", "gen.yaml", "--out", "out", cwd=tmp_path)
     import optuna
 
     study = optuna.load_study(
@@ -251,10 +252,10 @@ def test_generate_search_end_to_end_with_limits(tmp_path: Path) -> None:
     assert all("p99 time per output token" in t.user_attrs["reason"] for t in launched)
     assert not (tmp_path / "out/tiny-generate/best.yaml").exists()
 
-    data["study"]["limits"] = {"p99_tpot_ms": 60000}
+    data["study"].update(trials=1, limits={"p99_tpot_ms": 60000})
     data["name"] = "gen-ok"
     (tmp_path / "gen.yaml").write_text(yaml.safe_dump(data))
-    run = run_cli("search", "gen.yaml", "--out", "out", cwd=tmp_path)
+    run = cli_here("search", "gen.yaml", "--out", "out", cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     best = yaml.safe_load((tmp_path / "out/gen-ok/best.yaml").read_text())
     assert (
@@ -262,10 +263,10 @@ def test_generate_search_end_to_end_with_limits(tmp_path: Path) -> None:
         and best["workload"]["gen_len"] == data["workload"]["gen_len"]
     )
     assert any("KV cache" in note for note in best["apply"]["notes"])
-    report = run_cli("report", "out/gen-ok", "--format", "markdown", cwd=tmp_path)
+    report = cli_here("report", "out/gen-ok", "--format", "markdown", cwd=tmp_path)
     assert report.returncode == 0 and "TPOT p99 ms" in report.stdout and "roofline" in report.stdout
     assert "Front, tokens/s against p99 time per output token" in report.stdout
-    check = run_cli(
+    check = cli_here(
         "check", "out/gen-ok/best.yaml", "--repeats", "2", "--reset-baseline", cwd=tmp_path
     )
     assert check.returncode == 0 and "baseline recorded" in check.stdout, (
@@ -273,7 +274,7 @@ def test_generate_search_end_to_end_with_limits(tmp_path: Path) -> None:
     )
     recorded = yaml.safe_load((tmp_path / "out/gen-ok/best.yaml").read_text())["check_baseline"]
     assert len(recorded["tpot_ms_samples"]) == 2 and best["metrics"]["tpot_ms_median"] > 0
-    check = run_cli(
+    check = cli_here(
         "check", "out/gen-ok/best.yaml", "--repeats", "2", "--tolerance", "99", cwd=tmp_path
     )
     assert check.returncode == 0 and "time per output token" in check.stdout, (
@@ -475,10 +476,10 @@ def test_generate_pareto_objective_is_an_optuna_multi_objective_study(tmp_path: 
         space={"batch_size": [1, 4, 16], "kv_cache": ["static", "dynamic"]},
         baseline={"batch_size": 1, "kv_cache": "static"},
     )
-    data["study"].update(trials=4, confirm_top=0, objective="pareto")
+    data["study"].update(trials=3, confirm_top=0, objective="pareto")
     data["study"].pop("limits")
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
-    run = run_cli("search", "p.yaml", "--out", "out", cwd=tmp_path)
+    run = cli_here("search", "p.yaml", "--out", "out", cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     study = optuna.load_study(
         study_name="gen-pareto", storage=f"sqlite:///{tmp_path}/out/gen-pareto/study.db"
@@ -502,7 +503,7 @@ def test_generate_pareto_objective_is_an_optuna_multi_objective_study(tmp_path: 
     before = (tmp_path / "out/gen-pareto/study.db").read_bytes()
     data["study"]["objective"] = "tokens_per_s"
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
-    again = run_cli("search", "p.yaml", "--out", "out", cwd=tmp_path)
+    again = cli_here("search", "p.yaml", "--out", "out", cwd=tmp_path)
     assert (
         again.returncode == 2
         and "study.objective: tokens_per_s does not match the study" in again.stderr

@@ -13,7 +13,7 @@ from typing import Any
 import optuna
 import pytest
 import yaml
-from conftest import run_cli
+from conftest import cli_here
 
 from autotune import report
 from autotune.report import _plots
@@ -66,7 +66,7 @@ def study_dir(tmp_path_factory) -> Path:
         "study": {"trials": 3, "seed": 0, "confirm_top": 0, "trial_timeout_min": 1},
     }
     (root / "job.yaml").write_text(yaml.safe_dump(doc))
-    proc = run_cli("search", "job.yaml", "--out", "out", "--device", "cpu", cwd=root)
+    proc = cli_here("search", "job.yaml", "--out", "out", "--device", "cpu", cwd=root)
     assert proc.returncode == 0, proc.stderr
     return root / "out" / "nomem"
 
@@ -79,7 +79,7 @@ def _load(study_dir: Path) -> optuna.Study:
 def test_report_of_a_study_without_peak_memory_in_every_format(
     study_dir: Path, tmp_path: Path
 ) -> None:
-    rich = run_cli("report", str(study_dir), cwd=tmp_path)  # the HTML beside the study, by default
+    rich = cli_here("report", str(study_dir), cwd=tmp_path)  # the HTML beside the study, by default
     assert rich.returncode == 0, rich.stderr
     assert "Peak memory not reported." in rich.stdout and "HTML report:" in rich.stdout
     page = (study_dir / "report" / "report.html").read_text()
@@ -87,12 +87,12 @@ def test_report_of_a_study_without_peak_memory_in_every_format(
     assert "Throughput against memory: not drawn, no completed trial reported its peak" in page
     assert "the memory front is the fastest trial alone: trial " in page
     html = str(tmp_path / "h")
-    as_json = run_cli("report", str(study_dir), "--format", "json", "--html", html, cwd=tmp_path)
+    as_json = cli_here("report", str(study_dir), "--format", "json", "--html", html, cwd=tmp_path)
     assert as_json.returncode == 0, as_json.stderr
     data = json.loads(as_json.stdout)
     assert data["chosen"]["peak_mem_gib"] is None
     assert [r["peak_mem_gib"] for r in data["trials"]] == [None] * len(data["trials"])
-    md = run_cli("report", str(study_dir), "--format", "markdown", "--html", html, cwd=tmp_path)
+    md = cli_here("report", str(study_dir), "--format", "markdown", "--html", html, cwd=tmp_path)
     assert md.returncode == 0, md.stderr
     assert "Peak memory not reported." in md.stdout
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_cli, tiny
+from conftest import cli_here, load_trials, tiny
 
 from autotune import identity
 from autotune.config_load import parse_config
@@ -79,11 +79,28 @@ def _copy(tmp_path: Path, name: str) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["fixture-v0", "fixture-older", "fixture-v3"])
 def test_identity_a_study_from_before_resumes(tmp_path: Path, name: str) -> None:
+    """The study resumes: its 3 trials count as measured, and its one new trial is the one point of
+    the space none of them measured (their identities read right: none measured again). What is
+    tested is the search's reading of the older study, so the new trial ends at its start
+    (AUTOTUNE_FAULT=error): measured, that point (bf16 on the CPU) takes 20 to 60 s. A new trial
+    measured beside older ones: test_identity_fresh_warm_start_from_the_study_it_archives."""
     _copy(tmp_path, name)
-    proc = run_cli("search", f"{name}.yaml", "--trials", "4", "--device", "cpu", cwd=tmp_path)
+    proc = cli_here(
+        "search",
+        f"{name}.yaml",
+        "--trials",
+        "4",
+        "--device",
+        "cpu",
+        cwd=tmp_path,
+        env={"AUTOTUNE_FAULT": "error"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "(3 already measured)" in proc.stdout
     assert "1 new trial(s)" in proc.stdout.replace("\n", " ")
+    new = load_trials(tmp_path / "trials", name)[-1]
+    assert new.params == {"micro_batch_size": 4, "precision": "bf16"}, new.params
+    assert "AUTOTUNE_FAULT=error" in new.user_attrs["reason"], new.user_attrs["reason"]
 
 
 def _widened(tmp_path: Path) -> None:
@@ -94,11 +111,10 @@ def _widened(tmp_path: Path) -> None:
     (tmp_path / "fixture-older.yaml").write_text(yaml.safe_dump(doc))
 
 
-@pytest.mark.slow
 def test_identity_a_widened_space_is_refused_naming_the_warm_start(tmp_path: Path) -> None:
     _copy(tmp_path, "fixture-older")
     _widened(tmp_path)
-    proc = run_cli("search", "fixture-older.yaml", "--device", "cpu", cwd=tmp_path)
+    proc = cli_here("search", "fixture-older.yaml", "--device", "cpu", cwd=tmp_path)
     assert proc.returncode == 2
     assert (
         "run with --fresh --warm-start trials/fixture-older to start anew from its 4 trials"
@@ -111,7 +127,7 @@ def test_identity_fresh_warm_start_from_the_study_it_archives(tmp_path: Path) ->
     # the remedy the refusal names, from a study made before a knob existed: the same name, widened
     _copy(tmp_path, "fixture-older")
     _widened(tmp_path)
-    proc = run_cli(
+    proc = cli_here(
         "search",
         "fixture-older.yaml",
         "--fresh",
@@ -126,6 +142,10 @@ def test_identity_fresh_warm_start_from_the_study_it_archives(tmp_path: Path) ->
     assert [
         p.name.startswith("fixture-older.archived-") for p in (tmp_path / "trials").iterdir()
     ].count(True) == 1
+    # the new point measured beside the older study's trials
+    new = load_trials(tmp_path / "trials", "fixture-older")[-1]
+    assert new.params["micro_batch_size"] == 16, new.params
+    assert new.user_attrs["status"] == "ok", new.user_attrs["reason"]
 
 
 def test_identity_an_older_best_yaml_is_upgraded_on_read(tmp_path: Path) -> None:
@@ -167,7 +187,7 @@ def test_identity_every_layout_reads_as_the_typed_document(name: str) -> None:
 @pytest.mark.slow
 def test_identity_check_of_an_older_best_yaml_measures_it(tmp_path: Path) -> None:
     study = _copy(tmp_path, "fixture-older")
-    proc = run_cli(
+    proc = cli_here(
         "check", str(study / "best.yaml"), "--repeats", "2", "--max-load", "0", cwd=tmp_path
     )
     # measured and decided (the CPU's speed is not the question)

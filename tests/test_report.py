@@ -9,7 +9,7 @@ from typing import Any
 
 import optuna
 import pytest
-from conftest import run_cli, tiny
+from conftest import cli_here, tiny
 from optuna.distributions import CategoricalDistribution
 
 from autotune import report
@@ -20,7 +20,7 @@ from autotune.report import pareto_front, write_html
 def finished(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("report")
     (root / "m.yaml").write_text(__import__("yaml").safe_dump(tiny(study={"trials": 4})))
-    proc = run_cli(
+    proc = cli_here(
         "search",
         "m.yaml",
         "--out",
@@ -36,7 +36,7 @@ def finished(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_report_finished_study_rich(finished: Path) -> None:
-    proc = run_cli("report", str(finished), "--no-html", cwd=finished)
+    proc = cli_here("report", str(finished), "--no-html", cwd=finished)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "t on cpu:" in out and "best first" in out
@@ -49,7 +49,7 @@ def test_report_finished_study_rich(finished: Path) -> None:
 
 @pytest.mark.slow
 def test_report_json_has_everything(finished: Path) -> None:
-    proc = run_cli("report", str(finished), "--format", "json", cwd=finished)
+    proc = cli_here("report", str(finished), "--format", "json", cwd=finished)
     data = json.loads(proc.stdout)
     assert data["best"]["tokens_per_s_per_gpu"] == max(
         r["tokens_per_s_per_gpu"] for r in data["trials"] if r["state"] == "ok"
@@ -67,14 +67,14 @@ def test_report_json_has_everything(finished: Path) -> None:
 
 @pytest.mark.slow
 def test_report_markdown(finished: Path) -> None:
-    proc = run_cli("report", str(finished), "--format", "markdown", cwd=finished)
+    proc = cli_here("report", str(finished), "--format", "markdown", cwd=finished)
     assert proc.stdout.startswith("### autotune: t (cpu)")
     assert "| # | micro_batch_size | precision | tokens/s/GPU |" in proc.stdout
 
 
 @pytest.mark.slow
 def test_report_html_renders_with_plots(finished: Path, tmp_path: Path) -> None:
-    proc = run_cli("report", str(finished), "--html", str(tmp_path / "h"), cwd=finished)
+    proc = cli_here("report", str(finished), "--html", str(tmp_path / "h"), cwd=finished)
     assert proc.returncode == 0, proc.stderr
     page = (tmp_path / "h" / "report.html").read_text()
     assert "Chosen configuration: trial" in page and "<pre>" not in page
@@ -97,7 +97,9 @@ def test_report_running_and_interrupted_study(finished: Path, tmp_path: Path) ->
     stopped = study.ask({"micro_batch_size": CategoricalDistribution([2, 4, 8])})
     stopped.set_user_attr("status", "interrupted")
     study.tell(stopped, state=optuna.trial.TrialState.FAIL)
-    proc = run_cli("report", "--study", "t", "--storage", storage, "--format", "json", cwd=tmp_path)
+    proc = cli_here(
+        "report", "--study", "t", "--storage", storage, "--format", "json", cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     states = {r["number"]: r["state"] for r in data["trials"]}
@@ -105,11 +107,10 @@ def test_report_running_and_interrupted_study(finished: Path, tmp_path: Path) ->
     assert data["counts"]["running"] == 1 and data["failures"]["interrupted"]["count"] == 1
 
 
-@pytest.mark.slow
 def test_report_bad_inputs(tmp_path: Path) -> None:
-    proc = run_cli("report", str(tmp_path), cwd=tmp_path)
+    proc = cli_here("report", str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 2 and "no study.db in" in proc.stderr
-    proc = run_cli(
+    proc = cli_here(
         "report", "--study", "x", "--storage", f"sqlite:///{tmp_path / 'e.db'}", cwd=tmp_path
     )
     assert (
@@ -118,7 +119,7 @@ def test_report_bad_inputs(tmp_path: Path) -> None:
     assert not (tmp_path / "e.db").exists()
     empty = f"sqlite:///{tmp_path / 'empty.db'}"
     optuna.create_study(study_name="other", storage=empty)
-    proc = run_cli("report", "--study", "x", "--storage", empty, cwd=tmp_path)
+    proc = cli_here("report", "--study", "x", "--storage", empty, cwd=tmp_path)
     assert (
         proc.returncode == 2
         and "'x' is not in" in proc.stderr
@@ -255,7 +256,7 @@ def test_report_of_a_locked_study_names_what_was_given(finished: Path, tmp_path:
     conn = sqlite3.connect(finished / "study.db", isolation_level=None)
     conn.execute("BEGIN EXCLUSIVE")
     try:
-        proc = run_cli("report", str(finished), "--no-html", cwd=tmp_path)
+        proc = cli_here("report", str(finished), "--no-html", cwd=tmp_path)
     finally:
         conn.execute("ROLLBACK")
         conn.close()
