@@ -305,7 +305,19 @@ def interrupt_when_running(
     )
     wait_until(lambda: all(processes_with(str(s)) for s in specs), 30, "the trial processes")
     proc.send_signal(sig)
-    return proc.communicate(timeout=60)
+    return ends(proc)
+
+
+def ends(proc: subprocess.Popen, seconds: float = 300) -> tuple[str, str]:
+    """The command's output once it has ended. A hang guard, far above its cost (an interrupted
+    search writes best.yaml and its report on a loaded machine): past it the command's session is
+    killed, so nothing of it runs on into the next test, and the test fails with what it said."""
+    try:
+        return proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"the command did not end within {seconds} s: {out}\n{err}") from None
 
 
 def load_trials(out: Path, name: str = "t") -> list[Any]:
