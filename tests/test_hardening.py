@@ -742,7 +742,9 @@ def test_hardening_two_searches_on_one_device_take_turns(write_yaml, tmp_path: P
     deadline = time.monotonic() + 60
     while not processes_with(str(spec)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    second = cli_here(
+    # a process of its own, as every search beside another is: the device's turns are between
+    # processes (locks.py)
+    second = run_cli(
         "search", str(other), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path
     )
     assert first.wait(timeout=300) == 0 and second.returncode == 0, second.stderr
