@@ -52,10 +52,6 @@ class Objective:
         trial's value is its tokens/s (search/recover.py)."""
         return len(self.values) == 1
 
-    @property
-    def labels(self) -> tuple[str, ...]:
-        return tuple(v.label for v in self.values)
-
     def of(self, record: TrialRecord) -> float | tuple[float, ...]:
         """What Optuna is told of a completed trial: its one value, or its values as a tuple."""
         values: tuple[float, ...] = tuple(record.metric(v.metric) for v in self.values)
