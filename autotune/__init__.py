@@ -59,9 +59,9 @@ from typing import TYPE_CHECKING, Any  # noqa: E402
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from autotune.check.regress import Verdict
     from autotune.config import Config
-    from autotune.record import TrialRecord
-    from autotune.regress import Verdict
+    from autotune.documents.record import TrialRecord
     from autotune.search.loop import SearchResult
     from autotune.search.observer import Observer
 
@@ -99,7 +99,7 @@ def run_search(
     trial is written to stderr."""
     from autotune.api_options import SEARCH, checked, observer_of, path_of
     from autotune.config import Config
-    from autotune.config_load import load
+    from autotune.config.load import load
     from autotune.hardware import default_device
     from autotune.search.loop import run_search as _run
 
@@ -142,7 +142,7 @@ def run_check(
     --tolerance tolerance_pct, --max-load max_load: None is the CLI's default). on_repeat: called
     with each repeat as it ends. The verdict's exit_code is the CLI's."""
     from autotune.api_options import CHECK, checked, path_of
-    from autotune.regress import check
+    from autotune.check.regress import check
 
     best = path_of("best_yaml", best_yaml)
 
@@ -220,7 +220,7 @@ def __getattr__(name: str) -> Any:  # lazy re-exports (PEP 562): `import autotun
     if name == "__version__":
         return _package_version()
     if name == "load_config":
-        from autotune.config_load import load_config
+        from autotune.config.load import load_config
 
         return load_config
     if name == "resolve_space":

@@ -6,7 +6,7 @@ import math
 import statistics
 from typing import Any
 
-from autotune.record import Metric
+from autotune.documents.record import Metric
 
 
 def flops_per_token(flop_params: int, n_layers: int, d_model: int, seq_len: int) -> float:

@@ -18,8 +18,8 @@ from typing import Any
 from autotune import knobs as catalogue
 from autotune import nccl_log, paths
 from autotune.errors import ConfigError
+from autotune.launch.runner import omp_env, preflight, run_trial
 from autotune.protocol import RunSettings, TrialSpec, write_json
-from autotune.runner import omp_env, preflight, run_trial
 
 ALGOS = catalogue.BY_NAME["nccl_algo"].choices()
 PROTOS = catalogue.BY_NAME["nccl_proto"].choices()

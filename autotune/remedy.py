@@ -2,11 +2,12 @@
 why.
 
 The one funnel for the reasons of measured trials (runner.measure calls `explain`). The trial, or
-launch.py for a trial that left no result, says what happened; this adds what ate the time of a
-timeout, the peak and the knobs that lower memory of an OOM, the clear cause of a crash (an import,
-CUDA, NCCL, a signal) quoted from the output without its library noise (protocol.last_words), the
-knob values of an invalid configuration. The words that matter come first, as protocol.reason_line
-cuts a reason to about 100 characters: the cause, then the remedy, then the evidence.
+launch/process.py for a trial that left no result, says what happened; this adds what ate the time
+of a timeout, the peak and the knobs that lower memory of an OOM, the clear cause of a crash (an
+import, CUDA, NCCL, a signal) quoted from the output without its library noise
+(protocol.last_words), the knob values of an invalid configuration. The words that matter come
+first, as protocol.reason_line cuts a reason to about 100 characters: the cause, then the remedy,
+then the evidence.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from autotune import knobs as catalogue
-from autotune import logcap
+from autotune.documents.record import TrialRecord
+from autotune.launch import logcap
 from autotune.protocol import PROGRESS_FILE, TrialResult
-from autotune.record import TrialRecord
 
 # launch._classify's words for a trial that left no result (tests/test_reasons.py runs both)
 NO_RESULT_IN_TIME = re.compile(r"no result after \d+ s \(trial timeout\); process group killed")
@@ -94,7 +95,8 @@ class Context:
 
 def explain(record: TrialRecord, result: TrialResult | None, ctx: Context) -> str:
     """The record's reason with its remedy; the reason as it is for a trial that did not fail.
-    result: what the trial wrote itself (None: it left none, launch.py's reason says how it ended).
+    result: what the trial wrote itself (None: it left none, launch/process.py's reason says how it
+    ended).
     """
     compose = {
         "timeout": _timeout,
@@ -163,7 +165,8 @@ def _progress(run_dir: Path) -> list[float]:
 
 def _crash(record: TrialRecord, result: TrialResult | None, ctx: Context) -> str:
     m = NO_RESULT.match(record.reason) if result is None else None
-    if m is not None:  # launch.py quoted the log's last lines as they were: quote the telling one
+    # launch/process.py quoted the log's last lines as they were: quote the telling one
+    if m is not None:
         said = logcap.last_words(ctx.run_dir / "worker.log", QUOTE_CHARS)
         head = f"{m['how']}, no result: {said}" if said else f"{m['how']}, no result and no output"
         evidence = f"{m['how']} {said}"

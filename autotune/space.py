@@ -4,7 +4,7 @@ Optuna suggestions.
 The rules come from the knob catalogue (autotune/knobs): a knob that acts only under another knob's
 value, only across ranks, or only on NCCL is fixed (and says why) where it cannot matter. Imports no
 config module:
-config.py calls resolve_space to cross-check a file.
+autotune.config calls resolve_space to cross-check a file.
 """
 
 from __future__ import annotations

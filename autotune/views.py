@@ -11,9 +11,9 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune import numerics
+from autotune.documents.record import Metric, TrialRecord
 from autotune.errors import printable
 from autotune.protocol import reason_line
-from autotune.record import Metric, TrialRecord
 from autotune.report import fmt, rich_table, row_of
 from autotune.search.history import History, value_of
 from autotune.search.observer import Observer

@@ -9,9 +9,9 @@ per-process samples.
 A pool is every per-process tokens/s a sitting recorded for one configuration (the `check_samples`
 of each line of the history files given after NAME=, same configuration, same lease). Each draw
 takes a baseline of --baseline processes and a check of --check processes, distinct samples, and
-decides with autotune's own rules (autotune.regress.default_tolerance, then decide): unchanged, and
-with every check sample slowed by each --slow percent (a multiplicative slowdown: what
-AUTOTUNE_FAULT=slow:PCT injects, ideally).
+decides with autotune's own rules (autotune.check.regress.default_tolerance, then decide):
+unchanged, and with every check sample slowed by each --slow percent (a multiplicative slowdown:
+what AUTOTUNE_FAULT=slow:PCT injects, ideally).
 Within a pool: both from the same sitting (what a check against a baseline recorded on that machine
 meets); across pools: the baseline from the first, the check from another (a check on another lease:
 machine-to-machine differences).
@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from autotune.regress import decide, default_tolerance  # noqa: E402
+from autotune.check.regress import decide, default_tolerance  # noqa: E402
 
 
 def load_pool(spec: list[str]) -> tuple[str, list[float]]:

@@ -18,7 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from autotune.config_load import load_config
+from autotune.config.load import load_config
 from autotune.search.history import History
 from autotune.search.storage import load_study
 

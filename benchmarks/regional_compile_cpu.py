@@ -17,8 +17,8 @@ import tempfile
 import torch._dynamo.utils
 
 from autotune.config import ModelConfig
+from autotune.launch.runner import model_spec
 from autotune.protocol import RunSettings, TrialSpec
-from autotune.runner import model_spec
 from autotune.workloads import trial
 
 

@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from autotune.record import Metric, TrialRecord
+from autotune.documents.record import Metric, TrialRecord
 from autotune.search import replay as replay_module
 from autotune.search.replay import Landscape
 

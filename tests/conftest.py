@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-# Device locks of this test session apart from any other autotune process on the machine (locks.py):
-# a test never waits on a real search, and a search never waits on the tests. setdefault: a session
-# may choose its own.
+# Device locks of this test session apart from any other autotune process on the machine
+# (launch/locks.py): a test never waits on a real search, and a search never waits on the tests.
+# setdefault: a session may choose its own.
 os.environ.setdefault("AUTOTUNE_LOCK_NAMESPACE", f"tests-{os.getpid()}")
 
 # Two xdist workers on CI's 2 cores: each trial's torch threads over its worker's share of the
@@ -36,8 +36,9 @@ if _WORKERS > 1:
 
 # The mark of the running test in the environment of every process it starts (SCOPE=<pid>.<n>). An
 # environment is inherited through every fork and exec: into a session of its own (autotune starts
-# each trial, probe and standby in one: launch.py, probe.py, prestart.py) and after the parent died
-# (kill -9: the orphans are init's), where neither a session id nor the parent chain finds them.
+# each trial, probe and standby in one: launch/process.py, launch/probe.py, launch/prestart.py) and
+# after the parent died (kill -9: the orphans are init's), where neither a session id nor the parent
+# chain finds them.
 # Leftover checks look for this mark, so two tests, or two xdist workers, never see each other's.
 SCOPE = "AUTOTUNE_TEST_SCOPE"
 _scopes = itertools.count()

@@ -18,12 +18,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from autotune.documents.record import TrialRecord
 from autotune.knobs import check_rows, numerics
-from autotune.launch import Outcome
+from autotune.launch.process import Outcome
+from autotune.launch.runner import Bench, record_of
 from autotune.numerics import Limits, judge
 from autotune.protocol import TrialResult
-from autotune.record import TrialRecord
-from autotune.runner import Bench, record_of
 from autotune.workloads.faults import fault_for
 
 # The numerics check's candidate faults (workloads/faults.py) that break its learning; small_grads
@@ -115,7 +115,7 @@ class FakeMeasure:
 
 def _failed(fault: str) -> Outcome:
     """A trial process that failed as the fault makes it: the trial's own result (oom, NaN loss),
-    or none (crash: launch.py's words for a process that ended without one)."""
+    or none (crash: launch/process.py's words for a process that ended without one)."""
     if fault == "hang":
         raise NotImplementedError("the fake measurement cannot hang: test hangs on real trials")
     if fault == "oom":

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from autotune import tasks
-from autotune.config_load import load_config
-from autotune.record import Metric, TrialRecord
+from autotune.config.load import load_config
+from autotune.documents.record import Metric, TrialRecord
 from autotune.search import predict
 from autotune.search.history import History
 from autotune.search.loop import _Search

@@ -166,7 +166,8 @@ def test_cli_help_lists_every_command_without_importing_torch_or_optuna(tmp_path
 def test_cli_parent_modules_never_import_torch_at_top() -> None:
     code = (
         "import sys, autotune.cli, autotune.config, autotune.space, autotune.search.loop, "
-        "autotune.report, autotune.regress, autotune.runner, autotune.nccl, autotune.views; "
+        "autotune.report, autotune.check.regress, autotune.launch.runner, autotune.nccl, "
+        "autotune.views; "
         "print('torch' in sys.modules)"
     )
     out = subprocess.run(
@@ -186,7 +187,7 @@ def test_cli_trial_worker_needs_torch_only() -> None:
         "scipy",
         "autotune.config",
         "autotune.search",
-        "autotune.runner",
+        "autotune.launch.runner",
         "autotune.space",
     )
     code = (

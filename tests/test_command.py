@@ -17,7 +17,7 @@ import pytest
 import yaml
 from conftest import alive, cli_here, finishes
 
-from autotune.config_load import load_config
+from autotune.config.load import load_config
 from autotune.errors import ConfigError
 from autotune.search.loop import run_search
 

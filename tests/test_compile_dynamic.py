@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from conftest import tiny
 
-from autotune.config_load import parse_config
-from autotune.runner import Bench, run_trial
+from autotune.config.load import parse_config
+from autotune.launch.runner import Bench, run_trial
 from autotune.space import resolve_space
 
 pytestmark = pytest.mark.slow

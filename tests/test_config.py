@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from autotune import config as config_mod
 from autotune.cli import app
-from autotune.config_load import load_config
+from autotune.config.load import load_config
 from autotune.errors import ConfigError
 
 BAD = [
@@ -208,7 +208,8 @@ def test_config_llama_1b_shape() -> None:
 
 
 def test_config_every_field_documented() -> None:
-    from autotune import config_space, config_study
+    from autotune.config import space as config_space
+    from autotune.config import study as config_study
 
     models = [
         v

@@ -11,11 +11,11 @@ import pytest
 from conftest import load_trials, none_left, run_cli, tiny
 
 from autotune import nccl_log
-from autotune.config_load import parse_config
+from autotune.config.load import parse_config
 from autotune.errors import ConfigError
 from autotune.knobs import env_of
+from autotune.launch.runner import Bench, launch_command, run_trial
 from autotune.protocol import TrialSpec
-from autotune.runner import Bench, launch_command, run_trial
 from autotune.space import resolve_space
 
 # every test here runs searches, checks or several processes: `make test-fast` leaves them out

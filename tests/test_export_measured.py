@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from autotune import command_render
 from autotune import knobs as catalogue
 from autotune.cli import app
-from autotune.config_load import load_config
+from autotune.config.load import load_config
 from autotune.errors import ConfigError
 from autotune.export import Form, export
 from autotune.export._hf_command import NO_TRANSFORMERS, field_of, flag_groups, training_fields

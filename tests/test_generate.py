@@ -16,7 +16,7 @@ import yaml
 from conftest import cli_here
 
 from autotune import metrics
-from autotune.config_load import load_config
+from autotune.config.load import load_config
 from autotune.errors import ConfigError
 from autotune.protocol import RunSettings, TrialSpec
 from autotune.workloads import trial
@@ -350,7 +350,7 @@ def test_generate_validate_and_identity_of_training_unchanged(tmp_path: Path) ->
     workload fields, absent, are no factor of it (identity.factors)."""
     from conftest import tiny
 
-    from autotune import identity
+    from autotune.documents import identity
 
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(tiny()))
     cfg = load_config(tmp_path / "t.yaml")

@@ -743,7 +743,7 @@ def test_hardening_two_searches_on_one_device_take_turns(write_yaml, tmp_path: P
     while not processes_with(str(spec)) and time.monotonic() < deadline:
         time.sleep(0.1)
     # a process of its own, as every search beside another is: the device's turns are between
-    # processes (locks.py)
+    # processes (launch/locks.py)
     second = run_cli(
         "search", str(other), "--out", str(tmp_path / "out"), "--device", "cpu", cwd=tmp_path
     )

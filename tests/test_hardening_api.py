@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import autotune
-from autotune import nightly
+from autotune.documents import nightly
 from autotune.errors import ConfigError
 
 

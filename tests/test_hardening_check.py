@@ -13,8 +13,9 @@ import pytest
 import yaml
 from conftest import run_cli
 
-from autotune import paths, regress, regress_bench
-from autotune.config_load import load_config
+from autotune import paths
+from autotune.check import bench, regress
+from autotune.config.load import load_config
 from autotune.documents.best_file import read_best
 from autotune.errors import ConfigError, UnmeasuredError
 from autotune.export._winner import read as read_winner
@@ -199,14 +200,14 @@ def test_hardening_check_reset_baseline_records_the_digest(study: Path, tmp_path
     regress.reset_baseline(best, repeats=1)
     recorded = read_best(best).doc.check_baseline
     assert recorded is not None and recorded.measured
-    regress_bench.baseline_belongs(best, read_best(best))  # checks again
+    bench.baseline_belongs(best, read_best(best))  # checks again
 
 
 @pytest.mark.parametrize("name", ["fixture-v0", "fixture-older", "fixture-v3"])
 def test_hardening_check_older_files_and_today_s_still_belong(study: Path, name: str) -> None:
     """schema 1 (before digests: no baseline of check's, nothing to compare) and today's files."""
     for best in (FIXTURES / name / "best.yaml", study):
-        regress_bench.baseline_belongs(best, read_best(best))
+        bench.baseline_belongs(best, read_best(best))
 
 
 def test_hardening_check_storage_files_of_a_url(tmp_path: Path) -> None:

@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from autotune import metrics, reporting
-from autotune.config_load import load_config
-from autotune.launch import Outcome
+from autotune.config.load import load_config
+from autotune.launch.process import Outcome
+from autotune.launch.runner import Bench, record_of
 from autotune.protocol import RunSettings, TrialResult
-from autotune.runner import Bench, record_of
 from autotune.search.loop import run_search
 
 # A job's head: the reporter, its clock, a loop of `steps` steps (each body below runs in it).

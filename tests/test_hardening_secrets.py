@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from autotune import redact
-from autotune.config_load import load_config
+from autotune.check.regress import check
+from autotune.config.load import load_config
 from autotune.errors import ConfigError
-from autotune.regress import check
 from autotune.search.loop import run_search
 
 ARG_TOKEN = "hf_ArgumentTokenArgumentToken0001"
@@ -172,7 +172,7 @@ def test_what_counts_as_a_secret(
 
 
 def test_a_credential_a_library_set_never_reaches_a_trial(monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune.launch import inherited_env
+    from autotune.launch.process import inherited_env
 
     redact.remember("postgresql://u:LibraryPassword5@h/db")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://u:x@mlflow")

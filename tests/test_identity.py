@@ -1,5 +1,5 @@
-"""identity.py: a study is named by what differs from the defaults, so an upgrade that adds a knob
-costs nothing.
+"""documents/identity.py: a study is named by what differs from the defaults, so an upgrade that
+adds a knob costs nothing.
 
 The fixtures under tests/data/studies/ were made by autotune before identities existed (2026-12-01):
 fixture-v0 by that release, fixture-older by it with the knob fsdp_backward_prefetch taken out of
@@ -17,8 +17,8 @@ import pytest
 import yaml
 from conftest import cli_here, load_trials, tiny
 
-from autotune import identity
-from autotune.config_load import parse_config
+from autotune.config.load import parse_config
+from autotune.documents import identity
 from autotune.documents.best_file import Upgraded, read_best
 from autotune.search.history import key
 
@@ -168,7 +168,7 @@ def test_identity_an_older_best_yaml_is_upgraded_on_read(tmp_path: Path) -> None
 @pytest.mark.parametrize("name", ["fixture-v0", "fixture-older", "fixture-v3"])
 def test_identity_every_layout_reads_as_the_typed_document(name: str) -> None:
     """schema 1 (fixture-v0, fixture-older) and 3 (fixture-v3) read as one typed document: each
-    section an attribute, the model, workload and command as config.py types them."""
+    section an attribute, the model, workload and command as autotune.config types them."""
     best = read_best(FIXTURES / name / "best.yaml")
     doc = best.doc
     assert (doc.name, doc.chosen.trial, doc.fingerprint.device) == (name, 1, "cpu")

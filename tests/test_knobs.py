@@ -10,7 +10,7 @@ from conftest import tiny
 
 from autotune import knobs
 from autotune.config import SpaceConfig
-from autotune.config_load import parse_config
+from autotune.config.load import parse_config
 from autotune.errors import exit_codes_markdown
 from autotune.protocol import TrialSpec
 
@@ -153,9 +153,9 @@ new = k.Knob("demo_knob", Literal["off", "on"], "off", help="A knob added in a t
 k.CATALOGUE = (*k.CATALOGUE, new)
 k.BY_NAME["demo_knob"] = new
 k.NAMES = tuple(k.BY_NAME)
-from autotune import identity
+from autotune.documents import identity
 from autotune.config import SpaceConfig
-from autotune.config_load import parse_config
+from autotune.config.load import parse_config
 from autotune.space import resolve_space
 doc = json.loads(sys.argv[1])
 plain = parse_config(doc)
@@ -179,8 +179,8 @@ def test_a_new_knob_is_its_catalogue_entry_alone_on_the_parent_side() -> None:
 
     from conftest import tiny
 
-    from autotune import identity
-    from autotune.config_load import parse_config
+    from autotune.config.load import parse_config
+    from autotune.documents import identity
 
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run(

@@ -13,9 +13,9 @@ import pytest
 import torch
 from conftest import tiny
 
-from autotune.config_load import parse_config
+from autotune.config.load import parse_config
 from autotune.knobs import CE_CHUNKS
-from autotune.runner import Bench, run_trial
+from autotune.launch.runner import Bench, run_trial
 from autotune.space import resolve_space
 from autotune.workloads.model import Transformer
 

@@ -1,5 +1,5 @@
-"""locks.py: one measurement per device across autotune processes, and namespaces that keep them
-apart."""
+"""launch/locks.py: one measurement per device across autotune processes, and namespaces that keep
+them apart."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import threading
 
 import pytest
 
-from autotune.locks import DeviceLock
+from autotune.launch.locks import DeviceLock
 
 HOLD = (
-    "import sys, time; from autotune.locks import DeviceLock; l = DeviceLock([sys.argv[1]]); "
-    "l.acquire(); print('held', flush=True); time.sleep(60)"
+    "import sys, time; from autotune.launch.locks import DeviceLock; "
+    "l = DeviceLock([sys.argv[1]]); l.acquire(); print('held', flush=True); time.sleep(60)"
 )
 
 

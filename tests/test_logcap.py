@@ -1,5 +1,5 @@
 """A trial's log stays bounded on disk while it prints without end, and its last lines are read from
-the end (logcap.py), whatever the trial prints."""
+the end (launch/logcap.py), whatever the trial prints."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune import logcap
-from autotune.config_load import load_config
+from autotune.config.load import load_config
+from autotune.launch import logcap
 from autotune.search.loop import run_search
 
 

@@ -342,7 +342,7 @@ def test_loss_check_of_a_compiled_trial_compiles_nothing_more(
 
 
 def _cfg(space: dict[str, Any], baseline: dict[str, Any], trials: int) -> Any:
-    from autotune.config_load import parse_config
+    from autotune.config.load import parse_config
 
     return parse_config(
         tiny(
@@ -452,7 +452,7 @@ def test_loss_check_asked_of_a_real_trial_process_reaches_its_record(
     fp16 trial (loss_guard.trial_bench: the check and its floor) launches a trial process that runs
     the check after its measured steps, in a phase of its own (the reference is built in the trial:
     no phase or process of its own), and its curves reach the record the search judges."""
-    from autotune.runner import Bench, measure
+    from autotune.launch.runner import Bench, measure
     from autotune.search import loss_guard
     from autotune.search.history import History
 
@@ -481,7 +481,7 @@ def test_loss_check_asked_of_a_real_trial_process_reaches_its_record(
 def test_loss_check_config_refuses_the_removed_relative_gap_and_too_few_steps() -> None:
     from pydantic import ValidationError
 
-    from autotune.config_study import LossCheckConfig
+    from autotune.config.study import LossCheckConfig
 
     with pytest.raises(ValidationError, match="max_gap .* was removed.*use max_gap_nats"):
         LossCheckConfig.model_validate({"max_gap": 0.05})

@@ -126,8 +126,8 @@ def test_hardware_peak_table_lookup() -> None:
 def test_metrics_record_has_tokens_per_joule_when_the_counter_is_there(tmp_path) -> None:
     """A trial's record: tokens per joule of its GPU over the measured steps (2 x 1000 tokens in a
     window the counter says drew 400 J: 5 tokens/J), n/a without the counter (the CPU)."""
+    from autotune.launch.runner import Bench, Outcome, record_of
     from autotune.protocol import RunSettings, TrialResult
-    from autotune.runner import Bench, Outcome, record_of
 
     res = TrialResult(
         "ok",

@@ -1,6 +1,6 @@
-"""history.jsonl (nightly.py): a torn or hand-edited line is skipped and named, a torn end never
-glues onto the next night's line, no write follows a planted link; check prints its verdict and
-keeps its exit code."""
+"""history.jsonl (documents/nightly.py): a torn or hand-edited line is skipped and named, a torn end
+never glues onto the next night's line, no write follows a planted link; check prints its verdict
+and keeps its exit code."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-from autotune import nightly
+from autotune.documents import nightly
 
 FIXTURES = Path(__file__).parent / "data" / "studies"
 NIGHT = {

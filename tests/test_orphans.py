@@ -1,6 +1,6 @@
 """Nothing a trial starts outlives it, even a daemon in its own session whose trial killed or
-stopped its own supervisor (orphans.py: autotune is the subreaper, and sweeps the strangers among
-its children)."""
+stopped its own supervisor (launch/orphans.py: autotune is the subreaper, and sweeps the strangers
+among its children)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import yaml
 from conftest import alive
 
-from autotune.config_load import load_config
+from autotune.config.load import load_config
 from autotune.search.loop import run_search
 
 ESCAPE = Path(__file__).parent / "data" / "jobs" / "escape.py"

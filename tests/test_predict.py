@@ -12,7 +12,7 @@ import pytest
 from conftest import load_trials, tiny
 
 from autotune import memory, tasks
-from autotune.config_load import parse_config
+from autotune.config.load import parse_config
 from autotune.search import predict, run_search
 from autotune.search.history import History
 

@@ -1,4 +1,4 @@
-"""Trial processes started ahead (prestart.py): a trial takes the waiting process of its
+"""Trial processes started ahead (launch/prestart.py): a trial takes the waiting process of its
 environment, still one fresh process per trial; anything else starts cold; nothing waits on after
 autotune is done (real processes)."""
 
@@ -12,8 +12,8 @@ import pytest
 from conftest import alive, load_trials, none_left, processes_with, run_cli, tiny, wait_until
 from test_trial import _spec
 
-from autotune import prestart
-from autotune.runner import run_trial
+from autotune.launch import prestart
+from autotune.launch.runner import run_trial
 
 # every test here runs searches, checks or several processes: `make test-fast` leaves them out
 pytestmark = pytest.mark.slow

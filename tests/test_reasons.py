@@ -12,10 +12,10 @@ import yaml
 from conftest import tiny
 
 from autotune import remedy
-from autotune.config_load import load_config, parse_config
+from autotune.config.load import load_config, parse_config
+from autotune.documents.record import TrialRecord
+from autotune.launch.runner import Bench, measure
 from autotune.protocol import PROGRESS_FILE, TrialResult, last_words, reason_line, told_lines
-from autotune.record import TrialRecord
-from autotune.runner import Bench, measure
 from autotune.search.loop import run_search
 from autotune.space import resolve_space
 

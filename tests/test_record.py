@@ -1,11 +1,12 @@
-"""record.py: the typed, versioned trial record every reader uses, and records written before it."""
+"""documents/record.py: the typed, versioned trial record every reader uses, and records written
+before it."""
 
 from __future__ import annotations
 
 import optuna
 import pytest
 
-from autotune.record import SCHEMA_VERSION, Metric, RecordError, TrialRecord
+from autotune.documents.record import SCHEMA_VERSION, Metric, RecordError, TrialRecord
 from autotune.search.history import History, store
 
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from conftest import run_cli
 
-from autotune.regress import decide
+from autotune.check.regress import decide
 
 # This CPU VM's process-to-process noise is large and bimodal (per-process medians of one config:
 # 40k to 72k tokens/s in 35 processes, while a step lies a median 2-3% from its own process's median
@@ -266,7 +266,7 @@ def test_regress_generate_gates_time_per_output_token_too() -> None:
     0.1% noise fails at a 2% tolerance, the same numbers pass at 5%; training best.yaml files
     have no TPOT gate."""
     from autotune import tasks
-    from autotune.regress import decide
+    from autotune.check.regress import decide
 
     def tpot_decision(best: dict, ms: list[float], tolerance: float) -> dict | None:
         details = [{"tpot_ms_median": x} for x in ms]
@@ -311,7 +311,7 @@ def _h200_samples() -> list[float]:
 
 
 def test_default_tolerance_follows_the_baseline_noise() -> None:
-    from autotune.regress import default_tolerance
+    from autotune.check.regress import default_tolerance
 
     assert default_tolerance([500_000.0])[0] == 5.0  # one sample: its noise is unknown
     assert (
@@ -327,7 +327,7 @@ def test_replayed_h200_checks_pass_unchanged_and_fail_a_3pct_slowdown() -> None:
     unchanged check fails and every check slowed by 3% fails, with the default tolerance."""
     import random
 
-    from autotune.regress import decide, default_tolerance
+    from autotune.check.regress import decide, default_tolerance
 
     samples, rng = _h200_samples(), random.Random(0)
     false_alarms = misses = 0
@@ -359,7 +359,7 @@ def _nights(levels: list[float], seed: int) -> list[dict]:
 
 
 def test_series_flags_a_drift_of_1pct_a_night_by_the_fourth_and_a_flat_series_never() -> None:
-    from autotune.regress import series_drift
+    from autotune.check.regress import series_drift
 
     for seed in range(50):
         assert (
@@ -382,7 +382,7 @@ def test_series_step_below_an_explicit_tolerance_is_not_flagged() -> None:
     """check --tolerance T: a series step smaller than T passes (a CPU whose speed fell 25% between
     checks failed an explicit 50% tolerance on the series alone, in CI); the same step is flagged
     without one."""
-    from autotune.regress import series_drift
+    from autotune.check.regress import series_drift
 
     nights = _nights([500_000.0] * 6 + [375_000.0] * 4, 0)  # 25% slower from night 7
     assert series_drift(nights)["night"] == 7
@@ -395,7 +395,7 @@ def test_series_is_quiet_on_a_machine_that_wanders() -> None:
     flagged."""
     import random
 
-    from autotune.regress import series_drift
+    from autotune.check.regress import series_drift
 
     flagged = 0
     for seed in range(200):

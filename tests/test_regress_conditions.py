@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 
 from autotune import hardware
-from autotune.regress import Verdict
-from autotune.regress_conditions import HOST_LOAD_LIMIT, disturbances, sample
+from autotune.check.conditions import HOST_LOAD_LIMIT, disturbances, sample
+from autotune.check.regress import Verdict
 
 # Read from /proc/loadavg on this 2-core machine on 2026-12-01: 3.54 while other engineers' tests
 # ran (1.77 a core: under the limit), 5.26 minutes later with more of them (2.63 a core: past it).

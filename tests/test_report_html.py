@@ -199,7 +199,8 @@ def test_html_without_plotly_is_static_and_says_how_to_get_the_plots(
     monkeypatch.setitem(sys.modules, "plotly", None)  # as if the report extra were not installed
     study = _study(f"sqlite:///{tmp_path / 's.db'}", "static")
     data = report.collect(study)
-    data["check_history"] = [  # two nights of `autotune check` (nightly.py's fields the plot reads)
+    # two nights of `autotune check` (documents/nightly.py's fields the plot reads)
+    data["check_history"] = [
         {
             "checked_at": f"2026-11-{day}T03:00:00+00:00",
             "ratio": r,

@@ -9,7 +9,7 @@ import pytest
 from conftest import processes_with
 from test_trial import _spec
 
-from autotune.runner import run_trial
+from autotune.launch.runner import run_trial
 
 
 def _run(tmp_path: Path, monkeypatch, fault: str | None, timeout_s: float = 60, **knobs):

@@ -15,10 +15,10 @@ from conftest import tiny
 from fake_measure import FakeMeasure
 
 from autotune import tasks
-from autotune.config_load import parse_config
+from autotune.config.load import parse_config
+from autotune.documents.record import TrialRecord
 from autotune.errors import ConfigError, StudyError
 from autotune.protocol import CONFIG_FAILURES, STATUSES, TrialResult
-from autotune.record import TrialRecord
 from autotune.report import collect, to_markdown
 from autotune.search import Observer, SearchResult, run_search
 from autotune.search.confirm import choose
@@ -351,7 +351,7 @@ def test_search_objective_declares_directions_and_values() -> None:
     pruned, the values a completed trial is told; the config takes exactly these names."""
     from typing import get_args
 
-    from autotune.record import Metric
+    from autotune.documents.record import Metric
     from autotune.tasks._objective import Value
 
     assert set(get_args(tasks.ObjectiveName)) == set(tasks.OBJECTIVES)

@@ -8,7 +8,7 @@ from conftest import tiny
 
 from autotune import knobs as catalogue
 from autotune import tasks
-from autotune.config_load import parse_config
+from autotune.config.load import parse_config
 from autotune.errors import ConfigError
 from autotune.knobs import env_of
 from autotune.space import KNOBS, resolve_space

@@ -15,9 +15,9 @@ import optuna
 import pytest
 from conftest import finishes, tiny, wait_until
 
-from autotune.config_load import parse_config
+from autotune.config.load import parse_config
+from autotune.documents.record import Metric, TrialRecord
 from autotune.errors import ConfigError
-from autotune.record import Metric, TrialRecord
 from autotune.search.history import optuna_state, store
 from autotune.search.tracking import Tracker, logged_trial, start, with_overrides
 

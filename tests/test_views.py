@@ -10,8 +10,8 @@ import optuna
 from conftest import tiny
 from rich.console import Console
 
-from autotune.config_load import load_config
-from autotune.record import Metric, TrialRecord
+from autotune.config.load import load_config
+from autotune.documents.record import Metric, TrialRecord
 from autotune.search.history import History
 from autotune.search.loop import _Search
 from autotune.space import resolve_space
@@ -83,7 +83,7 @@ def test_views_best_is_each_result_as_it_arrives_with_autotune_s_count(
 
 
 def test_views_repeat_line_says_the_sample_and_what_ran_beside_it() -> None:
-    from autotune.views_check import repeat_line
+    from autotune.check.views import repeat_line
 
     shared = {"load_1min": 5.26, "cpus": 2, "gpu_processes": None}  # this 2-core machine, shared
     ok = repeat_line(

@@ -7,11 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from autotune.check.conditions import HOST_LOAD_LIMIT
 from autotune.cli._app import app
 from autotune.cli._console import console as out_console
 from autotune.cli._errors import funnel
 from autotune.cli._options import BestYaml, finite
-from autotune.regress_conditions import HOST_LOAD_LIMIT
 
 # The slowdown tolerated and the host's load judged (regress_conditions), declared once here.
 Tolerance = Annotated[
@@ -77,8 +77,8 @@ def check(
     """Re-measure the chosen configuration; exit 1 on a regression beyond tolerance and noise, 3 if
     unmeasurable or disturbed."""
     with funnel():
-        from autotune import regress
-        from autotune.views_check import baseline_recorded, repeat_line, verdict_lines
+        from autotune.check import regress
+        from autotune.check.views import baseline_recorded, repeat_line, verdict_lines
 
         console, progress = out_console(), out_console(stderr=True)
 

@@ -48,7 +48,7 @@ def search(
 ) -> None:
     """Search the space with real, short benchmark trials; write OUT/<name>/best.yaml."""
     with funnel():
-        from autotune.config_load import load
+        from autotune.config.load import load
         from autotune.search.tracking import with_overrides
         from autotune.views import LiveProgress, space_table
 
@@ -135,7 +135,7 @@ def validate(model_yaml: ModelYaml, show_all: ShowAll = False) -> None:
     every one)."""
     with funnel():
         from autotune import tasks
-        from autotune.config_load import load
+        from autotune.config.load import load
         from autotune.views import config_yaml, space_table
 
         console = out_console()
@@ -146,7 +146,7 @@ def validate(model_yaml: ModelYaml, show_all: ShowAll = False) -> None:
         _say_notes(console, cfg)
         if tasks.task(cfg.workload.task).estimates_memory:
             from autotune.hardware import detect
-            from autotune.runner import model_spec
+            from autotune.launch.runner import model_spec
             from autotune.views import memory_table
 
             gpus = [g["memory_gib"] for g in detect()["gpus"]]

@@ -27,7 +27,7 @@ from autotune.errors import ConfigError
 
 if TYPE_CHECKING:
     from autotune.config import ModelConfig, WorkloadConfig
-    from autotune.config_command import CommandConfig, Scalar
+    from autotune.config.command import CommandConfig, Scalar
 
 # best.yaml's layout. 1: before it was versioned (2026-12-01 and earlier; every knob of its release
 # listed); 2: schema_version and knob_set (the hash of the knob names written) added; 3: base_dir
@@ -57,12 +57,12 @@ def _digest(
     command: dict[str, Any] | None,
     knobs: dict[str, Any],
 ) -> str:
-    """measured_digest of these sections, as best.yaml has them (not as config.py would type them:
-    a digest recorded by an earlier release must still match)."""
+    """measured_digest of these sections, as best.yaml has them (not as autotune.config would type
+    them: a digest recorded by an earlier release must still match)."""
     import hashlib
     import json
 
-    from autotune.identity import non_default
+    from autotune.documents.identity import non_default
 
     defaults = {k.name: k.default for k in catalogue.CATALOGUE}
     what = {
@@ -213,7 +213,7 @@ class BestFile(_Part):
     metrics: Metrics
     fingerprint: Fingerprint
     # The YAML's own sections, kept as written (measured_digest hashes them so): read_best types
-    # them as config.py does (Best.model, Best.workload, Best.command).
+    # them as autotune.config does (Best.model, Best.workload, Best.command).
     model: Optional[dict[str, Any]]  # None: task command (the command builds its model)
     # task command: the command section (config.CommandConfig)
     command: Optional[dict[str, Any]] = None
@@ -239,8 +239,8 @@ class BestFile(_Part):
 @dataclass(frozen=True)
 class Best:
     """best.yaml as read_best read it: the document, each section typed (doc; an older layout
-    upgraded), and its model, workload and command as the YAML schema types them (config.py), the
-    model's code found from base_dir."""
+    upgraded), and its model, workload and command as the YAML schema types them (autotune.config),
+    the model's code found from base_dir."""
 
     doc: BestFile
     model: ModelConfig | None  # None: task command (the command builds its model)
@@ -268,11 +268,11 @@ def read_best(path: Path) -> Best:
 
 
 def _validated(path: Path, raw: dict[str, Any]) -> Best:
-    """The document (BestFile) and its YAML sections (config.py's classes, the model's code found
-    from base_dir) validated; ConfigError naming the first bad part."""
+    """The document (BestFile) and its YAML sections (autotune.config's classes, the model's code
+    found from base_dir) validated; ConfigError naming the first bad part."""
     from autotune.config import ModelConfig, WorkloadConfig
-    from autotune.config_command import CommandConfig
-    from autotune.config_load import describe_error
+    from autotune.config.command import CommandConfig
+    from autotune.config.load import describe_error
 
     try:
         # upgraded: said by this read, never by the file
@@ -355,8 +355,8 @@ def _check_knobs(
     """Every knob of the workload's task (and of the command's own), each value one its knob accepts
     (None:
     not acting in this trial)."""
-    from autotune.config_load import describe_error
-    from autotune.config_space import SpaceConfig
+    from autotune.config.load import describe_error
+    from autotune.config.space import SpaceConfig
 
     names = {k.name for k in catalogue.CATALOGUE if task in k.tasks} | set(own)
     if set(knobs) != names:

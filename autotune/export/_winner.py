@@ -148,7 +148,7 @@ def _check_env(path: Path, apply: Any) -> None:
         raise ConfigError(
             f"{path}: apply.env: {excerpt(env)} is not a mapping of variable names to strings"
         )
-    from autotune.config_command import NAME  # what a shell assigns and exports
+    from autotune.config.command import NAME  # what a shell assigns and exports
 
     bad = [name for name in env if not NAME.fullmatch(name)]
     if bad:
@@ -161,7 +161,7 @@ def _check_env(path: Path, apply: Any) -> None:
 def _check_command(path: Path, command: dict[str, Any]) -> None:
     from pydantic import ValidationError
 
-    from autotune.config_command import CommandConfig
+    from autotune.config.command import CommandConfig
 
     base_dir = command.get("base_dir")
     if base_dir is not None and not isinstance(base_dir, str):
@@ -180,8 +180,8 @@ def _check_catalogue_knobs(path: Path, knobs: dict[str, Any]) -> None:
     checks."""
     from pydantic import ValidationError
 
-    from autotune.config_load import describe_error
-    from autotune.config_space import SpaceConfig
+    from autotune.config.load import describe_error
+    from autotune.config.space import SpaceConfig
 
     given = {k: [v] for k, v in knobs.items() if k in catalogue.BY_NAME and v is not None}
     try:

@@ -10,7 +10,7 @@ from autotune import sizes
 
 @dataclass(frozen=True)
 class Shape:
-    """The built-in model's sizes as model.py builds it (derived sizes resolved as config.py
+    """The built-in model's sizes as model.py builds it (derived sizes resolved as autotune.config
     resolves them)."""
 
     family: str

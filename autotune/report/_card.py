@@ -8,7 +8,7 @@ from html import escape
 from typing import Any
 
 from autotune import knobs as catalogue
-from autotune.record import Metric
+from autotune.documents.record import Metric
 from autotune.report import _text
 from autotune.report._table import fmt
 

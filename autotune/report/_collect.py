@@ -10,8 +10,9 @@ from typing import Any
 
 import optuna
 
-from autotune import metrics, nightly
-from autotune.record import Metric, RecordError, TrialRecord
+from autotune import metrics
+from autotune.documents import nightly
+from autotune.documents.record import Metric, RecordError, TrialRecord
 from autotune.report import _effects, _summary
 from autotune.report._excluded import excluded
 from autotune.report._table import pareto, row_of

@@ -13,7 +13,7 @@ import statistics
 from itertools import combinations
 from typing import Any
 
-from autotune.record import Metric
+from autotune.documents.record import Metric
 
 DERIVED = ("grad_accum_steps",)  # follows the batch: never the one knob two trials differ in
 NOISE_REPEATS = (

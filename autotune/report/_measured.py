@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from autotune.record import Metric, RecordError, TrialRecord
+from autotune.documents.record import Metric, RecordError, TrialRecord
 
 # The phases of a trial process, in the order they happen (workloads/trial.py phases_s); "checks" is
 # the numerics guard's: the loss check in the trial (phases_s "check") and its reference trial, a

@@ -15,7 +15,7 @@ import warnings
 from html import escape
 from typing import Any
 
-from autotune.record import Metric
+from autotune.documents.record import Metric
 from autotune.report._measured import PHASES
 
 CHOSEN = {"symbol": "star", "size": 18, "color": "#d62728", "line": {"width": 1, "color": "black"}}

@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from autotune.record import Metric
+from autotune.documents.record import Metric
 from autotune.report._measured import PHASES
 from autotune.report._table import pareto
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune import tasks
-from autotune.record import Metric
+from autotune.documents.record import Metric
 
 # How a gain was obtained, named once: a ratio means something only with its basis beside it
 BASIS_CONFIRMED = "confirmed median / the baseline's confirmed median"

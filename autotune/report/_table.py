@@ -8,8 +8,8 @@ import statistics
 from typing import Any
 
 from autotune import metrics, nccl_log, tasks
+from autotune.documents.record import Metric, RecordError, TrialRecord
 from autotune.protocol import reason_line
-from autotune.record import Metric, RecordError, TrialRecord
 
 
 def pareto(items: list[Any], up: Any, down: Any) -> list[Any]:
@@ -120,7 +120,7 @@ def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
         "predicted": bool(r.predicted),
         "phases_s": {k: v for k, v in _dict(r.phases_s).items() if _number(v)} or None,
         "wall_s": r.wall_s if _number(r.wall_s) else None,
-        "prestarted": r.prestarted is True,  # its process was started ahead (prestart.py)
+        "prestarted": r.prestarted is True,  # its process was started ahead (launch/prestart.py)
         "fingerprint": r.fingerprint,
         "failed_rank": r.extra.get("failed_rank"),
         "nccl_used": nccl_log.used(_dict(r.nccl)),

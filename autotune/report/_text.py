@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.documents.record import Metric
 from autotune.protocol import reason_line
-from autotune.record import Metric
 from autotune.report import _effects
 from autotune.report._excluded import loss_summary
 from autotune.report._table import fmt, speedup

@@ -18,7 +18,7 @@ from autotune.documents.best_file import (
     measured_digest,
     write_yaml,
 )
-from autotune.record import Metric, TrialRecord
+from autotune.documents.record import Metric, TrialRecord
 from autotune.redact import mask_command
 from autotune.search.history import History, completed_value, current_confirmation, value_of
 from autotune.search.storage import mask_url

@@ -12,9 +12,9 @@ from typing import Any
 import optuna
 
 from autotune import metrics
+from autotune.documents.record import TrialRecord
+from autotune.launch.runner import Bench, measure
 from autotune.protocol import reason_line
-from autotune.record import TrialRecord
-from autotune.runner import Bench, measure
 from autotune.search.history import History, value_of
 from autotune.search.observer import Observer
 

@@ -10,8 +10,8 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune import knobs as catalogue
+from autotune.documents.record import Metric, TrialRecord
 from autotune.protocol import CONFIG_FAILURES, STATUSES
-from autotune.record import Metric, TrialRecord
 from autotune.redact import mask_doc
 
 # Trials recorded without a launch; they never count toward the budget.
@@ -24,7 +24,7 @@ def key(knobs: dict[str, Any]) -> Key:
     """A configuration's identity: its knob values less those at their catalogue default or not
     acting (None), so that a record made before a knob existed (it lacks the knob, which then acts
     at its default) and one made after (the knob at its default) are the same configuration
-    (identity.py)."""
+    (documents/identity.py)."""
     return tuple(
         sorted((k, v) for k, v in knobs.items() if v is not None and not _is_default(k, v))
     )

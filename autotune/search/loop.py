@@ -18,13 +18,14 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune import paths, prestart, tasks
+from autotune import paths, tasks
 from autotune.config import Config
+from autotune.documents.record import TrialRecord
 from autotune.errors import Terminated
 from autotune.hardware import default_device, detect
+from autotune.launch import prestart
+from autotune.launch.runner import Bench, measure, preflight
 from autotune.protocol import STATUSES
-from autotune.record import TrialRecord
-from autotune.runner import Bench, measure, preflight
 from autotune.search import loss_guard, predict, stages, tracking, warm
 from autotune.search.best import write_best
 from autotune.search.confirm import confirm

@@ -22,10 +22,10 @@ from typing import Any
 import optuna
 
 from autotune import tasks
+from autotune.documents.record import TrialRecord
 from autotune.knobs import numerics, reference_of
+from autotune.launch.runner import Bench
 from autotune.numerics import Limits, floor_nats, judge
-from autotune.record import TrialRecord
-from autotune.runner import Bench
 from autotune.search.history import History, key
 from autotune.space import ResolvedSpace
 

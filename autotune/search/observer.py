@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from autotune.record import TrialRecord
+from autotune.documents.record import TrialRecord
 from autotune.search.history import History
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import optuna
 
 from autotune import memory
-from autotune.record import Metric, TrialRecord
+from autotune.documents.record import Metric, TrialRecord
 from autotune.search.history import History
 from autotune.tasks import Task
 

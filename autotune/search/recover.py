@@ -16,10 +16,10 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune import knobs as catalogue
-from autotune.launch import Outcome
+from autotune.documents.record import Metric
+from autotune.launch.process import Outcome
+from autotune.launch.runner import record_of
 from autotune.protocol import TrialResult, TrialSpec
-from autotune.record import Metric
-from autotune.runner import record_of
 
 
 def _result_of_its_launch(run_dir: Path, trial: optuna.trial.FrozenTrial) -> TrialResult | None:

@@ -23,8 +23,8 @@ from typing import Any
 
 import optuna
 
-from autotune.config_load import load_config
-from autotune.record import Metric, TrialRecord
+from autotune.config.load import load_config
+from autotune.documents.record import Metric, TrialRecord
 from autotune.search.history import key
 from autotune.search.loop import _Search
 from autotune.search.observer import Observer

@@ -143,7 +143,7 @@ def open_study(
 
     baseline: the baseline trial's knobs, stored with the study: report, check and the live view
     find the baseline trial by them (history.History.baseline)."""
-    from autotune import identity
+    from autotune.documents import identity
 
     default_storage = cfg.study.storage is None
     if default_storage:
@@ -277,7 +277,7 @@ def _refuse_other_config(
     field or knob added since at its default is no difference) or device is refused. study_dir:
     where its study.db is (default storage), named in the remedy: --fresh --warm-start from it keeps
     what it measured."""
-    from autotune import identity
+    from autotune.documents import identity
 
     try:
         old = optuna.load_study(study_name=name, storage=storage)

@@ -16,11 +16,11 @@ from pathlib import Path
 import optuna
 from optuna.distributions import CategoricalDistribution
 
-from autotune import identity
 from autotune.config import Config
+from autotune.documents import identity
+from autotune.documents.record import TrialRecord
 from autotune.errors import ConfigError
 from autotune.hardware import detect
-from autotune.record import TrialRecord
 from autotune.search.history import History, key
 from autotune.search.storage import load_study
 from autotune.space import ResolvedSpace

@@ -98,7 +98,7 @@ class Command(Training):
         a median of its steps' rates; padding (the share of computed tokens that were padding), the
         tokens of the measured steps, how the window was measured; a job that ignored the stop
         request is said in the reason."""
-        from autotune.record import Metric
+        from autotune.documents.record import Metric
 
         out = result.output
         window = out.get("window") or {}

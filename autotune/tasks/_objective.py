@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from autotune.record import Metric, TrialRecord
+from autotune.documents.record import Metric, TrialRecord
 
 Direction = Literal["maximize", "minimize"]
 # study.objective's values (config_study.StudyConfig): the names of OBJECTIVES

@@ -252,9 +252,9 @@ def _die_with_parent() -> None:
 
 
 def standby() -> int:
-    """Started ahead of its trial (autotune/prestart.py): import what every trial imports, then wait
-    for the trial's files on stdin (one JSON line) and run it; EOF means no trial came. The GPU is
-    not touched."""
+    """Started ahead of its trial (autotune/launch/prestart.py): import what every trial imports,
+    then wait for the trial's files on stdin (one JSON line) and run it; EOF means no trial came.
+    The GPU is not touched."""
     import torch  # noqa: F401
 
     with contextlib.suppress(Exception):  # torch.compile imports these on its first call (seconds)

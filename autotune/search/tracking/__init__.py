@@ -19,7 +19,7 @@ from typing import Any
 import optuna
 
 from autotune.config import Config
-from autotune.config_study import MlflowConfig, TrackingConfig, WandbConfig
+from autotune.config.study import MlflowConfig, TrackingConfig, WandbConfig
 from autotune.errors import ConfigError
 from autotune.search.tracking._background import Background, log, one_line
 from autotune.search.tracking._trial import LoggedTrial, flat_metrics, logged_trial

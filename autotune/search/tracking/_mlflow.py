@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from autotune.config_study import MlflowConfig
+from autotune.config.study import MlflowConfig
 from autotune.search.tracking._trial import LoggedTrial
 
 # How an Optuna state ends its MLflow run (the callback ends every run FINISHED). A pruned trial (a

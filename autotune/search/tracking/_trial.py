@@ -12,7 +12,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.record import TrialRecord
+from autotune.documents.record import TrialRecord
 from autotune.search.history import NOT_LAUNCHED
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from autotune.config_study import WandbConfig
+from autotune.config.study import WandbConfig
 from autotune.search.tracking._trial import LoggedTrial
 
 
@@ -53,6 +53,6 @@ def _start_service(cfg: WandbConfig) -> None:
     (orphans.sweep)."""
     import wandb
 
-    from autotune import orphans
+    from autotune.launch import orphans
 
     orphans.keep_started(lambda: wandb.setup(wandb.Settings(mode=cfg.mode) if cfg.mode else None))

@@ -1,5 +1,5 @@
-"""A hostile trial (tests of orphans.py): starts a daemon in a session of its own, writes its pid,
-then kills (--how kill) or stops (--how stop) its own supervisor, and waits."""
+"""A hostile trial (tests of launch/orphans.py): starts a daemon in a session of its own, writes its
+pid, then kills (--how kill) or stops (--how stop) its own supervisor, and waits."""
 
 from __future__ import annotations
 

@@ -19,8 +19,8 @@ import subprocess
 import sys
 import time
 
-from autotune import orphans
 from autotune.errors import ConfigError
+from autotune.launch import orphans
 
 TIMEOUT_ENV = "AUTOTUNE_IMPORT_TIMEOUT_S"  # documented in README (Your own model)
 _MAX_ANSWER = 1 << 16
@@ -139,7 +139,8 @@ def check_entrypoint(module: str, func: str, base_dir: str | None) -> tuple[str 
         return answer, None
     if "error" in answer:
         return f"cannot import {module!r}: {answer['error']}", None
-    file = answer.get("file") if isinstance(answer.get("file"), str) else None
+    found_file = answer.get("file")
+    file = found_file if isinstance(found_file, str) else None
     return (None if answer.get("found") is True else f"{module!r} has no function {func!r}"), file
 
 

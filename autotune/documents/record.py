@@ -5,8 +5,8 @@ metric names, declared once.
 A record is stored as the Optuna trial's user attributes (`to_attrs`), as optuna's FrozenTrial keeps
 its own. `from_attrs` reads any version: a record written before records were versioned (schema 1,
 no `schema` key) is the same layout, read as it is; its knobs lack those added since, which
-`history.key` and the readers take at their defaults (identity.py). A record of a newer schema than
-this release knows is refused (RecordError).
+`history.key` and the readers take at their defaults (documents/identity.py). A record of a newer
+schema than this release knows is refused (RecordError).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Reading a config: YAML to a validated Config (config.py's models), and any validation error as
-one line naming the YAML path, the bad value and what is allowed."""
+"""Reading a config: YAML to a validated Config (autotune.config's models), and any validation error
+as one line naming the YAML path, the bad value and what is allowed."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = No
 
 
 def _schema(data: Any, source: str, base_dir: Path | None) -> Config:
-    """The mapping as the schema (config.py) reads it; nothing resolved yet."""
+    """The mapping as the schema (autotune.config) reads it; nothing resolved yet."""
     if not isinstance(data, dict):
         raise ConfigError(
             f"{source}: the file must hold a mapping of keys (name, model, space, ...)"

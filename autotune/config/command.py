@@ -9,7 +9,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from autotune.config_study import _Section
+from autotune.config.study import _Section
 from autotune.errors import excerpt
 
 Scalar = Union[bool, int, float, str]

@@ -11,20 +11,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune import metrics, nightly, regress_conditions, regress_junit, tasks
-from autotune.documents.best_file import Best, record_check_baseline
-from autotune.errors import ConfigError, ExitCode, UnmeasuredError
-from autotune.protocol import reason_line
-from autotune.record import Metric
-from autotune.regress_bench import (
+from autotune import metrics, tasks
+from autotune.check import conditions
+from autotune.check import junit as junit_report
+from autotune.check.bench import (
     baseline_belongs,
     baseline_samples,
     bench_of,
     current_hardware,
     load_best,
 )
-from autotune.regress_stats import decide, default_tolerance, series_drift  # noqa: F401  (the API)
-from autotune.runner import measure
+from autotune.check.stats import decide, default_tolerance, series_drift  # noqa: F401  (the API)
+from autotune.documents import nightly
+from autotune.documents.best_file import Best, record_check_baseline
+from autotune.documents.record import Metric
+from autotune.errors import ConfigError, ExitCode, UnmeasuredError
+from autotune.launch.runner import measure
+from autotune.protocol import reason_line
 
 # Versions listed beside the verdict when they differ: the usual causes of a change.
 VERSION_KEYS = ("driver", "cuda", "cudnn", "torch", "nccl")
@@ -63,7 +66,7 @@ class Verdict:
     history_error: str = ""
     # host load, GPU processes: beside each repeat
     conditions: list[dict[str, Any]] = field(default_factory=list)
-    # what disturbed the repeats (regress_conditions)
+    # what disturbed the repeats (check/conditions.py)
     disturbed: list[str] = field(default_factory=list)
 
     @property
@@ -109,7 +112,7 @@ def _series(best_path: Path, best: Best, verdict: Verdict) -> list[dict[str, Any
     read, skipped = nightly.read(best_path.parent / nightly.FILE)
     verdict.history_skipped = skipped  # named beside the verdict; the other nights still count
     nights = [doc for doc in read if doc.get("name") == name and doc["checked_at"] >= since]
-    # a night measured beside other work (regress_conditions) is no level of the series
+    # a night measured beside other work (check/conditions.py) is no level of the series
     return [n for n in [*nights, asdict(verdict)] if not n.get("disturbed")]
 
 
@@ -117,7 +120,7 @@ def _series(best_path: Path, best: Best, verdict: Verdict) -> list[dict[str, Any
 class Repeats:
     """What measure_best measured: per-process tokens/s, per-process details (telemetry means), the
     failed repeats, the fingerprint, and the conditions beside the repeats
-    (regress_conditions.sample:
+    (conditions.sample:
     before each repeat, then after the last)."""
 
     samples: list[float] = field(default_factory=list)
@@ -173,14 +176,14 @@ def _repeat(
     env = apply.env if apply else None
     m = Repeats()
     for i in range(repeats):
-        m.conditions.append(regress_conditions.sample(fp.device))
+        m.conditions.append(conditions.sample(fp.device))
         record = measure(bench, best.doc.knobs, runs / f"{i:02d}", number=i, env=env)
         _keep(m, i, record)
         if on_repeat:
             on_repeat(
                 {"repeat": i, "repeats": repeats, "conditions": m.conditions[-1], **_said(record)}
             )
-    m.conditions.append(regress_conditions.sample(fp.device))
+    m.conditions.append(conditions.sample(fp.device))
     return m
 
 
@@ -247,30 +250,30 @@ def check(
     tolerance_pct: float | None = None,
     junit: Path | None = None,
     update: bool = False,
-    max_load: float = regress_conditions.HOST_LOAD_LIMIT,
+    max_load: float = conditions.HOST_LOAD_LIMIT,
     on_repeat: OnRepeat | None = None,
 ) -> Verdict:
     """Measure the configuration of best.yaml `repeats` times and decide against its recorded
     baseline (the tolerance: given, else default_tolerance of the baseline) and the nightly series
     (series_drift); a regression measured while the machine was disturbed
-    (regress_conditions.disturbances, max_load) is "unreliable" instead. Append the verdict to
+    (conditions.disturbances, max_load) is "unreliable" instead. Append the verdict to
     history.jsonl, write JUnit if asked, and with `update` record an undisturbed pass or faster as
     the new baseline."""
     t0 = time.monotonic()
     best = load_best(best_path)
     baseline_belongs(best_path, best)
     if junit:
-        regress_junit.check_target(junit, best_path, best.doc, model_yaml)  # before any repeat
+        junit_report.check_target(junit, best_path, best.doc, model_yaml)  # before any repeat
     m = _repeat(best_path, best, model_yaml, repeats, on_repeat)
     if not m.samples:  # CI reads the report: the repeats' reasons go in it, then exit 3 as ever
         err, secs = _unmeasured(m), time.monotonic() - t0
         if junit:
             reasons = "\n".join(m.failures)
-            regress_junit.write(junit, best.doc.name, secs, "unmeasured", str(err), reasons)
+            junit_report.write(junit, best.doc.name, secs, "unmeasured", str(err), reasons)
         raise err
     explicit = tolerance_pct or 0.0  # an explicit tolerance bounds the nightly series' steps too
     verdict = _verdict(best, m, tolerance_pct)
-    verdict.disturbed = regress_conditions.disturbances(m.conditions, max_load)
+    verdict.disturbed = conditions.disturbances(m.conditions, max_load)
     verdict.series = series_drift(_series(best_path, best, verdict), min_shift_pct=explicit)
     if verdict.series:
         # a lasting step down across nights fails the gate as one night's would
@@ -285,7 +288,7 @@ def check(
         verdict.updated = True
     record_history(best_path, verdict, best.doc.name)
     if junit:
-        regress_junit.write_verdict(junit, best.doc.name, verdict, time.monotonic() - t0)
+        junit_report.write_verdict(junit, best.doc.name, verdict, time.monotonic() - t0)
     return verdict
 
 

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from autotune import knobs as catalogue
 from autotune import memory, metrics, nccl_log, remedy, tasks
+from autotune.documents.record import Metric, TrialRecord
 from autotune.errors import ConfigError
 from autotune.hardware import detect, device_units, fingerprint, peak_flops
-from autotune.launch import Outcome, launch_command, run_trial  # noqa: F401  (launch_command: re-exported)
-from autotune.locks import DeviceLock
+from autotune.launch.locks import DeviceLock
+from autotune.launch.process import Outcome, launch_command, run_trial  # noqa: F401  (launch_command: re-exported)
 from autotune.protocol import RunSettings, TrialResult, TrialSpec, parse_fault
-from autotune.record import Metric, TrialRecord
 
 if TYPE_CHECKING:
     from autotune.config import ModelConfig, WorkloadConfig
@@ -62,7 +62,7 @@ class Bench:
     task: str = "train"
     # torch.compile's caches shared across studies (a folder the user chose)
     compile_cache: Path | None = None
-    prestart: bool = False  # one-rank trials take a process started ahead (prestart.py)
+    prestart: bool = False  # one-rank trials take a process started ahead (launch/prestart.py)
     # the trial's spec.params (generate: drift limits)
     params: dict[str, Any] = field(default_factory=dict)
     # generate: latency limits (study.limits), set ones only
@@ -179,9 +179,9 @@ def measure(
     trials side by side (they share the host's cores); env: more environment variables (check passes
     best.yaml's apply.env, which a user may have added to); progress: a one-rank trial writes its
     measured steps to run_dir/progress.json and stops early when run_dir/prune appears (the search's
-    pruner, in on_poll). The trial's devices are held for it (locks.py): a measurement by another
-    autotune process on them is waited for, and the wait recorded. KeyboardInterrupt, or `stop` set,
-    ends the trial's processes and propagates.
+    pruner, in on_poll). The trial's devices are held for it (launch/locks.py): a measurement by
+    another autotune process on them is waited for, and the wait recorded. KeyboardInterrupt, or
+    `stop` set, ends the trial's processes and propagates.
     """
     local_ranks = bench.run.world_size // bench.run.nnodes
     env = {
@@ -190,9 +190,9 @@ def measure(
         **(env or {}),
         **omp_env(concurrent * local_ranks),
     }
-    cuda_slot = gpus is not None and bench.device == "cuda"
-    if cuda_slot:
-        env["CUDA_VISIBLE_DEVICES"] = gpus
+    cuda_gpus = gpus if bench.device == "cuda" else None
+    if cuda_gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cuda_gpus
     Path(env["TMPDIR"]).mkdir(parents=True, exist_ok=True)
     lock = DeviceLock(device_units(bench.device, gpus, local_ranks))
     waited = lock.acquire(stop, on_wait)
@@ -207,7 +207,7 @@ def measure(
             env={**env, **hidden},
             on_poll=on_poll,
             stop=stop,
-            gpu_index=int(gpus.split(",")[0]) if cuda_slot else None,
+            gpu_index=int(cuda_gpus.split(",")[0]) if cuda_gpus is not None else None,
             ahead=bench.prestart,
         )
     finally:
@@ -243,7 +243,7 @@ def _remedy_context(
 
 
 def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, bench: Bench) -> TrialRecord:
-    """The trial's record: status, metrics, raw samples, phases, telemetry (record.py)."""
+    """The trial's record: status, metrics, raw samples, phases, telemetry (documents/record.py)."""
     record = TrialRecord(
         number,
         knobs,
@@ -292,6 +292,7 @@ def _measured(record: TrialRecord, res: TrialResult, outcome: Outcome, bench: Be
     record.phases_s = res.phases_s
     if (
         task.estimates_memory
+        and bench.model is not None
         and (est := memory.estimate(bench.model, record.knobs, world, bench.device)) is not None
     ):
         # before calibration
@@ -300,9 +301,8 @@ def _measured(record: TrialRecord, res: TrialResult, outcome: Outcome, bench: Be
         record.loss_check = dict(res.output["loss_check"])
     record.applied = res.applied
     record.fingerprint = fingerprint(res.env, world)
-    record.telemetry = metrics.summarize_telemetry(
-        outcome.telemetry, tuple(res.measure_window or (0, 0))
-    )
+    window = res.measure_window or [0.0, 0.0]
+    record.telemetry = metrics.summarize_telemetry(outcome.telemetry, (window[0], window[1]))
     # tokens per joule of one GPU (the trial's first, whose NVML counter the telemetry reads): n/a
     # without it
     joules = (record.telemetry or {}).get("energy_j")

@@ -66,7 +66,7 @@ def _punch(path: Path, offset: int, length: int) -> bool:
     fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
     try:
         mode = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
-        return _LIBC.fallocate(fd, mode, ctypes.c_long(offset), ctypes.c_long(length)) == 0
+        return bool(_LIBC.fallocate(fd, mode, ctypes.c_long(offset), ctypes.c_long(length)) == 0)
     finally:
         os.close(fd)
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune import atomic, logcap, nccl_log, orphans, prestart
+from autotune import atomic, nccl_log
 from autotune.hardware import Telemetry, visible_gpu_index
+from autotune.launch import logcap, orphans, prestart
 from autotune.protocol import PROGRESS_FILE, PRUNE_FILE, TRIAL_MODULE, TrialResult, TrialSpec
 
 LOG_TAIL_LINES = 15
@@ -37,7 +38,7 @@ class Outcome:
     wall_s: float = 0.0
     nccl: dict[str, Any] | None = None  # NCCL's own account (rank groups on GPUs)
     nccl_refused: bool = False  # NCCL's log, not the trial, says it refused a setting
-    # its process was started ahead (prestart.py): the start phase is the hand-over
+    # its process was started ahead (launch/prestart.py): the start phase is the hand-over
     prestarted: bool = False
 
 
@@ -92,8 +93,8 @@ def run_trial(
     and raises KeyboardInterrupt. gpu_index: the NVML index of the trial's GPU, for telemetry.
     module:
     the trial's Python module (tests replace it with a fake rank). ahead: a one-rank trial takes the
-    process started ahead with its environment (prestart.py), if there is one, and starts the next
-    one.
+    process started ahead with its environment (launch/prestart.py), if there is one, and starts the
+    next one.
     """
     run_dir = run_dir.resolve()  # absolute: the straggler sweep matches this trial's spec path only
     spec_path, result_path, log_path = _prepare(spec, run_dir)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 from pydantic import Field, ValidationInfo, create_model, field_validator, model_validator
 
 from autotune import knobs as catalogue
-from autotune.config_study import _Section
+from autotune.config.study import _Section
 
 MAX_KNOB_VALUES = 1024  # values of one knob; more is a typo or a range without multiple_of
 

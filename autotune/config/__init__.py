@@ -1,4 +1,6 @@
-"""Pydantic models of the YAML file (model, workload, space, study, baseline) and its loader."""
+"""Pydantic models of the YAML file: the model, workload and baseline here; the space (space), the
+study (study) and the command (command) sections beside it; YAML to a validated Config, the space
+resolved once (load)."""
 
 from __future__ import annotations
 
@@ -16,9 +18,9 @@ from pydantic import (
 
 from autotune import knobs as catalogue
 from autotune import sizes, tasks, yamlio
-from autotune.config_command import CommandConfig
-from autotune.config_space import SpaceConfig
-from autotune.config_study import SEED_MAX, StudyConfig, _Section
+from autotune.config.command import CommandConfig
+from autotune.config.space import SpaceConfig
+from autotune.config.study import SEED_MAX, StudyConfig, _Section
 from autotune.errors import excerpt
 
 MAX_NAME = 200  # a study name names folders, OUT/<name>.archived-<time> too (NAME_MAX is 255)
@@ -167,12 +169,12 @@ class ModelConfig(_Section):
 
 def _check_external(model: ModelConfig, base_dir: Path | None) -> None:
     """hf_config and entrypoint fail here, before any trial: missing file, bad JSON, import errors.
-    The entrypoint is imported in a throwaway process (probe.py): the parent never runs user
+    The entrypoint is imported in a throwaway process (launch/probe.py): the parent never runs user
     code."""
     import importlib.util
     import json
 
-    from autotune.probe import check_entrypoint, check_hf_config
+    from autotune.launch.probe import check_entrypoint, check_hf_config
 
     if model.hf_config is not None:
         path = Path(model.hf_config)

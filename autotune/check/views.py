@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
+from autotune.documents.record import Metric
 from autotune.errors import printable
-from autotune.record import Metric
 from autotune.report import fmt
 
 if TYPE_CHECKING:
-    from autotune.regress import Verdict
+    from autotune.check.regress import Verdict
 
 
 def _tagged(tag: str, style: str, text: str) -> Text:

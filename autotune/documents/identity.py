@@ -27,9 +27,12 @@ def _json(value: Any) -> str:
 def _field_defaults(section: str) -> dict[str, Any]:
     """The defaults of a config section's optional fields, as JSON (model_dump(mode="json")
     shape)."""
+    from pydantic import BaseModel
+
     from autotune.config import ModelConfig, WorkloadConfig
 
-    model = {"model": ModelConfig, "workload": WorkloadConfig}[section]
+    sections: dict[str, type[BaseModel]] = {"model": ModelConfig, "workload": WorkloadConfig}
+    model = sections[section]
     out = {}
     for name, info in model.model_fields.items():
         if not info.is_required():

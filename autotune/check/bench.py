@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from autotune import paths
-from autotune.config_load import load_config
-from autotune.config_study import StudyConfig
+from autotune.config.load import load_config
+from autotune.config.study import StudyConfig
 from autotune.documents.best_file import LAUNCH_ONLY, Best, BestFile, read_best
 from autotune.errors import ConfigError, excerpt
 from autotune.hardware import detect, visible_gpu_index
-from autotune.probe import check_entrypoint
-from autotune.runner import Bench, preflight
+from autotune.launch.probe import check_entrypoint
+from autotune.launch.runner import Bench, preflight
 
 
 def baseline_samples(doc: BestFile) -> tuple[list[float], str]:
@@ -104,7 +104,9 @@ def _same_measurement(
             }
         return m
 
-    from autotune.identity import non_default  # a field added since at its default is no difference
+    from autotune.documents.identity import (
+        non_default,  # a field added since at its default is no difference
+    )
 
     pairs = (
         (

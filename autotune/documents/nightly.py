@@ -43,7 +43,8 @@ def problem(doc: Any) -> str | None:
 
 def read(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """The nights of history.jsonl and, for each line skipped, 'line N: why'."""
-    nights, skipped = [], []
+    nights: list[dict[str, Any]] = []
+    skipped: list[str] = []
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO is never opened: it would wait
             return nights, [f"{path}: not a regular file, not read"]

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune import logcap, orphans
+from autotune.launch import logcap, orphans
 
 STANDBY_FLAG = "--standby"
 
