@@ -186,6 +186,22 @@ def test_command_log_pattern_measures_a_job_that_prints_its_throughput(tmp_path:
 
 
 @pytest.mark.slow
+def test_command_trial_process_never_imports_torch(tmp_path: Path, monkeypatch) -> None:
+    """The job imports its own torch; the trial beside it imports none (about 1.7 s of each trial
+    on 2 cores). A torch that fails on import, first on the path, leaves the trial measured, and
+    its fingerprint names that torch's versions as its files say."""
+    fake = tmp_path / "site" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('the command trial imported torch')\n")
+    (fake / "version.py").write_text("__version__ = '0.0.fake'\ncuda: str | None = '99.9'\n")
+    before = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(fake.parent), before])))
+    rec = _records(_search(_yaml(tmp_path, {"args": ["--mode", "fixed"]}), tmp_path, trials=1))[0]
+    assert rec["status"] == "ok", rec["reason"]
+    assert (rec["fingerprint"]["torch"], rec["fingerprint"]["cuda"]) == ("0.0.fake", "99.9")
+
+
+@pytest.mark.slow
 def test_command_figure_is_what_the_job_delivers_known_by_construction(tmp_path: Path) -> None:
     """Steps of 10, 10, 10 and 50 tokens, each 20 ms plus 2 ms a token: the job delivers 80 tokens
     in 0.24 s, 333 tokens/s; the median of the steps' rates would say 250 (0.75x), the mean tokens

@@ -319,3 +319,13 @@ def test_layout_documents_sit_below_their_writers_and_readers(module: str) -> No
         if i.split(".")[1:2] and i.split(".")[1] in above
     }
     assert not found, f"{module} imports {sorted(found)}, which read or write through it"
+
+
+def test_layout_each_task_and_its_workload_agree_on_importing_torch() -> None:
+    """A task whose trial imports no torch (Task.imports_torch) gets no process started ahead; its
+    workload must then never import it (Workload.imports_torch), and the other way round."""
+    from autotune import tasks
+    from autotune.workloads.trial import workload_class
+
+    for name in tasks.TASKS:
+        assert tasks.task(name).imports_torch == workload_class(name).imports_torch, name

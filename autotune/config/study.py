@@ -287,7 +287,8 @@ class StudyConfig(_Section):
         description="Start each one-rank trial's process ahead, while the previous trial runs: it "
         "imports torch and torch.compile's stack, then waits for its configuration (still a "
         "fresh process per trial). Default: on with --device cuda; off on the CPU, where that "
-        "import would share the cores with the trial being measured.",
+        "import would share the cores with the trial being measured, and for task command, whose "
+        "trial process imports no torch (the job imports its own).",
     )
     objective: ObjectiveName = Field(
         default="tokens_per_s",

@@ -85,12 +85,14 @@ class Bench:
         loss_check: dict[str, Any] | None = None,
         command: Any = None,
     ) -> Bench:
-        """prestart None: on for CUDA trials, off on the CPU (the import would share the measured
-        cores). command: the command section (config.CommandConfig) of task command."""
+        """prestart None: on for CUDA trials whose process imports torch, off on the CPU (the import
+        would share the measured cores). command: the command section (config.CommandConfig) of task
+        command."""
         run = RunSettings(**{k: getattr(workload, k) for k in RunSettings.__dataclass_fields__})
         shared = Path(compile_cache).resolve() / compile_key(device) if compile_cache else None
-        ahead = device == "cuda" if prestart is None else prestart
-        params = tasks.task(workload.task).trial_params(drift, loss_check)
+        task = tasks.task(workload.task)
+        ahead = device == "cuda" and task.imports_torch if prestart is None else prestart
+        params = task.trial_params(drift, loss_check)
         # the trial renders it; it ends the job itself a little before the hard limit
         if command is not None:
             params.update(

@@ -40,6 +40,9 @@ class Task(ABC):
     columns: ClassVar[tuple[str, ...]] = ()
     # the YAML's model section: the model autotune builds (task command's job builds its own)
     needs_model: ClassVar[bool] = True
+    # False: its trial process never imports torch (the workload's imports_torch), so none is
+    # started ahead for it by default (a process started ahead is one that imported torch already)
+    imports_torch: ClassVar[bool] = True
     # the staged search's cheap values of this task's own (search/stages.py), beside the catalogue's
     screen: ClassVar[dict[str, Any]] = {}
     # autotune export's forms of the winner (export.FORMATS' names); json reads any task's

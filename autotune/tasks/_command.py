@@ -22,6 +22,7 @@ MAPPABLE = (
 class Command(Training):
     name: ClassVar[str] = "command"
     needs_model: ClassVar[bool] = False
+    imports_torch: ClassVar[bool] = False
     columns: ClassVar[tuple[str, ...]] = ("padding",)
     # your command as measured first, then the training forms
     exports: ClassVar[tuple[str, ...]] = ("command", *TRAINING_EXPORTS)

@@ -82,6 +82,9 @@ class Workload(ABC):
     # False: the workload runs no torch on the device itself (task command: the user's job does), so
     # the trial creates no CUDA context beside it
     touches_device: ClassVar[bool] = True
+    # False: the trial process never imports torch (task command: the job imports its own); it is
+    # passed None, and the trial's torch and CUDA versions are read from the installed files
+    imports_torch: ClassVar[bool] = True
 
     def __init__(self, torch: Any, spec: TrialSpec, ranks: Ranks | None, fault: Fault) -> None:
         self.torch, self.spec, self.ranks, self.fault = torch, spec, ranks, fault

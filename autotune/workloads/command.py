@@ -58,6 +58,7 @@ class _Watch:
 class Command(Workload):
     task: ClassVar[str] = "command"
     touches_device: ClassVar[bool] = False
+    imports_torch: ClassVar[bool] = False
 
     def build(self) -> None:
         """Render the trial's command; nothing is started yet."""

@@ -12,8 +12,10 @@ import time
 
 _T_ENTER = time.time()  # before importing torch: the start phase ends when torch is ready
 
+import ast  # noqa: E402
 import contextlib  # noqa: E402
 import importlib  # noqa: E402
+import importlib.util  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
@@ -75,16 +77,14 @@ class Progress:
 def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
     """Build the workload, run its measured steps, and say what was measured. run_dir: where the
     search reads its progress (spec.report_progress)."""
-    import torch
-
+    cls = workload_class(spec.task)
+    torch = _import_torch(spec.device) if cls.imports_torch else None
     t_torch = time.time()
-    if spec.device == "cuda" and not torch.cuda.is_available():
-        raise InvalidConfig("device cuda asked for, but torch sees no CUDA GPU")
-    ranks = Ranks.start(torch, spec.device)  # None with one rank
+    ranks = Ranks.start(torch, spec.device) if torch is not None else None  # None with one rank
     t_ranks = time.time()
     fault = Fault(spec.knobs, ranks.rank if ranks else 0)
     fault.at_start()
-    workload = workload_class(spec.task)(torch, spec, ranks, fault)
+    workload = cls(torch, spec, ranks, fault)
     workload.run_dir = run_dir
     workload.build()
     if spec.device == "cuda" and workload.touches_device:
@@ -184,7 +184,35 @@ def _record_steps(
     )
 
 
+def _import_torch(device: str) -> Any:
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InvalidConfig("device cuda asked for, but torch sees no CUDA GPU")
+    return torch
+
+
+def _installed_torch() -> dict[str, Any]:
+    """torch's and its CUDA's versions as the installed files say, without importing torch (about
+    1.7 s of a trial that runs none): torch/version.py is assignments only. {} without torch."""
+    spec = importlib.util.find_spec("torch")  # a top-level package's spec imports nothing
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    said: dict[str, Any] = {}
+    with contextlib.suppress(OSError, SyntaxError, ValueError):
+        for node in ast.parse(path.read_text()).body:
+            target = node.target if isinstance(node, ast.AnnAssign) else None
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target = node.targets[0]
+            if isinstance(target, ast.Name) and node.value is not None:
+                said[target.id] = ast.literal_eval(node.value)
+    return {"torch": said.get("__version__"), "cuda": said.get("cuda")}
+
+
 def _env(torch: Any, device: str) -> dict[str, Any]:
+    if torch is None:
+        return {**_installed_torch(), "device": device}
     env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": device}
     if device == "cuda":
         env["device_name"] = torch.cuda.get_device_name(torch.cuda.current_device())
