@@ -205,7 +205,8 @@ def start_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subpr
     return subprocess.Popen(
         [sys.executable, "-m", "autotune.cli", *args],
         cwd=cwd,
-        env=_env(env),
+        # a hung command's stacks: ends() sends SIGABRT past its guard, faulthandler prints them
+        env={**_env(env), "PYTHONFAULTHANDLER": "1"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -312,11 +313,16 @@ def interrupt_when_running(
 def ends(proc: subprocess.Popen, seconds: float = 300) -> tuple[str, str]:
     """The command's output once it has ended. A hang guard, far above its cost (an interrupted
     search writes best.yaml and its report on a loaded machine): past it the command's session is
-    killed, so nothing of it runs on into the next test, and the test fails with what it said."""
+    killed, so nothing of it runs on into the next test, and the test fails with what it said,
+    every thread's stack last (start_cli's PYTHONFAULTHANDLER: SIGABRT prints them)."""
     try:
         return proc.communicate(timeout=seconds)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        proc.send_signal(signal.SIGABRT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+        with contextlib.suppress(ProcessLookupError):  # the group may have ended with it
+            os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
         raise AssertionError(f"the command did not end within {seconds} s: {out}\n{err}") from None
 
