@@ -12,7 +12,7 @@
 #                                       numerics-gpu staged expert expert-in-autotune (issue 34: one H200; benchmarks/background.sh)
 #                                       hf-smoke hf-padded hf-truth hf-variants hf-live hf-cost (issue 35: one H200)
 #                                       issue38 (issue 38: one H200)
-#                                       issue37 issue37b-tests issue37b (issue 37: one H200)
+#                                       issue37 issue37b-tests issue37b issue37c-tests issue37c (issue 37: one H200)
 # GPUS: the --gpus of the stages that take it (default 0,1; GPUS=0 on one GPU)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
@@ -84,6 +84,26 @@ yaml.safe_dump(d, open("search_spaces/tiny-pareto.yaml", "w"), sort_keys=False)'
       for s in tiny tiny-pareto; do at report trials/$s --format markdown > "$OUT/issue37b-$s-report.md" 2>&1
         cp trials/$s/best.yaml "$OUT/issue37b-$s-best.yaml"; done
       tar czf "$OUT/issue37b-trials.tgz" trials/tiny trials/tiny-pareto ;;
+    issue37c-tests) # issue 37, third session: the GPU tests after the root's grouping (launch/, check/, documents/, config/)
+      python3 -m pytest -q -p no:cacheprovider --durations=15 tests/test_gpu.py tests/test_gpu_numerics.py \
+        2>&1 | tail -30 | tee "$OUT/issue37c-tests.log" ;;
+    issue37c) # issue 37, third session: a real training search and its check after the grouping, then a real HF job
+      # as task command (issue 38's 0.3B job, 4 trials) whose trial process imports no torch and is not started ahead:
+      # each trial's start phase and its fingerprint's torch and CUDA (read from torch/version.py) printed
+      t0=$(date +%s); at search search_spaces/tiny.yaml --fresh 2>&1 | tail -25 | tee "$OUT/issue37c-search.log"
+      echo "search wall: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/issue37c-search.log"
+      at check trials/tiny/best.yaml --repeats 3 --update 2>&1 | tail -15 | tee "$OUT/issue37c-check.log"
+      python3 -c 'import yaml; d = yaml.safe_load(open("benchmarks/spaces/issue38-hf-0.3b.yaml")); d["name"] = "issue37c-hf-0.3b"
+d["study"]["trials"] = 4; yaml.safe_dump(d, open("benchmarks/spaces/issue37c-hf-0.3b.yaml", "w"), sort_keys=False)'
+      t0=$(date +%s); ISSUE38_TOKEN=issue37c-not-a-real-token at search benchmarks/spaces/issue37c-hf-0.3b.yaml --gpus 0 \
+        --fresh 2>&1 | tail -25 | tee "$OUT/issue37c-command.log"
+      echo "search wall: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/issue37c-command.log"
+      python3 -c 'import optuna,json; s=optuna.load_study(study_name="issue37c-hf-0.3b", storage="sqlite:///trials/issue37c-hf-0.3b/study.db")
+for t in s.trials: a=t.user_attrs; f=a.get("fingerprint") or {}; print(json.dumps({"n": t.number, "status": a.get("status"), "knobs": a.get("knobs"), "prestarted": a.get("prestarted"), "phases_s": a.get("phases_s"), "torch": f.get("torch"), "cuda": f.get("cuda"), "gpu": f.get("gpu_model"), "tps": (a.get("metrics") or {}).get("tokens_per_s_per_gpu")}))' \
+        | tee "$OUT/issue37c-command-trials.jsonl"
+      for s in tiny issue37c-hf-0.3b; do at report trials/$s --format markdown > "$OUT/issue37c-$s-report.md" 2>&1
+        cp trials/$s/best.yaml "$OUT/issue37c-$s-best.yaml"; done
+      tar czf "$OUT/issue37c-trials.tgz" --exclude='*/out/*' trials/tiny trials/issue37c-hf-0.3b ;;
     issue38) # issue 38: the GPU tests and the hardening tests on the GPU machine, then a real HF job's search (the
       # figure's new bounds must fail no real CUDA-event job); {env:ISSUE38_TOKEN} reaches it and no file
       python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_hardening_command.py \
