@@ -23,8 +23,13 @@ import yaml
 
 # Device locks of this test session apart from any other autotune process on the machine
 # (launch/locks.py): a test never waits on a real search, and a search never waits on the tests.
-# setdefault: a session may choose its own.
-os.environ.setdefault("AUTOTUNE_LOCK_NAMESPACE", f"tests-{os.getpid()}")
+# setdefault: a session may choose its own. Each xdist worker takes its own namespace beside it:
+# the workers inherit the controller's environment, and in one namespace every CPU trial of one
+# worker waited for the other's (one "cpu-0" unit), leaving the cores idle. The GPU tests take
+# turns on a lock file of their own (_one_gpu_test_at_a_time below).
+_SESSION_LOCKS = os.environ.setdefault("AUTOTUNE_LOCK_NAMESPACE", f"tests-{os.getpid()}")
+if _XDIST_WORKER := os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["AUTOTUNE_LOCK_NAMESPACE"] = f"{_SESSION_LOCKS}-{_XDIST_WORKER}"
 
 # Two xdist workers on CI's 2 cores: each trial's torch threads over its worker's share of the
 # cores, as autotune sizes trials side by side (runner.omp_env), not over all of them each

@@ -3,6 +3,7 @@ them apart."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -58,3 +59,12 @@ def test_locks_other_namespaces_never_wait_on_each_other(monkeypatch: pytest.Mon
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_locks_each_xdist_worker_measures_apart() -> None:
+    """The workers of one test run hold device locks in namespaces of their own (conftest): one
+    worker's CPU trial never waits for another's."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        pytest.skip("not under pytest-xdist")
+    assert os.environ["AUTOTUNE_LOCK_NAMESPACE"].endswith(f"-{worker}")
