@@ -33,7 +33,11 @@ def test_nightly_bad_lines_are_skipped_and_named(tmp_path: Path) -> None:
         json.dumps(NIGHT) + "\n" + '{"name": "x", "sta' + "\n" + json.dumps(edited) + "\n[1, 2]\n"
     )
     nights, skipped = nightly.read(path)
-    assert nights == [NIGHT]
+    assert [n.doc for n in nights] == [NIGHT]
+    # the night typed as the series and the report read it
+    assert nights[0] == nightly.Night(
+        "pass", 100.0, 1.0, [99.0, 101.0], (0.99, 1.01), NIGHT["checked_at"], name="x"
+    )
     assert skipped == [
         "line 2: not JSON (torn or edited)",
         "line 3: ratio is not a positive number",
@@ -47,7 +51,9 @@ def test_nightly_append_after_a_torn_line_does_not_glue(tmp_path: Path) -> None:
     path.write_text(json.dumps(NIGHT) + "\n" + '{"name": "x", "status": "pa')
     nightly.append(path, NIGHT)
     nights, skipped = nightly.read(path)
-    assert nights == [NIGHT, NIGHT] and skipped == ["line 2: not JSON (torn or edited)"]
+    assert [n.doc for n in nights] == [NIGHT, NIGHT] and skipped == [
+        "line 2: not JSON (torn or edited)"
+    ]
 
 
 def test_nightly_append_never_follows_a_planted_link(tmp_path: Path) -> None:

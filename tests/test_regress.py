@@ -13,6 +13,7 @@ import yaml
 from conftest import run_cli
 
 from autotune.check.regress import decide
+from autotune.documents.nightly import Night
 
 # This CPU VM's process-to-process noise is large and bimodal (per-process medians of one config:
 # 40k to 72k tokens/s in 35 processes, while a step lies a median 2-3% from its own process's median
@@ -339,7 +340,7 @@ def test_replayed_h200_checks_pass_unchanged_and_fail_a_3pct_slowdown() -> None:
     assert false_alarms == 0 and misses == 0
 
 
-def _nights(levels: list[float], seed: int) -> list[dict]:
+def _nights(levels: list[float], seed: int) -> list[Night]:
     """Nights whose 5 processes are recorded H200 samples scaled to each night's level."""
     import random
 
@@ -349,11 +350,14 @@ def _nights(levels: list[float], seed: int) -> list[dict]:
     for i, level in enumerate(levels):
         s = [rng.choice(samples) / mid * level for _ in range(5)]
         out.append(
-            {
-                "check_median": statistics.median(s),
-                "check_samples": s,
-                "checked_at": f"2026-12-{i + 1:02d}",
-            }
+            Night(
+                status="pass",
+                check_median=statistics.median(s),
+                ratio=1.0,
+                check_samples=s,
+                ci=(0.9, 1.1),
+                checked_at=f"2026-12-{i + 1:02d}",
+            )
         )
     return out
 
@@ -402,9 +406,8 @@ def test_series_is_quiet_on_a_machine_that_wanders() -> None:
         rng, nights = random.Random(seed), []
         for i in range(11):
             s = [100 * (1 + rng.gauss(0, 0.10)) for _ in range(5)]
-            nights.append(
-                {"check_median": statistics.median(s), "check_samples": s, "checked_at": str(i)}
-            )
+            median = statistics.median(s)
+            nights.append(Night("pass", median, 1.0, s, (0.9, 1.1), str(i)))
         flagged += series_drift(nights) is not None
     assert flagged <= 4
 

@@ -104,16 +104,19 @@ def _ci_text(ratio: float, ci: tuple[float, float], n: int) -> str:
     return f"95% CI: {why}" if why else f"95% CI {ci[0]:.3f} to {ci[1]:.3f}"
 
 
-def _series(best_path: Path, best: Best, verdict: Verdict) -> list[dict[str, Any]]:
+def _series(best_path: Path, best: Best, verdict: Verdict) -> list[nightly.Night]:
     """This configuration's nights since the last --reset-baseline: history.jsonl's verdicts, then
     this one."""
     recorded, name = best.doc.check_baseline, best.doc.name
     since = (recorded.series_from if recorded else None) or ""
     read, skipped = nightly.read(best_path.parent / nightly.FILE)
     verdict.history_skipped = skipped  # named beside the verdict; the other nights still count
-    nights = [doc for doc in read if doc.get("name") == name and doc["checked_at"] >= since]
+    nights = [n for n in read if n.name == name and n.checked_at >= since]
+    tonight = {"name": name, **asdict(verdict)}
+    if nightly.problem(tonight) is None:
+        nights.append(nightly.Night.of(tonight))
     # a night measured beside other work (check/conditions.py) is no level of the series
-    return [n for n in [*nights, asdict(verdict)] if not n.get("disturbed")]
+    return [n for n in nights if not n.disturbed]
 
 
 @dataclass

@@ -1,12 +1,16 @@
 """The statistics of `autotune check`: the verdict on per-process samples (decide), the default
-tolerance from the baseline's noise, and the step in the nightly series (series_drift). Numbers in,
-a decision out."""
+tolerance from the baseline's noise, and the step in the nightly series (series_drift:
+history.jsonl's typed nights). Numbers in, a decision out."""
 
 from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autotune.documents.nightly import Night
 
 # The default tolerance follows the baseline's noise: the larger of a floor and a multiple of its
 # process-to-process spread (the standard deviation of log tokens/s); with one baseline sample the
@@ -72,7 +76,7 @@ def default_tolerance(baseline: list[float]) -> tuple[float, str]:
     )
 
 
-def series_drift(nights: list[dict[str, Any]], min_shift_pct: float = 0.0) -> dict[str, Any] | None:
+def series_drift(nights: Sequence[Night], min_shift_pct: float = 0.0) -> dict[str, Any] | None:
     """A lasting step down in the nightly series (each night: check_median, check_samples,
     checked_at), which nightly --update can absorb one tolerated step at a time: ruptures' binary
     segmentation on log tokens/s, its penalty scaled by a night's noise (the larger of the
@@ -83,13 +87,13 @@ def series_drift(nights: list[dict[str, Any]], min_shift_pct: float = 0.0) -> di
     flagged either (check passes --tolerance: a tolerance the user chose bounds what matters across
     nights as within one; on a CPU whose speed changed by 25% between checks an explicit 50%
     tolerance had still failed on the series)."""
-    values = [math.log(n["check_median"]) for n in nights if n.get("check_median")]
+    values = [math.log(n.check_median) for n in nights]
     if len(values) < 3:
         return None
     import numpy as np
     import ruptures
 
-    repeated = [n["check_samples"] for n in nights if len(n.get("check_samples") or []) >= 2]
+    repeated = [n.check_samples for n in nights if len(n.check_samples) >= 2]
     # one process's, each night
     spreads = [statistics.variance([math.log(x) for x in s]) for s in repeated]
     within = [v / len(s) for v, s in zip(spreads, repeated)]  # each night's median's
@@ -123,7 +127,7 @@ def series_drift(nights: list[dict[str, Any]], min_shift_pct: float = 0.0) -> di
         if shift <= -floor:
             return {
                 "night": b + 1,
-                "checked_at": str(nights[b].get("checked_at", "")),
+                "checked_at": nights[b].checked_at,
                 "shift_pct": round(100 * shift, 2),
                 "nights": len(values),
                 "method": "ruptures.Binseg(l2)",

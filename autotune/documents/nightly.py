@@ -8,11 +8,12 @@ import json
 import math
 import os
 import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 FILE = "history.jsonl"
-# unreliable: disturbed (regress_conditions)
+# unreliable: disturbed (check/conditions.py)
 STATUSES = ("pass", "faster", "regression", "unreliable")
 
 
@@ -41,9 +42,44 @@ def problem(doc: Any) -> str | None:
     return None
 
 
-def read(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+@dataclass(frozen=True)
+class Night:
+    """One night of history.jsonl (one check's verdict): what the series, the report and its plots
+    read of it, typed; the whole line as written in `doc` (the report's JSON shows it as is)."""
+
+    status: str
+    check_median: float
+    ratio: float
+    check_samples: list[float]
+    ci: tuple[float, float]
+    checked_at: str
+    name: str | None = None  # the best.yaml's name (several configurations may share a folder)
+    disturbed: bool = False  # measured beside other work: no level of the series
+    doc: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, doc: dict[str, Any]) -> Night:
+        """A line that is a night (problem(doc) is None: ValueError otherwise)."""
+        why = problem(doc)
+        if why is not None:
+            raise ValueError(f"not a night: {why}")
+        name = doc.get("name")
+        return cls(
+            status=doc["status"],
+            check_median=float(doc["check_median"]),
+            ratio=float(doc["ratio"]),
+            check_samples=[float(s) for s in doc["check_samples"]],
+            ci=(float(doc["ci"][0]), float(doc["ci"][1])),
+            checked_at=doc["checked_at"],
+            name=name if isinstance(name, str) else None,
+            disturbed=bool(doc.get("disturbed")),
+            doc=doc,
+        )
+
+
+def read(path: Path) -> tuple[list[Night], list[str]]:
     """The nights of history.jsonl and, for each line skipped, 'line N: why'."""
-    nights: list[dict[str, Any]] = []
+    nights: list[Night] = []
     skipped: list[str] = []
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO is never opened: it would wait
@@ -62,7 +98,7 @@ def read(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             continue
         why = problem(doc)
         if why is None:
-            nights.append(doc)
+            nights.append(Night.of(doc))
         else:
             skipped.append(f"line {number}: {why}")
     return nights, skipped

@@ -47,7 +47,8 @@ def collect(
     if chosen:
         chosen["speedup_flag"] = flag if chosen["speedup_vs_baseline"] is not None else None
     spreads = sorted(r["step_spread_pct"] for r in ok if r["step_spread_pct"] is not None)
-    history, skipped = nightly.read(study_dir / nightly.FILE) if study_dir is not None else ([], [])
+    nights, skipped = nightly.read(study_dir / nightly.FILE) if study_dir is not None else ([], [])
+    history = [n.doc for n in nights]  # each line as written: the report's JSON shows it as is
     gpus = int((config.get("workload") or {}).get("world_size") or 1)
     data = {
         "study": study.study_name,
