@@ -13,7 +13,7 @@ import builtins
 import json
 import logging
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
@@ -260,7 +260,7 @@ class _Document:
 class Rendered:
     """The command of one trial (task command): arguments, environment additions, working
     directory, the config file. Rendered by the parent (command_render.render), handed to the trial
-    through its spec's params["rendered"] and read back there (workloads/command.py)."""
+    in its spec (CommandParams.rendered) and read back there (workloads/command.py)."""
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
@@ -268,6 +268,83 @@ class Rendered:
     # the rendered config file (written by `render` when the command has one)
     config_path: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)  # dotted key -> value set in it
+
+
+@dataclass
+class TrainParams:
+    """task train's part of the spec: the numerics check asked of this trial (study.loss_check's
+    settings: steps, limits), None when it runs none (search/loss_guard.py decides)."""
+
+    loss_check: dict[str, Any] | None = None
+
+
+@dataclass
+class GenerateParams:
+    """task generate's part of the spec: the drift limits of a quantized trial (study.drift)."""
+
+    drift: dict[str, float] | None = None
+
+
+@dataclass
+class CommandParams:
+    """task command's part of the spec: the command section (config.CommandConfig as JSON, its
+    secrets masked), this trial's command as the parent rendered it (tasks.Command.prepare), when
+    the job is ended before the trial's hard limit, and that limit in minutes (for remedies)."""
+
+    command: dict[str, Any] = field(default_factory=dict)
+    rendered: Rendered | None = None
+    timeout_s: float = 3600.0
+    trial_timeout_min: float | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rendered, dict):
+            self.rendered = _from_dict(Rendered, self.rendered, "spec.params.rendered")
+
+
+@dataclass
+class AllReduceParams:
+    """`autotune nccl`'s part of the spec: the message sizes (bytes), and the untimed and timed
+    rounds of `inner` back-to-back all-reduces at each."""
+
+    sizes: list[int] = field(default_factory=list)
+    warmup: int = 5
+    iters: int = 20
+    inner: int = 5
+
+
+TaskParams = TrainParams | GenerateParams | CommandParams | AllReduceParams
+# each task's parameters (TrialSpec.params): the spec's JSON holds them as an object
+PARAMS: dict[str, type[TaskParams]] = {
+    "train": TrainParams,
+    "generate": GenerateParams,
+    "command": CommandParams,
+    "allreduce": AllReduceParams,
+}
+
+
+def loss_check_of(params: TaskParams | dict[str, Any]) -> dict[str, Any] | None:
+    """The numerics check these parameters ask of the trial (TrainParams.loss_check), if any."""
+    return params.loss_check if isinstance(params, TrainParams) else None
+
+
+def with_loss_check(
+    params: TaskParams | dict[str, Any], check: dict[str, Any] | None
+) -> TaskParams | dict[str, Any]:
+    """The parameters asking `check` of the trial (None: no check); a task without the numerics
+    check keeps its own."""
+    return replace(params, loss_check=check) if isinstance(params, TrainParams) else params
+
+
+def params_of(
+    task: str, doc: dict[str, Any] | TaskParams | None = None
+) -> TaskParams | dict[str, Any]:
+    """The task's parameters from their JSON (unknown keys refused), or its defaults; a task this
+    autotune does not know keeps its JSON (the trial names the task: workloads/trial.py)."""
+    if not isinstance(doc, dict) and doc is not None:
+        return doc
+    if task not in PARAMS:
+        return doc or {}
+    return _from_dict(PARAMS[task], doc or {}, "spec.params")
 
 
 @dataclass
@@ -300,8 +377,8 @@ class TrialSpec(_Document):
     model: dict[str, Any] | None = None
     run: RunSettings = field(default_factory=RunSettings)
     base_dir: str | None = None  # where an entrypoint module is found
-    # workload-specific settings (allreduce: sizes, iters)
-    params: dict[str, Any] = field(default_factory=dict)
+    # the task's own settings (PARAMS: TrainParams, CommandParams, ...); JSON read back as its class
+    params: TaskParams | dict[str, Any] = field(default_factory=dict)
     # the parent's clock when it started the process: the start phase
     launched_at: float | None = None
     # a one-rank trial writes its measured steps so far and stops when asked
@@ -310,6 +387,7 @@ class TrialSpec(_Document):
     def __post_init__(self) -> None:
         if isinstance(self.run, dict):
             self.run = _from_dict(RunSettings, self.run, "spec.run")
+        self.params = params_of(self.task, self.params)
         if self.task in catalogue.TASKS:
             self.knobs = {**catalogue.defaults(self.task), **self.knobs}
 

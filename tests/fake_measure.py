@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -72,7 +72,9 @@ class FakeMeasure:
         on_poll: Callable[[], None] | None = None,
         **_: Any,
     ) -> TrialRecord:
-        self.calls.append(Call(number, dict(knobs), run_dir, dict(bench.params)))
+        # the parameters it was given, as the spec's JSON holds them (those set)
+        given = {k: v for k, v in asdict(bench.params).items() if v is not None}
+        self.calls.append(Call(number, dict(knobs), run_dir, given))
         run_dir.mkdir(parents=True, exist_ok=True)  # a measurement leaves its folder, as a real one
         if on_poll is not None:
             on_poll()  # the loop's heartbeat and live view, as while a trial process runs
@@ -106,7 +108,7 @@ class FakeMeasure:
             env={"torch": metadata.version("torch"), "cuda": None, "device": bench.device},
             applied={"optimizer": "fake"},
         )
-        check = bench.params.get("loss_check")
+        check = getattr(bench.params, "loss_check", None)
         if check:  # asked for by the search (search/loss_guard.py: trial_bench)
             res.output["loss_check"] = _check(check, knobs, fault in BREAKS_THE_CHECK)
             res.phases_s["check"] = CHECK_S

@@ -8,6 +8,7 @@ Outcome out.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import threading
@@ -23,7 +24,14 @@ from autotune.errors import ConfigError
 from autotune.hardware import detect, device_units, fingerprint, peak_flops
 from autotune.launch.locks import DeviceLock
 from autotune.launch.process import Outcome, launch_command, run_trial  # noqa: F401  (launch_command: re-exported)
-from autotune.protocol import RunSettings, TrialResult, TrialSpec, parse_fault
+from autotune.protocol import (
+    CommandParams,
+    RunSettings,
+    TaskParams,
+    TrialResult,
+    TrialSpec,
+    parse_fault,
+)
 
 if TYPE_CHECKING:
     from autotune.config import ModelConfig, WorkloadConfig
@@ -63,8 +71,8 @@ class Bench:
     # torch.compile's caches shared across studies (a folder the user chose)
     compile_cache: Path | None = None
     prestart: bool = False  # one-rank trials take a process started ahead (launch/prestart.py)
-    # the trial's spec.params (generate: drift limits)
-    params: dict[str, Any] = field(default_factory=dict)
+    # the trial's spec.params (protocol.PARAMS: generate's drift limits, command's command, ...)
+    params: TaskParams | dict[str, Any] = field(default_factory=dict)
     # generate: latency limits (study.limits), set ones only
     limits: dict[str, float] = field(default_factory=dict)
 
@@ -93,13 +101,14 @@ class Bench:
         task = tasks.task(workload.task)
         ahead = device == "cuda" and task.imports_torch if prestart is None else prestart
         params = task.trial_params(drift, loss_check)
-        # the trial renders it; it ends the job itself a little before the hard limit
+        # the trial renders it; it ends the job itself a little before the hard limit, and names
+        # the trial's limit in its remedies
         if command is not None:
-            params.update(
+            params = CommandParams(
                 command=command.model_dump(mode="json"),
                 timeout_s=max(5.0, timeout_s - COMMAND_MARGIN_S),
+                trial_timeout_min=float(remedy.minutes(timeout_s)),
             )
-            params["trial_timeout_min"] = float(remedy.minutes(timeout_s))  # named by its timeout
         return cls(
             model_spec(model),
             run,
@@ -136,7 +145,7 @@ class Bench:
             model=self.model,
             run=self.run,
             base_dir=self.base_dir,
-            params=dict(self.params),
+            params=copy.deepcopy(self.params),
             report_progress=progress,
         )
 
@@ -199,9 +208,10 @@ def measure(
     lock = DeviceLock(device_units(bench.device, gpus, local_ranks))
     waited = lock.acquire(stop, on_wait)
     try:
-        spec = bench.spec(knobs, progress)
-        # the trial's alone, never a file
-        hidden = tasks.task(bench.task).prepare(spec, run_dir.resolve())
+        # hidden: the trial's alone, never a file
+        spec, hidden = tasks.task(bench.task).prepare(
+            bench.spec(knobs, progress), run_dir.resolve()
+        )
         outcome = run_trial(
             spec,
             run_dir,
@@ -231,7 +241,7 @@ def _remedy_context(
     if record.status == "oom" and bench.model and tasks.task(bench.task).estimates_memory:
         est = memory.estimate(bench.model, record.knobs, bench.run.world_size, bench.device)
         estimate = est.total / memory.GIB if est is not None else None
-    command = bench.params.get("command")
+    command = bench.params.command if isinstance(bench.params, CommandParams) else None
     return remedy.Context(
         bench.timeout_s,
         run_dir.resolve(),

@@ -14,7 +14,7 @@ import optuna
 from autotune import metrics
 from autotune.documents.record import TrialRecord
 from autotune.launch.runner import Bench, measure
-from autotune.protocol import reason_line
+from autotune.protocol import reason_line, with_loss_check
 from autotune.search.history import History, value_of
 from autotune.search.observer import Observer
 
@@ -49,9 +49,7 @@ def confirm(
     candidates = History.of(study).ranked()[:top]
     if len(candidates) < 2 or rounds < 1:
         return None
-    bench = dataclasses.replace(
-        bench, params={k: v for k, v in bench.params.items() if k != "loss_check"}
-    )
+    bench = dataclasses.replace(bench, params=with_loss_check(bench.params, None))
     numbers = [t.number for t in candidates]
     samples: dict[int, list[float]] = {n: [] for n in numbers}
     failures: dict[int, list[str]] = {n: [] for n in numbers}

@@ -26,6 +26,7 @@ from autotune.documents.record import TrialRecord
 from autotune.knobs import numerics, reference_of
 from autotune.launch.runner import Bench
 from autotune.numerics import Limits, floor_nats, judge
+from autotune.protocol import loss_check_of, with_loss_check
 from autotune.search.history import History, key
 from autotune.space import ResolvedSpace
 
@@ -84,22 +85,20 @@ def pinned(space: ResolvedSpace, knobs: dict[str, Any]) -> Callable[[dict[str, A
 def trial_bench(bench: Bench, h: History, knobs: dict[str, Any]) -> Bench:
     """The bench one trial runs under: the check asked for only where it must run (the arithmetic
     changes and no passed check covers it), with the noise floor while the study has none."""
-    check = bench.params.get("loss_check")
+    check = loss_check_of(bench.params)
     if not check:
         return bench
     if not numerics(knobs) or covered_by(h, knobs) is not None:
-        return dataclasses.replace(
-            bench, params={k: v for k, v in bench.params.items() if k != "loss_check"}
-        )
+        return dataclasses.replace(bench, params=with_loss_check(bench.params, None))
     asked = {**check, "floor": study_floor(h) is None}
-    return dataclasses.replace(bench, params={**bench.params, "loss_check": asked})
+    return dataclasses.replace(bench, params=with_loss_check(bench.params, asked))
 
 
 def apply(bench: Bench, knobs: dict[str, Any], record: TrialRecord, h: History) -> TrialRecord:
     """The record, judged: unchanged unless it is an ok training trial whose knobs change the
     arithmetic. bench: the study's (its loss_check section); h: the study before this trial was
     recorded."""
-    check = bench.params.get("loss_check") or {}
+    check = loss_check_of(bench.params) or {}
     if (
         not tasks.task(bench.task).loss_check
         or not check.get("steps")

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
+from autotune.protocol import PARAMS, TaskParams, TrialSpec
 from autotune.tasks._objective import TOKENS_PER_S, Objective
 
 # The sections a Task reads are the config's (config.WorkloadConfig, config.Config), typed Any here:
@@ -77,19 +79,19 @@ class Task(ABC):
 
     def trial_params(
         self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None
-    ) -> dict[str, Any]:
-        """The trial spec's workload-specific parameters (TrialSpec.params)."""
-        return {}
+    ) -> TaskParams:
+        """The trial spec's parameters of this task (TrialSpec.params: protocol.PARAMS)."""
+        return PARAMS[self.name]()
 
     def notes(self, cfg: Any) -> list[str]:
         """What `search` and `validate` say of the config before anything runs (one line each)."""
         return []
 
-    def prepare(self, spec: Any, run_dir: Any) -> dict[str, str]:
-        """Before a trial starts (protocol.TrialSpec, its folder): what the parent adds to its
-        spec; returns environment variables for the trial process alone (never written to a
-        file)."""
-        return {}
+    def prepare(self, spec: TrialSpec, run_dir: Path) -> tuple[TrialSpec, dict[str, str]]:
+        """Before a trial starts (its spec, its folder): the spec as the trial gets it (a new one:
+        the parent's is left as it was), and environment variables for the trial process alone
+        (never written to a file)."""
+        return spec, {}
 
     def metrics(self, record: Any, result: Any, limits: dict[str, float]) -> None:
         """Task-specific metrics into a measured trial's record (record.TrialRecord; its status may

@@ -4,8 +4,10 @@ its real tokens/s read from what it reports. The trial's side is workloads/comma
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 from typing import Any, ClassVar
 
+from autotune.protocol import CommandParams, TaskParams, TrialSpec
 from autotune.tasks._train import TRAINING_EXPORTS, Training
 
 # autotune's knobs a command may map; those that set environment variables reach it without a
@@ -62,7 +64,13 @@ class Command(Training):
             return {}
         return {n: list(m.values) for n, m in cfg.command.knobs.items() if m.values is not None}
 
-    def prepare(self, spec: Any, run_dir: Any) -> dict[str, str]:
+    def trial_params(
+        self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None
+    ) -> TaskParams:
+        """Empty: the runner fills them from the command section (launch/runner.Bench.of)."""
+        return CommandParams()
+
+    def prepare(self, spec: TrialSpec, run_dir: Path) -> tuple[TrialSpec, dict[str, str]]:
         """The command with this trial's knob values (command_render.render), its config file
         written into the trial's folder: the trial process only launches what it is given. The spec
         (spec.json, then the record in study.db) holds the command with its secrets masked
@@ -71,14 +79,15 @@ class Command(Training):
         import dataclasses
         import json
         import os
-        from pathlib import Path
 
         from autotune import command_render, redact
         from autotune.errors import ConfigError
         from autotune.protocol import ENV_SECRETS
 
+        params = spec.params
+        assert isinstance(params, CommandParams)
         rendered = command_render.render(
-            spec.params["command"], spec.knobs, Path(run_dir), Path(spec.base_dir or ".")
+            params.command, spec.knobs, run_dir, Path(spec.base_dir or ".")
         )
         try:
             real = command_render.resolve(rendered, os.environ)
@@ -89,10 +98,11 @@ class Command(Training):
         )
         hidden = _hidden(shown, real)
         redact.keep([*hidden["argv"].values(), *hidden["env"].values()])
-        spec.params["rendered"] = dataclasses.asdict(shown)
-        # a new dict: the bench's kept
-        spec.params["command"] = redact.mask_command(spec.params["command"])
-        return {ENV_SECRETS: json.dumps(hidden)} if hidden["argv"] or hidden["env"] else {}
+        masked = dataclasses.replace(
+            params, command=redact.mask_command(params.command), rendered=shown
+        )
+        env = {ENV_SECRETS: json.dumps(hidden)} if hidden["argv"] or hidden["env"] else {}
+        return dataclasses.replace(spec, params=masked), env
 
     def metrics(self, record: Any, result: Any, limits: dict[str, float]) -> None:
         """The figure: the job's tokens over time in its measured window (workloads/window.py), not

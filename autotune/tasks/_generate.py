@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, ClassVar
 
+from autotune.protocol import GenerateParams, TaskParams
 from autotune.tasks._base import Decide, Task
 from autotune.tasks._objective import PARETO, TOKENS_PER_S, Objective
 
@@ -69,8 +70,8 @@ class Generate(Task):
 
     def trial_params(
         self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None
-    ) -> dict[str, Any]:
-        return {"drift": drift} if drift else {}
+    ) -> TaskParams:
+        return GenerateParams(drift or None)
 
     def metrics(self, record: Any, result: Any, limits: dict[str, float]) -> None:
         """TTFT, time per output token and the decode roofline; a trial past study.limits is

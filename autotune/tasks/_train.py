@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from autotune.protocol import TaskParams, TrainParams
 from autotune.tasks._base import Task
 
 # A training configuration translated into each framework's form (autotune export)
@@ -55,8 +56,8 @@ class Train(Training):
 
     def trial_params(
         self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None
-    ) -> dict[str, Any]:
-        return {"loss_check": dict(loss_check)} if loss_check and loss_check.get("steps") else {}
+    ) -> TaskParams:
+        return TrainParams(dict(loss_check) if loss_check and loss_check.get("steps") else None)
 
 
 def derive_accumulation(

@@ -1,6 +1,6 @@
 """The all-reduce workload (`autotune nccl`): bus bandwidth of one rank group for each message size.
 
-Every rank all-reduces float32 tensors of each size in spec.params["sizes"] (bytes): `warmup`
+Every rank all-reduces float32 tensors of each size in spec.params.sizes (bytes): `warmup`
 untimed samples, then `iters` samples, each `inner` back-to-back calls after an untimed barrier,
 timed by timing.time_steps (CUDA events on GPUs). The time of a size is the median over the samples
 of the slowest rank's; bandwidths as nccl-tests reports them: algbw = bytes / time, busbw = algbw x
@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from autotune.protocol import AllReduceParams
 from autotune.workloads.base import InvalidConfig, Measured, Workload
 from autotune.workloads.timing import time_steps
 
@@ -36,7 +37,8 @@ class AllReduce(Workload):
 
     def run(self) -> Measured:
         torch, p, ranks = self.torch, self.spec.params, self.ranks
-        inner = p.get("inner", 5)
+        assert isinstance(p, AllReduceParams)
+        inner = p.inner
         cuda = ranks.backend == "nccl"
 
         def line_up() -> None:
@@ -47,7 +49,7 @@ class AllReduce(Workload):
             ranks.barrier()
 
         rows = []
-        for size in p["sizes"]:
+        for size in p.sizes:
             x = torch.ones(size // 4, dtype=torch.float32, device=self.dev)
 
             def calls(x: Any = x) -> None:
@@ -57,8 +59,8 @@ class AllReduce(Workload):
             timing = time_steps(
                 torch,
                 calls,
-                warmup=p["warmup"],
-                measure=p["iters"],
+                warmup=p.warmup,
+                measure=p.iters,
                 device=self.spec.device,
                 before_each=line_up,
             )

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from autotune import nccl_log
-from autotune.protocol import ENV_SECRETS, Rendered, last_words, told_lines, unhide
+from autotune.protocol import ENV_SECRETS, CommandParams, last_words, told_lines, unhide
 from autotune.reporting import ENV_KNOBS, ENV_MAX_STEPS, ENV_REPORT, ENV_STEPS, ENV_STOP
 from autotune.workloads import window as windows
 from autotune.workloads.base import Failed, Measured, Work, Workload
@@ -63,9 +63,11 @@ class Command(Workload):
     def build(self) -> None:
         """Render the trial's command; nothing is started yet."""
         params, run = self.spec.params, self.spec.run
-        self.cfg = params["command"]
+        assert isinstance(params, CommandParams) and params.rendered is not None
         assert self.run_dir is not None
-        self.rendered = Rendered(**params["rendered"])  # by the parent (tasks.Command.prepare)
+        self.params = params
+        self.cfg = params.command
+        self.rendered = params.rendered  # by the parent (tasks.Command.prepare)
         # its secrets masked: the values come in this process's environment alone (protocol.unhide)
         hidden = os.environ.get(ENV_SECRETS)
         self.real_argv, self.real_env = unhide(self.rendered.argv, self.rendered.env, hidden)
@@ -80,7 +82,7 @@ class Command(Workload):
         self.report_path, self.stop_path = self.run_dir / REPORT_FILE, self.run_dir / STOP_FILE
         self.report_path.unlink(missing_ok=True)
         self.stop_path.unlink(missing_ok=True)
-        self.deadline_s = float(params.get("timeout_s", 3600.0))
+        self.deadline_s = params.timeout_s
         self.first_step_s = min(
             self.deadline_s, float(self.cfg.get("first_step_s") or self.deadline_s)
         )
@@ -216,7 +218,7 @@ class Command(Workload):
     def _timed_out(self, watch: _Watch, output: Output, t0: float) -> str:
         """The job at the trial's limit: pruned with its steps past the warm-up, else a timeout;
         either names the limit, its setting and what ate the time."""
-        minutes = self.spec.params.get("trial_timeout_min")
+        minutes = self.params.trial_timeout_min
         setting = "study.trial_timeout_min" + (f" {minutes:g}" if minutes else "")
         limit = f"the trial's limit, {self.deadline_s:.0f} s ({setting}: raise it to measure more)"
         went = time_went(watch.steps, t0)

@@ -17,6 +17,7 @@ import statistics
 import time
 from typing import Any
 
+from autotune.protocol import GenerateParams
 from autotune.workloads.base import InvalidConfig, Measured, Work, Workload
 from autotune.workloads.decoder import Decoder, HFDecoder, full_logits
 from autotune.workloads.quant import (
@@ -191,7 +192,9 @@ class Generate(Workload):
             "prompts": int(probe.shape[0]),
             "positions": last,
         }
-        self._check_drift(knobs["weight_quant"], checked, self.spec.params.get("drift") or {})
+        params = self.spec.params
+        assert isinstance(params, GenerateParams)
+        self._check_drift(knobs["weight_quant"], checked, params.drift or {})
         return how, checked
 
     def _quantized_outputs(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.knobs import CE_CHUNKS, CHECKPOINT_EVERY, SDPA_BACKENDS, numerics, reference_of
+from autotune.protocol import TrainParams
 from autotune.sizes import padded_vocab
 from autotune.workloads import numerics_check
 from autotune.workloads.base import InvalidConfig, Measured, NonFiniteLoss, Work, Workload
@@ -380,7 +381,9 @@ class Train(Workload):
             check_replicas_in_sync(torch, self.model, self.ranks)
         if self.spec.knobs["compile"]:  # read before the numerics check, which compiles nothing
             self.applied["compile_cache"] = compile_cache_counts(torch)
-        check = self.spec.params.get("loss_check") or {}
+        params = self.spec.params
+        assert isinstance(params, TrainParams)
+        check = params.loss_check or {}
         asked = check.get("steps") and numerics(self.spec.knobs)  # where no verdict covers it
         if not asked or timing.stopped_early:  # a pruned trial cannot win: no check for it
             return Measured(timing, losses)
