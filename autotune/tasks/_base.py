@@ -8,7 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from autotune.protocol import PARAMS, TaskParams, TrialSpec
+from autotune.documents.record import TrialRecord
+from autotune.protocol import PARAMS, TaskParams, TrialResult, TrialSpec
 from autotune.tasks._objective import TOKENS_PER_S, Objective
 
 # The sections a Task reads are the config's (config.WorkloadConfig, config.Config), typed Any here:
@@ -93,7 +94,7 @@ class Task(ABC):
         (never written to a file)."""
         return spec, {}
 
-    def metrics(self, record: Any, result: Any, limits: dict[str, float]) -> None:
+    def metrics(self, record: TrialRecord, result: TrialResult, limits: dict[str, float]) -> None:
         """Task-specific metrics into a measured trial's record (record.TrialRecord; its status may
         become over_limit)."""
 

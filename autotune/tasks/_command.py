@@ -7,7 +7,8 @@ import statistics
 from pathlib import Path
 from typing import Any, ClassVar
 
-from autotune.protocol import CommandParams, TaskParams, TrialSpec
+from autotune.documents.record import TrialRecord
+from autotune.protocol import CommandParams, Rendered, TaskParams, TrialResult, TrialSpec
 from autotune.tasks._train import TRAINING_EXPORTS, Training
 
 # autotune's knobs a command may map; those that set environment variables reach it without a
@@ -104,24 +105,25 @@ class Command(Training):
         env = {ENV_SECRETS: json.dumps(hidden)} if hidden["argv"] or hidden["env"] else {}
         return dataclasses.replace(spec, params=masked), env
 
-    def metrics(self, record: Any, result: Any, limits: dict[str, float]) -> None:
+    def metrics(self, record: TrialRecord, result: TrialResult, limits: dict[str, float]) -> None:
         """The figure: the job's tokens over time in its measured window (workloads/window.py), not
         a median of its steps' rates; padding (the share of computed tokens that were padding), the
         tokens of the measured steps, how the window was measured; a job that ignored the stop
         request is said in the reason."""
         from autotune.documents.record import Metric
 
-        out = result.output
+        out, metrics = result.output, record.metrics
+        assert metrics is not None  # a measured trial's
         window = out.get("window") or {}
         if window.get("tokens_per_s"):
-            per_gpu = record.metrics[Metric.TOKENS_PER_GPU]
-            world = record.metrics[Metric.TOKENS] / per_gpu if per_gpu else 1
-            record.metrics[Metric.TOKENS_PER_GPU] = window["tokens_per_s"]
-            record.metrics[Metric.TOKENS] = window["tokens_per_s"] * world
-            record.metrics[Metric.WINDOW] = window
-        record.metrics[Metric.PADDING_PCT] = out.get("padding_pct")
+            per_gpu = metrics[Metric.TOKENS_PER_GPU]
+            world = metrics[Metric.TOKENS] / per_gpu if per_gpu else 1
+            metrics[Metric.TOKENS_PER_GPU] = window["tokens_per_s"]
+            metrics[Metric.TOKENS] = window["tokens_per_s"] * world
+            metrics[Metric.WINDOW] = window
+        metrics[Metric.PADDING_PCT] = out.get("padding_pct")
         tokens = out.get("tokens") or []
-        record.metrics["tokens_per_step_median"] = statistics.median(tokens) if tokens else None
+        metrics["tokens_per_step_median"] = statistics.median(tokens) if tokens else None
         stop = (result.applied or {}).get("stop", "")
         if stop.startswith("ignored"):
             record.reason = f"the command {stop} its last measured step"
@@ -146,7 +148,7 @@ def _secret_notes(command: Any) -> list[str]:
     ]
 
 
-def _hidden(shown: Any, real: Any) -> dict[str, dict[str, str]]:
+def _hidden(shown: Rendered, real: Rendered) -> dict[str, dict[str, str]]:
     """What the trial process puts back into the command it was given (shown): each argument and
     variable that differs from the command as it runs (real), by index and by name. A variable
     masked and inherited from autotune's environment is dropped from both."""

@@ -6,7 +6,8 @@ from __future__ import annotations
 import statistics
 from typing import Any, ClassVar
 
-from autotune.protocol import GenerateParams, TaskParams
+from autotune.documents.record import TrialRecord
+from autotune.protocol import GenerateParams, TaskParams, TrialResult
 from autotune.tasks._base import Decide, Task
 from autotune.tasks._objective import PARETO, TOKENS_PER_S, Objective
 
@@ -73,16 +74,18 @@ class Generate(Task):
     ) -> TaskParams:
         return GenerateParams(drift or None)
 
-    def metrics(self, record: Any, result: Any, limits: dict[str, float]) -> None:
+    def metrics(self, record: TrialRecord, result: TrialResult, limits: dict[str, float]) -> None:
         """TTFT, time per output token and the decode roofline; a trial past study.limits is
         over_limit."""
         from autotune import metrics
         from autotune.hardware import hbm_bandwidth
 
-        record.metrics.update(
+        measured = record.metrics
+        assert measured is not None  # a measured trial's
+        measured.update(
             metrics.generation(result.output, hbm_bandwidth(result.env.get("device_name")))
         )
-        over = metrics.over_limits(record.metrics, limits)
+        over = metrics.over_limits(measured, limits)
         if over and record.status == "ok":
             record.status, record.reason = "over_limit", "; ".join(over)
 
