@@ -30,7 +30,7 @@ INHERITED_ENV = frozenset(_os.environ)
 def _launched_as_the_cli() -> bool:
     """`python -m autotune.cli ...` or the `autotune` console script (sys.orig_argv: Python's own
     command line)."""
-    argv = list(getattr(_sys, "orig_argv", []))
+    argv: list[str] = list(getattr(_sys, "orig_argv", []))
     if "-m" in argv[:-1]:
         return argv[argv.index("-m") + 1] == "autotune.cli"
     return len(argv) > 1 and argv[1].rsplit("/", 1)[-1] == "autotune"
@@ -146,13 +146,13 @@ def run_check(
 
     best = path_of("best_yaml", best_yaml)
 
-    given = {
+    given: dict[str, Any] = {
         "model_yaml": model_yaml,
         "repeats": repeats,
         "tolerance_pct": tolerance_pct,
         "junit": junit,
     }
-    given.update(update=update, max_load=max_load, on_repeat=on_repeat)
+    given["update"], given["max_load"], given["on_repeat"] = update, max_load, on_repeat
     options = checked("run_check", CHECK, given)
     if options["max_load"] is None:  # the CLI's default (regress_conditions.HOST_LOAD_LIMIT)
         del options["max_load"]

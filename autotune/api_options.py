@@ -5,6 +5,7 @@ str or Path."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ def resolve_device(device: str | None, name: str = "--device") -> str:
     return device or default_device()
 
 
-def parse_gpus(gpus: str | list[Any] | None, name: str = "--gpus") -> list[str] | None:
+def parse_gpus(gpus: str | Sequence[int | str] | None, name: str = "--gpus") -> list[str] | None:
     """0,1,2 (or a list of indices) or all -> ["0", "1", "2"]; None when not given."""
     if gpus is None:
         return None

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 # Rendered: the hand-over's own class (the trial process reads it back from the spec)
-from autotune.protocol import Rendered
+from autotune.protocol import Knobs, Rendered
 
 # MASK: a secret masked when study.db or best.yaml was written; ENV_REFERENCE: `{env:NAME}`
 from autotune.redact import ENV_REFERENCE, MASK
@@ -78,7 +78,7 @@ def key_value(mapping: dict[str, Any], value: Any) -> tuple[bool, Any]:
 
 def render(
     command: dict[str, Any],
-    knobs: dict[str, Any],
+    knobs: Knobs,
     run_dir: Path | None,
     base_dir: Path,
     launcher: bool = True,
@@ -127,7 +127,7 @@ LIGHTNING_ENV = {
 }
 
 
-def lightning_env(command: dict[str, Any], knobs: dict[str, Any]) -> dict[str, str]:
+def lightning_env(command: dict[str, Any], knobs: Knobs) -> dict[str, str]:
     """The PL_TRAINER_* variables of the trial's unmapped knobs (measure lightning only)."""
     if command.get("measure") != "lightning":
         return {}
@@ -135,7 +135,7 @@ def lightning_env(command: dict[str, Any], knobs: dict[str, Any]) -> dict[str, s
     for name, (variable, table) in LIGHTNING_ENV.items():
         value = knobs.get(name)
         if value is not None and name not in (command.get("knobs") or {}):
-            env[variable] = table[value] if table else text_of(value)
+            env[variable] = table[str(value)] if table else text_of(value)
     return env
 
 

@@ -230,6 +230,7 @@ class Telemetry:
 
     def _loop(self) -> None:
         nv, h = self._nv, self._handle
+        assert nv is not None  # __enter__ starts the thread only with NVML
         reasons_fn = (
             getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
             or nv.nvmlDeviceGetCurrentClocksThrottleReasons
@@ -280,6 +281,9 @@ def device_units(device: str, gpus: str | None, ranks: int) -> list[str]:
         if isinstance(i, str):  # already a unique name
             units.append(i if i.upper().startswith(("GPU-", "MIG-")) else f"gpu-{i}")
             continue
+        if nv is None:
+            units.append(f"gpu-{i}")
+            continue
         try:
             # GPU-..., as CUDA names it
             units.append(_str(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i))))
@@ -302,7 +306,9 @@ def software_versions() -> str:
 
     import autotune
 
-    nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "n/a"
+    nccl = "n/a"
+    if torch.cuda.is_available():
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))  # type: ignore[no-untyped-call]
     return (
         f"autotune {autotune.__version__}, python {platform.python_version()}, torch "
         f"{torch.__version__}, "

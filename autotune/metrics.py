@@ -180,7 +180,7 @@ def window_energy_j(samples: list[dict[str, Any]], window: tuple[float, float]) 
         if not before or not after:
             return None
         (t0, e0), (t1, e1) = before[-1], after[0]
-        return e0 if t1 == t0 else e0 + (e1 - e0) * (t - t0) / (t1 - t0)
+        return float(e0 if t1 == t0 else e0 + (e1 - e0) * (t - t0) / (t1 - t0))
 
     start, end = at(window[0]), at(window[1])
     if start is None or end is None or end <= start:

@@ -18,7 +18,8 @@ from typing import Any
 from autotune import knobs as catalogue
 from autotune import nccl_log, paths
 from autotune.errors import ConfigError
-from autotune.launch.runner import omp_env, preflight, run_trial
+from autotune.launch.process import run_trial
+from autotune.launch.runner import omp_env, preflight
 from autotune.protocol import RunSettings, TrialSpec, write_json
 
 ALGOS = catalogue.BY_NAME["nccl_algo"].choices()
@@ -128,13 +129,13 @@ def _cell(
         params={"sizes": sizes, "warmup": warmup, "iters": iters},
     )
     outcome = run_trial(spec, run_dir, timeout_s=timeout_s, env=env)
-    ok = outcome.status == "ok" and outcome.result is not None
+    result = outcome.result if outcome.status == "ok" else None
     return {
         "algo": algo,
         "proto": proto,
         "status": outcome.status,
         "reason": outcome.reason,
-        "rows": outcome.result.output.get("rows") if ok else None,
+        "rows": result.output.get("rows") if result is not None else None,
         "nccl_used": nccl_log.used(outcome.nccl),
         "nccl_report": outcome.nccl,
         "wall_s": round(outcome.wall_s, 1),

@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from autotune.protocol import Knobs
+
 # Words of NCCL's message when it cannot honour NCCL_ALGO/NCCL_PROTO (a setting, not a fault), in a
 # rank's exception and in NCCL's WARN log lines alike.
 REFUSAL_MARKS = ("NCCL_ALGO", "NCCL_PROTO", "no algorithm/protocol available")
@@ -34,7 +36,7 @@ def is_refusal(text: str) -> bool:
     return any(mark in text for mark in REFUSAL_MARKS)
 
 
-def cause(knobs: dict[str, Any]) -> dict[str, Any] | None:
+def cause(knobs: Knobs) -> dict[str, Any] | None:
     """The knob values NCCL refused: the NCCL settings the trial set (None when it set none)."""
     given = {
         k: knobs.get(k)

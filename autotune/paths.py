@@ -217,11 +217,13 @@ def _not_a_report(path: Path) -> str | None:
 
 def _first_element(head: bytes) -> str | None:
     """The name of the first element of an XML document (no namespace); None when it is not XML."""
-    parser = ET.XMLPullParser(events=("start",))
+    parser: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("start",))
     try:
         for at in range(0, len(head), SNIFF_CHUNK):
             parser.feed(head[at : at + SNIFF_CHUNK])
-            for _, element in parser.read_events():
+            for event in parser.read_events():
+                element = event[-1]
+                assert isinstance(element, ET.Element)  # the only events asked: start
                 return element.tag.rpartition("}")[2]
     except ET.ParseError:
         return None

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 from autotune import knobs as catalogue
+from autotune.knobs import Knobs as Knobs  # re-exported: the knobs a trial is handed
 
 if TYPE_CHECKING:
     from dataclasses import Field
@@ -370,9 +371,8 @@ class TrialSpec(_Document):
 
     task: str  # which workload runs: train, allreduce
     device: str  # cuda or cpu
-    knobs: dict[str, Any] = field(
-        default_factory=dict
-    )  # every knob of the task; absent ones take the catalogue's default
+    # every knob of the task; absent ones take the catalogue's default
+    knobs: Knobs = field(default_factory=dict)
     # the model section, derived sizes filled in (None: the workload has no model)
     model: dict[str, Any] | None = None
     run: RunSettings = field(default_factory=RunSettings)

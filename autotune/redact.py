@@ -123,7 +123,8 @@ class MaskingWriter:
         return bool(getattr(self._stream, "isatty", lambda: False)())
 
     def fileno(self) -> int:
-        return self._stream.fileno()  # type: ignore[attr-defined]
+        number: int = self._stream.fileno()  # type: ignore[attr-defined]
+        return number
 
     @property
     def encoding(self) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 from autotune import knobs as catalogue
 from autotune.documents.record import TrialRecord
 from autotune.launch import logcap
-from autotune.protocol import PROGRESS_FILE, TrialResult
+from autotune.protocol import PROGRESS_FILE, Knobs, TrialResult
 
 # launch._classify's words for a trial that left no result (tests/test_reasons.py runs both)
 NO_RESULT_IN_TIME = re.compile(r"no result after \d+ s \(trial timeout\); process group killed")
@@ -146,7 +146,7 @@ def _time_went(record: TrialRecord, ctx: Context) -> tuple[str, int | None]:
     if not steps:
         return f"no measured step reported by then: {before} took it, or a step hung", None
     measured = sum(steps)
-    ahead = max(0.0, record.wall_s - measured)
+    ahead = max(0.0, (record.wall_s or measured) - measured)
     per = measured / len(steps)
     needed = math.ceil((ahead + per * ctx.measure_steps) * NEEDED_MARGIN / 60)
     went = (
@@ -210,7 +210,7 @@ def _peak(reason: str, ctx: Context) -> str:
     return f"estimated peak {gib:.1f} GiB" if gib >= 1 else f"estimated peak {gib * 1024:.3g} MiB"
 
 
-def _levers(knobs: dict[str, Any], ctx: Context) -> str:
+def _levers(knobs: Knobs, ctx: Context) -> str:
     """The knob values that lower this trial's memory, each with its value now."""
     have = {**catalogue.defaults(ctx.task), **knobs} if ctx.task in catalogue.TASKS else dict(knobs)
     said = []
@@ -229,7 +229,7 @@ def _levers(knobs: dict[str, Any], ctx: Context) -> str:
     return "more GPU memory: it does not fit at the smallest sizes these knobs allow"
 
 
-def _acts(name: str, knobs: dict[str, Any], ctx: Context) -> bool:
+def _acts(name: str, knobs: Knobs, ctx: Context) -> bool:
     """Whether the knob reaches this trial: its task has it, a command maps it, a rank group for an
     across-ranks knob."""
     knob = catalogue.BY_NAME.get(name)

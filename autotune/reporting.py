@@ -63,7 +63,8 @@ def graphs() -> int | None:
 def knobs() -> dict[str, Any]:
     """The trial's knob values (AUTOTUNE_KNOBS), for a job that reads them itself; {} outside
     autotune."""
-    return json.loads(os.environ.get(ENV_KNOBS) or "{}")
+    knobs: dict[str, Any] = json.loads(os.environ.get(ENV_KNOBS) or "{}")
+    return knobs
 
 
 class Reporter:
@@ -112,7 +113,9 @@ class Reporter:
         training."""
         if not self.active:
             return False
-        return self.count >= self.most or bool(self.stop and os.path.exists(self.stop))
+        if self.most is not None and self.count >= self.most:
+            return True
+        return bool(self.stop and os.path.exists(self.stop))
 
     def begin(self) -> None:
         """Mark the start of the first step (else the reporter's creation is)."""

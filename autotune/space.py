@@ -96,7 +96,10 @@ class ResolvedSpace:
         """The candidate closest to params (ties broken by rng): where the sampler wanted to
         look."""
         best = min(self.distance(params, c) for c in candidates)
-        return rng.choice([c for c in candidates if self.distance(params, c) == best])
+        nearest: dict[str, Any] = rng.choice(
+            [c for c in candidates if self.distance(params, c) == best]
+        )
+        return nearest
 
     def suggest(self, trial: optuna.trial.Trial) -> dict[str, Any]:
         """Ask Optuna for a value of each searched knob (all knobs are categorical)."""

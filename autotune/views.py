@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -13,13 +13,16 @@ from rich.text import Text
 from autotune import numerics
 from autotune.documents.record import Metric, TrialRecord
 from autotune.errors import printable
-from autotune.protocol import reason_line
+from autotune.protocol import Knobs, reason_line
 from autotune.report import fmt, rich_table, row_of
 from autotune.search.history import History, value_of
 from autotune.search.observer import Observer
 
+if TYPE_CHECKING:
+    from autotune.space import ResolvedSpace
 
-def fmt_knobs(knobs: dict[str, Any], keys: list[str] | None = None) -> str:
+
+def fmt_knobs(knobs: Knobs, keys: list[str] | None = None) -> str:
     keys = keys or list(knobs)
     return printable(" ".join(f"{k}={knobs[k]}" for k in keys if k in knobs), newlines=False)
 
@@ -107,7 +110,7 @@ class LiveProgress(Observer):
         self.t0 = time.monotonic()
         self.console.print(header_line(info))
 
-    def trial_started(self, number: int, index: int, knobs: dict[str, Any]) -> None:
+    def trial_started(self, number: int, index: int, knobs: Knobs) -> None:
         self.current[number] = (index, knobs, time.monotonic())
 
     def trial_finished(self, record: TrialRecord, history: History) -> None:
@@ -266,27 +269,30 @@ def space_table(described: dict[str, Any], show_all: bool = False) -> Table:
 
 
 def memory_table(
-    model: dict[str, Any], space: Any, world_size: int, capacity_gib: float | None
+    model: dict[str, Any] | None, space: ResolvedSpace, world_size: int, capacity_gib: float | None
 ) -> Table | None:
     """`autotune validate`: the memory estimate per rank (autotune/memory) for each micro-batch size
     and activation checkpointing choice of the space, the other knobs at the baseline's values;
     None where nothing is estimated (hf_config and entrypoint models, generate)."""
     from autotune import memory
 
+    if model is None:
+        return None
     sizes = space.searched.get("micro_batch_size") or [space.baseline.get("micro_batch_size")]
     checkpoints = space.searched.get("activation_checkpointing") or [
         space.baseline.get("activation_checkpointing")
     ]
     base = space.knobs(space.baseline)
-    rows = []
+    rows: list[tuple[Any, list[memory.Estimate]]] = []
     for ac in checkpoints:
-        ests = [
+        found = [
             memory.estimate(
                 model, {**base, "micro_batch_size": mbs, "activation_checkpointing": ac}, world_size
             )
             for mbs in sizes
         ]
-        if any(e is None for e in ests):
+        ests = [e for e in found if e is not None]
+        if len(ests) < len(found):
             return None
         rows.append((ac, ests))
     title = (

@@ -12,7 +12,7 @@
 #                                       numerics-gpu staged expert expert-in-autotune (issue 34: one H200; benchmarks/background.sh)
 #                                       hf-smoke hf-padded hf-truth hf-variants hf-live hf-cost (issue 35: one H200)
 #                                       issue38 (issue 38: one H200)
-#                                       issue37 issue37b-tests issue37b issue37c-tests issue37c (issue 37: one H200)
+#                                       issue37 issue37b-tests issue37b issue37c-tests issue37c issue37d-tests issue37d (issue 37: one H200)
 # GPUS: the --gpus of the stages that take it (default 0,1; GPUS=0 on one GPU)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
@@ -104,6 +104,24 @@ for t in s.trials: a=t.user_attrs; f=a.get("fingerprint") or {}; print(json.dump
       for s in tiny issue37c-hf-0.3b; do at report trials/$s --format markdown > "$OUT/issue37c-$s-report.md" 2>&1
         cp trials/$s/best.yaml "$OUT/issue37c-$s-best.yaml"; done
       tar czf "$OUT/issue37c-trials.tgz" --exclude='*/out/*' trials/tiny trials/issue37c-hf-0.3b ;;
+    issue37d-tests) # issue 37, fourth session: the GPU tests after strict typing (knob values, torch modules, NVML)
+      python3 -m pytest -q -p no:cacheprovider --durations=15 tests/test_gpu.py tests/test_gpu_numerics.py \
+        2>&1 | tail -30 | tee "$OUT/issue37d-tests.log" ;;
+    issue37d) # issue 37, fourth session: what the typing touched, on the GPU: `hw` (NVML, versions), `validate`
+      # (the memory table), a training search with telemetry and its check, a generate search (decoder, quant)
+      at hw 2>&1 | tail -20 | tee "$OUT/issue37d-hw.log"
+      at validate search_spaces/tiny.yaml 2>&1 | tail -20 | tee "$OUT/issue37d-validate.log"
+      t0=$(date +%s); at search search_spaces/tiny.yaml --fresh 2>&1 | tail -25 | tee "$OUT/issue37d-search.log"
+      echo "search wall: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/issue37d-search.log"
+      at check trials/tiny/best.yaml --repeats 3 --update 2>&1 | tail -15 | tee "$OUT/issue37d-check.log"
+      t0=$(date +%s); at search search_spaces/tiny-generate.yaml --fresh 2>&1 | tail -25 | tee "$OUT/issue37d-generate.log"
+      echo "search wall: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/issue37d-generate.log"
+      python3 -c 'import optuna,json; s=optuna.load_study(study_name="tiny", storage="sqlite:///trials/tiny/study.db")
+for t in s.trials: a=t.user_attrs; m=a.get("metrics") or {}; tel=a.get("telemetry") or {}; print(json.dumps({"n": t.number, "status": a.get("status"), "tps": m.get("tokens_per_s_per_gpu"), "power_w_mean": tel.get("power_w_mean"), "sm_clock_mhz_mean": tel.get("sm_clock_mhz_mean"), "samples": tel.get("samples")}))' \
+        | tee "$OUT/issue37d-tiny-trials.jsonl"
+      for s in tiny tiny-generate; do at report trials/$s --format markdown > "$OUT/issue37d-$s-report.md" 2>&1
+        cp trials/$s/best.yaml "$OUT/issue37d-$s-best.yaml"; done
+      tar czf "$OUT/issue37d-trials.tgz" --exclude='*/out/*' trials/tiny trials/tiny-generate ;;
     issue38) # issue 38: the GPU tests and the hardening tests on the GPU machine, then a real HF job's search (the
       # figure's new bounds must fail no real CUDA-event job); {env:ISSUE38_TOKEN} reaches it and no file
       python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_hardening_command.py \

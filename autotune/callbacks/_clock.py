@@ -14,6 +14,7 @@ stops.
 from __future__ import annotations
 
 import time
+from types import ModuleType
 from typing import Any
 
 from autotune import reporting
@@ -21,7 +22,7 @@ from autotune import reporting
 TokenCount = tuple[Any, int]  # (real tokens: an int or a device tensor, padded tokens)
 
 
-def mark(torch: Any, cuda: bool) -> Any:
+def mark(torch: ModuleType, cuda: bool) -> Any:
     """A step boundary: an event recorded on the current stream, or the host's clock."""
     if not cuda:
         return time.perf_counter()
@@ -32,10 +33,10 @@ def mark(torch: Any, cuda: bool) -> Any:
 
 def seconds(start: Any, end: Any, cuda: bool) -> float:
     """The time between two marks (events: after the device has passed both)."""
-    return start.elapsed_time(end) / 1000 if cuda else end - start
+    return float(start.elapsed_time(end) / 1000 if cuda else end - start)
 
 
-def _real_on_host(torch: Any, counts: list[TokenCount], cuda: bool) -> Any:
+def _real_on_host(torch: ModuleType, counts: list[TokenCount], cuda: bool) -> Any:
     """The step's real tokens, summed on the device and copied to the host without waiting (else an
     int)."""
     tensors = [r for r, _ in counts if isinstance(r, torch.Tensor)]
@@ -51,7 +52,7 @@ def _real_on_host(torch: Any, counts: list[TokenCount], cuda: bool) -> Any:
 class Steps:
     """The steps of one training, written to the reporter as the device finishes them."""
 
-    def __init__(self, torch: Any, reporter: reporting.Reporter, cuda: bool) -> None:
+    def __init__(self, torch: ModuleType, reporter: reporting.Reporter, cuda: bool) -> None:
         self.torch, self.reporter, self.cuda = torch, reporter, cuda
         self.last = mark(torch, cuda)  # the training's start
         # a step's stamp (at) is the start's wall clock plus the marks' time since: on the clock

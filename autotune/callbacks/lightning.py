@@ -56,12 +56,13 @@ def count_tokens(batch: Any) -> TokenCount:
 def _mapping_tokens(batch: Mapping[str, Any]) -> TokenCount:
     ids = batch.get("input_ids")
     mask = batch.get("attention_mask")
-    if ids is None and mask is None:
+    counted = ids if ids is not None else mask
+    if counted is None:
         raise TypeError(
             "AutotuneCallback: a dict batch needs input_ids or attention_mask, got keys "
             f"{sorted(batch)}"
         )
-    padded = (ids if ids is not None else mask).numel()
+    padded = counted.numel()
     real = mask.sum() if mask is not None else padded
     return real, padded
 

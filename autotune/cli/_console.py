@@ -4,7 +4,7 @@ masked."""
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import IO, Any, cast
 
 from rich.console import Console
 
@@ -24,8 +24,10 @@ def console(stderr: bool = False) -> Console:
     """A Rich console that never reads markup or emoji codes in what it prints (a '[/x]' in a path
     is printed as it is), escapes control characters in it (an ESC in a file name does not reach the
     terminal) and masks every credential it writes (redact.mask)."""
+    # MaskingWriter has what Rich calls on its file (write, flush, isatty, fileno), not all of IO
+    stream = cast(IO[str], MaskingWriter(sys.stderr if stderr else sys.stdout))
     return _TextConsole(
-        file=MaskingWriter(sys.stderr if stderr else sys.stdout),
+        file=stream,
         markup=False,
         emoji=False,
         highlight=False,

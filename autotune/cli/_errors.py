@@ -27,8 +27,9 @@ _signalled: dict[str, BaseException | None] = {"by": None}
 
 
 def _terminate(signum: int, frame: object) -> None:
-    _signalled["by"] = HungUp() if signum == signal.SIGHUP else Terminated()
-    raise _signalled["by"]
+    by = HungUp() if signum == signal.SIGHUP else Terminated()
+    _signalled["by"] = by
+    raise by
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -50,7 +51,7 @@ def _interruption(e: BaseException) -> BaseException:
     ImportError)."""
     if _signalled["by"] is not None:
         return _signalled["by"]
-    seen = e
+    seen: BaseException | None = e
     while seen is not None:
         if isinstance(seen, KeyboardInterrupt):
             return seen

@@ -8,8 +8,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from autotune.api_options import parse_gpus, resolve_device  # noqa: F401  (the commands' import)
-
 ModelYaml = Annotated[
     Path, typer.Argument(help="The YAML file: model, workload, space, study, baseline.")
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -83,7 +83,7 @@ def check(
         console, progress = out_console(), out_console(stderr=True)
 
         # each repeat as it ends, on stderr: stdout's first line is the verdict
-        def on_repeat(event: dict) -> None:
+        def on_repeat(event: dict[str, Any]) -> None:
             progress.print(repeat_line(event), highlight=False)
 
         if reset_baseline:

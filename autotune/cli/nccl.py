@@ -7,10 +7,11 @@ from typing import Annotated
 
 import typer
 
+from autotune.api_options import parse_gpus, resolve_device
 from autotune.cli._app import app
 from autotune.cli._console import console as out_console
 from autotune.cli._errors import funnel
-from autotune.cli._options import Device, Gpus, Out, finite, parse_gpus, resolve_device
+from autotune.cli._options import Device, Gpus, Out, finite
 from autotune.errors import NoSuccessError
 
 

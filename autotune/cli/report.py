@@ -65,7 +65,7 @@ def report(
         if (
             html is None
             and default is not None
-            and not os.access(default if default.exists() else folder, os.W_OK)
+            and not os.access(default if default.exists() else default.parent, os.W_OK)
         ):
             # a study read from a read-only place: no HTML unless asked for with --html
             default = None

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
+from autotune.api_options import parse_gpus, resolve_device
 from autotune.cli._app import app
 from autotune.cli._console import console as out_console
 from autotune.cli._errors import funnel
@@ -24,10 +25,11 @@ from autotune.cli._options import (
     Trials,
     Wandb,
     WarmStart,
-    parse_gpus,
-    resolve_device,
 )
 from autotune.errors import NoSuccessError, printable
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 @app.command()
@@ -85,13 +87,13 @@ def _shown(cfg: Any) -> dict[str, Any]:
     """The config as validate prints it: a command's secrets masked (redact.mask_command)."""
     from autotune.redact import mask_command
 
-    doc = cfg.model_dump(mode="json")
+    doc: dict[str, Any] = cfg.model_dump(mode="json")
     if doc.get("command"):
         doc["command"] = mask_command(doc["command"])
     return doc
 
 
-def _say_notes(console: Any, cfg: Any) -> None:
+def _say_notes(console: Console, cfg: Any) -> None:
     """The task's notes on the config (a secret in a command's arguments: Task.notes)."""
     from autotune import tasks
 
@@ -99,7 +101,7 @@ def _say_notes(console: Any, cfg: Any) -> None:
         console.print(f"note: {note}", highlight=False)
 
 
-def _print_result(console: Any, result: Any, searched: list[str], task: str) -> None:
+def _print_result(console: Console, result: Any, searched: list[str], task: str) -> None:
     """The search's end: the top trials, the confirmation, what was chosen and where it was
     written."""
     from autotune.views import confirmation_table, top_trials_table

@@ -24,6 +24,7 @@ from pydantic import (
 from autotune import knobs as catalogue
 from autotune import paths, yamlio
 from autotune.errors import ConfigError
+from autotune.protocol import Knobs
 
 if TYPE_CHECKING:
     from autotune.config import ModelConfig, WorkloadConfig
@@ -55,7 +56,7 @@ def _digest(
     model: dict[str, Any] | None,
     workload: dict[str, Any],
     command: dict[str, Any] | None,
-    knobs: dict[str, Any],
+    knobs: Knobs,
 ) -> str:
     """measured_digest of these sections, as best.yaml has them (not as autotune.config would type
     them: a digest recorded by an earlier release must still match)."""
@@ -80,7 +81,7 @@ def _digest(
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def knob_set(knobs: dict[str, Any]) -> str:
+def knob_set(knobs: Knobs) -> str:
     """A short hash of the knob names a release writes: on read, the same hash says that the knobs a
     file lacks were added since (upgraded), another says the list was edited (refused)."""
     import hashlib
@@ -209,7 +210,7 @@ class BestFile(_Part):
     chosen: Chosen
     # every knob of the task, and a command's own: a value's type is its knob's (read_best checks
     # each against its catalogue entry or its values; None: not acting in this trial)
-    knobs: dict[str, Any]
+    knobs: Knobs
     metrics: Metrics
     fingerprint: Fingerprint
     # The YAML's own sections, kept as written (measured_digest hashes them so): read_best types
@@ -291,11 +292,18 @@ def _validated(path: Path, raw: dict[str, Any]) -> Best:
     return Best(doc, model, workload, command, base_dir)
 
 
-def _check_batch(path: Path, knobs: dict[str, Any], workload: WorkloadConfig) -> None:
+def _check_batch(path: Path, knobs: Knobs, workload: WorkloadConfig) -> None:
     """The knobs keep the workload's global batch (micro-batch x accumulation x ranks), as the
     search did."""
     gbs, world = workload.global_batch_size, workload.world_size
-    if gbs is not None and knobs["micro_batch_size"] * knobs["grad_accum_steps"] * world != gbs:
+    if gbs is None:
+        return
+    if (
+        catalogue.int_of(knobs, "micro_batch_size")
+        * catalogue.int_of(knobs, "grad_accum_steps")
+        * world
+        != gbs
+    ):
         raise ConfigError(
             f"{path}: knobs: micro_batch_size {knobs['micro_batch_size']} x grad_accum_steps "
             f"{knobs['grad_accum_steps']} x world_size {world} is not workload.global_batch_size "
@@ -303,7 +311,7 @@ def _check_batch(path: Path, knobs: dict[str, Any], workload: WorkloadConfig) ->
         )
 
 
-def _old_behaviour(knobs: dict[str, Any], missing: list[str], world: int) -> dict[str, Any]:
+def _old_behaviour(knobs: Knobs, missing: list[str], world: int) -> dict[str, Any]:
     """The missing knobs' values a search would have written: the default, or None where the knob
     cannot act (one rank: no parallel; an only_with knob whose owner has another value), as
     Space.knobs decides."""
@@ -349,9 +357,7 @@ def user_knobs(command: CommandConfig | None) -> dict[str, list[Scalar]]:
     return {n: m.values for n, m in command.knobs.items() if m.values is not None}
 
 
-def _check_knobs(
-    path: Path, knobs: dict[str, Any], task: str, own: dict[str, list[Scalar]]
-) -> None:
+def _check_knobs(path: Path, knobs: Knobs, task: str, own: dict[str, list[Scalar]]) -> None:
     """Every knob of the workload's task (and of the command's own), each value one its knob accepts
     (None:
     not acting in this trial)."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from autotune.protocol import Knobs
+
 # 1: before versioning (2026-12-01 and earlier). 2: `schema` written, the same fields.
 SCHEMA_VERSION = 2
 
@@ -54,7 +56,7 @@ class TrialRecord:
     and read back as they are."""
 
     number: int
-    knobs: dict[str, Any]
+    knobs: Knobs
     status: str
     reason: str = ""
     # recorded from what the study knows, never launched (search/predict.py)

@@ -24,6 +24,7 @@ from autotune.export._form import (
     translate,
 )
 from autotune.export._winner import Winner
+from autotune.protocol import Knobs
 
 NOT_AN_ARGUMENT = "no Trainer argument"
 PRECISION = {"fp32": "32-true", "tf32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
@@ -73,7 +74,7 @@ def _checkpointing(value: Any, w: Winner) -> Out:
     )
 
 
-def _comm_hook(knobs: dict[str, Any]) -> dict[str, Any]:
+def _comm_hook(knobs: Knobs) -> dict[str, Any]:
     hook = knobs.get("ddp_comm_hook") or "none"
     if hook == "powersgd":
         state = (

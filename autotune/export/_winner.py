@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from autotune import knobs as catalogue
 from autotune import paths, yamlio
 from autotune.errors import ConfigError, excerpt
+from autotune.protocol import Knobs
 
 if TYPE_CHECKING:
     from autotune.documents.best_file import Best
@@ -29,7 +30,7 @@ class Winner:
     path: Path
     name: str
     task: str
-    knobs: dict[str, Any]
+    knobs: Knobs
     env: dict[str, str]  # apply.env: the environment knobs' variables
     metrics: dict[str, Any]
     world_size: int = 1
@@ -175,7 +176,7 @@ def _check_command(path: Path, command: dict[str, Any]) -> None:
         raise ConfigError(f"{path}: command{'.' + where if where else ''}: {message}") from None
 
 
-def _check_catalogue_knobs(path: Path, knobs: dict[str, Any]) -> None:
+def _check_catalogue_knobs(path: Path, knobs: Knobs) -> None:
     """autotune's knobs among them, each value one its knob accepts (None: not acting), as read_best
     checks."""
     from pydantic import ValidationError

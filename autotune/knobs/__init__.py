@@ -24,9 +24,12 @@ from autotune.knobs._knob import (
     POWERSGD_START,
     TASKS,
     Knob,
+    Knobs,
+    KnobValue,
     Not,
     Note,
     TaskName,
+    int_of,
 )
 
 __all__ = [
@@ -44,12 +47,15 @@ __all__ = [
     "SDPA_BACKENDS",
     "TASKS",
     "Knob",
+    "KnobValue",
+    "Knobs",
     "Not",
     "Note",
     "TaskName",
     "apply_notes",
     "check_rows",
     "defaults",
+    "int_of",
     "env_of",
     "markdown_table",
     "numerics",
@@ -58,7 +64,7 @@ __all__ = [
 ]
 
 
-def numerics(knobs: dict[str, Any]) -> dict[str, Any]:
+def numerics(knobs: Knobs) -> dict[str, Any]:
     """The knob values of a training trial that change its arithmetic against the reference (bf16,
     exact gradient all-reduce, fp32 reduction): what study.loss_check compares and, past its limit,
     the cause."""
@@ -74,7 +80,7 @@ def numerics(knobs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def reference_of(knobs: dict[str, Any]) -> dict[str, Any]:
+def reference_of(knobs: Knobs) -> dict[str, Any]:
     """The same trial without what `numerics` names: bf16 for fp8/fp16, no comm hook, fp32
     reduction."""
     ref = {**knobs}
@@ -108,7 +114,7 @@ def defaults(task: str = "train") -> dict[str, Any]:
     return {k.name: k.default for k in CATALOGUE if task in k.tasks}
 
 
-def env_of(knobs: dict[str, Any]) -> dict[str, str]:
+def env_of(knobs: Knobs) -> dict[str, str]:
     """Environment variables that apply these knob values (best.yaml's apply.env); "default" sets
     nothing."""
     return {
@@ -119,7 +125,7 @@ def env_of(knobs: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def apply_notes(knobs: dict[str, Any], device: str, task: str = "train") -> list[str]:
+def apply_notes(knobs: Knobs, device: str, task: str = "train") -> list[str]:
     """How to reproduce these knob values in a script of the task (best.yaml's apply.notes), knob by
     knob."""
     lines = []

@@ -7,7 +7,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union, get_args, get_origin  # noqa: F401  (the entries' types)
 
-Note = Callable[[dict[str, Any], str], list[str]]
+# One knob's value as the YAML, the sampler, the spec and best.yaml hold it (Optional[int] knobs
+# take None), and a trial's knobs by name.
+KnobValue = bool | int | float | str | None
+Knobs = dict[str, KnobValue]
+
+Note = Callable[[Knobs, str], list[str]]
+
+
+def int_of(knobs: Knobs, name: str) -> int:
+    """A whole-number knob's value (micro_batch_size, grad_accum_steps, batch_size), for arithmetic;
+    a value of another type (a hand-edited best.yaml past its checks) is a TypeError naming it."""
+    value = knobs[name]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"knob {name}: {value!r} is not a whole number")
+    return value
+
 
 # checkpoint every k-th block
 CHECKPOINT_EVERY = {"none": 0, "full": 1, "selective": 2, "selective_op": 1}

@@ -26,6 +26,7 @@ from autotune.launch.locks import DeviceLock
 from autotune.launch.process import Outcome, launch_command, run_trial  # noqa: F401  (launch_command: re-exported)
 from autotune.protocol import (
     CommandParams,
+    Knobs,
     RunSettings,
     TaskParams,
     TrialResult,
@@ -137,7 +138,7 @@ class Bench:
             "PYTHONDONTWRITEBYTECODE": "1",
         }  # no bytecode beside your module
 
-    def spec(self, knobs: dict[str, Any], progress: bool = False) -> TrialSpec:
+    def spec(self, knobs: Knobs, progress: bool = False) -> TrialSpec:
         return TrialSpec(
             task=self.task,
             device=self.device,
@@ -171,7 +172,7 @@ def model_spec(model: ModelConfig | None) -> dict[str, Any] | None:
 
 def measure(
     bench: Bench,
-    knobs: dict[str, Any],
+    knobs: Knobs,
     run_dir: Path,
     *,
     number: int = 0,
@@ -254,7 +255,7 @@ def _remedy_context(
     )
 
 
-def record_of(number: int, knobs: dict[str, Any], outcome: Outcome, bench: Bench) -> TrialRecord:
+def record_of(number: int, knobs: Knobs, outcome: Outcome, bench: Bench) -> TrialRecord:
     """The trial's record: status, metrics, raw samples, phases, telemetry (documents/record.py)."""
     record = TrialRecord(
         number,

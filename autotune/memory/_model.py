@@ -14,6 +14,7 @@ from autotune.memory._activations import (
     loss_bytes,
 )
 from autotune.memory._shape import Shape, block_params, n_params, root_params, shape
+from autotune.protocol import Knobs
 
 GIB = 2**30
 # The CUDA context (about 0.5 GiB), NCCL's buffers and the allocator's free blocks: what nvidia-smi
@@ -83,7 +84,7 @@ class Estimate:
         return {**asdict(self), "total": self.total}
 
 
-def _knobs(knobs: dict[str, Any], world_size: int) -> dict[str, Any]:
+def _knobs(knobs: Knobs, world_size: int) -> dict[str, Any]:
     """The trial's knobs, absent (or null) ones at the catalogue's default; parallel None on one
     rank."""
     k = {**catalogue.defaults("train"), **{key: v for key, v in knobs.items() if v is not None}}
@@ -227,7 +228,7 @@ def _moments(
 
 
 def estimate(
-    model: dict[str, Any], knobs: dict[str, Any], world_size: int = 1, device: str = "cuda"
+    model: dict[str, Any], knobs: Knobs, world_size: int = 1, device: str = "cuda"
 ) -> Estimate | None:
     """Per-rank bytes of a training trial of the built-in model with these knob values (absent knobs
     at their defaults), before it is launched; None for hf_config and entrypoint models, whose

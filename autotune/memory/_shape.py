@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune import sizes
+from autotune.protocol import Knobs
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class Shape:
         return self.d_model // self.n_heads
 
 
-def shape(model: dict[str, Any], knobs: dict[str, Any] | None = None) -> Shape | None:
+def shape(model: dict[str, Any], knobs: Knobs | None = None) -> Shape | None:
     """The sizes of the built-in model (None for hf_config and entrypoint models): n_kv_heads
     defaults to n_heads; ffn_hidden to 4*d_model (gpt) or 8/3*d_model rounded up to 256 (llama), as
     config.ModelConfig.ffn; the vocabulary padded to knobs' pad_vocab_multiple as train.build_model
@@ -39,7 +40,8 @@ def shape(model: dict[str, Any], knobs: dict[str, Any] | None = None) -> Shape |
     d, family = int(model["d_model"]), model["family"]
     ffn = model.get("ffn_hidden") or sizes.default_ffn(family, d)
     vocab = int(model["vocab_size"])
-    padded = sizes.padded_vocab(vocab, (knobs or {}).get("pad_vocab_multiple"))
+    multiple = (knobs or {}).get("pad_vocab_multiple")
+    padded = sizes.padded_vocab(vocab, multiple if isinstance(multiple, int) else None)
     return Shape(
         family,
         int(model["n_layers"]),

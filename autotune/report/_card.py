@@ -9,6 +9,7 @@ from typing import Any
 
 from autotune import knobs as catalogue
 from autotune.documents.record import Metric
+from autotune.protocol import Knobs
 from autotune.report import _text
 from autotune.report._table import fmt
 
@@ -21,7 +22,7 @@ def chosen(data: dict[str, Any], phases: list[dict[str, Any]], gpus: int) -> dic
     c = data.get("chosen")
     if not c:
         return None
-    row = next((r for r in data["trials"] if r["number"] == c["trial"]), {})
+    row: dict[str, Any] = next((r for r in data["trials"] if r["number"] == c["trial"]), {})
     return {**c, "apply": _apply(data, row, c)}
 
 
@@ -39,7 +40,7 @@ def _apply(data: dict[str, Any], row: dict[str, Any], c: dict[str, Any]) -> dict
     }
 
 
-def _notes(knobs: dict[str, Any], device: str, task: str) -> list[str]:
+def _notes(knobs: Knobs, device: str, task: str) -> list[str]:
     """best.yaml's apply notes of these knobs; none for a value the catalogue does not know (a
     record another program wrote), which the page must still show."""
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import optuna
 
@@ -159,7 +159,7 @@ def _confirmation(conf: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def _sampled(st: Any) -> bool:
+def _sampled(st: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(st, dict) and isinstance(st.get("samples"), list) and "trial" in st
 
 

@@ -41,7 +41,9 @@ def noise(confirmation: dict[str, Any] | None, ok: list[dict[str, Any]]) -> dict
     return {"pct": None, "how": "unmeasured: no repeated or multi-step measurement"}
 
 
-def effects(ok: list[dict[str, Any]], searched: list[str], noise_pct: float | None) -> dict:
+def effects(
+    ok: list[dict[str, Any]], searched: list[str], noise_pct: float | None
+) -> dict[str, Any]:
     """Per knob: each value's trials, best and median tokens/s, the paired effect against the knob's
     most-run value, the knob's effect size (how far its worst value's best falls short of its best
     value's, in percent) and whether it is above the noise; `ranked`: the knobs above noise, largest

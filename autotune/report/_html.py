@@ -11,7 +11,7 @@ import os
 import signal
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.report import _html_trials, _plots
 from autotune.report._card import card_html, chosen, interval
@@ -21,6 +21,9 @@ from autotune.report._measured import PHASES, measured, telemetry_of
 from autotune.report._static import PLOT_FILES, draw, pareto_front, plot_data
 from autotune.report._table import fmt
 from autotune.report._text import cost_line, effects_lines, excluded_lines, memory_axis_line
+
+if TYPE_CHECKING:
+    import optuna
 
 __all__ = ["pareto_front", "write_html"]
 
@@ -49,7 +52,7 @@ img{max-width:100%}
 """  # noqa: E501
 
 
-def write_html(data: dict[str, Any], out: Path, study: Any | None = None) -> Path:
+def write_html(data: dict[str, Any], out: Path, study: optuna.Study | None = None) -> Path:
     """report.html (one file to attach or open) and its PNGs beside it. study: the Optuna study the
     data was collected from, for the interactive plots and the measured spread (without it,
     static plots only). Everything is drawn in a temporary folder first, then put in place with
@@ -64,7 +67,9 @@ def write_html(data: dict[str, Any], out: Path, study: Any | None = None) -> Pat
     with tempfile.TemporaryDirectory(dir=out, prefix=".report-") as tmp:
         tele = telemetry_of(study, card["trial"]) if study is not None and card else None
         pngs = draw(
-            plot_data(data, m["phases"], card and card["trial"], tele), Path(tmp), interactive
+            plot_data(data, m["phases"], card["trial"] if card else None, tele),
+            Path(tmp),
+            interactive,
         )
         figs = _plots.figures(study, data, m, card) if interactive else []
         (Path(tmp) / "report.html").write_text(page(data, card, figs, pngs))

@@ -4,9 +4,12 @@ samples, the latency limits, the GPUs a trial holds), computed before anything i
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.documents.record import Metric, RecordError, TrialRecord
+
+if TYPE_CHECKING:
+    import optuna
 
 # The phases of a trial process, in the order they happen (workloads/trial.py phases_s); "checks" is
 # the numerics guard's: the loss check in the trial (phases_s "check") and its reference trial, a
@@ -17,7 +20,7 @@ PHASES = ("start", "build", "compile", "checks", "warmup", "measure", "other", "
 SPREAD_QUANTILES = (0.1, 0.9)  # error bars: the 10th and 90th percentile of the measured steps
 
 
-def measured(data: dict[str, Any], study: Any | None) -> dict[str, Any]:
+def measured(data: dict[str, Any], study: optuna.Study | None) -> dict[str, Any]:
     """Per-trial spread and phases, the study's latency limits and the GPUs of one trial."""
     config = study.user_attrs.get("config", {}) if study is not None else {}
     return {
@@ -36,7 +39,7 @@ def measured(data: dict[str, Any], study: Any | None) -> dict[str, Any]:
     }
 
 
-def _spread(data: dict[str, Any], study: Any) -> dict[int, tuple[float, float]]:
+def _spread(data: dict[str, Any], study: optuna.Study) -> dict[int, tuple[float, float]]:
     """tokens/s per GPU at the slow and fast end of each ok trial's measured steps (its median
     scaled by median step time / step-time quantile): the error bar of a single measurement."""
     tokens = {r["number"]: r[Metric.TOKENS_PER_GPU] for r in data["trials"] if r["state"] == "ok"}
@@ -68,7 +71,7 @@ def _steps(trial: Any) -> list[float]:
         return []
 
 
-def telemetry_of(study: Any, number: int) -> tuple[int, dict[str, Any]] | None:
+def telemetry_of(study: optuna.Study, number: int) -> tuple[int, dict[str, Any]] | None:
     """A trial's recorded telemetry (power, clocks over its measured window), None where it has
     none."""
     trial = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)

@@ -46,13 +46,14 @@ def to_div(fig: Any) -> str:
     plotly, no button that sends the chart away, no tag with attributes in its strings."""
     import plotly.io
 
-    return plotly.io.to_html(
+    div: str = plotly.io.to_html(
         _inert(fig.to_dict()),
         full_html=False,
         include_plotlyjs=False,
         config=CONFIG,
         validate=False,
     )
+    return div
 
 
 def _inert(value: Any) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from autotune.documents.record import Metric
@@ -125,7 +126,7 @@ def _has(values: Any) -> bool:
     return any(values.values()) if isinstance(values, dict) else bool(values)
 
 
-def _history(plt: Any, pd: dict[str, Any]) -> Any:
+def _history(plt: ModuleType, pd: dict[str, Any]) -> Any:
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.scatter(*zip(*pd["history"]), s=18, label="completed trial")
     ax.step(*zip(*pd["best_so_far"]), where="post", color="C1", label="best so far")
@@ -137,7 +138,7 @@ def _history(plt: Any, pd: dict[str, Any]) -> Any:
     return fig
 
 
-def _memory(plt: Any, pd: dict[str, Any]) -> Any:
+def _memory(plt: ModuleType, pd: dict[str, Any]) -> Any:
     fig, ax = plt.subplots(figsize=(7, 4))
     mem, tok, _ = zip(*pd["memory"])
     ax.scatter(mem, tok, s=18, label="completed trial")
@@ -162,7 +163,7 @@ def _star(ax: Any, points: list[tuple[float, float]]) -> None:
         )
 
 
-def _per_knob(plt: Any, pd: dict[str, Any]) -> Any:
+def _per_knob(plt: ModuleType, pd: dict[str, Any]) -> Any:
     knobs = [k for k, v in pd["per_knob"].items() if v]
     fig, axes = plt.subplots(1, len(knobs), figsize=(3.2 * len(knobs), 3.6), squeeze=False)
     for ax, knob in zip(axes[0], knobs):
@@ -176,7 +177,7 @@ def _per_knob(plt: Any, pd: dict[str, Any]) -> Any:
     return fig
 
 
-def _telemetry(plt: Any, pd: dict[str, Any]) -> Any:
+def _telemetry(plt: ModuleType, pd: dict[str, Any]) -> Any:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     t, power, clock = zip(*pd["telemetry"])
     ax.plot(t, power, color="C0", label="power (W)")
@@ -190,7 +191,7 @@ def _telemetry(plt: Any, pd: dict[str, Any]) -> Any:
     return fig
 
 
-def _checks(plt: Any, pd: dict[str, Any]) -> Any:
+def _checks(plt: ModuleType, pd: dict[str, Any]) -> Any:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     i, ratio, lo, hi, status = zip(*pd["checks"])
     colors = ["C3" if s == "regression" else "C2" for s in status]
@@ -211,7 +212,7 @@ def _checks(plt: Any, pd: dict[str, Any]) -> Any:
     return fig
 
 
-def _time(plt: Any, pd: dict[str, Any]) -> Any:
+def _time(plt: ModuleType, pd: dict[str, Any]) -> Any:
     """Stacked bars, one filled step line a phase (ax.bar would make a patch per trial and phase:
     seconds for a hundred trials); trials side by side in their order, ticked with their numbers."""
     fig, ax = plt.subplots(figsize=(9, 4))

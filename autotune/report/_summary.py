@@ -8,6 +8,7 @@ from typing import Any
 
 from autotune import tasks
 from autotune.documents.record import Metric
+from autotune.protocol import Knobs
 
 # How a gain was obtained, named once: a ratio means something only with its basis beside it
 BASIS_CONFIRMED = "confirmed median / the baseline's confirmed median"
@@ -63,7 +64,7 @@ def _baseline_figure(
     return base[Metric.TOKENS_PER_GPU], BASIS_HALF if c["confirmed"] else BASIS_SEARCH
 
 
-def _changed(knobs: dict[str, Any], before: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+def _changed(knobs: Knobs, before: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """The knobs set differently from the baseline (grad_accum_steps follows the batch)."""
     return {k: (before.get(k), v) for k, v in knobs.items() if before.get(k) != v}
 

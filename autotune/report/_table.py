@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune import metrics, nccl_log, tasks
 from autotune.documents.record import Metric, RecordError, TrialRecord
 from autotune.protocol import reason_line
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def pareto(items: list[Any], up: Any, down: Any) -> list[Any]:
@@ -207,7 +210,7 @@ def varying(header: list[str], rows: list[dict[str, Any]], knobs: list[str]) -> 
 
 def rich_table(
     rows: list[dict[str, Any]], knobs: list[str], title: str, task: str = "train"
-) -> Any:
+) -> Table:
     """The trials table as a Rich Table."""
     from rich.table import Table
 

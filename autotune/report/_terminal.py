@@ -4,18 +4,21 @@ where even that cannot fit; `wide`: the whole table), which knobs mattered and w
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.protocol import reason_line
 from autotune.report import _text
 from autotune.report._render import confirmed, interval
 from autotune.report._table import cells, columns, fmt, varying
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 INDENT = 3
 REASON_CHARS = 40  # the reason column's width in the table; the record view shows it whole
 
 
-def render_rich(data: dict[str, Any], console: Any, wide: bool = False) -> None:
+def render_rich(data: dict[str, Any], console: Console, wide: bool = False) -> None:
     """The report's sections, each a heading and its wrapped lines."""
     console.rule(f"{data['study']} on {data['device']}: {data['task']}", style="dim")
     _section(console, "Chosen", _text.chosen_lines(data) + _text.projection_lines(data))
@@ -30,7 +33,7 @@ def render_rich(data: dict[str, Any], console: Any, wide: bool = False) -> None:
     _checks(console, data)
 
 
-def _section(console: Any, heading: str, lines: list[str]) -> None:
+def _section(console: Console, heading: str, lines: list[str]) -> None:
     from rich.padding import Padding
     from rich.text import Text
 
@@ -40,7 +43,7 @@ def _section(console: Any, heading: str, lines: list[str]) -> None:
             console.print(Padding(Text(line), (0, 0, 0, INDENT), expand=False))
 
 
-def _excluded(console: Any, groups: list[dict[str, Any]]) -> None:
+def _excluded(console: Console, groups: list[dict[str, Any]]) -> None:
     from rich.padding import Padding
     from rich.text import Text
 
@@ -53,7 +56,7 @@ def _excluded(console: Any, groups: list[dict[str, Any]]) -> None:
             console.print(Padding(Text(line), (0, 0, 0, INDENT + 2), expand=False))
 
 
-def _trials(console: Any, data: dict[str, Any], wide: bool) -> None:
+def _trials(console: Console, data: dict[str, Any], wide: bool) -> None:
     from rich.text import Text
 
     rows, knobs = data["trials"], data["searched"]
@@ -86,7 +89,7 @@ def _fits(header: list[str], rows: list[dict[str, Any]], knobs: list[str], width
 
 
 def _table(
-    console: Any,
+    console: Console,
     header: list[str],
     rows: list[dict[str, Any]],
     knobs: list[str],
@@ -107,10 +110,14 @@ def _table(
         console.print(table)
         return
     width = max(console.width, _natural(header, rows, knobs) + 200)
-    Console(file=console.file, width=width, color_system=console.color_system).print(table)
+    # Rich names its colour system by the value its constructor takes
+    system = console.color_system
+    Console(file=console.file, width=width, color_system=system).print(table)  # type: ignore[arg-type]
 
 
-def _records(console: Any, header: list[str], rows: list[dict[str, Any]], knobs: list[str]) -> None:
+def _records(
+    console: Console, header: list[str], rows: list[dict[str, Any]], knobs: list[str]
+) -> None:
     """One record a trial, when the table cannot fit: its outcome and figures on one line, then
     its knobs and its reason, wrapped."""
     from rich.padding import Padding
@@ -157,7 +164,7 @@ def _phases_line(data: dict[str, Any]) -> str:
     return f"Trial processes by phase: {phases or 'no phase data'}{ahead}."
 
 
-def _checks(console: Any, data: dict[str, Any]) -> None:
+def _checks(console: Console, data: dict[str, Any]) -> None:
     if data["check_history"]:
         last = data["check_history"][-1]
         _section(

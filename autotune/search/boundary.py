@@ -24,12 +24,13 @@ from typing import Any
 import optuna
 
 from autotune import knobs as catalogue
+from autotune.protocol import Knobs
 from autotune.search import predict
 from autotune.search.history import History, Key, key
 from autotune.space import ResolvedSpace
 
 
-def _others(knobs: dict[str, Any], name: str) -> Key:
+def _others(knobs: Knobs, name: str) -> Key:
     return key({k: v for k, v in knobs.items() if k != name})
 
 

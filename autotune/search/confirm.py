@@ -14,12 +14,12 @@ import optuna
 from autotune import metrics
 from autotune.documents.record import TrialRecord
 from autotune.launch.runner import Bench, measure
-from autotune.protocol import reason_line, with_loss_check
+from autotune.protocol import Knobs, reason_line, with_loss_check
 from autotune.search.history import History, value_of
 from autotune.search.observer import Observer
 
 
-def changed_knobs(knobs: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
+def changed_knobs(knobs: Knobs, baseline: dict[str, Any]) -> list[str]:
     """Knobs set differently from the baseline (derived grad_accum_steps not counted)."""
     return [k for k, v in knobs.items() if k != "grad_accum_steps" and baseline.get(k) != v]
 
@@ -30,7 +30,7 @@ def confirm(
     *,
     top: int,
     rounds: int,
-    base_knobs: dict[str, Any],
+    base_knobs: Knobs,
     runs: Path,
     observer: Observer,
     measure_fn: Callable[..., TrialRecord] = measure,
@@ -97,7 +97,7 @@ def choose(
     candidates: list[optuna.trial.FrozenTrial],
     samples: dict[int, list[float]],
     failures: dict[int, list[str]],
-    base_knobs: dict[str, Any],
+    base_knobs: Knobs,
     rounds_done: int,
 ) -> dict[str, Any]:
     """The confirmed choice: best median; within its noise, the fewest knobs changed from the

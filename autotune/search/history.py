@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 
 from autotune import knobs as catalogue
 from autotune.documents.record import Metric, TrialRecord
-from autotune.protocol import CONFIG_FAILURES, STATUSES
+from autotune.protocol import CONFIG_FAILURES, STATUSES, Knobs
 from autotune.redact import mask_doc
 
 # Trials recorded without a launch; they never count toward the budget.
@@ -20,7 +20,7 @@ NOT_LAUNCHED = ("duplicate", "skipped")
 Key = tuple[tuple[str, Any], ...]
 
 
-def key(knobs: dict[str, Any]) -> Key:
+def key(knobs: Knobs) -> Key:
     """A configuration's identity: its knob values less those at their catalogue default or not
     acting (None), so that a record made before a knob existed (it lacks the knob, which then acts
     at its default) and one made after (the knob at its default) are the same configuration

@@ -25,7 +25,7 @@ from autotune.errors import Terminated
 from autotune.hardware import default_device, detect
 from autotune.launch import prestart
 from autotune.launch.runner import Bench, measure, preflight
-from autotune.protocol import STATUSES
+from autotune.protocol import STATUSES, Knobs
 from autotune.search import loss_guard, predict, stages, tracking, warm
 from autotune.search.best import write_best
 from autotune.search.confirm import confirm
@@ -243,9 +243,7 @@ class _Search:
             return index
         return self.record(trial, self.launch(trial, knobs, index, beat))
 
-    def claim(
-        self, trial: optuna.Trial, params: dict[str, Any], knobs: dict[str, Any]
-    ) -> int | Told:
+    def claim(self, trial: optuna.Trial, params: dict[str, Any], knobs: Knobs) -> int | Told:
         """Take this configuration, or record why not (budget taken, already measured or running,
         known not to run: search/predict.py). Returns the trial's index in the budget, or how it
         ended unlaunched."""
@@ -283,9 +281,7 @@ class _Search:
             self.drive.halt()  # every other point is measured or being measured elsewhere
         return NOT_LAUNCHED
 
-    def launch(
-        self, trial: optuna.Trial, knobs: dict[str, Any], index: int, beat: Heartbeat
-    ) -> TrialRecord:
+    def launch(self, trial: optuna.Trial, knobs: Knobs, index: int, beat: Heartbeat) -> TrialRecord:
         """Measure the configuration on a free GPU slot; record which trials ran beside it."""
         slot = self.slots.get()  # a GPU list such as "0" or "2,3" (None: no --gpus)
         self.observer.trial_started(trial.number, index, knobs)

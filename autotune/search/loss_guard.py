@@ -26,7 +26,7 @@ from autotune.documents.record import TrialRecord
 from autotune.knobs import numerics, reference_of
 from autotune.launch.runner import Bench
 from autotune.numerics import Limits, floor_nats, judge
-from autotune.protocol import loss_check_of, with_loss_check
+from autotune.protocol import Knobs, loss_check_of, with_loss_check
 from autotune.search.history import History, key
 from autotune.space import ResolvedSpace
 
@@ -36,13 +36,13 @@ def describe(changed: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in changed.items())
 
 
-def against(knobs: dict[str, Any]) -> str:
+def against(knobs: Knobs) -> str:
     """The reference's values of the knobs that changed the arithmetic ('precision bf16')."""
     changed, ref = numerics(knobs), reference_of(knobs)
     return describe({k: ref.get(k) for k in changed if k != "fp8_recipe"})
 
 
-def _arithmetic(knobs: dict[str, Any]) -> tuple[Any, ...]:
+def _arithmetic(knobs: Knobs) -> tuple[Any, ...]:
     """What a verdict covers: the values that change the arithmetic, on the study's layout."""
     return tuple(sorted(numerics(knobs).items())) + (("parallel", knobs.get("parallel")),)
 
@@ -51,7 +51,7 @@ def _trials(h: History) -> list[optuna.trial.FrozenTrial]:
     return sorted([*h.completed, *h.invalid], key=lambda t: t.number)
 
 
-def covered_by(h: History, knobs: dict[str, Any]) -> optuna.trial.FrozenTrial | None:
+def covered_by(h: History, knobs: Knobs) -> optuna.trial.FrozenTrial | None:
     """The trial whose passed check covers this configuration's arithmetic."""
     mine = _arithmetic(knobs)
     for t in h.completed:
@@ -74,7 +74,7 @@ def study_floor(h: History) -> float | None:
     return None
 
 
-def pinned(space: ResolvedSpace, knobs: dict[str, Any]) -> Callable[[dict[str, Any]], bool]:
+def pinned(space: ResolvedSpace, knobs: Knobs) -> Callable[[dict[str, Any]], bool]:
     """Whether a numerics rule with this cause may not skip these knobs (search/predict.py): the
     baseline, or a cause whose every knob the user fixed in the space (a one-value space: there is
     no alternative to skip to)."""
@@ -82,7 +82,7 @@ def pinned(space: ResolvedSpace, knobs: dict[str, Any]) -> Callable[[dict[str, A
     return lambda cause: baseline or not any(k in space.searched for k in cause)
 
 
-def trial_bench(bench: Bench, h: History, knobs: dict[str, Any]) -> Bench:
+def trial_bench(bench: Bench, h: History, knobs: Knobs) -> Bench:
     """The bench one trial runs under: the check asked for only where it must run (the arithmetic
     changes and no passed check covers it), with the noise floor while the study has none."""
     check = loss_check_of(bench.params)
@@ -94,7 +94,7 @@ def trial_bench(bench: Bench, h: History, knobs: dict[str, Any]) -> Bench:
     return dataclasses.replace(bench, params=with_loss_check(bench.params, asked))
 
 
-def apply(bench: Bench, knobs: dict[str, Any], record: TrialRecord, h: History) -> TrialRecord:
+def apply(bench: Bench, knobs: Knobs, record: TrialRecord, h: History) -> TrialRecord:
     """The record, judged: unchanged unless it is an ok training trial whose knobs change the
     arithmetic. bench: the study's (its loss_check section); h: the study before this trial was
     recorded."""
@@ -136,7 +136,7 @@ def _covered(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
 
 
 def _judged(
-    found: dict[str, Any], knobs: dict[str, Any], check: dict[str, Any], h: History
+    found: dict[str, Any], knobs: Knobs, check: dict[str, Any], h: History
 ) -> dict[str, Any]:
     """The check's record: its attempts re-judged here (the same function the trial used) and the
     noise floor."""
@@ -161,7 +161,7 @@ def _judged(
     return doc
 
 
-def _failure_reason(doc: dict[str, Any], knobs: dict[str, Any]) -> str:
+def _failure_reason(doc: dict[str, Any], knobs: Knobs) -> str:
     tries = len(doc.get("attempts") or [])
     failed = "failed twice" if tries > 1 else "failed"
     return (

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune.documents.record import TrialRecord
+from autotune.protocol import Knobs
 from autotune.search.history import History
 
 
@@ -15,7 +16,7 @@ class Observer:
 
     def started(self, info: dict[str, Any]) -> None: ...
 
-    def trial_started(self, number: int, index: int, knobs: dict[str, Any]) -> None: ...
+    def trial_started(self, number: int, index: int, knobs: Knobs) -> None: ...
 
     def poll(self) -> None: ...
 

@@ -29,6 +29,8 @@ import optuna
 
 from autotune import memory
 from autotune.documents.record import Metric, TrialRecord
+from autotune.knobs import int_of
+from autotune.protocol import Knobs
 from autotune.search.history import History
 from autotune.tasks import Task
 
@@ -49,7 +51,7 @@ class Memory:
     world_size: int
     capacity_gib: float | None  # the smallest visible GPU's (None: no GPU, nothing predicted)
 
-    def estimate(self, knobs: dict[str, Any]) -> memory.Estimate | None:
+    def estimate(self, knobs: Knobs) -> memory.Estimate | None:
         return memory.estimate(self.model, knobs, self.world_size)
 
     def measured(self, h: History) -> list[tuple[memory.Estimate, float]]:
@@ -74,9 +76,7 @@ class Memory:
         return memory.calibrate(self.measured(h))
 
 
-def memory_bound(
-    h: History, knobs: dict[str, Any], mem: Memory | None
-) -> tuple[float, float, int] | None:
+def memory_bound(h: History, knobs: Knobs, mem: Memory | None) -> tuple[float, float, int] | None:
     """(predicted peak GiB, the GPU's GiB, trials calibrated on) when the estimate says these knobs
     do not fit.
 
@@ -112,7 +112,7 @@ def _same_but_batch(a: dict[str, Any], b: dict[str, Any], task: Task) -> bool:
 
 
 def _bound(
-    trials: list[optuna.trial.FrozenTrial], knobs: dict[str, Any], task: Task
+    trials: list[optuna.trial.FrozenTrial], knobs: Knobs, task: Task
 ) -> optuna.trial.FrozenTrial | None:
     """A trial with the same other knobs and a batch no larger than this one's."""
     size = task.size_knob
@@ -128,7 +128,7 @@ def _bound(
 
 
 def rule_for(
-    h: History, knobs: dict[str, Any], pinned: Callable[[dict[str, Any]], bool] | None = None
+    h: History, knobs: Knobs, pinned: Callable[[dict[str, Any]], bool] | None = None
 ) -> tuple[optuna.trial.FrozenTrial, dict[str, Any]] | None:
     """An invalid_config trial whose cause these knobs share, with that cause. pinned(cause): True
     where a rule the numerics check taught may not skip these knobs (search/loss_guard.py: the user
@@ -143,14 +143,12 @@ def rule_for(
     return None
 
 
-def oom_bound(h: History, knobs: dict[str, Any], task: Task) -> optuna.trial.FrozenTrial | None:
+def oom_bound(h: History, knobs: Knobs, task: Task) -> optuna.trial.FrozenTrial | None:
     """A trial that ran out of memory with the same knobs and a batch no larger than this one's."""
     return _bound(h.ooms, knobs, task)
 
 
-def peak_estimate(
-    h: History, knobs: dict[str, Any], task: Task
-) -> tuple[float, float, list[int]] | None:
+def peak_estimate(h: History, knobs: Knobs, task: Task) -> tuple[float, float, list[int]] | None:
     """(fitted peak GiB at this batch, the GPU's memory GiB, the trials fitted) from completed GPU
     trials with the same other knobs at two or more batch sizes; None when there are not enough."""
     size = task.size_knob
@@ -172,7 +170,7 @@ def peak_estimate(
     sizes = sorted(by_mbs)
     slope, intercept = statistics.linear_regression(sizes, [by_mbs[m][0] for m in sizes])
     return (
-        intercept + slope * knobs[size],
+        intercept + slope * int_of(knobs, size),
         min(v[1] for v in by_mbs.values()),
         [by_mbs[m][2] for m in sizes],
     )
@@ -180,7 +178,7 @@ def peak_estimate(
 
 def failure(
     h: History,
-    knobs: dict[str, Any],
+    knobs: Knobs,
     task: Task,
     mem: Memory | None = None,
     pinned: Callable[[dict[str, Any]], bool] | None = None,

@@ -25,6 +25,7 @@ import optuna
 
 from autotune.config.load import load_config
 from autotune.documents.record import Metric, TrialRecord
+from autotune.protocol import Knobs
 from autotune.search.history import key
 from autotune.search.loop import _Search
 from autotune.search.observer import Observer
@@ -48,10 +49,10 @@ class Landscape:
         points = {key(p["knobs"]): p for p in doc["points"]}
         return cls(doc["name"], doc["yaml"], doc["tokens_per_step"], points, searched)
 
-    def point(self, knobs: dict[str, Any]) -> dict[str, Any]:
+    def point(self, knobs: Knobs) -> dict[str, Any]:
         return self.points[key({k: knobs[k] for k in self.searched})]
 
-    def true_value(self, knobs: dict[str, Any]) -> float | None:
+    def true_value(self, knobs: Knobs) -> float | None:
         p = self.point(knobs)
         return (
             self.tokens_per_step / statistics.median(p["step_times_s"])
@@ -71,7 +72,7 @@ class Landscape:
 
 def _replayed_measure(landscape: Landscape, rng: random.Random) -> Callable[..., TrialRecord]:
     def measure(
-        bench: Any, knobs: dict[str, Any], run_dir: Path, *, number: int = 0, **_: Any
+        bench: Any, knobs: Knobs, run_dir: Path, *, number: int = 0, **_: Any
     ) -> TrialRecord:
         p = landscape.point(knobs)
         record = TrialRecord(number, knobs, p["status"], p.get("reason", ""), wall_s=0.0)

@@ -27,15 +27,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
 from autotune import knobs as catalogue
 from autotune import tasks
+from autotune.protocol import Knobs
 from autotune.search import boundary, predict
 from autotune.search.history import History, completed_value, key, value_of
 from autotune.space import ResolvedSpace
+
+if TYPE_CHECKING:
+    from autotune.config.study import StudyConfig
+
+if TYPE_CHECKING:
+    pass
 
 PATIENCE_MIN = 8  # study.patience's default: half the budget, at least this many trials
 MARGIN = 0.02  # a variant expected this far below the best is not measured
@@ -98,7 +105,7 @@ class Plan:
     def is_screened(self, params: dict[str, Any]) -> bool:
         return all(self.screened(k, v) == v for k, v in params.items())
 
-    def arithmetic(self, knobs: dict[str, Any]) -> tuple[Any, ...]:
+    def arithmetic(self, knobs: Knobs) -> tuple[Any, ...]:
         return tuple(knobs.get(k) for k in (*self.deferred, *self.dependent))
 
 
@@ -262,7 +269,9 @@ def _side(
     return None
 
 
-def staging(study: Any, space: ResolvedSpace, budget: int, task: str = "train") -> tuple[Plan, int]:
+def staging(
+    study: StudyConfig, space: ResolvedSpace, budget: int, task: str = "train"
+) -> tuple[Plan, int]:
     """The plan and the patience (0: never stop early) of a study (config.StudyConfig) of `task`
     (its own cheap values: Task.screen). The grid measures every point: nothing to stage, nothing
     to stop early."""

@@ -15,6 +15,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune.protocol import Knobs
 from autotune.search.history import NOT_LAUNCHED, key
 
 
@@ -83,9 +84,7 @@ def _dead_here(worker: dict[str, Any] | None) -> bool:
     return False
 
 
-def claim_configuration(
-    study: optuna.Study, trial: optuna.Trial, knobs: dict[str, Any]
-) -> int | None:
+def claim_configuration(study: optuna.Study, trial: optuna.Trial, knobs: Knobs) -> int | None:
     """Claim the configuration for this trial: other workers now leave it to this one. Returns the
     number of a running trial that claimed it first (a race: the lower number keeps it), or None."""
     trial.set_user_attr("claimed", True)

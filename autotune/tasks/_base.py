@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from autotune.documents.record import TrialRecord
-from autotune.protocol import PARAMS, TaskParams, TrialResult, TrialSpec
+from autotune.protocol import PARAMS, Knobs, TaskParams, TrialResult, TrialSpec
 from autotune.tasks._objective import TOKENS_PER_S, Objective
 
 # The sections a Task reads are the config's (config.WorkloadConfig, config.Config), typed Any here:
@@ -72,7 +72,7 @@ class Task(ABC):
         (ValueError)."""
 
     def derived_knobs(
-        self, knobs: dict[str, Any], global_batch_size: int | None, world_size: int
+        self, knobs: Knobs, global_batch_size: int | None, world_size: int
     ) -> dict[str, Any]:
         """The knobs a point's values decide, filled in by space.ResolvedSpace.knobs: batch_rule's
         part for one point (train: grad_accum_steps); none by default."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from autotune.protocol import TaskParams, TrainParams
+from autotune.knobs import int_of
+from autotune.protocol import Knobs, TaskParams, TrainParams
 from autotune.tasks._base import Task
 
 # A training configuration translated into each framework's form (autotune export)
@@ -38,13 +39,16 @@ class Training(Task):
             )
 
     def derived_knobs(
-        self, knobs: dict[str, Any], global_batch_size: int | None, world_size: int
+        self, knobs: Knobs, global_batch_size: int | None, world_size: int
     ) -> dict[str, Any]:
         """With global_batch_size, grad_accum_steps = global_batch_size / (micro_batch_size x
         world_size); without, nothing (it is searched as listed)."""
         if global_batch_size is None:
             return {}
-        return {"grad_accum_steps": global_batch_size // (knobs["micro_batch_size"] * world_size)}
+        return {
+            "grad_accum_steps": global_batch_size
+            // (int_of(knobs, "micro_batch_size") * world_size)
+        }
 
 
 class Train(Training):

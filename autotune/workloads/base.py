@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, ClassVar
 
 from autotune.protocol import TrialSpec
@@ -86,7 +87,9 @@ class Workload(ABC):
     # passed None, and the trial's torch and CUDA versions are read from the installed files
     imports_torch: ClassVar[bool] = True
 
-    def __init__(self, torch: Any, spec: TrialSpec, ranks: Ranks | None, fault: Fault) -> None:
+    def __init__(
+        self, torch: ModuleType, spec: TrialSpec, ranks: Ranks | None, fault: Fault
+    ) -> None:
         self.torch, self.spec, self.ranks, self.fault = torch, spec, ranks, fault
         # what the trial really did for each knob (the record's `applied`)
         self.applied: dict[str, Any] = {}

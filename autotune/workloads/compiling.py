@@ -4,13 +4,18 @@ step)."""
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
+from autotune.protocol import Knobs
 from autotune.workloads.base import InvalidConfig
 from autotune.workloads.parallel import repeated_blocks
 
+if TYPE_CHECKING:
+    from torch import nn
 
-def apply_ddp_compile(torch: Any, knobs: dict[str, Any]) -> str | None:
+
+def apply_ddp_compile(torch: ModuleType, knobs: Knobs) -> str | None:
     """ddp_compile: whether Dynamo's DDPOptimizer splits the compiled graph at DDP's buckets
     (optimize_ddp); what was set, or None where nothing is compiled under DDP."""
     if knobs.get("parallel") != "ddp" or not knobs["compile"] or not knobs.get("ddp_compile"):
@@ -23,7 +28,7 @@ def apply_ddp_compile(torch: Any, knobs: dict[str, Any]) -> str | None:
 
 
 def apply_compile(
-    torch: Any, model: Any, mode: Any, scope: str | None = "model"
+    torch: ModuleType, model: nn.Module, mode: Any, scope: str | None = "model"
 ) -> tuple[Any, str | None]:
     """torch.compile(model, mode) (the loss is inside forward, so it is compiled too), or, with
     scope block, each repeated block compiled in place (regional compilation, as torchtitan does:
@@ -56,7 +61,7 @@ def apply_compile(
     )
 
 
-def apply_compile_dynamic(torch: Any, batches: list[Any], knobs: dict[str, Any]) -> str | None:
+def apply_compile_dynamic(torch: ModuleType, batches: list[Any], knobs: Knobs) -> str | None:
     """compile_dynamic batch: every input tensor's first dimension marked dynamic, so one compiled
     program serves every micro-batch size (and the compile cache serves it to the trials of other
     sizes)."""
@@ -77,7 +82,7 @@ def _tensors(batch: Any) -> list[Any]:
     return [batch] if hasattr(batch, "dim") else []
 
 
-def compile_cache_counts(torch: Any) -> dict[str, int]:
+def compile_cache_counts(torch: ModuleType) -> dict[str, int]:
     """What the compile cache served this process: Inductor's FX graph and AOTAutograd's cache hits
     and misses (torch._dynamo's counters): a trial whose graphs were all hits compiled nothing."""
     from torch._dynamo.utils import counters

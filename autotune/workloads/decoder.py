@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
-def _cache_module(torch: Any) -> type:
+def _cache_module(torch: ModuleType) -> type:
     class StaticKV(torch.nn.Module):
         """K and V of every position a generation reaches, preallocated; written in place
         (index_copy_)."""
@@ -46,7 +50,14 @@ class Decoder:
     cache) or dynamic (tensors passed in and returned, grown by torch.cat)."""
 
     def __init__(
-        self, torch: Any, model: Any, batch: int, length: int, dtype: Any, static: bool, eager: bool
+        self,
+        torch: ModuleType,
+        model: nn.Module,
+        batch: int,
+        length: int,
+        dtype: Any,
+        static: bool,
+        eager: bool,
     ) -> None:
         self.torch, self.model, self.static, self.eager = torch, model, static, eager
         self.length = length
@@ -128,7 +139,7 @@ class HFDecoder:
         return out.logits[:, -1:, : self.vocab], out.past_key_values
 
 
-def full_logits(torch: Any, model: Any, tokens: Any, last: int) -> Any:
+def full_logits(torch: ModuleType, model: nn.Module, tokens: Any, last: int) -> Any:
     """Logits (float32) of the last `last` positions, from the model's own training forward (no
     cache)."""
     x = model.hidden(tokens)

@@ -34,9 +34,14 @@ import importlib
 import json
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
+from autotune.protocol import Knobs
 from autotune.workloads.base import InvalidConfig, Work
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class Unsupported(Exception):
@@ -49,7 +54,7 @@ class Unsupported(Exception):
 
 @dataclass
 class Built:
-    model: Any
+    model: nn.Module
     batches: list[tuple[Any, Any]]
     tokens_per_sample: int
     flop_params: int | None
@@ -66,7 +71,7 @@ COUNTED = (
 )
 
 
-def _attention_formulas(torch: Any) -> dict[Any, Any]:
+def _attention_formulas(torch: ModuleType) -> dict[Any, Any]:
     """SDPA's model FLOPs for FlopCounterMode: the CPU kernel, which torch's table leaves out (it
     would count no attention on the CPU), and each backward at twice its forward, as 6N + 12LdT
     counts a backward (torch's own formula adds the scores a fused kernel recomputes: hardware
@@ -97,7 +102,7 @@ def _attention_formulas(torch: Any) -> dict[Any, Any]:
     }
 
 
-def count_flops(torch: Any, model: Any, sample: tuple[Any, Any], context: Any) -> int:
+def count_flops(torch: ModuleType, model: nn.Module, sample: tuple[Any, Any], context: Any) -> int:
     """FLOPs of one forward and backward of `model` on one (inputs, targets) sample, counted by
     torch.utils.flop_counter.FlopCounterMode under `context` (the trial's autocast and SDPA
     backend); the gradients it made are dropped."""
@@ -111,7 +116,7 @@ def count_flops(torch: Any, model: Any, sample: tuple[Any, Any], context: Any) -
 
 
 def _counted(
-    torch: Any, model: Any, sample: tuple[Any, Any], tokens: int, context: Any
+    torch: ModuleType, model: nn.Module, sample: tuple[Any, Any], tokens: int, context: Any
 ) -> tuple[float | None, str]:
     """FLOPs per token counted (count_flops) and how they were obtained; (None, why) if counting
     failed."""
@@ -128,7 +133,7 @@ def _counted(
     )
 
 
-def _reject(knobs: dict[str, Any], what: str) -> None:
+def _reject(knobs: Knobs, what: str) -> None:
     if knobs.get("pad_vocab_multiple"):
         raise Unsupported(
             f"pad_vocab_multiple applies to the built-in model only, not to {what}",
@@ -147,13 +152,13 @@ def _reject(knobs: dict[str, Any], what: str) -> None:
         )
 
 
-def hf_attention(knobs: dict[str, Any]) -> str:
+def hf_attention(knobs: Knobs) -> str:
     """transformers' attn_implementation for the attention knob: eager, else sdpa (a forced SDPA
     backend is the trial's context around the forward)."""
     return "eager" if knobs.get("attention", "auto") == "eager" else "sdpa"
 
 
-def hf_causal_lm(m: dict[str, Any], knobs: dict[str, Any], device: Any) -> tuple[Any, Any]:
+def hf_causal_lm(m: dict[str, Any], knobs: Knobs, device: Any) -> tuple[Any, Any]:
     """AutoModelForCausalLM.from_config on the config file, built and initialised on `device`
     (nothing is made on the CPU first; random weights, nothing downloaded); SDPA attention unless
     the attention knob is eager (flash/efficient/cudnn/math: SDPA with that backend forced by the
@@ -171,7 +176,7 @@ def hf_causal_lm(m: dict[str, Any], knobs: dict[str, Any], device: Any) -> tuple
 
 
 def build_hf(
-    m: dict[str, Any], knobs: dict[str, Any], device: str, n_batches: int, gen: Any, context: Any
+    m: dict[str, Any], knobs: Knobs, device: str, n_batches: int, gen: Any, context: Any
 ) -> Built:
     """AutoModelForCausalLM.from_config on the config file: random weights, nothing downloaded.
     context: the trial's autocast and SDPA backend, under which the FLOPs are counted
@@ -230,7 +235,7 @@ def build_hf(
 
 def build_entrypoint(
     m: dict[str, Any],
-    knobs: dict[str, Any],
+    knobs: Knobs,
     device: str,
     n_batches: int,
     base_dir: str | None,

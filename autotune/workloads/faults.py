@@ -26,12 +26,13 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
-from autotune.protocol import parse_fault
+from autotune.protocol import Knobs, parse_fault
 
 
-def fault_for(knobs: dict[str, Any]) -> str | None:
+def fault_for(knobs: Knobs) -> str | None:
     """The fault kind AUTOTUNE_FAULT asks for in a trial with these knobs, or None
     (protocol.parse_fault)."""
     parsed = parse_fault(os.environ.get("AUTOTUNE_FAULT"))
@@ -51,7 +52,7 @@ def fault_for(knobs: dict[str, Any]) -> str | None:
 class Fault:
     """The fault of this trial process (kind None: no fault)."""
 
-    def __init__(self, knobs: dict[str, Any], rank: int = 0) -> None:
+    def __init__(self, knobs: Knobs, rank: int = 0) -> None:
         self.kind = fault_for({**knobs, "rank": rank})
 
     def at_start(self) -> None:
@@ -64,7 +65,7 @@ class Fault:
         if self.kind == "error":
             raise RuntimeError("AUTOTUNE_FAULT=error: a deliberate exception in the trial")
 
-    def in_micro_step(self, torch: Any) -> None:
+    def in_micro_step(self, torch: ModuleType) -> None:
         if self.kind == "oom":
             raise torch.OutOfMemoryError("AUTOTUNE_FAULT=oom: simulated out of memory")
 

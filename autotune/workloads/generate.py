@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from autotune.protocol import GenerateParams
 from autotune.workloads.base import InvalidConfig, Measured, Work, Workload
@@ -29,6 +30,9 @@ from autotune.workloads.quant import (
 )
 from autotune.workloads.timing import time_steps
 from autotune.workloads.train import apply_attention, apply_precision
+
+if TYPE_CHECKING:
+    from torch import nn
 
 # sequences and last positions compared against the unquantized model
 DRIFT_PROMPTS, DRIFT_POSITIONS = 4, 16
@@ -137,7 +141,7 @@ class Generate(Workload):
         self.logits = lambda tokens, last: full_logits(torch, model, tokens, last)
         return model, m["vocab_size"], m["d_model"]
 
-    def _decode_bytes(self, model: Any, quant: str | None, d_model: int) -> int:
+    def _decode_bytes(self, model: nn.Module, quant: str | None, d_model: int) -> int:
         """Bytes one decode step must read (the roofline's numerator): the linears' weights as
         stored, the norms, the KV cache of the positions attended to on average, the batch's hidden
         states."""
@@ -159,7 +163,7 @@ class Generate(Workload):
             weights + other + cached * mean_pos * dtype_bytes + self.batch * d_model * dtype_bytes
         )
 
-    def _quantize(self, model: Any, vocab: int) -> tuple[str | None, dict[str, Any]]:
+    def _quantize(self, model: nn.Module, vocab: int) -> tuple[str | None, dict[str, Any]]:
         """weight_quant applied, with the drift guard: every linear's input and output recorded on a
         probe before, each layer's error and the whole model's logits compared after; invalid_config
         past study.drift."""
@@ -198,7 +202,7 @@ class Generate(Workload):
         return how, checked
 
     def _quantized_outputs(
-        self, model: Any, seen: Any, probe: Any, last: int
+        self, model: nn.Module, seen: Any, probe: Any, last: int
     ) -> tuple[list[float], Any]:
         """Each quantized layer's output error and the model's logits; a kernel that cannot run
         these inputs here is invalid_config, its knobs the cause (seen on an H200: gemlite 0.5.1's
@@ -368,7 +372,7 @@ class Generate(Workload):
         return self._work
 
 
-def _event(torch: Any) -> Any:
+def _event(torch: ModuleType) -> Any:
     ev = torch.cuda.Event(enable_timing=True)
     ev.record()
     return ev

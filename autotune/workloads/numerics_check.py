@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from autotune.knobs import check_rows, numerics
 from autotune.numerics import STALLED, Limits, judge
 from autotune.workloads.parallel import repeated_blocks
+
+if TYPE_CHECKING:
+    from torch import nn
 
 SOURCE_TOKENS, SUCCESSORS = 32, 2
 SOURCE = (
@@ -43,7 +47,7 @@ MAX_NAMES = 20  # stalled parameters named in the record
 CHECK_UPDATE, INIT_STD = 0.25, 0.02
 
 
-def check_lr(torch: Any, model: Any) -> float:
+def check_lr(torch: ModuleType, model: nn.Module) -> float:
     """The loss check's peak learning rate: 3e-4, lowered for wide layers (CHECK_UPDATE above)."""
     fan_in = max(
         (m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)), default=1
@@ -52,7 +56,7 @@ def check_lr(torch: Any, model: Any) -> float:
 
 
 def markov_batches(
-    torch: Any, vocab: int, rows: int, seq_len: int, steps: int, seed: int, dev: Any
+    torch: ModuleType, vocab: int, rows: int, seq_len: int, steps: int, seed: int, dev: Any
 ) -> list[Any]:
     """`steps` (inputs, targets) pairs of `rows` sequences from the chain of this seed, on the
     device (drawn on the CPU: the same on every rank and every device)."""
@@ -70,18 +74,18 @@ def markov_batches(
     return [(s[:, :-1], s[:, 1:]) for s in seqs]
 
 
-def base_of(model: Any) -> Any:
+def base_of(model: nn.Module) -> Any:
     return getattr(model, "module", model)  # DDP wraps; FSDP2 and per-block compile do not
 
 
-def fresh_weights(torch: Any, workload: Any, seed: int) -> None:
+def fresh_weights(torch: ModuleType, workload: Any, seed: int) -> None:
     """The workload's model re-initialised from this seed (init_weights, as it was built)."""
     torch.manual_seed(seed)
     with torch.no_grad():
         base_of(workload.model).init_weights()
 
 
-def copy_weights(torch: Any, source: Any, target: Any) -> None:
+def copy_weights(torch: ModuleType, source: Any, target: Any) -> None:
     """The target model takes the source's weights and buffers, name by name (fp8's converted
     linears keep their parameters' names)."""
     mine = dict(base_of(source.model).state_dict(keep_vars=True))
@@ -99,7 +103,7 @@ class Run:
     """One run of the check's steps: the losses and the per-step gradient norms, still on the
     device."""
 
-    def __init__(self, torch: Any) -> None:
+    def __init__(self, torch: ModuleType) -> None:
         self.torch, self.losses, self.norms = torch, [], []
 
     def add(self, loss: Any, params: list[Any]) -> None:
@@ -177,7 +181,7 @@ def _first_block(w: Any) -> list[Any]:
     return list(blocks[0].parameters()) if blocks else []
 
 
-def _round_to_one_bit(torch: Any, params: list[Any]) -> None:
+def _round_to_one_bit(torch: ModuleType, params: list[Any]) -> None:
     """The test-only broken precision (fault drift): every weight rounded to one bit after each
     step."""
     with torch.no_grad():
@@ -211,7 +215,7 @@ def _nonfinite(losses: list[float]) -> str:
     return "" if bad is None else f"loss became {losses[bad]} at step {bad + 1} of {len(losses)}"
 
 
-def _grads(torch: Any, names: list[str], mine: Any, theirs: Any) -> dict[str, Any]:
+def _grads(torch: ModuleType, names: list[str], mine: Any, theirs: Any) -> dict[str, Any]:
     """The stalled parameters (median gradient norm under STALLED of the reference's) and the
     ratios' spread."""
     live = theirs > 0

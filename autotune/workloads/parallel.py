@@ -6,18 +6,23 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from autotune.knobs import POWERSGD_START
+from autotune.protocol import Knobs
 from autotune.workloads.base import InvalidConfig
 from autotune.workloads.ranks import Ranks
+
+if TYPE_CHECKING:
+    from torch import nn
 
 # sync(last_micro_step) -> context: gradients cross ranks on the last micro-step only
 Sync = Callable[[bool], Any]
 
 
 def parallelize(
-    torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any, ranks: Ranks
+    torch: ModuleType, model: nn.Module, knobs: Knobs, amp_dtype: Any, ranks: Ranks
 ) -> tuple[Any, dict[str, Any], Sync]:
     """Wrap the model for knobs["parallel"]; return it, what was applied, and the gradient-sync
     context."""
@@ -34,7 +39,7 @@ def parallelize(
 
 
 def apply_ddp(
-    torch: Any, model: Any, knobs: dict[str, Any], ranks: Ranks
+    torch: ModuleType, model: nn.Module, knobs: Knobs, ranks: Ranks
 ) -> tuple[Any, dict[str, Any], Sync]:
     """DistributedDataParallel with the ddp knobs; no_sync() on all but the last micro-batch of a
     step."""
@@ -66,7 +71,7 @@ def apply_ddp(
     )
 
 
-def apply_comm_hook(ddp: Any, knobs: dict[str, Any]) -> str | None:
+def apply_comm_hook(ddp: Any, knobs: Knobs) -> str | None:
     """ddp_comm_hook: torch's gradient compression hooks; what torch refuses here ends
     invalid_config."""
     hook = knobs.get("ddp_comm_hook") or "none"
@@ -93,7 +98,7 @@ def apply_comm_hook(ddp: Any, knobs: dict[str, Any]) -> str | None:
 
 
 def apply_fsdp(
-    torch: Any, model: Any, knobs: dict[str, Any], amp_dtype: Any
+    torch: ModuleType, model: nn.Module, knobs: Knobs, amp_dtype: Any
 ) -> tuple[Any, dict[str, Any], Sync]:
     """FSDP2 fully_shard on every block, then the root; mixed precision follows the precision
     knob."""
@@ -142,7 +147,7 @@ def apply_fsdp(
     return model, how, sync
 
 
-def apply_fsdp_prefetch(blocks: Any, knobs: dict[str, Any]) -> dict[str, str]:
+def apply_fsdp_prefetch(blocks: Any, knobs: Knobs) -> dict[str, str]:
     """fsdp_forward_prefetch / fsdp_backward_prefetch: explicit all-gather prefetching of the next
     blocks (pytorch/examples' FSDP2 example); FSDP2's own prefetching where they are at their
     defaults (0 and 1)."""
@@ -166,7 +171,7 @@ def apply_fsdp_prefetch(blocks: Any, knobs: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def repeated_blocks(torch: Any, model: Any) -> list[Any]:
+def repeated_blocks(torch: ModuleType, model: nn.Module) -> list[Any]:
     """The model's transformer blocks, found one way for FSDP2's sharding and per-block compile: the
     largest nn.ModuleList whose modules are all of one class (the built-in model's `blocks`, a
     Hugging Face model's `layers`), through DDP/FSDP wrappers."""
@@ -178,7 +183,7 @@ def repeated_blocks(torch: Any, model: Any) -> list[Any]:
     return list(max(lists, key=len)) if lists else []
 
 
-def check_replicas_in_sync(torch: Any, model: Any, ranks: Ranks) -> None:
+def check_replicas_in_sync(torch: ModuleType, model: nn.Module, ranks: Ranks) -> None:
     """DDP keeps every rank's weights identical; if they differ after the measured steps, gradients
     were not synchronised and the throughput is not that of data-parallel training: fail the
     trial."""

@@ -7,10 +7,15 @@ Imported only inside a trial's process: torch and torchao.
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from autotune.knobs import QUANT_CONFIGS
+from autotune.protocol import Knobs
 from autotune.workloads.base import InvalidConfig
+
+if TYPE_CHECKING:
+    from torch import nn
 
 # bytes one stored weight takes, per weight_quant (plus the scales: quant_bytes)
 WEIGHT_BITS = {
@@ -21,7 +26,9 @@ WEIGHT_BITS = {
 }
 
 
-def capture_linears(torch: Any, model: Any, run: Any, last: int) -> dict[str, tuple[Any, Any]]:
+def capture_linears(
+    torch: ModuleType, model: nn.Module, run: Any, last: int
+) -> dict[str, tuple[Any, Any]]:
     """Each nn.Linear's input and output on the last `last` positions while `run()` runs: the
     per-layer reference a quantized copy of the same weights is compared with."""
     seen: dict[str, tuple[Any, Any]] = {}
@@ -41,7 +48,9 @@ def capture_linears(torch: Any, model: Any, run: Any, last: int) -> dict[str, tu
     return seen
 
 
-def layer_errors(torch: Any, model: Any, seen: dict[str, tuple[Any, Any]]) -> list[float]:
+def layer_errors(
+    torch: ModuleType, model: nn.Module, seen: dict[str, tuple[Any, Any]]
+) -> list[float]:
     """Relative output error ||W_q x - W x|| / ||W x|| of every quantized linear, on its recorded
     input."""
     mods = dict(model.named_modules())
@@ -52,7 +61,7 @@ def layer_errors(torch: Any, model: Any, seen: dict[str, tuple[Any, Any]]) -> li
     return errs
 
 
-def drift(torch: Any, ref: Any, new: Any) -> dict[str, float]:
+def drift(torch: ModuleType, ref: Any, new: Any) -> dict[str, float]:
     """Greedy next-token agreement and mean KL(ref || new) in nats, over every compared position."""
     agree = (ref.argmax(-1) == new.argmax(-1)).float().mean().item()
     logp, logq = torch.log_softmax(ref, -1), torch.log_softmax(new, -1)
@@ -61,7 +70,7 @@ def drift(torch: Any, ref: Any, new: Any) -> dict[str, float]:
 
 
 def apply_weight_quant(
-    torch: Any, model: Any, knobs: dict[str, Any], broken: bool = False
+    torch: ModuleType, model: nn.Module, knobs: Knobs, broken: bool = False
 ) -> str | None:
     """torchao quantize_ with the weight_quant's config on every nn.Linear; the call as applied, or
     None. broken (the test-only drift fault): a 1-bit sign quantizer instead, which must be
@@ -161,7 +170,7 @@ def gemlite_mismatch(gemlite_version: str, torchao_version: str) -> str | None:
     return None
 
 
-def linear_bytes(model: Any, torch: Any, quant: str | None, group: int) -> int:
+def linear_bytes(model: nn.Module, torch: ModuleType, quant: str | None, group: int) -> int:
     """Bytes a decode step reads for the linear layers' weights as stored: the quantized weights and
     their scales (int4: a bf16 scale and zero point per group; int8/float8: a scale per output
     row)."""

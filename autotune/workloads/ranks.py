@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from autotune import nccl_log
@@ -17,7 +18,7 @@ class Ranks:
     """The rank group of a trial: process group (NCCL on GPUs, gloo on the CPU) and a gloo side
     group."""
 
-    def __init__(self, torch: Any, device: str) -> None:
+    def __init__(self, torch: ModuleType, device: str) -> None:
         import torch.distributed as dist
 
         self.dist = dist
@@ -37,7 +38,7 @@ class Ranks:
             self.side = None
 
     @classmethod
-    def start(cls, torch: Any, device: str) -> Ranks | None:
+    def start(cls, torch: ModuleType, device: str) -> Ranks | None:
         """The group when torchrun started this process as one of several ranks, else None."""
         return cls(torch, device) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
 

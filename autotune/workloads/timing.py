@@ -15,6 +15,7 @@ import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 AHEAD = 2  # steps the host may launch in front of the device while the search watches the progress
@@ -39,7 +40,7 @@ class Timing:
 
 
 def time_steps(
-    torch: Any,
+    torch: ModuleType,
     step: Callable[[], Any],
     *,
     warmup: int,
@@ -113,7 +114,7 @@ def _warm_up(
 
 
 def _measure_cuda(
-    torch: Any,
+    torch: ModuleType,
     step: Callable[[], Any],
     measure: int,
     before_each: Callable[[], None] | None,

@@ -12,10 +12,11 @@ import dataclasses
 import os
 import time
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from autotune.knobs import CE_CHUNKS, CHECKPOINT_EVERY, SDPA_BACKENDS, numerics, reference_of
-from autotune.protocol import TrainParams
+from autotune.protocol import Knobs, TrainParams
 from autotune.sizes import padded_vocab
 from autotune.workloads import numerics_check
 from autotune.workloads.base import InvalidConfig, Measured, NonFiniteLoss, Work, Workload
@@ -28,8 +29,11 @@ from autotune.workloads.compiling import (
 from autotune.workloads.parallel import check_replicas_in_sync, parallelize
 from autotune.workloads.timing import time_steps
 
+if TYPE_CHECKING:
+    from torch import nn
 
-def _laps(torch: Any, device: str) -> Any:
+
+def _laps(torch: ModuleType, device: str) -> Any:
     """lap(name) records the seconds since the last lap (after the device finished) in lap.parts."""
     import time
 
@@ -47,7 +51,7 @@ def _laps(torch: Any, device: str) -> Any:
     return lap
 
 
-def apply_precision(torch: Any, precision: str, device: str) -> Any:
+def apply_precision(torch: ModuleType, precision: str, device: str) -> Any:
     """Set matmul precision; return the autocast dtype (None for fp32/tf32). fp8 runs under bf16
     autocast."""
     if device == "cuda" and precision in ("bf16", "fp8") and not torch.cuda.is_bf16_supported():
@@ -78,7 +82,7 @@ def apply_precision(torch: Any, precision: str, device: str) -> Any:
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}.get(precision)
 
 
-def apply_attention(torch: Any, attention: str, device: str, dtype: Any) -> Any:
+def apply_attention(torch: ModuleType, attention: str, device: str, dtype: Any) -> Any:
     """A context that forces the SDPA backend; InvalidConfig when that backend cannot run here."""
     if attention not in SDPA_BACKENDS:
         return contextlib.nullcontext
@@ -101,7 +105,7 @@ def apply_attention(torch: Any, attention: str, device: str, dtype: Any) -> Any:
 
 
 def build_model(
-    torch: Any,
+    torch: ModuleType,
     spec: Any,
     dev: Any,
     gen: Any,
@@ -155,7 +159,7 @@ def build_model(
     return model, [(b[:, :-1], b[:, 1:]) for b in pool], applied, work
 
 
-def materialize_model(model: Any, dev: Any) -> Any:
+def materialize_model(model: nn.Module, dev: Any) -> Any:
     """Allocate a meta-device model's parameters (after sharding: only this rank's shards) and
     initialise them."""
     model = model.to_empty(device=dev)
@@ -163,7 +167,7 @@ def materialize_model(model: Any, dev: Any) -> Any:
     return model
 
 
-def apply_fp8(torch: Any, model: Any, knobs: dict[str, Any]) -> int:
+def apply_fp8(torch: ModuleType, model: nn.Module, knobs: Knobs) -> int:
     """torchao float8 training of every linear but the output head; returns how many linears were
     converted. fp8_all_gather: FSDP2 all-gathers the weights in float8 (tensorwise recipe and fsdp
     only)."""
@@ -196,7 +200,7 @@ def apply_fp8(torch: Any, model: Any, knobs: dict[str, Any]) -> int:
     return sum(1 for mod in model.modules() if type(mod).__name__ == "Float8Linear")
 
 
-def apply_optimizer(torch: Any, model: Any, knobs: dict[str, Any]) -> Any:
+def apply_optimizer(torch: ModuleType, model: nn.Module, knobs: Knobs) -> Any:
     """AdamW with nanoGPT's settings; fused=True when the knob says so."""
     fused = {"fused": True} if knobs["fused_optimizer"] else {}
     return torch.optim.AdamW(
@@ -204,7 +208,7 @@ def apply_optimizer(torch: Any, model: Any, knobs: dict[str, Any]) -> Any:
     )
 
 
-def finite_losses(torch: Any, losses: list[Any], phase: str) -> list[float]:
+def finite_losses(torch: ModuleType, losses: list[Any], phase: str) -> list[float]:
     """The losses as floats (one synchronisation, after the timed region); NonFiniteLoss if any is
     NaN or inf."""
     values = torch.stack(losses).float().cpu().tolist() if losses else []
@@ -285,7 +289,7 @@ class Train(Workload):
         self.attention = apply_attention(torch, knobs["attention"], device, self.amp_dtype)
         return torch.Generator(device=self.dev).manual_seed(spec.run.seed + rank)
 
-    def _train_state(self, model: Any, fp8_linears: int) -> None:
+    def _train_state(self, model: nn.Module, fp8_linears: int) -> None:
         """The model a step trains, its optimizer and loss scaler, fp8's scale refresh
         (fp8_all_gather)."""
         torch, knobs = self.torch, self.spec.knobs

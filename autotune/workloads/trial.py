@@ -9,6 +9,7 @@ reason. Under torchrun each rank runs this; rank 0 writes the result, a failing 
 from __future__ import annotations
 
 import time
+from types import ModuleType
 
 _T_ENTER = time.time()  # before importing torch: the start phase ends when torch is ready
 
@@ -25,7 +26,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from autotune import nccl_log  # noqa: E402
-from autotune.protocol import PROGRESS_FILE, PRUNE_FILE, TrialResult, TrialSpec  # noqa: E402
+from autotune.protocol import PROGRESS_FILE, PRUNE_FILE, Knobs, TrialResult, TrialSpec  # noqa: E402
 from autotune.workloads.base import Failed, InvalidConfig, Measured, NonFiniteLoss, Workload  # noqa: E402
 from autotune.workloads.faults import Fault  # noqa: E402
 from autotune.workloads.ranks import Ranks, env_rank, fail_rank  # noqa: E402
@@ -210,7 +211,7 @@ def _installed_torch() -> dict[str, Any]:
     return {"torch": said.get("__version__"), "cuda": said.get("cuda")}
 
 
-def _env(torch: Any, device: str) -> dict[str, Any]:
+def _env(torch: ModuleType, device: str) -> dict[str, Any]:
     if torch is None:
         return {**_installed_torch(), "device": device}
     env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": device}
@@ -239,7 +240,7 @@ def crash_reason(err: BaseException) -> str:
     return f"{type(err).__name__}: {text.splitlines()[0][:300] if text else ''}"
 
 
-def classify(err: Exception, ranks: int, knobs: dict[str, Any]) -> TrialResult | None:
+def classify(err: Exception, ranks: int, knobs: Knobs) -> TrialResult | None:
     """The result an exception means; None: a crash of one process, left to the parent (traceback in
     the log). An invalid configuration names the knob values that cause it (the rule the search
     learns)."""

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.config.study import MlflowConfig
 from autotune.search.tracking._trial import LoggedTrial
+
+if TYPE_CHECKING:
+    import optuna
 
 # How an Optuna state ends its MLflow run (the callback ends every run FINISHED). A pruned trial (a
 # configuration that cannot run, or stopped by the pruner) was stopped: KILLED; a machine failure:
@@ -41,7 +44,7 @@ class MlflowSink:
 
         return f"mlflow ({mask(self.uri)})" if self.uri else "mlflow"
 
-    def __call__(self, study: Any, trial: LoggedTrial) -> None:
+    def __call__(self, study: optuna.Study, trial: LoggedTrial) -> None:
         """One trial logged; autotune's environment as it was before (mlflow.set_tracking_uri
         writes MLFLOW_TRACKING_URI, a password in it, into os.environ, which every later trial
         would inherit)."""
@@ -51,7 +54,7 @@ class MlflowSink:
         finally:
             _restore(before)
 
-    def _log(self, study: Any, trial: LoggedTrial) -> None:
+    def _log(self, study: optuna.Study, trial: LoggedTrial) -> None:
         import mlflow
 
         callback = self._callback(trial)

@@ -13,6 +13,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.documents.record import TrialRecord
+from autotune.protocol import Knobs
 from autotune.search.history import NOT_LAUNCHED
 
 
@@ -57,7 +58,7 @@ def logged_trial(trial: FrozenTrial) -> LoggedTrial | None:
     return LoggedTrial(view, list(metrics), tags)
 
 
-def _acting(knobs: dict[str, Any]) -> dict[str, Any]:
+def _acting(knobs: Knobs) -> dict[str, Any]:
     """The knobs acting in this trial (None: not acting here, as bucket_cap_mb in an fsdp trial)."""
     return {k: v for k, v in knobs.items() if v is not None}
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.config.study import WandbConfig
 from autotune.search.tracking._trial import LoggedTrial
+
+if TYPE_CHECKING:
+    import optuna
 
 
 class WandbSink:
@@ -20,7 +23,7 @@ class WandbSink:
         self.dir = Path(cfg.dir) if cfg.dir else study_dir
         _start_service(cfg)
 
-    def __call__(self, study: Any, trial: LoggedTrial) -> None:
+    def __call__(self, study: optuna.Study, trial: LoggedTrial) -> None:
         from optuna_integration import WeightsAndBiasesCallback
 
         callback = WeightsAndBiasesCallback(
