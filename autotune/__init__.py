@@ -152,7 +152,7 @@ def run_check(
         "tolerance_pct": tolerance_pct,
         "junit": junit,
     }
-    given["update"], given["max_load"], given["on_repeat"] = update, max_load, on_repeat
+    given.update(update=update, max_load=max_load, on_repeat=on_repeat)
     options = checked("run_check", CHECK, given)
     if options["max_load"] is None:  # the CLI's default (regress_conditions.HOST_LOAD_LIMIT)
         del options["max_load"]

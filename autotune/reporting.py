@@ -92,9 +92,9 @@ class Reporter:
         self.needed = int(warmup or 0) + int(measure or 0)
         self.stop = stop if stop is not None else os.environ.get(ENV_STOP)
         most_env = os.environ.get(ENV_MAX_STEPS)
-        self.most = most if most is not None else int(most_env) if most_env else None
-        if self.most is None:
-            self.most = self.needed if not self.stop else 10**9
+        given = most if most is not None else int(most_env) if most_env else None
+        # without a bound: the steps asked, or (with a stop file) until autotune stops it
+        self.most: int = given if given is not None else self.needed if not self.stop else 10**9
         self.sync = sync
         self.count = 0
         self.closed = False
@@ -113,9 +113,7 @@ class Reporter:
         training."""
         if not self.active:
             return False
-        if self.most is not None and self.count >= self.most:
-            return True
-        return bool(self.stop and os.path.exists(self.stop))
+        return self.count >= self.most or bool(self.stop and os.path.exists(self.stop))
 
     def begin(self) -> None:
         """Mark the start of the first step (else the reporter's creation is)."""

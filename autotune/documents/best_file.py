@@ -298,12 +298,10 @@ def _check_batch(path: Path, knobs: Knobs, workload: WorkloadConfig) -> None:
     gbs, world = workload.global_batch_size, workload.world_size
     if gbs is None:
         return
-    if (
-        catalogue.int_of(knobs, "micro_batch_size")
-        * catalogue.int_of(knobs, "grad_accum_steps")
-        * world
-        != gbs
-    ):
+    per_rank = catalogue.int_of(knobs, "micro_batch_size") * catalogue.int_of(
+        knobs, "grad_accum_steps"
+    )
+    if per_rank * world != gbs:
         raise ConfigError(
             f"{path}: knobs: micro_batch_size {knobs['micro_batch_size']} x grad_accum_steps "
             f"{knobs['grad_accum_steps']} x world_size {world} is not workload.global_batch_size "
