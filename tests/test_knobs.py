@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from conftest import tiny
 
-from autotune import knobs
+from autotune import knobs, tasks
 from autotune.config import SpaceConfig
 from autotune.config.load import parse_config
 from autotune.errors import exit_codes_markdown
@@ -200,3 +201,12 @@ def test_a_new_knob_is_its_catalogue_entry_alone_on_the_parent_side() -> None:
         "defaults": "off",
         "identity": identity.digest(parse_config(tiny()).model_dump(mode="json")),
     }
+
+
+@pytest.mark.parametrize("value", ["4", 4.0, True, None])
+def test_knobs_batch_arithmetic_refuses_a_value_that_is_not_a_whole_number(value: object) -> None:
+    """The batch rule multiplies micro_batch_size: a value of another type (a hand-edited
+    best.yaml) is a TypeError naming the knob, not a repeated string or a float batch."""
+    assert knobs.int_of({"micro_batch_size": 4}, "micro_batch_size") == 4
+    with pytest.raises(TypeError, match="micro_batch_size"):
+        tasks.task("train").derived_knobs({"micro_batch_size": value}, 32, 1)
