@@ -79,7 +79,13 @@ PEAKS: tuple[GpuPeak, ...] = (
     ),
 )
 
+# The precision every stored MFU figure is against (record.Metric.MFU). A figure read against one
+# peak must say which: a trial whose linears run in fp8 is shown against the fp8 peak too
+# (MATMUL_PEAK), never against the bf16 peak alone (issue 49).
 MFU_PRECISION = "bf16"
+# precision knob value -> the peak its matmuls run at, where that is not MFU_PRECISION's: fp8
+# trains the linears in float8 (the head stays in bf16, so the fp8 figure is a lower bound)
+MATMUL_PEAK = {"fp8": "fp8"}
 
 # Peak HBM (or GDDR) bandwidth in GB/s, for the decode roofline of generate trials: (pattern, GB/s,
 # source). More specific patterns first (the A100 40GB parts before the 80GB row).
@@ -116,10 +122,12 @@ def find_peak(device_name: str | None) -> GpuPeak | None:
     return next((p for p in PEAKS if re.search(p.pattern, device_name)), None)
 
 
-def peak_flops(device_name: str | None) -> float | None:
-    """Dense BF16 peak in FLOP/s used for MFU, or None."""
+def peak_flops(device_name: str | None, precision: str = MFU_PRECISION) -> float | None:
+    """A GPU's dense peak in FLOP/s at `precision` (default MFU_PRECISION's, the one every stored
+    MFU divides by), or None: a CPU, an unlisted GPU, a precision its row does not list."""
     row = find_peak(device_name)
-    return row.tflops[MFU_PRECISION] * 1e12 if row else None
+    tflops = row.tflops.get(precision) if row else None
+    return tflops * 1e12 if tflops else None
 
 
 def _nvml() -> Any | None:
@@ -246,6 +254,7 @@ class Telemetry:
                         "temperature_c": nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
                         "throttle": [name for bit, name in _THROTTLE_BITS.items() if bits & bit],
                         "energy_mj": _energy_mj(nv, h),
+                        "power_limit_w": _power_limit_w(nv, h),
                     }
                 )
             self._stop.wait(self._interval)
@@ -256,6 +265,15 @@ def _energy_mj(nv: Any, handle: Any) -> int | None:
     newer), or None."""
     try:
         return int(nv.nvmlDeviceGetTotalEnergyConsumption(handle))
+    except Exception:
+        return None
+
+
+def _power_limit_w(nv: Any, handle: Any) -> float | None:
+    """The power limit NVML enforces on the GPU now, in watts (the lowest of the board's, the
+    administrator's and the driver's limits: nvmlDeviceGetEnforcedPowerLimit), or None."""
+    try:
+        return float(nv.nvmlDeviceGetEnforcedPowerLimit(handle)) / 1000.0
     except Exception:
         return None
 

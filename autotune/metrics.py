@@ -27,6 +27,42 @@ def mfu(
     return tokens_per_s_per_gpu * flops_per_tok / peak_flops
 
 
+# The peak a record's MFU divided by, in TFLOP/s (MFU_PRECISION's dense rate of its GPU), stored
+# beside it: a later change of the peak table does not change what an old figure meant.
+MFU_PEAK_TFLOPS = "mfu_peak_tflops"
+
+
+def mfu_peaks(
+    value: float | None,
+    stored_peak_tflops: float | None,
+    device_name: str | None,
+    precision: str | None,
+) -> list[dict[str, Any]]:
+    """Each peak an MFU figure is read against: first MFU_PRECISION's (the stored figure's; its
+    TFLOP/s as stored, else the peak table's for the GPU, else None: unknown), then, for a
+    precision whose matmuls run at another peak (hardware.MATMUL_PEAK: fp8), the same work against
+    that peak (None where the table has no such rate: n/a, never the bf16 figure under its name).
+    Each is {"precision", "tflops", "mfu"}; [] without an MFU figure (a CPU)."""
+    from autotune.hardware import MATMUL_PEAK, MFU_PRECISION, peak_flops
+
+    if value is None:
+        return []
+    table = peak_flops(device_name)
+    tflops = stored_peak_tflops or (table / 1e12 if table else None)
+    peaks = [{"precision": MFU_PRECISION, "tflops": tflops, "mfu": value}]
+    other = MATMUL_PEAK.get(str(precision))
+    if other is not None:
+        at = peak_flops(device_name, other)
+        peaks.append(
+            {
+                "precision": other,
+                "tflops": at / 1e12 if at else None,
+                "mfu": value * tflops * 1e12 / at if at and tflops else None,
+            }
+        )
+    return peaks
+
+
 def step_stats(samples: list[float]) -> dict[str, float]:
     """Median and spread of raw step times; spread_pct = (max - min) / median."""
     med = statistics.median(samples)
@@ -89,6 +125,7 @@ def summarize(
         Metric.TOKENS_PER_GPU: per_gpu,
         Metric.TOKENS: per_gpu * world_size,
         Metric.MFU: value,
+        MFU_PEAK_TFLOPS: peak_flops / 1e12 if value is not None and peak_flops else None,
         Metric.FLOPS_PER_TOKEN: fpt,
         Metric.STEP_TIME: stats,
         Metric.PEAK_MEM_GIB: res.peak_mem_bytes / 2**30 if res.peak_mem_bytes is not None else None,
@@ -155,17 +192,82 @@ def summarize_telemetry(
     if not inside:
         return None
     reasons = sorted({r for s in inside for r in s["throttle"]})
+    limits = [s["power_limit_w"] for s in inside if s.get("power_limit_w")]
     return {
         "energy_j": window_energy_j(samples, window),
         "samples": len(inside),
         "in_window": in_window,
         "power_w_mean": statistics.fmean(s["power_w"] for s in inside),
+        # NVML's enforced power limit (the highest seen in the window); None where unread
+        "power_limit_w": max(limits) if limits else None,
         "sm_clock_mhz_mean": statistics.fmean(s["sm_clock_mhz"] for s in inside),
         "sm_clock_mhz_min": min(s["sm_clock_mhz"] for s in inside),
         "temperature_c_max": max(s["temperature_c"] for s in inside),
         "throttle_reasons": reasons,
         "series": inside,
     }
+
+
+# NVML's clock-event reasons that hold the clocks below what the load asks for: the power cap, a
+# hardware or thermal slowdown, clocks an administrator set. Not gpu_idle, sync_boost nor
+# display_clock_setting, which say nothing of a limit.
+POWER_REASONS = ("sw_power_cap", "hw_power_brake_slowdown")
+CLOCK_REASONS = (
+    "hw_slowdown",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "applications_clocks_setting",
+)
+# a mean power within this share of the enforced limit is at the cap: NVML's power reading averages
+# over its own window, so a capped GPU reads a few watts either side of the limit
+AT_LIMIT_PCT = 3.0
+
+
+def power_cap(tele: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Whether a measured window ran at a power or clock limit (its telemetry's throttle reasons,
+    POWER_REASONS and CLOCK_REASONS, or a mean power within AT_LIMIT_PCT of the enforced limit),
+    and what to say of its figure (`said`); None where it did not, or without telemetry (a CPU)."""
+    if not isinstance(tele, dict):
+        return None
+    seen = [r for r in tele.get("throttle_reasons") or [] if isinstance(r, str)]
+    mean, limit = _number(tele.get("power_w_mean")), _number(tele.get("power_limit_w"))
+    at_limit = bool(mean and limit and mean >= limit * (1 - AT_LIMIT_PCT / 100))
+    power = [r for r in seen if r in POWER_REASONS]
+    clocks = [r for r in seen if r in CLOCK_REASONS]
+    if not (at_limit or power or clocks):
+        return None
+    watts = (
+        f"{mean:,.0f} of {limit:,.0f} W"
+        if mean and limit
+        else f"{mean:,.0f} W, limit not recorded"
+        if mean
+        else "power not recorded"
+    )
+    nvml = f"; NVML: {', '.join([*power, *clocks])}" if power or clocks else ""
+    if at_limit or power:
+        said = (
+            f"at the power cap ({watts}{nvml}) during its measured steps: the figure is the cap's"
+        )
+    else:
+        clock = _number(tele.get("sm_clock_mhz_mean"))
+        sm = f"; SM clock {clock:,.0f} MHz mean" if clock else ""
+        said = (
+            f"at a clock limit ({', '.join(clocks)} per NVML; {watts}{sm}) during its measured "
+            "steps: the figure is the limit's"
+        )
+    return {
+        "power_w_mean": mean,
+        "power_limit_w": limit,
+        "at_limit": at_limit,
+        "reasons": [*power, *clocks],
+        "said": said,
+    }
+
+
+def _number(value: Any) -> float | None:
+    """A finite number above 0 as a float, else None (a record another program wrote)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok and math.isfinite(value) and value > 0 else None
 
 
 def window_energy_j(samples: list[dict[str, Any]], window: tuple[float, float]) -> float | None:

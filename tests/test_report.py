@@ -288,8 +288,8 @@ def test_report_mfu_says_how_its_flops_were_obtained() -> None:
     data = report.collect(study)
     assert data["mfu_flops"] == "counted by torch.utils.flop_counter over one forward+backward"
     assert (
-        "MFU 30.0% (FLOPs: counted by torch.utils.flop_counter over one forward+backward)"
-        in report.to_markdown(data)
+        "MFU 30.0% of the bf16 dense peak (FLOPs: counted by torch.utils.flop_counter over one "
+        "forward+backward)" in report.to_markdown(data)
     )
 
 

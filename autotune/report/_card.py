@@ -87,10 +87,18 @@ def card_html(data: dict[str, Any], c: dict[str, Any] | None) -> str:
 
 
 def _efficiency_text(c: dict[str, Any]) -> str:
-    name, key = ("MFU", "mfu") if c.get("mfu") is not None else ("roofline", "roofline")
-    if c.get(key) is None:
-        return ""
-    return f" {name}: <b>{fmt(c[key], 'mfu')}</b>."
+    """The efficiency figure (MFU against the peak it divides by, or the roofline share), then the
+    power or clock limit its measured steps ran at (escaped: the reasons are the study's)."""
+    from autotune.report._table import mfu_text
+
+    cap = (c.get("power_cap") or {}).get("said")
+    capped = f" {escape(cap[:1].upper() + cap[1:])}." if cap else ""
+    if c.get("mfu") is not None:
+        bold = mfu_text(c["mfu"], c.get("mfu_peaks") or [], mark=lambda s: f"<b>{s}</b>")
+        return f" MFU: {bold}.{capped}"
+    if c.get("roofline") is None:
+        return capped
+    return f" roofline: <b>{fmt(c['roofline'], 'mfu')}</b>.{capped}"
 
 
 def _apply_html(a: dict[str, Any]) -> str:

@@ -81,8 +81,10 @@ def collect(
 
 
 def _telemetry(trials: list[optuna.trial.FrozenTrial], number: int | None) -> Any:
-    """The search's best trial's telemetry (power, clocks), None without."""
-    return next((t.user_attrs.get("telemetry") or None for t in trials if t.number == number), None)
+    """The search's best trial's telemetry (power, clocks) with `power_cap`: the power or clock
+    limit its measured steps ran at (metrics.power_cap, None: none seen); None without."""
+    tele = next((t.user_attrs.get("telemetry") or None for t in trials if t.number == number), None)
+    return {**tele, "power_cap": metrics.power_cap(tele)} if isinstance(tele, dict) else tele
 
 
 def _derived(

@@ -5,7 +5,11 @@ larger than that noise.
 
 Optuna's PED-ANOVA importance is not shown: over a staged search's twenty trials it ranked
 vocabulary padding first (0.34, an effect of 0.5%, noise) and compile last (0.03, +28%), and it
-leaves out a knob whose baseline value ran once (issue 36)."""
+leaves out a knob whose baseline value ran once (issue 36).
+
+A knob that acts only under another (the catalogue's only_with: compile_scope under compile on) is
+judged only on the trials where it acts: elsewhere its recorded value is None (space.knobs), which
+is its parent's effect, not a level of it (issue 49)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from itertools import combinations
 from typing import Any
 
 from autotune.documents.record import Metric
+from autotune.knobs import BY_NAME, Not
 
 DERIVED = ("grad_accum_steps",)  # follows the batch: never the one knob two trials differ in
 NOISE_REPEATS = (
@@ -59,8 +64,36 @@ def effects(
     return {"knobs": per_knob, "ranked": ranked}
 
 
+def acting(
+    ok: list[dict[str, Any]], knob: str
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The trials a knob acts in, and on what it was judged: all of them for a knob that always
+    acts (None); for a conditional one (the catalogue's only_with), those where its parent has the
+    value it needs and it has a value, with {"knob": its parent, "when": the condition in words,
+    "trials": how many}."""
+    k = BY_NAME.get(knob)
+    if k is None or k.only_with is None:
+        return ok, None
+    parent, want = k.only_with
+    among = [
+        r for r in ok if k.acts_with(r["knobs"].get(parent)) and r["knobs"].get(knob) is not None
+    ]
+    return among, {"knob": parent, "when": _when(parent, want), "trials": len(among)}
+
+
+def _when(parent: str, want: Any) -> str:
+    """only_with's condition in words: "compile on", "precision fp8", "parallel not ddp"."""
+    if isinstance(want, Not):
+        return f"{parent} on" if want.value is False else f"{parent} not {want.value}"
+    if isinstance(want, bool):
+        return f"{parent} {'on' if want else 'off'}"
+    return f"{parent} {want}"
+
+
 def _knob(ok: list[dict[str, Any]], knob: str, searched: list[str]) -> dict[str, Any]:
-    """One knob's values and their figures."""
+    """One knob's values and their figures, over the trials it acts in (`acting`: `among` says
+    which, None where that is every trial)."""
+    ok, among = acting(ok, knob)
     by_value: dict[str, list[float]] = {}
     for r in ok:
         by_value.setdefault(str(r["knobs"].get(knob)), []).append(r[Metric.TOKENS_PER_GPU])
@@ -73,7 +106,13 @@ def _knob(ok: list[dict[str, Any]], knob: str, searched: list[str]) -> dict[str,
         values[v]["paired_pct"] = 100 * (statistics.median(ratios) - 1)
         values[v]["pairs"] = len(ratios)
     size, basis = _size(values)
-    return {"values": values, "reference": reference, "effect_pct": size, "basis": basis}
+    return {
+        "values": values,
+        "reference": reference,
+        "effect_pct": size,
+        "basis": basis,
+        "among": among,
+    }
 
 
 def _size(values: dict[str, dict[str, Any]]) -> tuple[float | None, str | None]:
@@ -93,19 +132,30 @@ def _paired(
     ok: list[dict[str, Any]], knob: str, searched: list[str], reference: str | None
 ) -> dict[str, list[float]]:
     """value -> the ratios of trials at that value to trials at the reference value that differ
-    from them in this knob alone."""
+    from them in this knob alone (a conditional knob that acts in one of the two and not the other
+    differs because this one does: compile on against off, compile_scope block against None)."""
     others = [k for k in searched if k != knob and k not in DERIVED]
     out: dict[str, list[float]] = {}
     for a, b in combinations(ok, 2):
         va, vb = str(a["knobs"].get(knob)), str(b["knobs"].get(knob))
         if va == vb or reference not in (va, vb):
             continue
-        if any(a["knobs"].get(k) != b["knobs"].get(k) for k in others):
+        if any(_differ(a["knobs"], b["knobs"], k) for k in others):
             continue
         at, ref = (a, b) if vb == reference else (b, a)
         value = va if vb == reference else vb
         out.setdefault(value, []).append(at[Metric.TOKENS_PER_GPU] / ref[Metric.TOKENS_PER_GPU])
     return out
+
+
+def _differ(a: dict[str, Any], b: dict[str, Any], knob: str) -> bool:
+    """Whether two trials differ in `knob` where it acts in both (a conditional knob that is None
+    in one, space.knobs's mark of a knob that cannot act, differs through its parent)."""
+    va, vb = a.get(knob), b.get(knob)
+    if va == vb:
+        return False
+    k = BY_NAME.get(knob)
+    return not (k is not None and k.only_with is not None and (va is None or vb is None))
 
 
 def value_text(value: str, e: dict[str, Any], top: float) -> str:

@@ -69,16 +69,25 @@ def _changed(knobs: Knobs, before: dict[str, Any]) -> dict[str, tuple[Any, Any]]
     return {k: (before.get(k), v) for k, v in knobs.items() if before.get(k) != v}
 
 
-def _efficiency(task: str, row: dict[str, Any], value: float) -> dict[str, float | None]:
+def _efficiency(task: str, row: dict[str, Any], value: float) -> dict[str, Any]:
     """The task's efficiency figure (tasks.Task.columns: MFU for training, the roofline share for
-    generation), scaled to the chosen figure; the other is None."""
+    generation), scaled to the chosen figure; the other is None. `mfu_peaks`: each peak the MFU is
+    read against with its figure, scaled alike (the row's, metrics.mfu_peaks: bf16's first, an fp8
+    trial's fp8 peak after it); `power_cap`: the power or clock limit its measured steps ran at
+    (metrics.power_cap), None where none was seen or nothing sampled."""
     columns = tasks.task(task).columns
     search = row.get(Metric.TOKENS_PER_GPU)
+    mfu = "MFU" in columns
     return {
-        "mfu": _scaled(row.get(Metric.MFU), value, search) if "MFU" in columns else None,
+        "mfu": _scaled(row.get(Metric.MFU), value, search) if mfu else None,
+        "mfu_peaks": [
+            {**p, "mfu": _scaled(p["mfu"], value, search)}
+            for p in ((row.get("mfu_peaks") or []) if mfu else [])
+        ],
         "roofline": _scaled(row.get(Metric.ROOFLINE), value, search)
         if "roofline" in columns
         else None,
+        "power_cap": row.get("power_cap"),
     }
 
 

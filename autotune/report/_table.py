@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from autotune import metrics, nccl_log, tasks
 from autotune.documents.record import Metric, RecordError, TrialRecord
+from autotune.hardware import MFU_PRECISION
 from autotune.protocol import reason_line
 
 if TYPE_CHECKING:
@@ -47,6 +49,45 @@ def fmt(value: Any, kind: str) -> str:
         "ms": f"{value:,.2f}",
         "tpj": f"{value:,.1f}",
     }.get(kind, str(value))
+
+
+# The MFU column's header: every MFU figure names the peak it divides by (issue 49)
+MFU_HEADER = f"MFU ({MFU_PRECISION} peak)"
+
+
+def tflops_text(value: float) -> str:
+    """A peak in TFLOP/s as the datasheet writes it: 989.5, 1,979."""
+    return f"{value:,.1f}".removesuffix(".0")
+
+
+def mfu_text(
+    value: float | None, peaks: list[dict[str, Any]], mark: Callable[[str], str] = str
+) -> str:
+    """An MFU figure with the peak it divides by (peaks: metrics.mfu_peaks; [] reads `value` as the
+    stored figure, against MFU_PRECISION's peak of a GPU unnamed): "69.0% of the bf16 dense peak,
+    989.5 TFLOP/s"; with a second peak (fp8): "69.0% of bf16's 989.5 TFLOP/s, 34.5% of fp8's
+    1,979". A peak the table lacks is named without its number, its figure n/a. mark wraps each
+    figure (the HTML card's <b>)."""
+    if value is None:
+        return mark(fmt(None, "mfu"))
+    first, *others = peaks or [{"precision": MFU_PRECISION, "tflops": None, "mfu": value}]
+    if not others:
+        at = f", {tflops_text(first['tflops'])} TFLOP/s" if first["tflops"] else ""
+        return f"{mark(fmt(first['mfu'], 'mfu'))} of the {first['precision']} dense peak{at}"
+    parts = []
+    for i, p in enumerate(peaks):
+        unit = " TFLOP/s" if i == 0 else ""
+        at = f"'s {tflops_text(p['tflops'])}{unit}" if p["tflops"] else "'s peak (not in the table)"
+        parts.append(f"{mark(fmt(p['mfu'], 'mfu'))} of {p['precision']}{at}")
+    return ", ".join(parts)
+
+
+def _mfu_cell(row: dict[str, Any]) -> str:
+    """The MFU column's cell: the figure against MFU_PRECISION's peak (the header names it), and a
+    second peak's beside it (an fp8 trial's: "69.0% (fp8 34.5%)")."""
+    shown = fmt(row["mfu"], "mfu")
+    others = (row.get("mfu_peaks") or [])[1:]
+    return shown + "".join(f" ({p['precision']} {fmt(p['mfu'], 'mfu')})" for p in others)
 
 
 def speedup(value: float | None, flag: str | None) -> str:
@@ -111,10 +152,11 @@ def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
     # the number
     first = t.values[0] if t.values else None  # tokens/s; a pareto study's second value is p99 TPOT
     value = (first if _number(first) else None) if t.state == TrialState.COMPLETE else tokens
+    knobs = r.knobs if knobs_ok else t.params
     return {
         "number": t.number,
         "state": state,
-        "knobs": r.knobs if knobs_ok else t.params,
+        "knobs": knobs,
         Metric.TOKENS_PER_GPU: tokens,
         "speedup": (value / base_value) if (value is not None and base_value) else None,
         "step_spread_pct": metrics.middle_spread_pct(_steps(r)),
@@ -125,6 +167,7 @@ def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
         "wall_s": r.wall_s if _number(r.wall_s) else None,
         "prestarted": r.prestarted is True,  # its process was started ahead (launch/prestart.py)
         "fingerprint": r.fingerprint,
+        **_conditions(r, m, knobs),
         "failed_rank": r.extra.get("failed_rank"),
         "nccl_used": nccl_log.used(_dict(r.nccl)),
         "flops": _dict(r.applied).get("flops")
@@ -148,13 +191,37 @@ def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
     }
 
 
+def _conditions(r: TrialRecord, m: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any]:
+    """What a row's figures rest on: `mfu_peaks`, the peaks its MFU is read against
+    (metrics.mfu_peaks), and `power_cap`, the power or clock limit its measured steps ran at
+    (metrics.power_cap; None: none seen, or no telemetry)."""
+    mfu, peak = m.get(Metric.MFU), m.get(metrics.MFU_PEAK_TFLOPS)
+    return {
+        "mfu_peaks": metrics.mfu_peaks(
+            mfu if _number(mfu) else None,
+            peak if _number(peak) else None,
+            _gpu(r.fingerprint),
+            str(knobs.get("precision")),
+        ),
+        "power_cap": metrics.power_cap(r.telemetry),
+    }
+
+
+def _gpu(fingerprint: Any) -> str | None:
+    """The GPU a record's fingerprint names (its device's name, which the peak table is read by),
+    None on a CPU or without one."""
+    f = _dict(fingerprint)
+    name = f.get("gpu_model")
+    return name if f.get("device") == "cuda" and isinstance(name, str) else None
+
+
 def columns(knobs: list[str], rows: list[dict[str, Any]], task: str = "train") -> list[str]:
     """The table's header: the searched knobs, the metrics (the task's efficiency columns:
     tasks.Task.columns), NCCL's choice (only where NCCL said), and the outcome (only where a trial
     did not simply succeed)."""
     nccl = ["NCCL used"] if any(r.get("nccl_used") for r in rows) else []
     outcome = ["state", "reason"] if any(r["state"] != "ok" or r["reason"] for r in rows) else []
-    efficiency = list(tasks.task(task).columns)
+    efficiency = [MFU_HEADER if c == "MFU" else c for c in tasks.task(task).columns]
     energy = ["tokens/J"] if any(r.get("tokens_per_joule") is not None for r in rows) else []
     estimate = ["est. GiB"] if any(r.get("memory_estimate_gib") is not None for r in rows) else []
     return [
@@ -180,7 +247,7 @@ def cells(
         "#": str(row["number"]),
         "tokens/s/GPU": fmt(row[Metric.TOKENS_PER_GPU], "tok"),
         "x baseline": speedup(row["speedup"], row.get("speedup_flag")),
-        "MFU": fmt(row["mfu"], "mfu"),
+        MFU_HEADER: _mfu_cell(row),
         "peak GiB": fmt(row["peak_mem_gib"], "gib"),
         "est. GiB": fmt(row.get("memory_estimate_gib"), "gib"),
         "TTFT ms": fmt(row.get("ttft_ms"), "ms"),

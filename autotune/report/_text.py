@@ -66,9 +66,14 @@ def _gain(c: dict[str, Any]) -> str:
 
 
 def _costs_to_apply(c: dict[str, Any], flops: str | None) -> str:
+    """Its efficiency against the peak it divides by, memory and compile time; then the power or
+    clock limit its measured steps ran at, where one was seen."""
+    from autotune.report._table import mfu_text
+
     parts = []
     if c.get("mfu") is not None:
-        parts.append(f"MFU {fmt(c['mfu'], 'mfu')}" + (f" (FLOPs: {flops})" if flops else ""))
+        shown = mfu_text(c["mfu"], c.get("mfu_peaks") or [])
+        parts.append(f"MFU {shown}" + (f" (FLOPs: {flops})" if flops else ""))
     elif c.get("roofline") is not None:
         parts.append(f"roofline {fmt(c['roofline'], 'mfu')}")
     elif flops:  # no peak to divide by (a CPU): MFU is n/a, never invented; how FLOPs were had
@@ -80,7 +85,8 @@ def _costs_to_apply(c: dict[str, Any], flops: str | None) -> str:
     if c.get("compile_s"):
         parts.append(f"compile {c['compile_s']:,.0f} s at each start")
     line = "; ".join(parts)
-    return line[:1].upper() + line[1:] + "."
+    cap = (c.get("power_cap") or {}).get("said")
+    return line[:1].upper() + line[1:] + "." + (f" {cap[:1].upper()}{cap[1:]}." if cap else "")
 
 
 def memory_axis_line(data: dict[str, Any]) -> str:
@@ -160,14 +166,20 @@ def effects_lines(data: dict[str, Any]) -> list[str]:
 
 
 def _knob_text(knob: str, e: dict[str, Any]) -> str:
+    """One knob's effect and values; a conditional knob's says the trials it was judged on
+    ("among the 12 trials with compile on")."""
+    among = e.get("among")
     if not e["values"]:
-        return f"{knob}: no completed trial"
+        return f"{knob}: no completed trial" + (f" with {among['when']}" if among else "")
     top = max(v["best"] for v in e["values"].values())
     size = (
         f"effect {e['effect_pct']:.1f}%, {e['basis']}"
         if e["effect_pct"] is not None
         else "one value ran"
     )
+    if among:
+        n = among["trials"]
+        size += f", among the {n} trial{'s' if n != 1 else ''} with {among['when']}"
     values = "; ".join(_effects.value_text(v, x, top) for v, x in e["values"].items())
     return f"{knob} ({size}): {values}"
 
