@@ -5,7 +5,7 @@ The Python API (what the CLI calls):
     import autotune
 
     result = autotune.run_search("search_spaces/tiny.yaml", device="cpu")  # SearchResult, best.yaml
-    verdict = autotune.run_check(result.best_yaml, repeats=5)  # Verdict: pass, faster, regression
+    verdict = autotune.run_check(result.best_yaml, repeats=5)  # Verdict: pass, regression, ...
     data = autotune.read_report(result.study_dir)  # the report as plain data
     table = autotune.run_nccl("trials/nccl", device="cuda", gpus=["0", "1"])  # bus bandwidth
 
@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any  # noqa: E402
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from autotune.check.regress import Verdict
+    from autotune.check.verdict import Verdict
     from autotune.config import Config
     from autotune.documents.record import TrialRecord
     from autotune.search.loop import SearchResult
@@ -132,6 +132,7 @@ def run_check(
     *,
     model_yaml: str | Path | None = None,
     repeats: int = 5,
+    max_repeats: int | None = None,
     tolerance_pct: float | None = None,
     junit: str | Path | None = None,
     update: bool = False,
@@ -139,8 +140,10 @@ def run_check(
     on_repeat: Callable[..., None] | None = None,
 ) -> Verdict:
     """Re-measure best.yaml's configuration and decide, as `autotune check` (--model is model_yaml,
-    --tolerance tolerance_pct, --max-load max_load: None is the CLI's default). on_repeat: called
-    with each repeat as it ends. The verdict's exit_code is the CLI's."""
+    --max-repeats max_repeats, --tolerance tolerance_pct, --max-load max_load: None is the CLI's
+    default; check.regress.check says each). on_repeat: called with each repeat as it ends. The
+    verdict's exit_code is the CLI's: 0 pass or faster, 1 regression, 3 unreliable, 5
+    inconclusive."""
     from autotune.api_options import CHECK, checked, path_of
     from autotune.check.regress import check
 
@@ -149,6 +152,7 @@ def run_check(
     given: dict[str, Any] = {
         "model_yaml": model_yaml,
         "repeats": repeats,
+        "max_repeats": max_repeats,
         "tolerance_pct": tolerance_pct,
         "junit": junit,
     }

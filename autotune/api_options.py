@@ -16,6 +16,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "trials": (1, 100_000),
     "timeout_min": (0.01, 525_600),
     "repeats": (1, 1000),
+    "max_repeats": (0, 1000),
     "tolerance_pct": (0.0, 100.0),
     "max_load": (0.0, 10_000.0),
     # run_nccl, as `autotune nccl` bounds them (cli/nccl.py): sizes in bytes, 0.001 to 16,384 MB
@@ -24,7 +25,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "timeout_s": (0.05, 10_080),
     "size": (4, 16_384_000_000),
 }
-INTEGERS = ("trials", "repeats", "warmup", "iters", "size")
+INTEGERS = ("trials", "repeats", "max_repeats", "warmup", "iters", "size")
 SEARCH = (
     "out_root",
     "device",
@@ -35,7 +36,16 @@ SEARCH = (
     "gpus",
     "warm_start_from",
 )
-CHECK = ("model_yaml", "repeats", "tolerance_pct", "junit", "update", "max_load", "on_repeat")
+CHECK = (
+    "model_yaml",
+    "repeats",
+    "max_repeats",
+    "tolerance_pct",
+    "junit",
+    "update",
+    "max_load",
+    "on_repeat",
+)
 PATHS = ("out_root", "warm_start_from", "model_yaml", "junit", "best_yaml", "study_dir", "out_dir")
 FLAGS = ("fresh", "update")
 

@@ -15,26 +15,39 @@ class ExitCode(IntEnum):
     BAD_INPUT = 2
     UNMEASURED = 3
     INTERNAL = 4
+    # check measured but cannot decide: apart from 3 (could not measure, or disturbed) so that CI
+    # can tell a scattered measurement from a broken or shared machine
+    INCONCLUSIVE = 5
     HANGUP = 129  # 128 + SIGHUP
     INTERRUPTED = 130  # 128 + SIGINT
     TERMINATED = 143  # 128 + SIGTERM
 
 
 EXIT_MEANINGS: dict[ExitCode, str] = {
-    ExitCode.OK: "done; `check`: pass (or faster)",
-    ExitCode.FAILED: "`search`: no trial succeeded; `check`: regression; `nccl`: no setting ran",
+    ExitCode.OK: (
+        "done; `check`: pass (or faster): the 95% interval of the ratio lies above 1 - tolerance"
+    ),
+    ExitCode.FAILED: (
+        "`search`: no trial succeeded; `check`: regression (the interval lies below 1 - tolerance, "
+        "or the nightly series stepped down); `nccl`: no setting ran"
+    ),
     ExitCode.BAD_INPUT: (
         "bad input: usage, missing file, invalid YAML, schema error, a study made from another "
         "YAML; `check`: another GPU model than the baseline's; also what the machine refused: a "
         "full disk, a storage that cannot be reached"
     ),
     ExitCode.UNMEASURED: (
-        "`check`: could not measure (every repeat failed; the reason is shown), or unreliable: a "
-        "regression measured while other processes ran on the GPU or the host's load per core was "
-        "past `--max-load` (named)"
+        "`check`: could not measure (every repeat failed; the reason is shown), or unreliable: "
+        "measured while other processes ran on the GPU or the host's load per core was past "
+        "`--max-load` (named), so neither a pass nor a regression can be trusted"
     ),
     ExitCode.INTERNAL: (
         "an error inside autotune (a bug): one line naming it; `--debug` shows the traceback"
+    ),
+    ExitCode.INCONCLUSIVE: (
+        "`check`: inconclusive: measured, but the ratio's 95% interval lies neither above nor "
+        "below 1 - tolerance (repeats that scatter, one sample a side), also after "
+        "`--max-repeats`; the verdict says why and what would settle it"
     ),
     ExitCode.HANGUP: (
         "hung up (SIGHUP: the terminal closed): handled as Ctrl-C; the study is kept and resumable"
@@ -58,8 +71,9 @@ def exit_codes_help() -> str:
         ExitCode.OK: "done (check: pass)",
         ExitCode.FAILED: "no trial succeeded (check: regression)",
         ExitCode.BAD_INPUT: "bad input",
-        ExitCode.UNMEASURED: "check could not measure",
+        ExitCode.UNMEASURED: "check could not measure or was disturbed",
         ExitCode.INTERNAL: "internal error",
+        ExitCode.INCONCLUSIVE: "check inconclusive",
         ExitCode.HANGUP: "SIGHUP",
         ExitCode.INTERRUPTED: "interrupted",
         ExitCode.TERMINATED: "SIGTERM",

@@ -54,6 +54,12 @@ def test_api_run_search_refuses_what_the_cli_refuses(options: dict, message: str
         ),
         ({"tolerance_pct": -1.0}, r"tolerance_pct: '-1.0' is not allowed"),
         ({"junit": 5}, r"junit: '5' is not a path"),
+        ({"max_repeats": -1}, r"max_repeats: '-1' is not allowed; use an integer from 0 to 1000"),
+        (
+            {"repeats": 5, "max_repeats": 3},
+            r"--max-repeats: 3 is not allowed with --repeats 5; use 0 \(no extra repeats\) or a "
+            "number from 5 to 1000",
+        ),
     ],
 )
 def test_api_run_check_refuses_what_the_cli_refuses(

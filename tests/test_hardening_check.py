@@ -157,7 +157,7 @@ def test_hardening_check_base_dir_moves_with_the_study(tmp_path: Path) -> None:
     (new / "ran").unlink()
     old.mkdir()
     (old / "job.py").write_text(JOB.replace('with_name("ran")', 'with_name("old code ran")'))
-    regress.check(new / "trials" / "job" / "best.yaml", repeats=1, max_load=0)
+    regress.check(new / "trials" / "job" / "best.yaml", repeats=1, max_repeats=0, max_load=0)
     assert (new / "ran").exists() and not (old / "old code ran").exists()
     assert read_winner(new / "trials" / "job" / "best.yaml").base_dir == str(new.resolve())
     assert yaml.safe_load((new / "trials" / "job" / "best.yaml").read_text())["base_dir"] == "../.."

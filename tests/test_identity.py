@@ -188,10 +188,13 @@ def test_identity_every_layout_reads_as_the_typed_document(name: str) -> None:
 def test_identity_check_of_an_older_best_yaml_measures_it(tmp_path: Path) -> None:
     study = _copy(tmp_path, "fixture-older")
     proc = cli_here(
-        "check", str(study / "best.yaml"), "--repeats", "2", "--max-load", "0", cwd=tmp_path
+        "check",
+        str(study / "best.yaml"),
+        *("--repeats", "2", "--max-repeats", "0", "--max-load", "0"),
+        cwd=tmp_path,
     )
-    # measured and decided (the CPU's speed is not the question)
-    assert proc.returncode in (0, 1), proc.stderr
+    # measured and judged: pass, regression or inconclusive (the CPU's speed is not the question)
+    assert proc.returncode in (0, 1, 5), proc.stderr
     assert (
         "best.yaml from an older autotune" in proc.stdout
         and "fsdp_backward_prefetch: None" in proc.stdout

@@ -1,6 +1,6 @@
 """What else ran while `autotune check` measured: the host's load and the other processes on the
-GPU, sampled beside each repeat, and the rule that calls a check disturbed (a regression then
-ends "unreliable", exit 3)."""
+GPU, sampled beside each repeat, and the rule that calls a check disturbed (it then ends
+"unreliable", exit 3, whatever its numbers read)."""
 
 from __future__ import annotations
 

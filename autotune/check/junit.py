@@ -13,7 +13,9 @@ if TYPE_CHECKING:
     from autotune.documents.best_file import BestFile
 
 OPTION = "--junit"
-ERRORS = ("unreliable", "unmeasured")  # a check that decided nothing: an error for CI, no failure
+# a check that decided nothing: an error for CI, no failure (any other outcome but a pass is too)
+ERRORS = ("unreliable", "unmeasured", "inconclusive")
+PASSES = ("pass", "faster")
 
 
 def check_target(junit: Path, best_path: Path, best: BestFile, model_yaml: Path | None) -> None:
@@ -40,21 +42,22 @@ def _owned(best_path: Path, best: BestFile, model_yaml: Path | None) -> dict[Pat
 
 
 def write(path: Path, name: str, seconds: float, outcome: str, message: str, details: str) -> None:
-    """One JUnit test case for the checked configuration: a failure on a regression, an error when
-    it is unreliable or could not be measured (outcome), else passed; written whole, never through
-    a link."""
+    """One JUnit test case for the checked configuration: a failure on a regression, passed on a
+    pass or faster, else an error (unreliable, inconclusive, could not be measured: outcome);
+    written whole, never through a link."""
+    failed, passed = outcome == "regression", outcome in PASSES
     suite = ET.Element(
         "testsuite",
         name="autotune check",
         tests="1",
-        failures="1" if outcome == "regression" else "0",
-        errors="1" if outcome in ERRORS else "0",
+        failures="1" if failed else "0",
+        errors="0" if failed or passed else "1",
         time=f"{seconds:.1f}",
     )
     attrs = {"classname": "autotune.check", "name": name, "time": f"{seconds:.1f}"}
     case = ET.SubElement(suite, "testcase", attrs)
-    if outcome == "regression" or outcome in ERRORS:
-        tag = "failure" if outcome == "regression" else "error"
+    if not passed:
+        tag = "failure" if failed else "error"
         ET.SubElement(case, tag, message=message, type=outcome).text = details
     ET.SubElement(case, "system-out").text = details
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -63,7 +66,7 @@ def write(path: Path, name: str, seconds: float, outcome: str, message: str, det
 
 def write_verdict(path: Path, name: str, verdict: Any, seconds: float) -> None:
     """The check's verdict (a regress.Verdict) as its test case: failure on a regression, error when
-    unreliable, the versions that changed beside it."""
+    unreliable or inconclusive, the versions that changed beside it."""
     details = verdict.summary()
     if verdict.version_changes:
         changes = verdict.version_changes.items()

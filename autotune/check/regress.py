@@ -1,5 +1,5 @@
-"""autotune check: re-measure a chosen configuration and decide, with its noise, whether it
-regressed."""
+"""autotune check: re-measure a chosen configuration, one more repeat at a time while the verdict is
+inconclusive, and decide with its noise whether it regressed (failing closed)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune import metrics, tasks
+from autotune import tasks
 from autotune.check import conditions
 from autotune.check import junit as junit_report
 from autotune.check.bench import (
@@ -21,92 +21,46 @@ from autotune.check.bench import (
     current_hardware,
     load_best,
 )
-from autotune.check.stats import decide, default_tolerance, series_drift  # noqa: F401  (the API)
+from autotune.check.stats import (  # noqa: F401  (the API)
+    Decision,
+    decide,
+    default_tolerance,
+    series_drift,
+)
+from autotune.check.verdict import AT_MAX, DISTURBED, PASSES, SETTLED, Verdict
 from autotune.documents import nightly
 from autotune.documents.best_file import Best, record_check_baseline
 from autotune.documents.record import Metric
-from autotune.errors import ConfigError, ExitCode, UnmeasuredError
-from autotune.launch.runner import measure
+from autotune.errors import ConfigError, UnmeasuredError
+from autotune.launch.runner import Bench, measure
 from autotune.protocol import reason_line
 
 # Versions listed beside the verdict when they differ: the usual causes of a change.
 VERSION_KEYS = ("driver", "cuda", "cudnn", "torch", "nccl")
+# --max-repeats by default: three times --repeats, at most DEFAULT_MAX_REPEATS (and never fewer than
+# --repeats): on a GPU a repeat is a cold start of minutes, so the extra ones are bounded.
+DEFAULT_MAX_REPEATS = 20
+MAX_REPEATS_LIMIT = 1000  # as --repeats (api_options.BOUNDS)
 
 
-@dataclass
-class Verdict:
-    """The check's decision and everything behind it."""
-
-    status: str  # pass | faster | regression | unreliable (a regression measured beside other work)
-    ratio: float  # median(check) / median(baseline), tokens/s
-    ci: tuple[float, float]  # 95% interval of the ratio (Student t on log tokens/s, see decide)
-    tolerance_pct: float
-    baseline_median: float
-    check_median: float
-    baseline_samples: list[float]
-    check_samples: list[float]
-    baseline_source: str
-    version_changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    failed_repeats: list[str] = field(default_factory=list)
-    fingerprint: dict[str, Any] = field(default_factory=dict)
-    checked_at: str = ""
-    # per process: tokens/s, clock, power
-    repeats: list[dict[str, Any]] = field(default_factory=list)
-    updated: bool = False  # --update recorded these samples as the new baseline
-    # generate: the same decision on the median time per output token
-    tpot: dict[str, Any] | None = None
-    tolerance_source: str = ""  # how the tolerance was set (--tolerance, or the baseline's noise)
-    # a step down across nights (series_drift), None when there is none
-    series: dict[str, Any] | None = None
-    # best.yaml of an older release: the knobs added since (best._upgrade)
-    upgraded: dict[str, Any] | None = None
-    # history.jsonl's lines that are not nights, and why
-    history_skipped: list[str] = field(default_factory=list)
-    # history.jsonl could not be appended to (a full disk): the verdict stands
-    history_error: str = ""
-    # host load, GPU processes: beside each repeat
-    conditions: list[dict[str, Any]] = field(default_factory=list)
-    # what disturbed the repeats (check/conditions.py)
-    disturbed: list[str] = field(default_factory=list)
-
-    @property
-    def exit_code(self) -> int:
-        codes = {"regression": ExitCode.FAILED, "unreliable": ExitCode.UNMEASURED}
-        return codes.get(self.status, ExitCode.OK)
-
-    def summary(self) -> str:
-        n = len(self.check_samples) + len(self.baseline_samples)
-        line = (
-            f"{self.status}: {self.check_median:,.0f} vs baseline {self.baseline_median:,.0f} "
-            f"tokens/s/GPU, ratio {self.ratio:.3f} ({_ci_text(self.ratio, self.ci, n)}), "
-            f"tolerance {self.tolerance_pct:g}%"
+def max_repeats_of(repeats: int, max_repeats: int | None) -> int:
+    """The most repeats a check starts: --max-repeats (0: --repeats, no extra repeat), by default
+    3 x --repeats up to DEFAULT_MAX_REPEATS; ConfigError when fewer than --repeats."""
+    if max_repeats is None:
+        return max(repeats, min(3 * repeats, DEFAULT_MAX_REPEATS))
+    if max_repeats == 0:
+        return repeats
+    if not repeats <= max_repeats <= MAX_REPEATS_LIMIT:
+        raise ConfigError(
+            f"--max-repeats: {max_repeats} is not allowed with --repeats {repeats}; use 0 (no "
+            f"extra repeats) or a number from {repeats} to {MAX_REPEATS_LIMIT}"
         )
-        if self.disturbed:
-            line += "; disturbed: " + "; ".join(self.disturbed)
-        if self.series:
-            line += (
-                f"; the nightly series stepped down {-self.series['shift_pct']:.1f}% from night "
-                f"{self.series['night']} ({self.series['checked_at'][:10]})"
-            )
-        if self.tpot:
-            t = self.tpot
-            line += (
-                f"; time per output token {t['check_median_ms']:.3f} vs baseline "
-                f"{t['baseline_median_ms']:.3f} ms, "
-                f"speed ratio {t['ratio']:.3f} ({_ci_text(t['ratio'], t['ci'], n)}): {t['status']}"
-            )
-        return line
-
-
-def _ci_text(ratio: float, ci: tuple[float, float], n: int) -> str:
-    """'95% CI LO to HI', or why the samples bound nothing (metrics.unbounded)."""
-    why = metrics.unbounded(ratio, ci, n)
-    return f"95% CI: {why}" if why else f"95% CI {ci[0]:.3f} to {ci[1]:.3f}"
+    return max_repeats
 
 
 def _series(best_path: Path, best: Best, verdict: Verdict) -> list[nightly.Night]:
     """This configuration's nights since the last --reset-baseline: history.jsonl's verdicts, then
-    this one."""
+    this one; only the levels (Night.is_level: neither disturbed nor inconclusive)."""
     recorded, name = best.doc.check_baseline, best.doc.name
     since = (recorded.series_from if recorded else None) or ""
     read, skipped = nightly.read(best_path.parent / nightly.FILE)
@@ -115,15 +69,13 @@ def _series(best_path: Path, best: Best, verdict: Verdict) -> list[nightly.Night
     tonight = {"name": name, **asdict(verdict)}
     if nightly.problem(tonight) is None:
         nights.append(nightly.Night.of(tonight))
-    # a night measured beside other work (check/conditions.py) is no level of the series
-    return [n for n in nights if not n.disturbed]
+    return [n for n in nights if n.is_level]
 
 
 @dataclass
 class Repeats:
     """What measure_best measured: per-process tokens/s, per-process details (telemetry means), the
-    failed repeats, the fingerprint, and the conditions beside the repeats
-    (conditions.sample:
+    failed repeats, the fingerprint, and the conditions beside the repeats (conditions.sample:
     before each repeat, then after the last)."""
 
     samples: list[float] = field(default_factory=list)
@@ -147,7 +99,11 @@ def measure_best(
     """Measure the configuration of best.yaml (read by load_best) `repeats` times, each in a fresh
     process; on_repeat hears of each repeat as it ends (views_check.repeat_line says it);
     UnmeasuredError when every repeat failed."""
-    m = _repeat(best_path, best, model_yaml, repeats, on_repeat)
+    run, m = _Repeater.of(best_path, best, model_yaml), Repeats()
+    for i in range(repeats):
+        m.conditions.append(run.sample())
+        run.one(m, i, (repeats, repeats), on_repeat)
+    m.conditions.append(run.sample())
     if not m.samples:
         raise _unmeasured(m)
     return m
@@ -159,35 +115,51 @@ def _unmeasured(m: Repeats) -> UnmeasuredError:
     return UnmeasuredError(f"could not measure: all {n} repeats failed; {first}")
 
 
-def _repeat(
-    best_path: Path,
-    best: Best,
-    model_yaml: Path | None,
-    repeats: int,
-    on_repeat: OnRepeat | None,
-) -> Repeats:
-    """measure_best's repeats, each one's sample or failure kept, and the conditions around them."""
-    fp, apply = best.doc.fingerprint, best.doc.apply
-    here = current_hardware(fp.device)
-    if here != fp.gpu_model:
-        raise ConfigError(
-            f"{best_path}: fingerprint.gpu_model: measured on {fp.gpu_model!r}, this machine "
-            f"has {here!r}; a check compares only the same hardware (nothing compared)"
+@dataclass
+class _Repeater:
+    """One check's repeats, each measured in a fresh process through runner.measure, into
+    checks/<time>/NN beside best.yaml."""
+
+    best: Best
+    bench: Bench
+    runs: Path
+    env: dict[str, str] | None
+
+    @classmethod
+    def of(cls, best_path: Path, best: Best, model_yaml: Path | None) -> _Repeater:
+        """The bench of best.yaml, on the hardware it was measured on (ConfigError otherwise)."""
+        fp, apply = best.doc.fingerprint, best.doc.apply
+        here = current_hardware(fp.device)
+        if here != fp.gpu_model:
+            raise ConfigError(
+                f"{best_path}: fingerprint.gpu_model: measured on {fp.gpu_model!r}, this machine "
+                f"has {here!r}; a check compares only the same hardware (nothing compared)"
+            )
+        runs = best_path.parent / "checks" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        bench = bench_of(best, best_path, model_yaml)
+        return cls(best, bench, runs, apply.env if apply else None)
+
+    def sample(self) -> dict[str, Any]:
+        """The conditions now (between repeats, when none of ours runs)."""
+        return conditions.sample(self.best.doc.fingerprint.device)
+
+    def one(self, m: Repeats, i: int, planned: tuple[int, int], on_repeat: OnRepeat | None) -> None:
+        """Repeat i measured and kept in m; on_repeat hears of it with the repeats planned (asked,
+        at most) and the conditions sampled before it."""
+        record = measure(
+            self.bench, self.best.doc.knobs, self.runs / f"{i:02d}", number=i, env=self.env
         )
-    bench = bench_of(best, best_path, model_yaml)
-    runs = best_path.parent / "checks" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    env = apply.env if apply else None
-    m = Repeats()
-    for i in range(repeats):
-        m.conditions.append(conditions.sample(fp.device))
-        record = measure(bench, best.doc.knobs, runs / f"{i:02d}", number=i, env=env)
         _keep(m, i, record)
         if on_repeat:
             on_repeat(
-                {"repeat": i, "repeats": repeats, "conditions": m.conditions[-1], **_said(record)}
+                {
+                    "repeat": i,
+                    "repeats": planned[0],
+                    "max_repeats": planned[1],
+                    "conditions": m.conditions[-1],
+                    **_said(record),
+                }
             )
-    m.conditions.append(conditions.sample(fp.device))
-    return m
 
 
 def _keep(m: Repeats, i: int, record: Any) -> None:
@@ -250,41 +222,64 @@ def check(
     *,
     model_yaml: Path | None = None,
     repeats: int = 5,
+    max_repeats: int | None = None,
     tolerance_pct: float | None = None,
     junit: Path | None = None,
     update: bool = False,
     max_load: float = conditions.HOST_LOAD_LIMIT,
     on_repeat: OnRepeat | None = None,
 ) -> Verdict:
-    """Measure the configuration of best.yaml `repeats` times and decide against its recorded
-    baseline (the tolerance: given, else default_tolerance of the baseline) and the nightly series
-    (series_drift); a regression measured while the machine was disturbed
-    (conditions.disturbances, max_load) is "unreliable" instead. Append the verdict to
-    history.jsonl, write JUnit if asked, and with `update` record an undisturbed pass or faster as
-    the new baseline."""
-    t0 = time.monotonic()
+    """Measure the configuration of best.yaml and decide against its recorded baseline; the gate
+    fails closed (stats.decide: pass only when the ratio's 95% interval rules out a slowdown past
+    the tolerance).
+
+    Args:
+        best_path: the best.yaml written by `autotune search`.
+        model_yaml: a MODEL_YAML whose model and workload replace best.yaml's (the same ones).
+        repeats: the repeats measured first, each in a fresh process.
+        max_repeats: the most repeats started, failed ones too: while the verdict is inconclusive,
+            one more at a time up to it (None: max_repeats_of's default; 0: none beyond
+            `repeats`); ConfigError when fewer than `repeats`.
+        tolerance_pct: the slowdown tolerated (None: default_tolerance of the baseline's noise);
+            also the smallest step of the nightly series (series_drift) flagged.
+        junit: write a JUnit report there (refused before any repeat when it is someone's file).
+        update: record a pass or faster as the new baseline (never a disturbed, inconclusive or
+            failed check).
+        max_load: the host's load per core past which the check is disturbed
+            (conditions.disturbances; 0: not judged).
+        on_repeat: hears of each repeat as it ends (views.repeat_line says it).
+
+    Returns:
+        The Verdict: pass, faster, regression, inconclusive, or unreliable when the machine was
+        disturbed (whatever the numbers said). It is appended to history.jsonl. UnmeasuredError
+        when every first repeat failed.
+
+    Example:
+        >>> verdict = check(Path("trials/gpt2/best.yaml"), repeats=5)  # doctest: +SKIP
+        >>> verdict.status, verdict.exit_code, verdict.reason  # doctest: +SKIP
+    """
+    cap, t0 = max_repeats_of(repeats, max_repeats), time.monotonic()
     best = load_best(best_path)
     baseline_belongs(best_path, best)
     if junit:
         junit_report.check_target(junit, best_path, best.doc, model_yaml)  # before any repeat
-    m = _repeat(best_path, best, model_yaml, repeats, on_repeat)
-    if not m.samples:  # CI reads the report: the repeats' reasons go in it, then exit 3 as ever
+    run = _Repeater.of(best_path, best, model_yaml)
+    m, verdict = _settle(run, (repeats, cap), tolerance_pct, max_load, on_repeat)
+    if verdict is None:  # CI reads the report: the repeats' reasons go in it, then exit 3 as ever
         err, secs = _unmeasured(m), time.monotonic() - t0
         if junit:
             reasons = "\n".join(m.failures)
             junit_report.write(junit, best.doc.name, secs, "unmeasured", str(err), reasons)
         raise err
     explicit = tolerance_pct or 0.0  # an explicit tolerance bounds the nightly series' steps too
-    verdict = _verdict(best, m, tolerance_pct)
     verdict.disturbed = conditions.disturbances(m.conditions, max_load)
     verdict.series = series_drift(_series(best_path, best, verdict), min_shift_pct=explicit)
     if verdict.series:
         # a lasting step down across nights fails the gate as one night's would
         verdict.status = "regression"
-    if verdict.disturbed and verdict.status == "regression":
-        # measured beside other work: no regression can be told from it
-        verdict.status = "unreliable"
-    if update and verdict.status != "regression" and not verdict.disturbed:
+    if verdict.disturbed:
+        _unreliable(verdict)
+    if update and verdict.status in PASSES:
         record_check_baseline(
             best_path, best.doc, m.samples, verdict.checked_at, m.fingerprint, _tpots(m.details)
         )
@@ -295,19 +290,64 @@ def check(
     return verdict
 
 
+def _settle(
+    run: _Repeater,
+    planned: tuple[int, int],
+    tolerance_pct: float | None,
+    max_load: float,
+    on_repeat: OnRepeat | None,
+) -> tuple[Repeats, Verdict | None]:
+    """The first planned[0] repeats, then one more at a time while the verdict is inconclusive,
+    until it is settled, planned[1] repeats were started (failed ones count) or the host was
+    disturbed (more repeats beside other work would not be trusted either). The conditions are
+    sampled before each repeat and after the last. None: every first repeat failed."""
+    first, cap = planned
+    m, i = Repeats(), 0
+    while True:
+        m.conditions.append(run.sample())  # before repeat i, or after the last one
+        if i >= first:
+            if not m.samples:
+                return m, None
+            verdict = _verdict(run.best, m, tolerance_pct)
+            stopped = (
+                SETTLED
+                if verdict.status != "inconclusive"
+                else AT_MAX
+                if i >= cap
+                else DISTURBED
+                if conditions.disturbances(m.conditions, max_load)
+                else ""
+            )
+            if stopped:
+                verdict.repeats_run, verdict.max_repeats, verdict.stopped = i, cap, stopped
+                return m, verdict
+        run.one(m, i, planned, on_repeat)
+        i += 1
+
+
+def _unreliable(verdict: Verdict) -> None:
+    """Measured beside other work: whatever the numbers read, pass or regression, it cannot be
+    trusted (exit 3)."""
+    verdict.reason = (
+        f"the numbers cannot be trusted either way (undisturbed they would read {verdict.status}"
+        + (f": {verdict.reason})" if verdict.reason else ")")
+    )
+    verdict.status, verdict.settle = "unreliable", ""
+
+
 def _verdict(best: Best, m: Repeats, tolerance_pct: float | None) -> Verdict:
     """The decision on the repeats against the recorded baseline (the tolerance given, else from its
-    noise)."""
+    noise), and the task's second gate (generate: time per output token): a regression of either
+    fails, an inconclusive one of either is inconclusive, pass needs both."""
     base, source = baseline_samples(best.doc)
     how = f"{tolerance_pct:g}% (--tolerance)" if tolerance_pct is not None else ""
     if tolerance_pct is None:
         tolerance_pct, how = default_tolerance(base)
-    status, ratio, ci = decide(base, m.samples, tolerance_pct)
+    d = decide(base, m.samples, tolerance_pct)
     # the Task plug-ins read best.yaml as it is written (a mapping)
     written = best.doc.model_dump(exclude_unset=True)
     tpot = tasks.task(best.workload.task).check_gate(written, m.details, tolerance_pct, decide)
-    if tpot and tpot["status"] == "regression":
-        status = "regression"  # generate: slower tokens, or slower per token, fails the check
+    status, reason, settle = both_gates(d, tpot)
     fp = best.doc.fingerprint.model_dump()  # the versions beside the numbers: as the library says
     changes = {
         k: (fp.get(k), m.fingerprint.get(k))
@@ -316,26 +356,40 @@ def _verdict(best: Best, m: Repeats, tolerance_pct: float | None) -> Verdict:
     }
     verdict = Verdict(
         status,
-        ratio,
-        ci,
+        d.ratio,
+        d.ci,
         tolerance_pct,
         statistics.median(base),
         statistics.median(m.samples),
         base,
-        m.samples,
+        list(m.samples),
         source,
         changes,
-        m.failures,
+        list(m.failures),
         m.fingerprint,
         dt.datetime.now(dt.timezone.utc).isoformat(),
-        m.details,
+        list(m.details),
         tpot=tpot,
         tolerance_source=how,
         conditions=m.conditions,
+        reason=reason,
+        settle=settle,
     )
     upgraded = best.doc.upgraded
     verdict.upgraded = upgraded.knobs_added if upgraded else None
     return verdict
+
+
+def both_gates(tokens: Decision, tpot: dict[str, Any] | None) -> tuple[str, str, str]:
+    """The status, reason and settle of tokens/s's decision and the task's second gate (generate:
+    time per output token, None elsewhere): a regression of either fails, else an inconclusive one
+    of either is inconclusive, else tokens/s's pass or faster stands (pass needs both)."""
+    for status in ("regression", "inconclusive"):
+        if tokens.status == status:
+            return tokens.status, tokens.reason, tokens.settle
+        if tpot and tpot["status"] == status:
+            return status, f"time per output token: {tpot['reason']}", tpot["settle"]
+    return tokens.status, tokens.reason, tokens.settle
 
 
 def _tpots(details: list[dict[str, Any]]) -> list[float]:

@@ -1,13 +1,15 @@
-"""The statistics of `autotune check`: the verdict on per-process samples (decide), the default
-tolerance from the baseline's noise, and the step in the nightly series (series_drift:
-history.jsonl's typed nights). Numbers in, a decision out."""
+"""The statistics of `autotune check`: the verdict on per-process samples (decide: a Decision with
+its evidence, failing closed), the default tolerance from the baseline's noise, and the step in the
+nightly series (series_drift: history.jsonl's typed nights). Numbers in, a decision out."""
 
 from __future__ import annotations
 
 import math
 import statistics
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from autotune import metrics
 
 if TYPE_CHECKING:
     from autotune.documents.nightly import Night
@@ -27,38 +29,90 @@ SERIES_PENALTY = 4.0
 SERIES_NOISE_MULTIPLE = 4.0  # ... and a step must exceed this many night-to-night spreads
 
 
-def decide(
-    baseline: list[float], check: list[float], tolerance_pct: float
-) -> tuple[str, float, tuple[float, float]]:
-    """Regression only when the slowdown exceeds the tolerance AND the 95% interval of the ratio
-    lies below 1.
+class Decision(NamedTuple):
+    """decide's verdict with its evidence: what it is, the ratio and its interval, why in words,
+    and what else would settle it when it is inconclusive."""
+
+    status: str  # pass | faster | regression | inconclusive
+    ratio: float  # median(check) / median(baseline)
+    ci: tuple[float, float]  # the ratio's 95% interval; (0, inf) where none can be computed
+    reason: str  # why, with the interval's numbers
+    # inconclusive: besides more repeats, what would settle it, to follow "run check with more
+    # repeats, or ..."; "" when decided
+    settle: str
+
+
+def decide(baseline: list[float], check: list[float], tolerance_pct: float) -> Decision:
+    """The gate decides only on evidence, and fails closed: with floor = 1 - tolerance,
+
+    - regression: the ratio's 95% interval lies below the floor (its upper end under it);
+    - pass: the interval lies above the floor (no slowdown beyond the tolerance), and bounds
+      something (metrics.unbounded: within 1/2 to 2x the ratio);
+    - faster, a kind of pass: the interval's lower end above 1 and the ratio above 1 + tolerance;
+    - inconclusive: anything else: an interval that reaches across the floor, that bounds nothing,
+      or that cannot be computed (one sample a side: the noise is unknown).
 
     Samples are per-process medians of tokens/s (process-to-process noise is what a re-measurement
     meets). ratio = median(check) / median(baseline); its interval is ratio x exp(+-t * s *
     sqrt(1/n_c + 1/n_b)), s the pooled standard deviation of log(tokens/s) within the two sets, t
-    Student's 97.5% quantile with n_c + n_b - 2 degrees of freedom. With one sample on each side the
-    noise is unknown: the interval is unbounded and the check cannot fail.
+    Student's 97.5% quantile with n_c + n_b - 2 degrees of freedom.
+
+    >>> decide([100.0, 101.0, 99.0], [100.0, 12.5, 3.3], 2.0).status  # 1x, 8x, 30x slower
+    'inconclusive'
     """
     ratio = statistics.median(check) / statistics.median(baseline)
+    floor, tol = 1 - tolerance_pct / 100, tolerance_pct / 100
     df = len(check) + len(baseline) - 2
     if df < 1:
-        return "pass", ratio, (0.0, math.inf)
+        return Decision(
+            "inconclusive",
+            ratio,
+            (0.0, math.inf),
+            f"one sample a side ({len(baseline)} baseline, {len(check)} check): the noise is "
+            "unknown, so no interval",
+            "with a baseline of several processes (check --reset-baseline --repeats 5)",
+        )
+    lo, hi = _interval(baseline, check, ratio, df)
+    ci, text = (lo, hi), f"the 95% interval {lo:.3g} to {hi:.3g}"
+    if hi < floor:
+        why = f"{text} lies below {floor:g}: slower than the tolerance allows, beyond the noise"
+        return Decision("regression", ratio, ci, why, "")
+    if lo <= floor:
+        # across the floor: from a wide scatter (it reaches past no change), or from a slowdown
+        # near the tolerance that a narrower interval would still straddle
+        scatter = hi >= 1
+        cause = "the repeats scatter" if scatter else "the slowdown lies near the tolerance"
+        why = f"{text} reaches both below {floor:g} and above it: {cause}"
+        settle = (
+            "on a quieter machine" if scatter else "with a --tolerance past the slowdown you accept"
+        )
+        return Decision("inconclusive", ratio, ci, why, settle)
+    unbounded = metrics.unbounded(ratio, ci, len(check) + len(baseline))
+    if unbounded:
+        why = f"{text} lies above {floor:g} but bounds nothing: {unbounded}"
+        return Decision("inconclusive", ratio, ci, why, "on a quieter machine")
+    if lo > 1 and ratio > 1 + tol:
+        why = f"{text} lies above 1 and the ratio above {1 + tol:g}: faster beyond the noise"
+        return Decision("faster", ratio, ci, why, "")
+    return Decision(
+        "pass", ratio, ci, f"{text} lies above {floor:g}: no slowdown past the tolerance", ""
+    )
+
+
+def _interval(
+    baseline: list[float], check: list[float], ratio: float, df: int
+) -> tuple[float, float]:
+    """The ratio's 95% interval: Student's t on log tokens/s, the pooled spread of both sets."""
+    from scipy.stats import t as student_t
+
     ss = sum(
         (math.log(x) - statistics.fmean(map(math.log, group))) ** 2
         for group in (check, baseline)
         for x in group
     )
     s = math.sqrt(ss / df)
-    from scipy.stats import t as student_t
-
     half = float(student_t.ppf(0.975, df)) * s * math.sqrt(1 / len(check) + 1 / len(baseline))
-    ci = (ratio * math.exp(-half), ratio * math.exp(half))
-    tol = tolerance_pct / 100
-    if ratio < 1 - tol and ci[1] < 1:
-        return "regression", ratio, ci
-    if ratio > 1 + tol and ci[0] > 1:
-        return "faster", ratio, ci
-    return "pass", ratio, ci
+    return ratio * math.exp(-half), ratio * math.exp(half)
 
 
 def default_tolerance(baseline: list[float]) -> tuple[float, str]:

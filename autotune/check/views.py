@@ -13,7 +13,17 @@ from autotune.errors import printable
 from autotune.report import fmt
 
 if TYPE_CHECKING:
-    from autotune.check.regress import Verdict
+    from autotune.check.verdict import Verdict
+
+
+# the verdict's colour by its status (verdict.EXIT_CODES' statuses): yellow, what decided nothing
+COLORS = {
+    "pass": "green",
+    "faster": "cyan",
+    "regression": "red",
+    "unreliable": "yellow",
+    "inconclusive": "yellow",
+}
 
 
 def _tagged(tag: str, style: str, text: str) -> Text:
@@ -22,14 +32,10 @@ def _tagged(tag: str, style: str, text: str) -> Text:
 
 
 def _disturbed(verdict: Verdict) -> list[Text]:
-    """What disturbed the repeats (regress_conditions), and what that means for the verdict."""
+    """What disturbed the repeats (check/conditions.py), and what that means for the verdict."""
     if not verdict.disturbed:
         return []
-    what = (
-        "no regression can be told from it"
-        if verdict.status == "unreliable"
-        else "its numbers may be low"
-    )
+    what = "the numbers cannot be trusted either way, pass or regression"
     return [_tagged("disturbed:", "yellow", "; ".join(verdict.disturbed) + f" ({what})")]
 
 
@@ -49,14 +55,16 @@ def verdict_lines(
 ) -> list[Text | str]:
     """What `check` says: the verdict, where its baseline came from, what changed, what failed, what
     was recorded."""
-    color = {"pass": "green", "faster": "cyan", "regression": "red", "unreliable": "yellow"}[
-        verdict.status
-    ]
     lines: list[Text | str] = [
-        Text(verdict.summary(), style=color),
+        Text(verdict.summary(), style=COLORS[verdict.status]),
         printable(
             f"baseline: {verdict.baseline_source}; check: {len(verdict.check_samples)} of "
-            f"{repeats} repeats measured"
+            f"{verdict.repeats_run or repeats} repeats measured"
+            + (
+                f" (--repeats {repeats}, at most {verdict.max_repeats})"
+                if verdict.max_repeats
+                else ""
+            )
         ),
         printable(f"tolerance: {verdict.tolerance_source}"),
     ]
@@ -114,7 +122,11 @@ def _recorded(verdict: Verdict, best_yaml: Path, update: bool) -> list[str]:
             f"{best_yaml}"
         ]
     if update:
-        why = "the check was disturbed" if verdict.disturbed else "the check found a regression"
+        why = {
+            "unreliable": "the check was disturbed",
+            "regression": "the check found a regression",
+            "inconclusive": "the check was inconclusive",
+        }.get(verdict.status, f"the check was {verdict.status}")
         return [f"--update: not recorded, {why}"]
     if verdict.status == "faster":
         return ["faster than the baseline: run with --update to record the new baseline"]
@@ -134,7 +146,12 @@ def repeat_line(event: dict[str, Any]) -> Text:
         else "; GPU: no other process"
     )
     where = f"(load {c['load_1min']:g} on {c['cpus']} CPUs{others})"
-    head = f"repeat {event['repeat'] + 1} of {event['repeats']}: "
+    n, asked = event["repeat"] + 1, event["repeats"]
+    head = (
+        f"repeat {n} of {asked}: "
+        if n <= asked
+        else f"repeat {n} of at most {event.get('max_repeats', n)} (inconclusive so far): "
+    )
     if event["failure"]:
         return Text.assemble(
             head,

@@ -20,8 +20,9 @@ Tolerance = Annotated[
         min=0.0,
         max=100.0,
         callback=finite,
-        help="Slowdown in percent tolerated before failing (default: the larger of 2% and 3x the "
-        "baseline's process-to-process spread; 5% with a one-sample baseline). Given, a step "
+        help="Slowdown in percent tolerated: pass needs the ratio's 95% interval above 1 minus "
+        "it, a regression below (default: the larger of 2% and 3x the baseline's "
+        "process-to-process spread; 5% with a one-sample baseline). Given, a step "
         "in the nightly series smaller than it is not flagged either.",
     ),
 ]
@@ -32,9 +33,21 @@ MaxLoad = Annotated[
         max=10_000.0,
         callback=finite,
         help=(
-            "Host load per CPU core (1-minute load average / CPUs) past which a regression is "
-            "called unreliable (exit 3), as another process on the GPU makes it; 0: the load is "
-            "not judged."
+            "Host load per CPU core (1-minute load average / CPUs) past which the check is "
+            "unreliable (exit 3), pass or regression, as another process on the GPU makes it; 0: "
+            "the load is not judged."
+        ),
+    ),
+]
+MaxRepeats = Annotated[
+    Optional[int],
+    typer.Option(
+        min=0,
+        max=1000,
+        help=(
+            "The most repeats started, failed ones too: while the verdict is inconclusive, one "
+            "more at a time (default 3x --repeats, at most 20; 0 or --repeats: no extra repeat). "
+            "At least --repeats."
         ),
     ),
 ]
@@ -48,20 +61,31 @@ def check(
         typer.Option(help="MODEL_YAML whose model and workload replace best.yaml's."),
     ] = None,
     repeats: Annotated[
-        int, typer.Option(min=1, max=1000, help="Measurements, each in a fresh process.")
+        int,
+        typer.Option(
+            min=1,
+            max=1000,
+            help="Measurements first, each in a fresh process (then more while inconclusive, "
+            "up to --max-repeats).",
+        ),
     ] = 5,
+    max_repeats: MaxRepeats = None,
     tolerance: Tolerance = None,
     junit: Annotated[
         Optional[Path],
         typer.Option(
-            help="Write a JUnit XML file with one test case (an error when every repeat failed). "
+            help="Write a JUnit XML file with one test case: a failure on a regression, an error "
+            "when inconclusive, unreliable or every repeat failed. "
             "An existing file is replaced only if it is a JUnit report; a file autotune reads or "
             "keeps (the study's storage, a best.yaml, MODEL_YAML) is refused before measuring."
         ),
     ] = None,
     update: Annotated[
         bool,
-        typer.Option(help="On pass or faster, record this check's samples as the new baseline."),
+        typer.Option(
+            help="On pass or faster, record this check's samples as the new baseline (never on "
+            "a disturbed or inconclusive check)."
+        ),
     ] = False,
     max_load: MaxLoad = HOST_LOAD_LIMIT,
     reset_baseline: Annotated[
@@ -74,8 +98,8 @@ def check(
         ),
     ] = False,
 ) -> None:
-    """Re-measure the chosen configuration; exit 1 on a regression beyond tolerance and noise, 3 if
-    unmeasurable or disturbed."""
+    """Re-measure the chosen configuration; exit 0 only when it rules out a slowdown past the
+    tolerance, 1 on a regression, 5 when inconclusive, 3 if unmeasurable or disturbed."""
     with funnel():
         from autotune.check import regress
         from autotune.check.views import baseline_recorded, repeat_line, verdict_lines
@@ -97,6 +121,7 @@ def check(
             best_yaml,
             model_yaml=model,
             repeats=repeats,
+            max_repeats=max_repeats,
             tolerance_pct=tolerance,
             junit=junit,
             update=update,

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 FILE = "history.jsonl"
-# unreliable: disturbed (check/conditions.py)
-STATUSES = ("pass", "faster", "regression", "unreliable")
+# unreliable: disturbed (check/conditions.py); inconclusive: measured, its interval decided nothing
+STATUSES = ("pass", "faster", "regression", "unreliable", "inconclusive")
 
 
 def _positive(x: Any) -> bool:
@@ -56,6 +56,12 @@ class Night:
     name: str | None = None  # the best.yaml's name (several configurations may share a folder)
     disturbed: bool = False  # measured beside other work: no level of the series
     doc: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def is_level(self) -> bool:
+        """A level of the nightly series: neither measured beside other work (disturbed) nor
+        inconclusive (its repeats scattered, or too few: its median says nothing of the night)."""
+        return not self.disturbed and self.status != "inconclusive"
 
     @classmethod
     def of(cls, doc: dict[str, Any]) -> Night:

@@ -6,18 +6,35 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from autotune.documents.record import TrialRecord
 from autotune.protocol import PARAMS, Knobs, TaskParams, TrialResult, TrialSpec
 from autotune.tasks._objective import TOKENS_PER_S, Objective
 
+
+class Decision(Protocol):
+    """What check's decide returns (check.stats.Decision), as a task's gate reads it: a protocol,
+    since the tasks import nothing of autotune above them."""
+
+    @property
+    def status(self) -> str: ...  # pass | faster | regression | inconclusive
+    @property
+    def ratio(self) -> float: ...
+    @property
+    def ci(self) -> tuple[float, float]: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def settle(self) -> str: ...
+
+
+Decide = Callable[[list[float], list[float], float], Decision]
+
+
 # The sections a Task reads are the config's (config.WorkloadConfig, config.Config), typed Any here:
 # the tasks import nothing of autotune above them (config, space, runner and the search loop import
 # the tasks).
-Decide = Callable[[list[float], list[float], float], tuple[str, float, tuple[float, float]]]
-
-
 class Task(ABC):
     """One kind of study (workload.task). The parent never branches on the task's name: config
     validation, the space's batch rule and derived knobs, the size knob of the predicted bounds, the

@@ -97,8 +97,9 @@ class Generate(Task):
         decide: Decide,
     ) -> dict[str, Any] | None:
         """`decide` on decode speed (1 / median time per output token, per process) against the
-        recorded baseline (check --update's samples, else the search's trial); None without
-        numbers."""
+        recorded baseline (check --update's samples, else the search's trial), with its reason and
+        what would settle it; None without numbers. Its regression fails the check, its
+        inconclusive makes a pass inconclusive (regress._verdict)."""
         check_ms = [d["tpot_ms_median"] for d in details if d.get("tpot_ms_median")]
         recorded = (best.get("check_baseline") or {}).get("tpot_ms_samples")
         base_ms = (
@@ -110,13 +111,13 @@ class Generate(Task):
         )
         if not base_ms or not check_ms:
             return None
-        status, ratio, ci = decide(
-            [1 / x for x in base_ms], [1 / x for x in check_ms], tolerance_pct
-        )
+        d = decide([1 / x for x in base_ms], [1 / x for x in check_ms], tolerance_pct)
         return {
-            "status": status,
-            "ratio": ratio,
-            "ci": ci,
+            "status": d.status,
+            "ratio": d.ratio,
+            "ci": d.ci,
+            "reason": d.reason,
+            "settle": d.settle,
             "baseline_median_ms": statistics.median(base_ms),
             "check_median_ms": statistics.median(check_ms),
             "baseline_samples_ms": base_ms,
