@@ -101,6 +101,10 @@ def test_gpu_fp8_passes_the_numerics_check(
     verdict = attempt["verdict"]
     print(f"\n{model['family']} fp8 {recipe}: {verdict} check {found['check_s']:.1f} s")
     assert verdict["passed"] is True and attempt["n_stalled"] == 0
+    # trained as real training runs (warm-up, clipping): neither curve spikes in 30 steps
+    assert verdict["spikes"] == {}
+    # the recorded gap carries the sign most per-step gaps have
+    assert (verdict["gap_nats"] > 0) == (verdict["behind_share"] > 0.5)
     if "floor" in found:
         floor = floor_nats(found["floor"]["losses"], attempt["reference"])
         print(f"floor ({found['floor']['twin']}): {floor:.4f} nats")

@@ -8,6 +8,8 @@ it."""
 
 from __future__ import annotations
 
+import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,18 @@ from conftest import tiny
 from fake_measure import FakeMeasure
 
 from autotune import knobs as knob_catalogue
-from autotune.numerics import Limits, fall, floor_nats, growth, judge
+from autotune.numerics import (
+    GROWTH_T,
+    Limits,
+    fall,
+    floor_nats,
+    gap_text,
+    growth,
+    judge,
+    second_half,
+    spikes,
+    summary,
+)
 from autotune.protocol import RunSettings, TrialSpec
 from autotune.workloads import numerics_check, trial
 from autotune.workloads.faults import Fault
@@ -170,6 +183,28 @@ def test_numerics_check_two_runs_of_one_arithmetic_agree() -> None:
     assert found["floor"]["twin"] == "fp32"
 
 
+@pytest.mark.slow
+def test_numerics_check_a_reference_spike_does_not_flip_the_gap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reference takes one step on wrong targets at 60% of the check (fault reference_spike):
+    its loss spikes there and comes back. The record names the spike, and the gap (the median of
+    the paired per-step gaps) stays where the other steps put it; the mean the check used before
+    would have read the spike as the candidate training better."""
+    found = _check("fp16", monkeypatch, fault="reference_spike")
+    (attempt,) = found["attempts"]
+    verdict = attempt["verdict"]
+    step = int(0.6 * STEPS) + 1
+    assert verdict["passed"] is True and verdict["spikes"] == {"reference": [step]}
+    assert (
+        abs(verdict["gap_nats"]) < 0.05
+        and f"spikes: the reference at step {step}" in (verdict["why"])
+    )
+    half = len(second_half(attempt["reference"]))
+    mean_gap = (sum(attempt["losses"][-half:]) - sum(attempt["reference"][-half:])) / half
+    assert mean_gap < -0.1  # what the spike did to the old figure
+
+
 # --- breakage fails -------------------------------------------------------------------------------
 
 
@@ -255,6 +290,51 @@ def test_verdict_passes_a_lag_that_the_old_relative_gap_rejected() -> None:
     mine = [r + 0.168 * (1 - 0.5 ** (i / 3)) for i, r in enumerate(ref)]
     verdict = judge({"losses": mine, "reference": ref}, Limits())
     assert verdict.passed is True and 0.1 < verdict.gap_nats < 0.2 and verdict.learned_share > 0.95
+
+
+def _issue49(n: int = 30) -> tuple[list[float], list[float]]:
+    """Issue 49's 1.3B GPT in fp8: the candidate 0.35-0.40 nats behind bf16 at every step of the
+    second half, bf16 spiking to 15.4 nats at step 18 and fp8 to 4.1 at step 17 (1-based)."""
+    ref = _curve(11.0, 1.296, n)
+    mine = [r + 0.37 + 0.03 * math.sin(i) for i, r in enumerate(ref)]
+    ref[17], mine[16] = 15.4, 4.1
+    return mine, ref
+
+
+def test_verdict_one_spike_does_not_flip_the_gaps_sign() -> None:
+    """The gap is the median of the paired per-step gaps: a lag of about 0.37 nats at every step
+    stays a lag of about 0.37 whatever one step of either curve did, and both spikes are named (a
+    mean over the second half read it as 0.45 nats better)."""
+    mine, ref = _issue49()
+    verdict = judge({"losses": mine, "reference": ref}, Limits(), "fp8", "bf16")
+    assert statistics.fmean(second_half(mine)) < statistics.fmean(second_half(ref))  # the old rule
+    assert verdict.passed is True and 0.34 < (verdict.gap_nats or 0) < 0.41
+    assert verdict.spikes == {"candidate": [17], "reference": [18]}
+    assert verdict.behind_share is not None and verdict.behind_share > 0.9
+    assert "spikes: fp8 at step 17; bf16 at step 18" in verdict.why
+    assert growth(mine, ref)[1] < GROWTH_T  # the spikes are no trend either
+
+
+def test_spikes_are_steps_above_both_sides_only() -> None:
+    falling = _curve(12.0, 0.7)
+    assert spikes(falling) == [] and spikes([5.0, 5.4, 7.0, 7.5, 7.0, 6.5, 6.0]) == []
+    assert spikes([3.0, 2.0, 1.5, 9.0, 1.4, 1.3]) == [4]
+    assert spikes([3.0, 2.0, 1.5, 9.0, 8.5, 1.4, 1.3]) == [4, 5]  # two steps up, then back
+    assert spikes([1.0, 1.0, 1.0, 1.3, 1.0]) == []  # 0.3 nats: scatter, not a spike
+
+
+def test_gap_text_says_the_side_the_floor_and_the_spikes() -> None:
+    doc = {"passed": True, "gap_nats": 0.37, "against": "precision bf16", "steps": 30}
+    doc.update(floor_nats=0.02, spikes={"reference": [18]})
+    assert gap_text(doc) == (
+        "0.370 nats behind precision bf16 after 30 steps (floor 0.020; reference spiked at step 18)"
+    )
+    ahead = {**doc, "gap_nats": -0.01, "spikes": {}}
+    assert gap_text(ahead) == (
+        "0.010 nats ahead of precision bf16 after 30 steps (floor 0.020: within it)"
+    )
+    assert summary({**doc, "covered_by": 4}).endswith("; checked in trial 4)")
+    assert summary({"passed": False, "gap_nats": 3.0}) == ""
 
 
 def test_verdict_fails_learning_far_less_a_growing_gap_and_the_users_limit() -> None:

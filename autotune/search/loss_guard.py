@@ -123,14 +123,26 @@ def apply(bench: Bench, knobs: Knobs, record: TrialRecord, h: History) -> TrialR
     return record
 
 
+# what a covered trial's record repeats of the check that covers it (the report's quality line)
+COVERED_KEYS = (
+    "gap_nats",
+    "floor_nats",
+    "study_floor_nats",
+    "behind_share",
+    "spikes",
+    "steps",
+    "against",
+    "changed",
+)
+
+
 def _covered(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
     done, knobs = t.user_attrs["loss_check"], t.user_attrs["knobs"]
     return {
         "checked": False,
         "passed": True,
         "covered_by": t.number,
-        "gap_nats": done.get("gap_nats"),
-        "floor_nats": done.get("floor_nats"),
+        **{k: done.get(k) for k in COVERED_KEYS},
         "why": f"covered by trial {t.number}'s numerics check of {describe(numerics(knobs))}",
     }
 
@@ -148,7 +160,8 @@ def _judged(
     last = verdicts[-1]
     doc = {k: v for k, v in found.items() if k != "floor"}
     doc.update(checked=last.passed is not None, passed=last.passed, against=theirs, why=last.why)
-    doc.update(gap_nats=last.as_dict()["gap_nats"], learned_share=last.as_dict()["learned_share"])
+    judged = last.as_dict()
+    doc.update({k: judged[k] for k in ("gap_nats", "learned_share", "behind_share", "spikes")})
     if len(verdicts) > 1:
         doc["first_attempt"] = verdicts[0].why
     if found.get("floor"):

@@ -12,6 +12,8 @@ tested for real.
     as the model's, the loss scaled down before backward, as a model deep in training has them:
     within bf16's and fp32's range, below fp16's without a loss scale),
     no_grad_scaler (train: small_grads, and the check's fp16 candidate runs without its GradScaler),
+    reference_spike (train: the numerics check's reference takes one step, at 60% of its steps,
+    with its output layer negated and 30 times as large: its loss spikes there and comes back),
     slow:PCT (make every measured step PCT percent slower: a host wait of PCT% of the step inside
     the timed region, after a device synchronisation so that CUDA events see it too).
 
@@ -80,6 +82,11 @@ class Fault:
     @property
     def drops_grad_scaler(self) -> bool:
         return self.kind == "no_grad_scaler"
+
+    def spike_step(self, candidate: bool, steps: int) -> int | None:
+        """The step (0-based) at which reference_spike makes the check's reference spike, None for
+        the candidate or without the fault."""
+        return int(0.6 * steps) if self.kind == "reference_spike" and not candidate else None
 
     @property
     def check_grad_scale(self) -> float:

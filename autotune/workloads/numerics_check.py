@@ -45,6 +45,12 @@ MAX_NAMES = 20  # stalled parameters named in the record
 # a linear warm-up over the first quarter of the steps. The same reasoning as muP's 1/width learning
 # rate for Adam (Yang et al. 2021, Tensor Programs V).
 CHECK_UPDATE, INIT_STD = 0.25, 0.02
+# Real training clips the global gradient norm (GPT-3, Llama, nanoGPT, torchtitan: at 1.0); without
+# it, a 1.3B GPT's 30-step check jumped from 1.3 to 15.4 nats at one step and back, on both curves,
+# and one such step in a mean had flipped the gap's sign (issue 49)
+CLIP_NORM = 1.0
+# the test-only spike (fault reference_spike): the output layer negated, 30 times as large
+SPIKE_FACTOR = -30.0
 
 
 def check_lr(torch: ModuleType, model: nn.Module) -> float:
@@ -142,7 +148,8 @@ def _optimizer(w: Any, steps: int) -> tuple[Any, Any]:
 def run_steps(w: Any, batches: list[Any], *, amp: Any, candidate: bool, split: int = 1) -> Run:
     """The check's optimizer steps of one model over the batches. fp16 keeps its GradScaler (unless
     the fault takes it away); only the candidate meets the fault's drift or frozen layer; both meet
-    its small gradients. split: micro-batches a step (another reduction order)."""
+    its small gradients, only the reference its spike. split: micro-batches a step (another
+    reduction order)."""
     torch, fault = w.torch, w.fault
     params = list(w.model.parameters())
     frozen = _first_block(w) if candidate and fault.freezes_a_layer else []
@@ -150,13 +157,16 @@ def run_steps(w: Any, batches: list[Any], *, amp: Any, candidate: bool, split: i
     fp16 = amp is torch.float16 and not (candidate and fault.drops_grad_scaler)
     scaler = torch.amp.GradScaler(w.spec.device) if fp16 else None
     run = Run(torch)
-    for inputs, targets in batches:
-        loss = _forward_backward(w, inputs, targets, amp, scaler, split)
+    spike = fault.spike_step(candidate, len(batches))
+    for i, (inputs, targets) in enumerate(batches):
+        with _spiked(w, i == spike):
+            loss = _forward_backward(w, inputs, targets, amp, scaler, split)
         if scaler:
             scaler.unscale_(opt)
         for p in frozen:  # the test-only frozen layer: its gradients never arrive
             p.grad = None
-        run.add(loss, params)
+        run.add(loss, params)  # the gradients as they came, before the clip
+        clip_gradients(torch, params)
         _optimizer_step(opt, scaler)
         if candidate and w.fp8_scales:
             w.fp8_scales()
@@ -165,6 +175,38 @@ def run_steps(w: Any, batches: list[Any], *, amp: Any, candidate: bool, split: i
         if candidate and fault.drifts:
             _round_to_one_bit(torch, params)
     return run
+
+
+@contextlib.contextmanager
+def _spiked(w: Any, spike: bool) -> Any:
+    """The test-only spike (fault reference_spike): this step's output layer turned round and 30
+    times as large (its logits confidently wrong, as in an unstable step), then as it was; the
+    step's gradient is taken there."""
+    head = getattr(base_of(w.model), "head", None) if spike else None
+    if head is None:
+        yield
+        return
+    with w.torch.no_grad():
+        head.weight.mul_(SPIKE_FACTOR)
+    try:
+        yield
+    finally:
+        with w.torch.no_grad():
+            head.weight.div_(SPIKE_FACTOR)
+
+
+def clip_gradients(torch: ModuleType, params: list[Any]) -> None:
+    """The global gradient norm clipped to CLIP_NORM, as torchtitan's dist_utils.clip_grad_norm_
+    does it: the total norm of every gradient (an FSDP2 shard's DTensor made whole first), then
+    each gradient scaled by torch's own clip_grads_with_norm_. Non-finite norms (fp16's skipped
+    steps) are left to the GradScaler."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    total = torch.nn.utils.get_total_norm(grads)
+    if hasattr(total, "full_tensor"):
+        total = total.full_tensor()
+    torch.nn.utils.clip_grads_with_norm_(params, CLIP_NORM, total)
 
 
 def _optimizer_step(opt: Any, scaler: Any) -> None:
