@@ -368,3 +368,39 @@ def median_interval(samples: list[float], level: float = 0.95) -> tuple[float, f
     s = statistics.stdev(math.log(x) for x in samples)
     half = float(student_t.ppf(0.5 + level / 2, len(samples) - 1)) * s / math.sqrt(len(samples))
     return (med * math.exp(-half), med * math.exp(half))
+
+
+def ratio_interval(numerator: list[float], denominator: list[float]) -> tuple[float, float]:
+    """The 95% interval of median(numerator) / median(denominator), two sets of per-process figures:
+    the ratio x exp(+-t * s * sqrt(1/n_a + 1/n_b)), s the pooled standard deviation of the log
+    figures within the two sets, t Student's 97.5% quantile with n_a + n_b - 2 degrees of freedom;
+    (0, inf) where that is under one (one figure a side: the noise is unknown)."""
+    import math
+
+    ratio = statistics.median(numerator) / statistics.median(denominator)
+    df = len(numerator) + len(denominator) - 2
+    if df < 1:
+        return (0.0, math.inf)
+    from scipy.stats import t as student_t
+
+    logs = [[math.log(x) for x in group] for group in (numerator, denominator)]
+    ss = sum((x - statistics.fmean(group)) ** 2 for group in logs for x in group)
+    spread = math.sqrt(ss / df) * math.sqrt(1 / len(numerator) + 1 / len(denominator))
+    half = float(student_t.ppf(0.975, df)) * spread
+    return (ratio * math.exp(-half), ratio * math.exp(half))
+
+
+def gain(chosen: list[float], baseline: list[float]) -> dict[str, Any]:
+    """The chosen configuration's gain over the baseline from both sets of confirmed per-process
+    figures: the ratio of their medians, its 95% interval (ratio_interval; None, with why, where it
+    bounds nothing: `unbounded`) and whether that interval holds 1 (within noise)."""
+    ratio = statistics.median(chosen) / statistics.median(baseline)
+    ci = ratio_interval(chosen, baseline)
+    why = unbounded(ratio, ci, len(chosen) + len(baseline))
+    return {
+        "ratio": ratio,
+        "ci95": None if why else list(ci),
+        "ci95_why": why,
+        "within_noise": bool(why) or ci[0] <= 1 <= ci[1],
+        "samples": [len(chosen), len(baseline)],
+    }

@@ -126,6 +126,8 @@ class LiveProgress(Observer):
                 "value": value_of(best),
                 "knobs": best.user_attrs["knobs"],
                 "mfu": best.user_attrs["metrics"]["mfu"],
+                # its quality cost beside its speed-up (numerics.summary; '' where none ran)
+                "numerics": numerics.summary(best.user_attrs.get("loss_check")),
             }
         self.console.print(trial_line(record, self.searched, self._which(record.number, index)))
 
@@ -177,8 +179,9 @@ class LiveProgress(Observer):
                 Text.assemble(
                     "best: ",
                     (fmt(self.best["value"], "tok"), "bold"),
-                    f" tok/s/GPU{x}, MFU {fmt(self.best['mfu'], 'mfu')} (#{self.best['number']}); "
-                    f"{self.measured} of {self.info.get('budget', '?')} trials measured",
+                    f" tok/s/GPU{x}, MFU {fmt(self.best['mfu'], 'mfu')} (#{self.best['number']})"
+                    + (f", {self.best['numerics']}" if self.best["numerics"] else "")
+                    + f"; {self.measured} of {self.info.get('budget', '?')} trials measured",
                 )
             )
         remaining = self.info.get("timeout_s", 0) - elapsed
@@ -324,7 +327,9 @@ def memory_table(
 def confirmation_table(conf: dict[str, Any]) -> Table:
     """The re-measured top configurations: samples, median, 95% interval, knobs changed from the
     baseline."""
-    table = Table(title=f"Confirmation: {conf['rounds_done']} interleaved rounds")
+    from autotune.report._text import rounds_text
+
+    table = Table(title=f"Confirmation: {rounds_text(conf)}")
     for col in (
         "#",
         "search tok/s",
@@ -345,6 +350,12 @@ def confirmation_table(conf: dict[str, Any]) -> Table:
             ", ".join(st["changed_knobs"]) or "none",
             "yes" if st["trial"] == conf["chosen"] else "",
         )
+    base = conf.get("baseline")
+    if base and base.get("samples"):  # re-measured in the same rounds: the gain's denominator
+        search = "-"
+        cells = [fmt(base.get("median"), "tok"), _interval_cell(base)]
+        samples = ", ".join(fmt(x, "tok") for x in base["samples"])
+        table.add_row(f"{base['trial']} (baseline)", search, *cells, samples, "-", "")
     return table
 
 

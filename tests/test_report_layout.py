@@ -139,8 +139,17 @@ def _text(data: dict[str, Any], width: int, wide: bool = False) -> str:
     return console.file.getvalue() if wide else console.export_text()
 
 
-def test_report_leads_with_the_chosen_and_every_knob_its_job_s_own_included() -> None:
-    data = report.collect(_study())
+def _written(folder: Path, trial: int = 2) -> Path:
+    """The study's folder with the best.yaml a search wrote for the chosen trial (only its choice:
+    what the report reads of it)."""
+    (folder / "best.yaml").write_text(f"chosen:\n  trial: {trial}\n")
+    return folder
+
+
+def test_report_leads_with_the_chosen_and_every_knob_its_job_s_own_included(
+    tmp_path: Path,
+) -> None:
+    data = report.collect(_study(), _written(tmp_path))
     assert data["searched"] == ["micro_batch_size", "precision", "lr_warmup"]
     c = data["chosen"]
     assert c["trial"] == 2 and c["knobs"]["lr_warmup"] == 0
@@ -172,8 +181,27 @@ def test_report_counts_every_process_and_divides_by_the_baseline_s_confirmed_fig
     assert cost["confirmation"] == {"processes": 9, "seconds": 2 * 186.0 + 150.0}
     assert data["cost"]["processes"] == 17 and not data["cost"]["confirmation_estimated"]
     c = data["chosen"]
-    assert c["speedup_basis"] == "confirmed median / the baseline's confirmed median"
+    assert (
+        c["speedup_basis"]
+        == "confirmed median / the baseline's confirmed median of the same rounds"
+    )
     assert c["speedup_vs_baseline"] == c["tokens_per_s_per_gpu"] / 1000.0
+    # the gain's 95% interval from both sets of samples (Student t on logs, pooled)
+    lo, hi = c["gain"]["ci95"]
+    assert 1.4 < lo < c["speedup_vs_baseline"] < hi < 1.6 and not c["gain"]["within_noise"]
+    text = " ".join(_text(data, 80).split())
+    assert f"Gain: 1.49x the baseline (95% interval {lo:.2f}x to {hi:.2f}x;" in text
+
+
+def test_report_names_no_best_yaml_before_it_exists(tmp_path: Path) -> None:
+    """A study read while its search confirms (or after one killed before it wrote best.yaml): the
+    choice is "Leading", never "Chosen (best.yaml)", and the report says what to run; a best.yaml
+    of another choice (an earlier search's) does not count."""
+    (tmp_path / "other").mkdir()
+    for folder in (tmp_path, _written(tmp_path / "other", trial=4)):
+        text = " ".join(_text(report.collect(_study(), folder), 80).split())
+        assert "Chosen (best.yaml)" not in text and "Leading: trial 2" in text
+        assert "run the same search command to write it" in text
 
 
 def test_report_projects_a_full_run_and_the_search_s_cost_against_its_saving() -> None:
@@ -187,8 +215,8 @@ def test_report_projects_a_full_run_and_the_search_s_cost_against_its_saving() -
     assert report.collect(_study())["projection"] is None
 
 
-def test_report_at_80_columns_matches_its_snapshot_and_cuts_nothing() -> None:
-    text = _text(report.collect(_study()), 80)
+def test_report_at_80_columns_matches_its_snapshot_and_cuts_nothing(tmp_path: Path) -> None:
+    text = _text(report.collect(_study(), _written(tmp_path)), 80)
     lines = text.splitlines()
     assert all(len(line.rstrip()) <= 80 for line in lines) and "…" not in text
     if os.environ.get("AUTOTUNE_WRITE_SNAPSHOT"):  # a layout change: rewrite, review, commit

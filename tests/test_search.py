@@ -10,8 +10,8 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from conftest import cli_here, tiny
 from conftest import load_trials as _trials
-from conftest import tiny
 from fake_measure import FakeMeasure
 
 from autotune import tasks
@@ -202,52 +202,64 @@ def test_study_choose_two_samples_bound_nothing_so_the_higher_median_decides() -
 def test_study_confirmation_interleaved_one_measurement_a_sample(
     tmp_path: Path, monkeypatch
 ) -> None:
-    """The top 2 re-measured in 2 interleaved rounds (A B A B), each sample a measurement of its own
-    in its own folder (on the real measurement a fresh process: the test on real trials below),
-    speed only; the confirmed choice goes to best.yaml and the report; a resume confirms nothing
+    """The top 2 and the baseline re-measured in 2 interleaved rounds (A B base A B base), each
+    sample a measurement of its own in its own folder (on the real measurement a fresh process: the
+    test on real trials below), speed only, each one's wall time kept; the confirmed choice goes to
+    best.yaml and the report, its gain a ratio of confirmed medians; a resume confirms nothing
     again."""
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     cfg = _cfg(study={"trials": 3, "confirm_top": 2, "confirm_rounds": 2})
     fake = FakeMeasure()
     result = _search(cfg, tmp_path, fake)
     conf = result.confirmation
-    assert conf["rounds_done"] == 2 and len(conf["candidates"]) == 2
-    assert all(len(st["samples"]) == 2 for st in conf["stats"])
+    assert conf["rounds_done"] == conf["rounds"] == 2 and conf["complete"] is True
+    assert len(conf["candidates"]) == 2 and 0 not in conf["candidates"]  # the baseline is slowest
+    base = conf["baseline"]
+    assert base["trial"] == 0 and len(base["samples"]) == 2 and base["median"] > 0
+    for st in [*conf["stats"], base]:
+        assert len(st["samples"]) == len(st["walls_s"]) == 2 and all(w > 0 for w in st["walls_s"])
     a, b = conf["candidates"]
     samples = fake.calls[3:]  # after the search's 3 trials
     assert [(c.number, c.run_dir.name) for c in samples] == [
-        (a, f"confirm-{a:04d}-0"),
-        (b, f"confirm-{b:04d}-0"),
-        (a, f"confirm-{a:04d}-1"),
-        (b, f"confirm-{b:04d}-1"),
+        (n, f"confirm-{n:04d}-{r}") for r in (0, 1) for n in (a, b, 0)
     ]
     # the numerics check was made once, in the search
     assert not any("loss_check" in c.params for c in samples)
     runs = sorted(
         p.name for p in (tmp_path / "t" / "runs").iterdir() if p.name.startswith("confirm-")
     )
-    assert len(runs) == 4  # 2 candidates x 2 rounds, each its own folder
+    assert len(runs) == 6  # 2 candidates and the baseline x 2 rounds, each its own folder
     best = yaml.safe_load(result.best_yaml.read_text())
     assert best["chosen"]["trial"] == conf["chosen"] and best["chosen"]["why"].startswith(
-        "confirmation (2 interleaved"
+        "confirmation (2 of 2 interleaved"
     )
     chosen = next(c for c in best["confirmation"] if c["trial"] == conf["chosen"])
     assert best["metrics"]["tokens_per_s_per_gpu"] == round(chosen["median"], 1)
+    assert best["baseline"]["confirmed_samples"] == base["samples"]
+    ratio = chosen["median"] / base["median"]
+    assert best["metrics"]["speedup_vs_baseline"] == pytest.approx(ratio, abs=1e-4)
+    lo, hi = best["metrics"]["speedup_ci95"]
+    assert lo < ratio < hi and best["metrics"]["speedup_within_noise"] is (lo <= 1 <= hi)
     # The report shows the confirmed choice of best.yaml, not only the search's single best
     # measurement.
     data = collect(
-        optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't' / 'study.db'}")
+        optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't' / 'study.db'}"),
+        tmp_path / "t",
     )
     assert (
         data["confirmation"]["chosen"] == conf["chosen"] and len(data["confirmation"]["stats"]) == 2
     )
+    assert data["confirmation"]["complete"] is True
+    assert data["chosen"]["gain"]["ratio"] == pytest.approx(ratio)
+    assert not data["cost"]["confirmation_estimated"]  # every sample's wall time was measured
     shown = to_markdown(data)
     assert f"**Chosen (best.yaml): trial {conf['chosen']}, " in shown and "fresh processes" in shown
+    assert "95% interval" in shown and "the baseline's confirmed median of the same rounds" in shown
     # Resuming with nothing new does not confirm again.
     again = FakeMeasure()
     assert _search(cfg, tmp_path, again).confirmation == conf and again.calls == []
     assert (
-        len([p for p in (tmp_path / "t" / "runs").iterdir() if p.name.startswith("confirm-")]) == 4
+        len([p for p in (tmp_path / "t" / "runs").iterdir() if p.name.startswith("confirm-")]) == 6
     )
 
 
@@ -281,8 +293,10 @@ def test_study_on_real_trials_each_trial_and_sample_a_fresh_process(
         assert len(record.step_times) == 2 and record.tokens_per_gpu > 0
         assert record.fingerprint["torch"].startswith("2.")
     best = yaml.safe_load(result.best_yaml.read_text())
-    assert best["chosen"]["why"].startswith("confirmation (1 interleaved")
+    assert best["chosen"]["why"].startswith("confirmation (1 of 1 interleaved")
     assert all(len(c["samples"]) == 1 and c["samples"][0] > 0 for c in best["confirmation"])
+    # each sample's process timed from outside
+    assert all(len(c["walls_s"]) == 1 and c["walls_s"][0] > 0 for c in best["confirmation"])
 
 
 class _CtrlCAfter(Observer):
@@ -306,30 +320,51 @@ def test_study_interrupted_confirmation_goes_on_from_its_samples(
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     cfg = _cfg(study={"trials": 3, "confirm_top": 2, "confirm_rounds": 2})
     with pytest.raises(KeyboardInterrupt):  # Ctrl-C in round 2, after its first sample
-        _search(cfg, tmp_path, observer=_CtrlCAfter(3))
+        _search(cfg, tmp_path, observer=_CtrlCAfter(4))  # 3 arms: the top 2 and the baseline
     study = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't' / 'study.db'}")
     stored = study.user_attrs["confirmation"]
-    kept = {st["trial"]: st["samples"] for st in stored["stats"]}
-    # 3 samples kept
-    assert stored["rounds_done"] == 1 and sorted(map(len, kept.values())) == [1, 2]
-    # written on the way out, as for any interruption
-    assert (tmp_path / "t" / "best.yaml").exists()
+    arms = [*stored["stats"], stored["baseline"]]
+    kept = {st["trial"]: st["samples"] for st in arms}
+    # 4 samples kept, the cut told as it is
+    assert stored["rounds_done"] == 1 and sorted(map(len, kept.values())) == [1, 1, 2]
+    assert stored["rounds"] == 2 and stored["complete"] is False
+    # written on the way out, as for any interruption, and saying it was cut
+    best = yaml.safe_load((tmp_path / "t" / "best.yaml").read_text())
+    assert (
+        "1 of 2 interleaved rounds" in best["chosen"]["why"]
+        and "cut short" in best["chosen"]["why"]
+    )
+    data = collect(study, tmp_path / "t")
+    assert data["confirmation"]["complete"] is False
+    shown = to_markdown(data)
+    assert "1 of 2 confirmation rounds: cut" in shown
+    assert "**Chosen (best.yaml)" in shown  # best.yaml was written on the way out
+    (tmp_path / "t" / "best.yaml").unlink()  # as a search killed outright leaves it
+    unwritten = to_markdown(collect(study, tmp_path / "t"))
+    assert "Chosen (best.yaml)" not in unwritten and "Leading (confirmation cut)" in unwritten
+    assert "run the same search command to finish it" in unwritten
+    for command in ("check", "export"):  # what to run, not a bare "no such file"
+        said = cli_here(command, str(tmp_path / "t" / "best.yaml"), cwd=tmp_path)
+        assert said.returncode == 2 and "has not written it yet" in said.stderr
+        assert "run the same `autotune search` command to finish and write it" in said.stderr
     watch, fake = _CtrlCAfter(0), FakeMeasure()
     again = _search(cfg, tmp_path, fake, observer=watch)
-    assert watch.kept == 3 and watch.seen == 1  # only the missing sample was measured
-    (missing,) = [n for n, s in kept.items() if len(s) == 1]
+    assert watch.kept == 4 and watch.seen == 2  # only the missing samples were measured
+    missing = [n for n, s in kept.items() if len(s) == 1]
     assert [(c.number, c.run_dir.name) for c in fake.calls] == [
-        (missing, f"confirm-{missing:04d}-1")
+        (n, f"confirm-{n:04d}-1") for n in missing
     ]
     conf = again.confirmation
-    assert conf["rounds_done"] == 2 and all(len(st["samples"]) == 2 for st in conf["stats"])
-    for st in conf["stats"]:
+    assert conf["rounds_done"] == 2 and conf["complete"] is True
+    for st in [*conf["stats"], conf["baseline"]]:
+        assert len(st["samples"]) == 2
         # nothing measured was lost
         assert st["samples"][: len(kept[st["trial"]])] == kept[st["trial"]]
     runs = sorted(
         p.name for p in (tmp_path / "t" / "runs").iterdir() if p.name.startswith("confirm-")
     )
-    assert len(runs) == 4
+    assert len(runs) == 6
+    assert (tmp_path / "t" / "best.yaml").exists()
 
 
 def test_search_stores_each_status_in_the_state_the_sampler_learns_from() -> None:

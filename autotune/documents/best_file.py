@@ -254,6 +254,8 @@ def read_best(path: Path) -> Best:
     """A best.yaml written by `autotune search`, every part check uses validated (the model and
     workload as the YAML schema says, each knob as its catalogue entry says) and typed; ConfigError
     (exit 2) naming the bad part."""
+    if not path.is_file():
+        raise ConfigError(missing_best(path))
     raw = yamlio.read(path, "BEST_YAML")
     if not isinstance(raw, dict) or "knobs" not in raw or "fingerprint" not in raw:
         raise ConfigError(
@@ -266,6 +268,22 @@ def read_best(path: Path) -> Best:
     if "micro_batch_size" in knobs:
         _check_batch(path, knobs, best.workload)
     return best
+
+
+def missing_best(path: Path) -> str:
+    """What a missing best.yaml means and what to run: beside a study, its search has not written
+    it yet (still running, or stopped before it did: the study keeps every trial and sample)."""
+    folder = path.parent
+    if any((folder / name).exists() for name in ("study.db", "runs")):
+        return (
+            f"BEST_YAML: no such file: {path}; the study in {folder} has not written it yet (its "
+            "search is still running, or stopped before it did): run the same `autotune search` "
+            f"command to finish and write it; `autotune report {folder}` shows where it stands"
+        )
+    return (
+        f"BEST_YAML: no such file: {path}; `autotune search MODEL_YAML` writes "
+        "trials/<name>/best.yaml"
+    )
 
 
 def _validated(path: Path, raw: dict[str, Any]) -> Best:

@@ -55,12 +55,15 @@ class Winner:
 
 def read(path: Path) -> Winner:
     """best.yaml at path as a Winner; ConfigError (exit 2, one line) naming what is wrong."""
+    from autotune.documents.best_file import missing_best, read_best
+
+    if not path.is_file():
+        raise ConfigError(missing_best(path))
     doc = yamlio.read(path, "BEST_YAML")
     if isinstance(doc, dict) and "command" in doc:
         _check_command_study(path, doc)
         _check_env(path, doc.get("apply"))
         return _command_winner(path, doc)
-    from autotune.documents.best_file import read_best
 
     return _winner(path, read_best(path))
 

@@ -36,6 +36,7 @@ def _apply(data: dict[str, Any], row: dict[str, Any], c: dict[str, Any]) -> dict
         "env": catalogue.env_of(row.get("knobs") or c["knobs"]),
         "notes": _notes(row.get("knobs") or c["knobs"], device, data["task"]),
         "compile_s": c["compile_s"],
+        "compile_warm_s": c.get("compile_warm_s") or [],
         "peak_mem_gib": (base and base.get(Metric.PEAK_MEM_GIB), c["peak_mem_gib"]),
     }
 
@@ -71,11 +72,16 @@ def card_html(data: dict[str, Any], c: dict[str, Any] | None) -> str:
         )
     knobs = ", ".join(f"{k}={v}" for k, v in c["knobs"].items()) or "the baseline's knobs"
     first, gain, *_ = _text.chosen_lines(data)
+    title = "Chosen configuration" if c.get("written") else first.partition(":")[0]
+    quality = _text.numerics_line(c)
+    unwritten = _text.unwritten(c)
     lines = [
-        f'<h2>Chosen configuration: trial {c["trial"]} <span class="star">&#9733;</span></h2>',
+        f'<h2>{escape(title)}: trial {c["trial"]} <span class="star">&#9733;</span></h2>',
         f'<p class="headline"><b>{fmt(c[Metric.TOKENS_PER_GPU], "tok")} tokens/s per GPU</b> '
         f"({escape(_text.interval_text(c))})</p>",
         f"<p>{escape(gain)}{_efficiency_text(c)}</p>",
+        f'<p class="numerics">{escape(quality)}</p>' if quality else "",
+        f'<p class="unwritten">{escape(unwritten)}</p>' if unwritten else "",
         f'<p class="knobs">All its knobs: {escape(knobs)}</p>',
         f"<p>{escape(_text.runner_up(c['runner_up']))}</p>" if c.get("runner_up") else "",
         f"<p>Why chosen: {escape(str(c['why']))}</p>",
@@ -114,7 +120,8 @@ def _apply_html(a: dict[str, Any]) -> str:
         items.append(f"<li>Environment: <code>{escape(env)}</code></li>")
     items += [f"<li>{escape(str(n))}</li>" for n in a["notes"]]
     if a["compile_s"]:
-        items.append(f"<li>One-time compile at each start: {a['compile_s']:,.0f} s</li>")
+        shown = _text.compile_text(a["compile_s"], a["compile_warm_s"])
+        items.append(f"<li>At each start: {escape(shown)}</li>")
     base_mem, mem = a["peak_mem_gib"]
     if mem is not None:
         items.append(

@@ -16,7 +16,7 @@ from autotune.documents.record import Metric, RecordError, TrialRecord
 from autotune.report import _effects, _summary
 from autotune.report._excluded import excluded
 from autotune.report._table import pareto, row_of
-from autotune.search.best import chosen_summary
+from autotune.search.best import chosen_summary, confirmation_complete, rounds_asked
 from autotune.search.history import History, current_confirmation, value_of
 from autotune.space import KNOBS
 
@@ -76,6 +76,7 @@ def collect(
         "check_history_skipped": skipped,
         "front": pareto_front(rows),
         "gpus": gpus,
+        "best_yaml": written_choice(study_dir),
     }
     return _derived(data, ok, train_tokens or (config.get("study") or {}).get("train_tokens"))
 
@@ -155,6 +156,8 @@ def _confirmation(conf: dict[str, Any] | None) -> dict[str, Any] | None:
         "chosen": conf["chosen"],
         "why": conf["why"],
         "rounds_done": conf["rounds_done"],
+        "rounds": rounds_asked(conf),
+        "complete": confirmation_complete(conf),
         "stats": stats,
         "baseline": _confirmed(base, ("trial", "samples", "failures")) if _sampled(base) else None,
         "runner_up": conf.get("runner_up"),
@@ -176,7 +179,25 @@ def _confirmed(st: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
         "ci95": ci,
         "ci95_why": why,
         "walls_s": st.get("walls_s"),
+        "compile_s": st.get("compile_s"),
     }
+
+
+def written_choice(study_dir: Path | None) -> int | None:
+    """The trial best.yaml beside the study names as chosen; None where there is no such file (a
+    search still confirming, or one stopped before it wrote it) or it cannot be read."""
+    from autotune import yamlio
+    from autotune.errors import AutotuneError
+
+    path = study_dir / "best.yaml" if study_dir is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        chosen = (yamlio.read(path, "best.yaml") or {}).get("chosen") or {}
+    except (AutotuneError, OSError, AttributeError):
+        return None
+    trial = chosen.get("trial") if isinstance(chosen, dict) else None
+    return trial if isinstance(trial, int) else None
 
 
 def pareto_front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -20,7 +20,13 @@ from autotune.report._html_trials import trials_table
 from autotune.report._measured import PHASES, measured, telemetry_of
 from autotune.report._static import PLOT_FILES, draw, pareto_front, plot_data
 from autotune.report._table import fmt
-from autotune.report._text import cost_line, effects_lines, excluded_lines, memory_axis_line
+from autotune.report._text import (
+    cost_line,
+    effects_lines,
+    excluded_lines,
+    memory_axis_line,
+    rounds_text,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -236,7 +242,13 @@ def _confirmation_table(data: dict[str, Any]) -> str:
         rows.append(
             ([*row, "; ".join(str(f) for f in st["failures"][:3]) or "-"], "chosen" if mine else "")
         )
-    rounds = f"{conf['rounds_done']} interleaved rounds of the top {len(conf['stats'])}"
+    base = conf.get("baseline")
+    if base and base["samples"]:
+        samples = ", ".join(fmt(s, "tok") for s in base["samples"])
+        failed = "; ".join(str(f) for f in base["failures"][:3]) or "-"
+        cells = [f"{base['trial']} baseline", fmt(base["median"], "tok"), interval(base), samples]
+        rows.append(([*cells, "-", failed], ""))
+    rounds = f"{rounds_text(conf)} of the top {len(conf['stats'])} and the baseline"
     table = _table(header, rows, ("interval", "samples (one a fresh process)"), wrap="failures")
     return f"<h2>Confirmation</h2><p>{escape(rounds)}: {escape(str(conf['why']))}</p>" + table
 

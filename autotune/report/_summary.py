@@ -11,7 +11,7 @@ from autotune.documents.record import Metric
 from autotune.protocol import Knobs
 
 # How a gain was obtained, named once: a ratio means something only with its basis beside it
-BASIS_CONFIRMED = "confirmed median / the baseline's confirmed median"
+BASIS_CONFIRMED = "confirmed median / the baseline's confirmed median of the same rounds"
 BASIS_HALF = "confirmed median / the baseline's single search measurement"
 BASIS_SEARCH = "single search measurements"
 
@@ -43,9 +43,20 @@ def headline(data: dict[str, Any]) -> dict[str, Any] | None:
         else {"trial": base["number"], Metric.TOKENS_PER_GPU: base_value},
         "speedup_vs_baseline": value / base_value if base_value else None,
         "speedup_basis": basis,
+        # the ratio of confirmed medians of the same rounds with its 95% interval (metrics.gain),
+        # None where the baseline was not re-measured beside it
+        "gain": c.get("gain"),
+        # how far the confirmation got: rounds done of rounds asked, complete (None: none ran)
+        "confirmation": c.get("confirmation"),
+        # whether best.yaml holds this choice yet (collect: the file beside the study)
+        "written": data.get("best_yaml") == c["trial"],
+        "numerics": numerics_of(knobs, row.get("loss_check")),
         "speedup_flag": c.get("speedup_flag"),
         **_efficiency(data["task"], row, value),
+        # its search trial's compile (cold: the study's first of this configuration), and its
+        # confirmation processes' (warm: the study's compile cache)
         "compile_s": (row.get("phases_s") or {}).get("compile"),
+        "compile_warm_s": _warm_compiles(data.get("confirmation"), c["trial"]),
         "peak_mem_gib": row.get(Metric.PEAK_MEM_GIB),
         "runner_up": c.get("runner_up"),
     }
@@ -55,13 +66,51 @@ def _baseline_figure(
     c: dict[str, Any], base: dict[str, Any] | None, conf: dict[str, Any] | None
 ) -> tuple[float | None, str]:
     """The baseline's figure the gain divides by, and the gain's basis: its confirmed median where
-    the confirmation re-measured it, else its one search measurement."""
+    the confirmation re-measured it (its own arm, or its candidate's), else its one search
+    measurement."""
     if base is None:
         return None, "no baseline measured"
-    again = (conf or {}).get("baseline") or {}
-    if c["confirmed"] and again.get("trial") == base["number"] and again.get("median"):
+    conf = conf or {}
+    arms = [*conf.get("stats", []), *([conf["baseline"]] if conf.get("baseline") else [])]
+    again = next((st for st in arms if st.get("trial") == base["number"]), None) or {}
+    if c["confirmed"] and again.get("median"):
         return again["median"], BASIS_CONFIRMED
     return base[Metric.TOKENS_PER_GPU], BASIS_HALF if c["confirmed"] else BASIS_SEARCH
+
+
+def _warm_compiles(conf: dict[str, Any] | None, trial: int) -> list[float]:
+    """The compile seconds of a trial's confirmation processes, where they were recorded."""
+    stats: list[dict[str, Any]] = (conf or {}).get("stats", [])
+    st = next((st for st in stats if st.get("trial") == trial), {})
+    return [x for x in st.get("compile_s") or [] if isinstance(x, (int, float)) and x > 0]
+
+
+def numerics_of(knobs: Knobs, check: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The chosen configuration's quality cost, where its arithmetic differs from the reference's
+    (knobs.numerics: fp8, fp16, a compression hook, a bf16 reduction): its numerics check's gap in
+    words (numerics.gap_text) and figures, or why it was not checked. None where the arithmetic is
+    the reference's own."""
+    from autotune import knobs as catalogue
+    from autotune import numerics
+
+    changed = catalogue.numerics(knobs)
+    if not changed:
+        return None
+    what = ", ".join(f"{k} {v}" for k, v in changed.items())
+    if not check:
+        why = "no numerics check ran (study.loss_check.steps 0, or the task has none)"
+        return {"checked": False, "changed": changed, "line": f"{what}: quality not checked, {why}"}
+    if not check.get("passed"):
+        why = check.get("why") or "its numerics check decided nothing"
+        return {"checked": False, "changed": changed, "line": f"{what}: quality not checked, {why}"}
+    keys = [*("gap_nats", "floor_nats", "study_floor_nats", "behind_share", "spikes", "steps")]
+    keys += ["against", "covered_by"]
+    return {
+        "checked": True,
+        "changed": changed,
+        **{k: check.get(k) for k in keys},
+        "line": f"{what}: {numerics.gap_text(check)}",
+    }
 
 
 def _changed(knobs: Knobs, before: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

@@ -169,6 +169,8 @@ def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
         "fingerprint": r.fingerprint,
         **_conditions(r, m, knobs),
         "failed_rank": r.extra.get("failed_rank"),
+        # the numerics check's record (search/loss_guard.py), None where none ran
+        "loss_check": _dict(r.loss_check) or None,
         "nccl_used": nccl_log.used(_dict(r.nccl)),
         "flops": _dict(r.applied).get("flops")
         if isinstance(_dict(r.applied).get("flops"), str)

@@ -152,7 +152,7 @@ def _confirmation_lines(conf: dict[str, Any]) -> list[str]:
             f"baseline, trial {base['trial']}: median {fmt(base['median'], 'tok')} tokens/s/GPU "
             f"over {len(base['samples'])} fresh processes ({interval(base)})"
         )
-    return [*lines, f"{conf['rounds_done']} interleaved round(s); {conf['why']}"]
+    return [*lines, f"{_text.rounds_text(conf)}; {conf['why']}"]
 
 
 def _phases_line(data: dict[str, Any]) -> str:

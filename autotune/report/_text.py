@@ -17,28 +17,45 @@ MAX_LISTED = 10  # trial numbers named in one sentence; the rest are "..."
 
 
 def interval_text(c: dict[str, Any]) -> str:
-    """How the chosen figure was obtained, with its 95% interval or why there is none."""
+    """How the chosen figure was obtained, with its 95% interval or why there is none, and how far
+    a cut confirmation got."""
     if not c["confirmed"]:
         return "one search measurement, not confirmed: no interval"
+    state = c.get("confirmation") or {}
+    cut = (
+        f"; {state['rounds_done']} of {state['rounds']} confirmation rounds: cut"
+        if state and not state["complete"]
+        else ""
+    )
     if c.get("ci95"):
         lo, hi = c["ci95"]
         return (
             f"median of {c['samples']} fresh processes, 95% interval {fmt(lo, 'tok')} to "
-            f"{fmt(hi, 'tok')}"
+            f"{fmt(hi, 'tok')}{cut}"
         )
-    return f"median of {c['samples']} fresh processes; {c.get('ci95_why') or 'no interval'}"
+    return f"median of {c['samples']} fresh processes; {c.get('ci95_why') or 'no interval'}{cut}"
+
+
+def rounds_text(conf: dict[str, Any]) -> str:
+    """'3 of 3 interleaved rounds', and what to run when the confirmation was cut."""
+    done, asked = conf["rounds_done"], conf.get("rounds", conf["rounds_done"])
+    cut = "" if conf.get("complete", True) else " (cut: run the same search command to finish it)"
+    return f"{done} of {asked} interleaved rounds{cut}"
 
 
 def chosen_lines(data: dict[str, Any]) -> list[str]:
-    """The chosen configuration: figure, gain and its basis, efficiency, every knob, runner-up."""
+    """The chosen configuration: figure, gain and its basis, its quality cost, efficiency, every
+    knob, runner-up."""
     c = data.get("chosen")
     if not c:
         return ["No configuration chosen yet: no trial has completed."]
     lines = [
-        f"Chosen (best.yaml): trial {c['trial']}, {fmt(c[Metric.TOKENS_PER_GPU], 'tok')} "
+        f"{_which(c)}: trial {c['trial']}, {fmt(c[Metric.TOKENS_PER_GPU], 'tok')} "
         f"tokens/s/GPU ({interval_text(c)}).",
         _gain(c),
+        numerics_line(c),
         _costs_to_apply(c, data.get("mfu_flops")),
+        unwritten(c),
     ]
     if c["changed"]:
         lines.append(
@@ -52,17 +69,56 @@ def chosen_lines(data: dict[str, Any]) -> list[str]:
     return [line for line in lines if line]
 
 
+def _which(c: dict[str, Any]) -> str:
+    """'Chosen (best.yaml)' once best.yaml holds it, else what it is until then."""
+    if c.get("written"):
+        return "Chosen (best.yaml)"
+    state = c.get("confirmation") or {}
+    return "Leading (confirmation cut)" if state and not state["complete"] else "Leading"
+
+
+def unwritten(c: dict[str, Any]) -> str:
+    """What to run where best.yaml does not hold this choice yet ('' once it does)."""
+    if c.get("written"):
+        return ""
+    state = c.get("confirmation") or {}
+    if state and not state["complete"]:
+        return (
+            f"Not in best.yaml yet: its confirmation was cut after {state['rounds_done']} of "
+            f"{state['rounds']} rounds; run the same search command to finish it (the study "
+            "keeps every sample) and write best.yaml."
+        )
+    return (
+        "Not in best.yaml yet: the search is still running, or stopped before it wrote the file; "
+        "run the same search command to write it."
+    )
+
+
+def numerics_line(c: dict[str, Any]) -> str:
+    """The quality cost beside the speed-up: its numerics check's gap (report/_summary.numerics_of),
+    or that none was checked; '' where the arithmetic is the reference's."""
+    n = c.get("numerics")
+    return f"Numerics: {n['line']}." if n else ""
+
+
 def _gain(c: dict[str, Any]) -> str:
     base = c["baseline"]
     if base is None:
         return "No baseline was measured: no gain to state."
     if c["trial"] == base["trial"]:
         return f"It is the baseline (trial {base['trial']}): the search found nothing faster."
-    return (
-        f"Gain: {speedup(c['speedup_vs_baseline'], c.get('speedup_flag'))} the baseline (trial "
-        f"{base['trial']}, "
-        f"{fmt(base[Metric.TOKENS_PER_GPU], 'tok')} tokens/s/GPU; {c['speedup_basis']})."
-    )
+    g = c.get("gain")
+    shown = speedup(c["speedup_vs_baseline"], c.get("speedup_flag"))
+    against = f"trial {base['trial']}, {fmt(base[Metric.TOKENS_PER_GPU], 'tok')} tokens/s/GPU"
+    if not g:
+        return f"Gain: {shown} the baseline ({against}; {c['speedup_basis']})."
+    if g["ci95"] is None:
+        bound = f"no interval: {g['ci95_why']}"
+    else:
+        lo, hi = g["ci95"]
+        bound = f"95% interval {fmt(lo, 'x')} to {fmt(hi, 'x')}"
+    noise = " Within noise: the interval holds 1x." if g["within_noise"] else ""
+    return f"Gain: {shown} the baseline ({bound}; {against}; {c['speedup_basis']}).{noise}"
 
 
 def _costs_to_apply(c: dict[str, Any], flops: str | None) -> str:
@@ -83,10 +139,23 @@ def _costs_to_apply(c: dict[str, Any], flops: str | None) -> str:
     else:  # a CPU job, a command job that reports none: said so, never a number
         parts.append("peak memory not reported")
     if c.get("compile_s"):
-        parts.append(f"compile {c['compile_s']:,.0f} s at each start")
+        parts.append(compile_text(c["compile_s"], c.get("compile_warm_s") or []))
     line = "; ".join(parts)
     cap = (c.get("power_cap") or {}).get("said")
     return line[:1].upper() + line[1:] + "." + (f" {cap[:1].upper()}{cap[1:]}." if cap else "")
+
+
+def compile_text(cold: float, warm: list[float]) -> str:
+    """'compile 131 s cold, 28 to 41 s warm (3 confirmation processes, the study's compile cache)':
+    the search trial's first compile and what a later start took."""
+    if not warm:
+        return f"compile {cold:,.0f} s cold (its search trial)"
+    low, high = min(warm), max(warm)
+    span = f"{low:,.0f} s" if round(low) == round(high) else f"{low:,.0f} to {high:,.0f} s"
+    return (
+        f"compile {cold:,.0f} s cold (its search trial), {span} warm ({len(warm)} confirmation "
+        "process(es), the study's compile cache)"
+    )
 
 
 def memory_axis_line(data: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ export read)."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,18 +36,57 @@ def _chosen(
     if conf:
         best = next(t for t in h.completed if t.number == conf["chosen"])
         stats = next(st for st in conf["stats"] if st["trial"] == best.number)
+        rounds = f"{conf['rounds_done']} of {rounds_asked(conf)}"
+        cut = "" if confirmation_complete(conf) else f"; {CUT}"
         return (
             best,
             stats,
-            (
-                f"confirmation ({conf['rounds_done']} interleaved rounds of the top "
-                f"{len(conf['candidates'])}): {conf['why']}"
-            ),
+            f"confirmation ({rounds} interleaved rounds of the top {len(conf['candidates'])}"
+            f"{cut}): {conf['why']}",
         )
     top = h.best()
     assert top is not None
     why = f"highest median tokens/s per GPU of {len(h.completed)} completed trials (not confirmed)"
     return top, None, why
+
+
+# what a confirmation cut before its last round says (the search resumes it where it stopped)
+CUT = "cut short: run the same search command to finish it"
+
+
+def rounds_asked(conf: dict[str, Any]) -> int:
+    """The rounds the confirmation was asked for (a study confirmed before they were stored: the
+    rounds it did)."""
+    asked = conf.get("rounds")
+    return asked if isinstance(asked, int) else int(conf["rounds_done"])
+
+
+def confirmation_complete(conf: dict[str, Any]) -> bool:
+    """Every round asked was measured (a study confirmed before rounds were stored: it kept only
+    complete ones as its choice)."""
+    return int(conf["rounds_done"]) >= rounds_asked(conf)
+
+
+def baseline_samples(conf: dict[str, Any] | None, baseline: int | None) -> list[float]:
+    """The baseline's confirmed per-process figures: its own arm, or its candidate's where it was
+    among the top; [] where the confirmation did not re-measure it."""
+    if not conf or baseline is None:
+        return []
+    arms = [*conf.get("stats", []), *([conf["baseline"]] if conf.get("baseline") else [])]
+    found = next((st for st in arms if st.get("trial") == baseline), None)
+    return list(found["samples"]) if found else []
+
+
+def confirmed_gain(
+    conf: dict[str, Any] | None, stats: dict[str, Any] | None, baseline: int | None
+) -> dict[str, Any] | None:
+    """The chosen configuration's gain over the baseline as a ratio of confirmed medians measured
+    in the same rounds, with its 95% interval (metrics.gain); None where either was not confirmed
+    or the chosen one is the baseline."""
+    base = baseline_samples(conf, baseline)
+    if not stats or not stats["samples"] or not base or stats["trial"] == baseline:
+        return None
+    return metrics.gain(stats["samples"], base)
 
 
 def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, storage: str) -> Path:
@@ -57,32 +97,19 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
     record = TrialRecord.of(best)
     knobs, fp = record.knobs, record.fingerprint or {}
     value = _value(best, chosen_stats)
+    gain = confirmed_gain(conf, chosen_stats, base.number if base else None)
     doc = {
         "schema_version": SCHEMA_VERSION,
         "knob_set": knob_set(knobs),
         "name": cfg.name,
         "chosen": {"trial": best.number, "why": why},
         "knobs": knobs,
-        "metrics": _metrics(record, value, completed_value(best), value_of(base) if base else None),
-        "confirmation": None
-        if not conf
-        else [
-            {
-                "trial": st["trial"],
-                "changed_knobs": st["changed_knobs"],
-                "median": st["median"],
-                **_interval(st["samples"]),
-                "samples": st["samples"],
-                "search_value": st["search_value"],
-                "failures": st["failures"],
-            }
-            for st in conf["stats"]
-        ],
-        "baseline": {
-            "trial": base.number if base else None,
-            "knobs": base.user_attrs["knobs"] if base else None,
-            Metric.TOKENS_PER_GPU: round(completed_value(base), 1) if base else None,
+        "metrics": {
+            **_metrics(record, value, completed_value(best), value_of(base) if base else None),
+            **_gain_metrics(gain),
         },
+        "confirmation": _confirmed(conf),
+        "baseline": _baseline(base, baseline_samples(conf, base.number if base else None)),
         "fingerprint": fp,
         **_front(study, tasks.objective(cfg.study.objective)),
         "apply": {
@@ -112,6 +139,51 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
     return path
 
 
+def _confirmed(conf: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+    """best.yaml's confirmation: each candidate's samples, interval, failures and process walls."""
+    if not conf:
+        return None
+    return [
+        {
+            "trial": st["trial"],
+            "changed_knobs": st["changed_knobs"],
+            "median": st["median"],
+            **_interval(st["samples"]),
+            "samples": st["samples"],
+            "search_value": st["search_value"],
+            "failures": st["failures"],
+            "walls_s": st.get("walls_s"),
+        }
+        for st in conf["stats"]
+    ]
+
+
+def _baseline(base: optuna.trial.FrozenTrial | None, again: list[float]) -> dict[str, Any]:
+    """best.yaml's baseline: its trial, knobs and search figure, and its samples where the
+    confirmation re-measured it beside the candidates."""
+    return {
+        "trial": base.number if base else None,
+        "knobs": base.user_attrs["knobs"] if base else None,
+        Metric.TOKENS_PER_GPU: round(completed_value(base), 1) if base else None,
+        "confirmed_samples": again or None,
+        "confirmed_median": statistics.median(again) if again else None,
+    }
+
+
+def _gain_metrics(gain: dict[str, Any] | None) -> dict[str, Any]:
+    """best.yaml's gain where both sides were confirmed: the ratio of confirmed medians (it replaces
+    the one over the baseline's single search measurement), its 95% interval and its basis."""
+    if gain is None:
+        return {}
+    ci = gain["ci95"]
+    return {
+        "speedup_vs_baseline": round(gain["ratio"], 4),
+        "speedup_ci95": None if ci is None else [round(x, 4) for x in ci],
+        "speedup_within_noise": gain["within_noise"],
+        "speedup_basis": "confirmed median / the baseline's confirmed median, the same rounds",
+    }
+
+
 def _value(best: optuna.trial.FrozenTrial, stats: dict[str, Any] | None) -> float:
     """The chosen configuration's tokens/s per GPU. With a confirmation, the confirmed median
     (several fresh processes); the search's single measurement of the winner is kept beside it (the
@@ -129,11 +201,13 @@ def _interval(samples: list[float]) -> dict[str, Any]:
 def chosen_summary(study: optuna.Study, h: History) -> dict[str, Any] | None:
     """What best.yaml says of the chosen configuration (the report's `chosen`): its trial, why,
     knobs, the confirmed median (else the search's value), its 95% interval, samples, x the
-    baseline. None before any trial completed. A script deploys this, not the search's single best
-    measurement."""
+    baseline, the gain over the baseline's confirmed median with its interval, and how far the
+    confirmation got. None before any trial completed. A script deploys this, not the search's
+    single best measurement."""
     if not h.completed:
         return None
     best, stats, why = _chosen(study, h)
+    conf = current_confirmation(study, h)
     value = _value(best, stats)
     base = value_of(h.baseline) if h.baseline else None
     return {
@@ -146,6 +220,14 @@ def chosen_summary(study: optuna.Study, h: History) -> dict[str, Any] | None:
         **(_interval(stats["samples"]) if stats else {"ci95": None, "ci95_why": "not confirmed"}),
         "samples": len(stats["samples"]) if stats else 0,
         "speedup_vs_baseline": value / base if base else None,
+        "gain": confirmed_gain(conf, stats, h.baseline.number if h.baseline else None),
+        "confirmation": None
+        if not conf
+        else {
+            "rounds_done": conf["rounds_done"],
+            "rounds": rounds_asked(conf),
+            "complete": confirmation_complete(conf),
+        },
     }
 
 

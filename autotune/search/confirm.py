@@ -35,39 +35,36 @@ def confirm(
     observer: Observer,
     measure_fn: Callable[..., TrialRecord] = measure,
 ) -> dict[str, Any] | None:
-    """Re-measure the top configurations interleaved (A B C A B C ...), each in a fresh process, and
-    choose.
+    """Re-measure the top configurations and the baseline interleaved (A B C base A B C base ...),
+    each in a fresh process, and choose.
 
     The choice is the best median of the confirmation samples; among configurations whose 95%
-    intervals overlap the top one's, the one that changes fewest knobs from the baseline wins.
-    Stored in the study (user attribute `confirmation`) after every sample: a resumed study does not
-    confirm the same candidates again, and an interrupted confirmation goes on from the samples it
-    kept. bench: the search's; the confirmation re-measures speed only (the numerics check was made
-    once, in the search). measure_fn: measures one sample, the search's own measurement
-    (run_search's; default runner.measure, a fresh process a sample).
+    intervals overlap the top one's, the one that changes fewest knobs from the baseline wins. The
+    baseline is re-measured in the same rounds (an arm of its own where it is not among the top), so
+    the gain is a ratio of confirmed medians measured side by side. Stored in the study (user
+    attribute `confirmation`) after every sample, with the rounds asked, the rounds done, whether
+    it is complete, and each process's wall time: a resumed study does not confirm the same
+    candidates again, and an interrupted confirmation goes on from the samples it kept. bench: the
+    search's; the confirmation re-measures speed only (the numerics check was made once, in the
+    search). measure_fn: measures one sample, the search's own measurement (run_search's; default
+    runner.measure, a fresh process a sample).
     """
-    candidates = History.of(study).ranked()[:top]
+    h = History.of(study)
+    candidates = h.ranked()[:top]
     if len(candidates) < 2 or rounds < 1:
         return None
     bench = dataclasses.replace(bench, params=with_loss_check(bench.params, None))
     numbers = [t.number for t in candidates]
-    samples: dict[int, list[float]] = {n: [] for n in numbers}
-    failures: dict[int, list[str]] = {n: [] for n in numbers}
-    previous: dict[str, Any] | None = study.user_attrs.get("confirmation")
-    # an interrupted confirmation of the same top: go on from it
-    if previous and previous["candidates"] == numbers:
-        if previous["rounds_done"] >= rounds:
-            return previous
-        for st in previous["stats"]:
-            samples[st["trial"]], failures[st["trial"]] = list(st["samples"]), list(st["failures"])
-
-    def taken(n: int) -> int:  # confirmation runs of trial n so far, measured or failed
-        return len(samples[n]) + len(failures[n])
-
-    observer.confirm_started(numbers, rounds, sum(taken(n) for n in numbers))
-    for r in range(min(taken(n) for n in numbers), rounds):
-        for t in candidates:
-            if taken(t.number) > r:  # measured in this round before the interruption
+    base = h.baseline if h.baseline is not None and h.baseline.number not in numbers else None
+    arms = [*candidates, *([base] if base is not None else [])]
+    kept = _kept(study.user_attrs.get("confirmation"), numbers, arms, rounds)
+    if kept is None:  # this top was confirmed in full already
+        previous: dict[str, Any] = study.user_attrs["confirmation"]
+        return previous
+    observer.confirm_started([t.number for t in arms], rounds, sum(map(kept.taken, kept.numbers)))
+    for r in range(min(map(kept.taken, kept.numbers)), rounds):
+        for t in arms:
+            if kept.taken(t.number) > r:  # measured in this round before the interruption
                 continue
             record = measure_fn(
                 bench,
@@ -76,21 +73,99 @@ def confirm(
                 number=t.number,
                 on_poll=observer.poll,
             )
-            value = None
-            if record.status == "ok":
-                value = record.tokens_per_gpu
-                assert value is not None  # an ok record has its metrics (runner.record_of)
-                samples[t.number].append(value)
-            else:
-                failures[t.number].append(f"{record.status}: {reason_line(record.reason)}")
+            value = kept.add(t.number, record)
             # after every sample: an interruption keeps what was measured, and a resume goes on from
             # there
-            study.set_user_attr(
-                "confirmation",
-                choose(candidates, samples, failures, base_knobs, min(taken(n) for n in numbers)),
-            )
+            done = min(map(kept.taken, kept.numbers))
+            doc = choose(candidates, kept.samples, kept.failures, base_knobs, done)
+            study.set_user_attr("confirmation", _stored(doc, kept, base, rounds))
             observer.confirm_sample(t.number, r, value, record.status)
     return study.user_attrs.get("confirmation")
+
+
+@dataclasses.dataclass
+class _Arms:
+    """The confirmation's samples so far, by trial: measured values, failures, and each process's
+    wall time and compile seconds (None where the record had none)."""
+
+    numbers: list[int]
+    samples: dict[int, list[float]]
+    failures: dict[int, list[str]]
+    walls: dict[int, list[float | None]]
+    compiles: dict[int, list[float | None]]
+
+    @classmethod
+    def empty(cls, numbers: list[int]) -> _Arms:
+        return cls(
+            numbers,
+            {n: [] for n in numbers},
+            {n: [] for n in numbers},
+            {n: [] for n in numbers},
+            {n: [] for n in numbers},
+        )
+
+    def taken(self, n: int) -> int:
+        """Confirmation runs of trial n so far, measured or failed."""
+        return len(self.samples[n]) + len(self.failures[n])
+
+    def add(self, n: int, record: TrialRecord) -> float | None:
+        """One run's record kept; its tokens/s per GPU (None: it failed)."""
+        self.walls[n].append(record.wall_s)
+        self.compiles[n].append((record.phases_s or {}).get("compile"))
+        if record.status != "ok":
+            self.failures[n].append(f"{record.status}: {reason_line(record.reason)}")
+            return None
+        value = record.tokens_per_gpu
+        assert value is not None  # an ok record has its metrics (runner.record_of)
+        self.samples[n].append(value)
+        return value
+
+
+def _kept(
+    previous: dict[str, Any] | None,
+    numbers: list[int],
+    arms: list[optuna.trial.FrozenTrial],
+    rounds: int,
+) -> _Arms | None:
+    """What an interrupted confirmation of the same top kept (empty arms for a new one); None when
+    it was complete."""
+    every = [t.number for t in arms]
+    kept = _Arms.empty(every)
+    if not previous or previous.get("candidates") != numbers:
+        return kept
+    stored = [*previous["stats"], *([previous["baseline"]] if previous.get("baseline") else [])]
+    for st in stored:
+        if st["trial"] in kept.samples:
+            kept.samples[st["trial"]] = list(st["samples"])
+            kept.failures[st["trial"]] = list(st["failures"])
+            runs = len(st["samples"]) + len(st["failures"])
+            kept.walls[st["trial"]] = list(st.get("walls_s") or [None] * runs)
+            kept.compiles[st["trial"]] = list(st.get("compile_s") or [None] * runs)
+    if min(map(kept.taken, every)) >= rounds:
+        return None
+    return kept
+
+
+def _stored(
+    doc: dict[str, Any], kept: _Arms, base: optuna.trial.FrozenTrial | None, rounds: int
+) -> dict[str, Any]:
+    """The confirmation as the study stores it: the choice, the rounds asked and whether they were
+    all done, each arm's wall times, and the baseline's own arm."""
+    for st in doc["stats"]:
+        st["walls_s"], st["compile_s"] = kept.walls[st["trial"]], kept.compiles[st["trial"]]
+    doc.update(rounds=rounds, complete=doc["rounds_done"] >= rounds)
+    if base is not None:
+        n = base.number
+        doc["baseline"] = {
+            "trial": n,
+            "knobs": base.user_attrs["knobs"],
+            "samples": kept.samples[n],
+            "failures": kept.failures[n],
+            "walls_s": kept.walls[n],
+            "compile_s": kept.compiles[n],
+            "median": statistics.median(kept.samples[n]) if kept.samples[n] else None,
+        }
+    return doc
 
 
 def choose(
