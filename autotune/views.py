@@ -54,13 +54,24 @@ def trial_line(record: TrialRecord, searched: list[str] | None, which: str | Non
         return Text.assemble(
             which,
             ("ok", "green"),
-            f" {fmt(record.tokens_per_gpu, 'tok')} tok/s  MFU "
-            f"{fmt(record.metric(Metric.MFU), 'mfu')}  {knobs}",
+            f" {fmt(record.tokens_per_gpu, 'tok')} tok/s  MFU {mfu_of(record)}  {knobs}",
             f"  {check}" if check else "",
         )
     tag = " (predicted)" if record.predicted else ""
     reason = printable(reason_line(record.reason, 120), newlines=False)
     return Text.assemble(which, (record.status + tag, "red"), f" {knobs}  {reason}")
+
+
+def mfu_of(record: TrialRecord) -> str:
+    """A trial's MFU with the peak it divides by (report's mfu_text: fp8 against both peaks)."""
+    from autotune import metrics
+    from autotune.report._table import mfu_text
+
+    fp = record.fingerprint or {}
+    gpu = fp.get("gpu_model") if fp.get("device") == "cuda" else None
+    value, stored = record.metric(Metric.MFU), record.metric(metrics.MFU_PEAK_TFLOPS)
+    precision = str(record.knobs.get("precision"))
+    return mfu_text(value, metrics.mfu_peaks(value, stored, gpu, precision))
 
 
 class TrialLog(Observer):
@@ -125,7 +136,7 @@ class LiveProgress(Observer):
                 "number": best.number,
                 "value": value_of(best),
                 "knobs": best.user_attrs["knobs"],
-                "mfu": best.user_attrs["metrics"]["mfu"],
+                "mfu": mfu_of(TrialRecord.of(best)),
                 # its quality cost beside its speed-up (numerics.summary; '' where none ran)
                 "numerics": numerics.summary(best.user_attrs.get("loss_check")),
             }
@@ -179,7 +190,7 @@ class LiveProgress(Observer):
                 Text.assemble(
                     "best: ",
                     (fmt(self.best["value"], "tok"), "bold"),
-                    f" tok/s/GPU{x}, MFU {fmt(self.best['mfu'], 'mfu')} (#{self.best['number']})"
+                    f" tok/s/GPU{x}, MFU {self.best['mfu']} (#{self.best['number']})"
                     + (f", {self.best['numerics']}" if self.best["numerics"] else "")
                     + f"; {self.measured} of {self.info.get('budget', '?')} trials measured",
                 )

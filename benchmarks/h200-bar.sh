@@ -13,6 +13,7 @@
 #                                       hf-smoke hf-padded hf-truth hf-variants hf-live hf-cost (issue 35: one H200)
 #                                       issue38 (issue 38: one H200)
 #                                       issue37 issue37b-tests issue37b issue37c-tests issue37c issue37d-tests issue37d (issue 37: one H200)
+#                                       issue49-tests issue49 (issue 49: one H200)
 # GPUS: the --gpus of the stages that take it (default 0,1; GPUS=0 on one GPU)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
@@ -122,6 +123,21 @@ for t in s.trials: a=t.user_attrs; m=a.get("metrics") or {}; tel=a.get("telemetr
       for s in tiny tiny-generate; do at report trials/$s --format markdown > "$OUT/issue37d-$s-report.md" 2>&1
         cp trials/$s/best.yaml "$OUT/issue37d-$s-best.yaml"; done
       tar czf "$OUT/issue37d-trials.tgz" --exclude='*/out/*' trials/tiny trials/tiny-generate ;;
+    issue49-tests) # issue 49: the numerics check on the GPU after the median gap, the spikes and the clipped steps
+      # (tests/test_gpu_numerics.py: fp8 both recipes on a Llama-style 1B and the GPT-style 1.3B, no spike, the gap
+      # with the sign of the per-step gaps; fp16 broken two ways still rejected; every check's record in
+      # issue49-numerics.jsonl); a call of its own (the device's 10-minute limit a command)
+      AUTOTUNE_GPU_NUMERICS_OUT="$OUT/issue49-numerics.jsonl" python3 -m pytest -m gpu -s -v -p no:cacheprovider \
+        tests/test_gpu_numerics.py 2>&1 | grep -vE "Warning|warnings.warn" | tail -40 | tee "$OUT/issue49-numerics.log" ;;
+    issue49) # issue 49: a two-point search of the 1.3B (bf16 baseline, fp8 tensorwise with its check) whose report
+      # shows the quality cost beside the gain and its interval, then the fail-closed check of its best.yaml
+      t0=$(date +%s); at search benchmarks/spaces/issue49-gpt-1.3b.yaml --gpus 0 --fresh 2>&1 | tail -20 | tee "$OUT/issue49-search.log"
+      echo "search wall: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/issue49-search.log"
+      at report trials/issue49-gpt-1.3b --format markdown > "$OUT/issue49-report.md" 2>&1
+      at report trials/issue49-gpt-1.3b --format json > "$OUT/issue49-report.json" 2>&1
+      at check trials/issue49-gpt-1.3b/best.yaml --repeats 3 --max-repeats 5 2>&1 | tail -15 | tee "$OUT/issue49-check.log"
+      echo "check exit: ${PIPESTATUS[0]}" | tee -a "$OUT/issue49-check.log"
+      tar czf "$OUT/issue49-trials.tgz" --exclude='*/out/*' --exclude='*/inductor-cache/*' trials/issue49-gpt-1.3b ;;
     issue38) # issue 38: the GPU tests and the hardening tests on the GPU machine, then a real HF job's search (the
       # figure's new bounds must fail no real CUDA-event job); {env:ISSUE38_TOKEN} reaches it and no file
       python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_hardening_command.py \

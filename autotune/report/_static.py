@@ -10,6 +10,7 @@ from types import ModuleType
 from typing import Any
 
 from autotune.documents.record import Metric
+from autotune.report import _effects
 from autotune.report._measured import PHASES
 from autotune.report._table import pareto
 
@@ -41,8 +42,10 @@ def plot_data(
         for r in ok
         if r[Metric.PEAK_MEM_GIB] is not None  # no memory reported: not on the memory axis
     ]
+    # a conditional knob drawn only where it acts (_effects.acting): its None is its parent's off
     per_knob = {
-        k: [(str(r["knobs"][k]), r[Metric.TOKENS_PER_GPU]) for r in ok] for k in data["searched"]
+        k: [(str(r["knobs"][k]), r[Metric.TOKENS_PER_GPU]) for r in _effects.acting(ok, k)[0]]
+        for k in data["searched"]
     }
     best = (data["best"] or {}).get("number")
     tele_trial, tele = telemetry or (best, data.get("best_telemetry") or {})
