@@ -51,10 +51,10 @@ ENV_SECRETS = "AUTOTUNE_COMMAND_SECRETS"
 SECRET_MASK = "***"  # redact.MASK
 
 
-# AUTOTUNE_FAULT's kinds (workloads/faults.py); the last four break the numerics check
+# AUTOTUNE_FAULT's kinds (workloads/faults.py); the last five break the numerics check
 FAULT_KINDS = (
     *("oom", "hang", "crash", "nan", "error", "slow", "drift"),
-    *("frozen_layer", "small_grads", "no_grad_scaler", "reference_spike"),
+    *("frozen_layer", "small_grads", "no_grad_scaler", "reference_spike", "check_oom"),
 )
 
 

@@ -135,7 +135,7 @@ for t in s.trials: a=t.user_attrs; m=a.get("metrics") or {}; tel=a.get("telemetr
       echo "search wall: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/issue49-search.log"
       at report trials/issue49-gpt-1.3b --format markdown > "$OUT/issue49-report.md" 2>&1
       at report trials/issue49-gpt-1.3b --format json > "$OUT/issue49-report.json" 2>&1
-      at check trials/issue49-gpt-1.3b/best.yaml --repeats 3 --max-repeats 5 2>&1 | tail -15 | tee "$OUT/issue49-check.log"
+      timeout "${CHECK_S:-150}" python3 -m autotune.cli check trials/issue49-gpt-1.3b/best.yaml --repeats 3 --max-repeats 4 2>&1 | tail -15 | tee "$OUT/issue49-check.log"
       echo "check exit: ${PIPESTATUS[0]}" | tee -a "$OUT/issue49-check.log"
       tar czf "$OUT/issue49-trials.tgz" --exclude='*/out/*' --exclude='*/inductor-cache/*' trials/issue49-gpt-1.3b ;;
     issue38) # issue 38: the GPU tests and the hardening tests on the GPU machine, then a real HF job's search (the

@@ -205,6 +205,48 @@ def test_numerics_check_a_reference_spike_does_not_flip_the_gap(
     assert mean_gap < -0.1  # what the spike did to the old figure
 
 
+def test_numerics_check_out_of_memory_is_not_the_configurations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The check trains a second model beside the trial's: where that runs out of memory (fault
+    check_oom: the reference's first step) the trial's own steps still fit, so the trial stays ok
+    with its measurement, the check is recorded as not run with the reason, and nothing of the
+    check's is left allocated (its optimizer moments and gradients freed)."""
+    monkeypatch.setenv("AUTOTUNE_FAULT", "check_oom")
+    result = trial.run(_spec("fp16"))
+    assert result.status == "ok", result.reason
+    found = result.output["loss_check"]
+    assert found["checked"] is False and "attempts" not in found
+    assert found["why"].startswith("the check ran out of memory: it trains a second model")
+    assert "AUTOTUNE_FAULT=check_oom" in found["why"]
+
+
+def test_numerics_check_frees_each_runs_optimizer() -> None:
+    """Each of the check's runs leaves no optimizer moments or gradients behind it: two models
+    share the memory, and a 1B model's AdamW state is 10 GB (issue 49: the check ran out of memory
+    on an 80 GB GPU where the trial fit)."""
+    w = _workload("fp16")
+    batches = numerics_check.markov_batches(torch, 256, 2, 32, 4, 1, w.dev)
+    made: list[Any] = []
+    new_optimizer = w.new_optimizer
+    w.new_optimizer = lambda: made.append(new_optimizer()) or made[-1]
+    numerics_check.run_steps(w, batches, amp=torch.float16, candidate=True)
+    (opt,) = made
+    assert not opt.state and all(p.grad is None for p in w.model.parameters())
+
+
+def test_check_schedule_warms_up_then_decays() -> None:
+    """The check's learning rate: a linear warm-up over WARMUP_SHARE of its steps to the peak, then
+    a linear decay to DECAY_TO of it at the last step; never zero, never above the peak."""
+    steps = 30
+    shares = [numerics_check.lr_share(i, steps) for i in range(steps)]
+    warmup = round(steps * numerics_check.WARMUP_SHARE)
+    assert shares[:warmup] == pytest.approx([(i + 1) / warmup for i in range(warmup)])
+    assert max(shares) == pytest.approx(1.0) and min(shares) > 0
+    assert shares[-1] == pytest.approx(numerics_check.DECAY_TO)
+    assert all(a >= b for a, b in zip(shares[warmup - 1 :], shares[warmup:]))
+
+
 # --- breakage fails -------------------------------------------------------------------------------
 
 

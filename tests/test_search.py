@@ -297,6 +297,14 @@ def test_study_on_real_trials_each_trial_and_sample_a_fresh_process(
     assert all(len(c["samples"]) == 1 and c["samples"][0] > 0 for c in best["confirmation"])
     # each sample's process timed from outside
     assert all(len(c["walls_s"]) == 1 and c["walls_s"][0] > 0 for c in best["confirmation"])
+    # the finished study's cost is what its processes took, not an estimate
+    cost = collect(
+        optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't' / 'study.db'}"),
+        tmp_path / "t",
+    )["cost"]
+    assert cost["confirmation_estimated"] is False
+    walls = sum(c["walls_s"][0] for c in best["confirmation"])
+    assert cost["by_kind"]["confirmation"]["seconds"] == pytest.approx(walls, rel=0.01, abs=0.1)
 
 
 class _CtrlCAfter(Observer):

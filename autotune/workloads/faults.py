@@ -14,6 +14,8 @@ tested for real.
     no_grad_scaler (train: small_grads, and the check's fp16 candidate runs without its GradScaler),
     reference_spike (train: the numerics check's reference takes one step, at 60% of its steps,
     with its output layer negated and 30 times as large: its loss spikes there and comes back),
+    check_oom (train: the numerics check's reference runs out of memory at its first step, after
+    the trial's own steps fit),
     slow:PCT (make every measured step PCT percent slower: a host wait of PCT% of the step inside
     the timed region, after a device synchronisation so that CUDA events see it too).
 
@@ -70,6 +72,10 @@ class Fault:
     def in_micro_step(self, torch: ModuleType) -> None:
         if self.kind == "oom":
             raise torch.OutOfMemoryError("AUTOTUNE_FAULT=oom: simulated out of memory")
+
+    def in_check_step(self, torch: ModuleType, candidate: bool) -> None:
+        if self.kind == "check_oom" and not candidate:
+            raise torch.OutOfMemoryError("AUTOTUNE_FAULT=check_oom: simulated out of memory")
 
     @property
     def drifts(self) -> bool:

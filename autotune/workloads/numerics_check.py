@@ -18,6 +18,7 @@ order): the study's noise floor."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -42,13 +43,19 @@ MAX_NAMES = 20  # stalled parameters named in the record
 # 0.02) and the 8B check's bf16 reference itself jumped between 2 and 23 nats on the H200
 # (2026-12-01), so no precision could be compared with it; capped at CHECK_UPDATE, 0.25 (what 3e-4
 # gives a fan-in of 256; CPU curves of 256- to 2048-wide models at 0.16 to 0.45 fall smoothly), with
-# a linear warm-up over the first quarter of the steps. The same reasoning as muP's 1/width learning
-# rate for Adam (Yang et al. 2021, Tensor Programs V).
+# the schedule below. The same reasoning as muP's 1/width learning rate for Adam (Yang et al. 2021,
+# Tensor Programs V).
 CHECK_UPDATE, INIT_STD = 0.25, 0.02
 # Real training clips the global gradient norm (GPT-3, Llama, nanoGPT, torchtitan: at 1.0); without
 # it, a 1.3B GPT's 30-step check jumped from 1.3 to 15.4 nats at one step and back, on both curves,
 # and one such step in a mean had flipped the gap's sign (issue 49)
 CLIP_NORM = 1.0
+# The learning-rate schedule of the check's steps: a linear warm-up over WARMUP_SHARE of them, then
+# linear decay to DECAY_TO of the peak by the last (a real run's warm-up and decay, scaled to the
+# check's length). With a quarter's warm-up and no decay a 1B Llama's 30 fp8 and bf16 steps bumped
+# by 1.2 nats at steps 5-11 (H100, 2026-12-05); with half and a tenth, neither it nor the 1.3B GPT
+# spiked (benchmarks/check_schedule.py; benchmarks/results/2026-12-05-h100-issue49)
+WARMUP_SHARE, DECAY_TO = 0.5, 0.1
 # the test-only spike (fault reference_spike): the output layer negated, 30 times as large
 SPIKE_FACTOR = -30.0
 
@@ -135,14 +142,22 @@ class Run:
 
 
 def _optimizer(w: Any, steps: int) -> tuple[Any, Any]:
-    """The check's AdamW (the trial's settings) at check_lr's peak, warmed up over a quarter of the
-    steps."""
+    """The check's AdamW (the trial's settings) at check_lr's peak, on lr_share's schedule."""
     torch = w.torch
     opt = w.new_optimizer()
-    peak, warmup = check_lr(torch, w.model), max(1, steps // 4)
     for group in opt.param_groups:
-        group["lr"] = peak
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / warmup))
+        group["lr"] = check_lr(torch, w.model)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda i: lr_share(i, steps))
+
+
+def lr_share(step: int, steps: int) -> float:
+    """The share of the peak learning rate at this step (0-based) of the check's `steps`: the
+    linear warm-up over WARMUP_SHARE of them, then the linear decay to DECAY_TO by the last."""
+    warmup = max(1, round(steps * WARMUP_SHARE))
+    if step < warmup:
+        return (step + 1) / warmup
+    done = (step + 1 - warmup) / max(1, steps - warmup)
+    return 1.0 - (1.0 - DECAY_TO) * min(1.0, done)
 
 
 def run_steps(w: Any, batches: list[Any], *, amp: Any, candidate: bool, split: int = 1) -> Run:
@@ -151,14 +166,36 @@ def run_steps(w: Any, batches: list[Any], *, amp: Any, candidate: bool, split: i
     its small gradients, only the reference its spike. split: micro-batches a step (another
     reduction order)."""
     torch, fault = w.torch, w.fault
-    params = list(w.model.parameters())
-    frozen = _first_block(w) if candidate and fault.freezes_a_layer else []
     opt, schedule = _optimizer(w, len(batches))
     fp16 = amp is torch.float16 and not (candidate and fault.drops_grad_scaler)
     scaler = torch.amp.GradScaler(w.spec.device) if fp16 else None
     run = Run(torch)
+    try:
+        _steps(w, batches, opt, schedule, scaler, amp, candidate, split, run)
+    finally:  # its moments freed now, not at the next collection (two models share the memory)
+        opt.zero_grad(set_to_none=True)
+        opt.state.clear()
+    return run
+
+
+def _steps(
+    w: Any,
+    batches: list[Any],
+    opt: Any,
+    schedule: Any,
+    scaler: Any,
+    amp: Any,
+    candidate: bool,
+    split: int,
+    run: Run,
+) -> None:
+    """run_steps' loop: each step's forward and backward, its record, the clip and the update."""
+    torch, fault = w.torch, w.fault
+    params = list(w.model.parameters())
+    frozen = _first_block(w) if candidate and fault.freezes_a_layer else []
     spike = fault.spike_step(candidate, len(batches))
     for i, (inputs, targets) in enumerate(batches):
+        fault.in_check_step(torch, candidate)
         with _spiked(w, i == spike):
             loss = _forward_backward(w, inputs, targets, amp, scaler, split)
         if scaler:
@@ -174,7 +211,6 @@ def run_steps(w: Any, batches: list[Any], *, amp: Any, candidate: bool, split: i
         schedule.step()
         if candidate and fault.drifts:
             _round_to_one_bit(torch, params)
-    return run
 
 
 @contextlib.contextmanager
@@ -333,11 +369,64 @@ def floor_run(cand: Any, ref: Any, steps: int, seed: int, rows: int) -> dict[str
 
 def check(cand: Any, steps: int, params: dict[str, Any]) -> dict[str, Any]:
     """The check of this trial (its record's loss_check): up to two attempts, the floor when asked
-    for."""
+    for, and its peak memory on a GPU (peak_gib). The check holds a second model (the reference)
+    beside the trial's: where that runs out of memory after the trial's own steps fit, the
+    configuration is not what failed, so a single-process trial records the check as not run (why:
+    the memory it reached) and keeps its measurement; a rank of several re-raises (its peers wait
+    in a collective)."""
     torch = cand.torch
     if not callable(getattr(base_of(cand.model), "init_weights", None)):
         return {"checked": False, "why": "the model has no init_weights() to start the check from"}
-    cand.optimizer = None  # the trial's own optimizer state is freed for the check's
+    _free_trial_state(cand)
+    cuda = cand.spec.device == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(cand.dev)
+    try:
+        out = _checked(cand, steps, params)
+    except torch.OutOfMemoryError as err:
+        if cand.ranks:
+            raise
+        out = {"checked": False, "why": _out_of_memory(torch, cand, err)}
+    finally:
+        _free_memory(torch, cuda)
+    if cuda:
+        out["peak_gib"] = round(torch.cuda.max_memory_allocated(cand.dev) / 2**30, 2)
+    return out
+
+
+def _free_trial_state(cand: Any) -> None:
+    """The trial's own optimizer moments and gradients freed before the check builds its
+    reference."""
+    if cand.optimizer is not None:
+        cand.optimizer.zero_grad(set_to_none=True)
+        cand.optimizer.state.clear()
+    cand.optimizer = None
+    _free_memory(cand.torch, cand.spec.device == "cuda")
+
+
+def _free_memory(torch: ModuleType, cuda: bool) -> None:
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+
+
+def _out_of_memory(torch: ModuleType, cand: Any, err: BaseException) -> str:
+    """Why the check did not run: it ran out of memory where the trial's own steps fit."""
+    where = ""
+    if cand.spec.device == "cuda":
+        peak = torch.cuda.max_memory_allocated(cand.dev) / 2**30
+        total = torch.cuda.get_device_properties(cand.dev).total_memory / 2**30
+        where = f" at {peak:.1f} of {total:.1f} GiB"
+    return (
+        f"the check ran out of memory{where}: it trains a second model (the reference) beside "
+        "this one, while the trial's own steps fit; the next trial of this arithmetic checks it "
+        f"again ({str(err).splitlines()[0][:120]})"
+    )
+
+
+def _checked(cand: Any, steps: int, params: dict[str, Any]) -> dict[str, Any]:
+    """check's attempts and floor, with the reference built here and dropped on the way out."""
+    torch = cand.torch
     rows = check_rows(cand.spec.knobs["micro_batch_size"])
     ref = cand.reference_twin(rows)
     limits = Limits(
@@ -359,7 +448,4 @@ def check(cand: Any, steps: int, params: dict[str, Any]) -> dict[str, Any]:
             break
     if params.get("floor"):
         out["floor"] = floor_run(cand, ref, steps, cand.spec.run.seed + 1, rows)
-    del ref
-    if cand.spec.device == "cuda":
-        torch.cuda.empty_cache()
     return out
