@@ -11,10 +11,11 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune import numerics
-from autotune.documents.record import Metric, TrialRecord
+from autotune.documents.record import TrialRecord
 from autotune.errors import printable
 from autotune.protocol import Knobs, reason_line
 from autotune.report import fmt, rich_table, row_of
+from autotune.report._table import record_mfu_text
 from autotune.search.history import History, value_of
 from autotune.search.observer import Observer
 
@@ -54,24 +55,12 @@ def trial_line(record: TrialRecord, searched: list[str] | None, which: str | Non
         return Text.assemble(
             which,
             ("ok", "green"),
-            f" {fmt(record.tokens_per_gpu, 'tok')} tok/s  MFU {mfu_of(record)}  {knobs}",
+            f" {fmt(record.tokens_per_gpu, 'tok')} tok/s  MFU {record_mfu_text(record)}  {knobs}",
             f"  {check}" if check else "",
         )
     tag = " (predicted)" if record.predicted else ""
     reason = printable(reason_line(record.reason, 120), newlines=False)
     return Text.assemble(which, (record.status + tag, "red"), f" {knobs}  {reason}")
-
-
-def mfu_of(record: TrialRecord) -> str:
-    """A trial's MFU with the peak it divides by (report's mfu_text: fp8 against both peaks)."""
-    from autotune import metrics
-    from autotune.report._table import mfu_text
-
-    fp = record.fingerprint or {}
-    gpu = fp.get("gpu_model") if fp.get("device") == "cuda" else None
-    value, stored = record.metric(Metric.MFU), record.metric(metrics.MFU_PEAK_TFLOPS)
-    precision = str(record.knobs.get("precision"))
-    return mfu_text(value, metrics.mfu_peaks(value, stored, gpu, precision))
 
 
 class TrialLog(Observer):
@@ -136,7 +125,7 @@ class LiveProgress(Observer):
                 "number": best.number,
                 "value": value_of(best),
                 "knobs": best.user_attrs["knobs"],
-                "mfu": mfu_of(TrialRecord.of(best)),
+                "mfu": record_mfu_text(TrialRecord.of(best)),
                 # its quality cost beside its speed-up (numerics.summary; '' where none ran)
                 "numerics": numerics.summary(best.user_attrs.get("loss_check")),
             }

@@ -82,6 +82,16 @@ def mfu_text(
     return ", ".join(parts)
 
 
+def record_mfu_text(record: TrialRecord) -> str:
+    """A trial's MFU with the peak it divides by (mfu_text: fp8 against both peaks), for the live
+    view's lines."""
+    fp = record.fingerprint or {}
+    gpu = fp.get("gpu_model") if fp.get("device") == "cuda" else None
+    value, stored = record.metric(Metric.MFU), record.metric(metrics.MFU_PEAK_TFLOPS)
+    precision = str(record.knobs.get("precision"))
+    return mfu_text(value, metrics.mfu_peaks(value, stored, gpu, precision))
+
+
 def _mfu_cell(row: dict[str, Any]) -> str:
     """The MFU column's cell: the figure against MFU_PRECISION's peak (the header names it), and a
     second peak's beside it (an fp8 trial's: "69.0% (fp8 34.5%)")."""

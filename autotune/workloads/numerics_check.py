@@ -50,11 +50,9 @@ CHECK_UPDATE, INIT_STD = 0.25, 0.02
 # it, a 1.3B GPT's 30-step check jumped from 1.3 to 15.4 nats at one step and back, on both curves,
 # and one such step in a mean had flipped the gap's sign (issue 49)
 CLIP_NORM = 1.0
-# The learning-rate schedule of the check's steps: a linear warm-up over WARMUP_SHARE of them, then
-# linear decay to DECAY_TO of the peak by the last (a real run's warm-up and decay, scaled to the
-# check's length). With a quarter's warm-up and no decay a 1B Llama's 30 fp8 and bf16 steps bumped
-# by 1.2 nats at steps 5-11 (H100, 2026-12-05); with half and a tenth, neither it nor the 1.3B GPT
-# spiked (benchmarks/check_schedule.py; benchmarks/results/2026-12-05-h100-issue49)
+# The check's schedule: a linear warm-up over WARMUP_SHARE of its steps, then linear decay to
+# DECAY_TO of the peak (a quarter's warm-up, no decay: a 1B Llama bumped 1.2 nats at steps 5-11;
+# docs/BENCHMARKS.md 2026-12-05, benchmarks/check_schedule.py)
 WARMUP_SHARE, DECAY_TO = 0.5, 0.1
 # the test-only spike (fault reference_spike): the output layer negated, 30 times as large
 SPIKE_FACTOR = -30.0
