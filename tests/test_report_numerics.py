@@ -97,3 +97,33 @@ def test_report_says_a_reduced_precision_winner_was_not_checked() -> None:
 def test_report_says_nothing_of_numerics_for_the_reference_arithmetic() -> None:
     data = report.collect(_study(None, {**BF16, "micro_batch_size": 8}))
     assert data["chosen"]["numerics"] is None and "Numerics:" not in report.to_markdown(data)
+
+
+def test_report_shows_a_checked_arithmetic_that_was_not_chosen() -> None:
+    """A bf16 winner beside the slower fp8 it was measured against (eager fp8 on an H100, issue
+    49's GPU run): the chosen has no quality cost, and the fp8 trial's check is still shown, with
+    its trial, in every text form and the JSON; a check that covered others or failed is not."""
+    study = optuna.create_study(direction="maximize")
+    ran = {**CHECK, "attempts": [{"seed": 1}]}
+    for knobs, value, own in ((BF16, 1160.0, None), (FP8, 500.0, ran)):
+        trial = optuna.trial.create_trial(
+            params={"precision": knobs["precision"]},
+            distributions=DIST,
+            value=value,
+            user_attrs=_attrs(knobs, value, own),
+        )
+        study.add_trial(trial)
+    study.set_user_attr("device", "cuda")
+    study.set_user_attr("config", {"workload": {"task": "train", "world_size": 1}})
+    data = report.collect(study)
+    assert data["chosen"]["trial"] == 0 and data["chosen"]["numerics"] is None
+    (checked,) = json.loads(report.to_json(data))["numerics_checked"]
+    assert checked["trial"] == 1 and checked["gap_nats"] == 0.37
+    line = (
+        "Numerics checked, not chosen: trial 1, precision fp8, fp8_recipe tensorwise: 0.370 nats "
+        "behind precision bf16 after 30 steps"
+    )
+    assert line in report.to_markdown(data) and line in _terminal(data)
+    assert "Numerics:" not in report.to_markdown(data)
+    covered = report.collect(_study({**CHECK, "covered_by": 0}, {**BF16, "micro_batch_size": 8}))
+    assert covered["numerics_checked"] == []

@@ -93,6 +93,7 @@ def _derived(
 ) -> dict[str, Any]:
     """What is computed from the rows: the headline, the effects, the cost, the projection."""
     data["chosen"] = _summary.headline(data)
+    data["numerics_checked"] = _summary.numerics_checked(data["trials"])
     data["effects"] = _effects.effects(ok, data["searched"], data["noise"]["pct"])
     data["cost"] = _summary.cost(data, data["gpus"])
     data["projection"] = _summary.projection(data["chosen"], data["cost"], tokens, data["gpus"])

@@ -113,6 +113,19 @@ def numerics_of(knobs: Knobs, check: dict[str, Any] | None) -> dict[str, Any] | 
     }
 
 
+def numerics_checked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each arithmetic a numerics check of the study passed, from the trial that ran it (numerics_of
+    with its trial number): what the quality of every fp8 or fp16 trial rests on, the chosen's or
+    not. A failed check's trial is in the report's left-out list with its reason."""
+    found = []
+    for row in rows:
+        check = row.get("loss_check") or {}
+        if check.get("attempts") and check.get("passed"):
+            n = numerics_of(row.get("knobs") or {}, check)
+            found += [{"trial": row["number"], **n}] if n else []
+    return found
+
+
 def _changed(knobs: Knobs, before: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """The knobs set differently from the baseline (grad_accum_steps follows the batch)."""
     return {k: (before.get(k), v) for k, v in knobs.items() if before.get(k) != v}

@@ -54,6 +54,7 @@ def chosen_lines(data: dict[str, Any]) -> list[str]:
         f"tokens/s/GPU ({interval_text(c)}).",
         _gain(c),
         numerics_line(c),
+        others_checked(data),
         _costs_to_apply(c, data.get("mfu_flops")),
         unwritten(c),
     ]
@@ -99,6 +100,18 @@ def numerics_line(c: dict[str, Any]) -> str:
     or that none was checked; '' where the arithmetic is the reference's."""
     n = c.get("numerics")
     return f"Numerics: {n['line']}." if n else ""
+
+
+def others_checked(data: dict[str, Any]) -> str:
+    """The numerics checks of arithmetics other than the chosen's (_summary.numerics_checked): a
+    faster fp8 trial left behind, or a chosen bf16 beside the fp8 it was measured against, still
+    shows what fp8 cost in quality. '' where there are none."""
+    mine = ((data.get("chosen") or {}).get("numerics") or {}).get("changed")
+    others = [n for n in data.get("numerics_checked") or [] if n["changed"] != mine]
+    if not others:
+        return ""
+    shown = "; ".join(f"trial {n['trial']}, {n['line']}" for n in others)
+    return f"Numerics checked, not chosen: {shown}."
 
 
 def _gain(c: dict[str, Any]) -> str:
