@@ -15,34 +15,17 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
-from test_gpu_numerics import GPT_1B, LLAMA_1B  # noqa: E402
+from test_gpu_numerics import GPT_1B, LLAMA_1B, spec_of  # noqa: E402
 
-from autotune import knobs as knob_catalogue  # noqa: E402
 from autotune.numerics import spikes  # noqa: E402
-from autotune.protocol import RunSettings, TrialSpec  # noqa: E402
 from autotune.workloads import numerics_check, trial  # noqa: E402
 
 
 def run(model: dict, warmup: float, decay: float, update: float) -> dict:
     numerics_check.WARMUP_SHARE, numerics_check.DECAY_TO = warmup, decay
     numerics_check.CHECK_UPDATE = update
-    knobs = {
-        **knob_catalogue.defaults("train"),
-        "precision": "fp8",
-        "fp8_recipe": "tensorwise",
-        "micro_batch_size": 4,
-        "grad_accum_steps": 1,
-    }
-    spec = TrialSpec(
-        task="train",
-        device="cuda",
-        knobs=knobs,
-        model=dict(model),
-        run=RunSettings(warmup_steps=1, measure_steps=2),
-        params={"loss_check": {"steps": 30}},
-    )
     t0 = time.perf_counter()
-    result = trial.run(spec)
+    result = trial.run(spec_of(model, "fp8", "tensorwise"))
     found = (result.output or {}).get("loss_check") or {}
     row = {
         "model": model["family"],

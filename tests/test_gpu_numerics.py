@@ -49,9 +49,11 @@ GPT_1B = {
 }  # issue 34's GPT-style 1.3B
 
 
-def _trial(
+def spec_of(
     model: dict[str, Any], precision: str, recipe: str = "tensorwise", floor: bool = False
-) -> dict[str, Any]:
+) -> TrialSpec:
+    """One trial of the model at micro-batch 4 (1 warm-up, 2 measured steps), then its 30-step
+    numerics check (benchmarks/check_schedule.py runs the same)."""
     knobs = {
         **knob_catalogue.defaults("train"),
         "precision": precision,
@@ -59,7 +61,7 @@ def _trial(
         "micro_batch_size": 4,
         "grad_accum_steps": 1,
     }
-    spec = TrialSpec(
+    return TrialSpec(
         task="train",
         device="cuda",
         knobs=knobs,
@@ -67,7 +69,12 @@ def _trial(
         run=RunSettings(warmup_steps=1, measure_steps=2),
         params={"loss_check": {"steps": 30, "floor": floor}},
     )
-    result = trial.run(spec)
+
+
+def _trial(
+    model: dict[str, Any], precision: str, recipe: str = "tensorwise", floor: bool = False
+) -> dict[str, Any]:
+    result = trial.run(spec_of(model, precision, recipe, floor))
     assert result.status == "ok", result.reason
     found = result.output["loss_check"]
     found["check_s"] = result.phases_s["check"]

@@ -46,9 +46,12 @@ def _attrs(knobs: dict[str, Any], value: float, check: dict[str, Any] | None) ->
     return {**attrs, **({"loss_check": check} if check else {})}
 
 
-def _study(check: dict[str, Any] | None, winner: dict[str, Any] = FP8) -> optuna.Study:
+def _study(
+    check: dict[str, Any] | None, winner: dict[str, Any] = FP8, speed: float = 1160.0
+) -> optuna.Study:
+    """The bf16 baseline at 1,000 tokens/s and a second trial (`winner`, its check) at `speed`."""
     study = optuna.create_study(direction="maximize")
-    for knobs, value, own in ((BF16, 1000.0, None), (winner, 1160.0, check)):
+    for knobs, value, own in ((BF16, 1000.0, None), (winner, speed, check)):
         trial = optuna.trial.create_trial(
             params={"precision": knobs["precision"]},
             distributions=DIST,
@@ -103,18 +106,7 @@ def test_report_shows_a_checked_arithmetic_that_was_not_chosen() -> None:
     """A bf16 winner beside the slower fp8 it was measured against (eager fp8 on an H100, issue
     49's GPU run): the chosen has no quality cost, and the fp8 trial's check is still shown, with
     its trial, in every text form and the JSON; a check that covered others or failed is not."""
-    study = optuna.create_study(direction="maximize")
-    ran = {**CHECK, "attempts": [{"seed": 1}]}
-    for knobs, value, own in ((BF16, 1160.0, None), (FP8, 500.0, ran)):
-        trial = optuna.trial.create_trial(
-            params={"precision": knobs["precision"]},
-            distributions=DIST,
-            value=value,
-            user_attrs=_attrs(knobs, value, own),
-        )
-        study.add_trial(trial)
-    study.set_user_attr("device", "cuda")
-    study.set_user_attr("config", {"workload": {"task": "train", "world_size": 1}})
+    study = _study({**CHECK, "attempts": [{"seed": 1}]}, FP8, speed=500.0)
     data = report.collect(study)
     assert data["chosen"]["trial"] == 0 and data["chosen"]["numerics"] is None
     (checked,) = json.loads(report.to_json(data))["numerics_checked"]
