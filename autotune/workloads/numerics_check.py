@@ -164,51 +164,35 @@ def run_steps(w: Any, batches: list[Any], *, amp: Any, candidate: bool, split: i
     its small gradients, only the reference its spike. split: micro-batches a step (another
     reduction order)."""
     torch, fault = w.torch, w.fault
+    params = list(w.model.parameters())
+    frozen = _first_block(w) if candidate and fault.freezes_a_layer else []
     opt, schedule = _optimizer(w, len(batches))
     fp16 = amp is torch.float16 and not (candidate and fault.drops_grad_scaler)
     scaler = torch.amp.GradScaler(w.spec.device) if fp16 else None
     run = Run(torch)
+    spike = fault.spike_step(candidate, len(batches))
     try:
-        _steps(w, batches, opt, schedule, scaler, amp, candidate, split, run)
+        for i, (inputs, targets) in enumerate(batches):
+            fault.in_check_step(torch, candidate)
+            with _spiked(w, i == spike):
+                loss = _forward_backward(w, inputs, targets, amp, scaler, split)
+            if scaler:
+                scaler.unscale_(opt)
+            for p in frozen:  # the test-only frozen layer: its gradients never arrive
+                p.grad = None
+            run.add(loss, params)  # the gradients as they came, before the clip
+            clip_gradients(torch, params)
+            _optimizer_step(opt, scaler)
+            if candidate and w.fp8_scales:
+                w.fp8_scales()
+            opt.zero_grad(set_to_none=True)
+            schedule.step()
+            if candidate and fault.drifts:
+                _round_to_one_bit(torch, params)
     finally:  # its moments freed now, not at the next collection (two models share the memory)
         opt.zero_grad(set_to_none=True)
         opt.state.clear()
     return run
-
-
-def _steps(
-    w: Any,
-    batches: list[Any],
-    opt: Any,
-    schedule: Any,
-    scaler: Any,
-    amp: Any,
-    candidate: bool,
-    split: int,
-    run: Run,
-) -> None:
-    """run_steps' loop: each step's forward and backward, its record, the clip and the update."""
-    torch, fault = w.torch, w.fault
-    params = list(w.model.parameters())
-    frozen = _first_block(w) if candidate and fault.freezes_a_layer else []
-    spike = fault.spike_step(candidate, len(batches))
-    for i, (inputs, targets) in enumerate(batches):
-        fault.in_check_step(torch, candidate)
-        with _spiked(w, i == spike):
-            loss = _forward_backward(w, inputs, targets, amp, scaler, split)
-        if scaler:
-            scaler.unscale_(opt)
-        for p in frozen:  # the test-only frozen layer: its gradients never arrive
-            p.grad = None
-        run.add(loss, params)  # the gradients as they came, before the clip
-        clip_gradients(torch, params)
-        _optimizer_step(opt, scaler)
-        if candidate and w.fp8_scales:
-            w.fp8_scales()
-        opt.zero_grad(set_to_none=True)
-        schedule.step()
-        if candidate and fault.drifts:
-            _round_to_one_bit(torch, params)
 
 
 @contextlib.contextmanager
