@@ -33,6 +33,14 @@ def _hms(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
+def past_list(beyond: dict[str, Any] | None) -> str:
+    """' (past your list: micro_batch_size 24)' for a trial beyond the user's list
+    (search/edges.py)."""
+    if not beyond:
+        return ""
+    return " (past your list: " + ", ".join(f"{k} {v}" for k, v in beyond.items()) + ")"
+
+
 def header_line(info: dict[str, Any]) -> Text:
     """The search's first line: the study, the space, the sampler, the budget and what was already
     measured."""
@@ -48,7 +56,7 @@ def header_line(info: dict[str, Any]) -> Text:
 def trial_line(record: TrialRecord, searched: list[str] | None, which: str | None = None) -> Text:
     """One finished trial on one line: which it is (default '#<number> '), its status, tokens/s and
     MFU (or the reason), its knobs."""
-    knobs = fmt_knobs(record.knobs, searched)
+    knobs = fmt_knobs(record.knobs, searched) + past_list(record.extra.get("beyond_list"))
     which = which or f"#{record.number} "
     if record.status == "ok":
         check = numerics.summary(record.loss_check)  # the quality cost beside the speed
@@ -89,6 +97,7 @@ class LiveProgress(Observer):
         self.info: dict[str, Any] = {}
         self.t0 = time.monotonic()
         self.current: dict[int, tuple[int, dict[str, Any], float]] = {}
+        self.beyond: dict[int, str] = {}  # the running trials' values past the user's list
         self.best: dict[str, Any] | None = None
         self.measured = 0  # trials launched and recorded, as the budget counts them
         self.baseline_value: float | None = None
@@ -110,8 +119,11 @@ class LiveProgress(Observer):
         self.t0 = time.monotonic()
         self.console.print(header_line(info))
 
-    def trial_started(self, number: int, index: int, knobs: Knobs) -> None:
+    def trial_started(
+        self, number: int, index: int, knobs: Knobs, beyond: dict[str, Any] | None = None
+    ) -> None:
         self.current[number] = (index, knobs, time.monotonic())
+        self.beyond[number] = past_list(beyond)
 
     def trial_finished(self, record: TrialRecord, history: History) -> None:
         index = self.current.pop(record.number, (None,))[0]
@@ -150,13 +162,16 @@ class LiveProgress(Observer):
     def confirm_started(self, candidates: list[int], rounds: int, kept: int = 0) -> None:
         again = f" (going on from {kept} samples of an interrupted confirmation)" if kept else ""
         self.console.print(
-            f"confirming trials {', '.join(map(str, candidates))}: {rounds} interleaved rounds, "
-            f"each a fresh process{again}"
+            f"racing trials {', '.join(map(str, candidates))}: up to {rounds} interleaved rounds, "
+            f"each a fresh process; an arm leaves once it is clearly slower{again}"
         )
 
     def confirm_sample(self, number: int, round_: int, value: float | None, status: str) -> None:
         shown = (f"{fmt(value, 'tok')} tok/s", "") if value is not None else (status, "red")
         self.console.print(Text.assemble(f"  round {round_ + 1}: #{number} ", shown))
+
+    def confirm_dropped(self, number: int, why: str) -> None:
+        self.console.print(Text.assemble(f"  #{number} leaves the race: ", (why, "dim")))
 
     def _render(self) -> Group:
         elapsed = time.monotonic() - self.t0
@@ -165,7 +180,7 @@ class LiveProgress(Observer):
             rows.append(
                 Text.assemble(
                     f"trial {index} of {self.info.get('budget', '?')} (#{number}): "
-                    f"{fmt_knobs(knobs, self.searched)}  ",
+                    f"{fmt_knobs(knobs, self.searched)}{self.beyond.get(number, '')}  ",
                     (f"running {_hms(time.monotonic() - since)}", "dim"),
                 )
             )
@@ -322,53 +337,6 @@ def memory_table(
     if capacity_gib:
         table.caption = f"GPU memory {capacity_gib:.1f} GiB (the smallest visible GPU)"
     return table
-
-
-def confirmation_table(conf: dict[str, Any]) -> Table:
-    """The re-measured top configurations: samples, median, 95% interval, knobs changed from the
-    baseline."""
-    from autotune.report._text import rounds_text
-
-    table = Table(title=f"Confirmation: {rounds_text(conf)}")
-    for col in (
-        "#",
-        "search tok/s",
-        "confirmed median",
-        "95% interval",
-        "samples",
-        "knobs changed",
-        "chosen",
-    ):
-        table.add_column(col)
-    for st in conf["stats"]:
-        table.add_row(
-            str(st["trial"]),
-            fmt(st["search_value"], "tok"),
-            fmt(st["median"], "tok"),
-            _interval_cell(st),
-            ", ".join(fmt(x, "tok") for x in st["samples"]),
-            ", ".join(st["changed_knobs"]) or "none",
-            "yes" if st["trial"] == conf["chosen"] else "",
-        )
-    base = conf.get("baseline")
-    if base and base.get("samples"):  # re-measured in the same rounds: the gain's denominator
-        search = "-"
-        cells = [fmt(base.get("median"), "tok"), _interval_cell(base)]
-        samples = ", ".join(fmt(x, "tok") for x in base["samples"])
-        table.add_row(f"{base['trial']} (baseline)", search, *cells, samples, "-", "")
-    return table
-
-
-def _interval_cell(st: dict[str, Any]) -> str:
-    """A candidate's interval from its samples, or why it has none ("too few samples ...":
-    metrics.unbounded; recomputed: a confirmation stored by an older release kept unbounded
-    intervals)."""
-    from autotune import metrics
-
-    ci, why = metrics.bounded_interval(st["samples"])
-    if ci is None:
-        return str(why)
-    return f"{fmt(ci[0], 'tok')} to {fmt(ci[1], 'tok')}"
 
 
 def _size(n: int) -> str:

@@ -14,6 +14,7 @@
 #                                       issue38 (issue 38: one H200)
 #                                       issue37 issue37b-tests issue37b issue37c-tests issue37c issue37d-tests issue37d (issue 37: one H200)
 #                                       issue49-tests issue49 (issue 49: one H200)
+#                                       issue50 expert50 compile-warm (issue 50: one GPU; benchmarks/background.sh)
 # GPUS: the --gpus of the stages that take it (default 0,1; GPUS=0 on one GPU)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
@@ -138,6 +139,24 @@ for t in s.trials: a=t.user_attrs; m=a.get("metrics") or {}; tel=a.get("telemetr
       timeout "${CHECK_S:-150}" python3 -m autotune.cli check trials/issue49-gpt-1.3b/best.yaml --repeats 3 --max-repeats 4 2>&1 | tail -15 | tee "$OUT/issue49-check.log"
       echo "check exit: ${PIPESTATUS[0]}" | tee -a "$OUT/issue49-check.log"
       tar czf "$OUT/issue49-trials.tgz" --exclude='*/out/*' --exclude='*/inductor-cache/*' trials/issue49-gpt-1.3b ;;
+    issue50) # issue 50: the staged search of benchmarks/spaces/issue50-gpt-1.3b.yaml (20 trials, steps past the list's
+      # edge, the raced confirmation) with a cold compile cache; its wall time between the stamps is its GPU time
+      y=benchmarks/spaces/issue50-gpt-1.3b.yaml; n=issue50-gpt-1.3b
+      echo "{\"stage\": \"$stage\", \"start\": $(date +%s.%N)}" >> "$OUT/issue50-wall.jsonl"
+      at search "$y" --gpus "${GPUS%%,*}" --fresh 2>&1 | tee -a "$OUT/issue50.log"
+      echo "{\"stage\": \"$stage\", \"end\": $(date +%s.%N)}" >> "$OUT/issue50-wall.jsonl"
+      python3 benchmarks/trial_cost.py trials/$n > "$OUT/issue50-cost.md" 2>&1
+      at report trials/$n --format json > "$OUT/issue50-report.json" 2>&1
+      at report trials/$n --format markdown > "$OUT/issue50-report.md" 2>&1; cp trials/$n/best.yaml "$OUT/issue50-best.yaml"
+      tar czf "$OUT/issue50-study.tgz" trials/$n/study.db* trials/$n/best.yaml trials/$n/runs/*/worker.log 2>/dev/null ;;
+    expert50) # issue 50: the hand-set experts of the same model by a plain script (benchmarks/plain_train.py), each in its
+      # own process: EXPERTS is a list of "precision:micro-batch" (whole-model compile, fused AdamW, vocabulary padded to 64)
+      for e in ${EXPERTS:-fp8:8 fp8:16 bf16:16}; do IFS=: read -r prec mbs <<< "$e"
+        timeout 300 python3 benchmarks/plain_train.py --yaml benchmarks/spaces/issue50-gpt-1.3b.yaml --precision "$prec" \
+          --mbs "$mbs" --compile --fused --pad-vocab 64 --warmup 3 --steps 10 2>>"$OUT/expert50.err" | tee -a "$OUT/expert50.jsonl"
+      done ;;
+    compile-warm) # issue 50: does a fresh process compile again what an earlier one compiled? (benchmarks/compile_warm.py)
+      timeout "${WARM_S:-400}" python3 benchmarks/compile_warm.py --layers 6 --out "$OUT/compile-warm.jsonl" ${WARM_CASES:-} 2>&1 | tail -3 ;;
     issue38) # issue 38: the GPU tests and the hardening tests on the GPU machine, then a real HF job's search (the
       # figure's new bounds must fail no real CUDA-event job); {env:ISSUE38_TOKEN} reaches it and no file
       python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_hardening_command.py \

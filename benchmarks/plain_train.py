@@ -42,7 +42,9 @@ def model_dims(section: dict) -> dict:
 def build(a: argparse.Namespace, dev: torch.device) -> tuple[torch.nn.Module, int]:
     doc = yaml.safe_load(Path(a.yaml).read_text())
     m = model_dims(doc["model"])
-    m.update(attention="auto", padded_vocab=m["vocab_size"], checkpoint_every=0)
+    pad = a.pad_vocab or 1  # nanoGPT's 50304: the vocabulary padded to a multiple of 64
+    padded = -(-m["vocab_size"] // pad) * pad
+    m.update(attention="auto", padded_vocab=padded, checkpoint_every=0)
     with torch.device("meta"):
         model = Transformer(m)
     model = model.to_empty(device=dev)
@@ -70,6 +72,9 @@ def main() -> None:
     ap.add_argument("--fused", action="store_true", help="AdamW(fused=True)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument(
+        "--pad-vocab", type=int, default=0, help="pad embedding and head to this multiple (0: none)"
+    )
     a = ap.parse_args()
     cuda = torch.cuda.is_available()
     dev = torch.device("cuda" if cuda else "cpu")
@@ -135,6 +140,7 @@ def main() -> None:
         "accum": accum,
         "compile": a.compile,
         "fused": a.fused,
+        "pad_vocab": a.pad_vocab or None,
         "tokens_per_step": tokens,
         "tokens_per_s": tokens / statistics.median(events),
         "tokens_per_s_all": tokens * a.steps / elapsed,

@@ -185,18 +185,26 @@ def test_study_choose_one_sample_each_takes_the_higher_median() -> None:
     assert result["chosen"] == 5 and "within" not in result["why"]
 
 
-def test_study_choose_two_samples_bound_nothing_so_the_higher_median_decides() -> None:
-    """Two samples have no interval worth the name (Student's t of 1 degree of freedom is 12.7):
-    stored as None with why, and never "within noise" of another candidate."""
+def test_study_choose_two_samples_a_side_compare_by_their_ratio() -> None:
+    """Two samples alone bound nothing (Student's t of 1 degree of freedom is 12.7): each arm's own
+    interval is None with why. Two a side do bound their ratio (the pooled noise, 2 degrees of
+    freedom): within it, the cheaper program wins (no compile before a compiled one), and says so;
+    apart, the faster one."""
     base = {"micro_batch_size": 8, "precision": "fp32", "compile": False}
     fast = _frozen(5, 540.0, {"micro_batch_size": 64, "precision": "bf16", "compile": True})
     plain = _frozen(7, 530.0, {"micro_batch_size": 8, "precision": "bf16", "compile": False})
     result = choose([fast, plain], {5: [538.0, 545.0], 7: [536.0, 528.0]}, {5: [], 7: []}, base, 2)
-    assert result["chosen"] == 5 and "within" not in result["why"]
+    assert result["chosen"] == 7 and "a cheaper program (no compile against whole-model" in (
+        result["why"]
+    )
     assert all(
         st["ci95"] is None and st["ci95_why"].startswith("too few samples (2;")
         for st in result["stats"]
     )
+    runner = result["runner_up"]
+    assert runner["trial"] == 5 and runner["within_noise"] and runner["gap_pct"] > 0
+    apart = choose([fast, plain], {5: [538.0, 540.0], 7: [500.0, 502.0]}, {5: [], 7: []}, base, 2)
+    assert apart["chosen"] == 5 and apart["runner_up"]["within_noise"] is False
 
 
 def test_study_confirmation_interleaved_one_measurement_a_sample(

@@ -104,7 +104,8 @@ def _say_notes(console: Console, cfg: Any) -> None:
 def _print_result(console: Console, result: Any, searched: list[str], task: str) -> None:
     """The search's end: the top trials, the confirmation, what was chosen and where it was
     written."""
-    from autotune.views import confirmation_table, top_trials_table
+    from autotune.report._terminal import confirmation_table
+    from autotune.views import top_trials_table
 
     if result.best is None and result.history.launched == 0:
         raise NoSuccessError(

@@ -274,6 +274,14 @@ class StudyConfig(_Section):
         "other recipe) variant; the last trials measure the leaders' whole-model, static "
         "programs. false: the sampler alone over the whole space.",
     )
+    extend_edges: bool = Field(
+        default=True,
+        description="Past the edge of your list: when the best trial sits at the largest (or "
+        "smallest) listed micro-batch, padding multiple or bucket size and the memory estimate "
+        "(or the measured peaks) does not rule the next value out, measure the next value (for "
+        "the micro-batch the next that divides the global batch per rank) as a trial beyond the "
+        "list, marked so, and go on while it gains. false: only your values.",
+    )
     patience: Optional[int] = Field(
         default=None,
         ge=0,

@@ -123,6 +123,8 @@ class Chosen(_Part):
 
     trial: int = Field(ge=0)
     why: Optional[str] = None
+    # the knob values it ran beyond the user's list (search/edges.py): absent where none
+    beyond_list: Optional[dict[str, int]] = None
 
 
 class Metrics(_Part):

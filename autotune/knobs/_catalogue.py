@@ -28,6 +28,7 @@ CATALOGUE: tuple[Knob, ...] = (
         8,
         ranged=True,
         sizes=True,
+        edge="divisor",
         check=_positive,
         help="Sequences per forward/backward pass: a list, one value, or {multiple_of, min, max}.",
         values="list, one value, or `{multiple_of, min, max}`",
@@ -136,6 +137,7 @@ CATALOGUE: tuple[Knob, ...] = (
         "pad_vocab_multiple",
         Optional[int],
         None,
+        edge="double",
         check=_pad,
         note=lambda k, d: (
             [

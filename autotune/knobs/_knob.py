@@ -79,6 +79,10 @@ class Knob:
     screen: Any = None
     # the message for a value the type admits but the knob does not
     check: Callable[[Any], str | None] | None = None
+    # past the edge (search/edges.py): the value a search measures beyond the user's list when the
+    # best trial sits at its end: "divisor" (the next that divides the global batch per rank, or
+    # doubles without one), "double" (twice, or half below the list)
+    edge: Literal["divisor", "double"] | None = None
     # best.yaml: how to apply these values; a mapping where a task applies the knob its own way
     note: Note | dict[str, Note] | None = None
 

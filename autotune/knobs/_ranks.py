@@ -58,6 +58,7 @@ RANKS: tuple[Knob, ...] = (
         only_with=("parallel", "ddp"),
         ranged=True,
         sizes=True,
+        edge="double",
         check=_positive,
         help="DDP gradient bucket size in MiB (ddp only).",
         values="integers, e.g. 25, 50, 100",

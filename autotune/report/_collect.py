@@ -159,6 +159,7 @@ def _confirmation(conf: dict[str, Any] | None) -> dict[str, Any] | None:
         "rounds_done": conf["rounds_done"],
         "rounds": rounds_asked(conf),
         "complete": confirmation_complete(conf),
+        "decided": bool(conf.get("decided")),
         "stats": stats,
         "baseline": _confirmed(base, ("trial", "samples", "failures")) if _sampled(base) else None,
         "runner_up": conf.get("runner_up"),
@@ -181,6 +182,8 @@ def _confirmed(st: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
         "ci95_why": why,
         "walls_s": st.get("walls_s"),
         "compile_s": st.get("compile_s"),
+        "compile_cache": st.get("compile_cache"),
+        "dropped": st.get("dropped"),
     }
 
 

@@ -99,9 +99,10 @@ def figures(
 
 
 def _snapshot(study: Any) -> Any:
-    """The study's trials in memory without their records (user attributes: telemetry, raw steps),
-    which no plot reads: each of Optuna's plots copies every trial again (importance's hover text
-    once a knob), and from SQLite with the records that costs seconds for a hundred trials."""
+    """The study's launched trials in memory without their records (user attributes: telemetry, raw
+    steps), which no plot reads: each of Optuna's plots copies every trial again (importance's
+    hover text once a knob), and from SQLite with the records that costs seconds for a hundred
+    trials."""
     import optuna
 
     previous = optuna.logging.get_verbosity()
@@ -110,7 +111,9 @@ def _snapshot(study: Any) -> Any:
         snapshot = optuna.create_study(directions=study.directions, study_name=study.study_name)
     finally:
         optuna.logging.set_verbosity(previous)
-    snapshot.add_trials([_bare(t) for t in study.get_trials(deepcopy=False)])
+    trials = study.get_trials(deepcopy=False)
+    # a repeat is told as the trial it repeats (search/repeats.py): drawn once
+    snapshot.add_trials([_bare(t) for t in trials if t.user_attrs.get("status") != "duplicate"])
     return snapshot
 
 

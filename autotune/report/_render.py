@@ -31,8 +31,26 @@ def confirmed(st: dict[str, Any]) -> str:
         return "no sample succeeded (" + "; ".join(st["failures"][:2]) + ")"
     return (
         f"median {fmt(st['median'], 'tok')} tokens/s/GPU over {len(st['samples'])} fresh processes "
-        f"({interval(st)}; search {fmt(st['search_value'], 'tok')})"
+        f"({interval(st)}; search {fmt(st['search_value'], 'tok')}){compiles(st)}{left(st)}"
     )
+
+
+def compiles(st: dict[str, Any]) -> str:
+    """'; compile warm 3 s, warm 3 s': each confirmation process's compile and what the cache
+    served it ('' where nothing was compiled or the study predates the record)."""
+    secs, states = st.get("compile_s") or [], st.get("compile_cache") or []
+    shown = [
+        f"{state or 'compiled'} {s:,.0f} s"
+        for s, state in zip(secs, states + [None] * len(secs))
+        if s is not None
+    ]
+    return f"; compile {', '.join(shown)}" if shown else ""
+
+
+def left(st: dict[str, Any]) -> str:
+    """'; left the race after round 2: 6.1% slower ...' ('' for an arm that ran to the end)."""
+    d = st.get("dropped")
+    return f"; left the race after round {d['round']}: {d['why']}" if d else ""
 
 
 def interval(st: dict[str, Any]) -> str:

@@ -216,6 +216,8 @@ def _conditions(r: TrialRecord, m: dict[str, Any], knobs: dict[str, Any]) -> dic
             str(knobs.get("precision")),
         ),
         "power_cap": metrics.power_cap(r.telemetry),
+        # the values it ran beyond the user's list (search/edges.py)
+        "beyond_list": r.extra.get("beyond_list") or None,
     }
 
 
@@ -272,9 +274,17 @@ def cells(
         "NCCL used": row.get("nccl_used") or "-",
         "state": row["state"] + (" (predicted)" if row["predicted"] else ""),
         "reason": reason_line(row["reason"], reason_chars),
-        **{k: str(row["knobs"].get(k)) for k in knobs},
+        **{k: _knob_cell(row, k) for k in knobs},
     }
     return [values[c] for c in header]
+
+
+def _knob_cell(row: dict[str, Any], name: str) -> str:
+    """A knob's value in the table; '24 (past list)' for a value measured beyond the user's list
+    (search/edges.py)."""
+    value = str(row["knobs"].get(name))
+    beyond = row.get("beyond_list") or {}
+    return f"{value} (past list)" if name in beyond else value
 
 
 def varying(header: list[str], rows: list[dict[str, Any]], knobs: list[str]) -> list[str]:

@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.protocol import reason_line
 from autotune.report import _text
-from autotune.report._render import confirmed, interval
+from autotune.report._render import compiles, confirmed, interval, left
 from autotune.report._table import cells, columns, fmt, varying
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
 INDENT = 3
 REASON_CHARS = 40  # the reason column's width in the table; the record view shows it whole
@@ -150,7 +151,7 @@ def _confirmation_lines(conf: dict[str, Any]) -> list[str]:
     if base and base.get("median"):
         lines.append(
             f"baseline, trial {base['trial']}: median {fmt(base['median'], 'tok')} tokens/s/GPU "
-            f"over {len(base['samples'])} fresh processes ({interval(base)})"
+            f"over {len(base['samples'])} fresh processes ({interval(base)}){left(base)}"
         )
     return [*lines, f"{_text.rounds_text(conf)}; {conf['why']}"]
 
@@ -178,3 +179,59 @@ def _checks(console: Console, data: dict[str, Any]) -> None:
     if data.get("check_history_skipped"):
         skipped = "; ".join(data["check_history_skipped"][:5])
         _section(console, "Checks", [f"history.jsonl: skipped {skipped}"])
+
+
+def confirmation_table(conf: dict[str, Any]) -> Table:
+    """The race after a search (the stored confirmation): each arm's samples, median, 95% interval,
+    knobs changed from the baseline, its processes' compiles, and when it left the race."""
+    from rich.table import Table
+
+    table = Table(title=f"Confirmation: {_text.rounds_text(conf)}")
+    for col in (
+        "#",
+        "search tok/s",
+        "confirmed median",
+        "95% interval",
+        "samples",
+        "knobs changed",
+    ):
+        table.add_column(col)
+    for col in ("compile", "race", "chosen"):
+        table.add_column(col)
+    for st in conf["stats"]:
+        table.add_row(
+            str(st["trial"]),
+            fmt(st["search_value"], "tok"),
+            fmt(st["median"], "tok"),
+            _interval_cell(st),
+            ", ".join(fmt(x, "tok") for x in st["samples"]),
+            ", ".join(st["changed_knobs"]) or "none",
+            compiles(st).removeprefix("; compile "),
+            _race_cell(st),
+            "yes" if st["trial"] == conf["chosen"] else "",
+        )
+    base = conf.get("baseline")
+    if base and base.get("samples"):  # re-measured in the same rounds: the gain's denominator
+        cells = [fmt(base.get("median"), "tok"), _interval_cell(base)]
+        samples = ", ".join(fmt(x, "tok") for x in base["samples"])
+        compiled = compiles(base).removeprefix("; compile ")
+        row = [*cells, samples, "-", compiled, _race_cell(base), ""]
+        table.add_row(f"{base['trial']} (baseline)", "-", *row)
+    return table
+
+
+def _race_cell(st: dict[str, Any]) -> str:
+    d = st.get("dropped")
+    return f"left after round {d['round']}: {d['why']}" if d else "to the end"
+
+
+def _interval_cell(st: dict[str, Any]) -> str:
+    """An arm's interval from its samples, or why it has none ("too few samples ...":
+    metrics.unbounded; recomputed: a confirmation stored by an older release kept unbounded
+    intervals)."""
+    from autotune import metrics
+
+    ci, why = metrics.bounded_interval(st["samples"])
+    if ci is None:
+        return str(why)
+    return f"{fmt(ci[0], 'tok')} to {fmt(ci[1], 'tok')}"

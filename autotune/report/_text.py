@@ -37,10 +37,16 @@ def interval_text(c: dict[str, Any]) -> str:
 
 
 def rounds_text(conf: dict[str, Any]) -> str:
-    """'3 of 3 interleaved rounds', and what to run when the confirmation was cut."""
+    """'3 of 3 interleaved rounds', '2 interleaved rounds (of at most 3): the race was decided',
+    and what to run when the confirmation was cut."""
     done, asked = conf["rounds_done"], conf.get("rounds", conf["rounds_done"])
-    cut = "" if conf.get("complete", True) else " (cut: run the same search command to finish it)"
-    return f"{done} of {asked} interleaved rounds{cut}"
+    if not conf.get("complete", True):
+        return (
+            f"{done} of {asked} interleaved rounds (cut: run the same search command to finish it)"
+        )
+    if conf.get("decided") and done < asked:
+        return f"{done} interleaved rounds (of at most {asked}): the race was decided"
+    return f"{done} of {asked} interleaved rounds"
 
 
 def chosen_lines(data: dict[str, Any]) -> list[str]:
@@ -195,12 +201,19 @@ def memory_axis_line(data: dict[str, Any]) -> str:
 
 
 def runner_up(r: dict[str, Any]) -> str:
-    bits = [f"{r['gap_pct']:+.2f}%"] if r.get("gap_pct") is not None else []
-    if r.get("compile_s") is not None:
-        bits.append(f"compile {r['compile_s']:,.0f} s")
-    if r.get("peak_mem_gib") is not None:
-        bits.append(f"peak {fmt(r['peak_mem_gib'], 'gib')} GiB")
-    return f"Runner-up within noise: trial {r['trial']} ({', '.join(bits)})."
+    """'Runner-up: trial 13 is 0.6% slower (within noise) and compiles in 6 s instead of 131 s.'"""
+    gap = r.get("gap_pct")
+    how = "" if gap is None else f" is {abs(gap):.1f}% {'slower' if gap < 0 else 'faster'}"
+    noise = " (within noise)" if r.get("within_noise") else ""
+    mine, chosen = r.get("compile_s"), r.get("chosen_compile_s")
+    cost = ""
+    if mine is not None and chosen is not None:
+        cost = f" and compiles in {mine:,.0f} s instead of {chosen:,.0f} s"
+    elif mine is not None:
+        cost = f" and compiles in {mine:,.0f} s"
+    peak = f"; peak {fmt(r['peak_mem_gib'], 'gib')} GiB" if r.get("peak_mem_gib") else ""
+    left = f"; it left the race: {r['dropped']['why']}" if r.get("dropped") else ""
+    return f"Runner-up: trial {r['trial']}{how}{noise}{cost}{peak}{left}."
 
 
 def projection_lines(data: dict[str, Any]) -> list[str]:

@@ -62,8 +62,11 @@ def rounds_asked(conf: dict[str, Any]) -> int:
 
 
 def confirmation_complete(conf: dict[str, Any]) -> bool:
-    """Every round asked was measured (a study confirmed before rounds were stored: it kept only
-    complete ones as its choice)."""
+    """The race ended by its rule: decided (every other arm separated from the leader) or every
+    round asked measured (a study confirmed before rounds were stored: it kept only complete ones
+    as its choice)."""
+    if isinstance(conf.get("complete"), bool):
+        return bool(conf["complete"])
     return int(conf["rounds_done"]) >= rounds_asked(conf)
 
 
@@ -102,7 +105,7 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
         "schema_version": SCHEMA_VERSION,
         "knob_set": knob_set(knobs),
         "name": cfg.name,
-        "chosen": {"trial": best.number, "why": why},
+        "chosen": _chosen_doc(best.number, why, record.extra.get("beyond_list"), conf),
         "knobs": knobs,
         "metrics": {
             **_metrics(record, value, completed_value(best), value_of(base) if base else None),
@@ -153,9 +156,25 @@ def _confirmed(conf: dict[str, Any] | None) -> list[dict[str, Any]] | None:
             "search_value": st["search_value"],
             "failures": st["failures"],
             "walls_s": st.get("walls_s"),
+            "compile_s": st.get("compile_s"),
+            "compile_cache": st.get("compile_cache"),
+            "left_the_race": st.get("dropped"),
         }
         for st in conf["stats"]
     ]
+
+
+def _chosen_doc(
+    number: int, why: str, beyond: dict[str, int] | None, conf: dict[str, Any] | None
+) -> dict[str, Any]:
+    """best.yaml's chosen: the trial, why, the values it ran past the user's list, and the
+    runner-up of the confirmation with what it costs."""
+    doc: dict[str, Any] = {"trial": number, "why": why}
+    if beyond:
+        doc["beyond_list"] = beyond
+    if conf and conf.get("runner_up"):
+        doc["runner_up"] = conf["runner_up"]
+    return doc
 
 
 def _baseline(base: optuna.trial.FrozenTrial | None, again: list[float]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""The confirmation: re-measure the top configurations interleaved in fresh processes, then choose
-within noise."""
+"""The confirmation: race the top configurations and the baseline in interleaved rounds of fresh
+processes (search/race.py), then choose within noise."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from typing import Any
 import optuna
 
 from autotune import metrics
-from autotune.documents.record import TrialRecord
+from autotune.documents.record import Metric, TrialRecord
 from autotune.launch.runner import Bench, measure
 from autotune.protocol import Knobs, reason_line, with_loss_check
+from autotune.search import race
 from autotune.search.history import History, value_of
 from autotune.search.observer import Observer
 
@@ -35,18 +36,20 @@ def confirm(
     observer: Observer,
     measure_fn: Callable[..., TrialRecord] = measure,
 ) -> dict[str, Any] | None:
-    """Re-measure the top configurations and the baseline interleaved (A B C base A B C base ...),
-    each in a fresh process, and choose.
+    """Race the top configurations and the baseline in interleaved rounds (A B C base A B C base
+    ...), each sample a fresh process, and choose.
 
-    The choice is the best median of the confirmation samples; among configurations whose 95%
-    intervals overlap the top one's, the one that changes fewest knobs from the baseline wins. The
-    baseline is re-measured in the same rounds (an arm of its own where it is not among the top), so
-    the gain is a ratio of confirmed medians measured side by side. Stored in the study (user
-    attribute `confirmation`) after every sample, with the rounds asked, the rounds done, whether
-    it is complete, and each process's wall time: a resumed study does not confirm the same
-    candidates again, and an interrupted confirmation goes on from the samples it kept. bench: the
-    search's; the confirmation re-measures speed only (the numerics check was made once, in the
-    search). measure_fn: measures one sample, the search's own measurement (run_search's; default
+    From the second round on, an arm whose ratio to the leader is wholly below 1 (95%) leaves the
+    race; further rounds, up to `rounds`, measure only the arms still tied (search/race.py). The
+    choice: among the arms within noise of the fastest, the cheapest program, then the fewest
+    knobs changed from the baseline; the runner-up is named with its cost. The baseline's samples
+    bound the gain. Stored in the study (user attribute `confirmation`) after every sample, with
+    the rounds asked, the rounds done, whether the race is complete (decided, or every round
+    measured), which arms left it and why, and each process's wall time, compile seconds and
+    compile cache state: a resumed study does not confirm the same candidates again, and an
+    interrupted confirmation goes on from the samples it kept. bench: the search's; the
+    confirmation re-measures speed only (the numerics check was made once, in the search).
+    measure_fn: measures one sample, the search's own measurement (run_search's; default
     runner.measure, a fresh process a sample).
     """
     h = History.of(study)
@@ -62,10 +65,9 @@ def confirm(
         previous: dict[str, Any] = study.user_attrs["confirmation"]
         return previous
     observer.confirm_started([t.number for t in arms], rounds, sum(map(kept.taken, kept.numbers)))
-    for r in range(min(map(kept.taken, kept.numbers)), rounds):
-        for t in arms:
-            if kept.taken(t.number) > r:  # measured in this round before the interruption
-                continue
+    while todo := kept.next_round(arms, rounds):
+        r, round_arms = todo
+        for t in round_arms:
             record = measure_fn(
                 bench,
                 t.user_attrs["knobs"],
@@ -76,42 +78,88 @@ def confirm(
             value = kept.add(t.number, record)
             # after every sample: an interruption keeps what was measured, and a resume goes on from
             # there
-            done = min(map(kept.taken, kept.numbers))
-            doc = choose(candidates, kept.samples, kept.failures, base_knobs, done)
-            study.set_user_attr("confirmation", _stored(doc, kept, base, rounds))
+            _save(study, candidates, kept, base, base_knobs, rounds)
             observer.confirm_sample(t.number, r, value, record.status)
+        for n, why in race.drops(kept.samples, kept.failures, numbers, kept.alive()).items():
+            kept.dropped[n] = {"round": r + 1, "why": why}
+            observer.confirm_dropped(n, why)
+        _save(study, candidates, kept, base, base_knobs, rounds)
     return study.user_attrs.get("confirmation")
+
+
+def _save(
+    study: optuna.Study,
+    candidates: list[optuna.trial.FrozenTrial],
+    kept: _Arms,
+    base: optuna.trial.FrozenTrial | None,
+    base_knobs: Knobs,
+    rounds: int,
+) -> None:
+    """The confirmation as it stands, stored in the study."""
+    doc = choose(candidates, kept.samples, kept.failures, base_knobs, kept.done(), kept.dropped)
+    study.set_user_attr("confirmation", _stored(doc, kept, base, rounds))
 
 
 @dataclasses.dataclass
 class _Arms:
-    """The confirmation's samples so far, by trial: measured values, failures, and each process's
-    wall time and compile seconds (None where the record had none)."""
+    """The confirmation's samples so far, by trial: measured values, failures, each process's wall
+    time, compile seconds and compile cache state (None where the record had none), and the arms
+    that left the race (round and why)."""
 
     numbers: list[int]
     samples: dict[int, list[float]]
     failures: dict[int, list[str]]
     walls: dict[int, list[float | None]]
     compiles: dict[int, list[float | None]]
+    caches: dict[int, list[str | None]]
+    dropped: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def empty(cls, numbers: list[int]) -> _Arms:
-        return cls(
-            numbers,
-            {n: [] for n in numbers},
-            {n: [] for n in numbers},
-            {n: [] for n in numbers},
-            {n: [] for n in numbers},
-        )
+        def each() -> dict[int, list[Any]]:
+            return {n: [] for n in numbers}
+
+        return cls(numbers, each(), each(), each(), each(), each())
 
     def taken(self, n: int) -> int:
         """Confirmation runs of trial n so far, measured or failed."""
         return len(self.samples[n]) + len(self.failures[n])
 
+    def alive(self) -> list[int]:
+        """The arms still in the race."""
+        return [n for n in self.numbers if n not in self.dropped]
+
+    def done(self) -> int:
+        """Complete rounds: those every arm still in the race has run."""
+        return min(map(self.taken, self.alive()))
+
+    def decided(self) -> bool:
+        """One arm is left: every other separated from it."""
+        return len(self.alive()) <= 1
+
+    def complete(self, rounds: int) -> bool:
+        """Every round asked measured, or the race decided and its winner measured often enough
+        for an interval of its own (race.LEADER_SAMPLES, at most the rounds asked)."""
+        if self.done() >= rounds:
+            return True
+        winner = self.alive()
+        return self.decided() and self.taken(winner[0]) >= min(rounds, race.LEADER_SAMPLES)
+
+    def next_round(
+        self, arms: list[optuna.trial.FrozenTrial], rounds: int
+    ) -> tuple[int, list[optuna.trial.FrozenTrial]] | None:
+        """The next round's number and the arms it still measures (those an interruption left
+        unmeasured in it); None once the race is complete."""
+        if self.complete(rounds):
+            return None
+        r = self.done()
+        return r, [t for t in arms if t.number in self.alive() and self.taken(t.number) == r]
+
     def add(self, n: int, record: TrialRecord) -> float | None:
         """One run's record kept; its tokens/s per GPU (None: it failed)."""
         self.walls[n].append(record.wall_s)
         self.compiles[n].append((record.phases_s or {}).get("compile"))
+        self.caches[n].append(((record.applied or {}).get("compile_cache") or {}).get("state"))
         if record.status != "ok":
             self.failures[n].append(f"{record.status}: {reason_line(record.reason)}")
             return None
@@ -135,13 +183,17 @@ def _kept(
         return kept
     stored = [*previous["stats"], *([previous["baseline"]] if previous.get("baseline") else [])]
     for st in stored:
-        if st["trial"] in kept.samples:
-            kept.samples[st["trial"]] = list(st["samples"])
-            kept.failures[st["trial"]] = list(st["failures"])
+        n = st["trial"]
+        if n in kept.samples:
+            kept.samples[n] = list(st["samples"])
+            kept.failures[n] = list(st["failures"])
             runs = len(st["samples"]) + len(st["failures"])
-            kept.walls[st["trial"]] = list(st.get("walls_s") or [None] * runs)
-            kept.compiles[st["trial"]] = list(st.get("compile_s") or [None] * runs)
-    if min(map(kept.taken, every)) >= rounds:
+            kept.walls[n] = list(st.get("walls_s") or [None] * runs)
+            kept.compiles[n] = list(st.get("compile_s") or [None] * runs)
+            kept.caches[n] = list(st.get("compile_cache") or [None] * runs)
+            if st.get("dropped"):
+                kept.dropped[n] = st["dropped"]
+    if kept.complete(rounds):
         return None
     return kept
 
@@ -149,11 +201,13 @@ def _kept(
 def _stored(
     doc: dict[str, Any], kept: _Arms, base: optuna.trial.FrozenTrial | None, rounds: int
 ) -> dict[str, Any]:
-    """The confirmation as the study stores it: the choice, the rounds asked and whether they were
-    all done, each arm's wall times, and the baseline's own arm."""
+    """The confirmation as the study stores it: the choice, the rounds asked, whether the race is
+    complete, each arm's wall times, compile seconds and cache states, and the baseline's own
+    arm."""
     for st in doc["stats"]:
-        st["walls_s"], st["compile_s"] = kept.walls[st["trial"]], kept.compiles[st["trial"]]
-    doc.update(rounds=rounds, complete=doc["rounds_done"] >= rounds)
+        n = st["trial"]
+        st.update(walls_s=kept.walls[n], compile_s=kept.compiles[n], compile_cache=kept.caches[n])
+    doc.update(rounds=rounds, complete=kept.complete(rounds), decided=kept.decided())
     if base is not None:
         n = base.number
         doc["baseline"] = {
@@ -163,6 +217,8 @@ def _stored(
             "failures": kept.failures[n],
             "walls_s": kept.walls[n],
             "compile_s": kept.compiles[n],
+            "compile_cache": kept.caches[n],
+            "dropped": kept.dropped.get(n),
             "median": statistics.median(kept.samples[n]) if kept.samples[n] else None,
         }
     return doc
@@ -174,24 +230,11 @@ def choose(
     failures: dict[int, list[str]],
     base_knobs: Knobs,
     rounds_done: int,
+    dropped: dict[int, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The confirmed choice: best median; within its noise, the fewest knobs changed from the
-    baseline."""
-    stats = {}
-    for t in candidates:
-        s = samples[t.number]
-        stats[t.number] = {
-            "trial": t.number,
-            "knobs": t.user_attrs["knobs"],
-            "changed_knobs": changed_knobs(t.user_attrs["knobs"], base_knobs),
-            "samples": s,
-            "search_value": value_of(t),
-            "failures": failures[t.number],
-            "median": statistics.median(s) if s else None,
-        }
-        # None where the samples bound nothing (metrics.unbounded), and why: never "0 to
-        # 1,108,731,079,831"
-        stats[t.number]["ci95"], stats[t.number]["ci95_why"] = metrics.bounded_interval(s)
+    """The confirmed choice (race.pick): within the noise of the fastest, the cheapest program, then
+    the fewest knobs changed from the baseline; and the runner-up with its cost."""
+    stats = {t.number: _stat(t, samples, failures, base_knobs, dropped or {}) for t in candidates}
     doc = {
         "candidates": [t.number for t in candidates],
         "rounds_done": rounds_done,
@@ -204,12 +247,45 @@ def choose(
             "chosen": candidates[0].number,
             "why": "no confirmation sample succeeded; the search's best is kept",
         }
-    top = max(measured, key=lambda st: st["median"])
-    # within noise: intervals that overlap the top one's; samples that bound nothing (fewer than 3,
-    # or spread far apart: metrics.unbounded) have no interval, so they are never "within noise" of
-    # anything, and the higher median decides
-    close = [st for st in measured if st is top or _overlap(st, top)]
-    chosen = min(close, key=lambda st: (len(st["changed_knobs"]), -st["median"]))
+    chosen, top, close = race.pick(measured)
+    return {
+        **doc,
+        "chosen": chosen["trial"],
+        "why": _why(chosen, top, close),
+        "runner_up": race.runner_up(chosen, measured),
+    }
+
+
+def _stat(
+    t: optuna.trial.FrozenTrial,
+    samples: dict[int, list[float]],
+    failures: dict[int, list[str]],
+    base_knobs: Knobs,
+    dropped: dict[int, dict[str, Any]],
+) -> dict[str, Any]:
+    """One candidate's confirmation so far, with what its search trial measured of its cost."""
+    s = samples[t.number]
+    record = TrialRecord.of(t)
+    st = {
+        "trial": t.number,
+        "knobs": t.user_attrs["knobs"],
+        "changed_knobs": changed_knobs(t.user_attrs["knobs"], base_knobs),
+        "samples": s,
+        "search_value": value_of(t),
+        "search_compile_s": (record.phases_s or {}).get("compile"),
+        "peak_mem_gib": record.metric(Metric.PEAK_MEM_GIB),
+        "failures": failures[t.number],
+        "median": statistics.median(s) if s else None,
+        "dropped": dropped.get(t.number),
+    }
+    # None where the samples bound nothing (metrics.unbounded), and why: never "0 to
+    # 1,108,731,079,831"
+    st["ci95"], st["ci95_why"] = metrics.bounded_interval(s)
+    return st
+
+
+def _why(chosen: dict[str, Any], top: dict[str, Any], close: list[dict[str, Any]]) -> str:
+    """Why the race chose what it chose, in one sentence."""
     if chosen is top:
         why = (
             f"highest confirmed median ({top['median']:,.0f} tokens/s/GPU over "
@@ -219,19 +295,29 @@ def choose(
             why += (
                 "; within noise of trial(s) "
                 f"{', '.join(str(st['trial']) for st in close if st is not top)}, "
-                "and it changes no more knobs from the baseline"
+                "and no cheaper program nor one that changes fewer knobs from the baseline"
             )
-    else:
-        why = (
-            f"within the measured noise of trial {top['trial']} (confirmed median "
-            f"{top['median']:,.0f}, "
-            f"95% interval {top['ci95'][0]:,.0f} to {top['ci95'][1]:,.0f}) and changes fewer "
-            f"knobs from the baseline ({len(chosen['changed_knobs'])} against "
+        return why
+    cheaper = race.cost(chosen) < race.cost(top)
+    reason = (
+        f"a cheaper program ({_program(chosen)} against {_program(top)})"
+        if cheaper
+        else (
+            f"changes fewer knobs from the baseline ({len(chosen['changed_knobs'])} against "
             f"{len(top['changed_knobs'])})"
         )
-    return {**doc, "chosen": chosen["trial"], "why": why}
+    )
+    return (
+        f"within the measured noise of trial {top['trial']} (confirmed median "
+        f"{top['median']:,.0f}; the ratio's 95% interval reaches 1) and {reason}"
+    )
 
 
-def _overlap(st: dict[str, Any], top: dict[str, Any]) -> bool:
-    """Both intervals bound something and st's reaches the top one's."""
-    return st["ci95"] is not None and top["ci95"] is not None and st["ci95"][1] >= top["ci95"][0]
+def _program(st: dict[str, Any]) -> str:
+    """'whole-model compile, 131 s' / 'per-block compile, 6 s' / 'no compile'."""
+    knobs = st["knobs"]
+    if not knobs.get("compile"):
+        return "no compile"
+    scope = "per-block" if knobs.get("compile_scope") == "block" else "whole-model"
+    secs = st.get("search_compile_s")
+    return f"{scope} compile" + (f", {secs:,.0f} s" if secs is not None else "")

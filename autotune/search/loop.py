@@ -26,7 +26,7 @@ from autotune.hardware import default_device, detect
 from autotune.launch import prestart
 from autotune.launch.runner import Bench, measure, preflight
 from autotune.protocol import STATUSES, Knobs
-from autotune.search import loss_guard, predict, stages, tracking, warm
+from autotune.search import edges, loss_guard, predict, repeats, stages, tracking, warm
 from autotune.search.best import write_best
 from autotune.search.confirm import confirm
 from autotune.search.drive import Drive, Told
@@ -222,7 +222,9 @@ class _Search:
         self.n_jobs = len(groups) if groups else 1
         staging = stages.staging(cfg.study, space, budget, cfg.workload.task)
         grid = cfg.study.sampler == "grid"
-        self.schedule = Schedule(study, space, staging, budget, self.n_jobs, cfg.study.seed, grid)
+        self.schedule = Schedule(
+            study, space, staging, budget, self.n_jobs, cfg.study.seed, grid, cfg.study.extend_edges
+        )
         self.plan = self.schedule.plan
         self.stop = threading.Event()
         # trial -> (start, end): which trials overlapped which
@@ -235,7 +237,8 @@ class _Search:
 
     def objective(self, trial: optuna.Trial) -> Told:
         params = self.space.suggest(trial)
-        knobs = self.space.knobs(params)
+        # a step past the edge of the list runs its own value (search/edges.py)
+        knobs = self.space.knobs({**params, **(trial.user_attrs.get(edges.BEYOND) or {})})
         trial.set_user_attr("knobs", knobs)
         beat = Heartbeat(trial, self.grace)
         index = self.claim(trial, params, knobs)
@@ -252,11 +255,14 @@ class _Search:
         # other workers are measuring the rest of the budget
         if h.launched + len(h.running) >= self.budget:
             trial.set_user_attr("status", "skipped")  # budget taken by running trials
+            trial.set_user_attr(
+                "reason", "not launched: running trials take the rest of the budget"
+            )
             self.drive.halt()
             return NOT_LAUNCHED
         prev = h.seen.get(key(knobs)) or h.running.get(key(knobs))
         if prev is not None:
-            return self._duplicate(trial, prev.number, params, h)
+            return self._duplicate(trial, prev, params, h)
         if (
             known := predict.failure(
                 h, knobs, self.space.task, self.memory, loss_guard.pinned(self.space, knobs)
@@ -271,20 +277,23 @@ class _Search:
         return h.launched + 1
 
     def _duplicate(
-        self, trial: optuna.Trial, of: int, params: dict[str, Any] | None, h: History
+        self,
+        trial: optuna.Trial,
+        of: optuna.trial.FrozenTrial | int,
+        params: dict[str, Any] | None,
+        h: History,
     ) -> Told:
-        """Record a repeat without launching it; the sampler's region gets its nearest unmeasured
-        point next."""
-        trial.set_user_attr("status", "duplicate")
-        trial.set_user_attr("duplicate_of", of)
+        """Record a repeat without launching it, told as the trial it repeats ended (repeats.py);
+        the sampler's region gets its nearest unmeasured point next."""
+        told = repeats.record(trial, of)
         if params is not None and not self.schedule.nearest(params, h):
             self.drive.halt()  # every other point is measured or being measured elsewhere
-        return NOT_LAUNCHED
+        return told
 
     def launch(self, trial: optuna.Trial, knobs: Knobs, index: int, beat: Heartbeat) -> TrialRecord:
         """Measure the configuration on a free GPU slot; record which trials ran beside it."""
         slot = self.slots.get()  # a GPU list such as "0" or "2,3" (None: no --gpus)
-        self.observer.trial_started(trial.number, index, knobs)
+        self.observer.trial_started(trial.number, index, knobs, trial.user_attrs.get(edges.BEYOND))
         trial.set_user_attr("gpu", slot)
         with self.spans_lock:
             self.spans[trial.number] = (time.time(), None)

@@ -16,7 +16,10 @@ class Observer:
 
     def started(self, info: dict[str, Any]) -> None: ...
 
-    def trial_started(self, number: int, index: int, knobs: Knobs) -> None: ...
+    def trial_started(
+        self, number: int, index: int, knobs: Knobs, beyond: dict[str, Any] | None = None
+    ) -> None:
+        """beyond: the values this trial runs past the user's list (search/edges.py)."""
 
     def poll(self) -> None: ...
 
@@ -29,6 +32,8 @@ class Observer:
     def confirm_sample(
         self, number: int, round_: int, value: float | None, status: str
     ) -> None: ...
+
+    def confirm_dropped(self, number: int, why: str) -> None: ...
 
 
 class Progress(Observer):

@@ -102,7 +102,8 @@ def replay(
     # the sampler is the one given (a landscape recorded with sampler grid would otherwise replay
     # its queue)
     update = {"seed": seed, "confirm_top": 0, "trials": budget, "sampler": "tpe"}
-    update["patience"] = patience
+    # a recorded landscape holds the listed points only: nothing past the edge to replay
+    update.update(patience=patience, extend_edges=False)
     cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update=update)})
     space = resolve_space(cfg, "cuda")
     optuna.logging.set_verbosity(optuna.logging.ERROR)

@@ -10,7 +10,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.search import stages
+from autotune.search import edges, stages
 from autotune.search.history import History, key
 from autotune.space import ResolvedSpace
 
@@ -27,8 +27,12 @@ class Schedule:
         n_jobs: int,
         seed: int | None,
         grid: bool,
+        extend_edges: bool = True,
     ) -> None:
+        """extend_edges: measure past the edge of the user's list (search/edges.py; not with the
+        grid, which measures the list)."""
         self.study, self.space, self.budget, self.n_jobs = study, space, budget, n_jobs
+        self.extend_edges = extend_edges and not grid
         self.plan, self.patience = staging
         self.rng = random.Random(seed)
         self.points = space.points()
@@ -87,9 +91,18 @@ class Schedule:
             room=room,
             waiting=waiting,
             patience=self.patience,
+            extend_edges=self.extend_edges,
         )
         self.enqueue(points)
+        self.note_edges(study, History.of(study))
         return stop or None
+
+    def note_edges(self, study: optuna.Study, h: History) -> None:
+        """Why nothing is measured past the list's edge for the best trial (study attribute
+        `edges`, which the report shows), stored where it changed."""
+        note = edges.stop_note(h, self.space, self.extend_edges)
+        if study.user_attrs.get("edges", "") != note:
+            study.set_user_attr("edges", note)
 
     def enqueue_grid(self) -> None:
         """Keep the next unmeasured grid points waiting, one more than trials run at once."""

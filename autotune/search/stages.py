@@ -34,7 +34,7 @@ import optuna
 from autotune import knobs as catalogue
 from autotune import tasks
 from autotune.protocol import Knobs
-from autotune.search import boundary, predict
+from autotune.search import boundary, edges, predict
 from autotune.search.history import History, completed_value, key, value_of
 from autotune.space import ResolvedSpace
 
@@ -127,14 +127,23 @@ class Screening(optuna.samplers.BaseSampler):
         self, study: optuna.Study, trial: Any, search_space: dict[str, Any]
     ) -> dict[str, Any]:
         values = self.base.sample_relative(study, trial, search_space)
-        return {k: self.plan.screened(k, v) for k, v in values.items()}
+        return {k: self._screened(study, trial, k, v) for k, v in values.items()}
 
     def sample_independent(
         self, study: optuna.Study, trial: Any, name: str, distribution: Any
     ) -> Any:
-        return self.plan.screened(
-            name, self.base.sample_independent(study, trial, name, distribution)
-        )
+        value = self.base.sample_independent(study, trial, name, distribution)
+        return self._screened(study, trial, name, value)
+
+    def _screened(self, study: optuna.Study, trial: Any, name: str, value: Any) -> Any:
+        """The screened value; the proposal it replaced is kept in the trial's user attribute
+        `screened_from` (a repeat's reason names it: search/repeats.py)."""
+        screened = self.plan.screened(name, value)
+        if screened != value:
+            proposed = {**trial.user_attrs.get("screened_from", {}), name: value}
+            study._storage.set_trial_user_attr(trial._trial_id, "screened_from", proposed)
+            trial.user_attrs["screened_from"] = proposed
+        return screened
 
     def before_trial(self, study: optuna.Study, trial: Any) -> None:
         self.base.before_trial(study, trial)
@@ -169,9 +178,10 @@ def finals_count(budget: int) -> int:
 def finals(h: History, space: ResolvedSpace, plan: Plan, count: int) -> list[dict[str, Any]]:
     """The `count` best configurations measured with the cheap compile, each with every costly value
     in place (one trial each): those not yet measured."""
-    cheap = [t for t in h.ranked() if all(t.params.get(k) == v for k, v in plan.screen.items())]
+    points = [edges.point_of(t) for t in h.ranked()]
+    cheap = [p for p in points if all(p.get(k) == v for k, v in plan.screen.items())]
     twins = (
-        [{**t.params, **{k: v[0] for k, v in plan.costly.items()}} for t in cheap[:count]]
+        [{**p, **{k: v[0] for k, v in plan.costly.items()}} for p in cheap[:count]]
         if plan.costly
         else []
     )
@@ -191,7 +201,7 @@ def variants(
     out = []
     for name in (*plan.deferred, *plan.dependent):
         for value in space.searched[name]:
-            point = _switched(space, trial.params, name, value)
+            point = _switched(space, edges.point_of(trial), name, value)
             if point is None or key(space.knobs(point)) in h.seen or point in out:
                 continue
             known = predict.failure(h, space.knobs(point), space.task)
@@ -291,31 +301,39 @@ def ahead(
     room: int,
     waiting: int,
     patience: int,
+    extend_edges: bool = True,
 ) -> tuple[list[dict[str, Any]], str]:
     """(points to enqueue ahead of the sampler, why the search stops or ''), after `trial` was told.
-    While the budget has room beyond the finals: the boundary steps and the variants; once it has
-    not, or once `patience` trials in a row brought no gain: the finals, then the stop."""
+    While the budget has room beyond the finals: the steps past the edge of the list
+    (extend_edges), the boundary steps and the variants; once it has not, or once `patience` trials
+    in a row brought no gain: the finals, then the stop."""
     count = finals_count(budget) if plan.costly else 0
     idle = stale(h)
     tired = bool(patience) and idle >= patience
+    past = edges.steps(h, space, plan.screen) if extend_edges else []
     if room <= count or tired:
         last = finals(h, space, plan, count)
+        # a tired search still looks past the edge of the list before it stops
+        last += past[: max(0, room - len(last))] if tired else []
         done = tired and not last and not waiting
         return last, f"no gain over {MIN_GAIN:.0%} in the last {idle} trials" if done else ""
-    points = boundary.steps(h, space, trial) + variants(h, space, plan, trial)
+    points = past + boundary.steps(h, space, trial) + variants(h, space, plan, trial)
     return points[: max(0, room - count)], ""
 
 
 def enqueue(study: optuna.Study, space: ResolvedSpace, points: list[dict[str, Any]]) -> None:
     """Enqueue the points not yet measured and not already waiting (resume-safe, unlike
-    skip_if_exists, which would also skip a point whose trial was interrupted)."""
+    skip_if_exists, which would also skip a point whose trial was interrupted). A value beyond its
+    knob's list is enqueued as the list's end, the value itself in the trial's `beyond_list`
+    (search/edges.py)."""
     h = History.of(study)
     states = (optuna.trial.TrialState.WAITING,)
     waiting = {
-        key(t.system_attrs.get("fixed_params", {}))
+        key({**t.system_attrs.get("fixed_params", {}), **(t.user_attrs.get(edges.BEYOND) or {})})
         for t in study.get_trials(deepcopy=False, states=states)
     }
     for p in points:
         if key(space.knobs(p)) not in h.seen and key(p) not in waiting:
-            study.enqueue_trial(p)
+            params, beyond = edges.split(space, p)
+            study.enqueue_trial(params, user_attrs={edges.BEYOND: beyond} if beyond else None)
             waiting.add(key(p))

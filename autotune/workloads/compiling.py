@@ -4,6 +4,7 @@ step)."""
 
 from __future__ import annotations
 
+import logging
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,7 @@ def apply_compile(
     to step and what was applied."""
     if not mode:
         return model, None
+    watch_cache_bypasses()
     compile_mode = None if mode in (True, "default") else mode
     if scope != "block":
         return torch.compile(model, mode=compile_mode), compile_mode or "default"
@@ -61,16 +63,25 @@ def apply_compile(
     )
 
 
-def apply_compile_dynamic(torch: ModuleType, batches: list[Any], knobs: Knobs) -> str | None:
+def apply_compile_dynamic(
+    torch: ModuleType, batches: list[Any], knobs: Knobs, model: Any = None
+) -> str | None:
     """compile_dynamic batch: every input tensor's first dimension marked dynamic, so one compiled
     program serves every micro-batch size (and the compile cache serves it to the trials of other
-    sizes)."""
+    sizes). A compiled block never sees the input batch, only the hidden state the eager code
+    between the blocks computes from it: a model with `dynamic_batch` (the built-in one) marks
+    that too, before each compiled region; without it, per-block compiles specialised on the first
+    size and every other size compiled cold (issue 50)."""
     if not knobs["compile"] or knobs.get("compile_dynamic") != "batch":
         return None
     tensors = [t for batch in batches for t in _tensors(batch) if t.dim() > 0]
     for t in tensors:
         torch._dynamo.maybe_mark_dynamic(t, 0)
-    return f"batch dimension dynamic ({len(tensors)} input tensors)"
+    inside = ""
+    if hasattr(model, "dynamic_batch"):
+        model.dynamic_batch = True
+        inside = " and each compiled region's"
+    return f"batch dimension dynamic ({len(tensors)} input tensors{inside})"
 
 
 def _tensors(batch: Any) -> list[Any]:
@@ -82,15 +93,70 @@ def _tensors(batch: Any) -> list[Any]:
     return [batch] if hasattr(batch, "dim") else []
 
 
-def compile_cache_counts(torch: ModuleType) -> dict[str, int]:
-    """What the compile cache served this process: Inductor's FX graph and AOTAutograd's cache hits
-    and misses (torch._dynamo's counters): a trial whose graphs were all hits compiled nothing."""
+class _Bypasses(logging.Handler):
+    """Why AOTAutograd's cache passed graphs by in this process (its log's "Bypassing autograd cache
+    due to: ..."), the first few distinct reasons, shortened."""
+
+    KEEP, CHARS = 3, 240
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.reasons: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        log = logging.getLogger(record.name)
+        if record.levelno >= logging.WARNING and log.parent is not None:
+            log.parent.handle(record)  # what torch would have shown goes on as before
+        message = record.getMessage()
+        if "Bypassing autograd cache" not in message or len(self.reasons) >= self.KEEP:
+            return
+        reason = " ".join(message.partition("due to: ")[2].split())[: self.CHARS]
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+
+
+_BYPASSES = _Bypasses()
+
+
+def watch_cache_bypasses() -> None:
+    """Record why AOTAutograd's cache is passed by (compile_cache_counts reports it): torchao's
+    float8 matmul reaches the graph as a Dynamo trampoline the cache cannot pickle, so a fresh
+    process re-traces every float8 program (Inductor's FX graph cache still serves its kernels)."""
+    log = logging.getLogger("torch._functorch._aot_autograd.autograd_cache")
+    if _BYPASSES not in log.handlers:
+        log.addHandler(_BYPASSES)
+        log.setLevel(min(log.getEffectiveLevel(), logging.INFO))
+        log.propagate = False  # its INFO lines kept here, out of the trial's log
+
+
+def compile_cache_counts(torch: ModuleType) -> dict[str, Any]:
+    """What the compile cache served this process: Inductor's FX graph and AOTAutograd's cache hits,
+    misses and bypasses (torch._dynamo's counters), and the process's compile as `warm` (every
+    graph served: nothing compiled anew), `cold` (nothing served) or `partly warm`."""
     from torch._dynamo.utils import counters
 
     inductor, aot = counters["inductor"], counters["aot_autograd"]
-    return {
+    counts: dict[str, Any] = {
         "fxgraph_hit": inductor["fxgraph_cache_hit"],
         "fxgraph_miss": inductor["fxgraph_cache_miss"],
+        "fxgraph_bypass": inductor["fxgraph_cache_bypass"],
         "autograd_hit": aot["autograd_cache_hit"],
         "autograd_miss": aot["autograd_cache_miss"],
+        "autograd_bypass": aot["autograd_cache_bypass"],
     }
+    counts["state"] = compile_state(counts)
+    if _BYPASSES.reasons:
+        counts["bypass_reasons"] = list(_BYPASSES.reasons)
+    return counts
+
+
+def compile_state(counts: dict[str, Any]) -> str:
+    """warm, cold or partly warm, from the cache counters. AOTAutograd's cache answers first (a hit
+    skips the graph's trace and Inductor both); where it answered nothing (turned off), Inductor's
+    FX graph cache decides."""
+    served, missed = counts["autograd_hit"], counts["autograd_miss"] + counts["autograd_bypass"]
+    if not served and not missed:
+        served, missed = counts["fxgraph_hit"], counts["fxgraph_miss"] + counts["fxgraph_bypass"]
+    if served and not missed:
+        return "warm"
+    return "partly warm" if served or counts["fxgraph_hit"] else "cold"

@@ -6,6 +6,8 @@ Imported only inside a trial's process: needs torch and nothing else from autotu
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import math
 from typing import Any
 
@@ -45,6 +47,15 @@ def _op_policy() -> Any:
         return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
 
     return create_selective_checkpoint_contexts(policy)
+
+
+# AOTAutograd's cache skips a graph with a selective-checkpointing context_fn unless the function
+# names a stable `cache_hash` (torch/_functorch/_aot_autograd/autograd_cache.py): without it every
+# fresh process recompiled a checkpointed block the study had compiled. The policy's own source is
+# its identity, so an edit to it is a new key.
+_op_policy.cache_hash = hashlib.sha256(  # type: ignore[attr-defined]
+    inspect.getsource(_op_policy).encode()
+).hexdigest()
 
 
 def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -194,6 +205,9 @@ class Transformer(nn.Module):
         self.checkpoint_every = m.get("checkpoint_every", 0)
         self.checkpoint_ops = bool(m.get("checkpoint_ops"))
         self.ce_chunks = int(m.get("ce_chunks") or 1)
+        # compile_dynamic batch (workloads/compiling.apply_compile_dynamic): the hidden state's
+        # batch dimension is marked dynamic before each separately compiled region
+        self.dynamic_batch = False
         self.tok = nn.Embedding(self.padded_vocab, m["d_model"])
         self.pos = nn.Embedding(m["seq_len"], m["d_model"]) if m["family"] == "gpt" else None
         self.blocks = nn.ModuleList(Block(m) for _ in range(m["n_layers"]))
@@ -244,7 +258,7 @@ class Transformer(nn.Module):
             module.reset_parameters()
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self.head_loss(self.hidden(tokens), targets)
+        return self.head_loss(self._dynamic(self.hidden(tokens)), self._dynamic(targets))
 
     def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
         """The last block's output for every position (embedding, positions or RoPE, the blocks;
@@ -258,7 +272,14 @@ class Transformer(nn.Module):
         else:
             rope = (self.rope_cos[:t], self.rope_sin[:t])
         for block in self.blocks:
-            x = block(x, rope)  # checkpointed inside, as configured
+            x = block(self._dynamic(x), rope)  # checkpointed inside, as configured
+        return x
+
+    def _dynamic(self, x: torch.Tensor) -> torch.Tensor:
+        """x with its batch dimension marked dynamic for the compiled region it enters (eager code
+        between per-block regions only: inside a whole-model compile Dynamo marks nothing)."""
+        if self.dynamic_batch and not torch.compiler.is_compiling():
+            torch._dynamo.maybe_mark_dynamic(x, 0)
         return x
 
     def head_loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -241,7 +241,7 @@ class Train(Workload):
             materialize=not sharded_build,
             context=self._count_context,
         )
-        dynamic = apply_compile_dynamic(torch, self.batches, knobs)
+        dynamic = apply_compile_dynamic(torch, self.batches, knobs, model)
         lap("model")
         fp8_linears = apply_fp8(torch, model, knobs)
         lap("fp8")

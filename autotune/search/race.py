@@ -1,0 +1,132 @@
+"""The confirmation's race: which arms are still in it after a round, which configuration it
+chooses, and the runner-up.
+
+Racing (F-race, irace): every arm is measured once a round, interleaved; from round MIN_ROUNDS on,
+an arm whose ratio to the leader has a 95% interval wholly below 1 is dropped, and further rounds
+are spent only on the arms still tied with the leader, and on a lone winner until its own figure
+has an interval (LEADER_SAMPLES). The baseline races too: its samples bound
+the gain, and once it separates from the leader it needs no more. A fixed 3 x 3 confirmation spent
+nine fresh processes where two rounds settled every gap over about 4%.
+
+Among the arms still within noise of the fastest at the end, the cheaper program is chosen: no
+compile before per-block before whole-model, then the shorter compile its search trial measured,
+then the fewest knobs changed from the baseline. The runner-up, the best other arm, is always named
+with what it costs (issue 50: "#13 is 0.6% slower and compiles in 6 s instead of 131 s").
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+from autotune import metrics
+
+# A gap needs two samples a side before it has an interval (metrics.ratio_interval: two degrees of
+# freedom, Student's t 4.30): with 1% process-to-process noise two rounds separate gaps over ~4%.
+MIN_ROUNDS = 2
+# the winner of a decided race is measured until its own figure has an interval (metrics.unbounded:
+# three samples), which `check` later compares against
+LEADER_SAMPLES = metrics.MIN_INTERVAL_SAMPLES
+# compile seconds closer than this are the same cost (one process's start-up swings by seconds)
+COMPILE_GRAIN_S = 10.0
+# the cost order of programs: nothing compiled, per-block regions, the whole model
+SCOPE_COST = {"none": 0, "block": 1, "model": 2}
+
+
+def ratio(arm: list[float], leader: list[float]) -> tuple[float, list[float] | None]:
+    """median(arm) / median(leader) and its 95% interval (None where it bounds nothing:
+    metrics.unbounded)."""
+    value = statistics.median(arm) / statistics.median(leader)
+    ci = metrics.ratio_interval(arm, leader)
+    why = metrics.unbounded(value, ci, len(arm) + len(leader))
+    return value, None if why else list(ci)
+
+
+def separated(arm: list[float], leader: list[float]) -> str | None:
+    """Why `arm` is out of the race against `leader` (its ratio's 95% interval wholly below 1), or
+    None while it is tied."""
+    if len(arm) < MIN_ROUNDS or len(leader) < MIN_ROUNDS:
+        return None
+    value, ci = ratio(arm, leader)
+    if ci is None or ci[1] >= 1:
+        return None
+    return (
+        f"{(1 - value) * 100:.1f}% slower (ratio 95% interval {ci[0]:.3f} to {ci[1]:.3f}) "
+        f"after {len(arm)} samples"
+    )
+
+
+def leader(samples: Mapping[int, list[float]], candidates: list[int]) -> int | None:
+    """The candidate with the highest median so far (None: none has a sample)."""
+    sampled = [n for n in candidates if samples[n]]
+    return max(sampled, key=lambda n: statistics.median(samples[n]), default=None)
+
+
+def drops(
+    samples: Mapping[int, list[float]],
+    failures: Mapping[int, list[str]],
+    candidates: list[int],
+    alive: list[int],
+) -> dict[int, str]:
+    """The arms of `alive` (candidates and the baseline) that leave the race after a complete
+    round, and why: separated from the leader, or failed in MIN_ROUNDS processes without a
+    sample."""
+    top = leader(samples, [n for n in candidates if n in alive])
+    out = {}
+    for n in alive:
+        if n == top:
+            continue
+        if not samples[n] and len(failures[n]) >= MIN_ROUNDS:
+            out[n] = f"failed in {len(failures[n])} processes"
+            continue
+        why = separated(samples[n], samples[top]) if top is not None and samples[n] else None
+        if why is not None:
+            out[n] = why
+    return out
+
+
+def cost(st: Mapping[str, Any]) -> tuple[int, int]:
+    """How costly an arm's program is to start: its compile scope's rank (SCOPE_COST), then its
+    search trial's compile seconds in COMPILE_GRAIN_S steps."""
+    knobs = st["knobs"]
+    scope = "none" if not knobs.get("compile") else knobs.get("compile_scope") or "model"
+    compile_s = st.get("search_compile_s") or 0.0
+    return SCOPE_COST.get(scope, 2), int(compile_s // COMPILE_GRAIN_S)
+
+
+def within_noise(st: Mapping[str, Any], top: Mapping[str, Any]) -> bool:
+    """st's ratio to the top one has an interval that bounds something and reaches 1."""
+    if st is top:
+        return True
+    if not st["samples"] or not top["samples"]:
+        return False
+    _, ci = ratio(st["samples"], top["samples"])
+    return ci is not None and ci[1] >= 1
+
+
+def pick(measured: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
+    """(chosen, fastest, those within noise of the fastest): among those, the cheapest program
+    (cost), then the fewest knobs changed, then the higher median."""
+    top = max(measured, key=lambda st: st["median"])
+    close = [st for st in measured if within_noise(st, top)]
+    chosen = min(close, key=lambda st: (*cost(st), len(st["changed_knobs"]), -st["median"]))
+    return chosen, top, close
+
+
+def runner_up(chosen: dict[str, Any], measured: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The best other confirmed arm, beside the chosen: how much slower or faster, whether within
+    noise, and both compile times (their search trials')."""
+    others = [st for st in measured if st is not chosen]
+    if not others:
+        return None
+    other = max(others, key=lambda st: st["median"])
+    return {
+        "trial": other["trial"],
+        "gap_pct": (other["median"] / chosen["median"] - 1) * 100,
+        "within_noise": within_noise(other, chosen),
+        "compile_s": other.get("search_compile_s"),
+        "chosen_compile_s": chosen.get("search_compile_s"),
+        "peak_mem_gib": other.get("peak_mem_gib"),
+        "dropped": other.get("dropped"),
+    }
