@@ -58,3 +58,39 @@ def test_compile_dynamic_batch_serves_a_second_micro_batch_from_the_cache(tmp_pa
     assert (
         second["compile_cache"]["fxgraph_miss"] == 0 and second["compile_cache"]["fxgraph_hit"] == 2
     )
+
+
+@pytest.mark.parametrize("checkpointing", ["none", "selective"])
+def test_compile_dynamic_batch_per_block_serves_another_micro_batch_warm(
+    tmp_path: Path, checkpointing: str
+) -> None:
+    """Per-block compile with a dynamic batch (the staged search's screening program): a compiled
+    block sees the hidden state, not the input batch, so the model marks that dynamic too, and a
+    fresh process of another micro-batch is served whole by the cache (issue 50: before, every
+    size compiled cold). With selective checkpointing the policy's cache_hash lets AOTAutograd's
+    cache keep the checkpointed block."""
+    cfg = parse_config(
+        tiny(
+            model=LLAMA,
+            workload={"global_batch_size": 8, "warmup_steps": 1, "measure_steps": 2},
+            space={"micro_batch_size": [4, 8], "compile": [True]},
+            baseline={"micro_batch_size": 4},
+        )
+    )
+    space = resolve_space(cfg, "cpu")
+    bench = Bench.of(
+        cfg.model, cfg.workload, device="cpu", timeout_s=600, home=tmp_path / "study", base_dir=None
+    )
+    knobs = {
+        **space.knobs({**space.baseline, "compile": True}),
+        "compile_scope": "block",
+        "compile_dynamic": "batch",
+        "activation_checkpointing": checkpointing,
+    }
+    first = _cache(bench, {**knobs, "micro_batch_size": 4, "grad_accum_steps": 2}, tmp_path / "a")
+    second = _cache(bench, {**knobs, "micro_batch_size": 8, "grad_accum_steps": 1}, tmp_path / "b")
+    assert "each compiled region's" in first["compile_dynamic"]
+    assert first["compile_cache"]["state"] == "cold"
+    cache = second["compile_cache"]
+    assert cache["state"] == "warm", cache
+    assert cache["autograd_hit"] >= 2 and cache["autograd_miss"] == cache["autograd_bypass"] == 0

@@ -194,8 +194,9 @@ def test_study_choose_two_samples_a_side_compare_by_their_ratio() -> None:
     fast = _frozen(5, 540.0, {"micro_batch_size": 64, "precision": "bf16", "compile": True})
     plain = _frozen(7, 530.0, {"micro_batch_size": 8, "precision": "bf16", "compile": False})
     result = choose([fast, plain], {5: [538.0, 545.0], 7: [536.0, 528.0]}, {5: [], 7: []}, base, 2)
-    assert result["chosen"] == 7 and "a cheaper program (no compile against whole-model" in (
-        result["why"]
+    assert (
+        result["chosen"] == 7
+        and "a cheaper program (no compile against whole-model" in (result["why"])
     )
     assert all(
         st["ci95"] is None and st["ci95_why"].startswith("too few samples (2;")

@@ -77,6 +77,8 @@ def collect(
         "front": pareto_front(rows),
         "gpus": gpus,
         "best_yaml": written_choice(study_dir),
+        # what became of the steps past the edge of the list for the best (search/edges.py)
+        "edges": attrs.get("edges") or None,
     }
     return _derived(data, ok, train_tokens or (config.get("study") or {}).get("train_tokens"))
 

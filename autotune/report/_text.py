@@ -72,6 +72,8 @@ def chosen_lines(data: dict[str, Any]) -> list[str]:
     lines.append("All its knobs: " + ", ".join(f"{k}={v}" for k, v in c["knobs"].items()))
     if c.get("runner_up"):
         lines.append(runner_up(c["runner_up"]))
+    if data.get("edges"):
+        lines.append(f"Past the edge of your list: {data['edges']}.")
     lines.append(f"Why: {c['why']}")
     return [line for line in lines if line]
 

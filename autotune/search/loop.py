@@ -397,7 +397,7 @@ class _Search:
         )
         if h.launched >= self.budget:
             return "budget already reached"
-        if not self.schedule.unseen(h):
+        if not self.schedule.unseen(h) and not self.schedule.past(h):
             return "space exhausted"
         t0 = dt.datetime.now()
         previous = {}

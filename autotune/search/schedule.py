@@ -43,9 +43,11 @@ class Schedule:
         self.grid_order = self.rng.sample(self.points, len(self.points)) if grid else []
 
     def start(self) -> None:
-        """The baseline first, then the grid's first points."""
+        """The baseline first, then the grid's first points; on a resume, the steps past the list's
+        edge the study had left."""
         self.enqueue([self.space.baseline])
         self.enqueue_grid()
+        self.enqueue(self.past(History.of(self.study)))
 
     def unseen(self, h: History) -> list[dict[str, Any]]:
         """Points neither measured nor being measured by another worker."""
@@ -67,13 +69,20 @@ class Schedule:
         the study stops, or None."""
         h = History.of(study)
         self.enqueue_grid()
+        self.note_edges(study, h)
         if h.launched >= self.budget:
             return "budget reached"
-        if not self.unseen(h):
+        # the list measured whole: only steps past its edge are left (search/edges.py)
+        if not self.unseen(h) and not self.past(h):
             return "space exhausted"
         if self.grid_order:  # the grid measures every point anyway
             return None
         return self._ahead(study, h, trial)
+
+    def past(self, h: History) -> list[dict[str, Any]]:
+        """The steps past the edge of the list still to measure (none where extend_edges is
+        off)."""
+        return edges.steps(h, self.space, self.plan.screen) if self.extend_edges else []
 
     def _ahead(
         self, study: optuna.Study, h: History, trial: optuna.trial.FrozenTrial
@@ -94,7 +103,6 @@ class Schedule:
             extend_edges=self.extend_edges,
         )
         self.enqueue(points)
-        self.note_edges(study, History.of(study))
         return stop or None
 
     def note_edges(self, study: optuna.Study, h: History) -> None:
