@@ -62,6 +62,23 @@ def interval(st: dict[str, Any]) -> str:
     return f"95% interval {fmt(lo, 'tok')} to {fmt(hi, 'tok')}"
 
 
+def confirmation_lines(conf: dict[str, Any]) -> list[str]:
+    """The race, one line an arm: its confirmed figure, its processes' compiles, when it left."""
+    lines = [
+        f"trial {st['trial']}{' (chosen)' if st['trial'] == conf['chosen'] else ''}: "
+        f"{confirmed(st)}"
+        + (f"; failures: {'; '.join(st['failures'][:2])}" if st["failures"] else "")
+        for st in conf["stats"]
+    ]
+    base = conf.get("baseline")
+    if base and base.get("median"):
+        lines.append(
+            f"baseline, trial {base['trial']}: median {fmt(base['median'], 'tok')} tokens/s/GPU "
+            f"over {len(base['samples'])} fresh processes ({interval(base)}){left(base)}"
+        )
+    return [*lines, f"{_text.rounds_text(conf)}; {conf['why']}"]
+
+
 def to_markdown(data: dict[str, Any], top: int = 10) -> str:
     """A PR-comment-sized summary: the chosen configuration, what was left out, the top trials,
     which knobs mattered, the cost."""
@@ -76,6 +93,9 @@ def to_markdown(data: dict[str, Any], top: int = 10) -> str:
             lines += [f"- {first}", *(f"  - {x}" for x in rest)]
         lines.append("")
     lines += _trials_markdown(data, top)
+    if data["confirmation"]:
+        lines += ["", "**Confirmation**", ""]
+        lines += [f"- {line}" for line in confirmation_lines(data["confirmation"])]
     if data.get("front"):
         lines += [
             "",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.protocol import reason_line
 from autotune.report import _text
-from autotune.report._render import compiles, confirmed, interval, left
+from autotune.report._render import compiles, confirmation_lines
 from autotune.report._table import cells, columns, fmt, varying
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ def render_rich(data: dict[str, Any], console: Console, wide: bool = False) -> N
         _excluded(console, data["excluded"])
     _trials(console, data, wide)
     if data["confirmation"]:
-        _section(console, "Confirmation", _confirmation_lines(data["confirmation"]))
+        _section(console, "Confirmation", confirmation_lines(data["confirmation"]))
     if data["searched"]:
         _section(console, "Which knobs mattered", _text.effects_lines(data))
     _section(console, "Cost", [_text.cost_line(data), _phases_line(data)])
@@ -138,22 +138,6 @@ def _records(
             console.print(
                 Padding(Text(reason_line(r["reason"], 300)), (0, 0, 0, INDENT + 2), expand=False)
             )
-
-
-def _confirmation_lines(conf: dict[str, Any]) -> list[str]:
-    lines = [
-        f"trial {st['trial']}{' (chosen)' if st['trial'] == conf['chosen'] else ''}: "
-        f"{confirmed(st)}"
-        + (f"; failures: {'; '.join(st['failures'][:2])}" if st["failures"] else "")
-        for st in conf["stats"]
-    ]
-    base = conf.get("baseline")
-    if base and base.get("median"):
-        lines.append(
-            f"baseline, trial {base['trial']}: median {fmt(base['median'], 'tok')} tokens/s/GPU "
-            f"over {len(base['samples'])} fresh processes ({interval(base)}){left(base)}"
-        )
-    return [*lines, f"{_text.rounds_text(conf)}; {conf['why']}"]
 
 
 def _phases_line(data: dict[str, Any]) -> str:

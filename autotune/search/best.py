@@ -246,7 +246,10 @@ def chosen_summary(study: optuna.Study, h: History) -> dict[str, Any] | None:
             "rounds_done": conf["rounds_done"],
             "rounds": rounds_asked(conf),
             "complete": confirmation_complete(conf),
+            "decided": bool(conf.get("decided")),
         },
+        # the best other confirmed arm and what it costs (search/race.py)
+        "runner_up": conf.get("runner_up") if conf else None,
     }
 
 

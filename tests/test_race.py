@@ -1,0 +1,99 @@
+"""The confirmation's race (search/race.py, search/confirm.py): arms that separate from the leader
+leave after the second round, ties run to the rounds asked, a lone winner gets its own interval, the
+cheaper program wins within noise, and the runner-up is named with its cost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import tiny
+from fake_measure import FakeMeasure
+
+from autotune.config.load import parse_config
+from autotune.report import collect, to_markdown
+from autotune.search import race, run_search
+from autotune.search.storage import load_study
+
+
+def test_race_separated_only_from_two_samples_a_side_with_an_interval_below_one() -> None:
+    assert race.separated([90.0], [100.0]) is None  # one sample: the noise is unknown
+    why = race.separated([90.0, 90.5], [100.0, 100.4])
+    assert why is not None and why.startswith("9.9% slower (ratio 95% interval 0.")
+    assert race.separated([99.0, 101.0], [100.0, 100.5]) is None  # tied
+
+
+def test_race_drops_the_separated_and_the_failed() -> None:
+    samples = {1: [100.0, 101.0], 2: [99.5, 100.8], 3: [80.0, 80.5], 9: [60.0, 60.2], 4: []}
+    failures = {1: [], 2: [], 3: [], 9: [], 4: ["oom: x", "oom: y"]}
+    out = race.drops(samples, failures, [1, 2, 3, 4], [1, 2, 3, 4, 9])
+    assert set(out) == {3, 4, 9}  # 2 is tied with the leader; the baseline (9) separated
+    assert out[4] == "failed in 2 processes"
+
+
+def _st(trial: int, samples: list[float], **knobs: Any) -> dict[str, Any]:
+    return {
+        "trial": trial,
+        "samples": samples,
+        "median": sorted(samples)[len(samples) // 2],
+        "knobs": {"compile": True, **knobs},
+        "changed_knobs": ["compile"],
+        "search_compile_s": 131.0 if knobs.get("compile_scope") != "block" else 6.0,
+    }
+
+
+def test_race_pick_prefers_the_cheaper_program_within_noise_and_names_the_runner_up() -> None:
+    whole = _st(13, [100.6, 100.2, 100.9], compile_scope="model")
+    block = _st(7, [100.0, 100.3, 99.8], compile_scope="block")
+    chosen, top, close = race.pick([whole, block])
+    assert chosen is block and top is whole and len(close) == 2
+    runner = race.runner_up(chosen, [whole, block])
+    assert runner is not None
+    assert runner["trial"] == 13 and runner["within_noise"] and 0 < runner["gap_pct"] < 1
+    assert (runner["compile_s"], runner["chosen_compile_s"]) == (131.0, 6.0)
+
+
+def _landscape(knobs: dict[str, Any]) -> float:
+    """micro-batch 8 and 4 bf16 tied, everything else far behind."""
+    if knobs.get("precision") == "bf16" and knobs["micro_batch_size"] in (4, 8):
+        return 2000.0 + knobs["micro_batch_size"]
+    return 1000.0 + 10 * knobs["micro_batch_size"]
+
+
+@pytest.mark.parametrize("rounds", [3, 4])
+def test_race_runs_ties_to_the_rounds_asked_and_drops_the_rest(
+    tmp_path: Path, monkeypatch, rounds: int
+) -> None:
+    monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
+    cfg = parse_config(
+        tiny(study={"trials": 6, "confirm_top": 3, "confirm_rounds": rounds, "extend_edges": False})
+    )
+    fake = FakeMeasure(landscape=_landscape, noise=0.01)
+    result = run_search(cfg, out_root=tmp_path, device="cpu", measure_fn=fake)
+    conf = result.confirmation
+    stats = {st["trial"]: st for st in conf["stats"]}
+    tied = [n for n, st in stats.items() if st["dropped"] is None]
+    gone = [n for n, st in stats.items() if st["dropped"] is not None]
+    assert len(tied) == 2 and len(gone) == 1
+    assert stats[gone[0]]["dropped"]["round"] == 2 and len(stats[gone[0]]["samples"]) == 2
+    assert all(len(stats[n]["samples"]) == rounds for n in tied)
+    assert conf["complete"] and not conf["decided"] and conf["rounds_done"] == rounds
+    assert conf["baseline"]["dropped"]["round"] == 2  # the baseline (fp32, 2) separated too
+    confirm_runs = [c for c in fake.calls if c.run_dir.name.startswith("confirm-")]
+    assert len(confirm_runs) == 4 * 2 + 2 * (rounds - 2)
+    text = to_markdown(collect(load_study(tmp_path / "t", None, None)[0], tmp_path / "t"))
+    assert "left the race after round 2" in text and "Runner-up: trial" in text
+
+
+def test_race_decided_gives_the_winner_its_third_sample(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
+    cfg = parse_config(
+        tiny(study={"trials": 6, "confirm_top": 3, "confirm_rounds": 5, "extend_edges": False})
+    )
+    result = run_search(cfg, out_root=tmp_path, device="cpu", measure_fn=FakeMeasure(noise=0.01))
+    conf = result.confirmation
+    winner = next(st for st in conf["stats"] if st["trial"] == conf["chosen"])
+    assert conf["decided"] and conf["complete"] and len(winner["samples"]) == 3
+    assert winner["ci95"] is not None  # its own interval: what check compares against
+    assert all(st["dropped"] for st in conf["stats"] if st is not winner)
