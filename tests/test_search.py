@@ -507,3 +507,23 @@ def test_study_compile_cache_outlives_the_study(tmp_path: Path, monkeypatch) -> 
     (key,) = [p.name for p in shared.iterdir()]
     assert key.startswith("cpu-torch2.") and any((shared / key).rglob("*"))
     assert not (tmp_path / "out" / "a" / "inductor-cache").exists()
+
+
+def test_study_repeat_told_as_the_trial_it_repeats(tmp_path: Path, monkeypatch) -> None:
+    """A proposal of a measured configuration is never launched; it is told as the trial it repeats
+    ended (Optuna's FAQ for repeated parameters), with a reason, never an empty FAIL."""
+    monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
+    cfg = _cfg(study={"trials": 6, "extend_edges": False})
+    fake = FakeMeasure()
+    _search(cfg, tmp_path, fake)
+    trials = {t.number: t for t in _trials(tmp_path)}
+    repeats = [t for t in trials.values() if t.user_attrs.get("status") == "duplicate"]
+    assert repeats and len(fake.calls) == 6
+    for t in repeats:
+        first = trials[t.user_attrs["duplicate_of"]]
+        assert t.state == first.state == optuna.trial.TrialState.COMPLETE
+        assert t.values == first.values
+        assert t.user_attrs["reason"] == (
+            f"not launched: the same configuration as trial {first.number}, measured; told its "
+            "value"
+        )

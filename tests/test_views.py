@@ -113,3 +113,35 @@ def test_views_repeat_line_says_the_sample_and_what_ran_beside_it() -> None:
     assert str(failed) == (
         "repeat 2 of 5: failed crash: exit code -9 (load 1.2 on 16 CPUs; GPU: 1 other process(es))"
     )
+
+
+def test_views_mark_a_trial_past_the_list_and_an_arm_that_left_the_race() -> None:
+    out = io.StringIO()
+    view = LiveProgress(Console(file=out, width=200), ["micro_batch_size"])
+    view.started(
+        {
+            "name": "t",
+            "device": "cpu",
+            "budget": 4,
+            "done": 0,
+            "space_size": 3,
+            "sampler": "tpe",
+            "storage": "memory",
+        }
+    )
+    view.trial_started(5, 3, {"micro_batch_size": 16}, {"micro_batch_size": 16})
+    running = "".join(str(r) for r in view._render().renderables)
+    assert "(past your list: micro_batch_size 16)" in running
+    record = TrialRecord(
+        5,
+        {"micro_batch_size": 16},
+        "ok",
+        wall_s=1.0,
+        metrics={Metric.TOKENS_PER_GPU: 900.0, Metric.MFU: None},
+        extra={"beyond_list": {"micro_batch_size": 16}},
+    )
+    view.trial_finished(record, History())
+    view.confirm_dropped(3, "9.9% slower (ratio 95% interval 0.888 to 0.914) after 2 samples")
+    text = out.getvalue()
+    assert "micro_batch_size=16 (past your list: micro_batch_size 16)" in text
+    assert "#3 leaves the race: 9.9% slower" in text
