@@ -30,6 +30,9 @@ def test_race_drops_the_separated_and_the_failed() -> None:
     out = race.drops(samples, failures, [1, 2, 3, 4], [1, 2, 3, 4, 9])
     assert set(out) == {3, 4, 9}  # 2 is tied with the leader; the baseline (9) separated
     assert out[4] == "failed in 2 processes"
+    # no candidate measured: nobody leaves (the race runs its rounds), never an empty race
+    nothing = {1: [], 9: []}
+    assert race.drops(nothing, {1: ["crash: x"] * 2, 9: ["crash: y"] * 2}, [1], [1, 9]) == {}
 
 
 def _st(trial: int, samples: list[float], **knobs: Any) -> dict[str, Any]:

@@ -73,6 +73,8 @@ def drops(
     round, and why: separated from the leader, or failed in MIN_ROUNDS processes without a
     sample."""
     top = leader(samples, [n for n in candidates if n in alive])
+    if top is None:  # no candidate has a sample: no leader to leave behind, the rounds run out
+        return {}
     out = {}
     for n in alive:
         if n == top:
@@ -80,7 +82,7 @@ def drops(
         if not samples[n] and len(failures[n]) >= MIN_ROUNDS:
             out[n] = f"failed in {len(failures[n])} processes"
             continue
-        why = separated(samples[n], samples[top]) if top is not None and samples[n] else None
+        why = separated(samples[n], samples[top]) if samples[n] else None
         if why is not None:
             out[n] = why
     return out
