@@ -39,11 +39,8 @@ def compiles(st: dict[str, Any]) -> str:
     """'; compile warm 3 s, warm 3 s': each confirmation process's compile and what the cache
     served it ('' where nothing was compiled or the study predates the record)."""
     secs, states = st.get("compile_s") or [], st.get("compile_cache") or []
-    shown = [
-        f"{state or 'compiled'} {s:,.0f} s"
-        for s, state in zip(secs, states + [None] * len(secs))
-        if s is not None
-    ]
+    # a process that compiled records what the cache served it; one that compiled nothing, no state
+    shown = [f"{state} {s:,.0f} s" for s, state in zip(secs, states) if s is not None and state]
     return f"; compile {', '.join(shown)}" if shown else ""
 
 

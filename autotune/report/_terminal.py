@@ -167,9 +167,17 @@ def _checks(console: Console, data: dict[str, Any]) -> None:
 
 def confirmation_table(conf: dict[str, Any]) -> Table:
     """The race after a search (the stored confirmation): each arm's samples, median, 95% interval,
-    knobs changed from the baseline, its processes' compiles, and when it left the race."""
+    knobs changed from the baseline and, where any arm has them, its processes' compiles and when it
+    left the race."""
     from rich.table import Table
 
+    base = conf.get("baseline")
+    arms = [*conf["stats"], *([base] if base and base.get("samples") else [])]
+    extra = {
+        "compile": lambda st: compiles(st).removeprefix("; compile "),
+        "race": _race_cell,
+    }
+    shown = {k: f for k, f in extra.items() if any(_SOURCE[k](st) for st in arms)}
     table = Table(title=f"Confirmation: {_text.rounds_text(conf)}")
     for col in (
         "#",
@@ -180,28 +188,28 @@ def confirmation_table(conf: dict[str, Any]) -> Table:
         "knobs changed",
     ):
         table.add_column(col)
-    for col in ("compile", "race", "chosen"):
+    for col in (*shown, "chosen"):
         table.add_column(col)
-    for st in conf["stats"]:
+    for st in arms:
+        is_base = st is base
         table.add_row(
-            str(st["trial"]),
-            fmt(st["search_value"], "tok"),
-            fmt(st["median"], "tok"),
+            f"{st['trial']} (baseline)" if is_base else str(st["trial"]),
+            "-" if is_base else fmt(st["search_value"], "tok"),
+            fmt(st.get("median"), "tok"),
             _interval_cell(st),
             ", ".join(fmt(x, "tok") for x in st["samples"]),
-            ", ".join(st["changed_knobs"]) or "none",
-            compiles(st).removeprefix("; compile "),
-            _race_cell(st),
-            "yes" if st["trial"] == conf["chosen"] else "",
+            "-" if is_base else ", ".join(st["changed_knobs"]) or "none",
+            *(f(st) for f in shown.values()),
+            "yes" if not is_base and st["trial"] == conf["chosen"] else "",
         )
-    base = conf.get("baseline")
-    if base and base.get("samples"):  # re-measured in the same rounds: the gain's denominator
-        cells = [fmt(base.get("median"), "tok"), _interval_cell(base)]
-        samples = ", ".join(fmt(x, "tok") for x in base["samples"])
-        compiled = compiles(base).removeprefix("; compile ")
-        row = [*cells, samples, "-", compiled, _race_cell(base), ""]
-        table.add_row(f"{base['trial']} (baseline)", "-", *row)
     return table
+
+
+# whether an arm has something for each optional column: a compiled process, a drop from the race
+_SOURCE = {
+    "compile": lambda st: any(st.get("compile_cache") or []),
+    "race": lambda st: bool(st.get("dropped")),
+}
 
 
 def _race_cell(st: dict[str, Any]) -> str:
