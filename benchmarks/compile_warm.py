@@ -34,28 +34,15 @@ from autotune.protocol import RunSettings, TrialSpec  # noqa: E402
 
 BASE = {"micro_batch_size": 4, "grad_accum_steps": 1, "compile": True, "fused_optimizer": True}
 FP8 = {"precision": "fp8", "fp8_recipe": "tensorwise"}
-CASES: dict[str, tuple[dict[str, Any], dict[str, str], bool]] = {
-    # name: (knobs, environment, warm run at twice the micro-batch)
-    "fp8-model": (
-        {**BASE, **FP8, "compile_scope": "model", "compile_dynamic": "static"},
-        {},
-        False,
-    ),
-    "bf16-model": (
-        {**BASE, "precision": "bf16", "compile_scope": "model", "compile_dynamic": "static"},
-        {},
-        False,
-    ),
-    "fp8-block": ({**BASE, **FP8, "compile_scope": "block", "compile_dynamic": "batch"}, {}, True),
+STATIC = {"compile_scope": "model", "compile_dynamic": "static"}
+PER_BLOCK = {"compile_scope": "block", "compile_dynamic": "batch"}
+# name: (knobs, warm run at twice the micro-batch)
+CASES: dict[str, tuple[dict[str, Any], bool]] = {
+    "fp8-model": ({**BASE, **FP8, **STATIC}, False),
+    "bf16-model": ({**BASE, "precision": "bf16", **STATIC}, False),
+    "fp8-block": ({**BASE, **FP8, **PER_BLOCK}, True),
     "bf16-block-sac": (
-        {
-            **BASE,
-            "precision": "bf16",
-            "compile_scope": "block",
-            "compile_dynamic": "batch",
-            "activation_checkpointing": "selective",
-        },
-        {},
+        {**BASE, "precision": "bf16", **PER_BLOCK, "activation_checkpointing": "selective"},
         True,
     ),
 }
@@ -82,12 +69,11 @@ def spec_of(layers: int, knobs: dict[str, Any]) -> TrialSpec:
 
 
 def run_case(name: str, layers: int, out: Path) -> None:
-    knobs, extra, doubled = CASES[name]
+    knobs, doubled = CASES[name]
     cache = Path(tempfile.mkdtemp(prefix=f"warm-{name}-"))
     env = {
         "TORCHINDUCTOR_CACHE_DIR": str(cache),
         "TRITON_CACHE_DIR": str(cache / "triton"),
-        **extra,
     }
     try:
         for run in ("first", "second"):
@@ -107,7 +93,6 @@ def run_case(name: str, layers: int, out: Path) -> None:
                 "compile_s": (result.phases_s or {}).get("compile") if result else None,
                 "phases_s": result.phases_s if result else None,
                 "compile_cache": (result.applied or {}).get("compile_cache") if result else None,
-                "env": extra,
             }
             print(json.dumps(line), flush=True)
             with out.open("a") as f:

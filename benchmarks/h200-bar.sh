@@ -22,6 +22,18 @@ set -uo pipefail
 OUT=${OUT:-bench-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 COLUMNS=160
 at() { python3 -m autotune.cli "$@"; }
+# timed_search TAG YAML NAME: a fresh search on one GPU between two wall-clock stamps ($OUT/TAG-wall.jsonl), then
+# where its time went (trial_cost.py), its report, best.yaml and the study (issues 34 and 50)
+timed_search() {
+  local tag=$1 y=$2 n=$3
+  echo "{\"stage\": \"$stage\", \"start\": $(date +%s.%N)}" >> "$OUT/$tag-wall.jsonl"
+  at search "$y" --gpus "${GPUS%%,*}" --fresh 2>&1 | tee -a "$OUT/$tag.log"
+  echo "{\"stage\": \"$stage\", \"end\": $(date +%s.%N)}" >> "$OUT/$tag-wall.jsonl"
+  python3 benchmarks/trial_cost.py "trials/$n" > "$OUT/$tag-cost.md" 2>&1
+  at report "trials/$n" --format json > "$OUT/$tag-report.json" 2>&1
+  at report "trials/$n" --format markdown > "$OUT/$tag-report.md" 2>&1; cp "trials/$n/best.yaml" "$OUT/$tag-best.yaml"
+  tar czf "$OUT/$tag-study.tgz" "trials/$n"/study.db* "trials/$n/best.yaml" "trials/$n"/runs/*/worker.log 2>/dev/null
+}
 GPUS=${GPUS:-0,1}
 for stage in "$@"; do
   echo "=== $stage $(date -u +%FT%TZ)" | tee -a "$OUT/stages.log"
@@ -141,14 +153,7 @@ for t in s.trials: a=t.user_attrs; m=a.get("metrics") or {}; tel=a.get("telemetr
       tar czf "$OUT/issue49-trials.tgz" --exclude='*/out/*' --exclude='*/inductor-cache/*' trials/issue49-gpt-1.3b ;;
     issue50) # issue 50: the staged search of benchmarks/spaces/issue50-gpt-1.3b.yaml (20 trials, steps past the list's
       # edge, the raced confirmation) with a cold compile cache; its wall time between the stamps is its GPU time
-      y=benchmarks/spaces/issue50-gpt-1.3b.yaml; n=issue50-gpt-1.3b
-      echo "{\"stage\": \"$stage\", \"start\": $(date +%s.%N)}" >> "$OUT/issue50-wall.jsonl"
-      at search "$y" --gpus "${GPUS%%,*}" --fresh 2>&1 | tee -a "$OUT/issue50.log"
-      echo "{\"stage\": \"$stage\", \"end\": $(date +%s.%N)}" >> "$OUT/issue50-wall.jsonl"
-      python3 benchmarks/trial_cost.py trials/$n > "$OUT/issue50-cost.md" 2>&1
-      at report trials/$n --format json > "$OUT/issue50-report.json" 2>&1
-      at report trials/$n --format markdown > "$OUT/issue50-report.md" 2>&1; cp trials/$n/best.yaml "$OUT/issue50-best.yaml"
-      tar czf "$OUT/issue50-study.tgz" trials/$n/study.db* trials/$n/best.yaml trials/$n/runs/*/worker.log 2>/dev/null ;;
+      timed_search issue50 benchmarks/spaces/issue50-gpt-1.3b.yaml issue50-gpt-1.3b ;;
     expert50) # issue 50: the hand-set experts of the same model by a plain script (benchmarks/plain_train.py), each in its
       # own process: EXPERTS is a list of "precision:micro-batch" (whole-model compile, fused AdamW, vocabulary padded to 64)
       for e in ${EXPERTS:-fp8:8 fp8:16 bf16:16}; do IFS=: read -r prec mbs <<< "$e"
@@ -385,14 +390,7 @@ yaml.safe_dump(d, open(f"/tmp/{s}.yaml", "w"), sort_keys=False)' "$stage"
         tests/test_gpu_numerics.py 2>&1 | tee "$OUT/numerics-gpu.log" ;;
     staged) # issue 34: the staged search of benchmarks/spaces/staged-llama-1.2b.yaml (20 trials and the confirmation),
       # cold compile cache, one GPU; its wall time between the two stamps is its GPU time; then where the time went
-      y=benchmarks/spaces/staged-llama-1.2b.yaml; n=staged-llama-1.2b
-      echo "{\"stage\": \"$stage\", \"start\": $(date +%s.%N)}" >> "$OUT/staged-wall.jsonl"
-      at search "$y" --gpus "${GPUS%%,*}" --fresh 2>&1 | tee -a "$OUT/staged.log"
-      echo "{\"stage\": \"$stage\", \"end\": $(date +%s.%N)}" >> "$OUT/staged-wall.jsonl"
-      python3 benchmarks/trial_cost.py trials/$n > "$OUT/staged-cost.md" 2>&1
-      at report trials/$n --format json > "$OUT/staged-report.json" 2>&1
-      at report trials/$n --format markdown > "$OUT/staged-report.md" 2>&1; cp trials/$n/best.yaml "$OUT/staged-best.yaml"
-      tar czf "$OUT/staged-study.tgz" trials/$n/study.db* trials/$n/best.yaml trials/$n/runs/*/worker.log 2>/dev/null ;;
+      timed_search staged benchmarks/spaces/staged-llama-1.2b.yaml staged-llama-1.2b ;;
     expert) # issue 34: the hand-set expert configurations of the same model by a plain script (benchmarks/plain_train.py),
       # each in its own process: EXPERTS is a list of "precision recipe micro-batch" (whole-model compile, fused AdamW)
       for e in ${EXPERTS:-fp8:tensorwise:16 bf16:-:16}; do IFS=: read -r prec recipe mbs <<< "$e"

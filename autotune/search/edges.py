@@ -25,7 +25,7 @@ from typing import Any
 import optuna
 
 from autotune import knobs as catalogue
-from autotune.search.history import History, key
+from autotune.search.history import History, key, value_of
 from autotune.space import ResolvedSpace
 
 BEYOND = "beyond_list"  # the trial's user attribute: {knob: the value it ran, outside the list}
@@ -158,19 +158,19 @@ def _outcome(
     if twin is None:
         return f"{where}; {name} {nxt} not measured (the budget ended first)"
     status = twin.user_attrs.get("status")
-    if status == "ok" and twin.values and best_value(h):
-        ratio = twin.values[0] / best_value(h)
+    best = h.best()
+    best_value = value_of(best) if best is not None else None
+    if status == "ok" and twin.values and best_value:
+        ratio = twin.values[0] / best_value
         return f"{where}; {name} {nxt} measured (trial {twin.number}): {ratio:.3f}x of it"
     reason = str(twin.user_attrs.get("reason") or status)[:200]
     return f"{where}; {name} {nxt} (trial {twin.number}): {status}, {reason}"
 
 
-def best_value(h: History) -> float:
-    best = h.best()
-    return float(best.values[0]) if best is not None and best.values else 0.0
-
-
 def _same_but(a: dict[str, Any], b: dict[str, Any], name: str) -> bool:
-    """a and b alike but for `name` and the cost knobs screening sets."""
-    cost = ("compile_scope", "compile_dynamic")
-    return all(a.get(k) == v for k, v in b.items() if k != name and k not in cost)
+    """a and b alike but for `name` and the cost knobs screening sets (the catalogue's `screen`)."""
+    return all(
+        a.get(k) == v
+        for k, v in b.items()
+        if k != name and (k not in catalogue.BY_NAME or catalogue.BY_NAME[k].screen is None)
+    )

@@ -72,12 +72,13 @@ class Schedule:
         self.note_edges(study, h)
         if h.launched >= self.budget:
             return "budget reached"
+        past = self.past(h)
         # the list measured whole: only steps past its edge are left (search/edges.py)
-        if not self.unseen(h) and not self.past(h):
+        if not self.unseen(h) and not past:
             return "space exhausted"
         if self.grid_order:  # the grid measures every point anyway
             return None
-        return self._ahead(study, h, trial)
+        return self._ahead(study, h, trial, past)
 
     def past(self, h: History) -> list[dict[str, Any]]:
         """The steps past the edge of the list still to measure (none where extend_edges is
@@ -85,9 +86,14 @@ class Schedule:
         return edges.steps(h, self.space, self.plan.screen) if self.extend_edges else []
 
     def _ahead(
-        self, study: optuna.Study, h: History, trial: optuna.trial.FrozenTrial
+        self,
+        study: optuna.Study,
+        h: History,
+        trial: optuna.trial.FrozenTrial,
+        past: list[dict[str, Any]],
     ) -> str | None:
-        """What the staged search measures next ahead of the sampler, or its stop (stages.ahead)."""
+        """What the staged search measures next ahead of the sampler, or its stop (stages.ahead);
+        past: the steps past the list's edge (Schedule.past)."""
         waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
         running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
         room = self.budget - h.launched - running - waiting
@@ -100,7 +106,7 @@ class Schedule:
             room=room,
             waiting=waiting,
             patience=self.patience,
-            extend_edges=self.extend_edges,
+            past=past,
         )
         self.enqueue(points)
         return stop or None

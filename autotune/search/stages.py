@@ -301,23 +301,22 @@ def ahead(
     room: int,
     waiting: int,
     patience: int,
-    extend_edges: bool = True,
+    past: Sequence[dict[str, Any]] = (),
 ) -> tuple[list[dict[str, Any]], str]:
     """(points to enqueue ahead of the sampler, why the search stops or ''), after `trial` was told.
-    While the budget has room beyond the finals: the steps past the edge of the list
-    (extend_edges), the boundary steps and the variants; once it has not, or once `patience` trials
-    in a row brought no gain: the finals, then the stop."""
+    While the budget has room beyond the finals: the steps past the edge of the list (`past`:
+    edges.steps, where study.extend_edges is on), the boundary steps and the variants; once it has
+    not, or once `patience` trials in a row brought no gain: the finals, then the stop."""
     count = finals_count(budget) if plan.costly else 0
     idle = stale(h)
     tired = bool(patience) and idle >= patience
-    past = edges.steps(h, space, plan.screen) if extend_edges else []
     if room <= count or tired:
         last = finals(h, space, plan, count)
         # a tired search still looks past the edge of the list before it stops
-        last += past[: max(0, room - len(last))] if tired else []
+        last += list(past[: max(0, room - len(last))]) if tired else []
         done = tired and not last and not waiting
         return last, f"no gain over {MIN_GAIN:.0%} in the last {idle} trials" if done else ""
-    points = past + boundary.steps(h, space, trial) + variants(h, space, plan, trial)
+    points = [*past, *boundary.steps(h, space, trial)] + variants(h, space, plan, trial)
     return points[: max(0, room - count)], ""
 
 
