@@ -527,3 +527,18 @@ def test_study_repeat_told_as_the_trial_it_repeats(tmp_path: Path, monkeypatch) 
             f"not launched: the same configuration as trial {first.number}, measured; told its "
             "value"
         )
+
+
+def test_study_warm_start_from_a_study_with_repeats(tmp_path: Path, monkeypatch) -> None:
+    """A repeat is told COMPLETE as the trial it repeats but measured nothing: it has no
+    fingerprint, and a warm start from its study neither refuses it nor copies it."""
+    monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
+    _search(_cfg(name="a", study={"trials": 6, "extend_edges": False}), tmp_path)
+    source = _trials(tmp_path, "a")
+    assert any(t.user_attrs.get("status") == "duplicate" for t in source)
+    again = _cfg(name="b", study={"trials": 6, "extend_edges": False})
+    fake = FakeMeasure()
+    _search(again, tmp_path, fake, warm_start_from=tmp_path / "a")
+    copied = [t for t in _trials(tmp_path, "b") if "warm_start" in t.user_attrs]
+    measured = [t for t in source if t.user_attrs.get("status") == "ok"]
+    assert len(copied) == len(measured) and fake.calls == []

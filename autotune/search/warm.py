@@ -21,7 +21,7 @@ from autotune.documents import identity
 from autotune.documents.record import TrialRecord
 from autotune.errors import ConfigError
 from autotune.hardware import detect
-from autotune.search.history import History, key
+from autotune.search.history import NOT_LAUNCHED, History, key
 from autotune.search.storage import load_study
 from autotune.space import ResolvedSpace
 
@@ -46,6 +46,8 @@ def _check_same(cfg: Config, source: optuna.Study, where: str, device: str) -> N
     here_gpu = next((g["name"] for g in detect()["gpus"]), None) if device == "cuda" else None
     here_torch = metadata.version("torch")
     for t in source.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        if t.user_attrs.get("status") in NOT_LAUNCHED:
+            continue  # a repeat, told as the trial it repeats: it measured nothing (repeats.py)
         fp = t.user_attrs.get("fingerprint") or {}
         if fp.get("torch") != here_torch or (here_gpu and fp.get("gpu_model") != here_gpu):
             raise ConfigError(
