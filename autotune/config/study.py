@@ -282,6 +282,13 @@ class StudyConfig(_Section):
         "the micro-batch the next that divides the global batch per rank) as a trial beyond the "
         "list, marked so, and go on while it gains. false: only your values.",
     )
+    start: Literal["auto", "neighbours", "sampler"] = Field(
+        default="auto",
+        description="What the search measures after the baseline (your setting). neighbours: its "
+        "one-knob neighbours first (the micro-batch one size down, then up, then each other "
+        "knob's other values), then the sampler (search/neighbours.py); sampler: the sampler at "
+        "once. auto: neighbours for task command (your own job), sampler otherwise.",
+    )
     patience: Optional[int] = Field(
         default=None,
         ge=0,

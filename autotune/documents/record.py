@@ -30,7 +30,12 @@ class Metric:
     FLOPS_PER_TOKEN = "flops_per_token"
     STEP_TIME = "step_time"  # {median_s, spread_pct, ...} of the measured steps
     PEAK_MEM_GIB = "peak_mem_gib"
-    PEAK_MEM_KIND = "peak_mem_kind"  # cuda_max_memory_allocated | cpu_max_rss
+    PEAK_MEM_KIND = "peak_mem_kind"  # cuda_max_memory_allocated | cpu_max_rss | nvml_used
+    # what the allocator reserved at its peak (the job's max_memory_reserved, where reported)
+    PEAK_RESERVED_GIB = "peak_mem_reserved_gib"
+    # command: tokens of the longest micro-batch the job computed on, padding included (the
+    # measured-memory line's abscissa: search/peaks.py)
+    TOKENS_PER_MICRO_BATCH = "tokens_per_micro_batch"
     N_PARAMS = "n_params"
     # autotune.memory's estimate before launch (uncalibrated)
     MEMORY_ESTIMATE_GIB = "memory_estimate_gib"

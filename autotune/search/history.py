@@ -72,6 +72,7 @@ class History:
     completed: list[optuna.trial.FrozenTrial] = field(default_factory=list)
     running: dict[Key, optuna.trial.FrozenTrial] = field(default_factory=dict)
     baseline: optuna.trial.FrozenTrial | None = None  # the completed trial of the baseline's knobs
+    base_key: Key | None = None  # the baseline's identity (measured or not)
 
     @classmethod
     def of(cls, study: optuna.Study, own: int | None = None) -> History:
@@ -114,6 +115,7 @@ class History:
             if t.state == TrialState.COMPLETE:
                 h.completed.append(t)
         base = baseline_knobs(study, trials)
+        h.base_key = key(base) if base is not None else None
         h.baseline = next(
             (
                 t

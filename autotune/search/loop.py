@@ -26,7 +26,7 @@ from autotune.hardware import default_device, detect
 from autotune.launch import prestart
 from autotune.launch.runner import Bench, measure, preflight
 from autotune.protocol import STATUSES, Knobs
-from autotune.search import edges, loss_guard, predict, repeats, stages, tracking, warm
+from autotune.search import edges, loss_guard, neighbours, predict, repeats, stages, tracking, warm
 from autotune.search.best import write_best
 from autotune.search.confirm import confirm
 from autotune.search.drive import Drive, Told
@@ -225,6 +225,7 @@ class _Search:
         self.schedule = Schedule(
             study, space, staging, budget, self.n_jobs, cfg.study.seed, grid, cfg.study.extend_edges
         )
+        self.schedule.neighbours = neighbours.wanted(cfg.study.start, cfg.workload.task, grid)
         self.plan = self.schedule.plan
         self.stop = threading.Event()
         # trial -> (start, end): which trials overlapped which

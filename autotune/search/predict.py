@@ -8,9 +8,12 @@
 - A generate batch over a latency limit (study.limits: time to first token, time per output token)
   bounds the larger batches with the same other knobs: a larger batch does more work in every
   prefill and decode step.
-- A memory model: with two or more completed trials that differ only in the size knob, the peak
-  memory is fitted as a line in it (activations grow with it; parameters, gradients and optimizer
-  state do not) and a batch whose fitted peak exceeds the GPU's memory is predicted to run out.
+- Memory learned from measurement (search/peaks.py): the measured peaks of each setting of the
+  other knobs are a line in tokens per micro-batch (activations grow with them; parameters,
+  gradients and optimizer state do not), and a batch whose fitted peak exceeds the GPU's memory is
+  predicted to run out; after an out-of-memory trial, a larger size than any that ran with those
+  knobs launches only where that line says it fits.
+- The baseline (your setting) is never predicted: it is measured, whatever is known.
 - The memory estimate (autotune/memory; built-in training models): parameters, gradients, optimizer
   state per shard and activations per micro-batch under each checkpointing choice, calibrated by the
   peaks the study has measured; a configuration whose calibrated estimate exceeds the GPU's memory
@@ -20,7 +23,6 @@
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,9 +31,9 @@ import optuna
 
 from autotune import memory
 from autotune.documents.record import Metric, TrialRecord
-from autotune.knobs import int_of
 from autotune.protocol import Knobs
-from autotune.search.history import History
+from autotune.search import peaks
+from autotune.search.history import History, key
 from autotune.tasks import Task
 
 # The fitted peak may use this share of the GPU's memory: the allocator's own overhead (reserved
@@ -148,34 +150,6 @@ def oom_bound(h: History, knobs: Knobs, task: Task) -> optuna.trial.FrozenTrial 
     return _bound(h.ooms, knobs, task)
 
 
-def peak_estimate(h: History, knobs: Knobs, task: Task) -> tuple[float, float, list[int]] | None:
-    """(fitted peak GiB at this batch, the GPU's memory GiB, the trials fitted) from completed GPU
-    trials with the same other knobs at two or more batch sizes; None when there are not enough."""
-    size = task.size_knob
-    by_mbs: dict[int, tuple[float, float, int]] = {}
-    for t in h.completed:
-        other, fp = t.user_attrs["knobs"], t.user_attrs.get("fingerprint") or {}
-        if (
-            fp.get("device") == "cuda"
-            and fp.get("gpu_memory_gib")
-            and _same_but_batch(other, knobs, task)
-        ):
-            by_mbs[other[size]] = (
-                t.user_attrs["metrics"]["peak_mem_gib"],
-                fp["gpu_memory_gib"],
-                t.number,
-            )
-    if len(by_mbs) < 2:
-        return None
-    sizes = sorted(by_mbs)
-    slope, intercept = statistics.linear_regression(sizes, [by_mbs[m][0] for m in sizes])
-    return (
-        intercept + slope * int_of(knobs, size),
-        min(v[1] for v in by_mbs.values()),
-        [by_mbs[m][2] for m in sizes],
-    )
-
-
 def failure(
     h: History,
     knobs: Knobs,
@@ -184,7 +158,10 @@ def failure(
     pinned: Callable[[dict[str, Any]], bool] | None = None,
 ) -> tuple[str, str] | None:
     """(status, reason) of a failure these knobs (of the study's task) are known to meet, or None.
-    mem: the memory estimate's inputs (None: not used); pinned: see rule_for."""
+    mem: the memory estimate's inputs (None: not used); pinned: see rule_for. The baseline is
+    always launched: a figure of your own setting is what every other is compared with."""
+    if h.base_key is not None and key(knobs) == h.base_key:
+        return None
     if (found := rule_for(h, knobs, pinned)) is not None:
         t, cause = found
         values = ", ".join(f"{k} {v}" for k, v in cause.items())
@@ -204,13 +181,14 @@ def failure(
             f"predicted: {size} {bound.user_attrs['knobs'][size]} was already over the limits "
             f"(trial {bound.number}: {bound.user_attrs['reason'][:200]})"
         )
-    estimate = peak_estimate(h, knobs, task)
-    if estimate is not None and estimate[0] > USABLE_SHARE * estimate[1]:
-        peak, capacity, numbers = estimate
+    seen = peaks.forecast(h, knobs, task)
+    if seen is not None and seen.over:
         return "oom", (
-            f"predicted: peak memory {peak:.1f} GiB (a line in {size} through trials "
-            f"{', '.join(map(str, numbers))}) is above the GPU's {capacity:.1f} GiB"
+            f"predicted: peak memory {seen.peak_gib:.1f} GiB ({seen.how}) is above the GPU's "
+            f"{seen.capacity_gib:.1f} GiB"
         )
+    if (scoped := peaks.scoped(h, knobs, task)) is not None:
+        return "oom", scoped[1]
     if (mem_bound := memory_bound(h, knobs, mem)) is not None:
         peak, capacity, n = mem_bound
         how = (

@@ -1,4 +1,5 @@
-"""What a search measures next, ahead of its sampler, and why it stops: the baseline first; a grid
+"""What a search measures next, ahead of its sampler, and why it stops: the baseline first, then
+(study.start neighbours) its one-knob neighbours; a grid
 enqueued a few points at a time; a repeat's region given its nearest unmeasured point; the staged
 search's variants and finals (stages.ahead); the end of the budget or of the space."""
 
@@ -10,7 +11,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.search import edges, stages
+from autotune.search import edges, neighbours, stages
 from autotune.search.history import History, key
 from autotune.space import ResolvedSpace
 
@@ -33,6 +34,9 @@ class Schedule:
         grid, which measures the list)."""
         self.study, self.space, self.budget, self.n_jobs = study, space, budget, n_jobs
         self.extend_edges = extend_edges and not grid
+        # the baseline's one-knob neighbours before the sampler (search/neighbours.py; set by the
+        # loop from study.start)
+        self.neighbours = False
         self.plan, self.patience = staging
         self.rng = random.Random(seed)
         self.points = space.points()
@@ -78,7 +82,21 @@ class Schedule:
             return "space exhausted"
         if self.grid_order:  # the grid measures every point anyway
             return None
+        if self.enqueue_neighbours(study, h):
+            return None
         return self._ahead(study, h, trial, past)
+
+    def enqueue_neighbours(self, study: optuna.Study, h: History) -> bool:
+        """The baseline's next one-knob neighbours, one per worker (search/neighbours.py); False
+        once they are all measured (or where the study starts with the sampler)."""
+        if not self.neighbours:
+            return False
+        left = neighbours.points(h, self.space, self.plan)
+        if not left:
+            return False
+        waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        self.enqueue(left[: max(0, self.n_jobs - waiting)])
+        return True
 
     def past(self, h: History) -> list[dict[str, Any]]:
         """The steps past the edge of the list still to measure (none where extend_edges is

@@ -26,6 +26,7 @@ class Command(Training):
     name: ClassVar[str] = "command"
     needs_model: ClassVar[bool] = False
     imports_torch: ClassVar[bool] = False
+    scoped_oom: ClassVar[bool] = True
     columns: ClassVar[tuple[str, ...]] = ("padding",)
     # your command as measured first, then the training forms
     exports: ClassVar[tuple[str, ...]] = ("command", *TRAINING_EXPORTS)
@@ -122,6 +123,10 @@ class Command(Training):
             metrics[Metric.TOKENS] = window["tokens_per_s"] * world
             metrics[Metric.WINDOW] = window
         metrics[Metric.PADDING_PCT] = out.get("padding_pct")
+        # the measured-memory line's inputs (search/peaks.py)
+        metrics[Metric.TOKENS_PER_MICRO_BATCH] = out.get("tokens_per_micro_batch")
+        reserved = result.peak_mem_reserved_bytes
+        metrics[Metric.PEAK_RESERVED_GIB] = reserved / 2**30 if reserved is not None else None
         tokens = out.get("tokens") or []
         metrics["tokens_per_step_median"] = statistics.median(tokens) if tokens else None
         stop = (result.applied or {}).get("stop", "")

@@ -33,6 +33,7 @@ from autotune.workloads.base import Failed, Measured, Work, Workload
 from autotune.workloads.command_log import Output, close_lines
 from autotune.workloads.command_report import BadReport, Report, clock_said, figure_said
 from autotune.workloads.command_said import average_said, stopped_said, time_went
+from autotune.workloads.gpu_peak import PeakWatch, job_peak, tokens_per_micro_batch
 from autotune.workloads.timing import Timing
 
 POLL_S = 0.1
@@ -134,11 +135,13 @@ class Command(Workload):
         self.report = Report(self.report_path, t0, self.rule.max_steps)
         proc = self._start()
         output = Output(proc.stdout, self.cfg.get("log_pattern"), self.rule.max_steps)
+        memory = PeakWatch(proc.pid).start() if self.spec.device == "cuda" else None
         try:
             watch = self._watch(proc, output, t0)
         finally:
             _end_group(proc, 0.0)
             output.thread.join(timeout=5)
+            self.nvml_peak = memory.stop() if memory is not None else None
         self._steps(output)  # a figure read after the last look fails it too
         steps = watch.steps
         if watch.window is None and not watch.stopped and len(steps) >= self.needed:
@@ -308,8 +311,7 @@ class Command(Workload):
         self.tokens_per_step = round(sum(tokens) / len(tokens))
         start = warm[-1].get("at", t0) if warm else t0
         span = (float(start), float(timed[-1].get("at", time.time())))
-        peak = done.get("peak_mem_bytes")
-        kind = "cuda_max_memory_allocated" if peak is not None else "not reported by the job"
+        peak, kind = job_peak(done, getattr(self, "nvml_peak", None))
         timing = Timing(
             [s["s"] for s in warm],
             start,
@@ -329,6 +331,8 @@ class Command(Workload):
             "job_env": self._job_env(done),
         }
         output["window"] = {**win.summary(), "said": windows.said(win, self.rule)}
+        output["nvml_peak_bytes"] = getattr(self, "nvml_peak", None)
+        output["tokens_per_micro_batch"] = tokens_per_micro_batch(steps, self.spec.knobs)
         if any("graphs" in s for s in steps):
             output["graphs"] = [s.get("graphs") for s in steps]
         if len(padded) == len(tokens):

@@ -28,13 +28,14 @@ p.add_argument("--accum", type=int, default=1)
 p.add_argument("--optim", default="adamw")
 p.add_argument("--config", default=None)
 p.add_argument("--pidfile", default=None)
+p.add_argument("--oom_at", type=int, default=0)  # runs out of memory at this micro-batch or more
 a = p.parse_args()
 cfg = json.load(open(a.config)) if a.config else {}
 seen = {**vars(a), "config": cfg, "env_lr": os.environ.get("MY_LR")}
 print("config:", json.dumps(seen, sort_keys=True), flush=True)
 if a.pidfile:
     open(a.pidfile, "w").write(str(os.getpid()))
-if a.mode == "oom":
+if a.mode == "oom" or a.oom_at and a.bs >= a.oom_at:
     print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", flush=True)
     raise SystemExit(1)
 if a.mode == "silent":

@@ -1,0 +1,98 @@
+"""Start from your setting (study.start neighbours): the baseline first, then its one-knob
+neighbours, then the sampler.
+
+A user who brings their own job brings a setting known to run. A sampler's first trials land
+anywhere in the space (issue 51: 4 of 9 trials of an HF job ran out of memory, the first ones far
+from the user's setting), so the search first measures what one change to that setting does:
+- the size knob (micro-batch) one listed size down, then one up: two sizes give the measured
+  memory line (search/peaks.py) before a larger size is tried, so a size that cannot fit is
+  predicted instead of launched;
+- each other searched knob at each of its other values, one at a time, at the baseline's size; when
+  the baseline's measured peak is above RISKY_SHARE of the GPU, at the next smaller size that ran
+  (a change of arithmetic, attention or optimizer can need more memory than the baseline left);
+- not the values the staged search spends on the leaders (the costly program: compile) or measures
+  as an arithmetic's variant (fp8, fp16): those come where they can win (search/stages.py).
+The points are computed after each told trial from what has been measured (a neighbour known to
+fail is recorded as predicted by the claim, never launched); the sampler takes over once they are
+measured.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.search import peaks
+from autotune.search.history import History, key
+from autotune.search.stages import Plan
+from autotune.space import ResolvedSpace
+
+# a baseline whose measured peak is above this share of the GPU's memory has its other-knob
+# neighbours measured one size smaller
+RISKY_SHARE = 0.7
+
+
+def wanted(start: str, task: str, grid: bool) -> bool:
+    """Whether the search starts with the neighbours (study.start; auto: for task command, your
+    own job); never with the grid, which measures every point."""
+    return not grid and (start == "neighbours" or start == "auto" and task == "command")
+
+
+def points(h: History, space: ResolvedSpace, plan: Plan) -> list[dict[str, Any]]:
+    """The baseline's neighbours not yet measured, in the order they are measured; none until the
+    baseline has been measured (or failed)."""
+    base = dict(space.baseline)
+    if not base or key(space.knobs(base)) not in h.seen:
+        return []
+    size = space.task.size_knob
+    out = _sizes(space, base, size)
+    at = _safe_size(h, space, base, size)
+    for name, values in space.searched.items():
+        if name == size:
+            continue
+        for value in values:
+            if value != base[name] and _other_value(plan, name, value):
+                out.append({**base, **({size: at} if at is not None else {}), name: value})
+    fresh = []
+    for p in out:
+        if key(space.knobs(p)) not in h.seen and p not in fresh:
+            fresh.append(p)
+    return fresh
+
+
+def _sizes(space: ResolvedSpace, base: dict[str, Any], size: str) -> list[dict[str, Any]]:
+    """The baseline one listed size down, then one up."""
+    if size not in space.searched or size not in base:
+        return []
+    sizes = sorted(space.searched[size])
+    i = sizes.index(base[size])
+    steps = [sizes[j] for j in (i - 1, i + 1) if 0 <= j < len(sizes)]
+    return [{**base, size: s} for s in steps]
+
+
+def _other_value(plan: Plan, name: str, value: Any) -> bool:
+    """Whether a one-knob neighbour measures this value now (not the staged search's costly program
+    or deferred arithmetic)."""
+    if value in plan.costly.get(name, ()):
+        return False
+    return value not in plan.deferred.get(name, ())
+
+
+def _safe_size(h: History, space: ResolvedSpace, base: dict[str, Any], size: str) -> Any:
+    """The size the other knobs' neighbours run at: the baseline's, unless its measured peak is
+    above RISKY_SHARE of the GPU; then the largest smaller size measured to run with the baseline's
+    other knobs (the baseline's where none did)."""
+    if size not in base:
+        return None
+    trial = h.seen.get(key(space.knobs(base)))
+    point = peaks.point_of(trial, space.task) if trial is not None else None
+    if point is None or point.peak_gib <= RISKY_SHARE * point.capacity_gib:
+        return base[size]
+    group = peaks.group_of(space.knobs(base), space.task)
+    smaller = [
+        t.user_attrs["knobs"][size]
+        for t in h.completed
+        if peaks.group_of(t.user_attrs["knobs"], space.task) == group
+        and t.user_attrs["knobs"].get(size) is not None
+        and t.user_attrs["knobs"][size] < base[size]
+    ]
+    return max(smaller, default=base[size])

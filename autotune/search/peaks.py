@@ -1,0 +1,193 @@
+"""Memory learned from measurement: what a job that autotune does not build (task command, or any
+trial with a measured peak) will need, read from the peaks its trials measured.
+
+A training step's peak memory is a fixed part (weights, gradients, optimizer state, the CUDA
+context), which the micro-batch does not change, plus activations, which grow with the tokens of a
+micro-batch. So, for each setting of the other knobs (a group: every knob but the batch knobs,
+each of which can change either part), the measured peaks are a line in tokens per micro-batch:
+
+- a group measured at two or more sizes has its own least-squares line;
+- a group measured at one size is that point plus the smallest slope fitted in any group: a lower
+  bound of its peak at a larger size wherever activations grow at least as fast there (a setting
+  whose other knobs save activations, such as checkpointing, fits the smallest slope);
+- tokens per micro-batch are those the job computed on (padding included, the longest micro-batch
+  of the trial: variable-length data peaks on its longest batch); a size not yet run has the tokens
+  per sequence its group (else the study) measured, times the size. A trial without the count is
+  placed at its size.
+
+The peak compared with the GPU's memory is what the allocator reserved where the job reports it
+(its fragmentation is what runs out, not what tensors held), else what was allocated, else what
+NVML saw the job's processes use (workloads/gpu_peak.py).
+
+After a trial ran out of memory, its group is scoped (one out-of-memory trial per setting): a size
+above the largest that ran in that group (and below the one that failed, which bounds the larger
+ones: predict.oom_bound) launches only where the line says it fits.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import optuna
+
+from autotune.documents.record import Metric
+from autotune.protocol import Knobs
+from autotune.search.history import History, Key, key
+from autotune.tasks import Task
+
+# The fitted peak may use this share of the GPU's memory (predict.USABLE_SHARE's reasoning).
+USABLE_SHARE = 0.98
+
+
+@dataclass(frozen=True)
+class Point:
+    """One completed trial's measured peak, where it was measured."""
+
+    number: int
+    size: int
+    tokens: float  # tokens per micro-batch (or the size, where the trial did not count them)
+    peak_gib: float
+    capacity_gib: float
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """A predicted peak and how it was predicted."""
+
+    peak_gib: float
+    capacity_gib: float
+    how: str  # "a line through trials 3, 5" / "trial 3 plus the smallest slope (trials 1, 4)"
+
+    @property
+    def over(self) -> bool:
+        return self.peak_gib > USABLE_SHARE * self.capacity_gib
+
+
+def group_of(knobs: Knobs, task: Task) -> Key:
+    """The setting of the other knobs: every knob but the batch knobs."""
+    return key({k: v for k, v in knobs.items() if k not in task.batch_knobs})
+
+
+def peak_of(t: optuna.trial.FrozenTrial) -> float | None:
+    """The trial's peak in GiB, as the allocator reserved it where known (module docstring)."""
+    metrics = t.user_attrs.get("metrics") or {}
+    reserved = metrics.get(Metric.PEAK_RESERVED_GIB)
+    peak = metrics.get(Metric.PEAK_MEM_GIB)
+    values = [v for v in (reserved, peak) if isinstance(v, (int, float))]
+    return max(values) if values else None
+
+
+def point_of(t: optuna.trial.FrozenTrial, task: Task) -> Point | None:
+    """A completed GPU trial with a measured peak and a size, else None."""
+    fp = t.user_attrs.get("fingerprint") or {}
+    size = (t.user_attrs.get("knobs") or {}).get(task.size_knob)
+    peak = peak_of(t)
+    if fp.get("device") != "cuda" or not fp.get("gpu_memory_gib") or peak is None:
+        return None
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        return None
+    counted = (t.user_attrs.get("metrics") or {}).get(Metric.TOKENS_PER_MICRO_BATCH)
+    tokens = float(counted) if counted else float(size)
+    return Point(t.number, size, tokens, float(peak), float(fp["gpu_memory_gib"]))
+
+
+def groups(h: History, task: Task) -> dict[Key, list[Point]]:
+    """The measured points of each setting of the other knobs."""
+    out: dict[Key, list[Point]] = {}
+    for t in h.completed:
+        if (p := point_of(t, task)) is not None:
+            out.setdefault(group_of(t.user_attrs["knobs"], task), []).append(p)
+    return out
+
+
+def _line(points: list[Point]) -> tuple[float, float] | None:
+    """(slope GiB per token, intercept) through points at two or more token counts; the slope is
+    never negative (a peak that fell with the batch is noise around a flat line)."""
+    xs = [p.tokens for p in points]
+    if len(set(xs)) < 2:
+        return None
+    slope, intercept = statistics.linear_regression(xs, [p.peak_gib for p in points])
+    if slope < 0:
+        return 0.0, statistics.fmean(p.peak_gib for p in points)
+    return slope, intercept
+
+
+def _tokens_at(size: int, mine: list[Point], everyone: list[Point]) -> float:
+    """Tokens per micro-batch of `size`: the tokens per sequence its group measured (else the
+    study's largest), times the size."""
+    source = mine or everyone
+    per_sequence = max((p.tokens / p.size for p in source), default=1.0)
+    return per_sequence * size
+
+
+def forecast(h: History, knobs: Knobs, task: Task) -> Forecast | None:
+    """The peak these knobs are predicted to reach (None: too little measured to say)."""
+    size = knobs.get(task.size_knob)
+    if not isinstance(size, int) or isinstance(size, bool):
+        return None
+    by_group = groups(h, task)
+    mine = by_group.get(group_of(knobs, task), [])
+    everyone = [p for points in by_group.values() for p in points]
+    if not mine:
+        return None
+    x = _tokens_at(size, mine, everyone)
+    capacity = min(p.capacity_gib for p in everyone)
+    own = _line(mine)
+    numbers = ", ".join(str(p.number) for p in mine)
+    if own is not None:
+        return Forecast(own[1] + own[0] * x, capacity, f"a line in tokens through trials {numbers}")
+    return _from_one(mine[0], x, by_group, capacity)
+
+
+def _from_one(
+    point: Point, x: float, by_group: dict[Key, list[Point]], capacity: float
+) -> Forecast | None:
+    """One measured point of the group, plus the smallest slope another group measured (a lower
+    bound at a larger size); None without any line, or at no more tokens than the point."""
+    lines = [(line, pts) for pts in by_group.values() if (line := _line(pts)) is not None]
+    if not lines or x <= point.tokens:
+        return None
+    (slope, _), pts = min(lines, key=lambda pair: pair[0][0])
+    peak = point.peak_gib + slope * (x - point.tokens)
+    fitted = ", ".join(str(p.number) for p in pts)
+    how = f"trial {point.number}'s peak plus the smallest slope measured (trials {fitted})"
+    return Forecast(peak, capacity, how)
+
+
+def scoped(h: History, knobs: Knobs, task: Task) -> tuple[optuna.trial.FrozenTrial, str] | None:
+    """(the out-of-memory trial, why) where its group's one out-of-memory trial rules this size
+    out: the size is above the largest that ran in the group, and no measured line says it fits."""
+    size = knobs.get(task.size_knob)
+    if not task.scoped_oom or not isinstance(size, int) or isinstance(size, bool):
+        return None
+    group = group_of(knobs, task)
+    failed = [t for t in h.ooms if group_of(t.user_attrs["knobs"], task) == group]
+    if not failed:
+        return None
+    mine = _largest_ran(h, task, group)
+    # none ran with these knobs: the largest that ran with any (none anywhere: nothing known)
+    largest = mine if mine is not None else _largest_ran(h, task, None)
+    if largest is None or size <= largest:
+        return None
+    seen = forecast(h, knobs, task)
+    if seen is not None and not seen.over:
+        return None
+    t = failed[0]
+    where = "with these knobs" if mine is not None else "with any knobs (none with these)"
+    return t, (
+        f"predicted: trial {t.number} ran out of memory at {task.size_knob} "
+        f"{t.user_attrs['knobs'].get(task.size_knob)} with the same other knobs, the largest "
+        f"that ran {where} is {largest}, and no measured peak says {size} fits (one "
+        "out-of-memory trial per setting)"
+    )
+
+
+def _largest_ran(h: History, task: Task, group: Key | None) -> int | None:
+    """The largest size that completed in the group (None: in any group)."""
+    sizes = [
+        t.user_attrs["knobs"].get(task.size_knob)
+        for t in h.completed
+        if group is None or group_of(t.user_attrs["knobs"], task) == group
+    ]
+    return max((s for s in sizes if isinstance(s, int)), default=None)

@@ -1,0 +1,68 @@
+"""A search of your own job (task command) that starts from your setting and learns its memory from
+what it measures: the baseline, then its one-knob neighbours, then the sampler; one out-of-memory
+trial per setting of the other knobs (search/neighbours.py, search/peaks.py)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.config.load import load_config
+from autotune.search.loop import run_search
+from autotune.search.peaks import group_of
+from autotune.tasks import task
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = ROOT / "tests" / "data" / "jobs" / "fake_job.py"
+COMMAND = task("command")
+
+
+def _oom_job(tmp_path: Path, trials: int, start: str = "auto") -> Path:
+    """A job that runs out of memory at micro-batch 16 or more, whatever its other knobs."""
+    doc = {
+        "name": "oomjob",
+        "workload": {
+            "task": "command",
+            "warmup_steps": 2,
+            "measure_steps": 4,
+            "global_batch_size": 32,
+        },
+        "command": {
+            "argv": ["{python}", str(JOB), "--oom_at", "16"],
+            "knobs": {
+                "micro_batch_size": {"flag": "--bs"},
+                "grad_accum_steps": {"flag": "--accum"},
+                "optim": {"flag": "--optim", "values": ["adamw", "sgd"]},
+                "lr_env": {"env": "MY_LR", "values": ["a", "b"]},
+            },
+        },
+        "space": {"micro_batch_size": [4, 8, 16, 32]},
+        "baseline": {"micro_batch_size": 8},
+        "study": {"trials": trials, "seed": 0, "confirm_top": 0, "start": start},
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.slow
+def test_own_job_search_starts_from_the_baseline_and_spends_one_oom_per_setting(
+    tmp_path: Path,
+) -> None:
+    result = run_search(load_config(_oom_job(tmp_path, 12)), out_root=tmp_path / "t", device="cpu")
+    trials = sorted(result.history.seen.values(), key=lambda t: t.number)
+    launched = [t for t in trials if not t.user_attrs.get("predicted")]
+    knobs = [t.user_attrs["knobs"] for t in launched]
+    # the baseline, then the micro-batch one size down and one up, then each other knob's value
+    assert knobs[0]["micro_batch_size"] == 8 and knobs[0]["optim"] == "adamw"
+    assert [k["micro_batch_size"] for k in knobs[1:3]] == [4, 16]
+    changed = [{k: v for k, v in one.items() if knobs[0][k] != v} for one in knobs[3:5]]
+    assert sorted(map(str, changed)) == ["{'lr_env': 'b'}", "{'optim': 'sgd'}"]
+    ooms = Counter(group_of(t.user_attrs["knobs"], COMMAND) for t in result.history.ooms)
+    assert ooms and max(ooms.values()) == 1, ooms
+    predicted = [t for t in trials if t.user_attrs.get("predicted")]
+    assert all(t.user_attrs["status"] == "oom" for t in predicted)
+    assert all(t.user_attrs["knobs"]["micro_batch_size"] >= 16 for t in predicted)
