@@ -125,6 +125,11 @@ def _print_result(console: Console, result: Any, searched: list[str], task: str)
             f"chosen: trial {result.confirmation['chosen']}: {result.confirmation['why']}",
             highlight=False,
         )
+    from autotune.search.bound import statement
+
+    said = statement(result.history, result.confirmation)
+    if said:
+        console.print(said["text"], highlight=False)
     console.print(
         f"{result.stop_reason}; {result.new_trials} new trial(s). Best: trial "
         f"{result.chosen_number}, "

@@ -80,6 +80,7 @@ def card_html(data: dict[str, Any], c: dict[str, Any] | None) -> str:
         f'<p class="headline"><b>{fmt(c[Metric.TOKENS_PER_GPU], "tok")} tokens/s per GPU</b> '
         f"({escape(_text.interval_text(c))})</p>",
         f"<p>{escape(gain)}{_efficiency_text(c)}</p>",
+        f"<p>{escape(bound)}</p>" if (bound := _text.bound_line(data)) else "",
         f'<p class="numerics">{escape(quality)}</p>' if quality else "",
         f'<p class="unwritten">{escape(unwritten)}</p>' if unwritten else "",
         f'<p class="knobs">All its knobs: {escape(knobs)}</p>',

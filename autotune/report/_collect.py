@@ -16,6 +16,7 @@ from autotune.documents.record import Metric, RecordError, TrialRecord
 from autotune.report import _effects, _summary
 from autotune.report._excluded import excluded
 from autotune.report._table import pareto, row_of
+from autotune.search import bound
 from autotune.search.best import chosen_summary, confirmation_complete, rounds_asked
 from autotune.search.history import History, current_confirmation, value_of
 from autotune.space import KNOBS
@@ -79,6 +80,8 @@ def collect(
         "best_yaml": written_choice(study_dir),
         # what became of the steps past the edge of the list for the best (search/edges.py)
         "edges": attrs.get("edges") or None,
+        # the gain found over your setting, or a bound on what any configuration measured may gain
+        "bound": bound.statement(h, conf),
     }
     return _derived(data, ok, train_tokens or (config.get("study") or {}).get("train_tokens"))
 

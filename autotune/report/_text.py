@@ -59,6 +59,7 @@ def chosen_lines(data: dict[str, Any]) -> list[str]:
         f"{_which(c)}: trial {c['trial']}, {fmt(c[Metric.TOKENS_PER_GPU], 'tok')} "
         f"tokens/s/GPU ({interval_text(c)}).",
         _gain(c),
+        bound_line(data),
         numerics_line(c),
         others_checked(data),
         _costs_to_apply(c, data.get("mfu_flops")),
@@ -101,6 +102,13 @@ def unwritten(c: dict[str, Any]) -> str:
         "Not in best.yaml yet: the search is still running, or stopped before it wrote the file; "
         "run the same search command to write it."
     )
+
+
+def bound_line(data: dict[str, Any]) -> str:
+    """What the search can say of your setting (search/bound.py): the gain found with its
+    interval, or how much any configuration measured may beat it; '' without a baseline."""
+    said = data.get("bound")
+    return f"{said['text'][:1].upper()}{said['text'][1:]}." if said else ""
 
 
 def numerics_line(c: dict[str, Any]) -> str:
