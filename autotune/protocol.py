@@ -44,6 +44,9 @@ TRIAL_MODULE = "autotune.workloads.trial"
 # Beside a one-rank trial's result while the search watches it (search/prune.py): the measured steps
 # so far, written by the trial, and the file whose appearance asks it to stop.
 PROGRESS_FILE, PRUNE_FILE = "progress.json", "prune"
+# the study's best figure when the trial started, from the search (task command: a window close to
+# it narrows its interval to decide the order: workloads/window.py)
+AGAINST_FILE = "against.json"
 # A command trial's secrets (tasks.Command.prepare): the spec holds its command masked; the values
 # masked, by argument index and variable name, reach the trial process in this variable alone
 # (JSON), never a file.

@@ -30,6 +30,8 @@ SHARED = (
     "autotune.reporting",
     # the job's reporting API: the trial of task command reads what it writes
     "autotune.atomic",
+    # tokens over time and its interval: the command trial's window and the search's pruner
+    "autotune.ratio",
 )
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 450
@@ -290,6 +292,7 @@ ROOT_MODULES = {
     "numerics",  # the numerics check's verdict (the trial process too)
     "paths",  # paths the user gives, checked before anything runs
     "protocol",  # the hand-over between the parent and the trial process
+    "ratio",  # tokens over time and its interval (the trial process too: the window, the pruner)
     "redact",  # credentials never shown
     "remedy",  # a failed trial's reason with its remedy
     "reporting",  # the job's reporting API (task command)

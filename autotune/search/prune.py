@@ -3,26 +3,33 @@
 A one-rank trial writes its measured steps so far (workloads/trial.py: Progress); `ProgressWatch`,
 called while the search waits for the trial, reports each new step's tokens/s per GPU as an
 intermediate value and asks the study's pruner. `BelowBest` prunes only a trial whose *fastest* step
-so far is below `below` times the best measured median: a step-to-step spread of a few percent
-(BENCHMARKS.md) cannot lift it to the top, so no trial that could still win within the noise is
-stopped. Optuna's own pruners compare a trial with the others at the same step (median, percentile)
-and would stop a trial that is merely worse than most.
+so far, or the 95% upper limit of its figure from the steps so far, is below `below` times the best
+measured: a step-to-step spread of a few percent (BENCHMARKS.md) cannot lift it to the top, so no
+trial that could still win within the noise is stopped, and one whose steps scatter (a job's
+variable lengths) is judged on its figure, not on its luckiest step. Optuna's own pruners compare a
+trial with the others at the same step (median, percentile) and would stop a trial that is merely
+worse than most.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
 
-from autotune.protocol import PROGRESS_FILE, PRUNE_FILE
+from autotune.protocol import AGAINST_FILE, PROGRESS_FILE, PRUNE_FILE
+
+# steps before the upper limit of a trial's figure may prune it (Student's t at 4 dof is 2.8)
+UPPER_STEPS = 5
 
 
 class BelowBest(optuna.pruners.BasePruner):
     """Prune when max(intermediate values) < below x the best completed value, after min_steps
-    steps."""
+    steps, or (UPPER_STEPS steps or more) when the 95% upper limit of its figure is (upper_bound).
+    """
 
     def __init__(self, below: float, min_steps: int = 2) -> None:
         if not 0 < below < 1:
@@ -36,7 +43,26 @@ class BelowBest(optuna.pruners.BasePruner):
         if len(values) < self.min_steps:
             return False
         best = best_value(study)
-        return best is not None and max(values) < self.below * best
+        if best is None:
+            return False
+        upper = upper_bound(values)
+        return max(values) < self.below * best or upper is not None and upper < self.below * best
+
+
+def upper_bound(rates: list[float]) -> float | None:
+    """The 95% upper limit of the figure the steps so far give (tokens over time, each step's
+    rate at the same tokens: the steps' times are 1/rate), as a command trial's window computes it
+    (workloads/window.py); None under UPPER_STEPS steps. A trial whose steps scatter (variable
+    lengths) is pruned on it once even its upper limit is below the bar, where its fastest step,
+    an outlier, would keep it running to the end."""
+    if len(rates) < UPPER_STEPS or min(rates) <= 0:
+        return None
+    from autotune import ratio
+
+    steps = [(1.0 / r, 1.0) for r in rates]
+    width = ratio.half_width_pct(steps)
+    figure = ratio.rate(steps)
+    return figure * (1 + width / 100) if width is not None else None
 
 
 def best_value(study: optuna.Study) -> float | None:
@@ -65,15 +91,28 @@ class ProgressWatch:
         )
         self.reported, self.seen_ns = 0, -1
         self.why, self.off = "", False
+        self.against = run_dir / AGAINST_FILE
+        self.told_best = False
 
     def __call__(self) -> None:
         if self.why or self.off:
             return
+        if not self.told_best:
+            self.tell_best()
         try:
             self._look()
         # the storage refused a report (locked, or the trial was reaped): never prune it then
         except Exception:
             self.off = True
+
+    def tell_best(self) -> None:
+        """The study's best figure, written once beside the trial as it starts (AGAINST_FILE)."""
+        if not self.against.parent.is_dir():
+            return  # not created yet: at the next poll
+        tmp = self.against.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"tokens_per_s_per_gpu": best_value(self.trial.study)}))
+        os.replace(tmp, self.against)
+        self.told_best = True
 
     def _look(self) -> None:
         try:
@@ -93,8 +132,12 @@ class ProgressWatch:
         if self.reported and self.trial.should_prune():
             self.stop_file.touch()
             fastest = tokens / min(steps)
+            best = best_value(self.trial.study) or 0
+            upper = upper_bound([tokens / s for s in steps])
+            what = f"its fastest step, {fastest:,.0f} tokens/s,"
+            if fastest >= self.below * best and upper is not None:
+                what = f"the 95% upper limit of its figure, {upper:,.0f} tokens/s,"
             self.why = (
-                f"pruned after {len(steps)} measured steps: its fastest step, {fastest:,.0f} "
-                f"tokens/s, is below {self.below:.0%} of the best measured "
-                f"({best_value(self.trial.study) or 0:,.0f})"
+                f"pruned after {len(steps)} measured steps: {what} is below {self.below:.0%} of "
+                f"the best measured ({best:,.0f})"
             )

@@ -5,7 +5,7 @@ ten, the first of each new shape). What the job delivers over a long run is all 
 its time, so the figure is the ratio estimator sum(tokens) / sum(seconds) of the measured steps,
 never a median of per-step rates (which describes the fast steps only: issue 35 saw 1.44x).
 
-The window is chosen as the steps arrive (standard library only):
+The window is chosen as the steps arrive (standard library and the protocol only):
 - warm-up: at least `warmup` steps, then as long as the next step is a slow outlier (its time per
   token over SLOW x the median of the steps after it: compile, the allocator, a first long batch);
 - the data's order: a job whose batches follow a cycle (the HF Trainer's length-grouped sampler
@@ -17,20 +17,34 @@ The window is chosen as the steps arrive (standard library only):
   halves differ in tokens per step (Welch's t over TREND) is not settled: its data still trend;
 - measured: at least `measure` steps, and until the 95% interval of the figure (the ratio's delta-
   method standard error, Student's t) is within `half_width_pct` and the window's two halves agree
-  within twice that. A job that cannot get there within `max_steps` steps is measured on what it
-  gave, and the record says how wide its interval was and why it did not settle.
+  within twice that; a window whose figure is close to the study's best (which the search writes
+  beside the trial: protocol.AGAINST_FILE) until its interval is within half their difference,
+  down to DECIDE_FLOOR of half_width_pct, so the order of two close configurations is measured,
+  not guessed. A job that cannot get there within `max_steps` steps is measured on what it gave,
+  and the record says how wide its interval was and why it did not settle.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
+
+from autotune.protocol import AGAINST_FILE
+from autotune.ratio import Step, half_width_pct, rate
+
+__all__ = ["Step", "half_width_pct", "rate"]  # the estimator's, read here by the window's users
 
 SLOW = 1.5  # a warm-up step this many times the later median time per token is still warming up
 REPEAT = 0.08  # tokens per step that repeat at a lag within this share of their mean: a cycle
 MATCH = 5  # steps of the second cycle that must agree before the cycle counts
 TREND = 3.0  # Welch's t of the halves' tokens per step past which the data trend
+# a window close to the study's best narrows its interval to half the difference, down to this share
+# of half_width_pct (a 3% rule: 1.5%)
+DECIDE_FLOOR = 0.5
 
 
 @dataclass(frozen=True)
@@ -41,6 +55,19 @@ class Rule:
     measure: int  # measured steps, at least
     max_steps: int  # warm-up and measured together, at most (then it is measured as it stands)
     half_width_pct: float = 3.0  # the figure's 95% interval, in percent of it
+    # the study's best figure so far (tokens/s per GPU; None: none yet): a window whose figure is
+    # close to it measures until its interval is within half the difference (target_pct)
+    against: float | None = None
+
+    def target_pct(self, figure: float) -> float:
+        """The half-width this window must reach: half_width_pct, or half the difference from the
+        study's best where that is smaller (never below DECIDE_FLOOR of half_width_pct): a trial
+        that may overtake the best is measured until the order is clear, or max_steps."""
+        if not self.against or figure <= 0:
+            return self.half_width_pct
+        gap_pct = 100.0 * abs(figure - self.against) / self.against
+        floor = DECIDE_FLOOR * self.half_width_pct
+        return min(self.half_width_pct, max(floor, gap_pct / 2))
 
 
 @dataclass(frozen=True)
@@ -71,38 +98,6 @@ class Window:
             "cycle_steps": self.cycle,
             "trend_t": self.trend_t,
         }
-
-
-Step = tuple[float, float]  # (seconds, tokens)
-
-
-def rate(steps: list[Step]) -> float:
-    """All the tokens over all the time."""
-    seconds = sum(s for s, _ in steps)
-    return sum(t for _, t in steps) / seconds if seconds > 0 else 0.0
-
-
-def _residuals(steps: list[Step]) -> list[float]:
-    r = rate(steps)
-    return [t - r * s for s, t in steps]
-
-
-def _t975(dof: int) -> float:
-    """Student's 97.5% quantile (Cornish-Fisher's first two terms around the normal's: 1% at 3
-    dof)."""
-    z = statistics.NormalDist().inv_cdf(0.975)
-    return z + (z**3 + z) / (4 * dof) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * dof**2)
-
-
-def half_width_pct(steps: list[Step]) -> float | None:
-    """The figure's 95% interval half-width in percent: var(R) = sum(e^2) / (n (n-1) mean(s)^2)."""
-    n = len(steps)
-    r = rate(steps)
-    if n < 3 or r <= 0:
-        return None
-    mean_s = statistics.fmean(s for s, _ in steps)
-    se = math.sqrt(sum(e * e for e in _residuals(steps)) / (n * (n - 1))) / mean_s
-    return 100.0 * _t975(n - 1) * se / r
 
 
 def drift_pct(steps: list[Step]) -> float | None:
@@ -168,7 +163,7 @@ def window(steps: list[Step], rule: Rule) -> Window:
     settled = (
         len(measured) >= rule.measure
         and width is not None
-        and width <= rule.half_width_pct
+        and width <= rule.target_pct(rate(measured))
         and drift is not None
         and abs(drift) <= 2 * rule.half_width_pct
         and (trend is None or abs(trend) <= TREND)
@@ -186,7 +181,10 @@ def _cycles(steps: list[Step], start: int, period: int, rule: Rule) -> Window:
     end = first + period * ((len(steps) - first) // period)
     measured = steps[first:end]
     settled = whole >= 2 and len(measured) >= rule.measure
-    return Window(first, end, rate(measured), None, drift_pct(measured), settled, period, None)
+    # the interval of whole cycles: each step's departure from the figure, as for any window (what
+    # the search's bound and the report read); whole cycles, not it, decide when they are settled
+    width = half_width_pct(measured)
+    return Window(first, end, rate(measured), width, drift_pct(measured), settled, period, None)
 
 
 def decide(steps: list[Step], rule: Rule) -> Window | None:
@@ -201,7 +199,7 @@ def said(w: Window, rule: Rule) -> str:
     """One line of how the window was measured ("settled" or why not)."""
     width = f"+-{w.half_width_pct:.1f}%" if w.half_width_pct is not None else "no interval"
     if w.cycle is not None:
-        width = f"{w.n // w.cycle} cycle(s)"
+        width = f"{w.n // w.cycle} cycle(s), {width}"
     head = f"{w.n} steps after {w.start} of warm-up, {w.tokens_per_s:,.0f} tokens/s ({width}"
     if w.cycle is not None:
         head += f", whole cycles of {w.cycle} steps of the data order"
@@ -214,10 +212,31 @@ def said(w: Window, rule: Rule) -> str:
         head += f", halves {w.drift_pct:+.1f}%"
     if w.settled:
         return head + ")"
-    why = f"not settled to +-{rule.half_width_pct:g}% within {rule.max_steps} steps"
+    goal = rule.target_pct(w.tokens_per_s)
+    why = f"not settled to +-{goal:.3g}% within {rule.max_steps} steps"
     if w.end < rule.max_steps:  # the job ended its reports (done, exited) before max_steps
-        why = f"not settled to +-{rule.half_width_pct:g}% in the {w.end} steps the job gave"
+        why = f"not settled to +-{goal:.3g}% in the {w.end} steps the job gave"
+    if goal < rule.half_width_pct:
+        why += f" (half its {_gap(w, rule):.1f}% difference from the study's best)"
     if w.cycle is None and w.trend_t is not None and abs(w.trend_t) > TREND:
         why += " (its tokens per step still trend: a data order longer than the window; raise "
         why += "command.max_steps)"
     return head + f"): {why}"
+
+
+def _gap(w: Window, rule: Rule) -> float:
+    """The window's figure against the study's best, in percent of the best."""
+    return 100.0 * abs(w.tokens_per_s - (rule.against or 0.0)) / (rule.against or 1.0)
+
+
+def against(rule: Rule, run_dir: Path | None) -> Rule:
+    """The rule with the study's best figure, once the search has written it beside the trial
+    (protocol.AGAINST_FILE); as it was until then."""
+    path = run_dir / AGAINST_FILE if run_dir is not None else None
+    try:
+        best = json.loads(path.read_text())["tokens_per_s_per_gpu"] if path else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return rule  # not written yet (or being replaced)
+    if not isinstance(best, (int, float)) or best <= 0:
+        return rule
+    return dataclasses.replace(rule, against=float(best))
