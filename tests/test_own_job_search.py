@@ -7,12 +7,16 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
 
-from autotune.config.load import load_config
+from autotune.config.load import load, load_config
+from autotune.search import neighbours
+from autotune.search.history import History, key
 from autotune.search.loop import run_search
 from autotune.search.peaks import group_of
+from autotune.search.stages import Plan
 from autotune.tasks import task
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,3 +70,36 @@ def test_own_job_search_starts_from_the_baseline_and_spends_one_oom_per_setting(
     predicted = [t for t in trials if t.user_attrs.get("predicted")]
     assert all(t.user_attrs["status"] == "oom" for t in predicted)
     assert all(t.user_attrs["knobs"]["micro_batch_size"] >= 16 for t in predicted)
+
+
+def _done(number: int, knobs: dict, peak: float) -> optuna.trial.FrozenTrial:
+    attrs = {"knobs": knobs, "status": "ok", "reason": "", "predicted": False}
+    attrs["metrics"] = {"peak_mem_gib": peak}
+    attrs["fingerprint"] = {"device": "cuda", "gpu_memory_gib": 80.0}
+    t = optuna.trial.create_trial(
+        value=1.0, state=optuna.trial.TrialState.COMPLETE, user_attrs=attrs
+    )
+    t.number = number
+    return t
+
+
+def test_own_job_neighbours_of_a_baseline_near_the_memory_run_one_size_smaller(
+    tmp_path: Path,
+) -> None:
+    _, space = load(_oom_job(tmp_path, 12))
+    plan = Plan.of(space)
+    base = space.knobs(space.baseline)
+    h = History(base_key=key(base))
+    assert neighbours.points(h, space, plan) == []  # the baseline first
+    h.completed.append(_done(0, base, 70.0))  # 87% of the GPU
+    h.seen[key(base)] = h.completed[0]
+    first = neighbours.points(h, space, plan)
+    assert [p["micro_batch_size"] for p in first[:2]] == [4, 16]  # down, then up
+    assert all(p["micro_batch_size"] == 8 for p in first[2:])  # none smaller ran yet
+    smaller = space.knobs(first[0])
+    h.completed.append(_done(1, smaller, 40.0))
+    h.seen[key(smaller)] = h.completed[1]
+    later = neighbours.points(h, space, plan)
+    assert later[0]["micro_batch_size"] == 16
+    assert {p["micro_batch_size"] for p in later[1:]} == {4}  # one size smaller than 8
+    assert len(later) == 3

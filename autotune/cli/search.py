@@ -130,6 +130,11 @@ def _print_result(console: Console, result: Any, searched: list[str], task: str)
     said = statement(result.history, result.confirmation)
     if said:
         console.print(said["text"], highlight=False)
+    from autotune import tasks
+    from autotune.search.peaks import alloc_offer
+
+    if offer := alloc_offer(result.history, tasks.task(task)):
+        console.print(f"note: {offer}", highlight=False)
     console.print(
         f"{result.stop_reason}; {result.new_trials} new trial(s). Best: trial "
         f"{result.chosen_number}, "

@@ -10,13 +10,13 @@ from typing import Any, TypeGuard
 
 import optuna
 
-from autotune import metrics
+from autotune import metrics, tasks
 from autotune.documents import nightly
 from autotune.documents.record import Metric, RecordError, TrialRecord
 from autotune.report import _effects, _summary
 from autotune.report._excluded import excluded
 from autotune.report._table import pareto, row_of
-from autotune.search import bound
+from autotune.search import bound, peaks
 from autotune.search.best import chosen_summary, confirmation_complete, rounds_asked
 from autotune.search.history import History, current_confirmation, value_of
 from autotune.space import KNOBS
@@ -54,7 +54,7 @@ def collect(
     data = {
         "study": study.study_name,
         "device": attrs.get("device"),
-        "task": (config.get("workload") or {}).get("task") or "train",
+        "task": _task_of(config),
         "model": config.get("model"),
         "workload": config.get("workload"),
         "searched": searched,
@@ -82,8 +82,14 @@ def collect(
         "edges": attrs.get("edges") or None,
         # the gain found over your setting, or a bound on what any configuration measured may gain
         "bound": bound.statement(h, conf),
+        # expandable segments offered to a variable-length job that ran out of memory or came close
+        "alloc_offer": peaks.alloc_offer(h, tasks.task(_task_of(config))),
     }
     return _derived(data, ok, train_tokens or (config.get("study") or {}).get("train_tokens"))
+
+
+def _task_of(config: dict[str, Any]) -> str:
+    return str((config.get("workload") or {}).get("task") or "train")
 
 
 def _telemetry(trials: list[optuna.trial.FrozenTrial], number: int | None) -> Any:

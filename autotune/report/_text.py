@@ -75,6 +75,8 @@ def chosen_lines(data: dict[str, Any]) -> list[str]:
         lines.append(runner_up(c["runner_up"]))
     if data.get("edges"):
         lines.append(f"Past the edge of your list: {data['edges']}.")
+    if data.get("alloc_offer"):
+        lines.append(f"Memory: {data['alloc_offer']}.")
     lines.append(f"Why: {c['why']}")
     return [line for line in lines if line]
 

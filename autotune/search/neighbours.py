@@ -8,7 +8,7 @@ from the user's setting), so the search first measures what one change to that s
   memory line (search/peaks.py) before a larger size is tried, so a size that cannot fit is
   predicted instead of launched;
 - each other searched knob at each of its other values, one at a time, at the baseline's size; when
-  the baseline's measured peak is above RISKY_SHARE of the GPU, at the next smaller size that ran
+  the baseline's measured peak is above peaks.RISKY of the GPU, at the next smaller size that ran
   (a change of arithmetic, attention or optimizer can need more memory than the baseline left);
 - not the values the staged search spends on the leaders (the costly program: compile) or measures
   as an arithmetic's variant (fp8, fp16): those come where they can win (search/stages.py).
@@ -25,10 +25,6 @@ from autotune.search import peaks
 from autotune.search.history import History, key
 from autotune.search.stages import Plan
 from autotune.space import ResolvedSpace
-
-# a baseline whose measured peak is above this share of the GPU's memory has its other-knob
-# neighbours measured one size smaller
-RISKY_SHARE = 0.7
 
 
 def wanted(start: str, task: str, grid: bool) -> bool:
@@ -79,13 +75,13 @@ def _other_value(plan: Plan, name: str, value: Any) -> bool:
 
 def _safe_size(h: History, space: ResolvedSpace, base: dict[str, Any], size: str) -> Any:
     """The size the other knobs' neighbours run at: the baseline's, unless its measured peak is
-    above RISKY_SHARE of the GPU; then the largest smaller size measured to run with the baseline's
+    above peaks.RISKY of the GPU; then the largest smaller size measured to run with the baseline's
     other knobs (the baseline's where none did)."""
     if size not in base:
         return None
     trial = h.seen.get(key(space.knobs(base)))
     point = peaks.point_of(trial, space.task) if trial is not None else None
-    if point is None or point.peak_gib <= RISKY_SHARE * point.capacity_gib:
+    if point is None or point.peak_gib <= peaks.RISKY * point.capacity_gib:
         return base[size]
     group = peaks.group_of(space.knobs(base), space.task)
     smaller = [

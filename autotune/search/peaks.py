@@ -38,6 +38,9 @@ from autotune.tasks import Task
 
 # The fitted peak may use this share of the GPU's memory (predict.USABLE_SHARE's reasoning).
 USABLE_SHARE = 0.98
+# a measured peak above this share of the GPU is close to running out (a change of arithmetic,
+# attention or optimizer can need more than is left: search/neighbours.py)
+RISKY = 0.7
 
 
 @dataclass(frozen=True)
@@ -191,3 +194,44 @@ def _largest_ran(h: History, task: Task, group: Key | None) -> int | None:
         if group is None or group_of(t.user_attrs["knobs"], task) == group
     ]
     return max((s for s in sizes if isinstance(s, int)), default=None)
+
+
+# the longest micro-batch this many times the median one: the job's shapes vary
+VARIED = 1.1
+EXPANDABLE = "expandable_segments:True"
+
+
+def alloc_offer(h: History, task: Task) -> str | None:
+    """cuda_alloc_conf offered to a job whose micro-batches vary in length and that ran out of
+    memory or came close (RISKY of the GPU): PyTorch's caching allocator keeps blocks sized for
+    past shapes, so such a job can run out below its peak; expandable segments grow and shrink in
+    place. None where the study already tried them, or nothing calls for them."""
+    if any(
+        EXPANDABLE in str((t.user_attrs.get("knobs") or {}).get("cuda_alloc_conf"))
+        for t in h.completed
+    ):
+        return None
+    spread = max((s for t in h.completed if (s := _length_spread(t)) is not None), default=None)
+    if spread is None or spread < VARIED:
+        return None
+    points = [p for t in h.completed if (p := point_of(t, task)) is not None]
+    if not h.ooms and not any(p.peak_gib > RISKY * p.capacity_gib for p in points):
+        return None
+    return (
+        f"your job's micro-batches vary in length (the longest {spread:.1f}x the median): "
+        "PyTorch's caching allocator keeps blocks sized for shapes gone by, so such a job can run "
+        f"out of memory below its peak; search space.cuda_alloc_conf: [default, '{EXPANDABLE}'] "
+        "(PYTORCH_CUDA_ALLOC_CONF)"
+    )
+
+
+def _length_spread(t: optuna.trial.FrozenTrial) -> float | None:
+    """The trial's longest micro-batch against its median one (tokens computed on)."""
+    metrics = t.user_attrs.get("metrics") or {}
+    longest = metrics.get(Metric.TOKENS_PER_MICRO_BATCH)
+    median = metrics.get("tokens_per_step_median")
+    accum = (t.user_attrs.get("knobs") or {}).get("grad_accum_steps")
+    per_step = accum if isinstance(accum, int) and accum > 0 else 1
+    if not longest or not median:
+        return None
+    return float(longest) / (float(median) / per_step)

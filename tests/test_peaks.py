@@ -1,0 +1,97 @@
+"""Memory learned from measurement (search/peaks.py): the measured peaks of each setting as a line
+in tokens per micro-batch, one point plus the smallest slope, the scoped rule after an out-of-memory
+trial, and the allocator's expandable segments offered to a variable-length job."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from autotune import tasks
+from autotune.search import peaks, predict
+from autotune.search.history import History
+
+COMMAND = tasks.task("command")
+
+
+def _trial(
+    number: int,
+    knobs: dict,
+    peak: float | None = None,
+    status: str = "ok",
+    tokens: float | None = None,
+    median: float | None = None,
+) -> optuna.trial.FrozenTrial:
+    attrs: dict = {"knobs": knobs, "status": status, "reason": "r", "predicted": False}
+    metrics = {"peak_mem_gib": peak, "tokens_per_micro_batch": tokens}
+    metrics["tokens_per_step_median"] = median
+    attrs.update(metrics=metrics, fingerprint={"device": "cuda", "gpu_memory_gib": 80.0})
+    state = optuna.trial.TrialState.COMPLETE if status == "ok" else optuna.trial.TrialState.PRUNED
+    t = optuna.trial.create_trial(
+        value=1.0 if status == "ok" else None, state=state, user_attrs=attrs
+    )
+    t.number = number
+    return t
+
+
+def _history(*trials: optuna.trial.FrozenTrial) -> History:
+    h = History()
+    for t in trials:
+        (h.completed if t.user_attrs["status"] == "ok" else h.ooms).append(t)
+    return h
+
+
+BF16 = {"precision": "bf16", "optim": "fused"}
+FP32 = {"precision": "fp32", "optim": "fused"}
+
+
+def test_peaks_a_line_in_tokens_per_micro_batch_predicts_a_size_that_cannot_fit() -> None:
+    # 10 GiB fixed, 1 GiB per 2,048 tokens; sequences of 1,024 tokens (the longest micro-batch)
+    h = _history(
+        _trial(0, {**BF16, "micro_batch_size": 8}, 14.0, tokens=8192),
+        _trial(1, {**BF16, "micro_batch_size": 16}, 18.0, tokens=16384),
+    )
+    seen = peaks.forecast(h, {**BF16, "micro_batch_size": 128}, COMMAND)
+    assert seen is not None and seen.peak_gib == pytest.approx(74.0) and not seen.over
+    status, reason = predict.failure(h, {**BF16, "micro_batch_size": 256}, COMMAND)
+    assert (
+        status == "oom" and "peak memory 138.0 GiB (a line in tokens through trials 0, 1)" in reason
+    )
+
+
+def test_peaks_one_point_takes_the_smallest_slope_measured() -> None:
+    h = _history(
+        _trial(0, {**BF16, "micro_batch_size": 8}, 14.0, tokens=8192),
+        _trial(1, {**BF16, "micro_batch_size": 16}, 18.0, tokens=16384),
+        _trial(2, {**FP32, "micro_batch_size": 8}, 40.0, tokens=8192),
+    )
+    seen = peaks.forecast(h, {**FP32, "micro_batch_size": 128}, COMMAND)
+    assert seen is not None and seen.over  # 40 + 60 GiB at least
+    assert seen.how.startswith("trial 2's peak plus the smallest slope measured (trials 0, 1)")
+    assert peaks.forecast(h, {**FP32, "micro_batch_size": 4}, COMMAND) is None  # below its point
+
+
+def test_peaks_one_out_of_memory_trial_per_setting() -> None:
+    h = _history(
+        _trial(0, {**BF16, "micro_batch_size": 8}),
+        _trial(1, {**BF16, "micro_batch_size": 32}, status="oom"),
+    )
+    scoped = peaks.scoped(h, {**BF16, "micro_batch_size": 16}, COMMAND)
+    assert scoped is not None and scoped[0].number == 1
+    assert "the largest that ran with these knobs is 8" in scoped[1]
+    assert peaks.scoped(h, {**BF16, "micro_batch_size": 4}, COMMAND) is None
+    assert peaks.scoped(h, {**FP32, "micro_batch_size": 16}, COMMAND) is None  # another setting
+    # a built-in task's memory has its estimate: the scoped rule is the command's
+    assert peaks.scoped(h, {**BF16, "micro_batch_size": 16}, tasks.task("train")) is None
+
+
+def test_peaks_expandable_segments_offered_to_a_variable_length_job_that_ran_out() -> None:
+    varied = _trial(0, {**BF16, "micro_batch_size": 8}, tokens=16384, median=4096.0)
+    oom = _trial(1, {**BF16, "micro_batch_size": 16}, status="oom")
+    offer = peaks.alloc_offer(_history(varied, oom), COMMAND)
+    assert offer is not None and "the longest 4.0x the median" in offer
+    assert peaks.alloc_offer(_history(varied), COMMAND) is None  # far from running out
+    packed = _trial(0, {**BF16, "micro_batch_size": 8}, tokens=8192, median=8192.0)
+    assert peaks.alloc_offer(_history(packed, oom), COMMAND) is None
+    tried = _trial(2, {**BF16, "micro_batch_size": 8, "cuda_alloc_conf": peaks.EXPANDABLE})
+    assert peaks.alloc_offer(_history(varied, oom, tried), COMMAND) is None
