@@ -37,6 +37,8 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
         "full disk, a storage that cannot be reached"
     ),
     ExitCode.UNMEASURED: (
+        "`search`: the baseline could not be measured whatever its knobs (task command: an "
+        "average since the start refused, no step reported), so the search stopped at once; "
         "`check`: could not measure (every repeat failed; the reason is shown), or unreliable: "
         "measured while other processes ran on the GPU or the host's load per core was past "
         "`--max-load` (named), so neither a pass nor a regression can be trusted"
@@ -71,7 +73,7 @@ def exit_codes_help() -> str:
         ExitCode.OK: "done (check: pass)",
         ExitCode.FAILED: "no trial succeeded (check: regression)",
         ExitCode.BAD_INPUT: "bad input",
-        ExitCode.UNMEASURED: "check could not measure or was disturbed",
+        ExitCode.UNMEASURED: "nothing could be measured (check: or was disturbed)",
         ExitCode.INTERNAL: "internal error",
         ExitCode.INCONCLUSIVE: "check inconclusive",
         ExitCode.HANGUP: "SIGHUP",
@@ -147,6 +149,7 @@ class NoSuccessError(AutotuneError):
 
 
 class UnmeasuredError(AutotuneError):
-    """Every repeat of a check failed."""
+    """Every repeat of a check failed, or a search's baseline could not be measured whatever its
+    knobs (search/drive.py)."""
 
     exit_code = ExitCode.UNMEASURED

@@ -18,7 +18,7 @@ import yaml
 from conftest import alive, cli_here, finishes
 
 from autotune.config.load import load_config
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, UnmeasuredError
 from autotune.search.loop import run_search
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,6 +137,11 @@ def test_command_job_that_fails_its_contract_says_so_in_one_line(
     tmp_path: Path, mode: str, status: str, reason: str
 ) -> None:
     path = _yaml(tmp_path, {"args": ["--mode", mode]})
+    if mode == "silent":  # the baseline measured nothing, whatever its knobs: the search stops
+        with pytest.raises(UnmeasuredError, match=reason) as err:
+            _search(path, tmp_path, trials=1)
+        assert len(str(err.value).splitlines()) == 1 and err.value.exit_code == 3
+        return
     rec = _records(_search(path, tmp_path, trials=1))[0]
     assert rec["status"] == status
     assert len(rec["reason"].splitlines()) == 1

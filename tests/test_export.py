@@ -8,6 +8,7 @@ import ast
 import copy
 import json
 import shlex
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -381,14 +382,16 @@ def test_export_command_line_env_and_config(tmp_path: Path, base_dir: str) -> No
     words = _command_line(_form(forms, "command"))
     folder = "." if base_dir == "none" else "../.."  # the command's folder, from the study's
     assert words[:3] == ["cd", folder, "&&"]
-    start = words.index("python")
+    # no trial record beside this best.yaml: `python` as the trial would find it, on the PATH
+    program = shutil.which("python") or "python"
+    start = words.index(program)
     env = dict(w.split("=", 1) for w in words[3:start])
     expected = {"FOO": "bar baz", "OMP_NUM_THREADS": "4"}
     assert env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", **expected}
     argv = words[start:]
     written = best.parent / "best.config.json"
     from_cwd = "best.config.json" if base_dir == "none" else "trials/cmd/best.config.json"
-    assert argv[:6] == ["python", "train.py", "--config", from_cwd, "--out", "./log"]
+    assert argv[:6] == [program, "train.py", "--config", from_cwd, "--out", "./log"]
     assert (best.parent / folder / from_cwd).resolve() == written.resolve()
     assert argv[argv.index("--per_device_train_batch_size") + 1] == "4"
     assert argv[-2:] == ["--bf16", "true"]

@@ -29,6 +29,8 @@ __all__ = ["FORMATS", "Form", "export", "fitting", "formats_of"]
 
 def _json(w: Winner) -> Form:
     doc = {"name": w.name, "knobs": w.knobs, "env": w.env, "metrics": w.metrics}
+    if set_by_script := w.set_by_script():  # in knobs too: the job's own values, never rendered
+        doc["set_by_your_script"] = set_by_script
     return Form("json", json.dumps(doc, indent=2) + "\n")
 
 

@@ -13,9 +13,19 @@ from typing import Any
 
 from autotune import knobs as catalogue
 from autotune.errors import ConfigError
-from autotune.export._form import Form, call, env_block, missing_lines
-from autotune.export._measured import RUN_DIR_NOTE, config_lines, measured, secret_lines, unmapped
+from autotune.export._form import Form, call, env_block
+from autotune.export._measure_only import flag_groups, measure_only, measure_only_line
+from autotune.export._measured import (
+    RUN_DIR_NOTE,
+    config_lines,
+    declared_lines,
+    lightning_lines,
+    measured,
+    secret_lines,
+)
 from autotune.export._winner import Winner
+
+__all__ = ["flag_groups", "hf_command", "reads_training_arguments"]  # flag_groups: _measure_only's
 
 NO_TRANSFORMERS = (
     "# transformers is not importable here, so which flags are TrainingArguments fields is not "
@@ -32,23 +42,6 @@ def training_fields() -> tuple[dict[str, dataclasses.Field[Any]], str] | None:
         return None
     fields = {f.name: f for f in dataclasses.fields(transformers.TrainingArguments)}
     return fields, transformers.__version__
-
-
-def flag_groups(argv: list[str]) -> list[list[str]]:
-    """The command's arguments after its program, each flag with its values (`--bf16 true`, a bare
-    `--gradient_checkpointing`). The program ends at the script (the first `.py`: a launcher's own
-    flags come before it), else at the first `--`; the script's positional arguments are a group
-    without a flag."""
-    script = next((i for i, a in enumerate(argv) if a.endswith(".py")), None)
-    if script is None:
-        script = next((i - 1 for i, a in enumerate(argv) if a.startswith("--")), len(argv))
-    groups: list[list[str]] = []
-    for token in argv[script + 1 :]:
-        if token.startswith("--") or not groups:
-            groups.append([token])
-        else:
-            groups[-1].append(token)
-    return groups
 
 
 def field_of(group: list[str], fields: dict[str, dataclasses.Field[Any]]) -> str | None:
@@ -92,19 +85,34 @@ def typed(w: Winner, groups: list[list[str]], names: list[str]) -> dict[str, Any
     return {n: _plain(getattr(parsed, n), n in dict_fields) for n in dict.fromkeys(names)}
 
 
+def _marked(lines: list[str], names: set[str]) -> list[str]:
+    """The call's keyword lines of measurement-only fields, each marked as such at its end."""
+    mark = "  # for the measurement only: remove for your real run"
+    return [
+        line + mark if line.strip().partition("=")[0] in names and line.endswith(",") else line
+        for line in lines
+    ]
+
+
 def _arguments(w: Winner, groups: list[list[str]]) -> list[str]:
-    """The TrainingArguments call and flags of the fields among the flags, then the script's own."""
+    """The TrainingArguments call and flags of the fields among the flags, then the script's own;
+    the flags for the measurement only marked (_measure_only)."""
+    only = measure_only(w.command or {}, groups)
     found = training_fields()
     if found is None:
-        return [NO_TRANSFORMERS, shlex.join(t for g in groups for t in g)]
+        return [NO_TRANSFORMERS, *measure_only_line(only), shlex.join(t for g in groups for t in g)]
     fields, version = found
     ours = [g for g in groups if field_of(g, fields) is not None]
     own = [g for g in groups if field_of(g, fields) is None]
-    lines = [f"# the command's flags that are TrainingArguments fields (transformers {version})"]
+    lines = [
+        f"# the command's flags that are TrainingArguments fields (transformers {version})",
+        *measure_only_line(only),
+    ]
     if ours:
         kwargs = typed(w, ours, [str(field_of(g, fields)) for g in ours])
+        marked = {str(field_of(g, fields)) for g in ours if g in only}
         lines += [
-            *call("TrainingArguments", kwargs),
+            *_marked(call("TrainingArguments", kwargs), marked),
             "# the same as command-line flags (HfArgumentParser), as the command has them",
             shlex.join(t for g in ours for t in g),
         ]
@@ -121,18 +129,18 @@ def _arguments(w: Winner, groups: list[list[str]]) -> list[str]:
 def hf_command(w: Winner) -> Form:
     """The HF form of a command study: what the chosen trial's command gave TrainingArguments."""
     m = measured(w)
-    missing = unmapped(w)
     ran = f"trial {w.trial}'s" if w.trial is not None else "the chosen trial's"
     lines = [
         f"# {ran} command ({m.argv[0]} ...; the command form has it whole) as TrainingArguments",
         *env_block(m.env),
+        *lightning_lines(w),
         *_arguments(w, flag_groups(m.argv)),
         *config_lines(w, m),
         *secret_lines(m),
+        *declared_lines(w),
         *([RUN_DIR_NOTE] if m.names_run_dir else []),
-        *missing_lines("hf", missing),
     ]
-    return Form("hf", "\n".join(lines) + "\n", missing)
+    return Form("hf", "\n".join(lines) + "\n")
 
 
 def reads_training_arguments(command: dict[str, Any]) -> bool:

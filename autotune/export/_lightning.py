@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune import command_render
 from autotune.export._form import (
     Code,
     Form,
@@ -23,6 +24,7 @@ from autotune.export._form import (
     same,
     translate,
 )
+from autotune.export._measured import declared_lines, lightning_lines
 from autotune.export._winner import Winner
 from autotune.protocol import Knobs
 
@@ -148,9 +150,14 @@ def _imports_first(lines: list[str]) -> list[str]:
 
 
 def lightning(w: Winner) -> Form:
+    """The Trainer's arguments and your script's lines; of a command study (measure lightning), the
+    PL_TRAINER_* variables its trials set too, as they set them, and the knobs its script sets."""
     done = translate(w, RULES, NOT_AN_ARGUMENT)
+    trainer_env = command_render.lightning_env(w.command or {}, w.knobs)
     lines = [
-        *env_block(w.env),
+        *env_block({**w.env, **trainer_env}),
+        *lightning_lines(w),
+        *declared_lines(w),
         *(["# lines to add to your script", *_imports_first(done.lines)] if done.lines else []),
         "# Trainer arguments (with your own: max_steps, callbacks, ...)",
         *call("trainer = Trainer", _trainer_args(w, done.args)),

@@ -1,5 +1,6 @@
 """The command a command study measured, as export writes it: command_render's own rendering of the
-chosen knobs (the trial's launcher left out), with relative paths and the shell's `python`."""
+chosen knobs (the trial's launcher left out), with relative paths and the interpreter the trial ran
+(its record's, runs/NNNN/result.json beside best.yaml)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,10 @@ import yaml
 from autotune import command_render, redact
 from autotune.command_render import text_of
 from autotune.errors import ConfigError
-from autotune.export._winner import ENV_KNOBS, Winner
+from autotune.export._form import one_line
+from autotune.export._winner import Winner
 
-# `{python}` was the trial's interpreter, autotune's own (sys.executable): a command pasted
-# elsewhere runs the shell's
-PYTHON = "python"
+RESULT_MAX_BYTES = 64 << 20  # a trial's result.json read for its command: more is no result of ours
 RUN_DIR_NOTE = "# {run_dir} (each trial's own folder) is . here: the command's folder"
 
 
@@ -33,6 +33,7 @@ class Measured:
     config: Path | None  # best.config<suffix> beside best.yaml (None: the command reads no file)
     overrides: dict[str, Any]  # the config file's dotted keys the knobs set
     names_run_dir: bool  # the command names {run_dir}, which is `.` here
+    program: str = ""  # where argv[0]'s path comes from, for a comment ('' : as written)
 
 
 def _filled(command: dict[str, Any], tokens: dict[str, str]) -> dict[str, Any]:
@@ -47,22 +48,65 @@ def _filled(command: dict[str, Any], tokens: dict[str, str]) -> dict[str, Any]:
     return {**command, "argv": [fill(a) for a in command["argv"]], "env": env}
 
 
+def recorded_argv(w: Winner) -> list[str] | None:
+    """The chosen trial's command as its record keeps it (applied.command of runs/NNNN/result.json
+    beside best.yaml: argv[0] as the trial resolved it); None where it is not there."""
+    import json
+
+    if w.trial is None:
+        return None
+    path = w.path.parent / "runs" / f"{w.trial:04d}" / "result.json"
+    try:
+        if not path.is_file() or path.stat().st_size > RESULT_MAX_BYTES:
+            return None
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    argv = (doc.get("applied") or {}).get("command") if isinstance(doc, dict) else None
+    ok = isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
+    return argv if ok else None
+
+
+def _program(w: Winner, argv0: str, recorded: list[str] | None) -> tuple[str, str]:
+    """argv[0] by the full path the trial ran, and where that was read: the trial's record, else as
+    the trial resolves it (`{python}`: autotune's Python; a bare name: on the command's PATH)."""
+    import shutil
+    import sys
+
+    ran = f"trial {w.trial}'s record"
+    if recorded and os.path.isabs(recorded[0]):
+        if argv0 == "{python}" or os.path.basename(recorded[0]) == argv0:
+            return recorded[0], ran
+    if argv0 == "{python}":
+        return sys.executable, "{python}: autotune's Python"
+    if os.sep in argv0 or "{" in argv0 or redact.MASK in argv0:
+        return argv0, ""
+    path = (w.command or {}).get("env", {}).get("PATH") or os.environ.get("PATH", os.defpath)
+    found = shutil.which(argv0, path=path)
+    return (found, "your PATH here (no trial record beside best.yaml)") if found else (argv0, "")
+
+
 def measured(w: Winner) -> Measured:
     """The command the chosen trial ran, rendered by command_render.render for its knobs, with its
     folder relative to the study's, `{config}` the exported config file's path relative to that
-    folder, `{python}` as `python`. Writes best.config<suffix> beside best.yaml when the command
-    reads a config file."""
+    folder, argv[0] (`python`, `{python}`) by the full path the trial ran (`_program`). Writes
+    best.config<suffix> beside best.yaml when the command reads a config file."""
     assert w.command is not None
     study = w.path.parent.resolve()
     # absent: best.yaml's folder; relative: to that folder (read() makes it absolute already)
     base_dir = study / (w.command.get("base_dir") or w.base_dir or ".")
     # the command's folder as render resolves it; the config file's path is written relative to it
     cwd = (base_dir / (w.command.get("cwd") or ".")).resolve()
-    config, tokens = None, {"{python}": PYTHON}
+    argv0 = str(w.command["argv"][0])
+    program, source = _program(w, argv0, recorded_argv(w))
+    # {python} elsewhere in argv or env is autotune's Python, as render fills it
+    python = program if argv0 == "{python}" else _program(w, "{python}", None)[0]
+    config, tokens = None, {"{python}": python}
     if w.command.get("config_file"):
         config = study / f"best.config{Path(w.command['config_file']).suffix}"
         tokens["{config}"] = os.path.relpath(config, cwd)
     command = _filled(w.command, tokens)
+    command["argv"] = [program, *command["argv"][1:]]
     rendered = command_render.render(command, w.knobs, None, base_dir, launcher=False)
     if config is not None and rendered.config_path is not None:
         try:
@@ -77,6 +121,7 @@ def measured(w: Winner) -> Measured:
         config=config,
         overrides=rendered.overrides,
         names_run_dir=any("{run_dir}" in text for text in written),
+        program=one_line(f"# {program}: the program the trial ran ({source})") if source else "",
     )
 
 
@@ -126,18 +171,36 @@ def config_lines(w: Winner, m: Measured) -> list[str]:
         return []
     source = (w.command or {}).get("config_file")
     keys = ", ".join(f"{key}={text_of(value)}" for key, value in m.overrides.items()) or "none"
-    from autotune.export._form import one_line
-
     line = f"# {m.config.name} (beside best.yaml): {source} with the winner's keys set: {keys}"
     return [one_line(line)]
 
 
-def unmapped(w: Winner) -> list[str]:
-    """autotune's knobs with a value of their own that reach the command neither through a mapping
-    nor the environment (a knob of your own always has its mapping)."""
-    mapped = set((w.command or {}).get("knobs") or {})
+def declared_lines(w: Winner) -> list[str]:
+    """What the forms say of autotune's knobs the command does not map: one value declared in
+    space: for what the job does itself (a batch its script hard-codes), recorded in every trial,
+    never rendered into the command."""
+    mine = w.set_by_script()
+    if not mine:
+        return []
+    values = ", ".join(f"{name}={text_of(value)}" for name, value in mine.items())
+    return [one_line(f"# set by your script (declared in space:, not rendered here): {values}")]
+
+
+def lightning_lines(w: Winner) -> list[str]:
+    """measure lightning: the PL_TRAINER_* variables the trial set for knobs the command does not
+    map (command_render.lightning_env), each with its knob: Lightning's defaults for the Trainer
+    arguments the script does not pass (one it passes wins)."""
+    set_ = command_render.lightning_env(w.command or {}, w.knobs)
+    if not set_:
+        return []
+    by_variable = {v: name for name, (v, _) in command_render.LIGHTNING_ENV.items()}
+    said = ", ".join(
+        f"{by_variable[v]}={text_of(w.knobs[by_variable[v]])} as {v}={value}"
+        for v, value in set_.items()
+    )
     return [
-        f"{name}={text_of(value)} (not mapped onto your command: add it to command.knobs)"
-        for name, value in w.knobs.items()
-        if value is not None and name not in mapped and name not in ENV_KNOBS and w.differs(name)
+        one_line(
+            f"# Lightning's PL_TRAINER_* variables, as the trial set them: {said} (the Trainer's "
+            "defaults for arguments your script does not pass; one it passes wins)"
+        )
     ]

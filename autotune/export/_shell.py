@@ -7,13 +7,15 @@ import shlex
 
 from autotune.command_render import text_of
 from autotune.export._form import Form, env_block, launcher, missing_lines
+from autotune.export._measure_only import flag_groups, measure_only, measure_only_line
 from autotune.export._measured import (
     RUN_DIR_NOTE,
     config_lines,
+    declared_lines,
+    lightning_lines,
     measured,
     secret_lines,
     shell_word,
-    unmapped,
 )
 from autotune.export._winner import ENV_KNOBS, Winner
 from autotune.redact import MASK
@@ -29,17 +31,20 @@ def command(w: Winner) -> Form:
     ]
     words = [shell_word(a, f"SECRET_ARG_{i}") for i, a in enumerate(m.argv)]
     line = " ".join(["cd", shlex.quote(m.cwd), "&&", *assignments, *words])
-    missing = unmapped(w)
     ran = f", as trial {w.trial} ran it" if w.trial is not None else ""
+    only = measure_only(w.command or {}, flag_groups(m.argv))
     lines = [
         f"# the study's command with the winner's knob values{ran}; run it from beside best.yaml",
+        *([m.program] if m.program else []),
         *config_lines(w, m),
         *secret_lines(m),
+        *lightning_lines(w),
+        *declared_lines(w),
         *([RUN_DIR_NOTE] if m.names_run_dir else []),
+        *measure_only_line(only, [" ".join(shlex.quote(t) for t in g) for g in only]),
         line,
-        *missing_lines("command", missing),
     ]
-    return Form("command", "\n".join(lines) + "\n", missing)
+    return Form("command", "\n".join(lines) + "\n")
 
 
 def torchrun(w: Winner) -> Form:

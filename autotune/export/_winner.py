@@ -52,6 +52,27 @@ class Winner:
         knob = catalogue.BY_NAME.get(name)
         return knob is None or self.knobs[name] != knob.default
 
+    def set_by_script(self) -> dict[str, Any]:
+        """A command study's knobs of autotune's that reach its command neither by a mapping, the
+        environment, nor (measure lightning) a PL_TRAINER_* variable: one value declared in space:
+        for what the job does itself (tasks/_command.declared), in every trial's knobs, never
+        rendered. A value at autotune's default is left unsaid."""
+        if self.command is None:
+            return {}
+        from autotune.command_render import LIGHTNING_ENV
+
+        reached = set(self.command.get("knobs") or {}) | ENV_KNOBS
+        if self.command.get("measure") == "lightning":
+            reached |= set(LIGHTNING_ENV)
+        return {
+            name: value
+            for name, value in self.knobs.items()
+            if name in catalogue.BY_NAME
+            and name not in reached
+            and value is not None
+            and self.differs(name)
+        }
+
 
 def read(path: Path) -> Winner:
     """best.yaml at path as a Winner; ConfigError (exit 2, one line) naming what is wrong."""

@@ -18,7 +18,32 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.errors import AutotuneError
+
 Callback = Callable[[optuna.Study, FrozenTrial], None]
+
+
+def stop_if_baseline_unmeasured(
+    study: optuna.Study, trial: FrozenTrial, stop: threading.Event
+) -> None:
+    """After a told trial: UnmeasuredError (exit 3), the search ended at once, when it is the
+    baseline and it failed for a reason of measurement rather than of its knobs
+    (tasks/_command.unmeasured: an average refused, no step reported): every other trial would fail
+    the same way. `stop` ends the trials running beside it."""
+    from autotune.errors import UnmeasuredError
+    from autotune.search.history import key
+    from autotune.tasks._command import unmeasured
+
+    baseline = study.user_attrs.get("baseline_knobs")
+    attrs = trial.user_attrs
+    if not isinstance(baseline, dict) or key(attrs.get("knobs") or {}) != key(baseline):
+        return
+    reason = str(attrs.get("reason") or "")
+    if unmeasured(str(attrs.get("status")), reason):
+        stop.set()
+        raise UnmeasuredError(
+            f"the baseline (trial {trial.number}) could not be measured, so no trial can: {reason}"
+        )
 
 
 @dataclass(frozen=True)
@@ -59,8 +84,11 @@ class Drive:
             return
         with ThreadPoolExecutor(self.n_jobs, thread_name_prefix="autotune-trial") as pool:
             futures = [pool.submit(self._work, deadline) for _ in range(self.n_jobs)]
-            for future in futures:
-                future.result()
+            errors = [e for future in futures if (e := future.exception()) is not None]
+        # the error that stopped the others first: theirs (interrupted by `stop`) follow from it
+        first = next((e for e in errors if isinstance(e, AutotuneError)), None)
+        if first is not None or errors:
+            raise first or errors[0]
 
     def _work(self, deadline: float) -> None:
         while not self.halted.is_set() and not self.stop.is_set() and time.monotonic() < deadline:

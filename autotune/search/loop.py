@@ -29,7 +29,7 @@ from autotune.protocol import STATUSES, Knobs
 from autotune.search import edges, loss_guard, neighbours, predict, repeats, stages, tracking, warm
 from autotune.search.best import write_best
 from autotune.search.confirm import confirm
-from autotune.search.drive import Drive, Told
+from autotune.search.drive import Drive, Told, stop_if_baseline_unmeasured
 from autotune.search.history import History, key, optuna_state, store
 from autotune.search.observer import Observer
 from autotune.search.prune import BelowBest, ProgressWatch
@@ -430,6 +430,7 @@ class _Search:
     def stop_when_done(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         """After each told trial: what is measured next, and whether the study stops
         (schedule.py)."""
+        stop_if_baseline_unmeasured(study, trial, self.stop)  # every trial would fail as it did
         why = self.schedule.after(study, trial)
         if why is not None:
             self.stop_reason = why

@@ -137,6 +137,25 @@ class Command(Training):
             record.reason = f"{record.reason}; {said}" if record.reason else said
 
 
+# What a command trial says when it could not measure the job at all, whatever its knobs
+# (workloads/command.py, command_said.py): an average since the start refused, no step reported (the
+# reporter or callback missing, a log pattern that never matched), a command that cannot start.
+UNMEASURED = (
+    "matched an average since the start",
+    "without reporting a step",
+    "(command.first_step_s: raise it if slow)",
+    "the command reported 0 of ",
+    "the command could not start",
+)
+
+
+def unmeasured(status: str, reason: str) -> bool:
+    """Whether a failed command trial failed for a reason of its measurement, not of its knobs:
+    every trial of the study would fail the same way (search/drive.py stops at its baseline)."""
+    failed = status in ("crash", "timeout", "invalid_config")
+    return failed and any(said in reason for said in UNMEASURED)
+
+
 def _secret_notes(command: Any) -> list[str]:
     """What `search` says of a command's secrets written into its YAML: where each argument holding
     one is (masked in study.db and best.yaml, so `check` cannot run it), and the remedy."""
@@ -182,11 +201,26 @@ def _check_mapping(name: str, mapping: Any, mine: list[str], by_name: dict[str, 
         )
 
 
+def declared(name: str, cfg: Any) -> bool:
+    """Whether space gives autotune's knob one value that no mapping renders: a declaration of what
+    the job does itself (its script hard-codes a batch of 20), recorded in every trial's knobs (so
+    tokens, memory and the report use it) and never rendered into the command."""
+    value = getattr(cfg.space, name)
+    return (
+        name in MAPPABLE
+        and name not in cfg.command.knobs
+        and isinstance(value, list)
+        and len(value) == 1
+        and not _lightning_env(name, cfg)
+    )
+
+
 def _check_reaches(name: str, cfg: Any, knob: Any) -> None:
-    """A knob of autotune's that the study varies or sets off its default must reach the command."""
+    """A knob of autotune's that the study varies must reach the command; one value without a
+    mapping is what the job does itself (`declared`)."""
     mapped = name in cfg.command.knobs or bool(knob.env) or _lightning_env(name, cfg)
     value = getattr(cfg.space, name)
-    if mapped or value == "auto" or value == [knob.default]:
+    if mapped or value == "auto" or value == [knob.default] or declared(name, cfg):
         if name == "grad_accum_steps" and not mapped and cfg.workload.global_batch_size is not None:
             raise ValueError(
                 "command.knobs.grad_accum_steps: needed with workload.global_batch_size (the "
@@ -196,7 +230,8 @@ def _check_reaches(name: str, cfg: Any, knob: Any) -> None:
         return
     raise ValueError(
         f"space.{name}: {value} set, but command.knobs.{name} does not say how it reaches the "
-        f"command; add e.g. command.knobs.{name}: {{flag: --{name}}}"
+        f"command; add e.g. command.knobs.{name}: {{flag: --{name}}} (one value without a "
+        "mapping declares what your script sets itself)"
     )
 
 
