@@ -111,7 +111,7 @@ def render(
         write_config(source, Path(config_path), overrides)
     cwd = str((base_dir / (command.get("cwd") or ".")).resolve())
     if launcher:  # the trial's (measure hf / lightning: the callback added), not the export's
-        env.update(measure_env(command.get("measure") or "report", env))
+        env.update(measure_env(command.get("measure") or "report", env, cwd))
     return Rendered(argv, env, cwd, config_path, overrides)
 
 
@@ -139,19 +139,28 @@ def lightning_env(command: dict[str, Any], knobs: Knobs) -> dict[str, str]:
     return env
 
 
-def measure_env(measure: str, env: dict[str, str]) -> dict[str, str]:
-    """measure hf / lightning: the job starts with autotune's callback added (callbacks/launch.py),
-    by a sitecustomize first on its PYTHONPATH; autotune's own folder follows it (a source
-    checkout).
+def measure_env(measure: str, env: dict[str, str], cwd: str | None = None) -> dict[str, str]:
+    """measure hf / lightning: the job starts with autotune's callback added (callbacks/launch.py)
+    by a sitecustomize in autotune's hook folder, the one folder autotune adds to its PYTHONPATH:
+    after the user's own entries, so that the job imports its own packages (the hook reaches
+    autotune's modules without autotune's folder on the path: callbacks/_site/sitecustomize.py).
     """
     if measure not in ("hf", "lightning"):
         return {}
     from autotune.callbacks import launch
 
-    root = str(Path(launch.__file__).resolve().parents[2])
+    site = launch.site_dir()
     before = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
-    path = os.pathsep.join(p for p in (launch.site_dir(), root, before) if p)
-    return {"PYTHONPATH": path, launch.ENV_MEASURE: measure}
+    entries = [p for p in before.split(os.pathsep) if p and p != site]
+    # Python imports the first sitecustomize on its path: behind a user entry that holds one, ours
+    # would never run. Ours goes first then, and runs theirs after it (it chains the next one).
+    theirs = any(
+        os.path.exists(os.path.join(cwd or ".", p, "sitecustomize.py"))
+        or os.path.isdir(os.path.join(cwd or ".", p, "sitecustomize"))
+        for p in entries
+    )
+    path = [site, *entries] if theirs else [*entries, site]
+    return {"PYTHONPATH": os.pathsep.join(path), launch.ENV_MEASURE: measure}
 
 
 def _config_path(source: Path | None, run_dir: Path | None) -> str | None:

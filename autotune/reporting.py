@@ -21,7 +21,11 @@ the job). With each step goes the number of graphs torch.compile has made so far
 when the job imported it): a job that recompiles for every new shape is found out while it runs.
 `tokens` are the step's real tokens (padding excluded: you pay for padding, and autotune shows it);
 `padded_tokens` the tokens the step computed on, padding included. The HF Trainer and Lightning
-callbacks (autotune.callbacks) time steps with CUDA events instead and call `record`.
+callbacks (autotune.callbacks) time steps with CUDA events instead and call `record`; the first
+training to begin claims the job's reporter (`Reporter.claim`): one training is measured, and one
+that begins after it ended short of autotune's steps fails the trial (a "failed" line). They also
+write the settings the job really ran with (`Reporter.job_settings`), which the trial compares with
+its knobs.
 """
 
 from __future__ import annotations
@@ -103,6 +107,7 @@ class Reporter:
         # a step's stamp (at) is read off the clock that times it, from this origin: its time and
         # the time between its stamps agree (the trial checks they do)
         self.origin = (time.time(), self.last)
+        self.owner: object | None = None  # the training measured (claim)
 
     @property
     def active(self) -> bool:
@@ -114,6 +119,44 @@ class Reporter:
         if not self.active:
             return False
         return self.count >= self.most or bool(self.stop and os.path.exists(self.stop))
+
+    def has_steps(self) -> bool:
+        """autotune has the steps it needs: its stop file, or at least the steps it asks (a job
+        that ends then is measured)."""
+        return self.count >= self.needed or bool(self.stop and os.path.exists(self.stop))
+
+    def claim(self, owner: object) -> bool:
+        """A training begins (owner: its callback): True when it is the one measured, the first to
+        begin. Another (a second Trainer, the same one trained again) stays silent, so that no step
+        is counted twice; if it begins after the measured one ended short of autotune's steps, the
+        trial is told it failed: the job went on to train something autotune does not measure."""
+        if not self.active:
+            return False
+        if self.owner is None:
+            self.owner = owner
+            return True
+        if self.closed and not self.has_steps():
+            what = (
+                "trained its Trainer again" if owner is self.owner else "trained a second Trainer"
+            )
+            self.fail(
+                f"the job {what} after the first training's {self.count} of the {self.needed} "
+                "optimizer steps autotune needs: autotune measures one Trainer's training; let "
+                f"the first train at least {self.needed} steps (its max_steps), or leave the other "
+                "training out of the job autotune runs"
+            )
+        return False
+
+    def job_settings(self, settings: dict[str, Any], read_from: dict[str, str]) -> None:
+        """The settings the job ran with, in autotune's knob names (read_from: where each was read,
+        in the framework's terms); the trial compares them with its knobs."""
+        if self.active:
+            self._write({"job_settings": settings, "read_from": read_from})
+
+    def fail(self, reason: str) -> None:
+        """Fail the trial with this one-line reason (the trial ends the job when it reads it)."""
+        if self.active:
+            self._write({"failed": " ".join(reason.split())})
 
     def begin(self) -> None:
         """Mark the start of the first step (else the reporter's creation is)."""
@@ -158,10 +201,10 @@ class Reporter:
 
     def _write(self, line: dict[str, Any]) -> None:
         """Append one line (one short write with O_APPEND: a reader never sees half of one), within
-        MAX_REPORT_BYTES."""
+        MAX_REPORT_BYTES (but for the closing and the failing line)."""
         assert self.path is not None
         text = json.dumps(line) + "\n"
-        if self.written + len(text) > MAX_REPORT_BYTES and not line.get("done"):
+        if self.written + len(text) > MAX_REPORT_BYTES and not ({"done", "failed"} & set(line)):
             return
         self.written += len(text)
         with open(self.path, "a") as f:

@@ -100,7 +100,13 @@ def test_callback_lightning_reports_optimizer_steps_and_stops(
     # the batches have padding, and it is left out
     assert all(s["tokens"] < s["padded"] for s in steps)
     assert all(s["s"] > 0 for s in steps)
-    assert lines[-1]["done"] is True and len(lines) == 6
+    assert lines[-1]["done"] is True and len(lines) == 7
+    # first: the settings the Trainer ran with (its batches are whole: no batch_size to read)
+    assert lines[0]["job_settings"] == {
+        "grad_accum_steps": 2,
+        "precision": "fp32",
+        "compile": False,
+    }
 
 
 @pytest.mark.slow
@@ -125,7 +131,7 @@ def test_callback_lightning_reports_the_steps_of_a_short_training(
     trainer = _fit(AutotuneCallback(_reporter(monkeypatch, path)), batches, max_steps=3)
     assert trainer.global_step == 3
     lines = _lines(path)
-    assert [(s["tokens"], s["padded"]) for s in lines[:-1]] == _expected(batches, 3)
+    assert [(s["tokens"], s["padded"]) for s in lines[1:-1]] == _expected(batches, 3)
     assert lines[-1]["done"] is True  # the training ended: its closing line follows its steps
 
 
@@ -141,3 +147,34 @@ def test_callback_lightning_count_tokens_of_each_batch_kind() -> None:
         count_tokens("text")
     with pytest.raises(TypeError, match=r"needs input_ids or attention_mask, got keys \['x'\]"):
         count_tokens({"x": ids})
+
+
+def test_callback_lightning_measures_one_trainer_and_reads_its_batch_size(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Two Trainers trained in turn on one reporter: the first (2 of the 5 steps needed) is the one
+    measured, with its dataloader's batch size; the second's steps are never counted and its start
+    fails the trial."""
+    path = tmp_path / "report.jsonl"
+    reporter = _reporter(monkeypatch, path)
+    rows = [{k: v[0] for k, v in b.items()} for b in _batches(40)]  # single rows, batched by 4
+    for max_steps in (2, 3):
+        trainer = pl.Trainer(
+            accelerator="cpu",
+            max_steps=max_steps,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[AutotuneCallback(reporter)],
+        )
+        trainer.fit(TinyLM(), DataLoader(rows, batch_size=BATCH))
+    lines = _lines(path)
+    assert lines[0]["job_settings"] == {
+        "micro_batch_size": BATCH,
+        "grad_accum_steps": 1,
+        "precision": "fp32",
+        "compile": False,
+    }
+    assert [x["step"] for x in lines if "step" in x] == [1, 2]
+    assert lines[-1]["failed"].startswith("the job trained a second Trainer after the first")

@@ -9,6 +9,9 @@ waits): those that have are written with their counts, read from the host copies
 by then. So the trial sees every step within a step or two, its pruner can stop a slow job early,
 and no synchronisation is added; the last steps are read with one synchronisation when the training
 stops.
+
+Also here: what both callbacks share about the job's settings (`Settings`: autotune's knob names,
+each with where it was read).
 """
 
 from __future__ import annotations
@@ -20,6 +23,21 @@ from typing import Any
 from autotune import reporting
 
 TokenCount = tuple[Any, int]  # (real tokens: an int or a device tensor, padded tokens)
+# the settings the job ran with, in autotune's knob names, and where each was read (the framework's
+# names): reporting.Reporter.job_settings
+Settings = tuple[dict[str, Any], dict[str, str]]
+
+
+def fp32_precision(torch: ModuleType) -> str:
+    """An fp32 training's precision in autotune's names: tf32 when the job turned TF32 on."""
+    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32"
+
+
+def setting(settings: Settings, knob: str, value: Any, read_from: str) -> None:
+    """Add one setting the job ran with (a value that is None was not readable: left out)."""
+    if value is not None:
+        settings[0][knob] = value
+        settings[1][knob] = read_from
 
 
 def mark(torch: ModuleType, cuda: bool) -> Any:

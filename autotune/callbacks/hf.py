@@ -15,7 +15,12 @@ Outside autotune (no AUTOTUNE_REPORT) it does nothing. Under autotune:
   a packed batch has no padding), counted on the device by a forward pre-hook of the model, padding
   apart;
 - once autotune has its window (its stop file appears) it asks the Trainer to stop
-  (control.should_training_stop); a training that ends earlier reports the steps it ran.
+  (control.should_training_stop); a training that ends earlier reports the steps it ran;
+- the first Trainer whose training begins is the one measured (reporting.Reporter.claim): another
+  Trainer's callback stays silent, and one that begins training after the first ended short of
+  autotune's steps fails the trial;
+- as its training begins it reports the settings the Trainer runs with (job_settings): the batch
+  size per device, gradient accumulation, precision, gradient checkpointing and torch_compile.
 """
 
 from __future__ import annotations
@@ -27,6 +32,31 @@ from transformers import TrainerCallback
 
 from autotune import reporting
 from autotune.callbacks import _clock
+
+
+def job_settings(args: Any, model: Any) -> _clock.Settings:
+    """The TrainingArguments the job really runs with, in autotune's knob names."""
+    settings: _clock.Settings = ({}, {})
+    batch = getattr(args, "per_device_train_batch_size", None)
+    _clock.setting(settings, "micro_batch_size", batch, "per_device_train_batch_size")
+    accumulate = getattr(args, "gradient_accumulation_steps", None)
+    _clock.setting(settings, "grad_accum_steps", accumulate, "gradient_accumulation_steps")
+    if getattr(args, "bf16", False):
+        precision = "bf16"
+    elif getattr(args, "fp16", False):
+        precision = "fp16"
+    else:  # tf32: the argument, else what the script set itself
+        tf32 = getattr(args, "tf32", None)
+        precision = _clock.fp32_precision(torch) if tf32 is None else "tf32" if tf32 else "fp32"
+    _clock.setting(settings, "precision", precision, "bf16/fp16/tf32")
+    checkpointing = bool(getattr(args, "gradient_checkpointing", False))
+    checkpointing = checkpointing or bool(getattr(model, "is_gradient_checkpointing", False))
+    checkpointed = "full" if checkpointing else "none"
+    _clock.setting(settings, "activation_checkpointing", checkpointed, "gradient_checkpointing")
+    _clock.setting(
+        settings, "compile", bool(getattr(args, "torch_compile", False)), "torch_compile"
+    )
+    return settings
 
 
 def _disable(fn: Any) -> Any:
@@ -49,8 +79,9 @@ class AutotuneCallback(TrainerCallback):
     def on_train_begin(
         self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any
     ) -> None:
-        if not self.reporter.active or model is None or self.steps is not None:
-            return
+        if model is None or not self.reporter.claim(self):
+            return  # outside autotune, or not the training measured (claim)
+        self.reporter.job_settings(*job_settings(args, model))
         cuda = torch.cuda.is_available() and next(model.parameters()).is_cuda
         self.hook = model.register_forward_pre_hook(_disable(self._count), with_kwargs=True)
         self.steps = _clock.Steps(torch, self.reporter, cuda)

@@ -20,7 +20,13 @@ Outside autotune (no AUTOTUNE_REPORT) it does nothing. Under autotune (on global
   list counts its first item (the inputs of an (inputs, targets) pair). Another batch: pass
   count_tokens;
 - once autotune has its window (its stop file appears) it sets trainer.should_stop; a training that
-  ends earlier reports the steps it ran at on_train_end.
+  ends earlier reports the steps it ran at on_train_end;
+- the first Trainer whose training begins is the one measured (reporting.Reporter.claim): another
+  Trainer's callback stays silent, and one that begins training after the first ended short of
+  autotune's steps fails the trial;
+- as its training begins it reports the settings the Trainer runs with (job_settings):
+  accumulate_grad_batches, precision, the train dataloader's batch_size (when it has one) and
+  whether the module was compiled.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from autotune import reporting
 from autotune.callbacks import _clock
 
 TokenCount = _clock.TokenCount
+# Lightning's precision names in autotune's (others, e.g. bf16-true, are reported as they are)
+PRECISION = {"bf16-mixed": "bf16", "16-mixed": "fp16"}
 
 
 def count_tokens(batch: Any) -> TokenCount:
@@ -67,6 +75,33 @@ def _mapping_tokens(batch: Mapping[str, Any]) -> TokenCount:
     return real, padded
 
 
+def job_settings(trainer: Any, pl_module: Any) -> _clock.Settings:
+    """The Trainer's settings the job really runs with, in autotune's knob names."""
+    settings: _clock.Settings = ({}, {})
+    accumulate = getattr(trainer, "accumulate_grad_batches", None)
+    _clock.setting(
+        settings, "micro_batch_size", _batch_size(trainer), "the train dataloader's batch_size"
+    )
+    _clock.setting(settings, "grad_accum_steps", accumulate, "accumulate_grad_batches")
+    name = str(getattr(trainer, "precision", ""))
+    precision = _clock.fp32_precision(torch) if name.startswith("32") else PRECISION.get(name, name)
+    _clock.setting(settings, "precision", precision or None, "precision")
+    # trainer.fit(torch.compile(module)): Lightning unwraps it and keeps this mark
+    compiled = bool(getattr(pl_module, "_compiler_ctx", None))
+    _clock.setting(settings, "compile", compiled, "torch.compile(module)")
+    return settings
+
+
+def _batch_size(trainer: Any) -> int | None:
+    """The train dataloader's batch_size, when it is one DataLoader with one (else None)."""
+    try:
+        loader = trainer.train_dataloader
+    except Exception:  # a property of Lightning's internals: unreadable means unknown
+        return None
+    size = getattr(loader, "batch_size", None)
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
 class AutotuneCallback(Callback):
     """Report each optimizer step's device time and real tokens to autotune as it ends; stop when it
     says."""
@@ -85,8 +120,9 @@ class AutotuneCallback(Callback):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         # Lightning's own launcher sets no RANK (the reporter's check): ask the trainer which rank
         # reports.
-        if not self.reporter.active or not trainer.is_global_zero or self.steps is not None:
-            return
+        if not trainer.is_global_zero or not self.reporter.claim(self):
+            return  # outside autotune, another rank, or not the training measured (claim)
+        self.reporter.job_settings(*job_settings(trainer, pl_module))
         self.global_step = trainer.global_step  # a resumed training starts past 0
         self.steps = _clock.Steps(torch, self.reporter, pl_module.device.type == "cuda")
 

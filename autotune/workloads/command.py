@@ -9,10 +9,10 @@ the job to stop (the stop file, or SIGTERM for a log job) once the window has se
 job keeps recompiling; it ends the process group after command.stop_grace_s. Nothing reported is
 thrown away: a job that gave its steps is measured however it exits, and one stopped at the trial's
 limit keeps the steps it gave, and one that said it is done is measured then, however slowly it
-exits. What it reports is checked as it is read (command_report.py): a figure that cannot be fails
-the trial, naming it. Its failures (out of memory, NCCL refusals, an exit before its steps,
-no step at all) are classified from its exit and output, whose telling line (protocol.last_words:
-the exception, not a library's warning) the reason quotes.
+exits. What it reports is checked as it is read (command_report.py): a figure that cannot be, or a
+batch size or accumulation other than the trial set (job_settings), fails the trial, naming it. Its
+failures (out of memory, NCCL refusals, an exit before its steps, no step) are classified from its
+exit and output, whose telling line (protocol.last_words: the exception, not a warning) is quoted.
 """
 
 from __future__ import annotations
@@ -88,23 +88,12 @@ class Command(Workload):
             self.deadline_s, float(self.cfg.get("first_step_s") or self.deadline_s)
         )
         self.applied = {
-            "command": [self._program(), *self.rendered.argv[1:]],
+            "command": self.rendered.argv,
             "env": self.rendered.env,
             "cwd": self.rendered.cwd,
         }
         if self.rendered.overrides:
             self.applied["config_overrides"] = self.rendered.overrides
-
-    def _program(self) -> str:
-        """argv[0] as Popen finds it, recorded so that the export names the interpreter the trial
-        ran: a bare name (`python`) on the job's PATH; a path, or a secret, as it is."""
-        import shutil
-
-        shown = self.rendered.argv[0]
-        if shown != self.real_argv[0] or os.sep in shown:
-            return shown
-        path = self.real_env.get("PATH", os.environ.get("PATH", os.defpath))
-        return shutil.which(shown, path=path) or shown
 
     def _env(self) -> dict[str, str]:
         steps = f"{self.spec.run.warmup_steps},{self.spec.run.measure_steps}"
@@ -138,12 +127,12 @@ class Command(Workload):
             if output.bad:
                 raise BadReport(output.bad)
             return (output.steps(), None) if self.log else self.report.read()
-        except BadReport as err:
-            raise Failed("crash", f"the command reported what cannot be: {err}") from None
+        except BadReport as err:  # or the job's own failing line (JobFailed: no prefix)
+            raise Failed(err.status, f"{err.prefix}{err}") from None
 
     def run(self) -> Measured:
         t0 = time.time()
-        self.report = Report(self.report_path, t0, self.rule.max_steps)
+        self.report = Report(self.report_path, t0, self.rule.max_steps, self.spec.knobs)
         proc = self._start()
         output = Output(proc.stdout, self.cfg.get("log_pattern"), self.rule.max_steps)
         memory = PeakWatch(proc.pid).start() if self.spec.device == "cuda" else None
@@ -342,6 +331,7 @@ class Command(Workload):
             "job_env": self._job_env(done),
         }
         output["window"] = {**win.summary(), "said": windows.said(win, self.rule)}
+        output["job_settings"] = self.report.settings  # what the job ran with (None: not reported)
         output["nvml_peak_bytes"] = getattr(self, "nvml_peak", None)
         output["tokens_per_micro_batch"] = tokens_per_micro_batch(steps, self.spec.knobs)
         if any("graphs" in s for s in steps):

@@ -46,10 +46,30 @@ MAX_LINE_BYTES = 64 << 10  # a step's line is about 100 bytes; a longer one is n
 MAX_READ_BYTES = MAX_REPORT_BYTES + MAX_LINE_BYTES
 EXCERPT_CHARS = 80  # of a bad line or value, quoted in the reason
 LINE_FORMAT = '{"step", "s", "tokens", "at"} or {"done": true, ...}'
+MAX_REASON_CHARS = 600  # a "failed" line's reason (the callbacks' are under 400)
+MAX_SETTINGS = 20  # a job_settings line's entries (the callbacks write at most 5)
+MAX_SETTING_CHARS = 60  # a setting's name, text value or source
+# the settings a trial compares with its knobs: a job that runs other values than it set measures a
+# configuration the study never chose
+COMPARED = ("micro_batch_size", "grad_accum_steps")
 
 
 class BadReport(ValueError):
     """A number the job reported that cannot be: the reason, one line."""
+
+    status = "crash"  # the trial's failure
+    prefix = "the command reported what cannot be: "  # the reason's start
+
+
+class JobFailed(BadReport):
+    """The job's callback failed the trial (a "failed" line: a second training), or the job ran
+    with other settings than the trial set: its reason as it stands."""
+
+    prefix = ""
+
+    def __init__(self, reason: str, status: str = "crash") -> None:
+        super().__init__(reason)
+        self.status = status
 
 
 def excerpt(value: Any) -> str:
@@ -99,8 +119,12 @@ class Report:
     new since the last, a line being written waits for its end, and at most MAX_READ_BYTES are read
     in all; steps past `most` (the most the trial asks for) are not kept."""
 
-    def __init__(self, path: Path, t0: float, most: int) -> None:
+    def __init__(
+        self, path: Path, t0: float, most: int, knobs: dict[str, Any] | None = None
+    ) -> None:
         self.path, self.t0, self.most = path, t0, most
+        self.knobs = knobs or {}  # the trial's, compared with the job's settings (COMPARED)
+        self.settings: dict[str, Any] | None = None  # what the job ran with (job_settings line)
         self.offset, self.lines = 0, 0
         self.rest = b""  # a line being written
         self.steps: list[dict[str, Any]] = []
@@ -157,7 +181,13 @@ class Report:
                 f"{where} is not a JSON object: {excerpt(raw.decode(errors='replace'))}; each line "
                 f"is {LINE_FORMAT}"
             )
-        if "done" in doc:
+        if "failed" in doc:
+            raise JobFailed(failed_reason(doc["failed"], where))
+        if "job_settings" in doc:
+            self.settings, read_from = settings_line(doc, where)
+            if why := settings_said(self.settings, read_from, self.knobs):
+                raise JobFailed(why, "invalid_config")
+        elif "done" in doc:
             self.done = done_line(doc, where)
         elif len(self.steps) < self.most:
             self.steps.append(self._step(doc, where, now))
@@ -220,6 +250,52 @@ def done_line(doc: dict[str, Any], where: str) -> dict[str, Any]:
         allowed = f"the device's name, printable text of 1 to {MAX_NAME_CHARS} characters"
         raise BadReport(f"{where}: device_name is {excerpt(name)}; allowed: {allowed}")
     return done
+
+
+def failed_reason(value: Any, where: str) -> str:
+    """A "failed" line's reason: one line of printable text."""
+    if isinstance(value, str) and 0 < len(value) <= MAX_REASON_CHARS and value.isprintable():
+        return value
+    allowed = f"the job's reason, one printable line of 1 to {MAX_REASON_CHARS} characters"
+    raise BadReport(f"{where}: failed is {excerpt(value)}; allowed: {allowed}")
+
+
+def _short(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= MAX_SETTING_CHARS and value.isprintable()
+
+
+def settings_line(doc: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """A job_settings line: knob names to a bool, a whole number or a short text, and where each
+    was read (read_from)."""
+    settings, read_from = doc["job_settings"], doc.get("read_from") or {}
+    for name, table in (("job_settings", settings), ("read_from", read_from)):
+        if not isinstance(table, dict) or len(table) > MAX_SETTINGS:
+            allowed = f"an object of at most {MAX_SETTINGS} settings"
+            raise BadReport(f"{where}: {name} is {excerpt(table)}; allowed: {allowed}")
+        for key, value in table.items():
+            plain = isinstance(value, bool) or _short(value)
+            plain = plain or (isinstance(value, int) and 0 <= value < 2**31 and name != "read_from")
+            if not _short(key) or not plain:
+                allowed = "a knob's name to a bool, a whole number or a short text"
+                raise BadReport(f"{where}: {name} has {excerpt({key: value})}; allowed: {allowed}")
+    return settings, read_from
+
+
+def settings_said(
+    settings: dict[str, Any], read_from: dict[str, str], knobs: dict[str, Any]
+) -> str:
+    """Why the job's settings contradict the trial's knobs (COMPARED), with the remedy; or ''."""
+    for knob in COMPARED:
+        ran, set_ = settings.get(knob), knobs.get(knob)
+        if ran is None or set_ is None or ran == set_:
+            continue
+        source = read_from.get(knob, "as the job reported it")
+        return (
+            f"the job ran {knob} {ran} ({source}) but the trial set {set_}: map the knob "
+            f"(command.knobs.{knob}: {{flag: ...}}) or declare the value the script fixes "
+            f"(space.{knob}: [{ran}])"
+        )
+    return ""
 
 
 def clock_said(steps: list[dict[str, Any]], start: int, end: int) -> str:
