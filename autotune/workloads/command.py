@@ -88,12 +88,23 @@ class Command(Workload):
             self.deadline_s, float(self.cfg.get("first_step_s") or self.deadline_s)
         )
         self.applied = {
-            "command": self.rendered.argv,
+            "command": [self._program(), *self.rendered.argv[1:]],
             "env": self.rendered.env,
             "cwd": self.rendered.cwd,
         }
         if self.rendered.overrides:
             self.applied["config_overrides"] = self.rendered.overrides
+
+    def _program(self) -> str:
+        """argv[0] as Popen finds it, recorded so that the export names the interpreter the trial
+        ran: a bare name (`python`) on the job's PATH; a path, or a secret, as it is."""
+        import shutil
+
+        shown = self.rendered.argv[0]
+        if shown != self.real_argv[0] or os.sep in shown:
+            return shown
+        path = self.real_env.get("PATH", os.environ.get("PATH", os.defpath))
+        return shutil.which(shown, path=path) or shown
 
     def _env(self) -> dict[str, str]:
         steps = f"{self.spec.run.warmup_steps},{self.spec.run.measure_steps}"
@@ -191,6 +202,8 @@ class Command(Workload):
     def _verdict(self, watch: _Watch, output: Output, t0: float) -> str:
         """Why the job should stop now ("window": it has what it needs), or ''."""
         elapsed = time.time() - t0
+        if self.rule.against is None:
+            self.rule = windows.against(self.rule, self.run_dir)
         if output.refused:
             raise Failed("invalid_config", average_said(output.refused))
         if watch.done is not None and len(watch.steps) >= self.needed:  # it gave all it will
