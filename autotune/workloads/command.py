@@ -202,6 +202,8 @@ class Command(Workload):
     def _verdict(self, watch: _Watch, output: Output, t0: float) -> str:
         """Why the job should stop now ("window": it has what it needs), or ''."""
         elapsed = time.time() - t0
+        if self.rule.against is None:
+            self.rule = windows.against(self.rule, self.run_dir)
         if output.refused:
             raise Failed("invalid_config", average_said(output.refused))
         if watch.done is not None and len(watch.steps) >= self.needed:  # it gave all it will
