@@ -26,7 +26,7 @@ case ${1:-} in
     # the studies as they stand: a machine taken back mid-stage still leaves its measured trials (issue 50's
     # search lost its last trial, the confirmation and the experts when the lease ended between two calls)
     ls trials/*/study.db >/dev/null 2>&1 && tar czf "$OUT/studies.tgz" trials/*/study.db* trials/*/best.yaml 2>/dev/null
-    for f in ${KEEP:-staged.log staged-cost.md expert.jsonl numerics-gpu.log}; do [ -f "$BG/$f" ] && cp "$BG/$f" "$OUT/"; done
+    for f in ${KEEP:-issue51-cost.md issue51-report.md issue51-truth.jsonl expert51.jsonl}; do [ -f "$BG/$f" ] && cp "$BG/$f" "$OUT/"; done
     tail -40 "$BG/bar.log" ;;
   *) echo "usage: background.sh start STAGE... | wait"; exit 2 ;;
 esac

@@ -15,6 +15,7 @@
 #                                       issue37 issue37b-tests issue37b issue37c-tests issue37c issue37d-tests issue37d (issue 37: one H200)
 #                                       issue49-tests issue49 (issue 49: one H200)
 #                                       issue50 expert50 compile-warm (issue 50: one GPU; benchmarks/background.sh)
+#                                       issue51 expert51 (issue 51: one GPU; benchmarks/background.sh)
 # GPUS: the --gpus of the stages that take it (default 0,1; GPUS=0 on one GPU)
 # (ddp and nccl need two GPUs: issue 5's proof on nvidia-h200-x2; NCCL_NVLS_ENABLE is left as the machine has it)
 # Results: trials/<name>/ (study.db, best.yaml, runs/); logs and a tarball under $OUT (default ./bench-out).
@@ -33,6 +34,12 @@ timed_search() {
   at report "trials/$n" --format json > "$OUT/$tag-report.json" 2>&1
   at report "trials/$n" --format markdown > "$OUT/$tag-report.md" 2>&1; cp "trials/$n/best.yaml" "$OUT/$tag-best.yaml"
   tar czf "$OUT/$tag-study.tgz" "trials/$n"/study.db* "trials/$n/best.yaml" "trials/$n"/runs/*/worker.log 2>/dev/null
+}
+# study51: issue 51's study name and its trial rule as job_truth.py's arguments, from its YAML ($Y51)
+Y51=${Y51:-benchmarks/spaces/issue51-hf-1b.yaml}
+study51() {
+  python3 -c 'import sys, yaml; d = yaml.safe_load(open(sys.argv[1])); w, c = d["workload"], d["command"]
+print(d["name"], "--warmup", w["warmup_steps"], "--measure", w["measure_steps"], "--max-steps", c["max_steps"], "--half-width", c.get("half_width_pct", 3.0))' "$Y51"
 }
 GPUS=${GPUS:-0,1}
 for stage in "$@"; do
@@ -160,6 +167,22 @@ for t in s.trials: a=t.user_attrs; m=a.get("metrics") or {}; tel=a.get("telemetr
         timeout 300 python3 benchmarks/plain_train.py --yaml benchmarks/spaces/issue50-gpt-1.3b.yaml --precision "$prec" \
           --mbs "$mbs" --compile --fused --pad-vocab 64 --warmup 3 --steps 10 2>>"$OUT/expert50.err" | tee -a "$OUT/expert50.jsonl"
       done ;;
+    issue51) # issue 51: an unseen user's HF Trainer job, unmodified (benchmarks/jobs/own_hf_job.py: a Qwen2-style 1.1B on
+      # chat turns and documents, padded per batch) searched in 12 trials (benchmarks/spaces/issue51-hf-1b.yaml), then the
+      # chosen setting's command for 200 steps: the job's own count (after step 10) against the study's figure, and the
+      # trial's rule on its steps as they came (benchmarks/job_truth.py). Y51: another YAML (the CPU dry run:
+      # Y51=benchmarks/spaces/issue51-hf-tiny-cpu.yaml)
+      read -r n51 rule51 <<< "$(study51)"
+      timed_search issue51 "$Y51" "$n51"
+      python3 benchmarks/chosen_long_run.py "trials/$n51" --steps 200 --after 10 --out "$OUT/truth51" | tee "$OUT/issue51-truth.jsonl"
+      python3 benchmarks/job_truth.py "$OUT/truth51/long-run-steps.jsonl" "$OUT/truth51/long-run.log" $rule51 \
+        --label chosen-issue51 | tee -a "$OUT/issue51-truth.jsonl" ;;
+    expert51) # issue 51: the expert's hand setting (the study's baseline, trial 0) as its user would run it: its own command
+      # for 200 steps, its own count after step 10 (after stage issue51: it reads trials/issue51-hf-1b/runs/0000/spec.json)
+      read -r n51 rule51 <<< "$(study51)"
+      python3 benchmarks/chosen_long_run.py "trials/$n51" --trial 0 --steps 200 --after 10 --out "$OUT/expert51" | tee "$OUT/expert51.jsonl"
+      python3 benchmarks/job_truth.py "$OUT/expert51/long-run-steps.jsonl" "$OUT/expert51/long-run.log" $rule51 \
+        --label expert-issue51 | tee -a "$OUT/expert51.jsonl" ;;
     compile-warm) # issue 50: does a fresh process compile again what an earlier one compiled? (benchmarks/compile_warm.py)
       timeout "${WARM_S:-400}" python3 benchmarks/compile_warm.py --layers 6 --out "$OUT/compile-warm.jsonl" ${WARM_CASES:-} 2>&1 | tail -3 ;;
     issue38) # issue 38: the GPU tests and the hardening tests on the GPU machine, then a real HF job's search (the
