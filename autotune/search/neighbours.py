@@ -74,16 +74,26 @@ def _other_value(plan: Plan, name: str, value: Any) -> bool:
 
 
 def _safe_size(h: History, space: ResolvedSpace, base: dict[str, Any], size: str) -> Any:
-    """The size the other knobs' neighbours run at: the baseline's, unless its measured peak is
-    above peaks.RISKY of the GPU; then the largest smaller size measured to run with the baseline's
-    other knobs (the baseline's where none did)."""
+    """The size the other knobs' neighbours run at: the largest listed size up to the baseline's
+    at which the baseline's activations could double and still fit, by its setting's measured line
+    (a change of arithmetic, attention or optimizer rarely more than doubles them); without a line,
+    the baseline's unless its measured peak is above peaks.RISKY of the GPU, then the largest
+    smaller size that ran with its other knobs."""
     if size not in base:
         return None
-    trial = h.seen.get(key(space.knobs(base)))
+    knobs = space.knobs(base)
+    sizes = sorted(s for s in space.searched.get(size, [base[size]]) if s <= base[size])
+    line = peaks.line_of(h, knobs, space.task)
+    if line is not None:
+        slope, intercept, per_sequence, capacity = line
+        room = peaks.USABLE_SHARE * capacity
+        fits = [s for s in sizes if intercept + 2 * slope * per_sequence * s <= room]
+        return max(fits, default=sizes[0])
+    trial = h.seen.get(key(knobs))
     point = peaks.point_of(trial, space.task) if trial is not None else None
     if point is None or point.peak_gib <= peaks.RISKY * point.capacity_gib:
         return base[size]
-    group = peaks.group_of(space.knobs(base), space.task)
+    group = peaks.group_of(knobs, space.task)
     smaller = [
         t.user_attrs["knobs"][size]
         for t in h.completed

@@ -116,6 +116,19 @@ def _line(points: list[Point]) -> tuple[float, float] | None:
     return slope, intercept
 
 
+def line_of(h: History, knobs: Knobs, task: Task) -> tuple[float, float, float, float] | None:
+    """(slope GiB per token, intercept GiB, tokens per sequence, the GPU's GiB) of the setting of
+    these knobs, where it was measured at two or more sizes (None otherwise)."""
+    by_group = groups(h, task)
+    mine = by_group.get(group_of(knobs, task), [])
+    line = _line(mine)
+    if line is None:
+        return None
+    everyone = [p for points in by_group.values() for p in points]
+    capacity = min(p.capacity_gib for p in everyone)
+    return line[0], line[1], _tokens_at(1, mine, everyone), capacity
+
+
 def _tokens_at(size: int, mine: list[Point], everyone: list[Point]) -> float:
     """Tokens per micro-batch of `size`: the tokens per sequence its group measured (else the
     study's largest), times the size."""
