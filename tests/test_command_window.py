@@ -15,6 +15,7 @@ import yaml
 from test_command import _records, _search, _yaml
 
 from autotune.command_render import render
+from autotune.errors import UnmeasuredError
 from autotune.workloads import window as windows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,9 +172,10 @@ def test_command_log_reads_exponents_and_running_counts(
 def test_command_log_refuses_an_average_since_the_start(tmp_path: Path) -> None:
     pattern = r"per_second': (?P<tokens_per_s>[0-9.]+)"
     command = {"args": ["--mode", "logavg"], "measure": "log", "log_pattern": pattern}
-    rec = _records(_search(_yaml(tmp_path, command), tmp_path, trials=1))[0]
-    assert rec["status"] == "invalid_config"
-    assert "average since the start" in rec["reason"] and "measure: hf" in rec["reason"]
+    # a baseline that measured nothing ends the search at once, its reason the error's
+    with pytest.raises(UnmeasuredError, match="average since the start") as err:
+        _search(_yaml(tmp_path, command), tmp_path, trials=3)
+    assert "measure: hf" in str(err.value) and len(str(err.value).splitlines()) == 1
 
 
 @pytest.mark.slow
@@ -186,11 +188,13 @@ def test_command_log_that_never_matches_fails_fast_quoting_the_closest_lines(
         "first_step_s": 3,
         "log_pattern": r"speed: (?P<tokens_per_s>[0-9.]+) tok/s",
     }
-    rec = _records(_search(_yaml(tmp_path, command), tmp_path, trials=1))[0]
-    assert rec["status"] == "crash" and len(rec["reason"].splitlines()) == 1
+    with pytest.raises(UnmeasuredError) as err:
+        _search(_yaml(tmp_path, command), tmp_path, trials=3)
+    said = str(err.value)
+    assert len(said.splitlines()) == 1
     # ended by first_step_s (3 s), not by the trial's limit (1 min: that would be a timeout)
-    assert rec["reason"].startswith("no step in 3 s (command.first_step_s: raise it if slow)")
-    assert "speed 10" in rec["reason"]
+    assert "could not be measured, so no trial can: no step in 3 s (command.first_step_s" in said
+    assert "speed 10" in said
 
 
 def test_command_measure_lightning_renders_the_trainers_own_variables() -> None:

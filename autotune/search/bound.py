@@ -123,6 +123,11 @@ def _bound(upper: float, n: int, unknown: list[int]) -> dict[str, Any]:
         f"no configuration of {n} measured beats your setting by more than {pct:.1f}% (95%, all "
         f"{n} at once)"
     )
+    if upper < 1:  # every one is slower, surely
+        text = (
+            f"no configuration of {n} measured reaches your setting: the best is at most "
+            f"{upper:.2f}x it (95%, all {n} at once)"
+        )
     return {
         "kind": "bound",
         "n": n,
