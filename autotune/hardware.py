@@ -184,9 +184,7 @@ def fingerprint(child_env: dict[str, Any], world_size: int) -> dict[str, Any]:
         "gpu_model": gpu
         or (platform.processor() or platform.machine() if device == "cpu" else None),
         "gpu_count": world_size if device == "cuda" else 0,
-        "gpu_memory_gib": round(child_env["device_memory_bytes"] / 2**30, 2)
-        if child_env.get("device_memory_bytes")
-        else None,
+        "gpu_memory_gib": _memory_gib(child_env, hw) if device == "cuda" else None,
         "driver": hw["driver"],
         "cuda": child_env.get("cuda"),
         "cudnn": child_env.get("cudnn"),
@@ -195,6 +193,15 @@ def fingerprint(child_env: dict[str, Any], world_size: int) -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "python": platform.python_version(),
     }
+
+
+def _memory_gib(child_env: dict[str, Any], hw: dict[str, Any]) -> float | None:
+    """The GPU's memory as the trial's torch saw it, else (a command trial never imports torch) the
+    smallest visible GPU's total from NVML: what the measured-memory line compares with."""
+    if child_env.get("device_memory_bytes"):
+        return round(float(child_env["device_memory_bytes"]) / 2**30, 2)
+    sizes = [g["memory_gib"] for g in hw.get("gpus") or []]
+    return round(min(sizes), 2) if sizes else None
 
 
 _THROTTLE_BITS = {

@@ -70,6 +70,8 @@ class History:
     over_limit: list[optuna.trial.FrozenTrial] = field(default_factory=list)
     launched: int = 0
     completed: list[optuna.trial.FrozenTrial] = field(default_factory=list)
+    # pruned after measuring steps: they ran (their peaks fit), though their figure is no value
+    pruned: list[optuna.trial.FrozenTrial] = field(default_factory=list)
     running: dict[Key, optuna.trial.FrozenTrial] = field(default_factory=dict)
     baseline: optuna.trial.FrozenTrial | None = None  # the completed trial of the baseline's knobs
     base_key: Key | None = None  # the baseline's identity (measured or not)
@@ -114,6 +116,8 @@ class History:
                 h.invalid.append(t)
             if t.state == TrialState.COMPLETE:
                 h.completed.append(t)
+            if status == "pruned":
+                h.pruned.append(t)
         base = baseline_knobs(study, trials)
         h.base_key = key(base) if base is not None else None
         h.baseline = next(
@@ -125,6 +129,11 @@ class History:
             None,
         )
         return h
+
+    @property
+    def ran(self) -> list[optuna.trial.FrozenTrial]:
+        """The trials that ran their steps: completed, or pruned after measuring some."""
+        return [*self.completed, *self.pruned]
 
     def best(self) -> optuna.trial.FrozenTrial | None:
         return max(self.completed, key=completed_value, default=None)

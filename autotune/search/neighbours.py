@@ -96,7 +96,7 @@ def _safe_size(h: History, space: ResolvedSpace, base: dict[str, Any], size: str
     group = peaks.group_of(knobs, space.task)
     smaller = [
         t.user_attrs["knobs"][size]
-        for t in h.completed
+        for t in h.ran
         if peaks.group_of(t.user_attrs["knobs"], space.task) == group
         and t.user_attrs["knobs"].get(size) is not None
         and t.user_attrs["knobs"][size] < base[size]

@@ -98,7 +98,7 @@ def point_of(t: optuna.trial.FrozenTrial, task: Task) -> Point | None:
 def groups(h: History, task: Task) -> dict[Key, list[Point]]:
     """The measured points of each setting of the other knobs."""
     out: dict[Key, list[Point]] = {}
-    for t in h.completed:
+    for t in h.ran:
         if (p := point_of(t, task)) is not None:
             out.setdefault(group_of(t.user_attrs["knobs"], task), []).append(p)
     return out
@@ -203,7 +203,7 @@ def _largest_ran(h: History, task: Task, group: Key | None) -> int | None:
     """The largest size that completed in the group (None: in any group)."""
     sizes = [
         t.user_attrs["knobs"].get(task.size_knob)
-        for t in h.completed
+        for t in h.ran
         if group is None or group_of(t.user_attrs["knobs"], task) == group
     ]
     return max((s for s in sizes if isinstance(s, int)), default=None)
@@ -220,14 +220,13 @@ def alloc_offer(h: History, task: Task) -> str | None:
     past shapes, so such a job can run out below its peak; expandable segments grow and shrink in
     place. None where the study already tried them, or nothing calls for them."""
     if any(
-        EXPANDABLE in str((t.user_attrs.get("knobs") or {}).get("cuda_alloc_conf"))
-        for t in h.completed
+        EXPANDABLE in str((t.user_attrs.get("knobs") or {}).get("cuda_alloc_conf")) for t in h.ran
     ):
         return None
-    spread = max((s for t in h.completed if (s := _length_spread(t)) is not None), default=None)
+    spread = max((s for t in h.ran if (s := _length_spread(t)) is not None), default=None)
     if spread is None or spread < VARIED:
         return None
-    points = [p for t in h.completed if (p := point_of(t, task)) is not None]
+    points = [p for t in h.ran if (p := point_of(t, task)) is not None]
     if not h.ooms and not any(p.peak_gib > RISKY * p.capacity_gib for p in points):
         return None
     return (
