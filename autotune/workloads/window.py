@@ -181,10 +181,9 @@ def _cycles(steps: list[Step], start: int, period: int, rule: Rule) -> Window:
     end = first + period * ((len(steps) - first) // period)
     measured = steps[first:end]
     settled = whole >= 2 and len(measured) >= rule.measure
-    # the interval of whole cycles: each step's departure from the figure, as for any window (what
-    # the search's bound and the report read); whole cycles, not it, decide when they are settled
-    width = half_width_pct(measured)
-    return Window(first, end, rate(measured), width, drift_pct(measured), settled, period, None)
+    # no interval: the steps of a cycle follow its order, not chance (a step-level interval of an
+    # H100 run's whole cycles read +-25%), so one process says nothing of its own noise
+    return Window(first, end, rate(measured), None, drift_pct(measured), settled, period, None)
 
 
 def decide(steps: list[Step], rule: Rule) -> Window | None:
@@ -199,7 +198,7 @@ def said(w: Window, rule: Rule) -> str:
     """One line of how the window was measured ("settled" or why not)."""
     width = f"+-{w.half_width_pct:.1f}%" if w.half_width_pct is not None else "no interval"
     if w.cycle is not None:
-        width = f"{w.n // w.cycle} cycle(s), {width}"
+        width = f"{w.n // w.cycle} cycle(s)"
     head = f"{w.n} steps after {w.start} of warm-up, {w.tokens_per_s:,.0f} tokens/s ({width}"
     if w.cycle is not None:
         head += f", whole cycles of {w.cycle} steps of the data order"
