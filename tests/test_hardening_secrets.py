@@ -221,7 +221,8 @@ def test_the_exported_command_takes_its_secrets_from_the_environment(
     )
     seen = tmp_path / "pasted.jsonl"
     env = {"PATH": os.environ["PATH"], "SEEN_FILE": str(seen), "MY_SECRET": "s1", "HF_TOKEN": "s2"}
-    pasted = line.replace("python ", f"{sys.executable} ", 1)
+    # the export names the interpreter the trial ran (a full path); a bare one is this test's Python
+    pasted = f"{sys.executable} {line[len('python ') :]}" if line.startswith("python ") else line
     failed = subprocess.run(
         ["bash", "-c", pasted], cwd=best.parent, env=env, capture_output=True, text=True
     )

@@ -6,10 +6,12 @@ from __future__ import annotations
 import resource
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
 
 from autotune.config.load import load_config
+from autotune.errors import UnmeasuredError
 from autotune.launch import logcap
 from autotune.search.loop import run_search
 
@@ -50,10 +52,14 @@ def _job(tmp_path: Path, code: str, timeout_min: float) -> Path:
 @pytest.mark.slow
 def test_logcap_a_trial_that_prints_forever_cannot_fill_the_disk(tmp_path: Path) -> None:
     cfg = load_config(_job(tmp_path, PRINTER, 0.3))
-    result = run_search(cfg, out_root=tmp_path / "trials", device="cpu")
+    # its baseline measured nothing by the trial's limit: the search ends there (exit 3)
+    with pytest.raises(UnmeasuredError, match="could not be measured"):
+        run_search(cfg, out_root=tmp_path / "trials", device="cpu")
     log = next((tmp_path / "trials" / "loud" / "runs").glob("*/worker.log"))
-    rec = next(iter(result.history.seen.values())).user_attrs
-    assert rec["status"] == "timeout"
+    study = optuna.load_study(
+        study_name="loud", storage=f"sqlite:///{tmp_path}/trials/loud/study.db"
+    )
+    assert study.trials[0].user_attrs["status"] == "timeout"
     assert logcap.used_bytes(log) < 64 << 20  # printed for 18 s at full speed: bounded all the same
 
 
