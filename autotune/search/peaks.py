@@ -19,9 +19,10 @@ The peak compared with the GPU's memory is what the allocator reserved where the
 (its fragmentation is what runs out, not what tensors held), else what was allocated, else what
 NVML saw the job's processes use (workloads/gpu_peak.py).
 
-After a trial ran out of memory, its group is scoped (one out-of-memory trial per setting): a size
-above the largest that ran in that group (and below the one that failed, which bounds the larger
-ones: predict.oom_bound) launches only where the line says it fits.
+After a trial ran out of memory, its group is scoped (one out-of-memory trial per setting, task
+command): a size above the largest that ran in that group (none ran there: in any group) and below
+the one that failed (which bounds the larger ones: predict.oom_bound) launches only where the line
+says it fits. A trial pruned after measuring steps ran: its peak counts.
 """
 
 from __future__ import annotations

@@ -64,24 +64,14 @@ class PeakWatch:
     def sample(self) -> int:
         """The job's memory on its GPUs now: its processes' where NVML names them, else the GPUs'
         used memory above what they held at the start."""
-        mine, listed_any = 0, False
-        for handle in self.handles:
-            for proc in self.nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                listed_any = True
-                if _in_group(proc.pid, self.group) and proc.usedGpuMemory:
-                    mine += int(proc.usedGpuMemory)
-        if mine or listed_any and not self._foreign_ids():
+        procs = [p for h in self.handles for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(h)]
+        mine = sum(int(p.usedGpuMemory or 0) for p in procs if _in_group(p.pid, self.group))
+        # NVML's ids are this namespace's when one of them is a process here
+        local = any(os.path.exists(f"/proc/{p.pid}") for p in procs)
+        if mine or procs and local:
             return mine
         now = [int(self.nvml.nvmlDeviceGetMemoryInfo(h).used) for h in self.handles]
         return sum(max(0, a - b) for a, b in zip(now, self.before))
-
-    def _foreign_ids(self) -> bool:
-        """Whether NVML's process ids are another namespace's (none of them is a process here)."""
-        for handle in self.handles:
-            for proc in self.nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                if os.path.exists(f"/proc/{proc.pid}"):
-                    return False
-        return True
 
 
 def job_peak(done: dict[str, Any], nvml_peak: int | None) -> tuple[int | None, str]:
