@@ -252,13 +252,13 @@ def test_command_job_that_reported_done_but_exits_slowly_is_measured(tmp_path: P
     body += "r.close()\ntime.sleep(60)\n"
     rec = _record(tmp_path, body, stop_grace_s=1)
     assert rec["status"] == "ok", rec["reason"]
-    ended = "its process group was ended"
+    ended = "so its process group was ended"
     assert (
         rec["applied"]["stop"]
-        == f"reported done, then had not exited 1 s after the stop request: {ended}"
+        == f"reported done but had not exited 1 s after the stop request, {ended}"
     )
     assert rec["reason"].startswith(
-        f"the command {rec['applied']['stop']}; its 3 steps are measured"
+        f"its 3 steps are measured; the command {rec['applied']['stop']}; window "
     )
     assert "not settled to +-3% in the 3 steps the job gave" in rec["reason"]
     assert rec["metrics"]["tokens_per_s_per_gpu"] > 0

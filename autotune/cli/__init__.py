@@ -8,8 +8,10 @@ so an early Ctrl-C is a one-line exit 130 too.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 __all__ = ["app", "main"]
@@ -54,6 +56,23 @@ def _leave(code: int) -> None:
     sys.exit(code)
 
 
+# The terminal sizes every console (autotune's, Typer's help) renders at: Rich takes COLUMNS and
+# LINES as they are (at COLUMNS=0 it prints nothing, every message lost; "²" passes its isdigit()
+# and fails its int(): a traceback); past the most is a typo, not a terminal
+SIZES = {"COLUMNS": (20, 10_000), "LINES": (5, 10_000)}
+
+
+def _hold_sizes(environ: MutableMapping[str, str]) -> None:
+    """COLUMNS and LINES held to SIZES; removed where they are not a number (Rich then asks the
+    terminal, else takes 80 x 25)."""
+    for name, (least, most) in SIZES.items():
+        value = environ.get(name, "").strip()
+        if value.isascii() and value.isdigit():
+            environ[name] = str(min(max(int(value), least), most))
+        else:
+            environ.pop(name, None)
+
+
 def main() -> None:
     """The `autotune` command: usage errors (an unknown option, a value out of range) are one line
     too."""
@@ -62,6 +81,7 @@ def main() -> None:
     # ignored SIGINT (a background job) stays ignored.
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _interrupted)
+    _hold_sizes(os.environ)
     import typer
 
     from autotune.errors import printable

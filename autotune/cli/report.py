@@ -38,7 +38,6 @@ def report(
         Optional[float],
         typer.Option(
             "--train-tokens",
-            min=1,
             help="Tokens of the full training run: its hours and GPU-hours at the baseline and "
             "chosen, against the search's cost (default: the YAML's study.train_tokens).",
         ),
@@ -53,6 +52,7 @@ def report(
             raise ConfigError(f"--format: {format!r} is not allowed; use rich, json or markdown")
         if html is not None and not no_html:
             paths.writable_dir(html, "--html")
+        _tokens_allowed(train_tokens)
         opened, folder = rep.load_study(study_dir, study, storage)
         data = rep.collect(opened, folder, train_tokens=train_tokens)
         if format == "json":
@@ -74,3 +74,16 @@ def report(
             path = rep.write_html(data, target, study=opened)
             if format == "rich":
                 console.print(f"HTML report: {path}")
+
+
+def _tokens_allowed(train_tokens: float | None) -> None:
+    """--train-tokens as the YAML's study.train_tokens allows it: finite, at least 1, at most
+    MAX_TRAIN_TOKENS."""
+    from autotune.config.study import MAX_TRAIN_TOKENS
+
+    if train_tokens is None or 1 <= train_tokens <= MAX_TRAIN_TOKENS:  # NaN fails both
+        return
+    raise ConfigError(
+        f"--train-tokens: {train_tokens:g} is not allowed; use the tokens of the full training "
+        f"run, a number from 1 to {MAX_TRAIN_TOKENS:g} (e.g. 2e12)"
+    )

@@ -9,6 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from autotune.tasks import ObjectiveName
 
+# The most tokens a training run is taken to have (the largest trained so far are near 1e14):
+# past it a value is a typo, and the report's hours would print in hundreds of digits
+MAX_TRAIN_TOKENS = 1e18
+
 SamplerName = Literal["tpe", "random", "grid", "gp"]
 SEED_MAX = 2**32 - 1  # numpy's and Optuna's seeds are 32-bit
 
@@ -338,7 +342,8 @@ class StudyConfig(_Section):
     )
     train_tokens: Optional[float] = Field(
         default=None,
-        gt=0,
+        ge=1,
+        le=MAX_TRAIN_TOKENS,
         description="Tokens of the full training run this search tunes (e.g. 2e12): the report "
         "projects its hours and GPU-hours at the baseline and at the chosen configuration, and "
         "what the search cost against the saving (autotune report --train-tokens overrides it).",

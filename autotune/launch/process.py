@@ -258,9 +258,10 @@ def _classify(
             nccl_refused=True,
         )
     how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    said = _tail(log_path)  # none: the reason ends at its cause, never at an empty quote
     return Outcome(
         "crash",
-        f"trial process ended without a result ({how}): {_tail(log_path)}",
+        f"trial process ended without a result ({how})" + (f": {said}" if said else ""),
         wall_s=wall,
         telemetry=telemetry,
         nccl=report,

@@ -4,10 +4,27 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
+from autotune.errors import printable
 from autotune.report import _text
 from autotune.report._table import cells, columns, fmt, varying
+
+# What in the text a study holds (a knob's value, a reason, a name) Markdown would read as its own:
+# a table's cell border, a link or image, a code span, emphasis, an escape (raw HTML: md)
+_MD_SYNTAX = re.compile(r"([\\`*\[\]|])")
+
+
+def md(text: object) -> str:
+    """Text as Markdown shows it, never as markup: one line (control characters and line breaks
+    shown escaped, errors.printable), HTML escaped as the HTML report does (a tag or an autolink
+    <javascript:...> is text), link, image, code, emphasis and table syntax escaped."""
+    flat = printable(str(text), newlines=False)
+    # '<' opens every tag and autolink, '&' an entity: escaped, the rest of the text is kept as it
+    # is ("->" stays)
+    held = flat.replace("&", "&amp;").replace("<", "&lt;")
+    return _MD_SYNTAX.sub(r"\\\1", held)
 
 
 def to_json(data: dict[str, Any]) -> str:
@@ -78,21 +95,21 @@ def confirmation_lines(conf: dict[str, Any]) -> list[str]:
 
 def to_markdown(data: dict[str, Any], top: int = 10) -> str:
     """A PR-comment-sized summary: the chosen configuration, what was left out, the top trials,
-    which knobs mattered, the cost."""
-    lines = [f"### autotune: {data['study']} ({data['device']})", ""]
+    which knobs mattered, the cost. Every text a study holds is escaped (md)."""
+    lines = [f"### autotune: {md(data['study'])} ({md(data['device'])})", ""]
     chosen, *details = _text.chosen_lines(data) + _text.projection_lines(data)
-    lines += [f"**{chosen}**", "", *(f"- {line}" for line in details), ""]
+    lines += [f"**{md(chosen)}**", "", *(f"- {md(line)}" for line in details), ""]
     if data["excluded"]:
         total = sum(g["count"] for g in data["excluded"])
         lines += [f"**Left out of the search: {total} trial(s)**", ""]
         for g in data["excluded"]:
             first, *rest = _text.excluded_lines(g)
-            lines += [f"- {first}", *(f"  - {x}" for x in rest)]
+            lines += [f"- {md(first)}", *(f"  - {md(x)}" for x in rest)]
         lines.append("")
     lines += _trials_markdown(data, top)
     if data["confirmation"]:
         lines += ["", "**Confirmation**", ""]
-        lines += [f"- {line}" for line in confirmation_lines(data["confirmation"])]
+        lines += [f"- {md(line)}" for line in confirmation_lines(data["confirmation"])]
     if data.get("front"):
         lines += [
             "",
@@ -102,8 +119,8 @@ def to_markdown(data: dict[str, Any], top: int = 10) -> str:
     if data["searched"]:
         lines += ["", "**Which knobs mattered**", ""]
         for x in _text.effects_lines(data):
-            lines.append(x if x[0].isdigit() or x.startswith("-") else f"- {x}")
-    lines += ["", _text.cost_line(data)]
+            lines.append(md(x) if x[0].isdigit() or x.startswith("-") else f"- {md(x)}")
+    lines += ["", md(_text.cost_line(data))]
     return "\n".join(lines) + "\n"
 
 
@@ -117,14 +134,13 @@ def _trials_markdown(data: dict[str, Any], top: int) -> list[str]:
     if same and data["trials"]:
         row = data["trials"][0]
         fixed = ", ".join(f"{c}={cells(row, knobs, [c])[0]}" for c in same)
-        lines += [f"The same in every trial: {fixed}", ""]
-    lines.append("| " + " | ".join(header) + " |")
+        lines += [f"The same in every trial: {md(fixed)}", ""]
+    lines.append("| " + " | ".join(md(c) for c in header) + " |")
     lines.append("|---" * len(header) + "|")
     for r in rows:
-        shown = (c.replace("|", "\\|") for c in cells(r, knobs, header))
-        lines.append("| " + " | ".join(shown) + " |")
+        lines.append("| " + " | ".join(md(c) for c in cells(r, knobs, header)) + " |")
     if "step spread" in header:
-        lines += ["", _text.STEP_SPREAD]
+        lines += ["", md(_text.STEP_SPREAD)]
     return lines
 
 

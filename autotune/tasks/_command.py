@@ -131,7 +131,7 @@ class Command(Training):
         metrics["tokens_per_step_median"] = statistics.median(tokens) if tokens else None
         stop = (result.applied or {}).get("stop", "")
         if stop.startswith("ignored"):
-            record.reason = f"the command {stop} its last measured step"
+            record.reason = f"measured; the command {stop}"
         if window and not window.get("settled") and record.status == "ok":  # said where it is read
             said = f"window {window.get('said', 'not settled')}"
             record.reason = f"{record.reason}; {said}" if record.reason else said

@@ -357,7 +357,7 @@ class Command(Workload):
         self.timing = timing
         stopped = stopped_said(watch.stopped, len(steps), self.needed, win.tokens_per_s)
         if watch.stop.startswith("reported done"):  # measured: how it ended is the reason
-            stopped = f"the command {watch.stop}; its {len(steps)} steps are measured"
+            stopped = f"its {len(steps)} steps are measured; the command {watch.stop}"
         return Measured(timing, output=output, stopped=stopped)
 
     def _job_env(self, done: dict[str, Any]) -> dict[str, Any]:
@@ -406,11 +406,10 @@ def _recompiling(steps: list[dict[str, Any]]) -> str | None:
 def _ended(done: bool, late: bool, grace: float) -> str:
     """How a job asked to stop was ended (record.applied.stop): one that said it was done exits
     slowly, one that did not ignored the stop request."""
+    when = "by the trial's limit" if late else f"{grace:.0f} s after the stop request"
     if done:
-        by = "by the trial's limit" if late else f"{grace:.0f} s after the stop request"
-        return f"reported done, then had not exited {by}: its process group was ended"
-    after = "at the trial's limit" if late else f"{grace:.0f} s after"
-    return f"ignored the stop request: its process group was ended {after}"
+        return f"reported done but had not exited {when}, so its process group was ended"
+    return f"ignored the stop request and had not exited {when}, so its process group was ended"
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
