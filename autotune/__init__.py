@@ -8,11 +8,14 @@ The Python API (what the CLI calls):
     verdict = autotune.run_check(result.best_yaml, repeats=5)  # Verdict: pass, regression, ...
     data = autotune.read_report(result.study_dir)  # the report as plain data
     table = autotune.run_nccl("trials/nccl", device="cuda", gpus=["0", "1"])  # bus bandwidth
+    forms = autotune.run_export(result.best_yaml, ["json"])  # the winner, ready to paste
 
 Errors are AutotuneError subclasses carrying a one-line message and an exit code
-(autotune.errors). Kept import-light on purpose (PEP 562 lazy names): a trial's process imports
-`autotune.workloads` and must need torch only, and `import autotune` loads none of Optuna,
-pydantic or torch."""
+(autotune.errors). Every argument of these functions is checked before anything runs: a wrong
+type raises a TypeError, a wrong value a ValueError (each also a ConfigError, exit 2), one line
+naming the argument (api_options.py). Kept import-light on purpose (PEP 562 lazy names): a
+trial's process imports `autotune.workloads` and must need torch only, and `import autotune` loads
+none of Optuna, pydantic or torch."""
 
 from __future__ import annotations
 
@@ -53,8 +56,9 @@ def _interrupted_early(signum: int, frame: object) -> None:
 if _launched_as_the_cli() and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
     _signal.signal(_signal.SIGINT, _interrupted_early)
 
+import functools  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import TYPE_CHECKING, Any  # noqa: E402
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -62,8 +66,10 @@ if TYPE_CHECKING:
     from autotune.check.verdict import Verdict
     from autotune.config import Config
     from autotune.documents.record import TrialRecord
+    from autotune.export import Form
     from autotune.search.loop import SearchResult
     from autotune.search.observer import Observer
+    from autotune.space import ResolvedSpace
 
 __all__ = [
     "__version__",
@@ -73,12 +79,32 @@ __all__ = [
     "run_check",
     "read_report",
     "run_nccl",
+    "run_export",
     "AutotuneError",
     "ConfigError",
     "ExitCode",
 ]
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
+
+def _checked(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Every argument of the API function checked before its body runs (api_options.arguments):
+    a wrong type is a TypeError, a wrong value a ValueError (both ConfigErrors, exit 2), one line
+    naming the argument, its value and what is allowed; nothing is measured or written first."""
+
+    @functools.wraps(function)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        from autotune.api_options import arguments
+
+        arguments(function, args, kwargs)
+        return function(*args, **kwargs)
+
+    return call
+
+
+@_checked
 def run_search(
     model_yaml: str | Path | Config,
     *,
@@ -127,6 +153,7 @@ def run_search(
     return _run(cfg, observer=watcher, space=space, **options)
 
 
+@_checked
 def run_check(
     best_yaml: str | Path,
     *,
@@ -163,22 +190,18 @@ def run_check(
     return check(best, **options)
 
 
+@_checked
 def read_report(
     study_dir: str | Path | None = None, *, study: str | None = None, storage: str | None = None
 ) -> dict[str, Any]:
     """What a study found, as plain data (the JSON of `autotune report --format json`)."""
-    from autotune.api_options import path_of
-    from autotune.errors import ConfigError
     from autotune.report import collect, load_study
 
-    folder_given = path_of("study_dir", study_dir) if study_dir is not None else None
-    for name, value in (("study", study), ("storage", storage)):
-        if value is not None and not isinstance(value, str):
-            raise ConfigError(f"{name}: {str(value)[:40]!r} is not a string")
-    opened, folder = load_study(folder_given, study, storage)
+    opened, folder = load_study(Path(study_dir) if study_dir is not None else None, study, storage)
     return collect(opened, folder)
 
 
+@_checked
 def run_nccl(
     out_dir: str | Path,
     *,
@@ -209,6 +232,33 @@ def run_nccl(
     return nccl.sweep(out, device=device, gpus=group, sizes=sizes_of, **opts)
 
 
+@_checked
+def run_export(best_path: str | Path, formats: Sequence[str] | None = None) -> list[Form]:
+    """best.yaml's winner in each format asked for, as `autotune export` (formats: a list of
+    command, torchrun, hf, lightning, torchtitan, json or all; None: those that fit the study);
+    autotune.export.export says each."""
+    from autotune.export import export
+
+    return export(Path(best_path), formats)
+
+
+@_checked
+def load_config(path: str | Path) -> Config:
+    """MODEL_YAML read and checked whole, as `autotune validate` (its space is not kept)."""
+    from autotune.config.load import load_config as _load
+
+    return _load(Path(path))
+
+
+@_checked
+def resolve_space(cfg: Config, device: str | None = None) -> ResolvedSpace:
+    """A loaded Config's search space: the global-batch rule and the knobs' own rules applied
+    (autotune.space.resolve_space; device cpu fixes the NCCL knobs where gloo runs)."""
+    from autotune.space import resolve_space as _resolve
+
+    return _resolve(cfg, device)
+
+
 def _package_version() -> str:
     """The installed distribution's version (pyproject.toml's, through importlib.metadata): one
     place to bump."""
@@ -223,20 +273,6 @@ def _package_version() -> str:
 def __getattr__(name: str) -> Any:  # lazy re-exports (PEP 562): `import autotune` stays cheap
     if name == "__version__":
         return _package_version()
-    if name == "load_config":
-        from autotune.config.load import load_config
-
-        return load_config
-    if name == "resolve_space":
-        from autotune.space import resolve_space
-
-        return resolve_space
-    if (
-        name == "run_export"
-    ):  # the winner in each format: autotune.export.export(best_yaml, formats)
-        from autotune.export import export
-
-        return export
     if name in ("AutotuneError", "ConfigError", "ExitCode"):
         from autotune import errors
 

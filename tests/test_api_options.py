@@ -12,6 +12,7 @@ from conftest import tiny
 import autotune
 from autotune.api_options import SEARCH, checked
 from autotune.errors import ConfigError
+from autotune.search.observer import Observer
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "search_spaces" / "tiny.yaml"
@@ -33,7 +34,7 @@ TINY = ROOT / "search_spaces" / "tiny.yaml"
         ({"fresh": "yes"}, r"fresh: 'yes' is not allowed; use True or False"),
         ({"progress": 3}, r"progress: '3' is not callable"),
         (
-            {"progress": print, "observer": object()},
+            {"progress": print, "observer": Observer()},
             r"progress: give progress .* or observer, not both",
         ),
     ],

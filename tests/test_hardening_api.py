@@ -35,7 +35,7 @@ def test_read_report_refuses_wrong_types() -> None:
         ({"iters": 0}, "iters: "),
         ({"warmup": -1}, "warmup: "),
         ({"timeout_s": float("inf")}, "timeout_s: "),
-        ({"sizes": [10**15]}, "size: "),
+        ({"sizes": [10**15]}, "sizes: "),
         ({"sizes": "big"}, "sizes: "),
         ({"algos": "Ring"}, "algos: "),
         ({"protos": ["Nope"]}, "protos: "),
