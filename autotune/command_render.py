@@ -280,7 +280,9 @@ def dumps(doc: dict[str, Any], suffix: str) -> str:
     """The config written back in its own format."""
     kind = CONFIG_FORMATS[suffix.lower()]
     if kind == "json":
-        return json.dumps(doc, indent=2) + "\n"
+        from autotune.documents import strict_json
+
+        return strict_json.dumps(doc, indent=2) + "\n"
     if kind == "toml":
         import tomli_w
 

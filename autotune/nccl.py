@@ -15,12 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from autotune import atomic, nccl_log, paths
 from autotune import knobs as catalogue
-from autotune import nccl_log, paths
+from autotune.documents import strict_json
 from autotune.errors import ConfigError
 from autotune.launch.process import run_trial
 from autotune.launch.runner import omp_env, preflight
-from autotune.protocol import RunSettings, TrialSpec, write_json
+from autotune.protocol import RunSettings, TrialSpec
 
 ALGOS = catalogue.BY_NAME["nccl_algo"].choices()
 PROTOS = catalogue.BY_NAME["nccl_proto"].choices()
@@ -102,7 +103,7 @@ def sweep(
         "cells": cells,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_json(out_dir / "nccl.json", doc)
+    atomic.write_text(out_dir / "nccl.json", strict_json.dumps(doc, indent=1))
     return doc
 
 

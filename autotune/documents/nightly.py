@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune.documents import strict_json
+
 FILE = "history.jsonl"
 # unreliable: disturbed (check/conditions.py); inconclusive: measured, its interval decided nothing
 STATUSES = ("pass", "faster", "regression", "unreliable", "inconclusive")
@@ -35,7 +37,9 @@ def problem(doc: Any) -> str | None:
     if not isinstance(samples, list) or not all(_positive(s) for s in samples):
         return "check_samples is not a list of positive numbers"
     ci = doc.get("ci")
-    if not isinstance(ci, list) or len(ci) != 2 or not all(isinstance(c, (int, float)) for c in ci):
+    # null: a bound that is not finite (documents.strict_json), as (0, inf) where none was computed
+    numbers = all(c is None or isinstance(c, (int, float)) for c in ci or [])
+    if not isinstance(ci, list) or len(ci) != 2 or not numbers:
         return "ci is not two numbers"
     if not isinstance(doc.get("checked_at"), str):
         return "checked_at is not a time"
@@ -75,7 +79,10 @@ class Night:
             check_median=float(doc["check_median"]),
             ratio=float(doc["ratio"]),
             check_samples=[float(s) for s in doc["check_samples"]],
-            ci=(float(doc["ci"][0]), float(doc["ci"][1])),
+            ci=(
+                float(doc["ci"][0] or 0.0),
+                math.inf if doc["ci"][1] is None else float(doc["ci"][1]),
+            ),
             checked_at=doc["checked_at"],
             name=name if isinstance(name, str) else None,
             disturbed=bool(doc.get("disturbed")),
@@ -113,7 +120,7 @@ def read(path: Path) -> tuple[list[Night], list[str]]:
 def append(path: Path, doc: dict[str, Any]) -> None:
     """One night appended: a newline first when the file's last line was torn (so the two stay
     apart), one write of the whole line, never through a symbolic link (OSError: ELOOP)."""
-    line = (json.dumps(doc, default=str) + "\n").encode()
+    line = (strict_json.dumps(doc, default=str) + "\n").encode()  # Infinity: null
     flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
     fd = os.open(path, flags, 0o644)
     try:

@@ -10,11 +10,11 @@ default and has no equivalent in a format is named in that format's text, never 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from autotune import tasks
+from autotune.documents import strict_json
 from autotune.errors import ConfigError
 from autotune.export._form import Form
 from autotune.export._hf import hf
@@ -31,7 +31,7 @@ def _json(w: Winner) -> Form:
     doc = {"name": w.name, "knobs": w.knobs, "env": w.env, "metrics": w.metrics}
     if set_by_script := w.set_by_script():  # in knobs too: the job's own values, never rendered
         doc["set_by_your_script"] = set_by_script
-    return Form("json", json.dumps(doc, indent=2) + "\n")
+    return Form("json", strict_json.dumps(doc, indent=2) + "\n")
 
 
 FORMATS: dict[str, Callable[[Winner], Form]] = {

@@ -10,10 +10,10 @@ A command study's HF form is its measured command's own flags instead (_hf_comma
 
 from __future__ import annotations
 
-import json
 import shlex
 from typing import Any
 
+from autotune.documents import strict_json
 from autotune.export._form import (
     MODEL_CODE,
     Form,
@@ -129,7 +129,7 @@ RULES: dict[str, Rule] = {
 
 
 def _flag_value(value: Any) -> str:
-    return json.dumps(value) if isinstance(value, dict) else str(value)
+    return strict_json.dumps(value) if isinstance(value, dict) else str(value)
 
 
 def flags(args: dict[str, Any]) -> str:

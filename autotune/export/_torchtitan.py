@@ -183,7 +183,7 @@ RULES: dict[str, Rule] = {
 def flags(args: dict[str, Any]) -> list[str]:
     """{"training.steps": 2} as `--training.steps 2` (lists as JSON, bools as bare flags); the
     policy subcommand last, as tyro wants it."""
-    import json
+    from autotune.documents import strict_json
 
     out = []
     for key, value in args.items():
@@ -192,7 +192,7 @@ def flags(args: dict[str, Any]) -> list[str]:
         if value is True:
             out.append(f"--{key}")
         elif isinstance(value, list):
-            out.append(f"--{key} '{json.dumps(value)}'")
+            out.append(f"--{key} '{strict_json.dumps(value)}'")
         else:
             out.append(f"--{key} {value}")
     if AC in args:

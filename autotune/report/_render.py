@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from typing import Any
 
+from autotune.documents import strict_json
 from autotune.errors import printable
 from autotune.report import _text
 from autotune.report._table import cells, columns, fmt, varying
@@ -28,18 +27,8 @@ def md(text: object) -> str:
 
 
 def to_json(data: dict[str, Any]) -> str:
-    """Strict JSON: a non-finite number (NaN, an infinity) is null."""
-    return json.dumps(_finite(data), indent=1, default=str, allow_nan=False)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
+    """Strict JSON: a non-finite number (NaN, an infinity) is null (documents.strict_json)."""
+    return strict_json.dumps(data, indent=1, default=str)
 
 
 def confirmed(st: dict[str, Any]) -> str:

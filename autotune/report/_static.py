@@ -52,7 +52,14 @@ def plot_data(
     series = tele.get("series") or []
     t0 = series[0]["t"] if series else 0.0
     checks = [
-        (_when(c["checked_at"]), c["ratio"], c["ci"][0], c["ci"][1], c["status"])
+        # a bound that is null (not finite, documents.strict_json): no bar on that side
+        (
+            _when(c["checked_at"]),
+            c["ratio"],
+            c["ci"][0] or 0.0,
+            c["ci"][1] or c["ratio"],
+            c["status"],
+        )
         for c in data.get("check_history") or []
     ]
     return {
