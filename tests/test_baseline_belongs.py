@@ -78,15 +78,13 @@ def test_baseline_belongs_a_reset_baseline_records_one_for_the_edit(
 
 
 @pytest.mark.parametrize("name", ["fixture-v0", "fixture-older", "fixture-v3"])
-def test_baseline_belongs_digest_of_the_typed_file_is_the_recorded_one(name: str) -> None:
-    """The digest users' baselines carry: fixture-v3's recorded one, from its typed document as from
-    the mapping search/best.py digests; the older layouts (upgraded on read) measured the same."""
+def test_baseline_belongs_digest_of_the_typed_file_is_the_mapping_s(name: str) -> None:
+    """The digest of a typed document (older layouts upgraded on read) is the one search/best.py
+    takes of the mapping; fixture-v3's recorded digest (schema 3) covered less, so it differs."""
     path = FIXTURES / name / "best.yaml"
+    assert read_best(path).doc.digest() == measured_digest(yaml.safe_load(path.read_text()))
     written = yaml.safe_load((FIXTURES / "fixture-v3" / "best.yaml").read_text())["measured"]
-    assert written == "65fece6f9493d17b"
-    assert read_best(path).doc.digest() == written
-    if name == "fixture-v3":
-        assert measured_digest(yaml.safe_load(path.read_text())) == written
+    assert written == "65fece6f9493d17b" != read_best(path).doc.digest()
 
 
 def test_baseline_belongs_a_recorded_baseline_keeps_the_file_as_read(tmp_path: Path) -> None:
@@ -104,10 +102,11 @@ def test_baseline_belongs_a_recorded_baseline_keeps_the_file_as_read(tmp_path: P
     record_check_baseline(
         path, read_best(path).doc, [1000.5, 999.0], first, fingerprint, reset=True
     )
-    assert path.read_text() == text + (
+    measured = read_best(path).doc.baseline_digest()  # written in this release's layout
+    assert path.read_text() == text.replace("schema_version: 3", "schema_version: 4") + (
         "check_baseline:\n  tokens_per_s_samples:\n  - 1000.5\n  - 999.0\n"
         f"  recorded_at: '{first}'\n  fingerprint:\n    device: cpu\n    gpu_model: x86_64\n"
-        f"  measured: 65fece6f9493d17b\n  series_from: '{first}'\n"
+        f"  measured: {measured}\n  series_from: '{first}'\n"
     )
     shutil.copy(path, tmp_path / "first.yaml")
     record_check_baseline(path, read_best(path).doc, [1001.0], "2026-12-06", fingerprint)
@@ -115,5 +114,8 @@ def test_baseline_belongs_a_recorded_baseline_keeps_the_file_as_read(tmp_path: P
     assert list(again) == list(yaml.safe_load((tmp_path / "first.yaml").read_text()))
     recorded = read_best(path).doc.check_baseline
     assert recorded is not None and recorded.tokens_per_s_samples == [1001.0]
-    assert (recorded.series_from, recorded.measured) == (first, "65fece6f9493d17b")
+    assert (recorded.series_from, recorded.measured) == (
+        first,
+        read_best(path).doc.baseline_digest(),
+    )
     assert again["my_notes"] == {"kept": True}

@@ -13,6 +13,7 @@ import yaml
 from conftest import run_cli
 
 from autotune.check.regress import decide
+from autotune.documents.digest import baseline_digest
 from autotune.documents.nightly import Night
 
 # This CPU VM's process-to-process noise is large and bimodal (per-process medians of one config:
@@ -190,10 +191,12 @@ def test_regress_disturbed_check_is_unreliable_exit_3(
     limits: test_regress_conditions)."""
     doc = yaml.safe_load((searched / "out" / "c" / "best.yaml").read_text())
     fast = speed * doc["metrics"]["tokens_per_s_per_gpu"]
+    samples = [fast, 1.01 * fast, 0.99 * fast]
     doc["check_baseline"] = {
-        "tokens_per_s_samples": [fast, 1.01 * fast, 0.99 * fast],
+        "tokens_per_s_samples": samples,
         "recorded_at": "2026-12-01",
-        "measured": doc["measured"],
+        # the digest a check baseline of these samples carries (documents/digest.py)
+        "measured": baseline_digest(doc, {"tokens_per_s_samples": samples}),
     }
     best = tmp_path / "best.yaml"
     best.write_text(yaml.safe_dump(doc))

@@ -11,13 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from autotune import paths
+from autotune.config.command import CommandConfig
 from autotune.config.load import load_config
 from autotune.config.study import StudyConfig
-from autotune.documents.best_file import LAUNCH_ONLY, Best, BestFile, read_best
+from autotune.documents.best_file import Best, BestFile, read_best
+from autotune.documents.digest import DIGEST_SCHEMA, LAUNCH_ONLY
 from autotune.errors import ConfigError, excerpt
 from autotune.hardware import detect, visible_gpu_index
 from autotune.launch.probe import check_entrypoint
 from autotune.launch.runner import Bench, preflight
+from autotune.redact import mask_command
 
 
 def baseline_samples(doc: BestFile) -> tuple[list[float], str]:
@@ -57,6 +60,7 @@ def bench_of(best: Best, best_path: Path, model_yaml: Path | None) -> Bench:
         cfg = load_config(model_yaml)
         dumped = cfg.model.model_dump(mode="json") if cfg.model is not None else None
         _same_measurement(best, dumped, cfg.workload.model_dump(mode="json"), cfg.base_dir)
+        _same_command(best, cfg.command)
         model, workload, command = cfg.model, cfg.workload, cfg.command
         base_dir, limit = cfg.base_dir, cfg.study.trial_timeout_min
     # prestart off: every repeat starts cold, with nothing importing beside it, the same way every
@@ -70,6 +74,31 @@ def bench_of(best: Best, best_path: Path, model_yaml: Path | None) -> Bench:
         base_dir=base_dir,
         prestart=False,
         command=command,
+    )
+
+
+def _same_command(best: Best, command: CommandConfig | None) -> None:
+    """--model's command runs what best.yaml's ran: the same argv, cwd, environment and measure
+    (compared as best.yaml keeps them, secrets masked); only its folder may move with the code."""
+
+    def kept(c: CommandConfig | None) -> dict[str, Any] | None:
+        return None if c is None else mask_command(c.model_dump(mode="json"))
+
+    mine, theirs = kept(command), kept(best.command)
+    if mine == theirs:
+        return
+    key = next(
+        (
+            k
+            for k in sorted(set(mine or {}) | set(theirs or {}))
+            if (mine or {}).get(k) != (theirs or {}).get(k)
+        ),
+        "command",
+    )
+    raise ConfigError(
+        f"--model: command.{key} is {excerpt((mine or {}).get(key))} in MODEL_YAML but "
+        f"{excerpt((theirs or {}).get(key))} in best.yaml; a check compares only the configuration "
+        "that was measured (nothing compared)"
     )
 
 
@@ -148,31 +177,35 @@ def load_best(best_path: Path) -> Best:
 
 
 def baseline_belongs(best_path: Path, best: Best) -> None:
-    """The baseline measured what best.yaml now says (measured_digest): an edited model, workload,
-    command or knob is refused before anything runs (--reset-baseline records a baseline of the
-    edited configuration). A baseline without its digest is refused too (_undigested)."""
+    """The baseline measured what best.yaml now says (documents/digest.py): an edited model,
+    workload, command, base_dir, environment, device, name, knob or baseline number is refused
+    before anything runs, and so is a baseline whose digest is missing (a file of schema 1, or one
+    stripped of it) or covers less (schema 2 and 3): nothing tells what it measured.
+    --reset-baseline records a baseline of the configuration as it is now."""
     doc, baseline = best.doc, best.doc.check_baseline
-    recorded = (baseline.measured if baseline else None) or doc.measured
+    recorded, expected = (
+        (baseline.measured, doc.baseline_digest()) if baseline else (doc.measured, doc.digest())
+    )
+    where = "check_baseline" if baseline else "the search's numbers"
+    fix = (
+        f"Run autotune check {best_path} --reset-baseline to measure and record a baseline of this "
+        "configuration as it is now (or autotune search again for a new best.yaml)"
+    )
     if recorded is None:
-        _undigested(best_path, doc)
-    elif recorded != doc.digest():
-        raise ConfigError(
-            f"{best_path}: its model, workload, command or knobs were edited after its baseline "
-            "was measured; a check compares only the configuration that was measured (nothing "
-            f"measured). Run autotune check {best_path} --reset-baseline to record a baseline of "
-            "this configuration"
-        )
-
-
-def _undigested(best_path: Path, doc: BestFile) -> None:
-    """No digest beside the baseline: nothing tells whether it measured what best.yaml says now.
-    Refused where one is always written: beside a check baseline (record_check_baseline), and
-    beside the search's numbers in a versioned best.yaml (write_best, schema 2); a best.yaml of
-    schema 1 predates digests and is checked as it was."""
-    where = "check_baseline" if doc.check_baseline else "the search's numbers"
-    if doc.check_baseline or doc.schema_version >= 2:
         raise ConfigError(
             f"{best_path}: measured: missing beside {where}, so an edited model, workload, "
-            "command or knob cannot be told from what was measured (nothing measured). Run "
-            f"autotune check {best_path} --reset-baseline to record a baseline of it"
+            "command, base_dir or knob cannot be told from what was measured (nothing measured). "
+            + fix
+        )
+    if doc.schema_version < DIGEST_SCHEMA:
+        raise ConfigError(
+            f"{best_path}: schema_version: {doc.schema_version}: its measured digest covers "
+            "neither base_dir, apply.env, the device nor the baseline's numbers, so what would run "
+            "cannot be told from what was measured (nothing measured). " + fix
+        )
+    if recorded != expected:
+        raise ConfigError(
+            f"{best_path}: its model, workload, command, base_dir, apply.env, device, name, knobs "
+            f"or {where} were edited after its baseline was measured; a check compares only the "
+            "configuration that was measured (nothing measured). " + fix
         )

@@ -260,10 +260,10 @@ def check(
     """
     cap, t0 = max_repeats_of(repeats, max_repeats), time.monotonic()
     best = load_best(best_path)
-    baseline_belongs(best_path, best)
     if junit:
         junit_report.check_target(junit, best_path, best.doc, model_yaml)  # before any repeat
-    run = _Repeater.of(best_path, best, model_yaml)
+    run = _Repeater.of(best_path, best, model_yaml)  # another GPU: refused as such
+    baseline_belongs(best_path, best)
     m, verdict = _settle(run, (repeats, cap), tolerance_pct, max_load, on_repeat)
     if verdict is None:  # CI reads the report: the repeats' reasons go in it, then exit 3 as ever
         err, secs = _unmeasured(m), time.monotonic() - t0

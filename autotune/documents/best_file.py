@@ -23,6 +23,9 @@ from pydantic import (
 
 from autotune import knobs as catalogue
 from autotune import paths, yamlio
+from autotune.documents.digest import baseline_digest
+from autotune.documents.digest import knob_set as knob_set  # read from here by search/best.py
+from autotune.documents.digest import measured_digest as measured_digest
 from autotune.errors import ConfigError
 from autotune.protocol import Knobs
 
@@ -34,59 +37,11 @@ if TYPE_CHECKING:
 # listed); 2: schema_version and knob_set (the hash of the knob names written) added; 3: base_dir
 # relative to best.yaml's folder (an absolute one, as 2 wrote, reads as before) and a command's
 # secrets masked, so that an older release refuses a file whose relative base_dir it would resolve
-# against its working folder.
+# against its working folder; 4: `measured` covers all that decides what runs and how it is judged
+# (documents/digest.py: base_dir, apply.env, the device, the name, the baseline's numbers too), so
+# that a check refuses to compare an earlier file's baseline (its digest covers less).
 # Older files are upgraded on read (read_best): the knobs added since, at their defaults.
-SCHEMA_VERSION = 3
-
-
-# how ranks are started may change; what they run may not
-LAUNCH_ONLY = ("nnodes", "rdzv_endpoint", "launcher")
-
-
-def measured_digest(doc: dict[str, Any]) -> str:
-    """A short hash of what best.yaml's numbers measured: its model, workload (but how ranks are
-    launched), the command (task command) and the knobs off their defaults. Recorded beside each
-    baseline: a baseline is compared only with the configuration it measured, so a hand-edited
-    best.yaml is not set against another model's numbers. doc: best.yaml as search/best.py writes
-    it (a read one: BestFile.digest)."""
-    return _digest(doc.get("model"), doc["workload"], doc.get("command"), doc["knobs"])
-
-
-def _digest(
-    model: dict[str, Any] | None,
-    workload: dict[str, Any],
-    command: dict[str, Any] | None,
-    knobs: Knobs,
-) -> str:
-    """measured_digest of these sections, as best.yaml has them (not as autotune.config would type
-    them: a digest recorded by an earlier release must still match)."""
-    import hashlib
-    import json
-
-    from autotune.documents.identity import non_default
-
-    defaults = {k.name: k.default for k in catalogue.CATALOGUE}
-    what = {
-        "model": non_default("model", model) if model else None,
-        "workload": {
-            k: v for k, v in non_default("workload", workload).items() if k not in LAUNCH_ONLY
-        },
-        "command": command,
-        "knobs": {
-            k: v
-            for k, v in knobs.items()
-            if v is not None and (k not in defaults or v != defaults[k])
-        },
-    }
-    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def knob_set(knobs: Knobs) -> str:
-    """A short hash of the knob names a release writes: on read, the same hash says that the knobs a
-    file lacks were added since (upgraded), another says the list was edited (refused)."""
-    import hashlib
-
-    return hashlib.sha256(",".join(sorted(knobs)).encode()).hexdigest()[:12]
+SCHEMA_VERSION = 4
 
 
 def write_yaml(path: Path, doc: dict[str, Any]) -> None:
@@ -127,11 +82,30 @@ class Chosen(_Part):
     beyond_list: Optional[dict[str, int]] = None
 
 
+_Amount = Optional[Annotated[float, Field(ge=0)]]  # None: not measured (no GPU, no baseline)
+
+
 class Metrics(_Part):
-    """The chosen configuration's numbers (the others, MFU, memory, step time: kept untyped)."""
+    """The chosen configuration's numbers: each one search/best.py writes typed (export prints them,
+    check compares with them); another kept as it is."""
 
     tokens_per_s_per_gpu: float = Field(gt=0)
     tpot_ms_median: Optional[float] = Field(default=None, gt=0)  # generate: the check gates it too
+    tokens_per_s: _Amount = None
+    search_tokens_per_s_per_gpu: _Amount = None
+    mfu: _Amount = None
+    peak_mem_gib: _Amount = None
+    peak_mem_kind: Optional[str] = None
+    step_time_median_s: _Amount = None
+    step_time_spread_pct: _Amount = None
+    speedup_vs_baseline: _Amount = None
+    speedup_ci95: Optional[list[float]] = None
+    speedup_within_noise: Optional[bool] = None
+    ttft_ms: _Amount = None
+    tpot_ms_p99: _Amount = None
+    roofline_share: _Amount = None
+    tokens_per_joule: _Amount = None
+    padding_pct: _Amount = None
 
 
 class Fingerprint(_Part):
@@ -235,8 +209,17 @@ class BestFile(_Part):
     upgraded: Optional[Upgraded] = Field(default=None, exclude=True)
 
     def digest(self) -> str:
-        """measured_digest of the configuration as this file says it now."""
-        return _digest(self.model, self.workload, self.command, self.knobs)
+        """measured_digest of the configuration and the search's numbers as this file says them."""
+        return measured_digest(self.model_dump(exclude_unset=True))
+
+    def baseline_digest(self) -> str | None:
+        """baseline_digest of the configuration and check_baseline's numbers as this file says them
+        (None: no check baseline)."""
+        if self.check_baseline is None:
+            return None
+        return baseline_digest(
+            self.model_dump(exclude_unset=True), self.check_baseline.model_dump()
+        )
 
 
 @dataclass(frozen=True)
@@ -419,14 +402,19 @@ def record_check_baseline(
     series: a slow drift absorbed by nightly updates is what the series is read for)."""
     recorded = doc.check_baseline
     since = recorded_at if reset else recorded.series_from if recorded else None
+    numbers = {
+        "tokens_per_s_samples": samples,
+        **({"tpot_ms_samples": tpot_ms} if tpot_ms else {}),
+        **({"series_from": since} if since else {}),
+    }
+    measured = baseline_digest(doc.model_dump(exclude_unset=True), numbers)
     baseline = CheckBaseline.model_validate(
         {
             "tokens_per_s_samples": samples,
             "recorded_at": recorded_at,
             "fingerprint": fingerprint,
-            "measured": doc.digest(),
-            **({"tpot_ms_samples": tpot_ms} if tpot_ms else {}),
-            **({"series_from": since} if since else {}),
+            "measured": measured,
+            **{k: v for k, v in numbers.items() if k != "tokens_per_s_samples"},
         }
     )
     update = {"schema_version": SCHEMA_VERSION, "knob_set": knob_set(doc.knobs)}

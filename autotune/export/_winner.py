@@ -154,6 +154,23 @@ def _check_command_study(path: Path, doc: dict[str, Any]) -> None:
     _check_ranks(path, doc["workload"])
     _check_command(path, doc["command"])
     _check_catalogue_knobs(path, doc["knobs"])
+    _check_metrics(path, doc.get("metrics"))
+
+
+def _check_metrics(path: Path, metrics: Any) -> None:
+    """The numbers export prints, as best.yaml's reader types them (documents.best_file.Metrics):
+    none (a file written by hand), or tokens/s per GPU and the others each a number."""
+    from pydantic import ValidationError
+
+    from autotune.config.load import describe_error
+    from autotune.documents.best_file import Metrics
+
+    if metrics is None:
+        return
+    try:
+        Metrics.model_validate(metrics)
+    except ValidationError as err:
+        raise ConfigError(f"{path}: {describe_error(err, 'metrics')}") from None
 
 
 def _check_ranks(path: Path, workload: dict[str, Any]) -> None:
