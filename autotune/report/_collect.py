@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 import optuna
+from optuna.trial import TrialState
 
 from autotune import metrics, tasks
 from autotune.documents import nightly
@@ -33,7 +34,7 @@ def collect(
     h = History.of(study)
     baseline = h.baseline
     base_value = value_of(baseline) if baseline else None
-    rows = [row_of(t, base_value) for t in trials if t.user_attrs.get("status") != "duplicate"]
+    rows = [row_of(t, base_value) for t in trials if _listed(t)]
     ok = sorted((r for r in rows if r["state"] == "ok"), key=lambda r: -r[Metric.TOKENS_PER_GPU])
     others = [r for r in rows if r["state"] != "ok"]
     searched = searched_knobs(trials)
@@ -86,6 +87,15 @@ def collect(
         "alloc_offer": peaks.alloc_offer(h, tasks.task(_task_of(config))),
     }
     return _derived(data, ok, train_tokens or (config.get("study") or {}).get("train_tokens"))
+
+
+def _listed(t: optuna.trial.FrozenTrial) -> bool:
+    """A trial the report lists: not a repeat (told as the trial it repeats), and given a
+    configuration. A trial waiting in the queue (one a search left enqueued) or asked and never
+    given its point has no knobs to show: it was never measured."""
+    if t.user_attrs.get("status") == "duplicate" or t.state == TrialState.WAITING:
+        return False
+    return "knobs" in t.user_attrs or bool(t.params)
 
 
 def _task_of(config: dict[str, Any]) -> str:
