@@ -99,7 +99,7 @@ class LiveProgress(Observer):
         self.current: dict[int, tuple[int, dict[str, Any], float]] = {}
         self.beyond: dict[int, str] = {}  # the running trials' values past the user's list
         self.best: dict[str, Any] | None = None
-        self.measured = 0  # trials launched and recorded, as the budget counts them
+        self.measured = 0  # trials measured, as the budget counts them
         self.baseline_value: float | None = None
         self.live = Live(
             console=console, refresh_per_second=2, get_renderable=self._render, transient=True
@@ -127,9 +127,8 @@ class LiveProgress(Observer):
 
     def trial_finished(self, record: TrialRecord, history: History) -> None:
         index = self.current.pop(record.number, (None,))[0]
-        self.measured = (
-            history.launched
-        )  # autotune's own count (the budget's), not Optuna's trial numbers
+        # autotune's own count (the budget's: history.MEASURED), not Optuna's trial numbers
+        self.measured = history.measured
         best = history.best()
         if best is not None:
             self.baseline_value = value_of(history.baseline) if history.baseline else None

@@ -215,7 +215,9 @@ class StudyConfig(_Section):
         default=30,
         ge=1,
         le=100_000,
-        description="Trials to measure (launched trials; resumed ones count).",
+        description="Trials to measure to their end (ok or over_limit; resumed ones count). "
+        "Failed, pruned and lost trials are not counted: others run in their place, up to twice "
+        "this many launched.",
     )
     timeout_min: float = Field(
         default=60.0,

@@ -9,16 +9,19 @@ one stalled is left as it was stored (late: no tell, no callbacks).
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from signal import SIGINT, SIGTERM
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, Terminated
 
 Callback = Callable[[optuna.Study, FrozenTrial], None]
 
@@ -82,6 +85,22 @@ class Drive:
         if self.n_jobs == 1:
             self._work(deadline)
             return
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {s: signal.signal(s, self._on_signal) for s in (SIGINT, SIGTERM)}
+        try:
+            self._pool(deadline)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        """Ctrl-C or SIGTERM while several workers run: every thread ends its trial's process
+        group, then the study stops."""
+        self.stop.set()
+        raise Terminated() if signum == SIGTERM else KeyboardInterrupt()
+
+    def _pool(self, deadline: float) -> None:
         with ThreadPoolExecutor(self.n_jobs, thread_name_prefix="autotune-trial") as pool:
             futures = [pool.submit(self._work, deadline) for _ in range(self.n_jobs)]
             errors = [e for future in futures if (e := future.exception()) is not None]

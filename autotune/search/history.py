@@ -16,6 +16,19 @@ from autotune.redact import mask_doc
 
 # Trials recorded without a launch; they never count toward the budget.
 NOT_LAUNCHED = ("duplicate", "skipped")
+# The statuses the budget (study.trials) counts: trials measured to their end, their figure known
+# (ok, or over_limit: measured past study.limits). A failed or pruned trial, or one lost with its
+# worker, is not counted: the search measures another in its place, up to LAUNCHES_PER_TRIAL
+# launches for each trial of the budget (launch_cap).
+MEASURED = ("ok", "over_limit")
+LAUNCHES_PER_TRIAL = 2
+
+
+def launch_cap(budget: int) -> int:
+    """The most trials a budget launches, measured or not: a space where most configurations fail
+    ends here rather than at its timeout."""
+    return LAUNCHES_PER_TRIAL * budget
+
 
 Key = tuple[tuple[str, Any], ...]
 
@@ -69,6 +82,8 @@ class History:
     # measured past study.limits
     over_limit: list[optuna.trial.FrozenTrial] = field(default_factory=list)
     launched: int = 0
+    # launched trials measured to their end (MEASURED): what the budget counts
+    measured: int = 0
     completed: list[optuna.trial.FrozenTrial] = field(default_factory=list)
     # pruned after measuring steps: they ran (their peaks fit), though their figure is no value
     pruned: list[optuna.trial.FrozenTrial] = field(default_factory=list)
@@ -108,6 +123,7 @@ class History:
                 continue
             # trials copied from another study count no budget
             h.launched += "warm_start" not in t.user_attrs
+            h.measured += "warm_start" not in t.user_attrs and status in MEASURED
             if status == "oom":
                 h.ooms.append(t)
             if status == "over_limit":

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import queue
-import signal
 import sys
 import threading
 import time
@@ -21,7 +20,6 @@ from optuna.trial import TrialState
 from autotune import paths, tasks
 from autotune.config import Config
 from autotune.documents.record import TrialRecord
-from autotune.errors import Terminated
 from autotune.hardware import default_device, detect
 from autotune.launch import prestart
 from autotune.launch.runner import Bench, measure, preflight
@@ -38,7 +36,13 @@ from autotune.search.sampler import make_sampler
 from autotune.search.schedule import Schedule
 from autotune.search.slots import gpu_groups
 from autotune.search.storage import mask_url, open_study
-from autotune.search.workers import Heartbeat, claim_configuration, late_record, reap_lost_workers
+from autotune.search.workers import (
+    Heartbeat,
+    claim_configuration,
+    late_record,
+    reap_lost_workers,
+    wait_for_room,
+)
 from autotune.space import ResolvedSpace, resolve_space
 
 # A trial recorded without launching (duplicate, budget taken): told FAIL, not counted.
@@ -88,7 +92,8 @@ def run_search(
     space: ResolvedSpace | None = None,
     measure_fn: Callable[..., TrialRecord] = measure,
 ) -> SearchResult:
-    """Run (or resume) the study until `trials` trials were launched, the timeout, or the space is
+    """Run (or resume) the study until `trials` trials were measured (history.MEASURED: failed and
+    pruned ones are not counted, up to history.launch_cap launches), the timeout, or the space is
     exhausted; then confirm the top configurations and write best.yaml (also when interrupted).
 
     gpus: run one trial per listed GPU at once (each pinned with CUDA_VISIBLE_DEVICES); on the CPU
@@ -237,28 +242,30 @@ class _Search:
     # ------------------------------------------------------------
 
     def objective(self, trial: optuna.Trial) -> Told:
+        # whose trial this is, before anything else: a worker killed from here on is found dead
+        beat = Heartbeat(trial, self.grace)
         params = self.space.suggest(trial)
         # a step past the edge of the list runs its own value (search/edges.py)
         knobs = self.space.knobs({**params, **(trial.user_attrs.get(edges.BEYOND) or {})})
         trial.set_user_attr("knobs", knobs)
-        beat = Heartbeat(trial, self.grace)
-        index = self.claim(trial, params, knobs)
+        index = self.claim(trial, params, knobs, beat)
         if isinstance(index, Told):
             return index
         return self.record(trial, self.launch(trial, knobs, index, beat))
 
-    def claim(self, trial: optuna.Trial, params: dict[str, Any], knobs: Knobs) -> int | Told:
-        """Take this configuration, or record why not (budget taken, already measured or running,
-        known not to run: search/predict.py). Returns the trial's index in the budget, or how it
-        ended unlaunched."""
-        reap_lost_workers(self.study, self.grace, own=trial.number)
-        h = History.of(self.study, own=trial.number)
-        # other workers are measuring the rest of the budget
-        if h.launched + len(h.running) >= self.budget:
-            trial.set_user_attr("status", "skipped")  # budget taken by running trials
-            trial.set_user_attr(
-                "reason", "not launched: running trials take the rest of the budget"
-            )
+    def claim(
+        self, trial: optuna.Trial, params: dict[str, Any], knobs: Knobs, beat: Heartbeat
+    ) -> int | Told:
+        """Take this configuration, or record why not (budget measured, already measured or
+        running, known not to run: search/predict.py). Returns the trial's index in the budget, or
+        how it ended unlaunched. While trials running elsewhere could measure the rest of the
+        budget, it waits for their end (workers.wait_for_room)."""
+        h, skip = wait_for_room(
+            self.study, trial.number, self.budget, self.grace, beat, self._ending
+        )
+        if skip is not None:
+            trial.set_user_attr("status", "skipped")
+            trial.set_user_attr("reason", skip)
             self.drive.halt()
             return NOT_LAUNCHED
         prev = h.seen.get(key(knobs)) or h.running.get(key(knobs))
@@ -275,7 +282,10 @@ class _Search:
             return KNOWN_NOT_TO_RUN
         if (first := claim_configuration(self.study, trial, knobs)) is not None:
             return self._duplicate(trial, first, None, h)
-        return h.launched + 1
+        return h.measured + 1
+
+    def _ending(self) -> bool:
+        return self.drive.halted.is_set() or self.stop.is_set()
 
     def _duplicate(
         self,
@@ -287,7 +297,7 @@ class _Search:
         """Record a repeat without launching it, told as the trial it repeats ended (repeats.py);
         the sampler's region gets its nearest unmeasured point next."""
         told = repeats.record(trial, of)
-        if params is not None and not self.schedule.nearest(params, h):
+        if params is not None and not self.schedule.nearest(params, h, trial.number):
             self.drive.halt()  # every other point is measured or being measured elsewhere
         return told
 
@@ -384,7 +394,7 @@ class _Search:
                 "name": cfg.name,
                 "device": self.bench.device,
                 "budget": self.budget,
-                "done": h.launched,
+                "done": h.measured,
                 "space_size": self.space.size,
                 "searched": list(self.space.searched),
                 "sampler": cfg.study.sampler,
@@ -396,26 +406,12 @@ class _Search:
                 ),
             }
         )
-        if h.launched >= self.budget:
+        if h.measured >= self.budget:
             return "budget already reached"
         if not self.schedule.unseen(h) and not self.schedule.past(h):
             return "space exhausted"
         t0 = dt.datetime.now()
-        previous = {}
-        if self.n_jobs > 1 and threading.current_thread() is threading.main_thread():
-
-            def on_signal(signum: int, frame: Any) -> None:
-                self.stop.set()  # every thread ends its trial's process group, then the study stops
-                raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-
-            previous = {
-                sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
-            }
-        try:
-            self.drive.run(timeout_s)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        self.drive.run(timeout_s)
         return (
             "timeout" if (dt.datetime.now() - t0).total_seconds() >= timeout_s else self.stop_reason
         )

@@ -1,7 +1,11 @@
 """What a search measures next, ahead of its sampler, and why it stops: the baseline first, then
 (study.start neighbours) its one-knob neighbours; a grid
 enqueued a few points at a time; a repeat's region given its nearest unmeasured point; the staged
-search's variants and finals (stages.ahead); the end of the budget or of the space."""
+search's variants and finals (stages.ahead); the end of the budget or of the space.
+
+The budget counts measured trials (history.MEASURED); a lost trial's point (its worker killed or
+interrupted) is enqueued again, and nothing is enqueued past the budget's room (Schedule.room), so
+a search that ends at its budget leaves no trial waiting."""
 
 from __future__ import annotations
 
@@ -11,9 +15,12 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune.protocol import STATUSES
 from autotune.search import edges, neighbours, stages
-from autotune.search.history import History, key
+from autotune.search.history import NOT_LAUNCHED, History, key, launch_cap
 from autotune.space import ResolvedSpace
+
+R = TrialState.RUNNING
 
 
 class Schedule:
@@ -47,35 +54,77 @@ class Schedule:
         self.grid_order = self.rng.sample(self.points, len(self.points)) if grid else []
 
     def start(self) -> None:
-        """The baseline first, then the grid's first points; on a resume, the steps past the list's
-        edge the study had left."""
+        """The baseline first, then the points of trials lost with their worker (lost), the grid's
+        first points; on a resume, the steps past the list's edge the study had left."""
         self.enqueue([self.space.baseline])
+        h = History.of(self.study)
+        self.enqueue(self.lost(h))
         self.enqueue_grid()
-        self.enqueue(self.past(History.of(self.study)))
+        self.enqueue(self.past(h))
+
+    def lost(self, h: History) -> list[dict[str, Any]]:
+        """The points of trials that ended without a record (their worker killed or lost, an
+        interruption), neither measured since nor being measured: each is measured again, first."""
+        trials = self.study.get_trials(deepcopy=False, states=(TrialState.FAIL, TrialState.RUNNING))
+        taken = {*h.seen, *(key(t.user_attrs.get("knobs") or {}) for t in trials if t.state == R)}
+        out = []
+        for t in trials:
+            # an enqueued point is the trial's before it is suggested (lost right after the ask)
+            point = {**t.system_attrs.get("fixed_params", {}), **edges.point_of(t)}
+            if (
+                t.state == R
+                or t.user_attrs.get("status") in (*STATUSES, *NOT_LAUNCHED)
+                or set(point) != set(self.space.searched)  # never given its point whole
+                or key(self.space.knobs(point)) in taken
+                or point in out
+            ):
+                continue
+            out.append(point)
+        return out
+
+    def room(self, own: int | None = None) -> int:
+        """How many more trials may be launched or enqueued: the budget's measured trials less
+        those measured, running (but `own`) and waiting, within the launch cap (history.launch_cap).
+        A running trial recorded without a launch (a repeat, a skip) takes none."""
+        h = History.of(self.study)
+        states = (TrialState.RUNNING, TrialState.WAITING)
+        taken = sum(
+            1
+            for t in self.study.get_trials(deepcopy=False, states=states)
+            if t.number != own and t.user_attrs.get("status") not in NOT_LAUNCHED
+        )
+        return max(0, min(self.budget - h.measured, launch_cap(self.budget) - h.launched) - taken)
 
     def unseen(self, h: History) -> list[dict[str, Any]]:
         """Points neither measured nor being measured by another worker."""
         pairs = zip(self.points, self.point_keys)
         return [p for p, k in pairs if k not in h.seen and k not in h.running]
 
-    def nearest(self, params: dict[str, Any], h: History) -> bool:
-        """A repeat of `params`: its nearest unmeasured point (a screened one first, when staged) is
-        measured next. False when every other point is measured or being measured elsewhere."""
+    def nearest(self, params: dict[str, Any], h: History, own: int | None = None) -> bool:
+        """A repeat of `params` (trial `own`): its nearest unmeasured point (a screened one first,
+        when staged) is measured next. False when every other point is measured or being measured
+        elsewhere."""
         unseen = self.unseen(h)
         screened = [p for p in unseen if self.plan.is_screened(p)]
         left = screened or unseen
         if left:
-            self.enqueue([self.space.nearest(params, left, self.rng)])
+            self.enqueue([self.space.nearest(params, left, self.rng)], own)
         return bool(left)
 
     def after(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> str | None:
         """After each told trial: the grid topped up, the staged search's next points; returns why
         the study stops, or None."""
         h = History.of(study)
-        self.enqueue_grid()
         self.note_edges(study, h)
-        if h.launched >= self.budget:
+        if h.measured >= self.budget:
             return "budget reached"
+        if h.launched >= launch_cap(self.budget):
+            return (
+                f"launch cap reached: {h.launched} trials launched, {h.measured} of the "
+                f"{self.budget} asked measured (the others failed or were pruned)"
+            )
+        self.enqueue(self.lost(h))
+        self.enqueue_grid()
         past = self.past(h)
         # the list measured whole: only steps past its edge are left (search/edges.py)
         if not self.unseen(h) and not past:
@@ -113,15 +162,13 @@ class Schedule:
         """What the staged search measures next ahead of the sampler, or its stop (stages.ahead);
         past: the steps past the list's edge (Schedule.past)."""
         waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-        running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
-        room = self.budget - h.launched - running - waiting
         points, stop = stages.ahead(
             h,
             self.space,
             self.plan,
             trial,
             budget=self.budget,
-            room=room,
+            room=self.room(),
             waiting=waiting,
             patience=self.patience,
             past=past,
@@ -142,7 +189,7 @@ class Schedule:
             return
         h = History.of(self.study)
         waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-        wanted = self.n_jobs + 1 - len(waiting)
+        wanted = min(self.n_jobs + 1 - len(waiting), self.room())
         next_points: list[dict[str, Any]] = []
         while wanted > len(next_points) and self.grid_order:
             p = self.grid_order.pop(0)
@@ -150,5 +197,8 @@ class Schedule:
                 next_points.append(p)
         self.enqueue(next_points)
 
-    def enqueue(self, points: list[dict[str, Any]]) -> None:
-        stages.enqueue(self.study, self.space, points)
+    def enqueue(self, points: list[dict[str, Any]], own: int | None = None) -> None:
+        """Those of the points not measured nor waiting, as many as the budget has room for (own:
+        the running trial asking, which takes none)."""
+        if points:
+            stages.enqueue(self.study, self.space, points, self.room(own))

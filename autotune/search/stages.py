@@ -320,11 +320,16 @@ def ahead(
     return points[: max(0, room - count)], ""
 
 
-def enqueue(study: optuna.Study, space: ResolvedSpace, points: list[dict[str, Any]]) -> None:
+def enqueue(
+    study: optuna.Study,
+    space: ResolvedSpace,
+    points: list[dict[str, Any]],
+    limit: int | None = None,
+) -> None:
     """Enqueue the points not yet measured and not already waiting (resume-safe, unlike
-    skip_if_exists, which would also skip a point whose trial was interrupted). A value beyond its
-    knob's list is enqueued as the list's end, the value itself in the trial's `beyond_list`
-    (search/edges.py)."""
+    skip_if_exists, which would also skip a point whose trial was interrupted), at most `limit` of
+    them (None: all). A value beyond its knob's list is enqueued as the list's end, the value itself
+    in the trial's `beyond_list` (search/edges.py)."""
     h = History.of(study)
     states = (optuna.trial.TrialState.WAITING,)
     waiting = {
@@ -332,7 +337,10 @@ def enqueue(study: optuna.Study, space: ResolvedSpace, points: list[dict[str, An
         for t in study.get_trials(deepcopy=False, states=states)
     }
     for p in points:
+        if limit is not None and limit <= 0:
+            break
         if key(space.knobs(p)) not in h.seen and key(p) not in waiting:
+            limit = None if limit is None else limit - 1
             params, beyond = edges.split(space, p)
             study.enqueue_trial(params, user_attrs={edges.BEYOND: beyond} if beyond else None)
             waiting.add(key(p))

@@ -10,13 +10,17 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
 from autotune.protocol import Knobs
-from autotune.search.history import NOT_LAUNCHED, key
+from autotune.search.history import NOT_LAUNCHED, History, key, launch_cap
+
+# How often a trial waiting for room in the budget reads the study again (wait_for_room).
+ROOM_POLL_S = 0.5
 
 
 def worker_id() -> dict[str, Any]:
@@ -144,3 +148,34 @@ def live_worker(study: optuna.Study, grace_s: float) -> str | None:
                 f"{ago})"
             )
     return None
+
+
+def wait_for_room(
+    study: optuna.Study,
+    own: int,
+    budget: int,
+    grace_s: float,
+    beat: Callable[[], None],
+    done: Callable[[], bool],
+) -> tuple[History, str | None]:
+    """The study as trial `own` may launch: (History, None); or (History, why it is not launched):
+    the budget measured, the launch cap reached (history.launch_cap) or the search ending (done).
+
+    The budget counts measured trials, so while trials running elsewhere could measure the rest of
+    it (or reach the launch cap) this one waits (its heartbeat sent) rather than skipping: one of
+    them may fail, be pruned or turn out a repeat, and then this one measures in its place. Waiting
+    trials yield to lower numbers only (History.running), so one of them always goes on."""
+    while True:
+        reap_lost_workers(study, grace_s, own=own)
+        h = History.of(study, own=own)
+        if h.measured >= budget:
+            return h, "not launched: the budget's trials are measured"
+        cap = launch_cap(budget)
+        if h.launched >= cap:
+            return h, f"not launched: {cap} trials launched, the most a budget of {budget} launches"
+        if done():
+            return h, "not launched: the search is ending"
+        if h.measured + len(h.running) < budget and h.launched + len(h.running) < cap:
+            return h, None
+        beat()
+        time.sleep(ROOM_POLL_S)
