@@ -125,6 +125,42 @@ def tiny(**overrides: Any) -> dict[str, Any]:
     return data
 
 
+# A user's training job on the CPU for task command: a step of 2 ms per sample of --bs, reported
+# through autotune.reporting; --tag is a knob of the user's own that changes nothing
+SLEEPY_JOB = """
+import argparse, time
+from autotune import reporting
+p = argparse.ArgumentParser()
+p.add_argument("--bs", type=int, default=1)
+p.add_argument("--tag", default="")
+a = p.parse_args()
+for _ in range(10_000):
+    time.sleep(0.002 * a.bs)
+    if reporting.step(tokens=100 * a.bs):
+        break
+"""
+
+
+def command_job(root: Path, name: str, trials: int = 2, **sections: Any) -> Path:
+    """SLEEPY_JOB and its YAML in root (micro_batch_size 1 or 2, `sections` merged into the YAML's
+    sections): the YAML's path."""
+    (root / "job.py").write_text(SLEEPY_JOB)
+    doc: dict[str, Any] = {
+        "name": name,
+        "workload": {"task": "command", "warmup_steps": 2, "measure_steps": 4},
+        "command": {
+            "argv": ["{python}", "job.py"],
+            "knobs": {"micro_batch_size": {"flag": "--bs"}},
+        },
+        "space": {"micro_batch_size": [1, 2]},
+        "study": {"trials": trials, "seed": 0, "confirm_top": 0, "trial_timeout_min": 1},
+    }
+    for key, value in sections.items():
+        doc[key] = {**doc.get(key, {}), **value}
+    (root / "job.yaml").write_text(yaml.safe_dump(doc))
+    return root / "job.yaml"
+
+
 @pytest.fixture
 def write_yaml(tmp_path: Path):
     def write(data: Any, name: str = "model.yaml") -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from conftest import command_job
 
 import autotune
 from autotune.errors import ConfigError, ExitCode
@@ -215,33 +215,9 @@ def test_api_check_and_export_refuse_before_measuring(tmp_path: Path) -> None:
     assert [f.format for f in autotune.run_export(best, ("json",))] == ["json"]
 
 
-JOB = """
-import argparse, time
-from autotune import reporting
-p = argparse.ArgumentParser()
-p.add_argument("--bs", type=int, default=1)
-a = p.parse_args()
-for _ in range(10_000):
-    time.sleep(0.002 * a.bs)
-    if reporting.step(tokens=100 * a.bs):
-        break
-"""
-
-
 def _command_study(root: Path) -> Path:
     """A real two-trial command study on the CPU (the Python API's run_search); its best.yaml."""
-    (root / "job.py").write_text(JOB)
-    doc = {
-        "name": "api5",
-        "workload": {"task": "command", "warmup_steps": 2, "measure_steps": 4},
-        "command": {
-            "argv": ["{python}", "job.py"],
-            "knobs": {"micro_batch_size": {"flag": "--bs"}},
-        },
-        "space": {"micro_batch_size": [1, 2]},
-        "study": {"trials": 2, "seed": 0, "confirm_top": 0, "trial_timeout_min": 1},
-    }
-    (root / "job.yaml").write_text(yaml.safe_dump(doc))
+    command_job(root, "api5")
     result = autotune.run_search(
         root / "job.yaml", out_root=root / "out", device="cpu", progress=lambda record: None
     )

@@ -9,23 +9,10 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import cli_here, run_cli
+from conftest import cli_here, command_job, run_cli
 
 from autotune.launch.process import _classify
 
-JOB = """
-import argparse, time
-from autotune import reporting
-p = argparse.ArgumentParser()
-p.add_argument("--bs", type=int, default=1)
-p.add_argument("--tag", default="")
-a = p.parse_args()
-for _ in range(10_000):
-    time.sleep(0.002 * a.bs)
-    if reporting.step(tokens=100 * a.bs):
-        break
-"""
 # The values of the user's own knob: a line break and a table's border, a tag, links
 HOSTILE = [
     "a\nb | c",
@@ -41,22 +28,18 @@ WIDTHS = ["0", "1", "20", "", "x", "\u00b2", "99999999999999999999"]
 def study(tmp_path_factory) -> Path:
     """A finished command study whose knob `tag` holds HOSTILE's values."""
     root = tmp_path_factory.mktemp("hostile")
-    (root / "job.py").write_text(JOB)
-    doc = {
-        "name": "hostile",
-        "workload": {"task": "command", "warmup_steps": 2, "measure_steps": 4},
-        "command": {
-            "argv": ["{python}", "job.py"],
+    command_job(
+        root,
+        "hostile",
+        trials=6,
+        command={
             "knobs": {
                 "micro_batch_size": {"flag": "--bs"},
                 "tag": {"flag": "--tag", "values": HOSTILE},
-            },
+            }
         },
-        "space": {"micro_batch_size": [1, 2]},
-        "study": {"trials": 6, "seed": 0, "confirm_top": 0, "trial_timeout_min": 1},
-        "baseline": {"micro_batch_size": 1, "tag": HOSTILE[0]},
-    }
-    (root / "job.yaml").write_text(yaml.safe_dump(doc))
+        baseline={"micro_batch_size": 1, "tag": HOSTILE[0]},
+    )
     proc = cli_here("search", "job.yaml", "--out", "out", "--device", "cpu", cwd=root)
     assert proc.returncode == 0, proc.stderr
     return root / "out" / "hostile"

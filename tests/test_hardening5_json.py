@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import cli_here, run_cli
+from conftest import cli_here, command_job, run_cli
 
 from autotune import command_render, export
 from autotune.documents import nightly
@@ -103,37 +103,13 @@ def test_a_rendered_json_config_is_strict() -> None:
     assert _strict(text, "config.json") == {"training": {"lr": None, "clip": None}}
 
 
-JOB = """
-import argparse, time
-from autotune import reporting
-p = argparse.ArgumentParser()
-p.add_argument("--bs", type=int, default=1)
-a = p.parse_args()
-for _ in range(10_000):
-    time.sleep(0.002 * a.bs)
-    if reporting.step(tokens=100 * a.bs):
-        break
-"""
-
-
 @pytest.mark.slow
 def test_every_json_of_a_real_search_check_export_and_report_is_strict(tmp_path: Path) -> None:
     """A real command study on the CPU, one check of one repeat against the search's one sample
     (inconclusive, its interval (0, inf) appended to history.jsonl), export in every form and the
     report as JSON: every .json and .jsonl file under the study and every JSON printed parses as
     strict JSON."""
-    (tmp_path / "job.py").write_text(JOB)
-    doc = {
-        "name": "strict",
-        "workload": {"task": "command", "warmup_steps": 2, "measure_steps": 4},
-        "command": {
-            "argv": ["{python}", "job.py"],
-            "knobs": {"micro_batch_size": {"flag": "--bs"}},
-        },
-        "space": {"micro_batch_size": [1, 2]},
-        "study": {"trials": 2, "seed": 0, "confirm_top": 0, "trial_timeout_min": 1},
-    }
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(doc))
+    command_job(tmp_path, "strict")
     search = run_cli("search", "job.yaml", "--out", "out", "--device", "cpu", cwd=tmp_path)
     assert search.returncode == 0, search.stderr
     study = tmp_path / "out" / "strict"

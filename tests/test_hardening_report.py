@@ -12,8 +12,7 @@ from typing import Any
 
 import optuna
 import pytest
-import yaml
-from conftest import cli_here
+from conftest import cli_here, command_job
 
 from autotune import report
 from autotune.report import _plots
@@ -23,18 +22,6 @@ from autotune.report._static import plot_data
 LINK = '<a href="https://example.invalid/link">click</a>'
 PLAIN = "see https://example.invalid/plain"
 USER_HOST = "example.invalid"
-JOB = """
-import argparse, time
-from autotune import reporting
-p = argparse.ArgumentParser()
-p.add_argument("--bs", type=int, default=1)
-p.add_argument("--tag", default="")
-a = p.parse_args()
-for _ in range(10_000):
-    time.sleep(0.002 * a.bs)
-    if reporting.step(tokens=100 * a.bs):
-        break
-"""
 # plotly.js options that reach plotly's servers: its logo (a link to plotly.com; the watermark
 # shows it too), the "Share chart" button (posts the chart to plotlyServerURL), and the older
 # "Edit chart" link and Chart Studio button
@@ -51,21 +38,11 @@ NETWORK_OPTIONS = (
 def study_dir(tmp_path_factory) -> Path:
     """A finished command study of three trials on the CPU: no trial reports its peak memory."""
     root = tmp_path_factory.mktemp("nomem")
-    (root / "job.py").write_text(JOB)
-    doc = {
-        "name": "nomem",
-        "workload": {"task": "command", "warmup_steps": 2, "measure_steps": 4},
-        "command": {
-            "argv": ["{python}", "job.py"],
-            "knobs": {
-                "micro_batch_size": {"flag": "--bs"},
-                "tag": {"flag": "--tag", "values": [LINK, PLAIN]},
-            },
-        },
-        "space": {"micro_batch_size": [1, 2]},
-        "study": {"trials": 3, "seed": 0, "confirm_top": 0, "trial_timeout_min": 1},
+    knobs = {
+        "micro_batch_size": {"flag": "--bs"},
+        "tag": {"flag": "--tag", "values": [LINK, PLAIN]},
     }
-    (root / "job.yaml").write_text(yaml.safe_dump(doc))
+    command_job(root, "nomem", trials=3, command={"knobs": knobs})
     proc = cli_here("search", "job.yaml", "--out", "out", "--device", "cpu", cwd=root)
     assert proc.returncode == 0, proc.stderr
     return root / "out" / "nomem"
