@@ -5,6 +5,7 @@ Nothing here imports the search, Optuna or user code at import time."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, Self
@@ -362,9 +363,6 @@ def _check_knobs(path: Path, knobs: Knobs, task: str, own: dict[str, list[Scalar
     """Every knob of the workload's task (and of the command's own), each value one its knob accepts
     (None:
     not acting in this trial)."""
-    from autotune.config.load import describe_error
-    from autotune.config.space import SpaceConfig
-
     names = {k.name for k in catalogue.CATALOGUE if task in k.tasks} | set(own)
     if set(knobs) != names:
         wrong = sorted(set(knobs) ^ names)
@@ -377,7 +375,22 @@ def _check_knobs(path: Path, knobs: Knobs, task: str, own: dict[str, list[Scalar
             raise ConfigError(
                 f"{path}: knobs.{name}: {knobs[name]!r} is not one of its values {values}"
             )
-    given = {k: [v] for k, v in knobs.items() if v is not None and k not in own}
+    check_knob_values(path, knobs, own)
+
+
+def check_knob_values(path: Path, knobs: Knobs, own: Iterable[str] = ()) -> None:
+    """autotune's knobs among `knobs` (those of the catalogue, but a command's `own`), each value
+    one its knob accepts as the space section does (None: not acting in this trial); ConfigError
+    naming knobs.<name>. read_best and export (a command study's best.yaml) check with it."""
+    from autotune.config.load import describe_error
+    from autotune.config.space import SpaceConfig
+
+    skip = set(own)
+    given = {
+        k: [v]
+        for k, v in knobs.items()
+        if k in catalogue.BY_NAME and k not in skip and v is not None
+    }
     try:
         SpaceConfig.model_validate(given)
     except ValidationError as err:

@@ -145,6 +145,8 @@ def _chosen_trial(chosen: Any) -> int | None:
 def _check_command_study(path: Path, doc: dict[str, Any]) -> None:
     """A command study's best.yaml: the sections export reads, each of the right kind; the command
     as the YAML schema says (config.CommandConfig); autotune's knobs as the catalogue says."""
+    from autotune.documents.best_file import check_knob_values
+
     for key in ("knobs", "workload", "command"):
         if not isinstance(doc.get(key), dict):
             raise ConfigError(
@@ -153,7 +155,7 @@ def _check_command_study(path: Path, doc: dict[str, Any]) -> None:
             )
     _check_ranks(path, doc["workload"])
     _check_command(path, doc["command"])
-    _check_catalogue_knobs(path, doc["knobs"])
+    check_knob_values(path, doc["knobs"])  # as read_best checks them
     _check_metrics(path, doc.get("metrics"))
 
 
@@ -215,20 +217,3 @@ def _check_command(path: Path, command: dict[str, Any]) -> None:
         where = ".".join(str(p) for p in first["loc"])
         message = first["msg"].removeprefix("Value error, ")
         raise ConfigError(f"{path}: command{'.' + where if where else ''}: {message}") from None
-
-
-def _check_catalogue_knobs(path: Path, knobs: Knobs) -> None:
-    """autotune's knobs among them, each value one its knob accepts (None: not acting), as read_best
-    checks."""
-    from pydantic import ValidationError
-
-    from autotune.config.load import describe_error
-    from autotune.config.space import SpaceConfig
-
-    given = {k: [v] for k, v in knobs.items() if k in catalogue.BY_NAME and v is not None}
-    try:
-        SpaceConfig.model_validate(given)
-    except ValidationError as err:
-        raise ConfigError(
-            f"{path}: knobs.{describe_error(err, 'space').removeprefix('space.')}"
-        ) from None
