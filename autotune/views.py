@@ -16,8 +16,8 @@ from autotune.errors import printable
 from autotune.protocol import Knobs, reason_line
 from autotune.report import fmt, rich_table, row_of
 from autotune.report._table import record_mfu_text
-from autotune.search.history import History, value_of
 from autotune.search.observer import Observer
+from autotune.study.history import History, value_of
 
 if TYPE_CHECKING:
     from autotune.space import ResolvedSpace

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 from autotune.config.load import load_config
-from autotune.search.history import History
-from autotune.search.storage import load_study
+from autotune.study.history import History
+from autotune.study.load import load_study
 
 
 def main(study_dir: str, yaml_path: str, source: str) -> None:

@@ -10,7 +10,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from autotune.search.storage import load_study
+from autotune.study.load import load_study
 
 # reference: its own trial
 PHASES = ("start", "build", "warmup", "compile", "check", "reference", "measure")

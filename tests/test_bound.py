@@ -1,4 +1,4 @@
-"""What a search says of your setting when it ends (search/bound.py): the gain found with its
+"""What a search says of your setting when it ends (study/bound.py): the gain found with its
 interval, or a bound on what any configuration measured may gain over it."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import optuna
 import pytest
 
-from autotune.search import bound
-from autotune.search.history import History
+from autotune.study import bound
+from autotune.study.history import History
 
 
 def _trial(number: int, value: float, half_width_pct: float | None) -> optuna.trial.FrozenTrial:

@@ -15,11 +15,11 @@ import yaml
 from autotune import tasks
 from autotune.config.load import load_config
 from autotune.documents.record import Metric, TrialRecord
-from autotune.search import predict
-from autotune.search.history import History
 from autotune.search.loop import _Search
 from autotune.search.observer import Observer
 from autotune.space import resolve_space
+from autotune.study import predict
+from autotune.study.history import History
 
 ROOT = Path(__file__).resolve().parents[1]
 

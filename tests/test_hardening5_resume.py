@@ -25,7 +25,7 @@ from optuna.trial import TrialState
 
 from autotune.config.load import parse_config
 from autotune.search import SearchResult, run_search
-from autotune.search.history import launch_cap
+from autotune.study.history import launch_cap
 
 # every bf16 trial ends as a crash: half the space cannot be measured
 CRASH_BF16 = "crash@precision=bf16"

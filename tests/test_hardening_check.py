@@ -220,7 +220,7 @@ def test_hardening_check_today_s_file_belongs_an_older_one_is_refused(
 def test_hardening_check_storage_files_of_a_url(tmp_path: Path) -> None:
     """An SQLite file anywhere (its URL quoted as search writes it) or a journal, with the files
     beside them; a database server has none."""
-    from autotune.search.storage import sqlite_url
+    from autotune.study.load import sqlite_url
 
     db = tmp_path / "odd dir%" / "s.db"
     assert paths.storage_files(sqlite_url(db))[:2] == [db, Path(f"{db}-journal")]

@@ -20,7 +20,7 @@ from conftest import cli_here, load_trials, tiny
 from autotune.config.load import parse_config
 from autotune.documents import identity
 from autotune.documents.best_file import Upgraded, read_best
-from autotune.search.history import key
+from autotune.study.history import key
 
 FIXTURES = Path(__file__).parent / "data" / "studies"
 

@@ -166,7 +166,9 @@ def test_layout_parent_never_imports_the_trial_process() -> None:
         "autotune.check.views",
         "autotune.search.best",
         "autotune.documents.best_file",
-        "autotune.search.history",
+        "autotune.study.history",
+        "autotune.study.chosen",
+        "autotune.study.load",
         "autotune.search.storage",
     ],
 )
@@ -203,6 +205,34 @@ def test_layout_check_and_export_never_import_the_search(module: str) -> None:
         if i.startswith("autotune.search")
     }
     assert not found, f"{module} imports {sorted(found)}: read best.yaml through autotune.documents"
+
+
+@pytest.mark.parametrize(
+    "module", sorted(m for m in MODULES if m.startswith(("autotune.report", "autotune.study")))
+)
+def test_layout_report_and_study_never_import_the_search(module: str) -> None:
+    """The report reads a study through autotune/study (its storage, its trials as records, the
+    chosen configuration, the bound), which the search uses too; neither imports the search, not
+    even lazily, and the study imports no report."""
+    above = ("autotune.search", "autotune.cli") + (
+        ("autotune.report",) if module.startswith("autotune.study") else ()
+    )
+    found = {i for i in _imports(MODULES[module], top_level_only=False) if i.startswith(above)}
+    assert not found, f"{module} imports {sorted(found)}: read the study through autotune.study"
+
+
+def test_layout_report_loads_no_search_module() -> None:
+    """Everything the report loads, transitively and lazily too, holds no module of the search (the
+    root package's lazy API stands above every module, as in the cycle test)."""
+    seen, todo = set(), [m for m in MODULES if m.startswith("autotune.report")]
+    while todo:
+        m = todo.pop()
+        if m in seen or m == "autotune":
+            continue
+        seen.add(m)
+        todo += [r for i in _imports(MODULES[m], top_level_only=False) if (r := _resolve(i))]
+        todo += _parents(m)
+    assert not sorted(m for m in seen if m.startswith("autotune.search")), sorted(seen)
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

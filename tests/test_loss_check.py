@@ -576,7 +576,7 @@ def test_loss_check_asked_of_a_real_trial_process_reaches_its_record(
     no phase or process of its own), and its curves reach the record the search judges."""
     from autotune.launch.runner import Bench, measure
     from autotune.search import loss_guard
-    from autotune.search.history import History
+    from autotune.study.history import History
 
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     point = {"micro_batch_size": 4, "precision": "fp16"}

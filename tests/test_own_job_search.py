@@ -1,6 +1,6 @@
 """A search of your own job (task command) that starts from your setting and learns its memory from
 what it measures: the baseline, then its one-knob neighbours, then the sampler; one out-of-memory
-trial per setting of the other knobs (search/neighbours.py, search/peaks.py)."""
+trial per setting of the other knobs (search/neighbours.py, study/peaks.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import yaml
 
 from autotune.config.load import load, load_config
 from autotune.search import neighbours
-from autotune.search.history import History, key
 from autotune.search.loop import run_search
-from autotune.search.peaks import group_of
 from autotune.search.stages import Plan
+from autotune.study.history import History, key
+from autotune.study.peaks import group_of
 from autotune.tasks import task
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Memory learned from measurement (search/peaks.py): the measured peaks of each setting as a line
+"""Memory learned from measurement (study/peaks.py): the measured peaks of each setting as a line
 in tokens per micro-batch, one point plus the smallest slope, the scoped rule after an out-of-memory
 trial, and the allocator's expandable segments offered to a variable-length job."""
 
@@ -8,8 +8,8 @@ import optuna
 import pytest
 
 from autotune import tasks
-from autotune.search import peaks, predict
-from autotune.search.history import History
+from autotune.study import peaks, predict
+from autotune.study.history import History
 
 COMMAND = tasks.task("command")
 

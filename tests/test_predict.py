@@ -13,8 +13,9 @@ from conftest import load_trials, tiny
 
 from autotune import memory, tasks
 from autotune.config.load import parse_config
-from autotune.search import predict, run_search
-from autotune.search.history import History
+from autotune.search import run_search
+from autotune.study import predict
+from autotune.study.history import History
 
 TRAIN = tasks.task("train")
 

@@ -14,7 +14,7 @@ from fake_measure import FakeMeasure
 from autotune.config.load import parse_config
 from autotune.report import collect, to_markdown
 from autotune.search import race, run_search
-from autotune.search.storage import load_study
+from autotune.study.load import load_study
 
 
 def test_race_separated_only_from_two_samples_a_side_with_an_interval_below_one() -> None:

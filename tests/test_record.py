@@ -7,7 +7,7 @@ import optuna
 import pytest
 
 from autotune.documents.record import SCHEMA_VERSION, Metric, RecordError, TrialRecord
-from autotune.search.history import History, store
+from autotune.study.history import History, store
 
 
 def _stored(attrs: dict) -> optuna.trial.FrozenTrial:

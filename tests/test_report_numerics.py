@@ -17,7 +17,7 @@ from rich.console import Console
 from autotune import report
 from autotune.documents.record import TrialRecord
 from autotune.report._card import card_html, chosen
-from autotune.search.history import History
+from autotune.study.history import History
 from autotune.views import LiveProgress
 
 DIST = {"precision": CategoricalDistribution(["bf16", "fp8"])}

@@ -22,9 +22,9 @@ from autotune.protocol import CONFIG_FAILURES, STATUSES, TrialResult
 from autotune.report import collect, to_markdown
 from autotune.search import Observer, SearchResult, run_search
 from autotune.search.confirm import choose
-from autotune.search.history import History, optuna_state
 from autotune.search.sampler import make_sampler
 from autotune.search.storage import open_study
+from autotune.study.history import History, optuna_state
 
 
 def _cfg(**overrides):

@@ -195,7 +195,7 @@ def test_variant_left_out_where_a_measured_pair_says_it_cannot_reach_the_best() 
         t.number = number
         return t
 
-    from autotune.search.history import History, key
+    from autotune.study.history import History, key
 
     pair = [
         trial(0, 100.0, micro_batch_size=2),
@@ -237,7 +237,7 @@ def test_variants_of_the_recorded_bf16_leaders_are_their_fp8(leader: int, mbs: i
     pair ratio matched the sampler's inactive fp8_recipe draw (rowwise under bf16) and read fp8
     rowwise's 0.98x as fp8's gain. Matched on the knobs, the pair is bf16 against fp8 tensorwise
     (1.17x): the variant runs."""
-    from autotune.search.history import History
+    from autotune.study.history import History
 
     study, space = _recorded_until(leader)
     h = History.of(study)

@@ -12,9 +12,9 @@ from rich.console import Console
 
 from autotune.config.load import load_config
 from autotune.documents.record import Metric, TrialRecord
-from autotune.search.history import History
 from autotune.search.loop import _Search
 from autotune.space import resolve_space
+from autotune.study.history import History
 from autotune.views import LiveProgress
 
 # tokens/s by micro-batch size and precision: each trial beats the one before, so a lagging "best"

@@ -13,7 +13,8 @@ import pytest
 import yaml
 from conftest import interrupt_when_running, load_trials, none_left, run_cli, start_cli, tiny
 
-from autotune.search.storage import mask_url, storage_of
+from autotune.search.storage import storage_of
+from autotune.study.load import mask_url
 
 # every test here runs searches, checks or several processes: `make test-fast` leaves them out
 pytestmark = pytest.mark.slow

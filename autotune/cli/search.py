@@ -125,13 +125,13 @@ def _print_result(console: Console, result: Any, searched: list[str], task: str)
             f"chosen: trial {result.confirmation['chosen']}: {result.confirmation['why']}",
             highlight=False,
         )
-    from autotune.search.bound import statement
+    from autotune.study.bound import statement
 
     said = statement(result.history, result.confirmation)
     if said:
         console.print(said["text"], highlight=False)
     from autotune import tasks
-    from autotune.search.peaks import alloc_offer
+    from autotune.study.peaks import alloc_offer
 
     if offer := alloc_offer(result.history, tasks.task(task)):
         console.print(f"note: {offer}", highlight=False)

@@ -34,7 +34,7 @@ class Metric:
     # what the allocator reserved at its peak (the job's max_memory_reserved, where reported)
     PEAK_RESERVED_GIB = "peak_mem_reserved_gib"
     # command: tokens of the longest micro-batch the job computed on, padding included (the
-    # measured-memory line's abscissa: search/peaks.py)
+    # measured-memory line's abscissa: study/peaks.py)
     TOKENS_PER_MICRO_BATCH = "tokens_per_micro_batch"
     N_PARAMS = "n_params"
     # autotune.memory's estimate before launch (uncalibrated)
@@ -64,7 +64,7 @@ class TrialRecord:
     knobs: Knobs
     status: str
     reason: str = ""
-    # recorded from what the study knows, never launched (search/predict.py)
+    # recorded from what the study knows, never launched (study/predict.py)
     predicted: bool = False
     wall_s: float | None = None
     prestarted: bool = False

@@ -9,7 +9,7 @@ from autotune.report._html import pareto_front, write_html
 from autotune.report._render import to_json, to_markdown
 from autotune.report._table import fmt, rich_table, row_of
 from autotune.report._terminal import render_rich
-from autotune.search.storage import load_study
+from autotune.study.load import load_study
 
 __all__ = [
     "collect",

@@ -17,10 +17,10 @@ from autotune.documents.record import Metric, RecordError, TrialRecord
 from autotune.report import _effects, _summary
 from autotune.report._excluded import excluded
 from autotune.report._table import pareto, row_of
-from autotune.search import bound, peaks
-from autotune.search.best import chosen_summary, confirmation_complete, rounds_asked
-from autotune.search.history import History, current_confirmation, value_of
 from autotune.space import KNOBS
+from autotune.study import bound, peaks
+from autotune.study.chosen import chosen_summary, confirmation_complete, rounds_asked
+from autotune.study.history import History, current_confirmation, value_of
 
 
 def collect(

@@ -9,8 +9,8 @@ from typing import Any
 
 import optuna
 
-from autotune.search import predict
-from autotune.search.history import History
+from autotune.study import predict
+from autotune.study.history import History
 
 # A remedy per kind of group, named once: the reason itself says what happened
 REMEDIES = {

@@ -17,7 +17,7 @@ BASIS_SEARCH = "single search measurements"
 
 
 def headline(data: dict[str, Any]) -> dict[str, Any] | None:
-    """best.yaml's choice (search/best.chosen_summary) with its row's knobs, memory and compile
+    """best.yaml's choice (study/chosen.chosen_summary) with its row's knobs, memory and compile
     time, the baseline it is compared with and the gain's basis; None before a trial completed."""
     c = data.get("chosen")
     if not c:

@@ -1,8 +1,9 @@
-"""The search engine, split as optuna splits its study: the loop, storage, history, workers,
-confirmation, best.yaml.
+"""The search engine, split as optuna splits its study: the loop, storage, workers, confirmation,
+best.yaml.
 
-`report`, `regress` and the views import storage, history and best; only the CLI and the API import
-the loop, and importing this package does not load it (PEP 562 lazy names).
+What it reads of a study (its trials as records, the chosen configuration, the bound, the memory
+line, the predictions) is autotune/study, which the report reads too; only the CLI and the API
+import the loop, and importing this package does not load it (PEP 562 lazy names).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""best.yaml written from a study: the chosen configuration, its metrics, where and how it was
-measured, how to apply it. The file's schema and reader are documents/best_file.py (what check and
-export read)."""
+"""best.yaml written from a study: the chosen configuration (study/chosen.py), its metrics, where
+and how it was measured, how to apply it. The file's schema and reader are documents/best_file.py
+(what check and export read)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from autotune import knobs as catalogue
-from autotune import metrics, paths, tasks
+from autotune import paths, tasks
 from autotune.documents.best_file import (
     SCHEMA_VERSION,
     BestFile,
@@ -21,85 +21,28 @@ from autotune.documents.best_file import (
 )
 from autotune.documents.record import Metric, TrialRecord
 from autotune.redact import mask_command
-from autotune.search.history import History, completed_value, current_confirmation, value_of
-from autotune.search.storage import mask_url
+from autotune.study.chosen import (
+    baseline_samples,
+    chosen,
+    chosen_value,
+    confirmed_gain,
+    interval,
+)
+from autotune.study.history import History, completed_value, current_confirmation, value_of
+from autotune.study.load import mask_url
 
 if TYPE_CHECKING:
     from autotune.config import Config
 
 
-def _chosen(
-    study: optuna.Study, h: History
-) -> tuple[optuna.trial.FrozenTrial, dict[str, Any] | None, str]:
-    """The chosen trial, its confirmation statistics (None: not confirmed) and why it was chosen."""
-    conf = current_confirmation(study, h)
-    if conf:
-        best = next(t for t in h.completed if t.number == conf["chosen"])
-        stats = next(st for st in conf["stats"] if st["trial"] == best.number)
-        rounds = f"{conf['rounds_done']} of {rounds_asked(conf)}"
-        cut = "" if confirmation_complete(conf) else f"; {CUT}"
-        return (
-            best,
-            stats,
-            f"confirmation ({rounds} interleaved rounds of the top {len(conf['candidates'])}"
-            f"{cut}): {conf['why']}",
-        )
-    top = h.best()
-    assert top is not None
-    why = f"highest median tokens/s per GPU of {len(h.completed)} completed trials (not confirmed)"
-    return top, None, why
-
-
-# what a confirmation cut before its last round says (the search resumes it where it stopped)
-CUT = "cut short: run the same search command to finish it"
-
-
-def rounds_asked(conf: dict[str, Any]) -> int:
-    """The rounds the confirmation was asked for (a study confirmed before they were stored: the
-    rounds it did)."""
-    asked = conf.get("rounds")
-    return asked if isinstance(asked, int) else int(conf["rounds_done"])
-
-
-def confirmation_complete(conf: dict[str, Any]) -> bool:
-    """The race ended by its rule: decided (every other arm separated from the leader) or every
-    round asked measured (a study confirmed before rounds were stored: it kept only complete ones
-    as its choice)."""
-    if isinstance(conf.get("complete"), bool):
-        return bool(conf["complete"])
-    return int(conf["rounds_done"]) >= rounds_asked(conf)
-
-
-def baseline_samples(conf: dict[str, Any] | None, baseline: int | None) -> list[float]:
-    """The baseline's confirmed per-process figures: its own arm, or its candidate's where it was
-    among the top; [] where the confirmation did not re-measure it."""
-    if not conf or baseline is None:
-        return []
-    arms = [*conf.get("stats", []), *([conf["baseline"]] if conf.get("baseline") else [])]
-    found = next((st for st in arms if st.get("trial") == baseline), None)
-    return list(found["samples"]) if found else []
-
-
-def confirmed_gain(
-    conf: dict[str, Any] | None, stats: dict[str, Any] | None, baseline: int | None
-) -> dict[str, Any] | None:
-    """The chosen configuration's gain over the baseline as a ratio of confirmed medians measured
-    in the same rounds, with its 95% interval (metrics.gain); None where either was not confirmed
-    or the chosen one is the baseline."""
-    base = baseline_samples(conf, baseline)
-    if not stats or not stats["samples"] or not base or stats["trial"] == baseline:
-        return None
-    return metrics.gain(stats["samples"], base)
-
-
 def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, storage: str) -> Path:
     """trials/<name>/best.yaml: the best measured configuration, its metrics, where and how it was
     measured."""
-    best, chosen_stats, why = _chosen(study, h)
+    best, chosen_stats, why = chosen(study, h)
     base, conf = h.baseline, current_confirmation(study, h)
     record = TrialRecord.of(best)
     knobs, fp = record.knobs, record.fingerprint or {}
-    value = _value(best, chosen_stats)
+    value = chosen_value(best, chosen_stats)
     gain = confirmed_gain(conf, chosen_stats, base.number if base else None)
     doc = {
         "schema_version": SCHEMA_VERSION,
@@ -151,7 +94,7 @@ def _confirmed(conf: dict[str, Any] | None) -> list[dict[str, Any]] | None:
             "trial": st["trial"],
             "changed_knobs": st["changed_knobs"],
             "median": st["median"],
-            **_interval(st["samples"]),
+            **interval(st["samples"]),
             "samples": st["samples"],
             "search_value": st["search_value"],
             "failures": st["failures"],
@@ -200,56 +143,6 @@ def _gain_metrics(gain: dict[str, Any] | None) -> dict[str, Any]:
         "speedup_ci95": None if ci is None else [round(x, 4) for x in ci],
         "speedup_within_noise": gain["within_noise"],
         "speedup_basis": "confirmed median / the baseline's confirmed median, the same rounds",
-    }
-
-
-def _value(best: optuna.trial.FrozenTrial, stats: dict[str, Any] | None) -> float:
-    """The chosen configuration's tokens/s per GPU. With a confirmation, the confirmed median
-    (several fresh processes); the search's single measurement of the winner is kept beside it (the
-    best of many, so optimistic)."""
-    confirmed = stats["median"] if stats else None
-    return confirmed or completed_value(best)
-
-
-def _interval(samples: list[float]) -> dict[str, Any]:
-    """ci95 (None where the samples bound nothing: metrics.unbounded) and ci95_why."""
-    ci, why = metrics.bounded_interval(samples)
-    return {"ci95": ci, "ci95_why": why}
-
-
-def chosen_summary(study: optuna.Study, h: History) -> dict[str, Any] | None:
-    """What best.yaml says of the chosen configuration (the report's `chosen`): its trial, why,
-    knobs, the confirmed median (else the search's value), its 95% interval, samples, x the
-    baseline, the gain over the baseline's confirmed median with its interval, and how far the
-    confirmation got. None before any trial completed. A script deploys this, not the search's
-    single best measurement."""
-    if not h.completed:
-        return None
-    best, stats, why = _chosen(study, h)
-    conf = current_confirmation(study, h)
-    value = _value(best, stats)
-    base = value_of(h.baseline) if h.baseline else None
-    return {
-        "trial": best.number,
-        "why": why,
-        "knobs": best.user_attrs["knobs"],
-        "confirmed": bool(stats and stats["median"]),
-        Metric.TOKENS_PER_GPU: value,
-        "search_tokens_per_s_per_gpu": value_of(best),
-        **(_interval(stats["samples"]) if stats else {"ci95": None, "ci95_why": "not confirmed"}),
-        "samples": len(stats["samples"]) if stats else 0,
-        "speedup_vs_baseline": value / base if base else None,
-        "gain": confirmed_gain(conf, stats, h.baseline.number if h.baseline else None),
-        "confirmation": None
-        if not conf
-        else {
-            "rounds_done": conf["rounds_done"],
-            "rounds": rounds_asked(conf),
-            "complete": confirmation_complete(conf),
-            "decided": bool(conf.get("decided")),
-        },
-        # the best other confirmed arm and what it costs (search/race.py)
-        "runner_up": conf.get("runner_up") if conf else None,
     }
 
 

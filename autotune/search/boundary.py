@@ -25,9 +25,9 @@ import optuna
 
 from autotune import knobs as catalogue
 from autotune.protocol import Knobs
-from autotune.search import predict
-from autotune.search.history import History, Key, key
 from autotune.space import ResolvedSpace
+from autotune.study import predict
+from autotune.study.history import History, Key, key
 
 
 def _others(knobs: Knobs, name: str) -> Key:

@@ -16,8 +16,8 @@ from autotune.documents.record import Metric, TrialRecord
 from autotune.launch.runner import Bench, measure
 from autotune.protocol import Knobs, reason_line, with_loss_check
 from autotune.search import race
-from autotune.search.history import History, value_of
 from autotune.search.observer import Observer
+from autotune.study.history import History, value_of
 
 
 def changed_knobs(knobs: Knobs, baseline: dict[str, Any]) -> list[str]:

@@ -34,7 +34,7 @@ def stop_if_baseline_unmeasured(
     (tasks/_command.unmeasured: an average refused, no step reported): every other trial would fail
     the same way. `stop` ends the trials running beside it."""
     from autotune.errors import UnmeasuredError
-    from autotune.search.history import key
+    from autotune.study.history import key
     from autotune.tasks._command import unmeasured
 
     baseline = study.user_attrs.get("baseline_knobs")

@@ -8,7 +8,7 @@ with an `edge` rule (the catalogue: micro_batch_size the next that divides the g
 rank, padding multiples and bucket sizes doubled) is checked; at an end of the list, the next value
 beyond it is measured with the best's other knobs (with screening's cheap program where the search
 is staged, so a compiled per-block program of every size is served by the compile cache). The
-claim's predictions (search/predict.py: the memory estimate, measured peaks, an OOM of a smaller
+claim's predictions (study/predict.py: the memory estimate, measured peaks, an OOM of a smaller
 size) keep a step that cannot fit from launching: it is recorded as predicted, with why. A step
 that becomes the best is at the edge again, so the search goes on while it gains and fits.
 
@@ -25,8 +25,8 @@ from typing import Any
 import optuna
 
 from autotune import knobs as catalogue
-from autotune.search.history import History, key, value_of
 from autotune.space import ResolvedSpace
+from autotune.study.history import History, key, value_of
 
 BEYOND = "beyond_list"  # the trial's user attribute: {knob: the value it ran, outside the list}
 

@@ -24,18 +24,17 @@ from autotune.hardware import default_device, detect
 from autotune.launch import prestart
 from autotune.launch.runner import Bench, measure, preflight
 from autotune.protocol import STATUSES, Knobs
-from autotune.search import edges, loss_guard, neighbours, predict, repeats, stages, tracking, warm
+from autotune.search import edges, loss_guard, neighbours, repeats, stages, tracking, warm
 from autotune.search.best import write_best
 from autotune.search.confirm import confirm
 from autotune.search.drive import Drive, Told, stop_if_baseline_unmeasured
-from autotune.search.history import History, key, optuna_state, store
 from autotune.search.observer import Observer
 from autotune.search.prune import BelowBest, ProgressWatch
 from autotune.search.recover import recover
 from autotune.search.sampler import make_sampler
 from autotune.search.schedule import Schedule
 from autotune.search.slots import gpu_groups
-from autotune.search.storage import mask_url, open_study
+from autotune.search.storage import open_study
 from autotune.search.workers import (
     Heartbeat,
     claim_configuration,
@@ -44,10 +43,13 @@ from autotune.search.workers import (
     wait_for_room,
 )
 from autotune.space import ResolvedSpace, resolve_space
+from autotune.study import predict
+from autotune.study.history import History, key, optuna_state, store
+from autotune.study.load import mask_url
 
 # A trial recorded without launching (duplicate, budget taken): told FAIL, not counted.
 NOT_LAUNCHED = Told(TrialState.FAIL)
-# A configuration known not to run (search/predict.py): told PRUNED, so the sampler learns from it.
+# A configuration known not to run (study/predict.py): told PRUNED, so the sampler learns from it.
 KNOWN_NOT_TO_RUN = Told(TrialState.PRUNED)
 
 
@@ -257,7 +259,7 @@ class _Search:
         self, trial: optuna.Trial, params: dict[str, Any], knobs: Knobs, beat: Heartbeat
     ) -> int | Told:
         """Take this configuration, or record why not (budget measured, already measured or
-        running, known not to run: search/predict.py). Returns the trial's index in the budget, or
+        running, known not to run: study/predict.py). Returns the trial's index in the budget, or
         how it ended unlaunched. While trials running elsewhere could measure the rest of the
         budget, it waits for their end (workers.wait_for_room)."""
         h, skip = wait_for_room(

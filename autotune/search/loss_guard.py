@@ -9,7 +9,7 @@ never a lag. A verdict covers the arithmetic it tested (knobs.numerics: precisio
 compression hook, the reduction dtype) on the study's layout, not the micro-batch, compile or
 checkpointing: once a check passed, later trials of that arithmetic skip it ("covered by trial N");
 one that failed twice in its trial (the trial repeats a failed attempt from other weights and data)
-ends invalid_config with that arithmetic as its cause, a rule the search learns (search/predict.py),
+ends invalid_config with that arithmetic as its cause, a rule the search learns (study/predict.py),
 which never skips a configuration the user pinned. The first checked trial of a study also measures
 its noise floor (the reference against its fp32-class twin), reported beside every gap."""
 
@@ -27,8 +27,8 @@ from autotune.knobs import numerics, reference_of
 from autotune.launch.runner import Bench
 from autotune.numerics import Limits, floor_nats, judge
 from autotune.protocol import Knobs, loss_check_of, with_loss_check
-from autotune.search.history import History, key
 from autotune.space import ResolvedSpace
+from autotune.study.history import History, key
 
 
 def describe(changed: dict[str, Any]) -> str:
@@ -75,7 +75,7 @@ def study_floor(h: History) -> float | None:
 
 
 def pinned(space: ResolvedSpace, knobs: Knobs) -> Callable[[dict[str, Any]], bool]:
-    """Whether a numerics rule with this cause may not skip these knobs (search/predict.py): the
+    """Whether a numerics rule with this cause may not skip these knobs (study/predict.py): the
     baseline, or a cause whose every knob the user fixed in the space (a one-value space: there is
     no alternative to skip to)."""
     baseline = key(knobs) == key(space.knobs(space.baseline))

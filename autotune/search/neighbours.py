@@ -5,7 +5,7 @@ A user who brings their own job brings a setting known to run. A sampler's first
 anywhere in the space (issue 51: 4 of 9 trials of an HF job ran out of memory, the first ones far
 from the user's setting), so the search first measures what one change to that setting does:
 - the size knob (micro-batch) one listed size down, then one up: two sizes give the measured
-  memory line (search/peaks.py) before a larger size is tried, so a size that cannot fit is
+  memory line (study/peaks.py) before a larger size is tried, so a size that cannot fit is
   predicted instead of launched;
 - each other searched knob at each of its other values, one at a time, at the baseline's size; when
   the baseline's measured peak is above peaks.RISKY of the GPU, at the next smaller size that ran
@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.search import peaks
-from autotune.search.history import History, key
 from autotune.search.stages import Plan
 from autotune.space import ResolvedSpace
+from autotune.study import peaks
+from autotune.study.history import History, key
 
 
 def wanted(start: str, task: str, grid: bool) -> bool:

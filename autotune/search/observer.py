@@ -8,7 +8,7 @@ from typing import Any
 
 from autotune.documents.record import TrialRecord
 from autotune.protocol import Knobs
-from autotune.search.history import History
+from autotune.study.history import History
 
 
 class Observer:

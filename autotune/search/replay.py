@@ -26,10 +26,10 @@ import optuna
 from autotune.config.load import load_config
 from autotune.documents.record import Metric, TrialRecord
 from autotune.protocol import Knobs
-from autotune.search.history import key
 from autotune.search.loop import _Search
 from autotune.search.observer import Observer
 from autotune.space import resolve_space
+from autotune.study.history import key
 
 
 @dataclass

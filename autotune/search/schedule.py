@@ -17,8 +17,8 @@ from optuna.trial import TrialState
 
 from autotune.protocol import STATUSES
 from autotune.search import edges, neighbours, stages
-from autotune.search.history import NOT_LAUNCHED, History, key, launch_cap
 from autotune.space import ResolvedSpace
+from autotune.study.history import NOT_LAUNCHED, History, key, launch_cap
 
 R = TrialState.RUNNING
 

@@ -34,9 +34,10 @@ import optuna
 from autotune import knobs as catalogue
 from autotune import tasks
 from autotune.protocol import Knobs
-from autotune.search import boundary, edges, predict
-from autotune.search.history import History, completed_value, key, value_of
+from autotune.search import boundary, edges
 from autotune.space import ResolvedSpace
+from autotune.study import predict
+from autotune.study.history import History, completed_value, key, value_of
 
 if TYPE_CHECKING:
     from autotune.config.study import StudyConfig

@@ -21,9 +21,9 @@ from autotune.documents import identity
 from autotune.documents.record import TrialRecord
 from autotune.errors import ConfigError
 from autotune.hardware import detect
-from autotune.search.history import NOT_LAUNCHED, History, key
-from autotune.search.storage import load_study
 from autotune.space import ResolvedSpace
+from autotune.study.history import NOT_LAUNCHED, History, key
+from autotune.study.load import load_study
 
 _MEASURED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 

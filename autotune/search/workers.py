@@ -17,7 +17,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.protocol import Knobs
-from autotune.search.history import NOT_LAUNCHED, History, key, launch_cap
+from autotune.study.history import NOT_LAUNCHED, History, key, launch_cap
 
 # How often a trial waiting for room in the budget reads the study again (wait_for_room).
 ROOM_POLL_S = 0.5

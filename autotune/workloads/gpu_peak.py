@@ -1,6 +1,6 @@
 """A command job's peak GPU memory as NVML sees it, sampled while the job runs: the memory of a job
 that reports none (command.measure log), and a peak for every command trial that the memory line
-(search/peaks.py) can learn from.
+(study/peaks.py) can learn from.
 
 NVML lists the processes using each GPU with the memory each holds (the CUDA context and what the
 allocator reserved: what runs out). The job's own are those of its process group (the trial starts

@@ -14,7 +14,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.documents.record import TrialRecord
 from autotune.protocol import Knobs
-from autotune.search.history import NOT_LAUNCHED
+from autotune.study.history import NOT_LAUNCHED
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def _tags(state: TrialState, record: TrialRecord) -> dict[str, str]:
     if record.reason:
         tags["reason"] = record.reason
     if record.predicted:
-        tags["predicted"] = "true"  # known not to run here: never launched (search/predict.py)
+        tags["predicted"] = "true"  # known not to run here: never launched (study/predict.py)
     return tags
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import optuna
 
 from autotune.documents.record import Metric
-from autotune.search.history import History, value_of
+from autotune.study.history import History, value_of
 
 
 def samples_of(h: History, conf: dict[str, Any] | None) -> dict[int, list[float]]:

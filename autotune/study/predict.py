@@ -8,7 +8,7 @@
 - A generate batch over a latency limit (study.limits: time to first token, time per output token)
   bounds the larger batches with the same other knobs: a larger batch does more work in every
   prefill and decode step.
-- Memory learned from measurement (search/peaks.py): the measured peaks of each setting of the
+- Memory learned from measurement (study/peaks.py): the measured peaks of each setting of the
   other knobs are a line in tokens per micro-batch (activations grow with them; parameters,
   gradients and optimizer state do not), and a batch whose fitted peak exceeds the GPU's memory is
   predicted to run out; after an out-of-memory trial, a larger size than any that ran with those
@@ -32,8 +32,8 @@ import optuna
 from autotune import memory
 from autotune.documents.record import Metric, TrialRecord
 from autotune.protocol import Knobs
-from autotune.search import peaks
-from autotune.search.history import History, key
+from autotune.study import peaks
+from autotune.study.history import History, key
 from autotune.tasks import Task
 
 # The fitted peak may use this share of the GPU's memory: the allocator's own overhead (reserved

@@ -34,7 +34,7 @@ import optuna
 
 from autotune.documents.record import Metric
 from autotune.protocol import Knobs
-from autotune.search.history import History, Key, key
+from autotune.study.history import History, Key, key
 from autotune.tasks import Task
 
 # The fitted peak may use this share of the GPU's memory (predict.USABLE_SHARE's reasoning).

@@ -1,0 +1,127 @@
+"""The chosen configuration of a study, as read from its trials: the trial, why it was chosen, its
+confirmed median and interval, the gain over the baseline, how far the confirmation got. The
+search writes it to best.yaml (search/best.py); the report shows it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+
+from autotune import metrics
+from autotune.documents.record import Metric
+from autotune.study.history import History, completed_value, current_confirmation, value_of
+
+
+def chosen(
+    study: optuna.Study, h: History
+) -> tuple[optuna.trial.FrozenTrial, dict[str, Any] | None, str]:
+    """The chosen trial, its confirmation statistics (None: not confirmed) and why it was chosen."""
+    conf = current_confirmation(study, h)
+    if conf:
+        best = next(t for t in h.completed if t.number == conf["chosen"])
+        stats = next(st for st in conf["stats"] if st["trial"] == best.number)
+        rounds = f"{conf['rounds_done']} of {rounds_asked(conf)}"
+        cut = "" if confirmation_complete(conf) else f"; {CUT}"
+        return (
+            best,
+            stats,
+            f"confirmation ({rounds} interleaved rounds of the top {len(conf['candidates'])}"
+            f"{cut}): {conf['why']}",
+        )
+    top = h.best()
+    assert top is not None
+    why = f"highest median tokens/s per GPU of {len(h.completed)} completed trials (not confirmed)"
+    return top, None, why
+
+
+# what a confirmation cut before its last round says (the search resumes it where it stopped)
+CUT = "cut short: run the same search command to finish it"
+
+
+def rounds_asked(conf: dict[str, Any]) -> int:
+    """The rounds the confirmation was asked for (a study confirmed before they were stored: the
+    rounds it did)."""
+    asked = conf.get("rounds")
+    return asked if isinstance(asked, int) else int(conf["rounds_done"])
+
+
+def confirmation_complete(conf: dict[str, Any]) -> bool:
+    """The race ended by its rule: decided (every other arm separated from the leader) or every
+    round asked measured (a study confirmed before rounds were stored: it kept only complete ones
+    as its choice)."""
+    if isinstance(conf.get("complete"), bool):
+        return bool(conf["complete"])
+    return int(conf["rounds_done"]) >= rounds_asked(conf)
+
+
+def baseline_samples(conf: dict[str, Any] | None, baseline: int | None) -> list[float]:
+    """The baseline's confirmed per-process figures: its own arm, or its candidate's where it was
+    among the top; [] where the confirmation did not re-measure it."""
+    if not conf or baseline is None:
+        return []
+    arms = [*conf.get("stats", []), *([conf["baseline"]] if conf.get("baseline") else [])]
+    found = next((st for st in arms if st.get("trial") == baseline), None)
+    return list(found["samples"]) if found else []
+
+
+def confirmed_gain(
+    conf: dict[str, Any] | None, stats: dict[str, Any] | None, baseline: int | None
+) -> dict[str, Any] | None:
+    """The chosen configuration's gain over the baseline as a ratio of confirmed medians measured
+    in the same rounds, with its 95% interval (metrics.gain); None where either was not confirmed
+    or the chosen one is the baseline."""
+    base = baseline_samples(conf, baseline)
+    if not stats or not stats["samples"] or not base or stats["trial"] == baseline:
+        return None
+    return metrics.gain(stats["samples"], base)
+
+
+def chosen_value(best: optuna.trial.FrozenTrial, stats: dict[str, Any] | None) -> float:
+    """The chosen configuration's tokens/s per GPU. With a confirmation, the confirmed median
+    (several fresh processes); the search's single measurement of the winner is kept beside it (the
+    best of many, so optimistic)."""
+    confirmed = stats["median"] if stats else None
+    return confirmed or completed_value(best)
+
+
+def interval(samples: list[float]) -> dict[str, Any]:
+    """ci95 (None where the samples bound nothing: metrics.unbounded) and ci95_why."""
+    ci, why = metrics.bounded_interval(samples)
+    return {"ci95": ci, "ci95_why": why}
+
+
+def chosen_summary(study: optuna.Study, h: History) -> dict[str, Any] | None:
+    """What best.yaml says of the chosen configuration (the report's `chosen`): its trial, why,
+    knobs, the confirmed median (else the search's value), its 95% interval, samples, x the
+    baseline, the gain over the baseline's confirmed median with its interval, and how far the
+    confirmation got. None before any trial completed. A script deploys this, not the search's
+    single best measurement."""
+    if not h.completed:
+        return None
+    best, stats, why = chosen(study, h)
+    conf = current_confirmation(study, h)
+    value = chosen_value(best, stats)
+    base = value_of(h.baseline) if h.baseline else None
+    return {
+        "trial": best.number,
+        "why": why,
+        "knobs": best.user_attrs["knobs"],
+        "confirmed": bool(stats and stats["median"]),
+        Metric.TOKENS_PER_GPU: value,
+        "search_tokens_per_s_per_gpu": value_of(best),
+        **(interval(stats["samples"]) if stats else {"ci95": None, "ci95_why": "not confirmed"}),
+        "samples": len(stats["samples"]) if stats else 0,
+        "speedup_vs_baseline": value / base if base else None,
+        "gain": confirmed_gain(conf, stats, h.baseline.number if h.baseline else None),
+        "confirmation": None
+        if not conf
+        else {
+            "rounds_done": conf["rounds_done"],
+            "rounds": rounds_asked(conf),
+            "complete": confirmation_complete(conf),
+            "decided": bool(conf.get("decided")),
+        },
+        # the best other confirmed arm and what it costs (search/race.py)
+        "runner_up": conf.get("runner_up") if conf else None,
+    }
