@@ -123,6 +123,7 @@ def resolve_space(cfg: Sections, device: str | None = None) -> ResolvedSpace:
 
     device "cpu" with world_size > 1 runs the gloo backend: the NCCL knobs are then fixed at
     default, noted as not applicable (their values were validated all the same)."""
+    tasks.check_config(cfg)  # what the task asks of the sections (the schema checks each alone)
     space, wl = cfg.space, cfg.workload
     task, plugin = wl.task, tasks.task(wl.task)
     mine = [k.name for k in catalogue.CATALOGUE if task in k.tasks]

@@ -1,23 +1,18 @@
 """Pydantic models of the YAML file: the model, workload and baseline here; the space (space), the
 study (study) and the command (command) sections beside it; YAML to a validated Config, the space
-resolved once (load)."""
+resolved once (load). Schema only: each section's own fields and shapes. What a task asks of the
+sections (tasks.check_config) and the model's files and code (the user-code probe) are checked once,
+by config.load.validate, so that reading a best.yaml with these classes never runs user code."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import (
-    Field,
-    PrivateAttr,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from autotune import knobs as catalogue
-from autotune import sizes, tasks, yamlio
+from autotune import sizes
 from autotune.config.command import CommandConfig
 from autotune.config.space import SpaceConfig
 from autotune.config.study import SEED_MAX, StudyConfig, _Section
@@ -99,7 +94,7 @@ class ModelConfig(_Section):
     )
 
     @model_validator(mode="after")
-    def _check_shapes(self, info: ValidationInfo) -> ModelConfig:
+    def _check_shapes(self) -> ModelConfig:
         sources = [k for k in ("family", "hf_config", "entrypoint") if getattr(self, k) is not None]
         if len(sources) != 1:
             raise ValueError(
@@ -120,8 +115,7 @@ class ModelConfig(_Section):
                 raise ValueError(
                     "model.seq_len: required with hf_config (tokens per synthetic sequence)"
                 )
-            _check_external(self, (info.context or {}).get("base_dir"))
-            return self
+            return self  # its files and code: config.load.check_model_code (validate's pass)
         missing = [k for k in (*sizes, "seq_len") if getattr(self, k) is None]
         if missing:
             raise ValueError(
@@ -165,52 +159,6 @@ class ModelConfig(_Section):
             return self.ffn_hidden
         assert self.d_model is not None  # the built-in model's sizes are required (_check_shapes)
         return sizes.default_ffn(self.family, self.d_model)
-
-
-def _check_external(model: ModelConfig, base_dir: Path | None) -> None:
-    """hf_config and entrypoint fail here, before any trial: missing file, bad JSON, import errors.
-    The entrypoint is imported in a throwaway process (launch/probe.py): the parent never runs user
-    code."""
-    import importlib.util
-    import json
-
-    from autotune.launch.probe import check_entrypoint, check_hf_config
-
-    if model.hf_config is not None:
-        path = Path(model.hf_config)
-        if not path.is_file():
-            raise ValueError(f"model.hf_config: no such file: {model.hf_config!r}")
-        try:
-            if path.stat().st_size > yamlio.MAX_BYTES:
-                raise ValueError(f"{path.stat().st_size:,} bytes; a config.json is a few kB")
-            data = json.loads(path.read_text())
-        except (OSError, ValueError, RecursionError) as err:
-            raise ValueError(
-                f"model.hf_config: {model.hf_config!r} is not valid JSON: {err}"
-            ) from None
-        if not isinstance(data, dict) or "model_type" not in data:
-            raise ValueError(
-                f"model.hf_config: {model.hf_config!r} has no model_type; is it a transformers "
-                "config.json?"
-            )
-        if importlib.util.find_spec("transformers") is None:
-            raise ValueError(
-                "model.hf_config: needs transformers, which is not installed; pip install "
-                "'autotune[hf]'"
-            )
-        if (problem := check_hf_config(str(path))) is not None:
-            raise ValueError(f"model.hf_config: {model.hf_config!r}: {problem}")
-        return
-    module_name, sep, func = (model.entrypoint or "").partition(":")
-    if not sep or not module_name or not func.isidentifier():
-        raise ValueError(
-            f"model.entrypoint: {model.entrypoint!r} is not of the form 'package.module:function'"
-        )
-    problem, _ = check_entrypoint(
-        module_name, func, str(base_dir) if base_dir is not None else None
-    )
-    if problem:
-        raise ValueError(f"model.entrypoint: {problem}")
 
 
 class WorkloadConfig(_Section):
@@ -288,11 +236,6 @@ class WorkloadConfig(_Section):
     )
 
     @model_validator(mode="after")
-    def _check_task(self) -> WorkloadConfig:
-        tasks.check_workload(self)  # the task's plug-in owns its fields' rules
-        return self
-
-    @model_validator(mode="after")
     def _check_batch(self) -> WorkloadConfig:
         if self.world_size % self.nnodes:
             raise ValueError(
@@ -362,8 +305,3 @@ class Config(_Section):
                 "digits, '.', '_' and '-' (it names a folder)"
             )
         return value
-
-    @model_validator(mode="after")
-    def _cross_checks(self) -> Config:
-        tasks.check_config(self)  # the space's rules are config_load.validate's one pass
-        return self

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from autotune import knobs as catalogue
 from autotune import yamlio
-from autotune.config import Config
+from autotune.config import Config, ModelConfig
 from autotune.errors import ConfigError, did_you_mean, excerpt
 from autotune.space import ResolvedSpace, resolve_space
 
@@ -119,10 +119,15 @@ def _schema(data: Any, source: str, base_dir: Path | None) -> Config:
 
 
 def validate(cfg: Config, device: str | None = None, source: str = "<config>") -> ResolvedSpace:
-    """The one pass over the rules beyond the schema: the space resolved for `device` (the batch
-    rule, each knob's own rules, the size limit, the baseline); ConfigError naming the YAML path.
-    A search resolves its space here once and hands it on (load, run_search's `space`)."""
+    """The one pass over the rules beyond the schema: the model's files and code (check_model_code,
+    the user-code probe), then the space resolved for `device` (resolve_space: what the task asks
+    of the sections, tasks.check_config; the batch rule, each knob's own rules, the size limit, the
+    baseline); ConfigError naming the YAML path. A search resolves its space here once and hands it
+    on (load, run_search's `space`)."""
     try:
+        if cfg.model is not None:
+            base_dir = cfg.base_dir
+            check_model_code(cfg.model, Path(base_dir) if base_dir is not None else None)
         return resolve_space(cfg, device)
     except ValueError as err:
         raise ConfigError(f"{source}: {err}") from None
@@ -177,3 +182,52 @@ def _read_space(path: Path, given: str) -> dict[str, Any]:
     if not isinstance(space, dict):
         raise ConfigError(f"{path}: space: {found} holds no mapping of knobs (knob: values)")
     return space
+
+
+def check_model_code(model: ModelConfig, base_dir: Path | None) -> None:
+    """hf_config and entrypoint fail here, before any trial: missing file, bad JSON, import errors
+    (ValueError naming model.<field>). The entrypoint is imported in a throwaway process
+    (launch/probe.py): the parent never runs user code. validate's pass only: the schema never
+    starts the probe, so reading a best.yaml does not."""
+    import importlib.util
+    import json
+
+    from autotune.launch.probe import check_entrypoint, check_hf_config
+
+    if model.family is not None:  # the built-in model: autotune's own code
+        return
+    if model.hf_config is not None:
+        path = Path(model.hf_config)
+        if not path.is_file():
+            raise ValueError(f"model.hf_config: no such file: {model.hf_config!r}")
+        try:
+            if path.stat().st_size > yamlio.MAX_BYTES:
+                raise ValueError(f"{path.stat().st_size:,} bytes; a config.json is a few kB")
+            data = json.loads(path.read_text())
+        except (OSError, ValueError, RecursionError) as err:
+            raise ValueError(
+                f"model.hf_config: {model.hf_config!r} is not valid JSON: {err}"
+            ) from None
+        if not isinstance(data, dict) or "model_type" not in data:
+            raise ValueError(
+                f"model.hf_config: {model.hf_config!r} has no model_type; is it a transformers "
+                "config.json?"
+            )
+        if importlib.util.find_spec("transformers") is None:
+            raise ValueError(
+                "model.hf_config: needs transformers, which is not installed; pip install "
+                "'autotune[hf]'"
+            )
+        if (problem := check_hf_config(str(path))) is not None:
+            raise ValueError(f"model.hf_config: {model.hf_config!r}: {problem}")
+        return
+    module_name, sep, func = (model.entrypoint or "").partition(":")
+    if not sep or not module_name or not func.isidentifier():
+        raise ValueError(
+            f"model.entrypoint: {model.entrypoint!r} is not of the form 'package.module:function'"
+        )
+    problem, _ = check_entrypoint(
+        module_name, func, str(base_dir) if base_dir is not None else None
+    )
+    if problem:
+        raise ValueError(f"model.entrypoint: {problem}")

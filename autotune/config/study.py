@@ -7,13 +7,13 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from autotune.tasks import ObjectiveName
-
 # The most tokens a training run is taken to have (the largest trained so far are near 1e14):
 # past it a value is a typo, and the report's hours would print in hundreds of digits
 MAX_TRAIN_TOKENS = 1e18
 
 SamplerName = Literal["tpe", "random", "grid", "gp"]
+# study.objective's values: the names of tasks.OBJECTIVES (tasks/_objective.py imports it from here)
+ObjectiveName = Literal["tokens_per_s", "pareto"]
 SEED_MAX = 2**32 - 1  # numpy's and Optuna's seeds are 32-bit
 
 

@@ -226,8 +226,8 @@ class BestFile(_Part):
 @dataclass(frozen=True)
 class Best:
     """best.yaml as read_best read it: the document, each section typed (doc; an older layout
-    upgraded), and its model, workload and command as the YAML schema types them (autotune.config),
-    the model's code found from base_dir."""
+    upgraded), and its model, workload and command as the YAML schema types them (autotune.config;
+    the schema only: the model's code is not probed, that is config.load.validate's pass)."""
 
     doc: BestFile
     model: ModelConfig | None  # None: task command (the command builds its model)
@@ -273,8 +273,8 @@ def missing_best(path: Path) -> str:
 
 
 def _validated(path: Path, raw: dict[str, Any]) -> Best:
-    """The document (BestFile) and its YAML sections (autotune.config's classes, the model's code
-    found from base_dir) validated; ConfigError naming the first bad part."""
+    """The document (BestFile) and its YAML sections (autotune.config's classes: the schema, no user
+    code probed) validated; ConfigError naming the first bad part."""
     from autotune.config import ModelConfig, WorkloadConfig
     from autotune.config.command import CommandConfig
     from autotune.config.load import describe_error
@@ -285,7 +285,7 @@ def _validated(path: Path, raw: dict[str, Any]) -> Best:
         base_dir = paths.beside(path, doc.base_dir)  # relative to best.yaml's folder
         model = None
         if doc.model is not None:
-            model = ModelConfig.model_validate(doc.model, context={"base_dir": base_dir})
+            model = ModelConfig.model_validate(doc.model)
         command = None if doc.command is None else CommandConfig.model_validate(doc.command)
         workload = WorkloadConfig.model_validate(doc.workload)
     except ValidationError as err:
@@ -293,6 +293,12 @@ def _validated(path: Path, raw: dict[str, Any]) -> Best:
             (k for k in ("model", "workload") if err.title == f"{k.capitalize()}Config"), None
         )
         raise ConfigError(f"{path}: {describe_error(err, section)}") from None
+    from autotune import tasks
+
+    try:
+        tasks.check_workload(workload)  # the workload against its task (the schema reads it alone)
+    except ValueError as err:
+        raise ConfigError(f"{path}: {err}") from None
     return Best(doc, model, workload, command, base_dir)
 
 

@@ -53,8 +53,11 @@ def check_workload(wl: Any) -> None:
 
 
 def check_config(cfg: Any) -> None:
-    """The config (config.Config) against its task: the objective and latency limits it takes, then
-    the task's own rules across sections (ValueError naming the YAML path)."""
+    """The config (config.Config) against its task, the one place the sections are checked
+    together (resolve_space runs it first; config/ is schema only): the workload's fields
+    (check_workload), the objective and latency limits it takes, then the task's own rules across
+    sections (ValueError naming the YAML path)."""
+    check_workload(cfg.workload)
     mine, wanted = TASKS[cfg.workload.task], OBJECTIVES[cfg.study.objective]
     if wanted not in mine.objectives:
         takers = ", ".join(t.name for t in TASKS.values() if wanted in t.objectives)

@@ -8,11 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from autotune.config.study import ObjectiveName as ObjectiveName  # the schema's names of OBJECTIVES
 from autotune.documents.record import Metric, TrialRecord
 
 Direction = Literal["maximize", "minimize"]
-# study.objective's values (config_study.StudyConfig): the names of OBJECTIVES
-ObjectiveName = Literal["tokens_per_s", "pareto"]
 
 
 @dataclass(frozen=True)
