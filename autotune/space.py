@@ -3,8 +3,7 @@ Optuna suggestions.
 
 The rules come from the knob catalogue (autotune/knobs): a knob that acts only under another knob's
 value, only across ranks, or only on NCCL is fixed (and says why) where it cannot matter. Imports no
-config module:
-autotune.config calls resolve_space to cross-check a file.
+config module at run time: config.load.validate calls resolve_space, the rules beyond the schema.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from autotune import knobs as catalogue
 from autotune import tasks
@@ -21,14 +20,7 @@ from autotune.errors import did_you_mean, excerpt
 if TYPE_CHECKING:
     import optuna
 
-
-class Sections(Protocol):
-    """What resolve_space reads of a config (config.Config): the space, the workload and the
-    baseline."""
-
-    space: Any
-    workload: Any
-    baseline: dict[str, Any]
+    from autotune.config import Config
 
 
 KNOBS = catalogue.NAMES  # in the order they are shown and suggested
@@ -118,7 +110,7 @@ class ResolvedSpace:
         }
 
 
-def resolve_space(cfg: Sections, device: str | None = None) -> ResolvedSpace:
+def resolve_space(cfg: Config, device: str | None = None) -> ResolvedSpace:
     """Apply the global-batch rule and the knobs' own rules; raise ValueError naming the YAML path.
 
     device "cpu" with world_size > 1 runs the gloo backend: the NCCL knobs are then fixed at

@@ -36,6 +36,7 @@ from autotune.protocol import (
 
 if TYPE_CHECKING:
     from autotune.config import ModelConfig, WorkloadConfig
+    from autotune.config.command import CommandConfig
 
 
 # task command: the trial ends a job past its deadline this long before autotune would
@@ -92,7 +93,7 @@ class Bench:
         drift: dict[str, float] | None = None,
         limits: dict[str, float | None] | None = None,
         loss_check: dict[str, Any] | None = None,
-        command: Any = None,
+        command: CommandConfig | None = None,
     ) -> Bench:
         """prestart None: on for CUDA trials whose process imports torch, off on the CPU (the import
         would share the measured cores). command: the command section (config.CommandConfig) of task

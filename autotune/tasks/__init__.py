@@ -4,13 +4,16 @@ workloads.WORKLOADS; knobs.TASKS names both (a test holds the three registries e
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from autotune.tasks._base import Task
 from autotune.tasks._command import Command
 from autotune.tasks._generate import Generate
 from autotune.tasks._objective import OBJECTIVES, Objective, ObjectiveName
 from autotune.tasks._train import Train
+
+if TYPE_CHECKING:
+    from autotune.config import Config, WorkloadConfig
 
 TASKS: dict[str, Task] = {t.name: t for t in (Train(), Generate(), Command())}
 
@@ -37,7 +40,7 @@ def objective(name: str) -> Objective:
     return OBJECTIVES[name]
 
 
-def check_workload(wl: Any) -> None:
+def check_workload(wl: WorkloadConfig) -> None:
     """The workload section (config.WorkloadConfig) against its task: another task's fields are
     refused, then the task's own rules (ValueError naming the YAML path)."""
     mine = TASKS[wl.task]
@@ -52,7 +55,7 @@ def check_workload(wl: Any) -> None:
     mine.check_workload(wl)
 
 
-def check_config(cfg: Any) -> None:
+def check_config(cfg: Config) -> None:
     """The config (config.Config) against its task, the one place the sections are checked
     together (resolve_space runs it first; config/ is schema only): the workload's fields
     (check_workload), the objective and latency limits it takes, then the task's own rules across
@@ -74,7 +77,7 @@ def check_config(cfg: Any) -> None:
     mine.check_config(cfg)
 
 
-def _check_sections(cfg: Any, mine: Task) -> None:
+def _check_sections(cfg: Config, mine: Task) -> None:
     """The model section for the tasks that build a model, the command section for task command
     only."""
     if mine.needs_model and cfg.model is None:

@@ -6,11 +6,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from autotune.documents.record import TrialRecord
 from autotune.protocol import PARAMS, Knobs, TaskParams, TrialResult, TrialSpec
 from autotune.tasks._objective import TOKENS_PER_S, Objective
+
+if TYPE_CHECKING:
+    from autotune.config import Config, WorkloadConfig
+    from autotune.config.command import Scalar
+    from autotune.config.space import SpaceConfig
 
 
 class Decision(Protocol):
@@ -32,9 +37,9 @@ class Decision(Protocol):
 Decide = Callable[[list[float], list[float], float], Decision]
 
 
-# The sections a Task reads are the config's (config.WorkloadConfig, config.Config), typed Any here:
-# the tasks import nothing of autotune above them (config, space, runner and the search loop import
-# the tasks).
+# The sections a Task reads are the YAML schema's (config.Config, config.WorkloadConfig,
+# config.space.SpaceConfig): config/ is the schema only and imports no task, so the tasks sit above
+# it (space, runner and the search loop import the tasks).
 class Task(ABC):
     """One kind of study (workload.task). The parent never branches on the task's name: config
     validation, the space's batch rule and derived knobs, the size knob of the predicted bounds, the
@@ -71,22 +76,26 @@ class Task(ABC):
     # autotune export's forms of the winner (export.FORMATS' names); json reads any task's
     exports: ClassVar[tuple[str, ...]] = ("json",)
 
-    def user_knobs(self, cfg: Any) -> dict[str, list[Any]]:
+    def user_knobs(self, cfg: Config) -> dict[str, list[Scalar]]:
         """Knobs the YAML declares itself beside the catalogue's (task command's), name ->
         values."""
         return {}
 
-    def check_workload(self, wl: Any) -> None:
+    def check_workload(self, wl: WorkloadConfig) -> None:
         """The workload section's rules of this task, beyond its fields' own (ValueError naming the
         YAML path)."""
 
-    def check_config(self, cfg: Any) -> None:
+    def check_config(self, cfg: Config) -> None:
         """The task's rules across sections (ValueError naming the YAML path); the objective and
         limits it takes are checked by tasks.check_config first."""
 
     @abstractmethod
     def batch_rule(
-        self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]
+        self,
+        space: SpaceConfig,
+        wl: WorkloadConfig,
+        values: dict[str, list[Any]],
+        notes: dict[str, str],
     ) -> None:
         """resolve_space's batch step: check or derive the batch knobs' values in place
         (ValueError)."""
@@ -104,7 +113,7 @@ class Task(ABC):
         """The trial spec's parameters of this task (TrialSpec.params: protocol.PARAMS)."""
         return PARAMS[self.name]()
 
-    def notes(self, cfg: Any) -> list[str]:
+    def notes(self, cfg: Config) -> list[str]:
         """What `search` and `validate` say of the config before anything runs (one line each)."""
         return []
 

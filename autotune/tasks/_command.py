@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune.documents.record import TrialRecord
 from autotune.protocol import CommandParams, Rendered, TaskParams, TrialResult, TrialSpec
 from autotune.tasks._train import TRAINING_EXPORTS, Training
+
+if TYPE_CHECKING:
+    from autotune.config import Config
+    from autotune.config.command import CommandConfig, KnobMapping, Scalar
+    from autotune.knobs import Knob
 
 # autotune's knobs a command may map; those that set environment variables reach it without a
 # mapping
@@ -34,7 +39,7 @@ class Command(Training):
     # compile on the leaders (search/stages.py's finals)
     screen: ClassVar[dict[str, Any]] = {"compile": False}
 
-    def check_config(self, cfg: Any) -> None:
+    def check_config(self, cfg: Config) -> None:
         """The command's knob mappings against the catalogue and the space: a searched knob reaches
         the command, a knob of another task or of autotune's with values of its own is refused."""
         from autotune import knobs as catalogue
@@ -55,14 +60,14 @@ class Command(Training):
 
         keep_command(cfg.command.argv, cfg.command.env)  # masked in every text shown from now on
 
-    def notes(self, cfg: Any) -> list[str]:
+    def notes(self, cfg: Config) -> list[str]:
         """A secret written into the command's arguments: masked where autotune writes, so check
         cannot run it again; {env:NAME} can."""
         return _secret_notes(cfg.command) if cfg.command is not None else []
 
-    def user_knobs(self, cfg: Any) -> dict[str, list[Any]]:
+    def user_knobs(self, cfg: Config) -> dict[str, list[Scalar]]:
         """The command's own knobs (command.knobs with values), in their order."""
-        if getattr(cfg, "command", None) is None:
+        if cfg.command is None:
             return {}
         return {n: list(m.values) for n, m in cfg.command.knobs.items() if m.values is not None}
 
@@ -156,7 +161,7 @@ def unmeasured(status: str, reason: str) -> bool:
     return failed and any(said in reason for said in UNMEASURED)
 
 
-def _secret_notes(command: Any) -> list[str]:
+def _secret_notes(command: CommandConfig) -> list[str]:
     """What `search` says of a command's secrets written into its YAML: where each argument holding
     one is (masked in study.db and best.yaml, so `check` cannot run it), and the remedy."""
     from autotune import redact
@@ -181,7 +186,9 @@ def _hidden(shown: Rendered, real: Rendered) -> dict[str, dict[str, str]]:
     return {"argv": argv, "env": env}
 
 
-def _check_mapping(name: str, mapping: Any, mine: list[str], by_name: dict[str, Any]) -> None:
+def _check_mapping(
+    name: str, mapping: KnobMapping, mine: list[str], by_name: dict[str, Knob]
+) -> None:
     where = f"command.knobs.{name}"
     if name in by_name and name not in mine:
         raise ValueError(
@@ -201,24 +208,24 @@ def _check_mapping(name: str, mapping: Any, mine: list[str], by_name: dict[str, 
         )
 
 
-def declared(name: str, cfg: Any) -> bool:
+def declared(name: str, cfg: Config) -> bool:
     """Whether space gives autotune's knob one value that no mapping renders: a declaration of what
     the job does itself (its script hard-codes a batch of 20), recorded in every trial's knobs (so
     tokens, memory and the report use it) and never rendered into the command."""
     value = getattr(cfg.space, name)
     return (
         name in MAPPABLE
-        and name not in cfg.command.knobs
+        and name not in _section(cfg).knobs
         and isinstance(value, list)
         and len(value) == 1
         and not _lightning_env(name, cfg)
     )
 
 
-def _check_reaches(name: str, cfg: Any, knob: Any) -> None:
+def _check_reaches(name: str, cfg: Config, knob: Knob) -> None:
     """A knob of autotune's that the study varies must reach the command; one value without a
     mapping is what the job does itself (`declared`)."""
-    mapped = name in cfg.command.knobs or bool(knob.env) or _lightning_env(name, cfg)
+    mapped = name in _section(cfg).knobs or bool(knob.env) or _lightning_env(name, cfg)
     value = getattr(cfg.space, name)
     if mapped or value == "auto" or value == [knob.default] or declared(name, cfg):
         if name == "grad_accum_steps" and not mapped and cfg.workload.global_batch_size is not None:
@@ -235,12 +242,12 @@ def _check_reaches(name: str, cfg: Any, knob: Any) -> None:
     )
 
 
-def _lightning_env(name: str, cfg: Any) -> bool:
+def _lightning_env(name: str, cfg: Config) -> bool:
     """measure lightning: the knob reaches the Trainer as its PL_TRAINER_* variable
     (command_render.py); a value Lightning has no name for is refused."""
     from autotune.command_render import LIGHTNING_ENV
 
-    if cfg.command.measure != "lightning" or name not in LIGHTNING_ENV:
+    if _section(cfg).measure != "lightning" or name not in LIGHTNING_ENV:
         return False
     table = LIGHTNING_ENV[name][1]
     values = getattr(cfg.space, name)
@@ -255,7 +262,14 @@ def _lightning_env(name: str, cfg: Any) -> bool:
     return True
 
 
-def _check_map(name: str, mapping: Any, values: Any) -> None:
+def _section(cfg: Config) -> CommandConfig:
+    """The command section, there with task command (Command.check_config refuses a config without
+    it before asking the rules that read it)."""
+    assert cfg.command is not None, "task command's config has a command section"
+    return cfg.command
+
+
+def _check_map(name: str, mapping: KnobMapping, values: list[Any] | str) -> None:
     """A value map covers every value the study may give the knob (a value missing from it would be
     rendered as `FLAG VALUE`, which a map is there to avoid)."""
     if not mapping.map or values == "auto":

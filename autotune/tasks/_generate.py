@@ -4,12 +4,16 @@ TPOT's gate."""
 from __future__ import annotations
 
 import statistics
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune.documents.record import TrialRecord
 from autotune.protocol import GenerateParams, TaskParams, TrialResult
 from autotune.tasks._base import Decide, Task
 from autotune.tasks._objective import PARETO, TOKENS_PER_S, Objective
+
+if TYPE_CHECKING:
+    from autotune.config import Config, WorkloadConfig
+    from autotune.config.space import SpaceConfig
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # fp8 weights are weight_quant's
 
@@ -23,7 +27,7 @@ class Generate(Task):
     latency_limits: ClassVar[bool] = True
     columns: ClassVar[tuple[str, ...]] = ("TTFT ms", "TPOT ms", "TPOT p99 ms", "roofline")
 
-    def check_workload(self, wl: Any) -> None:
+    def check_workload(self, wl: WorkloadConfig) -> None:
         missing = [k for k in self.fields if getattr(wl, k) is None]
         if missing:
             raise ValueError(
@@ -38,8 +42,10 @@ class Generate(Task):
                 f"workload.world_size: {wl.world_size}; task generate runs on one GPU (1)"
             )
 
-    def check_config(self, cfg: Any) -> None:
+    def check_config(self, cfg: Config) -> None:
         wl, m = cfg.workload, cfg.model
+        # tasks.check_config asked for the model and check_workload for both lengths first
+        assert m is not None and wl.prompt_len is not None and wl.gen_len is not None
         if cfg.study.objective == PARETO.name and (wl.gen_len or 0) < 2:
             raise ValueError(
                 "study.objective: pareto needs decode steps to time: workload.gen_len >= 2 (is "
@@ -50,6 +56,7 @@ class Generate(Task):
                 "model.entrypoint: task generate runs the built-in model (model.family) or an "
                 "hf_config model; an entrypoint returns a training model (forward -> loss)"
             )
+        assert m.seq_len is not None  # required with family and hf_config (ModelConfig)
         if wl.prompt_len + wl.gen_len > m.seq_len:
             raise ValueError(
                 f"model.seq_len: {m.seq_len} is shorter than workload.prompt_len + gen_len "
@@ -58,7 +65,11 @@ class Generate(Task):
             )
 
     def batch_rule(
-        self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]
+        self,
+        space: SpaceConfig,
+        wl: WorkloadConfig,
+        values: dict[str, list[Any]],
+        notes: dict[str, str],
     ) -> None:
         """batch_size is searched as listed; the precisions are the model's dtypes."""
         bad = [p for p in values["precision"] if p not in PRECISIONS]

@@ -3,11 +3,15 @@ check."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from autotune.knobs import int_of
 from autotune.protocol import Knobs, TaskParams, TrainParams
 from autotune.tasks._base import Task
+
+if TYPE_CHECKING:
+    from autotune.config import WorkloadConfig
+    from autotune.config.space import SpaceConfig
 
 # A training configuration translated into each framework's form (autotune export)
 TRAINING_EXPORTS = ("torchrun", "hf", "lightning", "torchtitan", "json")
@@ -21,22 +25,26 @@ class Training(Task):
     batch_knobs: ClassVar[tuple[str, ...]] = ("micro_batch_size", "grad_accum_steps")
 
     def batch_rule(
-        self, space: Any, wl: Any, values: dict[str, list[Any]], notes: dict[str, str]
+        self,
+        space: SpaceConfig,
+        wl: WorkloadConfig,
+        values: dict[str, list[Any]],
+        notes: dict[str, str],
     ) -> None:
         """With global_batch_size, the micro-batch sizes that divide it, the accumulation derived
         from them; without, grad_accum_steps as listed (auto: 1)."""
+        # a field made from the catalogue at run time (config/space.py)
+        accum: list[int] | Literal["auto"] = getattr(space, "grad_accum_steps")
         if wl.global_batch_size is not None:
             derive_accumulation(
-                space.grad_accum_steps,
+                accum,
                 wl.global_batch_size // wl.world_size,
                 wl.global_batch_size,
                 values,
                 notes,
             )
         else:
-            values["grad_accum_steps"] = (
-                [1] if space.grad_accum_steps == "auto" else list(space.grad_accum_steps)
-            )
+            values["grad_accum_steps"] = [1] if accum == "auto" else list(accum)
 
     def derived_knobs(
         self, knobs: Knobs, global_batch_size: int | None, world_size: int
@@ -65,7 +73,7 @@ class Train(Training):
 
 
 def derive_accumulation(
-    accum: Any,
+    accum: list[int] | Literal["auto"],
     per_rank: int,
     global_batch: int,
     values: dict[str, list[Any]],
