@@ -14,7 +14,7 @@ from autotune import numerics
 from autotune.documents.record import TrialRecord
 from autotune.errors import printable
 from autotune.protocol import Knobs, reason_line
-from autotune.report import fmt, rich_table, row_of
+from autotune.report import fmt, row_of
 from autotune.report._table import record_mfu_text
 from autotune.search.observer import Observer
 from autotune.study.history import History, value_of
@@ -203,12 +203,17 @@ class LiveProgress(Observer):
         return Group(*rows)
 
 
-def top_trials_table(history: History, searched: list[str], task: str, top: int = 5) -> Table:
-    """The top completed trials, best first (the report's trials table, the task's columns)."""
+def top_trials(
+    console: Console, history: History, searched: list[str], task: str, top: int = 5
+) -> None:
+    """The top completed trials, best first (the report's trials view, the task's columns), readable
+    at the console's width."""
+    from autotune.report._terminal import trials_view
+
     base = value_of(history.baseline) if history.baseline else None
     rows = [row_of(t, base) for t in history.ranked()[:top]]
-    return rich_table(
-        rows, searched, f"Top {top} of {len(history.completed)} completed trials", task
+    trials_view(
+        console, rows, searched, task, f"Top {top} of {len(history.completed)} completed trials"
     )
 
 
@@ -245,10 +250,12 @@ def _task_fields(workload: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in workload.items() if k not in others or v is not None}
 
 
-def space_table(described: dict[str, Any], show_all: bool = False) -> Table:
-    """The resolved space: each knob searched or fixed, with the reason where the YAML was changed.
-    A fixed knob that cannot act here (space.py's `inert`: FSDP knobs on one GPU) is left out
-    unless show_all."""
+def space_table(described: dict[str, Any], show_all: bool = False) -> Group:
+    """The resolved space: each knob searched (with its baseline value) or fixed, then the reason
+    for each knob where the YAML was changed. A fixed knob that cannot act here (space.py's
+    `inert`: FSDP knobs on one GPU) is left out unless show_all. Readable at 80 columns: a knob's
+    name is never cut (Rich gave "activation_checkp…"), a value too long for its column folds, the
+    notes are lines of their own below."""
     hidden = [] if show_all else _hidden(described)
     caption = (
         f"{len(hidden)} knob(s) that cannot act here not shown (--all shows them)"
@@ -256,33 +263,34 @@ def space_table(described: dict[str, Any], show_all: bool = False) -> Table:
         else None
     )
     table = Table(title=f"Resolved space: {described['size']} points", caption=caption)
-    for col in ("knob", "values", "role", "note"):
-        table.add_column(col)
-    base = described["baseline"]
+    table.add_column("knob", no_wrap=True)
+    for col in ("values", "role", "baseline"):
+        table.add_column(col, overflow="fold")
+    base, notes = described["baseline"], described["notes"]
     for knob, values in described["searched"].items():
         shown = (
             values
             if len(values) <= 12
             else [*values[:5], f"... ({len(values) - 10} more)", *values[-5:]]
         )
-        table.add_row(
-            knob,
-            ", ".join(map(str, shown)),
-            f"searched (baseline {base.get(knob)})",
-            described["notes"].get(knob, ""),
-        )
+        table.add_row(knob, ", ".join(map(str, shown)), "searched", str(base.get(knob)))
     for knob, value in described["fixed"].items():
         if knob not in hidden:
-            table.add_row(knob, str(value), "fixed", described["notes"].get(knob, ""))
+            table.add_row(knob, str(value), "fixed")
+    shown_knobs = [*described["searched"], *described["fixed"]]
     if (
         "micro_batch_size" in {**described["searched"], **described["fixed"]}
         and "grad_accum_steps" not in described["searched"]
         and "grad_accum_steps" not in described["fixed"]
     ):
-        table.add_row(
-            "grad_accum_steps", "auto", "derived", described["notes"].get("grad_accum_steps", "")
-        )
-    return table
+        table.add_row("grad_accum_steps", "auto", "derived")
+        shown_knobs.append("grad_accum_steps")
+    said = [
+        Text(f"note: {knob}: {notes[knob]}")
+        for knob in shown_knobs
+        if notes.get(knob) and knob not in hidden
+    ]
+    return Group(table, *said)
 
 
 def memory_table(
@@ -312,20 +320,22 @@ def memory_table(
         if len(ests) < len(found):
             return None
         rows.append((ac, ests))
-    title = (
-        "Memory estimate per rank, GiB (uncalibrated; the search calibrates it on measured peaks): "
-        + ", ".join(
-            f"{k} {v}"
-            for k, v in base.items()
-            if k not in ("micro_batch_size", "activation_checkpointing")
-            and k in space.searched
-            and v is not None
-        )
+    others = ", ".join(
+        f"{k} {v}"
+        for k, v in base.items()
+        if k not in ("micro_batch_size", "activation_checkpointing")
+        and k in space.searched
+        and v is not None
     )
-    table = Table(title=title if len(title) < 200 else title[:197] + "...", title_justify="left")
-    table.add_column("activation_checkpointing")
+    # the whole title, wrapped: a title cut to a length cut a knob's name ("fsdp_forward_pr...")
+    title = (
+        "Memory estimate per rank, GiB (uncalibrated; the search calibrates it on measured peaks)"
+        + (f": {others}" if others else "")
+    )
+    table = Table(title=title, title_justify="left")
+    table.add_column("activation_checkpointing", no_wrap=True)
     for mbs in sizes:
-        table.add_column(f"mbs {mbs}", justify="right")
+        table.add_column(f"mbs {mbs}", justify="right", overflow="fold")
     for ac, ests in rows:
         cells = [
             f"{e.total / memory.GIB:.1f}"

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from autotune.check.conditions import HOST_LOAD_LIMIT
-from autotune.cli._app import app
+from autotune.cli._app import command
 from autotune.cli._console import console as out_console
 from autotune.cli._errors import funnel
 from autotune.cli._options import BestYaml, finite
@@ -53,7 +53,10 @@ MaxRepeats = Annotated[
 ]
 
 
-@app.command()
+@command(
+    "autotune check trials/tiny/best.yaml --junit check.xml",
+    "autotune check trials/tiny/best.yaml --reset-baseline",
+)
 def check(
     best_yaml: BestYaml,
     model: Annotated[
@@ -98,8 +101,10 @@ def check(
         ),
     ] = False,
 ) -> None:
-    """Re-measure the chosen configuration; exit 0 only when it rules out a slowdown past the
-    tolerance, 1 on a regression, 5 when inconclusive, 3 if unmeasurable or disturbed."""
+    """Re-measure the chosen configuration against its baseline.
+
+    Exit 0 only when it rules out a slowdown past the tolerance, 1 on a regression, 5 when
+    inconclusive, 3 if unmeasurable or disturbed."""
     with funnel():
         from autotune.check import regress
         from autotune.check.views import baseline_recorded, repeat_line, verdict_lines

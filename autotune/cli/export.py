@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from autotune.cli._app import app
+from autotune.cli._app import command
 from autotune.cli._console import console as out_console
 from autotune.cli._errors import funnel
 from autotune.cli._options import BestYaml
@@ -26,7 +26,7 @@ Formats = Annotated[
 ]
 
 
-@app.command()
+@command("autotune export trials/tiny/best.yaml --format torchrun")
 def export(best_yaml: BestYaml, format: Formats = None) -> None:
     """Print the winner as your command, HF TrainingArguments, Lightning, torchrun, torchtitan."""
     with funnel():

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from autotune.cli._app import app
+from autotune.cli._app import command
 from autotune.cli._console import console as out_console
 from autotune.cli._errors import funnel
 
 
-@app.command()
+@command("autotune hw")
 def hw() -> None:
     """Detected GPUs (pynvml), the peak FLOPs used for MFU, and software versions."""
     with funnel():

@@ -8,23 +8,26 @@ from typing import Annotated
 import typer
 
 from autotune.api_options import parse_gpus, resolve_device
-from autotune.cli._app import app
+from autotune.cli._app import command
 from autotune.cli._console import console as out_console
 from autotune.cli._errors import funnel
 from autotune.cli._options import Device, Gpus, Out, finite
 from autotune.errors import NoSuccessError
 
 
-@app.command()
+@command("autotune nccl --gpus 0,1 --max-mb 256 --out trials/nccl")
 def nccl(
     gpus: Gpus = None,
     algos: Annotated[
         str,
         typer.Option(
+            # the default in words: as one 46-character word it would be broken mid-name
+            show_default=False,
             help=(
-                "NCCL_ALGO values, comma-separated (default sets nothing; NVLS only if you list "
-                "it)."
-            )
+                "NCCL_ALGO values, comma-separated; by default each of default, Ring, Tree, "
+                "CollnetDirect, CollnetChain and PAT ('default' sets nothing; NVLS only if you "
+                "list it)."
+            ),
         ),
     ] = "default,Ring,Tree,CollnetDirect,CollnetChain,PAT",
     protos: Annotated[

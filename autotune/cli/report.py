@@ -9,14 +9,17 @@ from typing import Annotated, Optional
 import typer
 
 from autotune import paths
-from autotune.cli._app import app
+from autotune.cli._app import command
 from autotune.cli._console import console as out_console
 from autotune.cli._errors import funnel
 from autotune.cli._options import Storage
 from autotune.errors import ConfigError
 
 
-@app.command()
+@command(
+    "autotune report trials/tiny",
+    "autotune report trials/tiny --format markdown --no-html",
+)
 def report(
     study_dir: Annotated[
         Optional[Path], typer.Argument(help="trials/<name> (holds study.db).")

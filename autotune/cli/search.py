@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from autotune.api_options import parse_gpus, resolve_device
-from autotune.cli._app import app
+from autotune.cli._app import command
 from autotune.cli._console import console as out_console
 from autotune.cli._errors import funnel
 from autotune.cli._options import (
@@ -32,7 +32,10 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-@app.command()
+@command(
+    "autotune search search_spaces/tiny.yaml --device cpu --trials 4",
+    "autotune search my.yaml --gpus 0,1,2,3 --timeout-min 60",
+)
 def search(
     model_yaml: ModelYaml,
     trials: Trials = None,
@@ -104,8 +107,8 @@ def _say_notes(console: Console, cfg: Any) -> None:
 def _print_result(console: Console, result: Any, searched: list[str], task: str) -> None:
     """The search's end: the top trials, the confirmation, what was chosen and where it was
     written."""
-    from autotune.report._terminal import confirmation_table
-    from autotune.views import top_trials_table
+    from autotune.report._terminal import chosen_interval, confirmation_view
+    from autotune.views import top_trials
 
     if result.best is None and result.history.launched == 0:
         raise NoSuccessError(
@@ -118,13 +121,14 @@ def _print_result(console: Console, result: Any, searched: list[str], task: str)
             f"no trial succeeded ({result.history.launched} launched); see "
             f"{result.study_dir}/runs/*/worker.log"
         )
-    console.print(top_trials_table(result.history, searched, task))
+    top_trials(console, result.history, searched, task)
     if result.confirmation:
-        console.print(confirmation_table(result.confirmation))
+        confirmation_view(console, result.confirmation)
         console.print(
             f"chosen: trial {result.confirmation['chosen']}: {result.confirmation['why']}",
             highlight=False,
         )
+        console.print(chosen_interval(result.confirmation), highlight=False)
     from autotune.study.bound import statement
 
     said = statement(result.history, result.confirmation)
@@ -142,10 +146,11 @@ def _print_result(console: Console, result: Any, searched: list[str], task: str)
     )
 
 
-@app.command()
+@command("autotune validate search_spaces/tiny.yaml --all")
 def validate(model_yaml: ModelYaml, show_all: ShowAll = False) -> None:
-    """Check MODEL_YAML and print the resolved config and space (the knobs that can act here; --all:
-    every one)."""
+    """Check MODEL_YAML; print the resolved config and space.
+
+    The space lists the knobs that can act here (--all: every one)."""
     with funnel():
         from autotune import tasks
         from autotune.config.load import load

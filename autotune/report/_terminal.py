@@ -58,13 +58,29 @@ def _excluded(console: Console, groups: list[dict[str, Any]]) -> None:
 
 
 def _trials(console: Console, data: dict[str, Any], wide: bool) -> None:
+    rows = data["trials"]
+    trials_view(
+        console, rows, data["searched"], data["task"], f"Trials, best first ({len(rows)})", wide
+    )
+
+
+def trials_view(
+    console: Console,
+    rows: list[dict[str, Any]],
+    knobs: list[str],
+    task: str,
+    heading: str,
+    wide: bool = False,
+) -> None:
+    """Trials under a heading, readable at the console's width: the columns that never change as
+    one line, then a table where it fits with no cell folded, else one record a trial (`wide`: the
+    whole table, past the width). The report's trials and the end of a search."""
     from rich.text import Text
 
-    rows, knobs = data["trials"], data["searched"]
-    full = columns(knobs, rows, data["task"])
+    full = columns(knobs, rows, task)
     header = full if wide else varying(full, rows, knobs)
     dropped = [c for c in full if c not in header]
-    console.print(Text(f"Trials, best first ({len(rows)})", style="bold"))
+    console.print(Text(heading, style="bold"))
     if dropped:
         same = ", ".join(f"{c}={cells(rows[0], knobs, [c])[0]}" for c in dropped)
         console.print(Text(f"   the same in every trial: {same}"))
@@ -165,6 +181,60 @@ def _checks(console: Console, data: dict[str, Any]) -> None:
         _section(console, "Checks", [f"history.jsonl: skipped {skipped}"])
 
 
+def confirmation_view(console: Console, conf: dict[str, Any]) -> None:
+    """The race after a search, readable at the console's width: the table where it fits with no
+    cell wrapped, else one line an arm (its figure, interval, compiles and when it left)."""
+    from rich.padding import Padding
+    from rich.text import Text
+
+    table = confirmation_table(conf)
+    # its natural width: Rich narrows the widest columns first, folding words ("interva/l") long
+    # before the shortest width its measure gives
+    natural = console.measure(table, options=console.options.update_width(10_000)).maximum
+    if natural <= console.width:
+        console.print(table)
+        return
+    console.print(Text(f"Confirmation: {_text.rounds_text(conf)}", style="bold"))
+    # the last line, the rounds and why: said apart
+    for line in confirmation_lines(_with_intervals(conf))[:-1]:
+        console.print(Padding(Text(line), (0, 0, 0, INDENT), expand=False))
+
+
+def _with_intervals(conf: dict[str, Any]) -> dict[str, Any]:
+    """The confirmation with each arm's interval from its samples (the search stores none for the
+    baseline's arm; the report's collect adds them)."""
+    from autotune import metrics
+
+    def arm(st: dict[str, Any]) -> dict[str, Any]:
+        ci, why = metrics.bounded_interval(st["samples"])
+        return {**st, "ci95": ci, "ci95_why": why}
+
+    base = conf.get("baseline")
+    return {**conf, "stats": [arm(st) for st in conf["stats"]], "baseline": base and arm(base)}
+
+
+def chosen_interval(conf: dict[str, Any]) -> str:
+    """The chosen arm's confirmed median with its 95% interval, or why it has none and what would
+    give one (the demo's 2 rounds: 'median of 2 samples: no interval ...')."""
+    from autotune import metrics
+
+    st = next((s for s in conf["stats"] if s["trial"] == conf["chosen"]), None)
+    if st is None or not st["samples"]:
+        return "the chosen trial has no confirmed sample: no median, no interval"
+    n = len(st["samples"])
+    ci, why = metrics.bounded_interval(st["samples"])
+    if ci is not None:
+        return (
+            f"the chosen median's 95% interval: {fmt(ci[0], 'tok')} to {fmt(ci[1], 'tok')} "
+            f"tokens/s/GPU ({n} samples)"
+        )
+    more = max(metrics.MIN_INTERVAL_SAMPLES, n + 1)
+    return (
+        f"median of {n} sample(s): no interval: {why}; run more confirmation rounds for one "
+        f"(study.confirm_rounds: {more} or more)"
+    )
+
+
 def confirmation_table(conf: dict[str, Any]) -> Table:
     """The race after a search (the stored confirmation): each arm's samples, median, 95% interval,
     knobs changed from the baseline and, where any arm has them, its processes' compiles and when it
@@ -187,9 +257,9 @@ def confirmation_table(conf: dict[str, Any]) -> Table:
         "samples",
         "knobs changed",
     ):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for col in (*shown, "chosen"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for st in arms:
         is_base = st is base
         table.add_row(
