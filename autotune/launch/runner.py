@@ -39,10 +39,6 @@ if TYPE_CHECKING:
     from autotune.config.command import CommandConfig
 
 
-# task command: the trial ends a job past its deadline this long before autotune would
-COMMAND_MARGIN_S = 15.0
-
-
 def preflight() -> None:
     """What must hold before anything is written: the test-only AUTOTUNE_FAULT, if set, is well
     formed."""
@@ -102,15 +98,8 @@ class Bench:
         shared = Path(compile_cache).resolve() / compile_key(device) if compile_cache else None
         task = tasks.task(workload.task)
         ahead = device == "cuda" and task.imports_torch if prestart is None else prestart
-        params = task.trial_params(drift, loss_check)
-        # the trial renders it; it ends the job itself a little before the hard limit, and names
-        # the trial's limit in its remedies
-        if command is not None:
-            params = CommandParams(
-                command=command.model_dump(mode="json"),
-                timeout_s=max(5.0, timeout_s - COMMAND_MARGIN_S),
-                trial_timeout_min=float(remedy.minutes(timeout_s)),
-            )
+        # task command builds its part from the command section (tasks.Command.trial_params)
+        params = task.trial_params(drift, loss_check, command=command, timeout_s=timeout_s)
         return cls(
             model_spec(model),
             run,

@@ -14,7 +14,7 @@ from autotune.tasks._objective import TOKENS_PER_S, Objective
 
 if TYPE_CHECKING:
     from autotune.config import Config, WorkloadConfig
-    from autotune.config.command import Scalar
+    from autotune.config.command import CommandConfig, Scalar
     from autotune.config.space import SpaceConfig
 
 
@@ -108,9 +108,16 @@ class Task(ABC):
         return {}
 
     def trial_params(
-        self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None
+        self,
+        drift: dict[str, Any] | None,
+        loss_check: dict[str, Any] | None,
+        *,
+        command: CommandConfig | None = None,
+        timeout_s: float = 3600.0,
     ) -> TaskParams:
-        """The trial spec's parameters of this task (TrialSpec.params: protocol.PARAMS)."""
+        """The trial spec's parameters of this task (TrialSpec.params: protocol.PARAMS), from the
+        study's sections it reads: study.drift and study.loss_check (as dumped), the command section
+        (task command), the trial's hard limit in seconds."""
         return PARAMS[self.name]()
 
     def notes(self, cfg: Config) -> list[str]:

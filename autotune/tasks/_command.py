@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from autotune.config.command import CommandConfig, KnobMapping, Scalar
     from autotune.knobs import Knob
 
+# the trial ends a job past its deadline this long before autotune would (the job's own stop, then
+# its end, before the trial's hard limit)
+COMMAND_MARGIN_S = 15.0
 # autotune's knobs a command may map; those that set environment variables reach it without a
 # mapping
 MAPPABLE = (
@@ -72,10 +75,25 @@ class Command(Training):
         return {n: list(m.values) for n, m in cfg.command.knobs.items() if m.values is not None}
 
     def trial_params(
-        self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None
+        self,
+        drift: dict[str, Any] | None,
+        loss_check: dict[str, Any] | None,
+        *,
+        command: CommandConfig | None = None,
+        timeout_s: float = 3600.0,
     ) -> TaskParams:
-        """Empty: the runner fills them from the command section (launch/runner.Bench.of)."""
-        return CommandParams()
+        """The command section as JSON (the trial renders it; tasks.Command.prepare first), when
+        the job is ended: a little before the trial's hard limit (COMMAND_MARGIN_S), and that limit
+        in minutes for the remedies. Empty without a command section."""
+        if command is None:
+            return CommandParams()
+        from autotune import remedy
+
+        return CommandParams(
+            command=command.model_dump(mode="json"),
+            timeout_s=max(5.0, timeout_s - COMMAND_MARGIN_S),
+            trial_timeout_min=float(remedy.minutes(timeout_s)),
+        )
 
     def prepare(self, spec: TrialSpec, run_dir: Path) -> tuple[TrialSpec, dict[str, str]]:
         """The command with this trial's knob values (command_render.render), its config file

@@ -13,6 +13,7 @@ from autotune.tasks._objective import PARETO, TOKENS_PER_S, Objective
 
 if TYPE_CHECKING:
     from autotune.config import Config, WorkloadConfig
+    from autotune.config.command import CommandConfig
     from autotune.config.space import SpaceConfig
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # fp8 weights are weight_quant's
@@ -81,7 +82,12 @@ class Generate(Task):
             )
 
     def trial_params(
-        self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None
+        self,
+        drift: dict[str, Any] | None,
+        loss_check: dict[str, Any] | None,
+        *,
+        command: CommandConfig | None = None,
+        timeout_s: float = 3600.0,
     ) -> TaskParams:
         return GenerateParams(drift or None)
 

@@ -11,6 +11,7 @@ from autotune.tasks._base import Task
 
 if TYPE_CHECKING:
     from autotune.config import WorkloadConfig
+    from autotune.config.command import CommandConfig
     from autotune.config.space import SpaceConfig
 
 # A training configuration translated into each framework's form (autotune export)
@@ -67,7 +68,12 @@ class Train(Training):
     exports: ClassVar[tuple[str, ...]] = TRAINING_EXPORTS
 
     def trial_params(
-        self, drift: dict[str, Any] | None, loss_check: dict[str, Any] | None
+        self,
+        drift: dict[str, Any] | None,
+        loss_check: dict[str, Any] | None,
+        *,
+        command: CommandConfig | None = None,
+        timeout_s: float = 3600.0,
     ) -> TaskParams:
         return TrainParams(dict(loss_check) if loss_check and loss_check.get("steps") else None)
 
