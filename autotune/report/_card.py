@@ -11,30 +11,31 @@ from autotune import knobs as catalogue
 from autotune.documents.record import Metric
 from autotune.protocol import Knobs
 from autotune.report import _text
+from autotune.report._data import Report
 from autotune.report._table import fmt
 
 MIN_SAMPLES = 3  # fewer fresh processes than this bound nothing: the interval is not shown
 
 
-def chosen(data: dict[str, Any], phases: list[dict[str, Any]], gpus: int) -> dict[str, Any] | None:
+def chosen(data: Report, phases: list[dict[str, Any]], gpus: int) -> dict[str, Any] | None:
     """What best.yaml holds (the report's headline, report/_summary.headline) with what applying it
     costs. phases and gpus are kept for callers; the cost is the study's (report/_summary.cost)."""
-    c = data.get("chosen")
+    c = data.chosen
     if not c:
         return None
-    row: dict[str, Any] = next((r for r in data["trials"] if r["number"] == c["trial"]), {})
+    row: dict[str, Any] = next((r for r in data.trials if r["number"] == c["trial"]), {})
     return {**c, "apply": _apply(data, row, c)}
 
 
-def _apply(data: dict[str, Any], row: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
+def _apply(data: Report, row: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
     """What changes from the baseline, the environment it sets, the notes, and its one-time
     costs."""
-    device = "cuda" if data["device"] == "cuda" else "cpu"
-    base = data.get("baseline")
+    device = "cuda" if data.device == "cuda" else "cpu"
+    base = data.baseline
     return {
         "changed": c["changed"],
         "env": catalogue.env_of(row.get("knobs") or c["knobs"]),
-        "notes": _notes(row.get("knobs") or c["knobs"], device, data["task"]),
+        "notes": _notes(row.get("knobs") or c["knobs"], device, data.task),
         "compile_s": c["compile_s"],
         "compile_warm_s": c.get("compile_warm_s") or [],
         "peak_mem_gib": (base and base.get(Metric.PEAK_MEM_GIB), c["peak_mem_gib"]),
@@ -61,7 +62,7 @@ def interval(stats: dict[str, Any] | None) -> str:
     return f"95% interval {fmt(lo, 'tok')} to {fmt(hi, 'tok')} over {n} fresh processes"
 
 
-def card_html(data: dict[str, Any], c: dict[str, Any] | None) -> str:
+def card_html(data: Report, c: dict[str, Any] | None) -> str:
     """The card's HTML, in the order of every format (report/_text): the chosen configuration and
     all its knobs, its figure and gain, the runner-up, what applying it costs, what the search
     cost; every string from the study escaped."""

@@ -15,6 +15,7 @@ from autotune import metrics, tasks
 from autotune.documents import nightly
 from autotune.documents.record import Metric, RecordError, TrialRecord
 from autotune.report import _effects, _summary
+from autotune.report._data import Report
 from autotune.report._excluded import excluded
 from autotune.report._table import pareto, row_of
 from autotune.space import KNOBS
@@ -25,9 +26,10 @@ from autotune.study.history import History, current_confirmation, value_of
 
 def collect(
     study: optuna.Study, study_dir: Path | None = None, train_tokens: float | None = None
-) -> dict[str, Any]:
-    """Everything the report shows, as plain data. train_tokens: the full run the projection is
-    of (None: the YAML's study.train_tokens, else no projection)."""
+) -> Report:
+    """Everything the report shows, as plain data with typed sections (report/_data.py).
+    train_tokens: the full run the projection is of (None: the YAML's study.train_tokens, else no
+    projection)."""
     trials = study.get_trials(deepcopy=False)
     attrs = study.user_attrs
     config = attrs.get("config", {})
@@ -86,7 +88,7 @@ def collect(
         # expandable segments offered to a variable-length job that ran out of memory or came close
         "alloc_offer": peaks.alloc_offer(h, tasks.task(_task_of(config))),
     }
-    return _derived(data, ok, train_tokens or (config.get("study") or {}).get("train_tokens"))
+    return _derived(Report(data), ok, train_tokens or _train_tokens(config))
 
 
 def _listed(t: optuna.trial.FrozenTrial) -> bool:
@@ -96,6 +98,12 @@ def _listed(t: optuna.trial.FrozenTrial) -> bool:
     if t.user_attrs.get("status") == "duplicate" or t.state == TrialState.WAITING:
         return False
     return "knobs" in t.user_attrs or bool(t.params)
+
+
+def _train_tokens(config: dict[str, Any]) -> float | None:
+    """The YAML's study.train_tokens: the full run the projection is of (None: no projection)."""
+    tokens: float | None = (config.get("study") or {}).get("train_tokens")
+    return tokens
 
 
 def _task_of(config: dict[str, Any]) -> str:
@@ -109,15 +117,13 @@ def _telemetry(trials: list[optuna.trial.FrozenTrial], number: int | None) -> An
     return {**tele, "power_cap": metrics.power_cap(tele)} if isinstance(tele, dict) else tele
 
 
-def _derived(
-    data: dict[str, Any], ok: list[dict[str, Any]], tokens: float | None
-) -> dict[str, Any]:
+def _derived(data: Report, ok: list[dict[str, Any]], tokens: float | None) -> Report:
     """What is computed from the rows: the headline, the effects, the cost, the projection."""
     data["chosen"] = _summary.headline(data)
-    data["numerics_checked"] = _summary.numerics_checked(data["trials"])
-    data["effects"] = _effects.effects(ok, data["searched"], data["noise"]["pct"])
-    data["cost"] = _summary.cost(data, data["gpus"])
-    data["projection"] = _summary.projection(data["chosen"], data["cost"], tokens, data["gpus"])
+    data["numerics_checked"] = _summary.numerics_checked(data.trials)
+    data["effects"] = _effects.effects(ok, data.searched, data.noise["pct"])
+    data["cost"] = _summary.cost(data, data.gpus)
+    data["projection"] = _summary.projection(data.chosen, data.cost, tokens, data.gpus)
     return data
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.report import _html_trials, _plots
 from autotune.report._card import card_html, chosen, interval
 from autotune.report._curves import loss_svg
+from autotune.report._data import Report
 from autotune.report._html_trials import trials_table
 from autotune.report._measured import PHASES, measured, telemetry_of
 from autotune.report._static import PLOT_FILES, draw, pareto_front, plot_data
@@ -59,12 +60,14 @@ img{max-width:100%}
 
 
 def write_html(data: dict[str, Any], out: Path, study: optuna.Study | None = None) -> Path:
-    """report.html (one file to attach or open) and its PNGs beside it. study: the Optuna study the
-    data was collected from, for the interactive plots and the measured spread (without it,
-    static plots only). Everything is drawn in a temporary folder first, then put in place with
-    Ctrl-C and SIGTERM held back: a page and its plots are always of one report (an older
-    report's plot that this one lacks is removed)."""
+    """report.html (one file to attach or open) and its PNGs beside it. data: collect's Report, or
+    the plain dict of its JSON. study: the Optuna study the data was collected from, for the
+    interactive plots and the measured spread (without it, static plots only). Everything is drawn
+    in a temporary folder first, then put in place with Ctrl-C and SIGTERM held back: a page and
+    its plots are always of one report (an older report's plot that this one lacks is removed)."""
     import tempfile
+
+    data = Report.of(data)
 
     m = measured(data, study)
     card = chosen(data, m["phases"], m["gpus"])
@@ -101,19 +104,19 @@ def _signals_held() -> Any:
 
 
 def page(
-    data: dict[str, Any],
+    data: Report,
     card: dict[str, Any] | None,
     figs: list[tuple[str, Any]],
     pngs: list[Path],
 ) -> str:
     """The whole page: head (plotly.js inlined once), card, tables, plots."""
-    title = escape(f"autotune report: {data['study']}")
+    title = escape(f"autotune report: {data.study}")
     chosen_number = card["trial"] if card else None
     body = [
         f"<h1>{title}</h1>",
         f"<p>{_subtitle(data)}</p>",
         card_html(data, card),
-        _excluded_html(data["excluded"]),
+        _excluded_html(data.excluded),
         "" if _plots.available() else _no_plotly_note(),
         trials_table(data, chosen_number),
         _confirmation_table(data),
@@ -131,14 +134,12 @@ def page(
     )
 
 
-def _subtitle(data: dict[str, Any]) -> str:
-    counts = ", ".join(f"{k} {v}" for k, v in data["counts"].items())
-    family = (
-        (data.get("model") or {}).get("family") if isinstance(data.get("model"), dict) else None
-    )
+def _subtitle(data: Report) -> str:
+    counts = ", ".join(f"{k} {v}" for k, v in data.counts.items())
+    family = (data.model or {}).get("family") if isinstance(data.model, dict) else None
     parts = [
-        f"device {data['device']}",
-        f"task {data['task']}",
+        f"device {data.device}",
+        f"task {data.task}",
         *([f"model {family}"] if family else []),
     ]
     return escape("; ".join(str(p) for p in parts) + f". Trials by state: {counts}.")
@@ -215,8 +216,8 @@ def _excluded_html(groups: list[dict[str, Any]]) -> str:
     return f'{heading}<ul id="excluded">{"".join(items)}</ul>'
 
 
-def _confirmation_table(data: dict[str, Any]) -> str:
-    conf = data["confirmation"]
+def _confirmation_table(data: Report) -> str:
+    conf = data.confirmation
     if not conf:
         return ""
     header = [
@@ -253,15 +254,15 @@ def _confirmation_table(data: dict[str, Any]) -> str:
     return f"<h2>Confirmation</h2><p>{escape(rounds)}: {escape(str(conf['why']))}</p>" + table
 
 
-def _effects_html(data: dict[str, Any]) -> str:
-    if not data["searched"]:
+def _effects_html(data: Report) -> str:
+    if not data.searched:
         return ""
     items = "".join(f"<li>{escape(x)}</li>" for x in effects_lines(data))
     return f"<h2>Which knobs mattered</h2><ul>{items}</ul>"
 
 
-def _time_section(data: dict[str, Any]) -> str:
-    tm = data["time"]
+def _time_section(data: Report) -> str:
+    tm = data.time
     phases = tm["phases_s"]
     ahead = (
         f"; {tm['started_ahead']} of {tm['processes']} started ahead"

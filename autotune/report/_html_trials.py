@@ -9,6 +9,7 @@ from html import escape
 from typing import Any
 
 from autotune.protocol import reason_line
+from autotune.report._data import Report
 from autotune.report._table import cells, columns, varying
 from autotune.report._text import STEP_SPREAD
 
@@ -22,10 +23,10 @@ td.n{{white-space:normal}}
 """
 
 
-def trials_table(data: dict[str, Any], chosen_number: int | None) -> str:
+def trials_table(data: Report, chosen_number: int | None) -> str:
     """The trials, best first, with the chosen one marked."""
-    knobs, trials = data["searched"], data["trials"]
-    full = [c for c in columns(knobs, trials, data["task"]) if c != "reason"]
+    knobs, trials = data.searched, data.trials
+    full = [c for c in columns(knobs, trials, data.task) if c != "reason"]
     header = varying(full, trials, knobs)
     shown = [c for c in header if c in knobs]
     rows = []
@@ -59,12 +60,12 @@ def _row(
     return f'<tr class="{"chosen" if mine else ""}">{"".join(tds)}</tr>'
 
 
-def _same_note(data: dict[str, Any], full: list[str], header: list[str]) -> str:
+def _same_note(data: Report, full: list[str], header: list[str]) -> str:
     same = [c for c in full if c not in header]
-    if not same or not data["trials"]:
+    if not same or not data.trials:
         return ""
-    row = data["trials"][0]
-    fixed = ", ".join(f"{c}={cells(row, data['searched'], [c])[0]}" for c in same)
+    row = data.trials[0]
+    fixed = ", ".join(f"{c}={cells(row, data.searched, [c])[0]}" for c in same)
     return f"<p>The same in every trial: {escape(fixed)}</p>"
 
 

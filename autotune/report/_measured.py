@@ -7,6 +7,7 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 from autotune.documents.record import Metric, RecordError, TrialRecord
+from autotune.report._data import Report
 
 if TYPE_CHECKING:
     import optuna
@@ -20,13 +21,13 @@ PHASES = ("start", "build", "compile", "checks", "warmup", "measure", "other", "
 SPREAD_QUANTILES = (0.1, 0.9)  # error bars: the 10th and 90th percentile of the measured steps
 
 
-def measured(data: dict[str, Any], study: optuna.Study | None) -> dict[str, Any]:
+def measured(data: Report, study: optuna.Study | None) -> dict[str, Any]:
     """Per-trial spread and phases, the study's latency limits and the GPUs of one trial."""
     config = study.user_attrs.get("config", {}) if study is not None else {}
     return {
         "spread": _spread(data, study) if study is not None else {},
         "phases": sorted(
-            (p for r in data["trials"] if (p := phases_of(r)) is not None),
+            (p for r in data.trials if (p := phases_of(r)) is not None),
             key=lambda p: p["number"],
         )
         + confirmation_phases(data),
@@ -39,10 +40,10 @@ def measured(data: dict[str, Any], study: optuna.Study | None) -> dict[str, Any]
     }
 
 
-def _spread(data: dict[str, Any], study: optuna.Study) -> dict[int, tuple[float, float]]:
+def _spread(data: Report, study: optuna.Study) -> dict[int, tuple[float, float]]:
     """tokens/s per GPU at the slow and fast end of each ok trial's measured steps (its median
     scaled by median step time / step-time quantile): the error bar of a single measurement."""
-    tokens = {r["number"]: r[Metric.TOKENS_PER_GPU] for r in data["trials"] if r["state"] == "ok"}
+    tokens = {r["number"]: r[Metric.TOKENS_PER_GPU] for r in data.trials if r["state"] == "ok"}
     spread = {}
     for t in study.get_trials(deepcopy=False):
         if t.number not in tokens:
@@ -79,11 +80,11 @@ def telemetry_of(study: optuna.Study, number: int) -> tuple[int, dict[str, Any]]
     return (number, tele) if isinstance(tele, dict) and tele.get("series") else None
 
 
-def confirmation_phases(data: dict[str, Any]) -> list[dict[str, Any]]:
+def confirmation_phases(data: Report) -> list[dict[str, Any]]:
     """The confirmation's processes as bars of the time chart ("c3.1": trial 3's second sample):
     each one's stored wall time, else its trial's search process's (report/_summary.cost)."""
-    conf = data.get("confirmation") or {}
-    walls = {r["number"]: r["wall_s"] for r in data["trials"] if r.get("wall_s")}
+    conf = data.confirmation or {}
+    walls = {r["number"]: r["wall_s"] for r in data.trials if r.get("wall_s")}
     out = []
     for st in [*conf.get("stats", []), *([conf["baseline"]] if conf.get("baseline") else [])]:
         runs = len(st.get("samples") or []) + len(st.get("failures") or [])

@@ -16,6 +16,7 @@ from html import escape
 from typing import Any
 
 from autotune.documents.record import Metric
+from autotune.report._data import Report
 from autotune.report._measured import PHASES
 
 CHOSEN = {"symbol": "star", "size": 18, "color": "#d62728", "line": {"width": 1, "color": "black"}}
@@ -68,7 +69,7 @@ def _inert(value: Any) -> Any:
 
 
 def figures(
-    study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None
+    study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None
 ) -> list[tuple[str, Any]]:
     """(heading, figure) for each plot that has data, in the page's order."""
     steps = (
@@ -146,8 +147,8 @@ def _target(study: Any, minimize: bool = False) -> Any:
     return lambda t: sign * t.values[0]
 
 
-def _ok(data: dict[str, Any]) -> list[dict[str, Any]]:
-    return sorted((r for r in data["trials"] if r["state"] == "ok"), key=lambda r: r["number"])
+def _ok(data: Report) -> list[dict[str, Any]]:
+    return sorted((r for r in data.trials if r["state"] == "ok"), key=lambda r: r["number"])
 
 
 def _label(r: dict[str, Any], searched: list[str]) -> str:
@@ -159,7 +160,7 @@ def _star(go: Any, x: list[Any], y: list[Any], **kw: Any) -> Any:
     return go.Scatter(x=x, y=y, mode="markers", marker=CHOSEN, name="chosen (best.yaml)", **kw)
 
 
-def _spread(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+def _spread(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None) -> Any:
     import plotly.graph_objects as go
 
     ok = [r for r in _ok(data) if r["number"] in m["spread"]]
@@ -175,7 +176,7 @@ def _spread(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, An
             mode="markers",
             name="median of the measured steps",
             error_y={"type": "data", "array": hi, "arrayminus": lo, "color": "grey"},
-            text=[_label(r, data["searched"]) for r in ok],
+            text=[_label(r, data.searched) for r in ok],
             hovertemplate="%{text}<br>%{y:,.0f} tokens/s<extra></extra>",
         )
     )
@@ -187,22 +188,20 @@ def _spread(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, An
     return fig.update_layout(xaxis_title="trial", yaxis_title=f"{TOKENS} (bars: {bars})")
 
 
-def _mark_baseline(fig: Any, data: dict[str, Any]) -> None:
-    if data["baseline"]:
+def _mark_baseline(fig: Any, data: Report) -> None:
+    if data.baseline:
         fig.add_hline(
-            y=data["baseline"][Metric.TOKENS_PER_GPU],
+            y=data.baseline[Metric.TOKENS_PER_GPU],
             line_dash="dash",
             line_color="grey",
             annotation_text="baseline",
         )
 
 
-def _confirmation(
-    study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None
-) -> Any:
+def _confirmation(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None) -> Any:
     import plotly.graph_objects as go
 
-    conf = data["confirmation"]
+    conf = data.confirmation
     if not conf:
         return None
     fig = go.Figure()
@@ -234,7 +233,7 @@ def _confirmation(
     )
 
 
-def _history(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+def _history(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None) -> Any:
     import plotly.graph_objects as go
     from optuna.visualization import plot_optimization_history
 
@@ -250,9 +249,7 @@ def _history(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, A
     return fig.update_layout(title=None)
 
 
-def _importance(
-    study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None
-) -> Any:
+def _importance(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None) -> Any:
     import optuna
     from optuna.visualization import plot_param_importances
 
@@ -269,18 +266,18 @@ def _importance(
     return fig.update_layout(title=None)
 
 
-def _parallel(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+def _parallel(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None) -> Any:
     from optuna.visualization import plot_parallel_coordinate
 
-    if len(data["searched"]) < 2 or len(_ok(data)) < 2:
+    if len(data.searched) < 2 or len(_ok(data)) < 2:
         return None
     fig = plot_parallel_coordinate(
-        study, params=data["searched"], target=_target(study), target_name=TOKENS
+        study, params=data.searched, target=_target(study), target_name=TOKENS
     )
     chosen = (
         ""
         if c is None
-        else f"chosen (best.yaml): trial {c['trial']}, " + _label_line(c, data["searched"])
+        else f"chosen (best.yaml): trial {c['trial']}, " + _label_line(c, data.searched)
     )
     return fig.update_layout(title={"text": chosen, "font": {"size": 13}})
 
@@ -289,20 +286,20 @@ def _label_line(c: dict[str, Any], searched: list[str]) -> str:
     return escape(", ".join(f"{k}={c['knobs'].get(k)}" for k in searched))
 
 
-def _slice(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+def _slice(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None) -> Any:
     import plotly.graph_objects as go
     from optuna.visualization import plot_slice
 
-    if not data["searched"] or len(_ok(data)) < 2:
+    if not data.searched or len(_ok(data)) < 2:
         return None
-    fig = plot_slice(study, params=data["searched"], target=_target(study), target_name=TOKENS)
+    fig = plot_slice(study, params=data.searched, target=_target(study), target_name=TOKENS)
     trial = next(
         (t for t in study.get_trials(deepcopy=False) if c and t.number == c["trial"]), None
     )
     if (
         trial is not None and trial.values
     ):  # Optuna draws one panel a knob, in sorted order, on axes x, x2, x3, ...
-        for i, knob in enumerate(sorted(data["searched"])):
+        for i, knob in enumerate(sorted(data.searched)):
             axis = "" if i == 0 else str(i + 1)
             x = _slice_x(trial, knob)
             if x is not None:
@@ -330,7 +327,7 @@ def _slice_x(trial: Any, knob: str) -> Any:
     return repr(value) if isinstance(trial.distributions[knob], CategoricalDistribution) else value
 
 
-def _pareto(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+def _pareto(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None) -> Any:
     import plotly.graph_objects as go
     from optuna.visualization import plot_pareto_front
 
@@ -344,21 +341,19 @@ def _pareto(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, An
             line_color="#d62728",
             annotation_text="limit",
         )
-    row = next((r for r in data["trials"] if c and r["number"] == c["trial"]), None)
+    row = next((r for r in data.trials if c and r["number"] == c["trial"]), None)
     if row is not None and row.get(Metric.TPOT_P99_MS) is not None:
         fig.add_trace(_star(go, [row[Metric.TOKENS_PER_GPU]], [row[Metric.TPOT_P99_MS]]))
     return fig.update_layout(title=None)
 
 
-def _front(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+def _front(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None) -> Any:
     """Latency (p99 time per output token) where trials have it, else peak memory, with the front
     drawn (a pareto study's latency front is Optuna's: _pareto)."""
     from autotune.report._table import pareto
 
     latency = [
-        r
-        for r in data["trials"]
-        if r.get(Metric.TPOT_P99_MS) is not None and r[Metric.TOKENS_PER_GPU]
+        r for r in data.trials if r.get(Metric.TPOT_P99_MS) is not None and r[Metric.TOKENS_PER_GPU]
     ]
     key, title, limit = (
         Metric.TPOT_P99_MS,
@@ -378,7 +373,7 @@ def _front(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any
 
 
 def _front_figure(
-    data: dict[str, Any],
+    data: Report,
     points: list[Any],
     front: list[Any],
     key: str,
@@ -397,7 +392,7 @@ def _front_figure(
                 y=[r[Metric.TOKENS_PER_GPU] for r in mine],
                 mode="markers",
                 name=escape(state),
-                text=[_label(r, data["searched"]) for r in mine],
+                text=[_label(r, data.searched) for r in mine],
                 hovertemplate="%{text}<extra></extra>",
             )
         )
@@ -418,7 +413,7 @@ def _front_figure(
     return fig.update_layout(xaxis_title=title, yaxis_title=TOKENS)
 
 
-def _time(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+def _time(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None) -> Any:
     import plotly.graph_objects as go
 
     phases = m["phases"]
@@ -437,7 +432,7 @@ def _time(study: Any, data: dict[str, Any], m: dict[str, Any], c: dict[str, Any]
                     hovertemplate="%{y:.2f} GPU-min<extra>" + phase + "</extra>",
                 )
             )
-    total = data["cost"]["gpu_min"]  # every process the search ran (report/_summary.cost)
+    total = data.cost["gpu_min"]  # every process the search ran (report/_summary.cost)
     return fig.update_layout(
         barmode="stack",
         xaxis_title="trial",

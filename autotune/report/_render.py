@@ -8,6 +8,7 @@ from typing import Any
 from autotune.documents import strict_json
 from autotune.errors import printable
 from autotune.report import _text
+from autotune.report._data import Report
 from autotune.report._table import cells, columns, fmt, varying
 
 # What in the text a study holds (a knob's value, a reason, a name) Markdown would read as its own:
@@ -84,28 +85,30 @@ def confirmation_lines(conf: dict[str, Any]) -> list[str]:
 
 def to_markdown(data: dict[str, Any], top: int = 10) -> str:
     """A PR-comment-sized summary: the chosen configuration, what was left out, the top trials,
-    which knobs mattered, the cost. Every text a study holds is escaped (md)."""
-    lines = [f"### autotune: {md(data['study'])} ({md(data['device'])})", ""]
+    which knobs mattered, the cost. Every text a study holds is escaped (md). data: collect's
+    Report, or the plain dict of its JSON."""
+    data = Report.of(data)
+    lines = [f"### autotune: {md(data.study)} ({md(data.device)})", ""]
     chosen, *details = _text.chosen_lines(data) + _text.projection_lines(data)
     lines += [f"**{md(chosen)}**", "", *(f"- {md(line)}" for line in details), ""]
-    if data["excluded"]:
-        total = sum(g["count"] for g in data["excluded"])
+    if data.excluded:
+        total = sum(g["count"] for g in data.excluded)
         lines += [f"**Left out of the search: {total} trial(s)**", ""]
-        for g in data["excluded"]:
+        for g in data.excluded:
             first, *rest = _text.excluded_lines(g)
             lines += [f"- {md(first)}", *(f"  - {md(x)}" for x in rest)]
         lines.append("")
     lines += _trials_markdown(data, top)
-    if data["confirmation"]:
+    if data.confirmation:
         lines += ["", "**Confirmation**", ""]
-        lines += [f"- {md(line)}" for line in confirmation_lines(data["confirmation"])]
-    if data.get("front"):
+        lines += [f"- {md(line)}" for line in confirmation_lines(data.confirmation)]
+    if data.front:
         lines += [
             "",
             "Front, tokens/s against p99 time per output token (no other trial beats these on "
-            "both): " + "; ".join(_front_point(r) for r in data["front"]),
+            "both): " + "; ".join(_front_point(r) for r in data.front),
         ]
-    if data["searched"]:
+    if data.searched:
         lines += ["", "**Which knobs mattered**", ""]
         for x in _text.effects_lines(data):
             lines.append(md(x) if x[0].isdigit() or x.startswith("-") else f"- {md(x)}")
@@ -113,15 +116,15 @@ def to_markdown(data: dict[str, Any], top: int = 10) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _trials_markdown(data: dict[str, Any], top: int) -> list[str]:
+def _trials_markdown(data: Report, top: int) -> list[str]:
     """The top trials as a table, without the columns that never change (named above it)."""
-    knobs, rows = data["searched"], data["trials"][:top]
-    full = columns(knobs, data["trials"], data["task"])
-    header = varying(full, data["trials"], knobs)
-    lines = [f"**Top {len(rows)} of {len(data['trials'])} trials**", ""]
+    knobs, rows = data.searched, data.trials[:top]
+    full = columns(knobs, data.trials, data.task)
+    header = varying(full, data.trials, knobs)
+    lines = [f"**Top {len(rows)} of {len(data.trials)} trials**", ""]
     same = [c for c in full if c not in header]
-    if same and data["trials"]:
-        row = data["trials"][0]
+    if same and data.trials:
+        row = data.trials[0]
         fixed = ", ".join(f"{c}={cells(row, knobs, [c])[0]}" for c in same)
         lines += [f"The same in every trial: {md(fixed)}", ""]
     lines.append("| " + " | ".join(md(c) for c in header) + " |")

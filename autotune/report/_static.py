@@ -11,6 +11,7 @@ from typing import Any
 
 from autotune.documents.record import Metric
 from autotune.report import _effects
+from autotune.report._data import Report
 from autotune.report._measured import PHASES
 from autotune.report._table import pareto
 
@@ -23,7 +24,7 @@ def pareto_front(points: list[tuple[float, float, int]]) -> list[int]:
 
 
 def plot_data(
-    data: dict[str, Any],
+    data: Report,
     phases: list[dict[str, Any]] | None = None,
     chosen: int | None = None,
     telemetry: tuple[int, dict[str, Any]] | None = None,
@@ -31,7 +32,7 @@ def plot_data(
     """What each plot draws, computed before any drawing; phases: _measured.phases_of of each trial;
     chosen: the chosen trial (best.yaml's), marked; telemetry: (trial, its telemetry) drawn, else
     the search's best's."""
-    ok = sorted((r for r in data["trials"] if r["state"] == "ok"), key=lambda r: r["number"])
+    ok = sorted((r for r in data.trials if r["state"] == "ok"), key=lambda r: r["number"])
     history, best_so_far, running = [], [], float("-inf")
     for r in ok:
         running = max(running, r[Metric.TOKENS_PER_GPU])
@@ -45,10 +46,10 @@ def plot_data(
     # a conditional knob drawn only where it acts (_effects.acting): its None is its parent's off
     per_knob = {
         k: [(str(r["knobs"][k]), r[Metric.TOKENS_PER_GPU]) for r in _effects.acting(ok, k)[0]]
-        for k in data["searched"]
+        for k in data.searched
     }
-    best = (data["best"] or {}).get("number")
-    tele_trial, tele = telemetry or (best, data.get("best_telemetry") or {})
+    best = (data.best or {}).get("number")
+    tele_trial, tele = telemetry or (best, data.best_telemetry or {})
     series = tele.get("series") or []
     t0 = series[0]["t"] if series else 0.0
     checks = [
@@ -60,12 +61,12 @@ def plot_data(
             c["ci"][1] or c["ratio"],
             c["status"],
         )
-        for c in data.get("check_history") or []
+        for c in data.check_history or []
     ]
     return {
         "history": history,
         "best_so_far": best_so_far,
-        "baseline": data["baseline"][Metric.TOKENS_PER_GPU] if data["baseline"] else None,
+        "baseline": data.baseline[Metric.TOKENS_PER_GPU] if data.baseline else None,
         "memory": mem,
         "pareto": pareto_front(mem),
         "per_knob": per_knob,
@@ -78,7 +79,7 @@ def plot_data(
         "chosen_memory": [(m, t) for m, t, n in mem if n == chosen],
         "time": [(p["number"], p["seconds"]) for p in phases or []],
         "chosen_time": next((p["number"] for p in phases or [] if p["number"] == chosen), None),
-        "tolerance_pct": (data.get("check_history") or [{}])[-1].get("tolerance_pct"),
+        "tolerance_pct": (data.check_history or [{}])[-1].get("tolerance_pct"),
     }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from autotune import tasks
 from autotune.documents.record import Metric
 from autotune.protocol import Knobs
+from autotune.report._data import Report
 
 # How a gain was obtained, named once: a ratio means something only with its basis beside it
 BASIS_CONFIRMED = "confirmed median / the baseline's confirmed median of the same rounds"
@@ -16,16 +17,16 @@ BASIS_HALF = "confirmed median / the baseline's single search measurement"
 BASIS_SEARCH = "single search measurements"
 
 
-def headline(data: dict[str, Any]) -> dict[str, Any] | None:
+def headline(data: Report) -> dict[str, Any] | None:
     """best.yaml's choice (study/chosen.chosen_summary) with its row's knobs, memory and compile
     time, the baseline it is compared with and the gain's basis; None before a trial completed."""
-    c = data.get("chosen")
+    c = data.chosen
     if not c:
         return None
-    row = next((r for r in data["trials"] if r["number"] == c["trial"]), None) or {}
-    base = data.get("baseline")
+    row = next((r for r in data.trials if r["number"] == c["trial"]), None) or {}
+    base = data.baseline
     value = c[Metric.TOKENS_PER_GPU]
-    base_value, basis = _baseline_figure(c, base, data.get("confirmation"))
+    base_value, basis = _baseline_figure(c, base, data.confirmation)
     knobs = dict(c.get("knobs") or row.get("knobs") or {})
     return {
         "trial": c["trial"],
@@ -49,14 +50,14 @@ def headline(data: dict[str, Any]) -> dict[str, Any] | None:
         # how far the confirmation got: rounds done of rounds asked, complete (None: none ran)
         "confirmation": c.get("confirmation"),
         # whether best.yaml holds this choice yet (collect: the file beside the study)
-        "written": data.get("best_yaml") == c["trial"],
+        "written": data.best_yaml == c["trial"],
         "numerics": numerics_of(knobs, row.get("loss_check")),
         "speedup_flag": c.get("speedup_flag"),
-        **_efficiency(data["task"], row, value),
+        **_efficiency(data.task, row, value),
         # its search trial's compile (cold: the study's first of this configuration), and its
         # confirmation processes' (warm: the study's compile cache)
         "compile_s": (row.get("phases_s") or {}).get("compile"),
-        "compile_warm_s": _warm_compiles(data.get("confirmation"), c["trial"]),
+        "compile_warm_s": _warm_compiles(data.confirmation, c["trial"]),
         "peak_mem_gib": row.get(Metric.PEAK_MEM_GIB),
         "runner_up": c.get("runner_up"),
     }
@@ -161,12 +162,12 @@ def _scaled(measured: float | None, value: float, search: float | None) -> float
     return measured * value / search
 
 
-def cost(data: dict[str, Any], gpus: int) -> dict[str, Any]:
+def cost(data: Report, gpus: int) -> dict[str, Any]:
     """Every process the search ran, by kind, and their GPU-minutes: trial processes (whatever
     their end: timeouts and pruned ones too), the loss check's reference processes and the
     confirmation's fresh processes."""
-    trials = [r for r in data["trials"] if r.get("wall_s")]
-    n_conf, s_conf, estimated = _confirmation_cost(data.get("confirmation"), trials)
+    trials = [r for r in data.trials if r.get("wall_s")]
+    n_conf, s_conf, estimated = _confirmation_cost(data.confirmation, trials)
     kinds = {
         "trials": (len(trials), sum(r["wall_s"] for r in trials)),
         "references": _references(trials),
