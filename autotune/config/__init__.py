@@ -43,8 +43,8 @@ class ModelConfig(_Section):
     entrypoint: Optional[str] = Field(
         default=None,
         description=(
-            "'package.module:function' returning your model and batch maker (README: Your own "
-            "model). Runs your code, by design."
+            "'package.module:function' returning your model and batch maker (docs/yaml.md: Your "
+            "own model). Runs your code, by design."
         ),
     )
     n_layers: Optional[int] = Field(
@@ -207,7 +207,8 @@ class WorkloadConfig(_Section):
         ge=1,
         le=1024,
         description="Nodes per trial; world_size / nnodes ranks on each. Above 1 needs "
-        "rdzv_endpoint and a launcher that starts the trial on every node (README: Multi-node).",
+        "rdzv_endpoint and a launcher that starts the trial on every node (docs/multi-gpu.md: "
+        "Many GPUs, many nodes).",
     )
     rdzv_endpoint: Optional[str] = Field(
         default=None,

@@ -3,8 +3,8 @@ it).
 
 Everything else reads this table: the YAML schema (`config_space.SpaceConfig` is built from it),
 space resolution (`space.py`), the trial's defaults (`protocol.TrialSpec.knobs`), best.yaml's apply
-notes and environment, and README's knob table (`markdown_table`, pinned by a test). Adding a knob
-is one entry here plus the code in the trial that applies it.
+notes and environment, and docs/yaml.md's knob table (`markdown_table`, pinned by a test). Adding a
+knob is one entry here plus the code in the trial that applies it.
 
 Standard library only: the trial's process imports it too.
 """
@@ -156,7 +156,8 @@ def _default_text(knob: Knob) -> str:
 
 
 def markdown_table() -> str:
-    """README's knob table, made from the catalogue (a test fails when README's copy differs)."""
+    """docs/yaml.md's knob table, made from the catalogue (a test fails when its copy there
+    differs)."""
     rows = [
         "| knob | values | default when absent | applies to | effect in the trial (recorded in "
         "the trial's `applied`) |",

@@ -59,8 +59,8 @@ class Knob:
     type: Any  # typing form of one value: Literal[...], int, bool, str, Optional[int], Union[...]
     default: Any  # the value when the YAML leaves the knob out
     help: str  # what it is (the YAML field's description)
-    effect: str  # how the trial applies it (README's table)
-    values: str = ""  # README's 'values' column where the type alone says too little
+    effect: str  # how the trial applies it (docs/yaml.md's table)
+    values: str = ""  # docs/yaml.md's 'values' column where the type alone says too little
     tasks: tuple[str, ...] = ("train",)  # the workloads it acts in
     only_with: tuple[str, Any] | None = (
         None  # acts only when this other knob has this value, or not Not.value (else None)

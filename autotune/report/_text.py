@@ -107,7 +107,7 @@ def unwritten(c: dict[str, Any]) -> str:
 
 
 def bound_line(data: dict[str, Any]) -> str:
-    """What the search can say of your setting (search/bound.py): the gain found with its
+    """What the search can say of your setting (study/bound.py): the gain found with its
     interval, or how much any configuration measured may beat it; '' without a baseline."""
     said = data.get("bound")
     return f"{said['text'][:1].upper()}{said['text'][1:]}." if said else ""

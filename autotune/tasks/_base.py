@@ -51,7 +51,7 @@ class Task(ABC):
     # the workload fields only this task reads (another task's config naming them is an error)
     fields: ClassVar[tuple[str, ...]] = ()
     # the knob its batch rule sizes (sequences per pass), and every knob that rule ranges over: one
-    # trial speaks for another whose knobs outside these are the same (search/predict.py's bounds)
+    # trial speaks for another whose knobs outside these are the same (study/predict.py's bounds)
     size_knob: ClassVar[str]
     batch_knobs: ClassVar[tuple[str, ...]]
     # study.objective values it takes; whether study.limits (latency limits) applies
@@ -61,7 +61,7 @@ class Task(ABC):
     # (search/loss_guard.py)
     estimates_memory: ClassVar[bool] = False
     # a job autotune does not build: after an out-of-memory trial, larger sizes of its setting
-    # launch only where the measured peaks say they fit (search/peaks.py's scoped rule)
+    # launch only where the measured peaks say they fit (study/peaks.py's scoped rule)
     scoped_oom: ClassVar[bool] = False
     loss_check: ClassVar[bool] = False
     # the report's efficiency columns (report._table's column titles)

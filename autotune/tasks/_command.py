@@ -146,7 +146,7 @@ class Command(Training):
             metrics[Metric.TOKENS] = window["tokens_per_s"] * world
             metrics[Metric.WINDOW] = window
         metrics[Metric.PADDING_PCT] = out.get("padding_pct")
-        # the measured-memory line's inputs (search/peaks.py)
+        # the measured-memory line's inputs (study/peaks.py)
         metrics[Metric.TOKENS_PER_MICRO_BATCH] = out.get("tokens_per_micro_batch")
         reserved = result.peak_mem_reserved_bytes
         metrics[Metric.PEAK_RESERVED_GIB] = reserved / 2**30 if reserved is not None else None

@@ -253,7 +253,8 @@ def build_entrypoint(
     missing = [k for k in ("model", "make_batch", "tokens_per_sample") if k not in out]
     if missing:
         raise TypeError(
-            f"entrypoint {m['entrypoint']} returned no {missing[0]!r} (README: Your own model)"
+            f"entrypoint {m['entrypoint']} returned no {missing[0]!r} "
+            "(docs/yaml.md: Your own model)"
         )
     model = out["model"].to(device)
     if knobs.get("activation_checkpointing", "none") == "full":
