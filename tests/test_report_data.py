@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import optuna
-from optuna.distributions import CategoricalDistribution
+from test_report_honest import _trial
 
 from autotune import report
 from autotune.report._data import Report
@@ -17,27 +17,7 @@ def _study() -> optuna.Study:
     """An in-memory study of two completed trials; the first is the baseline."""
     study = optuna.create_study(direction="maximize")
     for mbs, value in ((2, 100.0), (4, 140.0)):
-        study.add_trial(
-            optuna.trial.create_trial(
-                params={"micro_batch_size": mbs},
-                distributions={"micro_batch_size": CategoricalDistribution([2, 4])},
-                value=value,
-                user_attrs={
-                    "status": "ok",
-                    "knobs": {"micro_batch_size": mbs},
-                    "predicted": False,
-                    "wall_s": 10.0,
-                    "reason": "",
-                    "metrics": {
-                        "tokens_per_s_per_gpu": value,
-                        "tokens_per_s": value,
-                        "mfu": None,
-                        "peak_mem_gib": 1.0,
-                    },
-                    "raw": {"step_times_s": [1.0, 1.01, 0.99, 1.0]},
-                },
-            )
-        )
+        study.add_trial(_trial({"micro_batch_size": mbs}, value))
     study.set_user_attr("baseline_knobs", {"micro_batch_size": 2})
     return study
 
