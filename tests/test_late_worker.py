@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
+import subprocess
 import time
 from pathlib import Path
 
@@ -34,7 +36,8 @@ def test_late_worker_keeps_its_measurement_as_a_duplicate(tmp_path: Path) -> Non
     wait_until(
         lambda: (out / "t" / "runs" / "0000" / "spec.json").exists(), what="the first trial's start"
     )
-    first.send_signal(signal.SIGSTOP)  # the worker stalls; its trial process goes on and finishes
+    # the worker stalls; its trial process goes on and finishes
+    _stop_outside_a_write(first, out / "t" / "study.db")
     time.sleep(5)
     second = run_cli(*args, cwd=tmp_path, env={"AUTOTUNE_LOCK_NAMESPACE": f"late-{os.getpid()}-b"})
     assert second.returncode == 0, second.stderr
@@ -49,6 +52,33 @@ def test_late_worker_keeps_its_measurement_as_a_duplicate(tmp_path: Path) -> Non
     late = [a for a in attrs.values() if a.get("late")]
     assert late and late[0]["status"] == "duplicate" and late[0]["duplicate_of"] == 0
     assert late[0]["late"] == "ok" and late[0]["metrics"]["tokens_per_s_per_gpu"] > 0
+
+
+def _stop_outside_a_write(proc: subprocess.Popen, db: Path) -> None:
+    """SIGSTOP the worker at a moment it holds no lock on the study's database. A worker stopped
+    inside a write (its heartbeat) keeps SQLite locked, and every other worker waits on it: that
+    is SQLite's, not what this test is about."""
+    for _ in range(100):
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.2)
+        if _unlocked(db):
+            return
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.05)
+    raise AssertionError("the worker held the study's database at every one of 100 stops")
+
+
+def _unlocked(db: Path) -> bool:
+    """Whether a writer could take the database now (no other connection holds a lock)."""
+    con = sqlite3.connect(db, timeout=0, isolation_level=None)
+    try:
+        con.execute("BEGIN EXCLUSIVE")
+        con.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        con.close()
 
 
 @pytest.mark.slow
