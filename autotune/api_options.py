@@ -10,9 +10,13 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from autotune.config import Config
+    from autotune.search.observer import Observer
 
 from autotune.errors import ConfigError, did_you_mean, excerpt
 
@@ -86,7 +90,7 @@ OPTIONAL = (
 )
 
 
-def shown(value: Any) -> str:
+def shown(value: object) -> str:
     """The value as a message quotes it, bounded whatever it is (a huge list, an integer of a
     million digits, an object whose repr raises)."""
     if isinstance(value, int) and value.bit_length() > 64:
@@ -104,25 +108,28 @@ def resolve_device(device: str | None, name: str = "--device") -> str:
     return device or default_device()
 
 
-def _device(name: str, value: Any) -> Any:
+def _device(name: str, value: object) -> object:
     if value is not None and value not in DEVICES:
         error = ArgumentValueError if isinstance(value, str) else ArgumentTypeError
         raise error(f"{name}: {shown(value)} is not allowed; use cuda or cpu")
     return value
 
 
-def _gpus(name: str, value: Any) -> Any:
+def _gpus(name: str, value: object) -> object:
     """'all', '0,1' or a list of distinct indices (ints or digit strings), as given."""
-    listed = [value] if isinstance(value, str) else value
-    if not isinstance(listed, (list, tuple)) or not all(
-        isinstance(g, (int, str)) and not isinstance(g, bool) for g in listed
+    if isinstance(value, str):
+        gpus: str | list[int | str] = value
+    elif isinstance(value, (list, tuple)) and all(
+        isinstance(g, (int, str)) and not isinstance(g, bool) for g in value
     ):
+        gpus = list(value)
+    else:
         raise ArgumentTypeError(
             f"{name}: {shown(value)} is not allowed; use a str such as 0,1,2,3 or all, or a list "
             "of GPU indices"
         )
-    if value != "all":
-        indices(value, name)
+    if gpus != "all":
+        indices(gpus, name)
     return value
 
 
@@ -162,7 +169,7 @@ def parse_gpus(gpus: str | Sequence[int | str] | None, name: str = "--gpus") -> 
     return indices(gpus, name)
 
 
-def _bounded(name: str, value: Any, integer: bool, label: str = "") -> Any:
+def _bounded(name: str, value: object, integer: bool, label: str = "") -> float:
     """value within BOUNDS[name]; label: the argument named in the message (default name)."""
     lo, hi = BOUNDS[name]
     kind = numbers.Integral if integer else numbers.Real  # numpy's numbers too
@@ -177,19 +184,19 @@ def _bounded(name: str, value: Any, integer: bool, label: str = "") -> Any:
     return number
 
 
-def _number(value: Any, integer: bool) -> float:
+def _number(value: numbers.Real, integer: bool) -> float:
     """An int or a finite float; NaN for anything else (float() of a huge int overflows: an int is
     compared as it is)."""
     try:
-        number = int(value) if integer else float(value)
+        number = int(value) if integer and isinstance(value, numbers.Integral) else float(value)
     except (OverflowError, ValueError):
         return math.nan
     return number if integer or math.isfinite(number) else math.nan
 
 
-def _path(name: str, value: Any) -> Path:
+def _path(name: str, value: object) -> Path:
     try:
-        text = os.fspath(value)
+        text = os.fspath(value) if isinstance(value, (str, bytes, os.PathLike)) else None
     except TypeError:
         text = None
     if not isinstance(text, str):
@@ -203,18 +210,18 @@ def _path(name: str, value: Any) -> Path:
     return Path(text)
 
 
-def path_of(name: str, value: Any) -> Path:
+def path_of(name: str, value: object) -> Path:
     """A path argument of the API (str or os.PathLike) as a Path; ConfigError otherwise."""
     return _path(name, value)
 
 
-def _flag(name: str, value: Any) -> bool:
+def _flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise ArgumentTypeError(f"{name}: {shown(value)} is not allowed; use True or False")
     return value
 
 
-def _text(name: str, value: Any) -> str:
+def _text(name: str, value: object) -> str:
     """A study's name or a storage URL: a str that is not blank."""
     if not isinstance(value, str):
         raise ArgumentTypeError(f"{name}: {shown(value)} is not a string")
@@ -226,7 +233,7 @@ def _text(name: str, value: Any) -> str:
     return value
 
 
-def takes(function: Any, count: int) -> bool:
+def takes(function: Callable[..., object], count: int) -> bool:
     """Whether function can be called with `count` positional arguments (True where its signature
     cannot be read, as for some built-ins)."""
     import inspect
@@ -242,10 +249,10 @@ def takes(function: Any, count: int) -> bool:
     return True
 
 
-def _function_of(what: str) -> Callable[[str, Any], Any]:
+def _function_of(what: str) -> Callable[[str, object], object]:
     """A callback called with one argument (`what`): callable, and callable so."""
 
-    def check(name: str, value: Any) -> Any:
+    def check(name: str, value: object) -> object:
         if not callable(value):
             raise ArgumentTypeError(
                 f"{name}: {shown(value)} is not callable; give a function of {what}"
@@ -260,7 +267,7 @@ def _function_of(what: str) -> Callable[[str, Any], Any]:
     return check
 
 
-def _observer(name: str, value: Any) -> Any:
+def _observer(name: str, value: object) -> Observer:
     """An object with every method of autotune.search.observer.Observer, each callable as the
     search calls it (subclass Observer: its methods are no-ops)."""
     import inspect
@@ -277,13 +284,13 @@ def _observer(name: str, value: Any) -> Any:
                 f"{name}: {shown(value)} has no method {method} taking {count} argument(s); give "
                 "an autotune.search.observer.Observer (subclass it: each method is a no-op there)"
             )
-    return value
+    return cast("Observer", value)  # every method of the protocol checked above
 
 
-def _names(allowed: Callable[[], Sequence[str]]) -> Callable[[str, Any], Any]:
+def _names(allowed: Callable[[], Sequence[str]]) -> Callable[[str, object], object]:
     """A list (or tuple) of names, each one of allowed(), each once."""
 
-    def check(name: str, value: Any) -> Any:
+    def check(name: str, value: object) -> list[str]:
         names = list(allowed())
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise ArgumentTypeError(
@@ -301,13 +308,13 @@ def _names(allowed: Callable[[], Sequence[str]]) -> Callable[[str, Any], Any]:
     return check
 
 
-def _sizes(name: str, value: Any) -> Any:
+def _sizes(name: str, value: object) -> list[float]:
     if not isinstance(value, (list, tuple)) or not value:
         raise ArgumentTypeError(f"{name}: {shown(value)} is not a list of message sizes in bytes")
     return [_bounded("size", s, integer=True, label=name) for s in value]
 
 
-def _config(name: str, value: Any) -> Any:
+def _config(name: str, value: object) -> Config:
     from autotune.config import Config
 
     if not isinstance(value, Config):
@@ -317,7 +324,7 @@ def _config(name: str, value: Any) -> Any:
     return value
 
 
-def _config_or_path(name: str, value: Any) -> Any:
+def _config_or_path(name: str, value: object) -> Config | Path:
     """run_search's model: a loaded Config, else a path."""
     if not isinstance(value, (str, os.PathLike)):
         from autotune.config import Config
@@ -327,7 +334,7 @@ def _config_or_path(name: str, value: Any) -> Any:
     return _path(name, value)
 
 
-def _bound_of(name: str) -> Callable[[str, Any], Any]:
+def _bound_of(name: str) -> Callable[[str, object], float]:
     return lambda _, value: _bounded(name, value, integer=name in INTEGERS)
 
 
@@ -352,7 +359,7 @@ def _formats() -> Sequence[str]:
 # Every argument of the API, by name ("function.name" where one function's differs): its check,
 # which returns it normalised (a path as a Path, an integer as an int). A new argument without an
 # entry is a bug that the first call names (check below).
-CHECKS: dict[str, Callable[[str, Any], Any]] = {
+CHECKS: dict[str, Callable[[str, object], object]] = {
     **{name: _path for name in (*PATHS, "best_path", "path")},
     "run_search.model_yaml": _config_or_path,
     "cfg": _config,
@@ -372,7 +379,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
 }
 
 
-def check(function: str, name: str, value: Any) -> Any:
+def check(function: str, name: str, value: object) -> Any:
     """One argument of `function` checked and normalised; ArgumentTypeError or ArgumentValueError
     naming it."""
     key = f"{function}.{name}"
@@ -384,7 +391,9 @@ def check(function: str, name: str, value: Any) -> Any:
     return found(name, value)  # None where it is needed: refused as any other wrong type
 
 
-def arguments(function: Callable[..., Any], args: Any, kwargs: Any) -> dict[str, Any]:
+def arguments(
+    function: Callable[..., object], args: tuple[object, ...], kwargs: Mapping[str, object]
+) -> dict[str, Any]:
     """Every argument of a call of the API function checked (defaults too), before it runs;
     TypeError as Python's own for a missing or unknown one."""
     import inspect
@@ -397,13 +406,15 @@ def arguments(function: Callable[..., Any], args: Any, kwargs: Any) -> dict[str,
     return {k: check(function.__name__, k, v) for k, v in bound.arguments.items()}
 
 
-def nccl_options(options: dict[str, Any]) -> dict[str, Any]:
+def nccl_options(options: Mapping[str, object]) -> dict[str, Any]:
     """run_nccl's counts, limit, sizes, algorithms and protocols checked as `autotune nccl` checks
     them."""
     return {k: check("run_nccl", k, v) for k, v in options.items()}
 
 
-def checked(function: str, allowed: tuple[str, ...], options: dict[str, Any]) -> dict[str, Any]:
+def checked(
+    function: str, allowed: tuple[str, ...], options: Mapping[str, object]
+) -> dict[str, Any]:
     """The options of `function` checked and normalised (paths made Path, gpus listed); ConfigError
     on the first bad one."""
     unknown = [k for k in options if k not in allowed]
@@ -418,7 +429,7 @@ def checked(function: str, allowed: tuple[str, ...], options: dict[str, Any]) ->
     return done
 
 
-def observer_of(progress: Any, observer: Any) -> Any:
+def observer_of(progress: object, observer: object) -> Observer:
     """What run_search reports to: the observer given, progress(record) after each trial, or by
     default one plain line per trial on stderr (views.TrialLog)."""
     if progress is not None and observer is not None:
