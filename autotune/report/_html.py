@@ -152,8 +152,7 @@ def _note(text: str) -> str:
 
 def _no_plotly_note() -> str:
     return (
-        '<p class="note">Static plots only: the interactive plots (Optuna\'s history, importance, '
-        "parallel "
+        '<p class="note">Static plots only: the interactive plots (Optuna\'s history, parallel '
         f"coordinates, slice, Pareto front) need plotly: <code>{escape(INSTALL)}</code>, then run "
         "<code>autotune report</code> again.</p>"
     )

@@ -1,5 +1,5 @@
-"""The page's interactive plots (plotly): Optuna's own (history, importance, parallel coordinates,
-slice, Pareto front), each with the chosen trial marked, and those Optuna lacks (throughput with
+"""The page's interactive plots (plotly): Optuna's own (history, parallel coordinates, slice,
+Pareto front), each with the chosen trial marked, and those Optuna lacks (throughput with
 its measured spread, the confirmation's samples, the latency or memory front with its limits,
 each trial's time by phase).
 
@@ -76,7 +76,6 @@ def figures(
         ("Throughput of each trial, with its measured spread", _spread),
         ("Confirmation: each candidate re-measured in fresh processes", _confirmation),
         ("Optimization history (Optuna)", _history),
-        ("Which knobs mattered (Optuna, PED-ANOVA)", _importance),
         ("Parallel coordinates (Optuna)", _parallel),
         ("Each knob against throughput (Optuna slice)", _slice),
         ("Pareto front (Optuna)", _pareto),
@@ -101,9 +100,8 @@ def figures(
 
 def _snapshot(study: Any) -> Any:
     """The study's launched trials in memory without their records (user attributes: telemetry, raw
-    steps), which no plot reads: each of Optuna's plots copies every trial again (importance's
-    hover text once a knob), and from SQLite with the records that costs seconds for a hundred
-    trials."""
+    steps), which no plot reads: each of Optuna's plots copies every trial again, and from SQLite
+    with the records that costs seconds for a hundred trials."""
     import optuna
 
     previous = optuna.logging.get_verbosity()
@@ -246,23 +244,6 @@ def _history(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | No
         row = next((r for r in ok if r["number"] == c["trial"]), None)
         if row is not None:
             fig.add_trace(_star(go, [row["number"]], [row[Metric.TOKENS_PER_GPU]]))
-    return fig.update_layout(title=None)
-
-
-def _importance(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None) -> Any:
-    import optuna
-    from optuna.visualization import plot_param_importances
-
-    values = data["importance"]["values"]
-    if not values:
-        return None
-    fig = plot_param_importances(
-        study,
-        params=list(values),
-        target=_target(study, minimize=True),
-        target_name=TOKENS,
-        evaluator=optuna.importance.PedAnovaImportanceEvaluator(),
-    )
     return fig.update_layout(title=None)
 
 
