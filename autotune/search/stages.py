@@ -33,17 +33,17 @@ import optuna
 
 from autotune import knobs as catalogue
 from autotune import tasks
-from autotune.protocol import Knobs
+from autotune.knobs import KnobValue, Knobs
 from autotune.search import boundary, edges
 from autotune.space import ResolvedSpace
 from autotune.study import predict
 from autotune.study.history import History, completed_value, key, value_of
 
 if TYPE_CHECKING:
-    from autotune.config.study import StudyConfig
+    from optuna.distributions import BaseDistribution
+    from optuna.trial import FrozenTrial, TrialState
 
-if TYPE_CHECKING:
-    pass
+    from autotune.config.study import StudyConfig
 
 PATIENCE_MIN = 8  # study.patience's default: half the budget, at least this many trials
 MARGIN = 0.02  # a variant expected this far below the best is not measured
@@ -57,20 +57,18 @@ PROGRAM = ("compile_scope", "compile_dynamic")
 class Plan:
     """Which knobs screening holds, at which values, and which values wait for the leaders."""
 
-    screen: dict[str, Any] = field(default_factory=dict)  # cost knob -> its cheap value
-    costly: dict[str, list[Any]] = field(
+    screen: Knobs = field(default_factory=dict)  # cost knob -> its cheap value
+    costly: dict[str, list[KnobValue]] = field(
         default_factory=dict
     )  # cost knob -> its other values (the finals')
-    reference: dict[str, Any] = field(
-        default_factory=dict
-    )  # arithmetic knob -> the reference value
-    deferred: dict[str, list[Any]] = field(
+    reference: Knobs = field(default_factory=dict)  # arithmetic knob -> the reference value
+    deferred: dict[str, list[KnobValue]] = field(
         default_factory=dict
     )  # arithmetic knob -> the values that wait
     dependent: tuple[str, ...] = ()  # knobs that act only with a deferred value (fp8_recipe)
 
     @classmethod
-    def of(cls, space: ResolvedSpace, task_screen: dict[str, Any] | None = None) -> Plan:
+    def of(cls, space: ResolvedSpace, task_screen: Knobs | None = None) -> Plan:
         """The plan of a space; task_screen: the task's own cheap values, beside the catalogue's
         (task command: compile off, since a job's compile is all or nothing)."""
         screen, costly, reference, deferred = {}, {}, {}, {}
@@ -95,7 +93,7 @@ class Plan:
     def active(self) -> bool:
         return bool(self.screen or self.deferred)
 
-    def screened(self, name: str, value: Any) -> Any:
+    def screened(self, name: str, value: KnobValue) -> KnobValue:
         """The value screening measures in place of a sampled one."""
         if name in self.screen:
             return self.screen[name]
@@ -103,10 +101,10 @@ class Plan:
             return self.reference[name]
         return value
 
-    def is_screened(self, params: dict[str, Any]) -> bool:
+    def is_screened(self, params: Knobs) -> bool:
         return all(self.screened(k, v) == v for k, v in params.items())
 
-    def arithmetic(self, knobs: Knobs) -> tuple[Any, ...]:
+    def arithmetic(self, knobs: Knobs) -> tuple[KnobValue, ...]:
         return tuple(knobs.get(k) for k in (*self.deferred, *self.dependent))
 
 
@@ -121,22 +119,26 @@ class Screening(optuna.samplers.BaseSampler):
     def reseed_rng(self) -> None:
         self.base.reseed_rng()
 
-    def infer_relative_search_space(self, study: optuna.Study, trial: Any) -> dict[str, Any]:
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
         return self.base.infer_relative_search_space(study, trial)
 
     def sample_relative(
-        self, study: optuna.Study, trial: Any, search_space: dict[str, Any]
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
         values = self.base.sample_relative(study, trial, search_space)
         return {k: self._screened(study, trial, k, v) for k, v in values.items()}
 
     def sample_independent(
-        self, study: optuna.Study, trial: Any, name: str, distribution: Any
+        self, study: optuna.Study, trial: FrozenTrial, name: str, distribution: BaseDistribution
     ) -> Any:
         value = self.base.sample_independent(study, trial, name, distribution)
         return self._screened(study, trial, name, value)
 
-    def _screened(self, study: optuna.Study, trial: Any, name: str, value: Any) -> Any:
+    def _screened(
+        self, study: optuna.Study, trial: FrozenTrial, name: str, value: KnobValue
+    ) -> KnobValue:
         """The screened value; the proposal it replaced is kept in the trial's user attribute
         `screened_from` (a repeat's reason names it: search/repeats.py)."""
         screened = self.plan.screened(name, value)
@@ -146,11 +148,15 @@ class Screening(optuna.samplers.BaseSampler):
             trial.user_attrs["screened_from"] = proposed
         return screened
 
-    def before_trial(self, study: optuna.Study, trial: Any) -> None:
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         self.base.before_trial(study, trial)
 
     def after_trial(
-        self, study: optuna.Study, trial: Any, state: Any, values: Sequence[float] | None
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
     ) -> None:
         self.base.after_trial(study, trial, state, values)
 
@@ -176,7 +182,7 @@ def finals_count(budget: int) -> int:
     return max(1, round(budget * FINAL_SHARE))
 
 
-def finals(h: History, space: ResolvedSpace, plan: Plan, count: int) -> list[dict[str, Any]]:
+def finals(h: History, space: ResolvedSpace, plan: Plan, count: int) -> list[Knobs]:
     """The `count` best configurations measured with the cheap compile, each with every costly value
     in place (one trial each): those not yet measured."""
     points = [edges.point_of(t) for t in h.ranked()]
@@ -191,7 +197,7 @@ def finals(h: History, space: ResolvedSpace, plan: Plan, count: int) -> list[dic
 
 def variants(
     h: History, space: ResolvedSpace, plan: Plan, trial: optuna.trial.FrozenTrial
-) -> list[dict[str, Any]]:
+) -> list[Knobs]:
     """The trial's other arithmetic, where it leads its own and a variant can reach the best
     (MARGIN)."""
     knobs = trial.user_attrs.get("knobs") or {}
@@ -211,9 +217,7 @@ def variants(
     return out
 
 
-def _switched(
-    space: ResolvedSpace, params: dict[str, Any], name: str, value: Any
-) -> dict[str, Any] | None:
+def _switched(space: ResolvedSpace, params: Knobs, name: str, value: KnobValue) -> Knobs | None:
     """params with name at value (its dependent knobs at their defaults where they start to act);
     None where that changes nothing the trial does."""
     if params.get(name) == value:
@@ -230,9 +234,7 @@ def _switched(
     return point if key(space.knobs(point)) != key(space.knobs(params)) else None
 
 
-def _worth(
-    h: History, space: ResolvedSpace, trial: optuna.trial.FrozenTrial, point: dict[str, Any]
-) -> bool:
+def _worth(h: History, space: ResolvedSpace, trial: optuna.trial.FrozenTrial, point: Knobs) -> bool:
     """Whether the variant may reach within MARGIN of the best: the trial's value times the best
     ratio that same change showed on a measured pair of the same kind of program (compile on or off,
     its scope and dynamic batch as the trial's: fp8's gain eager says little of its gain compiled);
@@ -245,15 +247,13 @@ def _worth(
     return (value_of(trial) or 0.0) * ratio >= (1 - MARGIN) * (value_of(best) or 0.0)
 
 
-def _pair_ratio(
-    h: History, before: dict[str, Any], after: dict[str, Any], same: tuple[str, ...]
-) -> float | None:
+def _pair_ratio(h: History, before: Knobs, after: Knobs, same: tuple[str, ...]) -> float | None:
     """The best value ratio of completed pairs whose knobs differ as before and after do, nothing
     else, and agree with before on the knobs `same` names. Knobs, not params: a value the sampler
     drew for a knob that does not act (fp8_recipe under bf16) is no difference (it is None in the
     knobs)."""
     changed = {k for k in after if after[k] != before.get(k)}
-    by_rest: dict[Any, dict[str, float]] = {}
+    by_rest: dict[tuple[tuple[str, KnobValue], ...], dict[str, float]] = {}
     for t in h.completed:
         knobs = t.user_attrs["knobs"]
         side = _side(knobs, before, after, changed)
@@ -270,9 +270,7 @@ def _pair_ratio(
     return max(ratios) if ratios else None
 
 
-def _side(
-    params: dict[str, Any], before: dict[str, Any], after: dict[str, Any], changed: set[str]
-) -> str | None:
+def _side(params: Knobs, before: Knobs, after: Knobs, changed: set[str]) -> str | None:
     if all(params.get(k) == before.get(k) for k in changed):
         return "before"
     if all(params.get(k) == after.get(k) for k in changed):
@@ -302,8 +300,8 @@ def ahead(
     room: int,
     waiting: int,
     patience: int,
-    past: Sequence[dict[str, Any]] = (),
-) -> tuple[list[dict[str, Any]], str]:
+    past: Sequence[Knobs] = (),
+) -> tuple[list[Knobs], str]:
     """(points to enqueue ahead of the sampler, why the search stops or ''), after `trial` was told.
     While the budget has room beyond the finals: the steps past the edge of the list (`past`:
     edges.steps, where study.extend_edges is on), the boundary steps and the variants; once it has
@@ -324,7 +322,7 @@ def ahead(
 def enqueue(
     study: optuna.Study,
     space: ResolvedSpace,
-    points: list[dict[str, Any]],
+    points: list[Knobs],
     limit: int | None = None,
 ) -> None:
     """Enqueue the points not yet measured and not already waiting (resume-safe, unlike
