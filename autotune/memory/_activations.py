@@ -4,10 +4,9 @@ checked)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from autotune import knobs as catalogue
 from autotune.memory._shape import Shape
+from autotune.protocol import Knobs
 
 CE_CHUNKS = catalogue.CE_CHUNKS  # cross_entropy chunked: slices of the tokens (autotune/knobs)
 # torch.compile with math or eager attention (not measured on a GPU): the fraction of a block's
@@ -23,12 +22,12 @@ def compute_bytes(precision: str) -> int:
     return 2 if precision in ("bf16", "fp16", "fp8") else 4
 
 
-def residual_bytes(k: dict[str, Any]) -> int:
+def residual_bytes(k: Knobs) -> int:
     """Bytes of the residual stream between blocks: fp32 (the embedding's fp32 output plus bf16
     outputs), but bf16 under FSDP with autocast, whose MixedPrecisionPolicy casts every block's
     inputs to its param_dtype.
     Inside a block the norms save an fp32 copy either way (CUDA autocast runs them in fp32)."""
-    return 2 if k["parallel"] == "fsdp" and compute_bytes(k["precision"]) == 2 else 4
+    return 2 if k["parallel"] == "fsdp" and compute_bytes(str(k["precision"])) == 2 else 4
 
 
 def attention_kind(s: Shape, c: int, attention: str) -> str:
@@ -110,12 +109,12 @@ def compiled_block_activations(s: Shape, c: int, fp8: bool, scope: str) -> int:
     return residual + 2 * stats + qkv + rope + attn + attn_copy + norm_out + mlp_up + down_in
 
 
-def checkpointed_blocks(s: Shape, k: dict[str, Any]) -> int:
+def checkpointed_blocks(s: Shape, k: Knobs) -> int:
     """Blocks run under torch.utils.checkpoint, as model.py picks them (train.build_model's
     checkpoint_every)."""
     n = s.n_layers
     return {"full": n, "selective": (n + 1) // 2, "selective_op": n}.get(
-        k.get("activation_checkpointing", "none"), 0
+        str(k.get("activation_checkpointing", "none")), 0
     )
 
 
@@ -132,18 +131,22 @@ def op_saved(s: Shape, c: int, attention: str) -> int:
     )
 
 
-def activation_bytes(s: Shape, k: dict[str, Any]) -> tuple[int, int]:
+def activation_bytes(s: Shape, k: Knobs) -> tuple[int, int]:
     """(bytes the blocks save for one micro-batch at the end of forward, bytes of the one block
     recomputed at a time in backward) under the checkpointing knob: none saves every block's
     activations; full, every block's input only; selective, every other block's (blocks 0, 2, ...);
     selective_op, every block's input and the ops op_saved names. compile: COMPILE_ACTIVATIONS of a
     block's."""
-    c, mbs, n = compute_bytes(k["precision"]), int(k["micro_batch_size"]), s.n_layers
+    c, mbs, n = (
+        compute_bytes(str(k["precision"])),
+        catalogue.int_of(k, "micro_batch_size"),
+        s.n_layers,
+    )
     tokens = mbs * s.seq_len
-    per_token, per_seq, per_batch = block_activations(s, c, k.get("attention", "auto"))
+    per_token, per_seq, per_batch = block_activations(s, c, str(k.get("attention", "auto")))
     block = per_token * tokens + per_seq * mbs + per_batch
-    if k.get("compile") and attention_kind(s, c, k.get("attention", "auto")) == "flash":
-        scope = k.get("compile_scope") or "model"
+    if k.get("compile") and attention_kind(s, c, str(k.get("attention", "auto"))) == "flash":
+        scope = str(k.get("compile_scope") or "model")
         block = compiled_block_activations(s, c, k["precision"] == "fp8", scope) * tokens
     elif k.get("compile"):
         block = int(block * COMPILE_ACTIVATIONS)
@@ -151,14 +154,14 @@ def activation_bytes(s: Shape, k: dict[str, Any]) -> tuple[int, int]:
     # a checkpointed block's input: the residual stream
     kept = residual_bytes(k) * s.d_model * tokens
     selective_op = k.get("activation_checkpointing") == "selective_op"
-    ops = op_saved(s, c, k.get("attention", "auto")) * tokens if selective_op else 0
+    ops = op_saved(s, c, str(k.get("attention", "auto"))) * tokens if selective_op else 0
     saved = checkpointed * (kept + ops) + (n - checkpointed) * block
     # gpt's position ids (int64), saved by its embedding
     positions = 8 * s.seq_len if s.family == "gpt" else 0
     return saved + positions, (block - ops if checkpointed else 0)
 
 
-def loss_bytes(s: Shape, k: dict[str, Any], device: str = "cuda") -> dict[str, int]:
+def loss_bytes(s: Shape, k: Knobs, device: str = "cuda") -> dict[str, int]:
     """For one micro-batch: what the final norm and head save (head), what the loss saves (saved),
     the loss's peak in forward (forward) and in backward (peak).
 
@@ -180,8 +183,8 @@ def loss_bytes(s: Shape, k: dict[str, Any], device: str = "cuda") -> dict[str, i
     fp32 copy; that moment can be the larger for short sequences. Chunked: each of CE_CHUNKS slices
     of the tokens is recomputed in backward, so one slice's loss is alive at a time, beside the
     head's gradient summed so far."""
-    c, d, v, padded = compute_bytes(k["precision"]), s.d_model, s.vocab, s.padded_vocab
-    tokens, fsdp = int(k["micro_batch_size"]) * s.seq_len, k["parallel"] == "fsdp"
+    c, d, v, padded = compute_bytes(str(k["precision"])), s.d_model, s.vocab, s.padded_vocab
+    tokens, fsdp = catalogue.int_of(k, "micro_batch_size") * s.seq_len, k["parallel"] == "fsdp"
     # final norm's fp32 input and stats, the head's input
     head = 4 * d + (8 if s.family == "gpt" else 4) + c * d
     # the logits' gradient is written over the saved logits (Inductor reuses the buffer)

@@ -84,7 +84,7 @@ class Estimate:
         return {**asdict(self), "total": self.total}
 
 
-def _knobs(knobs: Knobs, world_size: int) -> dict[str, Any]:
+def _knobs(knobs: Knobs, world_size: int) -> Knobs:
     """The trial's knobs, absent (or null) ones at the catalogue's default; parallel None on one
     rank."""
     k = {**catalogue.defaults("train"), **{key: v for key, v in knobs.items() if v is not None}}
@@ -94,7 +94,7 @@ def _knobs(knobs: Knobs, world_size: int) -> dict[str, Any]:
     return k
 
 
-def weight_bytes(s: Shape, k: dict[str, Any], world: int) -> dict[str, int]:
+def weight_bytes(s: Shape, k: Knobs, world: int) -> dict[str, int]:
     """What the weights cost this rank: params, grads, optimizer; weight copies alive during the
     loss's backward (copies, before a block is recomputed) and during a block's (block_copies, the
     block being run); autocast's bf16 casts (cast_block, a block's; cast_head), cached for the whole
@@ -106,8 +106,8 @@ def weight_bytes(s: Shape, k: dict[str, Any], world: int) -> dict[str, int]:
     total, vd = n_params(s), s.padded_vocab * s.d_model
     fsdp, c, accum = (
         k["parallel"] == "fsdp",
-        compute_bytes(k["precision"]),
-        int(k["grad_accum_steps"]),
+        compute_bytes(str(k["precision"])),
+        catalogue.int_of(k, "grad_accum_steps"),
     )
     mine = (
         n * sum(p.shard(world) for p in blocks) + sum(p.shard(world) for p in roots)
@@ -149,13 +149,13 @@ def weight_bytes(s: Shape, k: dict[str, Any], world: int) -> dict[str, int]:
     }
 
 
-def _fsdp_weights(s: Shape, k: dict[str, Any], world: int, extra: int) -> dict[str, int]:
+def _fsdp_weights(s: Shape, k: Knobs, world: int, extra: int) -> dict[str, int]:
     """weight_bytes' copies and gradients under FSDP2 (MixedPrecisionPolicy(param_dtype=bf16) under
     autocast:
     c bytes a gathered parameter)."""
     blocks, roots, n = block_params(s), root_params(s), s.n_layers
     total, vd = n_params(s), s.padded_vocab * s.d_model
-    c, accum = compute_bytes(k["precision"]), int(k["grad_accum_steps"])
+    c, accum = compute_bytes(str(k["precision"])), catalogue.int_of(k, "grad_accum_steps")
     mine = n * sum(p.shard(world) for p in blocks) + sum(p.shard(world) for p in roots)
     fp8 = k["precision"] == "fp8" and bool(k.get("fp8_all_gather"))
     block = sum(p.numel * (1 if fp8 and p.linear and p.cols > 1 else c) for p in blocks)
@@ -192,7 +192,7 @@ def _fsdp_weights(s: Shape, k: dict[str, Any], world: int, extra: int) -> dict[s
 
 
 def _moments(
-    s: Shape, k: dict[str, Any], w: dict[str, int], saved: int, recompute: int, loss: dict[str, int]
+    s: Shape, k: Knobs, w: dict[str, int], saved: int, recompute: int, loss: dict[str, int]
 ) -> tuple[int, int, int]:
     """(gathered, backward's peak, the step's peak). Backward's peak is the largest of: the end of
     forward (autocast's cache still holds every cast; the loss's forward), the loss's backward
