@@ -67,8 +67,8 @@ if TYPE_CHECKING:
     from autotune.config import Config
     from autotune.documents.record import TrialRecord
     from autotune.export import Form
-    from autotune.search.loop import SearchResult
     from autotune.search.observer import Observer
+    from autotune.search.run import SearchResult
     from autotune.space import ResolvedSpace
 
 __all__ = [
@@ -127,7 +127,7 @@ def run_search(
     from autotune.config import Config
     from autotune.config.load import load
     from autotune.hardware import default_device
-    from autotune.search.loop import run_search as _run
+    from autotune.search.run import run_search as _run
 
     if not isinstance(model_yaml, Config):
         model_yaml = path_of("model_yaml", model_yaml)

@@ -15,7 +15,7 @@ import yaml
 from autotune import tasks
 from autotune.config.load import load_config
 from autotune.documents.record import Metric, TrialRecord
-from autotune.search.loop import _Search
+from autotune.search.loop import Search
 from autotune.search.observer import Observer
 from autotune.space import resolve_space
 from autotune.study import predict
@@ -93,7 +93,7 @@ def _search(tmp_path: Path, seed: int, budget: int) -> optuna.Study:
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(direction="maximize")
-    _Search(
+    Search(
         cfg,
         resolve_space(cfg, "cpu"),
         study,

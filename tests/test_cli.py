@@ -167,7 +167,7 @@ def test_cli_help_lists_every_command_without_importing_torch_or_optuna(tmp_path
 
 def test_cli_parent_modules_never_import_torch_at_top() -> None:
     code = (
-        "import sys, autotune.cli, autotune.config, autotune.space, autotune.search.loop, "
+        "import sys, autotune.cli, autotune.config, autotune.space, autotune.search.run, "
         "autotune.report, autotune.check.regress, autotune.launch.runner, autotune.nccl, "
         "autotune.views; "
         "print('torch' in sys.modules)"

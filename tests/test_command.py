@@ -19,7 +19,7 @@ from conftest import alive, cli_here, finishes
 
 from autotune.config.load import load_config
 from autotune.errors import ConfigError, UnmeasuredError
-from autotune.search.loop import run_search
+from autotune.search.run import run_search
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "tests" / "data" / "jobs" / "fake_job.py"

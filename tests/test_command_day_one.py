@@ -21,7 +21,7 @@ from autotune.config.load import load_config
 from autotune.documents.record import TrialRecord
 from autotune.errors import ConfigError, ExitCode, UnmeasuredError
 from autotune.export import export
-from autotune.search.loop import run_search
+from autotune.search.run import run_search
 from autotune.space import resolve_space
 from autotune.tasks._command import unmeasured
 

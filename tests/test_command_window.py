@@ -108,7 +108,7 @@ def test_command_steps_are_seen_as_they_end(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_command_trial_at_its_limit_keeps_the_steps_it_reported(tmp_path: Path) -> None:
     from autotune.config.load import load_config
-    from autotune.search.loop import run_search
+    from autotune.search.run import run_search
 
     cfg = load_config(_yaml(tmp_path, {"args": ["--mode", "slow"]}))
     cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"trial_timeout_min": 0.45})})
@@ -127,7 +127,7 @@ def test_command_job_that_gave_its_steps_and_ignores_the_stop_past_the_limit_is_
     tmp_path: Path,
 ) -> None:
     from autotune.config.load import load_config
-    from autotune.search.loop import run_search
+    from autotune.search.run import run_search
 
     path = _yaml(tmp_path, {"args": ["--mode", "ignore_stop"], "stop_grace_s": 3600})
     cfg = load_config(path)

@@ -30,7 +30,7 @@ from autotune.config.load import load_config
 from autotune.errors import ConfigError
 from autotune.export import Form, export
 from autotune.export._hf_command import NO_TRANSFORMERS, field_of, flag_groups, training_fields
-from autotune.search.loop import run_search
+from autotune.search.run import run_search
 
 ROOT = Path(__file__).resolve().parent.parent
 HF_PADDED = ROOT / "benchmarks" / "spaces" / "hf-padded-llama-1.1b.yaml"

@@ -19,7 +19,7 @@ from autotune.config.load import load_config
 from autotune.documents.best_file import read_best
 from autotune.errors import ConfigError, UnmeasuredError
 from autotune.export._winner import read as read_winner
-from autotune.search.loop import run_search
+from autotune.search.run import run_search
 
 FIXTURES = Path(__file__).parent / "data" / "studies"
 # real searches and checks (a module-wide study, the CLI): `make test-fast` leaves them out

@@ -20,7 +20,7 @@ from autotune.config.load import load_config
 from autotune.launch.process import Outcome
 from autotune.launch.runner import Bench, record_of
 from autotune.protocol import RunSettings, TrialResult
-from autotune.search.loop import run_search
+from autotune.search.run import run_search
 
 # A job's head: the reporter, its clock, a loop of `steps` steps (each body below runs in it).
 HEAD = "import json, os, time\nfrom autotune import reporting\nr = reporting.reporter()\n"

@@ -18,7 +18,7 @@ from autotune import redact
 from autotune.check.regress import check
 from autotune.config.load import load_config
 from autotune.errors import ConfigError
-from autotune.search.loop import run_search
+from autotune.search.run import run_search
 
 ARG_TOKEN = "hf_ArgumentTokenArgumentToken0001"
 ENV_TOKEN = "EnvTokenEnvTokenEnvToken0002"

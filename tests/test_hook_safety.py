@@ -316,7 +316,7 @@ def _hf_search(tmp_path: Path, mode: str) -> dict[str, Any]:
 
     from autotune.config.load import load_config
     from autotune.errors import UnmeasuredError
-    from autotune.search.loop import run_search
+    from autotune.search.run import run_search
 
     (tmp_path / "job.py").write_text(HF_JOB)
     doc = {

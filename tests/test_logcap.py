@@ -13,7 +13,7 @@ import yaml
 from autotune.config.load import load_config
 from autotune.errors import UnmeasuredError
 from autotune.launch import logcap
-from autotune.search.loop import run_search
+from autotune.search.run import run_search
 
 
 def test_logcap_keeps_head_and_tail_of_a_growing_file(tmp_path: Path) -> None:

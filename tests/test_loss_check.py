@@ -494,7 +494,7 @@ def _search(
     of the trials measured or predicted, the predicted last."""
     from conftest import load_trials
 
-    from autotune.search.loop import run_search
+    from autotune.search.run import run_search
 
     run_search(
         _cfg(space, baseline, trials), out_root=tmp_path / "out", device="cpu", measure_fn=fake

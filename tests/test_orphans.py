@@ -13,7 +13,7 @@ import yaml
 from conftest import alive
 
 from autotune.config.load import load_config
-from autotune.search.loop import run_search
+from autotune.search.run import run_search
 
 ESCAPE = Path(__file__).parent / "data" / "jobs" / "escape.py"
 

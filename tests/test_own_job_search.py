@@ -13,7 +13,7 @@ import yaml
 
 from autotune.config.load import load, load_config
 from autotune.search import neighbours
-from autotune.search.loop import run_search
+from autotune.search.run import run_search
 from autotune.search.stages import Plan
 from autotune.study.history import History, key
 from autotune.study.peaks import group_of

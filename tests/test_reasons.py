@@ -16,7 +16,7 @@ from autotune.config.load import load_config, parse_config
 from autotune.documents.record import TrialRecord
 from autotune.launch.runner import Bench, measure
 from autotune.protocol import PROGRESS_FILE, TrialResult, last_words, reason_line, told_lines
-from autotune.search.loop import run_search
+from autotune.search.run import run_search
 from autotune.space import resolve_space
 
 # What torchao 0.x printed on import under Python 3.12 before a trial failed (issue 36)

@@ -16,7 +16,7 @@ from conftest import tiny
 from autotune.config.load import parse_config
 from autotune.documents.record import Metric, TrialRecord
 from autotune.search import stages
-from autotune.search.loop import _Search
+from autotune.search.loop import Search
 from autotune.search.observer import Observer
 from autotune.space import resolve_space
 
@@ -54,7 +54,7 @@ def _speed(knobs: dict[str, Any]) -> float:
     return value * (0.8 if knobs["activation_checkpointing"] == "selective" else 1.0)
 
 
-def _run(cfg: Any, speed: Any = _speed) -> tuple[optuna.Study, _Search]:
+def _run(cfg: Any, speed: Any = _speed) -> tuple[optuna.Study, Search]:
     def measure(
         bench: Any, knobs: dict[str, Any], run_dir: Path, *, number: int = 0, **_: Any
     ) -> TrialRecord:
@@ -65,7 +65,7 @@ def _run(cfg: Any, speed: Any = _speed) -> tuple[optuna.Study, _Search]:
     space = resolve_space(cfg, "cuda")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(direction="maximize")
-    search = _Search(
+    search = Search(
         cfg,
         space,
         study,

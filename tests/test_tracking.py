@@ -51,7 +51,7 @@ class _Failed(Exception):
 
 
 def _study(records: list[TrialRecord], tracker: Tracker | None, name: str = "t") -> optuna.Study:
-    """A real in-memory study told as the search loop tells (loop._Search.record): ok COMPLETE,
+    """A real in-memory study told as the search loop tells (loop.Search.record): ok COMPLETE,
     configuration failures PRUNED, machine failures and duplicates FAIL; the tracker passed as the
     loop passes it."""
     todo = list(records)

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from autotune.config.load import load_config
 from autotune.documents.record import Metric, TrialRecord
-from autotune.search.loop import _Search
+from autotune.search.loop import Search
 from autotune.space import resolve_space
 from autotune.study.history import History
 from autotune.views import LiveProgress
@@ -59,7 +59,7 @@ def test_views_best_is_each_result_as_it_arrives_with_autotune_s_count(
     view = _Watched(Console(file=out, width=200), ["micro_batch_size", "precision"])
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(direction="maximize")
-    search = _Search(
+    search = Search(
         cfg,
         resolve_space(cfg, "cpu"),
         study,

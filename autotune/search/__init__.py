@@ -19,7 +19,7 @@ def __getattr__(name: str) -> Any:
 
         return Observer
     if name in __all__:
-        from autotune.search import loop
+        from autotune.search import run
 
-        return getattr(loop, name)
+        return getattr(run, name)
     raise AttributeError(f"module 'autotune.search' has no attribute {name!r}")

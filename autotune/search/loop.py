@@ -6,35 +6,28 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import queue
-import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
-from autotune import paths, tasks
+from autotune import tasks
 from autotune.config import Config
 from autotune.documents.record import TrialRecord
-from autotune.hardware import default_device, detect
-from autotune.launch import prestart
-from autotune.launch.runner import Bench, measure, preflight
+from autotune.hardware import detect
+from autotune.launch.runner import Bench, measure
 from autotune.protocol import STATUSES, Knobs
-from autotune.search import edges, loss_guard, neighbours, repeats, stages, tracking, warm
-from autotune.search.best import write_best
-from autotune.search.confirm import confirm
+from autotune.search import edges, loss_guard, neighbours, repeats, stages, tracking
 from autotune.search.drive import Drive, Told, stop_if_baseline_unmeasured
 from autotune.search.observer import Observer
 from autotune.search.prune import BelowBest, ProgressWatch
 from autotune.search.recover import recover
 from autotune.search.sampler import make_sampler
 from autotune.search.schedule import Schedule
-from autotune.search.slots import gpu_groups
-from autotune.search.storage import open_study
 from autotune.search.workers import (
     Heartbeat,
     claim_configuration,
@@ -42,7 +35,7 @@ from autotune.search.workers import (
     reap_lost_workers,
     wait_for_room,
 )
-from autotune.space import ResolvedSpace, resolve_space
+from autotune.space import ResolvedSpace
 from autotune.study import predict
 from autotune.study.history import History, key, optuna_state, store
 from autotune.study.load import mask_url
@@ -53,119 +46,7 @@ NOT_LAUNCHED = Told(TrialState.FAIL)
 KNOWN_NOT_TO_RUN = Told(TrialState.PRUNED)
 
 
-@dataclass
-class SearchResult:
-    study_dir: Path
-    storage: str
-    history: History
-    best_yaml: Path | None
-    new_trials: int
-    stop_reason: str
-    confirmation: dict[str, Any] | None = None
-
-    @property
-    def best(self) -> optuna.trial.FrozenTrial | None:
-        return self.history.best()
-
-    @property
-    def baseline(self) -> optuna.trial.FrozenTrial | None:
-        return self.history.baseline
-
-    @property
-    def chosen_number(self) -> int | None:
-        if self.confirmation:
-            chosen: int = self.confirmation["chosen"]
-            return chosen
-        return self.best.number if self.best else None
-
-
-def run_search(
-    cfg: Config,
-    *,
-    out_root: Path = Path("trials"),
-    device: str | None = None,
-    trials: int | None = None,
-    timeout_min: float | None = None,
-    fresh: bool = False,
-    storage: str | None = None,
-    gpus: list[str] | None = None,
-    observer: Observer | None = None,
-    warm_start_from: Path | None = None,
-    space: ResolvedSpace | None = None,
-    measure_fn: Callable[..., TrialRecord] = measure,
-) -> SearchResult:
-    """Run (or resume) the study until `trials` trials were measured (history.MEASURED: failed and
-    pruned ones are not counted, up to history.launch_cap launches), the timeout, or the space is
-    exhausted; then confirm the top configurations and write best.yaml (also when interrupted).
-
-    gpus: run one trial per listed GPU at once (each pinned with CUDA_VISIBLE_DEVICES); on the CPU
-    the list only sets how many trials run at once. warm_start_from: another study's folder whose
-    measured trials of this model start the study (search/warm.py). space: cfg's space as
-    config_load.validate resolved it for `device` (resolved here when not given). measure_fn: how
-    one configuration is measured, by the search and its confirmation alike (runner.measure's
-    signature and TrialRecord; default runner.measure, a fresh process a trial); tests put a fake
-    landscape there to run the whole loop in their own process.
-    """
-    optuna.logging.set_verbosity(optuna.logging.ERROR)  # our own view reports trials
-    if storage is not None:
-        cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"storage": storage})})
-    preflight()
-    # before the study is made
-    tracker = tracking.start(cfg.study.tracking, cfg.name, out_root / cfg.name)
-    device = device or default_device()
-    space = space if space is not None else resolve_space(cfg, device)
-    groups = gpu_groups(cfg, device, gpus)
-    if cfg.study.compile_cache:
-        paths.writable_dir(Path(cfg.study.compile_cache), "study.compile_cache")
-    source = (
-        warm.source_study(cfg, warm_start_from, device) if warm_start_from is not None else None
-    )
-    study, study_dir, url = open_study(
-        cfg, out_root=out_root, device=device, fresh=fresh, baseline=space.knobs(space.baseline)
-    )
-    if source is not None:
-        warm.copy_trials(study, space, source)
-    search = _Search(
-        cfg,
-        space,
-        study,
-        study_dir,
-        device,
-        groups,
-        trials or cfg.study.trials,
-        observer or Observer(),
-        measure_fn=measure_fn,
-    )
-    try:
-        stop_reason = search.optimize(60.0 * (timeout_min or cfg.study.timeout_min), url, tracker)
-        confirm(
-            study,
-            search.bench,
-            top=cfg.study.confirm_top,
-            rounds=cfg.study.confirm_rounds,
-            base_knobs=space.knobs(space.baseline),
-            runs=search.runs,
-            observer=search.observer,
-            measure_fn=search.measure,
-        )
-    finally:  # also on Ctrl-C: what was measured is written out
-        prestart.dismiss_all()
-        h = History.of(study)
-        best_yaml = write_best(cfg, study, h, study_dir, url) if h.completed else None
-        # Ctrl-C, SIGTERM: no wait
-        tracker.close(wait=not isinstance(sys.exc_info()[1], KeyboardInterrupt))
-    return SearchResult(
-        study_dir,
-        url,
-        h,
-        best_yaml,
-        search.new_trials,
-        stop_reason,
-        study.user_attrs.get("confirmation"),
-    )
-
-
-class _Search:
+class Search:
     """One worker's part of a study: the objective is claim, launch, record (each trial told how it
     ended: drive.py); the callback decides to stop."""
 

@@ -1,7 +1,7 @@
 """Replay a recorded landscape through the search loop: samplers compared without a GPU.
 
 A landscape (benchmarks/landscapes/*.json) holds every point of a space as measured on a GPU: its
-knobs and its raw step times. The replay runs the real loop (`loop._Search`: claims, duplicates
+knobs and its raw step times. The replay runs the real loop (`loop.Search`: claims, duplicates
 answered by the nearest unmeasured point, configuration failures PRUNED) with the measurement
 replaced by a draw from the point's recorded samples (a bootstrap resample of its step times, their
 median), so a sampler meets the same noise the GPU showed. What a run is judged by is the true value
@@ -26,7 +26,7 @@ import optuna
 from autotune.config.load import load_config
 from autotune.documents.record import Metric, TrialRecord
 from autotune.protocol import Knobs
-from autotune.search.loop import _Search
+from autotune.search.loop import Search
 from autotune.search.observer import Observer
 from autotune.space import resolve_space
 from autotune.study.history import key
@@ -109,7 +109,7 @@ def replay(
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(direction="maximize")
     with tempfile.TemporaryDirectory() as tmp:
-        search = _Search(
+        search = Search(
             cfg,
             space,
             study,
