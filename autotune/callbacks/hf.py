@@ -25,7 +25,8 @@ Outside autotune (no AUTOTUNE_REPORT) it does nothing. Under autotune:
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 from transformers import TrainerCallback
@@ -33,8 +34,14 @@ from transformers import TrainerCallback
 from autotune import reporting
 from autotune.callbacks import _clock
 
+if TYPE_CHECKING:
+    from torch.utils.hooks import RemovableHandle
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
-def job_settings(args: Any, model: Any) -> _clock.Settings:
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+def job_settings(args: TrainingArguments, model: torch.nn.Module) -> _clock.Settings:
     """The TrainingArguments the job really runs with, in autotune's knob names."""
     settings: _clock.Settings = ({}, {})
     batch = getattr(args, "per_device_train_batch_size", None)
@@ -59,11 +66,12 @@ def job_settings(args: Any, model: Any) -> _clock.Settings:
     return settings
 
 
-def _disable(fn: Any) -> Any:
+def _disable(fn: _F) -> _F:
     """Keep torch.compile out of the counting hook (it then runs eagerly at the top of the model's
     forward)."""
     dynamo = getattr(torch, "_dynamo", None)
-    return dynamo.disable(fn) if dynamo is not None else fn
+    disabled: _F = dynamo.disable(fn) if dynamo is not None else fn
+    return disabled
 
 
 class AutotuneCallback(TrainerCallback):
@@ -74,10 +82,15 @@ class AutotuneCallback(TrainerCallback):
         self.reporter = reporter if reporter is not None else reporting.reporter()
         self.steps: _clock.Steps | None = None
         self.pending: list[_clock.TokenCount] = []  # the micro-batches of the step under way
-        self.hook: Any = None
+        self.hook: RemovableHandle | None = None
 
     def on_train_begin(
-        self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        model: torch.nn.Module | None = None,
+        **kwargs: object,
     ) -> None:
         if model is None or not self.reporter.claim(self):
             return  # outside autotune, or not the training measured (claim)
@@ -86,17 +99,27 @@ class AutotuneCallback(TrainerCallback):
         self.hook = model.register_forward_pre_hook(_disable(self._count), with_kwargs=True)
         self.steps = _clock.Steps(torch, self.reporter, cuda)
 
-    def _count(self, module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+    def _count(
+        self, module: torch.nn.Module, args: tuple[object, ...], kwargs: Mapping[str, object]
+    ) -> None:
         if not module.training:
             return  # evaluation inside the training is no step's tokens
         ids = kwargs.get("input_ids", args[0] if args else None)
         mask = kwargs.get("attention_mask")
-        if ids is None:
-            return
+        if not isinstance(ids, torch.Tensor):
+            return  # no token ids: a forward of embeddings, nothing to count
+        if not isinstance(mask, torch.Tensor):
+            mask = None
         real = mask.sum() if mask is not None else ids.numel()
         self.pending.append((real, ids.numel()))
 
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_step_end(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        **kwargs: object,
+    ) -> None:
         if self.steps is None or self.steps.closed:
             return
         self.steps.end(self.pending)
@@ -105,7 +128,13 @@ class AutotuneCallback(TrainerCallback):
             self._close()
             control.should_training_stop = True
 
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_train_end(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        **kwargs: object,
+    ) -> None:
         if self.steps is not None:
             self._close()  # fewer steps than autotune asked for: it says how many ran
 

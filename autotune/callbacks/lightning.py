@@ -32,7 +32,7 @@ Outside autotune (no AUTOTUNE_REPORT) it does nothing. Under autotune (on global
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from lightning.pytorch import Callback
@@ -40,12 +40,16 @@ from lightning.pytorch import Callback
 from autotune import reporting
 from autotune.callbacks import _clock
 
+if TYPE_CHECKING:
+    from lightning.pytorch import LightningModule, Trainer
+    from lightning.pytorch.utilities.types import STEP_OUTPUT
+
 TokenCount = _clock.TokenCount
 # Lightning's precision names in autotune's (others, e.g. bf16-true, are reported as they are)
 PRECISION = {"bf16-mixed": "bf16", "16-mixed": "fp16"}
 
 
-def count_tokens(batch: Any) -> TokenCount:
+def count_tokens(batch: object) -> TokenCount:
     """A batch's real and padded tokens (module docstring); the real ones stay on the device (no
     sync here)."""
     if isinstance(batch, torch.Tensor):
@@ -61,7 +65,7 @@ def count_tokens(batch: Any) -> TokenCount:
     )
 
 
-def _mapping_tokens(batch: Mapping[str, Any]) -> TokenCount:
+def _mapping_tokens(batch: Mapping[str, torch.Tensor | None]) -> TokenCount:
     ids = batch.get("input_ids")
     mask = batch.get("attention_mask")
     counted = ids if ids is not None else mask
@@ -75,7 +79,7 @@ def _mapping_tokens(batch: Mapping[str, Any]) -> TokenCount:
     return real, padded
 
 
-def job_settings(trainer: Any, pl_module: Any) -> _clock.Settings:
+def job_settings(trainer: Trainer, pl_module: LightningModule) -> _clock.Settings:
     """The Trainer's settings the job really runs with, in autotune's knob names."""
     settings: _clock.Settings = ({}, {})
     accumulate = getattr(trainer, "accumulate_grad_batches", None)
@@ -92,7 +96,7 @@ def job_settings(trainer: Any, pl_module: Any) -> _clock.Settings:
     return settings
 
 
-def _batch_size(trainer: Any) -> int | None:
+def _batch_size(trainer: Trainer) -> int | None:
     """The train dataloader's batch_size, when it is one DataLoader with one (else None)."""
     try:
         loader = trainer.train_dataloader
@@ -117,7 +121,7 @@ class AutotuneCallback(Callback):
         self.pending: list[TokenCount] = []  # the batches of the step under way
         self.global_step = 0
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # Lightning's own launcher sets no RANK (the reporter's check): ask the trainer which rank
         # reports.
         if not trainer.is_global_zero or not self.reporter.claim(self):
@@ -127,7 +131,12 @@ class AutotuneCallback(Callback):
         self.steps = _clock.Steps(torch, self.reporter, pl_module.device.type == "cuda")
 
     def on_train_batch_end(
-        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        outputs: STEP_OUTPUT,
+        batch: object,
+        batch_idx: int,
     ) -> None:
         if self.steps is None or self.steps.closed:
             return
@@ -141,6 +150,6 @@ class AutotuneCallback(Callback):
             self.steps.close()
             trainer.should_stop = True
 
-    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.steps is not None:
             self.steps.close()  # fewer steps than autotune asked for: it says how many ran
