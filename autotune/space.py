@@ -16,8 +16,11 @@ from typing import TYPE_CHECKING, Any
 from autotune import knobs as catalogue
 from autotune import tasks
 from autotune.errors import did_you_mean, excerpt
+from autotune.knobs import Knobs
 
 if TYPE_CHECKING:
+    import random
+
     import optuna
 
     from autotune.config import Config
@@ -53,7 +56,7 @@ class ResolvedSpace:
             n *= len(values)
         return n
 
-    def knobs(self, params: dict[str, Any]) -> dict[str, Any]:
+    def knobs(self, params: Knobs) -> dict[str, Any]:
         """Every knob's value for a trial with these searched params (derived knobs filled in; a
         knob that cannot act in this trial is None, so points that differ only there are one
         measurement)."""
@@ -71,7 +74,7 @@ class ResolvedSpace:
         names = list(self.searched)
         return [dict(zip(names, combo)) for combo in itertools.product(*self.searched.values())]
 
-    def distance(self, a: dict[str, Any], b: dict[str, Any]) -> int:
+    def distance(self, a: Knobs, b: Knobs) -> int:
         """Steps between two points: index distance on numeric knobs (ordered), 0/1 on the
         others."""
         d = 0
@@ -82,9 +85,7 @@ class ResolvedSpace:
             d += abs(values.index(a[name]) - values.index(b[name])) if numeric else 1
         return d
 
-    def nearest(
-        self, params: dict[str, Any], candidates: list[dict[str, Any]], rng: Any
-    ) -> dict[str, Any]:
+    def nearest(self, params: Knobs, candidates: list[Knobs], rng: random.Random) -> dict[str, Any]:
         """The candidate closest to params (ties broken by rng): where the sampler wanted to
         look."""
         best = min(self.distance(params, c) for c in candidates)
@@ -208,7 +209,7 @@ def _fix_where_it_cannot_act(
             values[k.name] = values[k.name][:1]
 
 
-def _resolve_baseline(given: dict[str, Any], values: dict[str, list[Any]]) -> dict[str, Any]:
+def _resolve_baseline(given: Knobs, values: dict[str, list[Any]]) -> dict[str, Any]:
     """The baseline's searched params; an absent knob takes its default if in the space, else the
     first value."""
     for key, value in given.items():

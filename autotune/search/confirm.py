@@ -20,7 +20,7 @@ from autotune.search.observer import Observer
 from autotune.study.history import History, value_of
 
 
-def changed_knobs(knobs: Knobs, baseline: dict[str, Any]) -> list[str]:
+def changed_knobs(knobs: Knobs, baseline: Knobs) -> list[str]:
     """Knobs set differently from the baseline (derived grad_accum_steps not counted)."""
     return [k for k, v in knobs.items() if k != "grad_accum_steps" and baseline.get(k) != v]
 

@@ -20,18 +20,17 @@ which the live view, the report and best.yaml show.
 
 from __future__ import annotations
 
-from typing import Any
-
 import optuna
 
 from autotune import knobs as catalogue
+from autotune.knobs import Knobs, KnobValue
 from autotune.space import ResolvedSpace
 from autotune.study.history import History, key, value_of
 
 BEYOND = "beyond_list"  # the trial's user attribute: {knob: the value it ran, outside the list}
 
 
-def point_of(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
+def point_of(t: optuna.trial.FrozenTrial) -> Knobs:
     """The values a trial ran: its Optuna params, with those beyond the list in their place."""
     return {**t.params, **(t.user_attrs.get(BEYOND) or {})}
 
@@ -69,7 +68,7 @@ def edge_knobs(space: ResolvedSpace) -> list[str]:
     ]
 
 
-def at_edge(h: History, space: ResolvedSpace, name: str, value: Any) -> list[bool]:
+def at_edge(h: History, space: ResolvedSpace, name: str, value: KnobValue) -> list[bool]:
     """The directions (True: up) in which `value` sits at or past an end of the list, once a
     completed trial ran the knob at another listed value (the best beat the inside of the list:
     a baseline at the list's end, measured first, is no evidence of a slope)."""
@@ -82,7 +81,7 @@ def at_edge(h: History, space: ResolvedSpace, name: str, value: Any) -> list[boo
     return [up for up, end in ((True, value >= values[-1]), (False, value <= values[0])) if end]
 
 
-def steps(h: History, space: ResolvedSpace, screen: dict[str, Any]) -> list[dict[str, Any]]:
+def steps(h: History, space: ResolvedSpace, screen: Knobs) -> list[Knobs]:
     """Points (knob values, some beyond the list) to measure next: the best trial's next value past
     each end of the list it sits at, its other values as they are but the cost knobs at screening's
     cheap values (`screen`: stages.Plan.screen)."""
@@ -92,8 +91,11 @@ def steps(h: History, space: ResolvedSpace, screen: dict[str, Any]) -> list[dict
     out = []
     for name in edge_knobs(space):
         here = point_of(best)
-        for up in at_edge(h, space, name, here.get(name)):
-            nxt, _ = next_value(space, name, here[name], up)
+        value = here.get(name)
+        if not isinstance(value, int):
+            continue  # no whole number: at no edge (at_edge)
+        for up in at_edge(h, space, name, value):
+            nxt, _ = next_value(space, name, value, up)
             if nxt is None:
                 continue
             point = {**here, name: nxt, **{k: v for k, v in screen.items() if k in here}}
@@ -103,15 +105,17 @@ def steps(h: History, space: ResolvedSpace, screen: dict[str, Any]) -> list[dict
     return out
 
 
-def split(space: ResolvedSpace, point: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def split(space: ResolvedSpace, point: Knobs) -> tuple[Knobs, Knobs]:
     """(Optuna params, values beyond the list): a value outside its knob's list stands as the
     nearest end of the list in the params."""
-    params, beyond = {}, {}
+    params: Knobs = {}
+    beyond: Knobs = {}
     for name, value in point.items():
         values = space.searched.get(name)
         if values is None or value in values:
             params[name] = value
             continue
+        assert isinstance(value, int)  # only a whole number steps past its list's end (steps)
         ends = listed(space, name)
         params[name] = ends[-1] if value > ends[-1] else ends[0]
         beyond[name] = value
@@ -127,13 +131,16 @@ def stop_note(h: History, space: ResolvedSpace, on: bool) -> str:
     notes = []
     for name in edge_knobs(space):
         here = point_of(best)
-        for up in at_edge(h, space, name, here.get(name)):
+        value = here.get(name)
+        if not isinstance(value, int):
+            continue  # no whole number: at no edge (at_edge)
+        for up in at_edge(h, space, name, value):
             side = "largest" if up else "smallest"
             where = f"trial {best.number} sits at the {side} {name} ({here[name]})"
             if not on:
                 notes.append(f"{where}; study.extend_edges is false")
                 continue
-            nxt, why = next_value(space, name, here[name], up)
+            nxt, why = next_value(space, name, value, up)
             if nxt is None:
                 notes.append(f"{where}; {why}")
                 continue
@@ -142,7 +149,7 @@ def stop_note(h: History, space: ResolvedSpace, on: bool) -> str:
 
 
 def _outcome(
-    h: History, space: ResolvedSpace, point: dict[str, Any], name: str, nxt: int, where: str
+    h: History, space: ResolvedSpace, point: Knobs, name: str, nxt: int, where: str
 ) -> str:
     """What became of the next value past the best: measured slower, predicted not to fit, or not
     measured yet."""
@@ -167,7 +174,7 @@ def _outcome(
     return f"{where}; {name} {nxt} (trial {twin.number}): {status}, {reason}"
 
 
-def _same_but(a: dict[str, Any], b: dict[str, Any], name: str) -> bool:
+def _same_but(a: Knobs, b: Knobs, name: str) -> bool:
     """a and b alike but for `name` and the cost knobs screening sets (the catalogue's `screen`)."""
     return all(
         a.get(k) == v

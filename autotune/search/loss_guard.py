@@ -31,7 +31,7 @@ from autotune.space import ResolvedSpace
 from autotune.study.history import History, key
 
 
-def describe(changed: dict[str, Any]) -> str:
+def describe(changed: Knobs) -> str:
     """'precision fp8, fp8_recipe tensorwise'."""
     return ", ".join(f"{k} {v}" for k, v in changed.items())
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.knobs import Knobs, KnobValue
 from autotune.search.stages import Plan
 from autotune.space import ResolvedSpace
 from autotune.study import peaks
@@ -55,7 +56,7 @@ def points(h: History, space: ResolvedSpace, plan: Plan) -> list[dict[str, Any]]
     return fresh
 
 
-def _sizes(space: ResolvedSpace, base: dict[str, Any], size: str) -> list[dict[str, Any]]:
+def _sizes(space: ResolvedSpace, base: Knobs, size: str) -> list[dict[str, Any]]:
     """The baseline one listed size down, then one up."""
     if size not in space.searched or size not in base:
         return []
@@ -65,7 +66,7 @@ def _sizes(space: ResolvedSpace, base: dict[str, Any], size: str) -> list[dict[s
     return [{**base, size: s} for s in steps]
 
 
-def _other_value(plan: Plan, name: str, value: Any) -> bool:
+def _other_value(plan: Plan, name: str, value: KnobValue) -> bool:
     """Whether a one-knob neighbour measures this value now (not the staged search's costly program
     or deferred arithmetic)."""
     if value in plan.costly.get(name, ()):
@@ -73,7 +74,7 @@ def _other_value(plan: Plan, name: str, value: Any) -> bool:
     return value not in plan.deferred.get(name, ())
 
 
-def _safe_size(h: History, space: ResolvedSpace, base: dict[str, Any], size: str) -> Any:
+def _safe_size(h: History, space: ResolvedSpace, base: Knobs, size: str) -> Any:
     """The size the other knobs' neighbours run at: the largest listed size up to the baseline's
     at which the baseline's activations could double and still fit, by its setting's measured line
     (a change of arithmetic, attention or optimizer rarely more than doubles them); without a line,

@@ -15,6 +15,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune.knobs import Knobs
 from autotune.protocol import STATUSES
 from autotune.search import edges, neighbours, stages
 from autotune.space import ResolvedSpace
@@ -100,7 +101,7 @@ class Schedule:
         pairs = zip(self.points, self.point_keys)
         return [p for p, k in pairs if k not in h.seen and k not in h.running]
 
-    def nearest(self, params: dict[str, Any], h: History, own: int | None = None) -> bool:
+    def nearest(self, params: Knobs, h: History, own: int | None = None) -> bool:
         """A repeat of `params` (trial `own`): its nearest unmeasured point (a screened one first,
         when staged) is measured next. False when every other point is measured or being measured
         elsewhere."""

@@ -11,6 +11,7 @@ from optuna.trial import TrialState
 
 from autotune import knobs as catalogue
 from autotune.documents.record import Metric, TrialRecord
+from autotune.knobs import KnobValue
 from autotune.protocol import CONFIG_FAILURES, STATUSES, Knobs
 from autotune.redact import mask_doc
 
@@ -43,7 +44,7 @@ def key(knobs: Knobs) -> Key:
     )
 
 
-def _is_default(name: str, value: Any) -> bool:
+def _is_default(name: str, value: KnobValue) -> bool:
     knob = catalogue.BY_NAME.get(name)
     return knob is not None and type(value) is type(knob.default) and value == knob.default
 

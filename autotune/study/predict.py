@@ -108,7 +108,7 @@ def over_capacity(
     return (peak, capacity_gib, cal.n) if peak > limit else None
 
 
-def _same_but_batch(a: dict[str, Any], b: dict[str, Any], task: Task) -> bool:
+def _same_but_batch(a: Knobs, b: Knobs, task: Task) -> bool:
     """Alike outside the knobs the task's batch rule ranges over."""
     return all(a.get(k) == v for k, v in b.items() if k not in task.batch_knobs)
 
