@@ -198,7 +198,7 @@ def read_report(
     from autotune.report import collect, load_study
 
     opened, folder = load_study(Path(study_dir) if study_dir is not None else None, study, storage)
-    return collect(opened, folder)
+    return collect(opened, folder).to_dict()
 
 
 @_checked

@@ -72,8 +72,8 @@ def test_edges_search_measures_past_the_list_while_it_gains(tmp_path: Path, monk
     # Optuna's parameter stays in the list (the sampler reads it as the list's end)
     assert {t.params["micro_batch_size"] for t in beyond} == {8}
     data = collect(study, tmp_path / "t")
-    rows = {r["number"]: r for r in data["trials"]}
-    assert all(rows[t.number]["beyond_list"] for t in beyond)
+    rows = {r.number: r for r in data.trials}
+    assert all(rows[t.number].beyond_list for t in beyond)
     text = to_markdown(data)
     assert "16 (past list)" in text
     assert "micro_batch_size 32 measured (trial" in study.user_attrs["edges"]

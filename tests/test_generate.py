@@ -378,10 +378,14 @@ def test_generate_validate_and_identity_of_training_unchanged(tmp_path: Path) ->
 
 
 def test_generate_report_front_is_the_non_dominated_trials() -> None:
-    from autotune.report._collect import pareto_front
+    from dataclasses import fields, replace
 
-    def row(n: int, tok: float | None, p99: float | None, state: str = "ok") -> dict[str, Any]:
-        return {"number": n, "state": state, "tokens_per_s_per_gpu": tok, "tpot_ms_p99": p99}
+    from autotune.report._collect import pareto_front
+    from autotune.report._data import Row
+
+    def row(n: int, tok: float | None, p99: float | None, state: str = "ok") -> Row:
+        blank = Row(**{f.name: None for f in fields(Row)})
+        return replace(blank, number=n, state=state, tokens_per_s_per_gpu=tok, tpot_ms_p99=p99)
 
     rows = [
         row(0, 100, 5),
@@ -394,8 +398,8 @@ def test_generate_report_front_is_the_non_dominated_trials() -> None:
         row(7, 600, 80, "pruned"),
     ]
     # 2, 4, 6 beaten; oom and pruned not measured
-    assert [r["number"] for r in pareto_front(rows)] == [0, 1, 3]
-    assert pareto_front([{**r, "tpot_ms_p99": None} for r in rows]) == []  # training: no front
+    assert [r.number for r in pareto_front(rows)] == [0, 1, 3]
+    assert pareto_front([replace(r, tpot_ms_p99=None) for r in rows]) == []  # training: no front
 
 
 HF_CONFIG = {

@@ -243,7 +243,7 @@ def test_report_html_a_new_page_never_sits_beside_an_older_reports_plots(
     out.mkdir()
     (out / "checks.png").write_bytes(b"an older report's plot")
     data = collect(*load_study(finished, None, None))
-    data["check_history"] = []
+    data.check_history = []
     write_html(data, out)
     assert not (out / "checks.png").exists() and (out / "report.html").exists()
     assert [p.name for p in out.iterdir() if p.name.startswith(".report-")] == []
@@ -288,7 +288,7 @@ def test_report_mfu_says_how_its_flops_were_obtained() -> None:
             )
         )
     data = report.collect(study)
-    assert data["mfu_flops"] == "counted by torch.utils.flop_counter over one forward+backward"
+    assert data.mfu_flops == "counted by torch.utils.flop_counter over one forward+backward"
     assert (
         "MFU 30.0% of the bf16 dense peak (FLOPs: counted by torch.utils.flop_counter over one "
         "forward+backward)" in report.to_markdown(data)
@@ -379,7 +379,7 @@ def test_report_json_chosen_is_best_yaml_s_choice_not_the_search_best() -> None:
         chosen["tokens_per_s_per_gpu"] == 189.0 and chosen["search_tokens_per_s_per_gpu"] == 180.0
     )
     assert chosen["ci95"][0] < 189.0 < chosen["ci95"][1] and chosen["speedup_vs_baseline"] == 1.89
-    unconfirmed = report.collect(_study([(MBS[0], 100.0), (MBS[1], 180.0)]))["chosen"]
+    unconfirmed = report.collect(_study([(MBS[0], 100.0), (MBS[1], 180.0)])).chosen
     assert (
         unconfirmed["trial"] == 1 and not unconfirmed["confirmed"] and unconfirmed["ci95"] is None
     )
@@ -393,7 +393,7 @@ def test_report_interval_of_too_few_samples_says_so_in_every_format() -> None:
         study, {2: [1000.0, 30000.0], 1: [188.0, 189.0, 190.0]}, chosen=2
     )  # 2 samples 30x apart
     data = report.collect(study)
-    st = next(s for s in data["confirmation"]["stats"] if s["trial"] == 2)
+    st = next(s for s in data.confirmation["stats"] if s["trial"] == 2)
     assert st["ci95"] is None and st["ci95_why"].startswith("too few samples (2;")
     assert json.loads(report.to_json(data))["chosen"]["ci95"] is None
     assert "too few samples (2;" in report.to_markdown(data)
@@ -434,15 +434,13 @@ def test_report_unsteady_baseline_flags_every_ratio() -> None:
         2.3,
     ]  # a CPU swinging between two speeds: (p90-p10)/median
     data = report.collect(_study([(MBS[0], 100.0), (MBS[1], 29300.0)], base_steps=unsteady))
-    assert (
-        data["baseline_steadiness"]["unsteady"] and data["baseline_steadiness"]["limit_pct"] == 50.0
-    )
-    spread = round(data["baseline_steadiness"]["spread_pct"])
+    assert data.baseline_steadiness["unsteady"] and data.baseline_steadiness["limit_pct"] == 50.0
+    spread = round(data.baseline_steadiness["spread_pct"])
     flag = f"293.00x (baseline unsteady: spread {spread}%)"
     assert flag in report.to_markdown(data) and f"{flag} the baseline" in chosen_lines(data)[1]
-    assert data["baseline"]["speedup_flag"] is None  # the baseline's own 1.00x carries no flag
+    assert data.baseline.speedup_flag is None  # the baseline's own 1.00x carries no flag
     steady = report.collect(_study([(MBS[0], 100.0), (MBS[1], 29300.0)]))
-    assert not steady["baseline_steadiness"]["unsteady"] and "unsteady" not in report.to_markdown(
+    assert not steady.baseline_steadiness["unsteady"] and "unsteady" not in report.to_markdown(
         steady
     )
 
@@ -459,7 +457,7 @@ def test_report_effects_include_every_knob_and_rank_only_above_noise() -> None:
     study = _study(runs)
     _confirm(study, {3: [150.2, 150.9, 150.4], 1: [150.0, 151.0, 150.5]}, chosen=3)
     data = report.collect(study)
-    eff, noise = data["effects"], data["noise"]
+    eff, noise = data.effects, data.noise
     assert set(eff["knobs"]) == {"micro_batch_size", "compile"}
     assert 0.4 < noise["pct"] < 0.7 and "fresh-process" in noise["how"]
     assert eff["ranked"] == ["compile"]  # micro-batch's 0.3% is within the 0.5% noise
@@ -471,5 +469,5 @@ def test_report_effects_include_every_knob_and_rank_only_above_noise() -> None:
     text = report.to_markdown(data)
     assert "1. compile (effect 49.8%, paired)" in text and "micro_batch_size (effect" in text
     assert "(within noise or one value)" in text
-    one = report.collect(_study([(MBS[0], 100.0), (MBS[3], 150.0)]))["effects"]
+    one = report.collect(_study([(MBS[0], 100.0), (MBS[3], 150.0)])).effects
     assert one["knobs"]["micro_batch_size"]["effect_pct"] is None  # one value ran: no effect

@@ -107,7 +107,7 @@ def test_report_conditional_knob_is_judged_only_where_its_parent_is_on() -> None
         ]
     )
     data = report.collect(study)
-    eff = data["effects"]
+    eff = data.effects
     assert eff["ranked"] == ["compile"]
     scope = eff["knobs"]["compile_scope"]
     assert set(scope["values"]) == {"model", "block"} and scope["effect_pct"] < 0.5
@@ -140,9 +140,7 @@ def test_report_mfu_names_the_bf16_peak_it_divides_by() -> None:
     )
     data = report.collect(study)
     peak = f"{H200['bf16']:,.1f}"  # 989.5, the dense rate
-    assert data["chosen"]["mfu_peaks"] == [
-        {"precision": "bf16", "tflops": H200["bf16"], "mfu": 0.42}
-    ]
+    assert data.chosen["mfu_peaks"] == [{"precision": "bf16", "tflops": H200["bf16"], "mfu": 0.42}]
     forms = _text(data)
     for form in ("markdown", "terminal"):
         assert f"MFU 42.0% of the bf16 dense peak, {peak} TFLOP/s" in forms[form]
@@ -163,7 +161,7 @@ def test_report_mfu_of_an_fp8_trial_names_both_peaks() -> None:
     )
     data = report.collect(study)
     against_fp8 = 0.69 * H200["bf16"] / H200["fp8"]
-    bf16, fp8_peak = data["chosen"]["mfu_peaks"]
+    bf16, fp8_peak = data.chosen["mfu_peaks"]
     assert bf16 == {"precision": "bf16", "tflops": H200["bf16"], "mfu": 0.69}
     assert fp8_peak["precision"] == "fp8" and fp8_peak["tflops"] == H200["fp8"]
     assert abs(fp8_peak["mfu"] - against_fp8) < 1e-12
@@ -172,8 +170,8 @@ def test_report_mfu_of_an_fp8_trial_names_both_peaks() -> None:
     assert f"MFU {both}" in forms["markdown"] and f"MFU {both}" in forms["terminal"]
     assert f"<b>{100 * against_fp8:.1f}%</b> of fp8's 1,979" in forms["html"]
     assert f"69.0% (fp8 {100 * against_fp8:.1f}%)" in forms["markdown"]  # the table's cell
-    bf16_row = next(r for r in data["trials"] if r["knobs"]["precision"] == "bf16")
-    assert len(bf16_row["mfu_peaks"]) == 1  # a bf16 trial: one peak
+    bf16_row = next(r for r in data.trials if r.knobs["precision"] == "bf16")
+    assert len(bf16_row.mfu_peaks) == 1  # a bf16 trial: one peak
 
 
 def test_report_mfu_names_the_peak_its_record_stored() -> None:
@@ -232,8 +230,8 @@ def test_report_says_the_power_cap_its_measured_steps_ran_at() -> None:
     )
     for form, text in _text(data).items():
         assert (escape(said) if form == "html" else said) in text
-    assert data["chosen"]["power_cap"]["reasons"] == ["sw_power_cap"]
-    assert data["best_telemetry"]["power_cap"]["at_limit"]
+    assert data.chosen["power_cap"]["reasons"] == ["sw_power_cap"]
+    assert data.best_telemetry["power_cap"]["at_limit"]
     # at the limit with no reason recorded (NVML's own flags missed it): still the cap's figure
     at_limit = _capped({**TELEMETRY, "power_w_mean": 695.0, "throttle_reasons": []})
     assert "At the power cap (695 of 700 W) during its measured steps" in report.to_markdown(
@@ -250,7 +248,7 @@ def test_report_says_the_power_cap_its_measured_steps_ran_at() -> None:
 def test_report_says_no_cap_without_one_or_without_telemetry() -> None:
     free = _capped({**TELEMETRY, "power_w_mean": 520.0, "throttle_reasons": ["gpu_idle"]})
     for data in (free, _capped(None)):
-        assert data["chosen"]["power_cap"] is None
+        assert data.chosen["power_cap"] is None
         for text in _text(data).values():
             assert "power cap" not in text and "clock limit" not in text
 

@@ -4,6 +4,7 @@ console error, plots rendered and hostile strings shown as text."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -202,7 +203,7 @@ def test_html_without_plotly_is_static_and_says_how_to_get_the_plots(
     study = _study(f"sqlite:///{tmp_path / 's.db'}", "static")
     data = report.collect(study)
     # two nights of `autotune check` (documents/nightly.py's fields the plot reads)
-    data["check_history"] = [
+    data.check_history = [
         {
             "checked_at": f"2026-11-{day}T03:00:00+00:00",
             "ratio": r,
@@ -321,6 +322,7 @@ def test_html_in_chromium_shows_every_column_reason_and_knob_without_scroll(
 def test_report_html_checks_phase_is_the_loss_check_and_its_reference_trial() -> None:
     """The loss check (in the trial) and its reference (a trial process of its own, outside the
     trial's wall time) are the bar's `checks`; warm-up is shown without the compile it contains."""
+    from autotune.report._data import Row
     from autotune.report._measured import phases_of
 
     raw = {
@@ -332,7 +334,8 @@ def test_report_html_checks_phase_is_the_loss_check_and_its_reference_trial() ->
         "check": 1.5,
         "reference": 10,
     }
-    got = phases_of({"number": 0, "state": "ok", "wall_s": 20.0, "phases_s": raw})
+    blank = {f.name: None for f in dataclasses.fields(Row)}
+    got = phases_of(Row(**{**blank, "number": 0, "state": "ok", "wall_s": 20.0, "phases_s": raw}))
     assert got["seconds"]["checks"] == 11.5 and got["seconds"]["warmup"] == 2
     assert got["wall_s"] == 30 and got["seconds"]["other"] == 6.5
     assert sum(got["seconds"].values()) == got["wall_s"]

@@ -150,8 +150,8 @@ def test_report_leads_with_the_chosen_and_every_knob_its_job_s_own_included(
     tmp_path: Path,
 ) -> None:
     data = report.collect(_study(), _written(tmp_path))
-    assert data["searched"] == ["micro_batch_size", "precision", "lr_warmup"]
-    c = data["chosen"]
+    assert data.searched == ["micro_batch_size", "precision", "lr_warmup"]
+    c = data.chosen
     assert c["trial"] == 2 and c["knobs"]["lr_warmup"] == 0
     text = _text(data, 80)
     assert text.index("Chosen (best.yaml): trial 2") < text.index("Left out") < text.index("Trials")
@@ -160,7 +160,7 @@ def test_report_leads_with_the_chosen_and_every_knob_its_job_s_own_included(
 
 def test_report_names_what_was_left_out_with_the_loss_curves_and_the_remedy() -> None:
     data = report.collect(_study())
-    rule = next(g for g in data["excluded"] if g["kind"] == "numerics")
+    rule = next(g for g in data.excluded if g["kind"] == "numerics")
     assert rule["trials"] == [5, 6, 7] and rule["taught_by"] == 5 and rule["predicted"] == 2
     curves = rule["evidence"]["attempts"]
     assert len(curves) == 2 and curves[0]["candidate"] == CANDIDATE
@@ -175,12 +175,12 @@ def test_report_names_what_was_left_out_with_the_loss_curves_and_the_remedy() ->
 
 def test_report_counts_every_process_and_divides_by_the_baseline_s_confirmed_figure() -> None:
     data = report.collect(_study())
-    cost = data["cost"]["by_kind"]
+    cost = data.cost["by_kind"]
     assert cost["trials"] == {"processes": 7, "seconds": 650.0}  # the timeout's 300 s included
     assert cost["references"] == {"processes": 1, "seconds": 15.0}
     assert cost["confirmation"] == {"processes": 9, "seconds": 2 * 186.0 + 150.0}
-    assert data["cost"]["processes"] == 17 and not data["cost"]["confirmation_estimated"]
-    c = data["chosen"]
+    assert data.cost["processes"] == 17 and not data.cost["confirmation_estimated"]
+    c = data.chosen
     assert (
         c["speedup_basis"]
         == "confirmed median / the baseline's confirmed median of the same rounds"
@@ -206,13 +206,13 @@ def test_report_names_no_best_yaml_before_it_exists(tmp_path: Path) -> None:
 
 def test_report_projects_a_full_run_and_the_search_s_cost_against_its_saving() -> None:
     data = report.collect(_study(), train_tokens=1e9)
-    p = data["projection"]
-    base, chosen = 1000.0, data["chosen"]["tokens_per_s_per_gpu"]
+    p = data.projection
+    base, chosen = 1000.0, data.chosen["tokens_per_s_per_gpu"]
     assert abs(p["hours"]["baseline"] - 1e9 / base / 3600) < 1e-9
     assert abs(p["saved_gpu_hours"] - (1e9 / base - 1e9 / chosen) / 3600) < 1e-9
-    assert abs(p["net_gpu_hours"] - (p["saved_gpu_hours"] - data["cost"]["gpu_min"] / 60)) < 1e-9
+    assert abs(p["net_gpu_hours"] - (p["saved_gpu_hours"] - data.cost["gpu_min"] / 60)) < 1e-9
     assert "A full run of 1,000,000,000 tokens on 1 GPU(s)" in " ".join(_text(data, 80).split())
-    assert report.collect(_study())["projection"] is None
+    assert report.collect(_study()).projection is None
 
 
 def test_report_at_80_columns_matches_its_snapshot_and_cuts_nothing(tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ def _terminal(data: dict[str, Any]) -> str:
 def test_report_shows_the_quality_cost_in_every_form(tmp_path: Path) -> None:
     study = _study(CHECK)
     data = report.collect(study)
-    shown = data["chosen"]["numerics"]
+    shown = data.chosen["numerics"]
     assert shown["checked"] is True and shown["gap_nats"] == 0.37 and shown["behind_share"] == 1.0
     assert json.loads(report.to_json(data))["chosen"]["numerics"]["spikes"] == {"reference": [18]}
     assert LINE in report.to_markdown(data)
@@ -99,7 +99,7 @@ def test_report_says_a_reduced_precision_winner_was_not_checked() -> None:
 
 def test_report_says_nothing_of_numerics_for_the_reference_arithmetic() -> None:
     data = report.collect(_study(None, {**BF16, "micro_batch_size": 8}))
-    assert data["chosen"]["numerics"] is None and "Numerics:" not in report.to_markdown(data)
+    assert data.chosen["numerics"] is None and "Numerics:" not in report.to_markdown(data)
 
 
 def test_report_shows_a_checked_arithmetic_that_was_not_chosen() -> None:
@@ -108,7 +108,7 @@ def test_report_shows_a_checked_arithmetic_that_was_not_chosen() -> None:
     its trial, in every text form and the JSON; a check that covered others or failed is not."""
     study = _study({**CHECK, "attempts": [{"seed": 1}]}, FP8, speed=500.0)
     data = report.collect(study)
-    assert data["chosen"]["trial"] == 0 and data["chosen"]["numerics"] is None
+    assert data.chosen["trial"] == 0 and data.chosen["numerics"] is None
     (checked,) = json.loads(report.to_json(data))["numerics_checked"]
     assert checked["trial"] == 1 and checked["gap_nats"] == 0.37
     line = (
@@ -118,4 +118,4 @@ def test_report_shows_a_checked_arithmetic_that_was_not_chosen() -> None:
     assert line in report.to_markdown(data) and line in _terminal(data)
     assert "Numerics:" not in report.to_markdown(data)
     covered = report.collect(_study({**CHECK, "covered_by": 0}, {**BF16, "micro_batch_size": 8}))
-    assert covered["numerics_checked"] == []
+    assert covered.numerics_checked == []

@@ -255,12 +255,10 @@ def test_study_confirmation_interleaved_one_measurement_a_sample(
         optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't' / 'study.db'}"),
         tmp_path / "t",
     )
-    assert (
-        data["confirmation"]["chosen"] == conf["chosen"] and len(data["confirmation"]["stats"]) == 2
-    )
-    assert data["confirmation"]["complete"] is True
-    assert data["chosen"]["gain"]["ratio"] == pytest.approx(ratio)
-    assert not data["cost"]["confirmation_estimated"]  # every sample's wall time was measured
+    assert data.confirmation["chosen"] == conf["chosen"] and len(data.confirmation["stats"]) == 2
+    assert data.confirmation["complete"] is True
+    assert data.chosen["gain"]["ratio"] == pytest.approx(ratio)
+    assert not data.cost["confirmation_estimated"]  # every sample's wall time was measured
     shown = to_markdown(data)
     assert f"**Chosen (best.yaml): trial {conf['chosen']}, " in shown and "fresh processes" in shown
     assert "95% interval" in shown and "the baseline's confirmed median of the same rounds" in shown
@@ -310,7 +308,7 @@ def test_study_on_real_trials_each_trial_and_sample_a_fresh_process(
     cost = collect(
         optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't' / 'study.db'}"),
         tmp_path / "t",
-    )["cost"]
+    ).cost
     assert cost["confirmation_estimated"] is False
     walls = sum(c["walls_s"][0] for c in best["confirmation"])
     assert cost["by_kind"]["confirmation"]["seconds"] == pytest.approx(walls, rel=0.01, abs=0.1)
@@ -352,7 +350,7 @@ def test_study_interrupted_confirmation_goes_on_from_its_samples(
         and "cut short" in best["chosen"]["why"]
     )
     data = collect(study, tmp_path / "t")
-    assert data["confirmation"]["complete"] is False
+    assert data.confirmation["complete"] is False
     shown = to_markdown(data)
     assert "1 of 2 confirmation rounds: cut" in shown
     assert "**Chosen (best.yaml)" in shown  # best.yaml was written on the way out

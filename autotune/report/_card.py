@@ -11,7 +11,7 @@ from autotune import knobs as catalogue
 from autotune.documents.record import Metric
 from autotune.protocol import Knobs
 from autotune.report import _text
-from autotune.report._data import Report
+from autotune.report._data import Report, Row
 from autotune.report._table import fmt
 
 MIN_SAMPLES = 3  # fewer fresh processes than this bound nothing: the interval is not shown
@@ -23,22 +23,23 @@ def chosen(data: Report, phases: list[dict[str, Any]], gpus: int) -> dict[str, A
     c = data.chosen
     if not c:
         return None
-    row: dict[str, Any] = next((r for r in data.trials if r["number"] == c["trial"]), {})
+    row = next((r for r in data.trials if r.number == c["trial"]), None)
     return {**c, "apply": _apply(data, row, c)}
 
 
-def _apply(data: Report, row: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
+def _apply(data: Report, row: Row | None, c: dict[str, Any]) -> dict[str, Any]:
     """What changes from the baseline, the environment it sets, the notes, and its one-time
     costs."""
     device = "cuda" if data.device == "cuda" else "cpu"
     base = data.baseline
+    knobs = (row.knobs if row else {}) or c["knobs"]
     return {
         "changed": c["changed"],
-        "env": catalogue.env_of(row.get("knobs") or c["knobs"]),
-        "notes": _notes(row.get("knobs") or c["knobs"], device, data.task),
+        "env": catalogue.env_of(knobs),
+        "notes": _notes(knobs, device, data.task),
         "compile_s": c["compile_s"],
         "compile_warm_s": c.get("compile_warm_s") or [],
-        "peak_mem_gib": (base and base.get(Metric.PEAK_MEM_GIB), c["peak_mem_gib"]),
+        "peak_mem_gib": (base and base.peak_mem_gib, c["peak_mem_gib"]),
     }
 
 

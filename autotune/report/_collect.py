@@ -15,7 +15,7 @@ from autotune import metrics, tasks
 from autotune.documents import nightly
 from autotune.documents.record import Metric, RecordError, TrialRecord
 from autotune.report import _effects, _summary
-from autotune.report._data import Report
+from autotune.report._data import Report, Row, Stored
 from autotune.report._excluded import excluded
 from autotune.report._table import pareto, row_of
 from autotune.space import KNOBS
@@ -37,58 +37,58 @@ def collect(
     baseline = h.baseline
     base_value = value_of(baseline) if baseline else None
     rows = [row_of(t, base_value) for t in trials if _listed(t)]
-    ok = sorted((r for r in rows if r["state"] == "ok"), key=lambda r: -r[Metric.TOKENS_PER_GPU])
-    others = [r for r in rows if r["state"] != "ok"]
+    # a completed row has its figure (row_of)
+    ok = sorted((r for r in rows if r.state == "ok"), key=lambda r: -(r.tokens_per_s_per_gpu or 0))
+    others = [r for r in rows if r.state != "ok"]
     searched = searched_knobs(trials)
     conf = current_confirmation(study, h)
     confirmation = _confirmation(conf)
     steady = _steadiness(baseline)
     flag = _unsteady_flag(steady)
-    base_row = next((r for r in ok if baseline and r["number"] == baseline.number), None)
+    base_row = next((r for r in ok if baseline and r.number == baseline.number), None)
     for r in rows:
-        r["speedup_flag"] = flag if r["speedup"] is not None and r is not base_row else None
+        r.speedup_flag = flag if r.speedup is not None and r is not base_row else None
     chosen = chosen_summary(study, h) if conf is None or confirmation is not None else None
     if chosen:
         chosen["speedup_flag"] = flag if chosen["speedup_vs_baseline"] is not None else None
-    spreads = sorted(r["step_spread_pct"] for r in ok if r["step_spread_pct"] is not None)
+    spreads = sorted(r.step_spread_pct for r in ok if r.step_spread_pct is not None)
     nights, skipped = nightly.read(study_dir / nightly.FILE) if study_dir is not None else ([], [])
     history = [n.doc for n in nights]  # each line as written: the report's JSON shows it as is
     gpus = int((config.get("workload") or {}).get("world_size") or 1)
-    data = {
-        "study": study.study_name,
-        "device": attrs.get("device"),
-        "task": _task_of(config),
-        "model": config.get("model"),
-        "workload": config.get("workload"),
-        "searched": searched,
-        "counts": _counts(rows, trials),
-        "baseline": base_row,
-        "baseline_steadiness": steady,
-        "best": ok[0] if ok else None,
-        # MFU's FLOPs per token: counted, or 6N + 12LdT
-        "mfu_flops": ok[0]["flops"] if ok else None,
-        "chosen": chosen,
-        "confirmation": confirmation,
-        "step_spread_pct_median": spreads[len(spreads) // 2] if spreads else None,
-        "trials": ok + others,
-        "failures": _failures(others),
-        "excluded": excluded(study, rows),
-        "noise": _effects.noise(confirmation, ok),
-        "time": _time(rows),
-        "best_telemetry": _telemetry(trials, ok[0]["number"] if ok else None),
-        "check_history": history,
-        "check_history_skipped": skipped,
-        "front": pareto_front(rows),
-        "gpus": gpus,
-        "best_yaml": written_choice(study_dir),
+    data = Report(
+        study=study.study_name,
+        device=attrs.get("device"),
+        task=_task_of(config),
+        model=config.get("model"),
+        workload=config.get("workload"),
+        searched=searched,
+        counts=_counts(rows, trials),
+        baseline=base_row,
+        baseline_steadiness=steady,
+        best=ok[0] if ok else None,
+        mfu_flops=ok[0].flops if ok else None,
+        chosen=chosen,
+        confirmation=confirmation,
+        step_spread_pct_median=spreads[len(spreads) // 2] if spreads else None,
+        trials=ok + others,
+        failures=_failures(others),
+        excluded=excluded(study, rows),
+        noise=_effects.noise(confirmation, ok),
+        time=_time(rows),
+        best_telemetry=_telemetry(trials, ok[0].number if ok else None),
+        check_history=history,
+        check_history_skipped=skipped,
+        front=pareto_front(rows),
+        gpus=gpus,
+        best_yaml=written_choice(study_dir),
         # what became of the steps past the edge of the list for the best (search/edges.py)
-        "edges": attrs.get("edges") or None,
+        edges=attrs.get("edges") or None,
         # the gain found over your setting, or a bound on what any configuration measured may gain
-        "bound": bound.statement(h, conf),
+        bound=bound.statement(h, conf),
         # expandable segments offered to a variable-length job that ran out of memory or came close
-        "alloc_offer": peaks.alloc_offer(h, tasks.task(_task_of(config))),
-    }
-    return _derived(Report(data), ok, train_tokens or _train_tokens(config))
+        alloc_offer=peaks.alloc_offer(h, tasks.task(_task_of(config))),
+    )
+    return _derived(data, ok, train_tokens or _train_tokens(config))
 
 
 def _listed(t: optuna.trial.FrozenTrial) -> bool:
@@ -110,20 +110,20 @@ def _task_of(config: dict[str, Any]) -> str:
     return str((config.get("workload") or {}).get("task") or "train")
 
 
-def _telemetry(trials: list[optuna.trial.FrozenTrial], number: int | None) -> Any:
+def _telemetry(trials: list[optuna.trial.FrozenTrial], number: int | None) -> Stored | None:
     """The search's best trial's telemetry (power, clocks) with `power_cap`: the power or clock
     limit its measured steps ran at (metrics.power_cap, None: none seen); None without."""
     tele = next((t.user_attrs.get("telemetry") or None for t in trials if t.number == number), None)
-    return {**tele, "power_cap": metrics.power_cap(tele)} if isinstance(tele, dict) else tele
+    return {**tele, "power_cap": metrics.power_cap(tele)} if isinstance(tele, dict) else None
 
 
-def _derived(data: Report, ok: list[dict[str, Any]], tokens: float | None) -> Report:
+def _derived(data: Report, ok: list[Row], tokens: float | None) -> Report:
     """What is computed from the rows: the headline, the effects, the cost, the projection."""
-    data["chosen"] = _summary.headline(data)
-    data["numerics_checked"] = _summary.numerics_checked(data.trials)
-    data["effects"] = _effects.effects(ok, data.searched, data.noise["pct"])
-    data["cost"] = _summary.cost(data, data.gpus)
-    data["projection"] = _summary.projection(data.chosen, data.cost, tokens, data.gpus)
+    data.chosen = _summary.headline(data)
+    data.numerics_checked = _summary.numerics_checked(data.trials)
+    data.effects = _effects.effects(ok, data.searched, data.noise["pct"])
+    data.cost = _summary.cost(data, data.gpus)
+    data.projection = _summary.projection(data.chosen, data.cost, tokens, data.gpus)
     return data
 
 
@@ -231,63 +231,55 @@ def written_choice(study_dir: Path | None) -> int | None:
     return trial if isinstance(trial, int) else None
 
 
-def pareto_front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def pareto_front(rows: list[Row]) -> list[Row]:
     """generate studies: the measured trials (ok or over_limit) that no other beats on both output
     tokens/s (higher) and p99 time per output token (lower), fastest token first; [] for training.
     """
-    pts = [
-        r
-        for r in rows
-        if r["state"] in ("ok", "over_limit")
-        and r[Metric.TOKENS_PER_GPU] is not None
-        and r.get("tpot_ms_p99") is not None
-    ]
-    return pareto(pts, up=lambda r: r[Metric.TOKENS_PER_GPU], down=lambda r: r["tpot_ms_p99"])
+    pts = [r for r in rows if r.state in ("ok", "over_limit")]
+    return pareto(pts, up=lambda r: r.tokens_per_s_per_gpu, down=lambda r: r.tpot_ms_p99)
 
 
-def _failures(others: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _failures(others: list[Row]) -> dict[str, Stored]:
     """Failed and predicted trials by status: how many, which, one example reason."""
-    failures: dict[str, dict[str, Any]] = {}
+    failures: dict[str, Stored] = {}
     for r in others:
-        if r["state"] in ("running", "waiting"):
+        if r.state in ("running", "waiting"):
             continue
         entry = failures.setdefault(
-            r["state"] + (" (predicted)" if r["predicted"] else ""),
-            {"count": 0, "trials": [], "example": r["reason"]},
+            r.state + (" (predicted)" if r.predicted else ""),
+            {"count": 0, "trials": [], "example": r.reason},
         )
         entry["count"] += 1
-        entry["trials"].append(r["number"])
+        entry["trials"].append(r.number)
     return failures
 
 
-def _counts(rows: list[dict[str, Any]], trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
-    counts = Counter(r["state"] + (" (predicted)" if r["predicted"] else "") for r in rows)
+def _counts(rows: list[Row], trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
+    counts = Counter(r.state + (" (predicted)" if r.predicted else "") for r in rows)
     counts["duplicate (not launched)"] = sum(
         1 for t in trials if t.user_attrs.get("status") == "duplicate"
     )
     return dict(sorted((k, v) for k, v in counts.items() if v))
 
 
-def _time(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _time(rows: list[Row]) -> Stored:
     """Seconds in trial processes, by phase (warm-up shown without the compile estimate it
     contains). The loss check's reference runs in a trial process of its own: its seconds count in
     the wall time too."""
     phases: dict[str, float] = defaultdict(float)
     wall = 0.0
     for r in rows:
-        wall += (r["wall_s"] or 0.0) + (r["phases_s"] or {}).get("reference", 0.0)
-        for k, v in (r["phases_s"] or {}).items():
+        wall += (r.wall_s or 0.0) + (r.phases_s or {}).get("reference", 0.0)
+        for k, v in (r.phases_s or {}).items():
             phases[k] += v
     if phases:
         phases["warmup"] -= phases.get("compile", 0.0)
-        timed = sum(
-            (r["wall_s"] or 0) + r["phases_s"].get("reference", 0.0) for r in rows if r["phases_s"]
-        )
+        timed = sum((r.wall_s or 0) + r.phases_s.get("reference", 0.0) for r in rows if r.phases_s)
         phases["other"] = max(0.0, timed - sum(phases.values()))
-    started = [r for r in rows if r["wall_s"]]
+    started = [r for r in rows if r.wall_s]
     return {
         "trial_wall_s": wall,
         "phases_s": dict(phases),
         "processes": len(started),
-        "started_ahead": sum(1 for r in started if r["prestarted"]),
+        "started_ahead": sum(1 for r in started if r.prestarted),
     }

@@ -1,187 +1,119 @@
-"""The report's data: what `collect` gathers of a study, one typed attribute a top-level section.
+"""The report's data: what `collect` gathers of a study, as typed classes (a `Row` a trial, one
+`Report` a study), built once by the collector and read by attribute in every renderer.
 
-A Report is the dict that `autotune report --format json` writes (`to_dict`), read by attribute
-(`data.chosen`, typed) where a renderer has moved to it, and by key (`data["chosen"]`) during the
-transition. Each section's rows stay plain data (a Row is one trial's line of the table)."""
+`Report.to_dict` is the JSON that `autotune report --format json` writes and autotune.read_report
+returns, key for key in the order the fields are declared; `Report.of` reads that JSON back. The
+sections that are JSON the study stored, passed through as it is (the YAML's model, a trial's
+fingerprint, history.jsonl's nights), stay plain dicts."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
 
-# one trial's line of the table (report/_table.py row_of)
-Row = dict[str, Any]
+from autotune.knobs import Knobs
+
+# A JSON object the report passes through as the study or a record stored it (free-form: the
+# YAML's sections, a fingerprint, telemetry, a numerics check's record)
+Stored = dict[str, Any]
 
 
-class Report(dict[str, Any]):
-    """Everything the report shows of one study, as plain data with typed sections."""
+@dataclass
+class Row:
+    """One trial's line of the table (report/_table.py row_of): its knobs, figures and outcome.
+    The figures are None where the trial did not measure them (MFU on a CPU: n/a, never guessed)."""
+
+    number: int
+    state: str  # ok, a failure's kind, running, waiting, unreadable
+    knobs: Knobs
+    tokens_per_s_per_gpu: float | None
+    speedup: float | None  # its figure over the baseline's search measurement
+    step_spread_pct: float | None  # (p90 - p10) / median of its measured step times
+    half_width_pct: float | None  # its figure's 95% half-width within its process
+    reason: str
+    predicted: bool  # not run: predicted to fail by a rule an earlier trial taught
+    phases_s: dict[str, float] | None
+    wall_s: float | None
+    prestarted: bool  # its process was started ahead (launch/prestart.py)
+    fingerprint: Stored | None
+    mfu_peaks: list[Stored]  # the peaks its MFU is read against (metrics.mfu_peaks)
+    power_cap: Stored | None  # the power or clock limit its steps ran at (metrics.power_cap)
+    beyond_list: Stored | None  # the values it ran beyond the user's list (search/edges.py)
+    failed_rank: int | None
+    loss_check: Stored | None  # the numerics check's record (search/loss_guard.py)
+    nccl_used: str | None
+    flops: str | None  # how its FLOPs per token were had: counted, or 6N + 12LdT
+    mfu: float | None
+    peak_mem_gib: float | None
+    memory_estimate_gib: float | None
+    ttft_ms: float | None
+    tpot_ms_median: float | None
+    tpot_ms_p99: float | None
+    roofline_share: float | None
+    tokens_per_joule: float | None
+    padding_pct: float | None
+    # what its "x baseline" carries when the baseline is unsteady (collect sets it)
+    speedup_flag: str | None = None
+
+    @property
+    def figure(self) -> float:
+        """Its tokens/s per GPU, for a completed row (row_of gives every "ok" row one)."""
+        assert self.tokens_per_s_per_gpu is not None, f"trial {self.number} has no figure"
+        return self.tokens_per_s_per_gpu
+
+
+@dataclass
+class Report:
+    """Everything the report shows of one study. The last five sections are computed from the
+    others (collect's _derived)."""
+
+    study: str
+    device: str | None  # the device its trials ran on (cuda, cpu), as the study recorded it
+    task: str  # the workload's task (train, generate, command)
+    model: Stored | None  # the YAML's model section, as the study stored it
+    workload: Stored | None  # the YAML's workload section, as the study stored it
+    searched: list[str]  # the knobs the search varied, the catalogue's order first
+    counts: dict[str, int]  # trials by state (ok, failed kinds, running, ...)
+    baseline: Row | None  # your setting's row; None where it did not complete
+    baseline_steadiness: Stored | None  # how steady the baseline's steps were
+    best: Row | None  # the search's best row (its single measurement)
+    mfu_flops: str | None  # how MFU's FLOPs per token were had: counted, or 6N + 12LdT
+    chosen: Stored | None  # best.yaml's choice with its row's figures (_summary.headline)
+    confirmation: Stored | None  # the confirmation's rounds and its arms' statistics
+    step_spread_pct_median: float | None  # the median step-time spread of the completed rows
+    trials: list[Row]  # every listed trial: the completed best first, then the others
+    failures: dict[str, Stored]  # the trials that did not complete, by kind, with their reasons
+    excluded: list[Stored]  # what the study ruled out and why (report/_excluded.py)
+    noise: Stored  # the run-to-run noise the effects are judged against
+    time: Stored  # where the study's time went, by phase
+    best_telemetry: Stored | None  # the best trial's power and clocks, with power_cap
+    check_history: list[Stored]  # history.jsonl's nights of autotune check, as written
+    check_history_skipped: list[str]  # history.jsonl's lines that could not be read
+    front: list[Row]  # the rows on the front of speed and latency (generate)
+    gpus: int  # the GPUs of one trial (workload.world_size)
+    best_yaml: int | None  # the trial best.yaml names (None: no best.yaml beside the study)
+    edges: Stored | None  # what became of the steps past the edge of the list
+    bound: Stored | None  # the gain found over your setting, or a bound on any gain
+    alloc_offer: str | None  # expandable segments offered to a job that ran out of memory
+    numerics_checked: list[Stored] = field(default_factory=list)  # the rows' numerics checks
+    effects: Stored = field(default_factory=dict)  # each knob's effect, judged against the noise
+    cost: Stored = field(default_factory=dict)  # the study's GPU time: search and confirmation
+    projection: Stored | None = None  # the chosen configuration's time and saving on a full run
 
     @classmethod
-    def of(cls, data: dict[str, Any]) -> Report:
-        """data as a Report: itself where it is one, else its sections (a report's JSON, read
-        back)."""
-        return data if isinstance(data, Report) else cls(data)
+    def of(cls, data: Report | Stored) -> Report:
+        """data as a Report: itself where it is one, else the JSON of one read back (to_dict)."""
+        if isinstance(data, Report):
+            return data
+        given = dict(data)
+        for key in ("baseline", "best"):
+            given[key] = Row(**given[key]) if given[key] is not None else None
+        for key in ("trials", "front"):
+            given[key] = [Row(**r) for r in given[key]]
+        return cls(**given)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Stored:
         """The plain dict that the JSON form writes (`autotune report --format json`,
-        autotune.read_report)."""
-        return dict(self)
-
-    @property
-    def study(self) -> str:
-        """The study's name."""
-        return cast("str", self.get("study"))
-
-    @property
-    def device(self) -> str | None:
-        """The device its trials ran on (cuda, cpu), as the study recorded it."""
-        return cast("str | None", self.get("device"))
-
-    @property
-    def task(self) -> str:
-        """The workload's task (train, generate, command)."""
-        return cast("str", self.get("task"))
-
-    @property
-    def model(self) -> dict[str, Any] | None:
-        """The YAML's model section, as the study stored it."""
-        return cast("dict[str, Any] | None", self.get("model"))
-
-    @property
-    def workload(self) -> dict[str, Any] | None:
-        """The YAML's workload section, as the study stored it."""
-        return cast("dict[str, Any] | None", self.get("workload"))
-
-    @property
-    def searched(self) -> list[str]:
-        """The knobs the search varied, the catalogue's order first."""
-        return cast("list[str]", self.get("searched"))
-
-    @property
-    def counts(self) -> dict[str, int]:
-        """Trials by state (ok, failed kinds, running, ...)."""
-        return cast("dict[str, int]", self.get("counts"))
-
-    @property
-    def baseline(self) -> Row | None:
-        """The baseline's row (your setting); None where it did not complete."""
-        return cast("Row | None", self.get("baseline"))
-
-    @property
-    def baseline_steadiness(self) -> dict[str, Any] | None:
-        """How steady the baseline's steps were."""
-        return cast("dict[str, Any] | None", self.get("baseline_steadiness"))
-
-    @property
-    def best(self) -> Row | None:
-        """The search's best row (its single measurement)."""
-        return cast("Row | None", self.get("best"))
-
-    @property
-    def mfu_flops(self) -> str | None:
-        """How MFU's FLOPs per token were had: counted, or 6N + 12LdT."""
-        return cast("str | None", self.get("mfu_flops"))
-
-    @property
-    def chosen(self) -> dict[str, Any] | None:
-        """Best.yaml's choice with its row's figures (_summary.headline)."""
-        return cast("dict[str, Any] | None", self.get("chosen"))
-
-    @property
-    def confirmation(self) -> dict[str, Any] | None:
-        """The confirmation's rounds and its arms' statistics."""
-        return cast("dict[str, Any] | None", self.get("confirmation"))
-
-    @property
-    def step_spread_pct_median(self) -> float | None:
-        """The median step-time spread of the completed rows."""
-        return cast("float | None", self.get("step_spread_pct_median"))
-
-    @property
-    def trials(self) -> list[Row]:
-        """Every listed trial's row: the completed best first, then the others."""
-        return cast("list[Row]", self.get("trials"))
-
-    @property
-    def failures(self) -> dict[str, dict[str, Any]]:
-        """The trials that did not complete, by kind, with their reasons."""
-        return cast("dict[str, dict[str, Any]]", self.get("failures"))
-
-    @property
-    def excluded(self) -> list[dict[str, Any]]:
-        """What the study ruled out and why (report/_excluded.py)."""
-        return cast("list[dict[str, Any]]", self.get("excluded"))
-
-    @property
-    def noise(self) -> dict[str, Any]:
-        """The run-to-run noise the effects are judged against."""
-        return cast("dict[str, Any]", self.get("noise"))
-
-    @property
-    def time(self) -> dict[str, Any]:
-        """Where the study's time went, by phase."""
-        return cast("dict[str, Any]", self.get("time"))
-
-    @property
-    def best_telemetry(self) -> dict[str, Any] | None:
-        """The best trial's power and clocks, with power_cap."""
-        return cast("dict[str, Any] | None", self.get("best_telemetry"))
-
-    @property
-    def check_history(self) -> list[dict[str, Any]]:
-        """History.jsonl's nights of autotune check, as written."""
-        return cast("list[dict[str, Any]]", self.get("check_history"))
-
-    @property
-    def check_history_skipped(self) -> list[str]:
-        """History.jsonl's lines that could not be read."""
-        return cast("list[str]", self.get("check_history_skipped"))
-
-    @property
-    def front(self) -> list[Row]:
-        """The rows on the Pareto front of speed and memory."""
-        return cast("list[Row]", self.get("front"))
-
-    @property
-    def gpus(self) -> int:
-        """The GPUs of one trial (workload.world_size)."""
-        return cast("int", self.get("gpus"))
-
-    @property
-    def best_yaml(self) -> int | None:
-        """The trial best.yaml names (None: no best.yaml beside the study)."""
-        return cast("int | None", self.get("best_yaml"))
-
-    @property
-    def edges(self) -> dict[str, Any] | None:
-        """What became of the steps past the edge of the list."""
-        return cast("dict[str, Any] | None", self.get("edges"))
-
-    @property
-    def bound(self) -> dict[str, Any] | None:
-        """The gain found over your setting, or a bound on any gain."""
-        return cast("dict[str, Any] | None", self.get("bound"))
-
-    @property
-    def alloc_offer(self) -> str | None:
-        """Expandable segments offered to a job that ran out of memory."""
-        return cast("str | None", self.get("alloc_offer"))
-
-    @property
-    def numerics_checked(self) -> list[dict[str, Any]]:
-        """The numerics checks of the rows."""
-        return cast("list[dict[str, Any]]", self.get("numerics_checked"))
-
-    @property
-    def effects(self) -> dict[str, Any]:
-        """Each knob's effect on the figure, judged against the noise."""
-        return cast("dict[str, Any]", self.get("effects"))
-
-    @property
-    def cost(self) -> dict[str, Any]:
-        """The study's GPU time: search and confirmation."""
-        return cast("dict[str, Any]", self.get("cost"))
-
-    @property
-    def projection(self) -> dict[str, Any] | None:
-        """The chosen configuration's time and saving on a full run."""
-        return cast("dict[str, Any] | None", self.get("projection"))
+        autotune.read_report), its keys in the order of the fields."""
+        return dataclasses.asdict(self)

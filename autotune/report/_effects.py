@@ -17,8 +17,8 @@ import statistics
 from itertools import combinations
 from typing import Any
 
-from autotune.documents.record import Metric
-from autotune.knobs import BY_NAME, Not
+from autotune.knobs import BY_NAME, Knobs, Not
+from autotune.report._data import Row
 
 DERIVED = ("grad_accum_steps",)  # follows the batch: never the one knob two trials differ in
 NOISE_REPEATS = (
@@ -31,7 +31,7 @@ NOISE_WITHIN = (
 )
 
 
-def noise(confirmation: dict[str, Any] | None, ok: list[dict[str, Any]]) -> dict[str, Any]:
+def noise(confirmation: dict[str, Any] | None, ok: list[Row]) -> dict[str, Any]:
     """The study's measurement noise in percent, and how it was obtained (named once)."""
     spreads = [
         100 * (max(s) - min(s)) / statistics.median(s)
@@ -40,15 +40,13 @@ def noise(confirmation: dict[str, Any] | None, ok: list[dict[str, Any]]) -> dict
     ]
     if spreads:
         return {"pct": statistics.median(spreads), "how": NOISE_REPEATS}
-    widths = [r["half_width_pct"] for r in ok if r.get("half_width_pct") is not None]
+    widths = [r.half_width_pct for r in ok if r.half_width_pct is not None]
     if widths:
         return {"pct": statistics.median(widths), "how": NOISE_WITHIN}
     return {"pct": None, "how": "unmeasured: no repeated or multi-step measurement"}
 
 
-def effects(
-    ok: list[dict[str, Any]], searched: list[str], noise_pct: float | None
-) -> dict[str, Any]:
+def effects(ok: list[Row], searched: list[str], noise_pct: float | None) -> dict[str, Any]:
     """Per knob: each value's trials, best and median tokens/s, the paired effect against the knob's
     most-run value, the knob's effect size (how far its worst value's best falls short of its best
     value's, in percent) and whether it is above the noise; `ranked`: the knobs above noise, largest
@@ -64,9 +62,7 @@ def effects(
     return {"knobs": per_knob, "ranked": ranked}
 
 
-def acting(
-    ok: list[dict[str, Any]], knob: str
-) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def acting(ok: list[Row], knob: str) -> tuple[list[Row], dict[str, Any] | None]:
     """The trials a knob acts in, and on what it was judged: all of them for a knob that always
     acts (None); for a conditional one (the catalogue's only_with), those where its parent has the
     value it needs and it has a value, with {"knob": its parent, "when": the condition in words,
@@ -75,13 +71,11 @@ def acting(
     if k is None or k.only_with is None:
         return ok, None
     parent, want = k.only_with
-    among = [
-        r for r in ok if k.acts_with(r["knobs"].get(parent)) and r["knobs"].get(knob) is not None
-    ]
+    among = [r for r in ok if k.acts_with(r.knobs.get(parent)) and r.knobs.get(knob) is not None]
     return among, {"knob": parent, "when": _when(parent, want), "trials": len(among)}
 
 
-def _when(parent: str, want: Any) -> str:
+def _when(parent: str, want: object) -> str:
     """only_with's condition in words: "compile on", "precision fp8", "parallel not ddp"."""
     if isinstance(want, Not):
         return f"{parent} on" if want.value is False else f"{parent} not {want.value}"
@@ -90,13 +84,13 @@ def _when(parent: str, want: Any) -> str:
     return f"{parent} {want}"
 
 
-def _knob(ok: list[dict[str, Any]], knob: str, searched: list[str]) -> dict[str, Any]:
+def _knob(ok: list[Row], knob: str, searched: list[str]) -> dict[str, Any]:
     """One knob's values and their figures, over the trials it acts in (`acting`: `among` says
     which, None where that is every trial)."""
     ok, among = acting(ok, knob)
     by_value: dict[str, list[float]] = {}
     for r in ok:
-        by_value.setdefault(str(r["knobs"].get(knob)), []).append(r[Metric.TOKENS_PER_GPU])
+        by_value.setdefault(str(r.knobs.get(knob)), []).append(r.figure)
     values = {
         v: {"trials": len(xs), "best": max(xs), "median": statistics.median(xs)}
         for v, xs in by_value.items()
@@ -129,7 +123,7 @@ def _size(values: dict[str, dict[str, Any]]) -> tuple[float | None, str | None]:
 
 
 def _paired(
-    ok: list[dict[str, Any]], knob: str, searched: list[str], reference: str | None
+    ok: list[Row], knob: str, searched: list[str], reference: str | None
 ) -> dict[str, list[float]]:
     """value -> the ratios of trials at that value to trials at the reference value that differ
     from them in this knob alone (a conditional knob that acts in one of the two and not the other
@@ -137,18 +131,18 @@ def _paired(
     others = [k for k in searched if k != knob and k not in DERIVED]
     out: dict[str, list[float]] = {}
     for a, b in combinations(ok, 2):
-        va, vb = str(a["knobs"].get(knob)), str(b["knobs"].get(knob))
+        va, vb = str(a.knobs.get(knob)), str(b.knobs.get(knob))
         if va == vb or reference not in (va, vb):
             continue
-        if any(_differ(a["knobs"], b["knobs"], k) for k in others):
+        if any(_differ(a.knobs, b.knobs, k) for k in others):
             continue
         at, ref = (a, b) if vb == reference else (b, a)
         value = va if vb == reference else vb
-        out.setdefault(value, []).append(at[Metric.TOKENS_PER_GPU] / ref[Metric.TOKENS_PER_GPU])
+        out.setdefault(value, []).append(at.figure / ref.figure)
     return out
 
 
-def _differ(a: dict[str, Any], b: dict[str, Any], knob: str) -> bool:
+def _differ(a: Knobs, b: Knobs, knob: str) -> bool:
     """Whether two trials differ in `knob` where it acts in both (a conditional knob that is None
     in one, space.knobs's mark of a knob that cannot act, differs through its parent)."""
     va, vb = a.get(knob), b.get(knob)

@@ -9,6 +9,7 @@ from typing import Any
 
 import optuna
 
+from autotune.report._data import Row
 from autotune.study import predict
 from autotune.study.history import History
 
@@ -30,27 +31,27 @@ REMEDIES = {
 UNMEASURED = ("running", "waiting", "ok")
 
 
-def excluded(study: optuna.Study, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def excluded(study: optuna.Study, rows: list[Row]) -> list[dict[str, Any]]:
     """The groups of left-out trials, the largest first."""
     h = History.of(study)
     by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in rows:
-        if r["state"] in UNMEASURED:
+        if r.state in UNMEASURED:
             continue
         key, title, kind, teacher = _classify(r, h, by_number)
         group = groups.setdefault(key, _group(title, kind, r, teacher, by_number))
         group["count"] += 1
-        group["trials"].append(r["number"])
-        group["predicted"] += int(r["predicted"])
+        group["trials"].append(r.number)
+        group["predicted"] += int(r.predicted)
     return sorted(groups.values(), key=lambda g: (-g["count"], g["trials"][0]))
 
 
 def _classify(
-    r: dict[str, Any], h: History, by_number: dict[int, optuna.trial.FrozenTrial]
+    r: Row, h: History, by_number: dict[int, optuna.trial.FrozenTrial]
 ) -> tuple[tuple[Any, ...], str, str, int | None]:
     """(group key, title, remedy kind, the trial that taught the rule) of one left-out trial."""
-    state = r["state"]
+    state = r.state
     teacher = _teacher(r, h, by_number)
     if teacher is not None:
         t = by_number[teacher]
@@ -58,7 +59,7 @@ def _classify(
         if _by_check(t):
             return ("rule", teacher), f"{cause}: failed the numerics check", "numerics", teacher
         return ("rule", teacher), f"{cause}: cannot run here", "rule", teacher
-    if r["predicted"]:
+    if r.predicted:
         return ("predicted", state), f"predicted {state.replace('_', ' ')}", state, None
     return (state,), _TITLES.get(state, state.replace("_", " ")), state, None
 
@@ -73,16 +74,14 @@ _TITLES = {
 }
 
 
-def _teacher(
-    r: dict[str, Any], h: History, by_number: dict[int, optuna.trial.FrozenTrial]
-) -> int | None:
+def _teacher(r: Row, h: History, by_number: dict[int, optuna.trial.FrozenTrial]) -> int | None:
     """The invalid_config trial whose learned rule covers this trial (itself where it taught it)."""
-    if r["state"] != "invalid_config":
+    if r.state != "invalid_config":
         return None
-    t = by_number.get(r["number"])
-    if t is not None and not r["predicted"] and t.user_attrs.get("cause"):
+    t = by_number.get(r.number)
+    if t is not None and not r.predicted and t.user_attrs.get("cause"):
         return t.number
-    found = predict.rule_for(h, r["knobs"]) if r["predicted"] else None
+    found = predict.rule_for(h, r.knobs) if r.predicted else None
     return found[0].number if found else None
 
 
@@ -93,13 +92,13 @@ def _by_check(t: optuna.trial.FrozenTrial) -> bool:
 def _group(
     title: str,
     kind: str,
-    first: dict[str, Any],
+    first: Row,
     teacher: int | None,
     by_number: dict[int, optuna.trial.FrozenTrial],
 ) -> dict[str, Any]:
     """A new group: its reason (the teacher's, where a rule was learned), evidence and remedy."""
     source = by_number[teacher] if teacher is not None else None
-    reason = str(source.user_attrs.get("reason") or "") if source is not None else first["reason"]
+    reason = str(source.user_attrs.get("reason") or "") if source is not None else first.reason
     return {
         "title": title,
         "kind": kind,

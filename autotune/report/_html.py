@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.report import _html_trials, _plots
 from autotune.report._card import card_html, chosen, interval
 from autotune.report._curves import loss_svg
-from autotune.report._data import Report
+from autotune.report._data import Report, Stored
 from autotune.report._html_trials import trials_table
 from autotune.report._measured import PHASES, measured, telemetry_of
 from autotune.report._static import PLOT_FILES, draw, pareto_front, plot_data
@@ -59,7 +59,7 @@ img{max-width:100%}
 """  # noqa: E501
 
 
-def write_html(data: dict[str, Any], out: Path, study: optuna.Study | None = None) -> Path:
+def write_html(data: Report | Stored, out: Path, study: optuna.Study | None = None) -> Path:
     """report.html (one file to attach or open) and its PNGs beside it. data: collect's Report, or
     the plain dict of its JSON. study: the Optuna study the data was collected from, for the
     interactive plots and the measured spread (without it, static plots only). Everything is drawn
@@ -68,7 +68,6 @@ def write_html(data: dict[str, Any], out: Path, study: optuna.Study | None = Non
     import tempfile
 
     data = Report.of(data)
-
     m = measured(data, study)
     card = chosen(data, m["phases"], m["gpus"])
     interactive = study is not None and _plots.available()

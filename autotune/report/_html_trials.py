@@ -6,10 +6,9 @@ instead of one column each."""
 from __future__ import annotations
 
 from html import escape
-from typing import Any
 
 from autotune.protocol import reason_line
-from autotune.report._data import Report
+from autotune.report._data import Report, Row
 from autotune.report._table import cells, columns, varying
 from autotune.report._text import STEP_SPREAD
 
@@ -31,9 +30,9 @@ def trials_table(data: Report, chosen_number: int | None) -> str:
     shown = [c for c in header if c in knobs]
     rows = []
     for r in trials:
-        rows.append(_row(r, knobs, header, shown, r["number"] == chosen_number))
-        if r["reason"]:
-            rows.append(_reason_row(r["reason"], len(header) + 1))
+        rows.append(_row(r, knobs, header, shown, r.number == chosen_number))
+        if r.reason:
+            rows.append(_reason_row(r.reason, len(header) + 1))
     heads = [f'<th class="{_kind(c, knobs)}">{_breakable(c)}</th>' for c in header]
     heads.insert(1, '<th class="kc">configuration</th>')
     table = f"<table><tr>{''.join(heads)}</tr>\n" + "\n".join(rows) + "</table>"
@@ -49,13 +48,11 @@ def _kind(column: str, knobs: list[str]) -> str:
     return {"state": "text", "#": "n"}.get(column, "")
 
 
-def _row(
-    r: dict[str, Any], knobs: list[str], header: list[str], shown: list[str], mine: bool
-) -> str:
+def _row(r: Row, knobs: list[str], header: list[str], shown: list[str], mine: bool) -> str:
     values = cells(r, knobs, header)
     values[0] += " \u2605 chosen" if mine else ""
     tds = [f'<td class="{_kind(c, knobs)}">{escape(v)}</td>' for c, v in zip(header, values)]
-    configuration = ", ".join(f"{k}={r['knobs'].get(k)}" for k in shown)
+    configuration = ", ".join(f"{k}={r.knobs.get(k)}" for k in shown)
     tds.insert(1, f'<td class="text kc">{escape(configuration)}</td>')
     return f'<tr class="{"chosen" if mine else ""}">{"".join(tds)}</tr>'
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from autotune.documents.record import Metric, RecordError, TrialRecord
-from autotune.report._data import Report
+from autotune.documents.record import RecordError, TrialRecord
+from autotune.report._data import Report, Row
 
 if TYPE_CHECKING:
     import optuna
@@ -43,7 +43,7 @@ def measured(data: Report, study: optuna.Study | None) -> dict[str, Any]:
 def _spread(data: Report, study: optuna.Study) -> dict[int, tuple[float, float]]:
     """tokens/s per GPU at the slow and fast end of each ok trial's measured steps (its median
     scaled by median step time / step-time quantile): the error bar of a single measurement."""
-    tokens = {r["number"]: r[Metric.TOKENS_PER_GPU] for r in data.trials if r["state"] == "ok"}
+    tokens = {r.number: r.figure for r in data.trials if r.state == "ok"}
     spread = {}
     for t in study.get_trials(deepcopy=False):
         if t.number not in tokens:
@@ -84,7 +84,7 @@ def confirmation_phases(data: Report) -> list[dict[str, Any]]:
     """The confirmation's processes as bars of the time chart ("c3.1": trial 3's second sample):
     each one's stored wall time, else its trial's search process's (report/_summary.cost)."""
     conf = data.confirmation or {}
-    walls = {r["number"]: r["wall_s"] for r in data.trials if r.get("wall_s")}
+    walls = {r.number: r.wall_s for r in data.trials if r.wall_s}
     out = []
     for st in [*conf.get("stats", []), *([conf["baseline"]] if conf.get("baseline") else [])]:
         runs = len(st.get("samples") or []) + len(st.get("failures") or [])
@@ -100,16 +100,16 @@ def confirmation_phases(data: Report) -> list[dict[str, Any]]:
     return out
 
 
-def phases_of(row: dict[str, Any]) -> dict[str, Any] | None:
+def phases_of(row: Row) -> dict[str, Any] | None:
     """One trial's seconds by phase (warm-up without the compile it contains; a process that kept
     no phases, a timeout's, all "other"), None for a trial never started."""
-    raw = row.get("phases_s") or {}
-    if not row.get("wall_s"):
+    raw = row.phases_s or {}
+    if not row.wall_s:
         return None
     seconds = {p: float(raw.get(p, 0.0)) for p in PHASES if p != "other"}
     reference = float(raw.get("reference", 0.0))
     seconds["checks"] = float(raw.get("check", 0.0)) + reference
     seconds["warmup"] = max(0.0, seconds["warmup"] - seconds["compile"])
-    seconds["other"] = max(0.0, row["wall_s"] + reference - sum(seconds.values()))
-    wall = row["wall_s"] + reference
-    return {"number": row["number"], "state": row["state"], "seconds": seconds, "wall_s": wall}
+    seconds["other"] = max(0.0, row.wall_s + reference - sum(seconds.values()))
+    wall = row.wall_s + reference
+    return {"number": row.number, "state": row.state, "seconds": seconds, "wall_s": wall}

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Callable
 from html import escape
 from typing import Any
 
-from autotune.documents.record import Metric
-from autotune.report._data import Report
+from autotune.report._data import Report, Row
 from autotune.report._measured import PHASES
 
 CHOSEN = {"symbol": "star", "size": 18, "color": "#d62728", "line": {"width": 1, "color": "black"}}
@@ -145,13 +145,13 @@ def _target(study: Any, minimize: bool = False) -> Any:
     return lambda t: sign * t.values[0]
 
 
-def _ok(data: Report) -> list[dict[str, Any]]:
-    return sorted((r for r in data.trials if r["state"] == "ok"), key=lambda r: r["number"])
+def _ok(data: Report) -> list[Row]:
+    return sorted((r for r in data.trials if r.state == "ok"), key=lambda r: r.number)
 
 
-def _label(r: dict[str, Any], searched: list[str]) -> str:
-    knobs = "<br>".join(escape(f"{k}={r['knobs'].get(k)}") for k in searched)
-    return f"trial {r['number']}<br>{knobs}"
+def _label(r: Row, searched: list[str]) -> str:
+    knobs = "<br>".join(escape(f"{k}={r.knobs.get(k)}") for k in searched)
+    return f"trial {r.number}<br>{knobs}"
 
 
 def _star(go: Any, x: list[Any], y: list[Any], **kw: Any) -> Any:
@@ -161,15 +161,15 @@ def _star(go: Any, x: list[Any], y: list[Any], **kw: Any) -> Any:
 def _spread(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None) -> Any:
     import plotly.graph_objects as go
 
-    ok = [r for r in _ok(data) if r["number"] in m["spread"]]
+    ok = [r for r in _ok(data) if r.number in m["spread"]]
     if not ok:
         return None
-    y = [r[Metric.TOKENS_PER_GPU] for r in ok]
-    lo = [v - m["spread"][r["number"]][0] for v, r in zip(y, ok)]
-    hi = [m["spread"][r["number"]][1] - v for v, r in zip(y, ok)]
+    y = [r.tokens_per_s_per_gpu for r in ok]
+    lo = [v - m["spread"][r.number][0] for v, r in zip(y, ok)]
+    hi = [m["spread"][r.number][1] - v for v, r in zip(y, ok)]
     fig = go.Figure(
         go.Scatter(
-            x=[r["number"] for r in ok],
+            x=[r.number for r in ok],
             y=y,
             mode="markers",
             name="median of the measured steps",
@@ -179,9 +179,9 @@ def _spread(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | Non
         )
     )
     _mark_baseline(fig, data)
-    chosen = [r for r in ok if c and r["number"] == c["trial"]]
+    chosen = [r for r in ok if c and r.number == c["trial"]]
     if chosen:
-        fig.add_trace(_star(go, [chosen[0]["number"]], [chosen[0][Metric.TOKENS_PER_GPU]]))
+        fig.add_trace(_star(go, [chosen[0].number], [chosen[0].tokens_per_s_per_gpu]))
     bars = f"{', '.join(f'{100 * q:.0f}th' for q in (0.1, 0.9))} percentile steps"
     return fig.update_layout(xaxis_title="trial", yaxis_title=f"{TOKENS} (bars: {bars})")
 
@@ -189,7 +189,7 @@ def _spread(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | Non
 def _mark_baseline(fig: Any, data: Report) -> None:
     if data.baseline:
         fig.add_hline(
-            y=data.baseline[Metric.TOKENS_PER_GPU],
+            y=data.baseline.tokens_per_s_per_gpu,
             line_dash="dash",
             line_color="grey",
             annotation_text="baseline",
@@ -241,9 +241,9 @@ def _history(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | No
     fig = plot_optimization_history(study, target=_target(study), target_name=TOKENS)
     _mark_baseline(fig, data)
     if c:
-        row = next((r for r in ok if r["number"] == c["trial"]), None)
+        row = next((r for r in ok if r.number == c["trial"]), None)
         if row is not None:
-            fig.add_trace(_star(go, [row["number"]], [row[Metric.TOKENS_PER_GPU]]))
+            fig.add_trace(_star(go, [row.number], [row.tokens_per_s_per_gpu]))
     return fig.update_layout(title=None)
 
 
@@ -322,9 +322,9 @@ def _pareto(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | Non
             line_color="#d62728",
             annotation_text="limit",
         )
-    row = next((r for r in data.trials if c and r["number"] == c["trial"]), None)
-    if row is not None and row.get(Metric.TPOT_P99_MS) is not None:
-        fig.add_trace(_star(go, [row[Metric.TOKENS_PER_GPU]], [row[Metric.TPOT_P99_MS]]))
+    row = next((r for r in data.trials if c and r.number == c["trial"]), None)
+    if row is not None and row.tpot_ms_p99 is not None:
+        fig.add_trace(_star(go, [row.tokens_per_s_per_gpu], [row.tpot_ms_p99]))
     return fig.update_layout(title=None)
 
 
@@ -333,31 +333,34 @@ def _front(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None
     drawn (a pareto study's latency front is Optuna's: _pareto)."""
     from autotune.report._table import pareto
 
-    latency = [
-        r for r in data.trials if r.get(Metric.TPOT_P99_MS) is not None and r[Metric.TOKENS_PER_GPU]
-    ]
-    key, title, limit = (
-        Metric.TPOT_P99_MS,
-        "p99 time per output token (ms)",
-        m["limits"].get("p99_tpot_ms"),
-    )
+    latency = [r for r in data.trials if r.tpot_ms_p99 is not None and r.tokens_per_s_per_gpu]
+    key: Callable[[Row], float | None] = _latency
+    title, limit = "p99 time per output token (ms)", m["limits"].get("p99_tpot_ms")
     if latency and len(study.directions) > 1:
         return None
     points = latency
     if not latency:
-        points = [r for r in _ok(data) if r.get(Metric.PEAK_MEM_GIB) is not None]
-        key, title, limit = Metric.PEAK_MEM_GIB, "peak memory (GiB)", None
+        points = [r for r in _ok(data) if r.peak_mem_gib is not None]
+        key, title, limit = _memory, "peak memory (GiB)", None
     if len(points) < 2:
         return None
-    front = pareto(points, up=lambda r: r[Metric.TOKENS_PER_GPU], down=lambda r: r[key])
+    front = pareto(points, up=lambda r: r.tokens_per_s_per_gpu, down=key)
     return _front_figure(data, points, front, key, title, limit, c)
+
+
+def _latency(r: Row) -> float | None:
+    return r.tpot_ms_p99
+
+
+def _memory(r: Row) -> float | None:
+    return r.peak_mem_gib
 
 
 def _front_figure(
     data: Report,
-    points: list[Any],
-    front: list[Any],
-    key: str,
+    points: list[Row],
+    front: list[Row],
+    key: Callable[[Row], float | None],
     title: str,
     limit: float | None,
     c: dict[str, Any] | None,
@@ -365,12 +368,12 @@ def _front_figure(
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for state in sorted({r["state"] for r in points}):
-        mine = [r for r in points if r["state"] == state]
+    for state in sorted({r.state for r in points}):
+        mine = [r for r in points if r.state == state]
         fig.add_trace(
             go.Scatter(
-                x=[r[key] for r in mine],
-                y=[r[Metric.TOKENS_PER_GPU] for r in mine],
+                x=[key(r) for r in mine],
+                y=[r.tokens_per_s_per_gpu for r in mine],
                 mode="markers",
                 name=escape(state),
                 text=[_label(r, data.searched) for r in mine],
@@ -379,8 +382,8 @@ def _front_figure(
         )
     fig.add_trace(
         go.Scatter(
-            x=[r[key] for r in front],
-            y=[r[Metric.TOKENS_PER_GPU] for r in front],
+            x=[key(r) for r in front],
+            y=[r.tokens_per_s_per_gpu for r in front],
             mode="lines",
             name="front (no trial beats these on both)",
             line={"color": "#ff7f0e"},
@@ -388,9 +391,9 @@ def _front_figure(
     )
     if limit is not None:
         fig.add_vline(x=limit, line_dash="dot", line_color="#d62728", annotation_text="limit")
-    row = next((r for r in points if c and r["number"] == c["trial"]), None)
+    row = next((r for r in points if c and r.number == c["trial"]), None)
     if row is not None:
-        fig.add_trace(_star(go, [row[key]], [row[Metric.TOKENS_PER_GPU]]))
+        fig.add_trace(_star(go, [key(row)], [row.tokens_per_s_per_gpu]))
     return fig.update_layout(xaxis_title=title, yaxis_title=TOKENS)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from autotune.documents import strict_json
 from autotune.errors import printable
 from autotune.report import _text
-from autotune.report._data import Report
+from autotune.report._data import Report, Row, Stored
 from autotune.report._table import cells, columns, fmt, varying
 
 # What in the text a study holds (a knob's value, a reason, a name) Markdown would read as its own:
@@ -27,9 +27,11 @@ def md(text: object) -> str:
     return _MD_SYNTAX.sub(r"\\\1", held)
 
 
-def to_json(data: dict[str, Any]) -> str:
-    """Strict JSON: a non-finite number (NaN, an infinity) is null (documents.strict_json)."""
-    return strict_json.dumps(data, indent=1, default=str)
+def to_json(data: Report | Stored) -> str:
+    """Strict JSON: a non-finite number (NaN, an infinity) is null (documents.strict_json). data:
+    collect's Report (its to_dict), or a plain dict (the JSON of one, read back)."""
+    plain = data.to_dict() if isinstance(data, Report) else data
+    return strict_json.dumps(plain, indent=1, default=str)
 
 
 def confirmed(st: dict[str, Any]) -> str:
@@ -83,7 +85,7 @@ def confirmation_lines(conf: dict[str, Any]) -> list[str]:
     return [*lines, f"{_text.rounds_text(conf)}; {conf['why']}"]
 
 
-def to_markdown(data: dict[str, Any], top: int = 10) -> str:
+def to_markdown(data: Report | Stored, top: int = 10) -> str:
     """A PR-comment-sized summary: the chosen configuration, what was left out, the top trials,
     which knobs mattered, the cost. Every text a study holds is escaped (md). data: collect's
     Report, or the plain dict of its JSON."""
@@ -136,9 +138,9 @@ def _trials_markdown(data: Report, top: int) -> list[str]:
     return lines
 
 
-def _front_point(r: dict[str, Any]) -> str:
-    over = " (over limit)" if r["state"] == "over_limit" else ""
+def _front_point(r: Row) -> str:
+    over = " (over limit)" if r.state == "over_limit" else ""
     return (
-        f"trial {r['number']}: {fmt(r['tpot_ms_p99'], 'ms')} ms, "
-        f"{fmt(r['tokens_per_s_per_gpu'], 'tok')} tokens/s{over}"
+        f"trial {r.number}: {fmt(r.tpot_ms_p99, 'ms')} ms, "
+        f"{fmt(r.tokens_per_s_per_gpu, 'tok')} tokens/s{over}"
     )

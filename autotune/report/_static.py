@@ -9,7 +9,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from autotune.documents.record import Metric
 from autotune.report import _effects
 from autotune.report._data import Report
 from autotune.report._measured import PHASES
@@ -32,23 +31,22 @@ def plot_data(
     """What each plot draws, computed before any drawing; phases: _measured.phases_of of each trial;
     chosen: the chosen trial (best.yaml's), marked; telemetry: (trial, its telemetry) drawn, else
     the search's best's."""
-    ok = sorted((r for r in data.trials if r["state"] == "ok"), key=lambda r: r["number"])
+    ok = sorted((r for r in data.trials if r.state == "ok"), key=lambda r: r.number)
     history, best_so_far, running = [], [], float("-inf")
     for r in ok:
-        running = max(running, r[Metric.TOKENS_PER_GPU])
-        history.append((r["number"], r[Metric.TOKENS_PER_GPU]))
-        best_so_far.append((r["number"], running))
+        running = max(running, r.figure)
+        history.append((r.number, r.figure))
+        best_so_far.append((r.number, running))
     mem = [
-        (r[Metric.PEAK_MEM_GIB], r[Metric.TOKENS_PER_GPU], r["number"])
+        (r.peak_mem_gib, r.figure, r.number)
         for r in ok
-        if r[Metric.PEAK_MEM_GIB] is not None  # no memory reported: not on the memory axis
+        if r.peak_mem_gib is not None  # no memory reported: not on the memory axis
     ]
     # a conditional knob drawn only where it acts (_effects.acting): its None is its parent's off
     per_knob = {
-        k: [(str(r["knobs"][k]), r[Metric.TOKENS_PER_GPU]) for r in _effects.acting(ok, k)[0]]
-        for k in data.searched
+        k: [(str(r.knobs[k]), r.figure) for r in _effects.acting(ok, k)[0]] for k in data.searched
     }
-    best = (data.best or {}).get("number")
+    best = data.best.number if data.best else None
     tele_trial, tele = telemetry or (best, data.best_telemetry or {})
     series = tele.get("series") or []
     t0 = series[0]["t"] if series else 0.0
@@ -66,7 +64,7 @@ def plot_data(
     return {
         "history": history,
         "best_so_far": best_so_far,
-        "baseline": data.baseline[Metric.TOKENS_PER_GPU] if data.baseline else None,
+        "baseline": data.baseline.tokens_per_s_per_gpu if data.baseline else None,
         "memory": mem,
         "pareto": pareto_front(mem),
         "per_knob": per_knob,

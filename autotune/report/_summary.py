@@ -9,7 +9,7 @@ from typing import Any
 from autotune import tasks
 from autotune.documents.record import Metric
 from autotune.protocol import Knobs
-from autotune.report._data import Report
+from autotune.report._data import Report, Row
 
 # How a gain was obtained, named once: a ratio means something only with its basis beside it
 BASIS_CONFIRMED = "confirmed median / the baseline's confirmed median of the same rounds"
@@ -23,11 +23,11 @@ def headline(data: Report) -> dict[str, Any] | None:
     c = data.chosen
     if not c:
         return None
-    row = next((r for r in data.trials if r["number"] == c["trial"]), None) or {}
+    row = next((r for r in data.trials if r.number == c["trial"]), None)
     base = data.baseline
     value = c[Metric.TOKENS_PER_GPU]
     base_value, basis = _baseline_figure(c, base, data.confirmation)
-    knobs = dict(c.get("knobs") or row.get("knobs") or {})
+    knobs = dict(c.get("knobs") or (row.knobs if row else {}))
     return {
         "trial": c["trial"],
         "why": c["why"],
@@ -38,10 +38,10 @@ def headline(data: Report) -> dict[str, Any] | None:
         "ci95_why": c.get("ci95_why"),
         "search_tokens_per_s_per_gpu": c.get("search_tokens_per_s_per_gpu"),
         "knobs": {k: v for k, v in knobs.items() if v is not None},
-        "changed": _changed(knobs, (base or {}).get("knobs") or {}) if base else {},
+        "changed": _changed(knobs, base.knobs) if base else {},
         "baseline": None
         if base is None
-        else {"trial": base["number"], Metric.TOKENS_PER_GPU: base_value},
+        else {"trial": base.number, Metric.TOKENS_PER_GPU: base_value},
         "speedup_vs_baseline": value / base_value if base_value else None,
         "speedup_basis": basis,
         # the ratio of confirmed medians of the same rounds with its 95% interval (metrics.gain),
@@ -51,20 +51,20 @@ def headline(data: Report) -> dict[str, Any] | None:
         "confirmation": c.get("confirmation"),
         # whether best.yaml holds this choice yet (collect: the file beside the study)
         "written": data.best_yaml == c["trial"],
-        "numerics": numerics_of(knobs, row.get("loss_check")),
+        "numerics": numerics_of(knobs, row.loss_check if row else None),
         "speedup_flag": c.get("speedup_flag"),
         **_efficiency(data.task, row, value),
         # its search trial's compile (cold: the study's first of this configuration), and its
         # confirmation processes' (warm: the study's compile cache)
-        "compile_s": (row.get("phases_s") or {}).get("compile"),
+        "compile_s": (row.phases_s or {}).get("compile") if row else None,
         "compile_warm_s": _warm_compiles(data.confirmation, c["trial"]),
-        "peak_mem_gib": row.get(Metric.PEAK_MEM_GIB),
+        "peak_mem_gib": row.peak_mem_gib if row else None,
         "runner_up": c.get("runner_up"),
     }
 
 
 def _baseline_figure(
-    c: dict[str, Any], base: dict[str, Any] | None, conf: dict[str, Any] | None
+    c: dict[str, Any], base: Row | None, conf: dict[str, Any] | None
 ) -> tuple[float | None, str]:
     """The baseline's figure the gain divides by, and the gain's basis: its confirmed median where
     the confirmation re-measured it (its own arm, or its candidate's), else its one search
@@ -73,10 +73,10 @@ def _baseline_figure(
         return None, "no baseline measured"
     conf = conf or {}
     arms = [*conf.get("stats", []), *([conf["baseline"]] if conf.get("baseline") else [])]
-    again = next((st for st in arms if st.get("trial") == base["number"]), None) or {}
+    again = next((st for st in arms if st.get("trial") == base.number), None) or {}
     if c["confirmed"] and again.get("median"):
         return again["median"], BASIS_CONFIRMED
-    return base[Metric.TOKENS_PER_GPU], BASIS_HALF if c["confirmed"] else BASIS_SEARCH
+    return base.tokens_per_s_per_gpu, BASIS_HALF if c["confirmed"] else BASIS_SEARCH
 
 
 def _warm_compiles(conf: dict[str, Any] | None, trial: int) -> list[float]:
@@ -114,16 +114,16 @@ def numerics_of(knobs: Knobs, check: dict[str, Any] | None) -> dict[str, Any] | 
     }
 
 
-def numerics_checked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def numerics_checked(rows: list[Row]) -> list[dict[str, Any]]:
     """Each arithmetic a numerics check of the study passed, from the trial that ran it (numerics_of
     with its trial number): what the quality of every fp8 or fp16 trial rests on, the chosen's or
     not. A failed check's trial is in the report's left-out list with its reason."""
     found = []
     for row in rows:
-        check = row.get("loss_check") or {}
+        check = row.loss_check or {}
         if check.get("attempts") and check.get("passed"):
-            n = numerics_of(row.get("knobs") or {}, check)
-            found += [{"trial": row["number"], **n}] if n else []
+            n = numerics_of(row.knobs or {}, check)
+            found += [{"trial": row.number, **n}] if n else []
     return found
 
 
@@ -132,25 +132,24 @@ def _changed(knobs: Knobs, before: dict[str, Any]) -> dict[str, tuple[Any, Any]]
     return {k: (before.get(k), v) for k, v in knobs.items() if before.get(k) != v}
 
 
-def _efficiency(task: str, row: dict[str, Any], value: float) -> dict[str, Any]:
+def _efficiency(task: str, row: Row | None, value: float) -> dict[str, Any]:
     """The task's efficiency figure (tasks.Task.columns: MFU for training, the roofline share for
     generation), scaled to the chosen figure; the other is None. `mfu_peaks`: each peak the MFU is
     read against with its figure, scaled alike (the row's, metrics.mfu_peaks: bf16's first, an fp8
     trial's fp8 peak after it); `power_cap`: the power or clock limit its measured steps ran at
     (metrics.power_cap), None where none was seen or nothing sampled."""
     columns = tasks.task(task).columns
-    search = row.get(Metric.TOKENS_PER_GPU)
+    if row is None:
+        return {"mfu": None, "mfu_peaks": [], "roofline": None, "power_cap": None}
+    search = row.tokens_per_s_per_gpu
     mfu = "MFU" in columns
     return {
-        "mfu": _scaled(row.get(Metric.MFU), value, search) if mfu else None,
+        "mfu": _scaled(row.mfu, value, search) if mfu else None,
         "mfu_peaks": [
-            {**p, "mfu": _scaled(p["mfu"], value, search)}
-            for p in ((row.get("mfu_peaks") or []) if mfu else [])
+            {**p, "mfu": _scaled(p["mfu"], value, search)} for p in (row.mfu_peaks if mfu else [])
         ],
-        "roofline": _scaled(row.get(Metric.ROOFLINE), value, search)
-        if "roofline" in columns
-        else None,
-        "power_cap": row.get("power_cap"),
+        "roofline": _scaled(row.roofline_share, value, search) if "roofline" in columns else None,
+        "power_cap": row.power_cap,
     }
 
 
@@ -166,15 +165,15 @@ def cost(data: Report, gpus: int) -> dict[str, Any]:
     """Every process the search ran, by kind, and their GPU-minutes: trial processes (whatever
     their end: timeouts and pruned ones too), the loss check's reference processes and the
     confirmation's fresh processes."""
-    trials = [r for r in data.trials if r.get("wall_s")]
+    trials = [r for r in data.trials if r.wall_s]
     n_conf, s_conf, estimated = _confirmation_cost(data.confirmation, trials)
     kinds = {
-        "trials": (len(trials), sum(r["wall_s"] for r in trials)),
+        "trials": (len(trials), sum(r.wall_s or 0.0 for r in trials)),
         "references": _references(trials),
         "confirmation": (n_conf, s_conf),
     }
     seconds = sum(s for _, s in kinds.values())
-    measuring = sum((r.get("phases_s") or {}).get("measure", 0.0) for r in trials)
+    measuring = sum((r.phases_s or {}).get("measure", 0.0) for r in trials)
     return {
         "processes": sum(n for n, _ in kinds.values()),
         "by_kind": {k: {"processes": n, "seconds": s} for k, (n, s) in kinds.items() if n},
@@ -185,20 +184,18 @@ def cost(data: Report, gpus: int) -> dict[str, Any]:
     }
 
 
-def _references(trials: list[dict[str, Any]]) -> tuple[int, float]:
+def _references(trials: list[Row]) -> tuple[int, float]:
     """The loss check's reference processes (phases_s reference: a process of its own)."""
-    refs = [(r.get("phases_s") or {}).get("reference", 0.0) for r in trials]
+    refs = [(r.phases_s or {}).get("reference", 0.0) for r in trials]
     return sum(1 for s in refs if s), sum(refs)
 
 
-def _confirmation_cost(
-    conf: dict[str, Any] | None, trials: list[dict[str, Any]]
-) -> tuple[int, float, bool]:
+def _confirmation_cost(conf: dict[str, Any] | None, trials: list[Row]) -> tuple[int, float, bool]:
     """The confirmation's processes and seconds: each sample's wall time where the study stored it,
     else the trial's own search process's wall time for each (then estimated is True)."""
     if not conf:
         return 0, 0.0, False
-    walls = {r["number"]: r["wall_s"] for r in trials}
+    walls = {r.number: r.wall_s or 0.0 for r in trials}
     n, seconds, estimated = 0, 0.0, False
     for st in [*conf["stats"], *([conf["baseline"]] if conf.get("baseline") else [])]:
         runs = len(st.get("samples") or []) + len(st.get("failures") or [])

@@ -6,34 +6,45 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeGuard, TypeVar
 
 from autotune import metrics, nccl_log, tasks
 from autotune.documents.record import Metric, RecordError, TrialRecord
 from autotune.hardware import MFU_PRECISION
 from autotune.protocol import reason_line
+from autotune.report._data import Row, Stored
 
 if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
     from rich.table import Table
 
 
-def pareto(items: list[Any], up: Any, down: Any) -> list[Any]:
+Item = TypeVar("Item")
+
+
+def pareto(
+    items: list[Item],
+    up: Callable[[Item], float | None],
+    down: Callable[[Item], float | None],
+) -> list[Item]:
     """The items no other beats on both: up(item) higher and down(item) lower (ties on both are
     kept), in ascending order of down. The one Pareto-front rule of the report (memory, and
     generate's latency). An item without a number on an axis (a job that reports no peak memory)
     cannot be placed on it: it is left out, never compared."""
-    placed = [a for a in items if _number(up(a)) and _number(down(a))]
+    placed: list[tuple[Item, float, float]] = []
+    for a in items:
+        x, y = up(a), down(a)
+        if _number(x) and _number(y):
+            placed.append((a, x, y))
+    kept = [
+        (a, x, y)
+        for a, x, y in placed
+        if not any(xb >= x and yb <= y and (xb, yb) != (x, y) for _, xb, yb in placed)
+    ]
+    return [a for a, _, _ in sorted(kept, key=lambda p: p[2])]
 
-    def beaten(a: Any) -> bool:
-        return any(
-            up(b) >= up(a) and down(b) <= down(a) and (up(b), down(b)) != (up(a), down(a))
-            for b in placed
-        )
 
-    return sorted((a for a in placed if not beaten(a)), key=down)
-
-
-def fmt(value: Any, kind: str) -> str:
+def fmt(value: object, kind: str) -> str:
     """One cell: tok (tokens/s), mfu, x (ratio), gib, pct; None is '-' (MFU: 'n/a', never
     invented)."""
     if value is None:
@@ -60,9 +71,7 @@ def tflops_text(value: float) -> str:
     return f"{value:,.1f}".removesuffix(".0")
 
 
-def mfu_text(
-    value: float | None, peaks: list[dict[str, Any]], mark: Callable[[str], str] = str
-) -> str:
+def mfu_text(value: float | None, peaks: list[Stored], mark: Callable[[str], str] = str) -> str:
     """An MFU figure with the peak it divides by (peaks: metrics.mfu_peaks; [] reads `value` as the
     stored figure, against MFU_PRECISION's peak of a GPU unnamed): "69.0% of the bf16 dense peak,
     989.5 TFLOP/s"; with a second peak (fp8): "69.0% of bf16's 989.5 TFLOP/s, 34.5% of fp8's
@@ -92,11 +101,11 @@ def record_mfu_text(record: TrialRecord) -> str:
     return mfu_text(value, metrics.mfu_peaks(value, stored, gpu, precision))
 
 
-def _mfu_cell(row: dict[str, Any]) -> str:
+def _mfu_cell(row: Row) -> str:
     """The MFU column's cell: the figure against MFU_PRECISION's peak (the header names it), and a
     second peak's beside it (an fp8 trial's: "69.0% (fp8 34.5%)")."""
-    shown = fmt(row["mfu"], "mfu")
-    others = (row.get("mfu_peaks") or [])[1:]
+    shown = fmt(row.mfu, "mfu")
+    others = row.mfu_peaks[1:]
     return shown + "".join(f" ({p['precision']} {fmt(p['mfu'], 'mfu')})" for p in others)
 
 
@@ -108,11 +117,11 @@ def speedup(value: float | None, flag: str | None) -> str:
     return f"{shown} ({flag})" if flag and value is not None else shown
 
 
-def _number(value: Any) -> bool:
+def _number(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
-def _dict(value: Any) -> dict[str, Any]:
+def _dict(value: object) -> Stored:
     return value if isinstance(value, dict) else {}
 
 
@@ -137,7 +146,7 @@ def _half_width(r: TrialRecord) -> float | None:
     return 100 * 1.96 * statistics.stdev(steps) / math.sqrt(len(steps)) / statistics.fmean(steps)
 
 
-def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
+def row_of(t: FrozenTrial, base_value: float | None) -> Row:
     """A trial (an Optuna FrozenTrial) as a report row: its record's knobs, metrics, state and
     reason. A record another program damaged (a field of the wrong type) shows as 'unreadable',
     never as a failure of the report."""
@@ -163,65 +172,57 @@ def row_of(t: Any, base_value: float | None) -> dict[str, Any]:
     first = t.values[0] if t.values else None  # tokens/s; a pareto study's second value is p99 TPOT
     value = (first if _number(first) else None) if t.state == TrialState.COMPLETE else tokens
     knobs = r.knobs if knobs_ok else t.params
-    return {
-        "number": t.number,
-        "state": state,
-        "knobs": knobs,
-        Metric.TOKENS_PER_GPU: tokens,
-        "speedup": (value / base_value) if (value is not None and base_value) else None,
-        "step_spread_pct": metrics.middle_spread_pct(_steps(r)),
-        "half_width_pct": _half_width(r),
-        "reason": str(r.reason or ""),
-        "predicted": bool(r.predicted),
-        "phases_s": {k: v for k, v in _dict(r.phases_s).items() if _number(v)} or None,
-        "wall_s": r.wall_s if _number(r.wall_s) else None,
-        "prestarted": r.prestarted is True,  # its process was started ahead (launch/prestart.py)
-        "fingerprint": r.fingerprint,
-        **_conditions(r, m, knobs),
-        "failed_rank": r.extra.get("failed_rank"),
-        # the numerics check's record (search/loss_guard.py), None where none ran
-        "loss_check": _dict(r.loss_check) or None,
-        "nccl_used": nccl_log.used(_dict(r.nccl)),
-        "flops": _dict(r.applied).get("flops")
-        if isinstance(_dict(r.applied).get("flops"), str)
-        else None,
+    applied = _dict(r.applied).get("flops")
+
+    def figure(key: str) -> float | None:
+        return m.get(key) if _number(m.get(key)) else None
+
+    return Row(
+        number=t.number,
+        state=state,
+        knobs=knobs,
+        tokens_per_s_per_gpu=tokens,
+        speedup=(value / base_value) if (value is not None and base_value) else None,
+        step_spread_pct=metrics.middle_spread_pct(_steps(r)),
+        half_width_pct=_half_width(r),
+        reason=str(r.reason or ""),
+        predicted=bool(r.predicted),
+        phases_s={k: v for k, v in _dict(r.phases_s).items() if _number(v)} or None,
+        wall_s=r.wall_s if _number(r.wall_s) else None,
+        prestarted=r.prestarted is True,
+        fingerprint=r.fingerprint,
+        mfu_peaks=_peaks(r, m, knobs),
+        power_cap=metrics.power_cap(r.telemetry),
+        beyond_list=r.extra.get("beyond_list") or None,
+        failed_rank=r.extra.get("failed_rank"),
+        loss_check=_dict(r.loss_check) or None,  # None where no numerics check ran
+        nccl_used=nccl_log.used(_dict(r.nccl)),
+        flops=applied if isinstance(applied, str) else None,
         # the numbers each column shows (generate's latency and roofline: metrics.generation)
-        **{
-            k: m.get(k) if _number(m.get(k)) else None
-            for k in (
-                Metric.MFU,
-                Metric.PEAK_MEM_GIB,
-                Metric.MEMORY_ESTIMATE_GIB,
-                Metric.TTFT_MS,
-                Metric.TPOT_MEDIAN_MS,
-                Metric.TPOT_P99_MS,
-                Metric.ROOFLINE,
-                Metric.TOKENS_PER_JOULE,
-                Metric.PADDING_PCT,
-            )
-        },
-    }
+        mfu=figure(Metric.MFU),
+        peak_mem_gib=figure(Metric.PEAK_MEM_GIB),
+        memory_estimate_gib=figure(Metric.MEMORY_ESTIMATE_GIB),
+        ttft_ms=figure(Metric.TTFT_MS),
+        tpot_ms_median=figure(Metric.TPOT_MEDIAN_MS),
+        tpot_ms_p99=figure(Metric.TPOT_P99_MS),
+        roofline_share=figure(Metric.ROOFLINE),
+        tokens_per_joule=figure(Metric.TOKENS_PER_JOULE),
+        padding_pct=figure(Metric.PADDING_PCT),
+    )
 
 
-def _conditions(r: TrialRecord, m: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any]:
-    """What a row's figures rest on: `mfu_peaks`, the peaks its MFU is read against
-    (metrics.mfu_peaks), and `power_cap`, the power or clock limit its measured steps ran at
-    (metrics.power_cap; None: none seen, or no telemetry)."""
+def _peaks(r: TrialRecord, m: Stored, knobs: Stored) -> list[Stored]:
+    """The peaks a row's MFU is read against (metrics.mfu_peaks)."""
     mfu, peak = m.get(Metric.MFU), m.get(metrics.MFU_PEAK_TFLOPS)
-    return {
-        "mfu_peaks": metrics.mfu_peaks(
-            mfu if _number(mfu) else None,
-            peak if _number(peak) else None,
-            _gpu(r.fingerprint),
-            str(knobs.get("precision")),
-        ),
-        "power_cap": metrics.power_cap(r.telemetry),
-        # the values it ran beyond the user's list (search/edges.py)
-        "beyond_list": r.extra.get("beyond_list") or None,
-    }
+    return metrics.mfu_peaks(
+        mfu if _number(mfu) else None,
+        peak if _number(peak) else None,
+        _gpu(r.fingerprint),
+        str(knobs.get("precision")),
+    )
 
 
-def _gpu(fingerprint: Any) -> str | None:
+def _gpu(fingerprint: Stored | None) -> str | None:
     """The GPU a record's fingerprint names (its device's name, which the peak table is read by),
     None on a CPU or without one."""
     f = _dict(fingerprint)
@@ -229,15 +230,15 @@ def _gpu(fingerprint: Any) -> str | None:
     return name if f.get("device") == "cuda" and isinstance(name, str) else None
 
 
-def columns(knobs: list[str], rows: list[dict[str, Any]], task: str = "train") -> list[str]:
+def columns(knobs: list[str], rows: list[Row], task: str = "train") -> list[str]:
     """The table's header: the searched knobs, the metrics (the task's efficiency columns:
     tasks.Task.columns), NCCL's choice (only where NCCL said), and the outcome (only where a trial
     did not simply succeed)."""
-    nccl = ["NCCL used"] if any(r.get("nccl_used") for r in rows) else []
-    outcome = ["state", "reason"] if any(r["state"] != "ok" or r["reason"] for r in rows) else []
+    nccl = ["NCCL used"] if any(r.nccl_used for r in rows) else []
+    outcome = ["state", "reason"] if any(r.state != "ok" or r.reason for r in rows) else []
     efficiency = [MFU_HEADER if c == "MFU" else c for c in tasks.task(task).columns]
-    energy = ["tokens/J"] if any(r.get("tokens_per_joule") is not None for r in rows) else []
-    estimate = ["est. GiB"] if any(r.get("memory_estimate_gib") is not None for r in rows) else []
+    energy = ["tokens/J"] if any(r.tokens_per_joule is not None for r in rows) else []
+    estimate = ["est. GiB"] if any(r.memory_estimate_gib is not None for r in rows) else []
     return [
         "#",
         *knobs,
@@ -253,41 +254,39 @@ def columns(knobs: list[str], rows: list[dict[str, Any]], task: str = "train") -
     ]
 
 
-def cells(
-    row: dict[str, Any], knobs: list[str], header: list[str], reason_chars: int = 60
-) -> list[str]:
+def cells(row: Row, knobs: list[str], header: list[str], reason_chars: int = 60) -> list[str]:
     """One row's formatted cells, in the order of `header`."""
     values = {
-        "#": str(row["number"]),
-        "tokens/s/GPU": fmt(row[Metric.TOKENS_PER_GPU], "tok"),
-        "x baseline": speedup(row["speedup"], row.get("speedup_flag")),
+        "#": str(row.number),
+        "tokens/s/GPU": fmt(row.tokens_per_s_per_gpu, "tok"),
+        "x baseline": speedup(row.speedup, row.speedup_flag),
         MFU_HEADER: _mfu_cell(row),
-        "peak GiB": fmt(row["peak_mem_gib"], "gib"),
-        "est. GiB": fmt(row.get("memory_estimate_gib"), "gib"),
-        "TTFT ms": fmt(row.get("ttft_ms"), "ms"),
-        "TPOT ms": fmt(row.get("tpot_ms_median"), "ms"),
-        "TPOT p99 ms": fmt(row.get("tpot_ms_p99"), "ms"),
-        "roofline": fmt(row.get("roofline_share"), "mfu"),
-        "padding": fmt(row.get(Metric.PADDING_PCT), "pct"),
-        "tokens/J": fmt(row.get("tokens_per_joule"), "tpj"),
-        "step spread": fmt(row["step_spread_pct"], "pct"),
-        "NCCL used": row.get("nccl_used") or "-",
-        "state": row["state"] + (" (predicted)" if row["predicted"] else ""),
-        "reason": reason_line(row["reason"], reason_chars),
+        "peak GiB": fmt(row.peak_mem_gib, "gib"),
+        "est. GiB": fmt(row.memory_estimate_gib, "gib"),
+        "TTFT ms": fmt(row.ttft_ms, "ms"),
+        "TPOT ms": fmt(row.tpot_ms_median, "ms"),
+        "TPOT p99 ms": fmt(row.tpot_ms_p99, "ms"),
+        "roofline": fmt(row.roofline_share, "mfu"),
+        "padding": fmt(row.padding_pct, "pct"),
+        "tokens/J": fmt(row.tokens_per_joule, "tpj"),
+        "step spread": fmt(row.step_spread_pct, "pct"),
+        "NCCL used": row.nccl_used or "-",
+        "state": row.state + (" (predicted)" if row.predicted else ""),
+        "reason": reason_line(row.reason, reason_chars),
         **{k: _knob_cell(row, k) for k in knobs},
     }
     return [values[c] for c in header]
 
 
-def _knob_cell(row: dict[str, Any], name: str) -> str:
+def _knob_cell(row: Row, name: str) -> str:
     """A knob's value in the table; '24 (past list)' for a value measured beyond the user's list
     (search/edges.py)."""
-    value = str(row["knobs"].get(name))
-    beyond = row.get("beyond_list") or {}
+    value = str(row.knobs.get(name))
+    beyond = row.beyond_list or {}
     return f"{value} (past list)" if name in beyond else value
 
 
-def varying(header: list[str], rows: list[dict[str, Any]], knobs: list[str]) -> list[str]:
+def varying(header: list[str], rows: list[Row], knobs: list[str]) -> list[str]:
     """The header less the knob and metric columns whose value is the same in every row."""
     keep = []
     for col in header:
@@ -297,9 +296,7 @@ def varying(header: list[str], rows: list[dict[str, Any]], knobs: list[str]) -> 
     return keep
 
 
-def rich_table(
-    rows: list[dict[str, Any]], knobs: list[str], title: str, task: str = "train"
-) -> Table:
+def rich_table(rows: list[Row], knobs: list[str], title: str, task: str = "train") -> Table:
     """The trials table as a Rich Table."""
     from rich.table import Table
 

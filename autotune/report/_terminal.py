@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.protocol import reason_line
 from autotune.report import _text
+from autotune.report._data import Report, Row, Stored
 from autotune.report._render import compiles, confirmation_lines
 from autotune.report._table import cells, columns, fmt, varying
 
@@ -19,16 +20,18 @@ INDENT = 3
 REASON_CHARS = 40  # the reason column's width in the table; the record view shows it whole
 
 
-def render_rich(data: dict[str, Any], console: Console, wide: bool = False) -> None:
-    """The report's sections, each a heading and its wrapped lines."""
-    console.rule(f"{data['study']} on {data['device']}: {data['task']}", style="dim")
+def render_rich(data: Report | Stored, console: Console, wide: bool = False) -> None:
+    """The report's sections, each a heading and its wrapped lines. data: collect's Report, or the
+    plain dict of its JSON."""
+    data = Report.of(data)
+    console.rule(f"{data.study} on {data.device}: {data.task}", style="dim")
     _section(console, "Chosen", _text.chosen_lines(data) + _text.projection_lines(data))
-    if data["excluded"]:
-        _excluded(console, data["excluded"])
+    if data.excluded:
+        _excluded(console, data.excluded)
     _trials(console, data, wide)
-    if data["confirmation"]:
-        _section(console, "Confirmation", confirmation_lines(data["confirmation"]))
-    if data["searched"]:
+    if data.confirmation:
+        _section(console, "Confirmation", confirmation_lines(data.confirmation))
+    if data.searched:
         _section(console, "Which knobs mattered", _text.effects_lines(data))
     _section(console, "Cost", [_text.cost_line(data), _phases_line(data)])
     _checks(console, data)
@@ -57,16 +60,14 @@ def _excluded(console: Console, groups: list[dict[str, Any]]) -> None:
             console.print(Padding(Text(line), (0, 0, 0, INDENT + 2), expand=False))
 
 
-def _trials(console: Console, data: dict[str, Any], wide: bool) -> None:
-    rows = data["trials"]
-    trials_view(
-        console, rows, data["searched"], data["task"], f"Trials, best first ({len(rows)})", wide
-    )
+def _trials(console: Console, data: Report, wide: bool) -> None:
+    rows = data.trials
+    trials_view(console, rows, data.searched, data.task, f"Trials, best first ({len(rows)})", wide)
 
 
 def trials_view(
     console: Console,
-    rows: list[dict[str, Any]],
+    rows: list[Row],
     knobs: list[str],
     task: str,
     heading: str,
@@ -93,7 +94,7 @@ def trials_view(
         console.print(Text(f"   {_text.STEP_SPREAD}"))
 
 
-def _natural(header: list[str], rows: list[dict[str, Any]], knobs: list[str]) -> int:
+def _natural(header: list[str], rows: list[Row], knobs: list[str]) -> int:
     """The table's width with no cell folded (reasons cut to REASON_CHARS), borders included."""
     widths = [
         max([len(c), *(len(cells(r, knobs, [c], REASON_CHARS)[0]) for r in rows)]) for c in header
@@ -101,14 +102,14 @@ def _natural(header: list[str], rows: list[dict[str, Any]], knobs: list[str]) ->
     return sum(widths) + 3 * len(header) + 1
 
 
-def _fits(header: list[str], rows: list[dict[str, Any]], knobs: list[str], width: int) -> bool:
+def _fits(header: list[str], rows: list[Row], knobs: list[str], width: int) -> bool:
     return _natural(header, rows, knobs) <= width
 
 
 def _table(
     console: Console,
     header: list[str],
-    rows: list[dict[str, Any]],
+    rows: list[Row],
     knobs: list[str],
     chars: int | None,
     wide: bool,
@@ -132,9 +133,7 @@ def _table(
     Console(file=console.file, width=width, color_system=system).print(table)  # type: ignore[arg-type]
 
 
-def _records(
-    console: Console, header: list[str], rows: list[dict[str, Any]], knobs: list[str]
-) -> None:
+def _records(console: Console, header: list[str], rows: list[Row], knobs: list[str]) -> None:
     """One record a trial, when the table cannot fit: its outcome and figures on one line, then
     its knobs and its reason, wrapped."""
     from rich.padding import Padding
@@ -145,19 +144,19 @@ def _records(
         values = dict(zip(header, cells(r, knobs, header, 10_000)))
         state = values.get("state", "ok")
         numbers = ", ".join(f"{c} {values[c]}" for c in figures if values[c] not in ("-", "n/a"))
-        head = f"#{r['number']} {state}" + (f": {numbers}" if numbers else "")
+        head = f"#{r.number} {state}" + (f": {numbers}" if numbers else "")
         console.print(Padding(Text(head), (0, 0, 0, INDENT), expand=False))
         set_knobs = ", ".join(f"{k}={values[k]}" for k in knobs if k in values)
         if set_knobs:
             console.print(Padding(Text(set_knobs), (0, 0, 0, INDENT + 2), expand=False))
         if values.get("reason"):
             console.print(
-                Padding(Text(reason_line(r["reason"], 300)), (0, 0, 0, INDENT + 2), expand=False)
+                Padding(Text(reason_line(r.reason, 300)), (0, 0, 0, INDENT + 2), expand=False)
             )
 
 
-def _phases_line(data: dict[str, Any]) -> str:
-    tm = data["time"]
+def _phases_line(data: Report) -> str:
+    tm = data.time
     phases = ", ".join(f"{p} {s:,.0f} s" for p, s in tm["phases_s"].items())
     ahead = ""
     if tm.get("started_ahead"):
@@ -165,19 +164,19 @@ def _phases_line(data: dict[str, Any]) -> str:
     return f"Trial processes by phase: {phases or 'no phase data'}{ahead}."
 
 
-def _checks(console: Console, data: dict[str, Any]) -> None:
-    if data["check_history"]:
-        last = data["check_history"][-1]
+def _checks(console: Console, data: Report) -> None:
+    if data.check_history:
+        last = data.check_history[-1]
         _section(
             console,
             "Checks",
             [
-                f"{len(data['check_history'])} check(s), last {last['checked_at']}: "
+                f"{len(data.check_history)} check(s), last {last['checked_at']}: "
                 f"{last['status']}, ratio {last['ratio']:.3f}"
             ],
         )
-    if data.get("check_history_skipped"):
-        skipped = "; ".join(data["check_history_skipped"][:5])
+    if data.check_history_skipped:
+        skipped = "; ".join(data.check_history_skipped[:5])
         _section(console, "Checks", [f"history.jsonl: skipped {skipped}"])
 
 

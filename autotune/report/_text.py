@@ -9,6 +9,7 @@ from typing import Any
 from autotune.documents.record import Metric
 from autotune.protocol import reason_line
 from autotune.report import _effects
+from autotune.report._data import Report
 from autotune.report._excluded import loss_summary
 from autotune.report._table import fmt, speedup
 
@@ -49,10 +50,10 @@ def rounds_text(conf: dict[str, Any]) -> str:
     return f"{done} of {asked} interleaved rounds"
 
 
-def chosen_lines(data: dict[str, Any]) -> list[str]:
+def chosen_lines(data: Report) -> list[str]:
     """The chosen configuration: figure, gain and its basis, its quality cost, efficiency, every
     knob, runner-up."""
-    c = data.get("chosen")
+    c = data.chosen
     if not c:
         return ["No configuration chosen yet: no trial has completed."]
     lines = [
@@ -62,7 +63,7 @@ def chosen_lines(data: dict[str, Any]) -> list[str]:
         bound_line(data),
         numerics_line(c),
         others_checked(data),
-        _costs_to_apply(c, data.get("mfu_flops")),
+        _costs_to_apply(c, data.mfu_flops),
         unwritten(c),
     ]
     if c["changed"]:
@@ -73,10 +74,10 @@ def chosen_lines(data: dict[str, Any]) -> list[str]:
     lines.append("All its knobs: " + ", ".join(f"{k}={v}" for k, v in c["knobs"].items()))
     if c.get("runner_up"):
         lines.append(runner_up(c["runner_up"]))
-    if data.get("edges"):
-        lines.append(f"Past the edge of your list: {data['edges']}.")
-    if data.get("alloc_offer"):
-        lines.append(f"Memory: {data['alloc_offer']}.")
+    if data.edges:
+        lines.append(f"Past the edge of your list: {data.edges}.")
+    if data.alloc_offer:
+        lines.append(f"Memory: {data.alloc_offer}.")
     lines.append(f"Why: {c['why']}")
     return [line for line in lines if line]
 
@@ -106,10 +107,10 @@ def unwritten(c: dict[str, Any]) -> str:
     )
 
 
-def bound_line(data: dict[str, Any]) -> str:
+def bound_line(data: Report) -> str:
     """What the search can say of your setting (study/bound.py): the gain found with its
     interval, or how much any configuration measured may beat it; '' without a baseline."""
-    said = data.get("bound")
+    said = data.bound
     return f"{said['text'][:1].upper()}{said['text'][1:]}." if said else ""
 
 
@@ -120,12 +121,12 @@ def numerics_line(c: dict[str, Any]) -> str:
     return f"Numerics: {n['line']}." if n else ""
 
 
-def others_checked(data: dict[str, Any]) -> str:
+def others_checked(data: Report) -> str:
     """The numerics checks of arithmetics other than the chosen's (_summary.numerics_checked): a
     faster fp8 trial left behind, or a chosen bf16 beside the fp8 it was measured against, still
     shows what fp8 cost in quality. '' where there are none."""
-    mine = ((data.get("chosen") or {}).get("numerics") or {}).get("changed")
-    others = [n for n in data.get("numerics_checked") or [] if n["changed"] != mine]
+    mine = ((data.chosen or {}).get("numerics") or {}).get("changed")
+    others = [n for n in data.numerics_checked or [] if n["changed"] != mine]
     if not others:
         return ""
     shown = "; ".join(f"trial {n['trial']}, {n['line']}" for n in others)
@@ -189,12 +190,12 @@ def compile_text(cold: float, warm: list[float]) -> str:
     )
 
 
-def memory_axis_line(data: dict[str, Any]) -> str:
+def memory_axis_line(data: Report) -> str:
     """Which completed trials have no place on the memory axis (their job reported no peak memory:
     a CPU job, a command's `measure: log`); when none has one, the front is the fastest trial
     alone: no trial traded memory for speed that anyone measured. "" when every trial has one."""
-    ok = [r for r in data["trials"] if r["state"] == "ok"]
-    missing = [r["number"] for r in ok if r.get(Metric.PEAK_MEM_GIB) is None]
+    ok = [r for r in data.trials if r.state == "ok"]
+    missing = [r.number for r in ok if r.peak_mem_gib is None]
     if not missing:
         return ""
     if len(missing) < len(ok):
@@ -204,11 +205,12 @@ def memory_axis_line(data: dict[str, Any]) -> str:
             f"Peak memory not reported by {len(missing)} trial(s) ({shown}{more}): left off "
             "the memory axis."
         )
-    best = data["best"]
+    best = data.best
+    assert best is not None  # ok is not empty: the best is its first
     return (
         "Throughput against memory: not drawn, no completed trial reported its peak memory (a CPU "
         "job, or a command job that reports none); the memory front is the fastest trial alone: "
-        f"trial {best['number']}, {fmt(best[Metric.TOKENS_PER_GPU], 'tok')} tokens/s/GPU."
+        f"trial {best.number}, {fmt(best.tokens_per_s_per_gpu, 'tok')} tokens/s/GPU."
     )
 
 
@@ -228,8 +230,8 @@ def runner_up(r: dict[str, Any]) -> str:
     return f"Runner-up: trial {r['trial']}{how}{noise}{cost}{peak}{left}."
 
 
-def projection_lines(data: dict[str, Any]) -> list[str]:
-    p = data.get("projection")
+def projection_lines(data: Report) -> list[str]:
+    p = data.projection
     if not p:
         return []
     hours, gpu_h = p["hours"], p["gpu_hours"]
@@ -259,12 +261,12 @@ def excluded_lines(group: dict[str, Any], reason_chars: int = 300) -> list[str]:
     return lines
 
 
-def effects_lines(data: dict[str, Any]) -> list[str]:
+def effects_lines(data: Report) -> list[str]:
     """Each searched knob's effect, ranked where above the noise, then those within it."""
-    eff, noise = data["effects"], data["noise"]
+    eff, noise = data.effects, data.noise
     shown = f"{noise['pct']:.1f}%" if noise["pct"] is not None else "unmeasured"
     lines = [f"Noise: {shown} ({noise['how']})."]
-    within = [k for k in data["searched"] if k not in eff["ranked"]]
+    within = [k for k in data.searched if k not in eff["ranked"]]
     for rank, knob in enumerate(eff["ranked"], 1):
         lines.append(f"{rank}. {_knob_text(knob, eff['knobs'][knob])}")
     for knob in within:
@@ -291,9 +293,9 @@ def _knob_text(knob: str, e: dict[str, Any]) -> str:
     return f"{knob} ({size}): {values}"
 
 
-def cost_line(data: dict[str, Any]) -> str:
+def cost_line(data: Report) -> str:
     """Every process the search ran, by kind, and the share spent measuring steps."""
-    cost = data["cost"]
+    cost = data.cost
     if not cost["processes"]:
         return "No process has run yet."
     names = {
