@@ -45,7 +45,7 @@ TRIAL_MODULE = "autotune.workloads.trial"
 # so far, written by the trial, and the file whose appearance asks it to stop.
 PROGRESS_FILE, PRUNE_FILE = "progress.json", "prune"
 # the study's best figure when the trial started, from the search (task command: a window close to
-# it narrows its interval to decide the order: workloads/window.py)
+# it narrows its interval to decide the order: command/window.py)
 AGAINST_FILE = "against.json"
 # A command trial's secrets (tasks.Command.prepare): the spec holds its command masked; the values
 # masked, by argument index and variable name, reach the trial process in this variable alone
@@ -263,8 +263,8 @@ class _Document:
 @dataclass
 class Rendered:
     """The command of one trial (task command): arguments, environment additions, working
-    directory, the config file. Rendered by the parent (command_render.render), handed to the trial
-    in its spec (CommandParams.rendered) and read back there (workloads/command.py)."""
+    directory, the config file. Rendered by the parent (command.render.render), handed to the trial
+    in its spec (CommandParams.rendered) and read back there (command/trial.py)."""
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)

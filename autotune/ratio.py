@@ -1,5 +1,5 @@
 """The figure of a run of steps, tokens over time (the ratio estimator), and its 95% interval:
-what a command trial's window measures (workloads/window.py) and what the search's pruner bounds
+what a command trial's window measures (command/window.py) and what the search's pruner bounds
 (search/prune.py). Standard library only."""
 
 from __future__ import annotations

@@ -199,7 +199,7 @@ for t in s.trials: a=t.user_attrs; print(json.dumps({"n": t.number, "status": a.
       echo "files holding the token: $(grep -rl issue38-not-a-real-token trials/issue38-hf-0.3b | wc -l)" | tee -a "$OUT/issue38-search.log"
       tar czf "$OUT/issue38-trials.tgz" --exclude='*/out/*' trials/issue38-hf-0.3b ;;
     hf-smoke) # issue 35: the tiny HF job on the GPU, its steps streamed by the callback (measure hf adds it)
-      rm -f /tmp/smoke.jsonl; NO_AUTOTUNE_CALLBACK=1 AUTOTUNE_MEASURE=hf PYTHONPATH=$PWD/autotune/callbacks/_site:$PYTHONPATH \
+      rm -f /tmp/smoke.jsonl; NO_AUTOTUNE_CALLBACK=1 AUTOTUNE_MEASURE=hf PYTHONPATH=$PWD/autotune/command/hook/_site:$PYTHONPATH \
         AUTOTUNE_REPORT=/tmp/smoke.jsonl AUTOTUNE_STEPS=2,4 AUTOTUNE_STOP=/tmp/smoke.stop AUTOTUNE_MAX_STEPS=12 \
         python3 examples/hf_trainer/train.py --output_dir /tmp/smoke --max_steps 50 --report_to none --save_strategy no \
         --disable_tqdm true --bf16 true --per_device_train_batch_size 8 > "$OUT/hf-smoke.log" 2>&1

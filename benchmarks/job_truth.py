@@ -4,7 +4,7 @@ The job (examples/hf_trainer/train.py --own_count_after N) trains its full lengt
 callback reporting every step (AUTOTUNE_REPORT set, no stop file: it never stops) and prints its own
 count, `own:` (real tokens over wall time from step N on, from its batches and the host clock; or
 benchmarks/jobs/own_hf_job.py's line `own count: ...`, read by `own_of`). Here
-the trial's rule (autotune/workloads/window.py, the code a trial runs) is applied to the steps as
+the trial's rule (autotune/command/window.py, the code a trial runs) is applied to the steps as
 they came, step by step, to where a trial would have stopped: its figure against the job's own,
 beside the old figure (the median of the steps' rates, which issue 35 found 1.44x the job's count).
 
@@ -19,7 +19,7 @@ import re
 import statistics
 from pathlib import Path
 
-from autotune.workloads import window as windows
+from autotune.command import window as windows
 
 OWN_COUNT = re.compile(
     r"own count: (\d+) steps, (\d+) tokens, ([\d.]+) s, ([\d.]+) tokens/s \(steps (\d+)-(\d+); "

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from conftest import cli_here
 
-from autotune import command_render
+from autotune.command import render as command_render
 from autotune.config.load import load_config
 from autotune.documents.record import TrialRecord
 from autotune.errors import ConfigError, ExitCode, UnmeasuredError
@@ -294,3 +294,12 @@ def test_config_measure_only_takes_flags(tmp_path: Path) -> None:
     assert cfg.command.measure_only == ["--max_steps"]
     with pytest.raises(ConfigError, match=r"command.measure_only: 'max_steps' is not a flag"):
         load_config(_yaml(tmp_path, {}, measure_only=["max_steps"]))
+
+
+def test_config_command_section_takes_yaml_as_every_section_does() -> None:
+    """The command section's base restates config.study._Section's rules (config/ imports it, so it
+    imports nothing of config/): unknown keys refused, strict types, finite floats, frozen."""
+    from autotune.command.config import _Section as CommandSection
+    from autotune.config.study import _Section
+
+    assert CommandSection.model_config == _Section.model_config

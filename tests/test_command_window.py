@@ -1,4 +1,4 @@
-"""task command, issue 35: the window a trial measures (workloads/window.py) on series known by
+"""task command, issue 35: the window a trial measures (command/window.py) on series known by
 construction, and the user's job measured as it runs: steps streamed, nothing reported thrown away,
 recompiling found out, the log read right, an unmodified HF Trainer script measured by autotune's
 own callback."""
@@ -14,9 +14,9 @@ import pytest
 import yaml
 from test_command import _records, _search, _yaml
 
-from autotune.command_render import render
+from autotune.command import window as windows
+from autotune.command.render import render
 from autotune.errors import UnmeasuredError
-from autotune.workloads import window as windows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -249,7 +249,7 @@ def test_command_measure_hf_hook_adds_the_callback_once(tmp_path: Path) -> None:
     when the job added its own."""
     pytest.importorskip("transformers")
     code = (
-        "from autotune.callbacks import launch; launch.install('hf')\n"
+        "from autotune.command.hook import launch; launch.install('hf')\n"
         "from transformers import Trainer, TrainingArguments\n"
         "import torch\n"
         "from autotune.callbacks.hf import AutotuneCallback\n"
@@ -270,7 +270,7 @@ def test_command_measure_hf_hook_adds_the_callback_once(tmp_path: Path) -> None:
 def test_command_measure_lightning_hook_adds_the_callback(tmp_path: Path) -> None:
     pytest.importorskip("lightning")
     code = (
-        "from autotune.callbacks import launch; launch.install('lightning')\n"
+        "from autotune.command.hook import launch; launch.install('lightning')\n"
         "import lightning.pytorch as pl\n"
         "from autotune.callbacks.lightning import AutotuneCallback\n"
         "t = pl.Trainer(default_root_dir=%r, accelerator='cpu', logger=False,\n"

@@ -1,5 +1,5 @@
 """Noise smaller than the effects ranked: a command trial's window close to the study's best
-narrows its interval to half the difference (workloads/window.py), and the pruner judges a trial
+narrows its interval to half the difference (command/window.py), and the pruner judges a trial
 whose steps scatter on the upper limit of its figure (search/prune.py)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.command import window as windows
 from autotune.protocol import AGAINST_FILE
 from autotune.search.prune import BelowBest, upper_bound
-from autotune.workloads import window as windows
 
 
 def _noisy(n: int, rate: float, spread: float, seed: int = 0) -> list[windows.Step]:

@@ -23,9 +23,9 @@ import yaml
 from test_export import _command_best, _form, _train_best
 from typer.testing import CliRunner
 
-from autotune import command_render
 from autotune import knobs as catalogue
 from autotune.cli import app
+from autotune.command import render as command_render
 from autotune.config.load import load_config
 from autotune.errors import ConfigError
 from autotune.export import Form, export

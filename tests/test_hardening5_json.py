@@ -16,7 +16,8 @@ import pytest
 import yaml
 from conftest import cli_here, command_job, run_cli
 
-from autotune import command_render, export
+from autotune import export
+from autotune.command import render as command_render
 from autotune.documents import nightly
 from autotune.export import _winner
 

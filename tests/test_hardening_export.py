@@ -78,14 +78,14 @@ def test_env_values_are_quoted_in_the_command_form(tmp_path: Path) -> None:
 def test_command_env_names_in_the_yaml_are_checked(name: str) -> None:
     from pydantic import ValidationError
 
-    from autotune.config.command import CommandConfig
+    from autotune.command.config import CommandConfig
 
     with pytest.raises(ValidationError, match="is not an environment variable name"):
         CommandConfig.model_validate({"argv": ["python", "train.py"], "env": {name: "1"}})
 
 
 def test_a_placeholder_in_a_knob_value_is_inserted_as_it_is(tmp_path: Path) -> None:
-    from autotune.command_render import render
+    from autotune.command.render import render
 
     command = {
         "argv": ["python", "train.py", "--out", "{run_dir}/log"],
@@ -120,7 +120,7 @@ def test_a_config_file_that_is_a_fifo_is_refused_without_opening_it(tmp_path: Pa
 
 
 def test_a_huge_config_file_is_refused_without_reading_it(tmp_path: Path) -> None:
-    from autotune import command_render
+    from autotune.command import render as command_render
     from autotune.config.load import load_config
 
     with open(tmp_path / "cfg.json", "wb") as handle:

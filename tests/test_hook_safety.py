@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from autotune import reporting
-from autotune.callbacks import launch
-from autotune.command_render import measure_env
-from autotune.workloads.command_report import JobFailed, Report
+from autotune.command.hook import launch
+from autotune.command.render import measure_env
+from autotune.command.report import JobFailed, Report
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = launch.site_dir()
@@ -49,7 +49,7 @@ def test_measure_env_puts_the_hook_first_before_a_user_sitecustomize(tmp_path: P
     assert env["PYTHONPATH"].split(os.pathsep) == [SITE, str(theirs)]
     code = (
         "import os, sys; print(os.environ.get('THEIRS_RAN'), "
-        "'autotune.callbacks.launch' in sys.modules)"
+        "'autotune.command.hook.launch' in sys.modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
@@ -141,7 +141,7 @@ def test_hook_reaches_autotune_without_its_folder_on_the_path(tmp_path: Path) ->
         pytest.skip("the base interpreter has an autotune of its own")
     code = (
         "import sys, autotune\n"
-        "from autotune.callbacks import launch\n"
+        "from autotune.command.hook import launch\n"
         "print(hasattr(autotune, 'run_search'), autotune.__path__[0] == %r)\n"
         "print(any(p.rstrip('/').endswith('autotune') for p in sys.path))\n"
         "print(any(isinstance(f, launch._Finder) for f in sys.meta_path))\n"

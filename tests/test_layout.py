@@ -33,6 +33,16 @@ SHARED = (
     # tokens over time and its interval: the command trial's window and the search's pruner
     "autotune.ratio",
 )
+# The trial process's modules: the workloads and the trial side of task command (autotune/command)
+COMMAND_TRIAL = (
+    "autotune.command.trial",
+    "autotune.command.log",
+    "autotune.command.report",
+    "autotune.command.said",
+    "autotune.command.window",
+    "autotune.command.gpu_peak",
+)
+TRIAL_PROCESS = ("autotune.workloads", *COMMAND_TRIAL)
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 450
 
@@ -130,22 +140,20 @@ def test_layout_functions_are_short(module: str) -> None:
 
 def test_layout_trial_process_imports_only_the_shared_protocol() -> None:
     for module, path in MODULES.items():
-        if module.startswith("autotune.workloads"):
+        if module.startswith(TRIAL_PROCESS):
             outside = {
                 i
                 for i in _imports(path, top_level_only=False)
-                if not i.startswith("autotune.workloads") and i not in SHARED and i != "autotune"
+                if not i.startswith(TRIAL_PROCESS) and i not in SHARED and i != "autotune"
             }
             assert not outside, f"{module} (runs in the trial process) imports {outside}"
 
 
 def test_layout_parent_never_imports_the_trial_process() -> None:
     for module, path in MODULES.items():
-        if not module.startswith("autotune.workloads"):
+        if not module.startswith(TRIAL_PROCESS):
             inside = {
-                i
-                for i in _imports(path, top_level_only=False)
-                if i.startswith("autotune.workloads")
+                i for i in _imports(path, top_level_only=False) if i.startswith(TRIAL_PROCESS)
             }
             assert not inside, (
                 f"{module} imports the trial's modules {inside}; it launches them by name"
@@ -181,9 +189,11 @@ def test_layout_readers_never_import_the_search_loop(reader: str) -> None:
         seen.add(m)
         todo += [r for i in _imports(MODULES[m], top_level_only=True) if (r := _resolve(i))]
         todo += _parents(m)
-    assert "autotune.search.loop" not in seen and "autotune.search.run" not in seen and "autotune.search.confirm" not in seen, sorted(
-        seen
-    )
+    assert (
+        "autotune.search.loop" not in seen
+        and "autotune.search.run" not in seen
+        and "autotune.search.confirm" not in seen
+    ), sorted(seen)
 
 
 # The modules that read best.yaml back (check, export) and the documents themselves: they read the
@@ -312,7 +322,6 @@ def test_layout_the_task_registries_agree() -> None:
 ROOT_MODULES = {
     "api_options",  # run_search's and run_check's options, checked as the CLI checks them
     "atomic",  # files written whole (the trial process too)
-    "command_render",  # a command study's knob values in the user's command (search, export)
     "errors",  # the error family and the exit codes
     "hardware",  # peak FLOPs, pynvml, telemetry, the fingerprint
     "knob_notes",  # how to apply each knob (best.yaml, export)
@@ -362,3 +371,61 @@ def test_layout_each_task_and_its_workload_agree_on_importing_torch() -> None:
 
     for name in tasks.TASKS:
         assert tasks.task(name).imports_torch == workload_class(name).imports_torch, name
+
+
+# Task command's parts outside autotune/command: its parent-side plug-ins, registered where the
+# plug-ins of their kind live (tasks.TASKS, export's forms), whose packages import them.
+COMMAND_PLUGINS = {"autotune.tasks._command", "autotune.export._hf_command"}
+
+
+def test_layout_the_command_task_lives_in_autotune_command() -> None:
+    """Task command's schema, rendering, trial side and hook are modules of autotune/command; no
+    module elsewhere is named after the command but its plug-ins."""
+    parts = {
+        m.removeprefix("autotune.command.") for m in MODULES if m.startswith("autotune.command.")
+    }
+    assert {"config", "render", "hook", "hook.launch"} | {
+        m.removeprefix("autotune.command.") for m in COMMAND_TRIAL
+    } <= parts, sorted(parts)
+    assert (PACKAGE / "command" / "hook" / "_site" / "sitecustomize.py").is_file()
+    strays = {
+        m
+        for m in MODULES
+        if "command" in m.rpartition(".")[2]
+        and not m.startswith("autotune.command")
+        and not m.startswith("autotune.cli")
+    }
+    assert strays <= COMMAND_PLUGINS, f"task command's modules outside autotune/command: {strays}"
+
+
+def _third_party(path: Path) -> set[str]:
+    """The top-level packages a file imports, lazily too, outside `if TYPE_CHECKING:`."""
+    found, todo = set(), list(ast.parse(path.read_text()).body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo += node.orelse
+            continue
+        if isinstance(node, ast.Import):
+            found |= {a.name.partition(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.partition(".")[0])
+        todo += list(ast.iter_child_nodes(node))
+    return found
+
+
+@pytest.mark.parametrize("module", COMMAND_TRIAL)
+def test_layout_the_command_trial_side_imports_no_pydantic_or_optuna(module: str) -> None:
+    """What runs in a command trial's process (and everything of autotune it loads, transitively)
+    needs the standard library alone: no pydantic, optuna, yaml, typer or rich."""
+    seen, todo, found = set(), [module], set()
+    while todo:
+        m = todo.pop()
+        if m in seen or m == "autotune":
+            continue
+        seen.add(m)
+        found |= _third_party(MODULES[m])
+        todo += [r for i in _imports(MODULES[m], top_level_only=False) if (r := _resolve(i))]
+        todo += _parents(m)
+    heavy = found & {"pydantic", "optuna", "yaml", "typer", "rich"}
+    assert not heavy, f"{module} loads {sorted(heavy)} (through {sorted(seen)})"

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.command_render import text_of
+from autotune.command.render import text_of
 from autotune.export._winner import ENV_KNOBS, Winner
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune import command_render
+from autotune.command import render as command_render
 from autotune.export._form import (
     Code,
     Form,

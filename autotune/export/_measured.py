@@ -13,8 +13,9 @@ from typing import Any
 
 import yaml
 
-from autotune import command_render, redact
-from autotune.command_render import text_of
+from autotune import redact
+from autotune.command import render as command_render
+from autotune.command.render import text_of
 from autotune.errors import ConfigError
 from autotune.export._form import one_line
 from autotune.export._winner import Winner
@@ -87,7 +88,7 @@ def _program(w: Winner, argv0: str, recorded: list[str] | None) -> tuple[str, st
 
 
 def measured(w: Winner) -> Measured:
-    """The command the chosen trial ran, rendered by command_render.render for its knobs, with its
+    """The command the chosen trial ran, rendered by command.render.render for its knobs, with its
     folder relative to the study's, `{config}` the exported config file's path relative to that
     folder, argv[0] (`python`, `{python}`) by the full path the trial ran (`_program`). Writes
     best.config<suffix> beside best.yaml when the command reads a config file."""
@@ -188,7 +189,7 @@ def declared_lines(w: Winner) -> list[str]:
 
 def lightning_lines(w: Winner) -> list[str]:
     """measure lightning: the PL_TRAINER_* variables the trial set for knobs the command does not
-    map (command_render.lightning_env), each with its knob: Lightning's defaults for the Trainer
+    map (command.render.lightning_env), each with its knob: Lightning's defaults for the Trainer
     arguments the script does not pass (one it passes wins)."""
     set_ = command_render.lightning_env(w.command or {}, w.knobs)
     if not set_:

@@ -1,11 +1,11 @@
 """The winner as shell lines: the command study's own command with its knob values (rendered by
-command_render.render, as the trial rendered it), and a torchrun launch for a script of your own."""
+command.render.render, as the trial rendered it), and a torchrun launch for a script of your own."""
 
 from __future__ import annotations
 
 import shlex
 
-from autotune.command_render import text_of
+from autotune.command.render import text_of
 from autotune.export._form import Form, env_block, launcher, missing_lines
 from autotune.export._measure_only import flag_groups, measure_only, measure_only_line
 from autotune.export._measured import (

@@ -59,7 +59,7 @@ class Winner:
         rendered. A value at autotune's default is left unsaid."""
         if self.command is None:
             return {}
-        from autotune.command_render import LIGHTNING_ENV
+        from autotune.command.render import LIGHTNING_ENV
 
         reached = set(self.command.get("knobs") or {}) | ENV_KNOBS
         if self.command.get("measure") == "lightning":
@@ -192,7 +192,7 @@ def _check_env(path: Path, apply: Any) -> None:
         raise ConfigError(
             f"{path}: apply.env: {excerpt(env)} is not a mapping of variable names to strings"
         )
-    from autotune.config.command import NAME  # what a shell assigns and exports
+    from autotune.command.config import NAME  # what a shell assigns and exports
 
     bad = [name for name in env if not NAME.fullmatch(name)]
     if bad:
@@ -205,7 +205,7 @@ def _check_env(path: Path, apply: Any) -> None:
 def _check_command(path: Path, command: dict[str, Any]) -> None:
     from pydantic import ValidationError
 
-    from autotune.config.command import CommandConfig
+    from autotune.command.config import CommandConfig
 
     base_dir = command.get("base_dir")
     if base_dir is not None and not isinstance(base_dir, str):

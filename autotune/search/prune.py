@@ -52,7 +52,7 @@ class BelowBest(optuna.pruners.BasePruner):
 def upper_bound(rates: list[float]) -> float | None:
     """The 95% upper limit of the figure the steps so far give (tokens over time, each step's
     rate at the same tokens: the steps' times are 1/rate), as a command trial's window computes it
-    (workloads/window.py); None under UPPER_STEPS steps. A trial whose steps scatter (variable
+    (command/window.py); None under UPPER_STEPS steps. A trial whose steps scatter (variable
     lengths) is pruned on it once even its upper limit is below the bar, where its fastest step,
     an outlier, would keep it running to the end."""
     if len(rates) < UPPER_STEPS or min(rates) <= 0:

@@ -17,7 +17,7 @@ each of which can change either part), the measured peaks are a line in tokens p
 
 The peak compared with the GPU's memory is what the allocator reserved where the job reports it
 (its fragmentation is what runs out, not what tensors held), else what was allocated, else what
-NVML saw the job's processes use (workloads/gpu_peak.py).
+NVML saw the job's processes use (command/gpu_peak.py).
 
 After a trial ran out of memory, its group is scoped (one out-of-memory trial per setting, task
 command): a size above the largest that ran in that group (none ran there: in any group) and below

@@ -1,5 +1,5 @@
 """task command: your own training command, its knobs rendered into it (flags, env, config keys),
-its real tokens/s read from what it reports. The trial's side is workloads/command.py."""
+its real tokens/s read from what it reports. The trial's side is command/trial.py."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from autotune.protocol import CommandParams, Rendered, TaskParams, TrialResult, 
 from autotune.tasks._train import TRAINING_EXPORTS, Training
 
 if TYPE_CHECKING:
+    from autotune.command.config import CommandConfig, KnobMapping, Scalar
     from autotune.config import Config
-    from autotune.config.command import CommandConfig, KnobMapping, Scalar
     from autotune.knobs import Knob
 
 # the trial ends a job past its deadline this long before autotune would (the job's own stop, then
@@ -96,7 +96,7 @@ class Command(Training):
         )
 
     def prepare(self, spec: TrialSpec, run_dir: Path) -> tuple[TrialSpec, dict[str, str]]:
-        """The command with this trial's knob values (command_render.render), its config file
+        """The command with this trial's knob values (command.render.render), its config file
         written into the trial's folder: the trial process only launches what it is given. The spec
         (spec.json, then the record in study.db) holds the command with its secrets masked
         (redact.mask_command); the values masked, and those `{env:NAME}` filled, reach the trial
@@ -105,7 +105,8 @@ class Command(Training):
         import json
         import os
 
-        from autotune import command_render, redact
+        from autotune import redact
+        from autotune.command import render as command_render
         from autotune.errors import ConfigError
         from autotune.protocol import ENV_SECRETS
 
@@ -130,7 +131,7 @@ class Command(Training):
         return dataclasses.replace(spec, params=masked), env
 
     def metrics(self, record: TrialRecord, result: TrialResult, limits: dict[str, float]) -> None:
-        """The figure: the job's tokens over time in its measured window (workloads/window.py), not
+        """The figure: the job's tokens over time in its measured window (command/window.py), not
         a median of its steps' rates; padding (the share of computed tokens that were padding), the
         tokens of the measured steps, how the window was measured; a job that ignored the stop
         request is said in the reason."""
@@ -161,7 +162,7 @@ class Command(Training):
 
 
 # What a command trial says when it could not measure the job at all, whatever its knobs
-# (workloads/command.py, command_said.py): an average since the start refused, no step reported (the
+# (command/trial.py, command/said.py): an average since the start refused, no step reported (the
 # reporter or callback missing, a log pattern that never matched), a command that cannot start.
 UNMEASURED = (
     "matched an average since the start",
@@ -262,8 +263,8 @@ def _check_reaches(name: str, cfg: Config, knob: Knob) -> None:
 
 def _lightning_env(name: str, cfg: Config) -> bool:
     """measure lightning: the knob reaches the Trainer as its PL_TRAINER_* variable
-    (command_render.py); a value Lightning has no name for is refused."""
-    from autotune.command_render import LIGHTNING_ENV
+    (command/render.py); a value Lightning has no name for is refused."""
+    from autotune.command.render import LIGHTNING_ENV
 
     if _section(cfg).measure != "lightning" or name not in LIGHTNING_ENV:
         return False
@@ -292,7 +293,7 @@ def _check_map(name: str, mapping: KnobMapping, values: list[Any] | str) -> None
     rendered as `FLAG VALUE`, which a map is there to avoid)."""
     if not mapping.map or values == "auto":
         return
-    from autotune.command_render import text_of
+    from autotune.command.render import text_of
 
     keys = {text_of(k) for k in mapping.map}
     missing = [v for v in values if text_of(v) not in keys]

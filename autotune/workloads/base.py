@@ -9,11 +9,10 @@ import.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from autotune.protocol import TrialSpec
 from autotune.workloads.faults import Fault
@@ -75,6 +74,14 @@ class Measured:
     stopped: str = ""
 
 
+class Progress(Protocol):
+    """What the trial passes a workload the search may prune (trial.Progress): the measured step
+    times so far, and the tokens each stands for where the workload knows them only now (task
+    command); True asks it to stop measuring."""
+
+    def __call__(self, steps: list[float], tokens_per_step: int | None = None, /) -> bool: ...
+
+
 class Workload(ABC):
     """One kind of trial. `build` does everything untimed; `run` times the steps; `work` says what a
     step did."""
@@ -94,7 +101,7 @@ class Workload(ABC):
         # what the trial really did for each knob (the record's `applied`)
         self.applied: dict[str, Any] = {}
         # set by the trial when the search may prune it: pass to time_steps(progress=...)
-        self.progress: Callable[[list[float]], bool] | None = None
+        self.progress: Progress | None = None
         self.run_dir: Path | None = None  # the trial's folder (set by the trial before build)
 
     @abstractmethod

@@ -32,7 +32,7 @@ class Timing:
     outputs: list[Any]
     # wall clock (time.time) around the measured steps: NVML telemetry is cut to it
     window: tuple[float, float]
-    peak_mem_bytes: int
+    peak_mem_bytes: int | None  # None: unknown (task command: no peak reported, no NVML)
     peak_mem_kind: str  # cuda_max_memory_allocated or cpu_max_rss
     reserved_bytes: int | None
     # `progress` asked to stop before all measured steps ran (the search pruned it)

@@ -36,7 +36,7 @@ WORKLOADS = {
     "train": "autotune.workloads.train:Train",
     "generate": "autotune.workloads.generate:Generate",
     "allreduce": "autotune.workloads.allreduce:AllReduce",
-    "command": "autotune.workloads.command:Command",
+    "command": "autotune.command.trial:Command",
 }
 
 

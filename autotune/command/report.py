@@ -321,5 +321,5 @@ def figure_said(tokens_per_s: float) -> str:
         return ""
     return (
         f"the job's figure is {tokens_per_s:.6g} tokens/s; allowed: above 0 and at most "
-        f"{MAX_TOKENS_PER_S:.0e} (no hardware trains faster: workloads/command_report.py)"
+        f"{MAX_TOKENS_PER_S:.0e} (no hardware trains faster: command/report.py)"
     )

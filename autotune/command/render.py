@@ -140,14 +140,14 @@ def lightning_env(command: dict[str, Any], knobs: Knobs) -> dict[str, str]:
 
 
 def measure_env(measure: str, env: dict[str, str], cwd: str | None = None) -> dict[str, str]:
-    """measure hf / lightning: the job starts with autotune's callback added (callbacks/launch.py)
-    by a sitecustomize in autotune's hook folder, the one folder autotune adds to its PYTHONPATH:
-    after the user's own entries, so that the job imports its own packages (the hook reaches
-    autotune's modules without autotune's folder on the path: callbacks/_site/sitecustomize.py).
+    """measure hf / lightning: the job starts with autotune's callback added (hook/launch.py) by a
+    sitecustomize in autotune's hook folder, the one folder autotune adds to its PYTHONPATH: after
+    the user's own entries, so that the job imports its own packages (the hook reaches autotune's
+    modules without autotune's folder on the path: hook/_site/sitecustomize.py).
     """
     if measure not in ("hf", "lightning"):
         return {}
-    from autotune.callbacks import launch
+    from autotune.command.hook import launch
 
     site = launch.site_dir()
     before = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))

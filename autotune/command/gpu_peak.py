@@ -76,7 +76,7 @@ class PeakWatch:
 
 def job_peak(done: dict[str, Any], nvml_peak: int | None) -> tuple[int | None, str]:
     """The job's peak memory and its kind: what its allocator counted (the callbacks, reporting),
-    else what NVML saw its processes hold (workloads/gpu_peak.py)."""
+    else what NVML saw its processes hold (command/gpu_peak.py)."""
     if done.get("peak_mem_bytes") is not None:
         return int(done["peak_mem_bytes"]), "cuda_max_memory_allocated"
     if nvml_peak:

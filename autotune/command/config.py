@@ -1,5 +1,5 @@
 """The command section of the YAML (task command): your own training command, how each knob is
-rendered into it (command_render.py), and how its steps are measured."""
+rendered into it (command/render.py), and how its steps are measured."""
 
 from __future__ import annotations
 
@@ -7,14 +7,21 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from autotune.config.study import _Section
 from autotune.errors import excerpt
 
 Scalar = Union[bool, int, float, str]
 MAX_USER_VALUES = 64  # values of one knob of your own; more is a range, and belongs in its own knob
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class _Section(BaseModel):
+    """config.study._Section's rules (unknown keys rejected, YAML's types taken as they are, floats
+    finite), restated: config/ imports this section, so this module imports nothing of config/ (a
+    test holds the two equal)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class KnobMapping(_Section):
@@ -234,7 +241,7 @@ class CommandConfig(_Section):
 def _check_files(cmd: CommandConfig, base_dir: Path) -> None:
     """The working directory exists; the config file reads, and each key mapping can be set in
     it."""
-    from autotune.command_render import read_config, set_key
+    from autotune.command.render import read_config, set_key
 
     if not (base_dir / (cmd.cwd or ".")).is_dir():
         raise ValueError(
@@ -259,7 +266,7 @@ def _check_files(cmd: CommandConfig, base_dir: Path) -> None:
 
 
 # Words of an average since the start (the HF Trainer's train_samples_per_second, avg, mean, ...):
-# the trial refuses a line whose figure has one before it (workloads/command_log.AVERAGE, which the
+# the trial refuses a line whose figure has one before it (command/log.AVERAGE, which the
 # trial process keeps apart: it imports no config); here the pattern's own text is read for them,
 # so `validate` refuses it before any trial. Letters, not \b, bound them: avg_tokens_per_s is one.
 AVERAGE = re.compile(

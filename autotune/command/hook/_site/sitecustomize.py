@@ -1,7 +1,7 @@
 """Imported by Python at the start of every Python process of a command job measured with
 command.measure hf or lightning (this folder is on its PYTHONPATH, after the user's own entries):
-autotune's callback is added to the job's Trainer (autotune/callbacks/launch.py). The environment's
-own sitecustomize, if any, still runs after it.
+autotune's callback is added to the job's Trainer (autotune/command/hook/launch.py). The
+environment's own sitecustomize, if any, still runs after it.
 
 The hook acts in the job's first Python process (it marks itself in AUTOTUNE_HOOK: its pid) and in
 the ranks a distributed launcher starts from it: children of the marked process whose environment
@@ -15,7 +15,8 @@ autotune's modules are reached without putting autotune's folder on the job's pa
 autotune's environment's transformers or torch ahead of the job's own): when the job's Python has no
 `autotune` of its own, a package module `autotune` is registered whose __path__ is this copy's
 package folder, without running its __init__ (which imports nothing the callbacks need), so
-autotune.callbacks.*, autotune.reporting load from here and everything else from the job's path.
+autotune.command.hook, autotune.callbacks.*, autotune.reporting load from here and everything else
+from the job's path.
 """
 
 import importlib.machinery
@@ -24,7 +25,8 @@ import os
 import sys
 
 _here = os.path.dirname(os.path.abspath(__file__))
-_package = os.path.dirname(os.path.dirname(_here))  # autotune/ (this is autotune/callbacks/_site)
+# autotune/ (this is autotune/command/hook/_site)
+_package = os.path.dirname(os.path.dirname(os.path.dirname(_here)))
 MARK = "AUTOTUNE_HOOK"
 # the commands that start a job's ranks (as the first argument's name, or after -m)
 LAUNCHERS = ("torchrun", "accelerate", "deepspeed")
@@ -90,7 +92,7 @@ def _autotune_package() -> None:
 def _install() -> None:
     try:
         _autotune_package()
-        from autotune.callbacks import launch
+        from autotune.command.hook import launch
 
         launch.install()
     except ImportError as err:  # no autotune to be found: say so once, run the job as it is

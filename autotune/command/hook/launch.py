@@ -1,14 +1,15 @@
 """command.measure hf / lightning: autotune's callback added to an unmodified HF Trainer or
 Lightning job.
 
-The trial puts autotune/callbacks/_site on the job's PYTHONPATH (after the user's entries) and names
-the framework in AUTOTUNE_MEASURE. Python imports that folder's sitecustomize at start-up; in the
-job's first Python process and the ranks a launcher starts from it (torchrun's, accelerate's,
-Lightning's DDP: _site/sitecustomize.py says which), it calls `install`: an import hook that, once
-the framework's Trainer module has been imported by the job, wraps Trainer.__init__ so that every
-Trainer the job makes gets an AutotuneCallback (unless it has one: an edited script is not counted
-twice). The first Trainer whose training begins is the one measured (reporting.Reporter.claim).
-Nothing is imported before the job imports it, so the job's own start-up is unchanged.
+The trial puts autotune/command/hook/_site on the job's PYTHONPATH (after the user's entries) and
+names the framework in AUTOTUNE_MEASURE. Python imports that folder's sitecustomize at start-up;
+in the job's first Python process and the ranks a launcher starts from it (torchrun's,
+accelerate's, Lightning's DDP: _site/sitecustomize.py says which), it calls `install`: an import
+hook that, once the framework's Trainer module has been imported by the job, wraps
+Trainer.__init__ so that every Trainer the job makes gets an AutotuneCallback (unless it has one:
+an edited script is not counted twice). The first Trainer whose training begins is the one
+measured (reporting.Reporter.claim). Nothing is imported before the job imports it, so the job's
+own start-up is unchanged.
 """
 
 from __future__ import annotations

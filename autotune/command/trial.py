@@ -3,13 +3,13 @@ read from what it reports (autotune.reporting, the callbacks) or from its output
 they end.
 
 The trial process is a launcher here: it takes the command the parent rendered with the knob values
-(tasks.Command.prepare, command_render.py), starts it and watches its steps as they come. It asks
+(tasks.Command.prepare, command/render.py), starts it and watches its steps as they come. It asks
 the job to stop (the stop file, or SIGTERM for a log job) once the window has settled
-(workloads/window.py: the figure is tokens over time), once the search's pruner says so, or once the
+(command/window.py: the figure is tokens over time), once the search's pruner says so, or once the
 job keeps recompiling; it ends the process group after command.stop_grace_s. Nothing reported is
 thrown away: a job that gave its steps is measured however it exits, and one stopped at the trial's
 limit keeps the steps it gave, and one that said it is done is measured then, however slowly it
-exits. What it reports is checked as it is read (command_report.py): a figure that cannot be, or a
+exits. What it reports is checked as it is read (report.py): a figure that cannot be, or a
 batch size or accumulation other than the trial set (job_settings), fails the trial, naming it. Its
 failures (out of memory, NCCL refusals, an exit before its steps, no step) are classified from its
 exit and output, whose telling line (protocol.last_words: the exception, not a warning) is quoted.
@@ -26,14 +26,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from autotune import nccl_log
+from autotune.command import window as windows
+from autotune.command.gpu_peak import PeakWatch, job_peak, tokens_per_micro_batch
+from autotune.command.log import Output, close_lines
+from autotune.command.report import BadReport, Report, clock_said, figure_said
+from autotune.command.said import average_said, stopped_said, time_went
 from autotune.protocol import ENV_SECRETS, CommandParams, last_words, told_lines, unhide
 from autotune.reporting import ENV_KNOBS, ENV_MAX_STEPS, ENV_REPORT, ENV_STEPS, ENV_STOP
-from autotune.workloads import window as windows
 from autotune.workloads.base import Failed, Measured, Work, Workload
-from autotune.workloads.command_log import Output, close_lines
-from autotune.workloads.command_report import BadReport, Report, clock_said, figure_said
-from autotune.workloads.command_said import average_said, stopped_said, time_went
-from autotune.workloads.gpu_peak import PeakWatch, job_peak, tokens_per_micro_batch
 from autotune.workloads.timing import Timing
 
 POLL_S = 0.1
@@ -338,7 +338,7 @@ class Command(Workload):
         timing.reserved_bytes = done.get("peak_mem_reserved_bytes")
         timing.stopped_early = bool(watch.stopped)
         self.applied["stop"] = watch.stop
-        output = {
+        output: dict[str, Any] = {
             "tokens": tokens,
             "step_s_as_reported": [s["s"] for s in timed],
             "job_env": self._job_env(done),
@@ -387,11 +387,11 @@ def _at_tokens(steps: list[dict[str, Any]], tokens: float) -> list[float]:
 def _recompiling(steps: list[dict[str, Any]]) -> str | None:
     """Why the job should stop, when RECOMPILING_STEPS steps after the first compiled new graphs
     (the first compiles the program; a dynamic recompile at the second shape is one more)."""
-    graphs = [s.get("graphs") for s in steps]
+    graphs: list[int | None] = [s.get("graphs") for s in steps]
     compiled = [
-        i
-        for i in range(1, len(graphs))
-        if graphs[i] is not None and graphs[i - 1] is not None and graphs[i] > graphs[i - 1]
+        now
+        for before, now in zip(graphs, graphs[1:])
+        if before is not None and now is not None and now > before
     ]
     if len(compiled) < RECOMPILING_STEPS:
         return None

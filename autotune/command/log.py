@@ -7,7 +7,7 @@ average since the start (the Trainer's `train_samples_per_second`, words such as
 since start, before the number) is refused: it describes the run from its start, compile included,
 never a step. A cumulative count (the group tokens_total, e.g. the Trainer's num_input_tokens_seen)
 is turned into steps by its differences over the lines' arrival times. Every figure read is checked
-(command_report.py): one that is no finite number in its range (`tps: 0`, `tps: -5000`,
+(report.py): one that is no finite number in its range (`tps: 0`, `tps: -5000`,
 `tps: 1e400`) fails the trial, naming the line; the reader never dies (the job would block on its
 full pipe).
 """
@@ -22,9 +22,9 @@ import threading
 import time
 from typing import Any
 
+from autotune.command import report as checks
+from autotune.command.report import MAX_TOKENS_PER_S, SECONDS, BadReport, excerpt
 from autotune.reporting import MAX_STEP_LINES
-from autotune.workloads import command_report as checks
-from autotune.workloads.command_report import MAX_TOKENS_PER_S, SECONDS, BadReport, excerpt
 
 TAIL_LINES = 100  # of the job's output, read for a failure's telling line (a traceback, its noise)
 LINE_BYTES = 64 << 10
