@@ -15,10 +15,16 @@ import optuna.storages.journal
 
 from autotune import paths, tasks
 from autotune.errors import ConfigError, StudyError, excerpt
+from autotune.knobs import Knobs
 from autotune.redact import mask_command, remember
 from autotune.study.load import mask_url, sqlite_url
 
 if TYPE_CHECKING:
+    import sqlite3
+
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.pool import ConnectionPoolEntry
+
     from autotune.config import Config
 
 
@@ -90,21 +96,24 @@ def _serialize_sqlite(storage: optuna.storages.RDBStorage) -> None:
     engine = storage.engine
 
     @event.listens_for(engine, "connect")
-    def _connect(dbapi_connection: Any, _record: Any) -> None:
+    def _connect(dbapi_connection: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:
         dbapi_connection.isolation_level = None  # let SQLAlchemy, not pysqlite, emit BEGIN
 
     @event.listens_for(engine, "begin")
-    def _begin(connection: Any) -> None:
+    def _begin(connection: Connection) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     engine.dispose()  # connections opened before the listeners existed
 
 
-def _archive(study_dir: Path, storage: Any, name: str, default_storage: bool) -> Path | None:
-    """--fresh: move the old study aside (nothing is deleted); return where it went."""
+def _archive(
+    study_dir: Path, storage: optuna.storages.BaseStorage | None, name: str
+) -> Path | None:
+    """--fresh: move the old study aside (nothing is deleted); return where it went. storage: the
+    study's own (None: the default, study.db, which moves with the folder)."""
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     target = study_dir.with_name(f"{study_dir.name}.archived-{stamp}")
-    if not default_storage:
+    if storage is not None:
         try:
             optuna.copy_study(
                 from_study_name=name,
@@ -122,7 +131,7 @@ def _archive(study_dir: Path, storage: Any, name: str, default_storage: bool) ->
 
 
 def open_study(
-    cfg: Config, *, out_root: Path, device: str, fresh: bool, baseline: dict[str, Any]
+    cfg: Config, *, out_root: Path, device: str, fresh: bool, baseline: Knobs
 ) -> tuple[optuna.Study, Path, str]:
     """Create or resume the study; refuse one made from a different model, workload, space or
     device.
@@ -143,7 +152,7 @@ def open_study(
             cfg.name, url if not default_storage or (study_dir / "study.db").exists() else None, cfg
         )
     if fresh and default_storage:
-        _archive(study_dir, None, cfg.name, default_storage)  # moves study.db aside with the folder
+        _archive(study_dir, None, cfg.name)  # moves study.db aside with the folder
     if default_storage:
         study_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -152,7 +161,7 @@ def open_study(
         raise StudyError(f"study.storage: cannot open {mask_url(url)}: {err}") from None
     if fresh and not default_storage:
         # copies the study aside in its storage
-        _archive(study_dir, storage, cfg.name, default_storage)
+        _archive(study_dir, storage, cfg.name)
     config = cfg.model_dump(mode="json")
     want = {"config_identity": identity.digest(config), "device": device}
     if not fresh:
@@ -170,7 +179,7 @@ def open_study(
     return study, study_dir, url
 
 
-def _create(cfg: Config, storage: Any, url: str) -> optuna.Study:
+def _create(cfg: Config, storage: optuna.storages.BaseStorage, url: str) -> optuna.Study:
     """The study created or loaded under its objective's directions; one made under others is
     refused (StudyError naming study.objective)."""
     directions = tasks.objective(cfg.study.objective).directions
@@ -257,7 +266,12 @@ def _check_study_dir(out_root: Path, name: str, fresh: bool) -> Path:
 
 
 def _refuse_other_config(
-    name: str, storage: Any, url: str, config: dict[str, Any], device: str, study_dir: Path | None
+    name: str,
+    storage: optuna.storages.BaseStorage,
+    url: str,
+    config: dict[str, Any],
+    device: str,
+    study_dir: Path | None,
 ) -> None:
     """A study of this name that measured another model, workload, space (identity.difference: a
     field or knob added since at its default is no difference) or device is refused. study_dir:
