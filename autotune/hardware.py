@@ -12,7 +12,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, NewType
 
 
 @dataclass(frozen=True)
@@ -130,18 +131,23 @@ def peak_flops(device_name: str | None, precision: str = MFU_PRECISION) -> float
     return tflops * 1e12 if tflops else None
 
 
-def _nvml() -> Any | None:
+# pynvml's device handle (a ctypes pointer, c_nvmlDevice_t): opaque, only handed back to NVML
+NvmlHandle = NewType("NvmlHandle", object)
+
+
+def _nvml() -> ModuleType | None:
     """Initialised pynvml module, or None where there is no NVIDIA driver."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        return pynvml
+        module: ModuleType = pynvml  # untyped (no stubs): read as a module
+        return module
     except Exception:
         return None
 
 
-def _str(value: Any) -> str:
+def _str(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -238,7 +244,7 @@ class Telemetry:
                 self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread:
             self._thread.join()
@@ -267,7 +273,7 @@ class Telemetry:
             self._stop.wait(self._interval)
 
 
-def _energy_mj(nv: Any, handle: Any) -> int | None:
+def _energy_mj(nv: ModuleType, handle: NvmlHandle) -> int | None:
     """NVML's total energy counter of the GPU in millijoules since the driver loaded (Volta and
     newer), or None."""
     try:
@@ -276,7 +282,7 @@ def _energy_mj(nv: Any, handle: Any) -> int | None:
         return None
 
 
-def _power_limit_w(nv: Any, handle: Any) -> float | None:
+def _power_limit_w(nv: ModuleType, handle: NvmlHandle) -> float | None:
     """The power limit NVML enforces on the GPU now, in watts (the lowest of the board's, the
     administrator's and the driver's limits: nvmlDeviceGetEnforcedPowerLimit), or None."""
     try:
@@ -365,6 +371,6 @@ def _process_name(pid: int) -> str:
         return "?"
 
 
-def _mib(used: Any) -> int | None:
+def _mib(used: object) -> int | None:
     """NVML's bytes as MiB (None: not available, as under some virtualisation)."""
     return used // 2**20 if isinstance(used, int) else None
