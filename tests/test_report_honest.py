@@ -90,7 +90,7 @@ def _text(data: dict[str, Any]) -> dict[str, str]:
     return {
         "markdown": report.to_markdown(data),
         "terminal": console.file.getvalue(),  # type: ignore[attr-defined]
-        "html": _card.card_html(data, _card.chosen(data, [], 1)),
+        "html": _card.card_html(data, _card.chosen(data)),
     }
 
 

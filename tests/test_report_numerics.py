@@ -78,7 +78,7 @@ def test_report_shows_the_quality_cost_in_every_form(tmp_path: Path) -> None:
     assert json.loads(report.to_json(data))["chosen"]["numerics"]["spikes"] == {"reference": [18]}
     assert LINE in report.to_markdown(data)
     assert LINE in _terminal(data)
-    assert LINE.replace("Numerics:", "") in card_html(data, chosen(data, [], 1))
+    assert LINE.replace("Numerics:", "") in card_html(data, chosen(data))
     live = LiveProgress(Console(file=io.StringIO(), width=200), ["precision"])
     live.info = {"budget": 2}
     best = study.trials[1]

@@ -17,9 +17,9 @@ from autotune.report._table import fmt
 MIN_SAMPLES = 3  # fewer fresh processes than this bound nothing: the interval is not shown
 
 
-def chosen(data: Report, phases: list[dict[str, Any]], gpus: int) -> dict[str, Any] | None:
+def chosen(data: Report) -> dict[str, Any] | None:
     """What best.yaml holds (the report's headline, report/_summary.headline) with what applying it
-    costs. phases and gpus are kept for callers; the cost is the study's (report/_summary.cost)."""
+    costs."""
     c = data.chosen
     if not c:
         return None

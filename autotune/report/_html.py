@@ -31,6 +31,7 @@ from autotune.report._text import (
 
 if TYPE_CHECKING:
     import optuna
+    import plotly.graph_objects as go
 
 __all__ = ["pareto_front", "write_html"]
 
@@ -69,7 +70,7 @@ def write_html(data: Report | Stored, out: Path, study: optuna.Study | None = No
 
     data = Report.of(data)
     m = measured(data, study)
-    card = chosen(data, m["phases"], m["gpus"])
+    card = chosen(data)
     interactive = study is not None and _plots.available()
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out, prefix=".report-") as tmp:
@@ -79,7 +80,7 @@ def write_html(data: Report | Stored, out: Path, study: optuna.Study | None = No
             Path(tmp),
             interactive,
         )
-        figs = _plots.figures(study, data, m, card) if interactive else []
+        figs = _plots.figures(study, data, m, card) if study is not None and interactive else []
         (Path(tmp) / "report.html").write_text(page(data, card, figs, pngs))
         with _signals_held():
             for name in PLOT_FILES:
@@ -164,7 +165,7 @@ def _plotly_js() -> str:
     return f'<script type="text/javascript">{get_plotlyjs()}</script>'
 
 
-def _figure_html(heading: str, fig: Any) -> str:
+def _figure_html(heading: str, fig: go.Figure) -> str:
     div = _plots.to_div(fig)
     return f'<section class="plot"><h2>{escape(heading)}</h2>{div}</section>'
 

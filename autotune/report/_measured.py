@@ -4,13 +4,14 @@ samples, the latency limits, the GPUs a trial holds), computed before anything i
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from autotune.documents.record import RecordError, TrialRecord
 from autotune.report._data import Report, Row
 
 if TYPE_CHECKING:
     import optuna
+    from optuna.trial import FrozenTrial
 
 # The phases of a trial process, in the order they happen (workloads/trial.py phases_s); "checks" is
 # the numerics guard's: the loss check in the trial (phases_s "check") and its reference trial, a
@@ -21,7 +22,25 @@ PHASES = ("start", "build", "compile", "checks", "warmup", "measure", "other", "
 SPREAD_QUANTILES = (0.1, 0.9)  # error bars: the 10th and 90th percentile of the measured steps
 
 
-def measured(data: Report, study: optuna.Study | None) -> dict[str, Any]:
+class Phases(TypedDict):
+    """One process's bar of the time chart: a trial's (phases_of) or a confirmation sample's."""
+
+    number: int | str  # the trial; "c3.1" for trial 3's second confirmation sample
+    state: str
+    seconds: dict[str, float]  # by phase (PHASES)
+    wall_s: float | None  # a confirmation sample's, where the study stored it
+
+
+class Measured(TypedDict):
+    """What the page shows beyond collect (measured)."""
+
+    spread: dict[int, tuple[float, float]]  # tokens/s at the slow and fast end of a trial's steps
+    phases: list[Phases]  # each process's bar, the trials' in their order, then the confirmation's
+    limits: dict[str, float]  # the study's latency limits (study.limits)
+    gpus: int  # the GPUs of one trial
+
+
+def measured(data: Report, study: optuna.Study | None) -> Measured:
     """Per-trial spread and phases, the study's latency limits and the GPUs of one trial."""
     config = study.user_attrs.get("config", {}) if study is not None else {}
     return {
@@ -63,7 +82,7 @@ def _spread(data: Report, study: optuna.Study) -> dict[int, tuple[float, float]]
     return spread
 
 
-def _steps(trial: Any) -> list[float]:
+def _steps(trial: FrozenTrial) -> list[float]:
     try:
         return [
             s for s in TrialRecord.of(trial).step_times if isinstance(s, (int, float)) and s > 0
@@ -80,12 +99,12 @@ def telemetry_of(study: optuna.Study, number: int) -> tuple[int, dict[str, Any]]
     return (number, tele) if isinstance(tele, dict) and tele.get("series") else None
 
 
-def confirmation_phases(data: Report) -> list[dict[str, Any]]:
+def confirmation_phases(data: Report) -> list[Phases]:
     """The confirmation's processes as bars of the time chart ("c3.1": trial 3's second sample):
     each one's stored wall time, else its trial's search process's (report/_summary.cost)."""
     conf = data.confirmation or {}
     walls = {r.number: r.wall_s for r in data.trials if r.wall_s}
-    out = []
+    out: list[Phases] = []
     for st in [*conf.get("stats", []), *([conf["baseline"]] if conf.get("baseline") else [])]:
         runs = len(st.get("samples") or []) + len(st.get("failures") or [])
         stored = st.get("walls_s") or []
@@ -100,7 +119,7 @@ def confirmation_phases(data: Report) -> list[dict[str, Any]]:
     return out
 
 
-def phases_of(row: Row) -> dict[str, Any] | None:
+def phases_of(row: Row) -> Phases | None:
     """One trial's seconds by phase (warm-up without the compile it contains; a process that kept
     no phases, a timeout's, all "other"), None for a trial never started."""
     raw = row.phases_s or {}

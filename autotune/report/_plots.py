@@ -14,10 +14,17 @@ import re
 import warnings
 from collections.abc import Callable
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.report._data import Report, Row
-from autotune.report._measured import PHASES
+from autotune.report._measured import PHASES, Measured
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    import optuna
+    import plotly.graph_objects as go
+    from optuna.trial import FrozenTrial
 
 CHOSEN = {"symbol": "star", "size": 18, "color": "#d62728", "line": {"width": 1, "color": "black"}}
 TOKENS = "tokens/s per GPU"
@@ -42,7 +49,7 @@ def available() -> bool:
     return True
 
 
-def to_div(fig: Any) -> str:
+def to_div(fig: go.Figure) -> str:
     """A figure's <div> and script for the page (plotly.js inlined once elsewhere): no link to
     plotly, no button that sends the chart away, no tag with attributes in its strings."""
     import plotly.io
@@ -57,7 +64,7 @@ def to_div(fig: Any) -> str:
     return div
 
 
-def _inert(value: Any) -> Any:
+def _inert(value: object) -> object:
     """The figure's data with every string's attributed tags made text (ATTRIBUTED_TAG)."""
     if isinstance(value, str):
         return ATTRIBUTED_TAG.sub("&lt;", value)
@@ -69,8 +76,8 @@ def _inert(value: Any) -> Any:
 
 
 def figures(
-    study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None
-) -> list[tuple[str, Any]]:
+    study: optuna.Study, data: Report, m: Measured, c: dict[str, Any] | None
+) -> list[tuple[str, go.Figure]]:
     """(heading, figure) for each plot that has data, in the page's order."""
     steps = (
         ("Throughput of each trial, with its measured spread", _spread),
@@ -98,7 +105,7 @@ def figures(
     return out
 
 
-def _snapshot(study: Any) -> Any:
+def _snapshot(study: optuna.Study) -> optuna.Study:
     """The study's launched trials in memory without their records (user attributes: telemetry, raw
     steps), which no plot reads: each of Optuna's plots copies every trial again, and from SQLite
     with the records that costs seconds for a hundred trials."""
@@ -116,7 +123,7 @@ def _snapshot(study: Any) -> Any:
     return snapshot
 
 
-def _bare(t: Any) -> Any:
+def _bare(t: FrozenTrial) -> FrozenTrial:
     from optuna.trial import FrozenTrial
 
     return FrozenTrial(
@@ -135,7 +142,7 @@ def _bare(t: Any) -> Any:
     )
 
 
-def _target(study: Any, minimize: bool = False) -> Any:
+def _target(study: optuna.Study, minimize: bool = False) -> Callable[[FrozenTrial], float] | None:
     """Optuna's target for a plot: None (the objective) in a single-objective study; else tokens/s
     per GPU, the first objective of every study (a pareto study's second is p99), negated where
     Optuna assumes lower is better (PED-ANOVA)."""
@@ -154,17 +161,19 @@ def _label(r: Row, searched: list[str]) -> str:
     return f"trial {r.number}<br>{knobs}"
 
 
-def _star(go: Any, x: list[Any], y: list[Any], **kw: Any) -> Any:
+def _star(go: ModuleType, x: list[Any], y: list[Any], **kw: Any) -> go.Scatter:
     return go.Scatter(x=x, y=y, mode="markers", marker=CHOSEN, name="chosen (best.yaml)", **kw)
 
 
-def _spread(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+def _spread(
+    study: optuna.Study, data: Report, m: Measured, c: dict[str, Any] | None
+) -> go.Figure | None:
     import plotly.graph_objects as go
 
     ok = [r for r in _ok(data) if r.number in m["spread"]]
     if not ok:
         return None
-    y = [r.tokens_per_s_per_gpu for r in ok]
+    y = [r.figure for r in ok]
     lo = [v - m["spread"][r.number][0] for v, r in zip(y, ok)]
     hi = [m["spread"][r.number][1] - v for v, r in zip(y, ok)]
     fig = go.Figure(
@@ -186,7 +195,7 @@ def _spread(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | Non
     return fig.update_layout(xaxis_title="trial", yaxis_title=f"{TOKENS} (bars: {bars})")
 
 
-def _mark_baseline(fig: Any, data: Report) -> None:
+def _mark_baseline(fig: go.Figure, data: Report) -> None:
     if data.baseline:
         fig.add_hline(
             y=data.baseline.tokens_per_s_per_gpu,
@@ -196,7 +205,9 @@ def _mark_baseline(fig: Any, data: Report) -> None:
         )
 
 
-def _confirmation(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+def _confirmation(
+    study: optuna.Study, data: Report, m: Measured, c: dict[str, Any] | None
+) -> go.Figure | None:
     import plotly.graph_objects as go
 
     conf = data.confirmation
@@ -231,7 +242,9 @@ def _confirmation(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any]
     )
 
 
-def _history(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+def _history(
+    study: optuna.Study, data: Report, m: Measured, c: dict[str, Any] | None
+) -> go.Figure | None:
     import plotly.graph_objects as go
     from optuna.visualization import plot_optimization_history
 
@@ -247,7 +260,9 @@ def _history(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | No
     return fig.update_layout(title=None)
 
 
-def _parallel(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+def _parallel(
+    study: optuna.Study, data: Report, m: Measured, c: dict[str, Any] | None
+) -> go.Figure | None:
     from optuna.visualization import plot_parallel_coordinate
 
     if len(data.searched) < 2 or len(_ok(data)) < 2:
@@ -267,7 +282,9 @@ def _label_line(c: dict[str, Any], searched: list[str]) -> str:
     return escape(", ".join(f"{k}={c['knobs'].get(k)}" for k in searched))
 
 
-def _slice(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+def _slice(
+    study: optuna.Study, data: Report, m: Measured, c: dict[str, Any] | None
+) -> go.Figure | None:
     import plotly.graph_objects as go
     from optuna.visualization import plot_slice
 
@@ -297,7 +314,7 @@ def _slice(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None
     return fig.update_layout(title=None, legend={"orientation": "h", "y": 1.12})
 
 
-def _slice_x(trial: Any, knob: str) -> Any:
+def _slice_x(trial: FrozenTrial, knob: str) -> object:
     """The trial's value of a knob where Optuna's slice plot places it: a categorical choice by its
     repr."""
     from optuna.distributions import CategoricalDistribution
@@ -308,7 +325,9 @@ def _slice_x(trial: Any, knob: str) -> Any:
     return repr(value) if isinstance(trial.distributions[knob], CategoricalDistribution) else value
 
 
-def _pareto(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+def _pareto(
+    study: optuna.Study, data: Report, m: Measured, c: dict[str, Any] | None
+) -> go.Figure | None:
     import plotly.graph_objects as go
     from optuna.visualization import plot_pareto_front
 
@@ -328,7 +347,9 @@ def _pareto(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | Non
     return fig.update_layout(title=None)
 
 
-def _front(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+def _front(
+    study: optuna.Study, data: Report, m: Measured, c: dict[str, Any] | None
+) -> go.Figure | None:
     """Latency (p99 time per output token) where trials have it, else peak memory, with the front
     drawn (a pareto study's latency front is Optuna's: _pareto)."""
     from autotune.report._table import pareto
@@ -364,7 +385,7 @@ def _front_figure(
     title: str,
     limit: float | None,
     c: dict[str, Any] | None,
-) -> Any:
+) -> go.Figure:
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -397,7 +418,9 @@ def _front_figure(
     return fig.update_layout(xaxis_title=title, yaxis_title=TOKENS)
 
 
-def _time(study: Any, data: Report, m: dict[str, Any], c: dict[str, Any] | None) -> Any:
+def _time(
+    study: optuna.Study, data: Report, m: Measured, c: dict[str, Any] | None
+) -> go.Figure | None:
     import plotly.graph_objects as go
 
     phases = m["phases"]

@@ -4,15 +4,38 @@ time by phase."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from autotune.report import _effects
-from autotune.report._data import Report
-from autotune.report._measured import PHASES
+from autotune.report._data import Report, Stored
+from autotune.report._measured import PHASES, Phases
 from autotune.report._table import pareto
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+
+class PlotData(TypedDict):
+    """What each static plot draws (plot_data), computed before any drawing."""
+
+    history: list[tuple[int, float]]  # (trial, tokens/s) of each completed trial, in order
+    best_so_far: list[tuple[int, float]]
+    baseline: float | None
+    memory: list[tuple[float, float, int]]  # (peak GiB, tokens/s, trial) where memory was reported
+    pareto: list[int]  # the trials on the memory front
+    per_knob: dict[str, list[tuple[str, float]]]  # (value, tokens/s) where the knob acts
+    telemetry: list[tuple[float, float, float]]  # (seconds, watts, SM MHz)
+    telemetry_title: str
+    checks: list[tuple[datetime, float, float, float, str]]  # each night's ratio, interval, status
+    chosen: list[tuple[int, float]]
+    chosen_memory: list[tuple[float, float]]
+    time: list[tuple[int | str, dict[str, float]]]  # each process's seconds by phase
+    chosen_time: int | str | None
+    tolerance_pct: float | None
 
 
 def pareto_front(points: list[tuple[float, float, int]]) -> list[int]:
@@ -24,24 +47,23 @@ def pareto_front(points: list[tuple[float, float, int]]) -> list[int]:
 
 def plot_data(
     data: Report,
-    phases: list[dict[str, Any]] | None = None,
+    phases: list[Phases] | None = None,
     chosen: int | None = None,
-    telemetry: tuple[int, dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+    telemetry: tuple[int | None, Stored] | None = None,
+) -> PlotData:
     """What each plot draws, computed before any drawing; phases: _measured.phases_of of each trial;
     chosen: the chosen trial (best.yaml's), marked; telemetry: (trial, its telemetry) drawn, else
     the search's best's."""
     ok = sorted((r for r in data.trials if r.state == "ok"), key=lambda r: r.number)
-    history, best_so_far, running = [], [], float("-inf")
+    history: list[tuple[int, float]] = []
+    best_so_far: list[tuple[int, float]] = []
+    running = float("-inf")
     for r in ok:
         running = max(running, r.figure)
         history.append((r.number, r.figure))
         best_so_far.append((r.number, running))
-    mem = [
-        (r.peak_mem_gib, r.figure, r.number)
-        for r in ok
-        if r.peak_mem_gib is not None  # no memory reported: not on the memory axis
-    ]
+    # no memory reported: not on the memory axis
+    mem = [(r.peak_mem_gib, r.figure, r.number) for r in ok if r.peak_mem_gib is not None]
     # a conditional knob drawn only where it acts (_effects.acting): its None is its parent's off
     per_knob = {
         k: [(str(r.knobs[k]), r.figure) for r in _effects.acting(ok, k)[0]] for k in data.searched
@@ -50,17 +72,7 @@ def plot_data(
     tele_trial, tele = telemetry or (best, data.best_telemetry or {})
     series = tele.get("series") or []
     t0 = series[0]["t"] if series else 0.0
-    checks = [
-        # a bound that is null (not finite, documents.strict_json): no bar on that side
-        (
-            _when(c["checked_at"]),
-            c["ratio"],
-            c["ci"][0] or 0.0,
-            c["ci"][1] or c["ratio"],
-            c["status"],
-        )
-        for c in data.check_history or []
-    ]
+    checks = _nights(data.check_history)
     return {
         "history": history,
         "best_so_far": best_so_far,
@@ -72,13 +84,26 @@ def plot_data(
         "telemetry_title": f"Trial {tele_trial}"
         + (" (chosen)" if tele_trial == chosen else " (the search's best)")
         + ": telemetry",
-        "checks": [c for c in checks if c[0] is not None],
+        "checks": checks,
         "chosen": [(n, v) for n, v in history if n == chosen],
         "chosen_memory": [(m, t) for m, t, n in mem if n == chosen],
         "time": [(p["number"], p["seconds"]) for p in phases or []],
         "chosen_time": next((p["number"] for p in phases or [] if p["number"] == chosen), None),
         "tolerance_pct": (data.check_history or [{}])[-1].get("tolerance_pct"),
     }
+
+
+def _nights(history: list[Stored]) -> list[tuple[datetime, float, float, float, str]]:
+    """Each night of autotune check with a readable date: when, its ratio, its interval (a bound
+    that is null, not finite: documents.strict_json, gives no bar on that side) and its status."""
+    nights = []
+    for c in history:
+        when = _when(c["checked_at"])
+        if when is not None:
+            nights.append(
+                (when, c["ratio"], c["ci"][0] or 0.0, c["ci"][1] or c["ratio"], c["status"])
+            )
+    return nights
 
 
 def _when(text: str) -> datetime | None:
@@ -99,22 +124,22 @@ PLOT_FILES = (
 ALWAYS = ("telemetry.png", "checks.png")  # what Optuna's interactive plots do not show
 
 
-def draw(pd: dict[str, Any], out: Path, interactive: bool) -> list[Path]:
+def draw(pd: PlotData, out: Path, interactive: bool) -> list[Path]:
     """Write the PNGs; return their paths (plots without data are skipped; interactive: only those
     Optuna's plotly plots lack). matplotlib is imported only when there is something to draw (it
     takes seconds)."""
     plots = (
-        ("history", _history),
-        ("memory", _memory),
-        ("per_knob", _per_knob),
-        ("time", _time),
-        ("telemetry", _telemetry),
-        ("checks", _checks),
+        (pd["history"], _history),
+        (pd["memory"], _memory),
+        (pd["per_knob"], _per_knob),
+        (pd["time"], _time),
+        (pd["telemetry"], _telemetry),
+        (pd["checks"], _checks),
     )
     todo = [
         (plot, name)
-        for (key, plot), name in zip(plots, PLOT_FILES)
-        if (name in ALWAYS or not interactive) and _has(pd[key])
+        for (values, plot), name in zip(plots, PLOT_FILES)
+        if (name in ALWAYS or not interactive) and _has(values)
     ]
     if not todo:
         return []
@@ -131,11 +156,11 @@ def draw(pd: dict[str, Any], out: Path, interactive: bool) -> list[Path]:
     return [out / name for _, name in todo]
 
 
-def _has(values: Any) -> bool:
+def _has(values: object) -> bool:
     return any(values.values()) if isinstance(values, dict) else bool(values)
 
 
-def _history(plt: ModuleType, pd: dict[str, Any]) -> Any:
+def _history(plt: ModuleType, pd: PlotData) -> Any:
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.scatter(*zip(*pd["history"]), s=18, label="completed trial")
     ax.step(*zip(*pd["best_so_far"]), where="post", color="C1", label="best so far")
@@ -147,7 +172,7 @@ def _history(plt: ModuleType, pd: dict[str, Any]) -> Any:
     return fig
 
 
-def _memory(plt: ModuleType, pd: dict[str, Any]) -> Any:
+def _memory(plt: ModuleType, pd: PlotData) -> Any:
     fig, ax = plt.subplots(figsize=(7, 4))
     mem, tok, _ = zip(*pd["memory"])
     ax.scatter(mem, tok, s=18, label="completed trial")
@@ -159,10 +184,12 @@ def _memory(plt: ModuleType, pd: dict[str, Any]) -> Any:
     return fig
 
 
-def _star(ax: Any, points: list[tuple[float, float]]) -> None:
+def _star(ax: Axes, points: Sequence[tuple[float, float]]) -> None:
     if points:
+        xs, ys = zip(*points)
         ax.scatter(
-            *zip(*points),
+            xs,
+            ys,
             marker="*",
             s=220,
             color="#d62728",
@@ -172,7 +199,7 @@ def _star(ax: Any, points: list[tuple[float, float]]) -> None:
         )
 
 
-def _per_knob(plt: ModuleType, pd: dict[str, Any]) -> Any:
+def _per_knob(plt: ModuleType, pd: PlotData) -> Any:
     knobs = [k for k, v in pd["per_knob"].items() if v]
     fig, axes = plt.subplots(1, len(knobs), figsize=(3.2 * len(knobs), 3.6), squeeze=False)
     for ax, knob in zip(axes[0], knobs):
@@ -186,7 +213,7 @@ def _per_knob(plt: ModuleType, pd: dict[str, Any]) -> Any:
     return fig
 
 
-def _telemetry(plt: ModuleType, pd: dict[str, Any]) -> Any:
+def _telemetry(plt: ModuleType, pd: PlotData) -> Any:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     t, power, clock = zip(*pd["telemetry"])
     ax.plot(t, power, color="C0", label="power (W)")
@@ -200,7 +227,7 @@ def _telemetry(plt: ModuleType, pd: dict[str, Any]) -> Any:
     return fig
 
 
-def _checks(plt: ModuleType, pd: dict[str, Any]) -> Any:
+def _checks(plt: ModuleType, pd: PlotData) -> Any:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     i, ratio, lo, hi, status = zip(*pd["checks"])
     colors = ["C3" if s == "regression" else "C2" for s in status]
@@ -221,7 +248,7 @@ def _checks(plt: ModuleType, pd: dict[str, Any]) -> Any:
     return fig
 
 
-def _time(plt: ModuleType, pd: dict[str, Any]) -> Any:
+def _time(plt: ModuleType, pd: PlotData) -> Any:
     """Stacked bars, one filled step line a phase (ax.bar would make a patch per trial and phase:
     seconds for a hundred trials); trials side by side in their order, ticked with their numbers."""
     fig, ax = plt.subplots(figsize=(9, 4))

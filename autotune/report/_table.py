@@ -6,12 +6,12 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from autotune import metrics, nccl_log, tasks
 from autotune.documents.record import Metric, RecordError, TrialRecord
 from autotune.hardware import MFU_PRECISION
-from autotune.protocol import reason_line
+from autotune.protocol import Knobs, reason_line
 from autotune.report._data import Row, Stored
 
 if TYPE_CHECKING:
@@ -211,7 +211,7 @@ def row_of(t: FrozenTrial, base_value: float | None) -> Row:
     )
 
 
-def _peaks(r: TrialRecord, m: Stored, knobs: Stored) -> list[Stored]:
+def _peaks(r: TrialRecord, m: dict[str, Any], knobs: Knobs) -> list[Stored]:
     """The peaks a row's MFU is read against (metrics.mfu_peaks)."""
     mfu, peak = m.get(Metric.MFU), m.get(metrics.MFU_PEAK_TFLOPS)
     return metrics.mfu_peaks(
