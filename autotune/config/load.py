@@ -17,7 +17,7 @@ from autotune.errors import ConfigError, did_you_mean, excerpt
 from autotune.space import ResolvedSpace, resolve_space
 
 
-def _section_type(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+def _section_type(annotation: object) -> tuple[type[BaseModel] | None, bool]:
     """The section model an annotation holds (Optional[X], dict[str, X] or X), and whether a key
     comes first."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -96,7 +96,7 @@ def describe_error(err: ValidationError, section: str | None = None) -> str:
     return f"{loc}: {msg}{shown}"
 
 
-def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = None) -> Config:
+def parse_config(data: object, source: str = "<config>", base_dir: Path | None = None) -> Config:
     """Validate an already-loaded mapping: its schema, then the space's rules (validate);
     ConfigError with a one-line message on any problem."""
     cfg = _schema(data, source, base_dir)
@@ -104,7 +104,7 @@ def parse_config(data: Any, source: str = "<config>", base_dir: Path | None = No
     return cfg
 
 
-def _schema(data: Any, source: str, base_dir: Path | None) -> Config:
+def _schema(data: object, source: str, base_dir: Path | None) -> Config:
     """The mapping as the schema (autotune.config) reads it; nothing resolved yet."""
     if not isinstance(data, dict):
         raise ConfigError(

@@ -11,6 +11,7 @@ from pydantic import Field, ValidationInfo, create_model, field_validator, model
 
 from autotune import knobs as catalogue
 from autotune.config.study import _Section
+from autotune.knobs import KnobValue
 
 MAX_KNOB_VALUES = 1024  # values of one knob; more is a typo or a range without multiple_of
 
@@ -54,7 +55,7 @@ class _SpaceBase(_Section):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _as_list(cls, value: Any, info: ValidationInfo) -> Any:
+    def _as_list(cls, value: object, info: ValidationInfo) -> Any:
         """One value is a fixed knob: a one-element list; {multiple_of, min, max} lists a range."""
         assert info.field_name is not None  # a field validator's: always named
         knob = catalogue.BY_NAME[info.field_name]
@@ -72,7 +73,7 @@ class _SpaceBase(_Section):
 
     @field_validator("*")
     @classmethod
-    def _values(cls, value: Any, info: ValidationInfo) -> Any:
+    def _values(cls, value: list[KnobValue] | str, info: ValidationInfo) -> Any:
         """The knob's own rule for each value; sizes sorted, every list without repeats."""
         assert info.field_name is not None  # a field validator's: always named
         knob = catalogue.BY_NAME[info.field_name]

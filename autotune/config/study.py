@@ -81,7 +81,7 @@ class LossCheckConfig(_Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _removed_max_gap(cls, data: Any) -> Any:
+    def _removed_max_gap(cls, data: object) -> Any:
         if isinstance(data, dict) and "max_gap" in data:
             raise ValueError(
                 "max_gap (a relative gap at any step) was removed: the check fails breakage only; "

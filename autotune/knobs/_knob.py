@@ -86,7 +86,7 @@ class Knob:
     # best.yaml: how to apply these values; a mapping where a task applies the knob its own way
     note: Note | dict[str, Note] | None = None
 
-    def acts_with(self, value: Any) -> bool:
+    def acts_with(self, value: KnobValue) -> bool:
         """Whether this knob acts when its only_with knob has `value`."""
         assert self.only_with is not None
         want = self.only_with[1]
@@ -103,7 +103,7 @@ class Knob:
 MAX_SIZE = 65536
 
 
-def _positive(value: Any) -> str | None:
+def _positive(value: int) -> str | None:
     if 1 <= value <= MAX_SIZE:
         return None
     return (
@@ -113,7 +113,7 @@ def _positive(value: Any) -> str | None:
     )
 
 
-def _pad(value: Any) -> str | None:
+def _pad(value: int | None) -> str | None:
     if value is None or 1 <= value <= MAX_SIZE:
         return None
     return f"{value} is not a positive integer up to {MAX_SIZE}; use null or a multiple such as 64"
@@ -122,7 +122,7 @@ def _pad(value: Any) -> str | None:
 def _prefetch(low: int) -> Callable[[Any], str | None]:
     """FSDP2 prefetch depths: low (FSDP2's own default) to MAX_PREFETCH blocks."""
 
-    def check(value: Any) -> str | None:
+    def check(value: int) -> str | None:
         if low <= value <= MAX_PREFETCH:
             return None
         return (
@@ -137,7 +137,7 @@ def _prefetch(low: int) -> Callable[[Any], str | None]:
 MAX_PREFETCH = 8
 
 
-def _env_value(value: Any) -> str | None:
+def _env_value(value: str) -> str | None:
     """A value that becomes an environment variable: printable, one line, of a sane length."""
     if len(value) > 1024 or not value.isprintable():
         return (
@@ -151,7 +151,7 @@ def _env_value(value: Any) -> str | None:
     return None
 
 
-def _channels(value: Any) -> str | None:
+def _channels(value: int | str) -> str | None:
     ok = value == "default" or (
         not isinstance(value, bool) and isinstance(value, int) and 1 <= value <= 64
     )
