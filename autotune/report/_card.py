@@ -8,16 +8,21 @@ from html import escape
 from typing import Any
 
 from autotune import knobs as catalogue
-from autotune.documents.record import Metric
 from autotune.protocol import Knobs
 from autotune.report import _text
-from autotune.report._data import Report, Row
+from autotune.report._data import Chosen, Report, Row
 from autotune.report._table import fmt
 
 MIN_SAMPLES = 3  # fewer fresh processes than this bound nothing: the interval is not shown
 
 
-def chosen(data: Report) -> dict[str, Any] | None:
+class Card(Chosen):
+    """The headline with what applying it costs (chosen)."""
+
+    apply: dict[str, Any]  # what changes, the environment it sets, its notes and one-time costs
+
+
+def chosen(data: Report) -> Card | None:
     """What best.yaml holds (the report's headline, report/_summary.headline) with what applying it
     costs."""
     c = data.chosen
@@ -27,7 +32,7 @@ def chosen(data: Report) -> dict[str, Any] | None:
     return {**c, "apply": _apply(data, row, c)}
 
 
-def _apply(data: Report, row: Row | None, c: dict[str, Any]) -> dict[str, Any]:
+def _apply(data: Report, row: Row | None, c: Chosen) -> dict[str, Any]:
     """What changes from the baseline, the environment it sets, the notes, and its one-time
     costs."""
     device = "cuda" if data.device == "cuda" else "cpu"
@@ -63,7 +68,7 @@ def interval(stats: dict[str, Any] | None) -> str:
     return f"95% interval {fmt(lo, 'tok')} to {fmt(hi, 'tok')} over {n} fresh processes"
 
 
-def card_html(data: Report, c: dict[str, Any] | None) -> str:
+def card_html(data: Report, c: Card | None) -> str:
     """The card's HTML, in the order of every format (report/_text): the chosen configuration and
     all its knobs, its figure and gain, the runner-up, what applying it costs, what the search
     cost; every string from the study escaped."""
@@ -79,14 +84,14 @@ def card_html(data: Report, c: dict[str, Any] | None) -> str:
     unwritten = _text.unwritten(c)
     lines = [
         f'<h2>{escape(title)}: trial {c["trial"]} <span class="star">&#9733;</span></h2>',
-        f'<p class="headline"><b>{fmt(c[Metric.TOKENS_PER_GPU], "tok")} tokens/s per GPU</b> '
+        f'<p class="headline"><b>{fmt(c["tokens_per_s_per_gpu"], "tok")} tokens/s per GPU</b> '
         f"({escape(_text.interval_text(c))})</p>",
         f"<p>{escape(gain)}{_efficiency_text(c)}</p>",
         f"<p>{escape(bound)}</p>" if (bound := _text.bound_line(data)) else "",
         f'<p class="numerics">{escape(quality)}</p>' if quality else "",
         f'<p class="unwritten">{escape(unwritten)}</p>' if unwritten else "",
         f'<p class="knobs">All its knobs: {escape(knobs)}</p>',
-        f"<p>{escape(_text.runner_up(c['runner_up']))}</p>" if c.get("runner_up") else "",
+        f"<p>{escape(_text.runner_up(up))}</p>" if (up := c["runner_up"]) else "",
         f"<p>Why chosen: {escape(str(c['why']))}</p>",
         _apply_html(c["apply"]),
         *(f"<p>{escape(line)}</p>" for line in _text.projection_lines(data)),
@@ -95,7 +100,7 @@ def card_html(data: Report, c: dict[str, Any] | None) -> str:
     return '<section class="card" id="chosen">' + "\n".join(x for x in lines if x) + "</section>"
 
 
-def _efficiency_text(c: dict[str, Any]) -> str:
+def _efficiency_text(c: Chosen) -> str:
     """The efficiency figure (MFU against the peak it divides by, or the roofline share), then the
     power or clock limit its measured steps ran at (escaped: the reasons are the study's)."""
     from autotune.report._table import mfu_text

@@ -67,7 +67,7 @@ def collect(
         baseline_steadiness=steady,
         best=ok[0] if ok else None,
         mfu_flops=ok[0].flops if ok else None,
-        chosen=chosen,
+        chosen=None,  # the headline, from the rows (_derived)
         confirmation=confirmation,
         step_spread_pct_median=spreads[len(spreads) // 2] if spreads else None,
         trials=ok + others,
@@ -88,7 +88,7 @@ def collect(
         # expandable segments offered to a variable-length job that ran out of memory or came close
         alloc_offer=peaks.alloc_offer(h, tasks.task(_task_of(config))),
     )
-    return _derived(data, ok, train_tokens or _train_tokens(config))
+    return _derived(data, chosen, ok, train_tokens or _train_tokens(config))
 
 
 def _listed(t: optuna.trial.FrozenTrial) -> bool:
@@ -117,9 +117,12 @@ def _telemetry(trials: list[optuna.trial.FrozenTrial], number: int | None) -> St
     return {**tele, "power_cap": metrics.power_cap(tele)} if isinstance(tele, dict) else None
 
 
-def _derived(data: Report, ok: list[Row], tokens: float | None) -> Report:
-    """What is computed from the rows: the headline, the effects, the cost, the projection."""
-    data.chosen = _summary.headline(data)
+def _derived(
+    data: Report, chosen: dict[str, Any] | None, ok: list[Row], tokens: float | None
+) -> Report:
+    """What is computed from the rows: the headline (of study/chosen.chosen_summary's choice), the
+    effects, the cost, the projection."""
+    data.chosen = _summary.headline(data, chosen)
     data.numerics_checked = _summary.numerics_checked(data.trials)
     data.effects = _effects.effects(ok, data.searched, data.noise["pct"])
     data.cost = _summary.cost(data, data.gpus)

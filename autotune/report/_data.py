@@ -10,13 +10,52 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from autotune.knobs import Knobs
 
 # A JSON object the report passes through as the study or a record stored it (free-form: the
 # YAML's sections, a fingerprint, telemetry, a numerics check's record)
 Stored = dict[str, Any]
+
+
+class ChosenBaseline(TypedDict):
+    """The baseline the chosen figure is compared with."""
+
+    trial: int
+    tokens_per_s_per_gpu: float | None  # its confirmed median, else its search measurement
+
+
+class Chosen(TypedDict):
+    """The report's headline (report/_summary.headline): best.yaml's choice with its row's
+    figures, the gain over the baseline and its basis, what applying it costs."""
+
+    trial: int
+    why: str
+    tokens_per_s_per_gpu: float  # its confirmed median, else its search measurement
+    confirmed: bool
+    samples: int  # fresh processes of the confirmation (0: not confirmed)
+    ci95: list[float] | tuple[float, float] | None
+    ci95_why: str | None
+    search_tokens_per_s_per_gpu: float | None
+    knobs: Knobs  # every knob set (None left out)
+    changed: dict[str, tuple[Any, Any]]  # knob -> (the baseline's value, its value)
+    baseline: ChosenBaseline | None
+    speedup_vs_baseline: float | None
+    speedup_basis: str  # how the gain was had (_summary.BASIS_*)
+    gain: Stored | None  # confirmed medians' ratio with its 95% interval (metrics.gain)
+    confirmation: Stored | None  # rounds done of rounds asked, complete
+    written: bool  # whether best.yaml holds this choice yet
+    numerics: Stored | None  # its quality cost (_summary.numerics_of)
+    speedup_flag: str | None
+    mfu: float | None  # scaled to its figure
+    mfu_peaks: list[Stored]
+    roofline: float | None
+    power_cap: Stored | None
+    compile_s: float | None  # its search trial's compile (cold)
+    compile_warm_s: list[float]  # its confirmation processes' (the study's compile cache)
+    peak_mem_gib: float | None
+    runner_up: Stored | None
 
 
 @dataclass
@@ -79,7 +118,7 @@ class Report:
     baseline_steadiness: Stored | None  # how steady the baseline's steps were
     best: Row | None  # the search's best row (its single measurement)
     mfu_flops: str | None  # how MFU's FLOPs per token were had: counted, or 6N + 12LdT
-    chosen: Stored | None  # best.yaml's choice with its row's figures (_summary.headline)
+    chosen: Chosen | None  # best.yaml's choice with its row's figures (_summary.headline)
     confirmation: Stored | None  # the confirmation's rounds and its arms' statistics
     step_spread_pct_median: float | None  # the median step-time spread of the completed rows
     trials: list[Row]  # every listed trial: the completed best first, then the others

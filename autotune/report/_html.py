@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.report import _html_trials, _plots
-from autotune.report._card import card_html, chosen, interval
+from autotune.report._card import Card, card_html, chosen, interval
 from autotune.report._curves import loss_svg
 from autotune.report._data import Report, Stored
 from autotune.report._html_trials import trials_table
@@ -105,7 +105,7 @@ def _signals_held() -> Any:
 
 def page(
     data: Report,
-    card: dict[str, Any] | None,
+    card: Card | None,
     figs: list[tuple[str, Any]],
     pngs: list[Path],
 ) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from html import escape
 from typing import TYPE_CHECKING, Any
 
+from autotune.report._card import Card
 from autotune.report._data import Report, Row
 from autotune.report._measured import PHASES, Measured
 
@@ -76,7 +77,7 @@ def _inert(value: object) -> object:
 
 
 def figures(
-    study: optuna.Study, data: Report, m: Measured, c: dict[str, Any] | None
+    study: optuna.Study, data: Report, m: Measured, c: Card | None
 ) -> list[tuple[str, go.Figure]]:
     """(heading, figure) for each plot that has data, in the page's order."""
     steps = (
@@ -165,9 +166,7 @@ def _star(go: ModuleType, x: list[Any], y: list[Any], **kw: Any) -> go.Scatter:
     return go.Scatter(x=x, y=y, mode="markers", marker=CHOSEN, name="chosen (best.yaml)", **kw)
 
 
-def _spread(
-    study: optuna.Study, data: Report, m: Measured, c: dict[str, Any] | None
-) -> go.Figure | None:
+def _spread(study: optuna.Study, data: Report, m: Measured, c: Card | None) -> go.Figure | None:
     import plotly.graph_objects as go
 
     ok = [r for r in _ok(data) if r.number in m["spread"]]
@@ -206,7 +205,7 @@ def _mark_baseline(fig: go.Figure, data: Report) -> None:
 
 
 def _confirmation(
-    study: optuna.Study, data: Report, m: Measured, c: dict[str, Any] | None
+    study: optuna.Study, data: Report, m: Measured, c: Card | None
 ) -> go.Figure | None:
     import plotly.graph_objects as go
 
@@ -242,9 +241,7 @@ def _confirmation(
     )
 
 
-def _history(
-    study: optuna.Study, data: Report, m: Measured, c: dict[str, Any] | None
-) -> go.Figure | None:
+def _history(study: optuna.Study, data: Report, m: Measured, c: Card | None) -> go.Figure | None:
     import plotly.graph_objects as go
     from optuna.visualization import plot_optimization_history
 
@@ -260,9 +257,7 @@ def _history(
     return fig.update_layout(title=None)
 
 
-def _parallel(
-    study: optuna.Study, data: Report, m: Measured, c: dict[str, Any] | None
-) -> go.Figure | None:
+def _parallel(study: optuna.Study, data: Report, m: Measured, c: Card | None) -> go.Figure | None:
     from optuna.visualization import plot_parallel_coordinate
 
     if len(data.searched) < 2 or len(_ok(data)) < 2:
@@ -278,13 +273,11 @@ def _parallel(
     return fig.update_layout(title={"text": chosen, "font": {"size": 13}})
 
 
-def _label_line(c: dict[str, Any], searched: list[str]) -> str:
+def _label_line(c: Card, searched: list[str]) -> str:
     return escape(", ".join(f"{k}={c['knobs'].get(k)}" for k in searched))
 
 
-def _slice(
-    study: optuna.Study, data: Report, m: Measured, c: dict[str, Any] | None
-) -> go.Figure | None:
+def _slice(study: optuna.Study, data: Report, m: Measured, c: Card | None) -> go.Figure | None:
     import plotly.graph_objects as go
     from optuna.visualization import plot_slice
 
@@ -325,9 +318,7 @@ def _slice_x(trial: FrozenTrial, knob: str) -> object:
     return repr(value) if isinstance(trial.distributions[knob], CategoricalDistribution) else value
 
 
-def _pareto(
-    study: optuna.Study, data: Report, m: Measured, c: dict[str, Any] | None
-) -> go.Figure | None:
+def _pareto(study: optuna.Study, data: Report, m: Measured, c: Card | None) -> go.Figure | None:
     import plotly.graph_objects as go
     from optuna.visualization import plot_pareto_front
 
@@ -347,9 +338,7 @@ def _pareto(
     return fig.update_layout(title=None)
 
 
-def _front(
-    study: optuna.Study, data: Report, m: Measured, c: dict[str, Any] | None
-) -> go.Figure | None:
+def _front(study: optuna.Study, data: Report, m: Measured, c: Card | None) -> go.Figure | None:
     """Latency (p99 time per output token) where trials have it, else peak memory, with the front
     drawn (a pareto study's latency front is Optuna's: _pareto)."""
     from autotune.report._table import pareto
@@ -384,7 +373,7 @@ def _front_figure(
     key: Callable[[Row], float | None],
     title: str,
     limit: float | None,
-    c: dict[str, Any] | None,
+    c: Card | None,
 ) -> go.Figure:
     import plotly.graph_objects as go
 
@@ -418,9 +407,7 @@ def _front_figure(
     return fig.update_layout(xaxis_title=title, yaxis_title=TOKENS)
 
 
-def _time(
-    study: optuna.Study, data: Report, m: Measured, c: dict[str, Any] | None
-) -> go.Figure | None:
+def _time(study: optuna.Study, data: Report, m: Measured, c: Card | None) -> go.Figure | None:
     import plotly.graph_objects as go
 
     phases = m["phases"]

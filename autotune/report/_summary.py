@@ -4,12 +4,12 @@ what the whole search cost, and the projection of a full run."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from autotune import tasks
 from autotune.documents.record import Metric
 from autotune.protocol import Knobs
-from autotune.report._data import Report, Row
+from autotune.report._data import Chosen, Report, Row
 
 # How a gain was obtained, named once: a ratio means something only with its basis beside it
 BASIS_CONFIRMED = "confirmed median / the baseline's confirmed median of the same rounds"
@@ -17,10 +17,9 @@ BASIS_HALF = "confirmed median / the baseline's single search measurement"
 BASIS_SEARCH = "single search measurements"
 
 
-def headline(data: Report) -> dict[str, Any] | None:
-    """best.yaml's choice (study/chosen.chosen_summary) with its row's knobs, memory and compile
+def headline(data: Report, c: dict[str, Any] | None) -> Chosen | None:
+    """best.yaml's choice `c` (study/chosen.chosen_summary) with its row's knobs, memory and compile
     time, the baseline it is compared with and the gain's basis; None before a trial completed."""
-    c = data.chosen
     if not c:
         return None
     row = next((r for r in data.trials if r.number == c["trial"]), None)
@@ -31,7 +30,7 @@ def headline(data: Report) -> dict[str, Any] | None:
     return {
         "trial": c["trial"],
         "why": c["why"],
-        Metric.TOKENS_PER_GPU: value,
+        "tokens_per_s_per_gpu": value,
         "confirmed": bool(c["confirmed"]),
         "samples": c.get("samples", 0),
         "ci95": c.get("ci95"),
@@ -41,7 +40,7 @@ def headline(data: Report) -> dict[str, Any] | None:
         "changed": _changed(knobs, base.knobs) if base else {},
         "baseline": None
         if base is None
-        else {"trial": base.number, Metric.TOKENS_PER_GPU: base_value},
+        else {"trial": base.number, "tokens_per_s_per_gpu": base_value},
         "speedup_vs_baseline": value / base_value if base_value else None,
         "speedup_basis": basis,
         # the ratio of confirmed medians of the same rounds with its 95% interval (metrics.gain),
@@ -132,7 +131,16 @@ def _changed(knobs: Knobs, before: dict[str, Any]) -> dict[str, tuple[Any, Any]]
     return {k: (before.get(k), v) for k, v in knobs.items() if before.get(k) != v}
 
 
-def _efficiency(task: str, row: Row | None, value: float) -> dict[str, Any]:
+class Efficiency(TypedDict):
+    """The chosen configuration's efficiency, scaled to its figure (_efficiency)."""
+
+    mfu: float | None
+    mfu_peaks: list[dict[str, Any]]
+    roofline: float | None
+    power_cap: dict[str, Any] | None
+
+
+def _efficiency(task: str, row: Row | None, value: float) -> Efficiency:
     """The task's efficiency figure (tasks.Task.columns: MFU for training, the roofline share for
     generation), scaled to the chosen figure; the other is None. `mfu_peaks`: each peak the MFU is
     read against with its figure, scaled alike (the row's, metrics.mfu_peaks: bf16's first, an fp8
@@ -207,7 +215,7 @@ def _confirmation_cost(conf: dict[str, Any] | None, trials: list[Row]) -> tuple[
 
 
 def projection(
-    chosen: dict[str, Any] | None, spent: dict[str, Any], tokens: float | None, gpus: int
+    chosen: Chosen | None, spent: dict[str, Any], tokens: float | None, gpus: int
 ) -> dict[str, Any] | None:
     """A full run of `tokens` training tokens at the baseline's figure and at the chosen one: its
     hours and GPU-hours, the GPU-hours saved and what the search cost against that saving."""
@@ -215,12 +223,12 @@ def projection(
         not tokens
         or not chosen
         or not chosen["baseline"]
-        or not chosen["baseline"][Metric.TOKENS_PER_GPU]
+        or not chosen["baseline"]["tokens_per_s_per_gpu"]
     ):
         return None
     at = {
-        "baseline": chosen["baseline"][Metric.TOKENS_PER_GPU],
-        "chosen": chosen[Metric.TOKENS_PER_GPU],
+        "baseline": chosen["baseline"]["tokens_per_s_per_gpu"],
+        "chosen": chosen["tokens_per_s_per_gpu"],
     }
     hours = {k: tokens / (v * gpus) / 3600 for k, v in at.items()}
     gpu_h = {k: h * gpus for k, h in hours.items()}

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.documents.record import Metric
 from autotune.protocol import reason_line
 from autotune.report import _effects
-from autotune.report._data import Report
+from autotune.report._data import Chosen, Report
 from autotune.report._excluded import loss_summary
 from autotune.report._table import fmt, speedup
 
@@ -17,7 +16,7 @@ STEP_SPREAD = "step spread: (p90 - p10) / median of a trial's measured step time
 MAX_LISTED = 10  # trial numbers named in one sentence; the rest are "..."
 
 
-def interval_text(c: dict[str, Any]) -> str:
+def interval_text(c: Chosen) -> str:
     """How the chosen figure was obtained, with its 95% interval or why there is none, and how far
     a cut confirmation got."""
     if not c["confirmed"]:
@@ -28,8 +27,9 @@ def interval_text(c: dict[str, Any]) -> str:
         if state and not state["complete"]
         else ""
     )
-    if c.get("ci95"):
-        lo, hi = c["ci95"]
+    ci = c["ci95"]
+    if ci:
+        lo, hi = ci
         return (
             f"median of {c['samples']} fresh processes, 95% interval {fmt(lo, 'tok')} to "
             f"{fmt(hi, 'tok')}{cut}"
@@ -57,7 +57,7 @@ def chosen_lines(data: Report) -> list[str]:
     if not c:
         return ["No configuration chosen yet: no trial has completed."]
     lines = [
-        f"{_which(c)}: trial {c['trial']}, {fmt(c[Metric.TOKENS_PER_GPU], 'tok')} "
+        f"{_which(c)}: trial {c['trial']}, {fmt(c['tokens_per_s_per_gpu'], 'tok')} "
         f"tokens/s/GPU ({interval_text(c)}).",
         _gain(c),
         bound_line(data),
@@ -72,8 +72,9 @@ def chosen_lines(data: Report) -> list[str]:
             + ", ".join(f"{k} {old} -> {new}" for k, (old, new) in c["changed"].items())
         )
     lines.append("All its knobs: " + ", ".join(f"{k}={v}" for k, v in c["knobs"].items()))
-    if c.get("runner_up"):
-        lines.append(runner_up(c["runner_up"]))
+    up = c["runner_up"]
+    if up:
+        lines.append(runner_up(up))
     if data.edges:
         lines.append(f"Past the edge of your list: {data.edges}.")
     if data.alloc_offer:
@@ -82,7 +83,7 @@ def chosen_lines(data: Report) -> list[str]:
     return [line for line in lines if line]
 
 
-def _which(c: dict[str, Any]) -> str:
+def _which(c: Chosen) -> str:
     """'Chosen (best.yaml)' once best.yaml holds it, else what it is until then."""
     if c.get("written"):
         return "Chosen (best.yaml)"
@@ -90,7 +91,7 @@ def _which(c: dict[str, Any]) -> str:
     return "Leading (confirmation cut)" if state and not state["complete"] else "Leading"
 
 
-def unwritten(c: dict[str, Any]) -> str:
+def unwritten(c: Chosen) -> str:
     """What to run where best.yaml does not hold this choice yet ('' once it does)."""
     if c.get("written"):
         return ""
@@ -114,7 +115,7 @@ def bound_line(data: Report) -> str:
     return f"{said['text'][:1].upper()}{said['text'][1:]}." if said else ""
 
 
-def numerics_line(c: dict[str, Any]) -> str:
+def numerics_line(c: Chosen) -> str:
     """The quality cost beside the speed-up: its numerics check's gap (report/_summary.numerics_of),
     or that none was checked; '' where the arithmetic is the reference's."""
     n = c.get("numerics")
@@ -125,7 +126,7 @@ def others_checked(data: Report) -> str:
     """The numerics checks of arithmetics other than the chosen's (_summary.numerics_checked): a
     faster fp8 trial left behind, or a chosen bf16 beside the fp8 it was measured against, still
     shows what fp8 cost in quality. '' where there are none."""
-    mine = ((data.chosen or {}).get("numerics") or {}).get("changed")
+    mine = (data.chosen["numerics"] or {}).get("changed") if data.chosen else None
     others = [n for n in data.numerics_checked or [] if n["changed"] != mine]
     if not others:
         return ""
@@ -133,7 +134,7 @@ def others_checked(data: Report) -> str:
     return f"Numerics checked, not chosen: {shown}."
 
 
-def _gain(c: dict[str, Any]) -> str:
+def _gain(c: Chosen) -> str:
     base = c["baseline"]
     if base is None:
         return "No baseline was measured: no gain to state."
@@ -141,7 +142,7 @@ def _gain(c: dict[str, Any]) -> str:
         return f"It is the baseline (trial {base['trial']}): the search found nothing faster."
     g = c.get("gain")
     shown = speedup(c["speedup_vs_baseline"], c.get("speedup_flag"))
-    against = f"trial {base['trial']}, {fmt(base[Metric.TOKENS_PER_GPU], 'tok')} tokens/s/GPU"
+    against = f"trial {base['trial']}, {fmt(base['tokens_per_s_per_gpu'], 'tok')} tokens/s/GPU"
     if not g:
         return f"Gain: {shown} the baseline ({against}; {c['speedup_basis']})."
     if g["ci95"] is None:
@@ -153,7 +154,7 @@ def _gain(c: dict[str, Any]) -> str:
     return f"Gain: {shown} the baseline ({bound}; {against}; {c['speedup_basis']}).{noise}"
 
 
-def _costs_to_apply(c: dict[str, Any], flops: str | None) -> str:
+def _costs_to_apply(c: Chosen, flops: str | None) -> str:
     """Its efficiency against the peak it divides by, memory and compile time; then the power or
     clock limit its measured steps ran at, where one was seen."""
     from autotune.report._table import mfu_text
@@ -170,8 +171,9 @@ def _costs_to_apply(c: dict[str, Any], flops: str | None) -> str:
         parts.append(f"peak memory {fmt(c['peak_mem_gib'], 'gib')} GiB")
     else:  # a CPU job, a command job that reports none: said so, never a number
         parts.append("peak memory not reported")
-    if c.get("compile_s"):
-        parts.append(compile_text(c["compile_s"], c.get("compile_warm_s") or []))
+    cold = c["compile_s"]
+    if cold:
+        parts.append(compile_text(cold, c["compile_warm_s"]))
     line = "; ".join(parts)
     cap = (c.get("power_cap") or {}).get("said")
     return line[:1].upper() + line[1:] + "." + (f" {cap[:1].upper()}{cap[1:]}." if cap else "")
