@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import os
 import threading
+from types import ModuleType
 from typing import Any
+
+from autotune.protocol import Knobs
 
 EVERY_S = 0.25  # a step of a 1B model lasts about a second: four looks a step see its peak
 
@@ -84,7 +87,7 @@ def job_peak(done: dict[str, Any], nvml_peak: int | None) -> tuple[int | None, s
     return None, "not reported by the job"
 
 
-def tokens_per_micro_batch(steps: list[dict[str, Any]], knobs: dict[str, Any]) -> float | None:
+def tokens_per_micro_batch(steps: list[dict[str, Any]], knobs: Knobs) -> float | None:
     """Tokens of the trial's longest micro-batch, padding included: the largest step's computed
     tokens over the step's micro-batches (grad_accum_steps; the memory line's abscissa)."""
     counts = [s.get("padded", s.get("tokens")) for s in steps]
@@ -101,7 +104,7 @@ def _in_group(pid: int, group: int) -> bool:
         return False
 
 
-def _visible(pynvml: Any) -> list[int]:
+def _visible(pynvml: ModuleType) -> list[int]:
     """The NVML indices of the GPUs the job sees (CUDA_VISIBLE_DEVICES, else all)."""
     given = os.environ.get("CUDA_VISIBLE_DEVICES")
     if given is None:

@@ -20,7 +20,7 @@ import re
 import sys
 import threading
 import time
-from typing import Any
+from typing import IO, Any
 
 from autotune.command import report as checks
 from autotune.command.report import MAX_TOKENS_PER_S, SECONDS, BadReport, excerpt
@@ -121,7 +121,7 @@ class Output:
     """The job's output, copied line by line into the trial's log; its tail kept, its pattern's
     samples read."""
 
-    def __init__(self, stream: Any, pattern: str | None, most: int = MAX_STEP_LINES) -> None:
+    def __init__(self, stream: IO[bytes], pattern: str | None, most: int = MAX_STEP_LINES) -> None:
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.pattern = re.compile(pattern) if pattern else None
         self.samples: list[dict[str, Any]] = []
@@ -132,7 +132,7 @@ class Output:
         self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
         self.thread.start()
 
-    def _read(self, stream: Any) -> None:
+    def _read(self, stream: IO[bytes]) -> None:
         for raw in iter(
             lambda: stream.readline(LINE_BYTES), b""
         ):  # a line without end is read in pieces

@@ -26,9 +26,10 @@ import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 # Rendered: the hand-over's own class (the trial process reads it back from the spec)
+from autotune.knobs import KnobValue
 from autotune.protocol import Knobs, Rendered
 
 # MASK: a secret masked when study.db or best.yaml was written; ENV_REFERENCE: `{env:NAME}`
@@ -37,12 +38,24 @@ from autotune.redact import ENV_REFERENCE, MASK
 CONFIG_FORMATS = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml"}
 
 
-def text_of(value: Any) -> str:
+class KnobMappingDoc(TypedDict, total=False):
+    """One knob's mapping as the spec and best.yaml hold it (config.KnobMapping as JSON): one of
+    flag, env or key; `map`: what a value renders as instead: a flag's arguments, a variable's
+    text, a key's value (any value of the config file)."""
+
+    flag: str | None
+    env: str | None
+    key: str | None
+    map: dict[KnobValue, object] | None  # keys as YAML gave them, compared as text
+    values: list[KnobValue] | None
+
+
+def text_of(value: object) -> str:
     """A knob value as a flag's argument or a variable's text: true/false for bools."""
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _mapped(mapping: dict[str, Any], value: Any) -> tuple[bool, Any]:
+def _mapped(mapping: KnobMappingDoc, value: KnobValue) -> tuple[bool, object]:
     """(found, rendered) of `value` in the mapping's map (keys compared as text: YAML keys are
     strings)."""
     table = mapping.get("map") or {}
@@ -52,23 +65,25 @@ def _mapped(mapping: dict[str, Any], value: Any) -> tuple[bool, Any]:
     return False, None
 
 
-def flag_args(mapping: dict[str, Any], value: Any) -> list[str]:
+def flag_args(mapping: KnobMappingDoc, value: KnobValue) -> list[str]:
     found, out = _mapped(mapping, value)
+    flag = mapping.get("flag")
+    assert flag is not None, "flag_args renders a flag mapping"
     if not found:
-        return [mapping["flag"], text_of(value)]
+        return [flag, text_of(value)]
     if out is None:
         return []
     return [text_of(a) for a in out] if isinstance(out, list) else [text_of(out)]
 
 
-def env_value(mapping: dict[str, Any], value: Any) -> str | None:
+def env_value(mapping: KnobMappingDoc, value: KnobValue) -> str | None:
     found, out = _mapped(mapping, value)
     if not found:
         return text_of(value)
     return None if out is None or out == [] else text_of(out)
 
 
-def key_value(mapping: dict[str, Any], value: Any) -> tuple[bool, Any]:
+def key_value(mapping: KnobMappingDoc, value: KnobValue) -> tuple[bool, object]:
     """(set it, the value): a mapped null leaves the key as the file has it."""
     found, out = _mapped(mapping, value)
     if not found:
@@ -92,7 +107,7 @@ def render(
     # placeholders are the user's argv and env; a knob's value is inserted as it is
     argv = [_fill(a, folder, config_path) for a in command["argv"]]
     env = {k: _fill(v, folder, config_path) for k, v in (command.get("env") or {}).items()}
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, object] = {}
     env.update(lightning_env(command, knobs))
     for name, mapping in (command.get("knobs") or {}).items():
         value = knobs.get(name)
@@ -256,7 +271,7 @@ def read_config(path: Path) -> dict[str, Any]:
     return doc
 
 
-def set_key(doc: dict[str, Any], dotted: str, value: Any) -> None:
+def set_key(doc: dict[str, Any], dotted: str, value: object) -> None:
     """doc[a][b][c] = value for "a.b.c"; a missing table is made, a non-table on the way is an
     error."""
     *parents, last = dotted.split(".")
@@ -270,7 +285,7 @@ def set_key(doc: dict[str, Any], dotted: str, value: Any) -> None:
     node[last] = value
 
 
-def apply_overrides(doc: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+def apply_overrides(doc: dict[str, Any], overrides: dict[str, object]) -> dict[str, Any]:
     for key, value in overrides.items():
         set_key(doc, key, value)
     return doc
@@ -292,7 +307,7 @@ def dumps(doc: dict[str, Any], suffix: str) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def write_config(source: Path, dest: Path, overrides: dict[str, Any]) -> None:
+def write_config(source: Path, dest: Path, overrides: dict[str, object]) -> None:
     """The user's config with the trial's overrides, written beside the trial (the source is never
     changed)."""
     doc = apply_overrides(read_config(source), overrides)

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune.protocol import Knobs
 from autotune.reporting import MAX_REPORT_BYTES
 
 # A step's tokens at most: 150x the largest global batch published (DeepSeek-V3's 15,360
@@ -52,6 +53,8 @@ MAX_SETTING_CHARS = 60  # a setting's name, text value or source
 # the settings a trial compares with its knobs: a job that runs other values than it set measures a
 # configuration the study never chose
 COMPARED = ("micro_batch_size", "grad_accum_steps")
+# a job_settings value (settings_line checks it): a bool, a whole number or a short text
+Setting = bool | int | str
 
 
 class BadReport(ValueError):
@@ -72,12 +75,12 @@ class JobFailed(BadReport):
         self.status = status
 
 
-def excerpt(value: Any) -> str:
+def excerpt(value: object) -> str:
     text = repr(value)
     return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 3] + "..."
 
 
-def finite(value: Any, where: str, allowed: str) -> float:
+def finite(value: object, where: str, allowed: str) -> float:
     """A JSON number that is finite (no bool, no string, no NaN or infinity), else BadReport."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BadReport(f"{where} is {excerpt(value)}, not a number; allowed: {allowed}")
@@ -90,7 +93,7 @@ def finite(value: Any, where: str, allowed: str) -> float:
     return number
 
 
-def positive(value: Any, where: str, allowed: str) -> float:
+def positive(value: object, where: str, allowed: str) -> float:
     """A finite number above 0 (a step's seconds, a rate)."""
     number = finite(value, where, allowed)
     if number <= 0:
@@ -98,7 +101,7 @@ def positive(value: Any, where: str, allowed: str) -> float:
     return number
 
 
-def whole(value: Any, where: str, low: int, high: int, what: str) -> int:
+def whole(value: object, where: str, low: int, high: int, what: str) -> int:
     """A whole number from low to high (tokens, bytes, graphs)."""
     allowed = f"a whole number of {what} from {low:,} to {high:,}"
     number = finite(value, where, allowed)
@@ -107,7 +110,7 @@ def whole(value: Any, where: str, low: int, high: int, what: str) -> int:
     return int(number)
 
 
-def step_tokens(value: Any, where: str) -> int:
+def step_tokens(value: object, where: str) -> int:
     return whole(value, where, 1, MAX_TOKENS_PER_STEP, "tokens (a step's real tokens)")
 
 
@@ -119,12 +122,10 @@ class Report:
     new since the last, a line being written waits for its end, and at most MAX_READ_BYTES are read
     in all; steps past `most` (the most the trial asks for) are not kept."""
 
-    def __init__(
-        self, path: Path, t0: float, most: int, knobs: dict[str, Any] | None = None
-    ) -> None:
+    def __init__(self, path: Path, t0: float, most: int, knobs: Knobs | None = None) -> None:
         self.path, self.t0, self.most = path, t0, most
         self.knobs = knobs or {}  # the trial's, compared with the job's settings (COMPARED)
-        self.settings: dict[str, Any] | None = None  # what the job ran with (job_settings line)
+        self.settings: dict[str, Setting] | None = None  # what the job ran with (job_settings)
         self.offset, self.lines = 0, 0
         self.rest = b""  # a line being written
         self.steps: list[dict[str, Any]] = []
@@ -222,7 +223,7 @@ class Report:
                 f"'at' stamps, within {CLOCK_SLACK_S:g} s): a step cannot outlast the wall clock"
             )
 
-    def _at(self, value: Any, where: str, now: float) -> float:
+    def _at(self, value: object, where: str, now: float) -> float:
         """A step's wall-clock stamp: between the trial's start and the trial's reading of it."""
         low, high = self.t0, now
         slack = CLOCK_SLACK_S + CLOCK_DRIFT * (high - low)
@@ -252,7 +253,7 @@ def done_line(doc: dict[str, Any], where: str) -> dict[str, Any]:
     return done
 
 
-def failed_reason(value: Any, where: str) -> str:
+def failed_reason(value: object, where: str) -> str:
     """A "failed" line's reason: one line of printable text."""
     if isinstance(value, str) and 0 < len(value) <= MAX_REASON_CHARS and value.isprintable():
         return value
@@ -260,11 +261,11 @@ def failed_reason(value: Any, where: str) -> str:
     raise BadReport(f"{where}: failed is {excerpt(value)}; allowed: {allowed}")
 
 
-def _short(value: Any) -> bool:
+def _short(value: object) -> bool:
     return isinstance(value, str) and 0 < len(value) <= MAX_SETTING_CHARS and value.isprintable()
 
 
-def settings_line(doc: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str, str]]:
+def settings_line(doc: dict[str, Any], where: str) -> tuple[dict[str, Setting], dict[str, str]]:
     """A job_settings line: knob names to a bool, a whole number or a short text, and where each
     was read (read_from)."""
     settings, read_from = doc["job_settings"], doc.get("read_from") or {}
@@ -281,9 +282,7 @@ def settings_line(doc: dict[str, Any], where: str) -> tuple[dict[str, Any], dict
     return settings, read_from
 
 
-def settings_said(
-    settings: dict[str, Any], read_from: dict[str, str], knobs: dict[str, Any]
-) -> str:
+def settings_said(settings: dict[str, Setting], read_from: dict[str, str], knobs: Knobs) -> str:
     """Why the job's settings contradict the trial's knobs (COMPARED), with the remedy; or ''."""
     for knob in COMPARED:
         ran, set_ = settings.get(knob), knobs.get(knob)

@@ -145,6 +145,7 @@ class Command(Workload):
         t0 = time.time()
         self.report = Report(self.report_path, t0, self.rule.max_steps, self.spec.knobs)
         proc = self._start()
+        assert proc.stdout is not None  # started with stdout=PIPE
         output = Output(proc.stdout, self.cfg.get("log_pattern"), self.rule.max_steps)
         memory = PeakWatch(proc.pid).start() if self.spec.device == "cuda" else None
         try:

@@ -19,7 +19,13 @@ import importlib.abc
 import importlib.machinery
 import os
 import sys
-from typing import Any
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # the job's own frameworks: never imported here before the job imports them
+    import lightning.pytorch as pl
+    import transformers
 
 ENV_MEASURE = "AUTOTUNE_MEASURE"
 # framework -> (the module defining its Trainer, the callback's module)
@@ -29,20 +35,30 @@ TRAINERS = {
 }
 
 
-def _add_hf(trainer: Any, callback_class: type) -> None:
+def _add_hf(
+    trainer: transformers.Trainer, callback_class: type[transformers.TrainerCallback]
+) -> None:
     if not any(isinstance(c, callback_class) for c in trainer.callback_handler.callbacks):
         trainer.add_callback(callback_class())
 
 
-def _add_lightning(trainer: Any, callback_class: type) -> None:
+class _LightningTrainer(Protocol):
+    """Lightning's Trainer as the hook reads it: its callbacks, a list its __init__ sets (through
+    its callback connector, so the class declares no such attribute)."""
+
+    callbacks: list[pl.Callback]
+
+
+def _add_lightning(trainer: _LightningTrainer, callback_class: type[pl.Callback]) -> None:
     if not any(isinstance(c, callback_class) for c in trainer.callbacks):
         trainer.callbacks.append(callback_class())
 
 
-ADD = {"hf": _add_hf, "lightning": _add_lightning}
+# framework -> how its Trainer takes the callback (the Trainer and callback class of that framework)
+ADD: dict[str, Callable[[Any, Any], None]] = {"hf": _add_hf, "lightning": _add_lightning}
 
 
-def patch(module: Any, framework: str) -> None:
+def patch(module: ModuleType, framework: str) -> None:
     """Wrap the module's Trainer.__init__: the callback added once the Trainer is made."""
     trainer_class = module.Trainer
     if getattr(trainer_class.__init__, "_autotune", False):
@@ -65,10 +81,10 @@ class _Loader(importlib.abc.Loader):
     def __init__(self, inner: importlib.abc.Loader, framework: str) -> None:
         self.inner, self.framework = inner, framework
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self.inner.create_module(spec)
 
-    def exec_module(self, module: Any) -> None:
+    def exec_module(self, module: ModuleType) -> None:
         self.inner.exec_module(module)
         patch(module, self.framework)
 
@@ -80,7 +96,9 @@ class _Finder(importlib.abc.MetaPathFinder):
     def __init__(self, framework: str) -> None:
         self.framework, self.target = framework, TRAINERS[framework][0]
 
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+    def find_spec(
+        self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if name != self.target:
             return None
         for finder in sys.meta_path:
