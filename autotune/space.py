@@ -11,12 +11,12 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from autotune import knobs as catalogue
 from autotune import tasks
 from autotune.errors import did_you_mean, excerpt
-from autotune.knobs import Knobs
+from autotune.knobs import Knobs, KnobValue
 
 if TYPE_CHECKING:
     import random
@@ -31,6 +31,17 @@ KNOBS = catalogue.NAMES  # in the order they are shown and suggested
 # all. A space of more points than a study could ever measure is a mistake to be told about, not a
 # search.
 MAX_POINTS = 100_000
+
+
+class SpaceView(TypedDict):
+    """The resolved space as validate and --dry-run show it (ResolvedSpace.describe)."""
+
+    searched: dict[str, list[KnobValue]]  # knob -> its values, two or more
+    fixed: Knobs  # knob -> its one value
+    notes: dict[str, str]  # knob -> why the YAML's values were changed
+    size: int  # points
+    baseline: Knobs  # the baseline's searched values
+    inert: list[str]  # fixed knobs that cannot act in any trial here
 
 
 @dataclass(frozen=True)
@@ -100,7 +111,7 @@ class ResolvedSpace:
             name: trial.suggest_categorical(name, values) for name, values in self.searched.items()
         }
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> SpaceView:
         return {
             "searched": self.searched,
             "fixed": self.fixed,

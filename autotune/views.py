@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -16,11 +17,11 @@ from autotune.errors import printable
 from autotune.protocol import Knobs, reason_line
 from autotune.report import fmt, row_of
 from autotune.report._table import record_mfu_text
-from autotune.search.observer import Observer
+from autotune.search.observer import Observer, SearchStart
 from autotune.study.history import History, value_of
 
 if TYPE_CHECKING:
-    from autotune.space import ResolvedSpace
+    from autotune.space import ResolvedSpace, SpaceView
 
 
 def fmt_knobs(knobs: Knobs, keys: list[str] | None = None) -> str:
@@ -33,7 +34,7 @@ def _hms(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
-def past_list(beyond: dict[str, Any] | None) -> str:
+def past_list(beyond: Knobs | None) -> str:
     """' (past your list: micro_batch_size 24)' for a trial beyond the user's list
     (search/edges.py)."""
     if not beyond:
@@ -41,7 +42,7 @@ def past_list(beyond: dict[str, Any] | None) -> str:
     return " (past your list: " + ", ".join(f"{k} {v}" for k, v in beyond.items()) + ")"
 
 
-def header_line(info: dict[str, Any]) -> Text:
+def header_line(info: SearchStart) -> Text:
     """The search's first line: the study, the space, the sampler, the budget and what was already
     measured."""
     return Text.assemble(
@@ -75,11 +76,11 @@ class TrialLog(Observer):
     """The Python API's default progress: the header and one plain line per finished trial, on a
     stream."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: TextIO) -> None:
         self.stream = stream
         self.searched: list[str] | None = None
 
-    def started(self, info: dict[str, Any]) -> None:
+    def started(self, info: SearchStart) -> None:
         self.searched = info.get("searched") or None
         print(header_line(info).plain, file=self.stream, flush=True)
 
@@ -94,9 +95,9 @@ class LiveProgress(Observer):
     def __init__(self, console: Console, searched: list[str]) -> None:
         self.console = console
         self.searched = searched or None
-        self.info: dict[str, Any] = {}
+        self.info: SearchStart | None = None  # once the search has started
         self.t0 = time.monotonic()
-        self.current: dict[int, tuple[int, dict[str, Any], float]] = {}
+        self.current: dict[int, tuple[int, Knobs, float]] = {}
         self.beyond: dict[int, str] = {}  # the running trials' values past the user's list
         self.best: dict[str, Any] | None = None
         self.measured = 0  # trials measured, as the budget counts them
@@ -109,18 +110,23 @@ class LiveProgress(Observer):
         self.live.__enter__()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
         self.current = {}
-        self.live.__exit__(*exc)
+        self.live.__exit__(kind, error, trace)
 
-    def started(self, info: dict[str, Any]) -> None:
+    def started(self, info: SearchStart) -> None:
         self.info = info
         self.measured = info["done"]
         self.t0 = time.monotonic()
         self.console.print(header_line(info))
 
     def trial_started(
-        self, number: int, index: int, knobs: Knobs, beyond: dict[str, Any] | None = None
+        self, number: int, index: int, knobs: Knobs, beyond: Knobs | None = None
     ) -> None:
         self.current[number] = (index, knobs, time.monotonic())
         self.beyond[number] = past_list(beyond)
@@ -142,12 +148,15 @@ class LiveProgress(Observer):
             }
         self.console.print(trial_line(record, self.searched, self._which(record.number, index)))
 
+    def _budget(self) -> str:
+        return str(self.info.get("budget", "?")) if self.info else "?"
+
     def _which(self, number: int, index: int | None) -> str:
         """'trial 3 of 20 (#7) ': the budget's count beside Optuna's number; '#7 ' for a trial never
         launched."""
         if index is None:
             return f"#{number} "
-        return f"trial {index} of {self.info.get('budget', '?')} (#{number}) "
+        return f"trial {index} of {self._budget()} (#{number}) "
 
     def device_busy(self, unit: str) -> None:
         self.console.print(
@@ -178,7 +187,7 @@ class LiveProgress(Observer):
         for number, (index, knobs, since) in sorted(self.current.items()):
             rows.append(
                 Text.assemble(
-                    f"trial {index} of {self.info.get('budget', '?')} (#{number}): "
+                    f"trial {index} of {self._budget()} (#{number}): "
                     f"{fmt_knobs(knobs, self.searched)}{self.beyond.get(number, '')}  ",
                     (f"running {_hms(time.monotonic() - since)}", "dim"),
                 )
@@ -195,10 +204,10 @@ class LiveProgress(Observer):
                     (fmt(self.best["value"], "tok"), "bold"),
                     f" tok/s/GPU{x}, MFU {self.best['mfu']} (#{self.best['number']})"
                     + (f", {self.best['numerics']}" if self.best["numerics"] else "")
-                    + f"; {self.measured} of {self.info.get('budget', '?')} trials measured",
+                    + f"; {self.measured} of {self._budget()} trials measured",
                 )
             )
-        remaining = self.info.get("timeout_s", 0) - elapsed
+        remaining = (self.info.get("timeout_s", 0) if self.info else 0) - elapsed
         rows.append(Text(f"elapsed {_hms(elapsed)}, at most {_hms(remaining)} left (timeout)"))
         return Group(*rows)
 
@@ -217,13 +226,13 @@ def top_trials(
     )
 
 
-def _hidden(described: dict[str, Any]) -> list[str]:
+def _hidden(described: SpaceView) -> list[str]:
     """The knobs validate and --dry-run leave out: inert ones, unless the YAML set them (a note says
     why)."""
     return [k for k in described.get("inert", []) if k not in described["notes"]]
 
 
-def config_yaml(dumped: dict[str, Any], described: dict[str, Any], show_all: bool = False) -> str:
+def config_yaml(dumped: dict[str, Any], described: SpaceView, show_all: bool = False) -> str:
     """`autotune validate`'s resolved config as YAML: its space section holds only the knobs of this
     task that can act here (another task's knobs and inert ones left out) unless show_all."""
     import yaml
@@ -250,7 +259,7 @@ def _task_fields(workload: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in workload.items() if k not in others or v is not None}
 
 
-def space_table(described: dict[str, Any], show_all: bool = False) -> Group:
+def space_table(described: SpaceView, show_all: bool = False) -> Group:
     """The resolved space: each knob searched (with its baseline value) or fixed, then the reason
     for each knob where the YAML was changed. A fixed knob that cannot act here (space.py's
     `inert`: FSDP knobs on one GPU) is left out unless show_all. Readable at 80 columns: a knob's
@@ -420,7 +429,7 @@ def nccl_cell_line(cell: dict[str, Any]) -> str:
     return f"{cell['algo']}/{cell['proto']}: {done} ({cell['wall_s']} s)"
 
 
-def _imported(info: dict[str, Any]) -> str:
+def _imported(info: SearchStart) -> str:
     """', N imported by --warm-start' in the search's header, when a warm start copied trials."""
     n = info.get("imported") or 0
     return f", {n} imported by --warm-start (counted in no budget)" if n else ""

@@ -31,6 +31,9 @@ from autotune.errors import NoSuccessError, printable
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from autotune.config import Config
+    from autotune.search.run import SearchResult
+
 
 @command(
     "autotune search search_spaces/tiny.yaml --device cpu --trials 4",
@@ -86,7 +89,7 @@ def search(
         )
 
 
-def _shown(cfg: Any) -> dict[str, Any]:
+def _shown(cfg: Config) -> dict[str, Any]:
     """The config as validate prints it: a command's secrets masked (redact.mask_command)."""
     from autotune.redact import mask_command
 
@@ -96,7 +99,7 @@ def _shown(cfg: Any) -> dict[str, Any]:
     return doc
 
 
-def _say_notes(console: Console, cfg: Any) -> None:
+def _say_notes(console: Console, cfg: Config) -> None:
     """The task's notes on the config (a secret in a command's arguments: Task.notes)."""
     from autotune import tasks
 
@@ -104,7 +107,7 @@ def _say_notes(console: Console, cfg: Any) -> None:
         console.print(f"note: {note}", highlight=False)
 
 
-def _print_result(console: Console, result: Any, searched: list[str], task: str) -> None:
+def _print_result(console: Console, result: SearchResult, searched: list[str], task: str) -> None:
     """The search's end: the top trials, the confirmation, what was chosen and where it was
     written."""
     from autotune.report._terminal import chosen_interval, confirmation_view
