@@ -5,7 +5,7 @@ its HTML (`card_html`)."""
 from __future__ import annotations
 
 from html import escape
-from typing import Any
+from typing import Any, TypedDict
 
 from autotune import knobs as catalogue
 from autotune.protocol import Knobs
@@ -16,10 +16,21 @@ from autotune.report._table import fmt
 MIN_SAMPLES = 3  # fewer fresh processes than this bound nothing: the interval is not shown
 
 
+class Apply(TypedDict):
+    """What applying the chosen configuration changes and costs (_apply)."""
+
+    changed: dict[str, tuple[Any, Any]]  # knob -> (the baseline's value, its value)
+    env: dict[str, str]  # the environment it sets
+    notes: list[str]  # best.yaml's apply notes of its knobs
+    compile_s: float | None
+    compile_warm_s: list[float]
+    peak_mem_gib: tuple[float | None, float | None]  # the baseline's, its own
+
+
 class Card(Chosen):
     """The headline with what applying it costs (chosen)."""
 
-    apply: dict[str, Any]  # what changes, the environment it sets, its notes and one-time costs
+    apply: Apply
 
 
 def chosen(data: Report) -> Card | None:
@@ -32,7 +43,7 @@ def chosen(data: Report) -> Card | None:
     return {**c, "apply": _apply(data, row, c)}
 
 
-def _apply(data: Report, row: Row | None, c: Chosen) -> dict[str, Any]:
+def _apply(data: Report, row: Row | None, c: Chosen) -> Apply:
     """What changes from the baseline, the environment it sets, the notes, and its one-time
     costs."""
     device = "cuda" if data.device == "cuda" else "cpu"
@@ -44,7 +55,7 @@ def _apply(data: Report, row: Row | None, c: Chosen) -> dict[str, Any]:
         "notes": _notes(knobs, device, data.task),
         "compile_s": c["compile_s"],
         "compile_warm_s": c.get("compile_warm_s") or [],
-        "peak_mem_gib": (base and base.peak_mem_gib, c["peak_mem_gib"]),
+        "peak_mem_gib": (base.peak_mem_gib if base else None, c["peak_mem_gib"]),
     }
 
 
@@ -115,7 +126,7 @@ def _efficiency_text(c: Chosen) -> str:
     return f" roofline: <b>{fmt(c['roofline'], 'mfu')}</b>.{capped}"
 
 
-def _apply_html(a: dict[str, Any]) -> str:
+def _apply_html(a: Apply) -> str:
     """What applying it costs: the knobs changed, the environment, the notes, compile time and
     memory."""
     changed = "; ".join(

@@ -196,7 +196,7 @@ def _confirmation(conf: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def _sampled(st: Any) -> TypeGuard[dict[str, Any]]:
+def _sampled(st: object) -> TypeGuard[dict[str, Any]]:
     return isinstance(st, dict) and isinstance(st.get("samples"), list) and "trial" in st
 
 

@@ -4,19 +4,20 @@ a small inline SVG (no plotting library, no file beside the page: a few polyline
 from __future__ import annotations
 
 from html import escape
-from typing import Any
+
+from autotune.report._data import Attempt, Evidence
 
 WIDTH, HEIGHT, PAD = 360, 180, 28
 COLOURS = {"candidate": "#d62728", "reference": "#1f77b4"}
 
 
-def loss_svg(evidence: dict[str, Any]) -> str:
+def loss_svg(evidence: Evidence) -> str:
     """One SVG a check attempt: loss against step, the candidate red, the reference blue."""
     figures = [_attempt(a, evidence.get("against")) for a in evidence["attempts"]]
     return '<div class="curves">' + "".join(figures) + "</div>"
 
 
-def _attempt(a: dict[str, Any], against: str | None) -> str:
+def _attempt(a: Attempt, against: str | None) -> str:
     series = {"candidate": a["candidate"], "reference": a["reference"]}
     lo = min(min(v) for v in series.values())
     hi = max(max(v) for v in series.values())

@@ -58,6 +58,38 @@ class Chosen(TypedDict):
     runner_up: Stored | None
 
 
+class Attempt(TypedDict):
+    """One attempt of a numerics check: the candidate's and the reference's losses by step."""
+
+    seed: int | None
+    candidate: list[float]
+    reference: list[float]
+    gap_nats: float | None
+    why: str | None  # its verdict's
+
+
+class Evidence(TypedDict):
+    """A failed numerics check's loss curves, and the study's noise floor."""
+
+    attempts: list[Attempt]
+    against: str | None  # the reference arithmetic
+    floor_nats: float | None
+
+
+class Group(TypedDict):
+    """One group of left-out trials: one cause, its trials, reason, evidence and remedy."""
+
+    title: str
+    kind: str
+    count: int
+    predicted: int  # of them predicted without a run
+    trials: list[int]
+    taught_by: int | None  # the trial whose failure taught the rule
+    reason: str
+    evidence: Evidence | None
+    remedy: str | None
+
+
 @dataclass
 class Row:
     """One trial's line of the table (report/_table.py row_of): its knobs, figures and outcome.
@@ -123,7 +155,7 @@ class Report:
     step_spread_pct_median: float | None  # the median step-time spread of the completed rows
     trials: list[Row]  # every listed trial: the completed best first, then the others
     failures: dict[str, Stored]  # the trials that did not complete, by kind, with their reasons
-    excluded: list[Stored]  # what the study ruled out and why (report/_excluded.py)
+    excluded: list[Group]  # what the study ruled out and why (report/_excluded.py)
     noise: Stored  # the run-to-run noise the effects are judged against
     time: Stored  # where the study's time went, by phase
     best_telemetry: Stored | None  # the best trial's power and clocks, with power_cap

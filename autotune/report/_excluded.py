@@ -9,7 +9,7 @@ from typing import Any
 
 import optuna
 
-from autotune.report._data import Row
+from autotune.report._data import Attempt, Evidence, Group, Row
 from autotune.study import predict
 from autotune.study.history import History
 
@@ -31,11 +31,11 @@ REMEDIES = {
 UNMEASURED = ("running", "waiting", "ok")
 
 
-def excluded(study: optuna.Study, rows: list[Row]) -> list[dict[str, Any]]:
+def excluded(study: optuna.Study, rows: list[Row]) -> list[Group]:
     """The groups of left-out trials, the largest first."""
     h = History.of(study)
     by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
-    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    groups: dict[tuple[Any, ...], Group] = {}
     for r in rows:
         if r.state in UNMEASURED:
             continue
@@ -95,7 +95,7 @@ def _group(
     first: Row,
     teacher: int | None,
     by_number: dict[int, optuna.trial.FrozenTrial],
-) -> dict[str, Any]:
+) -> Group:
     """A new group: its reason (the teacher's, where a rule was learned), evidence and remedy."""
     source = by_number[teacher] if teacher is not None else None
     reason = str(source.user_attrs.get("reason") or "") if source is not None else first.reason
@@ -112,11 +112,11 @@ def _group(
     }
 
 
-def _loss_curves(t: optuna.trial.FrozenTrial) -> dict[str, Any] | None:
+def _loss_curves(t: optuna.trial.FrozenTrial) -> Evidence | None:
     """The numerics check's evidence: each attempt's candidate and reference losses, its gap in
     nats and verdict, and the study's noise floor."""
     check = t.user_attrs.get("loss_check") or {}
-    attempts = []
+    attempts: list[Attempt] = []
     for a in check.get("attempts") or []:
         if not isinstance(a, dict) or not a.get("losses") or not a.get("reference"):
             continue
@@ -139,7 +139,7 @@ def _loss_curves(t: optuna.trial.FrozenTrial) -> dict[str, Any] | None:
     }
 
 
-def loss_summary(evidence: dict[str, Any]) -> str:
+def loss_summary(evidence: Evidence) -> str:
     """The curves in words, for the terminal and markdown: each attempt's last losses and gap."""
     parts = []
     for a in evidence["attempts"]:

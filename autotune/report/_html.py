@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.report import _html_trials, _plots
 from autotune.report._card import Card, card_html, chosen, interval
 from autotune.report._curves import loss_svg
-from autotune.report._data import Report, Stored
+from autotune.report._data import Group, Report, Stored
 from autotune.report._html_trials import trials_table
 from autotune.report._measured import PHASES, measured, telemetry_of
 from autotune.report._static import PLOT_FILES, draw, pareto_front, plot_data
@@ -200,7 +200,7 @@ def _table(
     return f"<table><tr>{head}</tr>\n{body}</table>"
 
 
-def _excluded_html(groups: list[dict[str, Any]]) -> str:
+def _excluded_html(groups: list[Group]) -> str:
     """What the search left out, each group with its reason, loss curves and remedy."""
     if not groups:
         return ""
@@ -209,7 +209,8 @@ def _excluded_html(groups: list[dict[str, Any]]) -> str:
     for g in groups:
         first, *rest = excluded_lines(g, 2000)
         sub = "".join(f"<li>{escape(x)}</li>" for x in rest)
-        curves = loss_svg(g["evidence"]) if g.get("evidence") else ""
+        evidence = g["evidence"]
+        curves = loss_svg(evidence) if evidence else ""
         items.append(f"<li>{escape(first)}<ul>{sub}</ul>{curves}</li>")
     heading = f"<h2>Left out of the search: {total} trial(s)</h2>"
     return f'{heading}<ul id="excluded">{"".join(items)}</ul>'

@@ -126,7 +126,7 @@ def numerics_checked(rows: list[Row]) -> list[dict[str, Any]]:
     return found
 
 
-def _changed(knobs: Knobs, before: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+def _changed(knobs: Knobs, before: Knobs) -> dict[str, tuple[Any, Any]]:
     """The knobs set differently from the baseline (grad_accum_steps follows the batch)."""
     return {k: (before.get(k), v) for k, v in knobs.items() if before.get(k) != v}
 

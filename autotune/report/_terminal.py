@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.protocol import reason_line
 from autotune.report import _text
-from autotune.report._data import Report, Row, Stored
+from autotune.report._data import Group, Report, Row, Stored
 from autotune.report._render import compiles, confirmation_lines
 from autotune.report._table import cells, columns, fmt, varying
 
@@ -47,7 +47,7 @@ def _section(console: Console, heading: str, lines: list[str]) -> None:
             console.print(Padding(Text(line), (0, 0, 0, INDENT), expand=False))
 
 
-def _excluded(console: Console, groups: list[dict[str, Any]]) -> None:
+def _excluded(console: Console, groups: list[Group]) -> None:
     from rich.padding import Padding
     from rich.text import Text
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from autotune.protocol import reason_line
 from autotune.report import _effects
-from autotune.report._data import Chosen, Report
+from autotune.report._data import Chosen, Group, Report
 from autotune.report._excluded import loss_summary
 from autotune.report._table import fmt, speedup
 
@@ -246,7 +246,7 @@ def projection_lines(data: Report) -> list[str]:
     ]
 
 
-def excluded_lines(group: dict[str, Any], reason_chars: int = 300) -> list[str]:
+def excluded_lines(group: Group, reason_chars: int = 300) -> list[str]:
     """One group of left-out trials: title and count, the reason, evidence, remedy."""
     trials = ", ".join(map(str, group["trials"]))
     predicted = f", {group['predicted']} predicted without a run" if group["predicted"] else ""
@@ -256,8 +256,9 @@ def excluded_lines(group: dict[str, Any], reason_chars: int = 300) -> list[str]:
     lines = [f"{group['title']}{taught}: {group['count']} trial(s) ({trials}){predicted}."]
     if group["reason"]:
         lines.append(f"Reason: {reason_line(group['reason'], reason_chars)}")
-    if group.get("evidence"):
-        lines.append(f"Loss curves: {loss_summary(group['evidence'])}")
+    evidence = group["evidence"]
+    if evidence:
+        lines.append(f"Loss curves: {loss_summary(evidence)}")
     if group.get("remedy"):
         lines.append(f"Remedy: {group['remedy']}")
     return lines
