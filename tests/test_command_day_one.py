@@ -17,13 +17,13 @@ import yaml
 from conftest import cli_here
 
 from autotune.command import render as command_render
+from autotune.command.task import unmeasured
 from autotune.config.load import load_config
 from autotune.documents.record import TrialRecord
 from autotune.errors import ConfigError, ExitCode, UnmeasuredError
 from autotune.export import export
 from autotune.search.run import run_search
 from autotune.space import resolve_space
-from autotune.tasks._command import unmeasured
 
 
 def _yaml(tmp_path: Path, space: dict[str, Any], **command: Any) -> Path:

@@ -55,7 +55,7 @@ class Winner:
     def set_by_script(self) -> dict[str, Any]:
         """A command study's knobs of autotune's that reach its command neither by a mapping, the
         environment, nor (measure lightning) a PL_TRAINER_* variable: one value declared in space:
-        for what the job does itself (tasks/_command.declared), in every trial's knobs, never
+        for what the job does itself (command/task.declared), in every trial's knobs, never
         rendered. A value at autotune's default is left unsaid."""
         if self.command is None:
             return {}

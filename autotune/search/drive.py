@@ -31,11 +31,11 @@ def stop_if_baseline_unmeasured(
 ) -> None:
     """After a told trial: UnmeasuredError (exit 3), the search ended at once, when it is the
     baseline and it failed for a reason of measurement rather than of its knobs
-    (tasks/_command.unmeasured: an average refused, no step reported): every other trial would fail
+    (command/task.unmeasured: an average refused, no step reported): every other trial would fail
     the same way. `stop` ends the trials running beside it."""
+    from autotune.command.task import unmeasured
     from autotune.errors import UnmeasuredError
     from autotune.study.history import key
-    from autotune.tasks._command import unmeasured
 
     baseline = study.user_attrs.get("baseline_knobs")
     attrs = trial.user_attrs

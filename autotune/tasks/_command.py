@@ -1,37 +1,24 @@
-"""task command: your own training command, its knobs rendered into it (flags, env, config keys),
-its real tokens/s read from what it reports. The trial's side is command/trial.py."""
+"""task command's plug-in (tasks.TASKS): what the search asks of a task, answered by task command's
+own package (autotune/command/task.py), which imports nothing of tasks/ (this package's registry
+imports this module; the trial's side is command/trial.py)."""
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from autotune.documents.record import TrialRecord
-from autotune.protocol import CommandParams, Rendered, TaskParams, TrialResult, TrialSpec
+from autotune.command import task
 from autotune.tasks._train import TRAINING_EXPORTS, Training
 
 if TYPE_CHECKING:
-    from autotune.command.config import CommandConfig, KnobMapping, Scalar
+    from autotune.command.config import CommandConfig, Scalar
     from autotune.config import Config
-    from autotune.knobs import Knob
-
-# the trial ends a job past its deadline this long before autotune would (the job's own stop, then
-# its end, before the trial's hard limit)
-COMMAND_MARGIN_S = 15.0
-# autotune's knobs a command may map; those that set environment variables reach it without a
-# mapping
-MAPPABLE = (
-    "micro_batch_size",
-    "grad_accum_steps",
-    "precision",
-    "compile",
-    "activation_checkpointing",
-)
+    from autotune.documents.record import TrialRecord
+    from autotune.protocol import TaskParams, TrialResult, TrialSpec
 
 
 class Command(Training):
-    name: ClassVar[str] = "command"
+    name: ClassVar[str] = task.TASK
     needs_model: ClassVar[bool] = False
     imports_torch: ClassVar[bool] = False
     scoped_oom: ClassVar[bool] = True
@@ -43,36 +30,16 @@ class Command(Training):
     screen: ClassVar[dict[str, Any]] = {"compile": False}
 
     def check_config(self, cfg: Config) -> None:
-        """The command's knob mappings against the catalogue and the space: a searched knob reaches
-        the command, a knob of another task or of autotune's with values of its own is refused."""
-        from autotune import knobs as catalogue
-
-        if cfg.command is None:
-            raise ValueError(
-                "command: required with task command (argv, and how each knob reaches it)"
-            )
-        mine = [k.name for k in catalogue.CATALOGUE if self.name in k.tasks]
-        for name, mapping in cfg.command.knobs.items():
-            _check_mapping(name, mapping, mine, catalogue.BY_NAME)
-        for name in mine:
-            _check_reaches(name, cfg, catalogue.BY_NAME[name])
-        for name, mapping in cfg.command.knobs.items():
-            values = mapping.values if mapping.values is not None else getattr(cfg.space, name)
-            _check_map(name, mapping, values)
-        from autotune.redact import keep_command
-
-        keep_command(cfg.command.argv, cfg.command.env)  # masked in every text shown from now on
+        """The command's knob mappings against the catalogue and the space (task.check_config)."""
+        task.check_config(cfg)
 
     def notes(self, cfg: Config) -> list[str]:
-        """A secret written into the command's arguments: masked where autotune writes, so check
-        cannot run it again; {env:NAME} can."""
-        return _secret_notes(cfg.command) if cfg.command is not None else []
+        """A secret written into the command's arguments (task.notes)."""
+        return task.notes(cfg)
 
     def user_knobs(self, cfg: Config) -> dict[str, list[Scalar]]:
         """The command's own knobs (command.knobs with values), in their order."""
-        if cfg.command is None:
-            return {}
-        return {n: list(m.values) for n, m in cfg.command.knobs.items() if m.values is not None}
+        return task.user_knobs(cfg)
 
     def trial_params(
         self,
@@ -82,224 +49,14 @@ class Command(Training):
         command: CommandConfig | None = None,
         timeout_s: float = 3600.0,
     ) -> TaskParams:
-        """The command section as JSON (the trial renders it; tasks.Command.prepare first), when
-        the job is ended: a little before the trial's hard limit (COMMAND_MARGIN_S), and that limit
-        in minutes for the remedies. Empty without a command section."""
-        if command is None:
-            return CommandParams()
-        from autotune import remedy
-
-        return CommandParams(
-            command=command.model_dump(mode="json"),
-            timeout_s=max(5.0, timeout_s - COMMAND_MARGIN_S),
-            trial_timeout_min=float(remedy.minutes(timeout_s)),
-        )
+        """The command section, when the job is ended and the trial's limit (task.trial_params);
+        a command has no drift or loss check of autotune's."""
+        return task.trial_params(command, timeout_s)
 
     def prepare(self, spec: TrialSpec, run_dir: Path) -> tuple[TrialSpec, dict[str, str]]:
-        """The command with this trial's knob values (command.render.render), its config file
-        written into the trial's folder: the trial process only launches what it is given. The spec
-        (spec.json, then the record in study.db) holds the command with its secrets masked
-        (redact.mask_command); the values masked, and those `{env:NAME}` filled, reach the trial
-        process in its environment alone (protocol.ENV_SECRETS), which puts them back."""
-        import dataclasses
-        import json
-        import os
-
-        from autotune import redact
-        from autotune.command import render as command_render
-        from autotune.errors import ConfigError
-        from autotune.protocol import ENV_SECRETS
-
-        params = spec.params
-        assert isinstance(params, CommandParams)
-        rendered = command_render.render(
-            params.command, spec.knobs, run_dir, Path(spec.base_dir or ".")
-        )
-        try:
-            real = command_render.resolve(rendered, os.environ)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-        shown = dataclasses.replace(
-            rendered, argv=redact.mask_argv(rendered.argv), env=redact.mask_env(rendered.env)
-        )
-        hidden = _hidden(shown, real)
-        redact.keep([*hidden["argv"].values(), *hidden["env"].values()])
-        masked = dataclasses.replace(
-            params, command=redact.mask_command(params.command), rendered=shown
-        )
-        env = {ENV_SECRETS: json.dumps(hidden)} if hidden["argv"] or hidden["env"] else {}
-        return dataclasses.replace(spec, params=masked), env
+        """The command rendered with this trial's knob values, its secrets apart (task.prepare)."""
+        return task.prepare(spec, run_dir)
 
     def metrics(self, record: TrialRecord, result: TrialResult, limits: dict[str, float]) -> None:
-        """The figure: the job's tokens over time in its measured window (command/window.py), not
-        a median of its steps' rates; padding (the share of computed tokens that were padding), the
-        tokens of the measured steps, how the window was measured; a job that ignored the stop
-        request is said in the reason."""
-        from autotune.documents.record import Metric
-
-        out, metrics = result.output, record.metrics
-        assert metrics is not None  # a measured trial's
-        window = out.get("window") or {}
-        if window.get("tokens_per_s"):
-            per_gpu = metrics[Metric.TOKENS_PER_GPU]
-            world = metrics[Metric.TOKENS] / per_gpu if per_gpu else 1
-            metrics[Metric.TOKENS_PER_GPU] = window["tokens_per_s"]
-            metrics[Metric.TOKENS] = window["tokens_per_s"] * world
-            metrics[Metric.WINDOW] = window
-        metrics[Metric.PADDING_PCT] = out.get("padding_pct")
-        # the measured-memory line's inputs (study/peaks.py)
-        metrics[Metric.TOKENS_PER_MICRO_BATCH] = out.get("tokens_per_micro_batch")
-        reserved = result.peak_mem_reserved_bytes
-        metrics[Metric.PEAK_RESERVED_GIB] = reserved / 2**30 if reserved is not None else None
-        tokens = out.get("tokens") or []
-        metrics["tokens_per_step_median"] = statistics.median(tokens) if tokens else None
-        stop = (result.applied or {}).get("stop", "")
-        if stop.startswith("ignored"):
-            record.reason = f"measured; the command {stop}"
-        if window and not window.get("settled") and record.status == "ok":  # said where it is read
-            said = f"window {window.get('said', 'not settled')}"
-            record.reason = f"{record.reason}; {said}" if record.reason else said
-
-
-# What a command trial says when it could not measure the job at all, whatever its knobs
-# (command/trial.py, command/said.py): an average since the start refused, no step reported (the
-# reporter or callback missing, a log pattern that never matched), a command that cannot start.
-UNMEASURED = (
-    "matched an average since the start",
-    "without reporting a step",
-    "(command.first_step_s: raise it if slow)",
-    "the command reported 0 of ",
-    "the command could not start",
-)
-
-
-def unmeasured(status: str, reason: str) -> bool:
-    """Whether a failed command trial failed for a reason of its measurement, not of its knobs:
-    every trial of the study would fail the same way (search/drive.py stops at its baseline)."""
-    failed = status in ("crash", "timeout", "invalid_config")
-    return failed and any(said in reason for said in UNMEASURED)
-
-
-def _secret_notes(command: CommandConfig) -> list[str]:
-    """What `search` says of a command's secrets written into its YAML: where each argument holding
-    one is (masked in study.db and best.yaml, so `check` cannot run it), and the remedy."""
-    from autotune import redact
-
-    shown = redact.mask_argv(command.argv)
-    where = [f"command.argv[{i}]" for i, (a, b) in enumerate(zip(command.argv, shown)) if a != b]
-    if not where:
-        return []
-    return [
-        f"{', '.join(where)} {'holds a secret' if len(where) == 1 else 'hold secrets'}: masked in "
-        "study.db and best.yaml, so `autotune check` cannot run it again; write it as {env:NAME} "
-        "(filled from your environment, never stored)"
-    ]
-
-
-def _hidden(shown: Rendered, real: Rendered) -> dict[str, dict[str, str]]:
-    """What the trial process puts back into the command it was given (shown): each argument and
-    variable that differs from the command as it runs (real), by index and by name. A variable
-    masked and inherited from autotune's environment is dropped from both."""
-    argv = {str(i): a for i, (a, b) in enumerate(zip(real.argv, shown.argv)) if a != b}
-    env = {k: v for k, v in real.env.items() if shown.env.get(k) != v}
-    return {"argv": argv, "env": env}
-
-
-def _check_mapping(
-    name: str, mapping: KnobMapping, mine: list[str], by_name: dict[str, Knob]
-) -> None:
-    where = f"command.knobs.{name}"
-    if name in by_name and name not in mine:
-        raise ValueError(
-            f"{where}: {name} is a knob of task {', '.join(by_name[name].tasks)}, not of command; "
-            f"give your own knob another name (autotune's for a command: {', '.join(mine)})"
-        )
-    if name in mine and mapping.values is not None:
-        raise ValueError(
-            f"{where}.values: {name} is autotune's knob; its values come from space.{name}"
-        )
-    if name in mine and name not in MAPPABLE:
-        raise ValueError(f"{where}: {name} sets environment variables itself; remove its mapping")
-    if name not in mine and mapping.values is None:
-        raise ValueError(
-            f"{where}.values: a knob of your own lists its values, e.g. values: [adamw_torch, "
-            "adafactor]"
-        )
-
-
-def declared(name: str, cfg: Config) -> bool:
-    """Whether space gives autotune's knob one value that no mapping renders: a declaration of what
-    the job does itself (its script hard-codes a batch of 20), recorded in every trial's knobs (so
-    tokens, memory and the report use it) and never rendered into the command."""
-    value = getattr(cfg.space, name)
-    return (
-        name in MAPPABLE
-        and name not in _section(cfg).knobs
-        and isinstance(value, list)
-        and len(value) == 1
-        and not _lightning_env(name, cfg)
-    )
-
-
-def _check_reaches(name: str, cfg: Config, knob: Knob) -> None:
-    """A knob of autotune's that the study varies must reach the command; one value without a
-    mapping is what the job does itself (`declared`)."""
-    mapped = name in _section(cfg).knobs or bool(knob.env) or _lightning_env(name, cfg)
-    value = getattr(cfg.space, name)
-    if mapped or value == "auto" or value == [knob.default] or declared(name, cfg):
-        if name == "grad_accum_steps" and not mapped and cfg.workload.global_batch_size is not None:
-            raise ValueError(
-                "command.knobs.grad_accum_steps: needed with workload.global_batch_size (the "
-                "accumulation is derived from the micro-batch and must reach the command), e.g. "
-                "{flag: --gradient_accumulation_steps}"
-            )
-        return
-    raise ValueError(
-        f"space.{name}: {value} set, but command.knobs.{name} does not say how it reaches the "
-        f"command; add e.g. command.knobs.{name}: {{flag: --{name}}} (one value without a "
-        "mapping declares what your script sets itself)"
-    )
-
-
-def _lightning_env(name: str, cfg: Config) -> bool:
-    """measure lightning: the knob reaches the Trainer as its PL_TRAINER_* variable
-    (command/render.py); a value Lightning has no name for is refused."""
-    from autotune.command.render import LIGHTNING_ENV
-
-    if _section(cfg).measure != "lightning" or name not in LIGHTNING_ENV:
-        return False
-    table = LIGHTNING_ENV[name][1]
-    values = getattr(cfg.space, name)
-    if table is None or not isinstance(values, list):
-        return True
-    missing = [v for v in values if v not in table]
-    if missing:
-        raise ValueError(
-            f"space.{name}: {missing[0]} has no Lightning precision (PL_TRAINER_PRECISION takes "
-            f"{', '.join(table)}); map it yourself in command.knobs.{name}, or drop it"
-        )
-    return True
-
-
-def _section(cfg: Config) -> CommandConfig:
-    """The command section, there with task command (Command.check_config refuses a config without
-    it before asking the rules that read it)."""
-    assert cfg.command is not None, "task command's config has a command section"
-    return cfg.command
-
-
-def _check_map(name: str, mapping: KnobMapping, values: list[Any] | str) -> None:
-    """A value map covers every value the study may give the knob (a value missing from it would be
-    rendered as `FLAG VALUE`, which a map is there to avoid)."""
-    if not mapping.map or values == "auto":
-        return
-    from autotune.command.render import text_of
-
-    keys = {text_of(k) for k in mapping.map}
-    missing = [v for v in values if text_of(v) not in keys]
-    if missing:
-        raise ValueError(
-            f"command.knobs.{name}.map: no entry for {text_of(missing[0])} (a value the study "
-            f"gives {name}); "
-            f"add {text_of(missing[0])}: [...] or drop it from the values"
-        )
+        """The figure from the job's measured window (task.metrics)."""
+        task.metrics(record, result)
