@@ -15,7 +15,7 @@ from autotune import metrics, tasks
 from autotune.documents import nightly
 from autotune.documents.record import Metric, RecordError, TrialRecord
 from autotune.report import _effects, _summary
-from autotune.report._data import Report, Row, Stored
+from autotune.report._data import Report, Row, Stored, TimeSpent
 from autotune.report._excluded import excluded
 from autotune.report._table import pareto, row_of
 from autotune.space import KNOBS
@@ -44,17 +44,12 @@ def collect(
     conf = current_confirmation(study, h)
     confirmation = _confirmation(conf)
     steady = _steadiness(baseline)
-    flag = _unsteady_flag(steady)
     base_row = next((r for r in ok if baseline and r.number == baseline.number), None)
-    for r in rows:
-        r.speedup_flag = flag if r.speedup is not None and r is not base_row else None
     chosen = chosen_summary(study, h) if conf is None or confirmation is not None else None
-    if chosen:
-        chosen["speedup_flag"] = flag if chosen["speedup_vs_baseline"] is not None else None
-    spreads = sorted(r.step_spread_pct for r in ok if r.step_spread_pct is not None)
-    nights, skipped = nightly.read(study_dir / nightly.FILE) if study_dir is not None else ([], [])
-    history = [n.doc for n in nights]  # each line as written: the report's JSON shows it as is
+    _flag(rows, base_row, chosen, _unsteady_flag(steady))
+    history, skipped = _nights(study_dir)
     gpus = int((config.get("workload") or {}).get("world_size") or 1)
+    noise = _effects.noise(confirmation, ok)
     data = Report(
         study=study.study_name,
         device=attrs.get("device"),
@@ -69,11 +64,11 @@ def collect(
         mfu_flops=ok[0].flops if ok else None,
         chosen=None,  # the headline, from the rows (_derived)
         confirmation=confirmation,
-        step_spread_pct_median=spreads[len(spreads) // 2] if spreads else None,
+        step_spread_pct_median=_median_spread(ok),
         trials=ok + others,
         failures=_failures(others),
         excluded=excluded(study, rows),
-        noise=_effects.noise(confirmation, ok),
+        noise=noise,
         time=_time(rows),
         best_telemetry=_telemetry(trials, ok[0].number if ok else None),
         check_history=history,
@@ -87,8 +82,35 @@ def collect(
         bound=bound.statement(h, conf),
         # expandable segments offered to a variable-length job that ran out of memory or came close
         alloc_offer=peaks.alloc_offer(h, tasks.task(_task_of(config))),
+        numerics_checked=_summary.numerics_checked(ok + others),
+        effects=_effects.effects(ok, searched, noise["pct"]),
+        cost=_summary.cost(ok + others, confirmation, gpus),
+        projection=None,  # of the headline (_derived)
     )
-    return _derived(data, chosen, ok, train_tokens or _train_tokens(config))
+    return _derived(data, chosen, train_tokens or _train_tokens(config))
+
+
+def _flag(
+    rows: list[Row], base: Row | None, chosen: dict[str, Any] | None, flag: str | None
+) -> None:
+    """Every "x baseline" but the baseline's own carries the flag of an unsteady baseline."""
+    for r in rows:
+        r.speedup_flag = flag if r.speedup is not None and r is not base else None
+    if chosen:
+        chosen["speedup_flag"] = flag if chosen["speedup_vs_baseline"] is not None else None
+
+
+def _median_spread(ok: list[Row]) -> float | None:
+    """The median step-time spread of the completed rows (the upper median of an even count)."""
+    spreads = sorted(r.step_spread_pct for r in ok if r.step_spread_pct is not None)
+    return spreads[len(spreads) // 2] if spreads else None
+
+
+def _nights(study_dir: Path | None) -> tuple[list[dict[str, Any]], list[str]]:
+    """History.jsonl's nights of autotune check beside the study, each as written (the report's
+    JSON shows it as is), and the lines that could not be read."""
+    nights, skipped = nightly.read(study_dir / nightly.FILE) if study_dir is not None else ([], [])
+    return [n.doc for n in nights], skipped
 
 
 def _listed(t: optuna.trial.FrozenTrial) -> bool:
@@ -117,15 +139,10 @@ def _telemetry(trials: list[optuna.trial.FrozenTrial], number: int | None) -> St
     return {**tele, "power_cap": metrics.power_cap(tele)} if isinstance(tele, dict) else None
 
 
-def _derived(
-    data: Report, chosen: dict[str, Any] | None, ok: list[Row], tokens: float | None
-) -> Report:
-    """What is computed from the rows: the headline (of study/chosen.chosen_summary's choice), the
-    effects, the cost, the projection."""
+def _derived(data: Report, chosen: dict[str, Any] | None, tokens: float | None) -> Report:
+    """What is computed from the sections: the headline (of study/chosen.chosen_summary's choice,
+    with its row) and the projection of a full run."""
     data.chosen = _summary.headline(data, chosen)
-    data.numerics_checked = _summary.numerics_checked(data.trials)
-    data.effects = _effects.effects(ok, data.searched, data.noise["pct"])
-    data.cost = _summary.cost(data, data.gpus)
     data.projection = _summary.projection(data.chosen, data.cost, tokens, data.gpus)
     return data
 
@@ -265,7 +282,7 @@ def _counts(rows: list[Row], trials: list[optuna.trial.FrozenTrial]) -> dict[str
     return dict(sorted((k, v) for k, v in counts.items() if v))
 
 
-def _time(rows: list[Row]) -> Stored:
+def _time(rows: list[Row]) -> TimeSpent:
     """Seconds in trial processes, by phase (warm-up shown without the compile estimate it
     contains). The loss check's reference runs in a trial process of its own: its seconds count in
     the wall time too."""

@@ -9,8 +9,8 @@ fingerprint, history.jsonl's nights), stay plain dicts."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from dataclasses import dataclass
+from typing import Any, NotRequired, TypedDict
 
 from autotune.knobs import Knobs
 
@@ -90,6 +90,65 @@ class Group(TypedDict):
     remedy: str | None
 
 
+class Noise(TypedDict):
+    """The study's measurement noise in percent (None: unmeasured), and how it was had."""
+
+    pct: float | None
+    how: str
+
+
+class TimeSpent(TypedDict):
+    """Seconds in trial processes, by phase (collect's _time)."""
+
+    trial_wall_s: float
+    phases_s: dict[str, float]
+    processes: int
+    started_ahead: int  # processes started ahead (launch/prestart.py)
+
+
+class KindCost(TypedDict):
+    processes: int
+    seconds: float
+
+
+class Cost(TypedDict):
+    """Every process the search ran, by kind (trials, references, confirmation), and its
+    GPU-minutes (report/_summary.cost)."""
+
+    processes: int
+    by_kind: dict[str, KindCost]
+    seconds: float
+    gpu_min: float
+    measure_share: float | None  # the share spent measuring steps
+    confirmation_estimated: bool  # a confirmation time taken from its trial's search process
+
+
+class ValueEffect(TypedDict):
+    """One value of a knob: its trials, best and median figure, its paired effect where any."""
+
+    trials: int
+    best: float
+    median: float
+    paired_pct: NotRequired[float]
+    pairs: NotRequired[int]
+
+
+class KnobEffect(TypedDict):
+    """One knob's values and its effect size (report/_effects.py)."""
+
+    values: dict[str, ValueEffect]
+    reference: str | None  # its most-run value, the paired effects' reference
+    effect_pct: float | None
+    basis: str | None  # paired, or best at each value
+    among: Stored | None  # a conditional knob's trials (None: every trial)
+    above_noise: NotRequired[bool]
+
+
+class Effects(TypedDict):
+    knobs: dict[str, KnobEffect]
+    ranked: list[str]  # the knobs above the noise, largest effect first
+
+
 @dataclass
 class Row:
     """One trial's line of the table (report/_table.py row_of): its knobs, figures and outcome.
@@ -136,8 +195,7 @@ class Row:
 
 @dataclass
 class Report:
-    """Everything the report shows of one study. The last five sections are computed from the
-    others (collect's _derived)."""
+    """Everything the report shows of one study."""
 
     study: str
     device: str | None  # the device its trials ran on (cuda, cpu), as the study recorded it
@@ -156,21 +214,21 @@ class Report:
     trials: list[Row]  # every listed trial: the completed best first, then the others
     failures: dict[str, Stored]  # the trials that did not complete, by kind, with their reasons
     excluded: list[Group]  # what the study ruled out and why (report/_excluded.py)
-    noise: Stored  # the run-to-run noise the effects are judged against
-    time: Stored  # where the study's time went, by phase
+    noise: Noise  # the run-to-run noise the effects are judged against
+    time: TimeSpent  # where the study's time went, by phase
     best_telemetry: Stored | None  # the best trial's power and clocks, with power_cap
     check_history: list[Stored]  # history.jsonl's nights of autotune check, as written
     check_history_skipped: list[str]  # history.jsonl's lines that could not be read
     front: list[Row]  # the rows on the front of speed and latency (generate)
     gpus: int  # the GPUs of one trial (workload.world_size)
     best_yaml: int | None  # the trial best.yaml names (None: no best.yaml beside the study)
-    edges: Stored | None  # what became of the steps past the edge of the list
+    edges: str | None  # what became of the steps past the edge of the list
     bound: Stored | None  # the gain found over your setting, or a bound on any gain
     alloc_offer: str | None  # expandable segments offered to a job that ran out of memory
-    numerics_checked: list[Stored] = field(default_factory=list)  # the rows' numerics checks
-    effects: Stored = field(default_factory=dict)  # each knob's effect, judged against the noise
-    cost: Stored = field(default_factory=dict)  # the study's GPU time: search and confirmation
-    projection: Stored | None = None  # the chosen configuration's time and saving on a full run
+    numerics_checked: list[Stored]  # the rows' numerics checks
+    effects: Effects  # each knob's effect, judged against the noise
+    cost: Cost  # the study's GPU time: search and confirmation
+    projection: Stored | None  # the chosen configuration's time and saving on a full run
 
     @classmethod
     def of(cls, data: Report | Stored) -> Report:

@@ -18,7 +18,7 @@ from itertools import combinations
 from typing import Any
 
 from autotune.knobs import BY_NAME, Knobs, Not
-from autotune.report._data import Row
+from autotune.report._data import Effects, KnobEffect, Noise, Row, ValueEffect
 
 DERIVED = ("grad_accum_steps",)  # follows the batch: never the one knob two trials differ in
 NOISE_REPEATS = (
@@ -31,7 +31,7 @@ NOISE_WITHIN = (
 )
 
 
-def noise(confirmation: dict[str, Any] | None, ok: list[Row]) -> dict[str, Any]:
+def noise(confirmation: dict[str, Any] | None, ok: list[Row]) -> Noise:
     """The study's measurement noise in percent, and how it was obtained (named once)."""
     spreads = [
         100 * (max(s) - min(s)) / statistics.median(s)
@@ -46,7 +46,7 @@ def noise(confirmation: dict[str, Any] | None, ok: list[Row]) -> dict[str, Any]:
     return {"pct": None, "how": "unmeasured: no repeated or multi-step measurement"}
 
 
-def effects(ok: list[Row], searched: list[str], noise_pct: float | None) -> dict[str, Any]:
+def effects(ok: list[Row], searched: list[str], noise_pct: float | None) -> Effects:
     """Per knob: each value's trials, best and median tokens/s, the paired effect against the knob's
     most-run value, the knob's effect size (how far its worst value's best falls short of its best
     value's, in percent) and whether it is above the noise; `ranked`: the knobs above noise, largest
@@ -57,7 +57,7 @@ def effects(ok: list[Row], searched: list[str], noise_pct: float | None) -> dict
         entry["above_noise"] = size is not None and noise_pct is not None and size > noise_pct
     ranked = sorted(
         (k for k, e in per_knob.items() if e["above_noise"]),
-        key=lambda k: -per_knob[k]["effect_pct"],
+        key=lambda k: -(per_knob[k]["effect_pct"] or 0.0),  # above the noise: it has one
     )
     return {"knobs": per_knob, "ranked": ranked}
 
@@ -84,14 +84,14 @@ def _when(parent: str, want: object) -> str:
     return f"{parent} {want}"
 
 
-def _knob(ok: list[Row], knob: str, searched: list[str]) -> dict[str, Any]:
+def _knob(ok: list[Row], knob: str, searched: list[str]) -> KnobEffect:
     """One knob's values and their figures, over the trials it acts in (`acting`: `among` says
     which, None where that is every trial)."""
     ok, among = acting(ok, knob)
     by_value: dict[str, list[float]] = {}
     for r in ok:
         by_value.setdefault(str(r.knobs.get(knob)), []).append(r.figure)
-    values = {
+    values: dict[str, ValueEffect] = {
         v: {"trials": len(xs), "best": max(xs), "median": statistics.median(xs)}
         for v, xs in by_value.items()
     }
@@ -109,7 +109,7 @@ def _knob(ok: list[Row], knob: str, searched: list[str]) -> dict[str, Any]:
     }
 
 
-def _size(values: dict[str, dict[str, Any]]) -> tuple[float | None, str | None]:
+def _size(values: dict[str, ValueEffect]) -> tuple[float | None, str | None]:
     """A knob's effect in percent and its basis: the largest paired effect where two trials differ
     in this knob alone (the other knobs held), else the worst value's best short of the best
     value's (the gaps each value shows), which other knobs can confound."""
@@ -152,7 +152,7 @@ def _differ(a: Knobs, b: Knobs, knob: str) -> bool:
     return not (k is not None and k.only_with is not None and (va is None or vb is None))
 
 
-def value_text(value: str, e: dict[str, Any], top: float) -> str:
+def value_text(value: str, e: ValueEffect, top: float) -> str:
     """One value in words: its best against the knob's best value, trials, paired effect."""
     gap = 100 * (e["best"] / top - 1)
     paired = f", paired {e['paired_pct']:+.1f}% over {e['pairs']}" if e.get("pairs") else ""

@@ -9,7 +9,7 @@ from typing import Any, TypedDict
 from autotune import tasks
 from autotune.documents.record import Metric
 from autotune.protocol import Knobs
-from autotune.report._data import Chosen, Report, Row
+from autotune.report._data import Chosen, Cost, Report, Row
 
 # How a gain was obtained, named once: a ratio means something only with its basis beside it
 BASIS_CONFIRMED = "confirmed median / the baseline's confirmed median of the same rounds"
@@ -169,12 +169,12 @@ def _scaled(measured: float | None, value: float, search: float | None) -> float
     return measured * value / search
 
 
-def cost(data: Report, gpus: int) -> dict[str, Any]:
+def cost(rows: list[Row], confirmation: dict[str, Any] | None, gpus: int) -> Cost:
     """Every process the search ran, by kind, and their GPU-minutes: trial processes (whatever
     their end: timeouts and pruned ones too), the loss check's reference processes and the
     confirmation's fresh processes."""
-    trials = [r for r in data.trials if r.wall_s]
-    n_conf, s_conf, estimated = _confirmation_cost(data.confirmation, trials)
+    trials = [r for r in rows if r.wall_s]
+    n_conf, s_conf, estimated = _confirmation_cost(confirmation, trials)
     kinds = {
         "trials": (len(trials), sum(r.wall_s or 0.0 for r in trials)),
         "references": _references(trials),
@@ -215,7 +215,7 @@ def _confirmation_cost(conf: dict[str, Any] | None, trials: list[Row]) -> tuple[
 
 
 def projection(
-    chosen: Chosen | None, spent: dict[str, Any], tokens: float | None, gpus: int
+    chosen: Chosen | None, spent: Cost, tokens: float | None, gpus: int
 ) -> dict[str, Any] | None:
     """A full run of `tokens` training tokens at the baseline's figure and at the chosen one: its
     hours and GPU-hours, the GPU-hours saved and what the search cost against that saving."""

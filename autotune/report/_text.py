@@ -8,7 +8,7 @@ from typing import Any
 
 from autotune.protocol import reason_line
 from autotune.report import _effects
-from autotune.report._data import Chosen, Group, Report
+from autotune.report._data import Chosen, Group, KnobEffect, Report
 from autotune.report._excluded import loss_summary
 from autotune.report._table import fmt, speedup
 
@@ -277,7 +277,7 @@ def effects_lines(data: Report) -> list[str]:
     return lines
 
 
-def _knob_text(knob: str, e: dict[str, Any]) -> str:
+def _knob_text(knob: str, e: KnobEffect) -> str:
     """One knob's effect and values; a conditional knob's says the trials it was judged on
     ("among the 12 trials with compile on")."""
     among = e.get("among")
