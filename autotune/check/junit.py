@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from autotune import atomic, paths
 from autotune.errors import excerpt
 
 if TYPE_CHECKING:
+    from autotune.check.verdict import Verdict
     from autotune.documents.best_file import BestFile
 
 OPTION = "--junit"
@@ -64,7 +65,7 @@ def write(path: Path, name: str, seconds: float, outcome: str, message: str, det
     atomic.write_bytes(path, ET.tostring(suite, encoding="utf-8", xml_declaration=True))
 
 
-def write_verdict(path: Path, name: str, verdict: Any, seconds: float) -> None:
+def write_verdict(path: Path, name: str, verdict: Verdict, seconds: float) -> None:
     """The check's verdict (a regress.Verdict) as its test case: failure on a regression, error when
     unreliable or inconclusive, the versions that changed beside it."""
     details = verdict.summary()

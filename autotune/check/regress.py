@@ -30,7 +30,7 @@ from autotune.check.stats import (  # noqa: F401  (the API)
 from autotune.check.verdict import AT_MAX, DISTURBED, PASSES, SETTLED, Verdict
 from autotune.documents import nightly
 from autotune.documents.best_file import Best, record_check_baseline
-from autotune.documents.record import Metric
+from autotune.documents.record import Metric, TrialRecord
 from autotune.errors import ConfigError, UnmeasuredError
 from autotune.launch.runner import Bench, measure
 from autotune.protocol import reason_line
@@ -162,11 +162,12 @@ class _Repeater:
             )
 
 
-def _keep(m: Repeats, i: int, record: Any) -> None:
+def _keep(m: Repeats, i: int, record: TrialRecord) -> None:
     """One repeat's record kept: its sample and details, or its failure."""
     if record.status != "ok":
         m.failures.append(f"repeat {i}: {record.status}: {reason_line(record.reason)}")
         return
+    assert record.tokens_per_gpu is not None  # an ok record measured its throughput
     m.samples.append(record.tokens_per_gpu)
     tele = record.telemetry or {}
     m.details.append(
@@ -186,10 +187,10 @@ def _keep(m: Repeats, i: int, record: Any) -> None:
             "conditions": m.conditions[-1],
         }
     )
-    m.fingerprint = m.fingerprint or record.fingerprint
+    m.fingerprint = m.fingerprint or record.fingerprint or {}
 
 
-def _said(record: Any) -> dict[str, Any]:
+def _said(record: TrialRecord) -> dict[str, Any]:
     """What on_repeat hears of a repeat: its tokens/s, or its failure."""
     if record.status == "ok":
         return {Metric.TOKENS_PER_GPU: record.tokens_per_gpu, "failure": None}

@@ -9,8 +9,7 @@ import errno
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
 
 import click
 import typer
@@ -125,12 +124,14 @@ def _classify(e: BaseException) -> tuple[str, int]:
     )
 
 
-def _quiet(hook: Any) -> Any:
+def _quiet(
+    hook: Callable[[sys.UnraisableHookArgs], object],
+) -> Callable[[sys.UnraisableHookArgs], None]:
     """sys.unraisablehook that says nothing of our own Ctrl-C/SIGTERM: raised where Python can only
     report it (an import lock's weakref callback, seen in CI at 0.2 s), it printed a traceback;
     funnel acts on it instead."""
 
-    def quiet(unraisable: Any) -> None:
+    def quiet(unraisable: sys.UnraisableHookArgs) -> None:
         if _signalled["by"] is not None and isinstance(
             unraisable.exc_value, (KeyboardInterrupt, Terminated)
         ):

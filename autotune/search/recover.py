@@ -10,7 +10,7 @@ so it is neither lost nor measured again. A trial whose numerics the loss check 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import optuna
 from optuna.trial import TrialState
@@ -20,6 +20,9 @@ from autotune.documents.record import Metric
 from autotune.launch.process import Outcome
 from autotune.launch.runner import record_of
 from autotune.protocol import TrialResult, TrialSpec
+
+if TYPE_CHECKING:
+    from autotune.launch.runner import Bench
 
 
 def _result_of_its_launch(run_dir: Path, trial: optuna.trial.FrozenTrial) -> TrialResult | None:
@@ -36,7 +39,7 @@ def _result_of_its_launch(run_dir: Path, trial: optuna.trial.FrozenTrial) -> Tri
     return result
 
 
-def recover(study: optuna.Study, runs: Path, bench: Any) -> list[int]:
+def recover(study: optuna.Study, runs: Path, bench: Bench) -> list[int]:
     """Add the stored-never measurements of lost trials as completed trials; the numbers
     recovered."""
     taken = {t.user_attrs.get("recovered_from") for t in study.get_trials(deepcopy=False)}

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
@@ -30,6 +30,9 @@ from autotune.search.loop import Search
 from autotune.search.observer import Observer
 from autotune.space import resolve_space
 from autotune.study.history import key
+
+if TYPE_CHECKING:
+    from autotune.launch.runner import Bench
 
 
 @dataclass
@@ -72,7 +75,7 @@ class Landscape:
 
 def _replayed_measure(landscape: Landscape, rng: random.Random) -> Callable[..., TrialRecord]:
     def measure(
-        bench: Any, knobs: Knobs, run_dir: Path, *, number: int = 0, **_: Any
+        bench: Bench, knobs: Knobs, run_dir: Path, *, number: int = 0, **_: object
     ) -> TrialRecord:
         p = landscape.point(knobs)
         record = TrialRecord(number, knobs, p["status"], p.get("reason", ""), wall_s=0.0)

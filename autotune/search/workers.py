@@ -16,6 +16,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune.documents.record import TrialRecord
 from autotune.protocol import Knobs
 from autotune.study.history import NOT_LAUNCHED, History, key, launch_cap
 
@@ -102,7 +103,7 @@ def claim_configuration(study: optuna.Study, trial: optuna.Trial, knobs: Knobs) 
     return None
 
 
-def late_record(study: optuna.Study, trial: optuna.Trial, record: Any) -> bool:
+def late_record(study: optuna.Study, trial: optuna.Trial, record: TrialRecord) -> bool:
     """A worker that stalled past its grace finds its trial reaped (worker_lost) and measured again
     elsewhere:
     its measurement is added to the study as a duplicate of that trial (kept, not counted) instead
