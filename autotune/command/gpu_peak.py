@@ -15,6 +15,7 @@ import threading
 from types import ModuleType
 from typing import Any
 
+from autotune.command.report import DoneLine
 from autotune.protocol import Knobs
 
 EVERY_S = 0.25  # a step of a 1B model lasts about a second: four looks a step see its peak
@@ -77,11 +78,11 @@ class PeakWatch:
         return sum(max(0, a - b) for a, b in zip(now, self.before))
 
 
-def job_peak(done: dict[str, Any], nvml_peak: int | None) -> tuple[int | None, str]:
+def job_peak(done: DoneLine, nvml_peak: int | None) -> tuple[int | None, str]:
     """The job's peak memory and its kind: what its allocator counted (the callbacks, reporting),
     else what NVML saw its processes hold (command/gpu_peak.py)."""
-    if done.get("peak_mem_bytes") is not None:
-        return int(done["peak_mem_bytes"]), "cuda_max_memory_allocated"
+    if "peak_mem_bytes" in done:
+        return done["peak_mem_bytes"], "cuda_max_memory_allocated"
     if nvml_peak:
         return nvml_peak, "nvml_used"
     return None, "not reported by the job"

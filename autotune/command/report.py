@@ -16,7 +16,7 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from autotune.protocol import Knobs
 from autotune.reporting import MAX_REPORT_BYTES
@@ -129,9 +129,9 @@ class Report:
         self.offset, self.lines = 0, 0
         self.rest = b""  # a line being written
         self.steps: list[dict[str, Any]] = []
-        self.done: dict[str, Any] | None = None
+        self.done: DoneLine | None = None
 
-    def read(self) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    def read(self) -> tuple[list[dict[str, Any]], DoneLine | None]:
         """The steps so far and the done line (None before it); BadReport for a line that cannot
         be."""
         new = self._new()
@@ -236,21 +236,37 @@ class Report:
         return at
 
 
-def done_line(doc: dict[str, Any], where: str) -> dict[str, Any]:
+class DoneLine(TypedDict, total=False):
+    """The job's done line as the trial reads it (done_line): what its allocator counted at its
+    peak (reporting.py, the callbacks) and its device's name, each where the job gave it."""
+
+    done: bool
+    peak_mem_bytes: int
+    peak_mem_reserved_bytes: int
+    device_name: str
+
+
+def done_line(doc: dict[str, Any], where: str) -> DoneLine:
     """The job's last line: `done` true, its peak memory in bytes, its device's name."""
     if doc["done"] is not True:
         allowed = "true (the job's last line)"
         raise BadReport(f"{where}: done is {excerpt(doc['done'])}; allowed: {allowed}")
-    done = dict(doc)
-    for key in ("peak_mem_bytes", "peak_mem_reserved_bytes"):
-        if doc.get(key) is not None:
-            done[key] = whole(doc[key], f"{where}: {key}", 0, MAX_MEMORY_BYTES, "bytes")
+    done = DoneLine(done=True)
+    if doc.get("peak_mem_bytes") is not None:
+        done["peak_mem_bytes"] = _bytes(doc, "peak_mem_bytes", where)
+    if doc.get("peak_mem_reserved_bytes") is not None:
+        done["peak_mem_reserved_bytes"] = _bytes(doc, "peak_mem_reserved_bytes", where)
     name = doc.get("device_name")
-    fits = isinstance(name, str) and 0 < len(name) <= MAX_NAME_CHARS and name.isprintable()
-    if name is not None and not fits:
+    if isinstance(name, str) and 0 < len(name) <= MAX_NAME_CHARS and name.isprintable():
+        done["device_name"] = name
+    elif name is not None:
         allowed = f"the device's name, printable text of 1 to {MAX_NAME_CHARS} characters"
         raise BadReport(f"{where}: device_name is {excerpt(name)}; allowed: {allowed}")
     return done
+
+
+def _bytes(doc: dict[str, Any], key: str, where: str) -> int:
+    return whole(doc[key], f"{where}: {key}", 0, MAX_MEMORY_BYTES, "bytes")
 
 
 def failed_reason(value: object, where: str) -> str:

@@ -29,7 +29,7 @@ from autotune import nccl_log
 from autotune.command import window as windows
 from autotune.command.gpu_peak import PeakWatch, job_peak, tokens_per_micro_batch
 from autotune.command.log import Output, close_lines
-from autotune.command.report import BadReport, Report, clock_said, figure_said
+from autotune.command.report import BadReport, DoneLine, Report, clock_said, figure_said
 from autotune.command.said import average_said, stopped_said, time_went
 from autotune.protocol import ENV_SECRETS, CommandParams, last_words, told_lines, unhide
 from autotune.reporting import ENV_KNOBS, ENV_MAX_STEPS, ENV_REPORT, ENV_STEPS, ENV_STOP
@@ -47,7 +47,7 @@ class _Watch:
     """What the watch of a running job ended with."""
 
     steps: list[dict[str, Any]]
-    done: dict[str, Any] | None
+    done: DoneLine | None
     window: windows.Window | None = None  # settled, or max_steps reached
     stopped: str = (
         ""  # why the trial stopped the job before its window (pruned, recompiling, its limit)
@@ -132,7 +132,7 @@ class Command(Workload):
                 f"the command could not start: {err}; command.argv[0] is {self.rendered.argv[0]!r}",
             )
 
-    def _steps(self, output: Output) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    def _steps(self, output: Output) -> tuple[list[dict[str, Any]], DoneLine | None]:
         """The steps so far (and the done line); a figure that cannot be fails the trial."""
         try:
             if output.bad:
@@ -314,7 +314,7 @@ class Command(Workload):
         return Failed("crash", f"{ended}: {said}")
 
     def _measured(self, watch: _Watch, t0: float) -> Measured:
-        steps, done = watch.steps, watch.done or {}
+        steps, done = watch.steps, watch.done or DoneLine()
         win = watch.window or windows.window(_pairs(steps), self.rule)
         clock = "" if self.log else clock_said(steps, win.start, win.end)  # a log's lines: no clock
         if why := clock or figure_said(win.tokens_per_s):
@@ -361,7 +361,7 @@ class Command(Workload):
             stopped = f"its {len(steps)} steps are measured; the command {watch.stop}"
         return Measured(timing, output=output, stopped=stopped)
 
-    def _job_env(self, done: dict[str, Any]) -> dict[str, Any]:
+    def _job_env(self, done: DoneLine) -> dict[str, Any]:
         job_env = {
             "device": self.spec.device,
             **{k: done[k] for k in ("device_name",) if k in done},
