@@ -39,7 +39,8 @@ def test_external_hf_llama_flops_counted_as_by_hand(attention: str) -> None:
     pytest.importorskip("transformers")
     knobs = {"micro_batch_size": 2, "attention": attention, "activation_checkpointing": "full"}
     built = external.build_hf(
-        {"hf_config": str(HF_LLAMA), "seq_len": SEQ},
+        str(HF_LLAMA),
+        SEQ,
         knobs,
         "cpu",
         1,
@@ -59,7 +60,7 @@ def test_external_hf_llama_flops_counted_as_by_hand(attention: str) -> None:
 def test_external_entrypoint_flops_counted_not_taken_from_flop_params() -> None:
     knobs = {"micro_batch_size": 2, "activation_checkpointing": "none"}
     built = external.build_entrypoint(
-        {"entrypoint": "custom_model:build"},
+        "custom_model:build",
         knobs,
         "cpu",
         1,

@@ -439,7 +439,7 @@ def test_generate_hf_config_model_decodes_with_its_own_cache(tmp_path: Path) -> 
     from autotune.workloads.external import hf_causal_lm
 
     spec = _hf_spec(tmp_path)
-    hf, _ = hf_causal_lm(spec.model, spec.knobs, "cpu")
+    hf, _ = hf_causal_lm(spec.model["hf_config"], spec.knobs, "cpu")
     hf.eval()
     dec, prompts = HFDecoder(hf, 256), torch.randint(0, 256, (2, 9))
     with torch.no_grad():

@@ -10,11 +10,14 @@ of the slowest rank's; bandwidths as nccl-tests reports them: algbw = bytes / ti
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING
 
 from autotune.protocol import AllReduceParams
 from autotune.workloads.base import InvalidConfig, Measured, Workload
 from autotune.workloads.timing import time_steps
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 class AllReduce(Workload):
@@ -38,6 +41,7 @@ class AllReduce(Workload):
     def run(self) -> Measured:
         torch, p, ranks = self.torch, self.spec.params, self.ranks
         assert isinstance(p, AllReduceParams)
+        assert ranks is not None  # build refused a single process
         inner = p.inner
         cuda = ranks.backend == "nccl"
 
@@ -52,7 +56,7 @@ class AllReduce(Workload):
         for size in p.sizes:
             x = torch.ones(size // 4, dtype=torch.float32, device=self.dev)
 
-            def calls(x: Any = x) -> None:
+            def calls(x: Tensor = x) -> None:
                 for _ in range(inner):
                     ranks.dist.all_reduce(x)
 

@@ -8,12 +8,14 @@ import logging
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from autotune.knobs import KnobValue
 from autotune.protocol import Knobs
 from autotune.workloads.base import InvalidConfig
 from autotune.workloads.parallel import repeated_blocks
+from autotune.workloads.steps import Batch, StepModel
 
 if TYPE_CHECKING:
-    from torch import nn
+    from torch import Tensor, nn
 
 
 def apply_ddp_compile(torch: ModuleType, knobs: Knobs) -> str | None:
@@ -29,8 +31,8 @@ def apply_ddp_compile(torch: ModuleType, knobs: Knobs) -> str | None:
 
 
 def apply_compile(
-    torch: ModuleType, model: nn.Module, mode: Any, scope: str | None = "model"
-) -> tuple[Any, str | None]:
+    torch: ModuleType, model: nn.Module, mode: KnobValue, scope: str | None = "model"
+) -> tuple[StepModel, str | None]:
     """torch.compile(model, mode) (the loss is inside forward, so it is compiled too), or, with
     scope block, each repeated block compiled in place (regional compilation, as torchtitan does:
     Dynamo compiles the block's code once and reuses it for every layer), and the model's
@@ -40,7 +42,7 @@ def apply_compile(
     if not mode:
         return model, None
     watch_cache_bypasses()
-    compile_mode = None if mode in (True, "default") else mode
+    compile_mode = None if mode in (True, "default") else str(mode)
     if scope != "block":
         return torch.compile(model, mode=compile_mode), compile_mode or "default"
     blocks = repeated_blocks(torch, model)
@@ -64,7 +66,7 @@ def apply_compile(
 
 
 def apply_compile_dynamic(
-    torch: ModuleType, batches: list[Any], knobs: Knobs, model: Any = None
+    torch: ModuleType, batches: list[Batch], knobs: Knobs, model: nn.Module | None = None
 ) -> str | None:
     """compile_dynamic batch: every input tensor's first dimension marked dynamic, so one compiled
     program serves every micro-batch size (and the compile cache serves it to the trials of other
@@ -74,23 +76,23 @@ def apply_compile_dynamic(
     size and every other size compiled cold (issue 50)."""
     if not knobs["compile"] or knobs.get("compile_dynamic") != "batch":
         return None
-    tensors = [t for batch in batches for t in _tensors(batch) if t.dim() > 0]
+    tensors = [t for batch in batches for t in _tensors(torch, batch) if t.dim() > 0]
     for t in tensors:
         torch._dynamo.maybe_mark_dynamic(t, 0)
     inside = ""
-    if hasattr(model, "dynamic_batch"):
-        model.dynamic_batch = True
+    if model is not None and hasattr(model, "dynamic_batch"):
+        setattr(model, "dynamic_batch", True)  # nn.Module types its attributes as tensors
         inside = " and each compiled region's"
     return f"batch dimension dynamic ({len(tensors)} input tensors{inside})"
 
 
-def _tensors(batch: Any) -> list[Any]:
+def _tensors(torch: ModuleType, batch: object) -> list[Tensor]:
     """The tensors of one micro-batch: a tensor, a tuple or list of them, or a dict's values."""
     if isinstance(batch, dict):
-        return [v for v in batch.values() if hasattr(v, "dim")]
+        return [v for v in batch.values() if isinstance(v, torch.Tensor)]
     if isinstance(batch, (tuple, list)):
-        return [v for v in batch if hasattr(v, "dim")]
-    return [batch] if hasattr(batch, "dim") else []
+        return [v for v in batch if isinstance(v, torch.Tensor)]
+    return [batch] if isinstance(batch, torch.Tensor) else []
 
 
 class _Bypasses(logging.Handler):
@@ -136,7 +138,7 @@ def compile_cache_counts(torch: ModuleType) -> dict[str, Any]:
     from torch._dynamo.utils import counters
 
     inductor, aot = counters["inductor"], counters["aot_autograd"]
-    counts: dict[str, Any] = {
+    numbers = {
         "fxgraph_hit": inductor["fxgraph_cache_hit"],
         "fxgraph_miss": inductor["fxgraph_cache_miss"],
         "fxgraph_bypass": inductor["fxgraph_cache_bypass"],
@@ -144,13 +146,13 @@ def compile_cache_counts(torch: ModuleType) -> dict[str, Any]:
         "autograd_miss": aot["autograd_cache_miss"],
         "autograd_bypass": aot["autograd_cache_bypass"],
     }
-    counts["state"] = compile_state(counts)
+    counts: dict[str, Any] = {**numbers, "state": compile_state(numbers)}
     if _BYPASSES.reasons:
         counts["bypass_reasons"] = list(_BYPASSES.reasons)
     return counts
 
 
-def compile_state(counts: dict[str, Any]) -> str:
+def compile_state(counts: dict[str, int]) -> str:
     """warm, cold or partly warm, from the cache counters. AOTAutograd's cache answers first (a hit
     skips the graph's trace and Inductor both); where it answered nothing (turned off), Inductor's
     FX graph cache decides."""

@@ -7,42 +7,19 @@ Imported only inside a trial's process: torch, nothing else.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
-    from torch import nn
+    import torch as torch_types
+    from torch import Tensor
+    from transformers import Cache, PreTrainedModel
 
+    from autotune.workloads.model import Block, Transformer
 
-def _cache_module(torch: ModuleType) -> type:
-    class StaticKV(torch.nn.Module):
-        """K and V of every position a generation reaches, preallocated; written in place
-        (index_copy_)."""
-
-        def __init__(
-            self, b: int, heads: int, length: int, head_dim: int, dtype: Any, device: Any
-        ) -> None:
-            super().__init__()
-            shape = (b, heads, length, head_dim)
-            self.register_buffer(
-                "k", torch.zeros(shape, dtype=dtype, device=device), persistent=False
-            )
-            self.register_buffer(
-                "v", torch.zeros(shape, dtype=dtype, device=device), persistent=False
-            )
-            # CUDA graphs keep them in place rather than copying them
-            with contextlib.suppress(Exception):
-                torch._dynamo.mark_static_address(self.k)
-                torch._dynamo.mark_static_address(self.v)
-
-        def update(self, pos: Any, k: Any, v: Any) -> tuple[Any, Any]:
-            self.k.index_copy_(2, pos, k)
-            self.v.index_copy_(2, pos, v)
-            return self.k, self.v
-
-    return StaticKV
+# the dynamic cache: each block's K and V so far, [batch, kv heads, positions, head_dim]
+Caches = list[tuple["Tensor", "Tensor"]]
 
 
 class Decoder:
@@ -52,28 +29,32 @@ class Decoder:
     def __init__(
         self,
         torch: ModuleType,
-        model: nn.Module,
+        model: Transformer,
         batch: int,
         length: int,
-        dtype: Any,
+        dtype: torch_types.dtype,
         static: bool,
         eager: bool,
     ) -> None:
         self.torch, self.model, self.static, self.eager = torch, model, static, eager
         self.length = length
-        attn = model.blocks[0].attn
+        from autotune.workloads.model import StaticKV
+
+        # the model's blocks as built (an nn.ModuleList types its items as plain modules)
+        self.blocks = cast("list[Block]", list(model.blocks))
+        self.layers = len(self.blocks)
+        attn = self.blocks[0].attn
         self.n_heads, self.n_kv, self.head_dim = attn.n_heads, attn.n_kv, attn.head_dim
         dev = model.tok.weight.device
         if static:
-            kv = _cache_module(torch)
-            self.caches = torch.nn.ModuleList(
-                kv(batch, self.n_kv, length, self.head_dim, dtype, dev) for _ in model.blocks
-            )
+            self.caches = [
+                StaticKV(batch, self.n_kv, length, self.head_dim, dtype, dev) for _ in self.blocks
+            ]
             self.mask = torch.ones(length, length, dtype=torch.bool, device=dev).tril()
 
     def forward(
-        self, tokens: Any, pos: Any, caches: list[Any] | None = None
-    ) -> tuple[Any, list[Any] | None]:
+        self, tokens: Tensor, pos: Tensor, caches: Caches | None = None
+    ) -> tuple[Tensor, Caches | None]:
         """Logits of the last position of `tokens` (at positions `pos`), and (dynamic cache) the
         grown caches."""
         torch, model = self.torch, self.model
@@ -85,7 +66,7 @@ class Decoder:
         else:
             rope = (model.rope_cos[pos], model.rope_sin[pos])
         grown = []
-        for i, block in enumerate(model.blocks):
+        for i, block in enumerate(self.blocks):
             a = block.attn
             q, k, v = a.heads(block.norm1(x), rope)
             if self.static:
@@ -104,7 +85,7 @@ class Decoder:
         logits = model.head(model.norm(x[:, -1:]))
         return logits[..., : model.vocab], (None if self.static else grown)
 
-    def _attend(self, q: Any, k: Any, v: Any, mask: Any, causal: bool) -> Any:
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         torch = self.torch
         if not self.eager:
             return torch.nn.functional.scaled_dot_product_attention(
@@ -126,7 +107,7 @@ class HFDecoder:
     """A transformers causal LM decoded with its own DynamicCache (passed in and returned, as
     Decoder's dynamic cache): the same interface as Decoder."""
 
-    def __init__(self, hf: Any, vocab: int) -> None:
+    def __init__(self, hf: PreTrainedModel, vocab: int) -> None:
         cfg = hf.config
         self.hf, self.vocab = hf, vocab
         self.n_heads = cfg.num_attention_heads
@@ -134,12 +115,14 @@ class HFDecoder:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
         self.layers = cfg.num_hidden_layers
 
-    def forward(self, tokens: Any, pos: Any, caches: Any = None) -> tuple[Any, Any]:
+    def forward(
+        self, tokens: Tensor, pos: Tensor, caches: Cache | None = None
+    ) -> tuple[Tensor, Cache]:
         out = self.hf(input_ids=tokens, past_key_values=caches, use_cache=True)
         return out.logits[:, -1:, : self.vocab], out.past_key_values
 
 
-def full_logits(torch: ModuleType, model: nn.Module, tokens: Any, last: int) -> Any:
+def full_logits(torch: ModuleType, model: Transformer, tokens: Tensor, last: int) -> Tensor:
     """Logits (float32) of the last `last` positions, from the model's own training forward (no
     cache)."""
     x = model.hidden(tokens)

@@ -33,15 +33,20 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from autotune.protocol import Knobs
+from autotune.knobs import int_of
+from autotune.protocol import Knobs, TrialSpec
 from autotune.workloads.base import InvalidConfig, Work
+from autotune.workloads.steps import Batch, Context
 
 if TYPE_CHECKING:
-    from torch import nn
+    import torch as torch_types
+    from torch import Tensor, nn
+    from transformers import PretrainedConfig, PreTrainedModel
 
 
 class Unsupported(Exception):
@@ -55,7 +60,7 @@ class Unsupported(Exception):
 @dataclass
 class Built:
     model: nn.Module
-    batches: list[tuple[Any, Any]]
+    batches: list[Batch]
     tokens_per_sample: int
     flop_params: int | None
     mfu_dims: dict[str, int] | None
@@ -71,7 +76,7 @@ COUNTED = (
 )
 
 
-def _attention_formulas(torch: ModuleType) -> dict[Any, Any]:
+def _attention_formulas(torch: ModuleType) -> dict[object, Callable[..., int]]:
     """SDPA's model FLOPs for FlopCounterMode: the CPU kernel, which torch's table leaves out (it
     would count no attention on the CPU), and each backward at twice its forward, as 6N + 12LdT
     counts a backward (torch's own formula adds the scores a fused kernel recomputes: hardware
@@ -80,13 +85,25 @@ def _attention_formulas(torch: ModuleType) -> dict[Any, Any]:
 
     aten = torch.ops.aten
 
+    # the op's other arguments (scale, dropout, ...) and its output's shape do not change the count
     def forward(
-        query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        *args: object,
+        out_shape: object = None,
+        **kwargs: object,
     ) -> int:
         return sdpa_flop_count(query, key, value)
 
     def backward(
-        grad: Any, query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kw: Any
+        grad: Tensor,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        *args: object,
+        out_shape: object = None,
+        **kwargs: object,
     ) -> int:
         return 2 * sdpa_flop_count(query, key, value)
 
@@ -102,7 +119,7 @@ def _attention_formulas(torch: ModuleType) -> dict[Any, Any]:
     }
 
 
-def count_flops(torch: ModuleType, model: nn.Module, sample: tuple[Any, Any], context: Any) -> int:
+def count_flops(torch: ModuleType, model: nn.Module, sample: Batch, context: Context) -> int:
     """FLOPs of one forward and backward of `model` on one (inputs, targets) sample, counted by
     torch.utils.flop_counter.FlopCounterMode under `context` (the trial's autocast and SDPA
     backend); the gradients it made are dropped."""
@@ -116,7 +133,7 @@ def count_flops(torch: ModuleType, model: nn.Module, sample: tuple[Any, Any], co
 
 
 def _counted(
-    torch: ModuleType, model: nn.Module, sample: tuple[Any, Any], tokens: int, context: Any
+    torch: ModuleType, model: nn.Module, sample: Batch, tokens: int, context: Context
 ) -> tuple[float | None, str]:
     """FLOPs per token counted (count_flops) and how they were obtained; (None, why) if counting
     failed."""
@@ -158,7 +175,9 @@ def hf_attention(knobs: Knobs) -> str:
     return "eager" if knobs.get("attention", "auto") == "eager" else "sdpa"
 
 
-def hf_causal_lm(m: dict[str, Any], knobs: Knobs, device: Any) -> tuple[Any, Any]:
+def hf_causal_lm(
+    config_path: str, knobs: Knobs, device: torch_types.device | str
+) -> tuple[PreTrainedModel, PretrainedConfig]:
     """AutoModelForCausalLM.from_config on the config file, built and initialised on `device`
     (nothing is made on the CPU first; random weights, nothing downloaded); SDPA attention unless
     the attention knob is eager (flash/efficient/cudnn/math: SDPA with that backend forced by the
@@ -166,7 +185,7 @@ def hf_causal_lm(m: dict[str, Any], knobs: Knobs, device: Any) -> tuple[Any, Any
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    with open(m["hf_config"]) as f:
+    with open(config_path) as f:
         data = json.load(f)
     config = AutoConfig.for_model(**data)
     impl = hf_attention(knobs)
@@ -176,7 +195,13 @@ def hf_causal_lm(m: dict[str, Any], knobs: Knobs, device: Any) -> tuple[Any, Any
 
 
 def build_hf(
-    m: dict[str, Any], knobs: Knobs, device: str, n_batches: int, gen: Any, context: Any
+    config_path: str,
+    seq_len: int,
+    knobs: Knobs,
+    device: str,
+    n_batches: int,
+    gen: torch_types.Generator,
+    context: Context,
 ) -> Built:
     """AutoModelForCausalLM.from_config on the config file: random weights, nothing downloaded.
     context: the trial's autocast and SDPA backend, under which the FLOPs are counted
@@ -185,7 +210,7 @@ def build_hf(
     import torch.nn.functional as F
 
     _reject(knobs, "hf_config models")
-    hf, config = hf_causal_lm(m, knobs, device)
+    hf, config = hf_causal_lm(config_path, knobs, device)
     vocab = config.vocab_size
 
     class Adapter(torch.nn.Module):
@@ -199,8 +224,8 @@ def build_hf(
         def head_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
-    seq = m["seq_len"]
-    mbs = knobs["micro_batch_size"]
+    seq = seq_len
+    mbs = int_of(knobs, "micro_batch_size")
     pool = torch.randint(0, vocab, (n_batches, mbs, seq + 1), device=device, generator=gen)
     batches = [(b[:, :-1], b[:, 1:]) for b in pool]
     model = Adapter()
@@ -210,9 +235,10 @@ def build_hf(
         hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     n = sum(p.numel() for p in hf.parameters())
     try:  # learned position embeddings are left out of 6N, as for the built-in gpt
-        n_pos = hf.get_position_embeddings().weight.numel()
+        positions = hf.get_position_embeddings()
     except Exception:  # RoPE models have none (transformers raises NotImplementedError)
-        n_pos = 0
+        positions = None
+    n_pos = positions.weight.numel() if isinstance(positions, torch.nn.Embedding) else 0
     layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)
     d = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None)
     return Built(
@@ -234,12 +260,12 @@ def build_hf(
 
 
 def build_entrypoint(
-    m: dict[str, Any],
+    entrypoint: str,
     knobs: Knobs,
     device: str,
     n_batches: int,
     base_dir: str | None,
-    context: Any,
+    context: Context,
 ) -> Built:
     """Call the user's function (see the protocol above) and check what it returned; count its FLOPs
     on one sample, make_batch(1), under context (the trial's autocast and SDPA backend)."""
@@ -248,13 +274,12 @@ def build_entrypoint(
     _reject(knobs, "entrypoint models")
     if base_dir and base_dir not in sys.path:
         sys.path.insert(0, base_dir)
-    module_name, _, func = m["entrypoint"].partition(":")
+    module_name, _, func = entrypoint.partition(":")
     out = getattr(importlib.import_module(module_name), func)(dict(knobs), device)
     missing = [k for k in ("model", "make_batch", "tokens_per_sample") if k not in out]
     if missing:
         raise TypeError(
-            f"entrypoint {m['entrypoint']} returned no {missing[0]!r} "
-            "(docs/yaml.md: Your own model)"
+            f"entrypoint {entrypoint} returned no {missing[0]!r} (docs/yaml.md: Your own model)"
         )
     model = out["model"].to(device)
     if knobs.get("activation_checkpointing", "none") == "full":
@@ -285,7 +310,7 @@ def build_entrypoint(
         },
         n_params=n_params,
         applied={
-            "model": f"entrypoint {m['entrypoint']} ({type(model).__name__})",
+            "model": f"entrypoint {entrypoint} ({type(model).__name__})",
             "checkpointed_blocks": 0,
             "vocab": None,
             "flops": how if per_token else fallback,
@@ -295,21 +320,29 @@ def build_entrypoint(
 
 
 def build(
-    spec: Any, dev: Any, gen: Any, n_batches: int, context: Any
-) -> tuple[Any, list[Any], dict[str, Any], Work]:
+    spec: TrialSpec,
+    dev: torch_types.device,
+    gen: torch_types.Generator,
+    n_batches: int,
+    context: Context,
+) -> tuple[nn.Module, list[Batch], dict[str, Any], Work]:
     """train.build_model for an hf_config or entrypoint model: the model, its micro-batches, what it
     applied and its Work (FLOPs per token counted); a knob value it cannot apply is
     InvalidConfig."""
-    m, knobs = spec.model, spec.knobs
+    m, knobs, device = spec.model or {}, spec.knobs, str(dev.type)
     try:
         if m.get("hf_config"):
-            built = build_hf(m, knobs, str(dev.type), n_batches, gen, context)
+            built = build_hf(m["hf_config"], m["seq_len"], knobs, device, n_batches, gen, context)
         else:
-            built = build_entrypoint(m, knobs, str(dev.type), n_batches, spec.base_dir, context)
+            built = build_entrypoint(
+                m["entrypoint"], knobs, device, n_batches, spec.base_dir, context
+            )
     except Unsupported as err:
         raise InvalidConfig(str(err), *err.knobs) from None
     work = Work(
-        built.tokens_per_sample * knobs["micro_batch_size"] * knobs["grad_accum_steps"],
+        built.tokens_per_sample
+        * int_of(knobs, "micro_batch_size")
+        * int_of(knobs, "grad_accum_steps"),
         built.n_params,
         built.flop_params,
         built.mfu_dims,

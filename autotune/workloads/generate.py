@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from autotune.knobs import KnobValue, int_of
 from autotune.protocol import GenerateParams
 from autotune.workloads.base import InvalidConfig, Measured, Work, Workload
-from autotune.workloads.decoder import Decoder, HFDecoder, full_logits
+from autotune.workloads.decoder import Caches, Decoder, HFDecoder, full_logits
+from autotune.workloads.precision import apply_attention, apply_precision
 from autotune.workloads.quant import (
     apply_weight_quant,
     capture_linears,
@@ -29,10 +32,18 @@ from autotune.workloads.quant import (
     linear_bytes,
 )
 from autotune.workloads.timing import time_steps
-from autotune.workloads.train import apply_attention, apply_precision
 
 if TYPE_CHECKING:
-    from torch import nn
+    from torch import Tensor, nn
+    from transformers import Cache
+
+    from autotune.workloads.model import Transformer
+
+# prefill(prompts, positions) and decode(token, position, caches): the next tokens (greedy) and the
+# caches (the built-in model's dynamic ones, a transformers Cache, or None for the static cache)
+Decoded = tuple["Tensor", "Caches | Cache | None"]
+Prefill = Callable[["Tensor", "Tensor"], Decoded]
+Decode = Callable[["Tensor", "Tensor", "Caches | Cache | None"], Decoded]
 
 # sequences and last positions compared against the unquantized model
 DRIFT_PROMPTS, DRIFT_POSITIONS = 4, 16
@@ -51,10 +62,14 @@ class Generate(Workload):
                 "task generate runs the built-in model (model.family gpt or llama) or an "
                 "hf_config model"
             )
-        self.prompt_len, self.gen_len, self.batch = run.prompt_len, run.gen_len, knobs["batch_size"]
-        self.dtype = apply_precision(torch, knobs["precision"], spec.device) or torch.float32
+        assert run.prompt_len is not None and run.gen_len is not None  # the parent fills them in
+        self.model_section = m
+        self.prompt_len, self.gen_len = run.prompt_len, run.gen_len
+        self.batch = int_of(knobs, "batch_size")
+        precision, attention = str(knobs["precision"]), str(knobs["attention"])
+        self.dtype = apply_precision(torch, precision, spec.device) or torch.float32
         self.dev = torch.device(spec.device)
-        self.attention = apply_attention(torch, knobs["attention"], spec.device, self.dtype)
+        self.attention = apply_attention(torch, attention, spec.device, self.dtype)
         torch.manual_seed(run.seed)
         static = knobs["kv_cache"] == "static"
         model, vocab, d_model = (
@@ -65,19 +80,11 @@ class Generate(Workload):
             0, vocab, (self.batch, self.prompt_len), device=self.dev, generator=gen
         )
         n_params = sum(p.numel() for p in model.parameters())
-        quant = knobs["weight_quant"]
-        how, drift_checked = (
-            self._quantize(model, vocab) if quant not in (None, "none") else (None, None)
-        )
+        quant = None if knobs["weight_quant"] in (None, "none") else str(knobs["weight_quant"])
+        how, drift_checked = self._quantize(model, vocab, quant) if quant else (None, None)
         self.model = model
         length = self.prompt_len + self.gen_len
-        self.decoder = (
-            HFDecoder(model, vocab)
-            if m.get("hf_config")
-            else Decoder(
-                torch, model, self.batch, length, self.dtype, static, knobs["attention"] == "eager"
-            )
-        )
+        self.decoder = self._decoder(model, vocab, length, static, attention == "eager")
         mode = knobs["compile"]
         if mode and not static and mode == "reduce-overhead":
             raise InvalidConfig(
@@ -87,7 +94,7 @@ class Generate(Workload):
                 "kv_cache",
             )
         self.prefill_fn, self.decode_fn = self._compile(
-            mode, static, knobs.get("compile_prefill", False)
+            mode, static, bool(knobs.get("compile_prefill", False))
         )
         self.bytes_per_decode_step = self._decode_bytes(model, quant, d_model)
         self._work = Work(tokens_per_step=self.batch * self.gen_len, n_params=n_params)
@@ -103,7 +110,7 @@ class Generate(Workload):
             "drift": drift_checked,
         }
 
-    def _hf_model(self, static: bool) -> tuple[Any, int, int]:
+    def _hf_model(self, static: bool) -> tuple[nn.Module, int, int]:
         """An hf_config model in its dtype, decoded with transformers' own cache: (model, vocab,
         d_model)."""
         if static:
@@ -115,43 +122,59 @@ class Generate(Workload):
             )
         from autotune.workloads.external import hf_causal_lm
 
-        model, config = hf_causal_lm(self.spec.model, self.spec.knobs, self.dev)
+        hf, config = hf_causal_lm(self.model_section["hf_config"], self.spec.knobs, self.dev)
         vocab = config.vocab_size
+        # as an nn.Module: transformers wraps its `to` in a decorator mypy cannot call bound
+        model: nn.Module = hf
         model = model.to(self.dtype).eval().requires_grad_(False)
-        self.logits = lambda tokens, last: model(input_ids=tokens).logits[:, -last:, :vocab].float()
+
+        def logits(tokens: Tensor, last: int) -> Tensor:
+            return model(input_ids=tokens).logits[:, -last:, :vocab].float()
+
+        self.logits: Callable[[Tensor, int], Tensor] = logits
         return model, vocab, config.hidden_size
 
-    def _builtin_model(self) -> tuple[Any, int, int]:
+    def _builtin_model(self) -> tuple[Transformer, int, int]:
         """The built-in model built on the meta device in its dtype, materialised where it runs (an
         8B model never exists in fp32): (model, vocab, d_model)."""
-        from autotune.workloads.model import Transformer
+        from autotune.workloads.model import Transformer, dims_of
 
-        torch, m = self.torch, self.spec.model
-        cfg = {
-            **m,
-            "attention": self.spec.knobs["attention"],
-            "padded_vocab": m["vocab_size"],
-            "checkpoint_every": 0,
-        }
+        torch, m = self.torch, self.model_section
+        attention = str(self.spec.knobs["attention"])
+        dims = dims_of(self.spec, attention=attention, padded_vocab=m["vocab_size"])
         with torch.device("meta"):
-            model = Transformer(cfg).to(self.dtype)
+            model = Transformer(dims).to(self.dtype)
         model = model.to_empty(device=self.dev)
         model.init_weights()
         model = model.eval().requires_grad_(False)
         self.logits = lambda tokens, last: full_logits(torch, model, tokens, last)
-        return model, m["vocab_size"], m["d_model"]
+        return model, dims["vocab_size"], dims["d_model"]
+
+    def _decoder(
+        self, model: nn.Module, vocab: int, length: int, static: bool, eager: bool
+    ) -> Decoder | HFDecoder:
+        """The built-in model decoded with its own KV cache, an hf_config model with
+        transformers'."""
+        from autotune.workloads.model import Transformer
+
+        if isinstance(model, Transformer):
+            return Decoder(self.torch, model, self.batch, length, self.dtype, static, eager)
+        from transformers import PreTrainedModel
+
+        assert isinstance(model, PreTrainedModel)
+        return HFDecoder(model, vocab)
 
     def _decode_bytes(self, model: nn.Module, quant: str | None, d_model: int) -> int:
         """Bytes one decode step must read (the roofline's numerator): the linears' weights as
         stored, the norms, the KV cache of the positions attended to on average, the batch's hidden
         states."""
         torch, knobs = self.torch, self.spec.knobs
-        layers = self.decoder.layers if self.spec.model.get("hf_config") else len(model.blocks)
+        layers = self.decoder.layers
         cached = 2 * layers * self.batch * self.decoder.n_kv * self.decoder.head_dim
         # positions a decode step attends to, on average
         mean_pos = self.prompt_len + (self.gen_len - 1) / 2
         dtype_bytes = torch.finfo(self.dtype).bits // 8
-        weights = linear_bytes(model, torch, quant, knobs.get("int4_group_size") or 128)
+        weights = linear_bytes(model, torch, quant, int(knobs.get("int4_group_size") or 128))
         norms = (torch.nn.LayerNorm, torch.nn.RMSNorm)
         other = sum(
             p.numel() * p.element_size()
@@ -163,7 +186,9 @@ class Generate(Workload):
             weights + other + cached * mean_pos * dtype_bytes + self.batch * d_model * dtype_bytes
         )
 
-    def _quantize(self, model: nn.Module, vocab: int) -> tuple[str | None, dict[str, Any]]:
+    def _quantize(
+        self, model: nn.Module, vocab: int, quant: str
+    ) -> tuple[str | None, dict[str, float]]:
         """weight_quant applied, with the drift guard: every linear's input and output recorded on a
         probe before, each layer's error and the whole model's logits compared after; invalid_config
         past study.drift."""
@@ -178,7 +203,7 @@ class Generate(Workload):
             generator=torch.Generator(device=self.dev).manual_seed(run.seed + 1),
         )
         last = min(DRIFT_POSITIONS, self.prompt_len)
-        out: dict[str, Any] = {}
+        out: dict[str, Tensor] = {}
 
         def reference() -> None:
             out["ref"] = self.logits(probe, last)
@@ -188,7 +213,7 @@ class Generate(Workload):
         how = apply_weight_quant(torch, model, knobs, broken=self.fault.kind == "drift")
         with torch.no_grad(), self.attention():
             errs, new = self._quantized_outputs(model, seen, probe, last)
-        checked = {
+        checked: dict[str, float] = {
             **drift(torch, out.pop("ref"), new),
             "layer_error_max": max(errs),
             "layer_error_median": statistics.median(errs),
@@ -198,12 +223,12 @@ class Generate(Workload):
         }
         params = self.spec.params
         assert isinstance(params, GenerateParams)
-        self._check_drift(knobs["weight_quant"], checked, params.drift or {})
+        self._check_drift(quant, checked, params.drift or {})
         return how, checked
 
     def _quantized_outputs(
-        self, model: nn.Module, seen: Any, probe: Any, last: int
-    ) -> tuple[list[float], Any]:
+        self, model: nn.Module, seen: dict[str, tuple[Tensor, Tensor]], probe: Tensor, last: int
+    ) -> tuple[list[float], Tensor]:
         """Each quantized layer's output error and the model's logits; a kernel that cannot run
         these inputs here is invalid_config, its knobs the cause (seen on an H200: gemlite 0.5.1's
         GEMM kernel, a prompt's many rows, rejected bf16 activations, 'Both operands must be same
@@ -229,7 +254,7 @@ class Generate(Workload):
             ) from None
 
     @staticmethod
-    def _check_drift(quant: str, d: dict[str, Any], limit: dict[str, Any]) -> None:
+    def _check_drift(quant: str, d: dict[str, float], limit: dict[str, float]) -> None:
         """invalid_config: outputs drift, past any limit of study.drift (None: that limit is
         off)."""
         missed = []
@@ -262,15 +287,16 @@ class Generate(Workload):
                 "int4_group_size",
             )
 
-    def _compile(self, mode: Any, static: bool, prefill_too: bool) -> tuple[Any, Any]:
+    def _compile(self, mode: KnobValue, static: bool, prefill_too: bool) -> tuple[Prefill, Decode]:
         torch, dec = self.torch, self.decoder
 
-        def prefill(tokens: Any, pos: Any) -> Any:
+        def prefill(tokens: Tensor, pos: Tensor) -> Decoded:
             logits, caches = dec.forward(tokens, pos)
             return logits.argmax(-1), caches
 
-        def decode(token: Any, pos: Any, caches: Any) -> Any:
-            logits, grown = dec.forward(token, pos, caches)
+        def decode(token: Tensor, pos: Tensor, caches: Caches | Cache | None) -> Decoded:
+            # each decoder is handed back the caches it returned (its own kind)
+            logits, grown = dec.forward(token, pos, caches)  # type: ignore[arg-type]
             return logits.argmax(-1), grown
 
         if not mode:
@@ -293,11 +319,10 @@ class Generate(Workload):
         torch = self.torch
         cuda = self.dev.type == "cuda"
         stamps = events if events is not None else []
-        mark = (
-            (lambda: stamps.append(_event(torch)))
-            if cuda
-            else (lambda: stamps.append(time.perf_counter()))
-        )
+
+        def mark() -> None:
+            stamps.append(_event(torch) if cuda else time.perf_counter())
+
         mark()
         with torch.no_grad(), self.attention():
             pos = torch.arange(self.prompt_len, device=self.dev)

@@ -6,15 +6,65 @@ Imported only inside a trial's process: needs torch and nothing else from autotu
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
+
+if TYPE_CHECKING:
+    from torch.utils.checkpoint import SelectiveCheckpointContext
+
+    from autotune.protocol import TrialSpec
+
+
+class Dims(TypedDict):
+    """The built-in model as a trial builds it: the model section's sizes (the parent fills in the
+    derived kv_heads and ffn_hidden: runner.model_spec) and what the trial's knobs lay out
+    (train.build_model)."""
+
+    family: str  # gpt or llama
+    n_layers: int
+    d_model: int
+    n_heads: int
+    kv_heads: int
+    ffn_hidden: int
+    vocab_size: int
+    seq_len: int
+    rope_theta: float  # llama's RoPE base
+    tie_embeddings: bool
+    attention: NotRequired[str]  # the knob: eager runs eager_attention, else SDPA
+    padded_vocab: NotRequired[int]  # rows of the embedding and head (>= vocab_size)
+    checkpoint_every: NotRequired[int]  # 0: no activation checkpointing; k: every k-th block
+    checkpoint_ops: NotRequired[bool]  # keep the matmul and attention outputs (selective_op)
+    ce_chunks: NotRequired[int]  # slices of the tokens the head and loss run over
+
+
+def dims_of(
+    spec: TrialSpec,
+    *,
+    attention: str,
+    padded_vocab: int,
+    checkpoint_every: int = 0,
+    checkpoint_ops: bool = False,
+    ce_chunks: int = 1,
+) -> Dims:
+    """The built-in model of this trial: its spec's model section (JSON the parent checked against
+    config.ModelConfig) with the layout its knobs chose."""
+    assert spec.model is not None, "the built-in model needs the spec's model section"
+    layout = {
+        "attention": attention,
+        "padded_vocab": padded_vocab,
+        "checkpoint_every": checkpoint_every,
+        "checkpoint_ops": checkpoint_ops,
+        "ce_chunks": ce_chunks,
+    }
+    return cast(Dims, {**spec.model, **layout})
 
 
 # torchtitan's per-op selective activation checkpointing: inside each block, the outputs of these
@@ -39,7 +89,9 @@ def _op_policy() -> Any:
     }
     counts: dict[str, int] = defaultdict(int)
 
-    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+    def policy(
+        ctx: SelectiveCheckpointContext, func: object, *args: object, **kwargs: object
+    ) -> CheckpointPolicy:
         mode = "recompute" if ctx.is_recompute else "forward"
         if func in mms:
             counts[mode] += 1
@@ -72,7 +124,7 @@ def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.
 
 
 class Attention(nn.Module):
-    def __init__(self, m: dict[str, Any]) -> None:
+    def __init__(self, m: Dims) -> None:
         super().__init__()
         self.eager = m.get("attention") == "eager"
         self.n_heads, self.n_kv = m["n_heads"], m["kv_heads"]
@@ -115,7 +167,7 @@ class Attention(nn.Module):
 
 
 def _rope_tables(
-    seq_len: int, head_dim: int, theta: float, device: Any = None
+    seq_len: int, head_dim: int, theta: float, device: torch.device | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     inv_freq = 1.0 / theta ** (
         torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim
@@ -132,7 +184,7 @@ def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.
 
 
 class MLP(nn.Module):
-    def __init__(self, m: dict[str, Any]) -> None:
+    def __init__(self, m: Dims) -> None:
         super().__init__()
         self.swiglu = m["family"] == "llama"
         d, h = m["d_model"], m["ffn_hidden"]
@@ -149,7 +201,7 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, m: dict[str, Any]) -> None:
+    def __init__(self, m: Dims) -> None:
         super().__init__()
         norm = (
             (lambda: nn.RMSNorm(m["d_model"], eps=1e-5))
@@ -171,14 +223,49 @@ class Block(nn.Module):
         full)."""
         if not self.checkpointed:
             return self._forward(x, rope)
-        ops = {"context_fn": _op_policy} if self.checkpoint_ops else {}
-        return torch.utils.checkpoint.checkpoint(self._forward, x, rope, use_reentrant=False, **ops)
+        ops = _op_policy if self.checkpoint_ops else torch.utils.checkpoint.noop_context_fn
+        return torch.utils.checkpoint.checkpoint(
+            self._forward, x, rope, use_reentrant=False, context_fn=ops
+        )
 
     def _forward(
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None
     ) -> torch.Tensor:
         x = x + self.attn(self.norm1(x), rope)
         return x + self.mlp(self.norm2(x))
+
+
+class StaticKV(nn.Module):
+    """K and V of every position a generation reaches, preallocated; written in place (index_copy_):
+    the generate workload's static cache (workloads/decoder.py)."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+
+    def __init__(
+        self,
+        b: int,
+        heads: int,
+        length: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        super().__init__()
+        shape = (b, heads, length, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        # CUDA graphs keep them in place rather than copying them
+        with contextlib.suppress(Exception):
+            torch._dynamo.mark_static_address(self.k)
+            torch._dynamo.mark_static_address(self.v)
+
+    def update(
+        self, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self.k.index_copy_(2, pos, k)
+        self.v.index_copy_(2, pos, v)
+        return self.k, self.v
 
 
 class Transformer(nn.Module):
@@ -197,7 +284,7 @@ class Transformer(nn.Module):
     `to_empty(device=...)` and `init_weights()` there: an 8B model never exists on the CPU.
     """
 
-    def __init__(self, m: dict[str, Any]) -> None:
+    def __init__(self, m: Dims) -> None:
         super().__init__()
         self.cfg = m
         self.vocab = m["vocab_size"]
@@ -210,10 +297,11 @@ class Transformer(nn.Module):
         self.dynamic_batch = False
         self.tok = nn.Embedding(self.padded_vocab, m["d_model"])
         self.pos = nn.Embedding(m["seq_len"], m["d_model"]) if m["family"] == "gpt" else None
-        self.blocks = nn.ModuleList(Block(m) for _ in range(m["n_layers"]))
-        for i, block in enumerate(self.blocks):
+        blocks = [Block(m) for _ in range(m["n_layers"])]
+        for i, block in enumerate(blocks):
             block.checkpointed = bool(self.checkpoint_every) and i % self.checkpoint_every == 0
             block.checkpoint_ops = self.checkpoint_ops
+        self.blocks = nn.ModuleList(blocks)
         self.norm = (
             nn.RMSNorm(m["d_model"], eps=1e-5)
             if m["family"] == "llama"

@@ -5,25 +5,32 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from autotune.knobs import POWERSGD_START
+from autotune.knobs import POWERSGD_START, int_of
 from autotune.protocol import Knobs
 from autotune.workloads.base import InvalidConfig
 from autotune.workloads.ranks import Ranks
 
 if TYPE_CHECKING:
+    import torch as torch_types
     from torch import nn
+    from torch.distributed.fsdp import FSDPModule
+    from torch.nn.parallel import DistributedDataParallel
 
 # sync(last_micro_step) -> context: gradients cross ranks on the last micro-step only
-Sync = Callable[[bool], Any]
+Sync = Callable[[bool], contextlib.AbstractContextManager[object]]
 
 
 def parallelize(
-    torch: ModuleType, model: nn.Module, knobs: Knobs, amp_dtype: Any, ranks: Ranks
-) -> tuple[Any, dict[str, Any], Sync]:
+    torch: ModuleType,
+    model: nn.Module,
+    knobs: Knobs,
+    amp_dtype: torch_types.dtype | None,
+    ranks: Ranks,
+) -> tuple[nn.Module, dict[str, Any], Sync]:
     """Wrap the model for knobs["parallel"]; return it, what was applied, and the gradient-sync
     context."""
     applied: dict[str, Any] = {
@@ -40,17 +47,15 @@ def parallelize(
 
 def apply_ddp(
     torch: ModuleType, model: nn.Module, knobs: Knobs, ranks: Ranks
-) -> tuple[Any, dict[str, Any], Sync]:
+) -> tuple[nn.Module, dict[str, Any], Sync]:
     """DistributedDataParallel with the ddp knobs; no_sync() on all but the last micro-batch of a
     step."""
     from torch.nn.parallel import DistributedDataParallel
 
-    opts = {
-        "bucket_cap_mb": knobs["bucket_cap_mb"],
-        "gradient_as_bucket_view": bool(knobs["gradient_as_bucket_view"]),
-        "static_graph": bool(knobs["static_graph"]),
-    }
-    if opts["static_graph"] and knobs["grad_accum_steps"] > 1:
+    cap = int_of(knobs, "bucket_cap_mb")
+    as_view, static = bool(knobs["gradient_as_bucket_view"]), bool(knobs["static_graph"])
+    opts = {"bucket_cap_mb": cap, "gradient_as_bucket_view": as_view, "static_graph": static}
+    if static and int_of(knobs, "grad_accum_steps") > 1:
         # PyTorch's static_graph with no_sync() (gradient accumulation) asserts, or silently stops
         # reducing gradients after the first step (pytorch/pytorch, huggingface/accelerate#3679):
         # a fast number that trains nothing must never win.
@@ -61,7 +66,11 @@ def apply_ddp(
             "grad_accum_steps",
         )
     ddp = DistributedDataParallel(
-        model, device_ids=[ranks.local_rank] if ranks.device == "cuda" else None, **opts
+        model,
+        device_ids=[ranks.local_rank] if ranks.device == "cuda" else None,
+        bucket_cap_mb=cap,
+        gradient_as_bucket_view=as_view,
+        static_graph=static,
     )
     hook = apply_comm_hook(ddp, knobs)
     return (
@@ -71,7 +80,7 @@ def apply_ddp(
     )
 
 
-def apply_comm_hook(ddp: Any, knobs: Knobs) -> str | None:
+def apply_comm_hook(ddp: DistributedDataParallel, knobs: Knobs) -> str | None:
     """ddp_comm_hook: torch's gradient compression hooks; what torch refuses here ends
     invalid_config."""
     hook = knobs.get("ddp_comm_hook") or "none"
@@ -98,8 +107,8 @@ def apply_comm_hook(ddp: Any, knobs: Knobs) -> str | None:
 
 
 def apply_fsdp(
-    torch: ModuleType, model: nn.Module, knobs: Knobs, amp_dtype: Any
-) -> tuple[Any, dict[str, Any], Sync]:
+    torch: ModuleType, model: nn.Module, knobs: Knobs, amp_dtype: torch_types.dtype | None
+) -> tuple[nn.Module, dict[str, Any], Sync]:
     """FSDP2 fully_shard on every block, then the root; mixed precision follows the precision
     knob."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -125,9 +134,11 @@ def apply_fsdp(
     # saved bf16 ones and every checkpointed FSDP trial on the H200 (torch 2.11) ended in a
     # CheckpointError; the residual stream is already bf16 from the embedding
     block_policy = dataclasses.replace(policy, cast_forward_inputs=False)
-    for block in blocks:
+    sharded = [
         fully_shard(block, mp_policy=block_policy, reshard_after_forward=reshard)
-    fully_shard(model, mp_policy=policy, reshard_after_forward=reshard)
+        for block in blocks
+    ]
+    root = fully_shard(model, mp_policy=policy, reshard_after_forward=reshard)
     every = knobs.get("fsdp_grad_sync") == "every"
     how = {
         "strategy": "fsdp",
@@ -136,18 +147,18 @@ def apply_fsdp(
         "param_dtype": str(amp_dtype or torch.float32).replace("torch.", ""),
         "reduce_dtype": str(reduce).replace("torch.", ""),
         "grad_sync": "every micro-batch" if every else "last micro-batch",
-        "prefetch": apply_fsdp_prefetch(blocks, knobs),
+        "prefetch": apply_fsdp_prefetch(sharded, knobs),
     }
 
     @contextlib.contextmanager
-    def sync(last: bool) -> Any:
-        model.set_requires_gradient_sync(last or every)
+    def sync(last: bool) -> Iterator[None]:
+        root.set_requires_gradient_sync(last or every)
         yield
 
     return model, how, sync
 
 
-def apply_fsdp_prefetch(blocks: Any, knobs: Knobs) -> dict[str, str]:
+def apply_fsdp_prefetch(blocks: Sequence[FSDPModule], knobs: Knobs) -> dict[str, str]:
     """fsdp_forward_prefetch / fsdp_backward_prefetch: explicit all-gather prefetching of the next
     blocks (pytorch/examples' FSDP2 example); FSDP2's own prefetching where they are at their
     defaults (0 and 1)."""
@@ -171,16 +182,17 @@ def apply_fsdp_prefetch(blocks: Any, knobs: Knobs) -> dict[str, str]:
     }
 
 
-def repeated_blocks(torch: ModuleType, model: nn.Module) -> list[Any]:
+def repeated_blocks(torch: ModuleType, model: nn.Module) -> list[nn.Module]:
     """The model's transformer blocks, found one way for FSDP2's sharding and per-block compile: the
     largest nn.ModuleList whose modules are all of one class (the built-in model's `blocks`, a
     Hugging Face model's `layers`), through DDP/FSDP wrappers."""
-    lists = [
+    lists: list[nn.ModuleList] = [
         m
         for m in model.modules()
         if isinstance(m, torch.nn.ModuleList) and len(m) >= 1 and len({type(b) for b in m}) == 1
     ]
-    return list(max(lists, key=len)) if lists else []
+    sizes = [len(m) for m in lists]
+    return list(lists[sizes.index(max(sizes))]) if lists else []  # the first of the largest
 
 
 def check_replicas_in_sync(torch: ModuleType, model: nn.Module, ranks: Ranks) -> None:

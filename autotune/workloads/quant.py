@@ -7,15 +7,16 @@ Imported only inside a trial's process: torch and torchao.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from autotune.knobs import QUANT_CONFIGS
+from autotune.knobs import QUANT_CONFIGS, int_of
 from autotune.protocol import Knobs
 from autotune.workloads.base import InvalidConfig
 
 if TYPE_CHECKING:
-    from torch import nn
+    from torch import Tensor, nn
 
 # bytes one stored weight takes, per weight_quant (plus the scales: quant_bytes)
 WEIGHT_BITS = {
@@ -27,16 +28,16 @@ WEIGHT_BITS = {
 
 
 def capture_linears(
-    torch: ModuleType, model: nn.Module, run: Any, last: int
-) -> dict[str, tuple[Any, Any]]:
+    torch: ModuleType, model: nn.Module, run: Callable[[], None], last: int
+) -> dict[str, tuple[Tensor, Tensor]]:
     """Each nn.Linear's input and output on the last `last` positions while `run()` runs: the
     per-layer reference a quantized copy of the same weights is compared with."""
-    seen: dict[str, tuple[Any, Any]] = {}
+    seen: dict[str, tuple[Tensor, Tensor]] = {}
     hooks = []
     for name, mod in model.named_modules():
         if isinstance(mod, torch.nn.Linear):
 
-            def keep(m: Any, args: Any, out: Any, name: str = name) -> None:
+            def keep(m: nn.Module, args: tuple[Tensor, ...], out: Tensor, name: str = name) -> None:
                 seen[name] = (args[0][:, -last:].detach().clone(), out[:, -last:].detach().float())
 
             hooks.append(mod.register_forward_hook(keep))
@@ -49,7 +50,7 @@ def capture_linears(
 
 
 def layer_errors(
-    torch: ModuleType, model: nn.Module, seen: dict[str, tuple[Any, Any]]
+    torch: ModuleType, model: nn.Module, seen: dict[str, tuple[Tensor, Tensor]]
 ) -> list[float]:
     """Relative output error ||W_q x - W x|| / ||W x|| of every quantized linear, on its recorded
     input."""
@@ -61,7 +62,7 @@ def layer_errors(
     return errs
 
 
-def drift(torch: ModuleType, ref: Any, new: Any) -> dict[str, float]:
+def drift(torch: ModuleType, ref: Tensor, new: Tensor) -> dict[str, float]:
     """Greedy next-token agreement and mean KL(ref || new) in nats, over every compared position."""
     agree = (ref.argmax(-1) == new.argmax(-1)).float().mean().item()
     logp, logq = torch.log_softmax(ref, -1), torch.log_softmax(new, -1)
@@ -91,7 +92,7 @@ def apply_weight_quant(
             f"weight_quant {quant} needs torchao (pip install 'autotune[generate]'): {err}",
             "weight_quant",
         ) from None
-    name, config = QUANT_CONFIGS[quant], None
+    name, config = QUANT_CONFIGS[str(quant)], None
     # int4: torch's own tinygemm kernel (tile-packed layout), as torchao's published Llama numbers
     # use; the plain layout needs fbgemm/mslk kernels that a stock torch lacks; or gemlite's Triton
     # kernels
@@ -101,7 +102,9 @@ def apply_weight_quant(
         else {}
     )
     if quant == "int4_weight_only" and knobs.get("int4_kernel") == "gemlite":
-        config = gemlite_config(knobs["int4_group_size"], next(model.parameters()).device.type)
+        config = gemlite_config(
+            int_of(knobs, "int4_group_size"), next(model.parameters()).device.type
+        )
         name, kwargs = (
             "UIntxWeightOnlyConfig",
             {"group_size": knobs["int4_group_size"], "bit_width": 4},

@@ -8,10 +8,12 @@ import sys
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TypeVar
 
 from autotune import nccl_log
 from autotune.protocol import TrialResult
+
+_T = TypeVar("_T")
 
 
 class Ranks:
@@ -53,8 +55,9 @@ class Ranks:
     def barrier(self) -> None:
         self.dist.barrier(group=self.side)
 
-    def gather(self, obj: Any) -> list[Any]:
-        out: list[Any] = [None] * self.world
+    def gather(self, obj: _T) -> list[_T]:
+        """Every rank's `obj` (picklable), in rank order."""
+        out: list[_T] = [obj] * self.world  # all_gather_object fills every slot
         self.dist.all_gather_object(out, obj, group=self.side)
         return out
 

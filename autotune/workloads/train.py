@@ -11,12 +11,20 @@ import contextlib
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from autotune.knobs import CE_CHUNKS, CHECKPOINT_EVERY, SDPA_BACKENDS, numerics, reference_of
-from autotune.protocol import Knobs, TrainParams
+from autotune.knobs import (
+    CE_CHUNKS,
+    CHECKPOINT_EVERY,
+    SDPA_BACKENDS,
+    int_of,
+    numerics,
+    reference_of,
+)
+from autotune.protocol import Knobs, TrainParams, TrialSpec
 from autotune.sizes import padded_vocab
 from autotune.workloads import numerics_check
 from autotune.workloads.base import InvalidConfig, Measured, NonFiniteLoss, Work, Workload
@@ -26,11 +34,15 @@ from autotune.workloads.compiling import (
     apply_ddp_compile,
     compile_cache_counts,
 )
-from autotune.workloads.parallel import check_replicas_in_sync, parallelize
+from autotune.workloads.parallel import Sync, check_replicas_in_sync, parallelize
+from autotune.workloads.precision import apply_attention, apply_precision
+from autotune.workloads.steps import Batch, Context, StepModel
 from autotune.workloads.timing import time_steps
 
 if TYPE_CHECKING:
-    from torch import nn
+    import torch as torch_types
+    from torch import Tensor, nn
+    from torch.optim import Optimizer
 
 
 def _laps(torch: ModuleType, device: str) -> Any:
@@ -51,118 +63,69 @@ def _laps(torch: ModuleType, device: str) -> Any:
     return lap
 
 
-def apply_precision(torch: ModuleType, precision: str, device: str) -> Any:
-    """Set matmul precision; return the autocast dtype (None for fp32/tf32). fp8 runs under bf16
-    autocast."""
-    if device == "cuda" and precision in ("bf16", "fp8") and not torch.cuda.is_bf16_supported():
-        raise InvalidConfig(f"{precision} needs bf16, which this GPU does not support", "precision")
-    if precision == "fp8":
-        if device != "cuda" or torch.cuda.get_device_capability(torch.cuda.current_device()) < (
-            8,
-            9,
-        ):
-            raise InvalidConfig(
-                "fp8 needs an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, "
-                "Blackwell)",
-                "precision",
-            )
-        try:
-            import torchao.float8  # noqa: F401
-        except Exception as err:
-            raise InvalidConfig(
-                f"fp8 needs torchao (pip install 'autotune[fp8]'): {err}", "precision"
-            ) from None
-    if device == "cpu" and precision == "tf32":
-        raise InvalidConfig(
-            "tf32 needs an NVIDIA GPU (Ampere or newer); on the CPU it is fp32", "precision"
-        )
-    mode = "tf32" if precision == "tf32" else "ieee"  # fp32 means true fp32: TF32 off
-    torch.backends.cuda.matmul.fp32_precision = mode
-    torch.backends.cudnn.conv.fp32_precision = mode
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}.get(precision)
-
-
-def apply_attention(torch: ModuleType, attention: str, device: str, dtype: Any) -> Any:
-    """A context that forces the SDPA backend; InvalidConfig when that backend cannot run here."""
-    if attention not in SDPA_BACKENDS:
-        return contextlib.nullcontext
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    backend = getattr(SDPBackend, SDPA_BACKENDS[attention])
-    probe = torch.randn(1, 2, 16, 64, device=device, dtype=dtype or torch.float32)
-    try:
-        with sdpa_kernel([backend]):
-            torch.nn.functional.scaled_dot_product_attention(probe, probe, probe, is_causal=True)
-    except RuntimeError as err:
-        first = str(err).strip().splitlines()[0][:200]
-        # the probe runs in the precision's dtype: cudnn, for one, needs fp16 or bf16
-        raise InvalidConfig(
-            f"attention {attention}: the SDPA backend is not available here: {first}",
-            "attention",
-            "precision",
-        ) from None
-    return lambda: sdpa_kernel([backend])
-
-
 def build_model(
     torch: ModuleType,
-    spec: Any,
-    dev: Any,
-    gen: Any,
+    spec: TrialSpec,
+    dev: torch_types.device,
+    gen: torch_types.Generator,
     n_batches: int,
     materialize: bool = True,
-    context: Any = contextlib.nullcontext,
-) -> tuple[Any, list[Any], dict[str, Any], Work]:
+    context: Context = contextlib.nullcontext,
+) -> tuple[nn.Module, list[Batch], dict[str, Any], Work]:
     """The model and a few micro-batches made once on the device (no data loading is timed).
     materialize False (the built-in model under FSDP2) leaves the model on the meta device: it is
     sharded first and each rank then allocates and initialises only its shards (`materialize`), as
     torchtitan builds. context: the trial's autocast and SDPA backend, under which an hf_config or
     entrypoint model's FLOPs are counted; the built-in model's are the formula (its shapes are
     known: model.flop_params)."""
-    m, knobs = spec.model, spec.knobs
+    m, knobs = spec.model or {}, spec.knobs
     if m.get("hf_config") or m.get("entrypoint"):
         from autotune.workloads import external
 
         return external.build(spec, dev, gen, n_batches, context)
-    from autotune.workloads.model import Transformer
+    from autotune.workloads.model import Transformer, dims_of
 
-    pad, mbs = knobs["pad_vocab_multiple"], knobs["micro_batch_size"]
-    ac = knobs["activation_checkpointing"]
-    m = {
-        **m,
-        "attention": knobs["attention"],
-        "padded_vocab": padded_vocab(m["vocab_size"], pad),
-        "checkpoint_every": CHECKPOINT_EVERY[ac],
-        "checkpoint_ops": ac == "selective_op",
-        "ce_chunks": CE_CHUNKS if knobs.get("cross_entropy") == "chunked" else 1,
-    }
-    with torch.device("meta"):  # torchtitan's build: no memory and no work until the device
-        model = Transformer(m)
-    if materialize:
-        model = materialize_model(model, dev)
-    pool = torch.randint(
-        0, m["vocab_size"], (n_batches, mbs, m["seq_len"] + 1), device=dev, generator=gen
+    pad, mbs = knobs["pad_vocab_multiple"], int_of(knobs, "micro_batch_size")
+    ac = str(knobs["activation_checkpointing"])
+    vocab = m["vocab_size"]
+    padded = padded_vocab(vocab, pad if isinstance(pad, int) else None)
+    chunks = CE_CHUNKS if knobs.get("cross_entropy") == "chunked" else 1
+    dims = dims_of(
+        spec,
+        attention=str(knobs["attention"]),
+        padded_vocab=padded,
+        checkpoint_every=CHECKPOINT_EVERY[ac],
+        checkpoint_ops=ac == "selective_op",
+        ce_chunks=chunks,
     )
+    with torch.device("meta"):  # torchtitan's build: no memory and no work until the device
+        built = Transformer(dims)
+    model = materialize_model(built, dev) if materialize else built  # the same module
+    seq = dims["seq_len"]
+    pool = torch.randint(0, vocab, (n_batches, mbs, seq + 1), device=dev, generator=gen)
     work = Work(
-        m["seq_len"] * mbs * knobs["grad_accum_steps"],
+        seq * mbs * int_of(knobs, "grad_accum_steps"),
         sum(p.numel() for p in model.parameters()),
-        model.flop_params(),
-        {"n_layers": m["n_layers"], "d_model": m["d_model"], "seq_len": m["seq_len"]},
+        built.flop_params(),
+        {"n_layers": dims["n_layers"], "d_model": dims["d_model"], "seq_len": seq},
     )
     applied = {
-        "vocab": [m["vocab_size"], m["padded_vocab"]],
-        "checkpointed_blocks": model.checkpointed_blocks(),
+        "vocab": [vocab, padded],
+        "checkpointed_blocks": built.checkpointed_blocks(),
         "checkpoint": ac,
-        "cross_entropy": f"{m['ce_chunks']} chunks" if m["ce_chunks"] > 1 else "standard",
+        "cross_entropy": f"{chunks} chunks" if chunks > 1 else "standard",
         "flops": "6N + 12LdT, PaLM's formula",
     }
     return model, [(b[:, :-1], b[:, 1:]) for b in pool], applied, work
 
 
-def materialize_model(model: nn.Module, dev: Any) -> Any:
+def materialize_model(model: nn.Module, dev: torch_types.device) -> nn.Module:
     """Allocate a meta-device model's parameters (after sharding: only this rank's shards) and
     initialise them."""
+    from autotune.workloads.model import Transformer
+
     model = model.to_empty(device=dev)
+    assert isinstance(model, Transformer)  # sharded by FSDP2: a subclass of it
     model.init_weights()
     return model
 
@@ -200,7 +163,7 @@ def apply_fp8(torch: ModuleType, model: nn.Module, knobs: Knobs) -> int:
     return sum(1 for mod in model.modules() if type(mod).__name__ == "Float8Linear")
 
 
-def apply_optimizer(torch: ModuleType, model: nn.Module, knobs: Knobs) -> Any:
+def apply_optimizer(torch: ModuleType, model: nn.Module, knobs: Knobs) -> Optimizer:
     """AdamW with nanoGPT's settings; fused=True when the knob says so."""
     fused = {"fused": True} if knobs["fused_optimizer"] else {}
     return torch.optim.AdamW(
@@ -208,7 +171,7 @@ def apply_optimizer(torch: ModuleType, model: nn.Module, knobs: Knobs) -> Any:
     )
 
 
-def finite_losses(torch: ModuleType, losses: list[Any], phase: str) -> list[float]:
+def finite_losses(torch: ModuleType, losses: list[Tensor], phase: str) -> list[float]:
     """The losses as floats (one synchronisation, after the timed region); NonFiniteLoss if any is
     NaN or inf."""
     values = torch.stack(losses).float().cpu().tolist() if losses else []
@@ -225,19 +188,31 @@ class Train(Workload):
     optimizer.step()."""
 
     task = "train"
+    # made by build
+    dev: torch_types.device
+    amp_dtype: torch_types.dtype | None  # autocast's (None: fp32, tf32)
+    attention: Context  # the SDPA backend forced (or none)
+    batches: list[Batch]
+    model: nn.Module  # as built and wrapped (DDP, FSDP2)
+    step_model: StepModel  # what a step calls: the model, compiled or not
+    sync: Sync | None  # gradients cross ranks on the last micro-step only
+    # None once the numerics check freed it (numerics_check.check)
+    optimizer: Optimizer | None
+    scaler: torch_types.amp.GradScaler | None  # fp16's loss scaler
+    fp8_scales: Callable[[], None] | None  # fp8_all_gather: refresh the float8 weights' scales
 
     def build(self) -> None:
         torch, spec, knobs = self.torch, self.spec, self.spec.knobs
         device = spec.device
         gen = self._device()
-        sharded_build = self._sharded_build(spec.model)
+        sharded_build = self._sharded_build()
         lap = _laps(torch, device)
         model, self.batches, applied, self._work = build_model(
             torch,
             spec,
             self.dev,
             gen,
-            n_batches=min(knobs["grad_accum_steps"], 4),
+            n_batches=min(int_of(knobs, "grad_accum_steps"), 4),
             materialize=not sharded_build,
             context=self._count_context,
         )
@@ -252,7 +227,8 @@ class Train(Workload):
         if regional:
             _, compile_mode = apply_compile(torch, model, knobs["compile"], "block")
         lap("compile_wrap")
-        self.sync, parallel_applied = None, {}
+        self.sync: Sync | None = None
+        parallel_applied: dict[str, Any] = {}
         if self.ranks:
             model, parallel_applied, self.sync = parallelize(
                 torch, model, knobs, self.amp_dtype, self.ranks
@@ -276,17 +252,17 @@ class Train(Workload):
             "build_s": lap.parts,
         }  # where the build's seconds went (issue 15: an 8B build under 10 s)
 
-    def _device(self) -> Any:
+    def _device(self) -> torch_types.Generator:
         """Precision, the device of this rank, the attention backend; returns the rank's data
         generator (the same initial weights on every rank, each rank its own data)."""
         torch, spec, knobs = self.torch, self.spec, self.spec.knobs
         device = spec.device
-        self.amp_dtype = apply_precision(torch, knobs["precision"], device)
+        self.amp_dtype = apply_precision(torch, str(knobs["precision"]), device)
         torch.manual_seed(spec.run.seed)
         rank = self.ranks.rank if self.ranks else 0
-        local = self.ranks and device == "cuda"
-        self.dev = torch.device(device, self.ranks.local_rank) if local else torch.device(device)
-        self.attention = apply_attention(torch, knobs["attention"], device, self.amp_dtype)
+        local = self.ranks.local_rank if self.ranks and device == "cuda" else None
+        self.dev = torch.device(device, local) if local is not None else torch.device(device)
+        self.attention = apply_attention(torch, str(knobs["attention"]), device, self.amp_dtype)
         return torch.Generator(device=self.dev).manual_seed(spec.run.seed + rank)
 
     def _train_state(self, model: nn.Module, fp8_linears: int) -> None:
@@ -303,7 +279,7 @@ class Train(Workload):
         fp16 = knobs["precision"] == "fp16"
         self.scaler = torch.amp.GradScaler(self.spec.device) if fp16 else None
 
-    def _count_context(self) -> Any:
+    def _count_context(self) -> contextlib.ExitStack:
         """The trial's autocast and SDPA backend as one context, for counting a model's FLOPs in the
         build."""
         stack = contextlib.ExitStack()
@@ -314,31 +290,37 @@ class Train(Workload):
         stack.enter_context(self.attention())
         return stack
 
-    def _sharded_build(self, m: dict[str, Any]) -> bool:
+    def _sharded_build(self) -> bool:
         """FSDP2 with the built-in model: sharded on the meta device, then each rank materialises
         its shards only (a tied head would be untied by to_empty after sharding, so tied models are
         built whole first)."""
+        m = self.spec.model or {}
         external = m.get("hf_config") or m.get("entrypoint") or m.get("tie_embeddings")
         return bool(self.ranks) and self.spec.knobs.get("parallel") == "fsdp" and not external
 
-    def _applied(self, compile_mode: Any, ddp_graph: Any, fp8_linears: int) -> dict[str, Any]:
+    def _applied(
+        self, compile_mode: str | None, ddp_graph: str | None, fp8_linears: int
+    ) -> dict[str, Any]:
         """What the build applied, for the trial's record (the model's own and the parallel layout's
         join it)."""
         attention = self.spec.knobs["attention"]
         sdpa = attention in SDPA_BACKENDS or attention == "eager"
+        fused = bool(self.optimizer and self.optimizer.defaults.get("fused"))
         return {
             "attention": attention if sdpa else "auto (PyTorch's SDPA choice)",
-            "optimizer": f"AdamW(fused={bool(self.optimizer.defaults.get('fused'))})",
+            "optimizer": f"AdamW(fused={fused})",
             "compile_mode": compile_mode,
             "ddp_graph": ddp_graph,
             "fp8_linears": fp8_linears,
             "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
         }
 
-    def step(self) -> Any:
+    def step(self) -> Tensor:
         """One optimizer step of grad_accum_steps micro-steps; returns its loss as a device tensor
         (no host synchronisation)."""
-        torch, accum = self.torch, self.spec.knobs["grad_accum_steps"]
+        torch, accum = self.torch, int_of(self.spec.knobs, "grad_accum_steps")
+        optimizer = self.optimizer
+        assert optimizer is not None  # freed only by the numerics check, after the steps
         amp = (
             (lambda: torch.autocast(device_type=self.spec.device, dtype=self.amp_dtype))
             if self.amp_dtype
@@ -356,25 +338,29 @@ class Train(Workload):
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
             total += loss.detach()
         if self.scaler:
-            self.scaler.step(self.optimizer)
+            self.scaler.step(optimizer)
             self.scaler.update()
         else:
-            self.optimizer.step()
+            optimizer.step()
         if self.fp8_scales:  # one all-reduce of every float8 weight's scale for the next all-gather
             self.fp8_scales()
-        self.optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=True)
         return total
 
     def run(self) -> Measured:
         torch, run = self.torch, self.spec.run
         sync = torch.cuda.synchronize if self.spec.device == "cuda" else (lambda: None)
+
+        def warmed_up(loss: Tensor) -> None:
+            finite_losses(torch, [loss], "warm-up")
+
         timing = time_steps(
             torch,
             self.fault.slowed(self.step, sync),
             warmup=run.warmup_steps,
             measure=run.measure_steps,
             device=self.spec.device,
-            after_warmup_step=lambda loss: finite_losses(torch, [loss], "warm-up"),
+            after_warmup_step=warmed_up,
             before_window=self.ranks.barrier if self.ranks else None,
             progress=self.progress,
         )
@@ -392,7 +378,12 @@ class Train(Workload):
         if not asked or timing.stopped_early:  # a pruned trial cannot win: no check for it
             return Measured(timing, losses)
         t_check = time.perf_counter()
-        found = numerics_check.check(self, int(check["steps"]), check)
+        settings: numerics_check.Settings = {
+            "min_learned": check.get("min_learned"),
+            "max_gap_nats": check.get("max_gap_nats"),
+            "floor": bool(check.get("floor")),
+        }
+        found = numerics_check.check(self, int(check["steps"]), settings)
         check_s = time.perf_counter() - t_check
         return Measured(timing, losses, output={"loss_check": found}, check_s=check_s)
 
@@ -415,7 +406,7 @@ class Train(Workload):
         rank = self.ranks.rank if self.ranks else 0
         prof.export_chrome_trace(str(folder / f"autotune-{os.getpid()}-rank{rank}.json"))
 
-    def new_optimizer(self) -> Any:
+    def new_optimizer(self) -> Optimizer:
         """A fresh optimizer of the model, as the build makes it (the numerics check's runs)."""
         return apply_optimizer(self.torch, self.model, self.spec.knobs)
 
