@@ -384,7 +384,7 @@ def test_layout_the_command_task_lives_in_autotune_command() -> None:
     parts = {
         m.removeprefix("autotune.command.") for m in MODULES if m.startswith("autotune.command.")
     }
-    assert {"config", "render", "task", "hook", "hook.launch"} | {
+    assert {"config", "render", "task", "measure_only", "hook", "hook.launch"} | {
         m.removeprefix("autotune.command.") for m in COMMAND_TRIAL
     } <= parts, sorted(parts)
     assert (PACKAGE / "command" / "hook" / "_site" / "sitecustomize.py").is_file()

@@ -4,8 +4,9 @@ Imports nothing: the trial process imports its modules below and must need no mo
 The parts, by the process each runs in:
 
 - the parent (autotune search, check, export): config (the command section of the YAML, pydantic),
-  render (the trial's knob values in your argv, environment and config file) and task (the
-  section's rules, the trial's parameters and command, its figure, what counts as unmeasured);
+  render (the trial's knob values in your argv, environment and config file), task (the
+  section's rules, the trial's parameters and command, its figure, what counts as unmeasured) and
+  measure_only (the flags of a command that exist for its measurement only, which export marks);
 - the trial process (standard library only; autotune/workloads' base and timing): trial (starts the
   job, watches its steps, stops it), report (the job's steps.jsonl read as it grows), log (a
   `measure: log` pattern read from its output), said (what the trial says of a job that ended
@@ -15,5 +16,5 @@ The parts, by the process each runs in:
 
 Registered where the plug-ins of their kind are (their packages import them, so they stay there):
 the task plug-in tasks/_command.py (it calls task), the export forms of a command study
-export/_measured.py, _hf_command.py and _measure_only.py.
+export/_measured.py and _hf_command.py (they import export's own modules).
 """

@@ -253,9 +253,10 @@ def done_line(doc: dict[str, Any], where: str) -> DoneLine:
         raise BadReport(f"{where}: done is {excerpt(doc['done'])}; allowed: {allowed}")
     done = DoneLine(done=True)
     if doc.get("peak_mem_bytes") is not None:
-        done["peak_mem_bytes"] = _bytes(doc, "peak_mem_bytes", where)
+        done["peak_mem_bytes"] = _bytes(doc["peak_mem_bytes"], "peak_mem_bytes", where)
     if doc.get("peak_mem_reserved_bytes") is not None:
-        done["peak_mem_reserved_bytes"] = _bytes(doc, "peak_mem_reserved_bytes", where)
+        reserved = doc["peak_mem_reserved_bytes"]
+        done["peak_mem_reserved_bytes"] = _bytes(reserved, "peak_mem_reserved_bytes", where)
     name = doc.get("device_name")
     if isinstance(name, str) and 0 < len(name) <= MAX_NAME_CHARS and name.isprintable():
         done["device_name"] = name
@@ -265,8 +266,8 @@ def done_line(doc: dict[str, Any], where: str) -> DoneLine:
     return done
 
 
-def _bytes(doc: dict[str, Any], key: str, where: str) -> int:
-    return whole(doc[key], f"{where}: {key}", 0, MAX_MEMORY_BYTES, "bytes")
+def _bytes(value: object, key: str, where: str) -> int:
+    return whole(value, f"{where}: {key}", 0, MAX_MEMORY_BYTES, "bytes")
 
 
 def failed_reason(value: object, where: str) -> str:

@@ -12,20 +12,21 @@ import shlex
 from typing import Any
 
 from autotune import knobs as catalogue
+from autotune.command.measure_only import flag_groups, measure_only
 from autotune.errors import ConfigError
 from autotune.export._form import Form, call, env_block
-from autotune.export._measure_only import flag_groups, measure_only, measure_only_line
 from autotune.export._measured import (
     RUN_DIR_NOTE,
     config_lines,
     declared_lines,
     lightning_lines,
+    measure_only_line,
     measured,
     secret_lines,
 )
 from autotune.export._winner import Winner
 
-__all__ = ["flag_groups", "hf_command", "reads_training_arguments"]  # flag_groups: _measure_only's
+__all__ = ["flag_groups", "hf_command", "reads_training_arguments"]  # flag_groups: re-exported
 
 NO_TRANSFORMERS = (
     "# transformers is not importable here, so which flags are TrainingArguments fields is not "
@@ -96,7 +97,7 @@ def _marked(lines: list[str], names: set[str]) -> list[str]:
 
 def _arguments(w: Winner, groups: list[list[str]]) -> list[str]:
     """The TrainingArguments call and flags of the fields among the flags, then the script's own;
-    the flags for the measurement only marked (_measure_only)."""
+    the flags for the measurement only marked (command/measure_only.py)."""
     only = measure_only(w.command or {}, groups)
     found = training_fields()
     if found is None:

@@ -205,3 +205,17 @@ def lightning_lines(w: Winner) -> list[str]:
             "defaults for arguments your script does not pass; one it passes wins)"
         )
     ]
+
+
+def measure_only_line(groups: list[list[str]], words: list[str] | None = None) -> list[str]:
+    """The comment that marks a command's flags for the measurement only (their groups:
+    command.measure_only.measure_only; their words as the form writes them, default as given)."""
+    if not groups:
+        return []
+    shown = words if words is not None else [" ".join(g) for g in groups]
+    return [
+        one_line(
+            f"# for the measurement only, not the tuned setting: {', '.join(shown)}; remove them "
+            "(or set your own) for your real run (command.measure_only lists a job's own)"
+        )
+    ]

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import shlex
 
+from autotune.command.measure_only import flag_groups, measure_only
 from autotune.command.render import text_of
 from autotune.export._form import Form, env_block, launcher, missing_lines
-from autotune.export._measure_only import flag_groups, measure_only, measure_only_line
 from autotune.export._measured import (
     RUN_DIR_NOTE,
     config_lines,
     declared_lines,
     lightning_lines,
+    measure_only_line,
     measured,
     secret_lines,
     shell_word,

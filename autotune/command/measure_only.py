@@ -1,13 +1,12 @@
 """The flags of a command that exist only for its measurement (`--max_steps 1000`,
 `--logging_steps 1`, `--report_to none`): the export marks them, with their values, as to remove
 for the real run, never as part of the tuned setting. The HF Trainer's, Lightning's and
-torchtitan's are known by name; a job's own are listed in command.measure_only."""
+torchtitan's are known by name; a job's own are listed in command.measure_only. Parent side
+(export); export/_measured.py writes the comment that marks them."""
 
 from __future__ import annotations
 
 from typing import Any
-
-from autotune.export._form import one_line
 
 # TrainingArguments fields that bound, log, save or evaluate a run rather than train it
 # (transformers' training_args.py); the token counts are what a `measure: log` pattern reads
@@ -91,16 +90,3 @@ def measure_only(command: dict[str, Any], groups: list[list[str]]) -> list[list[
         if isinstance(m, dict) and m.get("flag")
     }
     return [g for g in groups if is_measure_only(g[0], own) and flag_name(g[0]) not in mapped]
-
-
-def measure_only_line(groups: list[list[str]], words: list[str] | None = None) -> list[str]:
-    """The comment that marks them (their words as the form writes them; default: as given)."""
-    if not groups:
-        return []
-    shown = words if words is not None else [" ".join(g) for g in groups]
-    return [
-        one_line(
-            f"# for the measurement only, not the tuned setting: {', '.join(shown)}; remove them "
-            "(or set your own) for your real run (command.measure_only lists a job's own)"
-        )
-    ]
