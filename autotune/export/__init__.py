@@ -2,7 +2,7 @@
 
 One module a part: _winner (best.yaml read and checked), _form (the Form returned, the per-knob
 translation and what names a knob a format cannot express), _measured (a command study's measured
-command, as command_render renders it), _shell (that command, a torchrun launch), _hf
+command, as command/render.py renders it), _shell (that command, a torchrun launch), _hf
 (TrainingArguments and its flags), _hf_command (a command study's flags as TrainingArguments),
 _lightning (Trainer), _torchtitan (a job TOML fragment). Every knob whose value is not autotune's
 default and has no equivalent in a format is named in that format's text, never dropped.

@@ -1,4 +1,4 @@
-"""The command a command study measured, as export writes it: command_render's own rendering of the
+"""The command a command study measured, as export writes it: command/render.py's own rendering of the
 chosen knobs (the trial's launcher left out), with relative paths and the interpreter the trial ran
 (its record's, runs/NNNN/result.json beside best.yaml)."""
 
