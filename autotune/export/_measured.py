@@ -1,6 +1,6 @@
-"""The command a command study measured, as export writes it: command/render.py's own rendering of the
-chosen knobs (the trial's launcher left out), with relative paths and the interpreter the trial ran
-(its record's, runs/NNNN/result.json beside best.yaml)."""
+"""The command a command study measured, as export writes it: command/render.py's own rendering of
+the chosen knobs (the trial's launcher left out), with relative paths and the interpreter the trial
+ran (its record's, runs/NNNN/result.json beside best.yaml)."""
 
 from __future__ import annotations
 
