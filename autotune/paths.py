@@ -12,7 +12,6 @@ import os
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
 from urllib.parse import unquote
 
 from autotune.errors import ConfigError, excerpt
@@ -138,7 +137,7 @@ JOURNAL_SIDECARS = (".lock",)
 _SQLITE_URL = re.compile(r"^sqlite(\+\w+)?:///(?P<path>[^?]+)")
 
 
-def storage_files(url: Any) -> list[Path]:
+def storage_files(url: object) -> list[Path]:
     """The files of a journal:PATH or sqlite:///PATH storage (none for a database server or
     :memory:); a relative PATH is the working directory's, as the search opened it."""
     if not isinstance(url, str):

@@ -258,5 +258,5 @@ def _nonfinite(record: TrialRecord, result: TrialResult | None, ctx: Context) ->
     return f"{record.reason}; in fp32 too: the model or its learning rate diverges, not a knob"
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)

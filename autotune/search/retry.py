@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import optuna
@@ -51,7 +52,9 @@ def _limit() -> float:
         return RETRY_S
 
 
-def _call(method: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _call(
+    method: Callable[..., object], name: str, args: tuple[object, ...], kwargs: Mapping[str, object]
+) -> Any:
     deadline, pause, tried = time.monotonic() + _limit(), 0.5, False
     while True:
         try:
@@ -75,7 +78,7 @@ def _call(method: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any])
 
 
 def _retried(name: str) -> Any:
-    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def method(self: RetryingStorage, *args: object, **kwargs: object) -> Any:
         return _call(getattr(self._inner, name), name, args, kwargs)
 
     method.__name__ = name

@@ -13,8 +13,9 @@ from __future__ import annotations
 import importlib.util
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import optuna
 
@@ -38,10 +39,19 @@ __all__ = [
 NEEDS = {"mlflow": ("mlflow", "optuna_integration"), "wandb": ("wandb", "optuna_integration")}
 
 
+class Sink(Protocol):
+    """One tracker (MlflowSink, WandbSink): its name and the call that logs one trial."""
+
+    @property
+    def name(self) -> str: ...
+
+    def __call__(self, study: optuna.Study, trial: LoggedTrial) -> None: ...
+
+
 class Tracker:
     """An Optuna callback: queues each finished trial for every tracker; close() waits flush_s."""
 
-    def __init__(self, sinks: list[Any], flush_s: float) -> None:
+    def __init__(self, sinks: list[Sink], flush_s: float) -> None:
         self.flush_s = flush_s
         self.workers = [Background(sink.name, _viewed(sink)) for sink in sinks]
 
@@ -58,7 +68,7 @@ class Tracker:
             worker.close(deadline)
 
 
-def _viewed(sink: Any) -> Any:
+def _viewed(sink: Sink) -> Callable[[optuna.Study, optuna.trial.FrozenTrial], None]:
     """The sink given the trial's view, made in the tracking thread (a record it cannot read is the
     tracker's failure, counted, never the study's)."""
 
@@ -86,7 +96,7 @@ def start(tracking: TrackingConfig, study_name: str, study_dir: Path) -> Tracker
     return Tracker([sink for sink in sinks if sink is not None], tracking.flush_s)
 
 
-def _sink(name: str, tracking: TrackingConfig, study_name: str, study_dir: Path) -> Any:
+def _sink(name: str, tracking: TrackingConfig, study_name: str, study_dir: Path) -> Sink | None:
     """One tracker, or None (said once) when it cannot start: W&B's service process failing to start
     stops the logging to W&B, never the study."""
     try:

@@ -85,5 +85,5 @@ def flat_metrics(metrics: dict[str, Any] | None) -> dict[str, float]:
     return {k: float(v) for k, v in flat.items()}
 
 
-def _number(value: Any) -> bool:
+def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
