@@ -10,7 +10,7 @@ from typing import Any, TypedDict
 from autotune import knobs as catalogue
 from autotune.protocol import Knobs
 from autotune.report import _text
-from autotune.report._data import Chosen, Report, Row
+from autotune.report._data import Arm, Chosen, Report, Row
 from autotune.report._table import fmt
 
 MIN_SAMPLES = 3  # fewer fresh processes than this bound nothing: the interval is not shown
@@ -68,14 +68,15 @@ def _notes(knobs: Knobs, device: str, task: str) -> list[str]:
         return ["(no notes: a knob value this release does not know)"]
 
 
-def interval(stats: dict[str, Any] | None) -> str:
+def interval(stats: Arm | None) -> str:
     """The confirmation's 95% interval in words, or why there is none."""
     if not stats or stats["median"] is None:
         return "not confirmed: one measurement, no interval"
     n = len(stats["samples"])
-    if n < MIN_SAMPLES or not stats.get("ci95"):
+    ci = stats["ci95"]
+    if n < MIN_SAMPLES or not ci:
         return f"too few samples to bound ({n} fresh processes)"
-    lo, hi = stats["ci95"]
+    lo, hi = ci
     return f"95% interval {fmt(lo, 'tok')} to {fmt(hi, 'tok')} over {n} fresh processes"
 
 

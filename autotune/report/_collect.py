@@ -15,7 +15,16 @@ from autotune import metrics, tasks
 from autotune.documents import nightly
 from autotune.documents.record import Metric, RecordError, TrialRecord
 from autotune.report import _effects, _summary
-from autotune.report._data import Report, Row, Stored, TimeSpent
+from autotune.report._data import (
+    Arm,
+    Candidate,
+    Confirmation,
+    Measures,
+    Report,
+    Row,
+    Stored,
+    TimeSpent,
+)
 from autotune.report._excluded import excluded
 from autotune.report._table import pareto, row_of
 from autotune.space import KNOBS
@@ -42,7 +51,7 @@ def collect(
     others = [r for r in rows if r.state != "ok"]
     searched = searched_knobs(trials)
     conf = current_confirmation(study, h)
-    confirmation = _confirmation(conf)
+    confirmation = confirmation_of(conf)
     steady = _steadiness(baseline)
     base_row = next((r for r in ok if baseline and r.number == baseline.number), None)
     chosen = chosen_summary(study, h) if conf is None or confirmation is not None else None
@@ -191,14 +200,24 @@ def _steadiness(baseline: optuna.trial.FrozenTrial | None) -> dict[str, Any] | N
     return metrics.steadiness(numbers) if numbers else None
 
 
-def _confirmation(conf: dict[str, Any] | None) -> dict[str, Any] | None:
+def confirmation_of(conf: dict[str, Any] | None) -> Confirmation | None:
     """What best.yaml chose, re-measured in fresh processes; each interval recomputed from its
     samples (None, with why, where they bound nothing: a study confirmed before that rule printed
     absurd bounds)."""
     keys = ("trial", "median", "samples", "search_value", "failures")
     if not conf or not all(isinstance(st, dict) and set(keys) <= set(st) for st in conf["stats"]):
         return None
-    stats = [_confirmed(st, keys) for st in conf["stats"]]
+    stats: list[Candidate] = [
+        {
+            "trial": st["trial"],
+            "median": st["median"],
+            "samples": st["samples"],
+            "search_value": st["search_value"],
+            "failures": st["failures"],
+            **_measures(st),
+        }
+        for st in conf["stats"]
+    ]
     base = conf.get("baseline")
     return {
         "chosen": conf["chosen"],
@@ -208,7 +227,7 @@ def _confirmation(conf: dict[str, Any] | None) -> dict[str, Any] | None:
         "complete": confirmation_complete(conf),
         "decided": bool(conf.get("decided")),
         "stats": stats,
-        "baseline": _confirmed(base, ("trial", "samples", "failures")) if _sampled(base) else None,
+        "baseline": _baseline_arm(base) if _sampled(base) else None,
         "runner_up": conf.get("runner_up"),
     }
 
@@ -217,14 +236,23 @@ def _sampled(st: object) -> TypeGuard[dict[str, Any]]:
     return isinstance(st, dict) and isinstance(st.get("samples"), list) and "trial" in st
 
 
-def _confirmed(st: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    """One re-measured configuration: its samples, their median and interval (recomputed), and the
-    wall time of each sample's process where the study stored it."""
-    ci, why = metrics.bounded_interval(st["samples"])
+def _baseline_arm(st: dict[str, Any]) -> Arm:
+    """The baseline's own arm: its samples and their median (recomputed where not stored)."""
     median = statistics.median(st["samples"]) if st["samples"] else None
     return {
-        **{k: st.get(k) for k in keys},
+        "trial": st["trial"],
+        "samples": st["samples"],
+        "failures": st.get("failures"),
         "median": st.get("median", median),
+        **_measures(st),
+    }
+
+
+def _measures(st: dict[str, Any]) -> Measures:
+    """An arm's interval (recomputed from its samples) and the wall time, compile and drop of its
+    processes where the study stored them."""
+    ci, why = metrics.bounded_interval(st["samples"])
+    return {
         "ci95": ci,
         "ci95_why": why,
         "walls_s": st.get("walls_s"),

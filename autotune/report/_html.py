@@ -241,12 +241,15 @@ def _confirmation_table(data: Report) -> str:
             fmt(st["search_value"], "tok"),
         ]
         rows.append(
-            ([*row, "; ".join(str(f) for f in st["failures"][:3]) or "-"], "chosen" if mine else "")
+            (
+                [*row, "; ".join(str(f) for f in (st["failures"] or [])[:3]) or "-"],
+                "chosen" if mine else "",
+            )
         )
     base = conf.get("baseline")
     if base and base["samples"]:
         samples = ", ".join(fmt(s, "tok") for s in base["samples"])
-        failed = "; ".join(str(f) for f in base["failures"][:3]) or "-"
+        failed = "; ".join(str(f) for f in (base["failures"] or [])[:3]) or "-"
         cells = [f"{base['trial']} baseline", fmt(base["median"], "tok"), interval(base), samples]
         rows.append(([*cells, "-", failed], ""))
     rounds = f"{rounds_text(conf)} of the top {len(conf['stats'])} and the baseline"

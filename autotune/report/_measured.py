@@ -7,7 +7,7 @@ import statistics
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from autotune.documents.record import RecordError, TrialRecord
-from autotune.report._data import Report, Row
+from autotune.report._data import Report, Row, arms
 
 if TYPE_CHECKING:
     import optuna
@@ -102,10 +102,10 @@ def telemetry_of(study: optuna.Study, number: int) -> tuple[int, dict[str, Any]]
 def confirmation_phases(data: Report) -> list[Phases]:
     """The confirmation's processes as bars of the time chart ("c3.1": trial 3's second sample):
     each one's stored wall time, else its trial's search process's (report/_summary.cost)."""
-    conf = data.confirmation or {}
+    conf = data.confirmation
     walls = {r.number: r.wall_s for r in data.trials if r.wall_s}
     out: list[Phases] = []
-    for st in [*conf.get("stats", []), *([conf["baseline"]] if conf.get("baseline") else [])]:
+    for st in arms(conf):
         runs = len(st.get("samples") or []) + len(st.get("failures") or [])
         stored = st.get("walls_s") or []
         for i in range(runs):

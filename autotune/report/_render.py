@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from autotune.documents import strict_json
 from autotune.errors import printable
 from autotune.report import _text
-from autotune.report._data import Report, Row, Stored
+from autotune.report._data import Arm, Candidate, Confirmation, Report, Row, Stored
 from autotune.report._table import cells, columns, fmt, varying
 
 # What in the text a study holds (a knob's value, a reason, a name) Markdown would read as its own:
@@ -34,17 +33,17 @@ def to_json(data: Report | Stored) -> str:
     return strict_json.dumps(plain, indent=1, default=str)
 
 
-def confirmed(st: dict[str, Any]) -> str:
+def confirmed(st: Candidate) -> str:
     """One confirmation candidate's result in words."""
     if st["median"] is None:
-        return "no sample succeeded (" + "; ".join(st["failures"][:2]) + ")"
+        return "no sample succeeded (" + "; ".join((st["failures"] or [])[:2]) + ")"
     return (
         f"median {fmt(st['median'], 'tok')} tokens/s/GPU over {len(st['samples'])} fresh processes "
         f"({interval(st)}; search {fmt(st['search_value'], 'tok')}){compiles(st)}{left(st)}"
     )
 
 
-def compiles(st: dict[str, Any]) -> str:
+def compiles(st: Arm) -> str:
     """'; compile warm 3 s, warm 3 s': each confirmation process's compile and what the cache
     served it ('' where nothing was compiled or the study predates the record)."""
     secs, states = st.get("compile_s") or [], st.get("compile_cache") or []
@@ -53,13 +52,13 @@ def compiles(st: dict[str, Any]) -> str:
     return f"; compile {', '.join(shown)}" if shown else ""
 
 
-def left(st: dict[str, Any]) -> str:
+def left(st: Arm) -> str:
     """'; left the race after round 2: 6.1% slower ...' ('' for an arm that ran to the end)."""
     d = st.get("dropped")
     return f"; left the race after round {d['round']}: {d['why']}" if d else ""
 
 
-def interval(st: dict[str, Any]) -> str:
+def interval(st: Arm) -> str:
     """'95% interval LO to HI', or why there is none ('95% interval: too few samples ...',
     metrics.unbounded)."""
     if st["ci95"] is None:
@@ -68,7 +67,7 @@ def interval(st: dict[str, Any]) -> str:
     return f"95% interval {fmt(lo, 'tok')} to {fmt(hi, 'tok')}"
 
 
-def confirmation_lines(conf: dict[str, Any]) -> list[str]:
+def confirmation_lines(conf: Confirmation) -> list[str]:
     """The race, one line an arm: its confirmed figure, its processes' compiles, when it left."""
     lines = [
         f"trial {st['trial']}{' (chosen)' if st['trial'] == conf['chosen'] else ''}: "

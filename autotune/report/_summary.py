@@ -9,7 +9,7 @@ from typing import Any, TypedDict
 from autotune import tasks
 from autotune.documents.record import Metric
 from autotune.protocol import Knobs
-from autotune.report._data import Chosen, Cost, Report, Row
+from autotune.report._data import Chosen, Confirmation, Cost, Report, Row, arms
 
 # How a gain was obtained, named once: a ratio means something only with its basis beside it
 BASIS_CONFIRMED = "confirmed median / the baseline's confirmed median of the same rounds"
@@ -63,26 +63,24 @@ def headline(data: Report, c: dict[str, Any] | None) -> Chosen | None:
 
 
 def _baseline_figure(
-    c: dict[str, Any], base: Row | None, conf: dict[str, Any] | None
+    c: dict[str, Any], base: Row | None, conf: Confirmation | None
 ) -> tuple[float | None, str]:
     """The baseline's figure the gain divides by, and the gain's basis: its confirmed median where
     the confirmation re-measured it (its own arm, or its candidate's), else its one search
     measurement."""
     if base is None:
         return None, "no baseline measured"
-    conf = conf or {}
-    arms = [*conf.get("stats", []), *([conf["baseline"]] if conf.get("baseline") else [])]
-    again = next((st for st in arms if st.get("trial") == base.number), None) or {}
-    if c["confirmed"] and again.get("median"):
+    again = next((st for st in arms(conf) if st["trial"] == base.number), None)
+    if c["confirmed"] and again and again["median"]:
         return again["median"], BASIS_CONFIRMED
     return base.tokens_per_s_per_gpu, BASIS_HALF if c["confirmed"] else BASIS_SEARCH
 
 
-def _warm_compiles(conf: dict[str, Any] | None, trial: int) -> list[float]:
+def _warm_compiles(conf: Confirmation | None, trial: int) -> list[float]:
     """The compile seconds of a trial's confirmation processes, where they were recorded."""
-    stats: list[dict[str, Any]] = (conf or {}).get("stats", [])
-    st = next((st for st in stats if st.get("trial") == trial), {})
-    return [x for x in st.get("compile_s") or [] if isinstance(x, (int, float)) and x > 0]
+    st = next((st for st in (conf["stats"] if conf else []) if st["trial"] == trial), None)
+    seconds = (st["compile_s"] if st else None) or []
+    return [x for x in seconds if isinstance(x, (int, float)) and x > 0]
 
 
 def numerics_of(knobs: Knobs, check: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -169,7 +167,7 @@ def _scaled(measured: float | None, value: float, search: float | None) -> float
     return measured * value / search
 
 
-def cost(rows: list[Row], confirmation: dict[str, Any] | None, gpus: int) -> Cost:
+def cost(rows: list[Row], confirmation: Confirmation | None, gpus: int) -> Cost:
     """Every process the search ran, by kind, and their GPU-minutes: trial processes (whatever
     their end: timeouts and pruned ones too), the loss check's reference processes and the
     confirmation's fresh processes."""
@@ -198,16 +196,16 @@ def _references(trials: list[Row]) -> tuple[int, float]:
     return sum(1 for s in refs if s), sum(refs)
 
 
-def _confirmation_cost(conf: dict[str, Any] | None, trials: list[Row]) -> tuple[int, float, bool]:
+def _confirmation_cost(conf: Confirmation | None, trials: list[Row]) -> tuple[int, float, bool]:
     """The confirmation's processes and seconds: each sample's wall time where the study stored it,
     else the trial's own search process's wall time for each (then estimated is True)."""
     if not conf:
         return 0, 0.0, False
     walls = {r.number: r.wall_s or 0.0 for r in trials}
     n, seconds, estimated = 0, 0.0, False
-    for st in [*conf["stats"], *([conf["baseline"]] if conf.get("baseline") else [])]:
-        runs = len(st.get("samples") or []) + len(st.get("failures") or [])
-        stored = [w for w in st.get("walls_s") or [] if isinstance(w, (int, float))]
+    for st in arms(conf):
+        runs = len(st["samples"] or []) + len(st["failures"] or [])
+        stored = [w for w in st["walls_s"] or [] if isinstance(w, (int, float))]
         n += runs
         seconds += sum(stored) if len(stored) == runs else runs * walls.get(st["trial"], 0.0)
         estimated = estimated or len(stored) != runs

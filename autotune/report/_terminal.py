@@ -186,30 +186,21 @@ def confirmation_view(console: Console, conf: dict[str, Any]) -> None:
     from rich.padding import Padding
     from rich.text import Text
 
+    from autotune.report._collect import confirmation_of
+
     table = confirmation_table(conf)
+    # each arm with its interval from its samples (the search stores none for the baseline's arm)
+    typed = confirmation_of(conf)
     # its natural width: Rich narrows the widest columns first, folding words ("interva/l") long
     # before the shortest width its measure gives
     natural = console.measure(table, options=console.options.update_width(10_000)).maximum
-    if natural <= console.width:
+    if natural <= console.width or typed is None:
         console.print(table)
         return
-    console.print(Text(f"Confirmation: {_text.rounds_text(conf)}", style="bold"))
+    console.print(Text(f"Confirmation: {_text.rounds_text(typed)}", style="bold"))
     # the last line, the rounds and why: said apart
-    for line in confirmation_lines(_with_intervals(conf))[:-1]:
+    for line in confirmation_lines(typed)[:-1]:
         console.print(Padding(Text(line), (0, 0, 0, INDENT), expand=False))
-
-
-def _with_intervals(conf: dict[str, Any]) -> dict[str, Any]:
-    """The confirmation with each arm's interval from its samples (the search stores none for the
-    baseline's arm; the report's collect adds them)."""
-    from autotune import metrics
-
-    def arm(st: dict[str, Any]) -> dict[str, Any]:
-        ci, why = metrics.bounded_interval(st["samples"])
-        return {**st, "ci95": ci, "ci95_why": why}
-
-    base = conf.get("baseline")
-    return {**conf, "stats": [arm(st) for st in conf["stats"]], "baseline": base and arm(base)}
 
 
 def chosen_interval(conf: dict[str, Any]) -> str:
@@ -240,6 +231,9 @@ def confirmation_table(conf: dict[str, Any]) -> Table:
     left the race."""
     from rich.table import Table
 
+    from autotune.report._collect import confirmation_of
+
+    typed = confirmation_of(conf)
     base = conf.get("baseline")
     arms = [*conf["stats"], *([base] if base and base.get("samples") else [])]
     extra = {
@@ -247,7 +241,8 @@ def confirmation_table(conf: dict[str, Any]) -> Table:
         "race": _race_cell,
     }
     shown = {k: f for k, f in extra.items() if any(_SOURCE[k](st) for st in arms)}
-    table = Table(title=f"Confirmation: {_text.rounds_text(conf)}")
+    rounds = _text.rounds_text(typed) if typed else f"{conf['rounds_done']} interleaved rounds"
+    table = Table(title=f"Confirmation: {rounds}")
     for col in (
         "#",
         "search tok/s",

@@ -8,7 +8,7 @@ from typing import Any
 
 from autotune.protocol import reason_line
 from autotune.report import _effects
-from autotune.report._data import Chosen, Group, KnobEffect, Report
+from autotune.report._data import Chosen, Confirmation, Group, KnobEffect, Report
 from autotune.report._excluded import loss_summary
 from autotune.report._table import fmt, speedup
 
@@ -37,7 +37,7 @@ def interval_text(c: Chosen) -> str:
     return f"median of {c['samples']} fresh processes; {c.get('ci95_why') or 'no interval'}{cut}"
 
 
-def rounds_text(conf: dict[str, Any]) -> str:
+def rounds_text(conf: Confirmation) -> str:
     """'3 of 3 interleaved rounds', '2 interleaved rounds (of at most 3): the race was decided',
     and what to run when the confirmation was cut."""
     done, asked = conf["rounds_done"], conf.get("rounds", conf["rounds_done"])
