@@ -35,7 +35,10 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autotune.knobs import Knobs
 
 ENV_REPORT, ENV_STEPS, ENV_KNOBS = "AUTOTUNE_REPORT", "AUTOTUNE_STEPS", "AUTOTUNE_KNOBS"
 ENV_STOP, ENV_MAX_STEPS = "AUTOTUNE_STOP", "AUTOTUNE_MAX_STEPS"
@@ -147,7 +150,7 @@ class Reporter:
             )
         return False
 
-    def job_settings(self, settings: dict[str, Any], read_from: dict[str, str]) -> None:
+    def job_settings(self, settings: Knobs, read_from: dict[str, str]) -> None:
         """The settings the job ran with, in autotune's knob names (read_from: where each was read,
         in the framework's terms); the trial compares them with its knobs."""
         if self.active:
@@ -175,9 +178,10 @@ class Reporter:
         return self.record(seconds, tokens, padded_tokens, at=at, graphs=graphs())
 
     def record(
-        self, seconds: float, tokens: int, padded_tokens: int | None = None, **extra: Any
+        self, seconds: float, tokens: int, padded_tokens: int | None = None, **extra: float | None
     ) -> bool:
-        """A step timed by the caller (CUDA events): its seconds and tokens. True: stop now."""
+        """A step timed by the caller (CUDA events): its seconds and tokens, and numbers of its own
+        (extra: at, its wall-clock end; graphs, torch.compile's graphs so far). True: stop now."""
         if not self.active:
             return False
         self.count += 1

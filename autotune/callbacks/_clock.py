@@ -18,14 +18,21 @@ from __future__ import annotations
 
 import time
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 from autotune import reporting
+
+if TYPE_CHECKING:
+    import torch
+
+    from autotune.knobs import Knobs, KnobValue
 
 TokenCount = tuple[Any, int]  # (real tokens: an int or a device tensor, padded tokens)
 # the settings the job ran with, in autotune's knob names, and where each was read (the framework's
 # names): reporting.Reporter.job_settings
-Settings = tuple[dict[str, Any], dict[str, str]]
+Settings = tuple["Knobs", dict[str, str]]
+# a step boundary: a CUDA event recorded on the stream, or the host's clock (time.perf_counter)
+Mark = Union["torch.cuda.Event", float]
 
 
 def fp32_precision(torch: ModuleType) -> str:
@@ -33,25 +40,29 @@ def fp32_precision(torch: ModuleType) -> str:
     return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32"
 
 
-def setting(settings: Settings, knob: str, value: Any, read_from: str) -> None:
+def setting(settings: Settings, knob: str, value: KnobValue, read_from: str) -> None:
     """Add one setting the job ran with (a value that is None was not readable: left out)."""
     if value is not None:
         settings[0][knob] = value
         settings[1][knob] = read_from
 
 
-def mark(torch: ModuleType, cuda: bool) -> Any:
+def mark(torch: ModuleType, cuda: bool) -> Mark:
     """A step boundary: an event recorded on the current stream, or the host's clock."""
     if not cuda:
         return time.perf_counter()
     event = torch.cuda.Event(enable_timing=True)
     event.record()
-    return event
+    recorded: Mark = event  # torch is handed in as a module: its Event read as such
+    return recorded
 
 
-def seconds(start: Any, end: Any, cuda: bool) -> float:
+def seconds(start: Mark, end: Mark, cuda: bool) -> float:
     """The time between two marks (events: after the device has passed both)."""
-    return float(start.elapsed_time(end) / 1000 if cuda else end - start)
+    if isinstance(start, float) and isinstance(end, float):
+        return end - start
+    assert cuda and not isinstance(start, float) and not isinstance(end, float)
+    return float(start.elapsed_time(end) / 1000)
 
 
 def _real_on_host(torch: ModuleType, counts: list[TokenCount], cuda: bool) -> Any:
