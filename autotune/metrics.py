@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.documents.record import Metric
+
+if TYPE_CHECKING:
+    from autotune.protocol import TrialResult
 
 
 def flops_per_token(flop_params: int, n_layers: int, d_model: int, seq_len: int) -> float:
@@ -108,11 +111,12 @@ def impossible_figure(m: dict[str, Any]) -> str:
 
 
 def summarize(
-    res: Any, model: dict[str, Any] | None, world_size: int, peak_flops: float | None
+    res: TrialResult, model: dict[str, Any] | None, world_size: int, peak_flops: float | None
 ) -> dict[str, Any]:
     """The metrics a trial reports, from its TrialResult (protocol.py): step times, tokens, FLOPs,
     memory."""
     stats = step_stats(res.step_times_s)
+    assert res.tokens_per_step is not None  # a trial that measured steps counted their tokens
     per_gpu = res.tokens_per_step / stats["median_s"]
     dims = res.mfu_dims or model or {}
     fpt = res.flops_per_token  # counted in the trial (hf_config, entrypoint models)
@@ -264,10 +268,11 @@ def power_cap(tele: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     """A finite number above 0 as a float, else None (a record another program wrote)."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return float(value) if ok and math.isfinite(value) and value > 0 else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
 
 
 def window_energy_j(samples: list[dict[str, Any]], window: tuple[float, float]) -> float | None:

@@ -269,5 +269,5 @@ def gap_text(doc: dict[str, Any]) -> str:
     return f"{abs(gap):.3f} nats {side} {doc.get('against')}{steps}{shown}"
 
 
-def _number(value: Any) -> bool:
+def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
