@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, NewType
+from typing import Any, NewType, TypedDict
 
 
 @dataclass(frozen=True)
@@ -347,7 +347,15 @@ def software_versions() -> str:
     )
 
 
-def compute_processes(index: int) -> list[dict[str, Any]] | None:
+class GpuProcess(TypedDict):
+    """A process NVML sees computing on a GPU (compute_processes)."""
+
+    pid: int
+    name: str  # its command name ('?' where /proc does not say)
+    used_mib: int | None  # GPU memory it holds (None: NVML cannot say)
+
+
+def compute_processes(index: int) -> list[GpuProcess] | None:
     """The processes NVML sees computing on GPU `index` (pid, name, MiB used); None where NVML
     cannot say (no NVIDIA driver, no such GPU, a driver that does not list processes)."""
     nv = _nvml()

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune import hardware
+from autotune.hardware import GpuProcess
 
 # Past 2 runnable threads per CPU core (the 1-minute load average over os.cpu_count()) others took
 # the machine: a CPU trial's own torch threads account for about 1 per core, a GPU trial's for far
@@ -20,7 +21,7 @@ def sample(
     device: str,
     *,
     loadavg: Callable[[], tuple[float, float, float]] = os.getloadavg,
-    processes: Callable[[int], list[dict[str, Any]] | None] = hardware.compute_processes,
+    processes: Callable[[int], list[GpuProcess] | None] = hardware.compute_processes,
 ) -> dict[str, Any]:
     """The conditions now: the 1-minute load average, the CPU count and (cuda) the compute processes
     on the GPU a trial uses (None: no GPU or NVML cannot say). Taken between repeats, when none
@@ -53,6 +54,6 @@ def disturbances(conditions: list[dict[str, Any]], max_load: float = HOST_LOAD_L
     return found
 
 
-def _process(p: dict[str, Any]) -> str:
+def _process(p: GpuProcess) -> str:
     used = f", {p['used_mib']:,} MiB" if p.get("used_mib") is not None else ""
     return f"pid {p['pid']} ({p.get('name') or '?'}{used})"
