@@ -22,7 +22,7 @@ SHARED = (
     "autotune.knobs._catalogue",
     "autotune.knobs._generate",
     "autotune.knobs._ranks",
-    "autotune.knob_notes",
+    "autotune.knobs._notes",
     "autotune.sizes",
     "autotune.nccl_log",
     "autotune.numerics",  # the numerics check's verdict: the trial's and the search's
@@ -324,7 +324,6 @@ ROOT_MODULES = {
     "atomic",  # files written whole (the trial process too)
     "errors",  # the error family and the exit codes
     "hardware",  # peak FLOPs, pynvml, telemetry, the fingerprint
-    "knob_notes",  # how to apply each knob (best.yaml, export)
     "metrics",  # throughput, MFU and step statistics from raw samples
     "nccl",  # `autotune nccl`
     "nccl_log",  # what NCCL says (the trial process too)

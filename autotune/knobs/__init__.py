@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.knob_notes import QUANT_CONFIGS, SDPA_BACKENDS
 from autotune.knobs._catalogue import CATALOGUE
 from autotune.knobs._knob import (
     BOTH,
@@ -31,6 +30,7 @@ from autotune.knobs._knob import (
     TaskName,
     int_of,
 )
+from autotune.knobs._notes import QUANT_CONFIGS, SDPA_BACKENDS
 
 __all__ = [
     "BOTH",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from autotune import knob_notes as notes
+from autotune.knobs import _notes as notes
 from autotune.knobs._generate import GENERATE
 from autotune.knobs._knob import (
     ALL,

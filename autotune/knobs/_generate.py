@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from autotune import knob_notes as notes
+from autotune.knobs import _notes as notes
 from autotune.knobs._knob import Knob, Not, WeightQuant, _positive
 
 GENERATE: tuple[Knob, ...] = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal, Union
 
-from autotune import knob_notes as notes
+from autotune.knobs import _notes as notes
 from autotune.knobs._knob import (
     POWERSGD_START,
     TRAIN_AND_COMMAND,

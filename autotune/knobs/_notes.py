@@ -8,7 +8,7 @@ the task to it).
 
 from __future__ import annotations
 
-from typing import Any
+from autotune.knobs._knob import Knobs
 
 # The SDPA backend each `attention` value forces (torch.nn.attention.SDPBackend member names).
 SDPA_BACKENDS = {
@@ -26,7 +26,7 @@ QUANT_CONFIGS = {
 }
 
 
-def generate_precision(k: dict[str, Any], device: str) -> list[str]:
+def generate_precision(k: Knobs, device: str) -> list[str]:
     """generate: the model's weights and cache in that dtype."""
     return [
         {
@@ -34,11 +34,11 @@ def generate_precision(k: dict[str, Any], device: str) -> list[str]:
             "tf32": "model in float32, TF32 matmuls",
             "bf16": "model.to(torch.bfloat16)",
             "fp16": "model.to(torch.float16)",
-        }.get(k["precision"], "")
+        }.get(str(k["precision"]), "")
     ]
 
 
-def precision(k: dict[str, Any], device: str) -> list[str]:
+def precision(k: Knobs, device: str) -> list[str]:
     """train: autocast (or TF32) around forward and loss; fp8 through torchao."""
     return [
         {
@@ -54,16 +54,16 @@ def precision(k: dict[str, Any], device: str) -> list[str]:
                 f"config=Float8LinearConfig.from_recipe_name({k.get('fp8_recipe')!r}), "
                 "module_filter_fn=lambda m, fqn: fqn != 'head'); bf16 autocast"
             ),
-        }[k["precision"]]
+        }[str(k["precision"])]
     ]
 
 
-def _compile_args(k: dict[str, Any]) -> str:
+def _compile_args(k: Knobs) -> str:
     mode = k["compile"]
     return "" if mode in (True, "default") else f"mode={mode!r}"
 
 
-def compile_generate(k: dict[str, Any], device: str) -> list[str]:
+def compile_generate(k: Knobs, device: str) -> list[str]:
     """generate: the decode step (and the prefill) are what is compiled."""
     if not k["compile"]:
         return ["no torch.compile"]
@@ -79,7 +79,7 @@ def compile_generate(k: dict[str, Any], device: str) -> list[str]:
     ]
 
 
-def compile_train(k: dict[str, Any], device: str) -> list[str]:
+def compile_train(k: Knobs, device: str) -> list[str]:
     """train: the model (loss included), or each block in place and the head with its loss."""
     if not k["compile"]:
         return ["no torch.compile"]
@@ -94,7 +94,7 @@ def compile_train(k: dict[str, Any], device: str) -> list[str]:
     return [f"model = torch.compile(model{', ' + args if args else ''})"]
 
 
-def attention(k: dict[str, Any], device: str) -> list[str]:
+def attention(k: Knobs, device: str) -> list[str]:
     attention = k.get("attention", "auto")
     if attention == "eager":
         return ["attention as softmax(QK^T)V, materialised"]
@@ -105,7 +105,7 @@ def attention(k: dict[str, Any], device: str) -> list[str]:
     return []
 
 
-def parallel(k: dict[str, Any], device: str) -> list[str]:
+def parallel(k: Knobs, device: str) -> list[str]:
     if k.get("parallel") == "ddp":
         how = (
             f"DistributedDataParallel(model, bucket_cap_mb={k['bucket_cap_mb']}, "
@@ -143,7 +143,7 @@ def parallel(k: dict[str, Any], device: str) -> list[str]:
     ]
 
 
-def quant(k: dict[str, Any], device: str) -> list[str]:
+def quant(k: Knobs, device: str) -> list[str]:
     quant = k.get("weight_quant", "none")
     if quant in (None, "none"):
         return []
@@ -160,14 +160,15 @@ def quant(k: dict[str, Any], device: str) -> list[str]:
         if quant == "int4_weight_only"
         else ""
     )
+    config = QUANT_CONFIGS[str(quant)]
     return [
-        f"from torchao.quantization import quantize_, {QUANT_CONFIGS[quant]}; "
-        f"quantize_(model, {QUANT_CONFIGS[quant]}({args})) after the model is in its dtype on the "
+        f"from torchao.quantization import quantize_, {config}; "
+        f"quantize_(model, {config}({args})) after the model is in its dtype on the "
         "GPU"
     ]
 
 
-def kv_cache(k: dict[str, Any], device: str) -> list[str]:
+def kv_cache(k: Knobs, device: str) -> list[str]:
     if k.get("kv_cache") == "dynamic":
         return ["KV cache grown with torch.cat each token (dynamic shapes)"]
     return [
