@@ -231,7 +231,7 @@ def mask_command(command: dict[str, Any]) -> dict[str, Any]:
     return {**command, "argv": mask_argv(argv), "env": mask_env(env)}
 
 
-def mask_doc(doc: Any) -> Any:
+def mask_doc(doc: object) -> Any:
     """A JSON-like document with mask() applied to every string in it (a record's reason quoting a
     job's output that showed its token)."""
     if isinstance(doc, str):

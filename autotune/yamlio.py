@@ -48,7 +48,7 @@ def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
-def _check_size(value: Any, where: str) -> None:
+def _check_size(value: object, where: str) -> None:
     """Refuse a document that expands to too many values or nests too deeply (walk stops at the
     limit)."""
     stack, count = [(value, 1)], 0
@@ -100,7 +100,7 @@ def read(path: Path, what: str) -> Any:
 class _PlainDumper(yaml.SafeDumper):
     """Safe YAML without anchors/aliases: best.yaml is read by people."""
 
-    def ignore_aliases(self, data: Any) -> bool:
+    def ignore_aliases(self, data: object) -> bool:
         return True
 
 

@@ -19,11 +19,11 @@ FILE = "history.jsonl"
 STATUSES = ("pass", "faster", "regression", "unreliable", "inconclusive")
 
 
-def _positive(x: Any) -> bool:
+def _positive(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
-def problem(doc: Any) -> str | None:
+def problem(doc: object) -> str | None:
     """Why a line is not a night (None: it is): what the series, the report and the plots read of
     it."""
     if not isinstance(doc, dict):

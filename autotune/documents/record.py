@@ -12,9 +12,12 @@ schema than this release knows is refused (RecordError).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.protocol import Knobs
+
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
 
 # 1: before versioning (2026-12-01 and earlier). 2: `schema` written, the same fields.
 SCHEMA_VERSION = 2
@@ -121,6 +124,6 @@ class TrialRecord:
         return cls(number=number, schema=SCHEMA_VERSION, extra=extra, **values)
 
     @classmethod
-    def of(cls, trial: Any) -> TrialRecord:
+    def of(cls, trial: FrozenTrial) -> TrialRecord:
         """The record of a stored Optuna trial (a FrozenTrial)."""
         return cls.from_attrs(dict(trial.user_attrs), trial.number)

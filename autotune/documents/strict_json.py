@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 
-def finite(value: Any) -> Any:
+def finite(value: object) -> Any:
     """value with every float that is not finite (in dicts, lists and tuples, at any depth) made
     None; anything else as it is."""
     if isinstance(value, float):
@@ -24,7 +24,7 @@ def finite(value: Any) -> Any:
     return value
 
 
-def dumps(value: Any, **options: Any) -> str:
+def dumps(value: object, **options: Any) -> str:
     """json.dumps of value made finite, strict (allow_nan=False); options as json.dumps takes
     them (indent, sort_keys, default, ...)."""
     return json.dumps(finite(value), allow_nan=False, **options)
