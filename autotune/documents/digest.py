@@ -103,13 +103,14 @@ def _off_default(knobs: Knobs) -> dict[str, Any]:
     }
 
 
-def _float(value: Any) -> Any:
+def _float(value: object) -> Any:
     """A number as a float (1000 in one file and 1000.0 in another are the same number)."""
-    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return float(value) if is_number else value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return value
 
 
-def _floats(values: Any) -> Any:
+def _floats(values: object) -> Any:
     return [_float(v) for v in values] if isinstance(values, list) else values
 
 

@@ -20,7 +20,7 @@ from autotune import knobs as catalogue
 SECTIONS = ("model", "workload", "space")
 
 
-def _json(value: Any) -> str:
+def _json(value: object) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
@@ -90,6 +90,6 @@ def difference(old: dict[str, Any], new: dict[str, Any]) -> str | None:
     return None
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = value if isinstance(value, str) else _json(value)
     return text if len(text) <= 60 else text[:57] + "..."
