@@ -33,7 +33,7 @@ import optuna
 
 from autotune import knobs as catalogue
 from autotune import tasks
-from autotune.knobs import KnobValue, Knobs
+from autotune.knobs import Knobs, KnobValue
 from autotune.search import boundary, edges
 from autotune.space import ResolvedSpace
 from autotune.study import predict
