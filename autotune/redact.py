@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any
+from typing import Any, TextIO
 from urllib.parse import quote, unquote
 
 MASK = "***"
@@ -109,26 +109,25 @@ class MaskingWriter:
     """A text stream that masks credentials in everything written through it (the CLI's
     consoles)."""
 
-    def __init__(self, stream: object) -> None:
+    def __init__(self, stream: TextIO) -> None:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        self._stream.write(mask(text))  # type: ignore[attr-defined]
+        self._stream.write(mask(text))
         return len(text)
 
     def flush(self) -> None:
-        self._stream.flush()  # type: ignore[attr-defined]
+        self._stream.flush()
 
     def isatty(self) -> bool:
-        return bool(getattr(self._stream, "isatty", lambda: False)())
+        return self._stream.isatty()
 
     def fileno(self) -> int:
-        number: int = self._stream.fileno()  # type: ignore[attr-defined]
-        return number
+        return self._stream.fileno()
 
     @property
     def encoding(self) -> str:
-        return getattr(self._stream, "encoding", "utf-8")
+        return self._stream.encoding
 
 
 # A command's own secrets (task command): a variable or a flag whose name says it holds one (after
