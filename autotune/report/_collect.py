@@ -172,7 +172,7 @@ def _unsteady_flag(steady: dict[str, Any] | None) -> str | None:
 
 
 def _window_steadiness(window: dict[str, Any]) -> dict[str, Any]:
-    """A command baseline's steadiness: whether its window settled (workloads/window.py). Its steps'
+    """A command baseline's steadiness: whether its window settled (command/window.py). Its steps'
     own spread says nothing there: a length-grouped job's rates differ 6x within a cycle, by design.
     """
     return {

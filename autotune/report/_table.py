@@ -136,7 +136,7 @@ def _steps(r: TrialRecord) -> list[float]:
 
 def _half_width(r: TrialRecord) -> float | None:
     """The 95% half-width of a trial's figure within its process, in percent: a command window's
-    own (workloads/window.py), else 1.96 standard errors of its mean step time."""
+    own (command/window.py), else 1.96 standard errors of its mean step time."""
     window = _dict(_dict(r.metrics).get(Metric.WINDOW))
     if _number(window.get("half_width_pct")):
         return float(window["half_width_pct"])
