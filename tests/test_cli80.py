@@ -120,6 +120,7 @@ def search80(tmp_path_factory) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_cli80_search_final_tables_fit(search80: str) -> None:
     end = search80[search80.index("Top 5 of") :]
     _fits(end)
@@ -127,6 +128,7 @@ def test_cli80_search_final_tables_fit(search80: str) -> None:
     assert "Confirmation: 2 of 2 interleaved rounds" in " ".join(end.split())
 
 
+@pytest.mark.slow
 def test_cli80_search_says_why_its_median_has_no_interval(search80: str) -> None:
     said = " ".join(search80.split())
     assert (

@@ -103,6 +103,7 @@ EDITS: dict[str, Edit] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", list(EDITS))
 def test_hardening5_check_an_edit_of_what_runs_or_judges_is_refused(
     searched: Path, tmp_path: Path, what: str
@@ -114,6 +115,7 @@ def test_hardening5_check_an_edit_of_what_runs_or_judges_is_refused(
     assert _nothing_ran(tmp_path)
 
 
+@pytest.mark.slow
 def test_hardening5_check_base_dir_elsewhere_is_one_line_exit_2(
     searched: Path, tmp_path: Path
 ) -> None:
@@ -143,6 +145,7 @@ def _strip(doc: dict[str, Any]) -> None:
     ],
     ids=["stripped", "older", "older-edited", "schema-1"],
 )
+@pytest.mark.slow
 def test_hardening5_check_a_file_without_its_digest_is_not_compared(
     searched: Path, tmp_path: Path, edit: Edit
 ) -> None:
@@ -155,6 +158,7 @@ def test_hardening5_check_a_file_without_its_digest_is_not_compared(
     assert proc.stdout == "" and _nothing_ran(tmp_path) and best.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_hardening5_check_a_stripped_file_gets_a_baseline_of_its_own(
     searched: Path, tmp_path: Path
 ) -> None:
@@ -175,6 +179,7 @@ def test_hardening5_check_a_stripped_file_gets_a_baseline_of_its_own(
         regress.check(best, repeats=1, max_repeats=0, max_load=0)
 
 
+@pytest.mark.slow
 def test_hardening5_check_today_s_file_still_passes(searched: Path, tmp_path: Path) -> None:
     best = _copy(searched, tmp_path)
     proc = run_cli("check", str(best), "--repeats", "2", "--max-load", "0", cwd=tmp_path)
@@ -182,6 +187,7 @@ def test_hardening5_check_today_s_file_still_passes(searched: Path, tmp_path: Pa
     assert (tmp_path / "proj" / "ran").exists() and not (tmp_path / "fast" / "ran").exists()
 
 
+@pytest.mark.slow
 def test_hardening5_check_model_yaml_with_another_command_is_refused(
     searched: Path, tmp_path: Path
 ) -> None:
@@ -198,6 +204,7 @@ def test_hardening5_check_model_yaml_with_another_command_is_refused(
     ("key", "value"),
     [("tokens_per_s_per_gpu", "fast"), ("mfu", "fast"), ("step_time_median_s", [1])],
 )
+@pytest.mark.slow
 def test_hardening5_export_refuses_a_metric_that_is_no_number(
     searched: Path, tmp_path: Path, key: str, value: Any
 ) -> None:

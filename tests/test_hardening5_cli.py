@@ -60,6 +60,7 @@ def test_every_terminal_width_prints_a_bad_yamls_error(tmp_path: Path, columns: 
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", WIDTHS)
 def test_every_terminal_width_prints_the_report_and_the_help(
     study: Path, tmp_path: Path, columns: str
@@ -73,6 +74,7 @@ def test_every_terminal_width_prints_the_report_and_the_help(
     assert "Usage" in helped.stdout and "Traceback" not in helped.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", ["0", "\u00b2"])
 def test_every_terminal_width_prints_checks_verdict(
     study: Path, tmp_path: Path, columns: str
@@ -87,6 +89,7 @@ def test_every_terminal_width_prints_checks_verdict(
     assert "vs baseline" in said
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e308", "1e19", "0", "0.5", "-1"])
 def test_report_refuses_a_training_run_it_cannot_project(
     study: Path, tmp_path: Path, value: str
@@ -101,6 +104,7 @@ def test_report_refuses_a_training_run_it_cannot_project(
     assert sorted(p.name for p in study.iterdir()) == before  # no report folder written
 
 
+@pytest.mark.slow
 def test_report_projects_a_training_run_in_range(study: Path, tmp_path: Path) -> None:
     proc = run_cli("report", str(study), "--train-tokens=2e12", "--no-html", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -119,6 +123,7 @@ def _unescaped(line: str, char: str) -> int:
     return len(re.findall(rf"(?<!\\)(?:\\\\)*{re.escape(char)}", line))
 
 
+@pytest.mark.slow
 def test_markdown_report_keeps_its_table_whole(study: Path, tmp_path: Path) -> None:
     """A line break or a '|' in a knob's value split the table's row."""
     text = _markdown(study, tmp_path)
@@ -129,6 +134,7 @@ def test_markdown_report_keeps_its_table_whole(study: Path, tmp_path: Path) -> N
     assert not any(x.startswith(("b |", "b \\|")) for x in text.splitlines())
 
 
+@pytest.mark.slow
 def test_markdown_report_shows_html_and_links_as_text(study: Path, tmp_path: Path) -> None:
     """Raw HTML and `javascript:` links went through to the pull request's comment."""
     text = _markdown(study, tmp_path)
