@@ -9,6 +9,7 @@ import fcntl
 import io
 import itertools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -375,3 +376,25 @@ def load_trials(out: Path, name: str = "t") -> list[Any]:
     return optuna.load_study(
         study_name=name, storage=f"sqlite:///{out / name / 'study.db'}"
     ).get_trials()
+
+
+def built_once(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], Any]
+) -> Path:
+    """Folder `name`, filled by build(folder) once for the whole run: the first pytest-xdist worker
+    to ask builds it under a lock the workers share (the run's base folder, as the GPU lock's), the
+    other waits and reuses it, so a module's study is searched once, not once per worker. Only for
+    what its tests read and never change (each copies what it damages). A build that failed is
+    retried by the next to ask (its folder emptied first)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # <the run's>/popen-gwN: the parent is the run's, shared
+    folder, done = base / name, base / f"{name}.built"
+    with open(base / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released with the file's close
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            build(folder)
+            done.touch()
+    return folder

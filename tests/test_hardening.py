@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import (
+    built_once,
     cli_here,
     interrupt_when_running,
     load_trials,
@@ -139,12 +140,15 @@ def test_hardening_folder_that_is_not_a_study_is_never_used_or_archived(
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory) -> Path:
-    """A finished one-trial study (CPU)."""
-    root = tmp_path_factory.mktemp("hard")
-    (root / "m.yaml").write_text(yaml.safe_dump(tiny(space=ONE, baseline={}, study={"trials": 1})))
-    proc = cli_here("search", "m.yaml", "--out", "out", "--device", "cpu", cwd=root)
-    assert proc.returncode == 0, proc.stderr
-    return root / "out" / "t"
+    """A finished one-trial study (CPU), searched once for the run (its tests only read it)."""
+
+    def search(root: Path) -> None:
+        spec = tiny(space=ONE, baseline={}, study={"trials": 1})
+        (root / "m.yaml").write_text(yaml.safe_dump(spec))
+        proc = cli_here("search", "m.yaml", "--out", "out", "--device", "cpu", cwd=root)
+        assert proc.returncode == 0, proc.stderr
+
+    return built_once(tmp_path_factory, "hardening-study", search) / "out" / "t"
 
 
 def test_hardening_report_and_check_paths(study: Path, tmp_path: Path) -> None:

@@ -99,7 +99,9 @@ def test_workers_two_processes_share_one_study(tmp_path: Path, write_yaml, kind:
         tiny(
             space={"micro_batch_size": [1, 2, 4, 8], "precision": ["fp32", "bf16"]},
             baseline={"micro_batch_size": 1},
-            study={"trials": 5},
+            # 4 of the 8 points (was 5): both workers draw with the same seed (0), so points they
+            # would both measure come early, not only near the end of the space
+            study={"trials": 4},
         )
     )
     storage = {
@@ -116,7 +118,7 @@ def test_workers_two_processes_share_one_study(tmp_path: Path, write_yaml, kind:
     keys = [tuple(sorted(t.params.items())) for t in measured]
     assert len(keys) == len(set(keys))  # no configuration measured twice
     # the budget, at most one over when both launch at the same instant
-    assert 5 <= len(measured) <= 6
+    assert 4 <= len(measured) <= 5
     # nothing left running
     assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
     hosts = {t.user_attrs["worker"]["pid"] for t in measured}
