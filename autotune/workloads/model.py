@@ -223,9 +223,12 @@ class Block(nn.Module):
         full)."""
         if not self.checkpointed:
             return self._forward(x, rope)
-        ops = _op_policy if self.checkpoint_ops else torch.utils.checkpoint.noop_context_fn
+        if not self.checkpoint_ops:
+            return torch.utils.checkpoint.checkpoint(self._forward, x, rope, use_reentrant=False)
+        # _op_policy named here, not through a variable: Dynamo traces a checkpoint's context_fn
+        # only when it is the function itself (a variable holding it is a LazyVariableTracker)
         return torch.utils.checkpoint.checkpoint(
-            self._forward, x, rope, use_reentrant=False, context_fn=ops
+            self._forward, x, rope, use_reentrant=False, context_fn=_op_policy
         )
 
     def _forward(
