@@ -104,6 +104,10 @@ def test_gpu_fp8_passes_the_numerics_check(
 ) -> None:
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     found = _trial(model, "fp8", recipe, floor=recipe == "tensorwise")
+    if found.get("checked") is False and "ran out of memory" in found["why"]:
+        # the check trains its reference beside the trial's model: Llama 1B's at micro-batch 4
+        # ran out at 73.2 of an H100's 79.2 GiB (2026-12-05); the test needs an H200's memory
+        pytest.skip(f"this GPU holds too little for the check: {found['why']}")
     (attempt,) = found["attempts"]
     verdict = attempt["verdict"]
     print(f"\n{model['family']} fp8 {recipe}: {verdict} check {found['check_s']:.1f} s")
