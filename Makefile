@@ -27,7 +27,8 @@ demo: setup
 # worksteal: an idle worker takes tests queued for the other (a test lasts 0.01 s to minutes). The
 # GPU tests take turns on a lock the workers share (tests/conftest.py): never two on one GPU.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+# --durations: the 25 slowest tests named at the end of each pass, so a CI log says where the time went
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25
 # tests marked serial judge measured speed (check's verdicts) or device turns: beside another
 # worker's trials their numbers would be the other test's load, so they run after, alone
 SERIAL := $(BIN)/python -m pytest -q -p no:cacheprovider
