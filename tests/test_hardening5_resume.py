@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import optuna
@@ -24,7 +25,10 @@ from fake_measure import FakeMeasure
 from optuna.trial import TrialState
 
 from autotune.config.load import parse_config
-from autotune.search import SearchResult, run_search
+from autotune.search import SearchResult, run_search, stages
+from autotune.search.drive import Drive, Told
+from autotune.search.schedule import Schedule
+from autotune.space import resolve_space
 from autotune.study.history import launch_cap
 
 # every bf16 trial ends as a crash: half the space cannot be measured
@@ -158,3 +162,43 @@ def test_killed_study_resumes_to_its_measured_budget(tmp_path: Path) -> None:
     assert len(ok) == 3 and {t.params["precision"] for t in ok} == {"fp32"}, again.stdout
     assert "budget reached" in again.stdout + again.stderr
     assert not [t for t in trials if t.state in (TrialState.WAITING, TrialState.RUNNING)]
+
+
+def test_an_enqueue_never_slips_between_another_workers_ask_and_its_new_trial(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Two workers of one process: an ask that found no waiting trial creates a new one; a point
+    the other worker enqueued in between (a repeat's nearest point) was left waiting past the
+    budget's end (seen once in a full run). Here the ask is held right after its empty pop while
+    the other worker enqueues: the enqueue waits for the ask (Schedule.queue_lock), then finds the
+    budget's one trial running and enqueues nothing."""
+    cfg = parse_config(tiny(study={"trials": 1, "confirm_top": 0}))
+    space = resolve_space(cfg, "cpu")
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="t", storage=storage)
+    schedule = Schedule(study, space, stages.staging(cfg.study, space, 1, "train"), 1, 2, 0, False)
+    drive = Drive(
+        study, lambda t: Told(TrialState.FAIL), [], 2, threading.Event(), schedule.queue_lock
+    )
+    popped_empty, go = threading.Event(), threading.Event()
+    pop = optuna.study.Study._pop_waiting_trial_id
+
+    def held_pop(self: optuna.study.Study) -> int | None:
+        found = pop(self)
+        if found is None:
+            popped_empty.set()
+            go.wait(10)
+        return found
+
+    monkeypatch.setattr(optuna.study.Study, "_pop_waiting_trial_id", held_pop)
+    asker = threading.Thread(target=drive.ask)
+    asker.start()
+    assert popped_empty.wait(10)
+    enqueuer = threading.Thread(target=schedule.enqueue, args=([space.baseline],))
+    enqueuer.start()
+    enqueuer.join(0.3)
+    go.set()
+    asker.join(10)
+    enqueuer.join(10)
+    states = [t.state for t in study.get_trials(deepcopy=False)]
+    assert states == [TrialState.RUNNING], states

@@ -70,9 +70,13 @@ class Drive:
         callbacks: list[Callback],
         n_jobs: int,
         stop: threading.Event,
+        asking: threading.Lock | None = None,
     ) -> None:
+        """asking: held around each ask, shared with whatever enqueues trials in this process
+        (Schedule.queue_lock): an ask pops a waiting trial or creates one, atomically for them."""
         self.study, self.objective, self.callbacks = study, objective, callbacks
         self.n_jobs, self.stop = n_jobs, stop
+        self.asking = asking or threading.Lock()
         self.halted = threading.Event()
 
     def halt(self) -> None:
@@ -113,8 +117,14 @@ class Drive:
         while not self.halted.is_set() and not self.stop.is_set() and time.monotonic() < deadline:
             self._one()
 
+    def ask(self) -> optuna.Trial:
+        """The next trial: a waiting one popped, or a new one (one ask at a time with this
+        process's enqueues: `asking`)."""
+        with self.asking:
+            return self.study.ask()
+
     def _one(self) -> None:
-        trial = self.study.ask()
+        trial = self.ask()
         try:
             told = self.objective(trial)
         except BaseException:  # interrupted (or a bug): the trial is not left RUNNING

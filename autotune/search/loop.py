@@ -258,7 +258,9 @@ class Search:
             self.stop_when_done,
             *([tracker] if tracker else []),
         ]
-        self.drive = Drive(study, self.objective, callbacks, self.n_jobs, self.stop)
+        self.drive = Drive(
+            study, self.objective, callbacks, self.n_jobs, self.stop, self.schedule.queue_lock
+        )
         reap_lost_workers(study, self.grace)
         # one objective: a recovered trial's value is its tokens/s
         if self.goal.single:

@@ -10,6 +10,7 @@ a search that ends at its budget leaves no trial waiting."""
 from __future__ import annotations
 
 import random
+import threading
 from typing import Any
 
 import optuna
@@ -53,6 +54,11 @@ class Schedule:
         # grid: every point in a seeded random order, enqueued a few at a time (a large space is
         # never enqueued whole: each enqueue is a write to the storage)
         self.grid_order = self.rng.sample(self.points, len(self.points)) if grid else []
+        # this process's workers enqueue and ask one at a time (Drive takes it around study.ask):
+        # an ask that found no waiting trial and then created one, while another worker enqueued
+        # the budget's last point, left that point waiting past the budget's end. Workers in other
+        # processes are not covered: a point one leaves waiting is the next ask's, here or there
+        self.queue_lock = threading.Lock()
 
     def start(self) -> None:
         """The baseline first, then the points of trials lost with their worker (lost), the grid's
@@ -201,5 +207,7 @@ class Schedule:
     def enqueue(self, points: list[dict[str, Any]], own: int | None = None) -> None:
         """Those of the points not measured nor waiting, as many as the budget has room for (own:
         the running trial asking, which takes none)."""
-        if points:
+        if not points:
+            return
+        with self.queue_lock:
             stages.enqueue(self.study, self.space, points, self.room(own))
