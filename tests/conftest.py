@@ -40,6 +40,13 @@ _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
 
+# A CPU trial that compiles (torch.compile's C++ kernels) compiles them scalar: Inductor's check
+# of the CPU's vector instructions (six g++ runs in each fresh study's cache) and its vectorised
+# kernels were 40% of a compiling test's time (37 s -> 24 s), and no test judges the kernels' speed:
+# they judge what autotune does with the compile (its cache, graphs, reasons), the same either way.
+# A value already set wins.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
+
 # The mark of the running test in the environment of every process it starts (SCOPE=<pid>.<n>). An
 # environment is inherited through every fork and exec: into a session of its own (autotune starts
 # each trial, probe and standby in one: launch/process.py, launch/probe.py, launch/prestart.py) and
