@@ -21,17 +21,21 @@ $(VENV)/.done: pyproject.toml
 demo: setup
 	$(BIN)/autotune search search_spaces/tiny.yaml --fresh
 
-# Two pytest-xdist workers, not -n auto: a test's trials are processes of their own (torch with its
-# own threads, two ranks for torchrun), so on CI's 2 cores a third worker only queues, and on a
-# 16-core GPU node -n auto would start 16 at once. TEST_WORKERS=4 make test where cores are many.
-# worksteal: an idle worker takes tests queued for the other (a test lasts 0.01 s to minutes). The
+# Three pytest-xdist workers on CI's 2 cores, not -n auto: a test's trials are processes of their
+# own, and many tests wait (a restarted database server, a hung rank's timeout, slowed steps). With
+# two workers the cores were 14% idle; with three, 97% busy and the parallel pass 604 s against 679 s
+# (the same 1,490 tests, one machine, back to back: benchmarks/results/2026-12-05-cpu-suite/). On a
+# 16-core GPU node -n auto would start 16 at once: TEST_WORKERS=6 make test where cores are many.
+# worksteal: an idle worker takes tests queued for another (a test lasts 0.01 s to minutes). The
 # GPU tests take turns on a lock the workers share (tests/conftest.py): never two on one GPU.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 # --durations: the 25 slowest tests named at the end of each pass, so a CI log says where the time went
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25
 # tests marked serial judge measured speed (check's verdicts) or device turns: beside another
 # worker's trials their numbers would be the other test's load, so they run after, alone
-SERIAL := $(BIN)/python -m pytest -q -p no:cacheprovider
+SERIAL := $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10
+# only the files that hold serial tests are collected for that pass (collecting all took 8 s)
+SERIAL_FILES = $(shell grep -l "mark\.serial" tests/test_*.py)
 
 # One formatting rule, enforced (STYLE.md): ruff format and ruff check at 100 columns over the whole
 # repository ([tool.ruff]), strict mypy on the package but the trial's workloads ([tool.mypy]).
@@ -43,7 +47,7 @@ lint: setup
 
 test: setup
 	$(PYTEST) -m "not serial" tests
-	$(SERIAL) -m serial tests
+	$(SERIAL) -m serial $(SERIAL_FILES)
 
 # the inner loop: every test but the real searches, checks and multi-process runs (marked slow; a
 # serial test is slow too: tests/conftest.py)

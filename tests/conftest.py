@@ -32,10 +32,10 @@ _SESSION_LOCKS = os.environ.setdefault("AUTOTUNE_LOCK_NAMESPACE", f"tests-{os.ge
 if _XDIST_WORKER := os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["AUTOTUNE_LOCK_NAMESPACE"] = f"{_SESSION_LOCKS}-{_XDIST_WORKER}"
 
-# Two xdist workers on CI's 2 cores: each trial's torch threads over its worker's share of the
-# cores, as autotune sizes trials side by side (runner.omp_env), not over all of them each
-# (oversubscribed: every process slower). A value already set wins; the serial pass, one process,
-# keeps torch's own.
+# Several xdist workers (three on CI's 2 cores): each trial's torch threads over its worker's
+# share of the cores (at least one), as autotune sizes trials side by side (runner.omp_env), not
+# over all of them each (oversubscribed: every process slower). A value already set wins; the
+# serial pass, one process, keeps torch's own.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
