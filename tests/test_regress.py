@@ -205,9 +205,12 @@ def test_regress_disturbed_check_is_unreliable_exit_3(
     )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert proc.stdout.startswith("unreliable: ") and "disturbed: host load " in proc.stdout
-    assert f"the numbers cannot be trusted either way (undisturbed they would read {would}: " in (
-        proc.stdout
-    )
+    # what they would read undisturbed: `would`, or nothing where the loaded host scattered the
+    # repeats past an interval (2 repeats at 24,233 and 44,044 tokens/s on one CI run)
+    named = f"the numbers cannot be trusted either way (undisturbed they would read {would}: "
+    unnamed = "the numbers cannot be trusted either way, pass or regression"
+    assert named in proc.stdout or unnamed in proc.stdout, proc.stdout
+    assert "they would read pass" not in proc.stdout
     assert "--update: not recorded, the check was disturbed" in proc.stdout
     assert yaml.safe_load(best.read_text())["check_baseline"] == doc["check_baseline"]
     assert [line.split(":")[0] for line in proc.stderr.splitlines()] == [
