@@ -38,7 +38,7 @@ SERIAL := $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10
 SERIAL_FILES = $(shell grep -l "mark\.serial" tests/test_*.py)
 
 # One formatting rule, enforced (STYLE.md): ruff format and ruff check at 100 columns over the whole
-# repository ([tool.ruff]), strict mypy on the package but the trial's workloads ([tool.mypy]).
+# repository ([tool.ruff]), strict mypy on the whole package ([tool.mypy]).
 # .ci/run runs it first.
 lint: setup
 	$(BIN)/ruff format --check .

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, cast
 
 from autotune.protocol import TrialSpec
 from autotune.workloads.faults import Fault
@@ -95,9 +95,12 @@ class Workload(ABC):
     imports_torch: ClassVar[bool] = True
 
     def __init__(
-        self, torch: ModuleType, spec: TrialSpec, ranks: Ranks | None, fault: Fault
+        self, torch: ModuleType | None, spec: TrialSpec, ranks: Ranks | None, fault: Fault
     ) -> None:
-        self.torch, self.spec, self.ranks, self.fault = torch, spec, ranks, fault
+        """torch: None only for a workload that never imports it (imports_torch False), and such a
+        workload never reads self.torch."""
+        self.torch = cast(ModuleType, torch)
+        self.spec, self.ranks, self.fault = spec, ranks, fault
         # what the trial really did for each knob (the record's `applied`)
         self.applied: dict[str, Any] = {}
         # set by the trial when the search may prune it: pass to time_steps(progress=...)

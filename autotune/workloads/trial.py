@@ -23,7 +23,7 @@ import signal  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any, TypedDict  # noqa: E402
 
 from autotune import nccl_log  # noqa: E402
 from autotune.protocol import PROGRESS_FILE, PRUNE_FILE, Knobs, TrialResult, TrialSpec  # noqa: E402
@@ -88,21 +88,15 @@ def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
     workload = cls(torch, spec, ranks, fault)
     workload.run_dir = run_dir
     workload.build()
-    if spec.device == "cuda" and workload.touches_device:
+    if torch is not None and spec.device == "cuda" and workload.touches_device:
         torch.cuda.synchronize()
     t_built = time.time()
     if spec.report_progress and run_dir is not None and ranks is None:
         workload.progress = Progress(run_dir, workload.work().tokens_per_step)
     measured = workload.run()
-    stopped = measured.timing is not None and measured.timing.stopped_early
-    reason = measured.stopped or (
-        (
-            f"stopped after {len(measured.timing.step_s)} of {spec.run.measure_steps} measured "
-            "steps: the search's pruner found it far below the best measured"
-        )
-        if stopped
-        else ""
-    )
+    pruned = _pruned(measured, spec)
+    stopped = bool(pruned)
+    reason = measured.stopped or pruned
     result = TrialResult(
         "pruned" if stopped else "ok",
         reason,
@@ -134,6 +128,25 @@ def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
     return result
 
 
+def _pruned(measured: Measured, spec: TrialSpec) -> str:
+    """Why the measured steps stopped early (the search's pruner asked), or ""."""
+    timing = measured.timing
+    if timing is None or not timing.stopped_early:
+        return ""
+    return (
+        f"stopped after {len(timing.step_s)} of {spec.run.measure_steps} measured steps: the "
+        "search's pruner found it far below the best measured"
+    )
+
+
+class _RankSteps(TypedDict):
+    """What each rank of a trial sends rank 0 (Ranks.gather)."""
+
+    step_times_s: list[float]
+    peak_mem_bytes: int | None
+    reserved: int | None
+
+
 def _record_steps(
     result: TrialResult,
     spec: TrialSpec,
@@ -148,11 +161,11 @@ def _record_steps(
     assert t is not None
     steps, peak, reserved = t.step_s, t.peak_mem_bytes, t.reserved_bytes
     if ranks:  # one trial, one result
-        gathered = ranks.gather(
-            {"step_times_s": steps, "peak_mem_bytes": peak, "reserved": reserved}
-        )
+        mine: _RankSteps = {"step_times_s": steps, "peak_mem_bytes": peak, "reserved": reserved}
+        gathered = ranks.gather(mine)
         steps = [max(per_rank) for per_rank in zip(*(r["step_times_s"] for r in gathered))]
-        peak = max(r["peak_mem_bytes"] for r in gathered)
+        peaks = [r["peak_mem_bytes"] for r in gathered if r["peak_mem_bytes"] is not None]
+        peak = max(peaks) if peaks else None
         reserved = max(r["reserved"] or 0 for r in gathered) or None
         result.ranks = [
             {"rank": i, "step_times_s": r["step_times_s"], "peak_mem_bytes": r["peak_mem_bytes"]}
@@ -185,7 +198,7 @@ def _record_steps(
     )
 
 
-def _import_torch(device: str) -> Any:
+def _import_torch(device: str) -> ModuleType:
     import torch
 
     if device == "cuda" and not torch.cuda.is_available():
@@ -203,15 +216,22 @@ def _installed_torch() -> dict[str, Any]:
     said: dict[str, Any] = {}
     with contextlib.suppress(OSError, SyntaxError, ValueError):
         for node in ast.parse(path.read_text()).body:
-            target = node.target if isinstance(node, ast.AnnAssign) else None
-            if isinstance(node, ast.Assign) and len(node.targets) == 1:
-                target = node.targets[0]
-            if isinstance(target, ast.Name) and node.value is not None:
-                said[target.id] = ast.literal_eval(node.value)
+            target, value = _assignment(node)
+            if isinstance(target, ast.Name) and value is not None:
+                said[target.id] = ast.literal_eval(value)
     return {"torch": said.get("__version__"), "cuda": said.get("cuda")}
 
 
-def _env(torch: ModuleType, device: str) -> dict[str, Any]:
+def _assignment(node: ast.stmt) -> tuple[ast.expr | None, ast.expr | None]:
+    """(target, value) of a one-target assignment, annotated or not; (None, None) otherwise."""
+    if isinstance(node, ast.AnnAssign):
+        return node.target, node.value
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        return node.targets[0], node.value
+    return None, None
+
+
+def _env(torch: ModuleType | None, device: str) -> dict[str, Any]:
     if torch is None:
         return {**_installed_torch(), "device": device}
     env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": device}
