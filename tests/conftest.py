@@ -32,7 +32,7 @@ _SESSION_LOCKS = os.environ.setdefault("AUTOTUNE_LOCK_NAMESPACE", f"tests-{os.ge
 if _XDIST_WORKER := os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["AUTOTUNE_LOCK_NAMESPACE"] = f"{_SESSION_LOCKS}-{_XDIST_WORKER}"
 
-# Several xdist workers (three on CI's 2 cores): each trial's torch threads over its worker's
+# Several xdist workers (two on CI's 2 cores): each trial's torch threads over its worker's
 # share of the cores (at least one), as autotune sizes trials side by side (runner.omp_env), not
 # over all of them each (oversubscribed: every process slower). A value already set wins; the
 # serial pass, one process, keeps torch's own.
