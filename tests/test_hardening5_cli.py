@@ -6,10 +6,11 @@ whose knob values a hostile user wrote."""
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
-from conftest import cli_here, command_job, run_cli
+from conftest import built_once, cli_here, command_job, run_cli
 
 from autotune.launch.process import _classify
 
@@ -26,23 +27,27 @@ WIDTHS = ["0", "1", "20", "", "x", "\u00b2", "99999999999999999999"]
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory) -> Path:
-    """A finished command study whose knob `tag` holds HOSTILE's values."""
-    root = tmp_path_factory.mktemp("hostile")
-    command_job(
-        root,
-        "hostile",
-        trials=6,
-        command={
-            "knobs": {
-                "micro_batch_size": {"flag": "--bs"},
-                "tag": {"flag": "--tag", "values": HOSTILE},
-            }
-        },
-        baseline={"micro_batch_size": 1, "tag": HOSTILE[0]},
-    )
-    proc = cli_here("search", "job.yaml", "--out", "out", "--device", "cpu", cwd=root)
-    assert proc.returncode == 0, proc.stderr
-    return root / "out" / "hostile"
+    """A finished command study whose knob `tag` holds HOSTILE's values, searched once for the run
+    (conftest.built_once): its tests read it; the check, which writes its history, runs on a
+    copy."""
+
+    def search(root: Path) -> None:
+        command_job(
+            root,
+            "hostile",
+            trials=6,
+            command={
+                "knobs": {
+                    "micro_batch_size": {"flag": "--bs"},
+                    "tag": {"flag": "--tag", "values": HOSTILE},
+                }
+            },
+            baseline={"micro_batch_size": 1, "tag": HOSTILE[0]},
+        )
+        proc = cli_here("search", "job.yaml", "--out", "out", "--device", "cpu", cwd=root)
+        assert proc.returncode == 0, proc.stderr
+
+    return built_once(tmp_path_factory, "hostile", search) / "out" / "hostile"
 
 
 def _width(columns: str) -> dict[str, str]:
@@ -80,7 +85,8 @@ def test_every_terminal_width_prints_checks_verdict(
     study: Path, tmp_path: Path, columns: str
 ) -> None:
     """check at COLUMNS=0 exited 0 with no verdict."""
-    best = str(study / "best.yaml")
+    shutil.copytree(study.parents[1], tmp_path / "project")  # the check writes its history
+    best = str(tmp_path / "project" / "out" / "hostile" / "best.yaml")
     proc = run_cli(
         "check", best, "--repeats", "1", "--max-repeats", "1", cwd=tmp_path, env=_width(columns)
     )
