@@ -39,11 +39,10 @@ KINDS = {
 def started(log_dir: str) -> None:
     """This process's start, argv and parent chain, appended to procs.log (from the .pth, which
     Python may read twice: logged once)."""
-    global LOG_DIR
-    if LOG_DIR == Path(log_dir) and _logged:
+    global LOG_DIR, _logged
+    if _logged:
         return
-    LOG_DIR = Path(log_dir)
-    _logged.append(os.getpid())
+    LOG_DIR, _logged = Path(log_dir), True
     chain, pid = [], os.getpid()
     for _ in range(16):
         try:
@@ -59,41 +58,40 @@ def started(log_dir: str) -> None:
         log.write(line)
 
 
-def _cpu() -> float:
+def _cpu() -> tuple[float, float]:
+    """CPU-seconds of this process, and of it with its reaped children."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    mine = own.ru_utime + own.ru_stime
+    return mine, mine + kids.ru_utime + kids.ru_stime
 
 
-def _own_cpu() -> float:
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    return own.ru_utime + own.ru_stime
-
-
-_logged: list[int] = []
+_logged = False
+_measures = True
 _open: dict[str, tuple[float, float, float]] = {}
-_runs_tests: list[bool] = []
 
 
 def pytest_configure(config: object) -> None:
     """pytest-xdist's controller hears each worker's logstart and logfinish too: only the process
     that runs the tests measures them."""
+    global _measures
     option = getattr(config, "option", None)
     controller = getattr(option, "dist", "no") != "no" and not hasattr(config, "workerinput")
-    _runs_tests.append(not controller)
+    _measures = not controller
 
 
 def pytest_runtest_logstart(nodeid: str, location: object) -> None:
-    if _runs_tests and _runs_tests[0]:
-        _open[nodeid] = (time.time(), _cpu(), _own_cpu())
+    if _measures:
+        _open[nodeid] = (time.time(), *_cpu())
 
 
 def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
     if nodeid not in _open:
         return
-    t0, cpu0, own0 = _open.pop(nodeid)
+    t0, own0, cpu0 = _open.pop(nodeid)
+    own, cpu = _cpu()
     row = {"id": nodeid, "pid": os.getpid(), "t0": t0, "t1": time.time()}
-    row.update(cpu=_cpu() - cpu0, own=_own_cpu() - own0)
+    row.update(cpu=cpu - cpu0, own=own - own0)
     with open(LOG_DIR / f"tests.{os.getpid()}.jsonl", "a") as log:
         log.write(json.dumps(row) + "\n")
 

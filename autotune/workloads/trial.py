@@ -95,11 +95,9 @@ def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
         workload.progress = Progress(run_dir, workload.work().tokens_per_step)
     measured = workload.run()
     pruned = _pruned(measured, spec)
-    stopped = bool(pruned)
-    reason = measured.stopped or pruned
     result = TrialResult(
-        "pruned" if stopped else "ok",
-        reason,
+        "pruned" if pruned else "ok",
+        measured.stopped or pruned,
         applied=workload.applied,
         env=_env(torch, spec.device if workload.touches_device else "cpu"),
         losses=measured.losses,
@@ -164,8 +162,7 @@ def _record_steps(
         mine: _RankSteps = {"step_times_s": steps, "peak_mem_bytes": peak, "reserved": reserved}
         gathered = ranks.gather(mine)
         steps = [max(per_rank) for per_rank in zip(*(r["step_times_s"] for r in gathered))]
-        peaks = [r["peak_mem_bytes"] for r in gathered if r["peak_mem_bytes"] is not None]
-        peak = max(peaks) if peaks else None
+        peak = max(r["peak_mem_bytes"] or 0 for r in gathered) or None
         reserved = max(r["reserved"] or 0 for r in gathered) or None
         result.ranks = [
             {"rank": i, "step_times_s": r["step_times_s"], "peak_mem_bytes": r["peak_mem_bytes"]}
