@@ -214,3 +214,32 @@ def test_knobs_batch_arithmetic_refuses_a_value_that_is_not_a_whole_number(value
     assert knobs.int_of({"micro_batch_size": 4}, "micro_batch_size") == 4
     with pytest.raises(TypeError, match="micro_batch_size"):
         tasks.task("train").derived_knobs({"micro_batch_size": value}, 32, 1)
+
+
+def test_knobs_memory_order_is_declared_once_with_the_knobs_own_values() -> None:
+    """Values that can only need more memory (issue 61), in the catalogue and nowhere else; a value
+    the knob does not have is refused where the knob is declared."""
+    assert {k.name: k.memory_order for k in knobs.CATALOGUE if k.memory_order} == {
+        "precision": (("fp32", "tf32"), ("bf16", "fp16")),
+        "attention": (("eager", "math"), ("auto", "flash", "efficient", "cudnn")),
+        "activation_checkpointing": (("none",), ("full", "selective", "selective_op")),
+    }
+    precision = knobs.BY_NAME["precision"]
+    assert precision.needs_at_least("tf32", "bf16") and precision.needs_at_least("fp8", "fp8")
+    assert not precision.needs_at_least("bf16", "fp32") and not precision.needs_at_least(
+        "fp16", "bf16"
+    )
+    assert not precision.needs_at_least("fp32", "fp8")
+    with pytest.raises(
+        ValueError, match=r"memory_order .* names \['sdpa'\], not values of the knob"
+    ):
+        knobs.Knob(
+            "attention",
+            knobs.BY_NAME["attention"].type,
+            "auto",
+            help="",
+            effect="",
+            memory_order=(("eager",), ("sdpa",)),
+        )
+    with pytest.raises(ValueError, match="names a value twice"):
+        knobs.Knob("x", precision.type, "fp32", "", "", memory_order=(("fp32",), ("fp32",)))

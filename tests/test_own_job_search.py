@@ -1,6 +1,7 @@
 """A search of your own job (task command) that starts from your setting and learns its memory from
-what it measures: the baseline, then its one-knob neighbours, then the sampler; one out-of-memory
-trial per setting of the other knobs (search/neighbours.py, study/peaks.py)."""
+what it measures: the baseline, then its one-knob neighbours, then the sampler; an out-of-memory
+trial bounds its size and the larger ones with those knobs, never a smaller one
+(search/neighbours.py, study/predict.py)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def _oom_job(tmp_path: Path, trials: int, start: str = "auto") -> Path:
 
 
 @pytest.mark.slow
-def test_own_job_search_starts_from_the_baseline_and_spends_one_oom_per_setting(
+def test_own_job_search_starts_from_the_baseline_and_never_launches_a_bounded_size(
     tmp_path: Path,
 ) -> None:
     result = run_search(load_config(_oom_job(tmp_path, 12)), out_root=tmp_path / "t", device="cpu")
@@ -65,8 +66,20 @@ def test_own_job_search_starts_from_the_baseline_and_spends_one_oom_per_setting(
     assert [k["micro_batch_size"] for k in knobs[1:3]] == [4, 16]
     changed = [{k: v for k, v in one.items() if knobs[0][k] != v} for one in knobs[3:5]]
     assert sorted(map(str, changed)) == ["{'lr_env': 'b'}", "{'optim': 'sgd'}"]
-    ooms = Counter(group_of(t.user_attrs["knobs"], COMMAND) for t in result.history.ooms)
-    assert ooms and max(ooms.values()) == 1, ooms
+    # each out-of-memory trial launched is smaller than any of its setting's before it: none
+    # launched at a size an earlier one bounds (a size between the largest that ran and one that
+    # ran out is measured: issue 61)
+    ooms = sorted(result.history.ooms, key=lambda t: t.number)
+    assert ooms
+    for i, t in enumerate(ooms):
+        earlier = [
+            u
+            for u in ooms[:i]
+            if group_of(u.user_attrs["knobs"], COMMAND) == group_of(t.user_attrs["knobs"], COMMAND)
+        ]
+        size = t.user_attrs["knobs"]["micro_batch_size"]
+        assert all(size < u.user_attrs["knobs"]["micro_batch_size"] for u in earlier), ooms
+    assert max(Counter(group_of(t.user_attrs["knobs"], COMMAND) for t in ooms).values()) <= 2
     predicted = [t for t in trials if t.user_attrs.get("predicted")]
     assert all(t.user_attrs["status"] == "oom" for t in predicted)
     assert all(t.user_attrs["knobs"]["micro_batch_size"] >= 16 for t in predicted)

@@ -1,6 +1,7 @@
 """Memory learned from measurement (study/peaks.py): the measured peaks of each setting as a line
-in tokens per micro-batch, one point plus the smallest slope, the scoped rule after an out-of-memory
-trial, and the allocator's expandable segments offered to a variable-length job."""
+in tokens per micro-batch, one point plus the smallest slope, an out-of-memory trial that rules out
+no size below it, a peak no GPU can have refused, and the allocator's expandable segments offered to
+a variable-length job."""
 
 from __future__ import annotations
 
@@ -71,18 +72,40 @@ def test_peaks_one_point_takes_the_smallest_slope_measured() -> None:
     assert peaks.forecast(h, {**FP32, "micro_batch_size": 4}, COMMAND) is None  # below its point
 
 
-def test_peaks_one_out_of_memory_trial_per_setting() -> None:
+def test_peaks_an_oom_never_rules_out_the_sizes_below_it() -> None:
+    """Issue 61: an out-of-memory trial at 32 bounds 32 and larger, never 8 or 16, which no
+    measured peak says cannot fit: with another kernel (none ran there), the best point is 8."""
     h = _history(
-        _trial(0, {**BF16, "micro_batch_size": 8}),
+        _trial(0, {**BF16, "micro_batch_size": 4}),
         _trial(1, {**BF16, "micro_batch_size": 32}, status="oom"),
+        _trial(2, {**BF16, "optim": "other", "micro_batch_size": 32}, status="oom"),
     )
-    scoped = peaks.scoped(h, {**BF16, "micro_batch_size": 16}, COMMAND)
-    assert scoped is not None and scoped[0].number == 1
-    assert "the largest that ran with these knobs is 8" in scoped[1]
-    assert peaks.scoped(h, {**BF16, "micro_batch_size": 4}, COMMAND) is None
-    assert peaks.scoped(h, {**FP32, "micro_batch_size": 16}, COMMAND) is None  # another setting
-    # a built-in task's memory has its estimate: the scoped rule is the command's
-    assert peaks.scoped(h, {**BF16, "micro_batch_size": 16}, tasks.task("train")) is None
+    for optim in ("fused", "other"):
+        for size in (8, 16):
+            assert (
+                predict.failure(h, {**BF16, "optim": optim, "micro_batch_size": size}, COMMAND)
+                is None
+            )
+        status, reason = predict.failure(
+            h, {**BF16, "optim": optim, "micro_batch_size": 64}, COMMAND
+        )
+        assert status == "oom" and "micro_batch_size 32 ran out of memory" in reason
+
+
+def test_peaks_a_peak_no_gpu_can_have_is_refused() -> None:
+    """A peak above the card's 80 GiB, or not above zero, is a broken reading: no point, no line."""
+    assert peaks.possible(80.0, 80.0) and peaks.possible(0.5, None)
+    assert not peaks.possible(81.0, 80.0) and not peaks.possible(-2.0, 80.0)
+    assert not peaks.possible(0.0, 80.0) and not peaks.possible(float("nan"), None)
+    for bad in (500.0, -3.0):
+        assert peaks.point_of(_trial(1, {**BF16, "micro_batch_size": 16}, bad), COMMAND) is None
+    h = _history(
+        _trial(0, {**BF16, "micro_batch_size": 8}, 14.0, tokens=8192),
+        _trial(1, {**BF16, "micro_batch_size": 16}, 500.0, tokens=16384),
+    )
+    # a line through 14 and 500 GiB would say 32 cannot fit; one point says nothing
+    assert peaks.forecast(h, {**BF16, "micro_batch_size": 32}, COMMAND) is None
+    assert predict.failure(h, {**BF16, "micro_batch_size": 32}, COMMAND) is None
 
 
 def test_peaks_expandable_segments_offered_to_a_variable_length_job_that_ran_out() -> None:

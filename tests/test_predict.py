@@ -48,6 +48,8 @@ def _history(*trials: optuna.trial.FrozenTrial) -> History:
     for t in trials:
         if t.user_attrs["status"] == "ok":
             h.completed.append(t)
+        elif t.user_attrs["status"] == "pruned":
+            h.pruned.append(t)
         elif t.user_attrs["status"] == "oom":
             h.ooms.append(t)
         elif t.user_attrs.get("cause"):
@@ -111,6 +113,78 @@ def test_predict_size_knob_is_the_tasks() -> None:
     status, reason = predict.failure(h, {**knobs, "batch_size": 16}, tasks.task("generate"))
     assert status == "oom" and "(batch_size 8 ran out of memory)" in reason
     assert predict.failure(h, {**knobs, "batch_size": 4}, tasks.task("generate")) is None
+
+
+BF16 = {"precision": "bf16", "attention": "auto", "activation_checkpointing": "selective"}
+
+
+def _size(knobs: dict, size: int, **other: Any) -> dict:
+    return {**knobs, **other, "micro_batch_size": size, "grad_accum_steps": 32 // size}
+
+
+def test_predict_values_that_need_more_memory_share_an_oom() -> None:
+    """Issue 61: where bf16 ran out of memory at 16, fp32 and tf32 need no less there (autocast
+    keeps fp32 weights; activations only grow), nor does no checkpointing where selective ran out,
+    nor eager attention where a fused kernel did: the catalogue's memory_order, one rule."""
+    h = _history(_trial(0, _size(BF16, 16), "oom"))
+    for more in ({"precision": "fp32"}, {"precision": "tf32"}, {"attention": "eager"}):
+        status, reason = predict.failure(h, _size(BF16, 16, **more), TRAIN)
+        assert status == "oom" and "micro_batch_size 16 ran out of memory" in reason
+    status, reason = predict.failure(
+        h, _size(BF16, 32, precision="fp32", activation_checkpointing="none"), TRAIN
+    )
+    assert status == "oom" and reason == (
+        "predicted: needs at least the memory of trial 0 (micro_batch_size 16 ran out of memory; "
+        "precision fp32 needs no less than its bf16; activation_checkpointing none needs no less "
+        "than its selective)"
+    )
+    # a value that needs less, or is not compared, or a smaller size: measured
+    for other in (
+        _size(BF16, 8, precision="fp32"),
+        _size(BF16, 16, precision="fp16"),
+        _size(BF16, 16, precision="fp8"),
+        _size(BF16, 16, activation_checkpointing="full"),
+        _size(BF16, 16, attention="flash"),
+        _size(BF16, 16, precision="fp32", compile=True),
+    ):
+        assert predict.failure(h, other, TRAIN) is None, other
+    # the other way round: fp32 out of memory says nothing of bf16
+    fp32 = _history(_trial(0, _size(BF16, 16, precision="fp32"), "oom"))
+    assert predict.failure(fp32, _size(BF16, 16), TRAIN) is None
+    assert predict.failure(fp32, _size(BF16, 16, precision="tf32"), TRAIN) is None
+
+
+def test_predict_an_oom_that_a_larger_size_contradicts_is_no_bound() -> None:
+    """Issue 61: a flaky out-of-memory at 2 while 4 and 8 ran bounds nothing (today it ruled out
+    8 and 16, which fit and are faster); one contradicted through memory_order (fp32 ran at the
+    size where bf16 ran out) neither. One no trial contradicts still bounds."""
+    h = _history(
+        _trial(0, _size(BF16, 4), peak=None),
+        _trial(1, _size(BF16, 2), "oom"),
+        _trial(2, _size(BF16, 8), "pruned"),  # pruned after measuring steps: it ran
+    )
+    assert predict.oom_bound(h, _size(BF16, 16), TRAIN) is None
+    assert predict.failure(h, _size(BF16, 16), TRAIN) is None
+    assert predict.failure(h, _size(BF16, 16, precision="fp32"), TRAIN) is None
+    h = _history(_trial(0, _size(BF16, 16, precision="fp32")), _trial(1, _size(BF16, 16), "oom"))
+    assert predict.ooms(h, TRAIN) == []
+    assert predict.failure(h, _size(BF16, 32), TRAIN) is None
+    h = _history(_trial(0, _size(BF16, 8)), _trial(1, _size(BF16, 16), "oom"))
+    assert [t.number for t in predict.ooms(h, TRAIN)] == [1]
+    assert predict.failure(h, _size(BF16, 32), TRAIN) is not None
+
+
+def test_predict_memory_refuses_a_peak_no_gpu_can_have() -> None:
+    """A completed trial's peak above its GPU's memory, or negative, teaches the estimate
+    nothing."""
+    model = {"family": "gpt2", "n_layers": 2, "d_model": 64, "n_heads": 2, "vocab_size": 256}
+    mem = predict.Memory({**model, "seq_len": 64}, 1, 80.0)
+    knobs = {**_size(BF16, 8), "compile": False}
+    for peak in (1.5, 120.0, -1.0):
+        t = _trial(0, knobs, peak=peak)
+        t.user_attrs["metrics"]["peak_mem_kind"] = "cuda_max_memory_allocated"
+        pairs = mem.measured(_history(t))
+        assert [p / 2**30 for _, p in pairs] == ([1.5] if peak == 1.5 else []), peak
 
 
 @pytest.mark.slow

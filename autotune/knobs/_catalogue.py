@@ -41,6 +41,10 @@ CATALOGUE: tuple[Knob, ...] = (
         "fp32",
         note={"train": notes.precision, "generate": notes.generate_precision},
         tasks=ALL,
+        # fp32 and tf32 keep every activation in 4 bytes; bf16 and fp16 autocast keeps the fp32
+        # weights, gradients and optimizer state as fp32 does and many activations in 2 (fp8:
+        # torchao's own layout, not compared)
+        memory_order=(("fp32", "tf32"), ("bf16", "fp16")),
         help=(
             "fp32 (TF32 off), tf32 (TF32 matmuls), bf16 (autocast), fp16 (autocast + GradScaler), "
             "fp8 (torchao float8 training of the linear layers, head in bf16; needs torchao and "
@@ -124,6 +128,9 @@ CATALOGUE: tuple[Knob, ...] = (
         "auto",
         note=notes.attention,
         tasks=BOTH,
+        # eager and SDPA's math backend hold the sequence-by-sequence attention matrix; the fused
+        # kernels (and auto, which picks one where it can, else math) never more
+        memory_order=(("eager", "math"), ("auto", "flash", "efficient", "cudnn")),
         help=(
             "auto (PyTorch picks the SDPA kernel), an SDPA backend forced with sdpa_kernel "
             "(flash, efficient, cudnn, math), or eager (softmax(QK^T)V materialised, the slow "
@@ -187,6 +194,9 @@ CATALOGUE: tuple[Knob, ...] = (
             "`aten.mm`/`addmm` outputs (every second one recomputed) and the SDPA kernels' outputs"
         ),
         tasks=TRAIN_AND_COMMAND,
+        # none keeps every block's activations for the backward; each checkpointing choice keeps
+        # fewer of them, and recomputes one block's at a time
+        memory_order=(("none",), ("full", "selective", "selective_op")),
     ),
     Knob(
         "cross_entropy",

@@ -85,6 +85,21 @@ class Knob:
     edge: Literal["divisor", "double"] | None = None
     # best.yaml: how to apply these values; a mapping where a task applies the knob its own way
     note: Note | dict[str, Note] | None = None
+    # the values in tiers by the memory they need, most first: a value needs at least the memory
+    # of every value of a later tier, the other knobs alike, so an out-of-memory trial at a later
+    # tier's value bounds the earlier tiers' at its size and larger (study/predict.py); values of
+    # one tier, and values left out, are not compared
+    memory_order: tuple[tuple[Any, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        listed = [v for values in self.memory_order for v in values]
+        unknown = [v for v in listed if v not in self.choices()]
+        if unknown or len(set(listed)) != len(listed):
+            raise ValueError(
+                f"knob {self.name}: memory_order {self.memory_order!r} names "
+                + (f"{unknown!r}, not values of the knob" if unknown else "a value twice")
+                + f"; use its values {self.choices()!r}, each at most once"
+            )
 
     def acts_with(self, value: KnobValue) -> bool:
         """Whether this knob acts when its only_with knob has `value`."""
@@ -92,6 +107,14 @@ class Knob:
         want = self.only_with[1]
         acts: bool = value != want.value if isinstance(want, Not) else value == want
         return acts
+
+    def needs_at_least(self, value: KnobValue, than: KnobValue) -> bool:
+        """Whether `value` needs at least the memory `than` does, the other knobs alike: the same
+        value, or one of an earlier tier of memory_order."""
+        if value == than:
+            return True
+        tier = {v: i for i, values in enumerate(self.memory_order) for v in values}
+        return value in tier and than in tier and tier[value] < tier[than]
 
     def choices(self) -> tuple[Any, ...]:
         """The closed set of values (a Literal type), else ()."""

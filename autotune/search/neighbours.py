@@ -10,6 +10,8 @@ from the user's setting), so the search first measures what one change to that s
 - each other searched knob at each of its other values, one at a time, at the baseline's size; when
   the baseline's measured peak is above peaks.RISKY of the GPU, at the next smaller size that ran
   (a change of arithmetic, attention or optimizer can need more memory than the baseline left);
+  when the baseline ran out of memory, one listed size below it (a size no larger than the one
+  that just failed would fail the same way);
 - not the values the staged search spends on the leaders (the costly program: compile) or measures
   as an arithmetic's variant (fp8, fp16): those come where they can win (search/stages.py).
 The points are computed after each told trial from what has been measured (a neighbour known to
@@ -24,7 +26,7 @@ from typing import Any
 from autotune.knobs import Knobs, KnobValue
 from autotune.search.stages import Plan
 from autotune.space import ResolvedSpace
-from autotune.study import peaks
+from autotune.study import peaks, predict
 from autotune.study.history import History, key
 
 
@@ -79,17 +81,25 @@ def _safe_size(h: History, space: ResolvedSpace, base: Knobs, size: str) -> Any:
     at which the baseline's activations could double and still fit, by its setting's measured line
     (a change of arithmetic, attention or optimizer rarely more than doubles them); without a line,
     the baseline's unless its measured peak is above peaks.RISKY of the GPU, then the largest
-    smaller size that ran with its other knobs."""
+    smaller size that ran with its other knobs. Below a size that ran out of memory with the
+    baseline's knobs (predict.oom_bound: the baseline's own, or a smaller one's): one listed size
+    below it, or the smallest listed."""
     if size not in base:
         return None
     knobs = space.knobs(base)
     sizes = sorted(s for s in space.searched.get(size, [base[size]]) if s <= base[size])
+    failed = predict.oom_bound(h, knobs, space.task)
+    if failed is not None:
+        below = [s for s in sizes if s < failed.user_attrs["knobs"][size]]
+        sizes = below or sizes[:1]
     line = peaks.line_of(h, knobs, space.task)
     if line is not None:
         slope, intercept, per_sequence, capacity = line
         room = peaks.USABLE_SHARE * capacity
         fits = [s for s in sizes if intercept + 2 * slope * per_sequence * s <= room]
         return max(fits, default=sizes[0])
+    if failed is not None:
+        return max(sizes)
     trial = h.seen.get(key(knobs))
     point = peaks.point_of(trial, space.task) if trial is not None else None
     if point is None or point.peak_gib <= peaks.RISKY * point.capacity_gib:

@@ -17,16 +17,16 @@ each of which can change either part), the measured peaks are a line in tokens p
 
 The peak compared with the GPU's memory is what the allocator reserved where the job reports it
 (its fragmentation is what runs out, not what tensors held), else what was allocated, else what
-NVML saw the job's processes use (command/gpu_peak.py).
-
-After a trial ran out of memory, its group is scoped (one out-of-memory trial per setting, task
-command): a size above the largest that ran in that group (none ran there: in any group) and below
-the one that failed (which bounds the larger ones: predict.oom_bound) launches only where the line
-says it fits. A trial pruned after measuring steps ran: its peak counts.
+NVML saw the job's processes use (command/gpu_peak.py). A peak no GPU can have (above the card's
+memory, not above zero, not finite) is a broken reading: refused, never learned from. A trial
+pruned after measuring steps ran: its peak counts. An out-of-memory trial bounds its size and the
+larger ones (predict.oom_bound), never a size between it and the largest that ran: those launch
+unless the line says they cannot fit.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -42,6 +42,9 @@ USABLE_SHARE = 0.98
 # a measured peak above this share of the GPU is close to running out (a change of arithmetic,
 # attention or optimizer can need more than is left: search/neighbours.py)
 RISKY = 0.7
+# the fingerprint's GPU memory is rounded to 0.01 GiB (hardware._memory_gib): a peak this far above
+# it may still be the card's own
+ROUNDING_GIB = 0.01
 
 
 @dataclass(frozen=True)
@@ -82,12 +85,22 @@ def peak_of(t: optuna.trial.FrozenTrial) -> float | None:
     return max(values) if values else None
 
 
+def possible(peak_gib: float, capacity_gib: float | None) -> bool:
+    """Whether a GPU of this memory (None: unknown) can have had this peak: finite, above zero, no
+    more than the card holds."""
+    if not math.isfinite(peak_gib) or peak_gib <= 0:
+        return False
+    return capacity_gib is None or peak_gib <= capacity_gib + ROUNDING_GIB
+
+
 def point_of(t: optuna.trial.FrozenTrial, task: Task) -> Point | None:
-    """A completed GPU trial with a measured peak and a size, else None."""
+    """A completed GPU trial with a measured peak its GPU can have and a size, else None."""
     fp = t.user_attrs.get("fingerprint") or {}
     size = (t.user_attrs.get("knobs") or {}).get(task.size_knob)
     peak = peak_of(t)
     if fp.get("device") != "cuda" or not fp.get("gpu_memory_gib") or peak is None:
+        return None
+    if not possible(peak, float(fp["gpu_memory_gib"])):
         return None
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         return None
@@ -170,44 +183,6 @@ def _from_one(
     fitted = ", ".join(str(p.number) for p in pts)
     how = f"trial {point.number}'s peak plus the smallest slope measured (trials {fitted})"
     return Forecast(peak, capacity, how)
-
-
-def scoped(h: History, knobs: Knobs, task: Task) -> tuple[optuna.trial.FrozenTrial, str] | None:
-    """(the out-of-memory trial, why) where its group's one out-of-memory trial rules this size
-    out: the size is above the largest that ran in the group, and no measured line says it fits."""
-    size = knobs.get(task.size_knob)
-    if not task.scoped_oom or not isinstance(size, int) or isinstance(size, bool):
-        return None
-    group = group_of(knobs, task)
-    failed = [t for t in h.ooms if group_of(t.user_attrs["knobs"], task) == group]
-    if not failed:
-        return None
-    mine = _largest_ran(h, task, group)
-    # none ran with these knobs: the largest that ran with any (none anywhere: nothing known)
-    largest = mine if mine is not None else _largest_ran(h, task, None)
-    if largest is None or size <= largest:
-        return None
-    seen = forecast(h, knobs, task)
-    if seen is not None and not seen.over:
-        return None
-    t = failed[0]
-    where = "with these knobs" if mine is not None else "with any knobs (none with these)"
-    return t, (
-        f"predicted: trial {t.number} ran out of memory at {task.size_knob} "
-        f"{t.user_attrs['knobs'].get(task.size_knob)} with the same other knobs, the largest "
-        f"that ran {where} is {largest}, and no measured peak says {size} fits (one "
-        "out-of-memory trial per setting)"
-    )
-
-
-def _largest_ran(h: History, task: Task, group: Key | None) -> int | None:
-    """The largest size that completed in the group (None: in any group)."""
-    sizes = [
-        t.user_attrs["knobs"].get(task.size_knob)
-        for t in h.ran
-        if group is None or group_of(t.user_attrs["knobs"], task) == group
-    ]
-    return max((s for s in sizes if isinstance(s, int)), default=None)
 
 
 # the longest micro-batch this many times the median one: the job's shapes vary

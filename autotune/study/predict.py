@@ -4,15 +4,19 @@
   caused it (its `cause`, e.g. {attention: cudnn, precision: tf32}); any later configuration with
   those values fails the same way.
 - A batch (the task's size knob, Task.size_knob: train's micro-batch, generate's batch) that ran
-  out of memory bounds the larger ones with the same other knobs.
+  out of memory bounds itself and the larger ones with the same other knobs, or with other knobs at
+  values that need no less memory (the catalogue's Knob.memory_order: fp32 where bf16 ran out, no
+  checkpointing where checkpointing did, eager attention where a fused kernel did); never a smaller
+  size. An out-of-memory trial contradicted by one that ran needing at least its memory (a size no
+  smaller, the other knobs alike or needing no less) bounds nothing: it was not the configuration's.
 - A generate batch over a latency limit (study.limits: time to first token, time per output token)
   bounds the larger batches with the same other knobs: a larger batch does more work in every
   prefill and decode step.
 - Memory learned from measurement (study/peaks.py): the measured peaks of each setting of the
   other knobs are a line in tokens per micro-batch (activations grow with them; parameters,
   gradients and optimizer state do not), and a batch whose fitted peak exceeds the GPU's memory is
-  predicted to run out; after an out-of-memory trial, a larger size than any that ran with those
-  knobs launches only where that line says it fits.
+  predicted to run out. A peak no GPU can have (above the card's memory, not above zero) is
+  refused.
 - The baseline (your setting) is never predicted: it is measured, whatever is known.
 - The memory estimate (autotune/memory; built-in training models): parameters, gradients, optimizer
   state per shard and activations per micro-batch under each checkpointing choice, calibrated by the
@@ -29,6 +33,7 @@ from typing import Any
 
 import optuna
 
+from autotune import knobs as catalogue
 from autotune import memory
 from autotune.documents.record import Metric, TrialRecord
 from autotune.protocol import Knobs
@@ -58,19 +63,21 @@ class Memory:
 
     def measured(self, h: History) -> list[tuple[memory.Estimate, float]]:
         """(estimate, measured peak bytes) of the completed GPU trials (max_memory_allocated, the
-        slowest rank's)."""
+        slowest rank's); a peak no GPU of the trial's can have is refused (peaks.possible)."""
         pairs = []
         for t in h.completed:
             r = TrialRecord.of(t)
-            cuda = (r.fingerprint or {}).get("device") == "cuda"
+            fingerprint = r.fingerprint or {}
+            peak = r.metric(Metric.PEAK_MEM_GIB)
             if (
-                cuda
+                fingerprint.get("device") == "cuda"
                 and r.metric(Metric.PEAK_MEM_KIND) == "cuda_max_memory_allocated"
-                and r.metric(Metric.PEAK_MEM_GIB)
+                and isinstance(peak, (int, float))
+                and peaks.possible(peak, fingerprint.get("gpu_memory_gib") or self.capacity_gib)
             ):
                 est = self.estimate(r.knobs)
                 if est is not None:
-                    pairs.append((est, r.metric(Metric.PEAK_MEM_GIB) * memory.GIB))
+                    pairs.append((est, peak * memory.GIB))
         return pairs
 
     def calibration(self, h: History) -> memory.Calibration:
@@ -145,9 +152,54 @@ def rule_for(
     return None
 
 
+def needs_at_least(knobs: Knobs, than: Knobs, task: Task) -> bool:
+    """Whether `knobs` need at least the memory of `than`: a batch no smaller, and each other knob
+    alike or at a value its catalogue entry says needs no less (Knob.memory_order)."""
+    size = task.size_knob
+    mine, theirs = knobs.get(size), than.get(size)
+    if not isinstance(mine, int) or not isinstance(theirs, int) or mine < theirs:
+        return False
+    return all(
+        _no_less(name, value, than.get(name))
+        for name, value in knobs.items()
+        if name not in task.batch_knobs
+    )
+
+
+def _no_less(name: str, value: Any, than: Any) -> bool:
+    knob = catalogue.BY_NAME.get(name)
+    return value == than or (knob is not None and knob.needs_at_least(value, than))
+
+
+def ooms(h: History, task: Task) -> list[optuna.trial.FrozenTrial]:
+    """The out-of-memory trials that bound: those no trial that ran contradicts (one that needs at
+    least its memory ran its steps, so this one ran out for another reason: a process beside it, a
+    flaky allocator)."""
+    ran = [t.user_attrs["knobs"] for t in h.ran]
+    return [
+        t for t in h.ooms if not any(needs_at_least(r, t.user_attrs["knobs"], task) for r in ran)
+    ]
+
+
 def oom_bound(h: History, knobs: Knobs, task: Task) -> optuna.trial.FrozenTrial | None:
-    """A trial that ran out of memory with the same knobs and a batch no larger than this one's."""
-    return _bound(h.ooms, knobs, task)
+    """The out-of-memory trial (not contradicted: ooms) of the smallest size that these knobs need
+    at least the memory of."""
+    bounds = [t for t in ooms(h, task) if needs_at_least(knobs, t.user_attrs["knobs"], task)]
+    return min(bounds, key=lambda t: t.user_attrs["knobs"][task.size_knob], default=None)
+
+
+def _oom_reason(bound: optuna.trial.FrozenTrial, knobs: Knobs, task: Task) -> str:
+    had = bound.user_attrs["knobs"]
+    size = task.size_knob
+    more = "".join(
+        f"; {name} {value} needs no less than its {had.get(name)}"
+        for name, value in knobs.items()
+        if name not in task.batch_knobs and value != had.get(name)
+    )
+    return (
+        f"predicted: needs at least the memory of trial {bound.number} "
+        f"({size} {had[size]} ran out of memory{more})"
+    )
 
 
 def failure(
@@ -172,10 +224,7 @@ def failure(
         return "invalid_config", f"predicted: {values} {what} (trial {t.number}: {why})"
     size = task.size_knob
     if (bound := oom_bound(h, knobs, task)) is not None:
-        return "oom", (
-            f"predicted: needs at least the memory of trial {bound.number} "
-            f"({size} {bound.user_attrs['knobs'][size]} ran out of memory)"
-        )
+        return "oom", _oom_reason(bound, knobs, task)
     if (bound := _bound(h.over_limit, knobs, task)) is not None:
         return "over_limit", (
             f"predicted: {size} {bound.user_attrs['knobs'][size]} was already over the limits "
@@ -187,8 +236,6 @@ def failure(
             f"predicted: peak memory {seen.peak_gib:.1f} GiB ({seen.how}) is above the GPU's "
             f"{seen.capacity_gib:.1f} GiB"
         )
-    if (scoped := peaks.scoped(h, knobs, task)) is not None:
-        return "oom", scoped[1]
     if (mem_bound := memory_bound(h, knobs, mem)) is not None:
         peak, capacity, n = mem_bound
         how = (
