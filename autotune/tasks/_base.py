@@ -60,9 +60,6 @@ class Task(ABC):
     # the memory estimate (autotune/memory) and its OOM prediction; the precision loss check
     # (search/loss_guard.py)
     estimates_memory: ClassVar[bool] = False
-    # a job autotune does not build: after an out-of-memory trial, larger sizes of its setting
-    # launch only where the measured peaks say they fit (study/peaks.py's scoped rule)
-    scoped_oom: ClassVar[bool] = False
     loss_check: ClassVar[bool] = False
     # the report's efficiency columns (report._table's column titles)
     columns: ClassVar[tuple[str, ...]] = ()

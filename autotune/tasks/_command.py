@@ -21,7 +21,6 @@ class Command(Training):
     name: ClassVar[str] = task.TASK
     needs_model: ClassVar[bool] = False
     imports_torch: ClassVar[bool] = False
-    scoped_oom: ClassVar[bool] = True
     columns: ClassVar[tuple[str, ...]] = ("padding",)
     # your command as measured first, then the training forms
     exports: ClassVar[tuple[str, ...]] = ("command", *TRAINING_EXPORTS)
