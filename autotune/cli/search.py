@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from autotune.config import Config
     from autotune.search.run import SearchResult
+    from autotune.space import ResolvedSpace
 
 
 @command(
@@ -100,11 +101,53 @@ def _shown(cfg: Config) -> dict[str, Any]:
 
 
 def _say_notes(console: Console, cfg: Config) -> None:
-    """The task's notes on the config (a secret in a command's arguments: Task.notes)."""
+    """The task's notes on the config (a secret in a command's arguments: Task.notes); a command's
+    suspicious but legal mappings (command.config.warnings)."""
     from autotune import tasks
 
     for note in tasks.task(cfg.workload.task).notes(cfg):
         console.print(f"note: {note}", highlight=False)
+    if cfg.command is not None:
+        from autotune.command.config import warnings
+
+        for line in warnings(cfg.command, cfg.study.extend_edges):
+            console.print(f"warning: {line}", highlight=False, markup=False)
+
+
+def _say_command(console: Console, cfg: Config, space: ResolvedSpace) -> None:
+    """A command's baseline trial as it launches (command.render.preview): its folder, the
+    variables it adds, its argv, its config file's keys set; secrets masked."""
+    if cfg.command is None:
+        return
+    import json
+    import shlex
+
+    from autotune.command.render import preview
+
+    knobs = space.knobs(space.baseline)
+    shown = preview(cfg.command.model_dump(mode="json"), knobs, Path(cfg.base_dir or "."))
+    env = [f"{k}={shlex.quote(v)}" for k, v in shown.env.items()]
+    words = ["cd", shlex.quote(shown.cwd), "&&", *env, *map(shlex.quote, shown.argv)]
+    folder = " ({run_dir}: the trial's folder)" if "{run_dir}" in " ".join(words) else ""
+    console.print(f"the baseline's trial runs{folder}:", highlight=False, markup=False)
+    for line in _shell_lines(words, console.width):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    for k, v in shown.overrides.items():
+        console.print(
+            f"  {shown.config_path}: {k} = {json.dumps(v)}", highlight=False, markup=False
+        )
+
+
+def _shell_lines(words: list[str], width: int) -> list[str]:
+    """Shell words as lines of at most `width` columns where the words allow, each but the last
+    ending in ` \\`: pasted, they run as one command line."""
+    lines, line = [], " "
+    for word in words:
+        if line.strip() and len(line) + len(word) + 3 > width:
+            lines.append(f"{line} \\")
+            line = "   "
+        line = f"{line} {word}"
+    return [*lines, line]
 
 
 def _print_result(console: Console, result: SearchResult, searched: list[str], task: str) -> None:
@@ -164,6 +207,7 @@ def validate(model_yaml: ModelYaml, show_all: ShowAll = False) -> None:
         described = space.describe()
         console.print(config_yaml(_shown(cfg), described, show_all), highlight=False)
         console.print(space_table(described, show_all))
+        _say_command(console, cfg, space)
         _say_notes(console, cfg)
         if tasks.task(cfg.workload.task).estimates_memory:
             from autotune.hardware import detect

@@ -238,6 +238,51 @@ class CommandConfig(_Section):
         return self
 
 
+# an argument that names a flag (-x, --name), not a negative number
+FLAG = re.compile(r"--?[A-Za-z]")
+
+
+def warnings(cmd: CommandConfig, extend_edges: bool) -> list[str]:
+    """Suspicious but legal mappings, one line each (validate and search print them): a flag's map
+    entry that renders arguments without a flag (an entry replaces `FLAG VALUE` whole: `fp32:
+    float32` beside `flag: --dtype` passes `float32` alone); a micro-batch's or accumulation's map
+    without one pattern (render.pattern) where the search steps past the list (extend_edges), so
+    no value past it is measured."""
+    from autotune import knobs as catalogue
+    from autotune.command.render import pattern
+
+    out = []
+    for name, m in cmd.knobs.items():
+        if m.flag is not None and (bare := _flagless(m)):
+            (key, args), *more = bare.items()
+            also = f", as {', '.join(k for k, _ in more)} {'do' if len(more) > 1 else 'does'}"
+            out.append(
+                f"command.knobs.{name}.map: {key} renders `{' '.join(args)}` without a flag"
+                f"{also if more else ''} (a map entry replaces `{m.flag} VALUE` whole); write "
+                f"{key}: [{m.flag}, {', '.join(args)}] to keep the flag"
+            )
+        knob = catalogue.BY_NAME.get(name)
+        stepped = extend_edges and knob is not None and bool(knob.edge or knob.derived)
+        if stepped and len(m.map or {}) > 1 and (why := pattern({"map": m.map})[1]):
+            out.append(
+                f"command.knobs.{name}.map: {why}; the search measures no {name} past your "
+                "list's edge that the map has no entry for (study.extend_edges)"
+            )
+    return out
+
+
+def _flagless(m: KnobMapping) -> dict[str, list[str]]:
+    """A flag mapping's map entries whose arguments name no flag: {value: its arguments}."""
+    from autotune.command.render import text_of
+
+    bare = {}
+    for key, out in (m.map or {}).items():
+        args = [text_of(a) for a in (out if isinstance(out, list) else [out]) if a is not None]
+        if args and not any(FLAG.match(a) for a in args):
+            bare[text_of(key)] = args
+    return bare
+
+
 def _check_files(cmd: CommandConfig, base_dir: Path) -> None:
     """The working directory exists; the config file reads, and each key mapping can be set in
     it."""

@@ -2,7 +2,8 @@
 overrides of a config file the command reads (YAML, TOML or JSON, by dotted key).
 
 One function renders (`render`): the trial that launches the command and `autotune export` both call
-it, so the exported command line is the one the trial ran. Each knob's mapping (config.KnobMapping,
+it, so the exported command line is the one the trial ran (`validate` shows the baseline's through
+it too: `preview`). Each knob's mapping (config.KnobMapping,
 as a dict here):
 
 - `flag: --per_device_train_batch_size`: the arguments `[flag, value]` (a bool as true/false);
@@ -10,7 +11,11 @@ as a dict here):
 - `key: training.local_batch_size`: the dotted key of `command.config_file` set to the value
   (typed);
 - `map: {bf16: [--bf16, "true"], fp32: []}`: what each value renders as instead (a flag's arguments,
-  an environment variable's text, a key's value; null or [] renders nothing).
+  an environment variable's text, a key's value; null or [] renders nothing). A whole number the map
+  has no entry for (a micro-batch past the list's edge: search/edges.py, or the accumulation derived
+  from it) renders through the one pattern its whole-number entries follow, their value's digits
+  the hole (`{8: [--batch_size=8], 16: [--batch_size=16]}` renders 32 as `--batch_size=32`); where
+  they follow none, `unrendered` says why, and the search measures no such value.
 
 A knob whose value is None (it cannot act in this trial) renders nothing. `{run_dir}` in argv or env
 is the trial's folder, `{config}` the rendered config file's path and `{python}` the Python that
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 from collections.abc import Mapping
@@ -33,7 +39,7 @@ from autotune.knobs import KnobValue
 from autotune.protocol import Knobs, Rendered
 
 # MASK: a secret masked when study.db or best.yaml was written; ENV_REFERENCE: `{env:NAME}`
-from autotune.redact import ENV_REFERENCE, MASK
+from autotune.redact import ENV_REFERENCE, MASK, mask_argv, mask_env
 
 CONFIG_FORMATS = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml"}
 
@@ -57,12 +63,85 @@ def text_of(value: object) -> str:
 
 def _mapped(mapping: KnobMappingDoc, value: KnobValue) -> tuple[bool, object]:
     """(found, rendered) of `value` in the mapping's map (keys compared as text: YAML keys are
-    strings)."""
+    strings); a whole number without an entry through the map's pattern (`pattern`)."""
     table = mapping.get("map") or {}
     for key, out in table.items():
         if text_of(key) == text_of(value):
             return True, out
+    form, _ = pattern(mapping) if table and _whole(value) else (None, "")
+    if form is not None:
+        return True, _filled(form, str(value))
     return False, None
+
+
+WHOLE = re.compile(r"[0-9]+")
+Form = tuple[Any, ...]  # a map entry with its value's digits as a hole (_form)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _form(out: object, digits: str) -> Form:
+    """A map entry of the value `digits` as a comparable form: each text split where the value's
+    own digits stand (not inside a longer number: 1 in 16 is no hole), the value itself a hole
+    (a key's typed value); anything else as it is."""
+    if isinstance(out, list):
+        return ("list", tuple(_form(o, digits) for o in out))
+    if isinstance(out, str):
+        return ("text", tuple(re.split(rf"(?<![0-9]){digits}(?![0-9])", out)))
+    if _whole(out) and str(out) == digits:
+        return ("value",)
+    return ("same", json.dumps(out, sort_keys=True, default=str))
+
+
+def _holes(form: Form) -> bool:
+    kind, *rest = form
+    if kind == "list":
+        return any(_holes(f) for f in rest[0])
+    return kind == "value" or kind == "text" and len(rest[0]) > 1
+
+
+def _filled(form: Form, digits: str) -> object:
+    kind, *rest = form
+    if kind == "list":
+        return [_filled(f, digits) for f in rest[0]]
+    if kind == "text":
+        return digits.join(rest[0])
+    return int(digits) if kind == "value" else json.loads(rest[0])
+
+
+def pattern(mapping: KnobMappingDoc) -> tuple[Form | None, str]:
+    """The one form the map's whole-number entries share, their value's digits the hole, that
+    renders a whole number without an entry; None and why where two or more entries share
+    none."""
+    table = mapping.get("map") or {}
+    entries = [(text_of(k), out) for k, out in table.items() if WHOLE.fullmatch(text_of(k))]
+    forms = {_form(out, digits) for digits, out in entries}
+    if len(entries) > 1 and len(forms) == 1 and _holes(form := next(iter(forms))):
+        return form, ""
+    if len(entries) < 2:
+        return None, "fewer than two of its entries are whole numbers to read a pattern from"
+    listed = ", ".join(f"{d}: {json.dumps(out)}" for d, out in entries[:3])
+    return None, (
+        f"its entries ({listed}{', ...' if len(entries) > 3 else ''}) follow no one pattern of "
+        "their value (such as 8: [--batch_size=8], 16: [--batch_size=16])"
+    )
+
+
+def unrendered(command: Mapping[str, Any], knobs: Knobs) -> str:
+    """Why these knob values cannot reach the command ('' where they all can): a whole number that
+    a knob's map has no entry for, its entries following no one pattern (`pattern`), would render
+    as `FLAG VALUE`, which the map is there to replace (a micro-batch past the list's edge:
+    search/edges.py)."""
+    for name, mapping in (command.get("knobs") or {}).items():
+        value = knobs.get(name)
+        if value is None or not mapping.get("map") or _mapped(mapping, value)[0]:
+            continue
+        _, why = pattern(mapping)
+        v = text_of(value)
+        return f"command.knobs.{name}.map has no entry for {v} and {why}; add {v}: [...] to it"
+    return ""
 
 
 def flag_args(mapping: KnobMappingDoc, value: KnobValue) -> list[str]:
@@ -101,9 +180,42 @@ def render(
     """The trial's command (config.CommandConfig as a dict) with these knob values; the rendered
     config file is written into run_dir (no file is written when run_dir is None: the overrides are
     returned)."""
-    source = (base_dir / command["config_file"]).resolve() if command.get("config_file") else None
+    source = _source(command, base_dir)
     config_path = _config_path(source, run_dir)
     folder = str(run_dir) if run_dir is not None else "."
+    rendered = _rendered(command, knobs, folder, config_path, base_dir, launcher)
+    if source is not None and run_dir is not None and config_path is not None:
+        write_config(source, Path(config_path), rendered.overrides)
+    return rendered
+
+
+def preview(command: dict[str, Any], knobs: Knobs, base_dir: Path) -> Rendered:
+    """The trial's command as `validate` shows it before any trial (as the trial launches it):
+    `{run_dir}` kept (the trial's folder, made at its launch), `{config}` the copy of the config
+    file written there, secrets masked (redact.mask_argv, mask_env); no file written."""
+    source = _source(command, base_dir)
+    config_path = f"{{run_dir}}/config{source.suffix}" if source is not None else None
+    r = _rendered(command, knobs, "{run_dir}", config_path, base_dir, True)
+    from autotune.knobs import env_of  # the environment knobs' variables, set by the trial too
+
+    env = mask_env({**env_of(knobs), **r.env})
+    return Rendered(mask_argv(r.argv), env, r.cwd, r.config_path, r.overrides)
+
+
+def _source(command: dict[str, Any], base_dir: Path) -> Path | None:
+    """The user's config file, resolved (None: the command reads none)."""
+    return (base_dir / command["config_file"]).resolve() if command.get("config_file") else None
+
+
+def _rendered(
+    command: dict[str, Any],
+    knobs: Knobs,
+    folder: str,
+    config_path: str | None,
+    base_dir: Path,
+    launcher: bool,
+) -> Rendered:
+    """render's command, its config file's overrides returned (render writes the file)."""
     # placeholders are the user's argv and env; a knob's value is inserted as it is
     argv = [_fill(a, folder, config_path) for a in command["argv"]]
     env = {k: _fill(v, folder, config_path) for k, v in (command.get("env") or {}).items()}
@@ -122,8 +234,6 @@ def render(
             setting, out = key_value(mapping, value)
             if setting:
                 overrides[mapping["key"]] = out
-    if source is not None and run_dir is not None and config_path is not None:
-        write_config(source, Path(config_path), overrides)
     cwd = str((base_dir / (command.get("cwd") or ".")).resolve())
     if launcher:  # the trial's (measure hf / lightning: the callback added), not the export's
         env.update(measure_env(command.get("measure") or "report", env, cwd))

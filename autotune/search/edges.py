@@ -10,7 +10,10 @@ beyond it is measured with the best's other knobs (with screening's cheap progra
 is staged, so a compiled per-block program of every size is served by the compile cache). The
 claim's predictions (study/predict.py: the memory estimate, measured peaks, an OOM of a smaller
 size) keep a step that cannot fit from launching: it is recorded as predicted, with why. A step
-that becomes the best is at the edge again, so the search goes on while it gains and fits.
+that becomes the best is at the edge again, so the search goes on while it gains and fits. A step
+whose values the command cannot render (task command: a knob's `map` without an entry for it and
+without one pattern to render it through, command/render.unrendered) is not measured; the note
+says why (issue 61: `--batch_size 32` where the job takes `--batch_size=32` crashed).
 
 Optuna's categorical distributions hold only the listed values, so a trial beyond the list is
 stored with the nearest listed value as its parameter (the sampler reads it as the end of the list,
@@ -19,6 +22,9 @@ which the live view, the report and best.yaml show.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import optuna
 
@@ -81,10 +87,23 @@ def at_edge(h: History, space: ResolvedSpace, name: str, value: KnobValue) -> li
     return [up for up, end in ((True, value >= values[-1]), (False, value <= values[0])) if end]
 
 
-def steps(h: History, space: ResolvedSpace, screen: Knobs) -> list[Knobs]:
+def unrendered(command: Mapping[str, Any] | None, space: ResolvedSpace, point: Knobs) -> str:
+    """Why the point's values cannot reach the command ('' where they can, or with no command):
+    command/render.unrendered of its knobs, the derived ones included (an accumulation)."""
+    if not command:
+        return ""
+    from autotune.command.render import unrendered as why
+
+    return why(command, space.knobs(point))
+
+
+def steps(
+    h: History, space: ResolvedSpace, screen: Knobs, command: Mapping[str, Any] | None = None
+) -> list[Knobs]:
     """Points (knob values, some beyond the list) to measure next: the best trial's next value past
     each end of the list it sits at, its other values as they are but the cost knobs at screening's
-    cheap values (`screen`: stages.Plan.screen)."""
+    cheap values (`screen`: stages.Plan.screen); none the command (its section as JSON, its knob
+    mappings) cannot render (`unrendered`)."""
     best = h.best()
     if best is None:
         return []
@@ -100,8 +119,9 @@ def steps(h: History, space: ResolvedSpace, screen: Knobs) -> list[Knobs]:
                 continue
             point = {**here, name: nxt, **{k: v for k, v in screen.items() if k in here}}
             k = key(space.knobs(point))
-            if k not in h.seen and k not in h.running and point not in out:
-                out.append(point)
+            if k in h.seen or k in h.running or point in out or unrendered(command, space, point):
+                continue
+            out.append(point)
     return out
 
 
@@ -122,9 +142,11 @@ def split(space: ResolvedSpace, point: Knobs) -> tuple[Knobs, Knobs]:
     return params, beyond
 
 
-def stop_note(h: History, space: ResolvedSpace, on: bool) -> str:
+def stop_note(
+    h: History, space: ResolvedSpace, on: bool, command: Mapping[str, Any] | None = None
+) -> str:
     """Why nothing past the list is being measured for the best trial now ('' while a step is, or
-    where the best sits inside the list)."""
+    where the best sits inside the list); command: as steps takes it."""
     best = h.best()
     if best is None:
         return ""
@@ -143,6 +165,9 @@ def stop_note(h: History, space: ResolvedSpace, on: bool) -> str:
             nxt, why = next_value(space, name, value, up)
             if nxt is None:
                 notes.append(f"{where}; {why}")
+                continue
+            if cannot := unrendered(command, space, {**here, name: nxt}):
+                notes.append(f"{where}; {name} {nxt} not measured: {cannot}")
                 continue
             notes.append(_outcome(h, space, {**here, name: nxt}, name, nxt, where))
     return "; ".join(n for n in notes if n)

@@ -43,6 +43,9 @@ class Schedule:
         grid, which measures the list)."""
         self.study, self.space, self.budget, self.n_jobs = study, space, budget, n_jobs
         self.extend_edges = extend_edges and not grid
+        # the command's knob mappings (task command), as the study stores its config: a step past
+        # the list's edge they cannot render is not measured (search/edges.py)
+        self.command = (study.user_attrs.get("config") or {}).get("command")
         # the baseline's one-knob neighbours before the sampler (search/neighbours.py; set by the
         # loop from study.start)
         self.neighbours = False
@@ -157,7 +160,9 @@ class Schedule:
     def past(self, h: History) -> list[dict[str, Any]]:
         """The steps past the edge of the list still to measure (none where extend_edges is
         off)."""
-        return edges.steps(h, self.space, self.plan.screen) if self.extend_edges else []
+        if not self.extend_edges:
+            return []
+        return edges.steps(h, self.space, self.plan.screen, self.command)
 
     def _ahead(
         self,
@@ -186,7 +191,7 @@ class Schedule:
     def note_edges(self, study: optuna.Study, h: History) -> None:
         """Why nothing is measured past the list's edge for the best trial (study attribute
         `edges`, which the report shows), stored where it changed."""
-        note = edges.stop_note(h, self.space, self.extend_edges)
+        note = edges.stop_note(h, self.space, self.extend_edges, self.command)
         if study.user_attrs.get("edges", "") != note:
             study.set_user_attr("edges", note)
 
