@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from optuna.trial import TrialState
 from autotune import tasks
 from autotune.config import Config
 from autotune.documents.record import TrialRecord
+from autotune.errors import UnmeasuredError
 from autotune.hardware import detect
 from autotune.launch.runner import Bench, measure
 from autotune.protocol import STATUSES, Knobs
@@ -37,13 +39,23 @@ from autotune.search.workers import (
 )
 from autotune.space import ResolvedSpace
 from autotune.study import predict
-from autotune.study.history import History, key, optuna_state, store
+from autotune.study.history import History, baseline_knobs, key, optuna_state, store
 from autotune.study.load import mask_url
 
 # A trial recorded without launching (duplicate, budget taken): told FAIL, not counted.
 NOT_LAUNCHED = Told(TrialState.FAIL)
 # A configuration known not to run (study/predict.py): told PRUNED, so the sampler learns from it.
 KNOWN_NOT_TO_RUN = Told(TrialState.PRUNED)
+# The failures that may be the job's rather than its configuration's (a crash with an exit code, a
+# bad flag, a configuration refused): repeated by the next trial, they end the search
+# (stop_if_baseline_fails_again). Memory (oom), numerics, timeouts, the pruner's and the limits' are
+# the configuration's: the search goes on to others.
+JOB_FAILURES = ("crash", "invalid_config")
+# A crash that may depend on the sizes all the same: the host's memory (MemoryError; SIGKILL, most
+# often the kernel's out-of-memory killer), a native library's signal (SIGSEGV at one shape)
+SIZE_DEPENDENT = re.compile(r"killed by SIG|\bMemoryError\b|out of memory", re.I)
+# A trial's own folder in its reason (its log named in the remedy): the same failure in each trial
+OWN_FOLDER = re.compile(r"\bruns/\d+\b")
 
 
 class Search:
@@ -312,6 +324,7 @@ class Search:
         """After each told trial: what is measured next, and whether the study stops
         (schedule.py)."""
         stop_if_baseline_unmeasured(study, trial, self.stop)  # every trial would fail as it did
+        stop_if_baseline_fails_again(study, trial, self.stop)
         why = self.schedule.after(study, trial)
         if why is not None:
             self.stop_reason = why
@@ -327,3 +340,52 @@ class Search:
                 for n, (s0, e0) in self.spans.items()
                 if n != number and s0 < end and (e0 is None or e0 > start)
             )
+
+
+def failure_of(record: TrialRecord) -> tuple[str, str] | None:
+    """A launched trial's failure as the next trial would repeat it when it is the job's, not its
+    configuration's: its status (JOB_FAILURES) and its reason with the trial's own folder taken out.
+    None for any other end: measured, a failure of memory, numerics or time, a crash by a signal or
+    of host memory (SIZE_DEPENDENT), a refusal that names the knob values causing it (cause)."""
+    if record.status not in JOB_FAILURES or record.cause or SIZE_DEPENDENT.search(record.reason):
+        return None
+    return record.status, OWN_FOLDER.sub("runs/*", record.reason)
+
+
+def stop_if_baseline_fails_again(
+    study: optuna.Study, trial: optuna.trial.FrozenTrial, stop: threading.Event
+) -> None:
+    """After a told trial: UnmeasuredError (exit 3), the search ended at once, when the baseline and
+    the next trial launched after it (by number, among those ended) failed the same way
+    (failure_of: the same status and the same reason, the trial's own folder aside): a wrong flag
+    or a script that crashes fails every trial as it did. Decided only when one of the two is the
+    trial told, so a study resumed after its script was fixed measures on. `stop` ends the trials
+    running beside it."""
+    told = TrialRecord.of(trial)
+    if failure_of(told) is None:
+        return
+    trials = study.get_trials(deepcopy=False)
+    base = baseline_knobs(study, trials)
+    if base is None:
+        return
+    ended = [
+        r
+        for t in trials
+        if t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+        and (r := TrialRecord.of(t)).status in STATUSES
+        and not r.predicted
+        and "warm_start" not in r.extra
+    ]
+    first = next((r for r in ended if key(r.knobs) == key(base)), None)
+    after = next((r for r in ended if first is not None and r.number > first.number), None)
+    if first is None or after is None or told.number not in (first.number, after.number):
+        return
+    failed = failure_of(first)
+    if failed is None or failed != failure_of(after):
+        return
+    stop.set()
+    reason = " ".join(first.reason.split())
+    raise UnmeasuredError(
+        f"the baseline (trial {first.number}) and the next trial ({after.number}) failed the same "
+        f"way ({first.status}), as every trial would: {reason}"
+    )

@@ -133,8 +133,8 @@ def _archive(
 def open_study(
     cfg: Config, *, out_root: Path, device: str, fresh: bool, baseline: Knobs
 ) -> tuple[optuna.Study, Path, str]:
-    """Create or resume the study; refuse one made from a different model, workload, space or
-    device.
+    """Create or resume the study; refuse one made from a different command, model, workload,
+    space or device.
 
     baseline: the baseline trial's knobs, stored with the study: report, check and the live view
     find the baseline trial by them (history.History.baseline)."""
@@ -164,9 +164,16 @@ def open_study(
         _archive(study_dir, storage, cfg.name)
     config = cfg.model_dump(mode="json")
     want = {"config_identity": identity.digest(config), "device": device}
+    # task command: the content of its config file, which the stored config names only
+    if (content := identity.config_file_digest(config, cfg.base_dir)) is not None:
+        want[CONFIG_FILE_DIGEST] = content
     if not fresh:
         _refuse_other_config(
-            cfg.name, storage, url, config, device, study_dir if default_storage else None
+            cfg.name,
+            storage,
+            url,
+            {**want, "config": config},
+            study_dir if default_storage else None,
         )
     study_dir.mkdir(parents=True, exist_ok=True)
     study = _create(cfg, storage, url)
@@ -232,6 +239,9 @@ def _refuse_live_fresh(name: str, url: str | None, cfg: Config) -> None:
         )
 
 
+# The study attribute holding identity.config_file_digest: the content of task command's config file
+CONFIG_FILE_DIGEST = "command_config_file"
+
 # SQLite's unix VFS: longer database paths cannot be opened (os_unix.c MAX_PATHNAME)
 SQLITE_MAX_PATHLEN = 512
 
@@ -269,14 +279,18 @@ def _refuse_other_config(
     name: str,
     storage: optuna.storages.BaseStorage,
     url: str,
-    config: dict[str, Any],
-    device: str,
+    want: dict[str, Any],
     study_dir: Path | None,
 ) -> None:
-    """A study of this name that measured another model, workload, space (identity.difference: a
-    field or knob added since at its default is no difference) or device is refused. study_dir:
+    """A study of this name that measured another command, model, workload, space
+    (identity.difference: a field or knob added since at its default is no difference) or device is
+    refused. want: the config, device and config file's digest this search would store. study_dir:
     where its study.db is (default storage), named in the remedy: --fresh --warm-start from it keeps
-    what it measured."""
+    what it measured (not for another command: its trials measured another job).
+
+    A study made before the config file's content was stored (no CONFIG_FILE_DIGEST) is judged by
+    the rest of its command alone, which its stored config holds; the content is stored from then
+    on."""
     from autotune.documents import identity
 
     try:
@@ -285,25 +299,40 @@ def _refuse_other_config(
         return
     except Exception as err:
         raise StudyError(f"study.storage: cannot open {mask_url(url)}: {err}") from None
-    if not old.get_trials(deepcopy=False):
+    trials = old.get_trials(deepcopy=False)
+    if not trials:
         return
     stored = old.user_attrs.get("config")
     differs = (
-        identity.difference(stored, config)
+        identity.difference(stored, want["config"])
         if isinstance(stored, dict)
         else "its config is not stored"
     )
+    content = old.user_attrs.get(CONFIG_FILE_DIGEST)
+    if not differs and content is not None and content != want.get(CONFIG_FILE_DIGEST):
+        differs = f"command.config_file: {excerpt(want['config']['command']['config_file'], 60)} "
+        differs += "has other content"
+    if differs and differs.startswith("command"):
+        numbers = [t.number for t in trials]
+        span = (
+            f"trial {numbers[0]}" if len(numbers) == 1 else f"trials {min(numbers)}-{max(numbers)}"
+        )
+        raise StudyError(
+            f"name: the command changed since study {name!r} measured {span} ({differs}); run "
+            "with --fresh (the old study is archived, not deleted) or choose another name: its "
+            "trials measured the old command, so they are neither resumed nor warm-started"
+        )
     if differs:
         source = f" {study_dir}" if study_dir is not None else " DIR"
         raise StudyError(
             f"name: study {name!r} exists with a different model, workload or space ({differs}); "
             f"run with --fresh --warm-start{source} to start anew from its "
-            f"{len(old.get_trials(deepcopy=False))} "
+            f"{len(trials)} "
             "trials (those in the new space are not measured again; the old study is archived, "
             "not deleted), with --fresh alone, or choose another name"
         )
     have = old.user_attrs.get("device")
-    if have != device:
+    if have != want["device"]:
         raise StudyError(
             f"name: study {name!r} exists with a different device ({have}); "
             "run with --fresh (the old study is archived, not deleted) or choose another name"
