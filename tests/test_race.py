@@ -27,12 +27,12 @@ def test_race_separated_only_from_two_samples_a_side_with_an_interval_below_one(
 def test_race_drops_the_separated_and_the_failed() -> None:
     samples = {1: [100.0, 101.0], 2: [99.5, 100.8], 3: [80.0, 80.5], 9: [60.0, 60.2], 4: []}
     failures = {1: [], 2: [], 3: [], 9: [], 4: ["oom: x", "oom: y"]}
-    out = race.drops(samples, failures, [1, 2, 3, 4], [1, 2, 3, 4, 9])
+    out = race.drops(samples, failures, [1, 2, 3, 4, 9])
     assert set(out) == {3, 4, 9}  # 2 is tied with the leader; the baseline (9) separated
     assert out[4] == "failed in 2 processes"
-    # no candidate measured: nobody leaves (the race runs its rounds), never an empty race
+    # no arm measured: nobody leaves (the race runs its rounds), never an empty race
     nothing = {1: [], 9: []}
-    assert race.drops(nothing, {1: ["crash: x"] * 2, 9: ["crash: y"] * 2}, [1], [1, 9]) == {}
+    assert race.drops(nothing, {1: ["crash: x"] * 2, 9: ["crash: y"] * 2}, [1, 9]) == {}
 
 
 def _st(trial: int, samples: list[float], **knobs: Any) -> dict[str, Any]:

@@ -95,7 +95,7 @@ def card_html(data: Report, c: Card | None) -> str:
     quality = _text.numerics_line(c)
     unwritten = _text.unwritten(c)
     lines = [
-        f'<h2>{escape(title)}: trial {c["trial"]} <span class="star">&#9733;</span></h2>',
+        f'<h2>{escape(title)}: {escape(_text.trial_of(c))} <span class="star">&#9733;</span></h2>',
         f'<p class="headline"><b>{fmt(c["tokens_per_s_per_gpu"], "tok")} tokens/s per GPU</b> '
         f"({escape(_text.interval_text(c))})</p>",
         f"<p>{escape(gain)}{_efficiency_text(c)}</p>",

@@ -250,8 +250,10 @@ def _confirmation_table(data: Report) -> str:
     if base and base["samples"]:
         samples = ", ".join(fmt(s, "tok") for s in base["samples"])
         failed = "; ".join(str(f) for f in (base["failures"] or [])[:3]) or "-"
-        cells = [f"{base['trial']} baseline", fmt(base["median"], "tok"), interval(base), samples]
-        rows.append(([*cells, "-", failed], ""))
+        mine = base["trial"] == conf["chosen"]
+        number = f"{base['trial']} baseline" + (" \u2605 chosen: your setting" if mine else "")
+        cells = [number, fmt(base["median"], "tok"), interval(base), samples]
+        rows.append(([*cells, "-", failed], "chosen" if mine else ""))
     rounds = f"{rounds_text(conf)} of the top {len(conf['stats'])} and the baseline"
     table = _table(header, rows, ("interval", "samples (one a fresh process)"), wrap="failures")
     return f"<h2>Confirmation</h2><p>{escape(rounds)}: {escape(str(conf['why']))}</p>" + table

@@ -213,8 +213,12 @@ def _confirmation(
     if not conf:
         return None
     fig = go.Figure()
-    for st in conf["stats"]:
-        name = f"trial {st['trial']}" + (" (chosen)" if st["trial"] == conf["chosen"] else "")
+    base = conf["baseline"]
+    # your setting kept: its own arm drawn first, beside the candidates it beat
+    mine = base if base and base["samples"] and base["trial"] == conf["chosen"] else None
+    for st in [*([mine] if mine else []), *conf["stats"]]:
+        chosen = " (chosen)" if st["trial"] == conf["chosen"] else ""
+        name = f"trial {st['trial']}" + (" (baseline, chosen)" if st is mine else chosen)
         fig.add_trace(
             go.Box(
                 y=st["samples"],
@@ -226,10 +230,12 @@ def _confirmation(
                 boxmean=False,
             )
         )
+        if st is mine:
+            continue
         fig.add_trace(
             go.Scatter(
                 x=[name],
-                y=[st["search_value"]],
+                y=[st.get("search_value")],
                 mode="markers",
                 marker={"symbol": "x", "size": 11, "color": "black"},
                 name="its search measurement",

@@ -77,9 +77,11 @@ def confirmation_lines(conf: Confirmation) -> list[str]:
     ]
     base = conf.get("baseline")
     if base and base.get("median"):
+        mine = " (chosen: your setting)" if base["trial"] == conf["chosen"] else ""
         lines.append(
-            f"baseline, trial {base['trial']}: median {fmt(base['median'], 'tok')} tokens/s/GPU "
-            f"over {len(base['samples'])} fresh processes ({interval(base)}){left(base)}"
+            f"baseline, trial {base['trial']}{mine}: median {fmt(base['median'], 'tok')} "
+            f"tokens/s/GPU over {len(base['samples'])} fresh processes ({interval(base)})"
+            f"{left(base)}"
         )
     return [*lines, f"{_text.rounds_text(conf)}; {conf['why']}"]
 

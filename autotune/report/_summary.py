@@ -77,8 +77,9 @@ def _baseline_figure(
 
 
 def _warm_compiles(conf: Confirmation | None, trial: int) -> list[float]:
-    """The compile seconds of a trial's confirmation processes, where they were recorded."""
-    st = next((st for st in (conf["stats"] if conf else []) if st["trial"] == trial), None)
+    """The compile seconds of a trial's confirmation processes (a candidate's, or the baseline's
+    own arm's), where they were recorded."""
+    st = next((st for st in arms(conf) if st["trial"] == trial), None)
     seconds = (st["compile_s"] if st else None) or []
     return [x for x in seconds if isinstance(x, (int, float)) and x > 0]
 

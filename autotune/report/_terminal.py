@@ -207,8 +207,9 @@ def chosen_interval(conf: dict[str, Any]) -> str:
     """The chosen arm's confirmed median with its 95% interval, or why it has none and what would
     give one (the demo's 2 rounds: 'median of 2 samples: no interval ...')."""
     from autotune import metrics
+    from autotune.study.chosen import arm_of
 
-    st = next((s for s in conf["stats"] if s["trial"] == conf["chosen"]), None)
+    st = arm_of(conf, conf["chosen"])  # a candidate, or the baseline's own arm (your setting)
     if st is None or not st["samples"]:
         return "the chosen trial has no confirmed sample: no median, no interval"
     n = len(st["samples"])
@@ -264,7 +265,7 @@ def confirmation_table(conf: dict[str, Any]) -> Table:
             ", ".join(fmt(x, "tok") for x in st["samples"]),
             "-" if is_base else ", ".join(st["changed_knobs"]) or "none",
             *(f(st) for f in shown.values()),
-            "yes" if not is_base and st["trial"] == conf["chosen"] else "",
+            ("yes (your setting)" if is_base else "yes") if st["trial"] == conf["chosen"] else "",
         )
     return table
 

@@ -11,6 +11,7 @@ from autotune.report import _effects
 from autotune.report._data import Chosen, Confirmation, Group, KnobEffect, Report
 from autotune.report._excluded import loss_summary
 from autotune.report._table import fmt, speedup
+from autotune.study.chosen import KEEP
 
 STEP_SPREAD = "step spread: (p90 - p10) / median of a trial's measured step times"
 MAX_LISTED = 10  # trial numbers named in one sentence; the rest are "..."
@@ -57,7 +58,7 @@ def chosen_lines(data: Report) -> list[str]:
     if not c:
         return ["No configuration chosen yet: no trial has completed."]
     lines = [
-        f"{_which(c)}: trial {c['trial']}, {fmt(c['tokens_per_s_per_gpu'], 'tok')} "
+        f"{_which(c)}: {trial_of(c)}, {fmt(c['tokens_per_s_per_gpu'], 'tok')} "
         f"tokens/s/GPU ({interval_text(c)}).",
         _gain(c),
         bound_line(data),
@@ -81,6 +82,14 @@ def chosen_lines(data: Report) -> list[str]:
         lines.append(f"Memory: {data.alloc_offer}.")
     lines.append(f"Why: {c['why']}")
     return [line for line in lines if line]
+
+
+def trial_of(c: Chosen) -> str:
+    """'trial 5', or 'your setting (trial 0, the baseline)' where the choice is the baseline."""
+    base = c["baseline"]
+    if base is not None and c["trial"] == base["trial"]:
+        return f"your setting (trial {c['trial']}, the baseline)"
+    return f"trial {c['trial']}"
 
 
 def _which(c: Chosen) -> str:
@@ -138,7 +147,9 @@ def _gain(c: Chosen) -> str:
     base = c["baseline"]
     if base is None:
         return "No baseline was measured: no gain to state."
-    if c["trial"] == base["trial"]:
+    if c["trial"] == base["trial"]:  # no gain, never one below 1x: your setting is the answer
+        if c["confirmed"]:
+            return f"Your setting (trial {base['trial']}, the baseline): {KEEP}."
         return f"It is the baseline (trial {base['trial']}): the search found nothing faster."
     g = c.get("gain")
     shown = speedup(c["speedup_vs_baseline"], c.get("speedup_flag"))

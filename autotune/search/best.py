@@ -22,11 +22,13 @@ from autotune.documents.best_file import (
 from autotune.documents.record import Metric, TrialRecord
 from autotune.redact import mask_command
 from autotune.study.chosen import (
+    arms,
     baseline_samples,
     chosen,
     chosen_value,
     confirmed_gain,
     interval,
+    is_yours,
 )
 from autotune.study.history import History, completed_value, current_confirmation, value_of
 from autotune.study.load import mask_url
@@ -44,14 +46,17 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
     knobs, fp = record.knobs, record.fingerprint or {}
     value = chosen_value(best, chosen_stats)
     gain = confirmed_gain(conf, chosen_stats, base.number if base else None)
+    yours = is_yours(best.number, h)
+    # your setting kept: 1x the baseline, which it is (not its confirmed median over its search's)
+    base_value = value if yours else value_of(base) if base else None
     doc = {
         "schema_version": SCHEMA_VERSION,
         "knob_set": knob_set(knobs),
         "name": cfg.name,
-        "chosen": _chosen_doc(best.number, why, record.extra.get("beyond_list"), conf),
+        "chosen": _chosen_doc(best.number, why, record.extra.get("beyond_list"), conf, yours),
         "knobs": knobs,
         "metrics": {
-            **_metrics(record, value, completed_value(best), value_of(base) if base else None),
+            **_metrics(record, value, completed_value(best), base_value),
             **_gain_metrics(gain),
         },
         "confirmation": _confirmed(conf),
@@ -86,33 +91,38 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
 
 
 def _confirmed(conf: dict[str, Any] | None) -> list[dict[str, Any]] | None:
-    """best.yaml's confirmation: each candidate's samples, interval, failures and process walls."""
+    """best.yaml's confirmation: each arm's samples, interval, failures and process walls; the
+    candidates, then the baseline's own arm where it raced beside them (`baseline: true`: check
+    compares with its samples where it is the chosen)."""
     if not conf:
         return None
     return [
         {
             "trial": st["trial"],
-            "changed_knobs": st["changed_knobs"],
+            **({"baseline": True} if st is conf.get("baseline") else {}),
+            "changed_knobs": st.get("changed_knobs", []),
             "median": st["median"],
             **interval(st["samples"]),
             "samples": st["samples"],
-            "search_value": st["search_value"],
+            "search_value": st.get("search_value"),
             "failures": st["failures"],
             "walls_s": st.get("walls_s"),
             "compile_s": st.get("compile_s"),
             "compile_cache": st.get("compile_cache"),
             "left_the_race": st.get("dropped"),
         }
-        for st in conf["stats"]
+        for st in arms(conf)
     ]
 
 
 def _chosen_doc(
-    number: int, why: str, beyond: dict[str, int] | None, conf: dict[str, Any] | None
+    number: int, why: str, beyond: dict[str, int] | None, conf: dict[str, Any] | None, yours: bool
 ) -> dict[str, Any]:
-    """best.yaml's chosen: the trial, why, the values it ran past the user's list, and the
-    runner-up of the confirmation with what it costs."""
+    """best.yaml's chosen: the trial, why, whether it is your setting (the baseline's), the values
+    it ran past the user's list, and the runner-up of the confirmation with what it costs."""
     doc: dict[str, Any] = {"trial": number, "why": why}
+    if yours:
+        doc["your_setting"] = True
     if beyond:
         doc["beyond_list"] = beyond
     if conf and conf.get("runner_up"):

@@ -1,5 +1,5 @@
 """The confirmation: race the top configurations and the baseline in interleaved rounds of fresh
-processes (search/race.py), then choose within noise."""
+processes (search/race.py), then choose within noise: the baseline's own arm too."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from autotune.launch.runner import Bench, measure
 from autotune.protocol import Knobs, reason_line, with_loss_check
 from autotune.search import race
 from autotune.search.observer import Observer
+from autotune.study.chosen import KEEP
 from autotune.study.history import History, value_of
 
 
@@ -39,12 +40,13 @@ def confirm(
     """Race the top configurations and the baseline in interleaved rounds (A B C base A B C base
     ...), each sample a fresh process, and choose.
 
-    From the second round on, an arm whose ratio to the leader is wholly below 1 (95%) leaves the
-    race; further rounds, up to `rounds`, measure only the arms still tied (search/race.py). The
-    choice: among the arms within noise of the fastest, the cheapest program, then the fewest
-    knobs changed from the baseline; the runner-up is named with its cost. The baseline's samples
-    bound the gain. Stored in the study (user attribute `confirmation`) after every sample, with
-    the rounds asked, the rounds done, whether the race is complete (decided, or every round
+    From the second round on, an arm whose ratio to the leader (the baseline may lead) is wholly
+    below 1 (95%) leaves the race; further rounds, up to `rounds`, measure only the arms still tied
+    (search/race.py). The choice (race.pick): your setting, the baseline, where it is within noise
+    of the fastest; else among the arms within noise of the fastest, the cheapest program, then the
+    fewest knobs changed from the baseline; the runner-up is named with its cost. The baseline's
+    samples bound the gain. Stored in the study (user attribute `confirmation`) after every sample,
+    with the rounds asked, the rounds done, whether the race is complete (decided, or every round
     measured), which arms left it and why, and each process's wall time, compile seconds and
     compile cache state: a resumed study does not confirm the same candidates again, and an
     interrupted confirmation goes on from the samples it kept. bench: the search's; the
@@ -80,7 +82,7 @@ def confirm(
             # there
             _save(study, candidates, kept, base, base_knobs, rounds)
             observer.confirm_sample(t.number, r, value, record.status)
-        for n, why in race.drops(kept.samples, kept.failures, numbers, kept.alive()).items():
+        for n, why in race.drops(kept.samples, kept.failures, kept.alive()).items():
             kept.dropped[n] = {"round": r + 1, "why": why}
             observer.confirm_dropped(n, why)
         _save(study, candidates, kept, base, base_knobs, rounds)
@@ -96,8 +98,10 @@ def _save(
     rounds: int,
 ) -> None:
     """The confirmation as it stands, stored in the study."""
-    doc = choose(candidates, kept.samples, kept.failures, base_knobs, kept.done(), kept.dropped)
-    study.set_user_attr("confirmation", _stored(doc, kept, base, rounds))
+    doc = choose(
+        candidates, kept.samples, kept.failures, base_knobs, kept.done(), kept.dropped, base=base
+    )
+    study.set_user_attr("confirmation", _stored(doc, kept, rounds))
 
 
 @dataclasses.dataclass
@@ -198,29 +202,14 @@ def _kept(
     return kept
 
 
-def _stored(
-    doc: dict[str, Any], kept: _Arms, base: optuna.trial.FrozenTrial | None, rounds: int
-) -> dict[str, Any]:
+def _stored(doc: dict[str, Any], kept: _Arms, rounds: int) -> dict[str, Any]:
     """The confirmation as the study stores it: the choice, the rounds asked, whether the race is
-    complete, each arm's wall times, compile seconds and cache states, and the baseline's own
-    arm."""
-    for st in doc["stats"]:
+    complete, and each arm's (the baseline's own too) wall times, compile seconds and cache
+    states."""
+    for st in [*doc["stats"], *([doc["baseline"]] if doc.get("baseline") else [])]:
         n = st["trial"]
         st.update(walls_s=kept.walls[n], compile_s=kept.compiles[n], compile_cache=kept.caches[n])
     doc.update(rounds=rounds, complete=kept.complete(rounds), decided=kept.decided())
-    if base is not None:
-        n = base.number
-        doc["baseline"] = {
-            "trial": n,
-            "knobs": base.user_attrs["knobs"],
-            "samples": kept.samples[n],
-            "failures": kept.failures[n],
-            "walls_s": kept.walls[n],
-            "compile_s": kept.compiles[n],
-            "compile_cache": kept.caches[n],
-            "dropped": kept.dropped.get(n),
-            "median": statistics.median(kept.samples[n]) if kept.samples[n] else None,
-        }
     return doc
 
 
@@ -231,16 +220,26 @@ def choose(
     base_knobs: Knobs,
     rounds_done: int,
     dropped: dict[int, dict[str, Any]] | None = None,
+    *,
+    base: optuna.trial.FrozenTrial | None = None,
 ) -> dict[str, Any]:
-    """The confirmed choice (race.pick): within the noise of the fastest, the cheapest program, then
-    the fewest knobs changed from the baseline; and the runner-up with its cost."""
+    """The confirmed choice (race.pick) among the candidates and the baseline's own arm (`base`,
+    where it raced beside them; it changes no knob): your setting where it is within the noise of
+    the fastest, else within that noise the cheapest program, then the fewest knobs changed from
+    the baseline; and the runner-up with its cost. The baseline's arm is stored as `baseline`."""
     stats = {t.number: _stat(t, samples, failures, base_knobs, dropped or {}) for t in candidates}
-    doc = {
+    doc: dict[str, Any] = {
         "candidates": [t.number for t in candidates],
         "rounds_done": rounds_done,
         "stats": list(stats.values()),
     }
-    measured = [st for st in stats.values() if st["median"] is not None]
+    arms = list(stats.values())
+    if base is not None:
+        # the reference itself: no knob changed, whatever the derived ones say
+        doc["baseline"] = _stat(base, samples, failures, base_knobs, dropped or {})
+        doc["baseline"]["changed_knobs"] = []
+        arms.append(doc["baseline"])
+    measured = [st for st in arms if st["median"] is not None]
     if not measured:
         return {
             **doc,
@@ -286,6 +285,8 @@ def _stat(
 
 def _why(chosen: dict[str, Any], top: dict[str, Any], close: list[dict[str, Any]]) -> str:
     """Why the race chose what it chose, in one sentence."""
+    if not chosen["changed_knobs"]:
+        return f"{KEEP} ({_yours(chosen, top)})"
     if chosen is top:
         why = (
             f"highest confirmed median ({top['median']:,.0f} tokens/s/GPU over "
@@ -310,6 +311,23 @@ def _why(chosen: dict[str, Any], top: dict[str, Any], close: list[dict[str, Any]
     return (
         f"within the measured noise of trial {top['trial']} (confirmed median "
         f"{top['median']:,.0f}; the ratio's 95% interval reaches 1) and {reason}"
+    )
+
+
+def _yours(mine: dict[str, Any], top: dict[str, Any]) -> str:
+    """How your setting's confirmed median stands against the fastest's."""
+    said = (
+        f"your setting, trial {mine['trial']}: confirmed median {mine['median']:,.0f} "
+        f"tokens/s/GPU over {len(mine['samples'])} processes"
+    )
+    if top is mine:
+        return f"{said}, the highest"
+    gap = (top["median"] / mine["median"] - 1) * 100
+    return (
+        f"{said}; trial {top['trial']}'s is {gap:.1f}% higher, within the measured noise (the "
+        "ratio's 95% interval reaches 1)"
+        if race.within_noise(mine, top)
+        else f"{said}; trial {top['trial']}'s is {gap:.1f}% higher, no interval to tell them apart"
     )
 
 

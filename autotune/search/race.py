@@ -4,14 +4,18 @@ chooses, and the runner-up.
 Racing (F-race, irace): every arm is measured once a round, interleaved; from round MIN_ROUNDS on,
 an arm whose ratio to the leader has a 95% interval wholly below 1 is dropped, and further rounds
 are spent only on the arms still tied with the leader, and on a lone winner until its own figure
-has an interval (LEADER_SAMPLES). The baseline races too: its samples bound
-the gain, and once it separates from the leader it needs no more. A fixed 3 x 3 confirmation spent
-nine fresh processes where two rounds settled every gap over about 4%.
+has an interval (LEADER_SAMPLES). The baseline races as an arm like any other, changing no knob:
+it may lead, its samples bound the gain, and once it separates from the leader it needs no more. A
+fixed 3 x 3 confirmation spent nine fresh processes where two rounds settled every gap over about
+4%.
 
-Among the arms still within noise of the fastest at the end, the cheaper program is chosen: no
-compile before per-block before whole-model, then the shorter compile its search trial measured,
-then the fewest knobs changed from the baseline. The runner-up, the best other arm, is always named
-with what it costs (issue 50: "#13 is 0.6% slower and compiles in 6 s instead of 131 s").
+Your setting (the arm that changes no knob) is kept wherever it is within noise of the fastest:
+nothing measured beats it beyond the noise, and adopting it changes nothing. Otherwise, among the
+arms within noise of the fastest and measured faster than your setting, the cheaper program is
+chosen: no compile before per-block before whole-model, then the shorter compile its search trial
+measured, then the fewest knobs changed from the baseline. The runner-up, the best other arm, is
+always named with what it costs (issue 50: "#13 is 0.6% slower and compiles in 6 s instead of
+131 s").
 """
 
 from __future__ import annotations
@@ -57,23 +61,20 @@ def separated(arm: list[float], leader: list[float]) -> str | None:
     )
 
 
-def leader(samples: Mapping[int, list[float]], candidates: list[int]) -> int | None:
-    """The candidate with the highest median so far (None: none has a sample)."""
-    sampled = [n for n in candidates if samples[n]]
+def leader(samples: Mapping[int, list[float]], arms: list[int]) -> int | None:
+    """The arm with the highest median so far (None: none has a sample)."""
+    sampled = [n for n in arms if samples[n]]
     return max(sampled, key=lambda n: statistics.median(samples[n]), default=None)
 
 
 def drops(
-    samples: Mapping[int, list[float]],
-    failures: Mapping[int, list[str]],
-    candidates: list[int],
-    alive: list[int],
+    samples: Mapping[int, list[float]], failures: Mapping[int, list[str]], alive: list[int]
 ) -> dict[int, str]:
     """The arms of `alive` (candidates and the baseline) that leave the race after a complete
-    round, and why: separated from the leader, or failed in MIN_ROUNDS processes without a
-    sample."""
-    top = leader(samples, [n for n in candidates if n in alive])
-    if top is None:  # no candidate has a sample: no leader to leave behind, the rounds run out
+    round, and why: separated from the leader (any arm, the baseline too), or failed in MIN_ROUNDS
+    processes without a sample."""
+    top = leader(samples, alive)
+    if top is None:  # no arm has a sample: no leader to leave behind, the rounds run out
         return {}
     out = {}
     for n in alive:
@@ -108,12 +109,25 @@ def within_noise(st: Mapping[str, Any], top: Mapping[str, Any]) -> bool:
 
 
 def pick(measured: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
-    """(chosen, fastest, those within noise of the fastest): among those, the cheapest program
-    (cost), then the fewest knobs changed, then the higher median."""
+    """(chosen, fastest, those within noise of the fastest). Your setting (the arm that changes no
+    knob: the baseline's) where it is one of those; else, among those measured faster than it,
+    the cheapest program (cost), then the fewest knobs changed, then the higher median."""
     top = max(measured, key=lambda st: st["median"])
     close = [st for st in measured if within_noise(st, top)]
-    chosen = min(close, key=lambda st: (*cost(st), len(st["changed_knobs"]), -st["median"]))
+    mine = yours(measured)
+    # never a configuration measured slower than your setting, nor one as fast
+    ahead = [st for st in close if mine is None or st["median"] > mine["median"]]
+    if mine is not None and (not ahead or any(st is mine for st in close)):
+        return mine, top, close
+    chosen = min(ahead, key=lambda st: (*cost(st), len(st["changed_knobs"]), -st["median"]))
     return chosen, top, close
+
+
+def yours(measured: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Your setting among the measured arms: the one that changes no knob from the baseline (the
+    baseline's own arm, or its candidate where it was among the top); None where it has no
+    sample."""
+    return next((st for st in measured if not st["changed_knobs"]), None)
 
 
 def runner_up(chosen: dict[str, Any], measured: list[dict[str, Any]]) -> dict[str, Any] | None:

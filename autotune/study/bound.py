@@ -9,7 +9,8 @@ what one process's figure can be off by), else what the trial's own window says 
 half-width, task command). With N configurations compared at once, each interval is at the
 Bonferroni level 1 - 0.05/N, so the bound holds for all of them together at 95%. A configuration
 whose noise is unknown (no interval of its own, none measured between processes) is left out of the
-bound and named.
+bound and named. Where the confirmation kept your setting (search/race.pick), the bound is said,
+never another configuration's gain.
 """
 
 from __future__ import annotations
@@ -68,11 +69,12 @@ def statement(h: History, conf: dict[str, Any] | None) -> dict[str, Any] | None:
     limits = {t.number: _limits(t, base, samples, between, z) for t in others}
     known = {n: lim for n, lim in limits.items() if lim is not None}
     unknown = sorted(n for n, lim in limits.items() if lim is None)
-    # the chosen configuration's gain where it is one, else the surest gain of any
+    # the chosen configuration's gain where it is one, else the surest gain of any; none where the
+    # confirmation kept your setting (search/race.pick): what it can say is the bound
     chosen = (conf or {}).get("chosen")
     surest = max(known.items(), key=lambda item: item[1][1], default=None)
     found = (chosen, known[chosen]) if chosen in known and known[chosen][1] > 1 else surest
-    if found is not None and found[1][1] > 1:
+    if chosen != base.number and found is not None and found[1][1] > 1:
         number, (ratio, low, high) = found
         return _gain(number, ratio, low, high, len(others), unknown)
     if not known:

@@ -1,6 +1,7 @@
 """The chosen configuration of a study, as read from its trials: the trial, why it was chosen, its
 confirmed median and interval, the gain over the baseline, how far the confirmation got. The
-search writes it to best.yaml (search/best.py); the report shows it."""
+search writes it to best.yaml (search/best.py); the report shows it. The chosen may be the
+baseline's own arm of the confirmation (your setting, kept: search/race.pick)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,40 @@ from autotune import metrics
 from autotune.documents.record import Metric
 from autotune.study.history import History, completed_value, current_confirmation, value_of
 
+# what the confirmation says where nothing beat your setting (search/race.pick kept it)
+KEEP = "nothing measured beats your setting beyond the noise; keep it"
+
+
+def arms(conf: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Every arm a stored confirmation raced: the candidates, then the baseline's own where it
+    raced beside them."""
+    if not conf:
+        return []
+    base = conf.get("baseline")
+    return [*conf.get("stats", []), *([base] if isinstance(base, dict) else [])]
+
+
+def arm_of(conf: dict[str, Any] | None, trial: int | None) -> dict[str, Any] | None:
+    """The arm of that trial in a stored confirmation (a candidate, or the baseline's own arm);
+    None where it did not race."""
+    return next((st for st in arms(conf) if st.get("trial") == trial), None)
+
+
+def is_yours(trial: int | None, h: History) -> bool:
+    """Whether the trial is your setting: the baseline's."""
+    return h.baseline is not None and trial == h.baseline.number
+
 
 def chosen(
     study: optuna.Study, h: History
 ) -> tuple[optuna.trial.FrozenTrial, dict[str, Any] | None, str]:
-    """The chosen trial, its confirmation statistics (None: not confirmed) and why it was chosen."""
+    """The chosen trial, its confirmation statistics (None: not confirmed) and why it was chosen
+    (the baseline's own arm where the confirmation kept your setting)."""
     conf = current_confirmation(study, h)
     if conf:
         best = next(t for t in h.completed if t.number == conf["chosen"])
-        stats = next(st for st in conf["stats"] if st["trial"] == best.number)
+        stats = arm_of(conf, best.number)
+        assert stats is not None  # the choice is one of the arms (confirm.choose)
         rounds = f"{conf['rounds_done']} of {rounds_asked(conf)}"
         cut = "" if confirmation_complete(conf) else f"; {CUT}"
         return (
@@ -58,10 +84,7 @@ def confirmation_complete(conf: dict[str, Any]) -> bool:
 def baseline_samples(conf: dict[str, Any] | None, baseline: int | None) -> list[float]:
     """The baseline's confirmed per-process figures: its own arm, or its candidate's where it was
     among the top; [] where the confirmation did not re-measure it."""
-    if not conf or baseline is None:
-        return []
-    arms = [*conf.get("stats", []), *([conf["baseline"]] if conf.get("baseline") else [])]
-    found = next((st for st in arms if st.get("trial") == baseline), None)
+    found = arm_of(conf, baseline) if baseline is not None else None
     return list(found["samples"]) if found else []
 
 
@@ -102,7 +125,9 @@ def chosen_summary(study: optuna.Study, h: History) -> dict[str, Any] | None:
     best, stats, why = chosen(study, h)
     conf = current_confirmation(study, h)
     value = chosen_value(best, stats)
-    base = value_of(h.baseline) if h.baseline else None
+    # your setting kept: it is the baseline, 1x (never its confirmed median over its own cold
+    # search measurement)
+    base = value if is_yours(best.number, h) else value_of(h.baseline) if h.baseline else None
     return {
         "trial": best.number,
         "why": why,
