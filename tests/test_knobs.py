@@ -226,10 +226,14 @@ def test_knobs_memory_order_is_declared_once_with_the_knobs_own_values() -> None
     }
     precision = knobs.BY_NAME["precision"]
     assert precision.needs_at_least("tf32", "bf16") and precision.needs_at_least("fp8", "fp8")
-    assert not precision.needs_at_least("bf16", "fp32") and not precision.needs_at_least(
-        "fp16", "bf16"
-    )
+    assert not precision.needs_at_least("bf16", "fp32")
     assert not precision.needs_at_least("fp32", "fp8")
+    # precision's tiers need the same memory each (memory_alike): TF32 stores what fp32 does
+    assert precision.memory_alike and precision.needs_at_least("tf32", "fp32")
+    assert precision.needs_at_least("fp32", "tf32") and precision.needs_at_least("fp16", "bf16")
+    # the fused attention kernels are not alike: flash says nothing of cudnn's workspace
+    attention = knobs.BY_NAME["attention"]
+    assert not attention.memory_alike and not attention.needs_at_least("cudnn", "flash")
     with pytest.raises(
         ValueError, match=r"memory_order .* names \['sdpa'\], not values of the knob"
     ):

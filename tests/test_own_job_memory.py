@@ -85,6 +85,38 @@ def test_own_job_neighbours_of_a_baseline_that_ran_out_of_memory_start_one_size_
     ]
 
 
+def _ran(number: int, knobs: dict[str, Any], peak: float) -> optuna.trial.FrozenTrial:
+    metrics = {"peak_mem_gib": peak, "tokens_per_micro_batch": None}
+    fingerprint = {"device": "cuda", "gpu_memory_gib": 80.0}
+    attrs = {"knobs": knobs, "status": "ok", "reason": "r", "predicted": False}
+    attrs.update(metrics=metrics, fingerprint=fingerprint)
+    state = optuna.trial.TrialState.COMPLETE
+    t = optuna.trial.create_trial(value=1.0, state=state, user_attrs=attrs)
+    t.number = number
+    return t
+
+
+@pytest.mark.parametrize(("peak", "at"), [(30.0, 8), (52.0, 4)])
+def test_own_job_neighbours_below_a_failed_baseline_leave_room_to_double(
+    tmp_path: Path, peak: float, at: int
+) -> None:
+    """Your setting (16, bf16) ran out of memory and 8 ran with 52 of 80 GiB: fp32 at 8 can need
+    twice that, so the other values run at 4; with 30 GiB at 8 they run at 8."""
+    _, space = load(_oom_at_16(tmp_path, 4))
+    base = space.knobs(space.baseline)
+    h = History(base_key=key(base))
+    h.ooms.append(_oom(0, base))
+    h.seen[key(base)] = h.ooms[0]
+    below = space.knobs({**space.baseline, "micro_batch_size": 8})
+    h.completed.append(_ran(1, below, peak))
+    h.seen[key(below)] = h.completed[0]
+    points = neighbours.points(h, space, Plan.of(space))
+    assert [(p["micro_batch_size"], p["precision"]) for p in points] == [
+        (at, "fp32"),
+        (at, "tf32"),
+    ]
+
+
 @pytest.mark.slow
 def test_own_job_baseline_out_of_memory_costs_one_trial_not_three(tmp_path: Path) -> None:
     """On an H100 an HF Trainer job whose own setting (16, bf16) did not fit ran 3 out of memory in

@@ -43,8 +43,10 @@ CATALOGUE: tuple[Knob, ...] = (
         tasks=ALL,
         # fp32 and tf32 keep every activation in 4 bytes; bf16 and fp16 autocast keeps the fp32
         # weights, gradients and optimizer state as fp32 does and many activations in 2 (fp8:
-        # torchao's own layout, not compared)
+        # torchao's own layout, not compared); TF32 changes the matmuls' arithmetic, not what is
+        # stored, and fp16 stores what bf16 does: each tier's values need the same memory
         memory_order=(("fp32", "tf32"), ("bf16", "fp16")),
+        memory_alike=True,
         help=(
             "fp32 (TF32 off), tf32 (TF32 matmuls), bf16 (autocast), fp16 (autocast + GradScaler), "
             "fp8 (torchao float8 training of the linear layers, head in bf16; needs torchao and "

@@ -90,6 +90,9 @@ class Knob:
     # tier's value bounds the earlier tiers' at its size and larger (study/predict.py); values of
     # one tier, and values left out, are not compared
     memory_order: tuple[tuple[Any, ...], ...] = ()
+    # whether the values of one memory_order tier need the same memory (precision: tf32 stores what
+    # fp32 does, fp16 what bf16 does), so an out-of-memory trial bounds its tier's other values too
+    memory_alike: bool = False
 
     def __post_init__(self) -> None:
         listed = [v for values in self.memory_order for v in values]
@@ -110,11 +113,13 @@ class Knob:
 
     def needs_at_least(self, value: KnobValue, than: KnobValue) -> bool:
         """Whether `value` needs at least the memory `than` does, the other knobs alike: the same
-        value, or one of an earlier tier of memory_order."""
+        value, one of an earlier tier of memory_order, or of the same tier where memory_alike."""
         if value == than:
             return True
         tier = {v: i for i, values in enumerate(self.memory_order) for v in values}
-        return value in tier and than in tier and tier[value] < tier[than]
+        if value not in tier or than not in tier:
+            return False
+        return tier[value] < tier[than] or self.memory_alike and tier[value] == tier[than]
 
     def choices(self) -> tuple[Any, ...]:
         """The closed set of values (a Literal type), else ()."""

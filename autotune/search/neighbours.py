@@ -82,8 +82,9 @@ def _safe_size(h: History, space: ResolvedSpace, base: Knobs, size: str) -> Any:
     (a change of arithmetic, attention or optimizer rarely more than doubles them); without a line,
     the baseline's unless its measured peak is above peaks.RISKY of the GPU, then the largest
     smaller size that ran with its other knobs. Below a size that ran out of memory with the
-    baseline's knobs (predict.oom_bound: the baseline's own, or a smaller one's): one listed size
-    below it, or the smallest listed."""
+    baseline's knobs (predict.oom_bound: the baseline's own, or a smaller one's): the largest
+    listed size below it at which the activations could double, by the one size below that ran
+    (_below_a_failure), or the smallest listed."""
     if size not in base:
         return None
     knobs = space.knobs(base)
@@ -99,7 +100,7 @@ def _safe_size(h: History, space: ResolvedSpace, base: Knobs, size: str) -> Any:
         fits = [s for s in sizes if intercept + 2 * slope * per_sequence * s <= room]
         return max(fits, default=sizes[0])
     if failed is not None:
-        return max(sizes)
+        return _below_a_failure(h, space, knobs, sizes)
     trial = h.seen.get(key(knobs))
     point = peaks.point_of(trial, space.task) if trial is not None else None
     if point is None or point.peak_gib <= peaks.RISKY * point.capacity_gib:
@@ -113,3 +114,27 @@ def _safe_size(h: History, space: ResolvedSpace, base: Knobs, size: str) -> Any:
         and t.user_attrs["knobs"][size] < base[size]
     ]
     return max(smaller, default=base[size])
+
+
+def _below_a_failure(h: History, space: ResolvedSpace, knobs: Knobs, sizes: list[Any]) -> Any:
+    """The other knobs' size where the baseline ran out of memory and its setting ran at one size
+    below (no line yet): the largest listed size at which that size's measured peak, taken as all
+    activations (the weights' share unknown from one point, so the whole peak scales with the
+    batch), could double and still fit; the largest listed below the failure while nothing below it
+    has run. Your setting sat at the edge of the card: fp32 where bf16 ran, eager attention where a
+    fused kernel did, can need twice what the size below used (issue 61: fp32 and tf32 ran out at
+    one size below a bf16 baseline that did not fit)."""
+    group = peaks.group_of(knobs, space.task)
+    ran = [
+        p
+        for t in h.ran
+        if peaks.group_of(t.user_attrs["knobs"], space.task) == group
+        and (p := peaks.point_of(t, space.task)) is not None
+        and p.size in sizes
+    ]
+    if not ran:
+        return max(sizes)
+    anchor = max(ran, key=lambda p: p.size)
+    room = peaks.USABLE_SHARE * anchor.capacity_gib
+    fits = [s for s in sizes if 2 * anchor.peak_gib * s / anchor.size <= room]
+    return max(fits, default=sizes[0])
