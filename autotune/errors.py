@@ -38,7 +38,8 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     ),
     ExitCode.UNMEASURED: (
         "`search`: the baseline could not be measured whatever its knobs (task command: an "
-        "average since the start refused, no step reported), so the search stopped at once; "
+        "average since the start refused, no step reported), or it failed and the next trial "
+        "failed the same way, so the search stopped; "
         "`check`: could not measure (every repeat failed; the reason is shown), or unreliable: "
         "measured while other processes ran on the GPU or the host's load per core was past "
         "`--max-load` (named), so neither a pass nor a regression can be trusted"
