@@ -21,11 +21,14 @@ the job). With each step goes the number of graphs torch.compile has made so far
 when the job imported it): a job that recompiles for every new shape is found out while it runs.
 `tokens` are the step's real tokens (padding excluded: you pay for padding, and autotune shows it);
 `padded_tokens` the tokens the step computed on, padding included. The HF Trainer and Lightning
-callbacks (autotune.callbacks) time steps with CUDA events instead and call `record`; the first
-training to begin claims the job's reporter (`Reporter.claim`): one training is measured, and one
-that begins after it ended short of autotune's steps fails the trial (a "failed" line). They also
-write the settings the job really ran with (`Reporter.job_settings`), which the trial compares with
-its knobs.
+callbacks (autotune.callbacks) time steps with CUDA events instead and call `record`. The first
+training to begin claims the trial's one training (`Reporter.claim`), in its process and across the
+job's processes (a claim file beside the report, made with O_CREAT | O_EXCL: its pid, its program
+and what trained): one training is measured; a training that begins in another process of the job
+(a calibration step of a shell script, a helper child), or in this one after the first ended before
+autotune stopped it, fails the trial (a "failed" line naming both). Under torchrun only the first
+rank reports and claims. The callbacks also write the settings the job really ran with
+(`Reporter.job_settings`), which the trial compares with its knobs.
 """
 
 from __future__ import annotations
@@ -48,6 +51,11 @@ ENV_STOP, ENV_MAX_STEPS = "AUTOTUNE_STOP", "AUTOTUNE_MAX_STEPS"
 MAX_STEP_LINES = 200_000
 # ... and bytes: 200,000 lines of about 100 bytes, 300 with the callbacks' extras.
 MAX_REPORT_BYTES = 64 << 20
+# a "failed" line's reason at most (the trial reads no longer one): the callbacks' are under 800
+MAX_REASON_CHARS = 1000
+MAX_CLAIM_BYTES = 4096  # a claim file: a JSON line of a pid, a program and what trained; its end
+CLAIM_CHARS = 80  # of a program or a training's name, quoted in a reason
+LOOP = "its own training loop (reporting.step)"  # what trains, for a job that reports itself
 
 
 def device_sync() -> None:
@@ -65,6 +73,33 @@ def graphs() -> int | None:
     if utils is None:
         return None
     return int(utils.counters["stats"]["unique_graphs"])
+
+
+def claim_path(report: str) -> str:
+    """The claim file beside the report (steps.jsonl -> steps.claim): the trial's one training,
+    across the job's processes."""
+    return os.path.splitext(report)[0] + ".claim"
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= CLAIM_CHARS else text[: CLAIM_CHARS - 3] + "..."
+
+
+def _program() -> str:
+    """This process's program as run (python train.py, python -m torch.distributed.run), for a
+    reason: the script or module, never its arguments (a token may be one)."""
+    argv = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
+    shown, rest = [os.path.basename(argv[0])], iter(argv[1:])
+    for arg in rest:
+        if arg in ("-W", "-X"):  # an option of Python's with its value
+            next(rest, None)
+        elif arg in ("-m", "-c"):
+            shown += [arg, next(rest, "")] if arg == "-m" else [arg]
+            break
+        elif not arg.startswith("-"):
+            shown.append(arg)
+            break
+    return _short(" ".join(shown))
 
 
 def knobs() -> dict[str, Any]:
@@ -111,6 +146,9 @@ class Reporter:
         # the time between its stamps agree (the trial checks they do)
         self.origin = (time.time(), self.last)
         self.owner: object | None = None  # the training measured (claim)
+        self.what = ""  # what it is, as a reason names it (an HF Trainer of Qwen2ForCausalLM)
+        self.stopped = False  # it ended because autotune had its steps (close), not by itself
+        self.refused = False  # another process of the job holds the claim: this one is silent
 
     @property
     def active(self) -> bool:
@@ -123,32 +161,66 @@ class Reporter:
             return False
         return self.count >= self.most or bool(self.stop and os.path.exists(self.stop))
 
-    def has_steps(self) -> bool:
-        """autotune has the steps it needs: its stop file, or at least the steps it asks (a job
-        that ends then is measured)."""
-        return self.count >= self.needed or bool(self.stop and os.path.exists(self.stop))
-
-    def claim(self, owner: object) -> bool:
-        """A training begins (owner: its callback): True when it is the one measured, the first to
-        begin. Another (a second Trainer, the same one trained again) stays silent, so that no step
-        is counted twice; if it begins after the measured one ended short of autotune's steps, the
-        trial is told it failed: the job went on to train something autotune does not measure."""
-        if not self.active:
+    def claim(self, owner: object, what: str = "a training") -> bool:
+        """A training begins (owner: its callback; what: what trains, for a reason): True when it is
+        the trial's one training, the first to begin in the job. Another in this process (a second
+        Trainer, the same one trained again) stays silent, so that no step is counted twice; if it
+        begins after the measured one ended by itself, before autotune had its window, the trial
+        is told it failed. So is one in another process of the job (the claim file is held): the
+        job trained twice, and autotune cannot tell which training is the job's."""
+        if not self.active or self.refused:
             return False
         if self.owner is None:
-            self.owner = owner
-            return True
-        if self.closed and not self.has_steps():
-            what = (
-                "trained its Trainer again" if owner is self.owner else "trained a second Trainer"
-            )
-            self.fail(
-                f"the job {what} after the first training's {self.count} of the {self.needed} "
-                "optimizer steps autotune needs: autotune measures one Trainer's training; let "
-                f"the first train at least {self.needed} steps (its max_steps), or leave the other "
-                "training out of the job autotune runs"
-            )
+            held = self._claim_file(what)
+            if held is None:
+                self.owner, self.what = owner, what
+                return True
+            self.refused = True
+            if held.get("pid") != os.getpid():  # else another reporter of this process measures
+                self.fail(_two_processes(held, what, self.needed))
+            return False
+        if self.closed and not self.stopped:
+            again = owner is self.owner
+            self.fail(self._again_said(what, again))
         return False
+
+    def _claim_file(self, what: str) -> dict[str, Any] | None:
+        """Claim the job's one training in its claim file (None: claimed here), else what the
+        process holding it wrote. A claim file that cannot be made (a read-only folder) leaves the
+        claim to this process alone."""
+        assert self.path is not None
+        path = claim_path(self.path)
+        mine = {"pid": os.getpid(), "program": _program(), "trained": _short(what)}
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return _held(path)
+        except OSError:
+            return None
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(mine) + "\n")
+        return None
+
+    def _again_said(self, what: str, again: bool) -> str:
+        """Why a training that began in this process after the measured one ended fails the
+        trial, naming both."""
+        second = "trained its Trainer again" if again else "trained a second Trainer"
+        most = self.most if self.most < 10**9 else self.needed
+        if self.count < self.needed:
+            first = f"the first training's {self.count} of the {self.needed} optimizer steps"
+            first += " autotune needs"
+        else:
+            first = (
+                f"the first training ended by itself after {self.count} optimizer steps, before "
+                f"autotune had its window ({self.needed} steps at least, up to {most} until its "
+                "figure settles)"
+            )
+        both = f"first {self.what}, then {_short(what)}, in pid {os.getpid()} ({_program()})"
+        return (
+            f"the job {second} after {first} ({both}): autotune measures one Trainer's training; "
+            f"let the first train until autotune stops it (its max_steps at least {most}), or "
+            "leave the other training out of the job autotune runs"
+        )
 
     def job_settings(self, settings: Knobs, read_from: dict[str, str]) -> None:
         """The settings the job ran with, in autotune's knob names (read_from: where each was read,
@@ -159,7 +231,7 @@ class Reporter:
     def fail(self, reason: str) -> None:
         """Fail the trial with this one-line reason (the trial ends the job when it reads it)."""
         if self.active:
-            self._write({"failed": " ".join(reason.split())})
+            self._write({"failed": " ".join(reason.split())[:MAX_REASON_CHARS]})
 
     def begin(self) -> None:
         """Mark the start of the first step (else the reporter's creation is)."""
@@ -182,8 +254,8 @@ class Reporter:
     ) -> bool:
         """A step timed by the caller (CUDA events): its seconds and tokens, and numbers of its own
         (extra: at, its wall-clock end; graphs, torch.compile's graphs so far). True: stop now."""
-        if not self.active:
-            return False
+        if not self.active or (self.owner is None and not self.claim(self, LOOP)):
+            return False  # outside autotune, or another process of the job trains (claim)
         self.count += 1
         line = {"step": self.count, "s": float(seconds), "tokens": int(tokens), "at": time.time()}
         line.update({k: v for k, v in extra.items() if v is not None})
@@ -201,7 +273,21 @@ class Reporter:
         ends)."""
         if self.active and not self.closed:
             self.closed = True
+            self.stopped = self.done()  # autotune had its steps: a later training is no concern
             self._write({"done": True, **_memory()})
+            self._ended()
+
+    def _ended(self) -> None:
+        """The claim file's second line: the measured training's end, its steps (a training in
+        another process names it so)."""
+        assert self.path is not None
+        if self.owner is None:
+            return
+        try:
+            with open(claim_path(self.path), "a") as f:
+                f.write(json.dumps({"ended": self.count, "stopped": self.stopped}) + "\n")
+        except OSError:
+            pass  # no claim file (a read-only folder): the claim was this process's alone
 
     def _write(self, line: dict[str, Any]) -> None:
         """Append one line (one short write with O_APPEND: a reader never sees half of one), within
@@ -213,6 +299,41 @@ class Reporter:
         self.written += len(text)
         with open(self.path, "a") as f:
             f.write(text)
+
+
+def _held(path: str) -> dict[str, Any]:
+    """What the process holding the claim file wrote (its claim, then its end): read again for a
+    moment while it is still being written."""
+    for _ in range(20):
+        try:
+            with open(path, "rb") as f:
+                lines = f.read(MAX_CLAIM_BYTES).decode(errors="replace").splitlines()
+            docs = [json.loads(x) for x in lines if x.strip()]
+        except (OSError, ValueError):
+            docs = []
+        if docs and all(isinstance(d, dict) for d in docs):
+            return {k: v for d in docs for k, v in d.items()}
+        time.sleep(0.05)
+    return {}
+
+
+def _two_processes(held: dict[str, Any], what: str, needed: int) -> str:
+    """Why a training in a second process of the job fails the trial, naming both."""
+    first = f"pid {held.get('pid', '?')} ({_short(str(held.get('program', '?')))})"
+    first += f" trained {_short(str(held.get('trained', 'a training')))}"
+    ended = held.get("ended")
+    if isinstance(ended, int) and held.get("stopped") is True:
+        first += f", stopped by autotune after {ended} steps"
+    elif isinstance(ended, int):
+        of = f" of the {needed} steps autotune needs" if ended < needed else " steps"
+        first += f", which ended by itself after {ended}{of}"
+    second = f"pid {os.getpid()} ({_program()}) began {_short(what)}"
+    return (
+        f"two trainings in one job: {first}; then {second}: autotune measures the trial's one "
+        "training, and cannot tell which is the job's; leave the other out of the command "
+        "autotune runs (run a calibration or helper step before autotune, or without "
+        "AUTOTUNE_REPORT in its environment)"
+    )
 
 
 def _memory() -> dict[str, Any]:

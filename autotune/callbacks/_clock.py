@@ -35,9 +35,15 @@ Settings = tuple["Knobs", dict[str, str]]
 Mark = Union["torch.cuda.Event", float]
 
 
-def fp32_precision(torch: ModuleType) -> str:
-    """An fp32 training's precision in autotune's names: tf32 when the job turned TF32 on."""
-    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32"
+def fp32_precision(torch: ModuleType, cuda: bool) -> str:
+    """An fp32 training's precision in autotune's names: tf32 when the job turned TF32 matmuls on
+    (PyTorch's fp32_precision, which the legacy allow_tf32 also sets; reading allow_tf32 after the
+    new API set it raises), fp32 on the CPU (no TF32 there)."""
+    matmul = torch.backends.cuda.matmul
+    mode = getattr(matmul, "fp32_precision", None)
+    if mode is None:  # PyTorch before 2.9
+        mode = "tf32" if matmul.allow_tf32 else "ieee"
+    return "tf32" if cuda and mode == "tf32" else "fp32"
 
 
 def setting(settings: Settings, knob: str, value: KnobValue, read_from: str) -> None:

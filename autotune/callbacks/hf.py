@@ -16,15 +16,20 @@ Outside autotune (no AUTOTUNE_REPORT) it does nothing. Under autotune:
   apart;
 - once autotune has its window (its stop file appears) it asks the Trainer to stop
   (control.should_training_stop); a training that ends earlier reports the steps it ran;
-- the first Trainer whose training begins is the one measured (reporting.Reporter.claim): another
-  Trainer's callback stays silent, and one that begins training after the first ended short of
-  autotune's steps fails the trial;
+- the first Trainer whose training begins anywhere in the job is the one measured
+  (reporting.Reporter.claim, a claim file across the job's processes): another Trainer of this
+  process stays silent, one that begins training after the first ended by itself (before
+  autotune stopped it) fails the trial, and so does one of another process (a calibration step of
+  a shell script, a helper child); only the first rank (state.is_world_process_zero) reports;
 - as its training begins it reports the settings the Trainer runs with (job_settings): the batch
-  size per device, gradient accumulation, precision, gradient checkpointing and torch_compile.
+  size per device, gradient accumulation, precision (bf16, fp16, TF32 as PyTorch has it), gradient
+  checkpointing, torch_compile and its mode, the optimizer and the model's attention
+  implementation; the trial compares them with its knobs.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TypeVar
 
@@ -41,29 +46,91 @@ if TYPE_CHECKING:
 _F = TypeVar("_F", bound=Callable[..., object])
 
 
-def job_settings(args: TrainingArguments, model: torch.nn.Module) -> _clock.Settings:
-    """The TrainingArguments the job really runs with, in autotune's knob names."""
+def job_settings(
+    args: TrainingArguments, model: torch.nn.Module, optimizer: object = None
+) -> _clock.Settings:
+    """The TrainingArguments, model and optimizer (as the callback is handed it: the one the
+    Trainer was given, or made) the job really runs with, in autotune's knob names (and, for the
+    optimizer and the attention, the framework's own: a knob of your own of that name is compared
+    with them)."""
     settings: _clock.Settings = ({}, {})
     batch = getattr(args, "per_device_train_batch_size", None)
     _clock.setting(settings, "micro_batch_size", batch, "per_device_train_batch_size")
     accumulate = getattr(args, "gradient_accumulation_steps", None)
     _clock.setting(settings, "grad_accum_steps", accumulate, "gradient_accumulation_steps")
-    if getattr(args, "bf16", False):
-        precision = "bf16"
-    elif getattr(args, "fp16", False):
-        precision = "fp16"
-    else:  # tf32: the argument, else what the script set itself
-        tf32 = getattr(args, "tf32", None)
-        precision = _clock.fp32_precision(torch) if tf32 is None else "tf32" if tf32 else "fp32"
-    _clock.setting(settings, "precision", precision, "bf16/fp16/tf32")
-    checkpointing = bool(getattr(args, "gradient_checkpointing", False))
-    checkpointing = checkpointing or bool(getattr(model, "is_gradient_checkpointing", False))
-    checkpointed = "full" if checkpointing else "none"
-    _clock.setting(settings, "activation_checkpointing", checkpointed, "gradient_checkpointing")
-    _clock.setting(
-        settings, "compile", bool(getattr(args, "torch_compile", False)), "torch_compile"
-    )
+    _clock.setting(settings, "precision", *_precision(args, model))
+    _clock.setting(settings, "activation_checkpointing", *_checkpointing(args, model))
+    compiled = bool(getattr(args, "torch_compile", False))
+    mode = getattr(args, "torch_compile_mode", None) or "default"
+    _clock.setting(settings, "compile", mode if compiled else False, "torch_compile(_mode)")
+    _clock.setting(settings, "optim", *_optim(args, optimizer))
+    config = getattr(_unwrapped(model), "config", None)
+    attention = getattr(config, "_attn_implementation", None)
+    attention = attention if isinstance(attention, str) else None
+    _clock.setting(settings, "attn_implementation", attention, "model.config._attn_implementation")
     return settings
+
+
+def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
+    """The model inside torch.compile's and DDP's wrappers."""
+    for name in ("_orig_mod", "module"):
+        inner = getattr(model, name, None)
+        if isinstance(inner, torch.nn.Module):
+            return _unwrapped(inner)
+    return model
+
+
+def _optim(args: TrainingArguments, optimizer: object) -> tuple[str | None, str]:
+    """The optimizer as TrainingArguments.optim names it, and where it was read: the torch AdamW
+    it makes says whether it is fused; another optimizer given to the Trainer is the job's own."""
+    named = getattr(args, "optim", None)
+    named = getattr(named, "value", named)  # an OptimizerNames member: its name
+    inner = getattr(optimizer, "optimizer", optimizer)  # inside accelerate's wrapper
+    if inner is None or named not in ("adamw_torch", "adamw_torch_fused"):
+        return (named if isinstance(named, str) else None), "optim"
+    if isinstance(inner, torch.optim.AdamW):
+        fused = bool(inner.defaults.get("fused"))
+        return ("adamw_torch_fused" if fused else "adamw_torch"), "the optimizer's fused"
+    return type(inner).__name__, "the optimizer the Trainer was given"
+
+
+def _precision(args: TrainingArguments, model: torch.nn.Module) -> tuple[str, str]:
+    """The precision the Trainer trains in (autotune's name; a model loaded in bf16 or fp16
+    without autocast is Lightning's name for it, bf16-true, which no knob value is), and where it
+    was read."""
+    if getattr(args, "bf16", False):
+        return "bf16", "bf16=True"
+    if getattr(args, "fp16", False):
+        return "fp16", "fp16=True"
+    param = next(model.parameters(), None)
+    cuda = param is not None and param.is_cuda
+    dtype = param.dtype if param is not None else torch.float32
+    if dtype in (torch.bfloat16, torch.float16):
+        half = "bf16" if dtype == torch.bfloat16 else "16"
+        return f"{half}-true", "the model's dtype, bf16 and fp16 off"
+    # args.tf32 is applied to PyTorch as the arguments are made; the script may set it itself
+    return _clock.fp32_precision(torch, cuda), "bf16 and fp16 off, PyTorch's TF32 setting"
+
+
+def _checkpointing(args: TrainingArguments, model: torch.nn.Module) -> tuple[str, str]:
+    """Activation checkpointing as the Trainer runs it (transformers 5 calls it
+    activation_checkpointing, 4 gradient_checkpointing), and where it was read."""
+    for name in ("activation_checkpointing", "gradient_checkpointing"):
+        if getattr(args, name, None):
+            kwargs = getattr(args, f"{name}_kwargs", None)
+            kwargs = kwargs if isinstance(kwargs, dict) else {}
+            every = kwargs.get("every_n_layers", 1)
+            # every layer: full; every other: autotune's selective (knobs.CHECKPOINT_EVERY)
+            ran = {1: "full", 2: "selective"}.get(every, f"every {every} layers")
+            return f"{ran}, offloaded" if kwargs.get("offload") else ran, f"{name}=True"
+    inner = _unwrapped(model)
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if name in dir(type(inner)):  # a property: the deprecated one warns when read
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                on = bool(getattr(inner, name, False))
+            return ("full" if on else "none"), f"model.{name}"
+    return "none", "gradient_checkpointing off"
 
 
 def _disable(fn: _F) -> _F:
@@ -92,9 +159,11 @@ class AutotuneCallback(TrainerCallback):
         model: torch.nn.Module | None = None,
         **kwargs: object,
     ) -> None:
-        if model is None or not self.reporter.claim(self):
+        if model is None or not getattr(state, "is_world_process_zero", True):
+            return  # the first rank reports (its process index: whatever its launcher set)
+        if not self.reporter.claim(self, f"an HF Trainer ({type(_unwrapped(model)).__name__})"):
             return  # outside autotune, or not the training measured (claim)
-        self.reporter.job_settings(*job_settings(args, model))
+        self.reporter.job_settings(*job_settings(args, model, kwargs.get("optimizer")))
         cuda = torch.cuda.is_available() and next(model.parameters()).is_cuda
         self.hook = model.register_forward_pre_hook(_disable(self._count), with_kwargs=True)
         self.steps = _clock.Steps(torch, self.reporter, cuda)

@@ -21,12 +21,14 @@ Outside autotune (no AUTOTUNE_REPORT) it does nothing. Under autotune (on global
   count_tokens;
 - once autotune has its window (its stop file appears) it sets trainer.should_stop; a training that
   ends earlier reports the steps it ran at on_train_end;
-- the first Trainer whose training begins is the one measured (reporting.Reporter.claim): another
-  Trainer's callback stays silent, and one that begins training after the first ended short of
-  autotune's steps fails the trial;
+- the first Trainer whose training begins anywhere in the job is the one measured
+  (reporting.Reporter.claim, a claim file across the job's processes): another Trainer of this
+  process stays silent, one that begins training after the first ended by itself (before
+  autotune stopped it) fails the trial, and so does one of another process;
 - as its training begins it reports the settings the Trainer runs with (job_settings):
   accumulate_grad_batches, precision, the train dataloader's batch_size (when it has one) and
-  whether the module was compiled.
+  whether the module was compiled; the trial compares them with its knobs (a precision no knob
+  value is, bf16-true, is not compared).
 """
 
 from __future__ import annotations
@@ -88,8 +90,10 @@ def job_settings(trainer: Trainer, pl_module: LightningModule) -> _clock.Setting
     )
     _clock.setting(settings, "grad_accum_steps", accumulate, "accumulate_grad_batches")
     name = str(getattr(trainer, "precision", ""))
-    precision = _clock.fp32_precision(torch) if name.startswith("32") else PRECISION.get(name, name)
-    _clock.setting(settings, "precision", precision or None, "precision")
+    cuda = pl_module.device.type == "cuda"
+    fp32 = name.startswith("32")
+    precision = _clock.fp32_precision(torch, cuda) if fp32 else PRECISION.get(name, name)
+    _clock.setting(settings, "precision", precision or None, f"Trainer(precision={name!r})")
     # trainer.fit(torch.compile(module)): Lightning unwraps it and keeps this mark
     compiled = bool(getattr(pl_module, "_compiler_ctx", None))
     _clock.setting(settings, "compile", compiled, "torch.compile(module)")
@@ -124,7 +128,8 @@ class AutotuneCallback(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # Lightning's own launcher sets no RANK (the reporter's check): ask the trainer which rank
         # reports.
-        if not trainer.is_global_zero or not self.reporter.claim(self):
+        what = f"a Lightning Trainer ({type(pl_module).__name__})"
+        if not trainer.is_global_zero or not self.reporter.claim(self, what):
             return  # outside autotune, another rank, or not the training measured (claim)
         self.reporter.job_settings(*job_settings(trainer, pl_module))
         self.global_step = trainer.global_step  # a resumed training starts past 0

@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 from typing import Any, TypedDict
 
+from autotune.command.said import settings_said
 from autotune.protocol import Knobs
-from autotune.reporting import MAX_REPORT_BYTES
+from autotune.reporting import MAX_REASON_CHARS, MAX_REPORT_BYTES, claim_path
 
 # A step's tokens at most: 150x the largest global batch published (DeepSeek-V3's 15,360
 # sequences of 4,096 tokens, 63M); a count past it counts no real step.
@@ -47,14 +48,17 @@ MAX_LINE_BYTES = 64 << 10  # a step's line is about 100 bytes; a longer one is n
 MAX_READ_BYTES = MAX_REPORT_BYTES + MAX_LINE_BYTES
 EXCERPT_CHARS = 80  # of a bad line or value, quoted in the reason
 LINE_FORMAT = '{"step", "s", "tokens", "at"} or {"done": true, ...}'
-MAX_REASON_CHARS = 600  # a "failed" line's reason (the callbacks' are under 400)
-MAX_SETTINGS = 20  # a job_settings line's entries (the callbacks write at most 5)
+MAX_SETTINGS = 20  # a job_settings line's entries (the callbacks write at most 7)
 MAX_SETTING_CHARS = 60  # a setting's name, text value or source
-# the settings a trial compares with its knobs: a job that runs other values than it set measures a
-# configuration the study never chose
-COMPARED = ("micro_batch_size", "grad_accum_steps")
 # a job_settings value (settings_line checks it): a bool, a whole number or a short text
 Setting = bool | int | str
+
+
+def fresh(path: Path) -> None:
+    """A trial's report made ready for its job: the report and its claim file (the job's one
+    training: reporting.Reporter.claim) of an earlier run removed."""
+    path.unlink(missing_ok=True)
+    Path(claim_path(str(path))).unlink(missing_ok=True)
 
 
 class BadReport(ValueError):
@@ -122,9 +126,19 @@ class Report:
     new since the last, a line being written waits for its end, and at most MAX_READ_BYTES are read
     in all; steps past `most` (the most the trial asks for) are not kept."""
 
-    def __init__(self, path: Path, t0: float, most: int, knobs: Knobs | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        t0: float,
+        most: int,
+        knobs: Knobs | None = None,
+        command: dict[str, Any] | None = None,
+    ) -> None:
         self.path, self.t0, self.most = path, t0, most
-        self.knobs = knobs or {}  # the trial's, compared with the job's settings (COMPARED)
+        # the trial's knobs, compared with the job's settings (said.settings_said), and how the
+        # command's knobs reach it (its command section's knobs: a knob of your own is compared
+        # where its values reach the job as they are)
+        self.knobs, self.mappings = knobs or {}, (command or {}).get("knobs") or {}
         self.settings: dict[str, Setting] | None = None  # what the job ran with (job_settings)
         self.offset, self.lines = 0, 0
         self.rest = b""  # a line being written
@@ -186,7 +200,7 @@ class Report:
             raise JobFailed(failed_reason(doc["failed"], where))
         if "job_settings" in doc:
             self.settings, read_from = settings_line(doc, where)
-            if why := settings_said(self.settings, read_from, self.knobs):
+            if why := settings_said(self.settings, read_from, self.knobs, self.mappings):
                 raise JobFailed(why, "invalid_config")
         elif "done" in doc:
             self.done = done_line(doc, where)
@@ -297,21 +311,6 @@ def settings_line(doc: dict[str, Any], where: str) -> tuple[dict[str, Setting], 
                 allowed = "a knob's name to a bool, a whole number or a short text"
                 raise BadReport(f"{where}: {name} has {excerpt({key: value})}; allowed: {allowed}")
     return settings, read_from
-
-
-def settings_said(settings: dict[str, Setting], read_from: dict[str, str], knobs: Knobs) -> str:
-    """Why the job's settings contradict the trial's knobs (COMPARED), with the remedy; or ''."""
-    for knob in COMPARED:
-        ran, set_ = settings.get(knob), knobs.get(knob)
-        if ran is None or set_ is None or ran == set_:
-            continue
-        source = read_from.get(knob, "as the job reported it")
-        return (
-            f"the job ran {knob} {ran} ({source}) but the trial set {set_}: map the knob "
-            f"(command.knobs.{knob}: {{flag: ...}}) or declare the value the script fixes "
-            f"(space.{knob}: [{ran}])"
-        )
-    return ""
 
 
 def clock_said(steps: list[dict[str, Any]], start: int, end: int) -> str:

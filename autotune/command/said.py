@@ -1,10 +1,46 @@
 """What a command trial says of its job in a reason: where its time went by the trial's limit,
-why the trial stopped it, a figure it refused. Standard library only (the trial's process)."""
+why the trial stopped it, a figure it refused, and the settings it ran with that contradict the
+trial's knobs (settings_said). Standard library only (the trial's process)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
+
+from autotune import knobs as catalogue
+from autotune.knobs import Knobs
+
+# The settings a job ran with (the callbacks' job_settings line), compared with the trial's knobs:
+# a job that runs other values than the trial set measures a configuration the study never chose
+# (TRL's SFTConfig turns bf16 and gradient checkpointing on by default: every trial of a YAML that
+# left them alone ran both while autotune recorded fp32 and none). A knob is compared only when the
+# trial has it, and a value the job ran only when it maps onto the knob's values; one that does not
+# (bf16-true, flash_attention_2, adafactor) is not compared.
+SAME_NAME = (
+    "micro_batch_size",
+    "grad_accum_steps",
+    "precision",
+    "activation_checkpointing",
+    "compile",
+)
+SDPA = ("auto", "flash", "efficient", "cudnn", "math")  # attention values that run PyTorch's SDPA
+# autotune's knob -> the framework's setting that says it, and each value of it -> the knob's values
+# it agrees with (the first is the one to declare)
+FRAMEWORK_NAMED: dict[str, tuple[str, dict[Any, tuple[Any, ...]]]] = {
+    "attention": ("attn_implementation", {"eager": ("eager",), "sdpa": SDPA}),
+    "fused_optimizer": ("optim", {"adamw_torch_fused": (True,), "adamw_torch": (False,)}),
+}
+# a knob of your own named as the framework's setting, its values passed to the job as they are (no
+# map): compared as it is
+OWN_NAMED = ("optim", "attn_implementation")
+# how to render a knob's default (off) value where a mapping renders it as nothing and the script's
+# own default then wins (the HF Trainer's flags; its precision flag named by what ran)
+OFF_FLAG = {
+    "precision": "fp32: [--{ran}, 'false']",
+    "activation_checkpointing": "none: [--gradient_checkpointing, 'false']",
+    "compile": "false: [--torch_compile, 'false']",
+}
 
 
 def time_went(steps: list[dict[str, Any]], t0: float) -> str:
@@ -43,3 +79,93 @@ def average_said(line: str) -> str:
         "figure, or a "
         "running count as the group tokens_total"
     )
+
+
+def _yaml(value: object) -> str:
+    """A value as the YAML writes it (true, not True)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _agreeing(knob: str, ran: object) -> tuple[Any, ...] | None:
+    """The values of autotune's knob that agree with what the job ran (its own setting's name), or
+    None when what it ran maps onto none of them (not compared)."""
+    if knob in ("micro_batch_size", "grad_accum_steps"):
+        plain = isinstance(ran, int) and not isinstance(ran, bool)
+        return (ran,) if plain else None
+    if knob == "compile":
+        if ran is True:  # compiled, its mode unknown (Lightning): every mode agrees
+            return (True, *catalogue.BY_NAME[knob].choices())
+        return (False,) if ran is False else (True, "default") if ran == "default" else (ran,)
+    if knob == "precision" and ran == "bf16":
+        return ("bf16", "fp8")  # fp8 trains its linears in float8 under bf16 autocast
+    return (ran,) if ran in catalogue.BY_NAME[knob].choices() else None
+
+
+def _compared(
+    settings: Mapping[str, object], knobs: Knobs, mappings: Mapping[str, Any]
+) -> list[tuple[str, str, object, tuple[Any, ...]]]:
+    """Each knob of the trial's that the job's settings say: (knob, the setting read, what ran,
+    the knob's values that agree with it)."""
+    found = []
+    for knob in SAME_NAME:
+        if knob in knobs and knob in settings:
+            agree = _agreeing(knob, settings[knob])
+            found += [(knob, knob, settings[knob], agree)] if agree is not None else []
+    for knob, (setting, table) in FRAMEWORK_NAMED.items():
+        ran = settings.get(setting)
+        if knob in knobs and isinstance(ran, str) and ran in table:
+            found.append((knob, setting, ran, table[ran]))
+    for knob in OWN_NAMED:
+        mapping = mappings.get(knob) or {}
+        own = mapping.get("values") is not None and not mapping.get("map")
+        if own and knob in knobs and knob in settings:
+            found.append((knob, knob, settings[knob], (settings[knob],)))
+    return found
+
+
+def settings_said(
+    settings: Mapping[str, object],
+    read_from: Mapping[str, str],
+    knobs: Knobs,
+    mappings: Mapping[str, Any] | None = None,
+) -> str:
+    """Why the settings the job ran with contradict the trial's knobs (each knob that differs, what
+    ran and where it was read), with the remedy; or ''. mappings: the command's knob mappings (a
+    knob of your own is compared only where its values reach the job as they are)."""
+    wrong = [
+        (knob, setting, ran, agree)
+        for knob, setting, ran, agree in _compared(settings, knobs, mappings or {})
+        if knobs[knob] not in agree
+    ]
+    if not wrong:
+        return ""
+    said = []
+    for knob, setting, ran, agree in wrong:
+        source = read_from.get(setting, "as the job reported it")
+        said.append((knob, f"{knob} {_yaml(ran)} ({source})", _yaml(knobs[knob]), agree))
+    knob, ran_text, set_text, agree = said[0]
+    why = f"the job ran {ran_text} but the trial set {set_text}: "
+    if knob in OWN_NAMED:
+        why += (
+            f"command.knobs.{knob} does not reach the job's {knob}; pass it where the script "
+            "reads it, or take the knob out (the script fixes it)"
+        )
+    else:
+        why += (
+            f"map the knob (command.knobs.{knob}: {{flag: ...}}) or declare the value the script "
+            f"fixes (space.{knob}: [{_yaml(agree[0])}])"
+        )
+    for knob, ran_text, set_text, agree in said[1:]:
+        why += f"; it also ran {ran_text} where the trial set {set_text}"
+        why += f" (space.{knob}: [{_yaml(agree[0])}])" if knob not in OWN_NAMED else ""
+    off = [
+        OFF_FLAG[k].format(ran=ran)
+        for k, _, ran, _ in wrong
+        if k in OFF_FLAG and knobs[k] == catalogue.BY_NAME[k].default
+    ]
+    if off:
+        why += (
+            "; a value mapped to nothing leaves the script's own default (TRL's SFTConfig turns "
+            f"bf16 and gradient checkpointing on): render it, e.g. {', '.join(off)}"
+        )
+    return why

@@ -9,10 +9,11 @@ the job to stop (the stop file, or SIGTERM for a log job) once the window has se
 job keeps recompiling; it ends the process group after command.stop_grace_s. Nothing reported is
 thrown away: a job that gave its steps is measured however it exits, and one stopped at the trial's
 limit keeps the steps it gave, and one that said it is done is measured then, however slowly it
-exits. What it reports is checked as it is read (report.py): a figure that cannot be, or a
-batch size or accumulation other than the trial set (job_settings), fails the trial, naming it. Its
-failures (out of memory, NCCL refusals, an exit before its steps, no step) are classified from its
-exit and output, whose telling line (protocol.last_words: the exception, not a warning) is quoted.
+exits. What it reports is checked as it is read (report.py): a figure that cannot be, a setting
+the job ran other than the trial set (job_settings: said.settings_said) or a second training of the
+job (reporting's claim file) fails the trial, naming it. Its failures (out of memory, NCCL refusals,
+an exit before its steps, no step) are classified from its exit and output, whose telling line
+(protocol.last_words: the exception, not a warning) is quoted.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from autotune import nccl_log
 from autotune.command import window as windows
 from autotune.command.gpu_peak import PeakWatch, job_peak, tokens_per_micro_batch
 from autotune.command.log import Output, close_lines
-from autotune.command.report import BadReport, DoneLine, Report, clock_said, figure_said
+from autotune.command.report import BadReport, DoneLine, Report, clock_said, figure_said, fresh
 from autotune.command.said import average_said, stopped_said, time_went
 from autotune.protocol import ENV_SECRETS, CommandParams, last_words, told_lines, unhide
 from autotune.reporting import ENV_KNOBS, ENV_MAX_STEPS, ENV_REPORT, ENV_STEPS, ENV_STOP
@@ -81,7 +82,7 @@ class Command(Workload):
         )
         self.log = self.cfg.get("measure", "report") == "log"
         self.report_path, self.stop_path = self.run_dir / REPORT_FILE, self.run_dir / STOP_FILE
-        self.report_path.unlink(missing_ok=True)
+        fresh(self.report_path)  # and its claim file
         self.stop_path.unlink(missing_ok=True)
         self.deadline_s = params.timeout_s
         self.first_step_s = min(
@@ -143,7 +144,7 @@ class Command(Workload):
 
     def run(self) -> Measured:
         t0 = time.time()
-        self.report = Report(self.report_path, t0, self.rule.max_steps, self.spec.knobs)
+        self.report = Report(self.report_path, t0, self.rule.max_steps, self.spec.knobs, self.cfg)
         proc = self._start()
         assert proc.stdout is not None  # started with stdout=PIPE
         output = Output(proc.stdout, self.cfg.get("log_pattern"), self.rule.max_steps)

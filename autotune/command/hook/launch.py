@@ -8,8 +8,9 @@ accelerate's, Lightning's DDP: _site/sitecustomize.py says which), it calls `ins
 hook that, once the framework's Trainer module has been imported by the job, wraps
 Trainer.__init__ so that every Trainer the job makes gets an AutotuneCallback (unless it has one:
 an edited script is not counted twice). The first Trainer whose training begins is the one
-measured (reporting.Reporter.claim). Nothing is imported before the job imports it, so the job's
-own start-up is unchanged.
+measured (reporting.Reporter.claim), in any of the job's processes: a shell script's second Python
+is a first process to the hook too, and its Trainer fails the trial at the claim file. Nothing is
+imported before the job imports it, so the job's own start-up is unchanged.
 """
 
 from __future__ import annotations
