@@ -14,12 +14,15 @@ at() { python3 -m autotune.cli "$@"; }
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
   python3 -c 'import transformers, optuna, pydantic; print("transformers", transformers.__version__, "optuna", optuna.__version__, "pydantic", pydantic.__version__)'
-  git log -1 --format='commit %H %s' 2>/dev/null; } > "$OUT/hw.txt" 2>&1
+  echo "commit ${COMMIT:-unknown} (the device's copy of the tree has no history of its own)"; } > "$OUT/hw.txt" 2>&1
 at validate "$Y" > "$OUT/validate.txt" 2>&1
 echo "{\"start\": $(date +%s.%N)}" >> "$OUT/wall.jsonl"
-# --timeout-min: the search launches no trial after 7.5 minutes (the confirmation and the files still fit the call)
-timeout "${SEARCH_S:-540}" python3 -m autotune.cli search "$Y" --gpus 0 --fresh --timeout-min "${SEARCH_MIN:-7.5}" 2>&1 | tee "$OUT/search.log"
+# the study as it stands every 30 s: a call cut short by its limit still brings back its measured trials
+( while sleep 30; do tar czf "$OUT/study-live.tgz" "trials/$N"/study.db* 2>/dev/null; done ) & live=$!
+# --timeout-min: the search launches no trial after 5.5 minutes (the confirmation and the files still fit the call)
+timeout "${SEARCH_S:-500}" python3 -m autotune.cli search "$Y" --gpus 0 --fresh --timeout-min "${SEARCH_MIN:-5.5}" 2>&1 | tee "$OUT/search.log"
 echo "{\"end\": $(date +%s.%N), \"rc\": ${PIPESTATUS[0]}}" >> "$OUT/wall.jsonl"
+kill "$live" 2>/dev/null; rm -f "$OUT/study-live.tgz"
 tar czf "$OUT/study.tgz" "trials/$N"/study.db* "trials/$N/best.yaml" "trials/$N"/runs/*/spec.json "trials/$N"/runs/*/result.json "trials/$N"/runs/*/*.log 2>/dev/null
 at report "trials/$N" --format markdown > "$OUT/report.md" 2>&1
 at report "trials/$N" --format json > "$OUT/report.json" 2>&1

@@ -118,3 +118,40 @@ def test_peaks_expandable_segments_offered_to_a_variable_length_job_that_ran_out
     assert peaks.alloc_offer(_history(packed, oom), COMMAND) is None
     tried = _trial(2, {**BF16, "micro_batch_size": 8, "cuda_alloc_conf": peaks.EXPANDABLE})
     assert peaks.alloc_offer(_history(varied, oom, tried), COMMAND) is None
+
+
+def _knobs(size: int, **other: str) -> dict:
+    base = {"micro_batch_size": size, "precision": "bf16", "attention": "auto"}
+    return {**base, "optim": "fused", "sampling": "grouped", **other}
+
+
+def test_peaks_a_knob_measured_to_leave_the_peak_shares_an_oom() -> None:
+    """Issue 61's H100 run: tf32 and eager ran out at micro-batch 4 with fused AdamW; the two AdamWs
+    had measured the same peak at 8 (55.13 GiB), and the orders the same at 4 with AdamW apart
+    (a pair that differs in a neutral knob and a new one teaches the new one): the sampler's tf32
+    and eager at 8 with the other AdamW or order are predicted, not launched (they ran out)."""
+    h = _history(
+        _trial(1, _knobs(8), peak=55.13),
+        _trial(3, _knobs(4, precision="tf32"), status="oom"),
+        _trial(6, _knobs(4, attention="eager"), status="oom"),
+        _trial(7, _knobs(4, optim="foreach"), peak=29.94),
+        _trial(8, _knobs(4, sampling="random"), peak=29.96),
+        _trial(12, _knobs(8, optim="foreach"), peak=55.13),
+    )
+    assert peaks.neutral(h, COMMAND) == {"optim", "sampling"}
+    for knobs in (
+        _knobs(8, precision="tf32", optim="foreach"),
+        _knobs(8, attention="eager", optim="foreach"),
+        _knobs(32, attention="eager", optim="foreach", sampling="random"),
+    ):
+        status, reason = predict.failure(h, knobs, COMMAND) or (None, "")
+        assert status == "oom", knobs
+        assert "optim foreach needs what its fused does (the same peak was measured" in reason
+    # a knob measured to change the peak is not neutral; nor is one never measured apart
+    h = _history(
+        _trial(1, _knobs(8), peak=55.13),
+        _trial(2, _knobs(8, optim="foreach"), peak=61.0),
+        _trial(3, _knobs(4, precision="tf32"), status="oom"),
+    )
+    assert peaks.neutral(h, COMMAND) == frozenset()
+    assert predict.failure(h, _knobs(8, precision="tf32", optim="foreach"), COMMAND) is None

@@ -223,3 +223,42 @@ def _length_spread(t: optuna.trial.FrozenTrial) -> float | None:
     if not longest or not median:
         return None
     return float(longest) / (float(median) / per_step)
+
+
+# two measured peaks this close are the same memory: the allocator's peak of one job on one data
+# order repeats to the byte (issue 61's H100 run: 55.13 GiB with either AdamW), a length-varying
+# order within a fraction of a percent
+ALIKE_SHARE = 0.03
+
+
+def neutral(h: History, task: Task) -> frozenset[str]:
+    """The knobs measured to leave the peak as it was: two trials that ran at one size, their other
+    knobs the same but for this knob (and knobs already found neutral), with peaks within
+    ALIKE_SHARE. Found to a fixed point, so a pair that differs in a neutral knob and a new one
+    teaches the new one. An out-of-memory trial then bounds those knobs' other values too
+    (predict.needs_at_least): the sampler's fused AdamW where the foreach one ran out."""
+    points = [(t.user_attrs["knobs"], p) for t in h.ran if (p := point_of(t, task)) is not None]
+    found: set[str] = set()
+    while True:
+        new = {k for a, b in _pairs(points) if (k := _differs_in(a, b, found, task)) is not None}
+        if new <= found:
+            return frozenset(found)
+        found |= new
+
+
+def _pairs(points: list[tuple[Knobs, Point]]) -> list[tuple[Knobs, Knobs]]:
+    """The pairs of measured trials at one size whose peaks agree."""
+    return [
+        (a, b)
+        for i, (a, pa) in enumerate(points)
+        for b, pb in points[i + 1 :]
+        if pa.size == pb.size
+        and abs(pa.peak_gib - pb.peak_gib) <= ALIKE_SHARE * max(pa.peak_gib, pb.peak_gib)
+    ]
+
+
+def _differs_in(a: Knobs, b: Knobs, neutral: set[str], task: Task) -> str | None:
+    """The one knob other than the batch knobs and `neutral` in which a and b differ, else None."""
+    names = (set(a) | set(b)) - set(task.batch_knobs) - neutral
+    differ = [n for n in names if a.get(n) != b.get(n)]
+    return differ[0] if len(differ) == 1 else None

@@ -152,15 +152,18 @@ def rule_for(
     return None
 
 
-def needs_at_least(knobs: Knobs, than: Knobs, task: Task) -> bool:
+def needs_at_least(
+    knobs: Knobs, than: Knobs, task: Task, alike: frozenset[str] = frozenset()
+) -> bool:
     """Whether `knobs` need at least the memory of `than`: a batch no smaller, and each other knob
-    alike or at a value its catalogue entry says needs no less (Knob.memory_order)."""
+    alike, at a value its catalogue entry says needs no less (Knob.memory_order), or one of `alike`
+    (knobs measured to leave the peak as it was: peaks.neutral)."""
     size = task.size_knob
     mine, theirs = knobs.get(size), than.get(size)
     if not isinstance(mine, int) or not isinstance(theirs, int) or mine < theirs:
         return False
     return all(
-        _no_less(name, value, than.get(name))
+        name in alike or _no_less(name, value, than.get(name))
         for name, value in knobs.items()
         if name not in task.batch_knobs
     )
@@ -176,23 +179,29 @@ def ooms(h: History, task: Task) -> list[optuna.trial.FrozenTrial]:
     least its memory ran its steps, so this one ran out for another reason: a process beside it, a
     flaky allocator)."""
     ran = [t.user_attrs["knobs"] for t in h.ran]
+    alike = peaks.neutral(h, task)
     return [
-        t for t in h.ooms if not any(needs_at_least(r, t.user_attrs["knobs"], task) for r in ran)
+        t
+        for t in h.ooms
+        if not any(needs_at_least(r, t.user_attrs["knobs"], task, alike) for r in ran)
     ]
 
 
 def oom_bound(h: History, knobs: Knobs, task: Task) -> optuna.trial.FrozenTrial | None:
     """The out-of-memory trial (not contradicted: ooms) of the smallest size that these knobs need
     at least the memory of."""
-    bounds = [t for t in ooms(h, task) if needs_at_least(knobs, t.user_attrs["knobs"], task)]
+    alike = peaks.neutral(h, task)
+    bounds = [t for t in ooms(h, task) if needs_at_least(knobs, t.user_attrs["knobs"], task, alike)]
     return min(bounds, key=lambda t: t.user_attrs["knobs"][task.size_knob], default=None)
 
 
-def _oom_reason(bound: optuna.trial.FrozenTrial, knobs: Knobs, task: Task) -> str:
+def _oom_reason(
+    bound: optuna.trial.FrozenTrial, knobs: Knobs, task: Task, alike: frozenset[str]
+) -> str:
     had = bound.user_attrs["knobs"]
     size = task.size_knob
     more = "".join(
-        f"; {name} {value} needs no less than its {had.get(name)}"
+        f"; {name} {value} " + _alike(had.get(name), name in alike)
         for name, value in knobs.items()
         if name not in task.batch_knobs and value != had.get(name)
     )
@@ -200,6 +209,13 @@ def _oom_reason(bound: optuna.trial.FrozenTrial, knobs: Knobs, task: Task) -> st
         f"predicted: needs at least the memory of trial {bound.number} "
         f"({size} {had[size]} ran out of memory{more})"
     )
+
+
+def _alike(had: Any, measured: bool) -> str:
+    """How a knob's value needs no less memory than the out-of-memory trial's."""
+    if measured:
+        return f"needs what its {had} does (the same peak was measured at either)"
+    return f"needs no less than its {had}"
 
 
 def failure(
@@ -224,7 +240,7 @@ def failure(
         return "invalid_config", f"predicted: {values} {what} (trial {t.number}: {why})"
     size = task.size_knob
     if (bound := oom_bound(h, knobs, task)) is not None:
-        return "oom", _oom_reason(bound, knobs, task)
+        return "oom", _oom_reason(bound, knobs, task, peaks.neutral(h, task))
     if (bound := _bound(h.over_limit, knobs, task)) is not None:
         return "over_limit", (
             f"predicted: {size} {bound.user_attrs['knobs'][size]} was already over the limits "
