@@ -100,3 +100,26 @@ def test_race_decided_gives_the_winner_its_third_sample(tmp_path: Path, monkeypa
     assert conf["decided"] and conf["complete"] and len(winner["samples"]) == 3
     assert winner["ci95"] is not None  # its own interval: what check compares against
     assert all(st["dropped"] for st in conf["stats"] if st is not winner)
+
+
+def test_race_a_lone_winner_where_your_setting_did_not_fit_gets_its_interval(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Issue 61's H100 run: your setting ran out of memory and one configuration completed, the
+    rest pruned: no confirmation ran, so the last word had no interval. The lone winner is now
+    measured in fresh processes until its figure has one."""
+    monkeypatch.setenv("AUTOTUNE_FAULT", "oom@micro_batch_size>=8")
+    cfg = parse_config(
+        tiny(
+            space={"micro_batch_size": [4, 8], "precision": ["fp32"]},
+            baseline={"micro_batch_size": 8},
+            study={"trials": 2, "sampler": "grid", "confirm_top": 3, "confirm_rounds": 3},
+        )
+    )
+    measure = FakeMeasure(noise=0.01)
+    result = run_search(cfg, out_root=tmp_path, device="cpu", measure_fn=measure)
+    conf = result.confirmation
+    assert conf is not None and conf.get("baseline") is None
+    (lone,) = conf["stats"]
+    assert lone["trial"] == conf["chosen"] and len(lone["samples"]) == 3
+    assert lone["ci95"] is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,11 @@ def test_report_html_renders_with_plots(finished: Path, tmp_path: Path) -> None:
     proc = cli_here("report", str(finished), "--html", str(tmp_path / "h"), cwd=finished)
     assert proc.returncode == 0, proc.stderr
     page = (tmp_path / "h" / "report.html").read_text()
-    assert "Chosen configuration: trial" in page and "<pre>" not in page
+    # a trial, or your setting where the confirmation kept it (race.pick: within noise of the best)
+    chosen = re.search(
+        r"Chosen configuration: (trial \d+|your setting \(trial 0, the baseline\))", page
+    )
+    assert chosen is not None and "<pre>" not in page
     if report._plots.available():  # Optuna's plots, interactive (the report extra)
         assert page.count("Plotly.newPlot(") >= 5
     else:

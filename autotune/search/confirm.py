@@ -56,12 +56,14 @@ def confirm(
     """
     h = History.of(study)
     candidates = h.ranked()[:top]
-    if len(candidates) < 2 or rounds < 1:
+    if not candidates or rounds < 1:
         return None
     bench = dataclasses.replace(bench, params=with_loss_check(bench.params, None))
     numbers = [t.number for t in candidates]
     base = h.baseline if h.baseline is not None and h.baseline.number not in numbers else None
     arms = [*candidates, *([base] if base is not None else [])]
+    if len(arms) < 2 and h.baseline is not None:
+        return None  # your setting measured alone: nothing to race, and no other to choose
     kept = _kept(study.user_attrs.get("confirmation"), numbers, arms, rounds)
     if kept is None:  # this top was confirmed in full already
         previous: dict[str, Any] = study.user_attrs["confirmation"]
