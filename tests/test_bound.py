@@ -68,3 +68,31 @@ def test_bound_names_trials_whose_noise_is_unknown() -> None:
     alone = bound.statement(_history(_trial(0, 100.0, None), _trial(1, 99.0, None)), None)
     assert alone is not None and alone["kind"] == "unbounded"
     assert bound.statement(History(), None) is None
+
+
+def test_bound_your_setting_that_did_not_fit_says_so_and_the_fastest_that_ran() -> None:
+    """Issue 61's H100 runs: your setting ran out of memory; the last word was "No baseline was
+    measured". It says that your setting does not fit, that there is no gain to state, and the
+    fastest that ran, with its interval where the confirmation measured one."""
+    oom = optuna.trial.create_trial(
+        state=optuna.trial.TrialState.PRUNED,
+        user_attrs={"knobs": {"micro_batch_size": 16}, "status": "oom", "reason": "CUDA oom"},
+    )
+    oom.number = 0
+    ran = _trial(1, 62568.0, 19.0)
+    h = History(completed=[ran], ooms=[oom], base_key=(("micro_batch_size", 16),))
+    h.seen[h.base_key] = oom
+    said = bound.statement(h, None)
+    assert said is not None and said["kind"] == "unrun" and said["status"] == "oom"
+    assert said["text"] == (
+        "your setting (trial 0) ran out of memory: it does not fit, so there is no gain to state; "
+        "the fastest that ran: trial 1, 62,568 tokens/s/GPU (one search measurement, not "
+        "confirmed: no interval)"
+    )
+    conf = {"chosen": 1, "stats": [{"trial": 1, "samples": [68e3, 67e3, 69e3], "median": 68e3}]}
+    conf["stats"][0]["ci95"] = [66500.0, 69500.0]
+    said = bound.statement(h, conf)
+    assert said is not None and said["text"].endswith(
+        "trial 1, 68,000 tokens/s/GPU (the median of 3 fresh processes, 95% interval 66,500 to "
+        "69,500)"
+    )

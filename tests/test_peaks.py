@@ -155,3 +155,20 @@ def test_peaks_a_knob_measured_to_leave_the_peak_shares_an_oom() -> None:
     )
     assert peaks.neutral(h, COMMAND) == frozenset()
     assert predict.failure(h, _knobs(8, precision="tf32", optim="foreach"), COMMAND) is None
+
+
+def test_peaks_your_own_attn_implementation_shares_an_oom_as_attention() -> None:
+    """Issue 61: the HF Trainer's attention is a knob of your own (attn_implementation); eager where
+    sdpa ran out needs no less (knobs.AS_CATALOGUE: attention's eager over auto), the other way
+    round or flash_attention_2 says nothing, and a value of no known kernel is not compared."""
+    sdpa = {"micro_batch_size": 16, "precision": "bf16", "attn_implementation": "sdpa"}
+    h = _history(_trial(0, sdpa, status="oom"))
+    status, reason = predict.failure(h, {**sdpa, "attn_implementation": "eager"}, COMMAND) or (
+        "",
+        "",
+    )
+    assert status == "oom" and "attn_implementation eager needs no less than its sdpa" in reason
+    for other in ("flash_attention_2", "flex_attention"):
+        assert predict.failure(h, {**sdpa, "attn_implementation": other}, COMMAND) is None
+    eager = _history(_trial(0, {**sdpa, "attn_implementation": "eager"}, status="oom"))
+    assert predict.failure(eager, sdpa, COMMAND) is None

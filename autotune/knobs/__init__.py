@@ -58,6 +58,8 @@ __all__ = [
     "int_of",
     "env_of",
     "markdown_table",
+    "needs_at_least",
+    "AS_CATALOGUE",
     "numerics",
     "reference_of",
     "values_text",
@@ -106,6 +108,31 @@ def check_rows(micro_batch_size: int) -> int:
 
 BY_NAME: dict[str, Knob] = {k.name: k for k in CATALOGUE}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
+
+# A knob of your own (task command) named as a framework's setting, as the catalogue knob it sets:
+# its values as that knob's, for the memory they need (Knob.memory_order). The HF Trainer's
+# attn_implementation: eager holds the whole attention matrix; sdpa is PyTorch's own choice of
+# kernel (attention auto); flash_attention_2 the flash kernel (issue 61: eager where sdpa ran out).
+AS_CATALOGUE: dict[str, tuple[str, dict[KnobValue, KnobValue]]] = {
+    "attn_implementation": (
+        "attention",
+        {"eager": "eager", "sdpa": "auto", "flash_attention_2": "flash"},
+    ),
+}
+
+
+def needs_at_least(name: str, value: KnobValue, than: KnobValue) -> bool:
+    """Whether knob `name` at `value` needs at least the memory it needs at `than`, the other knobs
+    alike (Knob.memory_order; a knob of your own named in AS_CATALOGUE as the knob it sets; any
+    other knob only at the same value)."""
+    if value == than:
+        return True
+    if name in BY_NAME:
+        return BY_NAME[name].needs_at_least(value, than)
+    target, values = AS_CATALOGUE.get(name, ("", {}))
+    if value not in values or than not in values:
+        return False
+    return BY_NAME[target].needs_at_least(values[value], values[than])
 
 
 def defaults(task: str = "train") -> dict[str, Any]:

@@ -60,7 +60,8 @@ def chosen_lines(data: Report) -> list[str]:
     lines = [
         f"{_which(c)}: {trial_of(c)}, {fmt(c['tokens_per_s_per_gpu'], 'tok')} "
         f"tokens/s/GPU ({interval_text(c)}).",
-        _gain(c),
+        # your setting ran and failed: the bound's line says so (study/bound.py: unrun)
+        _gain(c) if not data.bound or data.bound["kind"] != "unrun" else "",
         bound_line(data),
         numerics_line(c),
         others_checked(data),

@@ -56,10 +56,12 @@ def window_sigma(t: optuna.trial.FrozenTrial) -> float | None:
 
 
 def statement(h: History, conf: dict[str, Any] | None) -> dict[str, Any] | None:
-    """{kind: gain | bound | unbounded, text, ...} of the study (None: no baseline measured)."""
+    """{kind: gain | bound | unbounded | unrun, text, ...} of the study (None: your setting was
+    not measured yet). unrun: your setting ran and failed (out of memory: it does not fit), so
+    there is no gain to state; the fastest that ran is said with its interval."""
     base = h.baseline
     if base is None:
-        return None
+        return _unrun(h, conf)
     samples = samples_of(h, conf)
     others = [t for t in h.completed if t.number != base.number and t.number in samples]
     if not others:
@@ -143,3 +145,42 @@ def _left_out(unknown: list[int]) -> str:
     if not unknown:
         return ""
     return f"; trials {', '.join(map(str, unknown))} left out: their noise is unknown"
+
+
+def _unrun(h: History, conf: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Your setting's trial failed (its status and the first words of why): no gain to state, and
+    the fastest configuration that ran, confirmed (its median and 95% interval over fresh
+    processes) or not (one measurement)."""
+    failed = h.seen.get(h.base_key) if h.base_key is not None else None
+    if failed is None or failed.user_attrs.get("predicted"):
+        return None
+    status = failed.user_attrs.get("status")
+    what = "ran out of memory: it does not fit" if status == "oom" else f"ended {status}"
+    text = f"your setting (trial {failed.number}) {what}, so there is no gain to state"
+    best = _fastest(h, conf)
+    return {"kind": "unrun", "n": len(h.completed), "status": status, "text": text + best}
+
+
+def _fastest(h: History, conf: dict[str, Any] | None) -> str:
+    """'; the fastest that ran: trial N, ...' (confirmed where it was), '' where none ran."""
+    chosen = (conf or {}).get("chosen")
+    arm = next((st for st in (conf or {}).get("stats") or [] if st["trial"] == chosen), None)
+    if arm is not None and arm.get("median"):
+        interval = arm.get("ci95")
+        spread = (
+            f"95% interval {interval[0]:,.0f} to {interval[1]:,.0f}"
+            if interval
+            else f"no interval: {arm.get('ci95_why')}"
+        )
+        return (
+            f"; the fastest that ran: trial {chosen}, {arm['median']:,.0f} tokens/s/GPU (the "
+            f"median of {len(arm['samples'])} fresh processes, {spread})"
+        )
+    best = h.best()
+    if best is None:
+        return ""
+    value = value_of(best) or 0.0
+    return (
+        f"; the fastest that ran: trial {best.number}, {value:,.0f} tokens/s/GPU (one search "
+        "measurement, not confirmed: no interval)"
+    )

@@ -170,8 +170,7 @@ def needs_at_least(
 
 
 def _no_less(name: str, value: Any, than: Any) -> bool:
-    knob = catalogue.BY_NAME.get(name)
-    return value == than or (knob is not None and knob.needs_at_least(value, than))
+    return catalogue.needs_at_least(name, value, than)
 
 
 def ooms(h: History, task: Task) -> list[optuna.trial.FrozenTrial]:
