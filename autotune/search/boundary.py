@@ -35,19 +35,25 @@ def _others(knobs: Knobs, name: str) -> Key:
 
 
 def _bisect(
-    t: optuna.trial.FrozenTrial, name: str, sizes: list[Any], h: History, up: bool
+    t: optuna.trial.FrozenTrial,
+    name: str,
+    sizes: list[Any],
+    h: History,
+    up: bool,
+    ooms: list[optuna.trial.FrozenTrial],
 ) -> dict[str, Any] | None:
     """t's params with `name` halfway (by index) to the nearest known size beyond it, the other
     knobs alike:
     up from a trial within the limits toward the smallest size over them (or out of memory, or past
     the largest size); down from an over-limit trial toward the largest size within them (or below
-    the smallest)."""
+    the smallest). ooms: the out-of-memory trials that bound (predict.ooms: a flaky one, that a
+    larger size contradicts, does not)."""
     if t.params.get(name) not in sizes:
         return None
     i, others = sizes.index(t.params[name]), _others(t.user_attrs["knobs"], name)
     alike = [
         sizes.index(u.user_attrs["knobs"][name])
-        for u in (h.over_limit + h.ooms if up else h.completed)
+        for u in (h.over_limit + ooms if up else h.completed)
         if _others(u.user_attrs["knobs"], name) == others
         and u.user_attrs["knobs"].get(name) in sizes
     ]
@@ -65,14 +71,15 @@ def steps(
     first."""
     names = [n for n in space.searched if n in catalogue.BY_NAME and catalogue.BY_NAME[n].climb]
     points = []
+    ooms = predict.ooms(h, space.task)
     for name in names:
         sizes = sorted(space.searched[name])
         best = h.best()
         if best is not None:
-            points.append(_bisect(best, name, sizes, h, up=True))
+            points.append(_bisect(best, name, sizes, h, up=True, ooms=ooms))
         a = finished.user_attrs
         if a.get("status") == "over_limit" and not a.get("predicted"):
-            points.append(_bisect(finished, name, sizes, h, up=False))
+            points.append(_bisect(finished, name, sizes, h, up=False, ooms=ooms))
     out: list[dict[str, Any]] = []
     for p in points:
         if p is None or set(p) != set(space.searched):
