@@ -162,14 +162,16 @@ def test_bisect_steps_between_known_sizes() -> None:
     ok1, over64 = t(0, 1, "ok"), t(1, 64, "over_limit")
     h = History(completed=[ok1])
     # halfway to past 128
-    assert boundary._bisect(ok1, "batch_size", sizes, h, up=True)["batch_size"] == 16
+    assert boundary._bisect(ok1, "batch_size", sizes, h, up=True, ooms=h.ooms)["batch_size"] == 16
     h = History(completed=[ok1], over_limit=[over64])
     # halfway to 64
-    assert boundary._bisect(ok1, "batch_size", sizes, h, up=True)["batch_size"] == 8
+    assert boundary._bisect(ok1, "batch_size", sizes, h, up=True, ooms=h.ooms)["batch_size"] == 8
     # halfway down to 1
-    assert boundary._bisect(over64, "batch_size", sizes, h, up=False)["batch_size"] == 8
+    assert (
+        boundary._bisect(over64, "batch_size", sizes, h, up=False, ooms=h.ooms)["batch_size"] == 8
+    )
     ok32 = t(2, 32, "ok")
     h = History(completed=[ok1, ok32], over_limit=[over64])
     # 32 and 64 are neighbours
-    assert boundary._bisect(ok32, "batch_size", sizes, h, up=True) is None
-    assert boundary._bisect(over64, "batch_size", sizes, h, up=False) is None
+    assert boundary._bisect(ok32, "batch_size", sizes, h, up=True, ooms=h.ooms) is None
+    assert boundary._bisect(over64, "batch_size", sizes, h, up=False, ooms=h.ooms) is None
