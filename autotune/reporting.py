@@ -149,6 +149,9 @@ class Reporter:
         self.what = ""  # what it is, as a reason names it (an HF Trainer of Qwen2ForCausalLM)
         self.stopped = False  # it ended because autotune had its steps (close), not by itself
         self.refused = False  # another process of the job holds the claim: this one is silent
+        # the most the job held allocated at a step's end (weights, optimizer state: what no
+        # micro-batch adds; study/peaks.py fits the peak's growth above it)
+        self.resident: int | None = None
 
     @property
     def active(self) -> bool:
@@ -257,6 +260,7 @@ class Reporter:
         if not self.active or (self.owner is None and not self.claim(self, LOOP)):
             return False  # outside autotune, or another process of the job trains (claim)
         self.count += 1
+        self._resident()
         line = {"step": self.count, "s": float(seconds), "tokens": int(tokens), "at": time.time()}
         line.update({k: v for k, v in extra.items() if v is not None})
         if padded_tokens is not None:
@@ -274,8 +278,18 @@ class Reporter:
         if self.active and not self.closed:
             self.closed = True
             self.stopped = self.done()  # autotune had its steps: a later training is no concern
-            self._write({"done": True, **_memory()})
+            self._write({"done": True, **_memory(), **self._held()})
             self._ended()
+
+    def _resident(self) -> None:
+        """Read what the job holds allocated at this step's end (no synchronisation: the
+        allocator's counter)."""
+        if (now := _allocated()) is not None:
+            self.resident = max(now, self.resident or 0)
+
+    def _held(self) -> dict[str, int]:
+        """The done line's resident memory, where a step's end read it."""
+        return {} if self.resident is None else {"resident_mem_bytes": self.resident}
 
     def _ended(self) -> None:
         """The claim file's second line: the measured training's end, its steps (a training in
@@ -347,6 +361,14 @@ def _memory() -> dict[str, Any]:
         "peak_mem_reserved_bytes": torch.cuda.max_memory_reserved(),
         "device_name": torch.cuda.get_device_name(),
     }
+
+
+def _allocated() -> int | None:
+    """What the job's tensors hold on its GPU now (None: no torch with CUDA initialised)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return int(torch.cuda.memory_allocated())
 
 
 _REPORTER: Reporter | None = None

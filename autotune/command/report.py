@@ -257,6 +257,7 @@ class DoneLine(TypedDict, total=False):
     done: bool
     peak_mem_bytes: int
     peak_mem_reserved_bytes: int
+    resident_mem_bytes: int  # allocated at a step's end, the most (reporting.Reporter.resident)
     device_name: str
 
 
@@ -271,6 +272,9 @@ def done_line(doc: dict[str, Any], where: str) -> DoneLine:
     if doc.get("peak_mem_reserved_bytes") is not None:
         reserved = doc["peak_mem_reserved_bytes"]
         done["peak_mem_reserved_bytes"] = _bytes(reserved, "peak_mem_reserved_bytes", where)
+    if doc.get("resident_mem_bytes") is not None:
+        resident = doc["resident_mem_bytes"]
+        done["resident_mem_bytes"] = _bytes(resident, "resident_mem_bytes", where)
     name = doc.get("device_name")
     if isinstance(name, str) and 0 < len(name) <= MAX_NAME_CHARS and name.isprintable():
         done["device_name"] = name

@@ -135,6 +135,8 @@ def metrics(record: TrialRecord, result: TrialResult) -> None:
     metrics[Metric.PADDING_PCT] = out.get("padding_pct")
     # the measured-memory line's inputs (study/peaks.py)
     metrics[Metric.TOKENS_PER_MICRO_BATCH] = out.get("tokens_per_micro_batch")
+    resident = out.get("resident_mem_bytes")
+    metrics[Metric.RESIDENT_GIB] = resident / 2**30 if isinstance(resident, int) else None
     reserved = result.peak_mem_reserved_bytes
     metrics[Metric.PEAK_RESERVED_GIB] = reserved / 2**30 if reserved is not None else None
     tokens = out.get("tokens") or []

@@ -344,6 +344,7 @@ class Command(Workload):
             "tokens": tokens,
             "step_s_as_reported": [s["s"] for s in timed],
             "job_env": self._job_env(done),
+            "resident_mem_bytes": done.get("resident_mem_bytes"),
         }
         output["window"] = {**win.summary(), "said": windows.said(win, self.rule)}
         output["job_settings"] = self.report.settings  # what the job ran with (None: not reported)

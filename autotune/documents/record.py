@@ -39,6 +39,9 @@ class Metric:
     # command: tokens of the longest micro-batch the job computed on, padding included (the
     # measured-memory line's abscissa: study/peaks.py)
     TOKENS_PER_MICRO_BATCH = "tokens_per_micro_batch"
+    # command: the most the job held allocated at a step's end (weights, gradients kept, optimizer
+    # state: the peak's part no micro-batch adds; the measured-memory line's intercept)
+    RESIDENT_GIB = "resident_mem_gib"
     N_PARAMS = "n_params"
     # autotune.memory's estimate before launch (uncalibrated)
     MEMORY_ESTIMATE_GIB = "memory_estimate_gib"

@@ -7,11 +7,16 @@ from the user's setting), so the search first measures what one change to that s
 - the size knob (micro-batch) one listed size down, then one up: two sizes give the measured
   memory line (study/peaks.py) before a larger size is tried, so a size that cannot fit is
   predicted instead of launched;
-- each other searched knob at each of its other values, one at a time, at the baseline's size; when
-  the baseline's measured peak is above peaks.RISKY of the GPU, at the next smaller size that ran
-  (a change of arithmetic, attention or optimizer can need more memory than the baseline left);
-  when the baseline ran out of memory, one listed size below it (a size no larger than the one
-  that just failed would fail the same way);
+- each other searched knob at each of its other values, one at a time (once: a value measured at
+  some size is not measured again), at the baseline's size; when the baseline's measured peak is
+  above peaks.RISKY of the GPU, at the next smaller size that ran (a change of arithmetic,
+  attention or optimizer can need more memory than the baseline left); when the baseline ran out
+  of memory, one listed size below it (a size no larger than the one that just failed would fail
+  the same way);
+- by what the catalogue knows of a value's memory (Knob.memory_order, _size_for): one that needs no
+  more than the baseline's at the largest size your setting ran at; one that needs more where the
+  activations could double, until such a change ran out of memory there, then at the smallest size
+  the global batch allows (below the list where it must);
 - not the values the staged search spends on the leaders (the costly program: compile) or measures
   as an arithmetic's variant (fp8, fp16): those come where they can win (search/stages.py).
 The points are computed after each told trial from what has been measured (a neighbour known to
@@ -21,9 +26,12 @@ measured.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from autotune import knobs as catalogue
 from autotune.knobs import Knobs, KnobValue
+from autotune.search import edges
 from autotune.search.stages import Plan
 from autotune.space import ResolvedSpace
 from autotune.study import peaks, predict
@@ -36,20 +44,25 @@ def wanted(start: str, task: str, grid: bool) -> bool:
     return not grid and (start == "neighbours" or start == "auto" and task == "command")
 
 
-def points(h: History, space: ResolvedSpace, plan: Plan) -> list[dict[str, Any]]:
+def points(
+    h: History, space: ResolvedSpace, plan: Plan, command: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """The baseline's neighbours not yet measured, in the order they are measured; none until the
-    baseline has been measured (or failed)."""
+    baseline has been measured (or failed). command: the study's command section (a size below the
+    list only where it renders: edges.unrendered)."""
     base = dict(space.baseline)
     if not base or key(space.knobs(base)) not in h.seen:
         return []
     size = space.task.size_knob
     out = _sizes(space, base, size)
-    at = _safe_size(h, space, base, size)
     for name, values in space.searched.items():
         if name == size:
             continue
         for value in values:
-            if value != base[name] and _other_value(plan, name, value):
+            if value == base[name] or not _other_value(plan, name, value):
+                continue
+            if not _measured(h, space, {**base, name: value}):
+                at = _size_for(h, space, base, name, value, command)
                 out.append({**base, **({size: at} if at is not None else {}), name: value})
     fresh = []
     for p in out:
@@ -74,6 +87,97 @@ def _other_value(plan: Plan, name: str, value: KnobValue) -> bool:
     if value in plan.costly.get(name, ()):
         return False
     return value not in plan.deferred.get(name, ())
+
+
+def _measured(h: History, space: ResolvedSpace, point: Knobs) -> bool:
+    """Whether this one-knob neighbour was measured (or predicted) at some size already: its size
+    moves with what is learned, the neighbour is measured once."""
+    group = peaks.group_of(space.knobs(point), space.task)
+    return any(peaks.group_of(t.user_attrs["knobs"], space.task) == group for t in h.seen.values())
+
+
+def _size_for(
+    h: History,
+    space: ResolvedSpace,
+    base: Knobs,
+    name: str,
+    value: KnobValue,
+    command: Mapping[str, Any] | None,
+) -> Any:
+    """The size a neighbour that sets `name` to `value` runs at. A value that needs no more memory
+    than the baseline's (Knob.memory_order: checkpointing where your setting has none, bf16 where
+    it has fp32) runs at the largest size your setting ran at (the baseline's own where it ran):
+    it fits. A value that can need more runs where the activations could double (_safe_size),
+    until one such change of this study ran out of memory where they could: then the job's
+    activations grow more than the premise allows, and the next runs at the smallest size the
+    global batch allows, below the list where it must (one sequence a rank: it fits wherever a
+    step of the job can). Any other value: where the activations could double."""
+    size = space.task.size_knob
+    if size not in base:
+        return None
+    if catalogue.needs_at_least(name, base[name], value):
+        ran = _ran_size(h, space, base)
+        if ran is not None:
+            return ran
+    if not _more(name, value, base[name]) or not _surprised(h, space, base):
+        return _safe_size(h, space, base, size)
+    return _smallest(space, size, command, base)
+
+
+def _more(name: str, value: KnobValue, than: KnobValue) -> bool:
+    """Whether the catalogue orders `value` as needing more memory than `than` (a later tier)."""
+    return catalogue.needs_at_least(name, value, than) and not catalogue.needs_at_least(
+        name, than, value
+    )
+
+
+def _ran_size(h: History, space: ResolvedSpace, base: Knobs) -> Any:
+    """The largest size, no larger than the baseline's, at which your setting ran its steps."""
+    size = space.task.size_knob
+    group = peaks.group_of(space.knobs(base), space.task)
+    sizes = [
+        t.user_attrs["knobs"][size]
+        for t in h.ran
+        if peaks.group_of(t.user_attrs["knobs"], space.task) == group
+        and isinstance(t.user_attrs["knobs"].get(size), int)
+        and t.user_attrs["knobs"][size] <= base[size]
+    ]
+    return max(sizes, default=None)
+
+
+def _surprised(h: History, space: ResolvedSpace, base: Knobs) -> bool:
+    """Whether a neighbour that changed one knob of your setting to a value needing more memory
+    ran out of memory at a size _safe_size gives now (where the activations could double)."""
+    size = space.task.size_knob
+    at = _safe_size(h, space, base, size)
+    for t in h.ooms:
+        knobs = t.user_attrs["knobs"]
+        changed = [
+            n for n, v in base.items() if n not in space.task.batch_knobs and knobs.get(n) != v
+        ]
+        if (
+            len(changed) == 1
+            and _more(changed[0], knobs.get(changed[0]), base[changed[0]])
+            and isinstance(knobs.get(size), int)
+            and at is not None
+            and knobs[size] <= at
+        ):
+            return True
+    return False
+
+
+def _smallest(
+    space: ResolvedSpace, size: str, command: Mapping[str, Any] | None, base: Knobs
+) -> Any:
+    """The smallest size the global batch allows (edges.next_value down from the list's smallest),
+    that the command renders; else the list's smallest."""
+    listed = sorted(space.searched.get(size, [base[size]]))
+    here = listed[0]
+    while True:
+        nxt, _ = edges.next_value(space, size, here, up=False)
+        if nxt is None or edges.unrendered(command, space, {**base, size: nxt}):
+            return here
+        here = nxt
 
 
 def _safe_size(h: History, space: ResolvedSpace, base: Knobs, size: str) -> Any:

@@ -150,7 +150,7 @@ class Schedule:
         once they are all measured (or where the study starts with the sampler)."""
         if not self.neighbours:
             return False
-        left = neighbours.points(h, self.space, self.plan)
+        left = neighbours.points(h, self.space, self.plan, self.command)
         if not left:
             return False
         waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))

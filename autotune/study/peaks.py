@@ -7,6 +7,10 @@ micro-batch. So, for each setting of the other knobs (a group: every knob but th
 each of which can change either part), the measured peaks are a line in tokens per micro-batch:
 
 - a group measured at two or more sizes has its own least-squares line;
+- a group measured at one size where the job said what it holds at a step's end (its resident
+  memory: weights, optimizer state, gradients kept; the callbacks read it) has the line through
+  that point whose growth is the point's allocated peak above its resident memory: the activations
+  of its tokens (the reserved peak's excess over the allocated one carried along unscaled);
 - a group measured at one size is that point plus the smallest slope fitted in any group: a lower
   bound of its peak at a larger size wherever activations grow at least as fast there (a setting
   whose other knobs save activations, such as checkpointing, fits the smallest slope);
@@ -56,6 +60,17 @@ class Point:
     tokens: float  # tokens per micro-batch (or the size, where the trial did not count them)
     peak_gib: float
     capacity_gib: float
+    # the allocated peak and what the job held at a step's end (None: not reported)
+    allocated_gib: float | None = None
+    resident_gib: float | None = None
+
+    @property
+    def growth(self) -> float | None:
+        """GiB per token above the resident memory, from this point alone (None: unknown)."""
+        if self.allocated_gib is None or self.resident_gib is None:
+            return None
+        grown = self.allocated_gib - self.resident_gib
+        return grown / self.tokens if grown > 0 and self.tokens > 0 else None
 
 
 @dataclass(frozen=True)
@@ -104,9 +119,22 @@ def point_of(t: optuna.trial.FrozenTrial, task: Task) -> Point | None:
         return None
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         return None
-    counted = (t.user_attrs.get("metrics") or {}).get(Metric.TOKENS_PER_MICRO_BATCH)
+    metrics = t.user_attrs.get("metrics") or {}
+    counted = metrics.get(Metric.TOKENS_PER_MICRO_BATCH)
     tokens = float(counted) if counted else float(size)
-    return Point(t.number, size, tokens, float(peak), float(fp["gpu_memory_gib"]))
+    capacity = float(fp["gpu_memory_gib"])
+    allocated, resident = (
+        _gib(metrics.get(Metric.PEAK_MEM_GIB)),
+        _gib(metrics.get(Metric.RESIDENT_GIB)),
+    )
+    return Point(t.number, size, tokens, float(peak), capacity, allocated, resident)
+
+
+def _gib(value: object) -> float | None:
+    """A reading in GiB, where it is a finite number above zero."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
 
 
 def groups(h: History, task: Task) -> dict[Key, list[Point]]:
@@ -120,14 +148,35 @@ def groups(h: History, task: Task) -> dict[Key, list[Point]]:
 
 def _line(points: list[Point]) -> tuple[float, float] | None:
     """(slope GiB per token, intercept) through points at two or more token counts; the slope is
-    never negative (a peak that fell with the batch is noise around a flat line)."""
+    never negative (a peak that fell with the batch is noise around a flat line). At one token
+    count: the line of its highest point's growth above its resident memory, where known."""
     xs = [p.tokens for p in points]
     if len(set(xs)) < 2:
-        return None
+        return _one_line(points)
     slope, intercept = statistics.linear_regression(xs, [p.peak_gib for p in points])
     if slope < 0:
         return 0.0, statistics.fmean(p.peak_gib for p in points)
     return slope, intercept
+
+
+def _one_line(points: list[Point]) -> tuple[float, float] | None:
+    """The line through the highest of points at one token count, its slope the point's growth
+    above its resident memory (Point.growth); None where the job did not say it."""
+    if not points:
+        return None
+    top = max(points, key=lambda p: p.peak_gib)
+    if (slope := top.growth) is None:
+        return None
+    return slope, top.peak_gib - slope * top.tokens
+
+
+def _how(points: list[Point]) -> str:
+    """How a group's line was drawn."""
+    numbers = ", ".join(str(p.number) for p in points)
+    if len({p.tokens for p in points}) > 1:
+        return f"a line in tokens through trials {numbers}"
+    top = max(points, key=lambda p: p.peak_gib)
+    return f"trial {top.number}'s peak above its resident {top.resident_gib:.1f} GiB, in tokens"
 
 
 def line_of(h: History, knobs: Knobs, task: Task) -> tuple[float, float, float, float] | None:
@@ -164,9 +213,8 @@ def forecast(h: History, knobs: Knobs, task: Task) -> Forecast | None:
     x = _tokens_at(size, mine, everyone)
     capacity = min(p.capacity_gib for p in everyone)
     own = _line(mine)
-    numbers = ", ".join(str(p.number) for p in mine)
     if own is not None:
-        return Forecast(own[1] + own[0] * x, capacity, f"a line in tokens through trials {numbers}")
+        return Forecast(own[1] + own[0] * x, capacity, _how(mine))
     return _from_one(mine[0], x, by_group, capacity)
 
 

@@ -17,6 +17,9 @@
   gradients and optimizer state do not), and a batch whose fitted peak exceeds the GPU's memory is
   predicted to run out. A peak no GPU can have (above the card's memory, not above zero) is
   refused.
+- A setting that needs at least the memory of a measured one (Knob.memory_order: fp32 where bf16
+  ran) is predicted to run out where the measured one's fitted peak at the same batch is above
+  the GPU's memory (forecast_below).
 - The baseline (your setting) is never predicted: it is measured, whatever is known.
 - The memory estimate (autotune/memory; built-in training models): parameters, gradients, optimizer
   state per shard and activations per micro-batch under each checkpointing choice, calibrated by the
@@ -194,6 +197,34 @@ def oom_bound(h: History, knobs: Knobs, task: Task) -> optuna.trial.FrozenTrial 
     return min(bounds, key=lambda t: t.user_attrs["knobs"][task.size_knob], default=None)
 
 
+def forecast_below(h: History, knobs: Knobs, task: Task) -> tuple[Knobs, peaks.Forecast] | None:
+    """A measured setting of the other knobs that these knobs need at least the memory of
+    (needs_at_least, at their batch) whose forecast peak is above the GPU's memory: fp32 at a size
+    where bf16's line already runs out. None where there is none."""
+    alike = peaks.neutral(h, task)
+    mine = peaks.group_of(knobs, task)
+    batch = {k: v for k, v in knobs.items() if k in task.batch_knobs}
+    settings = {peaks.group_of(t.user_attrs["knobs"], task): t.user_attrs["knobs"] for t in h.ran}
+    for group, other in settings.items():
+        than = {**{k: v for k, v in other.items() if k not in task.batch_knobs}, **batch}
+        if group == mine or not needs_at_least(knobs, than, task, alike):
+            continue
+        seen = peaks.forecast(h, than, task)
+        if seen is not None and seen.over:
+            return than, seen
+    return None
+
+
+def _setting(than: Knobs, knobs: Knobs, task: Task) -> str:
+    """The measured setting named by what it sets otherwise than these knobs."""
+    differ = ", ".join(
+        f"{name} {value}"
+        for name, value in than.items()
+        if name not in task.batch_knobs and knobs.get(name) != value
+    )
+    return f"{differ} at {task.size_knob} {knobs.get(task.size_knob)}"
+
+
 def _oom_reason(
     bound: optuna.trial.FrozenTrial, knobs: Knobs, task: Task, alike: frozenset[str]
 ) -> str:
@@ -250,6 +281,12 @@ def failure(
         return "oom", (
             f"predicted: peak memory {seen.peak_gib:.1f} GiB ({seen.how}) is above the GPU's "
             f"{seen.capacity_gib:.1f} GiB"
+        )
+    if (below := forecast_below(h, knobs, task)) is not None:
+        than, seen = below
+        return "oom", (
+            f"predicted: needs at least the peak memory of {_setting(than, knobs, task)}, "
+            f"{seen.peak_gib:.1f} GiB ({seen.how}), above the GPU's {seen.capacity_gib:.1f} GiB"
         )
     if (mem_bound := memory_bound(h, knobs, mem)) is not None:
         peak, capacity, n = mem_bound
