@@ -19,8 +19,8 @@ at validate "$Y" > "$OUT/validate.txt" 2>&1
 echo "{\"start\": $(date +%s.%N)}" >> "$OUT/wall.jsonl"
 # the study as it stands every 30 s: a call cut short by its limit still brings back its measured trials
 ( while sleep 30; do tar czf "$OUT/study-live.tgz" "trials/$N"/study.db* 2>/dev/null; done ) & live=$!
-# --timeout-min: the search launches no trial after 5.5 minutes (the confirmation and the files still fit the call)
-timeout "${SEARCH_S:-500}" python3 -m autotune.cli search "$Y" --gpus 0 --fresh --timeout-min "${SEARCH_MIN:-5.5}" 2>&1 | tee "$OUT/search.log"
+# --timeout-min: the search launches no trial after 6 minutes (the confirmation and the files still fit the call)
+timeout "${SEARCH_S:-560}" python3 -m autotune.cli search "$Y" --gpus 0 --fresh --timeout-min "${SEARCH_MIN:-6}" 2>&1 | tee "$OUT/search.log"
 echo "{\"end\": $(date +%s.%N), \"rc\": ${PIPESTATUS[0]}}" >> "$OUT/wall.jsonl"
 kill "$live" 2>/dev/null; rm -f "$OUT/study-live.tgz"
 tar czf "$OUT/study.tgz" "trials/$N"/study.db* "trials/$N/best.yaml" "trials/$N"/runs/*/spec.json "trials/$N"/runs/*/result.json "trials/$N"/runs/*/*.log 2>/dev/null
