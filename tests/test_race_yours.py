@@ -183,8 +183,8 @@ for _ in range(10_000):
 
 @pytest.mark.slow
 def test_race_keeps_your_setting_on_real_processes(tmp_path: Path) -> None:
-    """`autotune search` on a command job whose cold baseline is fastest warm: best.yaml and
-    `autotune export` give your setting."""
+    """`autotune search` on a command job whose cold baseline is fastest warm: its end line,
+    best.yaml and `autotune export` give your setting."""
     yaml_path = command_job(
         tmp_path,
         "cold",
@@ -202,6 +202,7 @@ def test_race_keeps_your_setting_on_real_processes(tmp_path: Path) -> None:
     (tmp_path / "job.py").write_text(COLD_JOB)
     proc = run_cli("search", str(yaml_path), "--out", "out", "--device", "cpu", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    assert "Best: your setting (trial 0, the baseline), written to" in proc.stdout
     best = yaml.safe_load((tmp_path / "out" / "cold" / "best.yaml").read_text())
     assert best["chosen"]["trial"] == 0, best["confirmation"]
     assert best["confirmation"][-1]["baseline"] is True  # its own arm: ranked below the top 2

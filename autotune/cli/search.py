@@ -186,10 +186,19 @@ def _print_result(console: Console, result: SearchResult, searched: list[str], t
     if offer := alloc_offer(result.history, tasks.task(task)):
         console.print(f"note: {offer}", highlight=False)
     console.print(
-        f"{result.stop_reason}; {result.new_trials} new trial(s). Best: trial "
-        f"{result.chosen_number}, "
-        f"written to {result.best_yaml}"
+        f"{result.stop_reason}; {result.new_trials} new trial(s). Best: "
+        f"{_chosen_label(result)}, written to {result.best_yaml}"
     )
+
+
+def _chosen_label(result: SearchResult) -> str:
+    """The chosen trial as the end line names it: your setting, where the race kept it."""
+    from autotune.study.chosen import is_yours
+
+    number = result.chosen_number
+    if is_yours(number, result.history):
+        return f"your setting (trial {number}, the baseline)"
+    return f"trial {number}"
 
 
 @command("autotune validate search_spaces/tiny.yaml --all")
