@@ -309,7 +309,7 @@ def _settle(
         if i >= first:
             if not m.samples:
                 return m, None
-            verdict = _verdict(run.best, m, tolerance_pct)
+            verdict = _verdict(run.best, m, tolerance_pct, (i - first + 1, cap - first + 1))
             stopped = (
                 SETTLED
                 if verdict.status != "inconclusive"
@@ -336,7 +336,9 @@ def _unreliable(verdict: Verdict) -> None:
     verdict.status, verdict.settle = "unreliable", ""
 
 
-def _verdict(best: Best, m: Repeats, tolerance_pct: float | None) -> Verdict:
+def _verdict(
+    best: Best, m: Repeats, tolerance_pct: float | None, look: tuple[int, int] = (1, 1)
+) -> Verdict:
     """The decision on the repeats against the recorded baseline (the tolerance given, else from its
     noise), and the task's second gate (generate: time per output token): a regression of either
     fails, an inconclusive one of either is inconclusive, pass needs both."""
@@ -344,10 +346,12 @@ def _verdict(best: Best, m: Repeats, tolerance_pct: float | None) -> Verdict:
     how = f"{tolerance_pct:g}% (--tolerance)" if tolerance_pct is not None else ""
     if tolerance_pct is None:
         tolerance_pct, how = default_tolerance(base)
-    d = decide(base, m.samples, tolerance_pct)
+    d = decide(base, m.samples, tolerance_pct, look=look)  # look k of at most n: stats.look_level
     # the Task plug-ins read best.yaml as it is written (a mapping)
     written = best.doc.model_dump(exclude_unset=True)
-    tpot = tasks.task(best.workload.task).check_gate(written, m.details, tolerance_pct, decide)
+    tpot = tasks.task(best.workload.task).check_gate(
+        written, m.details, tolerance_pct, lambda b, c, t: decide(b, c, t, look=look)
+    )
     status, reason, settle = both_gates(d, tpot)
     fp = best.doc.fingerprint.model_dump()  # the versions beside the numbers: as the library says
     changes = {
