@@ -59,6 +59,8 @@ def trial_line(record: TrialRecord, searched: list[str] | None, which: str | Non
     MFU (or the reason), its knobs."""
     knobs = fmt_knobs(record.knobs, searched) + past_list(record.extra.get("beyond_list"))
     which = which or f"#{record.number} "
+    # measured while the host was busy (search/host.py): marked, never failed
+    busy = ("  disturbed: " + "; ".join(record.disturbed), "yellow") if record.disturbed else ""
     if record.status == "ok":
         check = numerics.summary(record.loss_check)  # the quality cost beside the speed
         return Text.assemble(
@@ -66,10 +68,11 @@ def trial_line(record: TrialRecord, searched: list[str] | None, which: str | Non
             ("ok", "green"),
             f" {fmt(record.tokens_per_gpu, 'tok')} tok/s  MFU {record_mfu_text(record)}  {knobs}",
             f"  {check}" if check else "",
+            busy,
         )
     tag = " (predicted)" if record.predicted else ""
     reason = printable(reason_line(record.reason, 120), newlines=False)
-    return Text.assemble(which, (record.status + tag, "red"), f" {knobs}  {reason}")
+    return Text.assemble(which, (record.status + tag, "red"), f" {knobs}  {reason}", busy)
 
 
 class TrialLog(Observer):
@@ -177,6 +180,10 @@ class LiveProgress(Observer):
     def confirm_sample(self, number: int, round_: int, value: float | None, status: str) -> None:
         shown = (f"{fmt(value, 'tok')} tok/s", "") if value is not None else (status, "red")
         self.console.print(Text.assemble(f"  round {round_ + 1}: #{number} ", shown))
+
+    def confirm_disturbed(self, number: int, round_: int, disturbed: list[str]) -> None:
+        said = "; ".join(disturbed)
+        self.console.print(Text.assemble(f"    #{number} disturbed: ", (said, "yellow")))
 
     def confirm_dropped(self, number: int, why: str) -> None:
         self.console.print(Text.assemble(f"  #{number} leaves the race: ", (why, "dim")))

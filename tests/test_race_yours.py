@@ -100,9 +100,15 @@ def test_bound_of_a_kept_setting_is_never_another_configuration_s_gain() -> None
         return t
 
     h = History(completed=[trial(0, 100.0), trial(1, 130.0)], baseline=trial(0, 100.0))
+    # no process measured twice: the noise between them is unknown, whatever the windows say
     said = bound.statement(h, {"chosen": 0, "stats": []})
+    assert said is not None and said["kind"] == "noise_unknown" and "1.30" not in said["text"]
+    assert said["text"].startswith(f"{KEEP[:1].upper()}{KEEP[1:]}, but the noise between")
+    conf = {"chosen": 0, "stats": [{"trial": 1, "samples": [101.0, 99.0]}]}
+    conf["baseline"] = {"trial": 0, "samples": [100.0, 100.5]}
+    said = bound.statement(h, conf)
     assert said is not None and said["kind"] == "bound"
-    assert said["text"].startswith("no configuration of 1 measured beats your setting by more")
+    assert said["text"].startswith(f"{KEEP[:1].upper()}{KEEP[1:]}: no configuration of 1 measured")
 
 
 def _cold_baseline_landscape() -> tuple[dict[str, bool], Any]:
@@ -154,7 +160,8 @@ def test_race_keeps_your_setting_end_to_end(tmp_path: Path, monkeypatch) -> None
     data = collect(load_study(tmp_path / "t", None, None)[0], tmp_path / "t")
     text = to_markdown(data)
     assert "your setting (trial 0, the baseline)" in text
-    assert f"Your setting (trial 0, the baseline): {KEEP}." in text
+    # one sentence on the gain (study/bound.py): the race's "keep it" with the bound it leaves
+    assert f"{KEEP[:1].upper()}{KEEP[1:]}: no configuration of 3 measured beats it by more" in text
     assert "Gain:" not in text and "beats your setting 0." not in text
     report = json.loads(to_json(data))
     assert report["chosen"]["trial"] == 0 and report["chosen"]["speedup_vs_baseline"] == 1.0

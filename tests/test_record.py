@@ -73,6 +73,6 @@ def _study_of(attrs: dict) -> optuna.Study:
 def test_record_of_a_newer_release_is_refused_by_name() -> None:
     with pytest.raises(
         RecordError,
-        match=r"trial 0: record schema 99 is newer than this autotune reads \(up to 2\)",
+        match=r"trial 0: record schema 99 is newer than this autotune reads \(up to 3\)",
     ):
         TrialRecord.of(_stored({"knobs": {}, "status": "ok", "schema": 99}))

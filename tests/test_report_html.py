@@ -151,14 +151,15 @@ def test_html_opens_with_the_chosen_configuration_not_markdown(pages: dict[str, 
         "2,580 tokens/s per GPU" in card
         and "median of 3 fresh processes, 95% interval 2,518 to 2,643" in card
     )  # recomputed from the samples
-    assert (
-        "Gain: 2.58x the baseline" in card and "MFU: <b>25.8%</b>" in card
-    )  # 0.26 scaled by 2580 / 2600
-    assert "single search measurement" in card  # the gain's basis: the baseline was not confirmed
+    # the last word, the one gain sentence of every form (study/bound.py)
+    assert "Trial 4 beats your setting 2.58x (95% interval" in card and "Gain:" not in card
+    assert "MFU: <b>25.8%</b>" in card  # 0.26 scaled by 2580 / 2600
+    # the gain's basis: the baseline was not confirmed
+    assert "over your setting&#x27;s search measurement" in card
     assert "What it costs to apply" in card and "precision: fp32 &rarr;" in card
     assert "All its knobs: precision=" in card and "micro_batch_size=4" in card
-    # two GPUs a trial: 6 trial processes of 30-35 s and 8 confirmation samples
-    assert "GPU-minutes in 14 processes: 6 trial (195 s), 8 confirmation" in card
+    # 6 trial processes of 30-35 s and 8 confirmation samples, on a CPU: no GPU-minutes
+    assert "7.8 process-minutes in 14 processes: 6 trial (195 s), 8 confirmation" in card
     assert "too few samples to bound (2 fresh processes)" in page  # trial 3's confirmation
 
 

@@ -190,7 +190,9 @@ def test_report_counts_every_process_and_divides_by_the_baseline_s_confirmed_fig
     lo, hi = c["gain"]["ci95"]
     assert 1.4 < lo < c["speedup_vs_baseline"] < hi < 1.6 and not c["gain"]["within_noise"]
     text = " ".join(_text(data, 80).split())
-    assert f"Gain: 1.49x the baseline (95% interval {lo:.2f}x to {hi:.2f}x;" in text
+    # one sentence on the gain, the race's interval of the same samples (study/bound.py)
+    assert f"Trial 2 beats your setting 1.49x (95% interval {lo:.2f}x to {hi:.2f}x;" in text
+    assert "Gain:" not in text and text.count("beats your setting") == 1
 
 
 def test_report_names_no_best_yaml_before_it_exists(tmp_path: Path) -> None:

@@ -261,7 +261,9 @@ def test_study_confirmation_interleaved_one_measurement_a_sample(
     assert not data.cost["confirmation_estimated"]  # every sample's wall time was measured
     shown = to_markdown(data)
     assert f"**Chosen (best.yaml): trial {conf['chosen']}, " in shown and "fresh processes" in shown
-    assert "95% interval" in shown and "the baseline's confirmed median of the same rounds" in shown
+    # the last word: the gain of confirmed medians with its interval (study/bound.py)
+    assert f"beats your setting {ratio:.2f}x (95% interval" in shown
+    assert "confirmed medians of the same rounds" in shown and data.bound["text"] in shown
     # Resuming with nothing new does not confirm again.
     again = FakeMeasure()
     assert _search(cfg, tmp_path, again).confirmation == conf and again.calls == []

@@ -176,10 +176,15 @@ def _print_result(console: Console, result: SearchResult, searched: list[str], t
         )
         console.print(chosen_interval(result.confirmation), highlight=False)
     from autotune.study.bound import statement
+    from autotune.study.disturbed import disturbed
 
+    # the last word, the sentence every form of the report says (study/bound.py), then whether it
+    # rests on measurements taken while the host was busy (study/disturbed.py)
     said = statement(result.history, result.confirmation)
     if said:
         console.print(said["text"], highlight=False)
+    if busy := disturbed(result.history, result.confirmation):
+        console.print(busy["text"], style="yellow", highlight=False)
     from autotune import tasks
     from autotune.study.peaks import alloc_offer
 

@@ -19,8 +19,9 @@ from autotune.protocol import Knobs
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
-# 1: before versioning (2026-12-01 and earlier). 2: `schema` written, the same fields.
-SCHEMA_VERSION = 2
+# 1: before versioning (2026-12-01 and earlier). 2: `schema` written, the same fields. 3: `host`,
+# the host's conditions around the trial's process (search/host.py).
+SCHEMA_VERSION = 3
 
 
 class Metric:
@@ -86,6 +87,10 @@ class TrialRecord:
     loss_check: dict[str, Any] | None = None
     run_dir: str | None = None
     device_wait_s: float | None = None
+    # the host's load and the other processes on the trial's GPUs, sampled before and after its
+    # process, and what disturbed it by check's rule ({before, after, disturbed: [phrase, ...]}:
+    # search/host.py); None where nothing was sampled (a record of schema 2 or older, a replay)
+    host: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     schema: int = SCHEMA_VERSION
 
@@ -97,6 +102,12 @@ class TrialRecord:
     def tokens_per_gpu(self) -> float | None:
         value: float | None = self.metric(Metric.TOKENS_PER_GPU)
         return value
+
+    @property
+    def disturbed(self) -> list[str]:
+        """What disturbed its measurement, one phrase each (empty: nothing did, or nothing was
+        sampled)."""
+        return [str(x) for x in (self.host or {}).get("disturbed") or []]
 
     @property
     def step_times(self) -> list[float]:

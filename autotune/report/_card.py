@@ -90,7 +90,7 @@ def card_html(data: Report, c: Card | None) -> str:
             "completed.</p></section>"
         )
     knobs = ", ".join(f"{k}={v}" for k, v in c["knobs"].items()) or "the baseline's knobs"
-    first, gain, *_ = _text.chosen_lines(data)
+    first = _text.chosen_lines(data)[0]
     title = "Chosen configuration" if c.get("written") else first.partition(":")[0]
     quality = _text.numerics_line(c)
     unwritten = _text.unwritten(c)
@@ -98,8 +98,10 @@ def card_html(data: Report, c: Card | None) -> str:
         f'<h2>{escape(title)}: {escape(_text.trial_of(c))} <span class="star">&#9733;</span></h2>',
         f'<p class="headline"><b>{fmt(c["tokens_per_s_per_gpu"], "tok")} tokens/s per GPU</b> '
         f"({escape(_text.interval_text(c))})</p>",
-        f"<p>{escape(gain)}{_efficiency_text(c)}</p>",
-        f"<p>{escape(bound)}</p>" if (bound := _text.bound_line(data)) else "",
+        # the last word on the gain, as every form says it (study/bound.py)
+        f'<p class="last-word">{escape(_text.bound_line(data))}</p>',
+        f'<p class="disturbed">{escape(busy)}</p>' if (busy := _text.disturbed_line(data)) else "",
+        f"<p>{_efficiency_text(c).strip()}</p>" if _efficiency_text(c) else "",
         f'<p class="numerics">{escape(quality)}</p>' if quality else "",
         f'<p class="unwritten">{escape(unwritten)}</p>' if unwritten else "",
         f'<p class="knobs">All its knobs: {escape(knobs)}</p>',

@@ -28,7 +28,7 @@ from autotune.report._data import (
 from autotune.report._excluded import excluded
 from autotune.report._table import pareto, row_of
 from autotune.space import KNOBS
-from autotune.study import bound, peaks
+from autotune.study import bound, disturbed, peaks
 from autotune.study.chosen import chosen_summary, confirmation_complete, rounds_asked
 from autotune.study.history import History, current_confirmation, value_of
 
@@ -93,8 +93,9 @@ def collect(
         alloc_offer=peaks.alloc_offer(h, tasks.task(_task_of(config))),
         numerics_checked=_summary.numerics_checked(ok + others),
         effects=_effects.effects(ok, searched, noise["pct"]),
-        cost=_summary.cost(ok + others, confirmation, gpus),
+        cost=_summary.cost(ok + others, confirmation, gpus, attrs.get("device")),
         projection=None,  # of the headline (_derived)
+        disturbed=disturbed.disturbed(h, conf),
     )
     return _derived(data, chosen, train_tokens or _train_tokens(config))
 

@@ -163,13 +163,15 @@ class KindCost(TypedDict):
 
 
 class Cost(TypedDict):
-    """Every process the search ran, by kind (trials, references, confirmation), and its
-    GPU-minutes (report/_summary.cost)."""
+    """Every process the search ran, by kind (trials, references, confirmation), and its minutes
+    (report/_summary.cost): GPU-minutes on a GPU, process-minutes on a CPU."""
 
     processes: int
     by_kind: dict[str, KindCost]
     seconds: float
-    gpu_min: float
+    gpu_min: float | None  # None on a CPU: no GPU was spent
+    minutes: NotRequired[float]  # in `unit` (a report written before them: gpu_min, GPU-minutes)
+    unit: NotRequired[str]  # GPU-minutes, or process-minutes on a CPU
     measure_share: float | None  # the share spent measuring steps
     confirmation_estimated: bool  # a confirmation time taken from its trial's search process
 
@@ -236,6 +238,9 @@ class Row:
     padding_pct: float | None
     # what its "x baseline" carries when the baseline is unsteady (collect sets it)
     speedup_flag: str | None = None
+    # busy: measured while another job disturbed it (search/host.py); quiet: sampled, nothing did;
+    # None: not sampled
+    host: str | None = None
 
     @property
     def figure(self) -> float:
@@ -280,6 +285,9 @@ class Report:
     effects: Effects  # each knob's effect, judged against the noise
     cost: Cost  # the study's GPU time: search and confirmation
     projection: Stored | None  # the chosen configuration's time and saving on a full run
+    # the measurements the choice rests on that were taken while the host was busy (None: none;
+    # study/disturbed.py)
+    disturbed: Stored | None = None
 
     @classmethod
     def of(cls, data: Report | Stored) -> Report:

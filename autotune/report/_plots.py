@@ -421,21 +421,29 @@ def _time(study: optuna.Study, data: Report, m: Measured, c: Card | None) -> go.
         return None
     xs = [f"{p['number']}{' (chosen)' if c and p['number'] == c['trial'] else ''}" for p in phases]
     fig = go.Figure()
+    # GPU-minutes on a GPU, process-minutes on a CPU (report/_summary.cost)
+    cpu = data.cost.get("unit") == "process-minutes"
+    unit = "min" if cpu else "GPU-min"
     for phase in PHASES:
-        minutes = [p["seconds"][phase] * m["gpus"] / 60 for p in phases]
+        minutes = [p["seconds"][phase] * (1 if cpu else m["gpus"]) / 60 for p in phases]
         if any(minutes):
             fig.add_trace(
                 go.Bar(
                     x=xs,
                     y=minutes,
                     name=phase,
-                    hovertemplate="%{y:.2f} GPU-min<extra>" + phase + "</extra>",
+                    hovertemplate=f"%{{y:.2f}} {unit}<extra>{phase}</extra>",
                 )
             )
-    total = data.cost["gpu_min"]  # every process the search ran (report/_summary.cost)
+    total = data.cost.get("minutes", data.cost["gpu_min"] or 0.0)  # every process the search ran
+    title = (
+        f"process-minutes ({total:,.1f} in all)"
+        if cpu
+        else f"GPU-minutes ({m['gpus']} GPU a trial; {total:,.1f} in all)"
+    )
     return fig.update_layout(
         barmode="stack",
         xaxis_title="trial",
         xaxis_type="category",
-        yaxis_title=f"GPU-minutes ({m['gpus']} GPU a trial; {total:,.1f} in all)",
+        yaxis_title=title,
     )

@@ -168,10 +168,11 @@ def _scaled(measured: float | None, value: float, search: float | None) -> float
     return measured * value / search
 
 
-def cost(rows: list[Row], confirmation: Confirmation | None, gpus: int) -> Cost:
-    """Every process the search ran, by kind, and their GPU-minutes: trial processes (whatever
-    their end: timeouts and pruned ones too), the loss check's reference processes and the
-    confirmation's fresh processes."""
+def cost(rows: list[Row], confirmation: Confirmation | None, gpus: int, device: str | None) -> Cost:
+    """Every process the search ran, by kind, and their minutes: GPU-minutes on a GPU (each process
+    holds `gpus`), process-minutes on a CPU (gpu_min None: no GPU was spent): trial processes
+    (whatever their end: timeouts and pruned ones too), the loss check's reference processes and
+    the confirmation's fresh processes."""
     trials = [r for r in rows if r.wall_s]
     n_conf, s_conf, estimated = _confirmation_cost(confirmation, trials)
     kinds = {
@@ -185,7 +186,9 @@ def cost(rows: list[Row], confirmation: Confirmation | None, gpus: int) -> Cost:
         "processes": sum(n for n, _ in kinds.values()),
         "by_kind": {k: {"processes": n, "seconds": s} for k, (n, s) in kinds.items() if n},
         "seconds": seconds,
-        "gpu_min": seconds * gpus / 60,
+        "gpu_min": seconds * gpus / 60 if device != "cpu" else None,
+        "minutes": seconds * gpus / 60 if device != "cpu" else seconds / 60,
+        "unit": "GPU-minutes" if device != "cpu" else "process-minutes",
         "measure_share": measuring / seconds if seconds else None,
         "confirmation_estimated": estimated,
     }
@@ -232,7 +235,7 @@ def projection(
     hours = {k: tokens / (v * gpus) / 3600 for k, v in at.items()}
     gpu_h = {k: h * gpus for k, h in hours.items()}
     saved = gpu_h["baseline"] - gpu_h["chosen"]
-    search_h = spent["gpu_min"] / 60
+    search_h = spent.get("minutes", spent["gpu_min"] or 0.0) / 60
     return {
         "tokens": tokens,
         "gpus": gpus,

@@ -208,7 +208,16 @@ def row_of(t: FrozenTrial, base_value: float | None) -> Row:
         roofline_share=figure(Metric.ROOFLINE),
         tokens_per_joule=figure(Metric.TOKENS_PER_JOULE),
         padding_pct=figure(Metric.PADDING_PCT),
+        host=_host(r),
     )
+
+
+def _host(r: TrialRecord) -> str | None:
+    """'busy' where another job disturbed its measurement (search/host.py), 'quiet' where the
+    host was sampled and nothing did, None where it was not sampled."""
+    if r.host is None:
+        return None
+    return "busy" if r.disturbed else "quiet"
 
 
 def _peaks(r: TrialRecord, m: dict[str, Any], knobs: Knobs) -> list[Stored]:
@@ -239,6 +248,8 @@ def columns(knobs: list[str], rows: list[Row], task: str = "train") -> list[str]
     efficiency = [MFU_HEADER if c == "MFU" else c for c in tasks.task(task).columns]
     energy = ["tokens/J"] if any(r.tokens_per_joule is not None for r in rows) else []
     estimate = ["est. GiB"] if any(r.memory_estimate_gib is not None for r in rows) else []
+    # measured while the host was busy: shown only where one was (search/host.py)
+    host = ["host"] if any(r.host == "busy" for r in rows) else []
     return [
         "#",
         *knobs,
@@ -249,6 +260,7 @@ def columns(knobs: list[str], rows: list[Row], task: str = "train") -> list[str]
         "peak GiB",
         *estimate,
         "step spread",
+        *host,
         *nccl,
         *outcome,
     ]
@@ -271,6 +283,7 @@ def cells(row: Row, knobs: list[str], header: list[str], reason_chars: int = 60)
         "tokens/J": fmt(row.tokens_per_joule, "tpj"),
         "step spread": fmt(row.step_spread_pct, "pct"),
         "NCCL used": row.nccl_used or "-",
+        "host": row.host or "-",
         "state": row.state + (" (predicted)" if row.predicted else ""),
         "reason": reason_line(row.reason, reason_chars),
         **{k: _knob_cell(row, k) for k in knobs},

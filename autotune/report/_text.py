@@ -10,8 +10,7 @@ from autotune.protocol import reason_line
 from autotune.report import _effects
 from autotune.report._data import Chosen, Confirmation, Group, KnobEffect, Report
 from autotune.report._excluded import loss_summary
-from autotune.report._table import fmt, speedup
-from autotune.study.chosen import KEEP
+from autotune.report._table import fmt
 
 STEP_SPREAD = "step spread: (p90 - p10) / median of a trial's measured step times"
 MAX_LISTED = 10  # trial numbers named in one sentence; the rest are "..."
@@ -60,9 +59,10 @@ def chosen_lines(data: Report) -> list[str]:
     lines = [
         f"{_which(c)}: {trial_of(c)}, {fmt(c['tokens_per_s_per_gpu'], 'tok')} "
         f"tokens/s/GPU ({interval_text(c)}).",
-        # your setting ran and failed: the bound's line says so (study/bound.py: unrun)
-        _gain(c) if not data.bound or data.bound["kind"] != "unrun" else "",
+        # the one sentence on the gain (study/bound.py), then whether it rests on measurements
+        # taken while the host was busy (study/disturbed.py)
         bound_line(data),
+        disturbed_line(data),
         numerics_line(c),
         others_checked(data),
         _costs_to_apply(c, data.mfu_flops),
@@ -119,10 +119,21 @@ def unwritten(c: Chosen) -> str:
 
 
 def bound_line(data: Report) -> str:
-    """What the search can say of your setting (study/bound.py): the gain found with its
-    interval, or how much any configuration measured may beat it; '' without a baseline."""
+    """The last word on your setting (study/bound.py: the one sentence every form says): the gain
+    of the chosen with its interval, within noise, too noisy to bound, the noise unknown, or how
+    much any configuration measured may beat your setting where it is the choice."""
     said = data.bound
-    return f"{said['text'][:1].upper()}{said['text'][1:]}." if said else ""
+    if not said:
+        return "No baseline was measured: no gain to state."
+    text = str(said["text"])  # a report of an older release stored it uncapitalised, unstopped
+    return text if text.endswith(".") else f"{text[:1].upper()}{text[1:]}."
+
+
+def disturbed_line(data: Report) -> str:
+    """That the choice rests on measurements taken while the host was busy (study/disturbed.py),
+    and which; '' where none was."""
+    said = data.disturbed
+    return str(said["text"]) if said else ""
 
 
 def numerics_line(c: Chosen) -> str:
@@ -142,28 +153,6 @@ def others_checked(data: Report) -> str:
         return ""
     shown = "; ".join(f"trial {n['trial']}, {n['line']}" for n in others)
     return f"Numerics checked, not chosen: {shown}."
-
-
-def _gain(c: Chosen) -> str:
-    base = c["baseline"]
-    if base is None:
-        return "No baseline was measured: no gain to state."
-    if c["trial"] == base["trial"]:  # no gain, never one below 1x: your setting is the answer
-        if c["confirmed"]:
-            return f"Your setting (trial {base['trial']}, the baseline): {KEEP}."
-        return f"It is the baseline (trial {base['trial']}): the search found nothing faster."
-    g = c.get("gain")
-    shown = speedup(c["speedup_vs_baseline"], c.get("speedup_flag"))
-    against = f"trial {base['trial']}, {fmt(base['tokens_per_s_per_gpu'], 'tok')} tokens/s/GPU"
-    if not g:
-        return f"Gain: {shown} the baseline ({against}; {c['speedup_basis']})."
-    if g["ci95"] is None:
-        bound = f"no interval: {g['ci95_why']}"
-    else:
-        lo, hi = g["ci95"]
-        bound = f"95% interval {fmt(lo, 'x')} to {fmt(hi, 'x')}"
-    noise = " Within noise: the interval holds 1x." if g["within_noise"] else ""
-    return f"Gain: {shown} the baseline ({bound}; {against}; {c['speedup_basis']}).{noise}"
 
 
 def _costs_to_apply(c: Chosen, flops: str | None) -> str:
@@ -229,19 +218,27 @@ def memory_axis_line(data: Report) -> str:
 
 
 def runner_up(r: dict[str, Any]) -> str:
-    """'Runner-up: trial 13 is 0.6% slower (within noise) and compiles in 6 s instead of 131 s.'"""
+    """'Runner-up: trial 13 is 0.6% slower (within noise) and compiles in 6 s instead of 131 s.'
+    Its compile is said only where one of the two compiled (no "compiles in 0 s instead of 0 s"
+    where nothing did)."""
     gap = r.get("gap_pct")
     how = "" if gap is None else f" is {abs(gap):.1f}% {'slower' if gap < 0 else 'faster'}"
     noise = " (within noise)" if r.get("within_noise") else ""
-    mine, chosen = r.get("compile_s"), r.get("chosen_compile_s")
-    cost = ""
-    if mine is not None and chosen is not None:
-        cost = f" and compiles in {mine:,.0f} s instead of {chosen:,.0f} s"
-    elif mine is not None:
-        cost = f" and compiles in {mine:,.0f} s"
     peak = f"; peak {fmt(r['peak_mem_gib'], 'gib')} GiB" if r.get("peak_mem_gib") else ""
     left = f"; it left the race: {r['dropped']['why']}" if r.get("dropped") else ""
-    return f"Runner-up: trial {r['trial']}{how}{noise}{cost}{peak}{left}."
+    return f"Runner-up: trial {r['trial']}{how}{noise}{_compiles(r)}{peak}{left}."
+
+
+def _compiles(r: dict[str, Any]) -> str:
+    """' and compiles in 6 s instead of 131 s' where either compiled, '' where neither did."""
+    mine, chosen = r.get("compile_s") or 0.0, r.get("chosen_compile_s") or 0.0
+    if not mine and not chosen:
+        return ""
+    if not mine:
+        return f" and compiles nothing instead of {chosen:,.0f} s"
+    if not chosen:
+        return f" and compiles in {mine:,.0f} s where the chosen compiles nothing"
+    return f" and compiles in {mine:,.0f} s instead of {chosen:,.0f} s"
 
 
 def projection_lines(data: Report) -> list[str]:
@@ -329,7 +326,10 @@ def cost_line(data: Report) -> str:
         if cost["confirmation_estimated"]
         else ""
     )
+    # GPU-minutes on a GPU; on a CPU the minutes of its processes (no GPU was spent)
+    unit = cost.get("unit") or "GPU-minutes"
+    minutes = cost.get("minutes", cost["gpu_min"])
     return (
-        f"The search cost {cost['gpu_min']:,.1f} GPU-minutes in {cost['processes']} processes: "
+        f"The search cost {minutes:,.1f} {unit} in {cost['processes']} processes: "
         f"{kinds}{measuring}{estimated}."
     )

@@ -21,15 +21,8 @@ from autotune.documents.best_file import (
 )
 from autotune.documents.record import Metric, TrialRecord
 from autotune.redact import mask_command
-from autotune.study.chosen import (
-    arms,
-    baseline_samples,
-    chosen,
-    chosen_value,
-    confirmed_gain,
-    interval,
-    is_yours,
-)
+from autotune.study import bound
+from autotune.study.chosen import arms, baseline_samples, chosen, chosen_value, interval, is_yours
 from autotune.study.history import History, completed_value, current_confirmation, value_of
 from autotune.study.load import mask_url
 
@@ -45,7 +38,7 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
     record = TrialRecord.of(best)
     knobs, fp = record.knobs, record.fingerprint or {}
     value = chosen_value(best, chosen_stats)
-    gain = confirmed_gain(conf, chosen_stats, base.number if base else None)
+    gain = bound.gain_of(bound.statement(h, conf))  # the last word's (one rule)
     yours = is_yours(best.number, h)
     # your setting kept: 1x the baseline, which it is (not its confirmed median over its search's)
     base_value = value if yours else value_of(base) if base else None
@@ -144,8 +137,9 @@ def _baseline(base: optuna.trial.FrozenTrial | None, again: list[float]) -> dict
 
 def _gain_metrics(gain: dict[str, Any] | None) -> dict[str, Any]:
     """best.yaml's gain where both sides were confirmed: the ratio of confirmed medians (it replaces
-    the one over the baseline's single search measurement), its 95% interval and its basis."""
-    if gain is None:
+    the one over the baseline's single search measurement), its 95% interval (None where the last
+    word states none: study/bound.py) and its basis."""
+    if gain is None or gain["basis"] != bound.CONFIRMED:
         return {}
     ci = gain["ci95"]
     return {

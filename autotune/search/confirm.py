@@ -84,6 +84,8 @@ def confirm(
             # there
             _save(study, candidates, kept, base, base_knobs, rounds)
             observer.confirm_sample(t.number, r, value, record.status)
+            if record.disturbed:
+                observer.confirm_disturbed(t.number, r, record.disturbed)
         for n, why in race.drops(kept.samples, kept.failures, kept.alive()).items():
             kept.dropped[n] = {"round": r + 1, "why": why}
             observer.confirm_dropped(n, why)
@@ -109,8 +111,9 @@ def _save(
 @dataclasses.dataclass
 class _Arms:
     """The confirmation's samples so far, by trial: measured values, failures, each process's wall
-    time, compile seconds and compile cache state (None where the record had none), and the arms
-    that left the race (round and why)."""
+    time, compile seconds, compile cache state (None where the record had none) and what disturbed
+    it (search/host.py: [] where nothing did, None where nothing was sampled), and the arms that
+    left the race (round and why)."""
 
     numbers: list[int]
     samples: dict[int, list[float]]
@@ -118,6 +121,7 @@ class _Arms:
     walls: dict[int, list[float | None]]
     compiles: dict[int, list[float | None]]
     caches: dict[int, list[str | None]]
+    hosts: dict[int, list[list[str] | None]]
     dropped: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     @classmethod
@@ -125,7 +129,7 @@ class _Arms:
         def each() -> dict[int, list[Any]]:
             return {n: [] for n in numbers}
 
-        return cls(numbers, each(), each(), each(), each(), each())
+        return cls(numbers, each(), each(), each(), each(), each(), each())
 
     def taken(self, n: int) -> int:
         """Confirmation runs of trial n so far, measured or failed."""
@@ -166,6 +170,7 @@ class _Arms:
         self.walls[n].append(record.wall_s)
         self.compiles[n].append((record.phases_s or {}).get("compile"))
         self.caches[n].append(((record.applied or {}).get("compile_cache") or {}).get("state"))
+        self.hosts[n].append(record.disturbed if record.host is not None else None)
         if record.status != "ok":
             self.failures[n].append(f"{record.status}: {reason_line(record.reason)}")
             return None
@@ -197,6 +202,7 @@ def _kept(
             kept.walls[n] = list(st.get("walls_s") or [None] * runs)
             kept.compiles[n] = list(st.get("compile_s") or [None] * runs)
             kept.caches[n] = list(st.get("compile_cache") or [None] * runs)
+            kept.hosts[n] = list(st.get("disturbed") or [None] * runs)
             if st.get("dropped"):
                 kept.dropped[n] = st["dropped"]
     if kept.complete(rounds):
@@ -206,11 +212,12 @@ def _kept(
 
 def _stored(doc: dict[str, Any], kept: _Arms, rounds: int) -> dict[str, Any]:
     """The confirmation as the study stores it: the choice, the rounds asked, whether the race is
-    complete, and each arm's (the baseline's own too) wall times, compile seconds and cache
-    states."""
+    complete, and each arm's (the baseline's own too) wall times, compile seconds, cache states
+    and what disturbed each process (`disturbed`)."""
     for st in [*doc["stats"], *([doc["baseline"]] if doc.get("baseline") else [])]:
         n = st["trial"]
         st.update(walls_s=kept.walls[n], compile_s=kept.compiles[n], compile_cache=kept.caches[n])
+        st.update(disturbed=kept.hosts[n])
     doc.update(rounds=rounds, complete=kept.complete(rounds), decided=kept.decided())
     return doc
 

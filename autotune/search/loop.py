@@ -25,6 +25,7 @@ from autotune.launch.runner import Bench, measure
 from autotune.protocol import STATUSES, Knobs
 from autotune.search import edges, loss_guard, neighbours, repeats, stages, tracking
 from autotune.search.drive import Drive, Told, stop_if_baseline_unmeasured
+from autotune.search.host import Watch
 from autotune.search.observer import Observer
 from autotune.search.prune import BelowBest, ProgressWatch
 from autotune.search.recover import recover
@@ -74,10 +75,12 @@ class Search:
         observer: Observer,
         sampler: optuna.samplers.BaseSampler | None = None,
         measure_fn: Callable[..., TrialRecord] = measure,
+        watch: Watch | None = None,
     ) -> None:
         """sampler and measure_fn: the study's sampler and the measurement, replaced by the replay
         of a recorded landscape (search/replay.py), which runs this same loop without a GPU, and
-        (measure_fn) by run_search's caller."""
+        (measure_fn) by run_search's caller. watch: samples the host around each measurement and
+        marks the disturbed (search/host.py; None: nothing sampled)."""
         self.cfg, self.space, self.study, self.budget, self.observer = (
             cfg,
             space,
@@ -85,7 +88,8 @@ class Search:
             budget,
             observer,
         )
-        self.sampler, self.measure = sampler, measure_fn
+        self.sampler = sampler
+        self.measure = watch.around(measure_fn) if watch is not None else measure_fn
         self.runs = study_dir / "runs"
         self.bench = Bench.of(
             cfg.model,

@@ -49,6 +49,10 @@ class Observer:
         self, number: int, round_: int, value: float | None, status: str
     ) -> None: ...
 
+    def confirm_disturbed(self, number: int, round_: int, disturbed: list[str]) -> None:
+        """What disturbed that confirmation process, one phrase each (search/host.py): told after
+        its sample, only where something did."""
+
     def confirm_dropped(self, number: int, why: str) -> None: ...
 
 

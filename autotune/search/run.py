@@ -21,6 +21,7 @@ from autotune.launch.runner import measure, preflight
 from autotune.search import tracking, warm
 from autotune.search.best import write_best
 from autotune.search.confirm import confirm
+from autotune.search.host import Watch
 from autotune.search.loop import Search
 from autotune.search.observer import Observer
 from autotune.search.slots import gpu_groups
@@ -69,6 +70,7 @@ def run_search(
     warm_start_from: Path | None = None,
     space: ResolvedSpace | None = None,
     measure_fn: Callable[..., TrialRecord] = measure,
+    watch: Watch | None = None,
 ) -> SearchResult:
     """Run (or resume) the study until `trials` trials were measured (history.MEASURED: failed and
     pruned ones are not counted, up to history.launch_cap launches), the timeout, or the space is
@@ -80,7 +82,10 @@ def run_search(
     config_load.validate resolved it for `device` (resolved here when not given). measure_fn: how
     one configuration is measured, by the search and its confirmation alike (runner.measure's
     signature and TrialRecord; default runner.measure, a fresh process a trial); tests put a fake
-    landscape there to run the whole loop in their own process.
+    landscape there to run the whole loop in their own process. watch: samples the host's load and
+    the other GPU processes around each measurement, as `check` does, and marks the trials and
+    confirmation processes measured while disturbed (search/host.py); by default the host is watched
+    around runner.measure's processes, and not around a measure_fn of the caller's.
     """
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our own view reports trials
     if storage is not None:
@@ -93,6 +98,8 @@ def run_search(
     groups = gpu_groups(cfg, device, gpus)
     study, study_dir, url = _open(cfg, space, out_root, device, fresh, warm_start_from)
     budget = trials or cfg.study.trials
+    if watch is None and measure_fn is measure:
+        watch = Watch(device)
     search = Search(
         cfg,
         space,
@@ -103,6 +110,7 @@ def run_search(
         budget,
         observer or Observer(),
         measure_fn=measure_fn,
+        watch=watch,
     )
     try:
         stop_reason = _search_and_confirm(

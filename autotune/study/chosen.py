@@ -11,10 +11,9 @@ import optuna
 
 from autotune import metrics
 from autotune.documents.record import Metric
+from autotune.study import bound
+from autotune.study.bound import KEEP as KEEP  # what the race says where it kept your setting
 from autotune.study.history import History, completed_value, current_confirmation, value_of
-
-# what the confirmation says where nothing beat your setting (search/race.pick kept it)
-KEEP = "nothing measured beats your setting beyond the noise; keep it"
 
 
 def arms(conf: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -88,18 +87,6 @@ def baseline_samples(conf: dict[str, Any] | None, baseline: int | None) -> list[
     return list(found["samples"]) if found else []
 
 
-def confirmed_gain(
-    conf: dict[str, Any] | None, stats: dict[str, Any] | None, baseline: int | None
-) -> dict[str, Any] | None:
-    """The chosen configuration's gain over the baseline as a ratio of confirmed medians measured
-    in the same rounds, with its 95% interval (metrics.gain); None where either was not confirmed
-    or the chosen one is the baseline."""
-    base = baseline_samples(conf, baseline)
-    if not stats or not stats["samples"] or not base or stats["trial"] == baseline:
-        return None
-    return metrics.gain(stats["samples"], base)
-
-
 def chosen_value(best: optuna.trial.FrozenTrial, stats: dict[str, Any] | None) -> float:
     """The chosen configuration's tokens/s per GPU. With a confirmation, the confirmed median
     (several fresh processes); the search's single measurement of the winner is kept beside it (the
@@ -138,7 +125,8 @@ def chosen_summary(study: optuna.Study, h: History) -> dict[str, Any] | None:
         **(interval(stats["samples"]) if stats else {"ci95": None, "ci95_why": "not confirmed"}),
         "samples": len(stats["samples"]) if stats else 0,
         "speedup_vs_baseline": value / base if base else None,
-        "gain": confirmed_gain(conf, stats, h.baseline.number if h.baseline else None),
+        # the last word's figures of the chosen against your setting (study/bound.py: one rule)
+        "gain": bound.gain_of(bound.statement(h, conf)),
         "confirmation": None
         if not conf
         else {
