@@ -41,8 +41,11 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
         "average since the start refused, no step reported), or it failed and the next trial "
         "failed the same way, so the search stopped; "
         "`check`: could not measure (every repeat failed; the reason is shown), or unreliable: "
-        "measured while other processes ran on the GPU or the host's load per core was past "
-        "`--max-load` (named), so neither a pass nor a regression can be trusted"
+        "measured while other processes ran on the GPU, the host's load per core was past "
+        "`--max-load` or a repeat's processes waited for a CPU over 20% of the time they were "
+        "ready to run (named), so neither a pass nor a regression can be trusted; "
+        "`check --reset-baseline` and `--update`: the baseline was not recorded, its processes "
+        "measured beside such work or spread more than the gate can use (named)"
     ),
     ExitCode.INTERNAL: (
         "an error inside autotune (a bug): one line naming it; `--debug` shows the traceback"
@@ -55,7 +58,10 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.HANGUP: (
         "hung up (SIGHUP: the terminal closed): handled as Ctrl-C; the study is kept and resumable"
     ),
-    ExitCode.INTERRUPTED: "interrupted (Ctrl-C); the study is kept and resumable",
+    ExitCode.INTERRUPTED: (
+        "interrupted (Ctrl-C); the study is kept and resumable; `check`: nothing decided or "
+        "recorded, and its `--junit` report says interrupted"
+    ),
     ExitCode.TERMINATED: "terminated (SIGTERM): handled as Ctrl-C; the study is kept and resumable",
 }
 
@@ -154,3 +160,21 @@ class UnmeasuredError(AutotuneError):
     knobs (search/drive.py)."""
 
     exit_code = ExitCode.UNMEASURED
+
+
+class BaselineRefused(AutotuneError):
+    """check --reset-baseline or --update refused to record a baseline the gate cannot use: its
+    processes spread past what the tolerance allows, or they were measured beside other work
+    (check/record.py). Nothing is recorded."""
+
+    exit_code = ExitCode.UNMEASURED
+
+
+class CheckInterrupted(KeyboardInterrupt):
+    """Ctrl-C, SIGTERM or SIGHUP during `check`: check's own words (what was measured, that nothing
+    was decided or recorded, the JUnit report written) and the signal's exit code (130, 143,
+    129). A KeyboardInterrupt still, for a caller of the API that catches one."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.message, self.exit_code = message, exit_code

@@ -66,7 +66,13 @@ def test_baseline_belongs_a_reset_baseline_records_one_for_the_edit(
 ) -> None:
     best = _edited(study, tmp_path, lambda d: d["knobs"].update(precision="bf16"))
     assert (
-        run_cli("check", str(best), "--reset-baseline", "--repeats", "2", cwd=tmp_path).returncode
+        run_cli(
+            "check",
+            str(best),
+            # any spread, the load unjudged: this shared CPU's processes are as they are (issue 62)
+            *("--reset-baseline", "--repeats", "2", "--tolerance", "100", "--max-load", "0"),
+            cwd=tmp_path,
+        ).returncode
         == 0
     )
     # the load: not judged

@@ -266,8 +266,16 @@ def test_generate_search_end_to_end_with_limits(tmp_path: Path) -> None:
     report = cli_here("report", "out/gen-ok", "--format", "markdown", cwd=tmp_path)
     assert report.returncode == 0 and "TPOT p99 ms" in report.stdout and "roofline" in report.stdout
     assert "Front, tokens/s against p99 time per output token" in report.stdout
+    # any spread, the load unjudged: this shared CPU's processes are what they are (issue 62)
+    unjudged = ("--tolerance", "100", "--max-load", "0")
     check = cli_here(
-        "check", "out/gen-ok/best.yaml", "--repeats", "2", "--reset-baseline", cwd=tmp_path
+        "check",
+        "out/gen-ok/best.yaml",
+        "--repeats",
+        "2",
+        "--reset-baseline",
+        *unjudged,
+        cwd=tmp_path,
     )
     assert check.returncode == 0 and "baseline recorded" in check.stdout, (
         check.stdout + check.stderr
@@ -283,6 +291,7 @@ def test_generate_search_end_to_end_with_limits(tmp_path: Path) -> None:
         "2",
         "--tolerance",
         "99",
+        *unjudged[2:],
         cwd=tmp_path,
     )
     # a pass, or inconclusive where this shared CPU scatters the repeats (the gate's own tests

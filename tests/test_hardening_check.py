@@ -197,7 +197,7 @@ def test_hardening_check_a_baseline_without_its_digest_is_refused(
 
 def test_hardening_check_reset_baseline_records_the_digest(study: Path, tmp_path: Path) -> None:
     best = _without_digest(study, tmp_path, baseline=True)
-    regress.reset_baseline(best, repeats=1)
+    regress.reset_baseline(best, repeats=1, max_load=0)  # this shared machine's load unjudged
     recorded = read_best(best).doc.check_baseline
     assert recorded is not None and recorded.measured
     bench.baseline_belongs(best, read_best(best))  # checks again

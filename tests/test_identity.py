@@ -197,7 +197,16 @@ def test_identity_check_of_an_older_best_yaml_measures_it(tmp_path: Path) -> Non
     args = ("--repeats", "2", "--max-repeats", "0", "--max-load", "0")
     proc = cli_here("check", str(study / "best.yaml"), *args, cwd=tmp_path)
     assert proc.returncode == 2 and "--reset-baseline" in proc.stderr, proc.stderr
-    reset = cli_here("check", str(study / "best.yaml"), "--reset-baseline", *args[:2], cwd=tmp_path)
+    # any spread, the load unjudged: this shared CPU's processes are what they are (issue 62)
+    reset = cli_here(
+        "check",
+        str(study / "best.yaml"),
+        "--reset-baseline",
+        *args,
+        "--tolerance",
+        "100",
+        cwd=tmp_path,
+    )
     assert reset.returncode == 0, reset.stderr
     assert (
         yaml.safe_load((study / "best.yaml").read_text())["knobs"]["fsdp_backward_prefetch"] is None

@@ -112,7 +112,8 @@ def test_nightly_check_with_a_torn_history_prints_its_verdict(tmp_path: Path) ->
         '{"name": "fixture-v0", "status": "pass", "ratio": "x"}\n{"torn'
     )
     # fixture-v0 has no digest: a baseline of its own first (issue 52)
-    reset = ("--reset-baseline", "--repeats", "2")
+    # any spread, the load unjudged: this shared CPU's processes are what they are (issue 62)
+    reset = ("--reset-baseline", "--repeats", "2", "--tolerance", "100", "--max-load", "0")
     assert run_cli("check", str(study / "best.yaml"), *reset, cwd=tmp_path).returncode == 0
     proc = run_cli(
         "check",

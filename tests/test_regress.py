@@ -120,20 +120,28 @@ def test_regress_unchanged_passes_on_every_split_of_real_samples(searched: Path)
     from itertools import combinations
 
     best = searched / "out" / "c" / "best.yaml"
-    first = run_cli("check", str(best), "--reset-baseline", "--repeats", "10", cwd=searched)
+    # this VM's ten processes, whatever their spread (--tolerance 100: a gate that can use any),
+    # the load unjudged (issue 62)
+    reset = ("--reset-baseline", "--repeats", "10", "--tolerance", "100", *UNJUDGED)
+    first = run_cli("check", str(best), *reset, cwd=searched)
     assert first.returncode == 0, first.stdout + first.stderr
     recorded = yaml.safe_load(best.read_text())["check_baseline"]["tokens_per_s_samples"]
     assert len(recorded) == 10  # the new baseline: ten processes
     proc = run_cli(
         "check", str(best), "--tolerance", CPU_TOLERANCE, "--update", *UNJUDGED, cwd=searched
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # a pass; --update records its samples unless they spread more than a 50% gate can use (23%:
+    # issue 62), which it then says, exit 3
+    refused = "--update: not recorded, the check's processes spread " in proc.stdout
+    assert proc.returncode == (3 if refused else 0), proc.stdout + proc.stderr
     history = (searched / "out" / "c" / "history.jsonl").read_text().splitlines()
     night = json.loads(history[-1])
-    assert len(history) == 1 and night["status"] in ("pass", "faster") and night["updated"]
+    assert len(history) == 1 and night["status"] in ("pass", "faster")
+    assert night["updated"] is not refused
     checked = night["check_samples"]
     assert len(checked) >= 5  # 5, or more where the first five were inconclusive
-    assert yaml.safe_load(best.read_text())["check_baseline"]["tokens_per_s_samples"] == checked
+    now = yaml.safe_load(best.read_text())["check_baseline"]["tokens_per_s_samples"]
+    assert now == (recorded if refused else checked)
     checked = checked[:5]
     tolerance = float(CPU_TOLERANCE)
     verdicts = []
@@ -154,7 +162,13 @@ def test_regress_slowed_step_fails_with_junit(searched: Path, tmp_path: Path) ->
     best = tmp_path / "best.yaml"
     best.write_text((searched / "out" / "c" / "best.yaml").read_text())
     assert (
-        run_cli("check", str(best), "--reset-baseline", "--repeats", "4", cwd=searched).returncode
+        run_cli(
+            "check",
+            str(best),
+            # any spread (a gate that can use any), the load unjudged (issue 62)
+            *("--reset-baseline", "--repeats", "4", "--tolerance", "100", *UNJUDGED),
+            cwd=searched,
+        ).returncode
         == 0
     )
     junit = tmp_path / "junit.xml"
@@ -233,6 +247,9 @@ def test_regress_reset_baseline_records_without_verdict(searched: Path, tmp_path
         "--reset-baseline",
         "--repeats",
         "2",
+        # a gate that can use any spread, on a host not judged: this shared CPU's 2 processes are
+        # what they are
+        *("--tolerance", "100", *UNJUDGED),
         cwd=searched,
         env={"AUTOTUNE_FAULT": "slow:200"},
     )  # even a slow machine: recorded, never judged
@@ -282,7 +299,7 @@ def test_regress_version_changes_listed(searched: Path, tmp_path: Path) -> None:
     proc = run_cli(
         "check",
         str(tmp_path / "best.yaml"),
-        *("--repeats", "2", "--max-repeats", "0", "--tolerance", "100"),
+        *("--repeats", "2", "--max-repeats", "0", "--tolerance", "100", *UNJUDGED),
         cwd=searched,
     )
     status = proc.stdout.split(":")[0]
@@ -349,7 +366,8 @@ def test_default_tolerance_follows_the_baseline_noise() -> None:
     )  # H200: 0.16% spread, the 2% floor decides
     cpu = [100.0, 80.0, 120.0, 95.0, 110.0]  # a CPU swinging 20%: wide by itself
     tol, how = default_tolerance(cpu)
-    assert tol > 30 and "3 x the baseline's process-to-process spread" in how
+    # issue 62: at most 30%, said so (a noisy baseline cannot open the gate)
+    assert tol == 30 and "bounded; 3 x the baseline's process-to-process spread" in how
 
 
 def test_replayed_h200_checks_pass_unchanged_and_fail_a_3pct_slowdown() -> None:

@@ -14,8 +14,9 @@ if TYPE_CHECKING:
     from autotune.documents.best_file import BestFile
 
 OPTION = "--junit"
-# a check that decided nothing: an error for CI, no failure (any other outcome but a pass is too)
-ERRORS = ("unreliable", "unmeasured", "inconclusive")
+# a check that decided nothing: an error for CI, no failure (any other outcome but a pass is too);
+# "update-refused": a pass whose --update was refused (check/record.py), exit 3
+ERRORS = ("unreliable", "unmeasured", "inconclusive", "interrupted", "update-refused")
 PASSES = ("pass", "faster")
 
 
@@ -44,8 +45,8 @@ def _owned(best_path: Path, best: BestFile, model_yaml: Path | None) -> dict[Pat
 
 def write(path: Path, name: str, seconds: float, outcome: str, message: str, details: str) -> None:
     """One JUnit test case for the checked configuration: a failure on a regression, passed on a
-    pass or faster, else an error (unreliable, inconclusive, could not be measured: outcome);
-    written whole, never through a link."""
+    pass or faster, else an error (unreliable, inconclusive, could not be measured, interrupted,
+    --update refused: outcome); written whole, never through a link."""
     failed, passed = outcome == "regression", outcome in PASSES
     suite = ET.Element(
         "testsuite",
@@ -67,9 +68,13 @@ def write(path: Path, name: str, seconds: float, outcome: str, message: str, det
 
 def write_verdict(path: Path, name: str, verdict: Verdict, seconds: float) -> None:
     """The check's verdict (a regress.Verdict) as its test case: failure on a regression, error when
-    unreliable or inconclusive, the versions that changed beside it."""
-    details = verdict.summary()
+    unreliable or inconclusive or when --update refused to record a pass, the versions that
+    changed beside it."""
+    message, outcome = verdict.summary(), verdict.status
+    if verdict.update_refused:
+        message, outcome = f"{message}; --update: {verdict.update_refused}", "update-refused"
+    details = message
     if verdict.version_changes:
         changes = verdict.version_changes.items()
         details += "; changed: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changes)
-    write(path, name, seconds, verdict.status, verdict.summary(), details)
+    write(path, name, seconds, outcome, message, details)

@@ -6,20 +6,22 @@ from __future__ import annotations
 import datetime as dt
 import statistics
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from autotune import tasks
-from autotune.check import conditions
+from autotune.check import conditions, record
 from autotune.check import junit as junit_report
-from autotune.check.bench import (
-    baseline_belongs,
-    baseline_samples,
-    bench_of,
-    current_hardware,
-    load_best,
+from autotune.check.bench import baseline_belongs, baseline_samples, load_best
+from autotune.check.record import reset_baseline as reset_baseline  # the API
+from autotune.check.repeats import (
+    OnRepeat,
+    Repeater,
+    Repeats,
+    interrupted,
+    interruption,
+    unmeasured,
 )
 from autotune.check.stats import (  # noqa: F401  (the API)
     Decision,
@@ -29,11 +31,8 @@ from autotune.check.stats import (  # noqa: F401  (the API)
 )
 from autotune.check.verdict import AT_MAX, DISTURBED, PASSES, SETTLED, Verdict
 from autotune.documents import nightly
-from autotune.documents.best_file import Best, record_check_baseline
-from autotune.documents.record import Metric, TrialRecord
-from autotune.errors import ConfigError, UnmeasuredError
-from autotune.launch.runner import Bench, measure
-from autotune.protocol import reason_line
+from autotune.documents.best_file import Best
+from autotune.errors import ConfigError
 
 # Versions listed beside the verdict when they differ: the usual causes of a change.
 VERSION_KEYS = ("driver", "cuda", "cudnn", "torch", "nccl")
@@ -72,152 +71,6 @@ def _series(best_path: Path, best: Best, verdict: Verdict) -> list[nightly.Night
     return [n for n in nights if n.is_level]
 
 
-@dataclass
-class Repeats:
-    """What measure_best measured: per-process tokens/s, per-process details (telemetry means), the
-    failed repeats, the fingerprint, and the conditions beside the repeats (conditions.sample:
-    before each repeat, then after the last)."""
-
-    samples: list[float] = field(default_factory=list)
-    details: list[dict[str, Any]] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-    fingerprint: dict[str, Any] = field(default_factory=dict)
-    conditions: list[dict[str, Any]] = field(default_factory=list)
-
-
-OnRepeat = Callable[[dict[str, Any]], None]
-
-
-def measure_best(
-    best_path: Path,
-    best: Best,
-    *,
-    model_yaml: Path | None = None,
-    repeats: int = 5,
-    on_repeat: OnRepeat | None = None,
-) -> Repeats:
-    """Measure the configuration of best.yaml (read by load_best) `repeats` times, each in a fresh
-    process; on_repeat hears of each repeat as it ends (views_check.repeat_line says it);
-    UnmeasuredError when every repeat failed."""
-    run, m = _Repeater.of(best_path, best, model_yaml), Repeats()
-    for i in range(repeats):
-        m.conditions.append(run.sample())
-        run.one(m, i, (repeats, repeats), on_repeat)
-    m.conditions.append(run.sample())
-    if not m.samples:
-        raise _unmeasured(m)
-    return m
-
-
-def _unmeasured(m: Repeats) -> UnmeasuredError:
-    """Exit 3, the first repeat's reason named (the JUnit report lists them all)."""
-    n, first = len(m.failures), m.failures[0]
-    return UnmeasuredError(f"could not measure: all {n} repeats failed; {first}")
-
-
-@dataclass
-class _Repeater:
-    """One check's repeats, each measured in a fresh process through runner.measure, into
-    checks/<time>/NN beside best.yaml."""
-
-    best: Best
-    bench: Bench
-    runs: Path
-    env: dict[str, str] | None
-
-    @classmethod
-    def of(cls, best_path: Path, best: Best, model_yaml: Path | None) -> _Repeater:
-        """The bench of best.yaml, on the hardware it was measured on (ConfigError otherwise)."""
-        fp, apply = best.doc.fingerprint, best.doc.apply
-        here = current_hardware(fp.device)
-        if here != fp.gpu_model:
-            raise ConfigError(
-                f"{best_path}: fingerprint.gpu_model: measured on {fp.gpu_model!r}, this machine "
-                f"has {here!r}; a check compares only the same hardware (nothing compared)"
-            )
-        runs = best_path.parent / "checks" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        bench = bench_of(best, best_path, model_yaml)
-        return cls(best, bench, runs, apply.env if apply else None)
-
-    def sample(self) -> dict[str, Any]:
-        """The conditions now (between repeats, when none of ours runs)."""
-        return conditions.sample(self.best.doc.fingerprint.device)
-
-    def one(self, m: Repeats, i: int, planned: tuple[int, int], on_repeat: OnRepeat | None) -> None:
-        """Repeat i measured and kept in m; on_repeat hears of it with the repeats planned (asked,
-        at most) and the conditions sampled before it."""
-        record = measure(
-            self.bench, self.best.doc.knobs, self.runs / f"{i:02d}", number=i, env=self.env
-        )
-        _keep(m, i, record)
-        if on_repeat:
-            on_repeat(
-                {
-                    "repeat": i,
-                    "repeats": planned[0],
-                    "max_repeats": planned[1],
-                    "conditions": m.conditions[-1],
-                    **_said(record),
-                }
-            )
-
-
-def _keep(m: Repeats, i: int, record: TrialRecord) -> None:
-    """One repeat's record kept: its sample and details, or its failure."""
-    if record.status != "ok":
-        m.failures.append(f"repeat {i}: {record.status}: {reason_line(record.reason)}")
-        return
-    assert record.tokens_per_gpu is not None  # an ok record measured its throughput
-    m.samples.append(record.tokens_per_gpu)
-    tele = record.telemetry or {}
-    m.details.append(
-        {
-            Metric.TOKENS_PER_GPU: m.samples[-1],
-            "step_times_s": record.step_times,
-            Metric.TPOT_MEDIAN_MS: record.metric(Metric.TPOT_MEDIAN_MS),
-            **{
-                k: tele.get(k)
-                for k in (
-                    "sm_clock_mhz_mean",
-                    "power_w_mean",
-                    "temperature_c_max",
-                    "throttle_reasons",
-                )
-            },
-            "conditions": m.conditions[-1],
-        }
-    )
-    m.fingerprint = m.fingerprint or record.fingerprint or {}
-
-
-def _said(record: TrialRecord) -> dict[str, Any]:
-    """What on_repeat hears of a repeat: its tokens/s, or its failure."""
-    if record.status == "ok":
-        return {Metric.TOKENS_PER_GPU: record.tokens_per_gpu, "failure": None}
-    return {
-        Metric.TOKENS_PER_GPU: None,
-        "failure": f"{record.status}: {reason_line(record.reason)}",
-    }
-
-
-def reset_baseline(
-    best_path: Path,
-    *,
-    model_yaml: Path | None = None,
-    repeats: int = 5,
-    on_repeat: OnRepeat | None = None,
-) -> tuple[list[float], list[str]]:
-    """Measure and record the samples as best.yaml's check baseline; compare nothing. Returns
-    samples, failures."""
-    best = load_best(best_path)
-    m = measure_best(best_path, best, model_yaml=model_yaml, repeats=repeats, on_repeat=on_repeat)
-    now = dt.datetime.now(dt.timezone.utc).isoformat()
-    record_check_baseline(
-        best_path, best.doc, m.samples, now, m.fingerprint, _tpots(m.details), reset=True
-    )
-    return m.samples, m.failures
-
-
 def check(
     best_path: Path,
     *,
@@ -245,15 +98,18 @@ def check(
             also the smallest step of the nightly series (series_drift) flagged.
         junit: write a JUnit report there (refused before any repeat when it is someone's file).
         update: record a pass or faster as the new baseline (never a disturbed, inconclusive or
-            failed check).
-        max_load: the host's load per core past which the check is disturbed
-            (conditions.disturbances; 0: not judged).
+            failed check, nor samples that spread more than the gate can use:
+            Verdict.update_refused says why, and the exit code is 3).
+        max_load: the host's load per core past which the check is disturbed, and with it a
+            repeat whose processes waited for a CPU past conditions.CPU_WAIT_LIMIT_PCT
+            (conditions.disturbances; 0: neither is judged).
         on_repeat: hears of each repeat as it ends (views.repeat_line says it).
 
     Returns:
         The Verdict: pass, faster, regression, inconclusive, or unreliable when the machine was
         disturbed (whatever the numbers said). It is appended to history.jsonl. UnmeasuredError
-        when every first repeat failed.
+        when every first repeat failed; CheckInterrupted (a KeyboardInterrupt) on Ctrl-C, SIGTERM
+        or SIGHUP, after the JUnit report says interrupted.
 
     Example:
         >>> verdict = check(Path("trials/gpt2/best.yaml"), repeats=5)  # doctest: +SKIP
@@ -263,52 +119,86 @@ def check(
     best = load_best(best_path)
     if junit:
         junit_report.check_target(junit, best_path, best.doc, model_yaml)  # before any repeat
-    run = _Repeater.of(best_path, best, model_yaml)  # another GPU: refused as such
+    run = Repeater.of(best_path, best, model_yaml)  # another GPU: refused as such
     baseline_belongs(best_path, best)
-    m, verdict = _settle(run, (repeats, cap), tolerance_pct, max_load, on_repeat)
+    m = Repeats()
+    try:
+        verdict = _settle(run, m, (repeats, cap), tolerance_pct, max_load, on_repeat)
+    except BaseException as err:
+        if (by := interruption(err)) is None:
+            raise
+        # CI reads the report: an interrupted night is said as such, never left unwritten
+        stop = interrupted(by, m, cap, "during the check", _untouched(junit))
+        if junit:
+            details = "\n".join(m.failures + [f"measured: {x:,.0f} tokens/s" for x in m.samples])
+            secs = time.monotonic() - t0
+            junit_report.write(junit, best.doc.name, secs, "interrupted", stop.message, details)
+        raise stop from err
     if verdict is None:  # CI reads the report: the repeats' reasons go in it, then exit 3 as ever
-        err, secs = _unmeasured(m), time.monotonic() - t0
+        failed, secs = unmeasured(m), time.monotonic() - t0
         if junit:
             reasons = "\n".join(m.failures)
-            junit_report.write(junit, best.doc.name, secs, "unmeasured", str(err), reasons)
-        raise err
-    explicit = tolerance_pct or 0.0  # an explicit tolerance bounds the nightly series' steps too
-    verdict.disturbed = conditions.disturbances(m.conditions, max_load)
-    verdict.series = series_drift(_series(best_path, best, verdict), min_shift_pct=explicit)
-    if verdict.series:
-        # a lasting step down across nights fails the gate as one night's would
-        verdict.status = "regression"
-    if verdict.disturbed:
-        _unreliable(verdict)
+            junit_report.write(junit, best.doc.name, secs, "unmeasured", str(failed), reasons)
+        raise failed
+    _judged(best_path, best, verdict, m, tolerance_pct, max_load)
     if update and verdict.status in PASSES:
-        record_check_baseline(
-            best_path, best.doc, m.samples, verdict.checked_at, m.fingerprint, _tpots(m.details)
+        verdict.update_refused = record.update(
+            best_path, best, m, verdict.checked_at, tolerance_pct
         )
-        verdict.updated = True
+        verdict.updated = not verdict.update_refused
     record_history(best_path, verdict, best.doc.name)
     if junit:
         junit_report.write_verdict(junit, best.doc.name, verdict, time.monotonic() - t0)
     return verdict
 
 
+def _untouched(junit: Path | None) -> str:
+    """What an interrupted check leaves: nothing decided or written but its JUnit report."""
+    said = f"; {junit} says interrupted" if junit else ""
+    return (
+        "nothing decided, nothing recorded (the baseline and history.jsonl are as they were)" + said
+    )
+
+
+def _judged(
+    best_path: Path,
+    best: Best,
+    verdict: Verdict,
+    m: Repeats,
+    tolerance_pct: float | None,
+    max_load: float,
+) -> None:
+    """The verdict judged beyond this night's numbers: the nightly series (a lasting step down is a
+    regression), then what disturbed the repeats (unreliable, whatever the numbers read)."""
+    explicit = tolerance_pct or 0.0  # an explicit tolerance bounds the nightly series' steps too
+    verdict.disturbed = m.disturbed(max_load)
+    verdict.series = series_drift(_series(best_path, best, verdict), min_shift_pct=explicit)
+    if verdict.series:
+        # a lasting step down across nights fails the gate as one night's would
+        verdict.status = "regression"
+    if verdict.disturbed:
+        _unreliable(verdict)
+
+
 def _settle(
-    run: _Repeater,
+    run: Repeater,
+    m: Repeats,
     planned: tuple[int, int],
     tolerance_pct: float | None,
     max_load: float,
     on_repeat: OnRepeat | None,
-) -> tuple[Repeats, Verdict | None]:
+) -> Verdict | None:
     """The first planned[0] repeats, then one more at a time while the verdict is inconclusive,
     until it is settled, planned[1] repeats were started (failed ones count) or the host was
     disturbed (more repeats beside other work would not be trusted either). The conditions are
-    sampled before each repeat and after the last. None: every first repeat failed."""
+    sampled before each repeat and after the last, into m. None: every first repeat failed."""
     first, cap = planned
-    m, i = Repeats(), 0
+    i = 0
     while True:
         m.conditions.append(run.sample())  # before repeat i, or after the last one
         if i >= first:
             if not m.samples:
-                return m, None
+                return None
             verdict = _verdict(run.best, m, tolerance_pct, (i - first + 1, cap - first + 1))
             stopped = (
                 SETTLED
@@ -316,12 +206,12 @@ def _settle(
                 else AT_MAX
                 if i >= cap
                 else DISTURBED
-                if conditions.disturbances(m.conditions, max_load)
+                if m.disturbed(max_load)
                 else ""
             )
             if stopped:
                 verdict.repeats_run, verdict.max_repeats, verdict.stopped = i, cap, stopped
-                return m, verdict
+                return verdict
         run.one(m, i, planned, on_repeat)
         i += 1
 
@@ -395,10 +285,6 @@ def both_gates(tokens: Decision, tpot: dict[str, Any] | None) -> tuple[str, str,
         if tpot and tpot["status"] == status:
             return status, f"time per output token: {tpot['reason']}", tpot["settle"]
     return tokens.status, tokens.reason, tokens.settle
-
-
-def _tpots(details: list[dict[str, Any]]) -> list[float]:
-    return [d["tpot_ms_median"] for d in details if d.get("tpot_ms_median")]
 
 
 def record_history(best_path: Path, verdict: Verdict, name: str) -> Path:

@@ -21,6 +21,14 @@ if TYPE_CHECKING:
 TOLERANCE_FLOOR_PCT = 2.0
 NOISE_MULTIPLE = 3.0
 FALLBACK_TOLERANCE_PCT = 5.0
+# ... and at most this: the floor 1 - tolerance lies NOISE_MULTIPLE spreads below 1 in log tokens/s
+# (1 - exp(-3 x spread), 3 x the spread where it is small), which never reaches 100% but nears it (a
+# baseline whose 3 processes ran 1x / 1.45x / 0.7x set 107% with the linear rule: every later
+# check passed, 3x slower ones too). 30%: at the spread that reaches it (11.9%), 5 + 5 processes
+# at the first look still catch every 2x slowdown, and pass unchanged code in 2 of 3 (the rest
+# inconclusive; 2,000 lognormal draws of decide with this tolerance). A baseline spread past that
+# is refused when recorded (check/record.py: check --reset-baseline, --update).
+MAX_TOLERANCE_PCT = 30.0
 # The nightly series (history.jsonl): a step down of at least SERIES_FLOOR_PCT, found by ruptures'
 # binary segmentation on log tokens/s with a BIC-like penalty of SERIES_PENALTY x (a night's noise)
 # x log(nights).
@@ -239,18 +247,32 @@ def _judge(
 
 
 def default_tolerance(baseline: list[float]) -> tuple[float, str]:
-    """The tolerance when --tolerance is not given, and how it was set (module constants)."""
+    """The tolerance when --tolerance is not given, and how it was set (module constants): the
+    larger of TOLERANCE_FLOOR_PCT and 1 - exp(-NOISE_MULTIPLE x the spread of log tokens/s), at
+    most MAX_TOLERANCE_PCT.
+
+    >>> default_tolerance([100.0, 145.0, 70.0])[0]  # the 1x / 1.45x / 0.7x baseline: bounded
+    30.0
+    """
     if len(baseline) < 2:
         return (
             FALLBACK_TOLERANCE_PCT,
             f"{FALLBACK_TOLERANCE_PCT:g}% (one baseline sample: its noise is unknown)",
         )
     spread = 100 * statistics.stdev(math.log(x) for x in baseline)
-    pct = round(max(TOLERANCE_FLOOR_PCT, NOISE_MULTIPLE * spread), 2)
-    return pct, (
+    derived = 100 * -math.expm1(-NOISE_MULTIPLE * spread / 100)
+    pct = round(min(MAX_TOLERANCE_PCT, max(TOLERANCE_FLOOR_PCT, derived)), 2)
+    how = (
         f"{pct:g}%: the larger of {TOLERANCE_FLOOR_PCT:g}% and {NOISE_MULTIPLE:g} x the baseline's "
         f"process-to-process spread ({spread:.2f}%)"
     )
+    if derived > MAX_TOLERANCE_PCT:
+        how = (
+            f"{pct:g}%: bounded; {NOISE_MULTIPLE:g} x the baseline's process-to-process spread "
+            f"({spread:.2f}%) would make it {derived:.0f}%, a gate too wide to use: record the "
+            "baseline again on a quiet machine (check --reset-baseline)"
+        )
+    return pct, how
 
 
 def series_drift(nights: Sequence[Night], min_shift_pct: float = 0.0) -> dict[str, Any] | None:

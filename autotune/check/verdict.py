@@ -43,6 +43,9 @@ class Verdict:
     # per process: tokens/s, clock, power
     repeats: list[dict[str, Any]] = field(default_factory=list)
     updated: bool = False  # --update recorded these samples as the new baseline
+    # --update after a pass or faster did not record them, and why (they spread more than the gate
+    # can use: check/record.py); the exit code is then 3
+    update_refused: str = ""
     # generate: the same decision on the median time per output token
     tpot: dict[str, Any] | None = None
     tolerance_source: str = ""  # how the tolerance was set (--tolerance, or the baseline's noise)
@@ -68,7 +71,9 @@ class Verdict:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES[self.status]
+        """The status's (EXIT_CODES); 3 when --update refused to record a pass's samples."""
+        code = EXIT_CODES[self.status]
+        return ExitCode.UNMEASURED if self.update_refused else code
 
     def summary(self) -> str:
         """One line: the status, both medians, the ratio, its interval, the tolerance, what

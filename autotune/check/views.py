@@ -42,10 +42,20 @@ def _disturbed(verdict: Verdict) -> list[Text]:
 def baseline_recorded(
     best_yaml: Path, samples: list[float], failures: list[str]
 ) -> list[Text | str]:
-    """What `check --reset-baseline` says."""
+    """What `check --reset-baseline` says: the processes, their median and spread, and the
+    tolerance a check derives from them (stats.default_tolerance)."""
+    from autotune.check.record import spread_pct
+    from autotune.check.stats import default_tolerance
+
+    derived = default_tolerance(samples)[0]
+    spread = (
+        f", spread {spread_pct(samples):.2f}% (default tolerance {derived:g}%)"
+        if len(samples) > 1
+        else ""
+    )
     lines = [
         f"baseline recorded in {best_yaml}: {len(samples)} processes, median "
-        f"{sorted(samples)[len(samples) // 2]:,.0f} tokens/s/GPU"
+        f"{sorted(samples)[len(samples) // 2]:,.0f} tokens/s/GPU{spread}"
     ]
     return lines + [_tagged("failed:", "yellow", failure) for failure in failures]
 
@@ -121,6 +131,8 @@ def _recorded(verdict: Verdict, best_yaml: Path, update: bool) -> list[str]:
             f"--update: recorded {len(verdict.check_samples)} samples as the new baseline in "
             f"{best_yaml}"
         ]
+    if update and verdict.update_refused:
+        return [f"--update: not recorded, {verdict.update_refused}"]
     if update:
         why = {
             "unreliable": "the check was disturbed",
@@ -145,7 +157,9 @@ def repeat_line(event: dict[str, Any]) -> Text:
         if gpu
         else "; GPU: no other process"
     )
-    where = f"(load {c['load_1min']:g} on {c['cpus']} CPUs{others})"
+    cpu = event.get("cpu")  # how long its busiest process waited for a CPU (conditions.CpuWatch)
+    waited = f"; waited for a CPU {cpu['wait_pct']:g}%" if cpu else ""
+    where = f"(load {c['load_1min']:g} on {c['cpus']} CPUs{others}{waited})"
     n, asked = event["repeat"] + 1, event["repeats"]
     head = (
         f"repeat {n} of {asked}: "

@@ -22,8 +22,9 @@ Tolerance = Annotated[
         callback=finite,
         help="Slowdown in percent tolerated: pass needs the ratio's 95% interval above 1 minus "
         "it, a regression below (default: the larger of 2% and 3x the baseline's "
-        "process-to-process spread; 5% with a one-sample baseline). Given, a step "
-        "in the nightly series smaller than it is not flagged either.",
+        "process-to-process spread, at most 30%; 5% with a one-sample baseline). Given, a step "
+        "in the nightly series smaller than it is not flagged either. With --reset-baseline or "
+        "--update: a baseline spread past what this tolerance can use is not recorded (exit 3).",
     ),
 ]
 MaxLoad = Annotated[
@@ -34,8 +35,9 @@ MaxLoad = Annotated[
         callback=finite,
         help=(
             "Host load per CPU core (1-minute load average / CPUs) past which the check is "
-            "unreliable (exit 3), pass or regression, as another process on the GPU makes it; 0: "
-            "the load is not judged."
+            "unreliable (exit 3), pass or regression, as another process on the GPU makes it, "
+            "and so is a repeat whose processes waited for a CPU over 20% of the time they were "
+            "ready to run; --reset-baseline is refused then (exit 3). 0: neither is judged."
         ),
     ),
 ]
@@ -96,7 +98,8 @@ def check(
         typer.Option(
             help=(
                 "Measure and record the samples as the baseline, compare nothing (do this once on "
-                "the CI machine)."
+                "the CI machine). Refused, nothing recorded (exit 3), when the repeats were "
+                "disturbed (--max-load) or spread more than the gate can use (--tolerance)."
             )
         ),
     ] = False,
@@ -104,10 +107,11 @@ def check(
     """Re-measure the chosen configuration against its baseline.
 
     Exit 0 only when it rules out a slowdown past the tolerance, 1 on a regression, 5 when
-    inconclusive, 3 if unmeasurable or disturbed."""
+    inconclusive, 3 if unmeasurable or disturbed (or its baseline not recorded)."""
     with funnel():
         from autotune.check import regress
         from autotune.check.views import baseline_recorded, repeat_line, verdict_lines
+        from autotune.errors import CheckInterrupted
 
         console, progress = out_console(), out_console(stderr=True)
 
@@ -115,24 +119,34 @@ def check(
         def on_repeat(event: dict[str, Any]) -> None:
             progress.print(repeat_line(event), highlight=False)
 
-        if reset_baseline:
-            samples, failures = regress.reset_baseline(
-                best_yaml, model_yaml=model, repeats=repeats, on_repeat=on_repeat
+        try:
+            if reset_baseline:
+                samples, failures = regress.reset_baseline(
+                    best_yaml,
+                    model_yaml=model,
+                    repeats=repeats,
+                    tolerance_pct=tolerance,
+                    max_load=max_load,
+                    on_repeat=on_repeat,
+                )
+                for line in baseline_recorded(best_yaml, samples, failures):
+                    console.print(line, highlight=False)
+                return
+            verdict = regress.check(
+                best_yaml,
+                model_yaml=model,
+                repeats=repeats,
+                max_repeats=max_repeats,
+                tolerance_pct=tolerance,
+                junit=junit,
+                update=update,
+                max_load=max_load,
+                on_repeat=on_repeat,
             )
-            for line in baseline_recorded(best_yaml, samples, failures):
-                console.print(line, highlight=False)
-            return
-        verdict = regress.check(
-            best_yaml,
-            model_yaml=model,
-            repeats=repeats,
-            max_repeats=max_repeats,
-            tolerance_pct=tolerance,
-            junit=junit,
-            update=update,
-            max_load=max_load,
-            on_repeat=on_repeat,
-        )
+        except CheckInterrupted as stop:  # check's words, not the search's (the funnel's)
+            progress.print(stop.message, highlight=False, soft_wrap=True)
+            # an exit the funnel lets through as it is (it would say the search's words instead)
+            raise SystemExit(stop.exit_code) from None
         for line in verdict_lines(verdict, best_yaml, repeats, update):
             console.print(line, highlight=False, soft_wrap=True)
     raise typer.Exit(verdict.exit_code)
