@@ -174,7 +174,7 @@ def test_hardening5_check_a_stripped_file_gets_a_baseline_of_its_own(
     assert doc["schema_version"] == 4 and doc["check_baseline"]["measured"]
     proc = run_cli("check", str(best), "--repeats", "2", "--max-load", "0", cwd=tmp_path)
     assert proc.returncode in (0, 1, 5), proc.stderr  # judged against its own baseline
-    assert "check --update of" in proc.stdout
+    assert "check --reset-baseline of" in proc.stdout
     doc["check_baseline"]["tokens_per_s_samples"] = [1.0, 1.0]  # a baseline number edited
     best.write_text(yaml.safe_dump(doc, sort_keys=False))
     with pytest.raises(ConfigError, match="check_baseline were edited"):

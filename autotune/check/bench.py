@@ -24,12 +24,14 @@ from autotune.redact import mask_command
 
 
 def baseline_samples(doc: BestFile) -> tuple[list[float], str]:
-    """The recorded per-process tokens/s of the configuration: the last --update, else the search's
-    confirmation of it, else its trial."""
+    """The recorded per-process tokens/s of the configuration: the last --reset-baseline or
+    --update (a reset starts the nightly series at its own time), else the search's confirmation of
+    it, else its trial."""
     recorded = doc.check_baseline
     if recorded:
         samples = list(recorded.tokens_per_s_samples)
-        return samples, f"check --update of {recorded.recorded_at} ({len(samples)} processes)"
+        how = "--reset-baseline" if recorded.series_from == recorded.recorded_at else "--update"
+        return samples, f"check {how} of {recorded.recorded_at} ({len(samples)} processes)"
     trial = doc.chosen.trial
     chosen = next((c for c in doc.confirmation or [] if c.trial == trial and c.samples), None)
     if chosen:

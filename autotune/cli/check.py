@@ -33,11 +33,13 @@ MaxLoad = Annotated[
         min=0.0,
         max=10_000.0,
         callback=finite,
+        envvar="AUTOTUNE_MAX_LOAD",
         help=(
             "Host load per CPU core (1-minute load average / CPUs) past which the check is "
             "unreliable (exit 3), pass or regression, as another process on the GPU makes it, "
             "and so is a repeat whose processes waited for a CPU over 20% of the time they were "
-            "ready to run; --reset-baseline is refused then (exit 3). 0: neither is judged."
+            "ready to run; --reset-baseline is refused then (exit 3). 0: neither is judged (a "
+            "host shared by design, such as a test suite's). Default from AUTOTUNE_MAX_LOAD."
         ),
     ),
 ]
