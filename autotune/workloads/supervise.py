@@ -62,24 +62,32 @@ def end_all(within_s: float = 10.0) -> None:
             pass
 
 
-def _on_signal(signum: int, frame: object) -> None:
+def on_signal(signum: int, frame: object) -> None:
+    """SIGTERM, SIGINT or SIGHUP: every descendant ended, then leave as that signal's exit."""
     end_all()
     os._exit(128 + signum)
 
 
-def main(argv: list[str]) -> int:
-    # Linux only; elsewhere the parent's own sweep is what remains
+def arm(parent: str | None, death_signal: int, subreaper: bool = True) -> None:
+    """Die with the parent (PR_SET_PDEATHSIG: death_signal when it ends, even by kill -9) and, as a
+    subreaper, adopt what the trial leaves behind (Linux only; elsewhere the parent's own sweep is
+    what remains). A parent already gone before the signal was armed (getppid() is no longer
+    `parent`, autotune's pid as passed): leave at once, starting nothing."""
     with contextlib.suppress(Exception):
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    parent = os.environ.get("AUTOTUNE_PARENT_PID")
+        if subreaper:
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 1)
+        libc.prctl(PR_SET_PDEATHSIG, death_signal)
     if parent and os.getppid() != int(parent):
-        return 1  # autotune died before the death signal was armed: start nothing
+        os._exit(1)
+
+
+def main(argv: list[str]) -> int:
+    arm(os.environ.get("AUTOTUNE_PARENT_PID"), signal.SIGTERM)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, _on_signal)
+        signal.signal(sig, on_signal)
     # close_fds=False: a descriptor the parent passed on purpose (the probe's answer pipe) reaches
     # the child
     child = subprocess.Popen(
