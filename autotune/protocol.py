@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import json
 import logging
+import os
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -48,11 +49,10 @@ PROGRESS_FILE, PRUNE_FILE = "progress.json", "prune"
 # it narrows its interval to decide the order: command/window.py)
 AGAINST_FILE = "against.json"
 # A command trial's secrets (tasks.Command.prepare): the spec holds its command masked; the values
-# masked, by argument index and variable name, reach the trial process in this variable alone
-# (JSON), never a file.
+# masked (by argument index and variable name) and the secrets its result must not show ("mask")
+# reach the trial process in this variable alone (JSON), never a file.
 ENV_SECRETS = "AUTOTUNE_COMMAND_SECRETS"
 SECRET_MASK = "***"  # redact.MASK
-
 
 # AUTOTUNE_FAULT's kinds (workloads/faults.py); the last five break the numerics check
 FAULT_KINDS = (
@@ -209,13 +209,23 @@ def unhide(
     argv: list[str], env: dict[str, str], hidden: str | None
 ) -> tuple[list[str], dict[str, str]]:
     """The command as it runs, from the masked one a spec holds and ENV_SECRETS' value: each hidden
-    argument and variable put back; a variable masked and not handed over is the environment's own
-    (the job inherits it)."""
+    argument and variable put back; a masked variable not handed over is inherited by the job."""
     doc = json.loads(hidden) if hidden else {}
     args, names = doc.get("argv") or {}, doc.get("env") or {}
     real_argv = [args.get(str(i), a) for i, a in enumerate(argv)]
     real_env = {k: names.get(k, v) for k, v in env.items() if k in names or v != SECRET_MASK}
     return real_argv, real_env
+
+
+def hide(doc: Any, secrets: list[str]) -> Any:
+    """A JSON-like document with these secrets (longest first) masked in every string."""
+    if isinstance(doc, dict):
+        return {k: hide(v, secrets) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [hide(v, secrets) for v in doc]
+    for secret in secrets if isinstance(doc, str) else []:
+        doc = doc.replace(secret, SECRET_MASK)
+    return doc
 
 
 def write_json(path: str | Path, doc: dict[str, Any]) -> None:
@@ -429,6 +439,11 @@ class TrialResult(_Document):
     # workload-specific results (allreduce: rows)
     output: dict[str, Any] = field(default_factory=dict)
     nccl: dict[str, Any] | None = None  # NCCL's own account, read from its logs by the parent
+
+    def write(self, path: str | Path) -> None:
+        """Written with ENV_SECRETS' "mask" masked: a reason quoting a job's token keeps none."""
+        secrets = json.loads(os.environ.get(ENV_SECRETS) or "{}").get("mask") or []
+        write_json(path, hide(self.to_json(), secrets))
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

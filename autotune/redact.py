@@ -10,7 +10,10 @@ Forms masked:
 - libpq key=value strings (`host=h password=secret`, quoted `password='a b'`), also percent-encoded
   inside another parameter (`?dsn=host%3Dh%20password%3Dsecret`);
 - every password seen once (in any of these forms, as written, decoded and encoded), wherever it
-  appears.
+  appears;
+- a value after `Bearer ` or in an `Authorization:` header, anywhere;
+- a command's secrets (task command): a value named like one (secret_name), of a well-known token
+  shape, a header's `Basic X`; and each of them wherever it appears later (keep).
 """
 
 from __future__ import annotations
@@ -27,6 +30,15 @@ _QUERY = re.compile(r"([?&;])([^=&;#\s]+)=([^&;#\s'\"]*)")
 _CONNINFO = re.compile(
     r"(?i)(?<![?&;\w%])((?:password|passwd|pwd|sslpassword)\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s'\"&;]+)"
 )
+# an HTTP credential: what follows `Bearer ` anywhere, or an `Authorization:` header's value (after
+# its scheme, if any), RFC 7235's token68 characters; `*` too, so that a masked one stays as it is.
+# The scheme, once read, is never taken for the credential (atomic): `Bearer {env:NAME}` is kept.
+_TOKEN68 = r"([A-Za-z0-9._~+/*-]+=*)"
+_AUTHORIZATION = re.compile(
+    r"(?i)(\bbearer\s+|\bauthorization\s*[:=]\s*(?>(?:[a-z][\w-]*\s+)?))" + _TOKEN68
+)
+# a value that is `Basic X` whole (a header's value given alone): "a Basic run" is no credential
+_BASIC = re.compile(r"(?i)(\s*basic\s+)" + _TOKEN68 + r"(\s*)")
 _seen: set[str] = set()
 _lock = threading.Lock()
 
@@ -70,7 +82,8 @@ def _forms(text: str) -> str:
         ),
         text,
     )
-    return _CONNINFO.sub(lambda m: m.group(1) + MASK, text)
+    text = _CONNINFO.sub(lambda m: m.group(1) + MASK, text)
+    return _AUTHORIZATION.sub(lambda m: m.group(1) + MASK, text)
 
 
 MIN_KEPT = 6  # a shorter secret is masked in the records, not in every text (it would garble them)
@@ -130,14 +143,24 @@ class MaskingWriter:
         return self._stream.encoding
 
 
-# A command's own secrets (task command): a variable or a flag whose name says it holds one (after
-# the conventions of HF: HF_TOKEN, --hub_token; W&B: WANDB_API_KEY; cloud SDKs:
-# AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN; databases: DB_PASSWORD), a token of a well-known shape,
-# a URL or conninfo password.
-SECRET_WORDS = {"secret", "password", "passwd", "pwd", "credential", "credentials", "apikey"}
-SECRET_PAIRS = {("api", "key"), ("access", "key"), ("private", "key"), ("secret", "key")}
+# A command's own secrets (task command): a variable or a flag whose name says it holds one
+# (secret_name), a token of a well-known shape, a value after an HTTP authorization scheme, a URL
+# or conninfo password. Names after the conventions of HF (HF_TOKEN, --hub_token), W&B
+# (WANDB_API_KEY, WANDB_KEY), cloud SDKs (AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), databases
+# (PGPASSWORD, MYSQL_PWD, REDIS_PASS), HTTP (HTTP_AUTHORIZATION, SESSION_COOKIE).
+SECRET_STEMS = (
+    *("password", "passwd", "passphrase", "passcode", "secret", "credential"),
+    *("apikey", "apitoken", "authtoken", "accesstoken", "accesskey", "privatekey"),
+)
+SECRET_WORDS = {"pass", "pwd", "key", "token", "auth", "authorization", "cookie", "bearer"}
+# what a name ending in one of these names: a setting of the secret, never the secret itself
+DESCRIBING = {"mode", "type", "method", "scheme", "kind", "provider", "backend", "strategy"}
+DESCRIBING |= {"enabled", "enable", "disabled", "disable", "required", "format", "style", "level"}
+DESCRIBING |= {"version", "len", "length", "size", "bits", "count", "limit", "budget", "name"}
+DESCRIBING |= {"file", "path", "dir", "url", "uri", "host", "port", "endpoint", "server"}
 # --eos_token "</s>" holds no secret
 SPECIAL_TOKENS = {"pad", "eos", "bos", "unk", "sep", "cls", "mask"}
+SHELL_FOLDERS = {"PWD", "OLDPWD"}
 NOT_SECRETS = {"", "true", "false", "yes", "no", "none", "null", "0", "1"}  # --use_auth_token true
 # Shapes documented by their issuers: Hugging Face (hf_), OpenAI and Anthropic (sk-), GitHub (ghp_
 # and kin), Slack (xox?-), AWS access key ids (AKIA).
@@ -150,19 +173,46 @@ TOKEN_SHAPE = re.compile(
 ENV_REFERENCE = re.compile(r"\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+def _words(name: str) -> list[str]:
+    """A name's words, lower case: cut at non-alphanumerics and where its case turns (hubToken,
+    OpenAIAPIKey: open, aiapi, key)."""
+    name = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
+    name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    return [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+
+
+def _secret_word(words: list[str], i: int) -> bool:
+    """words[i] is a short secret word as itself (a token word after a special token's name is
+    not: eos_token)."""
+    after_special = i > 0 and words[i - 1] in SPECIAL_TOKENS
+    return words[i] in SECRET_WORDS and not (words[i] == "token" and after_special)
+
+
 def secret_name(name: str) -> bool:
-    """A variable or flag name that says it holds a secret (hub_token, WANDB_API_KEY,
-    DB_PASSWORD)."""
-    if name.upper() in ("PWD", "OLDPWD"):  # the shell's working folders
+    """A variable or flag name that says it holds a secret.
+
+    The name is cut into words at '_', '-', '.' (any non-alphanumeric) and where its case turns
+    (hubToken: hub, token; OpenAIAPIKey: open, aiapi, key). It names a secret when
+    - a word contains a stem that no innocent word does (SECRET_STEMS), glued to others or not:
+      PGPASSWORD, CLIENT_SECRET, --passphrase, NGROK_AUTHTOKEN, OPENAIAPIKEY;
+    - a whole word, in any position, is a short secret word (SECRET_WORDS): REDIS_PASS,
+      MYSQL_PWD, WANDB_KEY, HF_TOKEN, TOKEN_FOR_HUB, --auth, HTTP_AUTHORIZATION. Inside another
+      word it is none: MONKEY, KEYBOARD, BYPASS, AUTHOR, TOKENS_PER_STEP, TOKENIZERS_PARALLELISM;
+    unless (for a short word) the name ends in a word that says what kind of thing it names, not
+    the value (DESCRIBING: --auth-mode oauth, --key-size 2048, --token-limit, SSL_KEY_FILE), or
+    the token word follows a special token's name (--eos_token "</s>", pad_token_id). PWD and
+    OLDPWD are the shell's working folders. A false alarm costs little (the job still gets the
+    value; `check` asks for it from the environment), a miss shows a secret to whoever reads the
+    study folder.
+    """
+    if name.upper() in SHELL_FOLDERS:
         return False
-    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
-    if any(w in SECRET_WORDS for w in words) or any(
-        p in SECRET_PAIRS for p in zip(words, words[1:])
-    ):
+    words = _words(name)
+    if any(stem in word for word in words for stem in SECRET_STEMS):
         return True
-    return (
-        bool(words) and words[-1] == "token" and (len(words) < 2 or words[-2] not in SPECIAL_TOKENS)
-    )
+    if words and words[-1] in DESCRIBING:  # --auth-mode, --key-size: what kind, not the value
+        return False
+    return any(_secret_word(words, i) for i in range(len(words)))
 
 
 def _flag_name(arg: str) -> str | None:
@@ -181,8 +231,10 @@ def _whole(value: str) -> bool:
 def _shaped(value: str) -> str:
     """A value with the secrets its shape shows masked: URL and conninfo passwords, well-known
     tokens; an {env:NAME} reference is kept."""
+    if basic := _BASIC.fullmatch(value):
+        return basic.group(1) + MASK + basic.group(3)
     if ENV_REFERENCE.search(value):  # postgresql://u:{env:PW}@h: the reference is what is kept
-        return TOKEN_SHAPE.sub(MASK, value)
+        return TOKEN_SHAPE.sub(MASK, _AUTHORIZATION.sub(lambda m: m.group(1) + MASK, value))
     return TOKEN_SHAPE.sub(MASK, _forms(value))
 
 
@@ -215,11 +267,21 @@ def mask_env(env: dict[str, str]) -> dict[str, str]:
     return {k: MASK if secret_name(k) and _whole(v) else _shaped(v) for k, v in env.items()}
 
 
+def removed(before: str, after: str) -> list[str]:
+    """What masking or filling took out of a value: each part a mask or an `{env:NAME}` stands for
+    (`Bearer X`: X, `--password={env:PW}`: the password), else the value whole."""
+    literal = re.split(r"\*\*\*|\{env:[A-Za-z_][A-Za-z0-9_]*\}", after)
+    found = re.fullmatch("(.+?)".join(re.escape(part) for part in literal), before, re.S)
+    return [part for part in found.groups() if part != MASK] if found else [before]
+
+
 def keep_command(argv: list[str], env: dict[str, str]) -> None:
-    """Note the values masking takes out of a command, whole (keep): any later text showing one,
-    the resolved config of `validate` too, is masked."""
+    """Note the values masking takes out of a command (keep), whole and each part masked in it
+    (the token of `Bearer X`): any later text showing one, the resolved config of `validate` too,
+    is masked."""
     pairs = [*zip(argv, mask_argv(argv)), *zip(env.values(), mask_env(env).values())]
-    keep([before for before, after in pairs if after != before])
+    changed = [(before, after) for before, after in pairs if after != before]
+    keep([part for before, after in changed for part in (before, *removed(before, after))])
 
 
 def mask_command(command: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune.command.said import HOOK_MEASURES, SECOND_TRAINER
 from autotune.documents.record import TrialRecord
 from autotune.protocol import CommandParams, Rendered, TaskParams, TrialResult, TrialSpec
 
@@ -108,11 +109,13 @@ def prepare(spec: TrialSpec, run_dir: Path) -> tuple[TrialSpec, dict[str, str]]:
         rendered, argv=redact.mask_argv(rendered.argv), env=redact.mask_env(rendered.env)
     )
     hidden = _hidden(shown, real)
-    redact.keep([*hidden["argv"].values(), *hidden["env"].values()])
+    secrets = _secrets(shown, real)
+    redact.keep(secrets)
     masked = dataclasses.replace(
         params, command=redact.mask_command(params.command), rendered=shown
     )
-    env = {ENV_SECRETS: json.dumps(hidden)} if hidden["argv"] or hidden["env"] else {}
+    handed = {**hidden, "mask": secrets}  # the trial masks these in its result (protocol.hide)
+    env = {ENV_SECRETS: json.dumps(handed)} if hidden["argv"] or hidden["env"] else {}
     return dataclasses.replace(spec, params=masked), env
 
 
@@ -142,7 +145,7 @@ def metrics(record: TrialRecord, result: TrialResult) -> None:
     tokens = out.get("tokens") or []
     metrics["tokens_per_step_median"] = statistics.median(tokens) if tokens else None
     stop = (result.applied or {}).get("stop", "")
-    if stop.startswith("ignored"):
+    if stop.startswith(("ignored", SECOND_TRAINER)):  # a second Trainer kept it running: named
         record.reason = f"measured; the command {stop}"
     if window and not window.get("settled") and record.status == "ok":  # said where it is read
         said = f"window {window.get('said', 'not settled')}"
@@ -155,6 +158,7 @@ def metrics(record: TrialRecord, result: TrialResult) -> None:
 UNMEASURED = (
     "matched an average since the start",
     "without reporting a step",
+    HOOK_MEASURES,  # its Trainer trained in a child of the first process: none is measured
     "(command.first_step_s: raise it if slow)",
     "the command reported 0 of ",
     "the command could not start",
@@ -191,6 +195,20 @@ def _hidden(shown: Rendered, real: Rendered) -> dict[str, dict[str, str]]:
     argv = {str(i): a for i, (a, b) in enumerate(zip(real.argv, shown.argv)) if a != b}
     env = {k: v for k, v in real.env.items() if shown.env.get(k) != v}
     return {"argv": argv, "env": env}
+
+
+def _secrets(shown: Rendered, real: Rendered) -> list[str]:
+    """The secrets of the command as it runs (real), whole and each part masked or filled in it
+    (redact.removed: the token of `Bearer X`), long enough to be masked in any text
+    (redact.MIN_KEPT)."""
+    from autotune import redact
+
+    pairs = [(a, b) for a, b in zip(real.argv, shown.argv) if a != b]
+    pairs += [
+        (v, shown.env.get(k, redact.MASK)) for k, v in real.env.items() if shown.env.get(k) != v
+    ]
+    found = {part for a, b in pairs for part in (a, *redact.removed(a, b))}
+    return sorted((s for s in found if len(s) >= redact.MIN_KEPT), key=len, reverse=True)
 
 
 def _check_mapping(
