@@ -118,12 +118,18 @@ def did_you_mean(given: object, allowed: "list[str] | tuple[str, ...]") -> str:
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Unicode's bidirectional controls: embeddings and overrides (U+202E shows "txt.exe" as "exe.txt"),
+# isolates, and the marks (left-to-right, right-to-left, Arabic letter); invisible, they reorder
+# what follows them (Trojan Source, CVE-2021-42574)
+_BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def printable(text: str, newlines: bool = True) -> str:
     """User text made safe to print: control characters (an ESC that would recolour the terminal, a
-    NUL) shown as \\xNN escapes; newlines too when newlines is False (a one-line message)."""
+    NUL) shown as \\xNN escapes, bidirectional controls by their code point (<U+202E>); newlines
+    too when newlines is False (a one-line message)."""
     text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    text = _BIDI.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
     return text if newlines else text.replace("\n", "\\n").replace("\t", " ")
 
 

@@ -4,13 +4,13 @@ its HTML (`card_html`)."""
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any, TypedDict
 
 from autotune import knobs as catalogue
 from autotune.protocol import Knobs
 from autotune.report import _text
 from autotune.report._data import Arm, Chosen, Report, Row
+from autotune.report._escape import escape
 from autotune.report._table import fmt
 
 MIN_SAMPLES = 3  # fewer fresh processes than this bound nothing: the interval is not shown

@@ -3,9 +3,8 @@ a small inline SVG (no plotting library, no file beside the page: a few polyline
 
 from __future__ import annotations
 
-from html import escape
-
 from autotune.report._data import Attempt, Evidence
+from autotune.report._escape import escape
 
 WIDTH, HEIGHT, PAD = 360, 180, 28
 COLOURS = {"candidate": "#d62728", "reference": "#1f77b4"}

@@ -9,7 +9,6 @@ import base64
 import contextlib
 import os
 import signal
-from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +16,7 @@ from autotune.report import _html_trials, _plots
 from autotune.report._card import Card, card_html, chosen, interval
 from autotune.report._curves import loss_svg
 from autotune.report._data import Group, Report, Stored
+from autotune.report._escape import escape
 from autotune.report._html_trials import trials_table
 from autotune.report._measured import PHASES, measured, telemetry_of
 from autotune.report._static import PLOT_FILES, draw, pareto_front, plot_data

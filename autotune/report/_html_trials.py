@@ -5,10 +5,9 @@ instead of one column each."""
 
 from __future__ import annotations
 
-from html import escape
-
 from autotune.protocol import reason_line
 from autotune.report._data import Report, Row
+from autotune.report._escape import escape
 from autotune.report._table import cells, columns, varying
 from autotune.report._text import STEP_SPREAD
 

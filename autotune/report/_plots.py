@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Callable
-from html import escape
 from typing import TYPE_CHECKING, Any
 
 from autotune.report._card import Card
 from autotune.report._data import Report, Row
+from autotune.report._escape import escape
 from autotune.report._measured import PHASES, Measured
 
 if TYPE_CHECKING:

@@ -2,28 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
 from autotune.documents import strict_json
-from autotune.errors import printable
 from autotune.report import _text
 from autotune.report._data import Arm, Candidate, Confirmation, Report, Row, Stored
+from autotune.report._escape import md
 from autotune.report._table import cells, columns, fmt, varying
-
-# What in the text a study holds (a knob's value, a reason, a name) Markdown would read as its own:
-# a table's cell border, a link or image, a code span, emphasis, an escape (raw HTML: md)
-_MD_SYNTAX = re.compile(r"([\\`*\[\]|])")
-
-
-def md(text: object) -> str:
-    """Text as Markdown shows it, never as markup: one line (control characters and line breaks
-    shown escaped, errors.printable), HTML escaped as the HTML report does (a tag or an autolink
-    <javascript:...> is text), link, image, code, emphasis and table syntax escaped."""
-    flat = printable(str(text), newlines=False)
-    # '<' opens every tag and autolink, '&' an entity: escaped, the rest of the text is kept as it
-    # is ("->" stays)
-    held = flat.replace("&", "&amp;").replace("<", "&lt;")
-    return _MD_SYNTAX.sub(r"\\\1", held)
 
 
 def to_json(data: Report | Stored) -> str:
