@@ -1,5 +1,6 @@
 """Paths the user gives, checked before anything runs: a folder to write into, a file to write, a
-study folder.
+study folder; the study's own folders, made and verified as real folders of it (study_folder,
+no_links: a symbolic link planted in a shared study is refused, never written through).
 
 A command that would fail on its last line (a --junit that is a folder, an --out that is a file,
 read-only, a looping link or a name too long for the file system) fails on its first instead, with
@@ -8,8 +9,11 @@ one line and exit 2, having written nothing.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
+import stat
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from urllib.parse import unquote
@@ -94,6 +98,112 @@ STUDY_FILES = (
     "history.jsonl",
 )
 STUDY_FOLDERS = ("runs", "checks", "inductor-cache", "tmp", "loss-reference")
+# Folders autotune writes into besides: report's HTML, the W&B runs (tracking.wandb)
+WRITTEN_FOLDERS = (*STUDY_FOLDERS, "report", "wandb")
+# Folders whose entries are autotune's own folders (a trial's, a check's): each checked too
+FOLDERS_OF_FOLDERS = ("runs", "checks")
+_REAL_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def study_folder(home: Path, folder: Path) -> Path:
+    """folder (home/runs/0001, home/report), each part of it below the study folder home a real
+    folder of the study: made with os.mkdir where missing, then opened from the part above it with
+    O_NOFOLLOW | O_DIRECTORY (openat), so a symbolic link or a file at any part is refused
+    (ConfigError, exit 2), never followed, even one planted between the mkdir and the open. home
+    itself may be a link the user made (trials/ on a scratch disk). A folder outside home is the
+    user's own (study.compile_cache, --html): made as given."""
+    parts = _below(home, folder)
+    if parts is None:
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+    home.mkdir(parents=True, exist_ok=True)
+    fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    for depth, name in enumerate(parts):
+        fd = _enter(fd, name, home.joinpath(*parts[: depth + 1]), make=True)
+    os.close(fd)
+    return folder
+
+
+def no_links(home: Path) -> Path:
+    """The study folder home, refused (ConfigError, one line) when an entry autotune writes there is
+    a symbolic link: its files (STUDY_FILES), its folders (WRITTEN_FOLDERS) and every entry of runs/
+    and checks/ (a trial's or a check's folder, one not made yet included). Run before a command
+    writes anything; study_folder keeps the rule for each folder it makes after."""
+    if not home.is_dir():
+        return home
+    fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in (*STUDY_FILES, *WRITTEN_FOLDERS):
+            _no_link(fd, name, home / name)
+        for name in FOLDERS_OF_FOLDERS:
+            _no_links_in(fd, name, home / name)
+    finally:
+        os.close(fd)
+    return home
+
+
+def _below(home: Path, folder: Path) -> tuple[str, ...] | None:
+    """folder's parts below home; None when it is not below. The outermost of folder's folders
+    that is home (links resolved: home given resolved, or through the user's link) ends the part
+    above: every part after it is checked, a link among them included."""
+    real, parts = os.path.realpath(home), Path(os.path.abspath(folder)).parts
+    top = next(
+        (i for i in range(1, len(parts) + 1) if os.path.realpath(Path(*parts[:i])) == real), None
+    )
+    return None if top is None else parts[top:]
+
+
+def _enter(fd: int, name: str, shown: Path, make: bool = False) -> int:
+    """The real folder `name` of folder fd (made first where missing, with make), opened; fd is
+    closed. A link or a file there is refused."""
+    try:
+        if make:
+            with contextlib.suppress(FileExistsError):  # so does a link: refused below
+                os.mkdir(name, dir_fd=fd)
+        return os.open(name, _REAL_DIR, dir_fd=fd)
+    except OSError as err:
+        if err.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        raise _not_real(fd, name, shown) from None
+    finally:
+        os.close(fd)
+
+
+def _no_link(fd: int, name: str, shown: Path) -> None:
+    """Entry `name` of folder fd is no symbolic link (or is missing)."""
+    try:
+        mode = os.lstat(name, dir_fd=fd).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        raise _not_real(fd, name, shown)
+
+
+def _no_links_in(fd: int, name: str, shown: Path) -> None:
+    """No entry of folder `name` (of folder fd), where it exists, is a symbolic link."""
+    try:
+        os.lstat(name, dir_fd=fd)
+    except FileNotFoundError:
+        return
+    inner = _enter(os.dup(fd), name, shown)
+    try:
+        with os.scandir(inner) as entries:
+            found = next((e.name for e in entries if e.is_symlink()), None)
+        if found is not None:
+            raise _not_real(inner, found, shown / found)
+    finally:
+        os.close(inner)
+
+
+def _not_real(fd: int, name: str, shown: Path) -> ConfigError:
+    """The one line refusing entry `name` of folder fd, a link or not a folder."""
+    if not stat.S_ISLNK(os.lstat(name, dir_fd=fd).st_mode):
+        return ConfigError(f"{excerpt(str(shown))} is a file; autotune keeps a folder there")
+    return ConfigError(
+        f"{excerpt(str(shown))} is a symbolic link (to {excerpt(os.readlink(name, dir_fd=fd))}) "
+        "inside the study folder; autotune never writes through one (it would write outside the "
+        "study). Remove it; the study folder itself may be a link"
+    )
 
 
 def not_a_study_file(path: Path, study_dir: Path, option: str) -> Path:

@@ -175,6 +175,7 @@ def load_best(best_path: Path) -> Best:
     best = read_best(best_path)
     # history.jsonl, checks/ and the baseline go beside it
     paths.writable_dir(best_path.parent, "BEST_YAML")
+    paths.no_links(best_path.parent)
     return best
 
 

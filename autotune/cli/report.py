@@ -57,6 +57,8 @@ def report(
             paths.writable_dir(html, "--html")
         _tokens_allowed(train_tokens)
         opened, folder = rep.load_study(study_dir, study, storage)
+        if folder is not None:  # what it reads and writes there is the study's, never a link's
+            paths.no_links(folder)
         data = rep.collect(opened, folder, train_tokens=train_tokens)
         if format == "json":
             console.out(rep.to_json(data), highlight=False)
@@ -74,7 +76,8 @@ def report(
             default = None
         target = html or default
         if target is not None and not no_html:
-            path = rep.write_html(data, target, study=opened)
+            out = paths.study_folder(folder, target) if folder is not None else target
+            path = rep.write_html(data, out, study=opened)
             if format == "rich":
                 console.print(f"HTML report: {path}")
 

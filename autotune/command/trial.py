@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from autotune import nccl_log
+from autotune import atomic, nccl_log
 from autotune.command import window as windows
 from autotune.command.gpu_peak import PeakWatch, job_peak, tokens_per_micro_batch
 from autotune.command.log import Output, close_lines
@@ -170,7 +170,7 @@ class Command(Workload):
         if self.log:
             _signal_group(proc, signal.SIGTERM)
         else:
-            self.stop_path.touch()
+            atomic.touch(self.stop_path)
 
     def _watch(self, proc: subprocess.Popen[bytes], output: Output, t0: float) -> _Watch:
         """Follow the job's steps until its window settles or something stops it, then let it exit

@@ -154,7 +154,7 @@ def run_trial(
 def _start(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """Start the trial's process in its own session, its output into the trial's log."""
     orphans.become_subreaper()
-    with open(log_path, "wb") as log:
+    with os.fdopen(atomic.create(log_path), "wb") as log:
         return orphans.start(
             lambda: subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import knobs as catalogue
-from autotune import memory, metrics, nccl_log, remedy, tasks
+from autotune import memory, metrics, nccl_log, paths, remedy, tasks
 from autotune.documents.record import Metric, TrialRecord
 from autotune.errors import ConfigError
 from autotune.hardware import detect, device_units, fingerprint, peak_flops
@@ -195,7 +195,9 @@ def measure(
     cuda_gpus = gpus if bench.device == "cuda" else None
     if cuda_gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda_gpus
-    Path(env["TMPDIR"]).mkdir(parents=True, exist_ok=True)
+    # the trial's folders, each a real folder of the study (never a link planted in it)
+    for folder in (env["TMPDIR"], bench.env()["TORCHINDUCTOR_CACHE_DIR"], run_dir):
+        paths.study_folder(bench.home, Path(folder))
     lock = DeviceLock(device_units(bench.device, gpus, local_ranks))
     waited = lock.acquire(stop, on_wait)
     try:

@@ -14,12 +14,12 @@ worse than most.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
 
+from autotune import atomic
 from autotune.protocol import AGAINST_FILE, PROGRESS_FILE, PRUNE_FILE
 
 # steps before the upper limit of a trial's figure may prune it (Student's t at 4 dof is 2.8)
@@ -109,9 +109,9 @@ class ProgressWatch:
         """The study's best figure, written once beside the trial as it starts (AGAINST_FILE)."""
         if not self.against.parent.is_dir():
             return  # not created yet: at the next poll
-        tmp = self.against.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"tokens_per_s_per_gpu": best_value(self.trial.study)}))
-        os.replace(tmp, self.against)
+        atomic.write_text(
+            self.against, json.dumps({"tokens_per_s_per_gpu": best_value(self.trial.study)})
+        )
         self.told_best = True
 
     def _look(self) -> None:
@@ -130,7 +130,7 @@ class ProgressWatch:
             self.trial.report(tokens / steps[i], i)
         self.reported = max(self.reported, len(steps))
         if self.reported and self.trial.should_prune():
-            self.stop_file.touch()
+            atomic.touch(self.stop_file)
             fastest = tokens / min(steps)
             best = best_value(self.trial.study) or 0
             upper = upper_bound([tokens / s for s in steps])

@@ -272,7 +272,7 @@ def _check_study_dir(out_root: Path, name: str, fresh: bool) -> Path:
                 f"{what}: {study_dir} exists and holds no autotune study (no study.db, best.yaml "
                 "or runs/); not touching it: choose another name or --out"
             )
-    return study_dir
+    return paths.no_links(study_dir)
 
 
 def _refuse_other_config(

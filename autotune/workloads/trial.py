@@ -25,7 +25,7 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, TypedDict  # noqa: E402
 
-from autotune import nccl_log  # noqa: E402
+from autotune import atomic, nccl_log  # noqa: E402
 from autotune.protocol import PROGRESS_FILE, PRUNE_FILE, Knobs, TrialResult, TrialSpec  # noqa: E402
 from autotune.workloads.base import Failed, InvalidConfig, Measured, NonFiniteLoss, Workload  # noqa: E402
 from autotune.workloads.faults import Fault  # noqa: E402
@@ -68,9 +68,9 @@ class Progress:
         where the workload knows it only now (task command: its job's first measured step)."""
         self.tokens = tokens_per_step or self.tokens
         if len(steps) > self.written and time.monotonic() - self.last >= self.EVERY_S:
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"step_times_s": steps, "tokens_per_step": self.tokens}))
-            os.replace(tmp, self.path)
+            atomic.write_text(
+                self.path, json.dumps({"step_times_s": steps, "tokens_per_step": self.tokens})
+            )
             self.written, self.last = len(steps), time.monotonic()
         return os.path.exists(self.prune)
 
@@ -310,7 +310,7 @@ def standby() -> int:
     if not line:
         return 0
     job = json.loads(line)
-    log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    log = atomic.create(job["log"])
     os.dup2(log, 1)  # from here on this process writes the trial's own log
     os.dup2(log, 2)
     os.close(log)
