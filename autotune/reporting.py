@@ -85,10 +85,10 @@ def _short(text: str) -> str:
     return text if len(text) <= CLAIM_CHARS else text[: CLAIM_CHARS - 3] + "..."
 
 
-def _program() -> str:
-    """This process's program as run (python train.py, python -m torch.distributed.run), for a
-    reason: the script or module, never its arguments (a token may be one)."""
-    argv = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
+def _program(argv: list[str] | None = None) -> str:
+    """This process's program as run (python train.py, python -m torch.distributed.run), or that of
+    another's argv, for a reason: the script or module, never its arguments (a token may be one)."""
+    argv = argv or list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
     shown, rest = [os.path.basename(argv[0])], iter(argv[1:])
     for arg in rest:
         if arg in ("-W", "-X"):  # an option of Python's with its value

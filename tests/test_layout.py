@@ -28,6 +28,8 @@ SHARED = (
     "autotune.numerics",  # the numerics check's verdict: the trial's and the search's
     # the job's reporting API: the trial of task command reads what it writes
     "autotune.reporting",
+    # the hook's notes of the trainings it did not measure: the job writes them, the trial reads
+    "autotune.command.hook.unmeasured",
     # the job's reporting API: the trial of task command reads what it writes
     "autotune.atomic",
     # tokens over time and its interval: the command trial's window and the search's pruner

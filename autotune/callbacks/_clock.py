@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Union
 
 from autotune import reporting
+from autotune.command.hook import unmeasured
 
 if TYPE_CHECKING:
     import torch
@@ -44,6 +45,20 @@ def fp32_precision(torch: ModuleType, cuda: bool) -> str:
     if mode is None:  # PyTorch before 2.9
         mode = "tf32" if matmul.allow_tf32 else "ieee"
     return "tf32" if cuda and mode == "tf32" else "fp32"
+
+
+def claimed(reporter: reporting.Reporter, owner: object, what: str) -> bool:
+    """Whether this training is the one measured (reporting.Reporter.claim). One it refuses after
+    autotune stopped the measured one is noted (hook/unmeasured.py): the job then trains on past
+    its stop request, unmeasured, and the trial's reason names this training rather than a command
+    that ignored the request."""
+    if reporter.claim(owner, what):
+        return True
+    if reporter.path and reporter.owner is not None and reporter.stopped:
+        again = owner is reporter.owner
+        measured, steps = reporter.what, reporter.count
+        unmeasured.note(reporter.path, second=what, measured=measured, steps=steps, again=again)
+    return False
 
 
 def setting(settings: Settings, knob: str, value: KnobValue, read_from: str) -> None:

@@ -20,7 +20,9 @@ Outside autotune (no AUTOTUNE_REPORT) it does nothing. Under autotune:
   (reporting.Reporter.claim, a claim file across the job's processes): another Trainer of this
   process stays silent, one that begins training after the first ended by itself (before
   autotune stopped it) fails the trial, and so does one of another process (a calibration step of
-  a shell script, a helper child); only the first rank (state.is_world_process_zero) reports;
+  a shell script, a helper child); one that begins after autotune stopped the first is noted
+  (hook/unmeasured.py: the trial's reason names it if the job then outlives its stop request); only
+  the first rank (state.is_world_process_zero) reports;
 - as its training begins it reports the settings the Trainer runs with (job_settings): the batch
   size per device, gradient accumulation, precision (bf16, fp16, TF32 as PyTorch has it), gradient
   checkpointing, torch_compile and its mode, the optimizer and the model's attention
@@ -161,7 +163,8 @@ class AutotuneCallback(TrainerCallback):
     ) -> None:
         if model is None or not getattr(state, "is_world_process_zero", True):
             return  # the first rank reports (its process index: whatever its launcher set)
-        if not self.reporter.claim(self, f"an HF Trainer ({type(_unwrapped(model)).__name__})"):
+        what = f"an HF Trainer ({type(_unwrapped(model)).__name__})"
+        if not _clock.claimed(self.reporter, self, what):
             return  # outside autotune, or not the training measured (claim)
         self.reporter.job_settings(*job_settings(args, model, kwargs.get("optimizer")))
         cuda = torch.cuda.is_available() and next(model.parameters()).is_cuda

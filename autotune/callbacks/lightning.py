@@ -24,7 +24,8 @@ Outside autotune (no AUTOTUNE_REPORT) it does nothing. Under autotune (on global
 - the first Trainer whose training begins anywhere in the job is the one measured
   (reporting.Reporter.claim, a claim file across the job's processes): another Trainer of this
   process stays silent, one that begins training after the first ended by itself (before
-  autotune stopped it) fails the trial, and so does one of another process;
+  autotune stopped it) fails the trial, and so does one of another process; one that begins after
+  autotune stopped the first is noted (hook/unmeasured.py: the trial's reason names it);
 - as its training begins it reports the settings the Trainer runs with (job_settings):
   accumulate_grad_batches, precision, the train dataloader's batch_size (when it has one) and
   whether the module was compiled; the trial compares them with its knobs (a precision no knob
@@ -129,7 +130,7 @@ class AutotuneCallback(Callback):
         # Lightning's own launcher sets no RANK (the reporter's check): ask the trainer which rank
         # reports.
         what = f"a Lightning Trainer ({type(pl_module).__name__})"
-        if not trainer.is_global_zero or not self.reporter.claim(self, what):
+        if not trainer.is_global_zero or not _clock.claimed(self.reporter, self, what):
             return  # outside autotune, another rank, or not the training measured (claim)
         self.reporter.job_settings(*job_settings(trainer, pl_module))
         self.global_step = trainer.global_step  # a resumed training starts past 0

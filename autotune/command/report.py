@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, TypedDict
 
+from autotune.command.hook import unmeasured
 from autotune.command.said import settings_said
 from autotune.protocol import Knobs
 from autotune.reporting import MAX_REASON_CHARS, MAX_REPORT_BYTES, claim_path
@@ -55,10 +56,12 @@ Setting = bool | int | str
 
 
 def fresh(path: Path) -> None:
-    """A trial's report made ready for its job: the report and its claim file (the job's one
-    training: reporting.Reporter.claim) of an earlier run removed."""
+    """A trial's report made ready for its job: the report, its claim file (the job's one
+    training: reporting.Reporter.claim) and its notes of unmeasured trainings (hook/unmeasured.py)
+    of an earlier run removed."""
     path.unlink(missing_ok=True)
     Path(claim_path(str(path))).unlink(missing_ok=True)
+    Path(unmeasured.path_of(str(path))).unlink(missing_ok=True)
 
 
 class BadReport(ValueError):

@@ -1,6 +1,8 @@
 """What a command trial says of its job in a reason: where its time went by the trial's limit,
-why the trial stopped it, a figure it refused, and the settings it ran with that contradict the
-trial's knobs (settings_said). Standard library only (the trial's process)."""
+why the trial stopped it, a figure it refused, the settings it ran with that contradict the
+trial's knobs (settings_said), and the trainings autotune did not measure (a Trainer in a child
+of the job's first process, a second Trainer after the stop: hook/unmeasured.py's notes). Standard
+library only (the trial's process)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autotune import knobs as catalogue
+from autotune.command.hook.unmeasured import HOOK_MEASURES, SECOND_TRAINER
 from autotune.knobs import Knobs
 
 # The settings a job ran with (the callbacks' job_settings line), compared with the trial's knobs:
@@ -70,6 +73,60 @@ def stopped_said(stopped: str, steps: int, needed: int, tokens_per_s: float) -> 
     if head.startswith("timeout"):
         return f"{head}, {tokens_per_s:,.0f} tokens/s: {rest}"
     return f"{stopped} (after {steps} steps, {tokens_per_s:,.0f} tokens/s)"
+
+
+def child_said(notes: list[dict[str, Any]]) -> str:
+    """Where the job trained, when a Trainer trained in a child the hook does not act in (its
+    note: hook/unmeasured.py), with what the hook measures and what to do; or ''."""
+    children = [n for n in notes if "child" in n and "trained" in n]
+    if not children:
+        return ""
+    n = children[0]
+    first = f"pid {n.get('first', '?')}" + (
+        f", {n['first_program']}" if n.get("first_program") else ""
+    )
+    whose = "of the job's first process"
+    if str(n.get("ppid")) != str(n.get("first")):
+        whose = f"of pid {n.get('ppid', '?')}, started from the job's first process"
+    said = f"pid {n.get('pid', '?')}, {n['child']} {whose} ({first}), trained {n['trained']}"
+    if len(children) > 1:
+        said += f" ({len(children) - 1} more trainings in children)"
+    return (
+        f"{said}: {HOOK_MEASURES}, which autotune neither adds its callback to nor reads; train in "
+        "the job's first process (call trainer.train() there, not in a multiprocessing or "
+        "subprocess child), or measure the job from its output (command.measure: log with a "
+        "log_pattern)"
+    )
+
+
+def second_said(notes: list[dict[str, Any]], ended: str) -> str:
+    """How a job asked to stop was ended when a second Trainer trained after the measured one
+    stopped (its note: hook/unmeasured.py), naming both, with what to do; or ''. ended: how the
+    trial ended it ("had not exited 30 s after the stop request, ...")."""
+    second = [n for n in notes if "second" in n]
+    if not second:
+        return ""
+    n = second[0]
+    measured = f"{n.get('measured', 'a training')}, {n.get('steps', '?')} steps"
+    began = "trained its Trainer again" if n.get("again") else f"began {n['second']}"
+    return (
+        f"{SECOND_TRAINER} ({measured}) stopped when asked: pid {n.get('pid', '?')} "
+        f"({n.get('program', '?')}) {began}, which autotune does not measure, and the command "
+        f"{ended}; autotune measures one Trainer's training: leave the second training out of the "
+        "command autotune runs (or skip it when AUTOTUNE_REPORT is set)"
+    )
+
+
+def ended_said(done: bool, late: bool, grace: float, notes: list[dict[str, Any]]) -> str:
+    """How a job asked to stop was ended (record.applied.stop): one whose second Trainer trained on
+    after the measured one stopped names it (notes: hook/unmeasured.py), one that said it was done
+    exits slowly, one that did not ignored the stop request."""
+    when = "by the trial's limit" if late else f"{grace:.0f} s after the stop request"
+    if second := second_said(notes, f"had not exited {when}, so its process group was ended"):
+        return second
+    if done:
+        return f"reported done but had not exited {when}, so its process group was ended"
+    return f"ignored the stop request and had not exited {when}, so its process group was ended"
 
 
 def average_said(line: str) -> str:

@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.command.said import HOOK_MEASURES, SECOND_TRAINER
+from autotune.command.hook.unmeasured import HOOK_MEASURES, SECOND_TRAINER
 from autotune.documents.record import TrialRecord
 from autotune.protocol import CommandParams, Rendered, TaskParams, TrialResult, TrialSpec
 

@@ -29,9 +29,10 @@ from typing import Any, ClassVar
 from autotune import atomic, nccl_log
 from autotune.command import window as windows
 from autotune.command.gpu_peak import PeakWatch, job_peak, tokens_per_micro_batch
+from autotune.command.hook import unmeasured
 from autotune.command.log import Output, close_lines
 from autotune.command.report import BadReport, DoneLine, Report, clock_said, figure_said, fresh
-from autotune.command.said import average_said, stopped_said, time_went
+from autotune.command.said import average_said, child_said, ended_said, stopped_said, time_went
 from autotune.protocol import ENV_SECRETS, CommandParams, last_words, told_lines, unhide
 from autotune.reporting import ENV_KNOBS, ENV_MAX_STEPS, ENV_REPORT, ENV_STEPS, ENV_STOP
 from autotune.workloads.base import Failed, Measured, Work, Workload
@@ -196,7 +197,7 @@ class Command(Workload):
             late = asked_at is not None and time.time() - t0 > self.deadline_s  # the steps are kept
             if asked_at is not None and (time.monotonic() - asked_at > grace or late):
                 _end_group(proc, TERM_GRACE_S)
-                watch.stop = _ended(watch.said_done, late, grace)
+                watch.stop = ended_said(watch.said_done, late, grace, self._notes())
                 watch.steps, watch.done = self._steps(output)
                 return watch
             time.sleep(POLL_S)
@@ -245,6 +246,8 @@ class Command(Workload):
         said = self._closest(output) if not watch.steps else ""
         if not said and (words := last_words(output.text(), 160)):
             said = f"; its output ends: {words}"
+        if child := child_said(self._notes()):
+            said = f"; {child}{said}"
         raise Failed(
             "timeout",
             f"the command reported {len(watch.steps)} of {self.needed} steps by {limit}: {went}; "
@@ -260,11 +263,16 @@ class Command(Workload):
 
     def _no_first_step(self, output: Output) -> str:
         what = f"no step in {self.first_step_s:.0f} s (command.first_step_s: raise it if slow)"
-        what += f"; expected {self._expected()}"
+        child = child_said(self._notes())
+        what += f"; {child}" if child else f"; expected {self._expected()}"
         said = self._closest(output)
         if not said and (words := last_words(output.text(), 160)):
             said = f"; its output ends: {words}"
         raise Failed("crash", what + said)
+
+    def _notes(self) -> list[dict[str, Any]]:
+        """The trainings of the job that autotune did not measure (hook/unmeasured.py)."""
+        return unmeasured.read(str(self.report_path))  # a log job's: none (no hook)
 
     def _expected(self) -> str:
         if self.log:
@@ -297,11 +305,11 @@ class Command(Workload):
             if code is not None and code < 0
             else f"exited with code {code}"
         )
+        child = child_said(self._notes()) if not steps else ""
         if code == 0 and not steps:
-            return Failed(
-                "crash",
-                f"the command exited 0 without reporting a step; expected {self._expected()}",
-            )
+            expected = f"reporting a step; expected {self._expected()}"
+            said = f"a measured step: {child}" if child else expected
+            return Failed("crash", f"the command exited 0 without {said}")
         if code == 0:
             return Failed(
                 "crash",
@@ -312,7 +320,7 @@ class Command(Workload):
             )
         said = last_words(tail) or "no output"
         ended = f"the command {how} after {len(steps)} of {self.needed} steps"
-        return Failed("crash", f"{ended}: {said}")
+        return Failed("crash", f"{ended}: {said}" + (f"; {child}" if child else ""))
 
     def _measured(self, watch: _Watch, t0: float) -> Measured:
         steps, done = watch.steps, watch.done or DoneLine()
@@ -404,15 +412,6 @@ def _recompiling(steps: list[dict[str, Any]]) -> str | None:
         "pad_to_multiple_of) "
         "or a fixed length, mark the length dynamic, or leave compile off"
     )
-
-
-def _ended(done: bool, late: bool, grace: float) -> str:
-    """How a job asked to stop was ended (record.applied.stop): one that said it was done exits
-    slowly, one that did not ignored the stop request."""
-    when = "by the trial's limit" if late else f"{grace:.0f} s after the stop request"
-    if done:
-        return f"reported done but had not exited {when}, so its process group was ended"
-    return f"ignored the stop request and had not exited {when}, so its process group was ended"
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:

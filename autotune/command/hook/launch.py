@@ -11,6 +11,11 @@ an edited script is not counted twice). The first Trainer whose training begins 
 measured (reporting.Reporter.claim), in any of the job's processes: a shell script's second Python
 is a first process to the hook too, and its Trainer fails the trial at the claim file. Nothing is
 imported before the job imports it, so the job's own start-up is unchanged.
+
+In the job's other Python processes (a child of the first, a spawned worker) the hook does not act:
+there `witness` wraps the Trainer's training method instead, which notes each training beside the
+report (hook/unmeasured.py) and adds nothing, so that a job whose Trainer trained in a child is told
+so, not that it reported no step.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ TRAINERS = {
     "hf": ("transformers.trainer", "autotune.callbacks.hf"),
     "lightning": ("lightning.pytorch.trainer.trainer", "autotune.callbacks.lightning"),
 }
+# framework -> its Trainer's method that trains, and how a reason names the Trainer (witness)
+TRAINS = {"hf": ("train", "an HF Trainer"), "lightning": ("fit", "a Lightning Trainer")}
 
 
 def _add_hf(
@@ -76,26 +83,73 @@ def patch(module: ModuleType, framework: str) -> None:
     trainer_class.__init__ = init
 
 
-class _Loader(importlib.abc.Loader):
-    """The framework module's own loader, then the patch."""
+def watch(module: ModuleType, framework: str, report: str, first: str) -> None:
+    """Wrap the module's Trainer's training method: each training noted (hook/unmeasured.py),
+    nothing added. first: the pid of the job's first process (the hook's mark)."""
+    trainer_class = module.Trainer
+    method, named = TRAINS[framework]
+    original = getattr(trainer_class, method)
+    if getattr(original, "_autotune", False):
+        return
 
-    def __init__(self, inner: importlib.abc.Loader, framework: str) -> None:
-        self.inner, self.framework = inner, framework
+    @functools.wraps(original)
+    def trains(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            _noted(report, first, f"{named} ({_model_name(framework, self, args, kwargs)})")
+        except Exception:  # a note of autotune's never stops the job's own training
+            pass
+        return original(self, *args, **kwargs)
+
+    trains._autotune = True  # type: ignore[attr-defined]
+    setattr(trainer_class, method, trains)
+
+
+def _model_name(framework: str, trainer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The class of the model the Trainer trains (HF: its model; Lightning: fit's first argument),
+    inside DDP's and torch.compile's wrappers."""
+    model = getattr(trainer, "model", None) if framework == "hf" else kwargs.get("model")
+    model = model if model is not None or not args else args[0]
+    for name in ("_orig_mod", "module"):
+        model = getattr(model, name, model)
+    return type(model).__name__
+
+
+def _noted(report: str, first: str, trained: str) -> None:
+    """Note this child's training: what kind of child, its parent, the job's first process."""
+    from autotune.command.hook import unmeasured  # in the job's process, once it trains
+
+    first_program = unmeasured.program_of(first)
+    child = unmeasured.child_kind()
+    unmeasured.note(
+        report,
+        child=child,
+        ppid=os.getppid(),
+        first=first,
+        first_program=first_program,
+        trained=trained,
+    )
+
+
+class _Loader(importlib.abc.Loader):
+    """The framework module's own loader, then what the hook does to it (`then`)."""
+
+    def __init__(self, inner: importlib.abc.Loader, then: Callable[[ModuleType], None]) -> None:
+        self.inner, self.then = inner, then
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self.inner.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         self.inner.exec_module(module)
-        patch(module, self.framework)
+        self.then(module)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Hook(importlib.abc.MetaPathFinder):
     """Finds nothing itself: for the framework's Trainer module, the spec the other finders give,
-    its loader wrapped."""
+    its loader wrapped to do `then` to the module once it has run."""
 
-    def __init__(self, framework: str) -> None:
-        self.framework, self.target = framework, TRAINERS[framework][0]
+    def __init__(self, framework: str, then: Callable[[ModuleType], None]) -> None:
+        self.then, self.target = then, TRAINERS[framework][0]
 
     def find_spec(
         self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
@@ -107,9 +161,24 @@ class _Finder(importlib.abc.MetaPathFinder):
                 continue
             spec = finder.find_spec(name, path, target)
             if spec is not None and spec.loader is not None:
-                spec.loader = _Loader(spec.loader, self.framework)
+                spec.loader = _Loader(spec.loader, self.then)
                 return spec
         return None
+
+
+class _Finder(_Hook):
+    """The hook of a process it acts in: the callback added to every Trainer (patch)."""
+
+    def __init__(self, framework: str) -> None:
+        super().__init__(framework, functools.partial(patch, framework=framework))
+
+
+class _Witness(_Hook):
+    """The hook of a process it does not act in: each training noted (watch), nothing added."""
+
+    def __init__(self, framework: str, report: str, first: str) -> None:
+        noted = functools.partial(watch, framework=framework, report=report, first=first)
+        super().__init__(framework, noted)
 
 
 def install(framework: str | None = None) -> None:
@@ -124,6 +193,20 @@ def install(framework: str | None = None) -> None:
         return
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder(framework))
+
+
+def witness(framework: str, report: str, first: str) -> None:
+    """In a Python process of the job that the hook does not act in (a child of its first process):
+    each training of the framework's Trainer is noted beside the report, unmeasured, so that the
+    trial can say where the job trained (hook/unmeasured.py). first: the first process's pid."""
+    if framework not in TRAINERS:
+        return
+    module = sys.modules.get(TRAINERS[framework][0])
+    if module is not None:  # already imported (witness called late): watched now
+        watch(module, framework, report, first)
+        return
+    if not any(isinstance(f, _Witness) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Witness(framework, report, first))
 
 
 def site_dir() -> str:

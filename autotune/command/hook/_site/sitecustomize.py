@@ -9,7 +9,9 @@ carries LOCAL_RANK (torchrun, accelerate's multi-GPU launch, Lightning's DDP), o
 marked process is itself a launcher (`accelerate launch` of one process sets no LOCAL_RANK). Every
 other Python process (an evaluation subprocess, spawned DataLoader workers, a shell script's python)
 takes this folder off its PYTHONPATH and the AUTOTUNE_* variables out of os.environ, so that neither
-it nor its own children are measured, and installs nothing.
+it nor its own children are measured, and adds no callback: it only watches (launch.witness), so
+that a Trainer trained there is noted beside the report, and the trial, finding no step, says the
+job trained in a child the hook does not measure.
 
 autotune's modules are reached without putting autotune's folder on the job's path (it would bring
 autotune's environment's transformers or torch ahead of the job's own): when the job's Python has no
@@ -89,6 +91,17 @@ def _autotune_package() -> None:
     sys.modules["autotune"] = importlib.util.module_from_spec(spec)  # its __init__ is not run
 
 
+def _witness(framework: str, report: str, mark: str) -> None:
+    """Note a training of this process, which the hook does not measure (launch.witness)."""
+    try:
+        _autotune_package()
+        from autotune.command.hook import launch
+
+        launch.witness(framework, report, mark.partition(":")[0])
+    except ImportError:
+        pass  # no autotune to be found: the first process said so
+
+
 def _install() -> None:
     try:
         _autotune_package()
@@ -112,6 +125,10 @@ if _acts():
     _install()
     _chain()
 else:
+    # what the witness needs, read before _leave takes it out of the environment
+    _seen = [os.environ.get(n, "") for n in ("AUTOTUNE_MEASURE", "AUTOTUNE_REPORT", MARK)]
     _leave()
+    if all(_seen):
+        _witness(*_seen)
     _chain()
     sys.path[:] = [p for p in sys.path if not _ours(p)]
