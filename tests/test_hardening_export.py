@@ -23,6 +23,9 @@ def _with(best: Path, edit) -> Path:
 
 
 def _evil_knob(doc: dict) -> None:
+    """A value of the user's own knob with a newline: one of its values (export refuses another,
+    as check does)."""
+    doc["command"]["knobs"]["my_lr"]["values"].append(EVIL)
     doc["knobs"]["my_lr"] = EVIL
     doc["apply"]["knobs"]["my_lr"] = EVIL
 

@@ -14,6 +14,7 @@ from autotune import paths
 from autotune.command.config import CommandConfig
 from autotune.config.load import load_config
 from autotune.config.study import StudyConfig
+from autotune.documents import base_dir as base_dir_of
 from autotune.documents.best_file import Best, BestFile, read_best
 from autotune.documents.digest import DIGEST_SCHEMA, LAUNCH_ONLY
 from autotune.errors import ConfigError, excerpt
@@ -65,6 +66,8 @@ def bench_of(best: Best, best_path: Path, model_yaml: Path | None) -> Bench:
         _same_command(best, cfg.command)
         model, workload, command = cfg.model, cfg.workload, cfg.command
         base_dir, limit = cfg.base_dir, cfg.study.trial_timeout_min
+    else:
+        holds_its_code(best, best_path)
     # prestart off: every repeat starts cold, with nothing importing beside it, the same way every
     # night
     return Bench.of(
@@ -76,6 +79,21 @@ def bench_of(best: Best, best_path: Path, model_yaml: Path | None) -> Bench:
         base_dir=base_dir,
         prestart=False,
         command=command,
+    )
+
+
+def holds_its_code(best: Best, best_path: Path) -> None:
+    """best.yaml's base_dir holds what its study runs from there (base_dir.missing_code: a
+    command's folder, config file and program, a model's entrypoint module), so a copy at another
+    depth than the study's folder is refused before anything runs, not measured where it leads."""
+    missing = base_dir_of.missing_code(best.base_dir, best.model, best.command)
+    if missing is None:
+        return
+    raise ConfigError(
+        f"{best_path}: base_dir: {excerpt(best.doc.base_dir)} is {best.base_dir}, which {missing}; "
+        "best.yaml names the study YAML's folder relative to its own, so a copy sits as far below "
+        "it as the study's folder (trials/<name>/: perf/<name>/best.yaml), or give the study YAML "
+        "with --model (nothing measured)"
     )
 
 

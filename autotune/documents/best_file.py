@@ -5,7 +5,6 @@ Nothing here imports the search, Optuna or user code at import time."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, Self
@@ -23,7 +22,9 @@ from pydantic import (
 )
 
 from autotune import knobs as catalogue
-from autotune import paths, yamlio
+from autotune import yamlio
+from autotune.documents import base_dir as base_dir_of
+from autotune.documents.best_knobs import check_batch, check_knobs, check_own, user_knobs
 from autotune.documents.digest import baseline_digest
 from autotune.documents.digest import knob_set as knob_set  # read from here by search/best.py
 from autotune.documents.digest import measured_digest as measured_digest
@@ -40,9 +41,13 @@ if TYPE_CHECKING:
 # secrets masked, so that an older release refuses a file whose relative base_dir it would resolve
 # against its working folder; 4: `measured` covers all that decides what runs and how it is judged
 # (documents/digest.py: base_dir, apply.env, the device, the name, the baseline's numbers too), so
-# that a check refuses to compare an earlier file's baseline (its digest covers less).
-# Older files are upgraded on read (read_best): the knobs added since, at their defaults.
-SCHEMA_VERSION = 4
+# that a check refuses to compare an earlier file's baseline (its digest covers less); 5: a relative
+# base_dir read against best.yaml's folder as named, no link resolved (documents/base_dir.py: a
+# trials/ linked to a scratch disk stored the way from the link's target; a copy committed at the
+# same depth measured what lay that way from the project), so that an older release refuses it.
+# Older files are upgraded on read (read_best): the knobs added since, at their defaults; a 3 or 4
+# keeps its base_dir's reading, and its schema when a check writes it back (base_dir.kept_schema).
+SCHEMA_VERSION = 5
 
 
 def write_yaml(path: Path, doc: dict[str, Any]) -> None:
@@ -176,18 +181,24 @@ class Upgraded(BaseModel):
     knobs_added: dict[str, Any]
 
 
-class BestFile(_Part):
+class Layout(_Part):
+    """What every best.yaml has, a command study's written by hand included (export reads one):
+    its schema and its knobs, typed (check_layout)."""
+
+    schema_version: int = Field(default=1, ge=1)  # 1: written before best.yaml was versioned
+    # every knob of the task, and a command's own: a value's type is its knob's (read_best checks
+    # each against its catalogue entry or its values; None: not acting in this trial)
+    knobs: Knobs
+
+
+class BestFile(Layout):
     """best.yaml, section by section: write_best validates what it writes with it, and `autotune
     check` what it reads (read_best), before anything is measured. Sections not listed are kept as
     they are; record_check_baseline writes it back in the order read."""
 
-    schema_version: int = Field(default=1, ge=1)  # 1: written before best.yaml was versioned
     knob_set: Optional[str] = None  # the hash of the knob names written (knob_set)
     name: str = Field(min_length=1)
     chosen: Chosen
-    # every knob of the task, and a command's own: a value's type is its knob's (read_best checks
-    # each against its catalogue entry or its values; None: not acting in this trial)
-    knobs: Knobs
     metrics: Metrics
     fingerprint: Fingerprint
     # The YAML's own sections, kept as written (measured_digest hashes them so): read_best types
@@ -233,7 +244,7 @@ class Best:
     model: ModelConfig | None  # None: task command (the command builds its model)
     workload: WorkloadConfig
     command: CommandConfig | None  # task command: the command section
-    base_dir: str | None  # the study YAML's folder, absolute (paths.beside)
+    base_dir: str | None  # the study YAML's folder, absolute (base_dir.absolute)
 
 
 def read_best(path: Path) -> Best:
@@ -250,9 +261,9 @@ def read_best(path: Path) -> Best:
     best = _validated(path, raw)
     _upgrade(path, best)
     knobs = best.doc.knobs
-    _check_knobs(path, knobs, best.workload.task, user_knobs(best.command))
+    check_knobs(path, knobs, best.workload.task, user_knobs(best.command))
     if "micro_batch_size" in knobs:
-        _check_batch(path, knobs, best.workload)
+        check_batch(path, knobs, best.workload)
     return best
 
 
@@ -282,7 +293,7 @@ def _validated(path: Path, raw: dict[str, Any]) -> Best:
     try:
         # upgraded: said by this read, never by the file
         doc = BestFile.model_validate({k: v for k, v in raw.items() if k != "upgraded"})
-        base_dir = paths.beside(path, doc.base_dir)  # relative to best.yaml's folder
+        base_dir = base_dir_of.absolute(path, doc.base_dir, doc.schema_version)
         model = None
         if doc.model is not None:
             model = ModelConfig.model_validate(doc.model)
@@ -300,23 +311,6 @@ def _validated(path: Path, raw: dict[str, Any]) -> Best:
     except ValueError as err:
         raise ConfigError(f"{path}: {err}") from None
     return Best(doc, model, workload, command, base_dir)
-
-
-def _check_batch(path: Path, knobs: Knobs, workload: WorkloadConfig) -> None:
-    """The knobs keep the workload's global batch (micro-batch x accumulation x ranks), as the
-    search did."""
-    gbs, world = workload.global_batch_size, workload.world_size
-    if gbs is None:
-        return
-    per_rank = catalogue.int_of(knobs, "micro_batch_size") * catalogue.int_of(
-        knobs, "grad_accum_steps"
-    )
-    if per_rank * world != gbs:
-        raise ConfigError(
-            f"{path}: knobs: micro_batch_size {knobs['micro_batch_size']} x grad_accum_steps "
-            f"{knobs['grad_accum_steps']} x world_size {world} is not workload.global_batch_size "
-            f"{gbs}"
-        )
 
 
 def _old_behaviour(knobs: Knobs, missing: list[str], world: int) -> dict[str, Any]:
@@ -339,13 +333,9 @@ def _old_behaviour(knobs: Knobs, missing: list[str], world: int) -> dict[str, An
 def _upgrade(path: Path, best: Best) -> None:
     """A best.yaml of an older release, read as this one: the knobs added since are filled in as a
     search would have written them (_old_behaviour), and doc.upgraded says which (check prints it).
-    A knob this release does not know is left for _check_knobs to refuse."""
+    A knob this release does not know is left for best_knobs.check_knobs to refuse."""
     doc, version = best.doc, best.doc.schema_version
-    if version > SCHEMA_VERSION:
-        raise ConfigError(
-            f"{path}: schema_version: {version!r} is newer than this autotune reads (up to "
-            f"{SCHEMA_VERSION}); upgrade autotune"
-        )
+    check_schema(path, version)
     task, knobs = best.workload.task, doc.knobs
     names = [k.name for k in catalogue.CATALOGUE if task in k.tasks] + list(
         user_knobs(best.command)
@@ -358,51 +348,27 @@ def _upgrade(path: Path, best: Best) -> None:
         doc.upgraded = Upgraded(from_schema=version, knobs_added=added)
 
 
-def user_knobs(command: CommandConfig | None) -> dict[str, list[Scalar]]:
-    """A command study's own knobs (its command section's knobs with values), name -> values."""
-    if command is None:
-        return {}
-    return {n: m.values for n, m in command.knobs.items() if m.values is not None}
-
-
-def _check_knobs(path: Path, knobs: Knobs, task: str, own: dict[str, list[Scalar]]) -> None:
-    """Every knob of the workload's task (and of the command's own), each value one its knob accepts
-    (None:
-    not acting in this trial)."""
-    names = {k.name for k in catalogue.CATALOGUE if task in k.tasks} | set(own)
-    if set(knobs) != names:
-        wrong = sorted(set(knobs) ^ names)
+def check_schema(path: Path, version: int) -> None:
+    """A schema this release reads (up to SCHEMA_VERSION); ConfigError naming schema_version."""
+    if version > SCHEMA_VERSION:
         raise ConfigError(
-            f"{path}: knobs: {wrong[0]} is {'missing' if wrong[0] in names else 'not a knob'}; "
-            f"best.yaml lists every knob of task {task}"
+            f"{path}: schema_version: {version!r} is newer than this autotune reads (up to "
+            f"{SCHEMA_VERSION}); upgrade autotune"
         )
-    for name, values in own.items():
-        if knobs[name] not in values:
-            raise ConfigError(
-                f"{path}: knobs.{name}: {knobs[name]!r} is not one of its values {values}"
-            )
-    check_knob_values(path, knobs, own)
 
 
-def check_knob_values(path: Path, knobs: Knobs, own: Iterable[str] = ()) -> None:
-    """autotune's knobs among `knobs` (those of the catalogue, but a command's `own`), each value
-    one its knob accepts as the space section does (None: not acting in this trial); ConfigError
-    naming knobs.<name>. read_best and export (a command study's best.yaml) check with it."""
+def check_layout(path: Path, raw: dict[str, Any], own: dict[str, list[Scalar]]) -> None:
+    """A best.yaml that read_best does not read whole (a command study's, export's) checked as it
+    checks every file: its schema_version and knobs typed (Layout), the schema one this release
+    reads, a command's own knob one of its values; ConfigError in read_best's words."""
     from autotune.config.load import describe_error
-    from autotune.config.space import SpaceConfig
 
-    skip = set(own)
-    given = {
-        k: [v]
-        for k, v in knobs.items()
-        if k in catalogue.BY_NAME and k not in skip and v is not None
-    }
     try:
-        SpaceConfig.model_validate(given)
+        layout = Layout.model_validate({k: raw[k] for k in ("schema_version", "knobs") if k in raw})
     except ValidationError as err:
-        raise ConfigError(
-            f"{path}: knobs.{describe_error(err, 'space').removeprefix('space.')}"
-        ) from None
+        raise ConfigError(f"{path}: {describe_error(err, None)}") from None
+    check_schema(path, layout.schema_version)
+    check_own(path, layout.knobs, {n: v for n, v in own.items() if n in layout.knobs})
 
 
 def record_check_baseline(
@@ -417,8 +383,9 @@ def record_check_baseline(
     """check --update / --reset-baseline: these samples become the recorded baseline in best.yaml
     (atomically); doc is best.yaml as read_best read it, written back as read (its keys in their
     order, the unknown ones too) in this release's layout: an upgraded file keeps its filled-in
-    knobs, not the note. reset: the nightly series starts again from here (an --update keeps the
-    series: a slow drift absorbed by nightly updates is what the series is read for)."""
+    knobs, not the note, and a relative base_dir of schema 3 or 4 its schema (kept_schema).
+    reset: the nightly series starts again from here (an --update keeps the series: a slow drift
+    absorbed by nightly updates is what the series is read for)."""
     recorded = doc.check_baseline
     since = recorded_at if reset else recorded.series_from if recorded else None
     numbers = {
@@ -436,6 +403,7 @@ def record_check_baseline(
             **{k: v for k, v in numbers.items() if k != "tokens_per_s_samples"},
         }
     )
-    update = {"schema_version": SCHEMA_VERSION, "knob_set": knob_set(doc.knobs)}
+    version = base_dir_of.kept_schema(doc.schema_version, doc.base_dir, SCHEMA_VERSION)
+    update = {"schema_version": version, "knob_set": knob_set(doc.knobs)}
     written = doc.model_copy(update={**update, "check_baseline": baseline})
     write_yaml(path, written.model_dump(exclude_unset=True))

@@ -93,11 +93,13 @@ def measured(w: Winner) -> Measured:
     folder, argv[0] (`python`, `{python}`) by the full path the trial ran (`_program`). Writes
     best.config<suffix> beside best.yaml when the command reads a config file."""
     assert w.command is not None
-    study = w.path.parent.resolve()
+    # best.yaml's folder as the user names it: `cd` in the pasted command climbs the path as named
+    # (a shell's cd is logical), as base_dir is stored (documents/base_dir.py), links kept
+    study = Path(os.path.abspath(w.path.parent))
     # absent: best.yaml's folder; relative: to that folder (read() makes it absolute already)
     base_dir = study / (w.command.get("base_dir") or w.base_dir or ".")
-    # the command's folder as render resolves it; the config file's path is written relative to it
-    cwd = (base_dir / (w.command.get("cwd") or ".")).resolve()
+    # the command's folder, the config file's path written relative to it
+    cwd = Path(os.path.normpath(base_dir / (w.command.get("cwd") or ".")))
     argv0 = str(w.command["argv"][0])
     program, source = _program(w, argv0, recorded_argv(w))
     # {python} elsewhere in argv or env is autotune's Python, as render fills it

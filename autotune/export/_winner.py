@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import knobs as catalogue
-from autotune import paths, yamlio
+from autotune import yamlio
 from autotune.errors import ConfigError, excerpt
 from autotune.protocol import Knobs
 
 if TYPE_CHECKING:
+    from autotune.command.config import CommandConfig
     from autotune.documents.best_file import Best
 
 # The knobs that act through environment variables: every format sets them as environment lines
@@ -113,9 +114,12 @@ def _winner(path: Path, best: Best) -> Winner:
 
 def _command_winner(path: Path, doc: dict[str, Any]) -> Winner:
     """A command study's winner, from best.yaml as _check_command_study checked it."""
+    from autotune.documents.base_dir import absolute
+
     workload, command = doc["workload"], doc["command"]
+    schema = doc.get("schema_version", 1)  # checked (check_layout)
     if command.get("base_dir") is not None:  # relative to best.yaml's folder
-        command = {**command, "base_dir": paths.beside(path, command["base_dir"])}
+        command = {**command, "base_dir": absolute(path, command["base_dir"], schema)}
     base_dir = doc.get("base_dir") if isinstance(doc.get("base_dir"), str) else None
     env = (doc.get("apply") or {}).get("env")
     return Winner(
@@ -130,7 +134,7 @@ def _command_winner(path: Path, doc: dict[str, Any]) -> Winner:
         rdzv_endpoint=workload.get("rdzv_endpoint"),
         device=(doc.get("fingerprint") or {}).get("device", "cuda"),
         command=command,
-        base_dir=paths.beside(path, base_dir),  # relative to best.yaml's folder (write_best)
+        base_dir=absolute(path, base_dir, schema),  # relative to best.yaml's folder (write_best)
         user_knobs=frozenset(n for n in doc["knobs"] if n not in catalogue.BY_NAME),
         seq_len=(doc.get("model") or {}).get("seq_len"),
         trial=_chosen_trial(doc.get("chosen")),
@@ -144,8 +148,11 @@ def _chosen_trial(chosen: Any) -> int | None:
 
 def _check_command_study(path: Path, doc: dict[str, Any]) -> None:
     """A command study's best.yaml: the sections export reads, each of the right kind; the command
-    as the YAML schema says (config.CommandConfig); autotune's knobs as the catalogue says."""
-    from autotune.documents.best_file import check_knob_values
+    as the YAML schema says (config.CommandConfig); its schema_version and knobs as check reads
+    them (best_file.check_layout: a schema this release reads, each value of a knob's type, a knob
+    of the command's own one of its values); autotune's knobs as the catalogue says."""
+    from autotune.documents.best_file import check_layout
+    from autotune.documents.best_knobs import check_knob_values, user_knobs
 
     for key in ("knobs", "workload", "command"):
         if not isinstance(doc.get(key), dict):
@@ -154,7 +161,8 @@ def _check_command_study(path: Path, doc: dict[str, Any]) -> None:
                 "autotune search?"
             )
     _check_ranks(path, doc["workload"])
-    _check_command(path, doc["command"])
+    command = _check_command(path, doc["command"])
+    check_layout(path, doc, user_knobs(command))
     check_knob_values(path, doc["knobs"])  # as read_best checks them
     _check_metrics(path, doc.get("metrics"))
 
@@ -202,7 +210,7 @@ def _check_env(path: Path, apply: Any) -> None:
         raise ConfigError(f"{path}: apply.env: {problem}")
 
 
-def _check_command(path: Path, command: dict[str, Any]) -> None:
+def _check_command(path: Path, command: dict[str, Any]) -> CommandConfig:
     from pydantic import ValidationError
 
     from autotune.command.config import CommandConfig
@@ -211,7 +219,7 @@ def _check_command(path: Path, command: dict[str, Any]) -> None:
     if base_dir is not None and not isinstance(base_dir, str):
         raise ConfigError(f"{path}: command.base_dir: {excerpt(base_dir)} is not a folder")
     try:
-        CommandConfig.model_validate({k: v for k, v in command.items() if k != "base_dir"})
+        return CommandConfig.model_validate({k: v for k, v in command.items() if k != "base_dir"})
     except ValidationError as err:
         first = err.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"])

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from autotune import knobs as catalogue
-from autotune import paths, tasks
+from autotune import tasks
+from autotune.documents import base_dir
 from autotune.documents.best_file import (
     SCHEMA_VERSION,
     BestFile,
@@ -68,7 +69,8 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
             if cfg.command is not None
             else {}
         ),
-        "base_dir": paths.relative_to(cfg.base_dir, study_dir),  # moves with it (paths.beside)
+        # relative to study_dir as named (trials/ may lead to a scratch disk): moves with it
+        "base_dir": base_dir.stored(cfg.base_dir, study_dir),
         "workload": cfg.workload.model_dump(mode="json"),
         "study": {
             "storage": mask_url(storage),
