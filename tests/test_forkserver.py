@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import load_trials, none_left, run_cli, tiny
 
 from autotune.launch import forkserver
 
@@ -171,3 +172,31 @@ def test_zygote_refuses_to_fork_beside_another_thread() -> None:
     )
     alone, beside = proc.stdout.splitlines()
     assert alone == "''" and "runs 2 threads" in beside, proc.stdout + proc.stderr
+
+
+def test_forkserver_a_search_its_confirmation_and_check_fork_their_processes(
+    tmp_path: Path, write_yaml
+) -> None:
+    cfg = tiny(
+        space={"micro_batch_size": [2, 4], "precision": ["fp32"]},
+        study={"trials": 2, "sampler": "grid", "confirm_top": 1, "confirm_rounds": 2},
+    )
+    proc = run_cli("search", str(write_yaml(cfg)), "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    trials = sorted(load_trials(tmp_path / "out"), key=lambda t: t.number)
+    records = [t.user_attrs for t in trials]
+    assert [r["forked"] for r in records] == [True, True]
+    # the first waited for the server's imports; the next paid none of its own
+    assert records[1]["phases_s"]["start"] < 1.0, records[1]["phases_s"]
+    assert all(r["metrics"]["first_step_s"] > 0 for r in records)
+    none_left(str(tmp_path / "out"))  # no server outlives the search
+    study = tmp_path / "out" / "t"
+    report = run_cli("report", str(study), cwd=tmp_path)
+    assert report.returncode == 0 and "forked from the fork server" in report.stdout
+    check = run_cli(
+        "check", str(study / "best.yaml"), "--repeats", "2", "--max-repeats", "0", cwd=tmp_path
+    )
+    assert check.returncode in (0, 1, 5), check.stdout + check.stderr
+    repeats = [json.loads(p.read_text()) for p in study.glob("checks/*/*/result.json")]
+    assert repeats and all(r["phases_s"]["start"] < 1.0 for r in repeats[1:])
+    none_left(str(study))

@@ -33,6 +33,9 @@ class Metric:
     MFU = "mfu"  # model FLOPs utilisation against the dense BF16 peak (None: n/a, never guessed)
     FLOPS_PER_TOKEN = "flops_per_token"
     STEP_TIME = "step_time"  # {median_s, spread_pct, ...} of the measured steps
+    # from the process's launch to the end of its first step (its start, build and first warm-up
+    # step: what a fork server and a warm compile cache shorten)
+    FIRST_STEP_S = "first_step_s"
     PEAK_MEM_GIB = "peak_mem_gib"
     PEAK_MEM_KIND = "peak_mem_kind"  # cuda_max_memory_allocated | cpu_max_rss | nvml_used
     # what the allocator reserved at its peak (the job's max_memory_reserved, where reported)
@@ -75,6 +78,8 @@ class TrialRecord:
     predicted: bool = False
     wall_s: float | None = None
     prestarted: bool = False
+    # its process was forked by the study's fork server (launch/forkserver.py): no import of its own
+    forked: bool = False
     metrics: dict[str, Any] | None = None
     raw: dict[str, Any] | None = None  # step_times_s, warmup_step_times_s, losses
     phases_s: dict[str, Any] | None = None

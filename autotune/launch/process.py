@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from autotune import atomic, nccl_log
 from autotune.hardware import Telemetry, visible_gpu_index
-from autotune.launch import logcap, orphans, prestart
+from autotune.launch import forkserver, logcap, orphans, prestart
 from autotune.protocol import PROGRESS_FILE, PRUNE_FILE, TRIAL_MODULE, TrialResult, TrialSpec
 
 LOG_TAIL_LINES = 15
@@ -40,6 +40,8 @@ class Outcome:
     nccl_refused: bool = False  # NCCL's log, not the trial, says it refused a setting
     # its process was started ahead (launch/prestart.py): the start phase is the hand-over
     prestarted: bool = False
+    # its process was forked by a fork server (launch/forkserver.py): torch was imported already
+    forked: bool = False
 
 
 def launch_command(
@@ -86,15 +88,17 @@ def run_trial(
     stop: threading.Event | None = None,
     module: str = TRIAL_MODULE,
     ahead: bool = False,
+    fork: bool = False,
 ) -> Outcome:
     """Run the trial on `spec` in a fresh process (own process group) and wait for it.
 
     KeyboardInterrupt, or `stop` being set (Ctrl-C seen by another thread), ends the process group
     and raises KeyboardInterrupt. gpu_index: the NVML index of the trial's GPU, for telemetry.
     module:
-    the trial's Python module (tests replace it with a fake rank). ahead: a one-rank trial takes the
-    process started ahead with its environment (launch/prestart.py), if there is one, and starts the
-    next one.
+    the trial's Python module (tests replace it with a fake rank). fork: a one-rank trial's
+    process is forked by the fork server of its environment (launch/forkserver.py), which imported
+    torch once; where it cannot be, ahead: it takes the process started ahead with its environment
+    (launch/prestart.py), if there is one, and starts the next one; else it starts cold.
     """
     run_dir = run_dir.resolve()  # absolute: the straggler sweep matches this trial's spec path only
     spec_path, result_path, log_path = _prepare(spec, run_dir)
@@ -107,28 +111,32 @@ def run_trial(
     )
     t0 = time.monotonic()
     supervised = [sys.executable, "-m", SUPERVISOR]
-    ahead = ahead and not distributed
+    scratch = Path(child_env.get("TMPDIR", run_dir))
+    forked = (
+        _forked(module, spec_path, result_path, log_path, child_env, scratch)
+        if fork and not distributed
+        else None
+    )
+    ahead = ahead and not distributed and forked is None
     standby = prestart.take(child_env) if ahead else None
-    proc = standby.activate(spec_path, result_path, log_path) if standby else None
+    handed: Process | None = forked or (
+        standby.activate(spec_path, result_path, log_path) if standby else None
+    )
 
     def cold() -> subprocess.Popen[bytes]:
         cmd = [*supervised, *launch_command(spec, spec_path, result_path, module)]
         return _start(cmd, log_path, child_env)
 
-    proc = proc or cold()
+    proc: Process = handed or cold()
     try:
         if ahead:  # the next trials' processes import while this one runs
-            prestart.fill(
-                [*supervised, sys.executable, "-m", module],
-                child_env,
-                Path(child_env.get("TMPDIR", run_dir)),
-            )
+            prestart.fill([*supervised, sys.executable, "-m", module], child_env, scratch)
         needle = str(spec_path) if distributed else None
         timed_out = _wait(proc, timeout_s, telemetry, on_poll, stop, needle, log_path)
-        taken = standby is not None and proc is standby.proc
-        if taken and timed_out is not None and not log_path.exists():
-            # it ended after it was handed the trial but before it read it (killed while it
-            # waited: the trial's log is the first thing a standby opens): the trial starts cold
+        if proc is handed and timed_out is not None and not log_path.exists():
+            # it ended after it was handed the trial but before it read it (a standby killed while
+            # it waited, a fork server that died: the trial's log is the first thing either
+            # opens): the trial starts cold
             proc = cold()
             timed_out = _wait(proc, timeout_s, telemetry, on_poll, stop, needle, log_path)
     except BaseException:
@@ -148,7 +156,36 @@ def run_trial(
         telemetry=telemetry.samples if telemetry else [],
     )
     outcome.prestarted = standby is not None and proc is standby.proc
+    outcome.forked = forked is not None and proc is forked
     return outcome
+
+
+class Process(Protocol):
+    """A trial's process as run_trial supervises it: one it started (subprocess.Popen) or one a
+    fork server forked (forkserver.Forked); its pid is its process group."""
+
+    pid: int
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def _forked(
+    module: str,
+    spec_path: Path,
+    result_path: Path,
+    log_path: Path,
+    env: dict[str, str],
+    scratch: Path,
+) -> forkserver.Forked | None:
+    """The trial's process forked by the fork server of its environment; None where it could not
+    be (the server refused the fork, or died: the trial starts another way)."""
+    got = forkserver.fork(module, [str(spec_path), str(result_path)], env, log_path, scratch)
+    return got if isinstance(got, forkserver.Forked) else None
 
 
 def _start(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -163,7 +200,7 @@ def _start(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Po
 
 
 def _wait(
-    proc: subprocess.Popen[bytes],
+    proc: Process,
     timeout_s: float,
     telemetry: Telemetry | None,
     on_poll: Callable[[], None] | None,
@@ -281,7 +318,7 @@ def rank_failure(run_dir: Path) -> TrialResult | None:
     return min(found, key=lambda f: f[0])[1] if found else None
 
 
-def _kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+def _kill_group(proc: Process, grace_s: float = 5.0) -> None:
     """End the trial's whole process group (its compile workers too): SIGTERM, then SIGKILL."""
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 30.0)):
         try:

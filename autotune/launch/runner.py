@@ -69,6 +69,8 @@ class Bench:
     # torch.compile's caches shared across studies (a folder the user chose)
     compile_cache: Path | None = None
     prestart: bool = False  # one-rank trials take a process started ahead (launch/prestart.py)
+    # one-rank trials' processes forked by a fork server (launch/forkserver.py)
+    fork: bool = False
     # the trial's spec.params (protocol.PARAMS: generate's drift limits, command's command, ...)
     params: TaskParams | dict[str, Any] = field(default_factory=dict)
     # generate: latency limits (study.limits), set ones only
@@ -86,17 +88,24 @@ class Bench:
         base_dir: str | None,
         compile_cache: str | None = None,
         prestart: bool | None = None,
+        fork: bool | None = None,
         drift: dict[str, float] | None = None,
         limits: dict[str, float | None] | None = None,
         loss_check: dict[str, Any] | None = None,
         command: CommandConfig | None = None,
     ) -> Bench:
         """prestart None: on for CUDA trials whose process imports torch, off on the CPU (the import
-        would share the measured cores). command: the command section (config.CommandConfig) of task
-        command."""
+        would share the measured cores). fork None: on for trials whose process imports torch,
+        unless prestart is true (the fork server imports it once, on the CPU too: that saves CPU
+        rather than sharing it); a forked trial takes no process started ahead. command: the
+        command section
+        (config.CommandConfig) of task command."""
         run = RunSettings(**{k: getattr(workload, k) for k in RunSettings.__dataclass_fields__})
         shared = Path(compile_cache).resolve() / compile_key(device) if compile_cache else None
         task = tasks.task(workload.task)
+        # prestart asked for (true) and the fork server left to its default: the processes are
+        # started ahead, as asked
+        forks = task.imports_torch and prestart is not True if fork is None else fork
         ahead = device == "cuda" and task.imports_torch if prestart is None else prestart
         # task command builds its part from the command section (tasks.Command.trial_params)
         params = task.trial_params(drift, loss_check, command=command, timeout_s=timeout_s)
@@ -110,6 +119,7 @@ class Bench:
             workload.task,
             shared,
             ahead,
+            forks,
             params,
             {k: v for k, v in (limits or {}).items() if v is not None},
         )
@@ -214,6 +224,7 @@ def measure(
             stop=stop,
             gpu_index=int(cuda_gpus.split(",")[0]) if cuda_gpus is not None else None,
             ahead=bench.prestart,
+            fork=bench.fork,
         )
     finally:
         lock.release()
@@ -256,6 +267,7 @@ def record_of(number: int, knobs: Knobs, outcome: Outcome, bench: Bench) -> Tria
         outcome.reason,
         wall_s=outcome.wall_s,
         prestarted=outcome.prestarted,
+        forked=outcome.forked,
     )
     res, world = outcome.result, bench.run.world_size
     # a pruned trial keeps what it measured
@@ -280,6 +292,15 @@ def record_of(number: int, knobs: Knobs, outcome: Outcome, bench: Bench) -> Tria
     return record
 
 
+def first_step_s(res: TrialResult) -> float | None:
+    """Seconds from the process's launch to the end of its first step (its start and build phases,
+    then its first warm-up step); None where the trial did not report those."""
+    phases, warmup = res.phases_s, res.warmup_step_times_s
+    if "start" not in phases or "build" not in phases or not warmup:
+        return None
+    return float(phases["start"] + phases["build"] + warmup[0])
+
+
 def _measured(record: TrialRecord, res: TrialResult, outcome: Outcome, bench: Bench) -> None:
     """What a trial that measured steps records: metrics (the task's too), raw samples, phases, the
     memory estimate beside the peak, the loss check's curve, what it applied, where it ran,
@@ -289,6 +310,8 @@ def _measured(record: TrialRecord, res: TrialResult, outcome: Outcome, bench: Be
         res, bench.model, world, peak_flops(res.env.get("device_name"))
     )
     task.metrics(record, res, bench.limits)
+    if (first := first_step_s(res)) is not None:
+        record.metrics[Metric.FIRST_STEP_S] = round(first, 3)
     record.raw = {
         "step_times_s": res.step_times_s,
         "warmup_step_times_s": res.warmup_step_times_s,

@@ -331,4 +331,5 @@ def _time(rows: list[Row]) -> TimeSpent:
         "phases_s": dict(phases),
         "processes": len(started),
         "started_ahead": sum(1 for r in started if r.prestarted),
+        "forked": sum(1 for r in started if r.forked),
     }

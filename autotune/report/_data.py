@@ -155,6 +155,7 @@ class TimeSpent(TypedDict):
     phases_s: dict[str, float]
     processes: int
     started_ahead: int  # processes started ahead (launch/prestart.py)
+    forked: int  # processes forked by the study's fork server (launch/forkserver.py)
 
 
 class KindCost(TypedDict):
@@ -219,6 +220,7 @@ class Row:
     phases_s: dict[str, float] | None
     wall_s: float | None
     prestarted: bool  # its process was started ahead (launch/prestart.py)
+    forked: bool  # its process was forked by the study's fork server (launch/forkserver.py)
     fingerprint: Stored | None
     mfu_peaks: list[Stored]  # the peaks its MFU is read against (metrics.mfu_peaks)
     power_cap: Stored | None  # the power or clock limit its steps ran at (metrics.power_cap)

@@ -27,6 +27,7 @@ from autotune.report._text import (
     excluded_lines,
     memory_axis_line,
     rounds_text,
+    started,
 )
 
 if TYPE_CHECKING:
@@ -269,11 +270,7 @@ def _effects_html(data: Report) -> str:
 def _time_section(data: Report) -> str:
     tm = data.time
     phases = tm["phases_s"]
-    ahead = (
-        f"; {tm['started_ahead']} of {tm['processes']} started ahead"
-        if tm.get("started_ahead")
-        else ""
-    )
+    ahead = started(tm)
     order = [p for p in PHASES if p in phases] + [p for p in phases if p not in PHASES]
     rows = [
         ([p, f"{phases[p]:,.0f}", f"{100 * phases[p] / tm['trial_wall_s']:.0f}%"], "")

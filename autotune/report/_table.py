@@ -190,6 +190,7 @@ def row_of(t: FrozenTrial, base_value: float | None) -> Row:
         phases_s={k: v for k, v in _dict(r.phases_s).items() if _number(v)} or None,
         wall_s=r.wall_s if _number(r.wall_s) else None,
         prestarted=r.prestarted is True,
+        forked=r.forked is True,
         fingerprint=r.fingerprint,
         mfu_peaks=_peaks(r, m, knobs),
         power_cap=metrics.power_cap(r.telemetry),

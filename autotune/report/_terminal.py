@@ -11,6 +11,7 @@ from autotune.report import _text
 from autotune.report._data import Group, Report, Row, Stored
 from autotune.report._render import compiles, confirmation_lines
 from autotune.report._table import cells, columns, fmt, varying
+from autotune.report._text import started
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -158,10 +159,7 @@ def _records(console: Console, header: list[str], rows: list[Row], knobs: list[s
 def _phases_line(data: Report) -> str:
     tm = data.time
     phases = ", ".join(f"{p} {s:,.0f} s" for p, s in tm["phases_s"].items())
-    ahead = ""
-    if tm.get("started_ahead"):
-        ahead = f"; {tm['started_ahead']} of {tm['processes']} started ahead"
-    return f"Trial processes by phase: {phases or 'no phase data'}{ahead}."
+    return f"Trial processes by phase: {phases or 'no phase data'}{started(tm)}."
 
 
 def _checks(console: Console, data: Report) -> None:

@@ -8,12 +8,26 @@ from typing import Any
 
 from autotune.protocol import reason_line
 from autotune.report import _effects
-from autotune.report._data import Chosen, Confirmation, Group, KnobEffect, Report
+from autotune.report._data import Chosen, Confirmation, Group, KnobEffect, Report, TimeSpent
 from autotune.report._excluded import loss_summary
 from autotune.report._table import fmt
 
 STEP_SPREAD = "step spread: (p90 - p10) / median of a trial's measured step times"
 MAX_LISTED = 10  # trial numbers named in one sentence; the rest are "..."
+
+
+def started(tm: TimeSpent) -> str:
+    """How the trial processes started, after the phases: "; 5 of 6 forked from the fork server"
+    (torch imported once), "; 2 of 3 started ahead" (launch/prestart.py); "" when all cold."""
+    ways = [
+        f"{tm.get('forked', 0)} of {tm['processes']} forked from the fork server"
+        if tm.get("forked")
+        else "",
+        f"{tm['started_ahead']} of {tm['processes']} started ahead"
+        if tm.get("started_ahead")
+        else "",
+    ]
+    return "".join(f"; {way}" for way in ways if way)
 
 
 def interval_text(c: Chosen) -> str:

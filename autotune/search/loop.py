@@ -100,6 +100,7 @@ class Search:
             base_dir=cfg.base_dir,
             compile_cache=cfg.study.compile_cache,
             prestart=cfg.study.prestart,
+            fork=cfg.study.fork_server,
             drift=cfg.study.drift.model_dump(),
             loss_check=cfg.study.loss_check.model_dump(),
             limits=cfg.study.limits.model_dump() if cfg.study.limits else None,

@@ -16,7 +16,7 @@ from autotune import paths
 from autotune.config import Config
 from autotune.documents.record import TrialRecord
 from autotune.hardware import default_device
-from autotune.launch import prestart
+from autotune.launch import forkserver, prestart
 from autotune.launch.runner import measure, preflight
 from autotune.search import tracking, warm
 from autotune.search.best import write_best
@@ -178,6 +178,7 @@ def _write_out(
     """What was measured, written out (best.yaml when a trial completed), also on Ctrl-C; the
     tracker closed (no wait when interrupted)."""
     prestart.dismiss_all()
+    forkserver.close_all()
     h = History.of(search.study)
     best_yaml = None
     if h.completed:

@@ -35,6 +35,7 @@ import threading
 import traceback
 from typing import Any, TextIO
 
+from autotune import atomic
 from autotune.workloads import supervise
 from autotune.workloads.trial import exit_now
 
@@ -149,7 +150,7 @@ def _become(job: dict[str, Any]) -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    log = atomic.create(job["log"])  # never through a link planted there
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
