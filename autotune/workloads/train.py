@@ -26,7 +26,7 @@ from autotune.knobs import (
 )
 from autotune.protocol import Knobs, TrainParams, TrialSpec
 from autotune.sizes import padded_vocab
-from autotune.workloads import numerics_check
+from autotune.workloads import float8_cache, numerics_check
 from autotune.workloads.base import InvalidConfig, Measured, NonFiniteLoss, Work, Workload
 from autotune.workloads.compiling import (
     apply_compile,
@@ -160,6 +160,8 @@ def apply_fp8(torch: ModuleType, model: nn.Module, knobs: Knobs) -> int:
     convert_to_float8_training(
         model, config=config, module_filter_fn=lambda mod, fqn: fqn.split(".")[-1] not in keep
     )
+    if knobs.get("compile"):  # a fresh process of this program is then served by the cache
+        float8_cache.install(torch)
     return sum(1 for mod in model.modules() if type(mod).__name__ == "Float8Linear")
 
 
