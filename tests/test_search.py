@@ -6,13 +6,14 @@ what is tested: one whole search and its confirmation, and the compile cache on 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 import yaml
 from conftest import cli_here, tiny
 from conftest import load_trials as _trials
-from fake_measure import FakeMeasure
+from fake_measure import FakeMeasure, speed
 
 from autotune import tasks
 from autotune.config.load import parse_config
@@ -29,6 +30,11 @@ from autotune.study.history import History, optuna_state
 
 def _cfg(**overrides):
     return parse_config(tiny(**overrides))
+
+
+def _close(knobs: dict[str, Any]) -> float:
+    """fake_measure.speed's ranking within 3%: arms the race cannot separate in two rounds."""
+    return 1000.0 + speed(knobs) / 10
 
 
 def _search(cfg, out: Path, fake: FakeMeasure | None = None, **options) -> SearchResult:
@@ -218,7 +224,7 @@ def test_study_confirmation_interleaved_one_measurement_a_sample(
     again."""
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     cfg = _cfg(study={"trials": 3, "confirm_top": 2, "confirm_rounds": 2})
-    fake = FakeMeasure()
+    fake = FakeMeasure(landscape=_close)  # no arm separates: both rounds measure every arm
     result = _search(cfg, tmp_path, fake)
     conf = result.confirmation
     assert conf["rounds_done"] == conf["rounds"] == 2 and conf["complete"] is True
@@ -337,7 +343,8 @@ def test_study_interrupted_confirmation_goes_on_from_its_samples(
     monkeypatch.delenv("AUTOTUNE_FAULT", raising=False)
     cfg = _cfg(study={"trials": 3, "confirm_top": 2, "confirm_rounds": 2})
     with pytest.raises(KeyboardInterrupt):  # Ctrl-C in round 2, after its first sample
-        _search(cfg, tmp_path, observer=_CtrlCAfter(4))  # 3 arms: the top 2 and the baseline
+        # 3 arms: the top 2 and the baseline, within noise of each other (none leaves the race)
+        _search(cfg, tmp_path, FakeMeasure(landscape=_close), observer=_CtrlCAfter(4))
     study = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't' / 'study.db'}")
     stored = study.user_attrs["confirmation"]
     arms = [*stored["stats"], stored["baseline"]]
@@ -364,7 +371,7 @@ def test_study_interrupted_confirmation_goes_on_from_its_samples(
         said = cli_here(command, str(tmp_path / "t" / "best.yaml"), cwd=tmp_path)
         assert said.returncode == 2 and "has not written it yet" in said.stderr
         assert "run the same `autotune search` command to finish and write it" in said.stderr
-    watch, fake = _CtrlCAfter(0), FakeMeasure()
+    watch, fake = _CtrlCAfter(0), FakeMeasure(landscape=_close)
     again = _search(cfg, tmp_path, fake, observer=watch)
     assert watch.kept == 4 and watch.seen == 2  # only the missing samples were measured
     missing = [n for n, s in kept.items() if len(s) == 1]

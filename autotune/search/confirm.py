@@ -86,7 +86,10 @@ def confirm(
             observer.confirm_sample(t.number, r, value, record.status)
             if record.disturbed:
                 observer.confirm_disturbed(t.number, r, record.disturbed)
-        for n, why in race.drops(kept.samples, kept.failures, kept.alive()).items():
+        left = race.drops(
+            kept.samples, kept.failures, kept.alive(), kept.searched, base.number if base else None
+        )
+        for n, why in left.items():
             kept.dropped[n] = {"round": r + 1, "why": why}
             observer.confirm_dropped(n, why)
         _save(study, candidates, kept, base, base_knobs, rounds)
@@ -123,6 +126,8 @@ class _Arms:
     caches: dict[int, list[str | None]]
     hosts: dict[int, list[list[str] | None]]
     dropped: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    # each arm's search trial figure: one more fresh process of it, for the race's noise
+    searched: dict[int, float | None] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def empty(cls, numbers: list[int]) -> _Arms:
@@ -144,16 +149,22 @@ class _Arms:
         return min(map(self.taken, self.alive()))
 
     def decided(self) -> bool:
-        """One arm is left: every other separated from it."""
-        return len(self.alive()) <= 1
+        """One arm is left (every other separated from it), or those left are as fast as the
+        leader within the tie band (race.settled)."""
+        alive = self.alive()
+        return len(alive) <= 1 or race.settled(self.samples, alive, self.searched)
 
     def complete(self, rounds: int) -> bool:
         """Every round asked measured, or the race decided and its winner measured often enough
         for an interval of its own (race.LEADER_SAMPLES, at most the rounds asked)."""
         if self.done() >= rounds:
             return True
-        winner = self.alive()
-        return self.decided() and self.taken(winner[0]) >= min(rounds, race.LEADER_SAMPLES)
+        return self.decided() and self.taken(self.top()) >= min(rounds, race.LEADER_SAMPLES)
+
+    def top(self) -> int:
+        """The leader among the arms still in the race (the first of them before any sample)."""
+        found = race.leader(self.samples, self.alive())
+        return self.alive()[0] if found is None else found
 
     def next_round(
         self, arms: list[optuna.trial.FrozenTrial], rounds: int
@@ -162,6 +173,9 @@ class _Arms:
         unmeasured in it); None once the race is complete."""
         if self.complete(rounds):
             return None
+        if self.decided():  # only the leader is measured on, for its own interval
+            top = self.top()
+            return self.taken(top), [t for t in arms if t.number == top]
         r = self.done()
         return r, [t for t in arms if t.number in self.alive() and self.taken(t.number) == r]
 
@@ -190,6 +204,7 @@ def _kept(
     it was complete."""
     every = [t.number for t in arms]
     kept = _Arms.empty(every)
+    kept.searched = {t.number: value_of(t) for t in arms}
     if not previous or previous.get("candidates") != numbers:
         return kept
     stored = [*previous["stats"], *([previous["baseline"]] if previous.get("baseline") else [])]

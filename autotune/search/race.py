@@ -20,9 +20,10 @@ always named with what it costs (issue 50: "#13 is 0.6% slower and compiles in 6
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
 from autotune import metrics
 
@@ -32,6 +33,11 @@ MIN_ROUNDS = 2
 # the winner of a decided race is measured until its own figure has an interval (metrics.unbounded:
 # three samples), which `check` later compares against
 LEADER_SAMPLES = metrics.MIN_INTERVAL_SAMPLES
+# the race's pooled noise decides from this many degrees of freedom (Student's t 3.18 at 3): the
+# first round of four arms, each with its search trial, gives four
+MIN_POOLED_DF = 3
+# arms whose ratio to the leader lies within 1 +- this (95%) are as fast: the race has settled
+TIE_BAND = 0.01
 # compile seconds closer than this are the same cost (one process's start-up swings by seconds)
 COMPILE_GRAIN_S = 10.0
 # the cost order of programs: nothing compiled, per-block regions, the whole model
@@ -47,18 +53,58 @@ def ratio(arm: list[float], leader: list[float]) -> tuple[float, list[float] | N
     return value, None if why else list(ci)
 
 
-def separated(arm: list[float], leader: list[float]) -> str | None:
+def separated(arm: list[float], leader: list[float], spread: Spread | None = None) -> str | None:
     """Why `arm` is out of the race against `leader` (its ratio's 95% interval wholly below 1), or
-    None while it is tied."""
-    if len(arm) < MIN_ROUNDS or len(leader) < MIN_ROUNDS:
-        return None
-    value, ci = ratio(arm, leader)
+    None while it is tied. spread: the race's pooled noise (pooled); without it the two arms' own
+    (two samples a side at least)."""
+    ci = pooled_interval(arm, leader, spread) if spread is not None else None
+    if ci is None:
+        if len(arm) < MIN_ROUNDS or len(leader) < MIN_ROUNDS:
+            return None
+        _, ci = ratio(arm, leader)
     if ci is None or ci[1] >= 1:
         return None
+    value = statistics.median(arm) / statistics.median(leader)
     return (
         f"{(1 - value) * 100:.1f}% slower (ratio 95% interval {ci[0]:.3f} to {ci[1]:.3f}) "
         f"after {len(arm)} samples"
     )
+
+
+class Spread(NamedTuple):
+    """The race's noise between fresh processes: squared deviations of the log figures from each
+    arm's mean, summed over the arms, and their degrees of freedom."""
+
+    squares: float
+    df: int
+
+
+def pooled(groups: Iterable[list[float]]) -> Spread:
+    """One noise for every arm (the same job on the same GPU: processes scatter alike, whatever
+    the knobs), pooled over the groups of per-process figures (an arm's search trial and its
+    confirmation samples): each group of n gives n - 1 degrees of freedom."""
+    squares, df = 0.0, 0
+    for group in groups:
+        if len(group) < 2:
+            continue
+        logs = [math.log(x) for x in group]
+        mean = statistics.fmean(logs)
+        squares += sum((x - mean) ** 2 for x in logs)
+        df += len(logs) - 1
+    return Spread(squares, df)
+
+
+def pooled_interval(arm: list[float], leader: list[float], spread: Spread) -> list[float] | None:
+    """median(arm) / median(leader)'s 95% interval with the race's pooled noise (Student's t at its
+    degrees of freedom, the two arms' confirmation sample counts); None below MIN_POOLED_DF."""
+    if spread.df < MIN_POOLED_DF or not arm or not leader:
+        return None
+    from scipy.special import stdtrit  # Student's t quantile
+
+    value = statistics.median(arm) / statistics.median(leader)
+    se = math.sqrt(spread.squares / spread.df) * math.sqrt(1 / len(arm) + 1 / len(leader))
+    half = float(stdtrit(spread.df, 0.975)) * se
+    return [value * math.exp(-half), value * math.exp(half)]
 
 
 def leader(samples: Mapping[int, list[float]], arms: list[int]) -> int | None:
@@ -67,15 +113,38 @@ def leader(samples: Mapping[int, list[float]], arms: list[int]) -> int | None:
     return max(sampled, key=lambda n: statistics.median(samples[n]), default=None)
 
 
+def race_spread(
+    samples: Mapping[int, list[float]], alive: list[int], searched: Mapping[int, float | None]
+) -> Spread:
+    """The noise the race decides with: every arm's confirmation samples with its search trial's
+    figure (a fresh process of the same configuration: one more degree of freedom an arm, so a
+    first round can already separate what is far apart). A search figure that ran off (a cold
+    GPU, a first trial) widens the spread: the race then measures more, never less."""
+    groups = [[*_searched(searched.get(n)), *samples[n]] for n in alive]
+    return pooled(group for group in groups if all(x > 0 for x in group))
+
+
+def _searched(figure: float | None) -> list[float]:
+    """An arm's search figure as a sample (none where the search measured none)."""
+    return [figure] if figure is not None and figure > 0 else []
+
+
 def drops(
-    samples: Mapping[int, list[float]], failures: Mapping[int, list[str]], alive: list[int]
+    samples: Mapping[int, list[float]],
+    failures: Mapping[int, list[str]],
+    alive: list[int],
+    searched: Mapping[int, float | None] | None = None,
+    baseline: int | None = None,
 ) -> dict[int, str]:
     """The arms of `alive` (candidates and the baseline) that leave the race after a complete
-    round, and why: separated from the leader (any arm, the baseline too), or failed in MIN_ROUNDS
-    processes without a sample."""
+    round, and why: separated from the leader (any arm, the baseline too: with the race's pooled
+    noise, race_spread, where searched gives the arms' search figures), or failed in MIN_ROUNDS
+    processes without a sample. The baseline's arm bounds the chosen's gain (its own interval
+    between the two): it leaves with MIN_ROUNDS samples at least."""
     top = leader(samples, alive)
     if top is None:  # no arm has a sample: no leader to leave behind, the rounds run out
         return {}
+    spread = race_spread(samples, alive, searched) if searched is not None else None
     out = {}
     for n in alive:
         if n == top:
@@ -83,10 +152,29 @@ def drops(
         if not samples[n] and len(failures[n]) >= MIN_ROUNDS:
             out[n] = f"failed in {len(failures[n])} processes"
             continue
-        why = separated(samples[n], samples[top]) if samples[n] else None
+        why = separated(samples[n], samples[top], spread) if samples[n] else None
+        if n == baseline and len(samples[n]) < MIN_ROUNDS:
+            why = None
         if why is not None:
             out[n] = why
     return out
+
+
+def settled(
+    samples: Mapping[int, list[float]], alive: list[int], searched: Mapping[int, float | None]
+) -> bool:
+    """Every arm still racing the leader is as fast as it within TIE_BAND (its ratio's pooled
+    interval inside 1 +- TIE_BAND): more processes would only split a difference too small to act
+    on, and the pick takes the cheaper program among them."""
+    top = leader(samples, alive)
+    if top is None or len(alive) < 2:
+        return False
+    spread = race_spread(samples, alive, searched)
+    for n in alive:
+        ci = pooled_interval(samples[n], samples[top], spread) if n != top else [1.0, 1.0]
+        if ci is None or ci[0] < 1 - TIE_BAND or ci[1] > 1 + TIE_BAND:
+            return False
+    return True
 
 
 def cost(st: Mapping[str, Any]) -> tuple[int, int]:
