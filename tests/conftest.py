@@ -304,18 +304,31 @@ def ours(pid: int | str) -> bool:
 
 
 def processes_with(needle: str) -> list[str]:
-    """Pids of this test's processes (ours) whose command line contains needle, found through
-    /proc. A process that is exiting may already show neither: where a test relies on one being
+    """Pids of this test's processes (ours) that name needle, found through /proc: in their command
+    line, or in where their output goes (a trial forked by the fork server has the server's
+    command line, and writes its run folder's worker.log: a spec file's needle finds it by its
+    folder). A process that is exiting may already show neither: where a test relies on one being
     reaped, it waits for `not alive(pid)`."""
+    folder = f"{Path(needle).parent}/" if needle.endswith("spec.json") else None
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:  # gone
             continue
-        if needle in cmdline and ours(pid):
+        names = f"{cmdline} {_outputs(pid)}"
+        if (needle in names or (folder is not None and folder in names)) and ours(pid):
             found.append(pid)
     return found
+
+
+def _outputs(pid: str) -> str:
+    """Where the process's standard output and error go (file paths), as far as /proc shows."""
+    targets = []
+    for fd in (1, 2):
+        with contextlib.suppress(OSError):
+            targets.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return " ".join(targets)
 
 
 def none_left(needle: str, seconds: float = 15) -> None:

@@ -168,7 +168,8 @@ def _spawn(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
     with open(log_path, "wb") as log:
         return orphans.start(
             lambda: subprocess.Popen(
-                [sys.executable, "-m", SERVER_MODULE],
+                # its scratch folder named: ps (and a test) tells which study a server serves
+                [sys.executable, "-m", SERVER_MODULE, str(log_path.parent)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,

@@ -146,6 +146,24 @@ def _half_width(r: TrialRecord) -> float | None:
     return 100 * 1.96 * statistics.stdev(steps) / math.sqrt(len(steps)) / statistics.fmean(steps)
 
 
+def _state(
+    t: FrozenTrial, r: TrialRecord, m: dict[str, Any], knobs_ok: bool
+) -> tuple[str, float | None]:
+    """A row's state and its tokens/s per GPU: 'unreadable' where an ok record lacks either."""
+    from optuna.trial import TrialState
+
+    state = {TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}.get(
+        t.state, r.status or "failed"
+    )
+    if t.state == TrialState.FAIL and "status" not in t.user_attrs:
+        # failed outside autotune's objective (e.g. Optuna's own stale-trial handling)
+        state = "worker_lost"
+    tokens = m.get(Metric.TOKENS_PER_GPU) if _number(m.get(Metric.TOKENS_PER_GPU)) else None
+    if not isinstance(state, str) or (state == "ok" and (tokens is None or not knobs_ok)):
+        state, tokens = "unreadable", None
+    return state, tokens
+
+
 def row_of(t: FrozenTrial, base_value: float | None) -> Row:
     """A trial (an Optuna FrozenTrial) as a report row: its record's knobs, metrics, state and
     reason. A record another program damaged (a field of the wrong type) shows as 'unreadable',
@@ -157,16 +175,8 @@ def row_of(t: FrozenTrial, base_value: float | None) -> Row:
     except RecordError:
         r = TrialRecord(t.number, {}, "unreadable")
     m = _dict(r.metrics)
-    state = {TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}.get(
-        t.state, r.status or "failed"
-    )
-    if t.state == TrialState.FAIL and "status" not in t.user_attrs:
-        # failed outside autotune's objective (e.g. Optuna's own stale-trial handling)
-        state = "worker_lost"
-    tokens = m.get(Metric.TOKENS_PER_GPU) if _number(m.get(Metric.TOKENS_PER_GPU)) else None
     knobs_ok = isinstance(t.user_attrs.get("knobs"), dict)
-    if not isinstance(state, str) or (state == "ok" and (tokens is None or not knobs_ok)):
-        state, tokens = "unreadable", None
+    state, tokens = _state(t, r, m, knobs_ok)
     # a pruned trial's Optuna value is its last step's (Optuna's tell): the median of its steps is
     # the number
     first = t.values[0] if t.values else None  # tokens/s; a pareto study's second value is p99 TPOT
