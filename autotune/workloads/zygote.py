@@ -48,6 +48,7 @@ PRELOAD = (
     "autotune.workloads.train",
 )
 POLL_S = 0.05  # how often the server reaps its ended trials while no job comes
+_STATE = {"poisoned": ""}  # why a fork of this server could not use CUDA ("" where it could)
 
 
 def main() -> int:
@@ -55,9 +56,14 @@ def main() -> int:
     supervise.arm(os.environ.get("AUTOTUNE_PARENT_PID"), signal.SIGKILL, subreaper=False)
     out = os.fdopen(os.dup(1), "w", buffering=1)  # events; fd 1 itself becomes /dev/null
     _quiet()
+    # an import that asks whether CUDA is there (cudaGetDeviceCount) poisons every later fork for
+    # CUDA ("Cannot re-initialize CUDA in forked subprocess"); NVML answers instead, in the server
+    # alone (a trial gets its own environment)
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     for name in PRELOAD:
         with contextlib.suppress(Exception):  # a trial that needs it fails in its own process
             importlib.import_module(name)
+    _STATE["poisoned"] = _poisoned()
     _send(out, {"ready": os.getpid()})
     return _serve(out)
 
@@ -108,10 +114,27 @@ def unsafe() -> str:
     unusable)."""
     if threading.active_count() > 1:
         return f"the fork server runs {threading.active_count()} threads"
+    if _STATE["poisoned"]:
+        return _STATE["poisoned"]
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         return "CUDA was initialised in the fork server"
     return ""
+
+
+def _poisoned() -> str:
+    """Why a fork of this process could not initialise CUDA (torch marks a child "in bad fork" once
+    its parent touched the CUDA runtime), or "": asked of one forked probe, once."""
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch._C, "_cuda_isInBadFork"):
+        return ""
+    probe = os.fork()
+    if probe == 0:
+        os._exit(1 if torch._C._cuda_isInBadFork() else 0)
+    _, status = os.waitpid(probe, 0)
+    if os.waitstatus_to_exitcode(status) == 0:
+        return ""
+    return "the fork server's imports touched CUDA, so a fork could not use the GPU"
 
 
 def _reap(running: dict[int, Any], out: TextIO, block: bool) -> None:
