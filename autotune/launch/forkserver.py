@@ -74,6 +74,7 @@ class Server:
         self._answers: dict[int, Forked | str] = {}
         self._forked: dict[int, Forked] = {}
         self._changed = threading.Condition(self._lock)
+        self._abandoned: set[int] = set()
         self._ready = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True, name="autotune-forks")
         self._reader.start()
@@ -111,7 +112,9 @@ class Server:
             while job_id not in self._answers and time.monotonic() < deadline:
                 self._changed.wait(0.1)
             answer = self._answers.pop(job_id, None)
-        if answer is None:
+        if answer is None:  # a fork that answers later is ended: its trial starts another way
+            with self._changed:
+                self._abandoned.add(job_id)
             return self._gone("did not answer")
         return answer
 
@@ -138,7 +141,10 @@ class Server:
             return
         job_id = int(event["id"])
         with self._changed:
-            if "pid" in event:
+            if "pid" in event and job_id in self._abandoned:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(int(event["pid"]), signal.SIGKILL)
+            elif "pid" in event:
                 self._forked[job_id] = self._answers[job_id] = Forked(int(event["pid"]))
             elif "refused" in event:
                 self._answers[job_id] = str(event["refused"])

@@ -78,20 +78,22 @@ def _quiet() -> None:
 
 def _serve(out: TextIO) -> int:
     running: dict[int, Any] = {}  # forked pid -> job id
+    pending = b""  # what came on stdin after the last whole line
     stdin_open = True
     while stdin_open or running:
-        if stdin_open and _readable(sys.stdin):
-            line = sys.stdin.readline()
-            if not line:
-                stdin_open = False
-            else:
+        if stdin_open and _readable(0):
+            chunk = os.read(0, 1 << 16)  # unbuffered: select sees every byte not yet read
+            stdin_open = bool(chunk)
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
                 _take(json.loads(line), running, out)
         _reap(running, out, block=not stdin_open)
     return 0
 
 
-def _readable(stream: TextIO) -> bool:
-    ready, _, _ = select.select([stream], [], [], POLL_S)
+def _readable(fd: int) -> bool:
+    ready, _, _ = select.select([fd], [], [], POLL_S)
     return bool(ready)
 
 
