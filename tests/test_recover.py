@@ -10,7 +10,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
-from conftest import run_cli, start_cli, tiny, wait_until
+from conftest import processes_with, run_cli, start_cli, tiny, wait_until
 
 
 @pytest.mark.slow
@@ -26,6 +26,8 @@ def test_recover_a_finished_trial_that_was_never_stored(tmp_path: Path) -> None:
     first = start_cli(*args, cwd=tmp_path)
     run = out / "t" / "runs" / "0000"
     wait_until(lambda: (run / "spec.json").exists(), what="the trial's start")
+    # its process started (forked once the fork server has imported torch): it runs on alone
+    wait_until(lambda: processes_with(str(run / "spec.json")), what="the trial's process")
     first.send_signal(signal.SIGSTOP)  # autotune stalls; its trial goes on and writes its result
     wait_until(lambda: (run / "result.json").exists(), what="the trial's result")
     first.send_signal(signal.SIGKILL)  # and autotune dies before storing it

@@ -48,7 +48,8 @@ PRELOAD = (
     "autotune.workloads.train",
 )
 POLL_S = 0.05  # how often the server reaps its ended trials while no job comes
-_STATE = {"poisoned": ""}  # why a fork of this server could not use CUDA ("" where it could)
+# why a fork of this server could not use CUDA ("" where it could); what it printed at its start
+_STATE: dict[str, Any] = {"poisoned": "", "said": b""}
 
 
 def main() -> int:
@@ -64,16 +65,30 @@ def main() -> int:
         with contextlib.suppress(Exception):  # a trial that needs it fails in its own process
             importlib.import_module(name)
     _STATE["poisoned"] = _poisoned()
+    _STATE["said"] = _said()
     _send(out, {"ready": os.getpid()})
     return _serve(out)
 
 
 def _quiet() -> None:
-    """The server's own stdin stays the job pipe; its output (imports' warnings) goes nowhere: a
-    trial writes its own log."""
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)
-    os.close(null)
+    """The server's own stdin stays the job pipe; what it prints (its interpreter's start, the
+    imports' warnings) goes to its log, fd 2, which every trial's log then begins with (_said)."""
+    os.dup2(2, 1)
+
+
+SAID_MAX = 64 * 1024  # of the server's start-up output, copied into every trial's log
+
+
+def _said() -> bytes:
+    """What the server printed before its first fork (a sitecustomize's output, an import's
+    warning): a fresh process of the trial would have printed it into its own log."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        with open("/proc/self/fd/2", "rb") as log:
+            return log.read(SAID_MAX)
+    except OSError:
+        return b""
 
 
 def _serve(out: TextIO) -> int:
@@ -179,6 +194,8 @@ def _become(job: dict[str, Any]) -> None:
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
+    if _STATE["said"]:
+        os.write(1, _STATE["said"])
     os.environ.clear()
     os.environ.update(job["env"])
     if job.get("cwd"):
