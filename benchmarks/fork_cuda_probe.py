@@ -1,9 +1,9 @@
 """Which import leaves CUDA poisoned for a fork (torch's 'Cannot re-initialize CUDA in forked
 subprocess'): after each of the fork server's preloads, a forked child tries torch.cuda.init()."""
-import os
-import sys
 
 import importlib
+import os
+import sys
 
 
 def probe(stage: str) -> None:

@@ -174,12 +174,18 @@ def test_zygote_refuses_to_fork_beside_another_thread() -> None:
     assert alone == "''" and "runs 2 threads" in beside, proc.stdout + proc.stderr
 
 
-def test_forkserver_a_search_its_confirmation_and_check_fork_their_processes(
+def test_forkserver_a_search_and_its_confirmation_fork_their_processes(
     tmp_path: Path, write_yaml
 ) -> None:
     cfg = tiny(
         space={"micro_batch_size": [2, 4], "precision": ["fp32"]},
-        study={"trials": 2, "sampler": "grid", "confirm_top": 1, "confirm_rounds": 2},
+        study={
+            "trials": 2,
+            "sampler": "grid",
+            "confirm_top": 1,
+            "confirm_rounds": 2,
+            "fork_server": True,
+        },
     )
     proc = run_cli("search", str(write_yaml(cfg)), "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -197,6 +203,6 @@ def test_forkserver_a_search_its_confirmation_and_check_fork_their_processes(
         "check", str(study / "best.yaml"), "--repeats", "2", "--max-repeats", "0", cwd=tmp_path
     )
     assert check.returncode in (0, 1, 5), check.stdout + check.stderr
-    repeats = [json.loads(p.read_text()) for p in study.glob("checks/*/*/result.json")]
-    assert repeats and all(r["phases_s"]["start"] < 1.0 for r in repeats[1:])
+    # check's repeats start cold while the fork server is opt-in (study.fork_server)
+    assert list(study.glob("checks/*/*/result.json"))
     none_left(str(study))

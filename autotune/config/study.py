@@ -318,8 +318,8 @@ class StudyConfig(_Section):
         "touching CUDA: a trial starts in milliseconds instead of paying those imports (seconds "
         "of CPU). Each fork is as alone as a fresh process: a session of its own, its "
         "environment, nothing carried from an earlier trial. Where it is on, prestart is not "
-        "needed and is off. Default: on for tasks whose trial process imports torch (not task "
-        "command: the job imports its own), unless prestart is true.",
+        "needed and is off. Default: off (opt-in while it is new); never for task command (the "
+        "job imports its own).",
     )
     objective: ObjectiveName = Field(
         default="tokens_per_s",

@@ -95,8 +95,8 @@ class Bench:
         command: CommandConfig | None = None,
     ) -> Bench:
         """prestart None: on for CUDA trials whose process imports torch, off on the CPU (the import
-        would share the measured cores). fork None: on for trials whose process imports torch,
-        unless prestart is true (the fork server imports it once, on the CPU too: that saves CPU
+        would share the measured cores). fork True (study.fork_server): trials whose process imports
+        torch fork from the fork server (it imports torch once, on the CPU too: that saves CPU
         rather than sharing it); a forked trial takes no process started ahead. command: the
         command section
         (config.CommandConfig) of task command."""
@@ -105,7 +105,7 @@ class Bench:
         task = tasks.task(workload.task)
         # prestart asked for (true) and the fork server left to its default: the processes are
         # started ahead, as asked
-        forks = task.imports_torch and prestart is not True if fork is None else fork
+        forks = task.imports_torch and fork is True  # opt-in until a clean-clone CI has run it
         ahead = device == "cuda" and task.imports_torch if prestart is None else prestart
         # task command builds its part from the command section (tasks.Command.trial_params)
         params = task.trial_params(drift, loss_check, command=command, timeout_s=timeout_s)
