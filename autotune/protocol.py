@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 from autotune import knobs as catalogue
+from autotune import status as _status
 from autotune.knobs import Knobs as Knobs  # re-exported: the knobs a trial is handed
 
 if TYPE_CHECKING:
@@ -26,19 +27,9 @@ if TYPE_CHECKING:
 
     from _typeshed import DataclassInstance
 
-# How a trial can end. Failures never stop the study.
-STATUSES = (
-    "ok",
-    "pruned",
-    "over_limit",
-    "oom",
-    "timeout",
-    "nonfinite_loss",
-    "invalid_config",
-    "crash",
-)
-# Outcomes that say the configuration itself cannot run here (not the machine).
-CONFIG_FAILURES = ("oom", "invalid_config", "nonfinite_loss")
+# How a trial can end, and which ends say the configuration cannot run here (autotune/status.py).
+STATUSES = _status.STATUSES
+CONFIG_FAILURES = _status.CONFIG_FAILURES
 # The Python module a trial process runs: `python -m autotune.workloads.trial SPEC.json
 # RESULT.json`.
 TRIAL_MODULE = "autotune.workloads.trial"

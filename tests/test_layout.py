@@ -24,6 +24,7 @@ SHARED = (
     "autotune.knobs._ranks",
     "autotune.knobs._notes",
     "autotune.sizes",
+    "autotune.status",
     "autotune.nccl_log",
     "autotune.numerics",  # the numerics check's verdict: the trial's and the search's
     # the job's reporting API: the trial of task command reads what it writes
@@ -338,6 +339,7 @@ ROOT_MODULES = {
     "reporting",  # the job's reporting API (task command)
     "sizes",  # the built-in model's derived sizes
     "space",  # the resolved search space
+    "status",  # a trial's status, shared by both sides
     "views",  # the live view of a search and the CLI's tables
     "yamlio",  # YAML in and out, with limits
 }

@@ -14,9 +14,8 @@ from autotune.documents.record import Metric, TrialRecord
 from autotune.knobs import KnobValue
 from autotune.protocol import CONFIG_FAILURES, STATUSES, Knobs
 from autotune.redact import mask_doc
+from autotune.status import NOT_LAUNCHED as NOT_LAUNCHED  # re-exported
 
-# Trials recorded without a launch; they never count toward the budget.
-NOT_LAUNCHED = ("duplicate", "skipped")
 # The statuses the budget (study.trials) counts: trials measured to their end, their figure known
 # (ok, or over_limit: measured past study.limits). A failed or pruned trial, or one lost with its
 # worker, is not counted: the search measures another in its place, up to LAUNCHES_PER_TRIAL
