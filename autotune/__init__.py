@@ -21,13 +21,11 @@ from __future__ import annotations
 
 # the C module, loaded with the interpreter: `signal` itself imports enum, tens of milliseconds
 import _signal
-import os as _os
 import sys as _sys
 
-# The variables this process was started with: a trial inherits these, never one a library set
-# since (mlflow.set_tracking_uri writes MLFLOW_TRACKING_URI, with its password, into os.environ):
-# launch.inherited_env.
-INHERITED_ENV = frozenset(_os.environ)
+# The variables this process was started with, read before anything else is imported (a trial
+# inherits these, never one a library set since: autotune/launch/environ.py)
+from autotune.launch import environ as _environ  # noqa: E402, F401
 
 
 def _launched_as_the_cli() -> bool:
@@ -125,8 +123,8 @@ def run_search(
     trial is written to stderr."""
     from autotune.api_options import SEARCH, checked, observer_of, path_of
     from autotune.config import Config
-    from autotune.config.load import load
     from autotune.hardware import default_device
+    from autotune.job import load
     from autotune.search.run import run_search as _run
 
     if not isinstance(model_yaml, Config):
@@ -245,7 +243,7 @@ def run_export(best_path: str | Path, formats: Sequence[str] | None = None) -> l
 @_checked
 def load_config(path: str | Path) -> Config:
     """MODEL_YAML read and checked whole, as `autotune validate` (its space is not kept)."""
-    from autotune.config.load import load_config as _load
+    from autotune.job import load_config as _load
 
     return _load(Path(path))
 

@@ -330,18 +330,16 @@ def visible_gpu_index() -> int:
     return int(first) if first.isdigit() else 0
 
 
-def software_versions() -> str:
-    """autotune, Python, torch, CUDA, NCCL and host, in one line (imports torch: only `autotune hw`
-    asks)."""
+def software_versions(autotune_version: str) -> str:
+    """autotune (its version as the package says it: autotune.__version__), Python, torch, CUDA,
+    NCCL and host, in one line (imports torch: only `autotune hw` asks)."""
     import torch
-
-    import autotune
 
     nccl = "n/a"
     if torch.cuda.is_available():
         nccl = ".".join(map(str, torch.cuda.nccl.version()))  # type: ignore[no-untyped-call]
     return (
-        f"autotune {autotune.__version__}, python {platform.python_version()}, torch "
+        f"autotune {autotune_version}, python {platform.python_version()}, torch "
         f"{torch.__version__}, "
         f"CUDA {torch.version.cuda}, NCCL {nccl}, host {platform.node()}"
     )

@@ -22,7 +22,6 @@ from typing import Any
 
 from autotune import knobs as catalogue
 from autotune.documents.record import TrialRecord
-from autotune.launch import logcap
 from autotune.protocol import PROGRESS_FILE, Knobs, TrialResult
 
 # launch._classify's words for a trial that left no result (tests/test_reasons.py runs both)
@@ -91,6 +90,9 @@ class Context:
     progress: bool = False  # a one-rank trial wrote its measured steps as they ran (progress.json)
     mapped: dict[str, Any] | None = None  # task command: how knobs reach it (None: all act)
     estimate_gib: float | None = None  # the memory model's peak of the knobs (None: no model)
+    # the telling line of the end of the trial's log (worker.log), as a reason quotes it, at most
+    # QUOTE_CHARS; "" where the log said nothing (launch/runner.py reads it)
+    said: str = ""
 
 
 def explain(record: TrialRecord, result: TrialResult | None, ctx: Context) -> str:
@@ -130,7 +132,7 @@ def _timeout(record: TrialRecord, result: TrialResult | None, ctx: Context) -> s
     remedy = "raise study.trial_timeout_min" + (f" to about {needed}" if needed else "")
     if _acts("compile", record.knobs, ctx) and record.knobs.get("compile"):
         remedy += " or take compile out of the space"
-    said = logcap.last_words(ctx.run_dir / "worker.log", QUOTE_CHARS)
+    said = ctx.said
     said = f"; its output ends: {said}" if said else ""
     return f"no result within {limit}: {went}; {remedy}{warned}{said}"
 
@@ -167,7 +169,7 @@ def _crash(record: TrialRecord, result: TrialResult | None, ctx: Context) -> str
     m = NO_RESULT.match(record.reason) if result is None else None
     # launch/process.py quoted the log's last lines as they were: quote the telling one
     if m is not None:
-        said = logcap.last_words(ctx.run_dir / "worker.log", QUOTE_CHARS)
+        said = ctx.said
         head = f"{m['how']}, no result: {said}" if said else f"{m['how']}, no result and no output"
         evidence = f"{m['how']} {said}"
     elif QUOTES_A_FAILURE.search(record.reason):

@@ -3,7 +3,7 @@ Optuna suggestions.
 
 The rules come from the knob catalogue (autotune/knobs): a knob that acts only under another knob's
 value, only across ranks, or only on NCCL is fixed (and says why) where it cannot matter. Imports no
-config module at run time: config.load.validate calls resolve_space, the rules beyond the schema.
+config module at run time: job.validate calls resolve_space, the rules beyond the schema.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from autotune.config.load import load_config
+from autotune.job import load_config
 from autotune.study.history import History
 from autotune.study.load import load_study
 

@@ -12,6 +12,7 @@ import yaml
 from conftest import run_cli, tiny
 
 from autotune.documents.best_file import measured_digest, read_best, record_check_baseline
+from autotune.tasks import check_workload
 
 FIXTURES = Path(__file__).parent / "data" / "studies"
 
@@ -88,9 +89,11 @@ def test_baseline_belongs_digest_of_the_typed_file_is_the_mapping_s(name: str) -
     """The digest of a typed document (older layouts upgraded on read) is the one search/best.py
     takes of the mapping; fixture-v3's recorded digest (schema 3) covered less, so it differs."""
     path = FIXTURES / name / "best.yaml"
-    assert read_best(path).doc.digest() == measured_digest(yaml.safe_load(path.read_text()))
+    assert read_best(path, check_workload).doc.digest() == measured_digest(
+        yaml.safe_load(path.read_text())
+    )
     written = yaml.safe_load((FIXTURES / "fixture-v3" / "best.yaml").read_text())["measured"]
-    assert written == "65fece6f9493d17b" != read_best(path).doc.digest()
+    assert written == "65fece6f9493d17b" != read_best(path, check_workload).doc.digest()
 
 
 def test_baseline_belongs_a_recorded_baseline_keeps_the_file_as_read(tmp_path: Path) -> None:
@@ -106,22 +109,26 @@ def test_baseline_belongs_a_recorded_baseline_keeps_the_file_as_read(tmp_path: P
     fingerprint = {"device": "cpu", "gpu_model": "x86_64"}
     first = "2026-12-05T10:00:00+00:00"
     record_check_baseline(
-        path, read_best(path).doc, [1000.5, 999.0], first, fingerprint, reset=True
+        path, read_best(path, check_workload).doc, [1000.5, 999.0], first, fingerprint, reset=True
     )
-    measured = read_best(path).doc.baseline_digest()  # written in this release's layout
+    measured = read_best(
+        path, check_workload
+    ).doc.baseline_digest()  # written in this release's layout
     assert path.read_text() == text.replace("schema_version: 3", "schema_version: 4") + (
         "check_baseline:\n  tokens_per_s_samples:\n  - 1000.5\n  - 999.0\n"
         f"  recorded_at: '{first}'\n  fingerprint:\n    device: cpu\n    gpu_model: x86_64\n"
         f"  measured: {measured}\n  series_from: '{first}'\n"
     )
     shutil.copy(path, tmp_path / "first.yaml")
-    record_check_baseline(path, read_best(path).doc, [1001.0], "2026-12-06", fingerprint)
+    record_check_baseline(
+        path, read_best(path, check_workload).doc, [1001.0], "2026-12-06", fingerprint
+    )
     again = yaml.safe_load(path.read_text())
     assert list(again) == list(yaml.safe_load((tmp_path / "first.yaml").read_text()))
-    recorded = read_best(path).doc.check_baseline
+    recorded = read_best(path, check_workload).doc.check_baseline
     assert recorded is not None and recorded.tokens_per_s_samples == [1001.0]
     assert (recorded.series_from, recorded.measured) == (
         first,
-        read_best(path).doc.baseline_digest(),
+        read_best(path, check_workload).doc.baseline_digest(),
     )
     assert again["my_notes"] == {"kept": True}

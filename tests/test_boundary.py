@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from autotune import tasks
-from autotune.config.load import load_config
 from autotune.documents.record import Metric, TrialRecord
+from autotune.job import load_config
 from autotune.search.loop import Search
 from autotune.search.observer import Observer
 from autotune.space import resolve_space

@@ -70,7 +70,7 @@ YAMLS = [
 
 @pytest.mark.parametrize("name", YAMLS)
 def test_cli80_validate_never_cuts_a_knobs_name(name: str, tmp_path: Path) -> None:
-    from autotune.config.load import load
+    from autotune.job import load
 
     path = ROOT / "search_spaces" / name
     _, space = load(path)

@@ -17,8 +17,8 @@ import pytest
 import yaml
 from conftest import alive, cli_here, finishes
 
-from autotune.config.load import load_config
 from autotune.errors import ConfigError, UnmeasuredError
+from autotune.job import load_config
 from autotune.search.run import run_search
 
 ROOT = Path(__file__).resolve().parent.parent

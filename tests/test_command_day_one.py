@@ -18,10 +18,10 @@ from conftest import cli_here
 
 from autotune.command import render as command_render
 from autotune.command.task import unmeasured
-from autotune.config.load import load_config
 from autotune.documents.record import TrialRecord
 from autotune.errors import ConfigError, ExitCode, UnmeasuredError
 from autotune.export import export
+from autotune.job import load_config
 from autotune.search.run import run_search
 from autotune.space import resolve_space
 

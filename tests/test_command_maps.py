@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.command.render import pattern, render, unrendered
-from autotune.config.load import load, load_config
+from autotune.job import load, load_config
 from autotune.search import edges
 from autotune.search.run import run_search
 from autotune.study.history import History

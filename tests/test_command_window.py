@@ -111,7 +111,7 @@ def test_command_steps_are_seen_as_they_end(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_command_trial_at_its_limit_keeps_the_steps_it_reported(tmp_path: Path) -> None:
-    from autotune.config.load import load_config
+    from autotune.job import load_config
     from autotune.search.run import run_search
 
     cfg = load_config(_yaml(tmp_path, {"args": ["--mode", "slow"]}))
@@ -130,7 +130,7 @@ def test_command_trial_at_its_limit_keeps_the_steps_it_reported(tmp_path: Path) 
 def test_command_job_that_gave_its_steps_and_ignores_the_stop_past_the_limit_is_measured(
     tmp_path: Path,
 ) -> None:
-    from autotune.config.load import load_config
+    from autotune.job import load_config
     from autotune.search.run import run_search
 
     path = _yaml(tmp_path, {"args": ["--mode", "ignore_stop"], "stop_grace_s": 3600})
@@ -213,8 +213,8 @@ def test_command_measure_lightning_renders_the_trainers_own_variables() -> None:
 def test_command_measure_lightning_refuses_a_precision_lightning_has_no_name_for(
     tmp_path: Path,
 ) -> None:
-    from autotune.config.load import load_config
     from autotune.errors import ConfigError
+    from autotune.job import load_config
 
     path = _yaml(
         tmp_path, {"args": [], "measure": "lightning"}, space={"precision": ["bf16", "tf32"]}
@@ -289,7 +289,7 @@ def test_command_measure_lightning_hook_adds_the_callback(tmp_path: Path) -> Non
 
 
 def test_staged_command_search_screens_compile_off() -> None:
-    from autotune.config.load import load_config
+    from autotune.job import load_config
     from autotune.search import stages
     from autotune.space import resolve_space
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from conftest import tiny
 
-from autotune.config.load import parse_config
+from autotune.job import parse_config
 from autotune.launch.runner import Bench, run_trial
 from autotune.space import resolve_space
 

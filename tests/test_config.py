@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from autotune import config as config_mod
 from autotune.cli import app
-from autotune.config.load import load_config
 from autotune.errors import ConfigError
+from autotune.job import load_config
 
 BAD = [
     # (id, config data or raw text, message pattern)

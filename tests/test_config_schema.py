@@ -1,6 +1,6 @@
 """autotune/config is the YAML's schema only: no module of it imports the task plug-ins, and reading
 a best.yaml with its classes never runs the user-code probe (launch/probe.py); the study's YAML is
-probed once, by config.load.validate's pass."""
+probed once, by job.validate's pass."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.config.load import load
 from autotune.documents.best_file import read_best
 from autotune.export import _winner
+from autotune.job import load
 from autotune.launch import probe
+from autotune.tasks import check_workload
 from tests.conftest import tiny
 
 CONFIG = Path(__file__).resolve().parents[1] / "autotune" / "config"
@@ -89,7 +90,7 @@ def test_config_schema_reading_best_yaml_never_probes_user_code(
     best.update(model={"entrypoint": "counted:build"}, base_dir=".")
     path = tmp_path / "best.yaml"
     path.write_text(yaml.safe_dump(best, sort_keys=False))
-    read = read_best(path)  # check's reader
+    read = read_best(path, check_workload)  # check's reader
     winner = _winner.read(path)  # export's
     assert read.model is not None and read.model.entrypoint == "counted:build"
     assert read.base_dir == str(tmp_path) and winner.base_dir == str(tmp_path)

@@ -11,8 +11,8 @@ import pytest
 from conftest import load_trials, none_left, run_cli, tiny
 
 from autotune import nccl_log
-from autotune.config.load import parse_config
 from autotune.errors import ConfigError
+from autotune.job import parse_config
 from autotune.knobs import env_of
 from autotune.launch.runner import Bench, launch_command, run_trial
 from autotune.protocol import TrialSpec

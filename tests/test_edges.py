@@ -13,7 +13,7 @@ import yaml
 from conftest import run_cli, tiny
 from fake_measure import FakeMeasure
 
-from autotune.config.load import parse_config
+from autotune.job import parse_config
 from autotune.report import collect, to_markdown
 from autotune.search import run_search
 from autotune.search.edges import next_value, split

@@ -26,10 +26,10 @@ from typer.testing import CliRunner
 from autotune import knobs as catalogue
 from autotune.cli import app
 from autotune.command import render as command_render
-from autotune.config.load import load_config
 from autotune.errors import ConfigError
 from autotune.export import Form, export
 from autotune.export._hf_command import NO_TRANSFORMERS, field_of, flag_groups, training_fields
+from autotune.job import load_config
 from autotune.search.run import run_search
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,8 +16,8 @@ import yaml
 from conftest import cli_here
 
 from autotune import metrics
-from autotune.config.load import load_config
 from autotune.errors import ConfigError
+from autotune.job import load_config
 from autotune.protocol import RunSettings, TrialSpec
 from autotune.workloads import trial
 from autotune.workloads.decoder import Decoder, full_logits

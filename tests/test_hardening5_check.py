@@ -17,8 +17,8 @@ import yaml
 from conftest import run_cli
 
 from autotune.check import regress
-from autotune.config.load import load_config
 from autotune.errors import ConfigError
+from autotune.job import load_config
 from autotune.search.run import run_search
 
 # The user's job: marks its folder as run, then reports 10 ms steps (SLEEP_S: its step's sleep).

@@ -24,7 +24,7 @@ from conftest import cli_here, load_trials, run_cli, start_cli, tiny, wait_until
 from fake_measure import FakeMeasure
 from optuna.trial import TrialState
 
-from autotune.config.load import parse_config
+from autotune.job import parse_config
 from autotune.search import SearchResult, run_search, stages
 from autotune.search.drive import Drive, Told
 from autotune.search.schedule import Schedule

@@ -16,6 +16,7 @@ import yaml
 from conftest import run_cli
 
 from autotune.documents.best_file import measured_digest, read_best, record_check_baseline
+from autotune.tasks import check_workload
 
 # The user's job: marks its folder as run, then reports steps of SLEEP_S seconds.
 JOB = """
@@ -82,7 +83,7 @@ def test_hardening6_bestfile_base_dir_is_stored_as_the_user_names_the_folder(roo
     best = root / "ws" / "proj" / "trials" / "job" / "best.yaml"
     doc = yaml.safe_load(best.read_text())
     assert doc["base_dir"] == "../.." and doc["schema_version"] == 5
-    assert read_best(best).base_dir == str(root / "ws" / "proj")
+    assert read_best(best, check_workload).base_dir == str(root / "ws" / "proj")
 
 
 @pytest.mark.slow
@@ -130,11 +131,11 @@ def test_hardening6_bestfile_an_older_file_reads_as_before(root: Path) -> None:
     doc = yaml.safe_load((root / "ws" / "proj" / "trials" / "job" / "best.yaml").read_text())
     _as_schema_4(doc)
     best.write_text(yaml.safe_dump(doc, sort_keys=False))
-    read = read_best(best)
+    read = read_best(best, check_workload)
     assert read.base_dir == str((root / "ws" / "proj").resolve())
     record_check_baseline(best, read.doc, [1000.0, 1001.0], "2026-12-07T00:00:00", {})
     assert yaml.safe_load(best.read_text())["schema_version"] == 4
-    assert read_best(best).base_dir == read.base_dir
+    assert read_best(best, check_workload).base_dir == read.base_dir
 
 
 EDITS: dict[str, Edit] = {

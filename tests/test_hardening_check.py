@@ -15,11 +15,12 @@ from conftest import run_cli
 
 from autotune import paths
 from autotune.check import bench, regress
-from autotune.config.load import load_config
 from autotune.documents.best_file import read_best
 from autotune.errors import ConfigError, UnmeasuredError
 from autotune.export._winner import read as read_winner
+from autotune.job import load_config
 from autotune.search.run import run_search
+from autotune.tasks import check_workload
 
 FIXTURES = Path(__file__).parent / "data" / "studies"
 # real searches and checks (a module-wide study, the CLI): `make test-fast` leaves them out
@@ -198,9 +199,9 @@ def test_hardening_check_a_baseline_without_its_digest_is_refused(
 def test_hardening_check_reset_baseline_records_the_digest(study: Path, tmp_path: Path) -> None:
     best = _without_digest(study, tmp_path, baseline=True)
     regress.reset_baseline(best, repeats=1, max_load=0)  # this shared machine's load unjudged
-    recorded = read_best(best).doc.check_baseline
+    recorded = read_best(best, check_workload).doc.check_baseline
     assert recorded is not None and recorded.measured
-    bench.baseline_belongs(best, read_best(best))  # checks again
+    bench.baseline_belongs(best, read_best(best, check_workload))  # checks again
 
 
 @pytest.mark.parametrize("name", ["fixture-v0", "fixture-older", "fixture-v3"])
@@ -209,12 +210,12 @@ def test_hardening_check_today_s_file_belongs_an_older_one_is_refused(
 ) -> None:
     """Today's file belongs; schema 1 (no digest) and 3 (a digest of less, issue 52) cannot tell
     what they measured: refused, --reset-baseline named (tests/test_hardening5_check.py)."""
-    bench.baseline_belongs(study, read_best(study))
+    bench.baseline_belongs(study, read_best(study, check_workload))
     older = FIXTURES / name / "best.yaml"
     with pytest.raises(
         ConfigError, match=r"(measured: missing|schema_version: 3).*--reset-baseline"
     ):
-        bench.baseline_belongs(older, read_best(older))
+        bench.baseline_belongs(older, read_best(older, check_workload))
 
 
 def test_hardening_check_storage_files_of_a_url(tmp_path: Path) -> None:

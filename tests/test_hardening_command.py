@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from autotune import metrics, reporting
-from autotune.config.load import load_config
+from autotune.job import load_config
 from autotune.launch.process import Outcome
 from autotune.launch.runner import Bench, record_of
 from autotune.protocol import RunSettings, TrialResult

@@ -115,7 +115,7 @@ def _config_file_yaml(tmp_path: Path) -> Path:
 def test_a_config_file_that_is_a_fifo_is_refused_without_opening_it(tmp_path: Path) -> None:
     import os
 
-    from autotune.config.load import load_config
+    from autotune.job import load_config
 
     os.mkfifo(tmp_path / "cfg.json")  # opening it for reading would wait for a writer forever
     with pytest.raises(ConfigError, match="cfg.json.* not a regular file"):
@@ -124,7 +124,7 @@ def test_a_config_file_that_is_a_fifo_is_refused_without_opening_it(tmp_path: Pa
 
 def test_a_huge_config_file_is_refused_without_reading_it(tmp_path: Path) -> None:
     from autotune.command import render as command_render
-    from autotune.config.load import load_config
+    from autotune.job import load_config
 
     with open(tmp_path / "cfg.json", "wb") as handle:
         handle.truncate(command_render.MAX_CONFIG_BYTES + 1)

@@ -16,8 +16,8 @@ import yaml
 
 from autotune import redact
 from autotune.check.regress import check
-from autotune.config.load import load_config
 from autotune.errors import ConfigError
+from autotune.job import load_config
 from autotune.search.run import run_search
 
 ARG_TOKEN = "hf_ArgumentTokenArgumentToken0001"

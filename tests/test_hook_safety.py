@@ -315,8 +315,8 @@ def _hf_search(tmp_path: Path, mode: str) -> dict[str, Any]:
     """The record of the one trial (the baseline) of a search of the HF_JOB."""
     import yaml
 
-    from autotune.config.load import load_config
     from autotune.errors import UnmeasuredError
+    from autotune.job import load_config
     from autotune.search.run import run_search
 
     (tmp_path / "job.py").write_text(HF_JOB)

@@ -17,10 +17,11 @@ import pytest
 import yaml
 from conftest import cli_here, load_trials, tiny
 
-from autotune.config.load import parse_config
 from autotune.documents import identity
 from autotune.documents.best_file import Upgraded, read_best
+from autotune.job import parse_config
 from autotune.study.history import key
+from autotune.tasks import check_workload
 
 FIXTURES = Path(__file__).parent / "data" / "studies"
 
@@ -155,7 +156,7 @@ def test_identity_fresh_warm_start_from_the_study_it_archives(tmp_path: Path) ->
 
 def test_identity_an_older_best_yaml_is_upgraded_on_read(tmp_path: Path) -> None:
     study = _copy(tmp_path, "fixture-older")
-    doc = read_best(study / "best.yaml").doc
+    doc = read_best(study / "best.yaml", check_workload).doc
     # neither acts: one rank, compile off
     added = {"fsdp_backward_prefetch": None, "compile_dynamic": None}
     assert doc.upgraded == Upgraded(from_schema=1, knobs_added=added)
@@ -167,14 +168,14 @@ def test_identity_an_older_best_yaml_is_upgraded_on_read(tmp_path: Path) -> None
     del edited["knobs"]["compile"]
     (study / "best.yaml").write_text(yaml.safe_dump(edited))
     with pytest.raises(Exception, match="knobs: compile is missing"):
-        read_best(study / "best.yaml")
+        read_best(study / "best.yaml", check_workload)
 
 
 @pytest.mark.parametrize("name", ["fixture-v0", "fixture-older", "fixture-v3"])
 def test_identity_every_layout_reads_as_the_typed_document(name: str) -> None:
     """schema 1 (fixture-v0, fixture-older) and 3 (fixture-v3) read as one typed document: each
     section an attribute, the model, workload and command as autotune.config types them."""
-    best = read_best(FIXTURES / name / "best.yaml")
+    best = read_best(FIXTURES / name / "best.yaml", check_workload)
     doc = best.doc
     assert (doc.name, doc.chosen.trial, doc.fingerprint.device) == (name, 1, "cpu")
     assert doc.metrics.tokens_per_s_per_gpu > 0 and doc.metrics.tpot_ms_median is None

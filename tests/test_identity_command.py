@@ -14,9 +14,9 @@ import pytest
 import yaml
 from conftest import cli_here, command_job, load_trials
 
-from autotune.config.load import load_config
 from autotune.documents import identity
 from autotune.errors import StudyError
+from autotune.job import load_config
 from autotune.search.storage import CONFIG_FILE_DIGEST, open_study
 
 

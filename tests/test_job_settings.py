@@ -190,7 +190,7 @@ Trainer(model=LlamaForCausalLM(config), args=args, train_dataset=data).train()
 
 def _sft_like_trial(tmp_path: Path, knobs: dict[str, Any]) -> dict[str, Any]:
     """The record of the one trial (the baseline) of a search of SFT_LIKE_JOB (measure: hf)."""
-    from autotune.config.load import load_config
+    from autotune.job import load_config
     from autotune.search.run import run_search
 
     tmp_path.mkdir(parents=True, exist_ok=True)

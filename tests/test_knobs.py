@@ -11,8 +11,8 @@ from conftest import tiny
 
 from autotune import knobs, tasks
 from autotune.config import SpaceConfig
-from autotune.config.load import parse_config
 from autotune.errors import exit_codes_markdown
+from autotune.job import parse_config
 from autotune.protocol import TrialSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,7 +159,7 @@ k.BY_NAME["demo_knob"] = new
 k.NAMES = tuple(k.BY_NAME)
 from autotune.documents import identity
 from autotune.config import SpaceConfig
-from autotune.config.load import parse_config
+from autotune.job import parse_config
 from autotune.space import resolve_space
 doc = json.loads(sys.argv[1])
 plain = parse_config(doc)
@@ -184,8 +184,8 @@ def test_a_new_knob_is_its_catalogue_entry_alone_on_the_parent_side() -> None:
 
     from conftest import tiny
 
-    from autotune.config.load import parse_config
     from autotune.documents import identity
+    from autotune.job import parse_config
 
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run(

@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import tiny
 
-from autotune.config.load import parse_config
+from autotune.job import parse_config
 from autotune.knobs import CE_CHUNKS
 from autotune.launch.runner import Bench, run_trial
 from autotune.space import resolve_space

@@ -10,8 +10,8 @@ import optuna
 import pytest
 import yaml
 
-from autotune.config.load import load_config
 from autotune.errors import UnmeasuredError
+from autotune.job import load_config
 from autotune.launch import logcap
 from autotune.search.run import run_search
 

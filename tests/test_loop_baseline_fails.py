@@ -13,9 +13,9 @@ import yaml
 from conftest import cli_here, command_job, load_trials, tiny
 from fake_measure import FakeMeasure
 
-from autotune.config.load import parse_config
 from autotune.documents.record import TrialRecord
 from autotune.errors import UnmeasuredError
+from autotune.job import parse_config
 from autotune.search.loop import failure_of
 from autotune.search.run import run_search
 

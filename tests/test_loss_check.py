@@ -464,7 +464,7 @@ def test_loss_check_of_a_compiled_trial_compiles_nothing_more(
 
 
 def _cfg(space: dict[str, Any], baseline: dict[str, Any], trials: int) -> Any:
-    from autotune.config.load import parse_config
+    from autotune.job import parse_config
 
     return parse_config(
         tiny(

@@ -117,7 +117,7 @@ def _hf_trial(tmp_path: Path, argv: list[str]) -> dict[str, Any]:
     """The record of the one trial of a search of the job (2 warm-up and 4 measured steps, at
     most 60; a window that never settles: its figure is measured at 60 steps, or when the job's
     training ended)."""
-    from autotune.config.load import load_config
+    from autotune.job import load_config
     from autotune.search.run import run_search
 
     (tmp_path / "job.py").write_text(HF_JOB)

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from conftest import alive
 
-from autotune.config.load import load_config
+from autotune.job import load_config
 from autotune.search.run import run_search
 
 ESCAPE = Path(__file__).parent / "data" / "jobs" / "escape.py"

@@ -17,7 +17,7 @@ import yaml
 
 from autotune import tasks
 from autotune.command.report import BadReport, done_line
-from autotune.config.load import load
+from autotune.job import load
 from autotune.search import neighbours
 from autotune.search.stages import Plan
 from autotune.study import peaks, predict

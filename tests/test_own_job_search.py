@@ -12,7 +12,7 @@ import optuna
 import pytest
 import yaml
 
-from autotune.config.load import load, load_config
+from autotune.job import load, load_config
 from autotune.search import neighbours
 from autotune.search.run import run_search
 from autotune.search.stages import Plan

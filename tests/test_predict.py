@@ -12,7 +12,7 @@ import pytest
 from conftest import load_trials, tiny
 
 from autotune import memory, tasks
-from autotune.config.load import parse_config
+from autotune.job import parse_config
 from autotune.search import run_search
 from autotune.study import predict
 from autotune.study.history import History

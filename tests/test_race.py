@@ -13,7 +13,7 @@ import pytest
 from conftest import tiny
 from fake_measure import FakeMeasure
 
-from autotune.config.load import parse_config
+from autotune.job import parse_config
 from autotune.report import collect, to_markdown
 from autotune.search import race, run_search
 from autotune.study.load import load_study

@@ -15,9 +15,9 @@ from conftest import command_job, run_cli, tiny
 from fake_measure import FakeMeasure
 
 from autotune.check.bench import baseline_samples
-from autotune.config.load import parse_config
 from autotune.documents.best_file import read_best
 from autotune.export import export
+from autotune.job import parse_config
 from autotune.report import collect, to_json, to_markdown
 from autotune.search import race, run_search
 from autotune.search.confirm import choose
@@ -25,6 +25,7 @@ from autotune.study import bound
 from autotune.study.chosen import KEEP
 from autotune.study.history import History
 from autotune.study.load import load_study
+from autotune.tasks import check_workload
 
 
 def _arm(trial: int, samples: list[float], changed: list[str], **knobs: Any) -> dict[str, Any]:
@@ -153,7 +154,7 @@ def test_race_keeps_your_setting_end_to_end(tmp_path: Path, monkeypatch) -> None
     assert best["metrics"]["speedup_vs_baseline"] == 1.0  # never the warm median over the cold
     assert best["metrics"]["tokens_per_s_per_gpu"] > 990  # its confirmed median
     # check compares with the baseline arm's confirmation samples, not its cold search trial
-    samples, said = baseline_samples(read_best(result.best_yaml).doc)
+    samples, said = baseline_samples(read_best(result.best_yaml, check_workload).doc)
     assert len(samples) >= 2 and said.startswith("the search's confirmation of trial 0")
     exported = json.loads(export(result.best_yaml, ["json"])[0].text)
     assert exported["knobs"] == best["baseline"]["knobs"]

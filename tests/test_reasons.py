@@ -12,8 +12,9 @@ import yaml
 from conftest import tiny
 
 from autotune import remedy
-from autotune.config.load import load_config, parse_config
 from autotune.documents.record import TrialRecord
+from autotune.job import load_config, parse_config
+from autotune.launch import logcap
 from autotune.launch.runner import Bench, measure
 from autotune.protocol import PROGRESS_FILE, TrialResult, last_words, reason_line, told_lines
 from autotune.search.run import run_search
@@ -89,7 +90,9 @@ def _record(status: str, reason: str, **knobs) -> TrialRecord:
 
 
 def _ctx(tmp_path: Path, **kw) -> remedy.Context:
-    return remedy.Context(600.0, tmp_path, **kw)
+    """The context as the runner makes it: the log's telling last line read now."""
+    said = logcap.last_words(tmp_path / "worker.log", remedy.QUOTE_CHARS)
+    return remedy.Context(600.0, tmp_path, said=said, **kw)
 
 
 CUDA_OOM = (

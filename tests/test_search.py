@@ -16,9 +16,9 @@ from conftest import load_trials as _trials
 from fake_measure import FakeMeasure, speed
 
 from autotune import tasks
-from autotune.config.load import parse_config
 from autotune.documents.record import TrialRecord
 from autotune.errors import ConfigError, StudyError
+from autotune.job import parse_config
 from autotune.protocol import CONFIG_FAILURES, STATUSES, TrialResult
 from autotune.report import collect, to_markdown
 from autotune.search import Observer, SearchResult, run_search

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from conftest import command_job, run_cli
 
-from autotune.config.load import load
 from autotune.documents.record import TrialRecord
+from autotune.job import load
 from autotune.report import collect, to_json, to_markdown
 from autotune.search import run_search
 from autotune.search.host import Watch, words

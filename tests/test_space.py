@@ -8,8 +8,8 @@ from conftest import tiny
 
 from autotune import knobs as catalogue
 from autotune import tasks
-from autotune.config.load import parse_config
 from autotune.errors import ConfigError
+from autotune.job import parse_config
 from autotune.knobs import env_of
 from autotune.space import KNOBS, resolve_space
 

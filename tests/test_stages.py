@@ -13,8 +13,8 @@ import optuna
 import pytest
 from conftest import tiny
 
-from autotune.config.load import parse_config
 from autotune.documents.record import Metric, TrialRecord
+from autotune.job import parse_config
 from autotune.search import stages
 from autotune.search.loop import Search
 from autotune.search.observer import Observer
@@ -218,7 +218,7 @@ STAGED_H200 = Path(__file__).resolve().parent / "data" / "studies" / "staged-h20
 def _recorded_until(number: int) -> tuple[optuna.Study, Any]:
     """The H200 study of 2026-12-02 (benchmarks/spaces/staged-llama-1.2b.yaml, docs/BENCHMARKS.md)
     as it stood after trial `number`, in memory."""
-    from autotune.config.load import load_config
+    from autotune.job import load_config
 
     recorded = optuna.load_study(study_name="staged-llama-1.2b", storage=f"sqlite:///{STAGED_H200}")
     study = optuna.create_study(direction="maximize")

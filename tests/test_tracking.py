@@ -15,9 +15,9 @@ import optuna
 import pytest
 from conftest import finishes, tiny, wait_until
 
-from autotune.config.load import parse_config
 from autotune.documents.record import Metric, TrialRecord
 from autotune.errors import ConfigError
+from autotune.job import parse_config
 from autotune.search.tracking import Tracker, logged_trial, start, with_overrides
 from autotune.study.history import optuna_state, store
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import tiny
 
-from autotune.config.load import parse_config
+from autotune.job import parse_config
 from autotune.launch.runner import model_spec
 from autotune.protocol import RunSettings, TrialSpec
 from autotune.space import resolve_space
@@ -102,7 +102,7 @@ def test_worker_tf32_on_cpu_is_invalid_config(tmp_path) -> None:
 
 def test_worker_param_counts_match_reference_models() -> None:
     root = __import__("pathlib").Path(__file__).resolve().parents[1] / "search_spaces"
-    from autotune.config.load import load_config
+    from autotune.job import load_config
 
     with torch.device("meta"):
         gpt2 = Transformer(model_spec(load_config(root / "gpt2-small.yaml").model))

@@ -10,8 +10,8 @@ import optuna
 from conftest import tiny
 from rich.console import Console
 
-from autotune.config.load import load_config
 from autotune.documents.record import Metric, TrialRecord
+from autotune.job import load_config
 from autotune.search.loop import Search
 from autotune.space import resolve_space
 from autotune.study.history import History

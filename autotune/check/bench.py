@@ -10,15 +10,15 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from autotune import paths
+from autotune import paths, tasks
 from autotune.command.config import CommandConfig
-from autotune.config.load import load_config
 from autotune.config.study import StudyConfig
 from autotune.documents import base_dir as base_dir_of
 from autotune.documents.best_file import Best, BestFile, read_best
 from autotune.documents.digest import DIGEST_SCHEMA, LAUNCH_ONLY
 from autotune.errors import ConfigError, excerpt
 from autotune.hardware import detect, visible_gpu_index
+from autotune.job import load_config
 from autotune.launch.probe import check_entrypoint
 from autotune.launch.runner import Bench, preflight
 from autotune.redact import mask_command
@@ -190,7 +190,7 @@ def load_best(best_path: Path) -> Best:
     """best.yaml read and validated, and everything a check needs checked, before anything is
     measured."""
     preflight()
-    best = read_best(best_path)
+    best = read_best(best_path, tasks.check_workload)
     # history.jsonl, checks/ and the baseline go beside it
     paths.writable_dir(best_path.parent, "BEST_YAML")
     paths.no_links(best_path.parent)

@@ -11,10 +11,11 @@ from autotune.cli._errors import funnel
 def hw() -> None:
     """Detected GPUs (pynvml), the peak FLOPs used for MFU, and software versions."""
     with funnel():
+        import autotune
         from autotune.hardware import detect, software_versions
         from autotune.views import hw_tables
 
         console = out_console()
         for table in hw_tables(detect()):
             console.print(table)
-        console.print(software_versions())
+        console.print(software_versions(autotune.__version__))

@@ -57,7 +57,7 @@ def search(
 ) -> None:
     """Search the space with real, short benchmark trials; write OUT/<name>/best.yaml."""
     with funnel():
-        from autotune.config.load import load
+        from autotune.job import load
         from autotune.search.tracking import with_overrides
         from autotune.views import LiveProgress, space_table
 
@@ -213,7 +213,7 @@ def validate(model_yaml: ModelYaml, show_all: ShowAll = False) -> None:
     The space lists the knobs that can act here (--all: every one)."""
     with funnel():
         from autotune import tasks
-        from autotune.config.load import load
+        from autotune.job import load
         from autotune.views import config_yaml, space_table
 
         console = out_console()

@@ -1,5 +1,6 @@
-"""Reading a config: YAML to a validated Config (autotune.config's models), and any validation error
-as one line naming the YAML path, the bad value and what is allowed."""
+"""Reading a config: YAML to a Config its schema validated (autotune.config's models), and any
+validation error as one line naming the YAML path, the bad value and what is allowed. The rules
+beyond the schema (the model's code, the space) are autotune/job.py's pass."""
 
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ from pydantic import BaseModel, ValidationError
 
 from autotune import knobs as catalogue
 from autotune import yamlio
-from autotune.config import Config, ModelConfig
+from autotune.config import Config
 from autotune.errors import ConfigError, did_you_mean, excerpt
-from autotune.space import ResolvedSpace, resolve_space
 
 
 def _section_type(annotation: object) -> tuple[type[BaseModel] | None, bool]:
@@ -96,15 +96,7 @@ def describe_error(err: ValidationError, section: str | None = None) -> str:
     return f"{loc}: {msg}{shown}"
 
 
-def parse_config(data: object, source: str = "<config>", base_dir: Path | None = None) -> Config:
-    """Validate an already-loaded mapping: its schema, then the space's rules (validate);
-    ConfigError with a one-line message on any problem."""
-    cfg = _schema(data, source, base_dir)
-    validate(cfg, None, source)
-    return cfg
-
-
-def _schema(data: object, source: str, base_dir: Path | None) -> Config:
+def schema(data: object, source: str, base_dir: Path | None) -> Config:
     """The mapping as the schema (autotune.config) reads it; nothing resolved yet."""
     if not isinstance(data, dict):
         raise ConfigError(
@@ -118,31 +110,10 @@ def _schema(data: object, source: str, base_dir: Path | None) -> Config:
     return cfg
 
 
-def validate(cfg: Config, device: str | None = None, source: str = "<config>") -> ResolvedSpace:
-    """The one pass over the rules beyond the schema: the model's files and code (check_model_code,
-    the user-code probe), then the space resolved for `device` (resolve_space: what the task asks
-    of the sections, tasks.check_config; the batch rule, each knob's own rules, the size limit, the
-    baseline); ConfigError naming the YAML path. A search resolves its space here once and hands it
-    on (load, run_search's `space`)."""
-    try:
-        if cfg.model is not None:
-            base_dir = cfg.base_dir
-            check_model_code(cfg.model, Path(base_dir) if base_dir is not None else None)
-        return resolve_space(cfg, device)
-    except ValueError as err:
-        raise ConfigError(f"{source}: {err}") from None
-
-
-def load(path: str | Path, device: str | None = None) -> tuple[Config, ResolvedSpace]:
-    """MODEL_YAML read, its schema checked and its space resolved once for `device`."""
-    data = _read(Path(path))
-    cfg = _schema(data, str(path), Path(path).parent.resolve())
-    return cfg, validate(cfg, device, str(path))
-
-
-def load_config(path: str | Path) -> Config:
-    """Read MODEL_YAML and check it whole (load); the space resolved is not kept."""
-    return load(path)[0]
+def read(path: Path) -> Config:
+    """MODEL_YAML read and its schema checked (nothing resolved, no user code probed:
+    autotune/job.py checks it whole)."""
+    return schema(_read(path), str(path), path.parent.resolve())
 
 
 def _read(path: Path) -> Any:
@@ -182,52 +153,3 @@ def _read_space(path: Path, given: str) -> dict[str, Any]:
     if not isinstance(space, dict):
         raise ConfigError(f"{path}: space: {found} holds no mapping of knobs (knob: values)")
     return space
-
-
-def check_model_code(model: ModelConfig, base_dir: Path | None) -> None:
-    """hf_config and entrypoint fail here, before any trial: missing file, bad JSON, import errors
-    (ValueError naming model.<field>). The entrypoint is imported in a throwaway process
-    (launch/probe.py): the parent never runs user code. validate's pass only: the schema never
-    starts the probe, so reading a best.yaml does not."""
-    import importlib.util
-    import json
-
-    from autotune.launch.probe import check_entrypoint, check_hf_config
-
-    if model.family is not None:  # the built-in model: autotune's own code
-        return
-    if model.hf_config is not None:
-        path = Path(model.hf_config)
-        if not path.is_file():
-            raise ValueError(f"model.hf_config: no such file: {model.hf_config!r}")
-        try:
-            if path.stat().st_size > yamlio.MAX_BYTES:
-                raise ValueError(f"{path.stat().st_size:,} bytes; a config.json is a few kB")
-            data = json.loads(path.read_text())
-        except (OSError, ValueError, RecursionError) as err:
-            raise ValueError(
-                f"model.hf_config: {model.hf_config!r} is not valid JSON: {err}"
-            ) from None
-        if not isinstance(data, dict) or "model_type" not in data:
-            raise ValueError(
-                f"model.hf_config: {model.hf_config!r} has no model_type; is it a transformers "
-                "config.json?"
-            )
-        if importlib.util.find_spec("transformers") is None:
-            raise ValueError(
-                "model.hf_config: needs transformers, which is not installed; pip install "
-                "'autotune[hf]'"
-            )
-        if (problem := check_hf_config(str(path))) is not None:
-            raise ValueError(f"model.hf_config: {model.hf_config!r}: {problem}")
-        return
-    module_name, sep, func = (model.entrypoint or "").partition(":")
-    if not sep or not module_name or not func.isidentifier():
-        raise ValueError(
-            f"model.entrypoint: {model.entrypoint!r} is not of the form 'package.module:function'"
-        )
-    problem, _ = check_entrypoint(
-        module_name, func, str(base_dir) if base_dir is not None else None
-    )
-    if problem:
-        raise ValueError(f"model.entrypoint: {problem}")

@@ -32,6 +32,8 @@ from autotune.errors import ConfigError
 from autotune.protocol import Knobs
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from autotune.command.config import CommandConfig, Scalar
     from autotune.config import ModelConfig, WorkloadConfig
 
@@ -238,7 +240,7 @@ class BestFile(Layout):
 class Best:
     """best.yaml as read_best read it: the document, each section typed (doc; an older layout
     upgraded), and its model, workload and command as the YAML schema types them (autotune.config;
-    the schema only: the model's code is not probed, that is config.load.validate's pass)."""
+    the schema only: the model's code is not probed, that is job.validate's pass)."""
 
     doc: BestFile
     model: ModelConfig | None  # None: task command (the command builds its model)
@@ -247,10 +249,11 @@ class Best:
     base_dir: str | None  # the study YAML's folder, absolute (base_dir.absolute)
 
 
-def read_best(path: Path) -> Best:
+def read_best(path: Path, check_workload: Callable[[WorkloadConfig], None]) -> Best:
     """A best.yaml written by `autotune search`, every part check uses validated (the model and
-    workload as the YAML schema says, each knob as its catalogue entry says) and typed; ConfigError
-    (exit 2) naming the bad part."""
+    workload as the YAML schema says, each knob as its catalogue entry says, the workload against
+    its task: check_workload, tasks.check_workload for its readers) and typed; ConfigError (exit 2)
+    naming the bad part."""
     if not path.is_file():
         raise ConfigError(missing_best(path))
     raw = yamlio.read(path, "BEST_YAML")
@@ -258,7 +261,7 @@ def read_best(path: Path) -> Best:
         raise ConfigError(
             f"{path}: knobs, fingerprint: missing; is this a best.yaml written by autotune search?"
         )
-    best = _validated(path, raw)
+    best = _validated(path, raw, check_workload)
     _upgrade(path, best)
     knobs = best.doc.knobs
     check_knobs(path, knobs, best.workload.task, user_knobs(best.command))
@@ -283,7 +286,9 @@ def missing_best(path: Path) -> str:
     )
 
 
-def _validated(path: Path, raw: dict[str, Any]) -> Best:
+def _validated(
+    path: Path, raw: dict[str, Any], check_workload: Callable[[WorkloadConfig], None]
+) -> Best:
     """The document (BestFile) and its YAML sections (autotune.config's classes: the schema, no user
     code probed) validated; ConfigError naming the first bad part."""
     from autotune.command.config import CommandConfig
@@ -304,10 +309,8 @@ def _validated(path: Path, raw: dict[str, Any]) -> Best:
             (k for k in ("model", "workload") if err.title == f"{k.capitalize()}Config"), None
         )
         raise ConfigError(f"{path}: {describe_error(err, section)}") from None
-    from autotune import tasks
-
     try:
-        tasks.check_workload(workload)  # the workload against its task (the schema reads it alone)
+        check_workload(workload)  # the workload against its task (the schema reads it alone)
     except ValueError as err:
         raise ConfigError(f"{path}: {err}") from None
     return Best(doc, model, workload, command, base_dir)

@@ -77,6 +77,7 @@ class Winner:
 
 def read(path: Path) -> Winner:
     """best.yaml at path as a Winner; ConfigError (exit 2, one line) naming what is wrong."""
+    from autotune import tasks
     from autotune.documents.best_file import missing_best, read_best
 
     if not path.is_file():
@@ -87,7 +88,7 @@ def read(path: Path) -> Winner:
         _check_env(path, doc.get("apply"))
         return _command_winner(path, doc)
 
-    return _winner(path, read_best(path))
+    return _winner(path, read_best(path, tasks.check_workload))
 
 
 def _winner(path: Path, best: Best) -> Winner:

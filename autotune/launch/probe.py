@@ -18,9 +18,15 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+from autotune import yamlio
 from autotune.errors import ConfigError
 from autotune.launch import orphans
+
+if TYPE_CHECKING:
+    from autotune.config import ModelConfig
 
 TIMEOUT_ENV = "AUTOTUNE_IMPORT_TIMEOUT_S"  # documented in README (Your own model)
 _MAX_ANSWER = 1 << 16
@@ -151,3 +157,49 @@ def check_hf_config(path: str) -> str | None:
     if isinstance(answer, str):
         return answer
     return None if answer.get("found") is True else str(answer.get("error", "unreadable"))[:300]
+
+
+def check_model_code(model: ModelConfig, base_dir: Path | None) -> None:
+    """hf_config and entrypoint fail here, before any trial: missing file, bad JSON, import errors
+    (ValueError naming model.<field>). The entrypoint is imported in a throwaway process
+    (this module's probe): the parent never runs user code. job.validate's pass only: the schema
+    never starts the probe, so reading a best.yaml does not."""
+    import importlib.util
+
+    if model.family is not None:  # the built-in model: autotune's own code
+        return
+    if model.hf_config is not None:
+        path = Path(model.hf_config)
+        if not path.is_file():
+            raise ValueError(f"model.hf_config: no such file: {model.hf_config!r}")
+        try:
+            if path.stat().st_size > yamlio.MAX_BYTES:
+                raise ValueError(f"{path.stat().st_size:,} bytes; a config.json is a few kB")
+            data = json.loads(path.read_text())
+        except (OSError, ValueError, RecursionError) as err:
+            raise ValueError(
+                f"model.hf_config: {model.hf_config!r} is not valid JSON: {err}"
+            ) from None
+        if not isinstance(data, dict) or "model_type" not in data:
+            raise ValueError(
+                f"model.hf_config: {model.hf_config!r} has no model_type; is it a transformers "
+                "config.json?"
+            )
+        if importlib.util.find_spec("transformers") is None:
+            raise ValueError(
+                "model.hf_config: needs transformers, which is not installed; pip install "
+                "'autotune[hf]'"
+            )
+        if (problem := check_hf_config(str(path))) is not None:
+            raise ValueError(f"model.hf_config: {model.hf_config!r}: {problem}")
+        return
+    module_name, sep, func = (model.entrypoint or "").partition(":")
+    if not sep or not module_name or not func.isidentifier():
+        raise ValueError(
+            f"model.entrypoint: {model.entrypoint!r} is not of the form 'package.module:function'"
+        )
+    problem, _ = check_entrypoint(
+        module_name, func, str(base_dir) if base_dir is not None else None
+    )
+    if problem:
+        raise ValueError(f"model.entrypoint: {problem}")

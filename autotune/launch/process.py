@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from autotune import atomic, nccl_log
 from autotune.hardware import Telemetry, visible_gpu_index
-from autotune.launch import forkserver, logcap, orphans, prestart
+from autotune.launch import environ, forkserver, logcap, orphans, prestart
 from autotune.protocol import PROGRESS_FILE, PRUNE_FILE, TRIAL_MODULE, TrialResult, TrialSpec
 
 LOG_TAIL_LINES = 15
@@ -399,14 +399,13 @@ LIBRARY_PREFIXES = ("MLFLOW_", "WANDB_")
 
 def inherited_env() -> dict[str, str]:
     """autotune's environment less what a library added to it since autotune started
-    (INHERITED_ENV): a tracking library's variables, and any variable holding a credential autotune
-    knows (a storage's or a tracking server's password). What the user exported, or set before
-    calling the API, the trial gets."""
-    from autotune import INHERITED_ENV
+    (launch/environ.py): a tracking library's variables, and any variable holding a credential
+    autotune knows (a storage's or a tracking server's password). What the user exported, or set
+    before calling the API, the trial gets."""
     from autotune.redact import holds_known
 
     def acquired(name: str, value: str) -> bool:
-        if name in INHERITED_ENV:
+        if name in environ.INHERITED:
             return False
         return name.startswith(LIBRARY_PREFIXES) or holds_known(value)
 

@@ -22,6 +22,7 @@ from autotune import memory, metrics, nccl_log, paths, remedy, tasks
 from autotune.documents.record import Metric, TrialRecord
 from autotune.errors import ConfigError
 from autotune.hardware import detect, device_units, fingerprint, peak_flops
+from autotune.launch import logcap
 from autotune.launch.locks import DeviceLock
 from autotune.launch.process import Outcome, launch_command, run_trial  # noqa: F401  (launch_command: re-exported)
 from autotune.protocol import (
@@ -33,6 +34,7 @@ from autotune.protocol import (
     TrialSpec,
     parse_fault,
 )
+from autotune.status import Status
 
 if TYPE_CHECKING:
     from autotune.command.config import CommandConfig
@@ -255,7 +257,13 @@ def _remedy_context(
         progress and bench.run.world_size == 1,  # a one-rank trial writes its steps as they run
         dict(command.get("knobs") or {}) if command is not None else None,
         estimate,
+        _said(run_dir) if record.status in (Status.TIMEOUT, Status.CRASH) else "",
     )
+
+
+def _said(run_dir: Path) -> str:
+    """The telling line of the end of a trial's log, as a remedy quotes it."""
+    return logcap.last_words(run_dir / "worker.log", remedy.QUOTE_CHARS)
 
 
 def record_of(number: int, knobs: Knobs, outcome: Outcome, bench: Bench) -> TrialRecord:

@@ -130,7 +130,7 @@ class Search:
         self.schedule = Schedule(
             study, space, staging, budget, self.n_jobs, cfg.study.seed, grid, cfg.study.extend_edges
         )
-        self.schedule.neighbours = neighbours.wanted(cfg.study.start, cfg.workload.task, grid)
+        self.schedule.neighbours = neighbours.wanted(cfg.study.start, space.task, grid)
         self.plan = self.schedule.plan
         self.stop = threading.Event()
         # trial -> (start, end): which trials overlapped which

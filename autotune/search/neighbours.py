@@ -36,12 +36,13 @@ from autotune.search.stages import Plan
 from autotune.space import ResolvedSpace
 from autotune.study import peaks, predict
 from autotune.study.history import History, key
+from autotune.tasks import Task
 
 
-def wanted(start: str, task: str, grid: bool) -> bool:
-    """Whether the search starts with the neighbours (study.start; auto: for task command, your
-    own job); never with the grid, which measures every point."""
-    return not grid and (start == "neighbours" or start == "auto" and task == "command")
+def wanted(start: str, task: Task, grid: bool) -> bool:
+    """Whether the search starts with the neighbours (study.start; auto: where the task says so,
+    Task.starts_at_neighbours: your own job); never with the grid, which measures every point."""
+    return not grid and (start == "neighbours" or start == "auto" and task.starts_at_neighbours)
 
 
 def points(

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from autotune.config.load import load_config
 from autotune.documents.record import Metric, TrialRecord
+from autotune.job import load_config
 from autotune.protocol import Knobs
 from autotune.search.loop import Search
 from autotune.search.observer import Observer

@@ -79,7 +79,7 @@ def run_search(
     gpus: run one trial per listed GPU at once (each pinned with CUDA_VISIBLE_DEVICES); on the CPU
     the list only sets how many trials run at once. warm_start_from: another study's folder whose
     measured trials of this model start the study (search/warm.py). space: cfg's space as
-    config_load.validate resolved it for `device` (resolved here when not given). measure_fn: how
+    job.validate resolved it for `device` (resolved here when not given). measure_fn: how
     one configuration is measured, by the search and its confirmation alike (runner.measure's
     signature and TrialRecord; default runner.measure, a fresh process a trial); tests put a fake
     landscape there to run the whole loop in their own process. watch: samples the host's load and

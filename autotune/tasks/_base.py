@@ -72,6 +72,9 @@ class Task(ABC):
     screen: ClassVar[dict[str, Any]] = {}
     # autotune export's forms of the winner (export.FORMATS' names); json reads any task's
     exports: ClassVar[tuple[str, ...]] = ("json",)
+    # study.start auto: the search starts from the baseline's neighbours (search/neighbours.py),
+    # where the baseline is the user's own setting, the one to beat (task command's job)
+    starts_at_neighbours: ClassVar[bool] = False
 
     def user_knobs(self, cfg: Config) -> dict[str, list[Scalar]]:
         """Knobs the YAML declares itself beside the catalogue's (task command's), name ->

@@ -21,6 +21,7 @@ class Command(Training):
     name: ClassVar[str] = task.TASK
     needs_model: ClassVar[bool] = False
     imports_torch: ClassVar[bool] = False
+    starts_at_neighbours: ClassVar[bool] = True
     columns: ClassVar[tuple[str, ...]] = ("padding",)
     # your command as measured first, then the training forms
     exports: ClassVar[tuple[str, ...]] = ("command", *TRAINING_EXPORTS)
