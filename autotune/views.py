@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune import numerics
-from autotune.documents.record import TrialRecord
+from autotune.documents.record import TrialRecord, knobs_of, loss_check_of
 from autotune.errors import printable
 from autotune.protocol import Knobs, reason_line
 from autotune.report import fmt, row_of
@@ -144,10 +144,10 @@ class LiveProgress(Observer):
             self.best = {
                 "number": best.number,
                 "value": value_of(best),
-                "knobs": best.user_attrs["knobs"],
+                "knobs": knobs_of(best),
                 "mfu": record_mfu_text(TrialRecord.of(best)),
                 # its quality cost beside its speed-up (numerics.summary; '' where none ran)
-                "numerics": numerics.summary(best.user_attrs.get("loss_check")),
+                "numerics": numerics.summary(loss_check_of(best) or None),
             }
         self.console.print(trial_line(record, self.searched, self._which(record.number, index)))
 

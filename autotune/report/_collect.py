@@ -12,8 +12,15 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune import metrics, tasks
-from autotune.documents import nightly
-from autotune.documents.record import Metric, RecordError, TrialRecord
+from autotune.documents import nightly, study_attrs
+from autotune.documents.record import (
+    Metric,
+    RecordError,
+    TrialRecord,
+    has_record,
+    status_of,
+    telemetry_of,
+)
 from autotune.report import _effects, _summary
 from autotune.report._data import (
     Arm,
@@ -40,8 +47,7 @@ def collect(
     train_tokens: the full run the projection is of (None: the YAML's study.train_tokens, else no
     projection)."""
     trials = study.get_trials(deepcopy=False)
-    attrs = study.user_attrs
-    config = attrs.get("config", {})
+    config = study_attrs.config(study) or {}
     h = History.of(study)
     baseline = h.baseline
     base_value = value_of(baseline) if baseline else None
@@ -61,7 +67,7 @@ def collect(
     noise = _effects.noise(confirmation, ok)
     data = Report(
         study=study.study_name,
-        device=attrs.get("device"),
+        device=study_attrs.device(study),
         task=_task_of(config),
         model=config.get("model"),
         workload=config.get("workload"),
@@ -86,14 +92,14 @@ def collect(
         gpus=gpus,
         best_yaml=written_choice(study_dir),
         # what became of the steps past the edge of the list for the best (search/edges.py)
-        edges=attrs.get("edges") or None,
+        edges=study_attrs.edges_note(study) or None,
         # the gain found over your setting, or a bound on what any configuration measured may gain
         bound=bound.statement(h, conf),
         # expandable segments offered to a variable-length job that ran out of memory or came close
         alloc_offer=peaks.alloc_offer(h, tasks.task(_task_of(config))),
         numerics_checked=_summary.numerics_checked(ok + others),
         effects=_effects.effects(ok, searched, noise["pct"]),
-        cost=_summary.cost(ok + others, confirmation, gpus, attrs.get("device")),
+        cost=_summary.cost(ok + others, confirmation, gpus, study_attrs.device(study)),
         projection=None,  # of the headline (_derived)
         disturbed=disturbed.disturbed(h, conf),
     )
@@ -127,9 +133,9 @@ def _listed(t: optuna.trial.FrozenTrial) -> bool:
     """A trial the report lists: not a repeat (told as the trial it repeats), and given a
     configuration. A trial waiting in the queue (one a search left enqueued) or asked and never
     given its point has no knobs to show: it was never measured."""
-    if t.user_attrs.get("status") == "duplicate" or t.state == TrialState.WAITING:
+    if status_of(t) == "duplicate" or t.state == TrialState.WAITING:
         return False
-    return "knobs" in t.user_attrs or bool(t.params)
+    return has_record(t) or bool(t.params)
 
 
 def _train_tokens(config: dict[str, Any]) -> float | None:
@@ -145,7 +151,7 @@ def _task_of(config: dict[str, Any]) -> str:
 def _telemetry(trials: list[optuna.trial.FrozenTrial], number: int | None) -> Stored | None:
     """The search's best trial's telemetry (power, clocks) with `power_cap`: the power or clock
     limit its measured steps ran at (metrics.power_cap, None: none seen); None without."""
-    tele = next((t.user_attrs.get("telemetry") or None for t in trials if t.number == number), None)
+    tele = next((telemetry_of(t) for t in trials if t.number == number), None)
     return {**tele, "power_cap": metrics.power_cap(tele)} if isinstance(tele, dict) else None
 
 
@@ -305,9 +311,7 @@ def _failures(others: list[Row]) -> dict[str, Stored]:
 
 def _counts(rows: list[Row], trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
     counts = Counter(r.state + (" (predicted)" if r.predicted else "") for r in rows)
-    counts["duplicate (not launched)"] = sum(
-        1 for t in trials if t.user_attrs.get("status") == "duplicate"
-    )
+    counts["duplicate (not launched)"] = sum(1 for t in trials if status_of(t) == "duplicate")
     return dict(sorted((k, v) for k, v in counts.items() if v))
 
 

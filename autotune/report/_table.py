@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from autotune import metrics, nccl_log, tasks
-from autotune.documents.record import Metric, RecordError, TrialRecord
+from autotune.documents.record import Metric, RecordError, TrialRecord, has_knobs, has_status
 from autotune.hardware import MFU_PRECISION
 from autotune.protocol import Knobs, reason_line
 from autotune.report._data import Row, Stored
@@ -155,7 +155,7 @@ def _state(
     state = {TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}.get(
         t.state, r.status or "failed"
     )
-    if t.state == TrialState.FAIL and "status" not in t.user_attrs:
+    if t.state == TrialState.FAIL and not has_status(t):
         # failed outside autotune's objective (e.g. Optuna's own stale-trial handling)
         state = "worker_lost"
     tokens = m.get(Metric.TOKENS_PER_GPU) if _number(m.get(Metric.TOKENS_PER_GPU)) else None
@@ -175,7 +175,7 @@ def row_of(t: FrozenTrial, base_value: float | None) -> Row:
     except RecordError:
         r = TrialRecord(t.number, {}, "unreadable")
     m = _dict(r.metrics)
-    knobs_ok = isinstance(t.user_attrs.get("knobs"), dict)
+    knobs_ok = has_knobs(t)
     state, tokens = _state(t, r, m, knobs_ok)
     # a pruned trial's Optuna value is its last step's (Optuna's tell): the median of its steps is
     # the number

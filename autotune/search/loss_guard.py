@@ -22,7 +22,8 @@ from typing import Any
 import optuna
 
 from autotune import tasks
-from autotune.documents.record import TrialRecord
+from autotune.documents.record import TrialRecord, knobs_of
+from autotune.documents.record import loss_check_of as stored_check
 from autotune.knobs import numerics, reference_of
 from autotune.launch.runner import Bench
 from autotune.numerics import Limits, floor_nats, judge
@@ -55,12 +56,8 @@ def covered_by(h: History, knobs: Knobs) -> optuna.trial.FrozenTrial | None:
     """The trial whose passed check covers this configuration's arithmetic."""
     mine = _arithmetic(knobs)
     for t in h.completed:
-        check = t.user_attrs.get("loss_check") or {}
-        if (
-            check.get("passed")
-            and check.get("checked")
-            and _arithmetic(t.user_attrs["knobs"]) == mine
-        ):
+        check = stored_check(t)
+        if check.get("passed") and check.get("checked") and _arithmetic(knobs_of(t)) == mine:
             return t
     return None
 
@@ -68,7 +65,7 @@ def covered_by(h: History, knobs: Knobs) -> optuna.trial.FrozenTrial | None:
 def study_floor(h: History) -> float | None:
     """The study's noise floor in nats (measured by its first checked trial), None before it."""
     for t in _trials(h):
-        floor = (t.user_attrs.get("loss_check") or {}).get("floor_nats")
+        floor = stored_check(t).get("floor_nats")
         if isinstance(floor, (int, float)):
             return float(floor)
     return None
@@ -137,7 +134,7 @@ COVERED_KEYS = (
 
 
 def _covered(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
-    done, knobs = t.user_attrs["loss_check"], t.user_attrs["knobs"]
+    done, knobs = stored_check(t), knobs_of(t)
     return {
         "checked": False,
         "passed": True,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from autotune.config.load import load_config
-from autotune.documents.record import Metric, TrialRecord
+from autotune.documents.record import Metric, TrialRecord, is_predicted, knobs_of, status_of
 from autotune.protocol import Knobs
 from autotune.search.loop import Search
 from autotune.search.observer import Observer
@@ -129,12 +129,11 @@ def replay(
         (
             t
             for t in study.get_trials(deepcopy=False)
-            if t.user_attrs.get("status") not in (None, "duplicate", "skipped")
-            and not t.user_attrs.get("predicted")
+            if status_of(t) not in (None, "duplicate", "skipped") and not is_predicted(t)
         ),
         key=lambda t: t.number,
     )
-    return [landscape.true_value(t.user_attrs["knobs"]) for t in launched]
+    return [landscape.true_value(knobs_of(t)) for t in launched]
 
 
 def trials_to(values: list[float | None], target: float) -> int | None:
