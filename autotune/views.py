@@ -18,6 +18,7 @@ from autotune.protocol import Knobs, reason_line
 from autotune.report import fmt, row_of
 from autotune.report._table import record_mfu_text
 from autotune.search.observer import Observer, SearchStart
+from autotune.status import Status
 from autotune.study.history import History, value_of
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def trial_line(record: TrialRecord, searched: list[str] | None, which: str | Non
     which = which or f"#{record.number} "
     # measured while the host was busy (search/host.py): marked, never failed
     busy = ("  disturbed: " + "; ".join(record.disturbed), "yellow") if record.disturbed else ""
-    if record.status == "ok":
+    if record.status == Status.OK:
         check = numerics.summary(record.loss_check)  # the quality cost beside the speed
         return Text.assemble(
             which,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune.protocol import Knobs
 from autotune.redact import mask_doc
+from autotune.status import Status
 
 if TYPE_CHECKING:
     import optuna
@@ -214,6 +215,11 @@ def status_of(t: Stored) -> str | None:
     """The stored status (None: none stored yet, or an Optuna trial autotune did not record)."""
     status: str | None = t.user_attrs.get("status")
     return status
+
+
+def is_repeat(t: Stored) -> bool:
+    """A repeat of a measured configuration, recorded without a launch (search/repeats.py)."""
+    return status_of(t) == Status.DUPLICATE
 
 
 def has_status(t: Stored) -> bool:

@@ -35,6 +35,7 @@ from autotune.report._data import (
 from autotune.report._excluded import excluded
 from autotune.report._table import pareto, row_of
 from autotune.space import KNOBS
+from autotune.status import Status
 from autotune.study import bound, disturbed, peaks
 from autotune.study.chosen import chosen_summary, confirmation_complete, rounds_asked
 from autotune.study.history import History, current_confirmation, value_of
@@ -53,8 +54,10 @@ def collect(
     base_value = value_of(baseline) if baseline else None
     rows = [row_of(t, base_value) for t in trials if _listed(t)]
     # a completed row has its figure (row_of)
-    ok = sorted((r for r in rows if r.state == "ok"), key=lambda r: -(r.tokens_per_s_per_gpu or 0))
-    others = [r for r in rows if r.state != "ok"]
+    ok = sorted(
+        (r for r in rows if r.state == Status.OK), key=lambda r: -(r.tokens_per_s_per_gpu or 0)
+    )
+    others = [r for r in rows if r.state != Status.OK]
     searched = searched_knobs(trials)
     conf = current_confirmation(study, h)
     confirmation = confirmation_of(conf)
@@ -133,7 +136,7 @@ def _listed(t: optuna.trial.FrozenTrial) -> bool:
     """A trial the report lists: not a repeat (told as the trial it repeats), and given a
     configuration. A trial waiting in the queue (one a search left enqueued) or asked and never
     given its point has no knobs to show: it was never measured."""
-    if status_of(t) == "duplicate" or t.state == TrialState.WAITING:
+    if status_of(t) == Status.DUPLICATE or t.state == TrialState.WAITING:
         return False
     return has_record(t) or bool(t.params)
 
@@ -290,7 +293,7 @@ def pareto_front(rows: list[Row]) -> list[Row]:
     """generate studies: the measured trials (ok or over_limit) that no other beats on both output
     tokens/s (higher) and p99 time per output token (lower), fastest token first; [] for training.
     """
-    pts = [r for r in rows if r.state in ("ok", "over_limit")]
+    pts = [r for r in rows if r.state in (Status.OK, Status.OVER_LIMIT)]
     return pareto(pts, up=lambda r: r.tokens_per_s_per_gpu, down=lambda r: r.tpot_ms_p99)
 
 
@@ -311,7 +314,8 @@ def _failures(others: list[Row]) -> dict[str, Stored]:
 
 def _counts(rows: list[Row], trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
     counts = Counter(r.state + (" (predicted)" if r.predicted else "") for r in rows)
-    counts["duplicate (not launched)"] = sum(1 for t in trials if status_of(t) == "duplicate")
+    duplicates = sum(1 for t in trials if status_of(t) == Status.DUPLICATE)
+    counts["duplicate (not launched)"] = duplicates
     return dict(sorted((k, v) for k, v in counts.items() if v))
 
 

@@ -11,6 +11,7 @@ import optuna
 
 from autotune.documents.record import cause_of, loss_check_of, reason_of
 from autotune.report._data import Attempt, Evidence, Group, Row
+from autotune.status import Status
 from autotune.study import predict
 from autotune.study.history import History
 
@@ -77,7 +78,7 @@ _TITLES = {
 
 def _teacher(r: Row, h: History, by_number: dict[int, optuna.trial.FrozenTrial]) -> int | None:
     """The invalid_config trial whose learned rule covers this trial (itself where it taught it)."""
-    if r.state != "invalid_config":
+    if r.state != Status.INVALID_CONFIG:
         return None
     t = by_number.get(r.number)
     if t is not None and not r.predicted and cause_of(t):

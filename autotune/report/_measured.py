@@ -10,6 +10,7 @@ from autotune.documents import study_attrs
 from autotune.documents.record import RecordError, TrialRecord
 from autotune.documents.record import telemetry_of as stored_telemetry
 from autotune.report._data import Report, Row, arms
+from autotune.status import Status
 
 if TYPE_CHECKING:
     import optuna
@@ -64,7 +65,7 @@ def measured(data: Report, study: optuna.Study | None) -> Measured:
 def _spread(data: Report, study: optuna.Study) -> dict[int, tuple[float, float]]:
     """tokens/s per GPU at the slow and fast end of each ok trial's measured steps (its median
     scaled by median step time / step-time quantile): the error bar of a single measurement."""
-    tokens = {r.number: r.figure for r in data.trials if r.state == "ok"}
+    tokens = {r.number: r.figure for r in data.trials if r.state == Status.OK}
     spread = {}
     for t in study.get_trials(deepcopy=False):
         if t.number not in tokens:

@@ -13,6 +13,7 @@ from autotune.documents.record import Metric, RecordError, TrialRecord, has_knob
 from autotune.hardware import MFU_PRECISION
 from autotune.protocol import Knobs, reason_line
 from autotune.report._data import Row, Stored
+from autotune.status import Status
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -157,9 +158,9 @@ def _state(
     )
     if t.state == TrialState.FAIL and not has_status(t):
         # failed outside autotune's objective (e.g. Optuna's own stale-trial handling)
-        state = "worker_lost"
+        state = Status.WORKER_LOST
     tokens = m.get(Metric.TOKENS_PER_GPU) if _number(m.get(Metric.TOKENS_PER_GPU)) else None
-    if not isinstance(state, str) or (state == "ok" and (tokens is None or not knobs_ok)):
+    if not isinstance(state, str) or (state == Status.OK and (tokens is None or not knobs_ok)):
         state, tokens = "unreadable", None
     return state, tokens
 
@@ -255,7 +256,7 @@ def columns(knobs: list[str], rows: list[Row], task: str = "train") -> list[str]
     tasks.Task.columns), NCCL's choice (only where NCCL said), and the outcome (only where a trial
     did not simply succeed)."""
     nccl = ["NCCL used"] if any(r.nccl_used for r in rows) else []
-    outcome = ["state", "reason"] if any(r.state != "ok" or r.reason for r in rows) else []
+    outcome = ["state", "reason"] if any(r.state != Status.OK or r.reason for r in rows) else []
     efficiency = [MFU_HEADER if c == "MFU" else c for c in tasks.task(task).columns]
     energy = ["tokens/J"] if any(r.tokens_per_joule is not None for r in rows) else []
     estimate = ["est. GiB"] if any(r.memory_estimate_gib is not None for r in rows) else []

@@ -29,6 +29,7 @@ from autotune.launch.runner import Bench
 from autotune.numerics import Limits, floor_nats, judge
 from autotune.protocol import Knobs, loss_check_of, with_loss_check
 from autotune.space import ResolvedSpace
+from autotune.status import Status
 from autotune.study.history import History, key
 
 
@@ -99,7 +100,7 @@ def apply(bench: Bench, knobs: Knobs, record: TrialRecord, h: History) -> TrialR
     if (
         not tasks.task(bench.task).loss_check
         or not check.get("steps")
-        or record.status != "ok"
+        or record.status != Status.OK
         or not numerics(knobs)
     ):
         return record
@@ -114,7 +115,7 @@ def apply(bench: Bench, knobs: Knobs, record: TrialRecord, h: History) -> TrialR
         return record
     record.loss_check = _judged(found, knobs, check, h)
     if record.loss_check["passed"] is False:
-        record.status = "invalid_config"
+        record.status = Status.INVALID_CONFIG
         record.reason = _failure_reason(record.loss_check, knobs)
         record.cause = numerics(knobs)
     return record

@@ -29,6 +29,7 @@ from autotune.protocol import Knobs
 from autotune.search.loop import Search
 from autotune.search.observer import Observer
 from autotune.space import resolve_space
+from autotune.status import Status
 from autotune.study.history import key
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ class Landscape:
         p = self.point(knobs)
         return (
             self.tokens_per_step / statistics.median(p["step_times_s"])
-            if p["status"] == "ok"
+            if p["status"] == Status.OK
             else None
         )
 
@@ -68,7 +69,7 @@ class Landscape:
         best: float = max(
             self.tokens_per_step / statistics.median(p["step_times_s"])
             for p in self.points.values()
-            if p["status"] == "ok"
+            if p["status"] == Status.OK
         )
         return best
 
@@ -81,7 +82,7 @@ def _replayed_measure(landscape: Landscape, rng: random.Random) -> Callable[...,
         record = TrialRecord(number, knobs, p["status"], p.get("reason", ""), wall_s=0.0)
         # the knob values that caused the failure: the rule the search learns
         record.cause = p.get("cause")
-        if p["status"] == "ok":
+        if p["status"] == Status.OK:
             steps = p["step_times_s"]
             drawn = statistics.median(rng.choice(steps) for _ in steps)
             record.metrics = {Metric.TOKENS_PER_GPU: landscape.tokens_per_step / drawn}

@@ -36,6 +36,7 @@ from typing import Any
 
 from autotune import metrics
 from autotune.documents.record import is_predicted, status_of
+from autotune.status import Status
 from autotune.study.history import History, value_of
 
 # what the confirmation says where nothing beat your setting (search/race.pick kept it)
@@ -267,7 +268,7 @@ def _unrun(h: History, conf: dict[str, Any] | None) -> dict[str, Any] | None:
     if failed is None or is_predicted(failed):
         return None
     status = status_of(failed)
-    what = "ran out of memory: it does not fit" if status == "oom" else f"ended {status}"
+    what = "ran out of memory: it does not fit" if status == Status.OOM else f"ended {status}"
     text = f"your setting (trial {failed.number}) {what}, so there is no gain to state"
     said = {"kind": "unrun", "n": len(h.completed), "status": status}
     return _said(said, text + _fastest(h, conf))

@@ -47,6 +47,7 @@ from autotune.documents.record import (
     reason_of,
 )
 from autotune.protocol import Knobs
+from autotune.status import Status
 from autotune.study import peaks
 from autotune.study.history import History, key
 from autotune.tasks import Task
@@ -270,24 +271,24 @@ def failure(
         taught = check.get("passed") is False
         what = f"failed trial {t.number}'s numerics check" if taught else "cannot run here"
         why = reason_of(t)[:200]
-        return "invalid_config", f"predicted: {values} {what} (trial {t.number}: {why})"
+        return Status.INVALID_CONFIG, f"predicted: {values} {what} (trial {t.number}: {why})"
     size = task.size_knob
     if (bound := oom_bound(h, knobs, task)) is not None:
-        return "oom", _oom_reason(bound, knobs, task, peaks.neutral(h, task))
+        return Status.OOM, _oom_reason(bound, knobs, task, peaks.neutral(h, task))
     if (bound := _bound(h.over_limit, knobs, task)) is not None:
-        return "over_limit", (
+        return Status.OVER_LIMIT, (
             f"predicted: {size} {knobs_of(bound)[size]} was already over the limits "
             f"(trial {bound.number}: {reason_of(bound)[:200]})"
         )
     seen = peaks.forecast(h, knobs, task)
     if seen is not None and seen.over:
-        return "oom", (
+        return Status.OOM, (
             f"predicted: peak memory {seen.peak_gib:.1f} GiB ({seen.how}) is above the GPU's "
             f"{seen.capacity_gib:.1f} GiB"
         )
     if (below := forecast_below(h, knobs, task)) is not None:
         than, seen = below
-        return "oom", (
+        return Status.OOM, (
             f"predicted: needs at least the peak memory of {_setting(than, knobs, task)}, "
             f"{seen.peak_gib:.1f} GiB ({seen.how}), above the GPU's {seen.capacity_gib:.1f} GiB"
         )
@@ -299,7 +300,7 @@ def failure(
             else f"uncalibrated, over {UNCALIBRATED_MARGIN:.2f}x"
         )
         return (
-            "oom",
+            Status.OOM,
             f"predicted: the memory estimate {peak:.1f} GiB ({how}) is above the GPU's "
             f"{capacity:.1f} GiB",
         )
