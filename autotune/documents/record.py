@@ -131,6 +131,7 @@ class TrialRecord:
         attrs = {
             k: v for k, v in asdict(self).items() if k not in ("number", "extra") and v is not None
         }
+        attrs["status"] = str(self.status)  # a Status member stored as the plain string it is
         return {**self.extra, **attrs}
 
     @classmethod
@@ -178,7 +179,7 @@ def set_knobs(trial: optuna.Trial, knobs: Knobs) -> None:
 def set_status(trial: optuna.Trial, status: str) -> None:
     """A status stored on a running trial without a whole record: skipped, interrupted, a
     repeat."""
-    trial.set_user_attr("status", status)
+    trial.set_user_attr("status", str(status))  # a Status member stored as its plain string
 
 
 def set_reason(trial: optuna.Trial, reason: str) -> None:

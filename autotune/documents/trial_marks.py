@@ -72,7 +72,7 @@ def mark_lost(study: optuna.Study, t: FrozenTrial) -> None:
     constructor takes the private trial id as well, and asks the sampler again (before_trial,
     relative sampling) for a trial being reaped. The storage's own write is what Optuna's samplers
     use for the same need (study._storage.set_trial_system_attr(trial._trial_id, ...))."""
-    study._storage.set_trial_user_attr(t._trial_id, "status", Status.WORKER_LOST)
+    study._storage.set_trial_user_attr(t._trial_id, "status", str(Status.WORKER_LOST))
 
 
 def set_gpu(trial: optuna.Trial, slot: str | None) -> None:
@@ -92,9 +92,9 @@ def late_attrs(record: TrialRecord, of: int) -> dict[str, Any]:
     """A reaped worker's record kept as a duplicate of the trial measured again in its place."""
     return {
         **record.to_attrs(),
-        "status": Status.DUPLICATE,
+        "status": str(Status.DUPLICATE),  # stored as the plain strings they are
         _DUPLICATE_OF: of,
-        _LATE: record.status,
+        _LATE: str(record.status),
     }
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from autotune import metrics, nccl_log, tasks
+from autotune.documents import trial_marks
 from autotune.documents.record import Metric, RecordError, TrialRecord, has_knobs, has_status
 from autotune.hardware import MFU_PRECISION
 from autotune.protocol import Knobs, reason_line
@@ -206,7 +207,7 @@ def row_of(t: FrozenTrial, base_value: float | None) -> Row:
         mfu_peaks=_peaks(r, m, knobs),
         power_cap=metrics.power_cap(r.telemetry),
         beyond_list=r.extra.get("beyond_list") or None,
-        failed_rank=r.extra.get("failed_rank"),
+        failed_rank=trial_marks.failed_rank(r),
         loss_check=_dict(r.loss_check) or None,  # None where no numerics check ran
         nccl_used=nccl_log.used(_dict(r.nccl)),
         flops=applied if isinstance(applied, str) else None,
