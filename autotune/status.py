@@ -26,6 +26,7 @@ class Status(StrEnum):
     DUPLICATE = "duplicate"  # an earlier trial's configuration: its figure is that trial's
     SKIPPED = "skipped"  # asked, then not launched
     INTERRUPTED = "interrupted"  # the search was stopped while it ran
+    WORKER_LOST = "worker_lost"  # its worker stopped sending heartbeats: measured again
 
 
 # How a trial process can end (a result's status).

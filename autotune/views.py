@@ -12,12 +12,13 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune import numerics
-from autotune.documents.record import TrialRecord
+from autotune.documents.record import TrialRecord, knobs_of, loss_check_of
 from autotune.errors import printable
 from autotune.protocol import Knobs, reason_line
 from autotune.report import fmt, row_of
 from autotune.report._table import record_mfu_text
 from autotune.search.observer import Observer, SearchStart
+from autotune.status import Status
 from autotune.study.history import History, value_of
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def trial_line(record: TrialRecord, searched: list[str] | None, which: str | Non
     which = which or f"#{record.number} "
     # measured while the host was busy (search/host.py): marked, never failed
     busy = ("  disturbed: " + "; ".join(record.disturbed), "yellow") if record.disturbed else ""
-    if record.status == "ok":
+    if record.status == Status.OK:
         check = numerics.summary(record.loss_check)  # the quality cost beside the speed
         return Text.assemble(
             which,
@@ -144,10 +145,10 @@ class LiveProgress(Observer):
             self.best = {
                 "number": best.number,
                 "value": value_of(best),
-                "knobs": best.user_attrs["knobs"],
+                "knobs": knobs_of(best),
                 "mfu": record_mfu_text(TrialRecord.of(best)),
                 # its quality cost beside its speed-up (numerics.summary; '' where none ran)
-                "numerics": numerics.summary(best.user_attrs.get("loss_check")),
+                "numerics": numerics.summary(loss_check_of(best) or None),
             }
         self.console.print(trial_line(record, self.searched, self._which(record.number, index)))
 

@@ -436,3 +436,67 @@ def test_layout_the_command_trial_side_imports_no_pydantic_or_optuna(module: str
         todo += _parents(m)
     heavy = found & {"pydantic", "optuna", "yaml", "typer", "rich"}
     assert not heavy, f"{module} loads {sorted(heavy)} (through {sorted(seen)})"
+
+
+# Optuna's attributes of a trial or a study, and its storage: read and written only by their typed
+# owners in autotune/documents (the record's keys, the study's marks on a trial, the study's own
+# attributes), which keep the stored names and layouts.
+OPTUNA_ATTRS = {"user_attrs", "set_user_attr", "system_attrs", "set_system_attr", "_storage"}
+ATTR_OWNERS = {
+    "autotune/documents/record.py",
+    "autotune/documents/trial_marks.py",
+    "autotune/documents/study_attrs.py",
+}
+# TEMPORARY, the confirmation's: the study's "confirmation" attribute is read and written where it
+# was until its own owner (documents/confirmation.py, another change) takes it. In these files only
+# the lines naming "confirmation" may stay, and search/confirm.py whole (its knob reads sit in the
+# confirmation's measuring loop and its `choose` dict, which that change rewrites). That change
+# empties this allowance; it goes at the merge.
+CONFIRMATION_ALLOWANCE = {
+    "autotune/search/confirm.py": None,
+    "autotune/search/run.py": "confirmation",
+    "autotune/study/history.py": "confirmation",
+}
+
+
+def _optuna_attr_uses(path: Path) -> list[int]:
+    """Lines reading or writing OPTUNA_ATTRS: an attribute of that name, or a keyword of that name
+    (enqueue_trial, create_trial), but a FrozenTrial built in memory (a plot's or a tracker's view,
+    no stored attribute read or written)."""
+    tree = ast.parse(path.read_text())
+    built = {
+        id(k)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and (getattr(node.func, "id", None) or getattr(node.func, "attr", None)) == "FrozenTrial"
+        for k in node.keywords
+    }
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in OPTUNA_ATTRS:
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Call):
+            lines += [
+                node.lineno for k in node.keywords if k.arg in OPTUNA_ATTRS and id(k) not in built
+            ]
+    return sorted(set(lines))
+
+
+def test_layout_optuna_attributes_only_through_their_owners() -> None:
+    """user_attrs, set_user_attr, system_attrs, set_system_attr and _storage appear in autotune only
+    in the owners in autotune/documents: every other module reads and writes through them."""
+    found = []
+    for path in MODULES.values():
+        rel = str(path.relative_to(PACKAGE.parent))
+        if rel in ATTR_OWNERS:
+            continue
+        source = path.read_text().splitlines()
+        allowed = CONFIRMATION_ALLOWANCE.get(rel, "")
+        for line in _optuna_attr_uses(path):
+            if rel in CONFIRMATION_ALLOWANCE and (allowed is None or allowed in source[line - 1]):
+                continue
+            found.append(f"{rel}:{line}: {source[line - 1].strip()}")
+    assert not found, (
+        "read and write through autotune/documents (record, trial_marks, study_attrs):\n"
+        + ("\n".join(found))
+    )

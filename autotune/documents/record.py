@@ -7,16 +7,23 @@ its own. `from_attrs` reads any version: a record written before records were ve
 no `schema` key) is the same layout, read as it is; its knobs lack those added since, which
 `history.key` and the readers take at their defaults (documents/identity.py). A record of a newer
 schema than this release knows is refused (RecordError).
+
+The module owns the record's keys on an Optuna trial: `store` writes a record, `trial_of` makes a
+finished trial of one, and the readers below (`knobs_of`, `status_of`, ...) read one key without
+building the whole record (History.of reads every trial before each decision).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune.protocol import Knobs
+from autotune.redact import mask_doc
+from autotune.status import Status
 
 if TYPE_CHECKING:
+    import optuna
     from optuna.trial import FrozenTrial
 
 # 1: before versioning (2026-12-01 and earlier). 2: `schema` written, the same fields. 3: `host`,
@@ -124,6 +131,7 @@ class TrialRecord:
         attrs = {
             k: v for k, v in asdict(self).items() if k not in ("number", "extra") and v is not None
         }
+        attrs["status"] = str(self.status)  # a Status member stored as the plain string it is
         return {**self.extra, **attrs}
 
     @classmethod
@@ -146,3 +154,113 @@ class TrialRecord:
     def of(cls, trial: FrozenTrial) -> TrialRecord:
         """The record of a stored Optuna trial (a FrozenTrial)."""
         return cls.from_attrs(dict(trial.user_attrs), trial.number)
+
+
+class Stored(Protocol):
+    """A trial as stored: a FrozenTrial, or a running optuna.Trial (its user attributes read
+    back)."""
+
+    @property
+    def user_attrs(self) -> dict[str, Any]: ...
+
+
+def store(trial: optuna.Trial, record: TrialRecord) -> None:
+    """A trial's record becomes its Optuna user attributes (what report and check read back:
+    TrialRecord.of)."""
+    for k, v in record.to_attrs().items():
+        trial.set_user_attr(k, mask_doc(v))  # a secret the job printed, quoted in a reason
+
+
+def set_knobs(trial: optuna.Trial, knobs: Knobs) -> None:
+    """The configuration a running trial measures, stored before its record is."""
+    trial.set_user_attr("knobs", knobs)
+
+
+def set_status(trial: optuna.Trial, status: str) -> None:
+    """A status stored on a running trial without a whole record: skipped, interrupted, a
+    repeat."""
+    trial.set_user_attr("status", str(status))  # a Status member stored as its plain string
+
+
+def set_reason(trial: optuna.Trial, reason: str) -> None:
+    trial.set_user_attr("reason", reason)
+
+
+def trial_of(attrs: dict[str, Any], **trial: Any) -> FrozenTrial:
+    """A finished trial to add to a study (optuna.trial.create_trial's state, params,
+    distributions, value(s)) holding these user attributes (a record's `to_attrs`, with the
+    study's marks: documents/trial_marks.py)."""
+    import optuna
+
+    return optuna.trial.create_trial(**trial, user_attrs=attrs)
+
+
+def has_knobs(t: Stored) -> bool:
+    """The trial stored its knobs (a mapping): a record as autotune writes it."""
+    return isinstance(t.user_attrs.get("knobs"), dict)
+
+
+def has_record(t: Stored) -> bool:
+    """The trial stored knobs, whatever their layout (a status alone is no record)."""
+    return "knobs" in t.user_attrs
+
+
+def knobs_of(t: Stored) -> dict[str, Any]:
+    """The knobs the trial ran ({} where it stored none), as stored: the values unchecked (a
+    reader compares them with its own, as it read them before)."""
+    knobs: dict[str, Any] = t.user_attrs.get("knobs") or {}
+    return knobs
+
+
+def status_of(t: Stored) -> str | None:
+    """The stored status (None: none stored yet, or an Optuna trial autotune did not record)."""
+    status: str | None = t.user_attrs.get("status")
+    return status
+
+
+def is_repeat(t: Stored) -> bool:
+    """A repeat of a measured configuration, recorded without a launch (search/repeats.py)."""
+    return status_of(t) == Status.DUPLICATE
+
+
+def has_status(t: Stored) -> bool:
+    return "status" in t.user_attrs
+
+
+def reason_of(t: Stored) -> str:
+    """Why the trial ended as it did ("" where none is stored)."""
+    return str(t.user_attrs.get("reason") or "")
+
+
+def is_predicted(t: Stored) -> bool:
+    """Recorded from what the study knew, never launched (study/predict.py)."""
+    return bool(t.user_attrs.get("predicted"))
+
+
+def _mapping(t: Stored, name: str) -> dict[str, Any]:
+    value: dict[str, Any] = t.user_attrs.get(name) or {}
+    return value
+
+
+def cause_of(t: Stored) -> dict[str, Any]:
+    """invalid_config: the knob values that cannot run here ({}: none stored)."""
+    return _mapping(t, "cause")
+
+
+def loss_check_of(t: Stored) -> dict[str, Any]:
+    """The numerics check's verdict ({}: none ran)."""
+    return _mapping(t, "loss_check")
+
+
+def metrics_of(t: Stored) -> dict[str, Any]:
+    return _mapping(t, "metrics")
+
+
+def fingerprint_of(t: Stored) -> dict[str, Any]:
+    return _mapping(t, "fingerprint")
+
+
+def telemetry_of(t: Stored) -> dict[str, Any] | None:
+    """The GPUs' telemetry over the trial (None: none sampled)."""
+    tele: dict[str, Any] | None = t.user_attrs.get("telemetry") or None
+    return tele

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune import knobs as catalogue
 from autotune import memory, metrics, nccl_log, paths, remedy, tasks
+from autotune.documents import trial_marks
 from autotune.documents.record import Metric, TrialRecord
 from autotune.errors import ConfigError
 from autotune.hardware import detect, device_units, fingerprint, peak_flops
@@ -244,7 +245,7 @@ def _remedy_context(
     """What a failure's remedy reads beside the record (remedy.py): the limit, the trial's folder,
     the knobs a command maps, the memory model's peak of an OOM."""
     estimate = None
-    if record.status == "oom" and bench.model and tasks.task(bench.task).estimates_memory:
+    if record.status == Status.OOM and bench.model and tasks.task(bench.task).estimates_memory:
         est = memory.estimate(bench.model, record.knobs, bench.run.world_size, bench.device)
         estimate = est.total / memory.GIB if est is not None else None
     command = bench.params.command if isinstance(bench.params, CommandParams) else None
@@ -279,14 +280,14 @@ def record_of(number: int, knobs: Knobs, outcome: Outcome, bench: Bench) -> Tria
     )
     res, world = outcome.result, bench.run.world_size
     # a pruned trial keeps what it measured
-    if outcome.status in ("ok", "pruned") and res is not None:
+    if outcome.status in (Status.OK, Status.PRUNED) and res is not None:
         if not (why := metrics.impossible(res.step_times_s, res.tokens_per_step)):
             _measured(record, res, outcome, bench)
             why = metrics.impossible_figure(record.metrics or {})
         if why:  # a figure that cannot be is never recorded as measured (issue 38)
-            record.status, record.reason, record.metrics = "crash", why, None
+            record.status, record.reason, record.metrics = Status.CRASH, why, None
     # the knob values that cannot run here: a rule the search learns
-    if outcome.status == "invalid_config":
+    if outcome.status == Status.INVALID_CONFIG:
         record.cause = (
             res.cause
             if res is not None
@@ -295,8 +296,8 @@ def record_of(number: int, knobs: Knobs, outcome: Outcome, bench: Bench) -> Tria
             else None
         )
     record.nccl = outcome.nccl
-    if outcome.status != "ok" and res is not None and world > 1:
-        record.extra["failed_rank"] = res.rank
+    if outcome.status != Status.OK and res is not None and world > 1:
+        trial_marks.set_failed_rank(record, res.rank)
     return record
 
 

@@ -12,8 +12,15 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune import metrics, tasks
-from autotune.documents import nightly
-from autotune.documents.record import Metric, RecordError, TrialRecord
+from autotune.documents import nightly, study_attrs
+from autotune.documents.record import (
+    Metric,
+    RecordError,
+    TrialRecord,
+    has_record,
+    status_of,
+    telemetry_of,
+)
 from autotune.report import _effects, _summary
 from autotune.report._data import (
     Arm,
@@ -28,6 +35,7 @@ from autotune.report._data import (
 from autotune.report._excluded import excluded
 from autotune.report._table import pareto, row_of
 from autotune.space import KNOBS
+from autotune.status import Status
 from autotune.study import bound, disturbed, peaks
 from autotune.study.chosen import chosen_summary, confirmation_complete, rounds_asked
 from autotune.study.history import History, current_confirmation, value_of
@@ -40,15 +48,16 @@ def collect(
     train_tokens: the full run the projection is of (None: the YAML's study.train_tokens, else no
     projection)."""
     trials = study.get_trials(deepcopy=False)
-    attrs = study.user_attrs
-    config = attrs.get("config", {})
+    config = study_attrs.config(study) or {}
     h = History.of(study)
     baseline = h.baseline
     base_value = value_of(baseline) if baseline else None
     rows = [row_of(t, base_value) for t in trials if _listed(t)]
     # a completed row has its figure (row_of)
-    ok = sorted((r for r in rows if r.state == "ok"), key=lambda r: -(r.tokens_per_s_per_gpu or 0))
-    others = [r for r in rows if r.state != "ok"]
+    ok = sorted(
+        (r for r in rows if r.state == Status.OK), key=lambda r: -(r.tokens_per_s_per_gpu or 0)
+    )
+    others = [r for r in rows if r.state != Status.OK]
     searched = searched_knobs(trials)
     conf = current_confirmation(study, h)
     confirmation = confirmation_of(conf)
@@ -61,7 +70,7 @@ def collect(
     noise = _effects.noise(confirmation, ok)
     data = Report(
         study=study.study_name,
-        device=attrs.get("device"),
+        device=study_attrs.device(study),
         task=_task_of(config),
         model=config.get("model"),
         workload=config.get("workload"),
@@ -86,14 +95,14 @@ def collect(
         gpus=gpus,
         best_yaml=written_choice(study_dir),
         # what became of the steps past the edge of the list for the best (search/edges.py)
-        edges=attrs.get("edges") or None,
+        edges=study_attrs.edges_note(study) or None,
         # the gain found over your setting, or a bound on what any configuration measured may gain
         bound=bound.statement(h, conf),
         # expandable segments offered to a variable-length job that ran out of memory or came close
         alloc_offer=peaks.alloc_offer(h, tasks.task(_task_of(config))),
         numerics_checked=_summary.numerics_checked(ok + others),
         effects=_effects.effects(ok, searched, noise["pct"]),
-        cost=_summary.cost(ok + others, confirmation, gpus, attrs.get("device")),
+        cost=_summary.cost(ok + others, confirmation, gpus, study_attrs.device(study)),
         projection=None,  # of the headline (_derived)
         disturbed=disturbed.disturbed(h, conf),
     )
@@ -127,9 +136,9 @@ def _listed(t: optuna.trial.FrozenTrial) -> bool:
     """A trial the report lists: not a repeat (told as the trial it repeats), and given a
     configuration. A trial waiting in the queue (one a search left enqueued) or asked and never
     given its point has no knobs to show: it was never measured."""
-    if t.user_attrs.get("status") == "duplicate" or t.state == TrialState.WAITING:
+    if status_of(t) == Status.DUPLICATE or t.state == TrialState.WAITING:
         return False
-    return "knobs" in t.user_attrs or bool(t.params)
+    return has_record(t) or bool(t.params)
 
 
 def _train_tokens(config: dict[str, Any]) -> float | None:
@@ -145,7 +154,7 @@ def _task_of(config: dict[str, Any]) -> str:
 def _telemetry(trials: list[optuna.trial.FrozenTrial], number: int | None) -> Stored | None:
     """The search's best trial's telemetry (power, clocks) with `power_cap`: the power or clock
     limit its measured steps ran at (metrics.power_cap, None: none seen); None without."""
-    tele = next((t.user_attrs.get("telemetry") or None for t in trials if t.number == number), None)
+    tele = next((telemetry_of(t) for t in trials if t.number == number), None)
     return {**tele, "power_cap": metrics.power_cap(tele)} if isinstance(tele, dict) else None
 
 
@@ -284,7 +293,7 @@ def pareto_front(rows: list[Row]) -> list[Row]:
     """generate studies: the measured trials (ok or over_limit) that no other beats on both output
     tokens/s (higher) and p99 time per output token (lower), fastest token first; [] for training.
     """
-    pts = [r for r in rows if r.state in ("ok", "over_limit")]
+    pts = [r for r in rows if r.state in (Status.OK, Status.OVER_LIMIT)]
     return pareto(pts, up=lambda r: r.tokens_per_s_per_gpu, down=lambda r: r.tpot_ms_p99)
 
 
@@ -305,9 +314,8 @@ def _failures(others: list[Row]) -> dict[str, Stored]:
 
 def _counts(rows: list[Row], trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
     counts = Counter(r.state + (" (predicted)" if r.predicted else "") for r in rows)
-    counts["duplicate (not launched)"] = sum(
-        1 for t in trials if t.user_attrs.get("status") == "duplicate"
-    )
+    duplicates = sum(1 for t in trials if status_of(t) == Status.DUPLICATE)
+    counts["duplicate (not launched)"] = duplicates
     return dict(sorted((k, v) for k, v in counts.items() if v))
 
 

@@ -9,7 +9,9 @@ from typing import Any
 
 import optuna
 
+from autotune.documents.record import cause_of, loss_check_of, reason_of
 from autotune.report._data import Attempt, Evidence, Group, Row
+from autotune.status import Status
 from autotune.study import predict
 from autotune.study.history import History
 
@@ -55,7 +57,7 @@ def _classify(
     teacher = _teacher(r, h, by_number)
     if teacher is not None:
         t = by_number[teacher]
-        cause = ", ".join(f"{k}={v}" for k, v in (t.user_attrs.get("cause") or {}).items())
+        cause = ", ".join(f"{k}={v}" for k, v in cause_of(t).items())
         if _by_check(t):
             return ("rule", teacher), f"{cause}: failed the numerics check", "numerics", teacher
         return ("rule", teacher), f"{cause}: cannot run here", "rule", teacher
@@ -76,17 +78,17 @@ _TITLES = {
 
 def _teacher(r: Row, h: History, by_number: dict[int, optuna.trial.FrozenTrial]) -> int | None:
     """The invalid_config trial whose learned rule covers this trial (itself where it taught it)."""
-    if r.state != "invalid_config":
+    if r.state != Status.INVALID_CONFIG:
         return None
     t = by_number.get(r.number)
-    if t is not None and not r.predicted and t.user_attrs.get("cause"):
+    if t is not None and not r.predicted and cause_of(t):
         return t.number
     found = predict.rule_for(h, r.knobs) if r.predicted else None
     return found[0].number if found else None
 
 
 def _by_check(t: optuna.trial.FrozenTrial) -> bool:
-    return (t.user_attrs.get("loss_check") or {}).get("passed") is False
+    return loss_check_of(t).get("passed") is False
 
 
 def _group(
@@ -98,7 +100,7 @@ def _group(
 ) -> Group:
     """A new group: its reason (the teacher's, where a rule was learned), evidence and remedy."""
     source = by_number[teacher] if teacher is not None else None
-    reason = str(source.user_attrs.get("reason") or "") if source is not None else first.reason
+    reason = reason_of(source) if source is not None else first.reason
     return {
         "title": title,
         "kind": kind,
@@ -115,7 +117,7 @@ def _group(
 def _loss_curves(t: optuna.trial.FrozenTrial) -> Evidence | None:
     """The numerics check's evidence: each attempt's candidate and reference losses, its gap in
     nats and verdict, and the study's noise floor."""
-    check = t.user_attrs.get("loss_check") or {}
+    check = loss_check_of(t)
     attempts: list[Attempt] = []
     for a in check.get("attempts") or []:
         if not isinstance(a, dict) or not a.get("losses") or not a.get("reference"):

@@ -6,8 +6,11 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from autotune.documents import study_attrs
 from autotune.documents.record import RecordError, TrialRecord
+from autotune.documents.record import telemetry_of as stored_telemetry
 from autotune.report._data import Report, Row, arms
+from autotune.status import Status
 
 if TYPE_CHECKING:
     import optuna
@@ -42,7 +45,7 @@ class Measured(TypedDict):
 
 def measured(data: Report, study: optuna.Study | None) -> Measured:
     """Per-trial spread and phases, the study's latency limits and the GPUs of one trial."""
-    config = study.user_attrs.get("config", {}) if study is not None else {}
+    config = (study_attrs.config(study) or {}) if study is not None else {}
     return {
         "spread": _spread(data, study) if study is not None else {},
         "phases": sorted(
@@ -62,7 +65,7 @@ def measured(data: Report, study: optuna.Study | None) -> Measured:
 def _spread(data: Report, study: optuna.Study) -> dict[int, tuple[float, float]]:
     """tokens/s per GPU at the slow and fast end of each ok trial's measured steps (its median
     scaled by median step time / step-time quantile): the error bar of a single measurement."""
-    tokens = {r.number: r.figure for r in data.trials if r.state == "ok"}
+    tokens = {r.number: r.figure for r in data.trials if r.state == Status.OK}
     spread = {}
     for t in study.get_trials(deepcopy=False):
         if t.number not in tokens:
@@ -95,7 +98,7 @@ def telemetry_of(study: optuna.Study, number: int) -> tuple[int, dict[str, Any]]
     """A trial's recorded telemetry (power, clocks over its measured window), None where it has
     none."""
     trial = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
-    tele = trial.user_attrs.get("telemetry") if trial is not None else None
+    tele = stored_telemetry(trial) if trial is not None else None
     return (number, tele) if isinstance(tele, dict) and tele.get("series") else None
 
 

@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from autotune.documents.record import is_repeat
 from autotune.report._card import Card
 from autotune.report._data import Report, Row
 from autotune.report._escape import escape
@@ -120,7 +121,7 @@ def _snapshot(study: optuna.Study) -> optuna.Study:
         optuna.logging.set_verbosity(previous)
     trials = study.get_trials(deepcopy=False)
     # a repeat is told as the trial it repeats (search/repeats.py): drawn once
-    snapshot.add_trials([_bare(t) for t in trials if t.user_attrs.get("status") != "duplicate"])
+    snapshot.add_trials([_bare(t) for t in trials if not is_repeat(t)])
     return snapshot
 
 

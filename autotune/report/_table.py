@@ -9,10 +9,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from autotune import metrics, nccl_log, tasks
-from autotune.documents.record import Metric, RecordError, TrialRecord
+from autotune.documents import trial_marks
+from autotune.documents.record import Metric, RecordError, TrialRecord, has_knobs, has_status
 from autotune.hardware import MFU_PRECISION
 from autotune.protocol import Knobs, reason_line
 from autotune.report._data import Row, Stored
+from autotune.status import Status
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -155,11 +157,11 @@ def _state(
     state = {TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}.get(
         t.state, r.status or "failed"
     )
-    if t.state == TrialState.FAIL and "status" not in t.user_attrs:
+    if t.state == TrialState.FAIL and not has_status(t):
         # failed outside autotune's objective (e.g. Optuna's own stale-trial handling)
-        state = "worker_lost"
+        state = Status.WORKER_LOST
     tokens = m.get(Metric.TOKENS_PER_GPU) if _number(m.get(Metric.TOKENS_PER_GPU)) else None
-    if not isinstance(state, str) or (state == "ok" and (tokens is None or not knobs_ok)):
+    if not isinstance(state, str) or (state == Status.OK and (tokens is None or not knobs_ok)):
         state, tokens = "unreadable", None
     return state, tokens
 
@@ -175,7 +177,7 @@ def row_of(t: FrozenTrial, base_value: float | None) -> Row:
     except RecordError:
         r = TrialRecord(t.number, {}, "unreadable")
     m = _dict(r.metrics)
-    knobs_ok = isinstance(t.user_attrs.get("knobs"), dict)
+    knobs_ok = has_knobs(t)
     state, tokens = _state(t, r, m, knobs_ok)
     # a pruned trial's Optuna value is its last step's (Optuna's tell): the median of its steps is
     # the number
@@ -205,7 +207,7 @@ def row_of(t: FrozenTrial, base_value: float | None) -> Row:
         mfu_peaks=_peaks(r, m, knobs),
         power_cap=metrics.power_cap(r.telemetry),
         beyond_list=r.extra.get("beyond_list") or None,
-        failed_rank=r.extra.get("failed_rank"),
+        failed_rank=trial_marks.failed_rank(r),
         loss_check=_dict(r.loss_check) or None,  # None where no numerics check ran
         nccl_used=nccl_log.used(_dict(r.nccl)),
         flops=applied if isinstance(applied, str) else None,
@@ -255,7 +257,7 @@ def columns(knobs: list[str], rows: list[Row], task: str = "train") -> list[str]
     tasks.Task.columns), NCCL's choice (only where NCCL said), and the outcome (only where a trial
     did not simply succeed)."""
     nccl = ["NCCL used"] if any(r.nccl_used for r in rows) else []
-    outcome = ["state", "reason"] if any(r.state != "ok" or r.reason for r in rows) else []
+    outcome = ["state", "reason"] if any(r.state != Status.OK or r.reason for r in rows) else []
     efficiency = [MFU_HEADER if c == "MFU" else c for c in tasks.task(task).columns]
     energy = ["tokens/J"] if any(r.tokens_per_joule is not None for r in rows) else []
     estimate = ["est. GiB"] if any(r.memory_estimate_gib is not None for r in rows) else []

@@ -20,7 +20,7 @@ from autotune.documents.best_file import (
     measured_digest,
     write_yaml,
 )
-from autotune.documents.record import Metric, TrialRecord
+from autotune.documents.record import Metric, TrialRecord, knobs_of
 from autotune.redact import mask_command
 from autotune.study import bound
 from autotune.study.chosen import arms, baseline_samples, chosen, chosen_value, interval, is_yours
@@ -130,7 +130,7 @@ def _baseline(base: optuna.trial.FrozenTrial | None, again: list[float]) -> dict
     confirmation re-measured it beside the candidates."""
     return {
         "trial": base.number if base else None,
-        "knobs": base.user_attrs["knobs"] if base else None,
+        "knobs": knobs_of(base) if base else None,
         Metric.TOKENS_PER_GPU: round(completed_value(base), 1) if base else None,
         "confirmed_samples": again or None,
         "confirmed_median": statistics.median(again) if again else None,
@@ -194,7 +194,7 @@ def _front(study: optuna.Study, objective: tasks.Objective) -> dict[str, Any]:
         return {}
     return {
         "front": [
-            {"trial": t.number, **objective.named(t.values), "knobs": t.user_attrs["knobs"]}
+            {"trial": t.number, **objective.named(t.values), "knobs": knobs_of(t)}
             for t in sorted(study.best_trials, key=lambda t: t.values[1])
         ]
     }

@@ -24,8 +24,10 @@ from typing import Any
 import optuna
 
 from autotune import knobs as catalogue
+from autotune.documents.record import is_predicted, knobs_of, status_of
 from autotune.protocol import Knobs
 from autotune.space import ResolvedSpace
+from autotune.status import Status
 from autotune.study import predict
 from autotune.study.history import History, Key, key
 
@@ -50,12 +52,11 @@ def _bisect(
     larger size contradicts, does not)."""
     if t.params.get(name) not in sizes:
         return None
-    i, others = sizes.index(t.params[name]), _others(t.user_attrs["knobs"], name)
+    i, others = sizes.index(t.params[name]), _others(knobs_of(t), name)
     alike = [
-        sizes.index(u.user_attrs["knobs"][name])
+        sizes.index(knobs_of(u)[name])
         for u in (h.over_limit + ooms if up else h.completed)
-        if _others(u.user_attrs["knobs"], name) == others
-        and u.user_attrs["knobs"].get(name) in sizes
+        if _others(knobs_of(u), name) == others and knobs_of(u).get(name) in sizes
     ]
     if up:
         j = (i + min([k for k in alike if k > i], default=len(sizes))) // 2
@@ -77,8 +78,7 @@ def steps(
         best = h.best()
         if best is not None:
             points.append(_bisect(best, name, sizes, h, up=True, ooms=ooms))
-        a = finished.user_attrs
-        if a.get("status") == "over_limit" and not a.get("predicted"):
+        if status_of(finished) == Status.OVER_LIMIT and not is_predicted(finished):
             points.append(_bisect(finished, name, sizes, h, up=False, ooms=ooms))
     out: list[dict[str, Any]] = []
     for p in points:

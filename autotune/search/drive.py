@@ -34,15 +34,16 @@ def stop_if_baseline_unmeasured(
     (command/task.unmeasured: an average refused, no step reported): every other trial would fail
     the same way. `stop` ends the trials running beside it."""
     from autotune.command.task import unmeasured
+    from autotune.documents import study_attrs
+    from autotune.documents.record import knobs_of, reason_of, status_of
     from autotune.errors import UnmeasuredError
     from autotune.study.history import key
 
-    baseline = study.user_attrs.get("baseline_knobs")
-    attrs = trial.user_attrs
-    if not isinstance(baseline, dict) or key(attrs.get("knobs") or {}) != key(baseline):
+    baseline = study_attrs.baseline_knobs(study)
+    if baseline is None or key(knobs_of(trial)) != key(baseline):
         return
-    reason = str(attrs.get("reason") or "")
-    if unmeasured(str(attrs.get("status")), reason):
+    reason = reason_of(trial)
+    if unmeasured(str(status_of(trial)), reason):
         stop.set()
         raise UnmeasuredError(
             f"the baseline (trial {trial.number}) could not be measured, so no trial can: {reason}"

@@ -29,16 +29,17 @@ from typing import Any
 import optuna
 
 from autotune import knobs as catalogue
+from autotune.documents import trial_marks
+from autotune.documents.record import reason_of, status_of
 from autotune.knobs import Knobs, KnobValue
 from autotune.space import ResolvedSpace
+from autotune.status import Status
 from autotune.study.history import History, key, value_of
-
-BEYOND = "beyond_list"  # the trial's user attribute: {knob: the value it ran, outside the list}
 
 
 def point_of(t: optuna.trial.FrozenTrial) -> Knobs:
     """The values a trial ran: its Optuna params, with those beyond the list in their place."""
-    return {**t.params, **(t.user_attrs.get(BEYOND) or {})}
+    return {**t.params, **trial_marks.beyond_of(t)}
 
 
 def listed(space: ResolvedSpace, name: str) -> list[int]:
@@ -182,20 +183,19 @@ def _outcome(
         (
             t
             for t in h.seen.values()
-            if (t.user_attrs.get(BEYOND) or {}).get(name) == nxt
-            and _same_but(point_of(t), point, name)
+            if trial_marks.beyond_of(t).get(name) == nxt and _same_but(point_of(t), point, name)
         ),
         None,
     )
     if twin is None:
         return f"{where}; {name} {nxt} not measured (the budget ended first)"
-    status = twin.user_attrs.get("status")
+    status = status_of(twin)
     best = h.best()
     best_value = value_of(best) if best is not None else None
-    if status == "ok" and twin.values and best_value:
+    if status == Status.OK and twin.values and best_value:
         ratio = twin.values[0] / best_value
         return f"{where}; {name} {nxt} measured (trial {twin.number}): {ratio:.3f}x of it"
-    reason = str(twin.user_attrs.get("reason") or status)[:200]
+    reason = (reason_of(twin) or str(status))[:200]
     return f"{where}; {name} {nxt} (trial {twin.number}): {status}, {reason}"
 
 

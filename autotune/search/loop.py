@@ -18,12 +18,20 @@ from optuna.trial import TrialState
 
 from autotune import tasks
 from autotune.config import Config
-from autotune.documents.record import TrialRecord
+from autotune.documents import trial_marks
+from autotune.documents.record import (
+    TrialRecord,
+    set_knobs,
+    set_reason,
+    set_status,
+    status_of,
+    store,
+)
 from autotune.errors import UnmeasuredError
 from autotune.hardware import detect
 from autotune.launch.runner import Bench, measure
 from autotune.protocol import STATUSES, Knobs
-from autotune.search import edges, loss_guard, neighbours, repeats, stages, tracking
+from autotune.search import loss_guard, neighbours, repeats, stages, tracking
 from autotune.search.drive import Drive, Told, stop_if_baseline_unmeasured
 from autotune.search.host import Watch
 from autotune.search.observer import Observer
@@ -39,8 +47,9 @@ from autotune.search.workers import (
     wait_for_room,
 )
 from autotune.space import ResolvedSpace
+from autotune.status import Status
 from autotune.study import predict
-from autotune.study.history import History, baseline_knobs, key, optuna_state, store
+from autotune.study.history import History, baseline_knobs, key, optuna_state
 from autotune.study.load import mask_url
 
 # A trial recorded without launching (duplicate, budget taken): told FAIL, not counted.
@@ -51,7 +60,7 @@ KNOWN_NOT_TO_RUN = Told(TrialState.PRUNED)
 # bad flag, a configuration refused): repeated by the next trial, they end the search
 # (stop_if_baseline_fails_again). Memory (oom), numerics, timeouts, the pruner's and the limits' are
 # the configuration's: the search goes on to others.
-JOB_FAILURES = ("crash", "invalid_config")
+JOB_FAILURES = (Status.CRASH, Status.INVALID_CONFIG)
 # A crash that may depend on the sizes all the same: the host's memory (MemoryError; SIGKILL, most
 # often the kernel's out-of-memory killer), a native library's signal (SIGSEGV at one shape)
 SIZE_DEPENDENT = re.compile(r"killed by SIG|\bMemoryError\b|out of memory", re.I)
@@ -146,8 +155,8 @@ class Search:
         beat = Heartbeat(trial, self.grace)
         params = self.space.suggest(trial)
         # a step past the edge of the list runs its own value (search/edges.py)
-        knobs = self.space.knobs({**params, **(trial.user_attrs.get(edges.BEYOND) or {})})
-        trial.set_user_attr("knobs", knobs)
+        knobs = self.space.knobs({**params, **trial_marks.beyond_of(trial)})
+        set_knobs(trial, knobs)
         index = self.claim(trial, params, knobs, beat)
         if isinstance(index, Told):
             return index
@@ -164,8 +173,8 @@ class Search:
             self.study, trial.number, self.budget, self.grace, beat, self._ending
         )
         if skip is not None:
-            trial.set_user_attr("status", "skipped")
-            trial.set_user_attr("reason", skip)
+            set_status(trial, Status.SKIPPED)
+            set_reason(trial, skip)
             self.drive.halt()
             return NOT_LAUNCHED
         prev = h.seen.get(key(knobs)) or h.running.get(key(knobs))
@@ -204,8 +213,9 @@ class Search:
     def launch(self, trial: optuna.Trial, knobs: Knobs, index: int, beat: Heartbeat) -> TrialRecord:
         """Measure the configuration on a free GPU slot; record which trials ran beside it."""
         slot = self.slots.get()  # a GPU list such as "0" or "2,3" (None: no --gpus)
-        self.observer.trial_started(trial.number, index, knobs, trial.user_attrs.get(edges.BEYOND))
-        trial.set_user_attr("gpu", slot)
+        beyond = trial_marks.beyond_of(trial) or None
+        self.observer.trial_started(trial.number, index, knobs, beyond)
+        trial_marks.set_gpu(trial, slot)
         with self.spans_lock:
             self.spans[trial.number] = (time.time(), None)
 
@@ -235,19 +245,19 @@ class Search:
                 progress=bool(watch),
             )
             record = loss_guard.apply(self.bench, knobs, record, h)
-            if record.status == "pruned" and watch and watch.why:
+            if record.status == Status.PRUNED and watch and watch.why:
                 steps = len(record.step_times)
                 record.reason = f"{watch.why}; it stopped after {steps} measured steps"
             return record
         except KeyboardInterrupt:
             self.stop.set()
-            trial.set_user_attr("status", "interrupted")
+            set_status(trial, Status.INTERRUPTED)
             raise
         finally:
             self.slots.put(slot)
             # reaped while it stalled
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-                trial.set_user_attr("overlapped_with", self._overlapped(trial.number))
+                trial_marks.set_overlapped(trial, self._overlapped(trial.number))
 
     def record(self, trial: optuna.Trial, record: TrialRecord) -> Told:
         """Store the record; configuration failures end PRUNED, machine failures FAIL
@@ -304,7 +314,7 @@ class Search:
                 "storage": mask_url(url),
                 "baseline": self.space.baseline,
                 "imported": sum(
-                    1 for t in study.get_trials(deepcopy=False) if "warm_start" in t.user_attrs
+                    1 for t in study.get_trials(deepcopy=False) if trial_marks.is_warm_start(t)
                 ),
             }
         )
@@ -322,7 +332,7 @@ class Search:
         """The observer hears of a recorded trial once Optuna has told its state (an Optuna
         callback): the History it gets then counts this trial. Called from the objective, before the
         tell, the live view's "best" lagged one trial behind the results it printed."""
-        if trial.user_attrs.get("status") in STATUSES:
+        if status_of(trial) in STATUSES:
             self.observer.trial_finished(TrialRecord.of(trial), History.of(study))
 
     def stop_when_done(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
@@ -379,7 +389,7 @@ def stop_if_baseline_fails_again(
         if t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
         and (r := TrialRecord.of(t)).status in STATUSES
         and not r.predicted
-        and "warm_start" not in r.extra
+        and not trial_marks.is_warm_start(r)
     ]
     first = next((r for r in ended if key(r.knobs) == key(base)), None)
     after = next((r for r in ended if first is not None and r.number > first.number), None)

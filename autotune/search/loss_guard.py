@@ -22,12 +22,14 @@ from typing import Any
 import optuna
 
 from autotune import tasks
-from autotune.documents.record import TrialRecord
+from autotune.documents.record import TrialRecord, knobs_of
+from autotune.documents.record import loss_check_of as stored_check
 from autotune.knobs import numerics, reference_of
 from autotune.launch.runner import Bench
 from autotune.numerics import Limits, floor_nats, judge
 from autotune.protocol import Knobs, loss_check_of, with_loss_check
 from autotune.space import ResolvedSpace
+from autotune.status import Status
 from autotune.study.history import History, key
 
 
@@ -55,12 +57,8 @@ def covered_by(h: History, knobs: Knobs) -> optuna.trial.FrozenTrial | None:
     """The trial whose passed check covers this configuration's arithmetic."""
     mine = _arithmetic(knobs)
     for t in h.completed:
-        check = t.user_attrs.get("loss_check") or {}
-        if (
-            check.get("passed")
-            and check.get("checked")
-            and _arithmetic(t.user_attrs["knobs"]) == mine
-        ):
+        check = stored_check(t)
+        if check.get("passed") and check.get("checked") and _arithmetic(knobs_of(t)) == mine:
             return t
     return None
 
@@ -68,7 +66,7 @@ def covered_by(h: History, knobs: Knobs) -> optuna.trial.FrozenTrial | None:
 def study_floor(h: History) -> float | None:
     """The study's noise floor in nats (measured by its first checked trial), None before it."""
     for t in _trials(h):
-        floor = (t.user_attrs.get("loss_check") or {}).get("floor_nats")
+        floor = stored_check(t).get("floor_nats")
         if isinstance(floor, (int, float)):
             return float(floor)
     return None
@@ -102,7 +100,7 @@ def apply(bench: Bench, knobs: Knobs, record: TrialRecord, h: History) -> TrialR
     if (
         not tasks.task(bench.task).loss_check
         or not check.get("steps")
-        or record.status != "ok"
+        or record.status != Status.OK
         or not numerics(knobs)
     ):
         return record
@@ -117,7 +115,7 @@ def apply(bench: Bench, knobs: Knobs, record: TrialRecord, h: History) -> TrialR
         return record
     record.loss_check = _judged(found, knobs, check, h)
     if record.loss_check["passed"] is False:
-        record.status = "invalid_config"
+        record.status = Status.INVALID_CONFIG
         record.reason = _failure_reason(record.loss_check, knobs)
         record.cause = numerics(knobs)
     return record
@@ -137,7 +135,7 @@ COVERED_KEYS = (
 
 
 def _covered(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
-    done, knobs = t.user_attrs["loss_check"], t.user_attrs["knobs"]
+    done, knobs = stored_check(t), knobs_of(t)
     return {
         "checked": False,
         "passed": True,

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autotune import knobs as catalogue
+from autotune.documents.record import knobs_of
 from autotune.knobs import Knobs, KnobValue
 from autotune.search import edges
 from autotune.search.stages import Plan
@@ -94,7 +95,7 @@ def _measured(h: History, space: ResolvedSpace, point: Knobs) -> bool:
     """Whether this one-knob neighbour was measured (or predicted) at some size already: its size
     moves with what is learned, the neighbour is measured once."""
     group = peaks.group_of(space.knobs(point), space.task)
-    return any(peaks.group_of(t.user_attrs["knobs"], space.task) == group for t in h.seen.values())
+    return any(peaks.group_of(knobs_of(t), space.task) == group for t in h.seen.values())
 
 
 def _size_for(
@@ -137,11 +138,11 @@ def _ran_size(h: History, space: ResolvedSpace, base: Knobs) -> Any:
     size = space.task.size_knob
     group = peaks.group_of(space.knobs(base), space.task)
     sizes = [
-        t.user_attrs["knobs"][size]
+        knobs_of(t)[size]
         for t in h.ran
-        if peaks.group_of(t.user_attrs["knobs"], space.task) == group
-        and isinstance(t.user_attrs["knobs"].get(size), int)
-        and t.user_attrs["knobs"][size] <= base[size]
+        if peaks.group_of(knobs_of(t), space.task) == group
+        and isinstance(knobs_of(t).get(size), int)
+        and knobs_of(t)[size] <= base[size]
     ]
     return max(sizes, default=None)
 
@@ -152,7 +153,7 @@ def _surprised(h: History, space: ResolvedSpace, base: Knobs) -> bool:
     size = space.task.size_knob
     at = _safe_size(h, space, base, size)
     for t in h.ooms:
-        knobs = t.user_attrs["knobs"]
+        knobs = knobs_of(t)
         changed = [
             n for n, v in base.items() if n not in space.task.batch_knobs and knobs.get(n) != v
         ]
@@ -196,7 +197,7 @@ def _safe_size(h: History, space: ResolvedSpace, base: Knobs, size: str) -> Any:
     sizes = sorted(s for s in space.searched.get(size, [base[size]]) if s <= base[size])
     failed = predict.oom_bound(h, knobs, space.task)
     if failed is not None:
-        below = [s for s in sizes if s < failed.user_attrs["knobs"][size]]
+        below = [s for s in sizes if s < knobs_of(failed)[size]]
         sizes = below or sizes[:1]
     line = peaks.line_of(h, knobs, space.task)
     if line is not None:
@@ -212,11 +213,11 @@ def _safe_size(h: History, space: ResolvedSpace, base: Knobs, size: str) -> Any:
         return base[size]
     group = peaks.group_of(knobs, space.task)
     smaller = [
-        t.user_attrs["knobs"][size]
+        knobs_of(t)[size]
         for t in h.ran
-        if peaks.group_of(t.user_attrs["knobs"], space.task) == group
-        and t.user_attrs["knobs"].get(size) is not None
-        and t.user_attrs["knobs"][size] < base[size]
+        if peaks.group_of(knobs_of(t), space.task) == group
+        and knobs_of(t).get(size) is not None
+        and knobs_of(t)[size] < base[size]
     ]
     return max(smaller, default=base[size])
 
@@ -233,7 +234,7 @@ def _below_a_failure(h: History, space: ResolvedSpace, knobs: Knobs, sizes: list
     ran = [
         p
         for t in h.ran
-        if peaks.group_of(t.user_attrs["knobs"], space.task) == group
+        if peaks.group_of(knobs_of(t), space.task) == group
         and (p := peaks.point_of(t, space.task)) is not None
         and p.size in sizes
     ]

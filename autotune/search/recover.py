@@ -16,10 +16,12 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune import knobs as catalogue
-from autotune.documents.record import Metric
+from autotune.documents import trial_marks
+from autotune.documents.record import Metric, knobs_of, status_of, trial_of
 from autotune.launch.process import Outcome
 from autotune.launch.runner import record_of
 from autotune.protocol import TrialResult, TrialSpec
+from autotune.status import Status
 
 if TYPE_CHECKING:
     from autotune.launch.runner import Bench
@@ -34,7 +36,7 @@ def _result_of_its_launch(run_dir: Path, trial: optuna.trial.FrozenTrial) -> Tri
     except (OSError, ValueError):
         return None
     started = trial.datetime_start.timestamp() if trial.datetime_start else None
-    if result.status != "ok" or started is None or (spec.launched_at or 0) < started:
+    if result.status != Status.OK or started is None or (spec.launched_at or 0) < started:
         return None
     return result
 
@@ -42,12 +44,12 @@ def _result_of_its_launch(run_dir: Path, trial: optuna.trial.FrozenTrial) -> Tri
 def recover(study: optuna.Study, runs: Path, bench: Bench) -> list[int]:
     """Add the stored-never measurements of lost trials as completed trials; the numbers
     recovered."""
-    taken = {t.user_attrs.get("recovered_from") for t in study.get_trials(deepcopy=False)}
+    taken = {trial_marks.recovered_from(t) for t in study.get_trials(deepcopy=False)}
     recovered = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-        knobs = t.user_attrs.get("knobs")
+        knobs = knobs_of(t)
         if (
-            t.user_attrs.get("status") != "worker_lost"
+            status_of(t) != Status.WORKER_LOST
             or t.number in taken
             or not knobs
             or catalogue.numerics(knobs)
@@ -57,16 +59,15 @@ def recover(study: optuna.Study, runs: Path, bench: Bench) -> list[int]:
         result = _result_of_its_launch(run_dir, t)
         if result is None:
             continue
-        record = record_of(t.number, knobs, Outcome("ok", "", result), bench)
+        record = record_of(t.number, knobs, Outcome(Status.OK, "", result), bench)
         record.run_dir = str(run_dir)
-        attrs = {**record.to_attrs(), "recovered_from": t.number}
         study.add_trial(
-            optuna.trial.create_trial(
+            trial_of(
+                trial_marks.recovered_attrs(record, t.number),
                 state=TrialState.COMPLETE,
                 value=record.metric(Metric.TOKENS_PER_GPU),
                 params=t.params,
                 distributions=t.distributions,
-                user_attrs=attrs,
             )
         )
         recovered.append(t.number)

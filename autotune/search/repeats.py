@@ -12,7 +12,10 @@ from __future__ import annotations
 import optuna
 from optuna.trial import TrialState
 
+from autotune.documents import trial_marks
+from autotune.documents.record import set_reason, set_status
 from autotune.search.drive import Told
+from autotune.status import Status
 
 
 def record(trial: optuna.Trial, of: optuna.trial.FrozenTrial | int) -> Told:
@@ -20,9 +23,9 @@ def record(trial: optuna.Trial, of: optuna.trial.FrozenTrial | int) -> Told:
     elsewhere) with the reason a reader sees, and return how it is told: the measured trial's state
     and values; FAIL while the other is still running (nothing to tell yet)."""
     number = of if isinstance(of, int) else of.number
-    trial.set_user_attr("status", "duplicate")
-    trial.set_user_attr("duplicate_of", number)
-    trial.set_user_attr("reason", reason(of, trial.user_attrs.get("screened_from") or {}))
+    set_status(trial, Status.DUPLICATE)
+    trial_marks.mark_duplicate(trial, number)
+    set_reason(trial, reason(of, trial_marks.screened_from(trial)))
     if isinstance(of, int) or of.state not in (TrialState.COMPLETE, TrialState.PRUNED):
         return Told(TrialState.FAIL)
     return Told(of.state, of.values if of.state == TrialState.COMPLETE else None)

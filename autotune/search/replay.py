@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from autotune.documents.record import Metric, TrialRecord
+from autotune.documents.record import Metric, TrialRecord, is_predicted, knobs_of, status_of
 from autotune.job import load_config
 from autotune.protocol import Knobs
 from autotune.search.loop import Search
 from autotune.search.observer import Observer
 from autotune.space import resolve_space
+from autotune.status import Status
 from autotune.study.history import key
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ class Landscape:
         p = self.point(knobs)
         return (
             self.tokens_per_step / statistics.median(p["step_times_s"])
-            if p["status"] == "ok"
+            if p["status"] == Status.OK
             else None
         )
 
@@ -68,7 +69,7 @@ class Landscape:
         best: float = max(
             self.tokens_per_step / statistics.median(p["step_times_s"])
             for p in self.points.values()
-            if p["status"] == "ok"
+            if p["status"] == Status.OK
         )
         return best
 
@@ -81,7 +82,7 @@ def _replayed_measure(landscape: Landscape, rng: random.Random) -> Callable[...,
         record = TrialRecord(number, knobs, p["status"], p.get("reason", ""), wall_s=0.0)
         # the knob values that caused the failure: the rule the search learns
         record.cause = p.get("cause")
-        if p["status"] == "ok":
+        if p["status"] == Status.OK:
             steps = p["step_times_s"]
             drawn = statistics.median(rng.choice(steps) for _ in steps)
             record.metrics = {Metric.TOKENS_PER_GPU: landscape.tokens_per_step / drawn}
@@ -129,12 +130,11 @@ def replay(
         (
             t
             for t in study.get_trials(deepcopy=False)
-            if t.user_attrs.get("status") not in (None, "duplicate", "skipped")
-            and not t.user_attrs.get("predicted")
+            if status_of(t) not in (None, "duplicate", "skipped") and not is_predicted(t)
         ),
         key=lambda t: t.number,
     )
-    return [landscape.true_value(t.user_attrs["knobs"]) for t in launched]
+    return [landscape.true_value(knobs_of(t)) for t in launched]
 
 
 def trials_to(values: list[float | None], target: float) -> int | None:

@@ -16,6 +16,8 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune.documents import study_attrs, trial_marks
+from autotune.documents.record import knobs_of, status_of
 from autotune.knobs import Knobs
 from autotune.protocol import STATUSES
 from autotune.search import edges, neighbours, stages
@@ -45,7 +47,7 @@ class Schedule:
         self.extend_edges = extend_edges and not grid
         # the command's knob mappings (task command), as the study stores its config: a step past
         # the list's edge they cannot render is not measured (search/edges.py)
-        self.command = (study.user_attrs.get("config") or {}).get("command")
+        self.command = (study_attrs.config(study) or {}).get("command")
         # the baseline's one-knob neighbours before the sampler (search/neighbours.py; set by the
         # loop from study.start)
         self.neighbours = False
@@ -76,14 +78,14 @@ class Schedule:
         """The points of trials that ended without a record (their worker killed or lost, an
         interruption), neither measured since nor being measured: each is measured again, first."""
         trials = self.study.get_trials(deepcopy=False, states=(TrialState.FAIL, TrialState.RUNNING))
-        taken = {*h.seen, *(key(t.user_attrs.get("knobs") or {}) for t in trials if t.state == R)}
+        taken = {*h.seen, *(key(knobs_of(t)) for t in trials if t.state == R)}
         out = []
         for t in trials:
             # an enqueued point is the trial's before it is suggested (lost right after the ask)
-            point = {**t.system_attrs.get("fixed_params", {}), **edges.point_of(t)}
+            point = {**trial_marks.enqueued_params(t), **edges.point_of(t)}
             if (
                 t.state == R
-                or t.user_attrs.get("status") in (*STATUSES, *NOT_LAUNCHED)
+                or status_of(t) in (*STATUSES, *NOT_LAUNCHED)
                 or set(point) != set(self.space.searched)  # never given its point whole
                 or key(self.space.knobs(point)) in taken
                 or point in out
@@ -101,7 +103,7 @@ class Schedule:
         taken = sum(
             1
             for t in self.study.get_trials(deepcopy=False, states=states)
-            if t.number != own and t.user_attrs.get("status") not in NOT_LAUNCHED
+            if t.number != own and status_of(t) not in NOT_LAUNCHED
         )
         return max(0, min(self.budget - h.measured, launch_cap(self.budget) - h.launched) - taken)
 
@@ -192,8 +194,7 @@ class Schedule:
         """Why nothing is measured past the list's edge for the best trial (study attribute
         `edges`, which the report shows), stored where it changed."""
         note = edges.stop_note(h, self.space, self.extend_edges, self.command)
-        if study.user_attrs.get("edges", "") != note:
-            study.set_user_attr("edges", note)
+        study_attrs.set_edges_note(study, note)
 
     def enqueue_grid(self) -> None:
         """Keep the next unmeasured grid points waiting, one more than trials run at once."""

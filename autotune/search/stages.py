@@ -33,6 +33,8 @@ import optuna
 
 from autotune import knobs as catalogue
 from autotune import tasks
+from autotune.documents import trial_marks
+from autotune.documents.record import is_predicted, knobs_of
 from autotune.knobs import Knobs, KnobValue
 from autotune.search import boundary, edges
 from autotune.space import ResolvedSpace
@@ -143,9 +145,7 @@ class Screening(optuna.samplers.BaseSampler):
         `screened_from` (a repeat's reason names it: search/repeats.py)."""
         screened = self.plan.screened(name, value)
         if screened != value:
-            proposed = {**trial.user_attrs.get("screened_from", {}), name: value}
-            study._storage.set_trial_user_attr(trial._trial_id, "screened_from", proposed)
-            trial.user_attrs["screened_from"] = proposed
+            trial_marks.note_screened(study, trial, name, value)
         return screened
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
@@ -165,9 +165,7 @@ def stale(h: History) -> int:
     """Launched trials since the last one that beat the best before it by more than MIN_GAIN."""
     best, since = None, 0
     launched = [
-        t
-        for t in h.seen.values()
-        if not t.user_attrs.get("predicted") and "warm_start" not in t.user_attrs
+        t for t in h.seen.values() if not is_predicted(t) and not trial_marks.is_warm_start(t)
     ]
     for t in sorted(launched, key=lambda t: t.number):
         value = value_of(t) if t.state == optuna.trial.TrialState.COMPLETE else None
@@ -200,9 +198,9 @@ def variants(
 ) -> list[Knobs]:
     """The trial's other arithmetic, where it leads its own and a variant can reach the best
     (MARGIN)."""
-    knobs = trial.user_attrs.get("knobs") or {}
+    knobs = knobs_of(trial)
     mine = plan.arithmetic(knobs)
-    peers = [t for t in h.completed if plan.arithmetic(t.user_attrs["knobs"]) == mine]
+    peers = [t for t in h.completed if plan.arithmetic(knobs_of(t)) == mine]
     if not peers or max(peers, key=completed_value).number != trial.number:
         return []
     out = []
@@ -240,7 +238,7 @@ def _worth(h: History, space: ResolvedSpace, trial: optuna.trial.FrozenTrial, po
     its scope and dynamic batch as the trial's: fp8's gain eager says little of its gain compiled);
     no such pair: it may."""
     best = h.best()
-    before, after = trial.user_attrs["knobs"], space.knobs(point)
+    before, after = knobs_of(trial), space.knobs(point)
     ratio = _pair_ratio(h, before, after, ("compile", *PROGRAM))
     if best is None or ratio is None:
         return True
@@ -255,7 +253,7 @@ def _pair_ratio(h: History, before: Knobs, after: Knobs, same: tuple[str, ...]) 
     changed = {k for k in after if after[k] != before.get(k)}
     by_rest: dict[tuple[tuple[str, KnobValue], ...], dict[str, float]] = {}
     for t in h.completed:
-        knobs = t.user_attrs["knobs"]
+        knobs = knobs_of(t)
         side = _side(knobs, before, after, changed)
         if side is not None and all(
             knobs.get(k) == before.get(k) for k in same if k not in changed
@@ -332,7 +330,7 @@ def enqueue(
     h = History.of(study)
     states = (optuna.trial.TrialState.WAITING,)
     waiting = {
-        key({**t.system_attrs.get("fixed_params", {}), **(t.user_attrs.get(edges.BEYOND) or {})})
+        key({**trial_marks.enqueued_params(t), **trial_marks.beyond_of(t)})
         for t in study.get_trials(deepcopy=False, states=states)
     }
     for p in points:
@@ -341,5 +339,5 @@ def enqueue(
         if key(space.knobs(p)) not in h.seen and key(p) not in waiting:
             limit = None if limit is None else limit - 1
             params, beyond = edges.split(space, p)
-            study.enqueue_trial(params, user_attrs={edges.BEYOND: beyond} if beyond else None)
+            trial_marks.enqueue(study, params, beyond)
             waiting.add(key(p))

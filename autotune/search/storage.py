@@ -14,6 +14,8 @@ import optuna
 import optuna.storages.journal
 
 from autotune import paths, tasks
+from autotune.documents import study_attrs
+from autotune.documents.study_attrs import CONFIG_FILE_DIGEST as CONFIG_FILE_DIGEST  # re-exported
 from autotune.errors import ConfigError, StudyError, excerpt
 from autotune.knobs import Knobs
 from autotune.redact import mask_command, remember
@@ -163,7 +165,7 @@ def open_study(
         # copies the study aside in its storage
         _archive(study_dir, storage, cfg.name)
     config = cfg.model_dump(mode="json")
-    want = {"config_identity": identity.digest(config), "device": device}
+    want = {study_attrs.IDENTITY: identity.digest(config), study_attrs.DEVICE: device}
     # task command: the content of its config file, which the stored config names only
     if (content := identity.config_file_digest(config, cfg.base_dir)) is not None:
         want[CONFIG_FILE_DIGEST] = content
@@ -177,12 +179,9 @@ def open_study(
         )
     study_dir.mkdir(parents=True, exist_ok=True)
     study = _create(cfg, storage, url)
-    for key, value in want.items():
-        study.set_user_attr(key, value)
-    # the baseline the study began with stays its baseline
-    if "baseline_knobs" not in study.user_attrs:
-        study.set_user_attr("baseline_knobs", baseline)
-    study.set_user_attr("config", _masked(config, url))
+    study_attrs.set_identity(study, want)
+    study_attrs.keep_baseline(study, baseline)
+    study_attrs.set_config(study, _masked(config, url))
     return study, study_dir, url
 
 
@@ -238,9 +237,6 @@ def _refuse_live_fresh(name: str, url: str | None, cfg: Config) -> None:
             "end), then run --fresh again; nothing was archived"
         )
 
-
-# The study attribute holding identity.config_file_digest: the content of task command's config file
-CONFIG_FILE_DIGEST = "command_config_file"
 
 # SQLite's unix VFS: longer database paths cannot be opened (os_unix.c MAX_PATHNAME)
 SQLITE_MAX_PATHLEN = 512
@@ -302,13 +298,13 @@ def _refuse_other_config(
     trials = old.get_trials(deepcopy=False)
     if not trials:
         return
-    stored = old.user_attrs.get("config")
+    stored = study_attrs.config(old)
     differs = (
         identity.difference(stored, want["config"])
-        if isinstance(stored, dict)
+        if stored is not None
         else "its config is not stored"
     )
-    content = old.user_attrs.get(CONFIG_FILE_DIGEST)
+    content = study_attrs.config_file_digest(old)
     if not differs and content is not None and content != want.get(CONFIG_FILE_DIGEST):
         differs = f"command.config_file: {excerpt(want['config']['command']['config_file'], 60)} "
         differs += "has other content"
@@ -331,8 +327,8 @@ def _refuse_other_config(
             "trials (those in the new space are not measured again; the old study is archived, "
             "not deleted), with --fresh alone, or choose another name"
         )
-    have = old.user_attrs.get("device")
-    if have != want["device"]:
+    have = study_attrs.device(old)
+    if have != want[study_attrs.DEVICE]:
         raise StudyError(
             f"name: study {name!r} exists with a different device ({have}); "
             "run with --fresh (the old study is archived, not deleted) or choose another name"

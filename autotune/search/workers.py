@@ -16,7 +16,8 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.documents.record import TrialRecord
+from autotune.documents import trial_marks
+from autotune.documents.record import TrialRecord, knobs_of, status_of, trial_of
 from autotune.protocol import Knobs
 from autotune.study.history import NOT_LAUNCHED, History, key, launch_cap
 
@@ -38,14 +39,13 @@ class Heartbeat:
 
     def __init__(self, trial: optuna.Trial, grace_s: float) -> None:
         self.trial, self.interval, self.last = trial, heartbeat_interval(grace_s), time.time()
-        trial.set_user_attr("heartbeat", self.last)
-        trial.set_user_attr("worker", worker_id())
+        trial_marks.start_beats(trial, self.last, worker_id())
 
     def __call__(self) -> None:
         if time.time() - self.last > self.interval:
             self.last = time.time()
             try:
-                self.trial.set_user_attr("heartbeat", self.last)
+                trial_marks.beat(self.trial, self.last)
             except optuna.exceptions.UpdateFinishedTrialError:
                 # reaped while this worker stalled: the measurement goes on, and is kept
                 # (late_record)
@@ -62,12 +62,12 @@ def reap_lost_workers(study: optuna.Study, grace_s: float, own: int | None = Non
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if t.number == own:
             continue
-        beat = t.user_attrs.get("heartbeat") or (
+        beat = trial_marks.heartbeat_of(t) or (
             t.datetime_start.timestamp() if t.datetime_start else now
         )
-        if now - beat > grace_s or _dead_here(t.user_attrs.get("worker")):
+        if now - beat > grace_s or _dead_here(trial_marks.worker_of(t)):
             try:
-                optuna.trial.Trial(study, t._trial_id).set_user_attr("status", "worker_lost")
+                trial_marks.mark_lost(study, t)
                 study.tell(t.number, state=TrialState.FAIL)
                 lost.append(t.number)
             except Exception:  # another worker reaped or finished it first
@@ -92,12 +92,12 @@ def _dead_here(worker: dict[str, Any] | None) -> bool:
 def claim_configuration(study: optuna.Study, trial: optuna.Trial, knobs: Knobs) -> int | None:
     """Claim the configuration for this trial: other workers now leave it to this one. Returns the
     number of a running trial that claimed it first (a race: the lower number keeps it), or None."""
-    trial.set_user_attr("claimed", True)
+    trial_marks.claim(trial)
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if (
             t.number < trial.number
-            and key(t.user_attrs.get("knobs") or {}) == key(knobs)
-            and t.user_attrs.get("status") not in NOT_LAUNCHED
+            and key(knobs_of(t)) == key(knobs)
+            and status_of(t) not in NOT_LAUNCHED
         ):
             return t.number
     return None
@@ -111,18 +111,12 @@ def late_record(study: optuna.Study, trial: optuna.Trial, record: TrialRecord) -
     frozen = next((t for t in study.get_trials(deepcopy=False) if t.number == trial.number), None)
     if frozen is None or frozen.state == TrialState.RUNNING:
         return False
-    attrs = {
-        **record.to_attrs(),
-        "status": "duplicate",
-        "duplicate_of": trial.number,
-        "late": record.status,
-    }
     study.add_trial(
-        optuna.trial.create_trial(
+        trial_of(
+            trial_marks.late_attrs(record, trial.number),
             state=TrialState.FAIL,
             params=trial.params,
             distributions=trial.distributions,
-            user_attrs=attrs,
         )
     )
     return True
@@ -133,8 +127,8 @@ def live_worker(study: optuna.Study, grace_s: float) -> str | None:
     alive on this host), said for a message; None when no trial is running."""
     now = time.time()
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        worker = t.user_attrs.get("worker") or {}
-        beat = t.user_attrs.get("heartbeat")
+        worker = trial_marks.worker_of(t)
+        beat = trial_marks.heartbeat_of(t)
         if worker.get("pid") == os.getpid() and worker.get("host") == socket.gethostname():
             continue
         alive_here = (

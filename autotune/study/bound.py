@@ -35,6 +35,8 @@ import statistics
 from typing import Any
 
 from autotune import metrics
+from autotune.documents.record import is_predicted, status_of
+from autotune.status import Status
 from autotune.study.history import History, value_of
 
 # what the confirmation says where nothing beat your setting (search/race.pick kept it)
@@ -263,10 +265,10 @@ def _unrun(h: History, conf: dict[str, Any] | None) -> dict[str, Any] | None:
     the fastest configuration that ran, confirmed (its median and 95% interval over fresh
     processes) or not (one measurement)."""
     failed = h.seen.get(h.base_key) if h.base_key is not None else None
-    if failed is None or failed.user_attrs.get("predicted"):
+    if failed is None or is_predicted(failed):
         return None
-    status = failed.user_attrs.get("status")
-    what = "ran out of memory: it does not fit" if status == "oom" else f"ended {status}"
+    status = status_of(failed)
+    what = "ran out of memory: it does not fit" if status == Status.OOM else f"ended {status}"
     text = f"your setting (trial {failed.number}) {what}, so there is no gain to state"
     said = {"kind": "unrun", "n": len(h.completed), "status": status}
     return _said(said, text + _fastest(h, conf))

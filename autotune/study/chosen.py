@@ -10,7 +10,7 @@ from typing import Any
 import optuna
 
 from autotune import metrics
-from autotune.documents.record import Metric
+from autotune.documents.record import Metric, knobs_of
 from autotune.study import bound
 from autotune.study.bound import KEEP as KEEP  # what the race says where it kept your setting
 from autotune.study.history import History, completed_value, current_confirmation, value_of
@@ -118,7 +118,7 @@ def chosen_summary(study: optuna.Study, h: History) -> dict[str, Any] | None:
     return {
         "trial": best.number,
         "why": why,
-        "knobs": best.user_attrs["knobs"],
+        "knobs": knobs_of(best),
         "confirmed": bool(stats and stats["median"]),
         Metric.TOKENS_PER_GPU: value,
         "search_tokens_per_s_per_gpu": value_of(best),

@@ -10,17 +10,28 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune import knobs as catalogue
-from autotune.documents.record import Metric, TrialRecord
+from autotune.documents import study_attrs, trial_marks
+from autotune.documents.record import (
+    Metric,
+    cause_of,
+    has_knobs,
+    has_record,
+    is_predicted,
+    knobs_of,
+    metrics_of,
+    status_of,
+)
+from autotune.documents.record import store as store  # re-exported
 from autotune.knobs import KnobValue
 from autotune.protocol import CONFIG_FAILURES, STATUSES, Knobs
-from autotune.redact import mask_doc
 from autotune.status import NOT_LAUNCHED as NOT_LAUNCHED  # re-exported
+from autotune.status import Status
 
 # The statuses the budget (study.trials) counts: trials measured to their end, their figure known
 # (ok, or over_limit: measured past study.limits). A failed or pruned trial, or one lost with its
 # worker, is not counted: the search measures another in its place, up to LAUNCHES_PER_TRIAL
 # launches for each trial of the budget (launch_cap).
-MEASURED = ("ok", "over_limit")
+MEASURED = (Status.OK, Status.OVER_LIMIT)
 LAUNCHES_PER_TRIAL = 2
 
 
@@ -55,20 +66,13 @@ def optuna_state(status: str) -> TrialState:
     went to Tree while refusals were FAIL). A trial the pruner stopped (status pruned) and one past
     the study's latency limits (over_limit) are PRUNED too. Failures of the machine (crash, timeout)
     are FAIL."""
-    if status == "ok":
+    if status == Status.OK:
         return TrialState.COMPLETE
     return (
         TrialState.PRUNED
-        if status in CONFIG_FAILURES or status in ("pruned", "over_limit")
+        if status in CONFIG_FAILURES or status in (Status.PRUNED, Status.OVER_LIMIT)
         else TrialState.FAIL
     )
-
-
-def store(trial: optuna.Trial, record: TrialRecord) -> None:
-    """A trial's record becomes its Optuna user attributes (what report and check read back:
-    TrialRecord.of)."""
-    for k, v in record.to_attrs().items():
-        trial.set_user_attr(k, mask_doc(v))  # a secret the job printed, quoted in a reason
 
 
 @dataclass
@@ -100,17 +104,16 @@ class History:
         trials = study.get_trials(deepcopy=False)
         if own is not None:
             for t in trials:
-                a = t.user_attrs
                 if (
                     t.state == TrialState.RUNNING
                     and t.number != own
-                    and "knobs" in a
-                    and a.get("status") not in NOT_LAUNCHED
-                    and (t.number < own or a.get("claimed"))
+                    and has_record(t)
+                    and status_of(t) not in NOT_LAUNCHED
+                    and (t.number < own or trial_marks.is_claimed(t))
                 ):
-                    h.running.setdefault(key(a["knobs"]), t)
+                    h.running.setdefault(key(knobs_of(t)), t)
         for t in trials:
-            status = t.user_attrs.get("status")
+            status = status_of(t)
             if (
                 t.state not in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
                 or status not in STATUSES
@@ -118,30 +121,27 @@ class History:
                 continue  # running, duplicates, interrupted, lost workers: nothing measured
             if not _readable(t):
                 continue  # a record another program damaged: it teaches nothing
-            h.seen.setdefault(key(t.user_attrs.get("knobs") or t.params), t)
-            if t.user_attrs.get("predicted"):
+            h.seen.setdefault(key(knobs_of(t) or t.params), t)
+            if is_predicted(t):
                 continue
             # trials copied from another study count no budget
-            h.launched += "warm_start" not in t.user_attrs
-            h.measured += "warm_start" not in t.user_attrs and status in MEASURED
-            if status == "oom":
+            copied = trial_marks.is_warm_start(t)
+            h.launched += not copied
+            h.measured += not copied and status in MEASURED
+            if status == Status.OOM:
                 h.ooms.append(t)
-            if status == "over_limit":
+            if status == Status.OVER_LIMIT:
                 h.over_limit.append(t)
-            if status == "invalid_config" and t.user_attrs.get("cause"):
+            if status == Status.INVALID_CONFIG and cause_of(t):
                 h.invalid.append(t)
             if t.state == TrialState.COMPLETE:
                 h.completed.append(t)
-            if status == "pruned":
+            if status == Status.PRUNED:
                 h.pruned.append(t)
         base = baseline_knobs(study, trials)
         h.base_key = key(base) if base is not None else None
         h.baseline = next(
-            (
-                t
-                for t in h.completed
-                if base is not None and key(t.user_attrs["knobs"]) == key(base)
-            ),
+            (t for t in h.completed if base is not None and key(knobs_of(t)) == key(base)),
             None,
         )
         return h
@@ -176,11 +176,10 @@ def completed_value(t: optuna.trial.FrozenTrial) -> float:
 def _readable(t: optuna.trial.FrozenTrial) -> bool:
     """A trial record as autotune writes it: knobs a mapping; a completed one with numeric
     metrics."""
-    a = t.user_attrs
-    if not isinstance(a.get("knobs"), dict):
+    if not has_knobs(t):
         return False
     if t.state == TrialState.COMPLETE:
-        m = a.get("metrics")
+        m = metrics_of(t)
         return (
             isinstance(m, dict)
             and isinstance(m.get(Metric.TOKENS_PER_GPU), (int, float))
@@ -194,18 +193,14 @@ def baseline_knobs(
 ) -> dict[str, Any] | None:
     """The baseline's knobs as the study stored them; in studies older than that, the first recorded
     trial's (the baseline is enqueued first)."""
-    stored = study.user_attrs.get("baseline_knobs")
-    if isinstance(stored, dict):
+    stored = study_attrs.baseline_knobs(study)
+    if stored is not None:
         return stored
     first = next(
-        (
-            t
-            for t in trials
-            if t.user_attrs.get("status") != "duplicate" and "knobs" in t.user_attrs
-        ),
+        (t for t in trials if status_of(t) != Status.DUPLICATE and has_record(t)),
         None,
     )
-    return first.user_attrs["knobs"] if first else None
+    return knobs_of(first) if first else None
 
 
 def current_confirmation(study: optuna.Study, h: History) -> dict[str, Any] | None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import optuna
 
-from autotune.documents.record import Metric
+from autotune.documents.record import Metric, fingerprint_of, knobs_of, metrics_of
 from autotune.protocol import Knobs
 from autotune.study.history import History, Key, key
 from autotune.tasks import Task
@@ -93,7 +93,7 @@ def group_of(knobs: Knobs, task: Task) -> Key:
 
 def peak_of(t: optuna.trial.FrozenTrial) -> float | None:
     """The trial's peak in GiB, as the allocator reserved it where known (module docstring)."""
-    metrics = t.user_attrs.get("metrics") or {}
+    metrics = metrics_of(t)
     reserved = metrics.get(Metric.PEAK_RESERVED_GIB)
     peak = metrics.get(Metric.PEAK_MEM_GIB)
     values = [v for v in (reserved, peak) if isinstance(v, (int, float))]
@@ -110,8 +110,8 @@ def possible(peak_gib: float, capacity_gib: float | None) -> bool:
 
 def point_of(t: optuna.trial.FrozenTrial, task: Task) -> Point | None:
     """A completed GPU trial with a measured peak its GPU can have and a size, else None."""
-    fp = t.user_attrs.get("fingerprint") or {}
-    size = (t.user_attrs.get("knobs") or {}).get(task.size_knob)
+    fp = fingerprint_of(t)
+    size = knobs_of(t).get(task.size_knob)
     peak = peak_of(t)
     if fp.get("device") != "cuda" or not fp.get("gpu_memory_gib") or peak is None:
         return None
@@ -119,7 +119,7 @@ def point_of(t: optuna.trial.FrozenTrial, task: Task) -> Point | None:
         return None
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         return None
-    metrics = t.user_attrs.get("metrics") or {}
+    metrics = metrics_of(t)
     counted = metrics.get(Metric.TOKENS_PER_MICRO_BATCH)
     tokens = float(counted) if counted else float(size)
     capacity = float(fp["gpu_memory_gib"])
@@ -142,7 +142,7 @@ def groups(h: History, task: Task) -> dict[Key, list[Point]]:
     out: dict[Key, list[Point]] = {}
     for t in h.ran:
         if (p := point_of(t, task)) is not None:
-            out.setdefault(group_of(t.user_attrs["knobs"], task), []).append(p)
+            out.setdefault(group_of(knobs_of(t), task), []).append(p)
     return out
 
 
@@ -243,9 +243,7 @@ def alloc_offer(h: History, task: Task) -> str | None:
     memory or came close (RISKY of the GPU): PyTorch's caching allocator keeps blocks sized for
     past shapes, so such a job can run out below its peak; expandable segments grow and shrink in
     place. None where the study already tried them, or nothing calls for them."""
-    if any(
-        EXPANDABLE in str((t.user_attrs.get("knobs") or {}).get("cuda_alloc_conf")) for t in h.ran
-    ):
+    if any(EXPANDABLE in str(knobs_of(t).get("cuda_alloc_conf")) for t in h.ran):
         return None
     spread = max((s for t in h.ran if (s := _length_spread(t)) is not None), default=None)
     if spread is None or spread < VARIED:
@@ -263,10 +261,10 @@ def alloc_offer(h: History, task: Task) -> str | None:
 
 def _length_spread(t: optuna.trial.FrozenTrial) -> float | None:
     """The trial's longest micro-batch against its median one (tokens computed on)."""
-    metrics = t.user_attrs.get("metrics") or {}
+    metrics = metrics_of(t)
     longest = metrics.get(Metric.TOKENS_PER_MICRO_BATCH)
     median = metrics.get("tokens_per_step_median")
-    accum = (t.user_attrs.get("knobs") or {}).get("grad_accum_steps")
+    accum = knobs_of(t).get("grad_accum_steps")
     per_step = accum if isinstance(accum, int) and accum > 0 else 1
     if not longest or not median:
         return None
@@ -285,7 +283,7 @@ def neutral(h: History, task: Task) -> frozenset[str]:
     ALIKE_SHARE. Found to a fixed point, so a pair that differs in a neutral knob and a new one
     teaches the new one. An out-of-memory trial then bounds those knobs' other values too
     (predict.needs_at_least): the sampler's fused AdamW where the foreach one ran out."""
-    points = [(t.user_attrs["knobs"], p) for t in h.ran if (p := point_of(t, task)) is not None]
+    points = [(knobs_of(t), p) for t in h.ran if (p := point_of(t, task)) is not None]
     found: set[str] = set()
     while True:
         new = {k for a, b in _pairs(points) if (k := _differs_in(a, b, found, task)) is not None}

@@ -38,8 +38,16 @@ import optuna
 
 from autotune import knobs as catalogue
 from autotune import memory
-from autotune.documents.record import Metric, TrialRecord
+from autotune.documents.record import (
+    Metric,
+    TrialRecord,
+    cause_of,
+    knobs_of,
+    loss_check_of,
+    reason_of,
+)
 from autotune.protocol import Knobs
+from autotune.status import Status
 from autotune.study import peaks
 from autotune.study.history import History, key
 from autotune.tasks import Task
@@ -129,7 +137,7 @@ def _bound(
     """A trial with the same other knobs and a batch no larger than this one's."""
     size = task.size_knob
     for t in trials:
-        other = t.user_attrs["knobs"]
+        other = knobs_of(t)
         if (
             _same_but_batch(other, knobs, task)
             and None not in (other.get(size), knobs.get(size))
@@ -146,8 +154,8 @@ def rule_for(
     where a rule the numerics check taught may not skip these knobs (search/loss_guard.py: the user
     pinned them)."""
     for t in h.invalid:
-        cause = t.user_attrs.get("cause") or {}
-        taught_by_check = (t.user_attrs.get("loss_check") or {}).get("passed") is False
+        cause = cause_of(t)
+        taught_by_check = loss_check_of(t).get("passed") is False
         if taught_by_check and pinned is not None and pinned(cause):
             continue
         if cause and all(knobs.get(k) == v for k, v in cause.items()):
@@ -180,21 +188,17 @@ def ooms(h: History, task: Task) -> list[optuna.trial.FrozenTrial]:
     """The out-of-memory trials that bound: those no trial that ran contradicts (one that needs at
     least its memory ran its steps, so this one ran out for another reason: a process beside it, a
     flaky allocator)."""
-    ran = [t.user_attrs["knobs"] for t in h.ran]
+    ran = [knobs_of(t) for t in h.ran]
     alike = peaks.neutral(h, task)
-    return [
-        t
-        for t in h.ooms
-        if not any(needs_at_least(r, t.user_attrs["knobs"], task, alike) for r in ran)
-    ]
+    return [t for t in h.ooms if not any(needs_at_least(r, knobs_of(t), task, alike) for r in ran)]
 
 
 def oom_bound(h: History, knobs: Knobs, task: Task) -> optuna.trial.FrozenTrial | None:
     """The out-of-memory trial (not contradicted: ooms) of the smallest size that these knobs need
     at least the memory of."""
     alike = peaks.neutral(h, task)
-    bounds = [t for t in ooms(h, task) if needs_at_least(knobs, t.user_attrs["knobs"], task, alike)]
-    return min(bounds, key=lambda t: t.user_attrs["knobs"][task.size_knob], default=None)
+    bounds = [t for t in ooms(h, task) if needs_at_least(knobs, knobs_of(t), task, alike)]
+    return min(bounds, key=lambda t: knobs_of(t)[task.size_knob], default=None)
 
 
 def forecast_below(h: History, knobs: Knobs, task: Task) -> tuple[Knobs, peaks.Forecast] | None:
@@ -204,7 +208,7 @@ def forecast_below(h: History, knobs: Knobs, task: Task) -> tuple[Knobs, peaks.F
     alike = peaks.neutral(h, task)
     mine = peaks.group_of(knobs, task)
     batch = {k: v for k, v in knobs.items() if k in task.batch_knobs}
-    settings = {peaks.group_of(t.user_attrs["knobs"], task): t.user_attrs["knobs"] for t in h.ran}
+    settings = {peaks.group_of(knobs_of(t), task): knobs_of(t) for t in h.ran}
     for group, other in settings.items():
         than = {**{k: v for k, v in other.items() if k not in task.batch_knobs}, **batch}
         if group == mine or not needs_at_least(knobs, than, task, alike):
@@ -228,7 +232,7 @@ def _setting(than: Knobs, knobs: Knobs, task: Task) -> str:
 def _oom_reason(
     bound: optuna.trial.FrozenTrial, knobs: Knobs, task: Task, alike: frozenset[str]
 ) -> str:
-    had = bound.user_attrs["knobs"]
+    had = knobs_of(bound)
     size = task.size_knob
     more = "".join(
         f"; {name} {value} " + _alike(had.get(name), name in alike)
@@ -263,28 +267,28 @@ def failure(
     if (found := rule_for(h, knobs, pinned)) is not None:
         t, cause = found
         values = ", ".join(f"{k} {v}" for k, v in cause.items())
-        check = t.user_attrs.get("loss_check") or {}
+        check = loss_check_of(t)
         taught = check.get("passed") is False
         what = f"failed trial {t.number}'s numerics check" if taught else "cannot run here"
-        why = t.user_attrs["reason"][:200]
-        return "invalid_config", f"predicted: {values} {what} (trial {t.number}: {why})"
+        why = reason_of(t)[:200]
+        return Status.INVALID_CONFIG, f"predicted: {values} {what} (trial {t.number}: {why})"
     size = task.size_knob
     if (bound := oom_bound(h, knobs, task)) is not None:
-        return "oom", _oom_reason(bound, knobs, task, peaks.neutral(h, task))
+        return Status.OOM, _oom_reason(bound, knobs, task, peaks.neutral(h, task))
     if (bound := _bound(h.over_limit, knobs, task)) is not None:
-        return "over_limit", (
-            f"predicted: {size} {bound.user_attrs['knobs'][size]} was already over the limits "
-            f"(trial {bound.number}: {bound.user_attrs['reason'][:200]})"
+        return Status.OVER_LIMIT, (
+            f"predicted: {size} {knobs_of(bound)[size]} was already over the limits "
+            f"(trial {bound.number}: {reason_of(bound)[:200]})"
         )
     seen = peaks.forecast(h, knobs, task)
     if seen is not None and seen.over:
-        return "oom", (
+        return Status.OOM, (
             f"predicted: peak memory {seen.peak_gib:.1f} GiB ({seen.how}) is above the GPU's "
             f"{seen.capacity_gib:.1f} GiB"
         )
     if (below := forecast_below(h, knobs, task)) is not None:
         than, seen = below
-        return "oom", (
+        return Status.OOM, (
             f"predicted: needs at least the peak memory of {_setting(than, knobs, task)}, "
             f"{seen.peak_gib:.1f} GiB ({seen.how}), above the GPU's {seen.capacity_gib:.1f} GiB"
         )
@@ -296,7 +300,7 @@ def failure(
             else f"uncalibrated, over {UNCALIBRATED_MARGIN:.2f}x"
         )
         return (
-            "oom",
+            Status.OOM,
             f"predicted: the memory estimate {peak:.1f} GiB ({how}) is above the GPU's "
             f"{capacity:.1f} GiB",
         )
