@@ -13,7 +13,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from autotune import knobs as catalogue
 from autotune import sizes
-from autotune.command.config import CommandConfig
+from autotune.config.command import CommandConfig
 from autotune.config.space import SpaceConfig
 from autotune.config.study import SEED_MAX, StudyConfig, _Section
 from autotune.errors import excerpt

@@ -35,8 +35,8 @@ from autotune.protocol import (
 )
 
 if TYPE_CHECKING:
-    from autotune.command.config import CommandConfig
     from autotune.config import ModelConfig, WorkloadConfig
+    from autotune.config.command import CommandConfig
 
 
 def preflight() -> None:
