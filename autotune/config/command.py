@@ -113,7 +113,7 @@ class CommandConfig(_Section):
     # one of MODES (checked by _mode as a Literal of their names would be: the list is the registry)
     measure: str = Field(
         default=DEFAULT,
-        json_schema_extra={"enum": list(MODES)},
+        json_schema_extra=lambda schema: schema.update(enum=list(MODES)),  # those registered now
         description=(
             "report: the job reports its steps (autotune.reporting, or the HF Trainer / Lightning "
             "callbacks in autotune.callbacks); hf / lightning: an unmodified HF Trainer or "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 # Where the trial reads the job's steps: "report", the steps.jsonl the job writes
 # (autotune.reporting, the callbacks: command/report.py); "output", lines of its output
@@ -14,8 +14,9 @@ Reads = Literal["report", "output"]
 # watch it); "signal", SIGTERM to its process group.
 Stop = Literal["file", "signal"]
 # a knob reaching the job as a variable its framework reads without a mapping -> (the variable,
-# each value's text: None for the value as it is)
-KnobEnv = Mapping[str, tuple[str, Mapping[str, str] | None]]
+# each value's text: None for the value as it is). Optional, not `| None`: an alias is evaluated at
+# import, in the job's own Python too (the hook reads the modes there)
+KnobEnv = Mapping[str, tuple[str, Optional[Mapping[str, str]]]]
 
 
 @dataclass(frozen=True)
