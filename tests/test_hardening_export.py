@@ -81,7 +81,7 @@ def test_env_values_are_quoted_in_the_command_form(tmp_path: Path) -> None:
 def test_command_env_names_in_the_yaml_are_checked(name: str) -> None:
     from pydantic import ValidationError
 
-    from autotune.command.config import CommandConfig
+    from autotune.config.command import CommandConfig
 
     with pytest.raises(ValidationError, match="is not an environment variable name"):
         CommandConfig.model_validate({"argv": ["python", "train.py"], "env": {name: "1"}})
@@ -123,10 +123,10 @@ def test_a_config_file_that_is_a_fifo_is_refused_without_opening_it(tmp_path: Pa
 
 
 def test_a_huge_config_file_is_refused_without_reading_it(tmp_path: Path) -> None:
-    from autotune.command import render as command_render
+    from autotune.config.command import MAX_CONFIG_BYTES
     from autotune.job import load_config
 
     with open(tmp_path / "cfg.json", "wb") as handle:
-        handle.truncate(command_render.MAX_CONFIG_BYTES + 1)
+        handle.truncate(MAX_CONFIG_BYTES + 1)
     with pytest.raises(ConfigError, match="cfg.json.* bytes; at most"):
         load_config(_config_file_yaml(tmp_path))

@@ -35,6 +35,9 @@ SHARED = (
     "autotune.atomic",
     # tokens over time and its interval: the command trial's window and the search's pruner
     "autotune.ratio",
+    # task command's measure modes: where the trial reads a job's steps, how it stops it
+    *(m for m in MODULES if m.startswith("autotune.modes")),
+    "autotune.errors",  # a mode's messages (measure log's pattern: errors.excerpt)
 )
 # The trial process's modules: the workloads and the trial side of task command (autotune/command)
 COMMAND_TRIAL = (
@@ -383,15 +386,18 @@ def test_layout_each_task_and_its_workload_agree_on_importing_torch() -> None:
 # Task command's parts outside autotune/command: its parent-side plug-ins, registered where the
 # plug-ins of their kind live (tasks.TASKS, export's forms), whose packages import them.
 COMMAND_PLUGINS = {"autotune.tasks._command", "autotune.export._hf_command"}
+# ... and its section of the YAML's schema, where the schema is (autotune/config)
+COMMAND_SCHEMA = "autotune.config.command"
 
 
 def test_layout_the_command_task_lives_in_autotune_command() -> None:
-    """Task command's schema, rendering, trial side and hook are modules of autotune/command; no
-    module elsewhere is named after the command but its plug-ins."""
+    """Task command's rendering, trial side and hook are modules of autotune/command (its section of
+    the schema is config/command.py, its measure modes autotune/modes); no module elsewhere is named
+    after the command but its plug-ins and that schema."""
     parts = {
         m.removeprefix("autotune.command.") for m in MODULES if m.startswith("autotune.command.")
     }
-    assert {"config", "render", "task", "measure_only", "hook", "hook.launch"} | {
+    assert {"render", "task", "measure_only", "hook", "hook.launch"} | {
         m.removeprefix("autotune.command.") for m in COMMAND_TRIAL
     } <= parts, sorted(parts)
     assert (PACKAGE / "command" / "hook" / "_site" / "sitecustomize.py").is_file()
@@ -402,7 +408,9 @@ def test_layout_the_command_task_lives_in_autotune_command() -> None:
         and not m.startswith("autotune.command")
         and not m.startswith("autotune.cli")
     }
-    assert strays <= COMMAND_PLUGINS, f"task command's modules outside autotune/command: {strays}"
+    assert strays <= COMMAND_PLUGINS | {COMMAND_SCHEMA}, (
+        f"task command's modules outside autotune/command: {strays}"
+    )
 
 
 def _third_party(path: Path) -> set[str]:
@@ -421,7 +429,9 @@ def _third_party(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("module", COMMAND_TRIAL)
+@pytest.mark.parametrize(
+    "module", [*COMMAND_TRIAL, *(m for m in MODULES if m.startswith("autotune.modes"))]
+)
 def test_layout_the_command_trial_side_imports_no_pydantic_or_optuna(module: str) -> None:
     """What runs in a command trial's process (and everything of autotune it loads, transitively)
     needs the standard library alone: no pydantic, optuna, yaml, typer or rich."""
@@ -500,3 +510,77 @@ def test_layout_optuna_attributes_only_through_their_owners() -> None:
         "read and write through autotune/documents (record, trial_marks, study_attrs):\n"
         + ("\n".join(found))
     )
+
+
+MODE_NAMES = {"report", "hf", "lightning", "log"}  # autotune/modes' registry (a test holds it so)
+
+
+def _measure_branches(tree: ast.AST) -> list[int]:
+    """Lines comparing a measure mode (`x.measure`, `measure`, `x.get("measure")`) with a mode's
+    name: `== "log"`, `!= "lightning"`, `in ("hf", "lightning")`."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        named = any(
+            isinstance(x, ast.Name)
+            and x.id == "measure"
+            or isinstance(x, ast.Attribute)
+            and x.attr == "measure"
+            or isinstance(x, ast.Call)
+            and isinstance(x.func, ast.Attribute)
+            and x.func.attr == "get"
+            and bool(x.args)
+            and isinstance(x.args[0], ast.Constant)
+            and x.args[0].value == "measure"
+            for x in sides
+        )
+        consts = {
+            c.value
+            for x in sides
+            for c in ([x] if isinstance(x, ast.Constant) else getattr(x, "elts", []))
+            if isinstance(c, ast.Constant)
+        }
+        if named and consts & MODE_NAMES:
+            found.append(node.lineno)
+    return found
+
+
+def test_layout_only_the_modes_know_a_measure_mode_by_name() -> None:
+    """Each measure mode of task command is one plug-in (autotune/modes, MODES): elsewhere no code
+    compares command.measure with a mode's name; it asks the mode (modes.of)."""
+    from autotune import modes
+
+    assert set(modes.MODES) == MODE_NAMES
+    for module, path in MODULES.items():
+        if module.startswith("autotune.modes"):
+            continue
+        lines = _measure_branches(ast.parse(path.read_text()))
+        assert not lines, (
+            f"{module} branches on the measure mode at line(s) {lines}: ask the Mode "
+            "(autotune/modes)"
+        )
+
+
+def test_layout_the_measure_modes_are_registered() -> None:
+    """Every module of autotune/modes but its base is a mode, registered under its name."""
+    from autotune import modes
+
+    files = {p.stem for p in (PACKAGE / "modes").glob("*.py")} - {"__init__", "_base"}
+    assert files == set(modes.MODES)
+    assert all(mode.name == name for name, mode in modes.MODES.items())
+
+
+def test_layout_the_schema_imports_nothing_of_the_command_package() -> None:
+    """config/ is the schema, below what reads it: its modules import nothing of autotune/command,
+    not even lazily or for types (the command section's schema is config/command.py; the modes'
+    rules it calls are autotune/modes, which imports no command module either)."""
+    below = [m for m in MODULES if m.startswith(("autotune.config", "autotune.modes"))]
+    for module in below:
+        found = {
+            i
+            for i in _imports(MODULES[module], top_level_only=False)
+            if i.startswith("autotune.command")
+        }
+        assert not found, f"{module} imports {sorted(found)}"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import paths, tasks
-from autotune.command.config import CommandConfig
+from autotune.config.command import CommandConfig
 from autotune.config.study import StudyConfig
 from autotune.documents import base_dir as base_dir_of
 from autotune.documents.best_file import Best, BestFile, read_best

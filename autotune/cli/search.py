@@ -102,13 +102,13 @@ def _shown(cfg: Config) -> dict[str, Any]:
 
 def _say_notes(console: Console, cfg: Config) -> None:
     """The task's notes on the config (a secret in a command's arguments: Task.notes); a command's
-    suspicious but legal mappings (command.config.warnings)."""
+    suspicious but legal mappings (command.task.warnings)."""
     from autotune import tasks
 
     for note in tasks.task(cfg.workload.task).notes(cfg):
         console.print(f"note: {note}", highlight=False)
     if cfg.command is not None:
-        from autotune.command.config import warnings
+        from autotune.command.task import warnings
 
         for line in warnings(cfg.command, cfg.study.extend_edges):
             console.print(f"warning: {line}", highlight=False, markup=False)

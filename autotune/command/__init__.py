@@ -3,10 +3,11 @@
 Imports nothing: the trial process imports its modules below and must need no more than they do.
 The parts, by the process each runs in:
 
-- the parent (autotune search, check, export): config (the command section of the YAML, pydantic),
-  render (the trial's knob values in your argv, environment and config file), task (the
-  section's rules, the trial's parameters and command, its figure, what counts as unmeasured) and
-  measure_only (the flags of a command that exist for its measurement only, which export marks);
+- the parent (autotune search, check, export): render (the trial's knob values in your argv,
+  environment and config file), task (the section's rules and warnings, the trial's parameters and
+  command, its figure, what counts as unmeasured) and measure_only (the flags of a command that
+  exist for its measurement only, which export marks); the section's schema is config/command.py,
+  and each measure mode (command.measure) a plug-in of autotune/modes;
 - the trial process (standard library only; autotune/workloads' base and timing): trial (starts the
   job, watches its steps, stops it), report (the job's steps.jsonl read as it grows), log (a
   `measure: log` pattern read from its output), said (what the trial says of a job that ended

@@ -28,20 +28,22 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypedDict
 
-# Rendered: the hand-over's own class (the trial process reads it back from the spec)
+# the command's own config file, as the schema reads it to check each key mapping
+from autotune.config.command import CONFIG_FORMATS, read_config, set_key
 from autotune.knobs import KnobValue
+from autotune.modes import MODES
+from autotune.modes import of as mode_of
+
+# Rendered: the hand-over's own class (the trial process reads it back from the spec)
 from autotune.protocol import Knobs, Rendered
 
 # MASK: a secret masked when study.db or best.yaml was written; ENV_REFERENCE: `{env:NAME}`
 from autotune.redact import ENV_REFERENCE, MASK, mask_argv, mask_env
-
-CONFIG_FORMATS = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml"}
 
 
 class KnobMappingDoc(TypedDict, total=False):
@@ -220,7 +222,7 @@ def _rendered(
     argv = [_fill(a, folder, config_path) for a in command["argv"]]
     env = {k: _fill(v, folder, config_path) for k, v in (command.get("env") or {}).items()}
     overrides: dict[str, object] = {}
-    env.update(lightning_env(command, knobs))
+    env.update(knob_env(command, knobs))
     for name, mapping in (command.get("knobs") or {}).items():
         value = knobs.get(name)
         if value is None:
@@ -236,28 +238,16 @@ def _rendered(
                 overrides[mapping["key"]] = out
     cwd = str((base_dir / (command.get("cwd") or ".")).resolve())
     if launcher:  # the trial's (measure hf / lightning: the callback added), not the export's
-        env.update(measure_env(command.get("measure") or "report", env, cwd))
+        env.update(measure_env(mode_of(command).name, env, cwd))
     return Rendered(argv, env, cwd, config_path, overrides)
 
 
-# measure lightning: autotune's knobs without a mapping reach the Trainer through Lightning's own
-# environment defaults (PL_TRAINER_<ARG>, read by Trainer.__init__ for an argument the script does
-# not pass)
-LIGHTNING_ENV = {
-    "precision": (
-        "PL_TRAINER_PRECISION",
-        {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"},
-    ),
-    "grad_accum_steps": ("PL_TRAINER_ACCUMULATE_GRAD_BATCHES", None),
-}
-
-
-def lightning_env(command: dict[str, Any], knobs: Knobs) -> dict[str, str]:
-    """The PL_TRAINER_* variables of the trial's unmapped knobs (measure lightning only)."""
-    if command.get("measure") != "lightning":
-        return {}
+def knob_env(command: Mapping[str, Any], knobs: Knobs) -> dict[str, str]:
+    """The variables of the trial's unmapped knobs that the job's framework reads itself (the mode's
+    knob_env: measure lightning's PL_TRAINER_*, read by Trainer.__init__ for an argument the script
+    does not pass)."""
     env = {}
-    for name, (variable, table) in LIGHTNING_ENV.items():
+    for name, (variable, table) in mode_of(command).knob_env.items():
         value = knobs.get(name)
         if value is not None and name not in (command.get("knobs") or {}):
             env[variable] = table[str(value)] if table else text_of(value)
@@ -265,12 +255,12 @@ def lightning_env(command: dict[str, Any], knobs: Knobs) -> dict[str, str]:
 
 
 def measure_env(measure: str, env: dict[str, str], cwd: str | None = None) -> dict[str, str]:
-    """measure hf / lightning: the job starts with autotune's callback added (hook/launch.py) by a
-    sitecustomize in autotune's hook folder, the one folder autotune adds to its PYTHONPATH: after
-    the user's own entries, so that the job imports its own packages (the hook reaches autotune's
-    modules without autotune's folder on the path: hook/_site/sitecustomize.py).
+    """A mode with a Trainer (measure hf / lightning): the job starts with autotune's callback added
+    (hook/launch.py) by a sitecustomize in autotune's hook folder, the one folder autotune adds to
+    its PYTHONPATH: after the user's own entries, so that the job imports its own packages (the hook
+    reaches autotune's modules without autotune's folder on the path: hook/_site/sitecustomize.py).
     """
-    if measure not in ("hf", "lightning"):
+    if MODES[measure].trainer is None:
         return {}
     from autotune.command.hook import launch
 
@@ -340,59 +330,6 @@ def resolve(rendered: Rendered, environ: Mapping[str, str]) -> Rendered:
     env = {k: _env_from_environment(k, v, environ) for k, v in rendered.env.items()}
     kept = {k: v for k, v in env.items() if v is not None}
     return Rendered(argv, kept, rendered.cwd, rendered.config_path, rendered.overrides)
-
-
-MAX_CONFIG_BYTES = 8 << 20  # a config file larger than this is refused, never read whole
-
-
-def _bounded_text(path: Path) -> str:
-    """A regular file's text (a FIFO, device or folder is refused before it is opened), at most
-    MAX_CONFIG_BYTES."""
-    info = os.stat(path)
-    if not stat.S_ISREG(info.st_mode):
-        raise ValueError("not a regular file (a FIFO, device or folder is never read)")
-    if info.st_size > MAX_CONFIG_BYTES:
-        raise ValueError(f"{info.st_size:,} bytes; at most {MAX_CONFIG_BYTES:,} are read")
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read(MAX_CONFIG_BYTES + 1)
-    if len(text) > MAX_CONFIG_BYTES:
-        raise ValueError(f"over {MAX_CONFIG_BYTES:,} characters; at most that many are read")
-    return text
-
-
-def read_config(path: Path) -> dict[str, Any]:
-    """A config file as a dict, by its suffix (ValueError naming the file)."""
-    kind = CONFIG_FORMATS.get(path.suffix.lower())
-    text = _bounded_text(path)
-    if kind == "json":
-        doc = json.loads(text)
-    elif kind == "toml":
-        import tomllib
-
-        doc = tomllib.loads(text)
-    elif kind == "yaml":
-        import yaml
-
-        doc = yaml.safe_load(text)
-    else:
-        raise ValueError(f"{path.name}: a config file is {', '.join(CONFIG_FORMATS)}")
-    if not isinstance(doc, dict):
-        raise ValueError(f"{path.name}: not a mapping at its top level")
-    return doc
-
-
-def set_key(doc: dict[str, Any], dotted: str, value: object) -> None:
-    """doc[a][b][c] = value for "a.b.c"; a missing table is made, a non-table on the way is an
-    error."""
-    *parents, last = dotted.split(".")
-    node = doc
-    for i, part in enumerate(parents):
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise ValueError(
-                f"{'.'.join(parents[: i + 1])} is a value, not a table, so {dotted} cannot be set"
-            )
-    node[last] = value
 
 
 def apply_overrides(doc: dict[str, Any], overrides: dict[str, object]) -> dict[str, Any]:

@@ -1,10 +1,12 @@
 """task command in the parent: the command section's rules against the catalogue and the space, the
 trial's parameters, its command prepared (rendered, its secrets handed over apart), the figure read
-from what the trial measured, and what a trial that could not measure the job says. The plug-in
-that tasks.TASKS holds (tasks/_command.py) calls these; the trial's side is command/trial.py."""
+from what the trial measured, and what a trial that could not measure the job says; the section's
+suspicious but legal mappings (warnings). The plug-in that tasks.TASKS holds (tasks/_command.py)
+calls these; the trial's side is command/trial.py."""
 
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,8 +16,8 @@ from autotune.documents.record import TrialRecord
 from autotune.protocol import CommandParams, Rendered, TaskParams, TrialResult, TrialSpec
 
 if TYPE_CHECKING:
-    from autotune.command.config import CommandConfig, KnobMapping, Scalar
     from autotune.config import Config
+    from autotune.config.command import CommandConfig, KnobMapping, Scalar
     from autotune.knobs import Knob
 
 TASK = "command"
@@ -243,14 +245,14 @@ def declared(name: str, cfg: Config) -> bool:
         and name not in _section(cfg).knobs
         and isinstance(value, list)
         and len(value) == 1
-        and not _lightning_env(name, cfg)
+        and not _knob_env(name, cfg)
     )
 
 
 def _check_reaches(name: str, cfg: Config, knob: Knob) -> None:
     """A knob of autotune's that the study varies must reach the command; one value without a
     mapping is what the job does itself (`declared`)."""
-    mapped = name in _section(cfg).knobs or bool(knob.env) or _lightning_env(name, cfg)
+    mapped = name in _section(cfg).knobs or bool(knob.env) or _knob_env(name, cfg)
     value = getattr(cfg.space, name)
     if mapped or value == "auto" or value == [knob.default] or declared(name, cfg):
         if name == "grad_accum_steps" and not mapped and cfg.workload.global_batch_size is not None:
@@ -267,23 +269,17 @@ def _check_reaches(name: str, cfg: Config, knob: Knob) -> None:
     )
 
 
-def _lightning_env(name: str, cfg: Config) -> bool:
-    """measure lightning: the knob reaches the Trainer as its PL_TRAINER_* variable
-    (command/render.py); a value Lightning has no name for is refused."""
-    from autotune.command.render import LIGHTNING_ENV
+def _knob_env(name: str, cfg: Config) -> bool:
+    """The knob reaches the job as a variable its framework reads (the mode's knob_env: measure
+    lightning's PL_TRAINER_*, command/render.py); a value the mode has no text for is refused."""
+    from autotune import modes
 
-    if _section(cfg).measure != "lightning" or name not in LIGHTNING_ENV:
+    mode = modes.MODES[_section(cfg).measure]
+    if name not in mode.knob_env:
         return False
-    table = LIGHTNING_ENV[name][1]
     values = getattr(cfg.space, name)
-    if table is None or not isinstance(values, list):
-        return True
-    missing = [v for v in values if v not in table]
-    if missing:
-        raise ValueError(
-            f"space.{name}: {missing[0]} has no Lightning precision (PL_TRAINER_PRECISION takes "
-            f"{', '.join(table)}); map it yourself in command.knobs.{name}, or drop it"
-        )
+    if mode.knob_values is not None and isinstance(values, list):
+        mode.knob_values(name, values)
     return True
 
 
@@ -309,3 +305,48 @@ def _check_map(name: str, mapping: KnobMapping, values: list[Any] | str) -> None
             f"gives {name}); "
             f"add {text_of(missing[0])}: [...] or drop it from the values"
         )
+
+
+# an argument that names a flag (-x, --name), not a negative number
+FLAG = re.compile(r"--?[A-Za-z]")
+
+
+def warnings(cmd: CommandConfig, extend_edges: bool) -> list[str]:
+    """Suspicious but legal mappings, one line each (validate and search print them): a flag's map
+    entry that renders arguments without a flag (an entry replaces `FLAG VALUE` whole: `fp32:
+    float32` beside `flag: --dtype` passes `float32` alone); a micro-batch's or accumulation's map
+    without one pattern (render.pattern) where the search steps past the list (extend_edges), so
+    no value past it is measured."""
+    from autotune import knobs as catalogue
+    from autotune.command.render import pattern
+
+    out = []
+    for name, m in cmd.knobs.items():
+        if m.flag is not None and (bare := _flagless(m)):
+            (key, args), *more = bare.items()
+            also = f", as {', '.join(k for k, _ in more)} {'do' if len(more) > 1 else 'does'}"
+            out.append(
+                f"command.knobs.{name}.map: {key} renders `{' '.join(args)}` without a flag"
+                f"{also if more else ''} (a map entry replaces `{m.flag} VALUE` whole); write "
+                f"{key}: [{m.flag}, {', '.join(args)}] to keep the flag"
+            )
+        knob = catalogue.BY_NAME.get(name)
+        stepped = extend_edges and knob is not None and bool(knob.edge or knob.derived)
+        if stepped and len(m.map or {}) > 1 and (why := pattern({"map": m.map})[1]):
+            out.append(
+                f"command.knobs.{name}.map: {why}; the search measures no {name} past your "
+                "list's edge that the map has no entry for (study.extend_edges)"
+            )
+    return out
+
+
+def _flagless(m: KnobMapping) -> dict[str, list[str]]:
+    """A flag mapping's map entries whose arguments name no flag: {value: its arguments}."""
+    from autotune.command.render import text_of
+
+    bare = {}
+    for key, out in (m.map or {}).items():
+        args = [text_of(a) for a in (out if isinstance(out, list) else [out]) if a is not None]
+        if args and not any(FLAG.match(a) for a in args):
+            bare[text_of(key)] = args
+    return bare

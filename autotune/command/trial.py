@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from autotune import atomic, nccl_log
+from autotune import atomic, modes, nccl_log
 from autotune.command import window as windows
 from autotune.command.gpu_peak import PeakWatch, job_peak, tokens_per_micro_batch
 from autotune.command.hook import unmeasured
@@ -51,9 +51,7 @@ class _Watch:
     steps: list[dict[str, Any]]
     done: DoneLine | None
     window: windows.Window | None = None  # settled, or max_steps reached
-    stopped: str = (
-        ""  # why the trial stopped the job before its window (pruned, recompiling, its limit)
-    )
+    stopped: str = ""  # why the trial stopped the job before its window (pruned, recompiling, ...)
     stop: str = ""  # how the job ended once asked (record.applied.stop)
     said_done: bool = False  # its done line came before its window: it ended its reports itself
 
@@ -81,7 +79,8 @@ class Command(Workload):
             max(self.needed, int(self.cfg.get("max_steps") or 0)),
             float(self.cfg.get("half_width_pct", windows.Rule.half_width_pct)),
         )
-        self.log = self.cfg.get("measure", "report") == "log"
+        self.mode = modes.of(self.cfg)  # where its steps are read, how it is asked to stop
+        self.log = self.mode.reads == "output"  # its steps are lines of its output
         self.report_path, self.stop_path = self.run_dir / REPORT_FILE, self.run_dir / STOP_FILE
         fresh(self.report_path)  # and its claim file
         self.stop_path.unlink(missing_ok=True)
@@ -113,9 +112,10 @@ class Command(Workload):
         knobs = json.dumps(self.spec.knobs)
         env = {**os.environ, **self.real_env, ENV_STEPS: steps, ENV_KNOBS: knobs}
         env.pop(ENV_SECRETS, None)  # the hand-over is autotune's, not the job's
-        if not self.log:
-            env.update({ENV_REPORT: str(self.report_path), ENV_STOP: str(self.stop_path)})
-            env[ENV_MAX_STEPS] = str(self.rule.max_steps)
+        if self.mode.reads == "report":
+            env.update({ENV_REPORT: str(self.report_path), ENV_MAX_STEPS: str(self.rule.max_steps)})
+        if self.mode.stop == "file":
+            env[ENV_STOP] = str(self.stop_path)
         return env
 
     def _start(self) -> subprocess.Popen[bytes]:
@@ -167,11 +167,11 @@ class Command(Workload):
         return self._measured(watch, t0)
 
     def _ask_stop(self, proc: subprocess.Popen[bytes]) -> None:
-        """Ask the job to stop: its stop file (reporting, the callbacks), SIGTERM for a log job."""
-        if self.log:
-            _signal_group(proc, signal.SIGTERM)
-        else:
+        """Ask the job to stop as its mode says: its stop file (the callbacks), or SIGTERM."""
+        if self.mode.stop == "file":
             atomic.touch(self.stop_path)
+        else:
+            _signal_group(proc, signal.SIGTERM)
 
     def _watch(self, proc: subprocess.Popen[bytes], output: Output, t0: float) -> _Watch:
         """Follow the job's steps until its window settles or something stops it, then let it exit

@@ -1,8 +1,8 @@
 """Pydantic models of the YAML file: the model, workload and baseline here; the space (space), the
-study (study) and the command (command) sections beside it; YAML to a validated Config, the space
-resolved once (load). Schema only: each section's own fields and shapes. What a task asks of the
+study (study) and the command (command) sections beside it; YAML to a Config its schema validated
+(load). Schema only: each section's own fields and shapes. What a task asks of the
 sections (tasks.check_config) and the model's files and code (the user-code probe) are checked once,
-by config.load.validate, so that reading a best.yaml with these classes never runs user code."""
+by job.validate, so that reading a best.yaml with these classes never runs user code."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from autotune import knobs as catalogue
 from autotune import sizes
-from autotune.command.config import CommandConfig
+from autotune.config.command import CommandConfig
 from autotune.config.space import SpaceConfig
 from autotune.config.study import SEED_MAX, StudyConfig, _Section
 from autotune.errors import excerpt
@@ -115,7 +115,7 @@ class ModelConfig(_Section):
                 raise ValueError(
                     "model.seq_len: required with hf_config (tokens per synthetic sequence)"
                 )
-            return self  # its files and code: config.load.check_model_code (validate's pass)
+            return self  # its files and code: launch.probe.check_model_code (job.validate)
         missing = [k for k in (*sizes, "seq_len") if getattr(self, k) is None]
         if missing:
             raise ValueError(

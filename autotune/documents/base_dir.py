@@ -15,8 +15,8 @@ from autotune.errors import excerpt
 from autotune.redact import MASK
 
 if TYPE_CHECKING:
-    from autotune.command.config import CommandConfig
     from autotune.config import ModelConfig
+    from autotune.config.command import CommandConfig
 
 # The first best.yaml schema whose relative base_dir is read against best.yaml's folder as the path
 # to it names it (links kept). Schema 3 and 4 read it against the folder's resolved path, as they

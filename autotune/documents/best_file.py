@@ -34,8 +34,8 @@ from autotune.protocol import Knobs
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from autotune.command.config import CommandConfig, Scalar
     from autotune.config import ModelConfig, WorkloadConfig
+    from autotune.config.command import CommandConfig, Scalar
 
 # best.yaml's layout. 1: before it was versioned (2026-12-01 and earlier; every knob of its release
 # listed); 2: schema_version and knob_set (the hash of the knob names written) added; 3: base_dir
@@ -291,8 +291,8 @@ def _validated(
 ) -> Best:
     """The document (BestFile) and its YAML sections (autotune.config's classes: the schema, no user
     code probed) validated; ConfigError naming the first bad part."""
-    from autotune.command.config import CommandConfig
     from autotune.config import ModelConfig, WorkloadConfig
+    from autotune.config.command import CommandConfig
     from autotune.config.load import describe_error
 
     try:

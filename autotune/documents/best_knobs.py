@@ -15,8 +15,8 @@ from autotune.errors import ConfigError
 from autotune.protocol import Knobs
 
 if TYPE_CHECKING:
-    from autotune.command.config import CommandConfig, Scalar
     from autotune.config import WorkloadConfig
+    from autotune.config.command import CommandConfig, Scalar
 
 
 def check_batch(path: Path, knobs: Knobs, workload: WorkloadConfig) -> None:

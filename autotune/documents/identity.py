@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import knobs as catalogue
+from autotune import modes
 
 # command first: a study of another command cannot warm-start one of this command either, so its
 # remedy (--fresh or a new name) is the one named when several sections differ
@@ -32,7 +33,7 @@ COMMAND_FIELDS: dict[str, Any] = {
     "cwd": None,
     "env": {},
     "config_file": None,
-    "measure": "report",
+    "measure": modes.DEFAULT,
     "log_pattern": None,
     "knobs": {},
 }

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from autotune import tasks
+from autotune import modes, tasks
 from autotune.documents import strict_json
 from autotune.errors import ConfigError
 from autotune.export._form import Form
@@ -53,15 +53,15 @@ def formats_of(w: Winner) -> tuple[str, ...]:
 
 def fitting(w: Winner) -> tuple[str, ...]:
     """The formats printed when none is asked for: a study with a command, its command, the form of
-    the framework that reads its flags (hf: an HF Trainer job; lightning: measure lightning) and
+    the framework that reads its flags (its measure mode's forms: measure hf, lightning; else hf for
+    a job whose flags are TrainingArguments') and
     json (a torchrun launch or a torchtitan TOML is not the job it measured); any other, all that
     apply."""
     if w.command is None:
         return formats_of(w)
-    if w.command.get("measure") == "lightning":
-        framework: tuple[str, ...] = ("lightning",)
-    else:
-        framework = ("hf",) if reads_training_arguments(w.command) else ()
+    framework = modes.of(w.command).exports or (
+        ("hf",) if reads_training_arguments(w.command) else ()
+    )
     return tuple(f for f in ("command", *framework, "json") if f in formats_of(w))
 
 

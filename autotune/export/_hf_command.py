@@ -12,6 +12,7 @@ import shlex
 from typing import Any
 
 from autotune import knobs as catalogue
+from autotune import modes
 from autotune.command.measure_only import flag_groups, measure_only
 from autotune.errors import ConfigError
 from autotune.export._form import Form, call, env_block
@@ -148,7 +149,7 @@ def reads_training_arguments(command: dict[str, Any]) -> bool:
     """Whether a command is an HF Trainer job: measured by the HF callback (measure hf), or one of
     autotune's knobs mapped onto a TrainingArguments flag (--per_device_train_batch_size, --bf16).
     A knob of the job's own does not tell: a plain script's --optim is a TrainingArguments name."""
-    if command.get("measure") == "hf":
+    if "hf" in modes.of(command).exports:
         return True
     mappings = (command.get("knobs") or {}).items()
     flags = [m["flag"] for n, m in mappings if n in catalogue.BY_NAME and m.get("flag")]

@@ -153,7 +153,7 @@ def lightning(w: Winner) -> Form:
     """The Trainer's arguments and your script's lines; of a command study (measure lightning), the
     PL_TRAINER_* variables its trials set too, as they set them, and the knobs its script sets."""
     done = translate(w, RULES, NOT_AN_ARGUMENT)
-    trainer_env = command_render.lightning_env(w.command or {}, w.knobs)
+    trainer_env = command_render.knob_env(w.command or {}, w.knobs)
     lines = [
         *env_block({**w.env, **trainer_env}),
         *lightning_lines(w),

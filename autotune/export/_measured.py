@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from autotune import redact
+from autotune import modes, redact
 from autotune.command import render as command_render
 from autotune.command.render import text_of
 from autotune.errors import ConfigError
@@ -191,12 +191,12 @@ def declared_lines(w: Winner) -> list[str]:
 
 def lightning_lines(w: Winner) -> list[str]:
     """measure lightning: the PL_TRAINER_* variables the trial set for knobs the command does not
-    map (command.render.lightning_env), each with its knob: Lightning's defaults for the Trainer
+    map (command.render.knob_env), each with its knob: Lightning's defaults for the Trainer
     arguments the script does not pass (one it passes wins)."""
-    set_ = command_render.lightning_env(w.command or {}, w.knobs)
+    set_ = command_render.knob_env(w.command or {}, w.knobs)
     if not set_:
         return []
-    by_variable = {v: name for name, (v, _) in command_render.LIGHTNING_ENV.items()}
+    by_variable = {v: name for name, (v, _) in modes.of(w.command).knob_env.items()}
     said = ", ".join(
         f"{by_variable[v]}={text_of(w.knobs[by_variable[v]])} as {v}={value}"
         for v, value in set_.items()

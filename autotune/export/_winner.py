@@ -16,7 +16,7 @@ from autotune.errors import ConfigError, excerpt
 from autotune.protocol import Knobs
 
 if TYPE_CHECKING:
-    from autotune.command.config import CommandConfig
+    from autotune.config.command import CommandConfig
     from autotune.documents.best_file import Best
 
 # The knobs that act through environment variables: every format sets them as environment lines
@@ -60,11 +60,11 @@ class Winner:
         rendered. A value at autotune's default is left unsaid."""
         if self.command is None:
             return {}
-        from autotune.command.render import LIGHTNING_ENV
+        from autotune import modes
 
-        reached = set(self.command.get("knobs") or {}) | ENV_KNOBS
-        if self.command.get("measure") == "lightning":
-            reached |= set(LIGHTNING_ENV)
+        reached = (
+            set(self.command.get("knobs") or {}) | ENV_KNOBS | set(modes.of(self.command).knob_env)
+        )
         return {
             name: value
             for name, value in self.knobs.items()
@@ -201,7 +201,7 @@ def _check_env(path: Path, apply: Any) -> None:
         raise ConfigError(
             f"{path}: apply.env: {excerpt(env)} is not a mapping of variable names to strings"
         )
-    from autotune.command.config import NAME  # what a shell assigns and exports
+    from autotune.config.command import NAME  # what a shell assigns and exports
 
     bad = [name for name in env if not NAME.fullmatch(name)]
     if bad:
@@ -214,7 +214,7 @@ def _check_env(path: Path, apply: Any) -> None:
 def _check_command(path: Path, command: dict[str, Any]) -> CommandConfig:
     from pydantic import ValidationError
 
-    from autotune.command.config import CommandConfig
+    from autotune.config.command import CommandConfig
 
     base_dir = command.get("base_dir")
     if base_dir is not None and not isinstance(base_dir, str):

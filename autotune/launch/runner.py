@@ -38,8 +38,8 @@ from autotune.protocol import (
 from autotune.status import Status
 
 if TYPE_CHECKING:
-    from autotune.command.config import CommandConfig
     from autotune.config import ModelConfig, WorkloadConfig
+    from autotune.config.command import CommandConfig
 
 
 def preflight() -> None:

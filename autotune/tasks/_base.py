@@ -13,8 +13,8 @@ from autotune.protocol import PARAMS, Knobs, TaskParams, TrialResult, TrialSpec
 from autotune.tasks._objective import TOKENS_PER_S, Objective
 
 if TYPE_CHECKING:
-    from autotune.command.config import CommandConfig, Scalar
     from autotune.config import Config, WorkloadConfig
+    from autotune.config.command import CommandConfig, Scalar
     from autotune.config.space import SpaceConfig
 
 

@@ -11,8 +11,8 @@ from autotune.command import task
 from autotune.tasks._train import TRAINING_EXPORTS, Training
 
 if TYPE_CHECKING:
-    from autotune.command.config import CommandConfig, Scalar
     from autotune.config import Config
+    from autotune.config.command import CommandConfig, Scalar
     from autotune.documents.record import TrialRecord
     from autotune.protocol import TaskParams, TrialResult, TrialSpec
 

@@ -12,8 +12,8 @@ from autotune.tasks._base import Decide, Task
 from autotune.tasks._objective import PARETO, TOKENS_PER_S, Objective
 
 if TYPE_CHECKING:
-    from autotune.command.config import CommandConfig
     from autotune.config import Config, WorkloadConfig
+    from autotune.config.command import CommandConfig
     from autotune.config.space import SpaceConfig
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # fp8 weights are weight_quant's

@@ -10,8 +10,8 @@ from autotune.protocol import Knobs, TaskParams, TrainParams
 from autotune.tasks._base import Task
 
 if TYPE_CHECKING:
-    from autotune.command.config import CommandConfig
     from autotune.config import WorkloadConfig
+    from autotune.config.command import CommandConfig
     from autotune.config.space import SpaceConfig
 
 # A training configuration translated into each framework's form (autotune export)

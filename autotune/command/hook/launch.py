@@ -27,43 +27,20 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
-if TYPE_CHECKING:  # the job's own frameworks: never imported here before the job imports them
-    import lightning.pytorch as pl
-    import transformers
+# the frameworks' Trainers, by mode (standard library only: the job's frameworks are imported by
+# the job, never here)
+from autotune.modes import MODES, Trainer
 
 ENV_MEASURE = "AUTOTUNE_MEASURE"
-# framework -> (the module defining its Trainer, the callback's module)
-TRAINERS = {
-    "hf": ("transformers.trainer", "autotune.callbacks.hf"),
-    "lightning": ("lightning.pytorch.trainer.trainer", "autotune.callbacks.lightning"),
-}
-# framework -> its Trainer's method that trains, and how a reason names the Trainer (witness)
-TRAINS = {"hf": ("train", "an HF Trainer"), "lightning": ("fit", "a Lightning Trainer")}
 
 
-def _add_hf(
-    trainer: transformers.Trainer, callback_class: type[transformers.TrainerCallback]
-) -> None:
-    if not any(isinstance(c, callback_class) for c in trainer.callback_handler.callbacks):
-        trainer.add_callback(callback_class())
-
-
-class _LightningTrainer(Protocol):
-    """Lightning's Trainer as the hook reads it: its callbacks, a list its __init__ sets (through
-    its callback connector, so the class declares no such attribute)."""
-
-    callbacks: list[pl.Callback]
-
-
-def _add_lightning(trainer: _LightningTrainer, callback_class: type[pl.Callback]) -> None:
-    if not any(isinstance(c, callback_class) for c in trainer.callbacks):
-        trainer.callbacks.append(callback_class())
-
-
-# framework -> how its Trainer takes the callback (the Trainer and callback class of that framework)
-ADD: dict[str, Callable[[Any, Any], None]] = {"hf": _add_hf, "lightning": _add_lightning}
+def _trainer(framework: str) -> Trainer | None:
+    """The Trainer of the mode named `framework` (AUTOTUNE_MEASURE) that the hook adds its callback
+    to; None for a mode without one, or a name no mode has."""
+    mode = MODES.get(framework)
+    return mode.trainer if mode is not None else None
 
 
 def patch(module: ModuleType, framework: str) -> None:
@@ -76,8 +53,9 @@ def patch(module: ModuleType, framework: str) -> None:
     @functools.wraps(original)
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        callback_class = importlib.import_module(TRAINERS[framework][1]).AutotuneCallback
-        ADD[framework](self, callback_class)
+        trainer = _trainer(framework)
+        assert trainer is not None  # patch is called for a mode with a Trainer
+        trainer.add(self, importlib.import_module(trainer.callback).AutotuneCallback)
 
     init._autotune = True  # type: ignore[attr-defined]
     trainer_class.__init__ = init
@@ -87,7 +65,9 @@ def watch(module: ModuleType, framework: str, report: str, first: str) -> None:
     """Wrap the module's Trainer's training method: each training noted (hook/unmeasured.py),
     nothing added. first: the pid of the job's first process (the hook's mark)."""
     trainer_class = module.Trainer
-    method, named = TRAINS[framework]
+    trainer = _trainer(framework)
+    assert trainer is not None  # watch is called for a mode with a Trainer
+    method, named = trainer.trains, trainer.named
     original = getattr(trainer_class, method)
     if getattr(original, "_autotune", False):
         return
@@ -107,7 +87,8 @@ def watch(module: ModuleType, framework: str, report: str, first: str) -> None:
 def _model_name(framework: str, trainer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     """The class of the model the Trainer trains (HF: its model; Lightning: fit's first argument),
     inside DDP's and torch.compile's wrappers."""
-    model = getattr(trainer, "model", None) if framework == "hf" else kwargs.get("model")
+    found = _trainer(framework)
+    model = found.model(trainer, kwargs) if found is not None else None
     model = model if model is not None or not args else args[0]
     for name in ("_orig_mod", "module"):
         model = getattr(model, name, model)
@@ -148,8 +129,8 @@ class _Hook(importlib.abc.MetaPathFinder):
     """Finds nothing itself: for the framework's Trainer module, the spec the other finders give,
     its loader wrapped to do `then` to the module once it has run."""
 
-    def __init__(self, framework: str, then: Callable[[ModuleType], None]) -> None:
-        self.then, self.target = then, TRAINERS[framework][0]
+    def __init__(self, target: str, then: Callable[[ModuleType], None]) -> None:
+        self.then, self.target = then, target
 
     def find_spec(
         self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
@@ -169,44 +150,46 @@ class _Hook(importlib.abc.MetaPathFinder):
 class _Finder(_Hook):
     """The hook of a process it acts in: the callback added to every Trainer (patch)."""
 
-    def __init__(self, framework: str) -> None:
-        super().__init__(framework, functools.partial(patch, framework=framework))
+    def __init__(self, framework: str, target: str) -> None:
+        super().__init__(target, functools.partial(patch, framework=framework))
 
 
 class _Witness(_Hook):
     """The hook of a process it does not act in: each training noted (watch), nothing added."""
 
-    def __init__(self, framework: str, report: str, first: str) -> None:
+    def __init__(self, framework: str, target: str, report: str, first: str) -> None:
         noted = functools.partial(watch, framework=framework, report=report, first=first)
-        super().__init__(framework, noted)
+        super().__init__(target, noted)
 
 
 def install(framework: str | None = None) -> None:
     """Add the callback to every Trainer of `framework` (default: AUTOTUNE_MEASURE) the process
     makes."""
     framework = framework or os.environ.get(ENV_MEASURE, "")
-    if framework not in TRAINERS:
+    trainer = _trainer(framework)
+    if trainer is None:
         return
-    module = sys.modules.get(TRAINERS[framework][0])
+    module = sys.modules.get(trainer.module)
     if module is not None:  # already imported (install called late): patch it now
         patch(module, framework)
         return
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder(framework))
+        sys.meta_path.insert(0, _Finder(framework, trainer.module))
 
 
 def witness(framework: str, report: str, first: str) -> None:
     """In a Python process of the job that the hook does not act in (a child of its first process):
     each training of the framework's Trainer is noted beside the report, unmeasured, so that the
     trial can say where the job trained (hook/unmeasured.py). first: the first process's pid."""
-    if framework not in TRAINERS:
+    trainer = _trainer(framework)
+    if trainer is None:
         return
-    module = sys.modules.get(TRAINERS[framework][0])
+    module = sys.modules.get(trainer.module)
     if module is not None:  # already imported (witness called late): watched now
         watch(module, framework, report, first)
         return
     if not any(isinstance(f, _Witness) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Witness(framework, report, first))
+        sys.meta_path.insert(0, _Witness(framework, trainer.module, report, first))
 
 
 def site_dir() -> str:

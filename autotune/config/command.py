@@ -1,27 +1,27 @@
 """The command section of the YAML (task command): your own training command, how each knob is
-rendered into it (command/render.py), and how its steps are measured."""
+rendered into it (command/render.py), and how its steps are measured (the mode's rules: modes/);
+the command's own config file read, each key mapping set in it."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import stat
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
+# every section's rules: unknown keys refused, YAML's types taken as they are, floats finite
+from autotune.config.study import _Section
 from autotune.errors import excerpt
+from autotune.modes import DEFAULT, MODES
 
 Scalar = Union[bool, int, float, str]
 MAX_USER_VALUES = 64  # values of one knob of your own; more is a range, and belongs in its own knob
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-class _Section(BaseModel):
-    """config.study._Section's rules (unknown keys rejected, YAML's types taken as they are, floats
-    finite), restated: config/ imports this section, so this module imports nothing of config/ (a
-    test holds the two equal)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class KnobMapping(_Section):
@@ -110,8 +110,10 @@ class CommandConfig(_Section):
             "mappings set, named in argv as {config}. Relative to the YAML's folder."
         ),
     )
-    measure: Literal["report", "hf", "lightning", "log"] = Field(
-        default="report",
+    # one of MODES (checked by _mode as a Literal of their names would be: the list is the registry)
+    measure: str = Field(
+        default=DEFAULT,
+        json_schema_extra=lambda schema: schema.update(enum=list(MODES)),  # those registered now
         description=(
             "report: the job reports its steps (autotune.reporting, or the HF Trainer / Lightning "
             "callbacks in autotune.callbacks); hf / lightning: an unmodified HF Trainer or "
@@ -199,19 +201,20 @@ class CommandConfig(_Section):
             raise ValueError(f"{excerpt(bad[0])} is not an environment variable name ({allowed})")
         return value
 
+    @field_validator("measure", mode="before")
+    @classmethod
+    def _mode(cls, value: object) -> object:
+        if isinstance(value, str) and value in MODES:
+            return value
+        names = [repr(name) for name in MODES]
+        expected = f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
+        raise PydanticCustomError(
+            "literal_error", "Input should be {expected}", {"expected": expected}
+        )
+
     @model_validator(mode="after")
     def _measure(self) -> CommandConfig:
-        if self.measure == "log" and not self.log_pattern:
-            raise ValueError(
-                "command.log_pattern: needed with measure log (a regex with a named group "
-                "tokens_per_s)"
-            )
-        if self.measure != "log" and self.log_pattern:
-            raise ValueError(
-                "command.log_pattern: only with measure log; remove it or set measure: log"
-            )
-        if self.log_pattern:
-            _check_pattern(self.log_pattern)
+        MODES[self.measure].rules(dict(self))
         keyed = [n for n, m in self.knobs.items() if m.key is not None]
         if keyed and not self.config_file:
             raise ValueError(
@@ -238,56 +241,9 @@ class CommandConfig(_Section):
         return self
 
 
-# an argument that names a flag (-x, --name), not a negative number
-FLAG = re.compile(r"--?[A-Za-z]")
-
-
-def warnings(cmd: CommandConfig, extend_edges: bool) -> list[str]:
-    """Suspicious but legal mappings, one line each (validate and search print them): a flag's map
-    entry that renders arguments without a flag (an entry replaces `FLAG VALUE` whole: `fp32:
-    float32` beside `flag: --dtype` passes `float32` alone); a micro-batch's or accumulation's map
-    without one pattern (render.pattern) where the search steps past the list (extend_edges), so
-    no value past it is measured."""
-    from autotune import knobs as catalogue
-    from autotune.command.render import pattern
-
-    out = []
-    for name, m in cmd.knobs.items():
-        if m.flag is not None and (bare := _flagless(m)):
-            (key, args), *more = bare.items()
-            also = f", as {', '.join(k for k, _ in more)} {'do' if len(more) > 1 else 'does'}"
-            out.append(
-                f"command.knobs.{name}.map: {key} renders `{' '.join(args)}` without a flag"
-                f"{also if more else ''} (a map entry replaces `{m.flag} VALUE` whole); write "
-                f"{key}: [{m.flag}, {', '.join(args)}] to keep the flag"
-            )
-        knob = catalogue.BY_NAME.get(name)
-        stepped = extend_edges and knob is not None and bool(knob.edge or knob.derived)
-        if stepped and len(m.map or {}) > 1 and (why := pattern({"map": m.map})[1]):
-            out.append(
-                f"command.knobs.{name}.map: {why}; the search measures no {name} past your "
-                "list's edge that the map has no entry for (study.extend_edges)"
-            )
-    return out
-
-
-def _flagless(m: KnobMapping) -> dict[str, list[str]]:
-    """A flag mapping's map entries whose arguments name no flag: {value: its arguments}."""
-    from autotune.command.render import text_of
-
-    bare = {}
-    for key, out in (m.map or {}).items():
-        args = [text_of(a) for a in (out if isinstance(out, list) else [out]) if a is not None]
-        if args and not any(FLAG.match(a) for a in args):
-            bare[text_of(key)] = args
-    return bare
-
-
 def _check_files(cmd: CommandConfig, base_dir: Path) -> None:
     """The working directory exists; the config file reads, and each key mapping can be set in
     it."""
-    from autotune.command.render import read_config, set_key
-
     if not (base_dir / (cmd.cwd or ".")).is_dir():
         raise ValueError(
             f"command.cwd: no such folder: {excerpt(cmd.cwd)} (relative to the YAML's folder "
@@ -310,75 +266,55 @@ def _check_files(cmd: CommandConfig, base_dir: Path) -> None:
                 raise ValueError(f"command.knobs.{name}.key: {err} in {cmd.config_file}") from None
 
 
-# Words of an average since the start (the HF Trainer's train_samples_per_second, avg, mean, ...):
-# the trial refuses a line whose figure has one before it (command/log.AVERAGE, which the
-# trial process keeps apart: it imports no config); here the pattern's own text is read for them,
-# so `validate` refuses it before any trial. Letters, not \b, bound them: avg_tokens_per_s is one.
-AVERAGE = re.compile(
-    r"(train_\w*per_second|(?<![a-z])(avg|average|mean|overall|cumulative)(?![a-z])"
-    r"|since[\W_]*(the[\W_]*)?start|(?<![a-z])running[\W_]*(avg|average|mean|rate|tps|throughput"
-    r"|tokens|speed))",
-    re.I,
-)
-AVERAGE_REACH = 40  # characters of the pattern before a figure's group, as the trial reads a line
-FIGURES = ("tokens_per_s", "step_time_s", "tokens")  # the groups of a step's figure
-RATE_NAME = re.compile(r"tok|tps|per_s|throughput|step_time|samples|rate|speed", re.I)
-NAMED = re.compile(r"\(\?P<(\w+)>")
+CONFIG_FORMATS = {".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml"}
+MAX_CONFIG_BYTES = 8 << 20  # a config file larger than this is refused, never read whole
 
 
-def _check_pattern(pattern: str) -> None:
-    try:
-        groups = re.compile(pattern).groupindex
-    except re.error as err:
-        raise ValueError(
-            f"command.log_pattern: {excerpt(pattern)} is not a regular expression: {err}"
-        ) from None
-    named = set(groups)
-    if "tokens_total" not in named and (said := _averaged(pattern)) is not None:
-        raise ValueError(
-            f"command.log_pattern: {excerpt(pattern)} reads an average since the start ({said}), "
-            "not a step's figure; allowed: a figure per step (tokens_per_s, or step_time_s with "
-            "tokens), a running count of tokens as the group tokens_total, or measure: hf / "
-            "lightning (autotune's callback, no edit)"
-        )
-    if not {"tokens_per_s", "tokens_total"} & named and not {"step_time_s", "tokens"} <= named:
-        raise ValueError(
-            f"command.log_pattern: {excerpt(pattern)} has no named group tokens_per_s, "
-            "tokens_total, or "
-            "step_time_s with tokens; e.g. 'tps: (?P<tokens_per_s>[0-9][0-9,.]*)'"
-        )
+def _bounded_text(path: Path) -> str:
+    """A regular file's text (a FIFO, device or folder is refused before it is opened), at most
+    MAX_CONFIG_BYTES."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError("not a regular file (a FIFO, device or folder is never read)")
+    if info.st_size > MAX_CONFIG_BYTES:
+        raise ValueError(f"{info.st_size:,} bytes; at most {MAX_CONFIG_BYTES:,} are read")
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read(MAX_CONFIG_BYTES + 1)
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ValueError(f"over {MAX_CONFIG_BYTES:,} characters; at most that many are read")
+    return text
 
 
-def _averaged(pattern: str) -> str | None:
-    """Where the pattern's text says its figure is an average since the start: a figure-like
-    group named so (avg_tokens_per_s), or such a word in the text before its first group (where
-    the trial looks in a line) or just around a figure's group; None where nothing says so."""
-    for name in NAMED.findall(pattern):
-        if AVERAGE.search(name) and RATE_NAME.search(name):
-            return f"the group {name}"
-    starts = [(m.start(), m.end(), m.group(1)) for m in NAMED.finditer(pattern)]
-    nearby = [(0, starts[0][0], starts[0][2])] if starts else []
-    for start, end, name in starts:
-        if name in FIGURES:
-            close = _group_end(pattern, end)
-            nearby += [(start - AVERAGE_REACH, start, name), (close, close + 12, name)]
-    for begin, end, name in nearby:
-        # the other groups' names are no words of the line: (?P<mean_loss> is no "mean"
-        text = NAMED.sub("(", pattern[max(0, begin) : end])
-        if found := AVERAGE.search(text):
-            return f"{found.group(0)!r} by the group {name}"
-    return None
+def read_config(path: Path) -> dict[str, Any]:
+    """A config file as a dict, by its suffix (ValueError naming the file)."""
+    kind = CONFIG_FORMATS.get(path.suffix.lower())
+    text = _bounded_text(path)
+    if kind == "json":
+        doc = json.loads(text)
+    elif kind == "toml":
+        import tomllib
+
+        doc = tomllib.loads(text)
+    elif kind == "yaml":
+        import yaml
+
+        doc = yaml.safe_load(text)
+    else:
+        raise ValueError(f"{path.name}: a config file is {', '.join(CONFIG_FORMATS)}")
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path.name}: not a mapping at its top level")
+    return doc
 
 
-def _group_end(pattern: str, start: int) -> int:
-    """The index after the `)` that closes the group whose text starts at `start`."""
-    depth, i = 1, start
-    while i < len(pattern) and depth:
-        if pattern[i] == "\\":
-            i += 1
-        elif pattern[i] == "(":
-            depth += 1
-        elif pattern[i] == ")":
-            depth -= 1
-        i += 1
-    return i
+def set_key(doc: dict[str, Any], dotted: str, value: object) -> None:
+    """doc[a][b][c] = value for "a.b.c"; a missing table is made, a non-table on the way is an
+    error."""
+    *parents, last = dotted.split(".")
+    node = doc
+    for i, part in enumerate(parents):
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ValueError(
+                f"{'.'.join(parents[: i + 1])} is a value, not a table, so {dotted} cannot be set"
+            )
+    node[last] = value

@@ -1,0 +1,8 @@
+"""measure report (the default): the job reports its steps itself (autotune.reporting, or the
+AutotuneCallback of autotune.callbacks.hf / .lightning added by hand) into steps.jsonl."""
+
+from __future__ import annotations
+
+from autotune.modes._base import Mode, no_log_pattern
+
+MODE = Mode(name="report", rules=no_log_pattern, reads="report", stop="file")
