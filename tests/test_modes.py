@@ -31,6 +31,7 @@ def _rules(section: Mapping[str, Any]) -> None:
 # SIGTERM, whose micro-batch reaches it as a variable, fitted by the Lightning form
 FAKE = Mode(
     name="fake",
+    help="a job that reports its steps and stops on SIGTERM",
     rules=_rules,
     reads="report",
     stop="signal",

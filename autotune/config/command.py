@@ -17,7 +17,7 @@ from pydantic_core import PydanticCustomError
 # every section's rules: unknown keys refused, YAML's types taken as they are, floats finite
 from autotune.config.study import _Section
 from autotune.errors import excerpt
-from autotune.modes import DEFAULT, MODES
+from autotune.modes import DEFAULT, MODES, described
 
 Scalar = Union[bool, int, float, str]
 MAX_USER_VALUES = 64  # values of one knob of your own; more is a range, and belongs in its own knob
@@ -114,13 +114,7 @@ class CommandConfig(_Section):
     measure: str = Field(
         default=DEFAULT,
         json_schema_extra=lambda schema: schema.update(enum=list(MODES)),  # those registered now
-        description=(
-            "report: the job reports its steps (autotune.reporting, or the HF Trainer / Lightning "
-            "callbacks in autotune.callbacks); hf / lightning: an unmodified HF Trainer or "
-            "Lightning job, autotune adds its callback to the job's Trainer itself (lightning: "
-            "the precision and grad_accum_steps knobs reach it as PL_TRAINER_* variables, for "
-            "arguments the script does not pass); log: lines of its output matching log_pattern."
-        ),
+        description=described(),  # each mode's own help (autotune/modes)
     )
     log_pattern: Optional[str] = Field(
         default=None,

@@ -13,10 +13,15 @@ from typing import Any
 from autotune.modes import hf, lightning, log, report
 from autotune.modes._base import KnobEnv, Mode, Reads, Stop, Trainer
 
-__all__ = ["DEFAULT", "MODES", "KnobEnv", "Mode", "Reads", "Stop", "Trainer", "of"]
+__all__ = ["DEFAULT", "MODES", "KnobEnv", "Mode", "Reads", "Stop", "Trainer", "described", "of"]
 
 MODES: dict[str, Mode] = {m.name: m for m in (report.MODE, hf.MODE, lightning.MODE, log.MODE)}
 DEFAULT = report.MODE.name  # a command section without `measure`
+
+
+def described() -> str:
+    """command.measure's description: each registered mode's name and what it is."""
+    return "; ".join(f"{m.name}: {m.help}" for m in MODES.values()) + "."
 
 
 def of(command: Mapping[str, Any] | None) -> Mode:

@@ -39,6 +39,8 @@ class Mode:
     the trial process and the hook in the job's own processes all read it."""
 
     name: str
+    # what the mode is, in a clause: command.measure's description joins them (modes.described)
+    help: str
     # the command section's rules for this mode, on its fields as plain values (config/command.py
     # calls it from the section's validator): ValueError with the message shown
     rules: Callable[[Mapping[str, Any]], None]

@@ -30,6 +30,7 @@ TRAINER = Trainer(
 )
 MODE = Mode(
     name="hf",
+    help=("an unmodified HF Trainer job, autotune adds its callback to the job's Trainer itself"),
     rules=no_log_pattern,
     reads="report",
     stop="file",

@@ -61,6 +61,11 @@ TRAINER = Trainer(
 )
 MODE = Mode(
     name="lightning",
+    help=(
+        "an unmodified Lightning job, autotune adds its callback to the job's Trainer itself (the "
+        "precision and grad_accum_steps knobs reach it as PL_TRAINER_* variables, for arguments "
+        "the script does not pass)"
+    ),
     rules=no_log_pattern,
     reads="report",
     stop="file",

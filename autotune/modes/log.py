@@ -95,4 +95,10 @@ def _group_end(pattern: str, start: int) -> int:
     return i
 
 
-MODE = Mode(name="log", rules=_rules, reads="output", stop="signal")
+MODE = Mode(
+    name="log",
+    help="lines of its output matching log_pattern",
+    rules=_rules,
+    reads="output",
+    stop="signal",
+)
