@@ -233,8 +233,8 @@ def run_nccl(
 @_checked
 def run_export(best_path: str | Path, formats: Sequence[str] | None = None) -> list[Form]:
     """best.yaml's winner in each format asked for, as `autotune export` (formats: a list of
-    command, torchrun, hf, lightning, torchtitan, json or all; None: those that fit the study);
-    autotune.export.export says each."""
+    names of autotune.export.FORMS, each with what it prints, or "all"; None: those that fit the
+    study); autotune.export.export says each."""
     from autotune.export import export
 
     return export(Path(best_path), formats)

@@ -351,9 +351,9 @@ def _protos() -> Sequence[str]:
 
 
 def _formats() -> Sequence[str]:
-    from autotune import export
+    from autotune.export import ALL, FORMS
 
-    return [*export.FORMATS, export.ALL]
+    return [*FORMS, ALL]
 
 
 # Every argument of the API, by name ("function.name" where one function's differs): its check,

@@ -447,3 +447,21 @@ def test_export_formats_of_a_task_without_training_forms(tmp_path: Path) -> None
         path=tmp_path / "best.yaml", name="c", task="command", knobs={}, env={}, metrics={}
     )
     assert "command" not in formats_of(command)  # no command section: nothing to render
+
+
+def test_export_forms_are_declared_once_in_the_catalogue() -> None:
+    """The catalogue (export/_catalogue.py) is the list: each form's function, the README's table,
+    the CLI's --format help and every task's exports come from it or are held to it."""
+    from autotune import tasks
+    from autotune.export import ALL, FORMATS, FORMS, markdown_table
+
+    assert list(FORMATS) == list(FORMS)
+    assert all(callable(f) for f in FORMATS.values())
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    begin, end = "<!-- export-forms:begin -->\n", "<!-- export-forms:end -->"
+    # regenerate: python -c "from autotune.export import markdown_table; print(markdown_table())"
+    assert readme.split(begin)[1].split(end)[0] == markdown_table()
+    result = CliRunner().invoke(app, ["export", "--help"], terminal_width=400)
+    assert f"{', '.join(FORMS)}, or {ALL}" in " ".join(result.output.split())
+    for task in tasks.TASKS.values():
+        assert set(task.exports) <= set(FORMS), task.name

@@ -10,6 +10,7 @@ from autotune.cli._app import command
 from autotune.cli._console import console as out_console
 from autotune.cli._errors import funnel
 from autotune.cli._options import BestYaml
+from autotune.export import ALL, FORMS
 
 Formats = Annotated[
     list[str] | None,
@@ -18,9 +19,8 @@ Formats = Annotated[
         "-f",
         metavar="FORMAT",
         help=(
-            "command, torchrun, hf, lightning, torchtitan, json, or all (every one that applies); "
-            "repeat for several (default: those that fit the study: a command study's command, "
-            "its framework's form and json)."
+            f"{', '.join(FORMS)}, or {ALL} (every one that applies); repeat for several (default: "
+            "those that fit the study: a command study's command, its framework's form and json)."
         ),
     ),
 ]
@@ -28,7 +28,7 @@ Formats = Annotated[
 
 @command("autotune export trials/tiny/best.yaml --format torchrun")
 def export(best_yaml: BestYaml, format: Formats = None) -> None:
-    """Print the winner as your command, HF TrainingArguments, Lightning, torchrun, torchtitan."""
+    """Print the winner ready to paste, in the forms that fit the study (--format: each form)."""
     with funnel():
         from autotune.export import export as export_winner
 

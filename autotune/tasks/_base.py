@@ -70,7 +70,7 @@ class Task(ABC):
     imports_torch: ClassVar[bool] = True
     # the staged search's cheap values of this task's own (search/stages.py), beside the catalogue's
     screen: ClassVar[dict[str, Any]] = {}
-    # autotune export's forms of the winner (export.FORMATS' names); json reads any task's
+    # autotune export's forms of the winner (export.FORMS' names); json reads any task's
     exports: ClassVar[tuple[str, ...]] = ("json",)
     # study.start auto: the search starts from the baseline's neighbours (search/neighbours.py),
     # where the baseline is the user's own setting, the one to beat (task command's job)
