@@ -117,6 +117,48 @@ def test_layout_no_import_cycle() -> None:
             visit(m, [m])
 
 
+def _folder(module: str) -> str:
+    """The folder a module stands in: its subpackage of autotune, or itself at the root."""
+    parts = module.split(".")
+    return (
+        ".".join(parts[:2])
+        if len(parts) > 2 or module in MODULES and _is_package(module)
+        else module
+    )
+
+
+def _is_package(module: str) -> bool:
+    return MODULES[module].name == "__init__.py"
+
+
+def test_layout_no_import_cycle_between_folders() -> None:
+    """Imports run downhill between the folders too (config/ under tasks/ under search/, ...): no
+    folder of autotune, nor a module at its root, imports one that imports it back, even lazily or
+    for types. The root package's lazy API (autotune/__init__.py) stands above all, as above."""
+    graph: dict[str, set[str]] = {}
+    for m, p in MODULES.items():
+        if m == "autotune":
+            continue
+        deps = {_folder(r) for i in _imports(p, top_level_only=False) if (r := _resolve(i))}
+        graph.setdefault(_folder(m), set()).update(deps - {"autotune", _folder(m)})
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for dep in sorted(graph.get(m, ())):
+            if state.get(dep) == 1:
+                raise AssertionError(
+                    "folder import cycle: " + " -> ".join([*path[path.index(dep) :], dep])
+                )
+            if dep not in state:
+                visit(dep, [*path, dep])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+
+
 def _parents(module: str) -> list[str]:
     parts = module.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in MODULES]
