@@ -98,16 +98,18 @@ def test_layout_no_import_cycle() -> None:
             for parent in _parents(dep)
             if parent != "autotune" and not m.startswith(parent + ".")
         } - {m}
-    graph = {m: deps - {"autotune"} for m, deps in graph.items()}
+    _assert_acyclic({m: deps - {"autotune"} for m, deps in graph.items()}, "import cycle")
+
+
+def _assert_acyclic(graph: dict[str, set[str]], what: str) -> None:
+    """A depth-first walk of the graph; AssertionError naming the first cycle met."""
     state: dict[str, int] = {}
 
     def visit(m: str, path: list[str]) -> None:
         state[m] = 1
-        for dep in sorted(graph[m]):
+        for dep in sorted(graph.get(m, ())):
             if state.get(dep) == 1:
-                raise AssertionError(
-                    "import cycle: " + " -> ".join([*path[path.index(dep) :], dep])
-                )
+                raise AssertionError(f"{what}: " + " -> ".join([*path[path.index(dep) :], dep]))
             if dep not in state:
                 visit(dep, [*path, dep])
         state[m] = 2
@@ -141,22 +143,7 @@ def test_layout_no_import_cycle_between_folders() -> None:
             continue
         deps = {_folder(r) for i in _imports(p, top_level_only=False) if (r := _resolve(i))}
         graph.setdefault(_folder(m), set()).update(deps - {"autotune", _folder(m)})
-    state: dict[str, int] = {}
-
-    def visit(m: str, path: list[str]) -> None:
-        state[m] = 1
-        for dep in sorted(graph.get(m, ())):
-            if state.get(dep) == 1:
-                raise AssertionError(
-                    "folder import cycle: " + " -> ".join([*path[path.index(dep) :], dep])
-                )
-            if dep not in state:
-                visit(dep, [*path, dep])
-        state[m] = 2
-
-    for m in sorted(graph):
-        if m not in state:
-            visit(m, [m])
+    _assert_acyclic(graph, "folder import cycle")
 
 
 def _parents(module: str) -> list[str]:
