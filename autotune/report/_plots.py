@@ -213,15 +213,15 @@ def _confirmation(
     if not conf:
         return None
     fig = go.Figure()
-    base = conf["baseline"]
+    base = conf.baseline
     # your setting kept: its own arm drawn first, beside the candidates it beat
-    mine = base if base and base["samples"] and base["trial"] == conf["chosen"] else None
-    for st in [*([mine] if mine else []), *conf["stats"]]:
-        chosen = " (chosen)" if st["trial"] == conf["chosen"] else ""
-        name = f"trial {st['trial']}" + (" (baseline, chosen)" if st is mine else chosen)
+    mine = base if base and base.samples and base.trial == conf.chosen else None
+    for st in [*([mine] if mine else []), *conf.stats]:
+        chosen = " (chosen)" if st.trial == conf.chosen else ""
+        name = f"trial {st.trial}" + (" (baseline, chosen)" if st is mine else chosen)
         fig.add_trace(
             go.Box(
-                y=st["samples"],
+                y=st.samples,
                 name=name,
                 boxpoints="all",
                 jitter=0.3,
@@ -235,11 +235,11 @@ def _confirmation(
         fig.add_trace(
             go.Scatter(
                 x=[name],
-                y=[st.get("search_value")],
+                y=[st.search_value],
                 mode="markers",
                 marker={"symbol": "x", "size": 11, "color": "black"},
                 name="its search measurement",
-                showlegend=st is conf["stats"][0],
+                showlegend=st is conf.stats[0],
             )
         )
     return fig.update_layout(

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.documents.confirmation import Confirmation
 from autotune.protocol import reason_line
 from autotune.report import _effects
-from autotune.report._data import Chosen, Confirmation, Group, KnobEffect, Report, TimeSpent
+from autotune.report._data import Chosen, Group, KnobEffect, Report, TimeSpent
 from autotune.report._excluded import loss_summary
 from autotune.report._table import fmt
 
@@ -54,12 +55,12 @@ def interval_text(c: Chosen) -> str:
 def rounds_text(conf: Confirmation) -> str:
     """'3 of 3 interleaved rounds', '2 interleaved rounds (of at most 3): the race was decided',
     and what to run when the confirmation was cut."""
-    done, asked = conf["rounds_done"], conf.get("rounds", conf["rounds_done"])
-    if not conf.get("complete", True):
+    done, asked = conf.rounds_done, conf.rounds
+    if not conf.complete:
         return (
             f"{done} of {asked} interleaved rounds (cut: run the same search command to finish it)"
         )
-    if conf.get("decided") and done < asked:
+    if conf.decided and done < asked:
         return f"{done} interleaved rounds (of at most {asked}): the race was decided"
     return f"{done} of {asked} interleaved rounds"
 

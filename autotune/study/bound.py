@@ -35,6 +35,7 @@ import statistics
 from typing import Any
 
 from autotune import metrics
+from autotune.documents.confirmation import Confirmation
 from autotune.study.history import History, value_of
 
 # what the confirmation says where nothing beat your setting (search/race.pick kept it)
@@ -52,7 +53,7 @@ UNKNOWN = (
 )
 
 
-def samples_of(h: History, conf: dict[str, Any] | None) -> dict[int, list[float]]:
+def samples_of(h: History, conf: Confirmation | None) -> dict[int, list[float]]:
     """Each completed trial's per-process figures: its search trial's, then the confirmation's."""
     out = {t.number: [v] for t in h.completed if (v := value_of(t)) is not None}
     for n, xs in _confirmed(conf).items():
@@ -61,7 +62,7 @@ def samples_of(h: History, conf: dict[str, Any] | None) -> dict[int, list[float]
     return out
 
 
-def figures_of(h: History, conf: dict[str, Any] | None) -> dict[int, list[float]]:
+def figures_of(h: History, conf: Confirmation | None) -> dict[int, list[float]]:
     """Each completed trial's figure's samples: its confirmed ones where the confirmation measured
     it, else its search measurement."""
     out = {t.number: [v] for t in h.completed if (v := value_of(t)) is not None}
@@ -69,13 +70,9 @@ def figures_of(h: History, conf: dict[str, Any] | None) -> dict[int, list[float]
     return out
 
 
-def _confirmed(conf: dict[str, Any] | None) -> dict[int, list[float]]:
-    arms = [*((conf or {}).get("stats") or []), (conf or {}).get("baseline")]
-    return {
-        arm["trial"]: [float(x) for x in arm.get("samples") or [] if x]
-        for arm in arms
-        if isinstance(arm, dict) and isinstance(arm.get("trial"), int)
-    }
+def _confirmed(conf: Confirmation | None) -> dict[int, list[float]]:
+    arms = conf.arms if conf else []
+    return {arm.trial: [float(x) for x in arm.samples if x] for arm in arms}
 
 
 def process_noise(samples: dict[int, list[float]]) -> tuple[float, int] | None:
@@ -89,7 +86,7 @@ def process_noise(samples: dict[int, list[float]]) -> tuple[float, int] | None:
     return math.sqrt(ss / dof), dof
 
 
-def statement(h: History, conf: dict[str, Any] | None) -> dict[str, Any] | None:
+def statement(h: History, conf: Confirmation | None) -> dict[str, Any] | None:
     """{kind, text, n, ...}: the last word (module docstring); text is the sentence every form
     prints. kind: gain | within_noise | slower | too_noisy | noise_unknown (of the chosen, with its
     trial and ratio) | bound (your setting chosen, with upper_pct) | alone | unrun. None: your
@@ -102,12 +99,12 @@ def statement(h: History, conf: dict[str, Any] | None) -> dict[str, Any] | None:
     if not others:
         return _said({"kind": "alone", "n": 0}, "nothing but your setting was measured")
     noise = process_noise(samples_of(h, conf))
-    chosen = (conf or {}).get("chosen")
+    chosen = conf.chosen if conf else None
     if chosen not in figures:
         best = h.best()
         chosen = best.number if best is not None else base.number
     if chosen == base.number:
-        kept = conf is not None and conf.get("chosen") == base.number  # by the race
+        kept = conf is not None and conf.chosen == base.number  # by the race
         return _yours(figures, base.number, others, noise, kept)
     pair = _confirmed(conf)
     both = bool(pair.get(chosen)) and bool(pair.get(base.number))
@@ -258,7 +255,7 @@ def gain_of(said: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def _unrun(h: History, conf: dict[str, Any] | None) -> dict[str, Any] | None:
+def _unrun(h: History, conf: Confirmation | None) -> dict[str, Any] | None:
     """Your setting's trial failed (its status and the first words of why): no gain to state, and
     the fastest configuration that ran, confirmed (its median and 95% interval over fresh
     processes) or not (one measurement)."""
@@ -272,20 +269,20 @@ def _unrun(h: History, conf: dict[str, Any] | None) -> dict[str, Any] | None:
     return _said(said, text + _fastest(h, conf))
 
 
-def _fastest(h: History, conf: dict[str, Any] | None) -> str:
+def _fastest(h: History, conf: Confirmation | None) -> str:
     """'; the fastest that ran: trial N, ...' (confirmed where it was), '' where none ran."""
-    chosen = (conf or {}).get("chosen")
-    arm = next((st for st in (conf or {}).get("stats") or [] if st["trial"] == chosen), None)
-    if arm is not None and arm.get("median"):
-        interval = arm.get("ci95")
+    chosen = conf.chosen if conf else None
+    arm = next((st for st in conf.stats if st.trial == chosen), None) if conf else None
+    if arm is not None and arm.median:
+        interval = arm.ci95
         spread = (
             f"95% interval {interval[0]:,.0f} to {interval[1]:,.0f}"
             if interval
-            else f"no interval: {arm.get('ci95_why')}"
+            else f"no interval: {arm.ci95_why}"
         )
         return (
-            f"; the fastest that ran: trial {chosen}, {arm['median']:,.0f} tokens/s/GPU (the "
-            f"median of {len(arm['samples'])} fresh processes, {spread})"
+            f"; the fastest that ran: trial {chosen}, {arm.median:,.0f} tokens/s/GPU (the "
+            f"median of {len(arm.samples)} fresh processes, {spread})"
         )
     best = h.best()
     if best is None:
