@@ -11,13 +11,13 @@ from typing import Any
 import optuna
 import pytest
 import yaml
-from conftest import command_job, run_cli, tiny
+from conftest import command_job, conf_doc, run_cli, tiny
 from fake_measure import FakeMeasure
 
 from autotune.check.bench import baseline_samples
 from autotune.config.load import parse_config
 from autotune.documents.best_file import read_best
-from autotune.documents.confirmation import Arm, Confirmation
+from autotune.documents.confirmation import Arm
 from autotune.export import export
 from autotune.report import collect, to_json, to_markdown
 from autotune.search import race, run_search
@@ -105,20 +105,14 @@ def test_bound_of_a_kept_setting_is_never_another_configuration_s_gain() -> None
 
     h = History(completed=[trial(0, 100.0), trial(1, 130.0)], baseline=trial(0, 100.0))
     # no process measured twice: the noise between them is unknown, whatever the windows say
-    said = bound.statement(h, _conf({"chosen": 0, "stats": []}))
+    said = bound.statement(h, conf_doc({"chosen": 0, "stats": []}))
     assert said is not None and said["kind"] == "noise_unknown" and "1.30" not in said["text"]
     assert said["text"].startswith(f"{KEEP[:1].upper()}{KEEP[1:]}, but the noise between")
     conf: dict[str, Any] = {"chosen": 0, "stats": [{"trial": 1, "samples": [101.0, 99.0]}]}
     conf["baseline"] = {"trial": 0, "samples": [100.0, 100.5]}
-    said = bound.statement(h, _conf(conf))
+    said = bound.statement(h, conf_doc(conf))
     assert said is not None and said["kind"] == "bound"
     assert said["text"].startswith(f"{KEEP[:1].upper()}{KEEP[1:]}: no configuration of 1 measured")
-
-
-def _conf(given: dict[str, Any]) -> Confirmation:
-    """A confirmation of the given parts, the rest at their stored defaults."""
-    stats = [{"median": None, "failures": [], "search_value": None, **st} for st in given["stats"]]
-    return Confirmation.from_json({"rounds_done": 0, "why": "", **given, "stats": stats})
 
 
 def _cold_baseline_landscape() -> tuple[dict[str, bool], Any]:
