@@ -118,7 +118,7 @@ class Arm:
         dropped = st.get("dropped")
         return cls(
             trial=st["trial"],
-            knobs=st.get("knobs") or {},
+            knobs=dict(st.get("knobs") or {}),
             changed_knobs=[] if baseline else list(st.get("changed_knobs") or []),
             samples=samples,
             search_value=st.get("search_value"),
@@ -129,10 +129,10 @@ class Arm:
             dropped=Dropped(dropped["round"], dropped["why"]) if dropped else None,
             ci95=st.get("ci95"),
             ci95_why=st.get("ci95_why"),
-            walls_s=st.get("walls_s"),
-            compile_s=st.get("compile_s"),
-            compile_cache=st.get("compile_cache"),
-            disturbed=st.get("disturbed"),
+            walls_s=_copy(st.get("walls_s")),
+            compile_s=_copy(st.get("compile_s")),
+            compile_cache=_copy(st.get("compile_cache")),
+            disturbed=_copy(st.get("disturbed")),
         )
 
     def report_dict(self, *, candidate: bool) -> Json:
@@ -272,6 +272,10 @@ class Confirmation:
             "baseline": self.baseline.report_dict(candidate=False) if self.baseline else None,
             "runner_up": self.runner_up.as_dict() if self.runner_up else None,
         }
+
+
+def _copy(values: list[Any] | None) -> list[Any] | None:
+    return list(values) if values is not None else None
 
 
 def _check_schema(schema: object) -> None:
