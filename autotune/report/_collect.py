@@ -18,6 +18,7 @@ from autotune.report._data import Report, Row, Stored, TimeSpent
 from autotune.report._excluded import excluded
 from autotune.report._table import pareto, row_of
 from autotune.space import KNOBS
+from autotune.status import Status
 from autotune.study import bound, disturbed, peaks
 from autotune.study.chosen import chosen_summary
 from autotune.study.history import History, current_confirmation, value_of
@@ -37,8 +38,10 @@ def collect(
     base_value = value_of(baseline) if baseline else None
     rows = [row_of(t, base_value) for t in trials if _listed(t)]
     # a completed row has its figure (row_of)
-    ok = sorted((r for r in rows if r.state == "ok"), key=lambda r: -(r.tokens_per_s_per_gpu or 0))
-    others = [r for r in rows if r.state != "ok"]
+    ok = sorted(
+        (r for r in rows if r.state == Status.OK), key=lambda r: -(r.tokens_per_s_per_gpu or 0)
+    )
+    others = [r for r in rows if r.state != Status.OK]
     searched = searched_knobs(trials)
     conf = current_confirmation(study, h)
     steady = _steadiness(baseline)
@@ -211,7 +214,7 @@ def pareto_front(rows: list[Row]) -> list[Row]:
     """generate studies: the measured trials (ok or over_limit) that no other beats on both output
     tokens/s (higher) and p99 time per output token (lower), fastest token first; [] for training.
     """
-    pts = [r for r in rows if r.state in ("ok", "over_limit")]
+    pts = [r for r in rows if r.state in (Status.OK, Status.OVER_LIMIT)]
     return pareto(pts, up=lambda r: r.tokens_per_s_per_gpu, down=lambda r: r.tpot_ms_p99)
 
 

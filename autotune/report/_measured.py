@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from autotune.documents.record import RecordError, TrialRecord
 from autotune.report._data import Report, Row
+from autotune.status import Status
 
 if TYPE_CHECKING:
     import optuna
@@ -62,7 +63,7 @@ def measured(data: Report, study: optuna.Study | None) -> Measured:
 def _spread(data: Report, study: optuna.Study) -> dict[int, tuple[float, float]]:
     """tokens/s per GPU at the slow and fast end of each ok trial's measured steps (its median
     scaled by median step time / step-time quantile): the error bar of a single measurement."""
-    tokens = {r.number: r.figure for r in data.trials if r.state == "ok"}
+    tokens = {r.number: r.figure for r in data.trials if r.state == Status.OK}
     spread = {}
     for t in study.get_trials(deepcopy=False):
         if t.number not in tokens:

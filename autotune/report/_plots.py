@@ -19,6 +19,7 @@ from autotune.report._card import Card
 from autotune.report._data import Report, Row
 from autotune.report._escape import escape
 from autotune.report._measured import PHASES, Measured
+from autotune.status import Status
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -154,7 +155,7 @@ def _target(study: optuna.Study, minimize: bool = False) -> Callable[[FrozenTria
 
 
 def _ok(data: Report) -> list[Row]:
-    return sorted((r for r in data.trials if r.state == "ok"), key=lambda r: r.number)
+    return sorted((r for r in data.trials if r.state == Status.OK), key=lambda r: r.number)
 
 
 def _label(r: Row, searched: list[str]) -> str:

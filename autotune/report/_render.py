@@ -8,6 +8,7 @@ from autotune.report import _text
 from autotune.report._data import Report, Row, Stored
 from autotune.report._escape import md
 from autotune.report._table import cells, columns, fmt, varying
+from autotune.status import Status
 
 
 def to_json(data: Report | Stored) -> str:
@@ -124,7 +125,7 @@ def _trials_markdown(data: Report, top: int) -> list[str]:
 
 
 def _front_point(r: Row) -> str:
-    over = " (over limit)" if r.state == "over_limit" else ""
+    over = " (over limit)" if r.state == Status.OVER_LIMIT else ""
     return (
         f"trial {r.number}: {fmt(r.tpot_ms_p99, 'ms')} ms, "
         f"{fmt(r.tokens_per_s_per_gpu, 'tok')} tokens/s{over}"

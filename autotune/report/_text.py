@@ -12,6 +12,7 @@ from autotune.report import _effects
 from autotune.report._data import Chosen, Group, KnobEffect, Report, TimeSpent
 from autotune.report._excluded import loss_summary
 from autotune.report._table import fmt
+from autotune.status import Status
 
 STEP_SPREAD = "step spread: (p90 - p10) / median of a trial's measured step times"
 MAX_LISTED = 10  # trial numbers named in one sentence; the rest are "..."
@@ -212,7 +213,7 @@ def memory_axis_line(data: Report) -> str:
     """Which completed trials have no place on the memory axis (their job reported no peak memory:
     a CPU job, a command's `measure: log`); when none has one, the front is the fastest trial
     alone: no trial traded memory for speed that anyone measured. "" when every trial has one."""
-    ok = [r for r in data.trials if r.state == "ok"]
+    ok = [r for r in data.trials if r.state == Status.OK]
     missing = [r.number for r in ok if r.peak_mem_gib is None]
     if not missing:
         return ""

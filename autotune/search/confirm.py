@@ -19,6 +19,7 @@ from autotune.launch.runner import Bench, measure
 from autotune.protocol import Knobs, reason_line, with_loss_check
 from autotune.search import race
 from autotune.search.observer import Observer
+from autotune.status import Status
 from autotune.study.chosen import KEEP
 from autotune.study.history import History, value_of
 
@@ -47,14 +48,16 @@ def confirm(
     (search/race.py). The choice (race.pick): your setting, the baseline, where it is within noise
     of the fastest; else among the arms within noise of the fastest, the cheapest program, then the
     fewest knobs changed from the baseline; the runner-up is named with its cost. The baseline's
-    samples bound the gain. Stored in the study (user attribute `confirmation`) after every sample,
-    with the rounds asked, the rounds done, whether the race is complete (decided, or every round
-    measured), which arms left it and why, and each process's wall time, compile seconds and
-    compile cache state: a resumed study does not confirm the same candidates again, and an
-    interrupted confirmation goes on from the samples it kept. bench: the search's; the
-    confirmation re-measures speed only (the numerics check was made once, in the search).
+    samples bound the gain. Stored in the study (documents/confirmation.py, its user attribute
+    `confirmation`) after every sample, with the rounds asked, the rounds done, whether the race is
+    complete (decided, or every round measured), which arms left it and why, and each process's
+    wall time, compile seconds and compile cache state: a resumed study does not confirm the same
+    candidates again, and an interrupted confirmation goes on from the samples it kept. bench: the
+    search's; the confirmation re-measures speed only (the numerics check was made once, in the
+    search).
     measure_fn: measures one sample, the search's own measurement (run_search's; default
-    runner.measure, a fresh process a sample).
+    runner.measure, a fresh process a sample). Returns the document as stored (None: nothing to
+    race).
     """
     h = History.of(study)
     candidates = h.ranked()[:top]
@@ -194,7 +197,7 @@ class _Arms:
         self.compiles[n].append((record.phases_s or {}).get("compile"))
         self.caches[n].append(((record.applied or {}).get("compile_cache") or {}).get("state"))
         self.hosts[n].append(record.disturbed if record.host is not None else None)
-        if record.status != "ok":
+        if record.status != Status.OK:
             self.failures[n].append(f"{record.status}: {reason_line(record.reason)}")
             return None
         value = record.tokens_per_gpu
