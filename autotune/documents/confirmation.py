@@ -91,9 +91,8 @@ class Arm:
     walls_s: list[float | None] | None  # each process's wall time
     compile_s: list[float | None] | None  # each process's compile seconds
     compile_cache: list[str | None] | None  # what the compile cache served each process
-    disturbed: (
-        list[list[str] | None] | None
-    )  # what disturbed each (search/host.py; None: unsampled)
+    # what disturbed each process (search/host.py: [] where nothing did, None: unsampled)
+    disturbed: list[list[str] | None] | None
 
     @property
     def runs(self) -> int:
