@@ -120,7 +120,9 @@ def run_search(
     """Run or resume the study of MODEL_YAML (a path or a loaded Config), as `autotune search` does
     with the same options (--out is out_root, --warm-start warm_start_from). progress: called
     with each finished trial's TrialRecord; without it (and without an observer) one line per
-    trial is written to stderr."""
+    trial is written to stderr. The SearchResult's `confirmation` is the study's confirmation, a
+    typed document (autotune.documents.confirmation.Confirmation: its arms, rounds and choice;
+    None where none ran)."""
     from autotune.api_options import SEARCH, checked, observer_of, path_of
     from autotune.config import Config
     from autotune.hardware import default_device

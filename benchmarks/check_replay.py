@@ -43,7 +43,7 @@ from typing import NamedTuple
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from autotune import metrics  # noqa: E402
+from autotune import intervals  # noqa: E402
 from autotune.check.regress import max_repeats_of  # noqa: E402
 from autotune.check.stats import decide, default_tolerance  # noqa: E402
 
@@ -84,7 +84,7 @@ def pooled_rule(base: list[float], check: list[float], tol: float, look: tuple[i
     lo, hi, floor = ratio * math.exp(-half), ratio * math.exp(half), 1 - tol / 100
     if hi < floor:
         return "regression"
-    if lo <= floor or metrics.unbounded(ratio, (lo, hi), len(check) + len(base)):
+    if lo <= floor or intervals.unbounded(ratio, (lo, hi), len(check) + len(base)):
         return "inconclusive"
     return "faster" if lo > 1 and ratio > 1 + tol / 100 else "pass"
 

@@ -156,6 +156,16 @@ for _ in range(10_000):
 """
 
 
+def conf_doc(given: dict[str, Any]) -> Any:
+    """A confirmation document (documents/confirmation.py) of the parts a test gives (chosen, its
+    arms' trials and samples), the rest at the defaults a stored one of the earliest layout reads
+    with."""
+    from autotune.documents.confirmation import Confirmation
+
+    stats = [{"median": None, "failures": [], "search_value": None, **st} for st in given["stats"]]
+    return Confirmation.from_json({"rounds_done": 0, "why": "", **given, "stats": stats})
+
+
 def command_job(root: Path, name: str, trials: int = 2, **sections: Any) -> Path:
     """SLEEPY_JOB and its YAML in root (micro_batch_size 1 or 2, `sections` merged into the YAML's
     sections): the YAML's path."""

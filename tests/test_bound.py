@@ -10,9 +10,10 @@ import statistics
 
 import optuna
 import pytest
+from conftest import conf_doc
 from scipy.stats import t as student_t
 
-from autotune import metrics
+from autotune import intervals
 from autotune.study import bound
 from autotune.study.history import History
 
@@ -40,10 +41,10 @@ def test_bound_a_clear_gain_is_stated_with_the_race_s_interval() -> None:
         "stats": [{"trial": 1, "samples": mine}],
         "baseline": {"trial": 0, "samples": yours},
     }
-    said = bound.statement(h, conf)
+    said = bound.statement(h, conf_doc(conf))
     assert said is not None and said["kind"] == "gain" and said["trial"] == 1
     low, high = said["ci95"]
-    assert [low, high] == pytest.approx(list(metrics.ratio_interval(mine, yours)))
+    assert [low, high] == pytest.approx(list(intervals.ratio_interval(mine, yours)))
     assert low > 1.2 and high < 1.4 and said["ratio"] == pytest.approx(1.3)
     assert said["text"].startswith("Trial 1 beats your setting 1.30x (95% interval")
     assert said["text"].endswith(
@@ -60,7 +61,7 @@ def test_bound_of_your_setting_kept_bounds_what_was_missed_all_at_once() -> None
         "stats": [{"trial": 1, "samples": [100.0, 102.0]}],
         "baseline": {"trial": 0, "samples": [101.0, 99.0]},
     }
-    said = bound.statement(h, conf)
+    said = bound.statement(h, conf_doc(conf))
     assert said is not None and said["kind"] == "bound" and said["n"] == 2
     # the pooled spread between processes of trials 0 and 1 (search + confirmation), Student's t at
     # the Bonferroni level of 2 comparisons; trial 2's one search measurement against the
@@ -89,7 +90,7 @@ def test_bound_a_spread_too_large_says_so_instead_of_a_bound() -> None:
         "stats": [{"trial": 1, "samples": [21000.0, 22000.0]}],
         "baseline": {"trial": 0, "samples": [16000.0, 23400.0]},
     }
-    said = bound.statement(h, conf)
+    said = bound.statement(h, conf_doc(conf))
     assert said is not None and said["kind"] == "too_noisy"
     assert "%" not in said["text"].split("(")[0] and "by more than" not in said["text"]
     assert "the noise is too large to bound what the other may gain" in said["text"]
@@ -134,7 +135,7 @@ def test_bound_your_setting_that_did_not_fit_says_so_and_the_fastest_that_ran() 
     )
     conf = {"chosen": 1, "stats": [{"trial": 1, "samples": [68e3, 67e3, 69e3], "median": 68e3}]}
     conf["stats"][0]["ci95"] = [66500.0, 69500.0]
-    said = bound.statement(h, conf)
+    said = bound.statement(h, conf_doc(conf))
     assert said is not None and said["text"].endswith(
         "trial 1, 68,000 tokens/s/GPU (the median of 3 fresh processes, 95% interval 66,500 to "
         "69,500)."

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import cli_here, command_job, run_cli
+from conftest import cli_here, command_job, conf_doc, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = {"COLUMNS": "80"}
@@ -142,5 +142,5 @@ def test_cli80_chosen_interval_when_the_samples_bound_it() -> None:
 
     samples = [100.0, 101.0, 99.0, 100.0, 102.0]
     conf = {"chosen": 3, "stats": [{"trial": 3, "samples": samples, "median": 100.0}]}
-    said = chosen_interval(conf)
+    said = chosen_interval(conf_doc(conf))
     assert said.startswith("the chosen median's 95% interval: ") and "(5 samples)" in said

@@ -5,6 +5,7 @@ said only where something compiled."""
 from __future__ import annotations
 
 import optuna
+from conftest import conf_doc
 
 from autotune.report._text import runner_up
 from autotune.study import bound
@@ -37,7 +38,7 @@ def test_last_word_speaks_of_the_chosen_never_another_trial() -> None:
         ],
         "baseline": {"trial": 0, "samples": [100.0, 99.0, 101.0]},
     }
-    said = bound.statement(h, conf)
+    said = bound.statement(h, conf_doc(conf))
     assert said is not None and said["trial"] == 2 and said["kind"] == "within_noise"
     assert "Trial 1" not in said["text"] and "trial 1 " not in said["text"]
     assert said["text"].startswith(
@@ -58,7 +59,7 @@ def test_last_word_an_interval_that_bounds_nothing_is_too_noisy_never_within_noi
         "stats": [{"trial": 1, "samples": [21111.0, 26153.0]}],
         "baseline": {"trial": 0, "samples": [16003.0, 23419.0]},
     }
-    said = bound.statement(h, conf)
+    said = bound.statement(h, conf_doc(conf))
     assert said is not None and said["kind"] == "too_noisy" and said["ci95"] is None
     assert "the noise is too large to bound the gain" in said["text"]
     assert "interval holds 1x" not in said["text"] and "beats your setting 1" not in said["text"]

@@ -13,6 +13,7 @@ import pytest
 from conftest import tiny
 from fake_measure import FakeMeasure
 
+from autotune.documents.confirmation import Arm
 from autotune.job import parse_config
 from autotune.report import collect, to_markdown
 from autotune.search import race, run_search
@@ -37,15 +38,17 @@ def test_race_drops_the_separated_and_the_failed() -> None:
     assert race.drops(nothing, {1: ["crash: x"] * 2, 9: ["crash: y"] * 2}, [1, 9]) == {}
 
 
-def _st(trial: int, samples: list[float], **knobs: Any) -> dict[str, Any]:
-    return {
-        "trial": trial,
-        "samples": samples,
-        "median": sorted(samples)[len(samples) // 2],
-        "knobs": {"compile": True, **knobs},
-        "changed_knobs": ["compile"],
-        "search_compile_s": 131.0 if knobs.get("compile_scope") != "block" else 6.0,
-    }
+def _st(trial: int, samples: list[float], **knobs: Any) -> Arm:
+    return Arm.from_json(
+        {
+            "trial": trial,
+            "samples": samples,
+            "median": sorted(samples)[len(samples) // 2],
+            "knobs": {"compile": True, **knobs},
+            "changed_knobs": ["compile"],
+            "search_compile_s": 131.0 if knobs.get("compile_scope") != "block" else 6.0,
+        }
+    )
 
 
 def test_race_pick_prefers_the_cheaper_program_within_noise_and_names_the_runner_up() -> None:
@@ -55,8 +58,8 @@ def test_race_pick_prefers_the_cheaper_program_within_noise_and_names_the_runner
     assert chosen is block and top is whole and len(close) == 2
     runner = race.runner_up(chosen, [whole, block])
     assert runner is not None
-    assert runner["trial"] == 13 and runner["within_noise"] and 0 < runner["gap_pct"] < 1
-    assert (runner["compile_s"], runner["chosen_compile_s"]) == (131.0, 6.0)
+    assert runner.trial == 13 and runner.within_noise and 0 < runner.gap_pct < 1
+    assert (runner.compile_s, runner.chosen_compile_s) == (131.0, 6.0)
 
 
 def _landscape(knobs: dict[str, Any]) -> float:
@@ -77,17 +80,17 @@ def test_race_runs_ties_to_the_rounds_asked_and_drops_the_rest(
     fake = FakeMeasure(landscape=_landscape, noise=0.01)
     result = run_search(cfg, out_root=tmp_path, device="cpu", measure_fn=fake)
     conf = result.confirmation
-    stats = {st["trial"]: st for st in conf["stats"]}
-    tied = [n for n, st in stats.items() if st["dropped"] is None]
-    gone = [n for n, st in stats.items() if st["dropped"] is not None]
+    stats = {st.trial: st for st in conf.stats}
+    tied = [n for n, st in stats.items() if st.dropped is None]
+    gone = [n for n, st in stats.items() if st.dropped is not None]
     assert len(tied) == 2 and len(gone) == 1
     # far behind: out after one round, the race's noise pooled over every arm's search trial and
     # first confirmation process (race.race_spread)
-    assert stats[gone[0]]["dropped"]["round"] == 1 and len(stats[gone[0]]["samples"]) == 1
-    assert all(len(stats[n]["samples"]) == rounds for n in tied)
-    assert conf["complete"] and conf["rounds_done"] == rounds
+    assert stats[gone[0]].dropped.round == 1 and len(stats[gone[0]].samples) == 1
+    assert all(len(stats[n].samples) == rounds for n in tied)
+    assert conf.complete and conf.rounds_done == rounds
     # the baseline (fp32, 2) separated too, after the two samples that bound the gain
-    assert conf["baseline"]["dropped"]["round"] == 2
+    assert conf.baseline.dropped.round == 2
     confirm_runs = [c for c in fake.calls if c.run_dir.name.startswith("confirm-")]
     assert len(confirm_runs) == 4 + 3 + 2 * (rounds - 2)
     text = to_markdown(collect(load_study(tmp_path / "t", None, None)[0], tmp_path / "t"))
@@ -101,10 +104,10 @@ def test_race_decided_gives_the_winner_its_third_sample(tmp_path: Path, monkeypa
     )
     result = run_search(cfg, out_root=tmp_path, device="cpu", measure_fn=FakeMeasure(noise=0.01))
     conf = result.confirmation
-    winner = next(st for st in conf["stats"] if st["trial"] == conf["chosen"])
-    assert conf["decided"] and conf["complete"] and len(winner["samples"]) == 3
-    assert winner["ci95"] is not None  # its own interval: what check compares against
-    assert all(st["dropped"] for st in conf["stats"] if st is not winner)
+    winner = next(st for st in conf.stats if st.trial == conf.chosen)
+    assert conf.decided and conf.complete and len(winner.samples) == 3
+    assert winner.ci95 is not None  # its own interval: what check compares against
+    assert all(st.dropped for st in conf.stats if st is not winner)
 
 
 def test_race_a_lone_winner_where_your_setting_did_not_fit_gets_its_interval(
@@ -124,10 +127,10 @@ def test_race_a_lone_winner_where_your_setting_did_not_fit_gets_its_interval(
     measure = FakeMeasure(noise=0.01)
     result = run_search(cfg, out_root=tmp_path, device="cpu", measure_fn=measure)
     conf = result.confirmation
-    assert conf is not None and conf.get("baseline") is None
-    (lone,) = conf["stats"]
-    assert lone["trial"] == conf["chosen"] and len(lone["samples"]) == 3
-    assert lone["ci95"] is not None
+    assert conf is not None and conf.baseline is None
+    (lone,) = conf.stats
+    assert lone.trial == conf.chosen and len(lone.samples) == 3
+    assert lone.ci95 is not None
 
 
 def _spread_out(knobs: dict[str, Any]) -> float:
@@ -151,12 +154,12 @@ def test_race_settles_arms_far_apart_in_one_round_and_the_leader_s_interval(
     fake = FakeMeasure(landscape=_spread_out, noise=0.01)
     result = run_search(cfg, out_root=tmp_path, device="cpu", measure_fn=fake)
     conf = result.confirmation
-    assert conf["decided"] and conf["complete"]
+    assert conf.decided and conf.complete
     confirm_runs = [c for c in fake.calls if c.run_dir.name.startswith("confirm-")]
-    top3 = [c for c in confirm_runs if c.number != conf["baseline"]["trial"]]
+    top3 = [c for c in confirm_runs if c.number != conf.baseline.trial]
     assert (len(top3), len(confirm_runs)) == (5, 7)
-    winner = next(st for st in conf["stats"] if st["trial"] == conf["chosen"])
-    assert len(winner["samples"]) == 3 and winner["ci95"] is not None
+    winner = next(st for st in conf.stats if st.trial == conf.chosen)
+    assert len(winner.samples) == 3 and winner.ci95 is not None
 
 
 def test_race_pooled_noise_widens_where_a_search_figure_ran_off() -> None:

@@ -11,11 +11,12 @@ from typing import Any
 import optuna
 import pytest
 import yaml
-from conftest import command_job, run_cli, tiny
+from conftest import command_job, conf_doc, run_cli, tiny
 from fake_measure import FakeMeasure
 
 from autotune.check.bench import baseline_samples
 from autotune.documents.best_file import read_best
+from autotune.documents.confirmation import Arm
 from autotune.export import export
 from autotune.job import parse_config
 from autotune.report import collect, to_json, to_markdown
@@ -28,15 +29,17 @@ from autotune.study.load import load_study
 from autotune.tasks import check_workload
 
 
-def _arm(trial: int, samples: list[float], changed: list[str], **knobs: Any) -> dict[str, Any]:
-    return {
-        "trial": trial,
-        "samples": samples,
-        "median": sorted(samples)[len(samples) // 2],
-        "knobs": knobs,
-        "changed_knobs": changed,
-        "search_compile_s": 131.0 if knobs.get("compile") else None,
-    }
+def _arm(trial: int, samples: list[float], changed: list[str], **knobs: Any) -> Arm:
+    return Arm.from_json(
+        {
+            "trial": trial,
+            "samples": samples,
+            "median": sorted(samples)[len(samples) // 2],
+            "knobs": knobs,
+            "changed_knobs": changed,
+            "search_compile_s": 131.0 if knobs.get("compile") else None,
+        }
+    )
 
 
 def test_race_pick_keeps_your_setting_where_it_is_fastest() -> None:
@@ -47,7 +50,7 @@ def test_race_pick_keeps_your_setting_where_it_is_fastest() -> None:
     chosen, top, close = race.pick([plain, yours])
     assert top is yours and len(close) == 2 and chosen is yours
     runner = race.runner_up(chosen, [plain, yours])
-    assert runner is not None and runner["trial"] == 4 and runner["within_noise"]
+    assert runner is not None and runner.trial == 4 and runner.within_noise
 
 
 def test_race_pick_keeps_your_setting_within_noise_of_the_fastest() -> None:
@@ -87,9 +90,10 @@ def test_confirm_choose_names_the_baseline_arm_where_it_wins() -> None:
     b = _frozen(7, 960.0, {**base_knobs, "micro_batch_size": 16})
     samples = {5: [976.0, 978.0], 7: [958.0, 957.0], 0: [1000.0, 1001.0]}
     doc = choose([a, b], samples, {5: [], 7: [], 0: []}, base_knobs, 2, base=base)
-    assert doc["chosen"] == 0 and doc["why"].startswith(KEEP)
-    assert doc["baseline"]["changed_knobs"] == [] and doc["baseline"]["median"] == 1000.5
-    assert doc["runner_up"]["trial"] == 5 and doc["runner_up"]["gap_pct"] < 0
+    assert doc.chosen == 0 and doc.why.startswith(KEEP)
+    assert doc.baseline is not None
+    assert doc.baseline.changed_knobs == [] and doc.baseline.median == 1000.5
+    assert doc.runner_up is not None and doc.runner_up.trial == 5 and doc.runner_up.gap_pct < 0
 
 
 def test_bound_of_a_kept_setting_is_never_another_configuration_s_gain() -> None:
@@ -102,12 +106,12 @@ def test_bound_of_a_kept_setting_is_never_another_configuration_s_gain() -> None
 
     h = History(completed=[trial(0, 100.0), trial(1, 130.0)], baseline=trial(0, 100.0))
     # no process measured twice: the noise between them is unknown, whatever the windows say
-    said = bound.statement(h, {"chosen": 0, "stats": []})
+    said = bound.statement(h, conf_doc({"chosen": 0, "stats": []}))
     assert said is not None and said["kind"] == "noise_unknown" and "1.30" not in said["text"]
     assert said["text"].startswith(f"{KEEP[:1].upper()}{KEEP[1:]}, but the noise between")
-    conf = {"chosen": 0, "stats": [{"trial": 1, "samples": [101.0, 99.0]}]}
+    conf: dict[str, Any] = {"chosen": 0, "stats": [{"trial": 1, "samples": [101.0, 99.0]}]}
     conf["baseline"] = {"trial": 0, "samples": [100.0, 100.5]}
-    said = bound.statement(h, conf)
+    said = bound.statement(h, conf_doc(conf))
     assert said is not None and said["kind"] == "bound"
     assert said["text"].startswith(f"{KEEP[:1].upper()}{KEEP[1:]}: no configuration of 1 measured")
 
@@ -143,8 +147,8 @@ def test_race_keeps_your_setting_end_to_end(tmp_path: Path, monkeypatch) -> None
     )
     result = run_search(cfg, out_root=tmp_path, device="cpu", measure_fn=measure)
     conf = result.confirmation
-    assert 0 not in conf["candidates"]  # ranked below the top by its cold search trial
-    assert conf["chosen"] == 0 and conf["why"].startswith(KEEP)
+    assert 0 not in conf.candidates  # ranked below the top by its cold search trial
+    assert conf.chosen == 0 and conf.why.startswith(KEEP)
     assert result.chosen_number == 0
     best = yaml.safe_load(result.best_yaml.read_text())
     assert best["chosen"]["trial"] == 0 and best["chosen"]["your_setting"] is True

@@ -61,7 +61,7 @@ def test_regress_gate_decide_a_slowdown_near_the_tolerance_is_inconclusive() -> 
 
 
 def test_regress_gate_decide_an_interval_that_bounds_nothing_is_no_pass() -> None:
-    """Above 1 - tolerance (90%) but wider than 1/2 to 2x the ratio: metrics.unbounded."""
+    """Above 1 - tolerance (90%) but wider than 1/2 to 2x the ratio: intervals.unbounded."""
     d = decide([100.0, 101.0], [150.0, 100.0, 250.0], 90.0)
     assert d.decided_ci[0] > 0.1 and d.ci[1] / d.ratio > 2 and d.status == "inconclusive"
     assert "lies above 0.1 but bounds nothing: too few samples to bound (5; " in d.reason

@@ -399,8 +399,10 @@ def test_report_interval_of_too_few_samples_says_so_in_every_format() -> None:
         study, {2: [1000.0, 30000.0], 1: [188.0, 189.0, 190.0]}, chosen=2
     )  # 2 samples 30x apart
     data = report.collect(study)
-    st = next(s for s in data.confirmation["stats"] if s["trial"] == 2)
-    assert st["ci95"] is None and st["ci95_why"].startswith("too few samples (2;")
+    assert data.confirmation is not None
+    st = next(s for s in data.confirmation.stats if s.trial == 2)
+    ci, why = st.interval()  # recomputed: the stored one bounds nothing
+    assert ci is None and why is not None and why.startswith("too few samples (2;")
     assert json.loads(report.to_json(data))["chosen"]["ci95"] is None
     assert "too few samples (2;" in report.to_markdown(data)
     console = Console(file=__import__("io").StringIO(), width=300)
@@ -414,15 +416,15 @@ def test_report_interval_of_too_few_samples_says_so_in_every_format() -> None:
 
 
 def test_metrics_interval_bounds_only_what_its_samples_bound() -> None:
-    from autotune import metrics
+    from autotune import intervals
 
-    ci, why = metrics.bounded_interval([100.0, 101.0, 99.0])
+    ci, why = intervals.bounded_interval([100.0, 101.0, 99.0])
     assert why is None and 97 < ci[0] < 100 < ci[1] < 103
-    assert metrics.bounded_interval([100.0, 110.0]) == (
+    assert intervals.bounded_interval([100.0, 110.0]) == (
         None,
         "too few samples (2; an interval needs 3)",
     )
-    ci, why = metrics.bounded_interval([100.0, 400.0, 1600.0])  # 3 samples spread 16x: no bound
+    ci, why = intervals.bounded_interval([100.0, 400.0, 1600.0])  # 3 samples spread 16x: no bound
     assert ci is None and why.startswith("too few samples to bound (3;")
 
 

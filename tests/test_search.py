@@ -172,13 +172,13 @@ def test_study_choose_prefers_fewer_changed_knobs_within_noise() -> None:
     c = _frozen(9, 300.0, {"micro_batch_size": 8, "precision": "bf16", "compile": False})
     samples = {5: [538.0, 545.0, 530.0], 7: [536.0, 528.0, 541.0], 9: [301.0, 299.0, 300.0]}
     result = choose([a, b, c], samples, {5: [], 7: [], 9: []}, base, 3)
-    assert result["chosen"] == 7  # within the noise of trial 5, one knob fewer
-    assert "changes fewer knobs from the baseline (2 against 3)" in result["why"]
-    stats = {st["trial"]: st for st in result["stats"]}
-    assert stats[5]["median"] == 538.0 and stats[5]["ci95"][0] < 538.0 < stats[5]["ci95"][1]
+    assert result.chosen == 7  # within the noise of trial 5, one knob fewer
+    assert "changes fewer knobs from the baseline (2 against 3)" in result.why
+    stats = {st.trial: st for st in result.stats}
+    assert stats[5].median == 538.0 and stats[5].ci95[0] < 538.0 < stats[5].ci95[1]
     # Clearly apart: the faster one wins even though it changes more knobs.
     samples = {5: [540.0, 541.0, 539.0], 7: [500.0, 501.0, 499.0], 9: [300.0, 300.5, 299.5]}
-    assert choose([a, b, c], samples, {5: [], 7: [], 9: []}, base, 3)["chosen"] == 5
+    assert choose([a, b, c], samples, {5: [], 7: [], 9: []}, base, 3).chosen == 5
 
 
 def test_study_choose_one_sample_each_takes_the_higher_median() -> None:
@@ -188,7 +188,7 @@ def test_study_choose_one_sample_each_takes_the_higher_median() -> None:
     fast = _frozen(5, 540.0, {"micro_batch_size": 64, "precision": "bf16", "compile": True})
     plain = _frozen(7, 300.0, {"micro_batch_size": 8, "precision": "bf16", "compile": False})
     result = choose([fast, plain], {5: [538.0], 7: [301.0]}, {5: [], 7: []}, base, 1)
-    assert result["chosen"] == 5 and "within" not in result["why"]
+    assert result.chosen == 5 and "within" not in result.why
 
 
 def test_study_choose_two_samples_a_side_compare_by_their_ratio() -> None:
@@ -200,18 +200,16 @@ def test_study_choose_two_samples_a_side_compare_by_their_ratio() -> None:
     fast = _frozen(5, 540.0, {"micro_batch_size": 64, "precision": "bf16", "compile": True})
     plain = _frozen(7, 530.0, {"micro_batch_size": 8, "precision": "bf16", "compile": False})
     result = choose([fast, plain], {5: [538.0, 545.0], 7: [536.0, 528.0]}, {5: [], 7: []}, base, 2)
-    assert (
-        result["chosen"] == 7
-        and "a cheaper program (no compile against whole-model" in (result["why"])
+    assert result.chosen == 7 and "a cheaper program (no compile against whole-model" in (
+        result.why
     )
     assert all(
-        st["ci95"] is None and st["ci95_why"].startswith("too few samples (2;")
-        for st in result["stats"]
+        st.ci95 is None and st.ci95_why.startswith("too few samples (2;") for st in result.stats
     )
-    runner = result["runner_up"]
-    assert runner["trial"] == 5 and runner["within_noise"] and runner["gap_pct"] > 0
+    runner = result.runner_up
+    assert runner.trial == 5 and runner.within_noise and runner.gap_pct > 0
     apart = choose([fast, plain], {5: [538.0, 540.0], 7: [500.0, 502.0]}, {5: [], 7: []}, base, 2)
-    assert apart["chosen"] == 5 and apart["runner_up"]["within_noise"] is False
+    assert apart.chosen == 5 and apart.runner_up.within_noise is False
 
 
 def test_study_confirmation_interleaved_one_measurement_a_sample(
@@ -227,13 +225,13 @@ def test_study_confirmation_interleaved_one_measurement_a_sample(
     fake = FakeMeasure(landscape=_close)  # no arm separates: both rounds measure every arm
     result = _search(cfg, tmp_path, fake)
     conf = result.confirmation
-    assert conf["rounds_done"] == conf["rounds"] == 2 and conf["complete"] is True
-    assert len(conf["candidates"]) == 2 and 0 not in conf["candidates"]  # the baseline is slowest
-    base = conf["baseline"]
-    assert base["trial"] == 0 and len(base["samples"]) == 2 and base["median"] > 0
-    for st in [*conf["stats"], base]:
-        assert len(st["samples"]) == len(st["walls_s"]) == 2 and all(w > 0 for w in st["walls_s"])
-    a, b = conf["candidates"]
+    assert conf.rounds_done == conf.rounds == 2 and conf.complete is True
+    assert len(conf.candidates) == 2 and 0 not in conf.candidates  # the baseline is slowest
+    base = conf.baseline
+    assert base.trial == 0 and len(base.samples) == 2 and base.median > 0
+    for st in [*conf.stats, base]:
+        assert len(st.samples) == len(st.walls_s) == 2 and all(w > 0 for w in st.walls_s)
+    a, b = conf.candidates
     samples = fake.calls[3:]  # after the search's 3 trials
     assert [(c.number, c.run_dir.name) for c in samples] == [
         (n, f"confirm-{n:04d}-{r}") for r in (0, 1) for n in (a, b, 0)
@@ -245,13 +243,13 @@ def test_study_confirmation_interleaved_one_measurement_a_sample(
     )
     assert len(runs) == 6  # 2 candidates and the baseline x 2 rounds, each its own folder
     best = yaml.safe_load(result.best_yaml.read_text())
-    assert best["chosen"]["trial"] == conf["chosen"] and best["chosen"]["why"].startswith(
+    assert best["chosen"]["trial"] == conf.chosen and best["chosen"]["why"].startswith(
         "confirmation (2 of 2 interleaved"
     )
-    chosen = next(c for c in best["confirmation"] if c["trial"] == conf["chosen"])
+    chosen = next(c for c in best["confirmation"] if c["trial"] == conf.chosen)
     assert best["metrics"]["tokens_per_s_per_gpu"] == round(chosen["median"], 1)
-    assert best["baseline"]["confirmed_samples"] == base["samples"]
-    ratio = chosen["median"] / base["median"]
+    assert best["baseline"]["confirmed_samples"] == base.samples
+    ratio = chosen["median"] / base.median
     assert best["metrics"]["speedup_vs_baseline"] == pytest.approx(ratio, abs=1e-4)
     lo, hi = best["metrics"]["speedup_ci95"]
     assert lo < ratio < hi and best["metrics"]["speedup_within_noise"] is (lo <= 1 <= hi)
@@ -261,12 +259,12 @@ def test_study_confirmation_interleaved_one_measurement_a_sample(
         optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't' / 'study.db'}"),
         tmp_path / "t",
     )
-    assert data.confirmation["chosen"] == conf["chosen"] and len(data.confirmation["stats"]) == 2
-    assert data.confirmation["complete"] is True
+    assert data.confirmation.chosen == conf.chosen and len(data.confirmation.stats) == 2
+    assert data.confirmation.complete is True
     assert data.chosen["gain"]["ratio"] == pytest.approx(ratio)
     assert not data.cost["confirmation_estimated"]  # every sample's wall time was measured
     shown = to_markdown(data)
-    assert f"**Chosen (best.yaml): trial {conf['chosen']}, " in shown and "fresh processes" in shown
+    assert f"**Chosen (best.yaml): trial {conf.chosen}, " in shown and "fresh processes" in shown
     # the last word: the gain of confirmed medians with its interval (study/bound.py)
     assert f"beats your setting {ratio:.2f}x (95% interval" in shown
     assert "confirmed medians of the same rounds" in shown and data.bound["text"] in shown
@@ -293,7 +291,7 @@ def test_study_on_real_trials_each_trial_and_sample_a_fresh_process(
     assert [t.number for t in ok] == [0, 1]
     assert ok[0].params == {"micro_batch_size": 2, "precision": "fp32"}  # the baseline first
     conf = result.confirmation
-    assert conf["rounds_done"] == 1 and sorted(conf["candidates"]) == [0, 1]
+    assert conf.rounds_done == 1 and sorted(conf.candidates) == [0, 1]
     runs = tmp_path / "t" / "runs"
     folders = sorted(p.name for p in runs.iterdir())
     assert folders == ["0000", "0001", "confirm-0000-0", "confirm-0001-0"]
@@ -359,7 +357,7 @@ def test_study_interrupted_confirmation_goes_on_from_its_samples(
         and "cut short" in best["chosen"]["why"]
     )
     data = collect(study, tmp_path / "t")
-    assert data.confirmation["complete"] is False
+    assert data.confirmation.complete is False
     shown = to_markdown(data)
     assert "1 of 2 confirmation rounds: cut" in shown
     assert "**Chosen (best.yaml)" in shown  # best.yaml was written on the way out
@@ -379,11 +377,11 @@ def test_study_interrupted_confirmation_goes_on_from_its_samples(
         (n, f"confirm-{n:04d}-1") for n in missing
     ]
     conf = again.confirmation
-    assert conf["rounds_done"] == 2 and conf["complete"] is True
-    for st in [*conf["stats"], conf["baseline"]]:
-        assert len(st["samples"]) == 2
+    assert conf.rounds_done == 2 and conf.complete is True
+    for st in [*conf.stats, conf.baseline]:
+        assert len(st.samples) == 2
         # nothing measured was lost
-        assert st["samples"][: len(kept[st["trial"]])] == kept[st["trial"]]
+        assert st.samples[: len(kept[st.trial])] == kept[st.trial]
     runs = sorted(
         p.name for p in (tmp_path / "t" / "runs").iterdir() if p.name.startswith("confirm-")
     )

@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from autotune import metrics
+from autotune import intervals
 
 if TYPE_CHECKING:
     from autotune.documents.nightly import Night
@@ -152,7 +152,7 @@ def decide(
     - regression: the interval lies below 1 (slower, beyond the noise) and its centre below the
       floor (slower by more than the tolerance);
     - pass: the interval lies above the floor (no slowdown past the tolerance), and the 95%
-      interval bounds something (metrics.unbounded: within 1/2 to 2x the ratio);
+      interval bounds something (intervals.unbounded: within 1/2 to 2x the ratio);
     - faster, a kind of pass and a regression's mirror: the interval above 1 and its centre above
       1 + tolerance;
     - inconclusive: anything else: an interval that reaches across the floor and above 1, or
@@ -218,7 +218,7 @@ def _judge(
     5-process variance is about 1.4 times larger): the status, what the interval does (the reason
     after "the X% interval LO to HI") and what would settle an inconclusive one. A pass also needs
     the 95% interval the views print (`shown`, around `ratio`) to bound something
-    (metrics.unbounded). quieter: what would settle a wide one (QUIETER, or MORE_BASELINE where
+    (intervals.unbounded). quieter: what would settle a wide one (QUIETER, or MORE_BASELINE where
     the baseline's few processes are most of the noise)."""
     lo, hi = interval
     centre, floor, tol = math.sqrt(lo * hi), 1 - tolerance_pct / 100, tolerance_pct / 100
@@ -235,7 +235,7 @@ def _judge(
         cause = "the repeats scatter" if scatter else "the slowdown lies near the tolerance"
         settle = quieter if scatter else "with a --tolerance past the slowdown you accept"
         return "inconclusive", f"reaches both below {floor:g} and above it: {cause}", settle
-    unbounded = metrics.unbounded(ratio, shown, n)
+    unbounded = intervals.unbounded(ratio, shown, n)
     if unbounded:
         why = f"lies above {floor:g} but bounds nothing: {unbounded}"
         return "inconclusive", why, quieter

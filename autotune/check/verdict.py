@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune import metrics
+from autotune import intervals
 from autotune.errors import ExitCode
 
 # Every status a verdict can have, and its exit code: anything else is no verdict (a KeyError, exit
@@ -121,6 +121,6 @@ class Verdict:
 
 
 def _ci_text(ratio: float, ci: tuple[float, float], n: int) -> str:
-    """'95% CI LO to HI', or why the samples bound nothing (metrics.unbounded)."""
-    why = metrics.unbounded(ratio, ci, n)
+    """'95% CI LO to HI', or why the samples bound nothing (intervals.unbounded)."""
+    why = intervals.unbounded(ratio, ci, n)
     return f"95% CI: {why}" if why else f"95% CI {ci[0]:.3f} to {ci[1]:.3f}"

@@ -171,7 +171,7 @@ def _print_result(console: Console, result: SearchResult, searched: list[str], t
     if result.confirmation:
         confirmation_view(console, result.confirmation)
         console.print(
-            f"chosen: trial {result.confirmation['chosen']}: {result.confirmation['why']}",
+            f"chosen: trial {result.confirmation.chosen}: {result.confirmation.why}",
             highlight=False,
         )
         console.print(chosen_interval(result.confirmation), highlight=False)

@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 from autotune import knobs as catalogue
+from autotune.documents.confirmation import Arm
 from autotune.protocol import Knobs
 from autotune.report import _text
-from autotune.report._data import Arm, Chosen, Report, Row
+from autotune.report._data import Chosen, Report, Row
 from autotune.report._escape import escape
 from autotune.report._table import fmt
 
@@ -70,10 +71,10 @@ def _notes(knobs: Knobs, device: str, task: str) -> list[str]:
 
 def interval(stats: Arm | None) -> str:
     """The confirmation's 95% interval in words, or why there is none."""
-    if not stats or stats["median"] is None:
+    if not stats or stats.median is None:
         return "not confirmed: one measurement, no interval"
-    n = len(stats["samples"])
-    ci = stats["ci95"]
+    n = len(stats.samples)
+    ci, _ = stats.interval()
     if n < MIN_SAMPLES or not ci:
         return f"too few samples to bound ({n} fresh processes)"
     lo, hi = ci

@@ -3,10 +3,9 @@ result."""
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -22,22 +21,13 @@ from autotune.documents.record import (
     telemetry_of,
 )
 from autotune.report import _effects, _summary
-from autotune.report._data import (
-    Arm,
-    Candidate,
-    Confirmation,
-    Measures,
-    Report,
-    Row,
-    Stored,
-    TimeSpent,
-)
+from autotune.report._data import Report, Row, Stored, TimeSpent
 from autotune.report._excluded import excluded
 from autotune.report._table import pareto, row_of
 from autotune.space import KNOBS
 from autotune.status import Status
 from autotune.study import bound, disturbed, peaks
-from autotune.study.chosen import chosen_summary, confirmation_complete, rounds_asked
+from autotune.study.chosen import chosen_summary
 from autotune.study.history import History, current_confirmation, value_of
 
 
@@ -60,14 +50,13 @@ def collect(
     others = [r for r in rows if r.state != Status.OK]
     searched = searched_knobs(trials)
     conf = current_confirmation(study, h)
-    confirmation = confirmation_of(conf)
     steady = _steadiness(baseline)
     base_row = next((r for r in ok if baseline and r.number == baseline.number), None)
-    chosen = chosen_summary(study, h) if conf is None or confirmation is not None else None
+    chosen = chosen_summary(study, h)
     _flag(rows, base_row, chosen, _unsteady_flag(steady))
     history, skipped = _nights(study_dir)
     gpus = int((config.get("workload") or {}).get("world_size") or 1)
-    noise = _effects.noise(confirmation, ok)
+    noise = _effects.noise(conf, ok)
     data = Report(
         study=study.study_name,
         device=study_attrs.device(study),
@@ -81,7 +70,7 @@ def collect(
         best=ok[0] if ok else None,
         mfu_flops=ok[0].flops if ok else None,
         chosen=None,  # the headline, from the rows (_derived)
-        confirmation=confirmation,
+        confirmation=conf,
         step_spread_pct_median=_median_spread(ok),
         trials=ok + others,
         failures=_failures(others),
@@ -102,7 +91,7 @@ def collect(
         alloc_offer=peaks.alloc_offer(h, tasks.task(_task_of(config))),
         numerics_checked=_summary.numerics_checked(ok + others),
         effects=_effects.effects(ok, searched, noise["pct"]),
-        cost=_summary.cost(ok + others, confirmation, gpus, study_attrs.device(study)),
+        cost=_summary.cost(ok + others, conf, gpus, study_attrs.device(study)),
         projection=None,  # of the headline (_derived)
         disturbed=disturbed.disturbed(h, conf),
     )
@@ -208,68 +197,6 @@ def _steadiness(baseline: optuna.trial.FrozenTrial | None) -> dict[str, Any] | N
         x for x in steps if isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
     ]
     return metrics.steadiness(numbers) if numbers else None
-
-
-def confirmation_of(conf: dict[str, Any] | None) -> Confirmation | None:
-    """What best.yaml chose, re-measured in fresh processes; each interval recomputed from its
-    samples (None, with why, where they bound nothing: a study confirmed before that rule printed
-    absurd bounds)."""
-    keys = ("trial", "median", "samples", "search_value", "failures")
-    if not conf or not all(isinstance(st, dict) and set(keys) <= set(st) for st in conf["stats"]):
-        return None
-    stats: list[Candidate] = [
-        {
-            "trial": st["trial"],
-            "median": st["median"],
-            "samples": st["samples"],
-            "search_value": st["search_value"],
-            "failures": st["failures"],
-            **_measures(st),
-        }
-        for st in conf["stats"]
-    ]
-    base = conf.get("baseline")
-    return {
-        "chosen": conf["chosen"],
-        "why": conf["why"],
-        "rounds_done": conf["rounds_done"],
-        "rounds": rounds_asked(conf),
-        "complete": confirmation_complete(conf),
-        "decided": bool(conf.get("decided")),
-        "stats": stats,
-        "baseline": _baseline_arm(base) if _sampled(base) else None,
-        "runner_up": conf.get("runner_up"),
-    }
-
-
-def _sampled(st: object) -> TypeGuard[dict[str, Any]]:
-    return isinstance(st, dict) and isinstance(st.get("samples"), list) and "trial" in st
-
-
-def _baseline_arm(st: dict[str, Any]) -> Arm:
-    """The baseline's own arm: its samples and their median (recomputed where not stored)."""
-    median = statistics.median(st["samples"]) if st["samples"] else None
-    return {
-        "trial": st["trial"],
-        "samples": st["samples"],
-        "failures": st.get("failures"),
-        "median": st.get("median", median),
-        **_measures(st),
-    }
-
-
-def _measures(st: dict[str, Any]) -> Measures:
-    """An arm's interval (recomputed from its samples) and the wall time, compile and drop of its
-    processes where the study stored them."""
-    ci, why = metrics.bounded_interval(st["samples"])
-    return {
-        "ci95": ci,
-        "ci95_why": why,
-        "walls_s": st.get("walls_s"),
-        "compile_s": st.get("compile_s"),
-        "compile_cache": st.get("compile_cache"),
-        "dropped": st.get("dropped"),
-    }
 
 
 def written_choice(study_dir: Path | None) -> int | None:

@@ -4,7 +4,8 @@
 `Report.to_dict` is the JSON that `autotune report --format json` writes and autotune.read_report
 returns, key for key in the order the fields are declared; `Report.of` reads that JSON back. The
 sections that are JSON the study stored, passed through as it is (the YAML's model, a trial's
-fingerprint, history.jsonl's nights), stay plain dicts."""
+fingerprint, history.jsonl's nights), stay plain dicts; the confirmation is the study's document
+(documents/confirmation.py), written in its report form (Confirmation.report_dict)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
+from autotune.documents.confirmation import Confirmation
 from autotune.knobs import Knobs
 
 # A JSON object the report passes through as the study or a record stored it (free-form: the
@@ -43,7 +45,7 @@ class Chosen(TypedDict):
     baseline: ChosenBaseline | None
     speedup_vs_baseline: float | None
     speedup_basis: str  # how the gain was had (_summary.BASIS_*)
-    gain: Stored | None  # confirmed medians' ratio with its 95% interval (metrics.gain)
+    gain: Stored | None  # confirmed medians' ratio with its 95% interval (intervals.gain)
     confirmation: Stored | None  # rounds done of rounds asked, complete
     written: bool  # whether best.yaml holds this choice yet
     numerics: Stored | None  # its quality cost (_summary.numerics_of)
@@ -88,57 +90,6 @@ class Group(TypedDict):
     reason: str
     evidence: Evidence | None
     remedy: str | None
-
-
-class Measures(TypedDict):
-    """What an arm's fresh processes measured beyond its samples: the 95% interval recomputed from
-    them (metrics.bounded_interval; None with why), each process's wall and compile time and what
-    the compile cache served it, and when it left the race."""
-
-    ci95: tuple[float, float] | list[float] | None
-    ci95_why: str | None
-    walls_s: list[float] | None
-    compile_s: list[float | None] | None
-    compile_cache: list[str | None] | None
-    dropped: Stored | None  # {round, why}: it left the race early
-
-
-class Arm(Measures):
-    """One configuration the confirmation re-measured in fresh processes: the baseline's own arm
-    (collect's _baseline_arm), or a Candidate."""
-
-    trial: int
-    median: float | None  # of its samples (None: no sample succeeded)
-    samples: list[float]
-    failures: list[str] | None  # why its samples that failed did
-
-
-class Candidate(Arm):
-    """One of the top configurations the confirmation raced (collect's confirmation_of)."""
-
-    search_value: float  # its search measurement
-
-
-class Confirmation(TypedDict):
-    """The confirmation's race: its arms, rounds and choice (collect's confirmation_of)."""
-
-    chosen: int
-    why: str
-    rounds_done: int
-    rounds: int  # asked
-    complete: bool  # ended by its rule, not cut
-    decided: bool  # every other arm separated from the leader before the last round
-    stats: list[Candidate]
-    baseline: Arm | None  # the baseline's own arm, where it raced
-    runner_up: Stored | None
-
-
-def arms(conf: Confirmation | None) -> list[Arm]:
-    """Every arm of a confirmation: the candidates, then the baseline's own where it raced."""
-    if conf is None:
-        return []
-    base = conf["baseline"]
-    return [*conf["stats"], *([base] if base else [])]
 
 
 class Noise(TypedDict):
@@ -267,7 +218,8 @@ class Report:
     best: Row | None  # the search's best row (its single measurement)
     mfu_flops: str | None  # how MFU's FLOPs per token were had: counted, or 6N + 12LdT
     chosen: Chosen | None  # best.yaml's choice with its row's figures (_summary.headline)
-    confirmation: Confirmation | None  # the confirmation's rounds and its arms' statistics
+    # the confirmation's rounds and its arms' statistics (the JSON form: Confirmation.report_dict)
+    confirmation: Confirmation | None
     step_spread_pct_median: float | None  # the median step-time spread of the completed rows
     trials: list[Row]  # every listed trial: the completed best first, then the others
     failures: dict[str, Stored]  # the trials that did not complete, by kind, with their reasons
@@ -301,9 +253,14 @@ class Report:
             given[key] = Row(**given[key]) if given[key] is not None else None
         for key in ("trials", "front"):
             given[key] = [Row(**r) for r in given[key]]
+        conf = given["confirmation"]
+        if conf is not None and not isinstance(conf, Confirmation):
+            given["confirmation"] = Confirmation.from_json(conf)
         return cls(**given)
 
     def to_dict(self) -> Stored:
         """The plain dict that the JSON form writes (`autotune report --format json`,
         autotune.read_report), its keys in the order of the fields."""
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["confirmation"] = self.confirmation.report_dict() if self.confirmation else None
+        return out

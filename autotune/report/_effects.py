@@ -17,8 +17,9 @@ import statistics
 from itertools import combinations
 from typing import Any
 
+from autotune.documents.confirmation import Confirmation
 from autotune.knobs import BY_NAME, Knobs, Not
-from autotune.report._data import Confirmation, Effects, KnobEffect, Noise, Row, ValueEffect
+from autotune.report._data import Effects, KnobEffect, Noise, Row, ValueEffect
 
 DERIVED = ("grad_accum_steps",)  # follows the batch: never the one knob two trials differ in
 NOISE_REPEATS = (
@@ -35,8 +36,8 @@ def noise(confirmation: Confirmation | None, ok: list[Row]) -> Noise:
     """The study's measurement noise in percent, and how it was obtained (named once)."""
     spreads = [
         100 * (max(s) - min(s)) / statistics.median(s)
-        for st in (confirmation["stats"] if confirmation else [])
-        if len(s := st["samples"] or []) >= 2
+        for st in (confirmation.stats if confirmation else [])
+        if len(s := st.samples) >= 2
     ]
     if spreads:
         return {"pct": statistics.median(spreads), "how": NOISE_REPEATS}

@@ -230,34 +230,34 @@ def _confirmation_table(data: Report) -> str:
         "failures",
     ]
     rows = []
-    for st in conf["stats"]:
-        samples = ", ".join(fmt(s, "tok") for s in st["samples"])
-        mine = st["trial"] == conf["chosen"]
-        number = f"{st['trial']}" + (" \u2605 chosen" if mine else "")
+    for st in conf.stats:
+        samples = ", ".join(fmt(s, "tok") for s in st.samples)
+        mine = st.trial == conf.chosen
+        number = f"{st.trial}" + (" \u2605 chosen" if mine else "")
         row = [
             number,
-            fmt(st["median"], "tok"),
+            fmt(st.median, "tok"),
             interval(st),
             samples,
-            fmt(st["search_value"], "tok"),
+            fmt(st.search_value, "tok"),
         ]
         rows.append(
             (
-                [*row, "; ".join(str(f) for f in (st["failures"] or [])[:3]) or "-"],
+                [*row, "; ".join(str(f) for f in st.failures[:3]) or "-"],
                 "chosen" if mine else "",
             )
         )
-    base = conf.get("baseline")
-    if base and base["samples"]:
-        samples = ", ".join(fmt(s, "tok") for s in base["samples"])
-        failed = "; ".join(str(f) for f in (base["failures"] or [])[:3]) or "-"
-        mine = base["trial"] == conf["chosen"]
-        number = f"{base['trial']} baseline" + (" \u2605 chosen: your setting" if mine else "")
-        cells = [number, fmt(base["median"], "tok"), interval(base), samples]
+    base = conf.baseline
+    if base and base.samples:
+        samples = ", ".join(fmt(s, "tok") for s in base.samples)
+        failed = "; ".join(str(f) for f in base.failures[:3]) or "-"
+        mine = base.trial == conf.chosen
+        number = f"{base.trial} baseline" + (" \u2605 chosen: your setting" if mine else "")
+        cells = [number, fmt(base.median, "tok"), interval(base), samples]
         rows.append(([*cells, "-", failed], "chosen" if mine else ""))
-    rounds = f"{rounds_text(conf)} of the top {len(conf['stats'])} and the baseline"
+    rounds = f"{rounds_text(conf)} of the top {len(conf.stats)} and the baseline"
     table = _table(header, rows, ("interval", "samples (one a fresh process)"), wrap="failures")
-    return f"<h2>Confirmation</h2><p>{escape(rounds)}: {escape(str(conf['why']))}</p>" + table
+    return f"<h2>Confirmation</h2><p>{escape(rounds)}: {escape(str(conf.why))}</p>" + table
 
 
 def _effects_html(data: Report) -> str:

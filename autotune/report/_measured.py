@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from autotune.documents import study_attrs
 from autotune.documents.record import RecordError, TrialRecord
 from autotune.documents.record import telemetry_of as stored_telemetry
-from autotune.report._data import Report, Row, arms
+from autotune.report._data import Report, Row
 from autotune.status import Status
 
 if TYPE_CHECKING:
@@ -108,14 +108,14 @@ def confirmation_phases(data: Report) -> list[Phases]:
     conf = data.confirmation
     walls = {r.number: r.wall_s for r in data.trials if r.wall_s}
     out: list[Phases] = []
-    for st in arms(conf):
-        runs = len(st.get("samples") or []) + len(st.get("failures") or [])
-        stored = st.get("walls_s") or []
+    for st in conf.arms if conf else []:
+        runs = st.runs
+        stored = st.walls_s or []
         for i in range(runs):
-            wall = stored[i] if i < len(stored) else walls.get(st["trial"], 0.0)
+            wall = stored[i] if i < len(stored) else walls.get(st.trial, 0.0)
             seconds = {p: 0.0 for p in PHASES}
             seconds["confirmation"] = float(wall or 0.0)
-            label = f"c{st['trial']}.{i}"
+            label = f"c{st.trial}.{i}"
             out.append(
                 {"number": label, "state": "confirmation", "seconds": seconds, "wall_s": wall}
             )

@@ -15,11 +15,12 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from autotune.documents.record import is_repeat
 from autotune.report._card import Card
 from autotune.report._data import Report, Row
 from autotune.report._escape import escape
 from autotune.report._measured import PHASES, Measured
+from autotune.report._snapshot import bare_snapshot, target
+from autotune.status import Status
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -92,7 +93,7 @@ def figures(
         ("Where each trial's GPU time went", _time),
     )
     out = []
-    study = _snapshot(study)
+    study = bare_snapshot(study)
     for heading, make in steps:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Optuna's experimental-API warnings
@@ -107,55 +108,8 @@ def figures(
     return out
 
 
-def _snapshot(study: optuna.Study) -> optuna.Study:
-    """The study's launched trials in memory without their records (user attributes: telemetry, raw
-    steps), which no plot reads: each of Optuna's plots copies every trial again, and from SQLite
-    with the records that costs seconds for a hundred trials."""
-    import optuna
-
-    previous = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # not "A new study created in memory"
-    try:
-        snapshot = optuna.create_study(directions=study.directions, study_name=study.study_name)
-    finally:
-        optuna.logging.set_verbosity(previous)
-    trials = study.get_trials(deepcopy=False)
-    # a repeat is told as the trial it repeats (search/repeats.py): drawn once
-    snapshot.add_trials([_bare(t) for t in trials if not is_repeat(t)])
-    return snapshot
-
-
-def _bare(t: FrozenTrial) -> FrozenTrial:
-    from optuna.trial import FrozenTrial
-
-    return FrozenTrial(
-        number=t.number,
-        state=t.state,
-        value=None,
-        values=t.values,
-        datetime_start=t.datetime_start,
-        datetime_complete=t.datetime_complete,
-        params=t.params,
-        distributions=t.distributions,
-        user_attrs={},
-        system_attrs={},
-        intermediate_values=t.intermediate_values,
-        trial_id=t._trial_id,
-    )
-
-
-def _target(study: optuna.Study, minimize: bool = False) -> Callable[[FrozenTrial], float] | None:
-    """Optuna's target for a plot: None (the objective) in a single-objective study; else tokens/s
-    per GPU, the first objective of every study (a pareto study's second is p99), negated where
-    Optuna assumes lower is better (PED-ANOVA)."""
-    if len(study.directions) == 1:
-        return None
-    sign = -1.0 if minimize else 1.0
-    return lambda t: sign * t.values[0]
-
-
 def _ok(data: Report) -> list[Row]:
-    return sorted((r for r in data.trials if r.state == "ok"), key=lambda r: r.number)
+    return sorted((r for r in data.trials if r.state == Status.OK), key=lambda r: r.number)
 
 
 def _label(r: Row, searched: list[str]) -> str:
@@ -214,15 +168,15 @@ def _confirmation(
     if not conf:
         return None
     fig = go.Figure()
-    base = conf["baseline"]
+    base = conf.baseline
     # your setting kept: its own arm drawn first, beside the candidates it beat
-    mine = base if base and base["samples"] and base["trial"] == conf["chosen"] else None
-    for st in [*([mine] if mine else []), *conf["stats"]]:
-        chosen = " (chosen)" if st["trial"] == conf["chosen"] else ""
-        name = f"trial {st['trial']}" + (" (baseline, chosen)" if st is mine else chosen)
+    mine = base if base and base.samples and base.trial == conf.chosen else None
+    for st in [*([mine] if mine else []), *conf.stats]:
+        chosen = " (chosen)" if st.trial == conf.chosen else ""
+        name = f"trial {st.trial}" + (" (baseline, chosen)" if st is mine else chosen)
         fig.add_trace(
             go.Box(
-                y=st["samples"],
+                y=st.samples,
                 name=name,
                 boxpoints="all",
                 jitter=0.3,
@@ -236,11 +190,11 @@ def _confirmation(
         fig.add_trace(
             go.Scatter(
                 x=[name],
-                y=[st.get("search_value")],
+                y=[st.search_value],
                 mode="markers",
                 marker={"symbol": "x", "size": 11, "color": "black"},
                 name="its search measurement",
-                showlegend=st is conf["stats"][0],
+                showlegend=st is conf.stats[0],
             )
         )
     return fig.update_layout(
@@ -255,7 +209,7 @@ def _history(study: optuna.Study, data: Report, m: Measured, c: Card | None) -> 
     ok = _ok(data)
     if not ok:
         return None
-    fig = plot_optimization_history(study, target=_target(study), target_name=TOKENS)
+    fig = plot_optimization_history(study, target=target(study), target_name=TOKENS)
     _mark_baseline(fig, data)
     if c:
         row = next((r for r in ok if r.number == c["trial"]), None)
@@ -270,7 +224,7 @@ def _parallel(study: optuna.Study, data: Report, m: Measured, c: Card | None) ->
     if len(data.searched) < 2 or len(_ok(data)) < 2:
         return None
     fig = plot_parallel_coordinate(
-        study, params=data.searched, target=_target(study), target_name=TOKENS
+        study, params=data.searched, target=target(study), target_name=TOKENS
     )
     chosen = (
         ""
@@ -290,7 +244,7 @@ def _slice(study: optuna.Study, data: Report, m: Measured, c: Card | None) -> go
 
     if not data.searched or len(_ok(data)) < 2:
         return None
-    fig = plot_slice(study, params=data.searched, target=_target(study), target_name=TOKENS)
+    fig = plot_slice(study, params=data.searched, target=target(study), target_name=TOKENS)
     trial = next(
         (t for t in study.get_trials(deepcopy=False) if c and t.number == c["trial"]), None
     )

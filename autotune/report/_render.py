@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from autotune.documents import strict_json
+from autotune.documents.confirmation import Arm, Confirmation
 from autotune.report import _text
-from autotune.report._data import Arm, Candidate, Confirmation, Report, Row, Stored
+from autotune.report._data import Report, Row, Stored
 from autotune.report._escape import md
 from autotune.report._table import cells, columns, fmt, varying
+from autotune.status import Status
 
 
 def to_json(data: Report | Stored) -> str:
@@ -16,20 +18,20 @@ def to_json(data: Report | Stored) -> str:
     return strict_json.dumps(plain, indent=1, default=str)
 
 
-def confirmed(st: Candidate) -> str:
+def confirmed(st: Arm) -> str:
     """One confirmation candidate's result in words."""
-    if st["median"] is None:
-        return "no sample succeeded (" + "; ".join((st["failures"] or [])[:2]) + ")"
+    if st.median is None:
+        return "no sample succeeded (" + "; ".join(st.failures[:2]) + ")"
     return (
-        f"median {fmt(st['median'], 'tok')} tokens/s/GPU over {len(st['samples'])} fresh processes "
-        f"({interval(st)}; search {fmt(st['search_value'], 'tok')}){compiles(st)}{left(st)}"
+        f"median {fmt(st.median, 'tok')} tokens/s/GPU over {len(st.samples)} fresh processes "
+        f"({interval(st)}; search {fmt(st.search_value, 'tok')}){compiles(st)}{left(st)}"
     )
 
 
 def compiles(st: Arm) -> str:
     """'; compile warm 3 s, warm 3 s': each confirmation process's compile and what the cache
     served it ('' where nothing was compiled or the study predates the record)."""
-    secs, states = st.get("compile_s") or [], st.get("compile_cache") or []
+    secs, states = st.compile_s or [], st.compile_cache or []
     # a process that compiled records what the cache served it; one that compiled nothing, no state
     shown = [f"{state} {s:,.0f} s" for s, state in zip(secs, states) if s is not None and state]
     return f"; compile {', '.join(shown)}" if shown else ""
@@ -37,36 +39,36 @@ def compiles(st: Arm) -> str:
 
 def left(st: Arm) -> str:
     """'; left the race after round 2: 6.1% slower ...' ('' for an arm that ran to the end)."""
-    d = st.get("dropped")
-    return f"; left the race after round {d['round']}: {d['why']}" if d else ""
+    d = st.dropped
+    return f"; left the race after round {d.round}: {d.why}" if d else ""
 
 
 def interval(st: Arm) -> str:
     """'95% interval LO to HI', or why there is none ('95% interval: too few samples ...',
-    metrics.unbounded)."""
-    if st["ci95"] is None:
-        return f"95% interval: {st.get('ci95_why') or 'none'}"
-    lo, hi = st["ci95"]
+    intervals.unbounded)."""
+    ci, why = st.interval()
+    if ci is None:
+        return f"95% interval: {why or 'none'}"
+    lo, hi = ci
     return f"95% interval {fmt(lo, 'tok')} to {fmt(hi, 'tok')}"
 
 
 def confirmation_lines(conf: Confirmation) -> list[str]:
     """The race, one line an arm: its confirmed figure, its processes' compiles, when it left."""
     lines = [
-        f"trial {st['trial']}{' (chosen)' if st['trial'] == conf['chosen'] else ''}: "
-        f"{confirmed(st)}"
-        + (f"; failures: {'; '.join(st['failures'][:2])}" if st["failures"] else "")
-        for st in conf["stats"]
+        f"trial {st.trial}{' (chosen)' if st.trial == conf.chosen else ''}: "
+        f"{confirmed(st)}" + (f"; failures: {'; '.join(st.failures[:2])}" if st.failures else "")
+        for st in conf.stats
     ]
-    base = conf.get("baseline")
-    if base and base.get("median"):
-        mine = " (chosen: your setting)" if base["trial"] == conf["chosen"] else ""
+    base = conf.baseline
+    if base and base.median:
+        mine = " (chosen: your setting)" if base.trial == conf.chosen else ""
         lines.append(
-            f"baseline, trial {base['trial']}{mine}: median {fmt(base['median'], 'tok')} "
-            f"tokens/s/GPU over {len(base['samples'])} fresh processes ({interval(base)})"
+            f"baseline, trial {base.trial}{mine}: median {fmt(base.median, 'tok')} "
+            f"tokens/s/GPU over {len(base.samples)} fresh processes ({interval(base)})"
             f"{left(base)}"
         )
-    return [*lines, f"{_text.rounds_text(conf)}; {conf['why']}"]
+    return [*lines, f"{_text.rounds_text(conf)}; {conf.why}"]
 
 
 def to_markdown(data: Report | Stored, top: int = 10) -> str:
@@ -123,7 +125,7 @@ def _trials_markdown(data: Report, top: int) -> list[str]:
 
 
 def _front_point(r: Row) -> str:
-    over = " (over limit)" if r.state == "over_limit" else ""
+    over = " (over limit)" if r.state == Status.OVER_LIMIT else ""
     return (
         f"trial {r.number}: {fmt(r.tpot_ms_p99, 'ms')} ms, "
         f"{fmt(r.tokens_per_s_per_gpu, 'tok')} tokens/s{over}"

@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 from autotune import tasks
+from autotune.documents.confirmation import Confirmation
 from autotune.documents.record import Metric
 from autotune.protocol import Knobs
-from autotune.report._data import Chosen, Confirmation, Cost, Report, Row, arms
+from autotune.report._data import Chosen, Cost, Report, Row
 
 # How a gain was obtained, named once: a ratio means something only with its basis beside it
 BASIS_CONFIRMED = "confirmed median / the baseline's confirmed median of the same rounds"
@@ -43,7 +44,7 @@ def headline(data: Report, c: dict[str, Any] | None) -> Chosen | None:
         else {"trial": base.number, "tokens_per_s_per_gpu": base_value},
         "speedup_vs_baseline": value / base_value if base_value else None,
         "speedup_basis": basis,
-        # the ratio of confirmed medians of the same rounds with its 95% interval (metrics.gain),
+        # the ratio of confirmed medians of the same rounds with its 95% interval (intervals.gain),
         # None where the baseline was not re-measured beside it
         "gain": c.get("gain"),
         # how far the confirmation got: rounds done of rounds asked, complete (None: none ran)
@@ -70,17 +71,17 @@ def _baseline_figure(
     measurement."""
     if base is None:
         return None, "no baseline measured"
-    again = next((st for st in arms(conf) if st["trial"] == base.number), None)
-    if c["confirmed"] and again and again["median"]:
-        return again["median"], BASIS_CONFIRMED
+    again = conf.arm(base.number) if conf else None
+    if c["confirmed"] and again and again.median:
+        return again.median, BASIS_CONFIRMED
     return base.tokens_per_s_per_gpu, BASIS_HALF if c["confirmed"] else BASIS_SEARCH
 
 
 def _warm_compiles(conf: Confirmation | None, trial: int) -> list[float]:
     """The compile seconds of a trial's confirmation processes (a candidate's, or the baseline's
     own arm's), where they were recorded."""
-    st = next((st for st in arms(conf) if st["trial"] == trial), None)
-    seconds = (st["compile_s"] if st else None) or []
+    st = conf.arm(trial) if conf else None
+    seconds = (st.compile_s if st else None) or []
     return [x for x in seconds if isinstance(x, (int, float)) and x > 0]
 
 
@@ -207,11 +208,11 @@ def _confirmation_cost(conf: Confirmation | None, trials: list[Row]) -> tuple[in
         return 0, 0.0, False
     walls = {r.number: r.wall_s or 0.0 for r in trials}
     n, seconds, estimated = 0, 0.0, False
-    for st in arms(conf):
-        runs = len(st["samples"] or []) + len(st["failures"] or [])
-        stored = [w for w in st["walls_s"] or [] if isinstance(w, (int, float))]
+    for st in conf.arms:
+        runs = st.runs
+        stored = [w for w in st.walls_s or [] if isinstance(w, (int, float))]
         n += runs
-        seconds += sum(stored) if len(stored) == runs else runs * walls.get(st["trial"], 0.0)
+        seconds += sum(stored) if len(stored) == runs else runs * walls.get(st.trial, 0.0)
         estimated = estimated or len(stored) != runs
     return n, seconds, estimated
 

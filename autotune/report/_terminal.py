@@ -4,8 +4,10 @@ where even that cannot fit; `wide`: the whole table), which knobs mattered and w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from autotune.documents.confirmation import Arm, Confirmation
 from autotune.protocol import reason_line
 from autotune.report import _text
 from autotune.report._data import Group, Report, Row, Stored
@@ -178,69 +180,61 @@ def _checks(console: Console, data: Report) -> None:
         _section(console, "Checks", [f"history.jsonl: skipped {skipped}"])
 
 
-def confirmation_view(console: Console, conf: dict[str, Any]) -> None:
+def confirmation_view(console: Console, conf: Confirmation) -> None:
     """The race after a search, readable at the console's width: the table where it fits with no
     cell wrapped, else one line an arm (its figure, interval, compiles and when it left)."""
     from rich.padding import Padding
     from rich.text import Text
 
-    from autotune.report._collect import confirmation_of
-
     table = confirmation_table(conf)
-    # each arm with its interval from its samples (the search stores none for the baseline's arm)
-    typed = confirmation_of(conf)
     # its natural width: Rich narrows the widest columns first, folding words ("interva/l") long
     # before the shortest width its measure gives
     natural = console.measure(table, options=console.options.update_width(10_000)).maximum
-    if natural <= console.width or typed is None:
+    if natural <= console.width:
         console.print(table)
         return
-    console.print(Text(f"Confirmation: {_text.rounds_text(typed)}", style="bold"))
-    # the last line, the rounds and why: said apart
-    for line in confirmation_lines(typed)[:-1]:
+    console.print(Text(f"Confirmation: {_text.rounds_text(conf)}", style="bold"))
+    # the last line, the rounds and why: said apart (each arm's interval from its samples)
+    for line in confirmation_lines(conf)[:-1]:
         console.print(Padding(Text(line), (0, 0, 0, INDENT), expand=False))
 
 
-def chosen_interval(conf: dict[str, Any]) -> str:
+def chosen_interval(conf: Confirmation) -> str:
     """The chosen arm's confirmed median with its 95% interval, or why it has none and what would
     give one (the demo's 2 rounds: 'median of 2 samples: no interval ...')."""
-    from autotune import metrics
-    from autotune.study.chosen import arm_of
+    from autotune import intervals
 
-    st = arm_of(conf, conf["chosen"])  # a candidate, or the baseline's own arm (your setting)
-    if st is None or not st["samples"]:
+    st = conf.arm(conf.chosen)  # a candidate, or the baseline's own arm (your setting)
+    if st is None or not st.samples:
         return "the chosen trial has no confirmed sample: no median, no interval"
-    n = len(st["samples"])
-    ci, why = metrics.bounded_interval(st["samples"])
+    n = len(st.samples)
+    ci, why = st.interval()
     if ci is not None:
         return (
             f"the chosen median's 95% interval: {fmt(ci[0], 'tok')} to {fmt(ci[1], 'tok')} "
             f"tokens/s/GPU ({n} samples)"
         )
-    more = max(metrics.MIN_INTERVAL_SAMPLES, n + 1)
+    more = max(intervals.MIN_INTERVAL_SAMPLES, n + 1)
     return (
         f"median of {n} sample(s): no interval: {why}; run more confirmation rounds for one "
         f"(study.confirm_rounds: {more} or more)"
     )
 
 
-def confirmation_table(conf: dict[str, Any]) -> Table:
+def confirmation_table(conf: Confirmation) -> Table:
     """The race after a search (the stored confirmation): each arm's samples, median, 95% interval,
     knobs changed from the baseline and, where any arm has them, its processes' compiles and when it
     left the race."""
     from rich.table import Table
 
-    from autotune.report._collect import confirmation_of
-
-    typed = confirmation_of(conf)
-    base = conf.get("baseline")
-    arms = [*conf["stats"], *([base] if base and base.get("samples") else [])]
+    base = conf.baseline
+    arms = [*conf.stats, *([base] if base and base.samples else [])]
     extra = {
         "compile": lambda st: compiles(st).removeprefix("; compile "),
         "race": _race_cell,
     }
     shown = {k: f for k, f in extra.items() if any(_SOURCE[k](st) for st in arms)}
-    rounds = _text.rounds_text(typed) if typed else f"{conf['rounds_done']} interleaved rounds"
+    rounds = _text.rounds_text(conf)
     table = Table(title=f"Confirmation: {rounds}")
     for col in (
         "#",
@@ -256,37 +250,35 @@ def confirmation_table(conf: dict[str, Any]) -> Table:
     for st in arms:
         is_base = st is base
         table.add_row(
-            f"{st['trial']} (baseline)" if is_base else str(st["trial"]),
-            "-" if is_base else fmt(st["search_value"], "tok"),
-            fmt(st.get("median"), "tok"),
+            f"{st.trial} (baseline)" if is_base else str(st.trial),
+            "-" if is_base else fmt(st.search_value, "tok"),
+            fmt(st.median, "tok"),
             _interval_cell(st),
-            ", ".join(fmt(x, "tok") for x in st["samples"]),
-            "-" if is_base else ", ".join(st["changed_knobs"]) or "none",
+            ", ".join(fmt(x, "tok") for x in st.samples),
+            "-" if is_base else ", ".join(st.changed_knobs) or "none",
             *(f(st) for f in shown.values()),
-            ("yes (your setting)" if is_base else "yes") if st["trial"] == conf["chosen"] else "",
+            ("yes (your setting)" if is_base else "yes") if st.trial == conf.chosen else "",
         )
     return table
 
 
 # whether an arm has something for each optional column: a compiled process, a drop from the race
-_SOURCE = {
-    "compile": lambda st: any(st.get("compile_cache") or []),
-    "race": lambda st: bool(st.get("dropped")),
+_SOURCE: dict[str, Callable[[Arm], bool]] = {
+    "compile": lambda st: any(st.compile_cache or []),
+    "race": lambda st: bool(st.dropped),
 }
 
 
-def _race_cell(st: dict[str, Any]) -> str:
-    d = st.get("dropped")
-    return f"left after round {d['round']}: {d['why']}" if d else "to the end"
+def _race_cell(st: Arm) -> str:
+    d = st.dropped
+    return f"left after round {d.round}: {d.why}" if d else "to the end"
 
 
-def _interval_cell(st: dict[str, Any]) -> str:
+def _interval_cell(st: Arm) -> str:
     """An arm's interval from its samples, or why it has none ("too few samples ...":
-    metrics.unbounded; recomputed: a confirmation stored by an older release kept unbounded
+    intervals.unbounded; recomputed: a confirmation stored by an older release kept unbounded
     intervals)."""
-    from autotune import metrics
-
-    ci, why = metrics.bounded_interval(st["samples"])
+    ci, why = st.interval()
     if ci is None:
         return str(why)
     return f"{fmt(ci[0], 'tok')} to {fmt(ci[1], 'tok')}"

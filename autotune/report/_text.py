@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.documents.confirmation import Confirmation
 from autotune.protocol import reason_line
 from autotune.report import _effects
-from autotune.report._data import Chosen, Confirmation, Group, KnobEffect, Report, TimeSpent
+from autotune.report._data import Chosen, Group, KnobEffect, Report, TimeSpent
 from autotune.report._excluded import loss_summary
 from autotune.report._table import fmt
+from autotune.status import Status
 
 STEP_SPREAD = "step spread: (p90 - p10) / median of a trial's measured step times"
 MAX_LISTED = 10  # trial numbers named in one sentence; the rest are "..."
@@ -54,12 +56,12 @@ def interval_text(c: Chosen) -> str:
 def rounds_text(conf: Confirmation) -> str:
     """'3 of 3 interleaved rounds', '2 interleaved rounds (of at most 3): the race was decided',
     and what to run when the confirmation was cut."""
-    done, asked = conf["rounds_done"], conf.get("rounds", conf["rounds_done"])
-    if not conf.get("complete", True):
+    done, asked = conf.rounds_done, conf.rounds
+    if not conf.complete:
         return (
             f"{done} of {asked} interleaved rounds (cut: run the same search command to finish it)"
         )
-    if conf.get("decided") and done < asked:
+    if conf.decided and done < asked:
         return f"{done} interleaved rounds (of at most {asked}): the race was decided"
     return f"{done} of {asked} interleaved rounds"
 
@@ -211,7 +213,7 @@ def memory_axis_line(data: Report) -> str:
     """Which completed trials have no place on the memory axis (their job reported no peak memory:
     a CPU job, a command's `measure: log`); when none has one, the front is the fastest trial
     alone: no trial traded memory for speed that anyone measured. "" when every trial has one."""
-    ok = [r for r in data.trials if r.state == "ok"]
+    ok = [r for r in data.trials if r.state == Status.OK]
     missing = [r.number for r in ok if r.peak_mem_gib is None]
     if not missing:
         return ""

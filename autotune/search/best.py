@@ -20,10 +20,11 @@ from autotune.documents.best_file import (
     measured_digest,
     write_yaml,
 )
+from autotune.documents.confirmation import Outcome
 from autotune.documents.record import Metric, TrialRecord, knobs_of
 from autotune.redact import mask_command
 from autotune.study import bound
-from autotune.study.chosen import arms, baseline_samples, chosen, chosen_value, interval, is_yours
+from autotune.study.chosen import chosen, chosen_value, interval, is_yours
 from autotune.study.history import History, completed_value, current_confirmation, value_of
 from autotune.study.load import mask_url
 
@@ -36,6 +37,8 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
     measured."""
     best, chosen_stats, why = chosen(study, h)
     base, conf = h.baseline, current_confirmation(study, h)
+    # what best.yaml says of the confirmation, in one answer
+    outcome = conf.outcome(base.number if base else None) if conf else None
     record = TrialRecord.of(best)
     knobs, fp = record.knobs, record.fingerprint or {}
     value = chosen_value(best, chosen_stats)
@@ -47,14 +50,14 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
         "schema_version": SCHEMA_VERSION,
         "knob_set": knob_set(knobs),
         "name": cfg.name,
-        "chosen": _chosen_doc(best.number, why, record.extra.get("beyond_list"), conf, yours),
+        "chosen": _chosen_doc(best.number, why, record.extra.get("beyond_list"), outcome, yours),
         "knobs": knobs,
         "metrics": {
             **_metrics(record, value, completed_value(best), base_value),
             **_gain_metrics(gain),
         },
-        "confirmation": _confirmed(conf),
-        "baseline": _baseline(base, baseline_samples(conf, base.number if base else None)),
+        "confirmation": _confirmed(outcome),
+        "baseline": _baseline(base, outcome.baseline_samples if outcome else []),
         "fingerprint": fp,
         **_front(study, tasks.objective(cfg.study.objective)),
         "apply": {
@@ -85,33 +88,33 @@ def write_best(cfg: Config, study: optuna.Study, h: History, study_dir: Path, st
     return path
 
 
-def _confirmed(conf: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+def _confirmed(outcome: Outcome | None) -> list[dict[str, Any]] | None:
     """best.yaml's confirmation: each arm's samples, interval, failures and process walls; the
     candidates, then the baseline's own arm where it raced beside them (`baseline: true`: check
     compares with its samples where it is the chosen)."""
-    if not conf:
+    if outcome is None:
         return None
     return [
         {
-            "trial": st["trial"],
-            **({"baseline": True} if st is conf.get("baseline") else {}),
-            "changed_knobs": st.get("changed_knobs", []),
-            "median": st["median"],
-            **interval(st["samples"]),
-            "samples": st["samples"],
-            "search_value": st.get("search_value"),
-            "failures": st["failures"],
-            "walls_s": st.get("walls_s"),
-            "compile_s": st.get("compile_s"),
-            "compile_cache": st.get("compile_cache"),
-            "left_the_race": st.get("dropped"),
+            "trial": st.trial,
+            **({"baseline": True} if own else {}),
+            "changed_knobs": st.changed_knobs,
+            "median": st.median,
+            **interval(st.samples),
+            "samples": st.samples,
+            "search_value": st.search_value,
+            "failures": st.failures,
+            "walls_s": st.walls_s,
+            "compile_s": st.compile_s,
+            "compile_cache": st.compile_cache,
+            "left_the_race": st.dropped.as_dict() if st.dropped else None,
         }
-        for st in arms(conf)
+        for st, own in outcome.arms
     ]
 
 
 def _chosen_doc(
-    number: int, why: str, beyond: dict[str, int] | None, conf: dict[str, Any] | None, yours: bool
+    number: int, why: str, beyond: dict[str, int] | None, outcome: Outcome | None, yours: bool
 ) -> dict[str, Any]:
     """best.yaml's chosen: the trial, why, whether it is your setting (the baseline's), the values
     it ran past the user's list, and the runner-up of the confirmation with what it costs."""
@@ -120,8 +123,8 @@ def _chosen_doc(
         doc["your_setting"] = True
     if beyond:
         doc["beyond_list"] = beyond
-    if conf and conf.get("runner_up"):
-        doc["runner_up"] = conf["runner_up"]
+    if outcome and outcome.runner_up:
+        doc["runner_up"] = outcome.runner_up.as_dict()
     return doc
 
 

@@ -11,12 +11,15 @@ from typing import Any
 
 import optuna
 
-from autotune import metrics
-from autotune.documents.record import Metric, TrialRecord
+from autotune import intervals
+from autotune.documents import confirmation
+from autotune.documents.confirmation import Arm, Confirmation, Dropped
+from autotune.documents.record import Metric, TrialRecord, knobs_of
 from autotune.launch.runner import Bench, measure
 from autotune.protocol import Knobs, reason_line, with_loss_check
 from autotune.search import race
 from autotune.search.observer import Observer
+from autotune.status import Status
 from autotune.study.chosen import KEEP
 from autotune.study.history import History, value_of
 
@@ -36,7 +39,7 @@ def confirm(
     runs: Path,
     observer: Observer,
     measure_fn: Callable[..., TrialRecord] = measure,
-) -> dict[str, Any] | None:
+) -> Confirmation | None:
     """Race the top configurations and the baseline in interleaved rounds (A B C base A B C base
     ...), each sample a fresh process, and choose.
 
@@ -45,14 +48,16 @@ def confirm(
     (search/race.py). The choice (race.pick): your setting, the baseline, where it is within noise
     of the fastest; else among the arms within noise of the fastest, the cheapest program, then the
     fewest knobs changed from the baseline; the runner-up is named with its cost. The baseline's
-    samples bound the gain. Stored in the study (user attribute `confirmation`) after every sample,
-    with the rounds asked, the rounds done, whether the race is complete (decided, or every round
-    measured), which arms left it and why, and each process's wall time, compile seconds and
-    compile cache state: a resumed study does not confirm the same candidates again, and an
-    interrupted confirmation goes on from the samples it kept. bench: the search's; the
-    confirmation re-measures speed only (the numerics check was made once, in the search).
+    samples bound the gain. Stored in the study (documents/confirmation.py, its user attribute
+    `confirmation`) after every sample, with the rounds asked, the rounds done, whether the race is
+    complete (decided, or every round measured), which arms left it and why, and each process's
+    wall time, compile seconds and compile cache state: a resumed study does not confirm the same
+    candidates again, and an interrupted confirmation goes on from the samples it kept. bench: the
+    search's; the confirmation re-measures speed only (the numerics check was made once, in the
+    search).
     measure_fn: measures one sample, the search's own measurement (run_search's; default
-    runner.measure, a fresh process a sample).
+    runner.measure, a fresh process a sample). Returns the document as stored (None: nothing to
+    race).
     """
     h = History.of(study)
     candidates = h.ranked()[:top]
@@ -64,9 +69,9 @@ def confirm(
     arms = [*candidates, *([base] if base is not None else [])]
     if len(arms) < 2 and h.baseline is not None:
         return None  # your setting measured alone: nothing to race, and no other to choose
-    kept = _kept(study.user_attrs.get("confirmation"), numbers, arms, rounds)
+    previous = confirmation.of(study)
+    kept = _kept(previous, numbers, arms, rounds)
     if kept is None:  # this top was confirmed in full already
-        previous: dict[str, Any] = study.user_attrs["confirmation"]
         return previous
     observer.confirm_started([t.number for t in arms], rounds, sum(map(kept.taken, kept.numbers)))
     while todo := kept.next_round(arms, rounds):
@@ -74,7 +79,7 @@ def confirm(
         for t in round_arms:
             record = measure_fn(
                 bench,
-                t.user_attrs["knobs"],
+                knobs_of(t),
                 runs / f"confirm-{t.number:04d}-{r}",
                 number=t.number,
                 on_poll=observer.poll,
@@ -90,10 +95,10 @@ def confirm(
             kept.samples, kept.failures, kept.alive(), kept.searched, base.number if base else None
         )
         for n, why in left.items():
-            kept.dropped[n] = {"round": r + 1, "why": why}
+            kept.dropped[n] = Dropped(round=r + 1, why=why)
             observer.confirm_dropped(n, why)
         _save(study, candidates, kept, base, base_knobs, rounds)
-    return study.user_attrs.get("confirmation")
+    return confirmation.of(study)
 
 
 def _save(
@@ -104,11 +109,18 @@ def _save(
     base_knobs: Knobs,
     rounds: int,
 ) -> None:
-    """The confirmation as it stands, stored in the study."""
+    """The confirmation as it stands, stored in the study: the choice, the rounds asked, whether
+    the race is complete, and each arm's (the baseline's own too) wall times, compile seconds,
+    cache states and what disturbed each process (`disturbed`)."""
     doc = choose(
         candidates, kept.samples, kept.failures, base_knobs, kept.done(), kept.dropped, base=base
     )
-    study.set_user_attr("confirmation", _stored(doc, kept, rounds))
+    for arm in doc.arms:
+        n = arm.trial
+        arm.walls_s, arm.compile_s = kept.walls[n], kept.compiles[n]
+        arm.compile_cache, arm.disturbed = kept.caches[n], kept.hosts[n]
+    doc.rounds, doc.complete, doc.decided = rounds, kept.complete(rounds), kept.decided()
+    confirmation.store(study, doc)
 
 
 @dataclasses.dataclass
@@ -125,7 +137,7 @@ class _Arms:
     compiles: dict[int, list[float | None]]
     caches: dict[int, list[str | None]]
     hosts: dict[int, list[list[str] | None]]
-    dropped: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    dropped: dict[int, Dropped] = dataclasses.field(default_factory=dict)
     # each arm's search trial figure: one more fresh process of it, for the race's noise
     searched: dict[int, float | None] = dataclasses.field(default_factory=dict)
 
@@ -185,7 +197,7 @@ class _Arms:
         self.compiles[n].append((record.phases_s or {}).get("compile"))
         self.caches[n].append(((record.applied or {}).get("compile_cache") or {}).get("state"))
         self.hosts[n].append(record.disturbed if record.host is not None else None)
-        if record.status != "ok":
+        if record.status != Status.OK:
             self.failures[n].append(f"{record.status}: {reason_line(record.reason)}")
             return None
         value = record.tokens_per_gpu
@@ -195,7 +207,7 @@ class _Arms:
 
 
 def _kept(
-    previous: dict[str, Any] | None,
+    previous: Confirmation | None,
     numbers: list[int],
     arms: list[optuna.trial.FrozenTrial],
     rounds: int,
@@ -205,36 +217,23 @@ def _kept(
     every = [t.number for t in arms]
     kept = _Arms.empty(every)
     kept.searched = {t.number: value_of(t) for t in arms}
-    if not previous or previous.get("candidates") != numbers:
+    if previous is None or previous.candidates != numbers:
         return kept
-    stored = [*previous["stats"], *([previous["baseline"]] if previous.get("baseline") else [])]
-    for st in stored:
-        n = st["trial"]
+    for arm in previous.arms:
+        n = arm.trial
         if n in kept.samples:
-            kept.samples[n] = list(st["samples"])
-            kept.failures[n] = list(st["failures"])
-            runs = len(st["samples"]) + len(st["failures"])
-            kept.walls[n] = list(st.get("walls_s") or [None] * runs)
-            kept.compiles[n] = list(st.get("compile_s") or [None] * runs)
-            kept.caches[n] = list(st.get("compile_cache") or [None] * runs)
-            kept.hosts[n] = list(st.get("disturbed") or [None] * runs)
-            if st.get("dropped"):
-                kept.dropped[n] = st["dropped"]
+            kept.samples[n] = list(arm.samples)
+            kept.failures[n] = list(arm.failures)
+            runs = arm.runs
+            kept.walls[n] = list(arm.walls_s or [None] * runs)
+            kept.compiles[n] = list(arm.compile_s or [None] * runs)
+            kept.caches[n] = list(arm.compile_cache or [None] * runs)
+            kept.hosts[n] = list(arm.disturbed or [None] * runs)
+            if arm.dropped:
+                kept.dropped[n] = arm.dropped
     if kept.complete(rounds):
         return None
     return kept
-
-
-def _stored(doc: dict[str, Any], kept: _Arms, rounds: int) -> dict[str, Any]:
-    """The confirmation as the study stores it: the choice, the rounds asked, whether the race is
-    complete, and each arm's (the baseline's own too) wall times, compile seconds, cache states
-    and what disturbed each process (`disturbed`)."""
-    for st in [*doc["stats"], *([doc["baseline"]] if doc.get("baseline") else [])]:
-        n = st["trial"]
-        st.update(walls_s=kept.walls[n], compile_s=kept.compiles[n], compile_cache=kept.caches[n])
-        st.update(disturbed=kept.hosts[n])
-    doc.update(rounds=rounds, complete=kept.complete(rounds), decided=kept.decided())
-    return doc
 
 
 def choose(
@@ -243,40 +242,37 @@ def choose(
     failures: dict[int, list[str]],
     base_knobs: Knobs,
     rounds_done: int,
-    dropped: dict[int, dict[str, Any]] | None = None,
+    dropped: dict[int, Dropped] | None = None,
     *,
     base: optuna.trial.FrozenTrial | None = None,
-) -> dict[str, Any]:
+) -> Confirmation:
     """The confirmed choice (race.pick) among the candidates and the baseline's own arm (`base`,
     where it raced beside them; it changes no knob): your setting where it is within the noise of
     the fastest, else within that noise the cheapest program, then the fewest knobs changed from
-    the baseline; and the runner-up with its cost. The baseline's arm is stored as `baseline`."""
-    stats = {t.number: _stat(t, samples, failures, base_knobs, dropped or {}) for t in candidates}
-    doc: dict[str, Any] = {
-        "candidates": [t.number for t in candidates],
-        "rounds_done": rounds_done,
-        "stats": list(stats.values()),
-    }
-    arms = list(stats.values())
-    if base is not None:
-        # the reference itself: no knob changed, whatever the derived ones say
-        doc["baseline"] = _stat(base, samples, failures, base_knobs, dropped or {})
-        doc["baseline"]["changed_knobs"] = []
-        arms.append(doc["baseline"])
-    measured = [st for st in arms if st["median"] is not None]
-    if not measured:
-        return {
-            **doc,
-            "chosen": candidates[0].number,
-            "why": "no confirmation sample succeeded; the search's best is kept",
-        }
-    chosen, top, close = race.pick(measured)
-    return {
-        **doc,
-        "chosen": chosen["trial"],
-        "why": _why(chosen, top, close),
-        "runner_up": race.runner_up(chosen, measured),
-    }
+    the baseline; and the runner-up with its cost. The baseline's arm is its `baseline`. The rounds
+    asked are the rounds done, and no process's wall or compile is in it (_save adds them)."""
+    stats = [_stat(t, samples, failures, base_knobs, dropped or {}) for t in candidates]
+    own = _stat(base, samples, failures, base_knobs, dropped or {}) if base is not None else None
+    if own is not None:
+        own.changed_knobs = []  # the reference itself: no knob changed, whatever the derived say
+    doc = Confirmation(
+        candidates=[t.number for t in candidates],
+        rounds_done=rounds_done,
+        stats=stats,
+        baseline=own,
+        chosen=candidates[0].number,
+        why="no confirmation sample succeeded; the search's best is kept",
+        runner_up=None,
+        rounds=rounds_done,
+        complete=True,
+        decided=False,
+    )
+    measured = [st for st in doc.arms if st.median is not None]
+    if measured:
+        chosen, top, close = race.pick(measured)
+        doc.chosen, doc.why = chosen.trial, _why(chosen, top, close)
+        doc.runner_up = race.runner_up(chosen, measured)
+    return doc
 
 
 def _stat(
@@ -284,42 +280,48 @@ def _stat(
     samples: dict[int, list[float]],
     failures: dict[int, list[str]],
     base_knobs: Knobs,
-    dropped: dict[int, dict[str, Any]],
-) -> dict[str, Any]:
+    dropped: dict[int, Dropped],
+) -> Arm:
     """One candidate's confirmation so far, with what its search trial measured of its cost."""
     s = samples[t.number]
     record = TrialRecord.of(t)
-    st = {
-        "trial": t.number,
-        "knobs": t.user_attrs["knobs"],
-        "changed_knobs": changed_knobs(t.user_attrs["knobs"], base_knobs),
-        "samples": s,
-        "search_value": value_of(t),
-        "search_compile_s": (record.phases_s or {}).get("compile"),
-        "peak_mem_gib": record.metric(Metric.PEAK_MEM_GIB),
-        "failures": failures[t.number],
-        "median": statistics.median(s) if s else None,
-        "dropped": dropped.get(t.number),
-    }
-    # None where the samples bound nothing (metrics.unbounded), and why: never "0 to
+    # None where the samples bound nothing (intervals.unbounded), and why: never "0 to
     # 1,108,731,079,831"
-    st["ci95"], st["ci95_why"] = metrics.bounded_interval(s)
-    return st
+    ci, ci_why = intervals.bounded_interval(s)
+    return Arm(
+        trial=t.number,
+        knobs=record.knobs,
+        changed_knobs=changed_knobs(record.knobs, base_knobs),
+        samples=s,
+        search_value=value_of(t),
+        search_compile_s=(record.phases_s or {}).get("compile"),
+        peak_mem_gib=record.metric(Metric.PEAK_MEM_GIB),
+        failures=failures[t.number],
+        median=statistics.median(s) if s else None,
+        dropped=dropped.get(t.number),
+        ci95=ci,
+        ci95_why=ci_why,
+        walls_s=None,
+        compile_s=None,
+        compile_cache=None,
+        disturbed=None,
+    )
 
 
-def _why(chosen: dict[str, Any], top: dict[str, Any], close: list[dict[str, Any]]) -> str:
+def _why(chosen: Arm, top: Arm, close: list[Arm]) -> str:
     """Why the race chose what it chose, in one sentence."""
-    if not chosen["changed_knobs"]:
+    if not chosen.changed_knobs:
         return f"{KEEP} ({_yours(chosen, top)})"
+    assert top.median is not None  # measured arms (choose)
     if chosen is top:
         why = (
-            f"highest confirmed median ({top['median']:,.0f} tokens/s/GPU over "
-            f"{len(top['samples'])} processes)"
+            f"highest confirmed median ({top.median:,.0f} tokens/s/GPU over "
+            f"{len(top.samples)} processes)"
         )
         if len(close) > 1:
             why += (
                 "; within noise of trial(s) "
-                f"{', '.join(str(st['trial']) for st in close if st is not top)}, "
+                f"{', '.join(str(st.trial) for st in close if st is not top)}, "
                 "and no cheaper program nor one that changes fewer knobs from the baseline"
             )
         return why
@@ -328,38 +330,39 @@ def _why(chosen: dict[str, Any], top: dict[str, Any], close: list[dict[str, Any]
         f"a cheaper program ({_program(chosen)} against {_program(top)})"
         if cheaper
         else (
-            f"changes fewer knobs from the baseline ({len(chosen['changed_knobs'])} against "
-            f"{len(top['changed_knobs'])})"
+            f"changes fewer knobs from the baseline ({len(chosen.changed_knobs)} against "
+            f"{len(top.changed_knobs)})"
         )
     )
     return (
-        f"within the measured noise of trial {top['trial']} (confirmed median "
-        f"{top['median']:,.0f}; the ratio's 95% interval reaches 1) and {reason}"
+        f"within the measured noise of trial {top.trial} (confirmed median "
+        f"{top.median:,.0f}; the ratio's 95% interval reaches 1) and {reason}"
     )
 
 
-def _yours(mine: dict[str, Any], top: dict[str, Any]) -> str:
+def _yours(mine: Arm, top: Arm) -> str:
     """How your setting's confirmed median stands against the fastest's."""
+    assert mine.median is not None and top.median is not None  # measured arms (choose)
     said = (
-        f"your setting, trial {mine['trial']}: confirmed median {mine['median']:,.0f} "
-        f"tokens/s/GPU over {len(mine['samples'])} processes"
+        f"your setting, trial {mine.trial}: confirmed median {mine.median:,.0f} "
+        f"tokens/s/GPU over {len(mine.samples)} processes"
     )
     if top is mine:
         return f"{said}, the highest"
-    gap = (top["median"] / mine["median"] - 1) * 100
+    gap = (top.median / mine.median - 1) * 100
     return (
-        f"{said}; trial {top['trial']}'s is {gap:.1f}% higher, within the measured noise (the "
+        f"{said}; trial {top.trial}'s is {gap:.1f}% higher, within the measured noise (the "
         "ratio's 95% interval reaches 1)"
         if race.within_noise(mine, top)
-        else f"{said}; trial {top['trial']}'s is {gap:.1f}% higher, no interval to tell them apart"
+        else f"{said}; trial {top.trial}'s is {gap:.1f}% higher, no interval to tell them apart"
     )
 
 
-def _program(st: dict[str, Any]) -> str:
+def _program(st: Arm) -> str:
     """'whole-model compile, 131 s' / 'per-block compile, 6 s' / 'no compile'."""
-    knobs = st["knobs"]
+    knobs = st.knobs
     if not knobs.get("compile"):
         return "no compile"
     scope = "per-block" if knobs.get("compile_scope") == "block" else "whole-model"
-    secs = st.get("search_compile_s")
+    secs = st.search_compile_s
     return f"{scope} compile" + (f", {secs:,.0f} s" if secs is not None else "")

@@ -23,16 +23,17 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from autotune import metrics
+from autotune import intervals
+from autotune.documents.confirmation import Arm, RunnerUp
 
-# A gap needs two samples a side before it has an interval (metrics.ratio_interval: two degrees of
+# A gap needs two samples a side before it has an interval (intervals.ratio_interval: two degrees of
 # freedom, Student's t 4.30): with 1% process-to-process noise two rounds separate gaps over ~4%.
 MIN_ROUNDS = 2
-# the winner of a decided race is measured until its own figure has an interval (metrics.unbounded:
-# three samples), which `check` later compares against
-LEADER_SAMPLES = metrics.MIN_INTERVAL_SAMPLES
+# the winner of a decided race is measured until its own figure has an interval
+# (intervals.unbounded: three samples), which `check` later compares against
+LEADER_SAMPLES = intervals.MIN_INTERVAL_SAMPLES
 # the race's pooled noise decides from this many degrees of freedom (Student's t 3.18 at 3): the
 # first round of four arms, each with its search trial, gives four
 MIN_POOLED_DF = 3
@@ -46,10 +47,10 @@ SCOPE_COST = {"none": 0, "block": 1, "model": 2}
 
 def ratio(arm: list[float], leader: list[float]) -> tuple[float, list[float] | None]:
     """median(arm) / median(leader) and its 95% interval (None where it bounds nothing:
-    metrics.unbounded)."""
+    intervals.unbounded)."""
     value = statistics.median(arm) / statistics.median(leader)
-    ci = metrics.ratio_interval(arm, leader)
-    why = metrics.unbounded(value, ci, len(arm) + len(leader))
+    ci = intervals.ratio_interval(arm, leader)
+    why = intervals.unbounded(value, ci, len(arm) + len(leader))
     return value, None if why else list(ci)
 
 
@@ -177,60 +178,66 @@ def settled(
     return True
 
 
-def cost(st: Mapping[str, Any]) -> tuple[int, int]:
+def cost(st: Arm) -> tuple[int, int]:
     """How costly an arm's program is to start: its compile scope's rank (SCOPE_COST), then its
     search trial's compile seconds in COMPILE_GRAIN_S steps."""
-    knobs = st["knobs"]
+    knobs = st.knobs
     scope = "none" if not knobs.get("compile") else knobs.get("compile_scope") or "model"
-    compile_s = st.get("search_compile_s") or 0.0
-    return SCOPE_COST.get(scope, 2), int(compile_s // COMPILE_GRAIN_S)
+    compile_s = st.search_compile_s or 0.0
+    return SCOPE_COST.get(str(scope), 2), int(compile_s // COMPILE_GRAIN_S)
 
 
-def within_noise(st: Mapping[str, Any], top: Mapping[str, Any]) -> bool:
+def within_noise(st: Arm, top: Arm) -> bool:
     """st's ratio to the top one has an interval that bounds something and reaches 1."""
     if st is top:
         return True
-    if not st["samples"] or not top["samples"]:
+    if not st.samples or not top.samples:
         return False
-    _, ci = ratio(st["samples"], top["samples"])
+    _, ci = ratio(st.samples, top.samples)
     return ci is not None and ci[1] >= 1
 
 
-def pick(measured: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
+def _median(st: Arm) -> float:
+    """A measured arm's median (pick's arms are those with one: confirm.choose)."""
+    assert st.median is not None, f"trial {st.trial} has no sample"
+    return st.median
+
+
+def pick(measured: list[Arm]) -> tuple[Arm, Arm, list[Arm]]:
     """(chosen, fastest, those within noise of the fastest). Your setting (the arm that changes no
     knob: the baseline's) where it is one of those; else, among those measured faster than it,
     the cheapest program (cost), then the fewest knobs changed, then the higher median."""
-    top = max(measured, key=lambda st: st["median"])
+    top = max(measured, key=_median)
     close = [st for st in measured if within_noise(st, top)]
     mine = yours(measured)
     # never a configuration measured slower than your setting, nor one as fast
-    ahead = [st for st in close if mine is None or st["median"] > mine["median"]]
+    ahead = [st for st in close if mine is None or _median(st) > _median(mine)]
     if mine is not None and (not ahead or any(st is mine for st in close)):
         return mine, top, close
-    chosen = min(ahead, key=lambda st: (*cost(st), len(st["changed_knobs"]), -st["median"]))
+    chosen = min(ahead, key=lambda st: (*cost(st), len(st.changed_knobs), -_median(st)))
     return chosen, top, close
 
 
-def yours(measured: list[dict[str, Any]]) -> dict[str, Any] | None:
+def yours(measured: list[Arm]) -> Arm | None:
     """Your setting among the measured arms: the one that changes no knob from the baseline (the
     baseline's own arm, or its candidate where it was among the top); None where it has no
     sample."""
-    return next((st for st in measured if not st["changed_knobs"]), None)
+    return next((st for st in measured if not st.changed_knobs), None)
 
 
-def runner_up(chosen: dict[str, Any], measured: list[dict[str, Any]]) -> dict[str, Any] | None:
+def runner_up(chosen: Arm, measured: list[Arm]) -> RunnerUp | None:
     """The best other confirmed arm, beside the chosen: how much slower or faster, whether within
     noise, and both compile times (their search trials')."""
     others = [st for st in measured if st is not chosen]
     if not others:
         return None
-    other = max(others, key=lambda st: st["median"])
-    return {
-        "trial": other["trial"],
-        "gap_pct": (other["median"] / chosen["median"] - 1) * 100,
-        "within_noise": within_noise(other, chosen),
-        "compile_s": other.get("search_compile_s"),
-        "chosen_compile_s": chosen.get("search_compile_s"),
-        "peak_mem_gib": other.get("peak_mem_gib"),
-        "dropped": other.get("dropped"),
-    }
+    other = max(others, key=_median)
+    return RunnerUp(
+        trial=other.trial,
+        gap_pct=(_median(other) / _median(chosen) - 1) * 100,
+        within_noise=within_noise(other, chosen),
+        compile_s=other.search_compile_s,
+        chosen_compile_s=chosen.search_compile_s,
+        peak_mem_gib=other.peak_mem_gib,
+        dropped=other.dropped,
+    )

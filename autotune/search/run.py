@@ -8,12 +8,13 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import optuna
 
 from autotune import paths
 from autotune.config import Config
+from autotune.documents import confirmation
+from autotune.documents.confirmation import Confirmation
 from autotune.documents.record import TrialRecord
 from autotune.hardware import default_device
 from autotune.launch import forkserver, prestart
@@ -38,7 +39,8 @@ class SearchResult:
     best_yaml: Path | None
     new_trials: int
     stop_reason: str
-    confirmation: dict[str, Any] | None = None
+    # the study's confirmation (documents/confirmation.py; None: none ran)
+    confirmation: Confirmation | None = None
 
     @property
     def best(self) -> optuna.trial.FrozenTrial | None:
@@ -51,8 +53,7 @@ class SearchResult:
     @property
     def chosen_number(self) -> int | None:
         if self.confirmation:
-            chosen: int = self.confirmation["chosen"]
-            return chosen
+            return self.confirmation.chosen
         return self.best.number if self.best else None
 
 
@@ -125,7 +126,7 @@ def run_search(
         best_yaml,
         search.new_trials,
         stop_reason,
-        study.user_attrs.get("confirmation"),
+        confirmation.of(study),
     )
 
 

@@ -7,8 +7,8 @@ best.yaml holds). A configuration's figure is its confirmed median where the con
 it, else its one search measurement, as the card shows it.
 
 - Another configuration than yours, both measured by the confirmation: the ratio of their confirmed
-  medians, with its 95% interval from those samples, the race's own (metrics.ratio_interval; it
-  bounds something only from 3 samples and within 1/2 to 2x: metrics.unbounded), so the race and
+  medians, with its 95% interval from those samples, the race's own (intervals.ratio_interval; it
+  bounds something only from 3 samples and within 1/2 to 2x: intervals.unbounded), so the race and
   the last word never disagree. It *beats your setting* only where that interval lies above 1; it is
   *within noise* where the interval holds 1x; where the interval bounds nothing the noise is *too
   large to bound* the gain.
@@ -34,7 +34,8 @@ import math
 import statistics
 from typing import Any
 
-from autotune import metrics
+from autotune import intervals
+from autotune.documents.confirmation import Confirmation
 from autotune.documents.record import is_predicted, status_of
 from autotune.status import Status
 from autotune.study.history import History, value_of
@@ -54,7 +55,7 @@ UNKNOWN = (
 )
 
 
-def samples_of(h: History, conf: dict[str, Any] | None) -> dict[int, list[float]]:
+def samples_of(h: History, conf: Confirmation | None) -> dict[int, list[float]]:
     """Each completed trial's per-process figures: its search trial's, then the confirmation's."""
     out = {t.number: [v] for t in h.completed if (v := value_of(t)) is not None}
     for n, xs in _confirmed(conf).items():
@@ -63,7 +64,7 @@ def samples_of(h: History, conf: dict[str, Any] | None) -> dict[int, list[float]
     return out
 
 
-def figures_of(h: History, conf: dict[str, Any] | None) -> dict[int, list[float]]:
+def figures_of(h: History, conf: Confirmation | None) -> dict[int, list[float]]:
     """Each completed trial's figure's samples: its confirmed ones where the confirmation measured
     it, else its search measurement."""
     out = {t.number: [v] for t in h.completed if (v := value_of(t)) is not None}
@@ -71,13 +72,9 @@ def figures_of(h: History, conf: dict[str, Any] | None) -> dict[int, list[float]
     return out
 
 
-def _confirmed(conf: dict[str, Any] | None) -> dict[int, list[float]]:
-    arms = [*((conf or {}).get("stats") or []), (conf or {}).get("baseline")]
-    return {
-        arm["trial"]: [float(x) for x in arm.get("samples") or [] if x]
-        for arm in arms
-        if isinstance(arm, dict) and isinstance(arm.get("trial"), int)
-    }
+def _confirmed(conf: Confirmation | None) -> dict[int, list[float]]:
+    arms = conf.arms if conf else []
+    return {arm.trial: [float(x) for x in arm.samples if x] for arm in arms}
 
 
 def process_noise(samples: dict[int, list[float]]) -> tuple[float, int] | None:
@@ -91,7 +88,7 @@ def process_noise(samples: dict[int, list[float]]) -> tuple[float, int] | None:
     return math.sqrt(ss / dof), dof
 
 
-def statement(h: History, conf: dict[str, Any] | None) -> dict[str, Any] | None:
+def statement(h: History, conf: Confirmation | None) -> dict[str, Any] | None:
     """{kind, text, n, ...}: the last word (module docstring); text is the sentence every form
     prints. kind: gain | within_noise | slower | too_noisy | noise_unknown (of the chosen, with its
     trial and ratio) | bound (your setting chosen, with upper_pct) | alone | unrun. None: your
@@ -104,12 +101,12 @@ def statement(h: History, conf: dict[str, Any] | None) -> dict[str, Any] | None:
     if not others:
         return _said({"kind": "alone", "n": 0}, "nothing but your setting was measured")
     noise = process_noise(samples_of(h, conf))
-    chosen = (conf or {}).get("chosen")
+    chosen = conf.chosen if conf else None
     if chosen not in figures:
         best = h.best()
         chosen = best.number if best is not None else base.number
     if chosen == base.number:
-        kept = conf is not None and conf.get("chosen") == base.number  # by the race
+        kept = conf is not None and conf.chosen == base.number  # by the race
         return _yours(figures, base.number, others, noise, kept)
     pair = _confirmed(conf)
     both = bool(pair.get(chosen)) and bool(pair.get(base.number))
@@ -136,7 +133,7 @@ def _chosen(
         f"{basis}"
     )
     if basis == CONFIRMED:
-        ci = metrics.ratio_interval(mine, yours)
+        ci = intervals.ratio_interval(mine, yours)
         why, level = _paired_why(ratio, ci, len(mine) + len(yours)), ""
     elif noise is None:
         said.update(kind="noise_unknown", ci95=None)
@@ -216,20 +213,20 @@ def _interval(
 
 
 def _paired_why(ratio: float, ci: tuple[float, float], n: int) -> str | None:
-    """Why the race's interval of the ratio bounds nothing (metrics.unbounded's rule), worded for
+    """Why the race's interval of the ratio bounds nothing (intervals.unbounded's rule), worded for
     a ratio; None where it bounds."""
-    if metrics.unbounded(ratio, ci, n) is None:
+    if intervals.unbounded(ratio, ci, n) is None:
         return None
-    if n < metrics.MIN_INTERVAL_SAMPLES:
-        return f"{n} processes in all; an interval needs {metrics.MIN_INTERVAL_SAMPLES}"
-    factor = metrics.MAX_INTERVAL_FACTOR
+    if n < intervals.MIN_INTERVAL_SAMPLES:
+        return f"{n} processes in all; an interval needs {intervals.MIN_INTERVAL_SAMPLES}"
+    factor = intervals.MAX_INTERVAL_FACTOR
     return f"its 95% interval from {n} processes reaches past 1/{factor:g} or {factor:g}x the ratio"
 
 
 def _too_wide(ratio: float, ci: tuple[float, float], noise: tuple[float, int]) -> str | None:
-    """Why an interval bounds nothing (past 1/2 or 2x the ratio: metrics.MAX_INTERVAL_FACTOR), with
-    the noise a process; None where it bounds."""
-    factor = metrics.MAX_INTERVAL_FACTOR
+    """Why an interval bounds nothing (past 1/2 or 2x the ratio: intervals.MAX_INTERVAL_FACTOR),
+    with the noise a process; None where it bounds."""
+    factor = intervals.MAX_INTERVAL_FACTOR
     if ci[0] > 0 and ratio / ci[0] <= factor and ci[1] / ratio <= factor:
         return None
     return (
@@ -260,7 +257,7 @@ def gain_of(said: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def _unrun(h: History, conf: dict[str, Any] | None) -> dict[str, Any] | None:
+def _unrun(h: History, conf: Confirmation | None) -> dict[str, Any] | None:
     """Your setting's trial failed (its status and the first words of why): no gain to state, and
     the fastest configuration that ran, confirmed (its median and 95% interval over fresh
     processes) or not (one measurement)."""
@@ -274,20 +271,20 @@ def _unrun(h: History, conf: dict[str, Any] | None) -> dict[str, Any] | None:
     return _said(said, text + _fastest(h, conf))
 
 
-def _fastest(h: History, conf: dict[str, Any] | None) -> str:
+def _fastest(h: History, conf: Confirmation | None) -> str:
     """'; the fastest that ran: trial N, ...' (confirmed where it was), '' where none ran."""
-    chosen = (conf or {}).get("chosen")
-    arm = next((st for st in (conf or {}).get("stats") or [] if st["trial"] == chosen), None)
-    if arm is not None and arm.get("median"):
-        interval = arm.get("ci95")
+    chosen = conf.chosen if conf else None
+    arm = next((st for st in conf.stats if st.trial == chosen), None) if conf else None
+    if arm is not None and arm.median:
+        interval = arm.ci95
         spread = (
             f"95% interval {interval[0]:,.0f} to {interval[1]:,.0f}"
             if interval
-            else f"no interval: {arm.get('ci95_why')}"
+            else f"no interval: {arm.ci95_why}"
         )
         return (
-            f"; the fastest that ran: trial {chosen}, {arm['median']:,.0f} tokens/s/GPU (the "
-            f"median of {len(arm['samples'])} fresh processes, {spread})"
+            f"; the fastest that ran: trial {chosen}, {arm.median:,.0f} tokens/s/GPU (the "
+            f"median of {len(arm.samples)} fresh processes, {spread})"
         )
     best = h.best()
     if best is None:

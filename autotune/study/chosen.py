@@ -9,26 +9,12 @@ from typing import Any
 
 import optuna
 
-from autotune import metrics
+from autotune import intervals
+from autotune.documents.confirmation import Arm, Confirmation
 from autotune.documents.record import Metric, knobs_of
 from autotune.study import bound
 from autotune.study.bound import KEEP as KEEP  # what the race says where it kept your setting
 from autotune.study.history import History, completed_value, current_confirmation, value_of
-
-
-def arms(conf: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Every arm a stored confirmation raced: the candidates, then the baseline's own where it
-    raced beside them."""
-    if not conf:
-        return []
-    base = conf.get("baseline")
-    return [*conf.get("stats", []), *([base] if isinstance(base, dict) else [])]
-
-
-def arm_of(conf: dict[str, Any] | None, trial: int | None) -> dict[str, Any] | None:
-    """The arm of that trial in a stored confirmation (a candidate, or the baseline's own arm);
-    None where it did not race."""
-    return next((st for st in arms(conf) if st.get("trial") == trial), None)
 
 
 def is_yours(trial: int | None, h: History) -> bool:
@@ -36,23 +22,19 @@ def is_yours(trial: int | None, h: History) -> bool:
     return h.baseline is not None and trial == h.baseline.number
 
 
-def chosen(
-    study: optuna.Study, h: History
-) -> tuple[optuna.trial.FrozenTrial, dict[str, Any] | None, str]:
+def chosen(study: optuna.Study, h: History) -> tuple[optuna.trial.FrozenTrial, Arm | None, str]:
     """The chosen trial, its confirmation statistics (None: not confirmed) and why it was chosen
     (the baseline's own arm where the confirmation kept your setting)."""
     conf = current_confirmation(study, h)
     if conf:
-        best = next(t for t in h.completed if t.number == conf["chosen"])
-        stats = arm_of(conf, best.number)
-        assert stats is not None  # the choice is one of the arms (confirm.choose)
-        rounds = f"{conf['rounds_done']} of {rounds_asked(conf)}"
-        cut = "" if confirmation_complete(conf) else f"; {CUT}"
+        best = next(t for t in h.completed if t.number == conf.chosen)
+        rounds = f"{conf.rounds_done} of {conf.rounds}"
+        cut = "" if conf.complete else f"; {CUT}"
         return (
             best,
-            stats,
-            f"confirmation ({rounds} interleaved rounds of the top {len(conf['candidates'])}"
-            f"{cut}): {conf['why']}",
+            conf.chosen_arm,
+            f"confirmation ({rounds} interleaved rounds of the top {len(conf.candidates)}"
+            f"{cut}): {conf.why}",
         )
     top = h.best()
     assert top is not None
@@ -64,40 +46,28 @@ def chosen(
 CUT = "cut short: run the same search command to finish it"
 
 
-def rounds_asked(conf: dict[str, Any]) -> int:
-    """The rounds the confirmation was asked for (a study confirmed before they were stored: the
-    rounds it did)."""
-    asked = conf.get("rounds")
-    return asked if isinstance(asked, int) else int(conf["rounds_done"])
+def progress(conf: Confirmation) -> dict[str, Any]:
+    """How far the confirmation got (best.yaml's and the report's chosen `confirmation`): rounds
+    done of rounds asked, complete, decided."""
+    return {
+        "rounds_done": conf.rounds_done,
+        "rounds": conf.rounds,
+        "complete": conf.complete,
+        "decided": conf.decided,
+    }
 
 
-def confirmation_complete(conf: dict[str, Any]) -> bool:
-    """The race ended by its rule: decided (every other arm separated from the leader) or every
-    round asked measured (a study confirmed before rounds were stored: it kept only complete ones
-    as its choice)."""
-    if isinstance(conf.get("complete"), bool):
-        return bool(conf["complete"])
-    return int(conf["rounds_done"]) >= rounds_asked(conf)
-
-
-def baseline_samples(conf: dict[str, Any] | None, baseline: int | None) -> list[float]:
-    """The baseline's confirmed per-process figures: its own arm, or its candidate's where it was
-    among the top; [] where the confirmation did not re-measure it."""
-    found = arm_of(conf, baseline) if baseline is not None else None
-    return list(found["samples"]) if found else []
-
-
-def chosen_value(best: optuna.trial.FrozenTrial, stats: dict[str, Any] | None) -> float:
+def chosen_value(best: optuna.trial.FrozenTrial, stats: Arm | None) -> float:
     """The chosen configuration's tokens/s per GPU. With a confirmation, the confirmed median
     (several fresh processes); the search's single measurement of the winner is kept beside it (the
     best of many, so optimistic)."""
-    confirmed = stats["median"] if stats else None
+    confirmed = stats.median if stats else None
     return confirmed or completed_value(best)
 
 
 def interval(samples: list[float]) -> dict[str, Any]:
-    """ci95 (None where the samples bound nothing: metrics.unbounded) and ci95_why."""
-    ci, why = metrics.bounded_interval(samples)
+    """ci95 (None where the samples bound nothing: intervals.unbounded) and ci95_why."""
+    ci, why = intervals.bounded_interval(samples)
     return {"ci95": ci, "ci95_why": why}
 
 
@@ -119,22 +89,15 @@ def chosen_summary(study: optuna.Study, h: History) -> dict[str, Any] | None:
         "trial": best.number,
         "why": why,
         "knobs": knobs_of(best),
-        "confirmed": bool(stats and stats["median"]),
+        "confirmed": bool(stats and stats.median),
         Metric.TOKENS_PER_GPU: value,
         "search_tokens_per_s_per_gpu": value_of(best),
-        **(interval(stats["samples"]) if stats else {"ci95": None, "ci95_why": "not confirmed"}),
-        "samples": len(stats["samples"]) if stats else 0,
+        **(interval(stats.samples) if stats else {"ci95": None, "ci95_why": "not confirmed"}),
+        "samples": len(stats.samples) if stats else 0,
         "speedup_vs_baseline": value / base if base else None,
         # the last word's figures of the chosen against your setting (study/bound.py: one rule)
         "gain": bound.gain_of(bound.statement(h, conf)),
-        "confirmation": None
-        if not conf
-        else {
-            "rounds_done": conf["rounds_done"],
-            "rounds": rounds_asked(conf),
-            "complete": confirmation_complete(conf),
-            "decided": bool(conf.get("decided")),
-        },
+        "confirmation": None if not conf else progress(conf),
         # the best other confirmed arm and what it costs (search/race.py)
-        "runner_up": conf.get("runner_up") if conf else None,
+        "runner_up": conf.runner_up.as_dict() if conf and conf.runner_up else None,
     }

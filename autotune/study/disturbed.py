@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.documents.confirmation import Confirmation
 from autotune.documents.record import RecordError, TrialRecord
 from autotune.study.history import History
 
 MAX_NAMED = 8  # trial numbers named in the sentence; the rest are "..."
 
 
-def disturbed(h: History, conf: dict[str, Any] | None) -> dict[str, Any] | None:
+def disturbed(h: History, conf: Confirmation | None) -> dict[str, Any] | None:
     """{trials, processes, of, why, text} of the measurements the choice rests on that were taken
     while disturbed: the trials (numbers), the confirmation processes (how many of how many), what
     disturbed each, and the sentence every form prints; None where none was (or nothing was
@@ -33,12 +34,12 @@ def disturbed(h: History, conf: dict[str, Any] | None) -> dict[str, Any] | None:
             trials.append(t.number)
             why.append(f"trial {t.number}: {said[0]}")
     processes, total = 0, 0
-    for arm in _arms(conf):
-        for said in arm.get("disturbed") or []:
+    for arm in conf.arms if conf else []:
+        for what in arm.disturbed or []:
             total += 1
-            if said:
+            if what:
                 processes += 1
-                why.append(f"a confirmation process of trial {arm.get('trial')}: {said[0]}")
+                why.append(f"a confirmation process of trial {arm.trial}: {what[0]}")
     if not trials and not processes:
         return None
     return {
@@ -48,14 +49,6 @@ def disturbed(h: History, conf: dict[str, Any] | None) -> dict[str, Any] | None:
         "why": why,
         "text": _text(trials, processes, total, why[0]),
     }
-
-
-def _arms(conf: dict[str, Any] | None) -> list[dict[str, Any]]:
-    if not conf:
-        return []
-    base = conf.get("baseline")
-    found = [*(conf.get("stats") or []), *([base] if isinstance(base, dict) else [])]
-    return [arm for arm in found if isinstance(arm, dict)]
 
 
 def _text(trials: list[int], processes: int, total: int, first: str) -> str:

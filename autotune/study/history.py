@@ -10,7 +10,8 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune import knobs as catalogue
-from autotune.documents import study_attrs, trial_marks
+from autotune.documents import confirmation, study_attrs, trial_marks
+from autotune.documents.confirmation import Confirmation
 from autotune.documents.record import (
     Metric,
     cause_of,
@@ -203,17 +204,13 @@ def baseline_knobs(
     return knobs_of(first) if first else None
 
 
-def current_confirmation(study: optuna.Study, h: History) -> dict[str, Any] | None:
+def current_confirmation(study: optuna.Study, h: History) -> Confirmation | None:
     """The study's stored confirmation, or None when trials measured since then changed the top it
-    confirmed."""
-    conf = study.user_attrs.get("confirmation")
-    if (
-        not isinstance(conf, dict)
-        or not isinstance(conf.get("candidates"), list)
-        or not isinstance(conf.get("stats"), list)
-    ):
-        return None  # none, or damaged
+    confirmed (or it has none, or a damaged one: documents/confirmation.py)."""
+    conf = confirmation.of(study)
+    if conf is None:
+        return None
     ranked = [t.number for t in h.ranked()]
-    if conf["candidates"] != ranked[: len(conf["candidates"])]:
+    if conf.candidates != ranked[: len(conf.candidates)]:
         return None
     return conf
