@@ -14,9 +14,9 @@ import optuna
 import pytest
 from fake_measure import FakeMeasure
 
-from autotune.config.load import parse_config
 from autotune.documents import confirmation
 from autotune.documents.confirmation import Confirmation, ConfirmationError, Dropped
+from autotune.job import parse_config
 from autotune.launch.runner import Bench
 from autotune.search import confirm
 from autotune.search.observer import Observer
