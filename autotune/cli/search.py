@@ -136,6 +136,15 @@ def _say_command(console: Console, cfg: Config, space: ResolvedSpace) -> None:
         console.print(
             f"  {shown.config_path}: {k} = {json.dumps(v)}", highlight=False, markup=False
         )
+    from autotune.command.task import step_tokens_said
+    from autotune.errors import ConfigError
+
+    try:
+        said = step_tokens_said(cfg.command, knobs)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if said is not None:
+        console.print(f"the baseline's step: {said}", highlight=False, markup=False)
 
 
 def _shell_lines(words: list[str], width: int) -> list[str]:

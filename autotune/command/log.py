@@ -20,11 +20,15 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from typing import IO, Any
 
 from autotune.command import report as checks
 from autotune.command.report import MAX_TOKENS_PER_S, SECONDS, BadReport, excerpt
+from autotune.modes.log import LABEL_REACH, MS_AFTER, MS_WORD, S_AFTER, STEP_TIMES, per_step_tokens
 from autotune.reporting import MAX_STEP_LINES
+from autotune.status import Status
+from autotune.workloads.base import Failed
 
 TAIL_LINES = 100  # of the job's output, read for a failure's telling line (a traceback, its noise)
 LINE_BYTES = 64 << 10
@@ -69,24 +73,71 @@ def figure(line: str, m: re.Match[str], group: str, allowed: str) -> tuple[float
     return number(whole(line, m, group), where, allowed), where
 
 
-def sample(line: str, m: re.Match[str], at: float) -> dict[str, Any]:
-    """A log line's sample: seconds and tokens of a step, a throughput (one token in 1/tps seconds),
-    or a running token count (turned into steps by `steps_of`); each checked (BadReport)."""
+def sample(line: str, m: re.Match[str], at: float, per_step: float | None = None) -> dict[str, Any]:
+    """A log line's sample: seconds and tokens of a step (its tokens `per_step` where the line has
+    none: command.tokens_per_step), a throughput (one token in 1/tps seconds), or a running token
+    count (turned into steps by `steps_of`); each checked (BadReport)."""
     groups = m.groupdict()
     if groups.get("tokens_total") is not None:
         total, where = figure(line, m, "tokens_total", TOTAL)
         return {"total": checks.whole(total, where, 0, 2**62, "tokens (a running count)"), "at": at}
     if averaged(line, m):
         raise CumulativeFigure(line.strip()[:200])
-    if groups.get("step_time_s") is not None:
-        seconds, where = figure(line, m, "step_time_s", SECONDS)
-        step = {"s": checks.positive(seconds, where, SECONDS), "at": at}
+    timed = next((g for g in STEP_TIMES if groups.get(g) is not None), None)
+    if timed is not None:
+        value, where = figure(line, m, timed, SECONDS)
+        seconds = checks.positive(value, where, SECONDS) * STEP_TIMES[timed]
+        unit_said(line, m, timed, seconds, where)
+        step = {"s": seconds, "at": at}
+        if per_step is not None:  # command.tokens_per_step, with the trial's knobs
+            where = f"command.tokens_per_step for the line {excerpt(line.strip())}"
+            return {**step, "tokens": checks.step_tokens(per_step, where)}
         tokens, where = figure(line, m, "tokens", "a whole number of tokens above 0")
         return {**step, "tokens": checks.step_tokens(tokens, where)}
     rate, where = figure(line, m, "tokens_per_s", RATE)
     if checks.positive(rate, where, RATE) > MAX_TOKENS_PER_S:
         raise BadReport(f"{where} is {excerpt(rate)}; allowed: {RATE}")
     return {"s": 1.0 / rate, "tokens": 1, "at": at}
+
+
+# A step's time read in one unit from a line that prints it in the other. The line's own word
+# beside the figure decides: `ms` right after it (nanoGPT's "time 359.49ms") or as its label just
+# before it (word_language_model's "ms/batch 12.34") read as seconds, `s` right after a figure read
+# as milliseconds. Elsewhere in the line within AVERAGE_REACH of the figure, `ms` is a hint, not
+# proof (a line may time its data loading in ms beside a step in seconds), so it refuses only
+# where the step it implies is implausible: SLOW_STEP_S or more. A step of a minute is slow but
+# real (a large model, a long accumulation); a job that prints milliseconds beside it is timing
+# steps of milliseconds, whose figures (tens to thousands) read as seconds give steps of tens of
+# seconds to hours and a rate 1000x low: nanoGPT's 359.49 ms, read as 359.49 s, a 6-minute step.
+SLOW_STEP_S = 60.0
+
+
+def unit_said(line: str, m: re.Match[str], group: str, seconds: float, where: str) -> None:
+    """BadReport naming the unit where the line says the step's time is in the other one."""
+    end = m.end(group)
+    end += (more.end() - end) if (more := EXPONENT.match(line, end)) else 0
+    after = line[end : end + 16].lstrip()
+    # the figure's label: the text just before it, after the line's previous number
+    label = re.split(r"[0-9]", line[max(0, m.start(group) - LABEL_REACH) : m.start(group)])[-1]
+    milli = MS_AFTER.match(after) or MS_WORD.search(label)
+    rename = "name the group step_time_ms (the figure is milliseconds)"
+    if group == "step_time_s" and milli:
+        raise BadReport(
+            f"{where} reads as {seconds:g} s a step, but the line gives it in ms "
+            f"({milli.group(0)!r} beside it): a figure in milliseconds read as seconds (1000x "
+            f"slow); {rename}"
+        )
+    if group == "step_time_ms" and not milli and (said := S_AFTER.match(after)):
+        raise BadReport(
+            f"{where} reads as {seconds * 1000:g} ms a step, but the line gives it in seconds "
+            f"({said.group(0)!r} follows it): name the group step_time_s"
+        )
+    near = line[max(0, m.start(group) - AVERAGE_REACH) : end + AVERAGE_REACH]
+    if group == "step_time_s" and seconds >= SLOW_STEP_S and MS_WORD.search(near):
+        raise BadReport(
+            f"{where} reads as {seconds:g} s a step ({SLOW_STEP_S:g} s or more) on a line that "
+            f"says ms beside it: a figure in milliseconds read as seconds (1000x slow); {rename}"
+        )
 
 
 def steps_of(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -105,6 +156,18 @@ def steps_of(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def per_step_of(command: Mapping[str, Any], knobs: Mapping[str, object]) -> float | None:
+    """command.tokens_per_step with the trial's knobs (None: the lines count their tokens); a knob
+    without a number here, or a division by zero, fails the trial."""
+    expression = command.get("tokens_per_step")
+    if expression is None:
+        return None
+    try:
+        return per_step_tokens(str(expression), knobs)
+    except ValueError as err:
+        raise Failed(Status.INVALID_CONFIG, str(err)) from None
+
+
 def close_lines(lines: list[str], pattern: str, k: int = 3) -> list[str]:
     """The lines that look most like the pattern (its literal text), for a pattern that never
     matched."""
@@ -121,7 +184,14 @@ class Output:
     """The job's output, copied line by line into the trial's log; its tail kept, its pattern's
     samples read."""
 
-    def __init__(self, stream: IO[bytes], pattern: str | None, most: int = MAX_STEP_LINES) -> None:
+    def __init__(
+        self,
+        stream: IO[bytes],
+        pattern: str | None,
+        most: int = MAX_STEP_LINES,
+        per_step: float | None = None,
+    ) -> None:
+        self.per_step = per_step  # a step's tokens where its line has none (tokens_per_step)
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.pattern = re.compile(pattern) if pattern else None
         self.samples: list[dict[str, Any]] = []
@@ -149,7 +219,7 @@ class Output:
         trial's reason (never raised: the reader goes on, the job never blocks on its pipe)."""
         try:
             if m := self.pattern.search(line):  # type: ignore[union-attr]
-                self.samples.append(sample(line, m, time.time()))
+                self.samples.append(sample(line, m, time.time(), self.per_step))
         except CumulativeFigure as err:
             self.refused = self.refused or str(err)
         except BadReport as err:

@@ -7,6 +7,8 @@ it too: `preview`). Each knob's mapping (config.KnobMapping,
 as a dict here):
 
 - `flag: --per_device_train_batch_size`: the arguments `[flag, value]` (a bool as true/false);
+  a flag with `{}` (`--batch_size={}`, nanoGPT's configurator) is one argument, the value in its
+  place;
 - `env: MY_VAR`: the variable set to the value;
 - `key: training.local_batch_size`: the dotted key of `command.config_file` set to the value
   (typed);
@@ -151,10 +153,16 @@ def flag_args(mapping: KnobMappingDoc, value: KnobValue) -> list[str]:
     flag = mapping.get("flag")
     assert flag is not None, "flag_args renders a flag mapping"
     if not found:
-        return [flag, text_of(value)]
+        return flag_of(flag, text_of(value))
     if out is None:
         return []
     return [text_of(a) for a in out] if isinstance(out, list) else [text_of(out)]
+
+
+def flag_of(flag: str, text: str) -> list[str]:
+    """A flag with its value's text: `FLAG VALUE`, two arguments; one whose pattern has `{}`
+    (--batch_size={}) is one argument, the value in its place."""
+    return [flag.replace("{}", text)] if "{}" in flag else [flag, text]
 
 
 def env_value(mapping: KnobMappingDoc, value: KnobValue) -> str | None:

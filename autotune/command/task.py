@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.command.hook.unmeasured import HOOK_MEASURES, SECOND_TRAINER
 from autotune.documents.record import TrialRecord
 from autotune.protocol import CommandParams, Rendered, TaskParams, TrialResult, TrialSpec
+from autotune.status import Status
 
 if TYPE_CHECKING:
     from autotune.config import Config
@@ -53,6 +54,24 @@ def check_config(cfg: Config) -> None:
     from autotune.redact import keep_command
 
     keep_command(cfg.command.argv, cfg.command.env)  # masked in every text shown from now on
+
+
+def step_tokens_said(cmd: CommandConfig, knobs: dict[str, Any]) -> str | None:
+    """The tokens of a step as command.tokens_per_step gives them for these knobs (validate shows
+    the baseline's), None without it; ValueError where they are no whole number above 0."""
+    from autotune.modes.log import PER_STEP, per_step_names, per_step_tokens
+
+    if cmd.tokens_per_step is None:
+        return None
+    expression = str(cmd.tokens_per_step)
+    tokens = per_step_tokens(expression, knobs)
+    used = ", ".join(f"{n}={knobs[n]}" for n in dict.fromkeys(per_step_names(expression)))
+    if tokens <= 0 or tokens != int(tokens):
+        raise ValueError(
+            f"{PER_STEP}: {expression} is {tokens:g} for the baseline ({used}); a step's tokens "
+            "are a whole number above 0"
+        )
+    return f"{PER_STEP}: {expression} = {int(tokens):,} tokens a step ({used or 'no knob'})"
 
 
 def notes(cfg: Config) -> list[str]:
@@ -149,7 +168,7 @@ def metrics(record: TrialRecord, result: TrialResult) -> None:
     stop = (result.applied or {}).get("stop", "")
     if stop.startswith(("ignored", SECOND_TRAINER)):  # a second Trainer kept it running: named
         record.reason = f"measured; the command {stop}"
-    if window and not window.get("settled") and record.status == "ok":  # said where it is read
+    if window and not window.get("settled") and record.status == Status.OK:  # said where it is read
         said = f"window {window.get('said', 'not settled')}"
         record.reason = f"{record.reason}; {said}" if record.reason else said
 
@@ -170,7 +189,7 @@ UNMEASURED = (
 def unmeasured(status: str, reason: str) -> bool:
     """Whether a failed command trial failed for a reason of its measurement, not of its knobs:
     every trial of the study would fail the same way (search/drive.py stops at its baseline)."""
-    failed = status in ("crash", "timeout", "invalid_config")
+    failed = status in (Status.CRASH, Status.TIMEOUT, Status.INVALID_CONFIG)
     return failed and any(said in reason for said in UNMEASURED)
 
 
@@ -318,7 +337,7 @@ def warnings(cmd: CommandConfig, extend_edges: bool) -> list[str]:
     without one pattern (render.pattern) where the search steps past the list (extend_edges), so
     no value past it is measured."""
     from autotune import knobs as catalogue
-    from autotune.command.render import pattern
+    from autotune.command.render import flag_of, pattern
 
     out = []
     for name, m in cmd.knobs.items():
@@ -327,8 +346,9 @@ def warnings(cmd: CommandConfig, extend_edges: bool) -> list[str]:
             also = f", as {', '.join(k for k, _ in more)} {'do' if len(more) > 1 else 'does'}"
             out.append(
                 f"command.knobs.{name}.map: {key} renders `{' '.join(args)}` without a flag"
-                f"{also if more else ''} (a map entry replaces `{m.flag} VALUE` whole); write "
-                f"{key}: [{m.flag}, {', '.join(args)}] to keep the flag"
+                f"{also if more else ''} (a map entry replaces "
+                f"`{' '.join(flag_of(m.flag, 'VALUE'))}` whole); write "
+                f"{key}: [{', '.join(flag_of(m.flag, args[0]) + args[1:])}] to keep the flag"
             )
         knob = catalogue.BY_NAME.get(name)
         stepped = extend_edges and knob is not None and bool(knob.edge or knob.derived)

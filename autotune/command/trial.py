@@ -28,13 +28,14 @@ from typing import Any, ClassVar
 
 from autotune import atomic, modes, nccl_log
 from autotune.command import window as windows
-from autotune.command.gpu_peak import PeakWatch, job_peak, tokens_per_micro_batch
+from autotune.command.gpu_peak import PeakWatch, job_peak, tokens_per_micro_batch, visible_gpu_name
 from autotune.command.hook import unmeasured
-from autotune.command.log import Output, close_lines
+from autotune.command.log import Output, close_lines, per_step_of
 from autotune.command.report import BadReport, DoneLine, Report, clock_said, figure_said, fresh
 from autotune.command.said import average_said, child_said, ended_said, stopped_said, time_went
 from autotune.protocol import ENV_SECRETS, CommandParams, last_words, told_lines, unhide
 from autotune.reporting import ENV_KNOBS, ENV_MAX_STEPS, ENV_REPORT, ENV_STEPS, ENV_STOP
+from autotune.status import Status
 from autotune.workloads.base import Failed, Measured, Work, Workload
 from autotune.workloads.timing import Timing
 
@@ -80,6 +81,7 @@ class Command(Workload):
             float(self.cfg.get("half_width_pct", windows.Rule.half_width_pct)),
         )
         self.mode = modes.of(self.cfg)  # where its steps are read, how it is asked to stop
+        self.per_step = per_step_of(self.cfg, self.spec.knobs)  # command.tokens_per_step
         self.log = self.mode.reads == "output"  # its steps are lines of its output
         self.report_path, self.stop_path = self.run_dir / REPORT_FILE, self.run_dir / STOP_FILE
         fresh(self.report_path)  # and its claim file
@@ -130,7 +132,7 @@ class Command(Workload):
             )
         except OSError as err:
             raise Failed(
-                "crash",
+                Status.CRASH,
                 f"the command could not start: {err}; command.argv[0] is {self.rendered.argv[0]!r}",
             )
 
@@ -148,7 +150,9 @@ class Command(Workload):
         self.report = Report(self.report_path, t0, self.rule.max_steps, self.spec.knobs, self.cfg)
         proc = self._start()
         assert proc.stdout is not None  # started with stdout=PIPE
-        output = Output(proc.stdout, self.cfg.get("log_pattern"), self.rule.max_steps)
+        output = Output(
+            proc.stdout, self.cfg.get("log_pattern"), self.rule.max_steps, self.per_step
+        )
         memory = PeakWatch(proc.pid).start() if self.spec.device == "cuda" else None
         try:
             watch = self._watch(proc, output, t0)
@@ -208,7 +212,7 @@ class Command(Workload):
         if self.rule.against is None:
             self.rule = windows.against(self.rule, self.run_dir)
         if output.refused:
-            raise Failed("invalid_config", average_said(output.refused))
+            raise Failed(Status.INVALID_CONFIG, average_said(output.refused))
         if watch.done is not None and len(watch.steps) >= self.needed:  # it gave all it will
             decided = windows.decide(_pairs(watch.steps), self.rule)
             watch.window = decided or windows.window(_pairs(watch.steps), self.rule)
@@ -249,7 +253,7 @@ class Command(Workload):
         if child := child_said(self._notes()):
             said = f"; {child}{said}"
         raise Failed(
-            "timeout",
+            Status.TIMEOUT,
             f"the command reported {len(watch.steps)} of {self.needed} steps by {limit}: {went}; "
             f"none measured past its {self.rule.warmup} warm-up steps{said}",
         )
@@ -268,7 +272,7 @@ class Command(Workload):
         said = self._closest(output)
         if not said and (words := last_words(output.text(), 160)):
             said = f"; its output ends: {words}"
-        raise Failed("crash", what + said)
+        raise Failed(Status.CRASH, what + said)
 
     def _notes(self) -> list[dict[str, Any]]:
         """The trainings of the job that autotune did not measure (hook/unmeasured.py)."""
@@ -292,13 +296,13 @@ class Command(Workload):
         told, _ = told_lines(tail)  # a library's warning that mentions memory is no OOM
         oom = [x for x in told if "out of memory" in x.lower() or "OutOfMemoryError" in x]
         if oom:
-            return Failed("oom", f"the command ran out of memory: {oom[-1][:400]}")
+            return Failed(Status.OOM, f"the command ran out of memory: {oom[-1][:400]}")
         refusal = nccl_log.refusal_of(Exception(tail))
         if refusal is not None:
-            return Failed("invalid_config", refusal)
+            return Failed(Status.INVALID_CONFIG, refusal)
         if stopped:
             return Failed(
-                "crash", f"{stopped}, after {len(steps)} steps, none measured past the warm-up"
+                Status.CRASH, f"{stopped}, after {len(steps)} steps, none measured past the warm-up"
             )
         how = (
             f"killed by {signal.Signals(-code).name}"
@@ -309,10 +313,10 @@ class Command(Workload):
         if code == 0 and not steps:
             expected = f"reporting a step; expected {self._expected()}"
             said = f"a measured step: {child}" if child else expected
-            return Failed("crash", f"the command exited 0 without {said}")
+            return Failed(Status.CRASH, f"the command exited 0 without {said}")
         if code == 0:
             return Failed(
-                "crash",
+                Status.CRASH,
                 f"the command exited 0 after {len(steps)} of {self.needed} steps "
                 f"({self.spec.run.warmup_steps} warm-up + {self.spec.run.measure_steps} "
                 "measured): let it run at least that many optimizer steps (its step limit, e.g. "
@@ -320,14 +324,14 @@ class Command(Workload):
             )
         said = last_words(tail) or "no output"
         ended = f"the command {how} after {len(steps)} of {self.needed} steps"
-        return Failed("crash", f"{ended}: {said}" + (f"; {child}" if child else ""))
+        return Failed(Status.CRASH, f"{ended}: {said}" + (f"; {child}" if child else ""))
 
     def _measured(self, watch: _Watch, t0: float) -> Measured:
         steps, done = watch.steps, watch.done or DoneLine()
         win = watch.window or windows.window(_pairs(steps), self.rule)
         clock = "" if self.log else clock_said(steps, win.start, win.end)  # a log's lines: no clock
         if why := clock or figure_said(win.tokens_per_s):
-            raise Failed("crash", f"the command reported what cannot be: {why}")
+            raise Failed(Status.CRASH, f"the command reported what cannot be: {why}")
         warm, timed = steps[: win.start], steps[win.start : win.end]
         tokens = [int(s["tokens"]) for s in timed]
         padded = [int(s["padded"]) for s in timed if "padded" in s]
@@ -377,7 +381,7 @@ class Command(Workload):
             **{k: done[k] for k in ("device_name",) if k in done},
         }
         if self.spec.device == "cuda" and "device_name" not in job_env:
-            job_env["device_name"] = _visible_gpu_name()
+            job_env["device_name"] = visible_gpu_name()
         return job_env
 
     def work(self) -> Work:
@@ -435,15 +439,3 @@ def _end_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         pass
-
-
-def _visible_gpu_name() -> str:
-    """The first visible GPU's name from NVML (a job measured from its log reports no device)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        index = int((os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0])
-        return str(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index)))
-    except Exception:  # no NVML, or CUDA_VISIBLE_DEVICES by UUID: the GPU is still a GPU
-        return "NVIDIA GPU (not reported by the job)"

@@ -11,7 +11,16 @@ import stat
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    StrictInt,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 # every section's rules: unknown keys refused, YAML's types taken as they are, floats finite
@@ -29,7 +38,9 @@ class KnobMapping(_Section):
     values otherwise. A knob of your own (not one of autotune's) lists its `values` here."""
 
     flag: Optional[str] = Field(
-        default=None, description="A command-line flag: the trial passes `FLAG VALUE`."
+        default=None,
+        description="A command-line flag: the trial passes `FLAG VALUE`; a flag with `{}` "
+        "(--batch_size={}) is one argument, the value in its place.",
     )
     env: Optional[str] = Field(
         default=None, description="An environment variable set to the value."
@@ -66,6 +77,12 @@ class KnobMapping(_Section):
             raise ValueError(
                 f"flag {excerpt(self.flag)} does not start with '-'; e.g. "
                 "--per_device_train_batch_size"
+            )
+        if self.flag is not None and self.flag.count("{}") > 1:
+            raise ValueError(
+                f"flag {excerpt(self.flag)} has {self.flag.count('{}')} {{}}; a flag with one "
+                "{} renders one argument, the value in its place (--batch_size={}), one without "
+                "renders two (--batch_size VALUE)"
             )
         if self.env is not None and not NAME.fullmatch(self.env):
             raise ValueError(f"env {excerpt(self.env)} is not an environment variable name")
@@ -122,6 +139,13 @@ class CommandConfig(_Section):
         "step's rate), step_time_s with tokens, or tokens_total (a running count of tokens); e.g. "
         "'tps: (?P<tokens_per_s>[0-9][0-9,.]*(e[+-]?[0-9]+)?)'. An average since the start is "
         "refused.",
+    )
+    tokens_per_step: Optional[Union[StrictInt, str]] = Field(
+        default=None,
+        description="measure log: the tokens of a step whose line says none (a log_pattern with "
+        "step_time_s or step_time_ms and no tokens group): a number, or an arithmetic expression "
+        "of the trial's knobs, e.g. '{micro_batch_size} * {grad_accum_steps} * 1024' (+ - * / "
+        "// and parentheses; a knob as {name}: autotune's numeric knobs, command.knobs' own).",
     )
     max_steps: int = Field(
         default=60,
@@ -225,7 +249,18 @@ class CommandConfig(_Section):
             raise ValueError(
                 f"command.knobs: {excerpt(bad)} is not a knob name (letters, digits, _)"
             )
+        if self.tokens_per_step is not None:
+            _check_per_step_knobs(str(self.tokens_per_step), self.knobs)
         return self
+
+    @model_serializer(mode="wrap")
+    def _dumped(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        """tokens_per_step only where given: a command without it dumps as before the field was
+        added (best.yaml, the study's stored config, its identity unchanged)."""
+        doc = handler(self)
+        if isinstance(doc, dict) and doc.get("tokens_per_step") is None:
+            doc.pop("tokens_per_step", None)
+        return doc
 
     @model_validator(mode="after")
     def _files(self, info: ValidationInfo) -> CommandConfig:
@@ -233,6 +268,31 @@ class CommandConfig(_Section):
         if base is not None:  # a config loaded from a file: its folder is known
             _check_files(self, Path(base))
         return self
+
+
+def _check_per_step_knobs(expression: str, mappings: dict[str, KnobMapping]) -> None:
+    """command.tokens_per_step names only the trial's knobs whose values are numbers: autotune's
+    (micro_batch_size, grad_accum_steps) and the command's own with numeric values."""
+    from autotune import knobs as catalogue
+    from autotune.modes.log import PER_STEP, per_step_names
+
+    def numeric(values: list[Any]) -> bool:
+        return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+    mine = {k.name: [k.default] for k in catalogue.CATALOGUE if "command" in k.tasks}
+    known = {**mine, **{n: list(m.values) for n, m in mappings.items() if m.values is not None}}
+    allowed = ", ".join(f"{{{n}}}" for n, values in known.items() if numeric(values))
+    for name in per_step_names(expression):
+        if name not in known:
+            raise ValueError(
+                f"{PER_STEP}: {{{name}}} is no knob of the trial; allowed: {allowed} (numbers "
+                "and + - * / // ( ) between them)"
+            )
+        if not numeric(known[name]):
+            raise ValueError(
+                f"{PER_STEP}: {{{name}}} is no number (its values: "
+                f"{excerpt(known[name])}); allowed: {allowed}"
+            )
 
 
 def _check_files(cmd: CommandConfig, base_dir: Path) -> None:

@@ -37,6 +37,9 @@ COMMAND_FIELDS: dict[str, Any] = {
     "log_pattern": None,
     "knobs": {},
 }
+# ... and those a factor only where given (absent from the identity of a command without them, as
+# from every study made before they existed): a step's tokens when its log line has none
+COMMAND_GIVEN = ("tokens_per_step",)
 
 
 def _json(value: object) -> str:
@@ -92,6 +95,7 @@ def _command_factors(command: dict[str, Any] | None) -> dict[str, Any]:
         return {}
     masked = mask_command(command)
     out = {name: masked.get(name, default) for name, default in COMMAND_FIELDS.items()}
+    out |= {name: masked[name] for name in COMMAND_GIVEN if masked.get(name) is not None}
     out["knobs"] = {
         name: {k: v for k, v in sorted(dict(mapping or {}).items()) if v is not None}
         for name, mapping in sorted(dict(out["knobs"] or {}).items())
@@ -152,9 +156,9 @@ def _command_difference(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     does not know); argv is shown masked as study.db keeps it."""
     if not a or not b:  # none on a side: another task, which workload.task names
         return None
-    for name in COMMAND_FIELDS:
-        there: Any = a[name]  # _command_factors gives every field
-        here: Any = b[name]
+    for name in (*COMMAND_FIELDS, *COMMAND_GIVEN):
+        there: Any = a.get(name)  # _command_factors gives every field, COMMAND_GIVEN's if given
+        here: Any = b.get(name)
         if _json(there) == _json(here):
             continue
         if name == "argv":

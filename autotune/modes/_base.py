@@ -58,8 +58,13 @@ class Mode:
 
 
 def no_log_pattern(section: Mapping[str, Any]) -> None:
-    """A mode that reads no output lines takes no log_pattern."""
+    """A mode that reads no output lines takes no log_pattern, nor the tokens of its lines."""
     if section.get("log_pattern"):
         raise ValueError(
             "command.log_pattern: only with measure log; remove it or set measure: log"
+        )
+    if section.get("tokens_per_step") is not None:
+        raise ValueError(
+            "command.tokens_per_step: only with measure log (the tokens of a log line that "
+            "counts none); the job reports its steps' tokens itself here: remove it"
         )
