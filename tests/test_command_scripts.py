@@ -423,3 +423,12 @@ def test_vendored_scripts_keep_their_license() -> None:
     main = (VENDORED / "word_language_model" / "main.py").read_text()
     assert "ms/batch {:5.2f}" in main
     assert os.path.isfile(sys.executable)
+
+
+def test_export_renders_a_braced_flag_as_the_trial_did(tmp_path: Path) -> None:
+    from test_command_day_one import _best, _text
+
+    knobs = {"micro_batch_size": {"flag": "--batch_size={}"}}
+    best = _best(tmp_path, {}, knobs=knobs)
+    line = _text(best, "command").splitlines()[-1]
+    assert line.endswith(" train.py --batch_size=8"), line
