@@ -111,3 +111,15 @@ def _visible(pynvml: ModuleType) -> list[int]:
     if given is None:
         return list(range(pynvml.nvmlDeviceGetCount()))
     return [int(x) for x in given.split(",") if x.strip()]
+
+
+def visible_gpu_name() -> str:
+    """The first visible GPU's name from NVML (a job measured from its log reports no device)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        index = int((os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0])
+        return str(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index)))
+    except Exception:  # no NVML, or CUDA_VISIBLE_DEVICES by UUID: the GPU is still a GPU
+        return "NVIDIA GPU (not reported by the job)"
