@@ -113,3 +113,9 @@ def test_a_log_job_through_a_filter_that_passes_each_line_on_is_not(tmp_path: Pa
     rec = _log_job(tmp_path, f"env -u PYTHONUNBUFFERED '{{python}}' -u -c \"{COPY}\"")
     assert rec["status"] == "ok", rec["reason"]
     assert "bursts" not in (rec.get("reason") or "")
+    # best.yaml says what timed it: the job's own lines, not a clock around its steps
+    best = yaml.safe_load((tmp_path / "trials" / "job" / "best.yaml").read_text())
+    assert best["measurement"]["timing"] == (
+        "the job's own log lines: tokens_total (a running count: its differences over the lines' "
+        "arrival times)"
+    )
