@@ -15,6 +15,7 @@ from autotune.command.bursts import FIXES, buffered, noted
 from autotune.job import load_config
 from autotune.protocol import last_words
 from autotune.search.run import run_search
+from autotune.status import Status
 
 # a job that logs a running count of tokens every 20 ms, each line about 1 KB (so a Python filter's
 # 8 KiB buffer passes on about 8 lines at once)
@@ -95,7 +96,7 @@ def test_a_bare_assert_names_where_it_failed() -> None:
 def test_a_job_failing_on_a_bare_assert_says_where(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(ASSERTS)
     rec = _search(tmp_path, ["{python}", "train.py"])
-    assert rec["status"] == "crash"
+    assert rec["status"] == Status.CRASH
     assert "AssertionError at train.py:3: assert block_size <= limit" in rec["reason"], rec
 
 
@@ -104,14 +105,14 @@ def test_a_log_job_through_a_buffering_filter_is_named_with_the_fix(tmp_path: Pa
     # Python buffers its output into a pipe (8 KiB) unless told otherwise: the trial's own
     # PYTHONUNBUFFERED, which the job inherits, is taken off the filter as a user's shell has none
     rec = _log_job(tmp_path, f"env -u PYTHONUNBUFFERED '{{python}}' -c \"{COPY}\"")
-    assert rec["status"] == "ok", rec["reason"]
+    assert rec["status"] == Status.OK, rec["reason"]
     assert "its step lines came in bursts (" in rec["reason"] and FIXES in rec["reason"]
 
 
 @pytest.mark.slow
 def test_a_log_job_through_a_filter_that_passes_each_line_on_is_not(tmp_path: Path) -> None:
     rec = _log_job(tmp_path, f"env -u PYTHONUNBUFFERED '{{python}}' -u -c \"{COPY}\"")
-    assert rec["status"] == "ok", rec["reason"]
+    assert rec["status"] == Status.OK, rec["reason"]
     assert "bursts" not in (rec.get("reason") or "")
     # best.yaml says what timed it: the job's own lines, not a clock around its steps
     best = yaml.safe_load((tmp_path / "trials" / "job" / "best.yaml").read_text())

@@ -107,7 +107,9 @@ def test_the_trl_sft_console_command_exports_sft_config(tmp_path: Path) -> None:
     assert "# its arguments class: trl.SFTConfig (the `trl sft` command parses it)" in text
     assert "TrainingArguments(" not in text
     # trl is not installed here: the TrainingArguments fields it extends are typed, the rest kept
-    assert "# trl is not importable here: the flags typed as the TrainingArguments fields" in text
+    assert (
+        "# trl is not importable here: the flags are typed as the TrainingArguments fields" in text
+    )
     assert _call(text, "SFTConfig") == {
         "per_device_train_batch_size": 4,
         "gradient_checkpointing": True,

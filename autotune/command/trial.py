@@ -36,6 +36,7 @@ from autotune.command.report import BadReport, DoneLine, Report, clock_said, fig
 from autotune.command.said import average_said, child_said, ended_said, stopped_said, time_went
 from autotune.protocol import ENV_SECRETS, CommandParams, last_words, told_lines, unhide
 from autotune.reporting import ENV_KNOBS, ENV_MAX_STEPS, ENV_REPORT, ENV_STEPS, ENV_STOP
+from autotune.status import Status
 from autotune.workloads.base import Failed, Measured, Work, Workload
 from autotune.workloads.timing import Timing
 
@@ -131,7 +132,7 @@ class Command(Workload):
             )
         except OSError as err:
             raise Failed(
-                "crash",
+                Status.CRASH,
                 f"the command could not start: {err}; command.argv[0] is {self.rendered.argv[0]!r}",
             )
 
@@ -211,7 +212,7 @@ class Command(Workload):
         if self.rule.against is None:
             self.rule = windows.against(self.rule, self.run_dir)
         if output.refused:
-            raise Failed("invalid_config", average_said(output.refused))
+            raise Failed(Status.INVALID_CONFIG, average_said(output.refused))
         if watch.done is not None and len(watch.steps) >= self.needed:  # it gave all it will
             decided = windows.decide(_pairs(watch.steps), self.rule)
             watch.window = decided or windows.window(_pairs(watch.steps), self.rule)
@@ -252,7 +253,7 @@ class Command(Workload):
         if child := child_said(self._notes()):
             said = f"; {child}{said}"
         raise Failed(
-            "timeout",
+            Status.TIMEOUT,
             f"the command reported {len(watch.steps)} of {self.needed} steps by {limit}: {went}; "
             f"none measured past its {self.rule.warmup} warm-up steps{said}",
         )
@@ -271,7 +272,7 @@ class Command(Workload):
         said = self._closest(output)
         if not said and (words := last_words(output.text(), 160)):
             said = f"; its output ends: {words}"
-        raise Failed("crash", what + said)
+        raise Failed(Status.CRASH, what + said)
 
     def _notes(self) -> list[dict[str, Any]]:
         """The trainings of the job that autotune did not measure (hook/unmeasured.py)."""
@@ -295,13 +296,13 @@ class Command(Workload):
         told, _ = told_lines(tail)  # a library's warning that mentions memory is no OOM
         oom = [x for x in told if "out of memory" in x.lower() or "OutOfMemoryError" in x]
         if oom:
-            return Failed("oom", f"the command ran out of memory: {oom[-1][:400]}")
+            return Failed(Status.OOM, f"the command ran out of memory: {oom[-1][:400]}")
         refusal = nccl_log.refusal_of(Exception(tail))
         if refusal is not None:
-            return Failed("invalid_config", refusal)
+            return Failed(Status.INVALID_CONFIG, refusal)
         if stopped:
             return Failed(
-                "crash", f"{stopped}, after {len(steps)} steps, none measured past the warm-up"
+                Status.CRASH, f"{stopped}, after {len(steps)} steps, none measured past the warm-up"
             )
         how = (
             f"killed by {signal.Signals(-code).name}"
@@ -312,10 +313,10 @@ class Command(Workload):
         if code == 0 and not steps:
             expected = f"reporting a step; expected {self._expected()}"
             said = f"a measured step: {child}" if child else expected
-            return Failed("crash", f"the command exited 0 without {said}")
+            return Failed(Status.CRASH, f"the command exited 0 without {said}")
         if code == 0:
             return Failed(
-                "crash",
+                Status.CRASH,
                 f"the command exited 0 after {len(steps)} of {self.needed} steps "
                 f"({self.spec.run.warmup_steps} warm-up + {self.spec.run.measure_steps} "
                 "measured): let it run at least that many optimizer steps (its step limit, e.g. "
@@ -323,14 +324,14 @@ class Command(Workload):
             )
         said = last_words(tail) or "no output"
         ended = f"the command {how} after {len(steps)} of {self.needed} steps"
-        return Failed("crash", f"{ended}: {said}" + (f"; {child}" if child else ""))
+        return Failed(Status.CRASH, f"{ended}: {said}" + (f"; {child}" if child else ""))
 
     def _measured(self, watch: _Watch, t0: float, lines: Output) -> Measured:
         steps, done = watch.steps, watch.done or DoneLine()
         win = watch.window or windows.window(_pairs(steps), self.rule)
         clock = "" if self.log else clock_said(steps, win.start, win.end)  # a log's lines: no clock
         if why := clock or figure_said(win.tokens_per_s):
-            raise Failed("crash", f"the command reported what cannot be: {why}")
+            raise Failed(Status.CRASH, f"the command reported what cannot be: {why}")
         warm, timed = steps[: win.start], steps[win.start : win.end]
         tokens = [int(s["tokens"]) for s in timed]
         padded = [int(s["padded"]) for s in timed if "padded" in s]

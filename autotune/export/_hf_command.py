@@ -136,9 +136,9 @@ def _typed_by(qualified: str) -> tuple[type, str, str] | None:
         return None
     name = qualified.rsplit(".", 1)[-1]
     note = (
-        f"# {qualified.partition('.')[0]} is not importable here: the flags typed as the "
-        f"TrainingArguments fields {name} extends; its own fields are not known, so its own "
-        "flags are kept below with the script's"
+        f"# {qualified.partition('.')[0]} is not importable here: the flags are typed as the "
+        f"TrainingArguments fields {name} inherits; its own fields are not known, so its own "
+        "flags stay with the script's below"
     )
     return fallback[0], fallback[1], note
 
