@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 from autotune import knobs as catalogue
 from autotune import status as _status
+from autotune import tracebacks
 from autotune.knobs import Knobs as Knobs  # re-exported: the knobs a trial is handed
 
 if TYPE_CHECKING:
@@ -183,7 +184,8 @@ def told_lines(text: str) -> tuple[list[str], int | None]:
 def last_words(text: str, limit: int = 300) -> str:
     """What a process's output says went wrong, in one line: the last traceback's exception (with
     the line after it when its message goes on there), else the last exception printed alone, else
-    the last line that is not noise (told_lines); '' when there is none."""
+    the last line that is not noise (told_lines); '' when there is none. A bare AssertionError
+    says where it was raised (tracebacks.raised_at)."""
     kept, raised = told_lines(text)
     if raised is None:
         raised = next((i for i in range(len(kept) - 1, -1, -1) if _exceptional(kept[i])), None)
@@ -193,6 +195,8 @@ def last_words(text: str, limit: int = 300) -> str:
         line = kept[raised]
         if line.endswith(":") and raised + 1 < len(kept):  # "... raised:" and the cause below
             line += " " + kept[raised + 1]
+    if line == "AssertionError":  # a bare `assert x`: where it failed is all there is to say
+        line += f" at {at}" if (at := tracebacks.raised_at(text, line)) else ""
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 

@@ -262,6 +262,11 @@ HF_ARGV = [
 
 
 def test_export_marks_the_flags_for_the_measurement_only(tmp_path: Path) -> None:
+    # the HF Trainer script the command runs, read for its arguments class (never run)
+    (tmp_path / "train.py").write_text(
+        "from transformers import HfArgumentParser, Trainer, TrainingArguments\n"
+        "(args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()\n"
+    )
     best = _best(
         tmp_path,
         {"micro_batch_size": 4},

@@ -336,6 +336,7 @@ def _command_best(tmp_path: Path, base_dir: str = "top") -> Path:
     (config_folder / "config.json").write_text(
         json.dumps({"training": {"lr": 0.1, "steps": 100}, "model": {"name": "x"}})
     )
+    (config_folder / "train.py").write_text(TRAINER_SCRIPT)  # read for its class, never run
     command = {
         "argv": ["python", "train.py", "--config", "{config}", "--out", "{run_dir}/log"],
         "env": {"FOO": "bar baz"},
@@ -373,6 +374,15 @@ def _command_best(tmp_path: Path, base_dir: str = "top") -> Path:
     path = study / "best.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
+
+
+# the script of _command_best's command: an HF Trainer job parsing TrainingArguments
+TRAINER_SCRIPT = """\
+from transformers import HfArgumentParser, Trainer, TrainingArguments
+
+(args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()
+Trainer(model=None, args=args).train()
+"""
 
 
 def _command_line(form: Form) -> list[str]:

@@ -196,10 +196,12 @@ def test_export_forms_that_fit_the_study(tmp_path: Path) -> None:
     doc["command"]["measure"] = "lightning"
     best.write_text(yaml.safe_dump(doc, sort_keys=False))
     assert [f.format for f in export(best)] == ["command", "lightning", "json"]
-    doc["command"]["measure"] = "report"  # an HF job still: its knobs are TrainingArguments flags
+    doc["command"]["measure"] = "report"  # an HF job still: its script builds a Trainer
     best.write_text(yaml.safe_dump(doc, sort_keys=False))
     assert [f.format for f in export(best)] == ["command", "hf", "json"]
-    doc["command"]["knobs"] = {"micro_batch_size": {"flag": "--batch_size"}}  # a plain script
+    # a plain script (nanoGPT's) whose flag shares a TrainingArguments name: no Trainer, no hf
+    doc["command"]["argv"][1] = str(ROOT / "tests" / "data" / "jobs" / "nanogpt_style.py")
+    doc["command"]["knobs"] = {"grad_accum_steps": {"flag": "--gradient_accumulation_steps"}}
     best.write_text(yaml.safe_dump(doc, sort_keys=False))
     assert [f.format for f in export(best)] == ["command", "json"]
 

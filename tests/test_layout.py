@@ -17,6 +17,7 @@ MODULES = {
 # and itself.
 SHARED = (
     "autotune.protocol",
+    "autotune.tracebacks",  # where a traceback was raised: protocol.last_words reads it
     "autotune.knobs",
     "autotune.knobs._knob",
     "autotune.knobs._catalogue",
@@ -47,6 +48,7 @@ COMMAND_TRIAL = (
     "autotune.command.said",
     "autotune.command.window",
     "autotune.command.gpu_peak",
+    "autotune.command.bursts",
 )
 TRIAL_PROCESS = ("autotune.workloads", *COMMAND_TRIAL)
 MAX_FUNCTION_LINES = 60
@@ -377,6 +379,7 @@ ROOT_MODULES = {
     "sizes",  # the built-in model's derived sizes
     "space",  # the resolved search space
     "status",  # a trial's status, shared by both sides
+    "tracebacks",  # where a traceback in a process's output was raised (both sides)
     "views",  # the live view of a search and the CLI's tables
     "yamlio",  # YAML in and out, with limits
 }

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from autotune import atomic, modes, nccl_log
+from autotune.command import bursts
 from autotune.command import window as windows
 from autotune.command.gpu_peak import PeakWatch, job_peak, tokens_per_micro_batch, visible_gpu_name
 from autotune.command.hook import unmeasured
@@ -156,6 +157,8 @@ class Command(Workload):
         memory = PeakWatch(proc.pid).start() if self.spec.device == "cuda" else None
         try:
             watch = self._watch(proc, output, t0)
+        except Failed as err:  # a log job's lines held back by a filter: its reason says so
+            raise Failed(err.status, bursts.noted(str(err), output.samples)) from None
         finally:
             _end_group(proc, 0.0)
             output.thread.join(timeout=5)
@@ -168,7 +171,7 @@ class Command(Workload):
             )  # it exited by itself: all it gave counts
         if watch.window is None and not (watch.stopped and len(steps) > self.rule.warmup):
             raise self._failure(proc.returncode, steps, output, watch.stopped)
-        return self._measured(watch, t0)
+        return self._measured(watch, t0, output)
 
     def _ask_stop(self, proc: subprocess.Popen[bytes]) -> None:
         """Ask the job to stop as its mode says: its stop file (the callbacks), or SIGTERM."""
@@ -326,7 +329,7 @@ class Command(Workload):
         ended = f"the command {how} after {len(steps)} of {self.needed} steps"
         return Failed(Status.CRASH, f"{ended}: {said}" + (f"; {child}" if child else ""))
 
-    def _measured(self, watch: _Watch, t0: float) -> Measured:
+    def _measured(self, watch: _Watch, t0: float, lines: Output) -> Measured:
         steps, done = watch.steps, watch.done or DoneLine()
         win = watch.window or windows.window(_pairs(steps), self.rule)
         clock = "" if self.log else clock_said(steps, win.start, win.end)  # a log's lines: no clock
@@ -373,6 +376,7 @@ class Command(Workload):
         stopped = stopped_said(watch.stopped, len(steps), self.needed, win.tokens_per_s)
         if watch.stop.startswith("reported done"):  # measured: how it ended is the reason
             stopped = f"its {len(steps)} steps are measured; the command {watch.stop}"
+        stopped = bursts.noted(stopped, lines.samples)
         return Measured(timing, output=output, stopped=stopped)
 
     def _job_env(self, done: DoneLine) -> dict[str, Any]:

@@ -36,7 +36,8 @@ FORMS: dict[str, FormEntry] = {
         ),
         FormEntry(
             "hf",
-            "transformers TrainingArguments (a command study: its measured flags)",
+            "transformers TrainingArguments (a command study: its measured flags as the job's own "
+            "arguments class, SFTConfig, ...)",
             "_hf",
             "hf",
         ),

@@ -11,7 +11,7 @@ from autotune.documents import strict_json
 from autotune.errors import ConfigError
 from autotune.export._catalogue import ALL, FORMS, FormEntry
 from autotune.export._form import Form
-from autotune.export._hf_command import reads_training_arguments
+from autotune.export._hf_command import builds_trainer
 from autotune.export._winner import Winner, read
 
 
@@ -43,14 +43,12 @@ def formats_of(w: Winner) -> tuple[str, ...]:
 def fitting(w: Winner) -> tuple[str, ...]:
     """The formats printed when none is asked for: a study with a command, its command, the form of
     the framework that reads its flags (its measure mode's forms: measure hf, lightning; else hf for
-    a job whose flags are TrainingArguments') and
+    a job known to build an HF Trainer, _hf_command.builds_trainer) and
     json (a torchrun launch or a torchtitan TOML is not the job it measured); any other, all that
     apply."""
     if w.command is None:
         return formats_of(w)
-    framework = modes.of(w.command).exports or (
-        ("hf",) if reads_training_arguments(w.command) else ()
-    )
+    framework = modes.of(w.command).exports or (("hf",) if builds_trainer(w) else ())
     return tuple(f for f in ("command", *framework, "json") if f in formats_of(w))
 
 

@@ -87,19 +87,31 @@ def _program(w: Winner, argv0: str, recorded: list[str] | None) -> tuple[str, st
     return (found, "your PATH here (no trial record beside best.yaml)") if found else (argv0, "")
 
 
+def _base_dir(w: Winner) -> Path:
+    """The study YAML's folder, which the command's cwd is relative to: best.yaml's folder as the
+    user names it (`cd` in the pasted command climbs the path as named: a shell's cd is logical),
+    as base_dir is stored (documents/base_dir.py), links kept."""
+    assert w.command is not None
+    study = Path(os.path.abspath(w.path.parent))
+    # absent: best.yaml's folder; relative: to that folder (read() makes it absolute already)
+    return study / (w.command.get("base_dir") or w.base_dir or ".")
+
+
+def command_dir(w: Winner) -> Path:
+    """The folder the command ran in: its cwd, relative to the study YAML's folder."""
+    assert w.command is not None
+    return Path(os.path.normpath(_base_dir(w) / (w.command.get("cwd") or ".")))
+
+
 def measured(w: Winner) -> Measured:
     """The command the chosen trial ran, rendered by command.render.render for its knobs, with its
     folder relative to the study's, `{config}` the exported config file's path relative to that
     folder, argv[0] (`python`, `{python}`) by the full path the trial ran (`_program`). Writes
     best.config<suffix> beside best.yaml when the command reads a config file."""
     assert w.command is not None
-    # best.yaml's folder as the user names it: `cd` in the pasted command climbs the path as named
-    # (a shell's cd is logical), as base_dir is stored (documents/base_dir.py), links kept
     study = Path(os.path.abspath(w.path.parent))
-    # absent: best.yaml's folder; relative: to that folder (read() makes it absolute already)
-    base_dir = study / (w.command.get("base_dir") or w.base_dir or ".")
-    # the command's folder, the config file's path written relative to it
-    cwd = Path(os.path.normpath(base_dir / (w.command.get("cwd") or ".")))
+    base_dir = _base_dir(w)
+    cwd = command_dir(w)  # the config file's path is written relative to it
     argv0 = str(w.command["argv"][0])
     program, source = _program(w, argv0, recorded_argv(w))
     # {python} elsewhere in argv or env is autotune's Python, as render fills it

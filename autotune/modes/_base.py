@@ -53,7 +53,7 @@ class Mode:
     # the config's rule on knob_env: ValueError for a searched value the variable has no text for
     knob_values: Callable[[str, list[Any]], None] | None = None
     # export: the forms that fit a job measured so, beside its command and json (none: the HF
-    # form where its flags are TrainingArguments', export/_hf_command.reads_training_arguments)
+    # form where its program builds an HF Trainer, export/_hf_command.builds_trainer)
     exports: tuple[str, ...] = ()
 
 

@@ -4,6 +4,7 @@ and how it was measured, how to apply it. The file's schema and reader are docum
 
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from autotune import knobs as catalogue
-from autotune import tasks
+from autotune import modes, tasks
 from autotune.documents import base_dir
 from autotune.documents.best_file import (
     SCHEMA_VERSION,
@@ -213,8 +214,21 @@ def _measurement(
         "measure_steps": cfg.workload.measure_steps,
         "trial_timeout_min": cfg.study.trial_timeout_min,
         "step_times_s": record.step_times,
-        "timing": "CUDA events around each optimizer step"
-        if cuda
-        else "time.perf_counter around each optimizer step",
+        "timing": _timing(cfg, cuda),
         "measured_at": best.datetime_complete.isoformat() if best.datetime_complete else None,
     }
+
+
+def _timing(cfg: Config, cuda: bool) -> str:
+    """What timed the chosen trial's steps: a study of a job's output (measure log), the figures
+    its pattern read from the job's own lines; else the clock around each optimizer step."""
+    command = cfg.command
+    if command is None or modes.of({"measure": command.measure}).reads != "output":
+        return f"{'CUDA events' if cuda else 'time.perf_counter'} around each optimizer step"
+    groups = list(re.compile(command.log_pattern or "").groupindex)
+    said = f"the job's own log lines: {', '.join(groups)}"
+    if "tokens_total" in groups:  # command/log.py's steps_of
+        said += " (a running count: its differences over the lines' arrival times)"
+    if getattr(command, "tokens_per_step", None):  # a figure of the step's time alone
+        said += ", tokens from command.tokens_per_step"
+    return said
