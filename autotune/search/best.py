@@ -229,6 +229,6 @@ def _timing(cfg: Config, cuda: bool) -> str:
     said = f"the job's own log lines: {', '.join(groups)}"
     if "tokens_total" in groups:  # command/log.py's steps_of
         said += " (a running count: its differences over the lines' arrival times)"
-    if getattr(command, "tokens_per_step", None):  # a figure of the step's time alone
-        said += ", tokens from command.tokens_per_step"
+    if command.tokens_per_step is not None:  # a figure of the step's time alone
+        said += f", tokens from command.tokens_per_step ({command.tokens_per_step})"
     return said
