@@ -202,3 +202,12 @@ def test_the_source_is_read_not_run(
     (tmp_path / "job.py").write_text(text)
     found = source.read(["python", "job.py"], tmp_path)
     assert (found.arguments, found.trainer) == (arguments, trainer), found.said
+
+
+def test_trls_own_sft_script_is_read_as_sft_config() -> None:
+    """TRL's sft.py as TRL ships it (tests/data/jobs/third_party/trl): its classes bound to a name,
+    then handed to TrlParser inside a function."""
+    trl = Path(__file__).parent / "data" / "jobs" / "third_party" / "trl"
+    found = source.read(["python", "sft.py", "--output_dir", "out"], trl)
+    assert (found.arguments, found.trainer) == ("trl.SFTConfig", True), found.said
+    assert found.said == "sft.py passes it to its argument parser"

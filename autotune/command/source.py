@@ -98,8 +98,23 @@ def _named(node: ast.expr, names: dict[str, str]) -> tuple[str, str] | None:
     return dotted.split(".")[0], dotted.rsplit(".", 1)[-1]
 
 
-def _classes(node: ast.expr, names: dict[str, str]) -> Iterator[str]:
-    """The known arguments classes an expression names: one, or a tuple or list of them."""
+def _tuples(tree: ast.Module) -> dict[str, ast.expr]:
+    """Names the source binds to a tuple or list (TRL's sft.py: `dataclass_types = (ScriptArguments,
+    SFTConfig, ...)`, then `TrlParser(dataclass_types)`)."""
+    bound: dict[str, ast.expr] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Tuple, ast.List)):
+            bound.update({t.id: node.value for t in node.targets if isinstance(t, ast.Name)})
+    return bound
+
+
+def _classes(
+    node: ast.expr, names: dict[str, str], bound: dict[str, ast.expr] | None = None
+) -> Iterator[str]:
+    """The known arguments classes an expression names: one, or a tuple or list of them (given
+    there, or through a name bound to one: `bound`)."""
+    if isinstance(node, ast.Name) and bound and node.id in bound:
+        node = bound[node.id]
     for item in node.elts if isinstance(node, (ast.Tuple, ast.List)) else [node]:
         found = _named(item, names)
         if found is not None and PACKAGE_OF.get(found[1]) == found[0]:
@@ -122,6 +137,7 @@ def _of_source(tree: ast.Module, shown: str) -> JobSource:
     """The classes the script passes to HfArgumentParser or TrlParser, else those it builds; the
     Trainer it names (transformers' or TRL's, by import: Lightning's Trainer is another)."""
     names = _names(tree)
+    bound = _tuples(tree)
     parsed: list[str] = []
     built: list[str] = []
     trainer = False
@@ -136,7 +152,7 @@ def _of_source(tree: ast.Module, shown: str) -> JobSource:
                 *node.args[:1],
                 *(k.value for k in node.keywords if k.arg == "dataclass_types"),
             ]
-            parsed += [c for arg in given for c in _classes(arg, names)]
+            parsed += [c for arg in given for c in _classes(arg, names, bound)]
         built += list(_classes(node.func, names))
     chosen = list(dict.fromkeys(parsed or built))
     how = "passes it to its argument parser" if parsed else "builds it"
