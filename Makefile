@@ -1,4 +1,5 @@
-# Set-up, demo and tests. `make demo` and `make test` each set up .venv first (idempotent).
+# Set-up, demo and tests. `make demo` and `make test` each set up .venv first (idempotent): the demo
+# with the core package alone, the tests with the [dev] extra (1.9 GB, 141 packages).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -8,18 +9,35 @@ TORCH_SPEC ?= torch==2.13.0
 HAS_TORCH := $(shell $(PYTHON) -c 'import torch' 2>/dev/null && echo yes)
 VENV_FLAGS := $(if $(HAS_TORCH),--system-site-packages,)
 
-.PHONY: setup demo lint test test-fast clean
+.PHONY: setup demo wheel lint test test-fast clean
+
+# The venv with torch in it; the distribution's name before it was autotune-llm (autotune, PyPI's
+# name of another project) uninstalled from a venv made then: the two would own one command.
+define venv_with_torch
+	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
+	$(BIN)/python -c 'import torch' 2>/dev/null || $(BIN)/pip install -q $(TORCH_SPEC)
+	$(BIN)/pip uninstall -q -y autotune 2>/dev/null || true
+endef
 
 setup: $(VENV)/.done
 
 $(VENV)/.done: pyproject.toml
-	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
-	$(BIN)/python -c 'import torch' 2>/dev/null || $(BIN)/pip install -q $(TORCH_SPEC)
+	$(venv_with_torch)
 	$(BIN)/pip install -q -e '.[dev]'
+	touch $(VENV)/.core $@
+
+# The demo needs the core package only (no extra): the tests' set-up, where it was made, serves too
+$(VENV)/.core: pyproject.toml
+	$(venv_with_torch)
+	$(BIN)/pip install -q -e .
 	touch $@
 
-demo: setup
+demo: $(VENV)/.core
 	$(BIN)/autotune search search_spaces/tiny.yaml --fresh
+
+# A wheel to install elsewhere: pip install dist/autotune_llm-*.whl (README: Install)
+wheel:
+	$(PYTHON) -m pip wheel -q --no-deps . -w dist
 
 # Two pytest-xdist workers on CI's 2 cores, not -n auto: a test's trials are processes of their own
 # (torch with its own threads, two ranks for torchrun). Three were tried (2026-12-05): one in-tree run
@@ -55,4 +73,4 @@ test-fast: setup
 	$(PYTEST) -m "not slow" tests
 
 clean:
-	rm -rf $(VENV) trials/tiny trials/tiny.archived-*
+	rm -rf $(VENV) dist trials/tiny trials/tiny.archived-*

@@ -259,13 +259,19 @@ def resolve_space(cfg: Config, device: str | None = None) -> ResolvedSpace:
     return _resolve(cfg, device)
 
 
+# The distribution's name (pyproject.toml's [project] name; tests/test_install.py holds them
+# together): the import package and the command are `autotune`, but PyPI's `autotune` is another
+# project's
+DISTRIBUTION = "autotune-llm"
+
+
 def _package_version() -> str:
     """The installed distribution's version (pyproject.toml's, through importlib.metadata): one
     place to bump."""
     from importlib import metadata
 
     try:
-        return metadata.version("autotune")
+        return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:  # run from a source tree that was never installed
         return "unknown (not installed)"
 

@@ -12,11 +12,11 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune import numerics
-from autotune.documents.record import TrialRecord, knobs_of, loss_check_of
+from autotune.documents.record import Metric, TrialRecord, knobs_of, loss_check_of
 from autotune.errors import printable
 from autotune.protocol import Knobs, reason_line
 from autotune.report import fmt, row_of
-from autotune.report._table import record_mfu_text
+from autotune.report._table import padding_text, record_mfu_text
 from autotune.search.observer import Observer, SearchStart
 from autotune.status import Status
 from autotune.study.history import History, value_of
@@ -64,10 +64,12 @@ def trial_line(record: TrialRecord, searched: list[str] | None, which: str | Non
     busy = ("  disturbed: " + "; ".join(record.disturbed), "yellow") if record.disturbed else ""
     if record.status == Status.OK:
         check = numerics.summary(record.loss_check)  # the quality cost beside the speed
+        padding = padding_text(record.metric(Metric.PADDING_PCT))  # real tokens/s, padding apart
         return Text.assemble(
             which,
             ("ok", "green"),
-            f" {fmt(record.tokens_per_gpu, 'tok')} tok/s  MFU {record_mfu_text(record)}  {knobs}",
+            f" {fmt(record.tokens_per_gpu, 'tok')} tok/s" + (f" ({padding})" if padding else ""),
+            f"  MFU {record_mfu_text(record)}  {knobs}",
             f"  {check}" if check else "",
             busy,
         )

@@ -254,7 +254,7 @@ def test_cli_version_is_the_installed_package(tmp_path: Path) -> None:
 
     proc = cli_here("--version", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == f"autotune {metadata.version('autotune')}"
+    assert proc.stdout.strip() == f"autotune {metadata.version(autotune.DISTRIBUTION)}"
 
 
 def test_cli_validate_shows_the_knobs_that_act_here_and_all_with_all(write_yaml) -> None:

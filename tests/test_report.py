@@ -89,7 +89,7 @@ def test_report_html_renders_with_plots(finished: Path, tmp_path: Path) -> None:
     if report._plots.available():  # Optuna's plots, interactive (the report extra)
         assert page.count("Plotly.newPlot(") >= 5
     else:
-        assert page.count('<img alt="') >= 3 and "autotune[report]" in page
+        assert page.count('<img alt="') >= 3 and "autotune-llm[report]" in page
 
 
 @pytest.mark.slow

@@ -214,7 +214,7 @@ def test_html_without_plotly_is_static_and_says_how_to_get_the_plots(
         for day, r in (("20", 1.0), ("23", 0.99))
     ]
     page = report.write_html(data, tmp_path / "out", study=study).read_text()
-    assert "pip install &#x27;autotune[report]&#x27;" in page and "Plotly.newPlot" not in page
+    assert "pip install &#x27;autotune-llm[report]&#x27;" in page and "Plotly.newPlot" not in page
     pngs = {p.name for p in (tmp_path / "out").glob("*.png")}
     assert pngs >= {"history.png", "time.png", "knobs.png", "checks.png"}
     assert '<tr class="chosen">' in page

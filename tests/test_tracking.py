@@ -299,7 +299,7 @@ def test_tracking_not_installed_names_the_extra(tmp_path: Path, monkeypatch) -> 
     with pytest.raises(
         ConfigError,
         match=r"study\.tracking\.wandb: needs wandb, not installed; pip install "
-        r"'autotune\[wandb\]'",
+        r"'autotune-llm\[wandb\]'",
     ):
         start(_tracking(tmp_path, wandb={}), "t", tmp_path)
 

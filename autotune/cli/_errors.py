@@ -11,7 +11,6 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 
-import click
 import typer
 from rich.text import Text
 
@@ -20,6 +19,14 @@ from autotune.cli._console import console
 from autotune.errors import AutotuneError, ExitCode, HungUp, Terminated, excerpt, printable
 
 MAX_MESSAGE = 1000  # characters of one error line
+# What the funnel lets through as it is: a command's exit, an abort and click's own errors (a usage
+# line), as the click Typer runs on has them: from typer 0.2x on its own copy (typer._click), which
+# needs no click package (the core install has none), before it the click package
+PASSED: tuple[type[BaseException], ...] = (
+    typer.Exit,
+    typer.Abort,
+    next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"),
+)
 
 
 _signalled: dict[str, BaseException | None] = {"by": None}
@@ -160,7 +167,7 @@ def funnel() -> Iterator[None]:
         # a signal whose exception Python swallowed (above): never lost
         if _signalled["by"] is not None:
             raise _signalled["by"]
-    except (click.exceptions.Exit, click.ClickException, click.Abort):
+    except PASSED:
         raise
     except BaseException as e:
         if state["debug"] or isinstance(e, SystemExit):

@@ -37,7 +37,7 @@ class ModelConfig(_Section):
         description=(
             "Path to a Hugging Face config.json: a transformers causal LM built with "
             "AutoModelForCausalLM.from_config (random weights, nothing downloaded). Needs "
-            "autotune[hf]."
+            "autotune-llm[hf]."
         ),
     )
     entrypoint: Optional[str] = Field(

@@ -191,12 +191,12 @@ class TrackingConfig(_Section):
 
     mlflow: Optional[MlflowConfig] = Field(
         default=None,
-        description="Log to MLflow (tracking_uri, experiment); needs `autotune[mlflow]`.",
+        description="Log to MLflow (tracking_uri, experiment); needs `autotune-llm[mlflow]`.",
     )
     wandb: Optional[WandbConfig] = Field(
         default=None,
         description=(
-            "Log to Weights & Biases (project, entity, mode, dir); needs `autotune[wandb]`."
+            "Log to Weights & Biases (project, entity, mode, dir); needs `autotune-llm[wandb]`."
         ),
     )
     flush_s: float = Field(

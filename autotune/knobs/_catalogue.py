@@ -57,8 +57,8 @@ CATALOGUE: tuple[Knob, ...] = (
             "bf16; fp16: "
             "autocast fp16 + `GradScaler` (dynamic loss scaling); fp8: torchao "
             "`convert_to_float8_training` on every linear but the output head, under bf16 "
-            "autocast (needs torchao, `pip install 'autotune[fp8]'`, and an sm89+ GPU; else the "
-            "trial ends `invalid_config` saying so)"
+            "autocast (needs torchao, `pip install 'autotune-llm[fp8]'`, and an sm89+ GPU; else "
+            "the trial ends `invalid_config` saying so)"
         ),
     ),
     Knob(

@@ -62,9 +62,9 @@ GENERATE: tuple[Knob, ...] = (
         help=(
             "The int4 kernel (int4_weight_only only): tinygemm, torch's own (tile-packed layout); "
             "gemlite, Triton kernels through torchao's prototype UIntxWeightOnlyConfig (needs "
-            "`pip install 'autotune[gemlite]'`: gemlite<0.6 with torchao 0.18). On an H200 both "
-            "decode batch 1 at 1.6x bf16 over the linears (docs/BENCHMARKS.md); gemlite 0.5.1's "
-            "prefill kernel rejects bf16 (invalid_config)."
+            "`pip install 'autotune-llm[gemlite]'`: gemlite<0.6 with torchao 0.18). On an H200 "
+            "both decode batch 1 at 1.6x bf16 over the linears (docs/BENCHMARKS.md); gemlite "
+            "0.5.1's prefill kernel rejects bf16 (invalid_config)."
         ),
         values="`tinygemm`, `gemlite`",
         effect=(

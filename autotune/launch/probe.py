@@ -188,7 +188,7 @@ def check_model_code(model: ModelConfig, base_dir: Path | None) -> None:
         if importlib.util.find_spec("transformers") is None:
             raise ValueError(
                 "model.hf_config: needs transformers, which is not installed; pip install "
-                "'autotune[hf]'"
+                "'autotune-llm[hf]'"
             )
         if (problem := check_hf_config(str(path))) is not None:
             raise ValueError(f"model.hf_config: {model.hf_config!r}: {problem}")

@@ -98,7 +98,7 @@ def card_html(data: Report, c: Card | None) -> str:
     lines = [
         f'<h2>{escape(title)}: {escape(_text.trial_of(c))} <span class="star">&#9733;</span></h2>',
         f'<p class="headline"><b>{fmt(c["tokens_per_s_per_gpu"], "tok")} tokens/s per GPU</b> '
-        f"({escape(_text.interval_text(c))})</p>",
+        f"({escape(_text.interval_text(c))}){escape(_text.padding_said(data))}</p>",
         # the last word on the gain, as every form says it (study/bound.py)
         f'<p class="last-word">{escape(_text.bound_line(data))}</p>',
         f'<p class="disturbed">{escape(busy)}</p>' if (busy := _text.disturbed_line(data)) else "",

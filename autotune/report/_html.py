@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["pareto_front", "write_html"]
 
-INSTALL = "pip install 'autotune[report]'"  # the extra that brings plotly (pyproject.toml)
+INSTALL = "pip install 'autotune-llm[report]'"  # the extra that brings plotly (pyproject.toml)
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1300px;padding:0 1em;color:#222;
 overflow-wrap:anywhere}

@@ -64,6 +64,13 @@ def fmt(value: object, kind: str) -> str:
     }.get(kind, str(value))
 
 
+def padding_text(pct: object) -> str:
+    """'26.3% padding' beside the figure of a job whose batches were padded (its callback or
+    reporter counted the tokens computed on beside the real ones; the figure counts the real ones
+    only), '' where none were or the job did not say."""
+    return f"{fmt(pct, 'pct')} padding" if _number(pct) and pct > 0 else ""
+
+
 # The MFU column's header: every MFU figure names the peak it divides by (issue 49)
 MFU_HEADER = f"MFU ({MFU_PRECISION} peak)"
 

@@ -11,7 +11,7 @@ from autotune.protocol import reason_line
 from autotune.report import _effects
 from autotune.report._data import Chosen, Group, KnobEffect, Report, TimeSpent
 from autotune.report._excluded import loss_summary
-from autotune.report._table import fmt
+from autotune.report._table import fmt, padding_text
 from autotune.status import Status
 
 STEP_SPREAD = "step spread: (p90 - p10) / median of a trial's measured step times"
@@ -74,7 +74,7 @@ def chosen_lines(data: Report) -> list[str]:
         return ["No configuration chosen yet: no trial has completed."]
     lines = [
         f"{_which(c)}: {trial_of(c)}, {fmt(c['tokens_per_s_per_gpu'], 'tok')} "
-        f"tokens/s/GPU ({interval_text(c)}).",
+        f"tokens/s/GPU ({interval_text(c)}).{padding_said(data)}",
         # the one sentence on the gain (study/bound.py), then whether it rests on measurements
         # taken while the host was busy (study/disturbed.py)
         bound_line(data),
@@ -99,6 +99,18 @@ def chosen_lines(data: Report) -> list[str]:
         lines.append(f"Memory: {data.alloc_offer}.")
     lines.append(f"Why: {c['why']}")
     return [line for line in lines if line]
+
+
+def padding_said(data: Report) -> str:
+    """' Real tokens only: 26.3% of the tokens computed on were padding.' after the chosen figure
+    where its trial's job padded its batches (its row's share: command.measure hf and lightning
+    count it), '' else."""
+    c = data.chosen
+    row = next((r for r in data.trials if c and r.number == c["trial"]), None)
+    pct = row.padding_pct if row else None
+    if not padding_text(pct):
+        return ""
+    return f" Real tokens only: {fmt(pct, 'pct')} of the tokens computed on were padding."
 
 
 def trial_of(c: Chosen) -> str:

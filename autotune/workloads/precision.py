@@ -34,7 +34,7 @@ def apply_precision(torch: ModuleType, precision: str, device: str) -> torch_typ
             import torchao.float8  # noqa: F401
         except Exception as err:
             raise InvalidConfig(
-                f"fp8 needs torchao (pip install 'autotune[fp8]'): {err}", "precision"
+                f"fp8 needs torchao (pip install 'autotune-llm[fp8]'): {err}", "precision"
             ) from None
     if device == "cpu" and precision == "tf32":
         raise InvalidConfig(

@@ -89,7 +89,7 @@ def apply_weight_quant(
         import torchao.quantization as tq
     except Exception as err:
         raise InvalidConfig(
-            f"weight_quant {quant} needs torchao (pip install 'autotune[generate]'): {err}",
+            f"weight_quant {quant} needs torchao (pip install 'autotune-llm[generate]'): {err}",
             "weight_quant",
         ) from None
     name, config = QUANT_CONFIGS[str(quant)], None
@@ -142,8 +142,8 @@ def gemlite_config(group: int, device: str) -> Any:
         from torchao.prototype.quantization.quant_api import UIntxWeightOnlyConfig
     except Exception as err:
         raise InvalidConfig(
-            f"int4_kernel gemlite needs the gemlite package (pip install 'autotune[gemlite]') and "
-            f"torchao's prototype UIntxWeightOnlyConfig: {type(err).__name__}: {err}",
+            "int4_kernel gemlite needs the gemlite package (pip install 'autotune-llm[gemlite]') "
+            f"and torchao's prototype UIntxWeightOnlyConfig: {type(err).__name__}: {err}",
             "int4_kernel",
         ) from None
     mismatch = gemlite_mismatch(gemlite.__version__, torchao.__version__)

@@ -125,7 +125,7 @@ def check_installed(tracking: TrackingConfig) -> None:
         if missing:
             raise ConfigError(
                 f"study.tracking.{tracker}: needs {missing}, not installed; "
-                f"pip install 'autotune[{tracker}]', or remove study.tracking.{tracker}"
+                f"pip install 'autotune-llm[{tracker}]', or remove study.tracking.{tracker}"
             )
 
 
