@@ -5,11 +5,12 @@ A pattern's numbers are read whole: `2.2e+04` is 22,000 even where the pattern's
 `2.2` (the README's old `[0-9,.]+` read the HF Trainer's figures 10,000x low). A figure that is an
 average since the start (the Trainer's `train_samples_per_second`, words such as avg, mean, overall,
 since start, before the number) is refused: it describes the run from its start, compile included,
-never a step. A cumulative count (the group tokens_total, e.g. the Trainer's num_input_tokens_seen)
-is turned into steps by its differences over the lines' arrival times. Every figure read is checked
-(report.py): one that is no finite number in its range (`tps: 0`, `tps: -5000`,
-`tps: 1e400`) fails the trial, naming the line; the reader never dies (the job would block on its
-full pipe).
+never a step. A cumulative count (the group tokens_total, e.g. the Trainer's num_input_tokens_seen,
+which counts padding unless the job passes --include_num_input_tokens_seen non_padding:
+docs/command.md) is turned into steps by its differences over the lines' arrival times. Every
+figure read is checked (report.py): one that is no finite number in its range (`tps: 0`,
+`tps: -5000`, `tps: 1e400`) fails the trial, naming the line; the reader never dies (the job would
+block on its full pipe).
 """
 
 from __future__ import annotations
