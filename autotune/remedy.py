@@ -16,6 +16,7 @@ import json
 import math
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 from autotune import knobs as catalogue
 from autotune.documents.record import TrialRecord
 from autotune.protocol import PROGRESS_FILE, Knobs, TrialResult
+from autotune.status import Status
 
 # launch._classify's words for a trial that left no result (tests/test_reasons.py runs both)
 NO_RESULT_IN_TIME = re.compile(r"no result after \d+ s \(trial timeout\); process group killed")
@@ -100,13 +102,14 @@ def explain(record: TrialRecord, result: TrialResult | None, ctx: Context) -> st
     result: what the trial wrote itself (None: it left none, launch/process.py's reason says how it
     ended).
     """
-    compose = {
-        "timeout": _timeout,
-        "crash": _crash,
-        "oom": _oom,
-        "invalid_config": _invalid,
-        "nonfinite_loss": _nonfinite,
-    }.get(record.status)
+    compositions: dict[str, Callable[[TrialRecord, TrialResult | None, Context], str]] = {
+        Status.TIMEOUT: _timeout,
+        Status.CRASH: _crash,
+        Status.OOM: _oom,
+        Status.INVALID_CONFIG: _invalid,
+        Status.NONFINITE_LOSS: _nonfinite,
+    }
+    compose = compositions.get(record.status)
     return compose(record, result, ctx) if compose else record.reason
 
 

@@ -24,6 +24,7 @@ from autotune.errors import (
 )
 from autotune.launch.runner import Bench, measure
 from autotune.protocol import reason_line
+from autotune.status import Status
 
 
 @dataclass
@@ -111,7 +112,7 @@ class Repeater:
 
 def _keep(m: Repeats, i: int, record: TrialRecord, cpu: dict[str, Any] | None) -> None:
     """One repeat's record kept: its sample, details and CPU account, or its failure."""
-    if record.status != "ok":
+    if record.status != Status.OK:
         m.failures.append(f"repeat {i}: {record.status}: {reason_line(record.reason)}")
         return
     assert record.tokens_per_gpu is not None  # an ok record measured its throughput
@@ -141,7 +142,7 @@ def _keep(m: Repeats, i: int, record: TrialRecord, cpu: dict[str, Any] | None) -
 
 def _said(record: TrialRecord) -> dict[str, Any]:
     """What on_repeat hears of a repeat: its tokens/s, or its failure."""
-    if record.status == "ok":
+    if record.status == Status.OK:
         return {Metric.TOKENS_PER_GPU: record.tokens_per_gpu, "failure": None}
     return {
         Metric.TOKENS_PER_GPU: None,

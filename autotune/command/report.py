@@ -22,6 +22,7 @@ from autotune.command.hook import unmeasured
 from autotune.command.said import settings_said
 from autotune.protocol import Knobs
 from autotune.reporting import MAX_REASON_CHARS, MAX_REPORT_BYTES, claim_path
+from autotune.status import Status
 
 # A step's tokens at most: 150x the largest global batch published (DeepSeek-V3's 15,360
 # sequences of 4,096 tokens, 63M); a count past it counts no real step.
@@ -67,7 +68,7 @@ def fresh(path: Path) -> None:
 class BadReport(ValueError):
     """A number the job reported that cannot be: the reason, one line."""
 
-    status = "crash"  # the trial's failure
+    status: str = Status.CRASH  # the trial's failure
     prefix = "the command reported what cannot be: "  # the reason's start
 
 
@@ -77,7 +78,7 @@ class JobFailed(BadReport):
 
     prefix = ""
 
-    def __init__(self, reason: str, status: str = "crash") -> None:
+    def __init__(self, reason: str, status: str = Status.CRASH) -> None:
         super().__init__(reason)
         self.status = status
 
@@ -204,7 +205,7 @@ class Report:
         if "job_settings" in doc:
             self.settings, read_from = settings_line(doc, where)
             if why := settings_said(self.settings, read_from, self.knobs, self.mappings):
-                raise JobFailed(why, "invalid_config")
+                raise JobFailed(why, Status.INVALID_CONFIG)
         elif "done" in doc:
             self.done = done_line(doc, where)
         elif len(self.steps) < self.most:

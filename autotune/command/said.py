@@ -13,6 +13,7 @@ from typing import Any
 from autotune import knobs as catalogue
 from autotune.command.hook.unmeasured import HOOK_MEASURES, SECOND_TRAINER
 from autotune.knobs import Knobs
+from autotune.status import Status
 
 # The settings a job ran with (the callbacks' job_settings line), compared with the trial's knobs:
 # a job that runs other values than the trial set measures a configuration the study never chose
@@ -67,7 +68,7 @@ def stopped_said(stopped: str, steps: int, needed: int, tokens_per_s: float) -> 
     it."""
     if not stopped:
         return ""
-    if stopped == "pruned":
+    if stopped == Status.PRUNED:
         return ""  # the search's pruner says why (search/prune.py)
     head, _, rest = stopped.partition(": ")
     if head.startswith("timeout"):

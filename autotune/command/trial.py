@@ -228,7 +228,7 @@ class Command(Workload):
         if (recompiling := _recompiling(watch.steps)) is not None:
             return recompiling
         if self._pruned(watch.steps):
-            return "pruned"
+            return Status.PRUNED
         watch.window = windows.decide(_pairs(watch.steps), self.rule)
         return "window" if watch.window is not None else ""
 

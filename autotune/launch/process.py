@@ -20,6 +20,7 @@ from autotune import atomic, nccl_log
 from autotune.hardware import Telemetry, visible_gpu_index
 from autotune.launch import environ, forkserver, logcap, orphans, prestart
 from autotune.protocol import PROGRESS_FILE, PRUNE_FILE, TRIAL_MODULE, TrialResult, TrialSpec
+from autotune.status import Status
 
 LOG_TAIL_LINES = 15
 # every trial runs under it: nothing outlives the trial or autotune
@@ -268,7 +269,7 @@ def _classify(
             reason += f"; before that {failed.reason}"
         if report and report["warnings"]:
             reason += "; NCCL warned: " + "; ".join(report["warnings"][:2])
-        return Outcome("timeout", reason, wall_s=wall, telemetry=telemetry, nccl=report)
+        return Outcome(Status.TIMEOUT, reason, wall_s=wall, telemetry=telemetry, nccl=report)
     result_path = run_dir / "result.json"
     if result_path.is_file():
         res = TrialResult.read(result_path)
@@ -276,7 +277,7 @@ def _classify(
     if failed is not None:  # one rank's own reason; torchrun ended the others
         reason = failed.reason
         # NCCL's warnings the rank's message does not repeat
-        if report and failed.status == "invalid_config":
+        if report and failed.status == Status.INVALID_CONFIG:
             flat = " ".join(reason.split())
             extra = [w for w in report["warnings"] if " ".join(w.split())[:120] not in flat]
             if extra:
@@ -286,7 +287,7 @@ def _classify(
     # NCCL aborted the ranks (its watchdog) before Python saw an error: its log says why
     if refused:
         return Outcome(
-            "invalid_config",
+            Status.INVALID_CONFIG,
             "NCCL refused this setting: " + refused[0],
             None,
             telemetry,
@@ -297,7 +298,7 @@ def _classify(
     how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
     said = _tail(log_path)  # none: the reason ends at its cause, never at an empty quote
     return Outcome(
-        "crash",
+        Status.CRASH,
         f"trial process ended without a result ({how})" + (f": {said}" if said else ""),
         wall_s=wall,
         telemetry=telemetry,

@@ -14,6 +14,7 @@ from autotune.report import _effects
 from autotune.report._data import Report, Stored
 from autotune.report._measured import PHASES, Phases
 from autotune.report._table import pareto
+from autotune.status import Status
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -54,7 +55,7 @@ def plot_data(
     """What each plot draws, computed before any drawing; phases: _measured.phases_of of each trial;
     chosen: the chosen trial (best.yaml's), marked; telemetry: (trial, its telemetry) drawn, else
     the search's best's."""
-    ok = sorted((r for r in data.trials if r.state == "ok"), key=lambda r: r.number)
+    ok = sorted((r for r in data.trials if r.state == Status.OK), key=lambda r: r.number)
     history: list[tuple[int, float]] = []
     best_so_far: list[tuple[int, float]] = []
     running = float("-inf")

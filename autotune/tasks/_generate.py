@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune.documents.record import TrialRecord
 from autotune.protocol import GenerateParams, TaskParams, TrialResult
+from autotune.status import Status
 from autotune.tasks._base import Decide, Task
 from autotune.tasks._objective import PARETO, TOKENS_PER_S, Objective
 
@@ -103,8 +104,8 @@ class Generate(Task):
             metrics.generation(result.output, hbm_bandwidth(result.env.get("device_name")))
         )
         over = metrics.over_limits(measured, limits)
-        if over and record.status == "ok":
-            record.status, record.reason = "over_limit", "; ".join(over)
+        if over and record.status == Status.OK:
+            record.status, record.reason = Status.OVER_LIMIT, "; ".join(over)
 
     def check_gate(
         self,

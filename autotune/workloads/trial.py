@@ -27,6 +27,7 @@ from typing import Any, TypedDict  # noqa: E402
 
 from autotune import atomic, nccl_log  # noqa: E402
 from autotune.protocol import PROGRESS_FILE, PRUNE_FILE, Knobs, TrialResult, TrialSpec  # noqa: E402
+from autotune.status import Status  # noqa: E402
 from autotune.workloads.base import Failed, InvalidConfig, Measured, NonFiniteLoss, Workload  # noqa: E402
 from autotune.workloads.faults import Fault  # noqa: E402
 from autotune.workloads.ranks import Ranks, env_rank, fail_rank  # noqa: E402
@@ -96,7 +97,7 @@ def run(spec: TrialSpec, run_dir: Path | None = None) -> TrialResult:
     measured = workload.run()
     pruned = _pruned(measured, spec)
     result = TrialResult(
-        "pruned" if pruned else "ok",
+        Status.PRUNED if pruned else Status.OK,
         measured.stopped or pruned,
         applied=workload.applied,
         env=_env(torch, spec.device if workload.touches_device else "cpu"),
@@ -265,19 +266,19 @@ def classify(err: Exception, ranks: int, knobs: Knobs) -> TrialResult | None:
         return TrialResult(err.status, str(err))
     if isinstance(err, InvalidConfig):
         return TrialResult(
-            "invalid_config", str(err), cause={k: knobs.get(k) for k in err.knobs} or None
+            Status.INVALID_CONFIG, str(err), cause={k: knobs.get(k) for k in err.knobs} or None
         )
     if isinstance(err, NonFiniteLoss):
-        return TrialResult("nonfinite_loss", str(err))
+        return TrialResult(Status.NONFINITE_LOSS, str(err))
     if _is_oom(err):
-        return TrialResult("oom", str(err).strip().splitlines()[0][:500])
+        return TrialResult(Status.OOM, str(err).strip().splitlines()[0][:500])
     if (refusal := nccl_log.refusal_of(err)) is not None:
-        return TrialResult("invalid_config", refusal, cause=nccl_log.cause(knobs))
+        return TrialResult(Status.INVALID_CONFIG, refusal, cause=nccl_log.cause(knobs))
     if ranks > 1:  # this rank's own traceback stays in the log; its reason goes to the parent
         import traceback
 
         traceback.print_exc()
-        return TrialResult("crash", crash_reason(err))
+        return TrialResult(Status.CRASH, crash_reason(err))
     return None
 
 
@@ -333,7 +334,7 @@ def main(argv: list[str]) -> int:
         result = failed
     result.rank = rank
     if world > 1:
-        if result.status != "ok":
+        if result.status != Status.OK:
             fail_rank(result_path, result)
         if rank != 0:
             return 0
