@@ -142,6 +142,19 @@ def tiny(**overrides: Any) -> dict[str, Any]:
 
 # A user's training job on the CPU for task command: a step of 2 ms per sample of --bs, reported
 # through autotune.reporting; --tag is a knob of the user's own that changes nothing
+# The tiny causal LM of the HF Trainer job scripts the tests write (a script's text: it needs
+# `import torch` above it): 32 tokens, 8 dimensions, its loss computed on every position
+TINY_LM = """\
+class TinyLM(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = torch.nn.Embedding(32, 8), torch.nn.Linear(8, 32)
+
+    def forward(self, input_ids, attention_mask=None, labels=None):
+        logits = self.head(self.embed(input_ids))
+        return {"loss": torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())}
+"""
+
 SLEEPY_JOB = """
 import argparse, time
 from autotune import reporting

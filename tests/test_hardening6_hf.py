@@ -14,24 +14,19 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import run_cli
+from conftest import TINY_LM, run_cli
 
 # An unmodified HF Trainer script (measure: hf). argv: where it trains (here: this process; spawn:
 # a multiprocessing spawn child; popen: a subprocess of this script, training here), then the
 # optimizer steps of each Trainer, trained in turn.
-JOB = """
+JOB = (
+    """
 import multiprocessing, subprocess, sys, torch
 from transformers import Trainer, TrainingArguments
 
-class TinyLM(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed, self.head = torch.nn.Embedding(32, 8), torch.nn.Linear(8, 32)
-
-    def forward(self, input_ids, attention_mask=None, labels=None):
-        logits = self.head(self.embed(input_ids))
-        return {"loss": torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())}
-
+"""
+    + TINY_LM
+    + """
 def train(steps):
     rows = [torch.randint(1, 32, (16,)) for _ in range(256)]
     data = [{"input_ids": r, "attention_mask": torch.ones_like(r), "labels": r} for r in rows]
@@ -51,6 +46,7 @@ if __name__ == "__main__":
         sys.exit(subprocess.Popen([sys.executable, sys.argv[0], "here", *sys.argv[2:]]).wait())
     train(steps)
 """
+)
 # what the hook measures, in the reason of a job whose Trainer trained in a child
 CHILD_SAID = (
     "the hook measures the job's first process and its launcher's ranks; the Trainer trained in a "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import TINY_LM
 
 from autotune import reporting
 from autotune.command.hook import launch
@@ -287,19 +288,14 @@ def test_callback_hf_second_trainer_after_the_steps_stays_silent(tmp_path: Path)
 
 # An unmodified HF Trainer script (measure: hf): `fixed` hard-codes its batch size (4, where the
 # trial sets the default 8); `two` trains a Trainer for 2 steps, then a second.
-HF_JOB = """
+HF_JOB = (
+    """
 import sys, torch
 from transformers import Trainer, TrainingArguments
 
-class TinyLM(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed, self.head = torch.nn.Embedding(32, 8), torch.nn.Linear(8, 32)
-
-    def forward(self, input_ids, attention_mask=None, labels=None):
-        logits = self.head(self.embed(input_ids))
-        return {"loss": torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())}
-
+"""
+    + TINY_LM
+    + """
 rows = [torch.randint(1, 32, (16,)) for _ in range(256)]
 data = [{"input_ids": r, "attention_mask": torch.ones_like(r), "labels": r} for r in rows]
 batch = 4 if sys.argv[1] == "fixed" else 8
@@ -309,6 +305,7 @@ for steps in ([2, 50] if sys.argv[1] == "two" else [200]):
                              disable_tqdm=True)
     Trainer(model=TinyLM(), args=args, train_dataset=data).train()
 """
+)
 
 
 def _hf_search(tmp_path: Path, mode: str) -> dict[str, Any]:

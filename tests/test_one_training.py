@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import TINY_LM
 
 from autotune import reporting
 from autotune.command.report import JobFailed, Report
@@ -89,19 +90,14 @@ def test_reporter_the_ranks_of_one_job_report_as_before(tmp_path: Path) -> None:
 
 # An unmodified HF Trainer script (measure: hf): one Trainer a number of its argv, each trained in
 # turn for that many optimizer steps.
-HF_JOB = """
+HF_JOB = (
+    """
 import sys, torch
 from transformers import Trainer, TrainingArguments
 
-class TinyLM(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed, self.head = torch.nn.Embedding(32, 8), torch.nn.Linear(8, 32)
-
-    def forward(self, input_ids, attention_mask=None, labels=None):
-        logits = self.head(self.embed(input_ids))
-        return {"loss": torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())}
-
+"""
+    + TINY_LM
+    + """
 rows = [torch.randint(1, 32, (16,)) for _ in range(256)]
 data = [{"input_ids": r, "attention_mask": torch.ones_like(r), "labels": r} for r in rows]
 for steps in sys.argv[1:]:
@@ -109,6 +105,7 @@ for steps in sys.argv[1:]:
                              max_steps=int(steps), save_strategy="no", disable_tqdm=True)
     Trainer(model=TinyLM(), args=args, train_dataset=data).train()
 """
+)
 # a calibration step before the real training, each its own Python process
 SHELL_JOB = '"$1" calibrate.py 3\n"$1" job.py 200\n'
 

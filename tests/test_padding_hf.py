@@ -10,23 +10,18 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_cli
+from conftest import TINY_LM, run_cli
 
 # Every sequence 16 positions, the last 4 padding (attention_mask 0): 25% of what the model
 # computes on, whatever the batch size
-JOB = """
+JOB = (
+    """
 import torch
 from transformers import Trainer, TrainingArguments
 
-class TinyLM(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed, self.head = torch.nn.Embedding(32, 8), torch.nn.Linear(8, 32)
-
-    def forward(self, input_ids, attention_mask=None, labels=None):
-        logits = self.head(self.embed(input_ids))
-        return {"loss": torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())}
-
+"""
+    + TINY_LM
+    + """
 mask = torch.tensor([1] * 12 + [0] * 4)
 rows = [torch.randint(1, 32, (16,)) * mask for _ in range(256)]
 data = [{"input_ids": r, "attention_mask": mask.clone(), "labels": r} for r in rows]
@@ -34,6 +29,7 @@ args = TrainingArguments(output_dir="out", use_cpu=True, report_to="none", max_s
                          save_strategy="no", disable_tqdm=True)
 Trainer(model=TinyLM(), args=args, train_dataset=data).train()
 """
+)
 
 
 @pytest.mark.slow
